@@ -1,0 +1,189 @@
+//! Cache-line write-back, fences and non-temporal copies, chosen once at run time.
+//!
+//! Stable Rust has intrinsics for `clflush`, `sfence` and the streaming stores, but not for
+//! `clwb` or `clflushopt`, so those two are issued with inline assembly after CPUID says the
+//! processor has them. Every function here takes raw addresses: the callers (the mapping) check
+//! that the range lies inside memory they own.
+
+use std::sync::OnceLock;
+
+/// Size of a cache line: the unit of write-back and of the simulator.
+pub const CACHE_LINE: usize = 64;
+
+/// The write-back instruction in use.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum FlushInstruction {
+    /// Write back, keep the line cached; weakly ordered (needs `sfence`).
+    Clwb,
+    /// Write back and invalidate; weakly ordered (needs `sfence`).
+    Clflushopt,
+    /// Write back and invalidate; ordered with other `clflush`es (the fence is then harmless).
+    Clflush,
+}
+
+impl FlushInstruction {
+    /// Name as the instruction's mnemonic.
+    pub const fn name(self) -> &'static str {
+        match self {
+            FlushInstruction::Clwb => "clwb",
+            FlushInstruction::Clflushopt => "clflushopt",
+            FlushInstruction::Clflush => "clflush",
+        }
+    }
+}
+
+static FLUSH: OnceLock<FlushInstruction> = OnceLock::new();
+
+/// The best write-back instruction this CPU has. `KAVACH_FLUSH=clflush|clflushopt|clwb` forces a
+/// weaker one (a request for an instruction the CPU lacks falls back to detection).
+pub fn flush_instruction() -> FlushInstruction {
+    *FLUSH.get_or_init(|| {
+        let (has_clflushopt, has_clwb) = detect();
+        let forced = std::env::var("KAVACH_FLUSH").ok();
+        match forced.as_deref() {
+            Some("clflush") => FlushInstruction::Clflush,
+            Some("clflushopt") if has_clflushopt => FlushInstruction::Clflushopt,
+            _ if has_clwb => FlushInstruction::Clwb,
+            _ if has_clflushopt => FlushInstruction::Clflushopt,
+            _ => FlushInstruction::Clflush,
+        }
+    })
+}
+
+#[cfg(target_arch = "x86_64")]
+fn detect() -> (bool, bool) {
+    // CPUID leaf 7, sub-leaf 0: EBX bit 23 is CLFLUSHOPT, bit 24 is CLWB (Intel SDM vol. 2A).
+    // Leaf 0 tells whether leaf 7 exists.
+    let max_leaf = std::arch::x86_64::__cpuid(0).eax;
+    if max_leaf < 7 {
+        return (false, false);
+    }
+    let ebx = std::arch::x86_64::__cpuid_count(7, 0).ebx;
+    (ebx & (1 << 23) != 0, ebx & (1 << 24) != 0)
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+compile_error!("kavach-pmem supports x86-64 only for now");
+
+/// Write back every cache line that overlaps `[addr, addr + len)`. Does not fence.
+///
+/// # Safety
+/// The range must lie inside one mapping that stays mapped for the duration of the call.
+#[inline]
+pub unsafe fn flush_range(addr: *const u8, len: usize) {
+    if len == 0 {
+        return;
+    }
+    let start = addr as usize & !(CACHE_LINE - 1);
+    let end = addr as usize + len;
+    let mut line = start;
+    match flush_instruction() {
+        FlushInstruction::Clwb => {
+            while line < end {
+                // SAFETY: `line` is inside the caller's mapping (rounded down to its cache line,
+                // which is mapped too since mappings are page-granular); clwb only writes back.
+                unsafe {
+                    std::arch::asm!("clwb [{0}]", in(reg) line, options(nostack, preserves_flags))
+                };
+                line += CACHE_LINE;
+            }
+        }
+        FlushInstruction::Clflushopt => {
+            while line < end {
+                // SAFETY: as above; clflushopt writes back and invalidates, contents unchanged.
+                unsafe {
+                    std::arch::asm!("clflushopt [{0}]", in(reg) line, options(nostack, preserves_flags))
+                };
+                line += CACHE_LINE;
+            }
+        }
+        FlushInstruction::Clflush => {
+            while line < end {
+                // SAFETY: as above; clflush is architecturally always available on x86-64.
+                unsafe { std::arch::x86_64::_mm_clflush(line as *const u8) };
+                line += CACHE_LINE;
+            }
+        }
+    }
+}
+
+/// Order all earlier write-backs and non-temporal stores before later stores.
+#[inline]
+pub fn store_fence() {
+    // SAFETY: sfence has no memory operands and is always available on x86-64 (SSE).
+    unsafe { std::arch::x86_64::_mm_sfence() }
+}
+
+/// Copy `len` bytes from `src` to `dst` with non-temporal stores where alignment allows; the
+/// unaligned head and tail are copied normally and written back. The caller fences.
+///
+/// # Safety
+/// `dst..dst+len` must be writable mapped memory and `src..src+len` readable; they must not
+/// overlap.
+pub unsafe fn copy_nontemporal(dst: *mut u8, src: *const u8, len: usize) {
+    const CHUNK: usize = 16;
+    let head = (dst as usize).wrapping_neg() & (CHUNK - 1);
+    if len < head + CHUNK {
+        // SAFETY: the caller guarantees both ranges; they do not overlap.
+        unsafe {
+            std::ptr::copy_nonoverlapping(src, dst, len);
+            flush_range(dst, len);
+        }
+        return;
+    }
+    let body = (len - head) & !(CHUNK - 1);
+    let tail = len - head - body;
+    // SAFETY: head, body and tail partition [0, len), so every access stays inside the ranges the
+    // caller vouched for; `dst + head` is 16-byte aligned as `_mm_stream_si128` requires, and
+    // `_mm_loadu_si128` accepts any alignment.
+    unsafe {
+        std::ptr::copy_nonoverlapping(src, dst, head);
+        flush_range(dst, head);
+        let mut off = head;
+        while off < head + body {
+            let v = std::arch::x86_64::_mm_loadu_si128(src.add(off).cast());
+            std::arch::x86_64::_mm_stream_si128(dst.add(off).cast(), v);
+            off += CHUNK;
+        }
+        std::ptr::copy_nonoverlapping(src.add(off), dst.add(off), tail);
+        flush_range(dst.add(off), tail);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nontemporal_copy_copies_every_length_and_alignment() {
+        let src: Vec<u8> = (0..300u32).map(|i| (i * 7 + 3) as u8).collect();
+        for offset in 0..17 {
+            for len in [0, 1, 15, 16, 17, 31, 32, 33, 64, 100, 255] {
+                let mut dst = vec![0u8; 300];
+                // SAFETY: both ranges are inside live vectors and do not overlap.
+                unsafe { copy_nontemporal(dst.as_mut_ptr().add(offset), src.as_ptr(), len) };
+                store_fence();
+                assert_eq!(
+                    &dst[offset..offset + len],
+                    &src[..len],
+                    "offset {offset} len {len}"
+                );
+                assert!(dst[..offset].iter().all(|&b| b == 0));
+                assert!(dst[offset + len..].iter().all(|&b| b == 0));
+            }
+        }
+    }
+
+    #[test]
+    fn flush_of_any_range_keeps_contents() {
+        let mut buf = vec![0xA5u8; 4096];
+        buf[100] = 1;
+        // SAFETY: the range is inside `buf`.
+        unsafe { flush_range(buf.as_ptr().add(3), 4000) };
+        store_fence();
+        assert_eq!(buf[100], 1);
+        assert_eq!(buf[4095], 0xA5);
+        let _ = flush_instruction().name();
+    }
+}

@@ -1,0 +1,35 @@
+//! `pmem`: the medium Kavach stands on.
+//!
+//! - [`Medium`]: read, write, flush, fence, persist, atomic 8-byte stores and non-temporal copies,
+//!   implemented by [`Mapping`] (a memory-mapped file) and [`SimMedium`] (the persistence
+//!   simulator), so every layer above runs on both.
+//! - [`Pool`]: a backing file with a two-copy header, two alternating mutable slots and a
+//!   crash-atomic region directory.
+//! - [`Domain`]: what persisting means here (`adr`, `eadr`, `msync`, `sim`).
+//! - [`fault`]: media faults injected behind the layers' backs.
+//! - [`check`]: the read-only checker behind `kavach pool check`.
+//!
+//! Unsafe code lives in [`mapping`] and [`cpu`] only; `docs/unsafe.md` argues its soundness.
+
+pub mod check;
+pub mod cpu;
+pub mod directory;
+pub mod domain;
+pub mod error;
+pub mod fault;
+pub mod header;
+pub mod layout;
+pub mod mapping;
+pub mod medium;
+pub mod pool;
+pub mod rng;
+pub mod sim;
+
+pub use directory::{Alignment, Region, RegionKind, kinds};
+pub use domain::{Backing, Domain};
+pub use error::{Corruption, PmemError, Result};
+pub use header::Uuid;
+pub use mapping::Mapping;
+pub use medium::Medium;
+pub use pool::{CreateOptions, OpenOptions, Pool, PoolInfo};
+pub use sim::{CrashPlan, SimConfig, SimMedium};

@@ -1,0 +1,454 @@
+//! A memory-mapped backing file: the one place that maps memory.
+//!
+//! Soundness rests on three rules, argued in `docs/unsafe.md`:
+//! 1. The mapping lives exactly as long as its [`Mapping`]; nothing hands out references into it,
+//!    only copies through raw pointers, so no Rust reference ever aliases mapped bytes.
+//! 2. The file is locked (`flock`) for as long as it is mapped: exclusively for read-write, shared
+//!    for read-only, so cooperating processes never map it for writing at the same time.
+//! 3. The file is never shrunk while mapped by us; its size is checked against the header before
+//!    any byte past the metadata is touched.
+
+use crate::cpu;
+use crate::domain::{Backing, Domain};
+use crate::error::{PmemError, Result};
+use crate::medium::{Medium, check_range, check_word};
+use std::fs::{File, OpenOptions};
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+const TMPFS_MAGIC: i64 = 0x0102_1994;
+
+/// One mapping of one backing file.
+#[derive(Debug)]
+pub struct Mapping {
+    file: File,
+    path: PathBuf,
+    base: *mut u8,
+    len: usize,
+    writable: bool,
+    backing: Backing,
+    domain: Domain,
+    failed: AtomicBool,
+}
+
+// SAFETY: `base` points to a shared file mapping that is valid for `len` bytes until drop; the
+// mapping is not tied to the creating thread, and all access goes through raw copies and atomics
+// (see docs/unsafe.md for why concurrent access from several threads is the layers' contract).
+unsafe impl Send for Mapping {}
+// SAFETY: as above; `&Mapping` only exposes copies, atomic word accesses and cache-line flushes.
+unsafe impl Sync for Mapping {}
+
+fn last_os_error(what: &'static str, path: &Path) -> PmemError {
+    PmemError::io(what, path, std::io::Error::last_os_error())
+}
+
+impl Mapping {
+    /// Map an existing file. `writable` takes an exclusive lock, otherwise a shared one.
+    pub fn open(path: &Path, writable: bool) -> Result<Mapping> {
+        let file = OpenOptions::new()
+            .read(true)
+            .write(writable)
+            .open(path)
+            .map_err(|e| PmemError::io("cannot open", path, e))?;
+        Self::from_file(file, path, writable)
+    }
+
+    /// Create a new file of `size` bytes (it must not exist), reserve its space and map it.
+    pub fn create(path: &Path, size: u64) -> Result<Mapping> {
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(path)
+            .map_err(|e| PmemError::io("cannot create", path, e))?;
+        let reserve = || -> Result<Mapping> {
+            lock(&file, path, true)?;
+            file.set_len(size)
+                .map_err(|e| PmemError::io("cannot size", path, e))?;
+            // Reserve the blocks now: on tmpfs a store to a page that cannot be allocated later
+            // raises SIGBUS, which we could not turn into an error.
+            let len = libc::off_t::try_from(size).map_err(|_| PmemError::Invalid {
+                what: "size",
+                reason: format!("{size} does not fit in off_t"),
+            })?;
+            // SAFETY: plain system call on a descriptor we own.
+            let rc = unsafe { libc::posix_fallocate(file.as_raw_fd(), 0, len) };
+            if rc != 0 && rc != libc::EOPNOTSUPP && rc != libc::EINVAL {
+                return Err(PmemError::io(
+                    "cannot reserve space for",
+                    path,
+                    std::io::Error::from_raw_os_error(rc),
+                ));
+            }
+            Self::from_file(
+                file.try_clone()
+                    .map_err(|e| PmemError::io("cannot dup", path, e))?,
+                path,
+                true,
+            )
+        };
+        match reserve() {
+            Ok(m) => Ok(m),
+            Err(e) => {
+                let _ = std::fs::remove_file(path);
+                Err(e)
+            }
+        }
+    }
+
+    fn from_file(file: File, path: &Path, writable: bool) -> Result<Mapping> {
+        let meta = file
+            .metadata()
+            .map_err(|e| PmemError::io("cannot stat", path, e))?;
+        if !meta.is_file() {
+            return Err(PmemError::NotAPool {
+                path: path.into(),
+                reason: "not a regular file".into(),
+            });
+        }
+        lock(&file, path, writable)?;
+        let len = usize::try_from(meta.len()).map_err(|_| PmemError::Invalid {
+            what: "file size",
+            reason: format!("{} bytes does not fit in memory", meta.len()),
+        })?;
+        if len == 0 {
+            return Err(PmemError::NotAPool {
+                path: path.into(),
+                reason: "the file is empty".into(),
+            });
+        }
+        let prot = if writable {
+            libc::PROT_READ | libc::PROT_WRITE
+        } else {
+            libc::PROT_READ
+        };
+        let fd = file.as_raw_fd();
+        let mut backing = Backing::Dax;
+        // SAFETY: mapping a file we hold open, at a kernel-chosen address; the result is checked.
+        let mut base = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                prot,
+                libc::MAP_SHARED_VALIDATE | libc::MAP_SYNC,
+                fd,
+                0,
+            )
+        };
+        if base == libc::MAP_FAILED {
+            // No DAX: an ordinary shared mapping.
+            backing = if on_tmpfs(&file) {
+                Backing::Tmpfs
+            } else {
+                Backing::PageCache
+            };
+            // SAFETY: as above.
+            base = unsafe { libc::mmap(std::ptr::null_mut(), len, prot, libc::MAP_SHARED, fd, 0) };
+            if base == libc::MAP_FAILED {
+                return Err(last_os_error("cannot map", path));
+            }
+        }
+        Ok(Mapping {
+            file,
+            path: path.into(),
+            base: base.cast(),
+            len,
+            writable,
+            backing,
+            domain: backing.detected_domain(),
+            failed: AtomicBool::new(false),
+        })
+    }
+
+    /// Choose the persistence domain (the pool does this after reading its header).
+    pub fn set_domain(&mut self, domain: Domain) {
+        assert!(
+            domain != Domain::Sim,
+            "a file mapping cannot run in the simulator's domain"
+        );
+        self.domain = domain;
+    }
+
+    /// The backing file (held open, and locked, for as long as it is mapped).
+    pub fn file(&self) -> &File {
+        &self.file
+    }
+
+    /// The backing file's path.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Was the file mapped for writing?
+    pub fn writable(&self) -> bool {
+        self.writable
+    }
+
+    /// Base address, for layers that must hand the mapping to the kernel (write tracking).
+    /// Dereferencing it is the caller's unsafe business.
+    pub fn base_ptr(&self) -> *mut u8 {
+        self.base
+    }
+
+    /// Ask the kernel not to back `[offset, offset + len)` with huge pages, so write tracking
+    /// works per 4 KiB page. The range is widened to whole pages.
+    pub fn advise_no_huge_pages(&self, offset: usize, len: usize) -> Result<()> {
+        check_range(offset, len, self.len);
+        let start = offset & !(crate::layout::PAGE_SIZE - 1);
+        // SAFETY: the range lies inside our mapping; madvise does not change its contents.
+        let rc = unsafe {
+            libc::madvise(
+                self.base.add(start).cast(),
+                offset + len - start,
+                libc::MADV_NOHUGEPAGE,
+            )
+        };
+        if rc != 0 {
+            return Err(last_os_error(
+                "madvise(MADV_NOHUGEPAGE) failed on",
+                &self.path,
+            ));
+        }
+        Ok(())
+    }
+
+    fn fail(&self, what: &'static str) -> PmemError {
+        self.failed.store(true, Ordering::Release);
+        last_os_error(what, &self.path)
+    }
+}
+
+fn lock(file: &File, path: &Path, exclusive: bool) -> Result<()> {
+    let op = if exclusive {
+        libc::LOCK_EX
+    } else {
+        libc::LOCK_SH
+    } | libc::LOCK_NB;
+    // SAFETY: flock on a descriptor we own; released when the file is closed.
+    if unsafe { libc::flock(file.as_raw_fd(), op) } != 0 {
+        let err = std::io::Error::last_os_error();
+        return Err(if err.raw_os_error() == Some(libc::EWOULDBLOCK) {
+            PmemError::Locked(path.into())
+        } else {
+            PmemError::io("cannot lock", path, err)
+        });
+    }
+    Ok(())
+}
+
+fn on_tmpfs(file: &File) -> bool {
+    let mut st = std::mem::MaybeUninit::<libc::statfs>::uninit();
+    // SAFETY: fstatfs fills the struct on success; we read it only then.
+    let rc = unsafe { libc::fstatfs(file.as_raw_fd(), st.as_mut_ptr()) };
+    // SAFETY: rc == 0 means the kernel initialised `st`.
+    rc == 0 && unsafe { st.assume_init() }.f_type as i64 == TMPFS_MAGIC
+}
+
+impl Drop for Mapping {
+    fn drop(&mut self) {
+        // SAFETY: `base`/`len` are exactly what mmap returned; no references into the mapping
+        // exist (rule 1), so unmapping cannot leave one dangling.
+        unsafe { libc::munmap(self.base.cast(), self.len) };
+    }
+}
+
+impl Medium for Mapping {
+    fn len(&self) -> usize {
+        self.len
+    }
+    fn domain(&self) -> Domain {
+        self.domain
+    }
+    fn backing(&self) -> Backing {
+        self.backing
+    }
+    fn label(&self) -> PathBuf {
+        self.path.clone()
+    }
+    fn read(&self, offset: usize, buf: &mut [u8]) {
+        check_range(offset, buf.len(), self.len);
+        // SAFETY: the source range is inside the live mapping (checked above) and cannot overlap
+        // `buf`, which is ordinary memory.
+        unsafe {
+            std::ptr::copy_nonoverlapping(self.base.add(offset), buf.as_mut_ptr(), buf.len())
+        };
+    }
+    fn write(&self, offset: usize, data: &[u8]) {
+        check_range(offset, data.len(), self.len);
+        assert!(
+            self.writable,
+            "write to a read-only mapping of {}",
+            self.path.display()
+        );
+        // SAFETY: the destination is inside the live, writable mapping; `data` is ordinary memory.
+        unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), self.base.add(offset), data.len()) };
+    }
+    fn write_nontemporal(&self, offset: usize, data: &[u8]) {
+        check_range(offset, data.len(), self.len);
+        assert!(
+            self.writable,
+            "write to a read-only mapping of {}",
+            self.path.display()
+        );
+        // SAFETY: as for `write`; copy_nontemporal stays inside the two ranges.
+        unsafe { cpu::copy_nontemporal(self.base.add(offset), data.as_ptr(), data.len()) };
+    }
+    fn load_u64(&self, offset: usize) -> u64 {
+        check_word(offset, self.len);
+        // SAFETY: in range and 8-byte aligned (the mapping is page aligned); the word is only
+        // accessed atomically or by whole-range copies.
+        unsafe { AtomicU64::from_ptr(self.base.add(offset).cast()) }.load(Ordering::Acquire)
+    }
+    fn store_u64(&self, offset: usize, value: u64) {
+        check_word(offset, self.len);
+        assert!(
+            self.writable,
+            "write to a read-only mapping of {}",
+            self.path.display()
+        );
+        // SAFETY: as for `load_u64`, and the mapping is writable.
+        unsafe { AtomicU64::from_ptr(self.base.add(offset).cast()) }.store(value, Ordering::Release)
+    }
+    #[inline]
+    fn flush(&self, offset: usize, len: usize) -> Result<()> {
+        check_range(offset, len, self.len);
+        match self.domain {
+            // SAFETY: the range is inside the live mapping.
+            Domain::Adr => unsafe { cpu::flush_range(self.base.add(offset), len) },
+            Domain::Eadr | Domain::Sim => {}
+            Domain::Msync => {
+                if self.failed.load(Ordering::Acquire) {
+                    return Err(PmemError::Failed);
+                }
+                if len == 0 {
+                    return Ok(());
+                }
+                let start = offset & !(crate::layout::PAGE_SIZE - 1);
+                // SAFETY: a page-aligned sub-range of our mapping.
+                let rc = unsafe {
+                    libc::msync(
+                        self.base.add(start).cast(),
+                        offset + len - start,
+                        libc::MS_SYNC,
+                    )
+                };
+                if rc != 0 {
+                    return Err(self.fail("msync failed on"));
+                }
+            }
+        }
+        Ok(())
+    }
+    #[inline]
+    fn fence(&self) -> Result<()> {
+        match self.domain {
+            Domain::Adr | Domain::Eadr => cpu::store_fence(),
+            Domain::Msync | Domain::Sim => {
+                if self.failed.load(Ordering::Acquire) {
+                    return Err(PmemError::Failed);
+                }
+            }
+        }
+        Ok(())
+    }
+    fn inject(&self, offset: usize, data: &[u8]) -> Result<()> {
+        assert!(self.writable, "fault injection needs a writable mapping");
+        self.write(offset, data);
+        check_range(offset, data.len(), self.len);
+        // SAFETY: the range is inside the live mapping.
+        unsafe { cpu::flush_range(self.base.add(offset), data.len()) };
+        cpu::store_fence();
+        if self.backing == Backing::PageCache {
+            let start = offset & !(crate::layout::PAGE_SIZE - 1);
+            // SAFETY: a page-aligned sub-range of our mapping.
+            let rc = unsafe {
+                libc::msync(
+                    self.base.add(start).cast(),
+                    offset + data.len() - start,
+                    libc::MS_SYNC,
+                )
+            };
+            if rc != 0 {
+                return Err(self.fail("msync failed on"));
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn temp_path(tag: &str) -> PathBuf {
+        let dir = if Path::new("/dev/shm").is_dir() {
+            PathBuf::from("/dev/shm")
+        } else {
+            std::env::temp_dir()
+        };
+        dir.join(format!("kavach-mapping-{tag}-{}", std::process::id()))
+    }
+
+    #[test]
+    fn second_writer_is_refused_and_reader_waits_for_writer() {
+        let p = temp_path("lock");
+        let _ = std::fs::remove_file(&p);
+        let m = Mapping::create(&p, 1 << 16).unwrap();
+        assert!(matches!(Mapping::open(&p, true), Err(PmemError::Locked(_))));
+        assert!(matches!(
+            Mapping::open(&p, false),
+            Err(PmemError::Locked(_))
+        ));
+        drop(m);
+        let r1 = Mapping::open(&p, false).unwrap();
+        let r2 = Mapping::open(&p, false).unwrap();
+        assert!(matches!(Mapping::open(&p, true), Err(PmemError::Locked(_))));
+        drop((r1, r2));
+        std::fs::remove_file(&p).unwrap();
+    }
+
+    #[test]
+    fn bytes_written_through_one_mapping_are_in_the_file() {
+        let p = temp_path("rw");
+        let _ = std::fs::remove_file(&p);
+        let m = Mapping::create(&p, 1 << 16).unwrap();
+        m.write(4096, b"hello");
+        m.persist(4096, 5).unwrap();
+        m.store_u64(8192, 0xdead_beef);
+        m.write_nontemporal(100, &[7u8; 300]);
+        m.fence().unwrap();
+        assert_eq!(m.load_u64(8192), 0xdead_beef);
+        m.advise_no_huge_pages(4096, 8192).unwrap();
+        drop(m);
+        let bytes = std::fs::read(&p).unwrap();
+        assert_eq!(&bytes[4096..4101], b"hello");
+        assert!(bytes[100..400].iter().all(|&b| b == 7));
+        assert!(matches!(
+            Mapping::create(&p, 1 << 16),
+            Err(PmemError::Io { .. })
+        ));
+        assert!(
+            p.exists(),
+            "a failed create must not remove someone else's file"
+        );
+        std::fs::remove_file(&p).unwrap();
+    }
+
+    #[test]
+    fn empty_files_and_directories_are_not_pools() {
+        let p = temp_path("empty");
+        std::fs::write(&p, b"").unwrap();
+        assert!(matches!(
+            Mapping::open(&p, false),
+            Err(PmemError::NotAPool { .. })
+        ));
+        std::fs::remove_file(&p).unwrap();
+        assert!(matches!(
+            Mapping::open(Path::new("/"), false),
+            Err(PmemError::NotAPool { .. })
+        ));
+    }
+}

@@ -1,0 +1,97 @@
+//! The medium trait: what every layer above `pmem` reads, writes and persists through.
+//!
+//! Two implementations: [`crate::Mapping`] (a memory-mapped file) and [`crate::SimMedium`]
+//! (the persistence simulator). Code written against `Medium` runs on both, which is how crash
+//! consistency is tested.
+//!
+//! Offsets are bytes from the start of the medium. An access outside `[0, len)` is a bug in the
+//! caller and panics (like slice indexing); callers validate every offset they read from media
+//! before using it, so input can never reach such a panic.
+
+use crate::domain::{Backing, Domain};
+use crate::error::Result;
+
+/// A byte-addressable persistent medium.
+pub trait Medium: Send + Sync + std::fmt::Debug {
+    /// Size in bytes.
+    fn len(&self) -> usize;
+    /// True for a zero-length medium (never the case for a pool).
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    /// The persistence domain `persist` works in.
+    fn domain(&self) -> Domain;
+    /// What holds the bytes.
+    fn backing(&self) -> Backing;
+    /// A name for messages: the backing file's path, or a description.
+    fn label(&self) -> std::path::PathBuf {
+        std::path::PathBuf::from("<medium>")
+    }
+    /// Copy bytes out.
+    fn read(&self, offset: usize, buf: &mut [u8]);
+    /// Store bytes. Not durable until flushed and fenced (or as the domain says).
+    fn write(&self, offset: usize, data: &[u8]);
+    /// Bulk copy with non-temporal stores: durable after the next [`Medium::fence`], no flush
+    /// needed.
+    fn write_nontemporal(&self, offset: usize, data: &[u8]);
+    /// Atomic, aligned 8-byte load.
+    fn load_u64(&self, offset: usize) -> u64;
+    /// Atomic, aligned 8-byte store: the failure-atomic unit (a commit word).
+    fn store_u64(&self, offset: usize, value: u64);
+    /// Start writing back the cache lines of a range. Durable after the next fence.
+    fn flush(&self, offset: usize, len: usize) -> Result<()>;
+    /// Order earlier flushes and non-temporal stores: after it returns they are durable.
+    fn fence(&self) -> Result<()>;
+    /// `flush` then `fence`.
+    fn persist(&self, offset: usize, len: usize) -> Result<()> {
+        self.flush(offset, len)?;
+        self.fence()
+    }
+    /// Put bytes on the medium behind the back of every layer: durable at once, seen by no
+    /// write tracking. For fault injection only.
+    fn inject(&self, offset: usize, data: &[u8]) -> Result<()>;
+}
+
+macro_rules! forward_medium {
+    ($($t:tt)*) => {
+        impl<M: Medium + ?Sized> Medium for $($t)* {
+            fn len(&self) -> usize { (**self).len() }
+            fn domain(&self) -> Domain { (**self).domain() }
+            fn backing(&self) -> Backing { (**self).backing() }
+            fn label(&self) -> std::path::PathBuf { (**self).label() }
+            fn read(&self, o: usize, b: &mut [u8]) { (**self).read(o, b) }
+            fn write(&self, o: usize, d: &[u8]) { (**self).write(o, d) }
+            fn write_nontemporal(&self, o: usize, d: &[u8]) { (**self).write_nontemporal(o, d) }
+            fn load_u64(&self, o: usize) -> u64 { (**self).load_u64(o) }
+            fn store_u64(&self, o: usize, v: u64) { (**self).store_u64(o, v) }
+            fn flush(&self, o: usize, l: usize) -> Result<()> { (**self).flush(o, l) }
+            fn fence(&self) -> Result<()> { (**self).fence() }
+            fn persist(&self, o: usize, l: usize) -> Result<()> { (**self).persist(o, l) }
+            fn inject(&self, o: usize, d: &[u8]) -> Result<()> { (**self).inject(o, d) }
+        }
+    };
+}
+forward_medium!(&M);
+forward_medium!(std::sync::Arc<M>);
+forward_medium!(Box<M>);
+
+/// Panic unless `[offset, offset + len)` lies inside a medium of `size` bytes.
+#[inline]
+#[track_caller]
+pub(crate) fn check_range(offset: usize, len: usize, size: usize) {
+    assert!(
+        offset <= size && len <= size - offset,
+        "medium access [{offset}, +{len}) outside [0, {size})"
+    );
+}
+
+/// Panic unless an 8-byte access at `offset` is aligned and inside the medium.
+#[inline]
+#[track_caller]
+pub(crate) fn check_word(offset: usize, size: usize) {
+    assert!(
+        offset % 8 == 0,
+        "8-byte atomic access at unaligned offset {offset}"
+    );
+    check_range(offset, 8, size);
+}

@@ -1,0 +1,599 @@
+//! Pools: create, open, close; the header slots; the region directory.
+
+use crate::cpu;
+use crate::directory::{Alignment, Directory, Region, RegionKind, kinds, validate_name};
+use crate::domain::{Backing, Domain, effective_domain};
+use crate::error::{Corruption, PmemError, Result};
+use crate::header::{MutableState, PoolHeader, SlotContent, Uuid, current_state, slot_offset};
+use crate::layout::{self, METADATA_BYTES, PAGE_SIZE};
+use crate::mapping::Mapping;
+use crate::medium::Medium;
+use std::path::{Path, PathBuf};
+
+/// How to create a pool.
+#[derive(Debug, Clone)]
+pub struct CreateOptions {
+    /// Size of the backing file in bytes: a multiple of 4096, at least 64 KiB.
+    pub size: u64,
+    /// Domain to record; `None` records the one detected from the mapping.
+    pub domain: Option<Domain>,
+}
+
+/// How to open a pool.
+#[derive(Debug, Clone, Default)]
+pub struct OpenOptions {
+    /// Open without writing anything (shared lock; `pool info` and `pool check` do this).
+    pub read_only: bool,
+    /// Run in this domain instead of the recorded one (see [`effective_domain`]).
+    pub domain: Option<Domain>,
+}
+
+/// What the metadata pages hold, decoded as far as they allow. `pool check` reports from it and
+/// `Pool::open` resolves it.
+#[derive(Debug, Clone)]
+pub struct Survey {
+    /// Each header copy, decoded.
+    pub headers: [Result<PoolHeader, Corruption>; 2],
+    /// Each mutable slot (decoded under the chosen header's UUID; `Empty` if there is none).
+    pub slots: [SlotContent; 2],
+    /// The decoded current directory, once a header and a state were found.
+    pub directory: Option<Result<Directory, Corruption>>,
+}
+
+/// Validate a requested pool size.
+pub fn validate_size(size: u64) -> Result<()> {
+    let reason = if size < layout::POOL_SIZE_MIN {
+        format!(
+            "{size} bytes is too small; a pool needs at least {} bytes (64 KiB)",
+            layout::POOL_SIZE_MIN
+        )
+    } else if size > layout::POOL_SIZE_MAX {
+        format!(
+            "{size} bytes is more than the {} bytes (64 TiB) one file may hold",
+            layout::POOL_SIZE_MAX
+        )
+    } else if size % PAGE_SIZE as u64 != 0 {
+        format!("{size} bytes is not a multiple of the {PAGE_SIZE}-byte page size")
+    } else {
+        return Ok(());
+    };
+    Err(PmemError::Invalid {
+        what: "pool size",
+        reason,
+    })
+}
+
+impl Survey {
+    /// Decode the metadata area (`METADATA_BYTES` long).
+    pub fn of(meta: &[u8]) -> Survey {
+        assert_eq!(meta.len(), METADATA_BYTES);
+        let page = |o: usize| &meta[o..o + PAGE_SIZE];
+        let headers = [0, 1].map(|c| PoolHeader::decode(page(layout::HEADER_COPY_OFFSETS[c]), c));
+        let mut survey = Survey {
+            headers,
+            slots: [SlotContent::Empty, SlotContent::Empty],
+            directory: None,
+        };
+        let Ok(header) = survey.header() else {
+            return survey;
+        };
+        survey.slots =
+            [0, 1].map(|i| MutableState::decode(&meta[slot_offset(i)..], i, &header.pool_uuid));
+        if let Some(state) = current_state(&survey.slots) {
+            let copy = (state.directory_generation % 2) as usize;
+            survey.directory = Some(Directory::decode(
+                page(layout::DIRECTORY_COPY_OFFSETS[copy]),
+                copy,
+                &header.pool_uuid,
+                state.directory_generation,
+                header.pool_size,
+            ));
+        }
+        survey
+    }
+
+    /// Does the area start like a Kavach pool (either copy has the magic)?
+    pub fn looks_like_pool(&self) -> bool {
+        self.headers
+            .iter()
+            .any(|h| !matches!(h, Err(c) if c.field == "magic"))
+    }
+
+    /// The header to trust: a valid copy; if both are valid they must agree.
+    pub fn header(&self) -> Result<PoolHeader> {
+        match &self.headers {
+            [Ok(a), Ok(b)] if a != b => Err(PmemError::corrupt(
+                "pool header",
+                0,
+                "copies",
+                "two identical copies",
+                "two valid copies that disagree",
+            )),
+            [Ok(a), _] | [_, Ok(a)] => Ok(a.clone()),
+            [Err(a), Err(_)] => Err(PmemError::Corrupt(a.clone())),
+        }
+    }
+
+    /// The current mutable state: the valid slot with the highest sequence.
+    pub fn state(&self) -> Result<MutableState> {
+        current_state(&self.slots).ok_or_else(|| {
+            let found = match &self.slots {
+                [SlotContent::Damaged(c), _] | [_, SlotContent::Damaged(c)] => {
+                    format!("damaged ({c})")
+                }
+                _ => "empty".into(),
+            };
+            PmemError::corrupt(
+                "mutable header slots",
+                slot_offset(0) as u64,
+                "both slots",
+                "one valid slot",
+                found,
+            )
+        })
+    }
+
+    /// Damage that does not stop the pool from opening: one bad header copy, one bad slot.
+    pub fn damage(&self) -> Vec<Corruption> {
+        let mut out = Vec::new();
+        if self.header().is_ok() {
+            out.extend(
+                self.headers
+                    .iter()
+                    .filter_map(|h| h.as_ref().err().cloned()),
+            );
+        }
+        if self.state().is_ok() {
+            out.extend(self.slots.iter().filter_map(|s| match s {
+                SlotContent::Damaged(c) => Some(c.clone()),
+                _ => None,
+            }));
+        }
+        out
+    }
+}
+
+/// A summary of a pool for `kavach pool info`.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct PoolInfo {
+    /// Backing file (or medium description).
+    pub path: PathBuf,
+    /// Pool UUID.
+    pub uuid: Uuid,
+    /// Set UUID (the same as the pool UUID for a single-file pool).
+    pub set_uuid: Uuid,
+    /// Member index and count in the set.
+    pub member: (u32, u32),
+    /// Format version.
+    pub format_version: u32,
+    /// Size in bytes.
+    pub size: u64,
+    /// Page size.
+    pub page_size: u32,
+    /// Creation time, nanoseconds since the Unix epoch.
+    pub created_ns: u64,
+    /// Domain recorded at creation.
+    pub recorded_domain: Domain,
+    /// Domain the mapping detected.
+    pub detected_domain: Domain,
+    /// Domain in force.
+    pub domain: Domain,
+    /// What holds the bytes.
+    pub backing: Backing,
+    /// Can the data survive a reboot at all (false on tmpfs)?
+    pub survives_reboot: bool,
+    /// The cache-line write-back instruction in use.
+    pub flush_instruction: cpu::FlushInstruction,
+    /// Was the pool closed cleanly last time?
+    pub clean_shutdown: bool,
+    /// Sequence number of the current header slot.
+    pub state_sequence: u64,
+    /// Generation of the region directory.
+    pub directory_generation: u64,
+    /// The regions.
+    pub regions: Vec<RegionInfo>,
+    /// Bytes of region space not in any region.
+    pub free_bytes: u64,
+    /// Damage found and survived at open.
+    pub damage: Vec<String>,
+}
+
+/// One region in [`PoolInfo`].
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct RegionInfo {
+    /// The region.
+    #[serde(flatten)]
+    pub region: Region,
+    /// The kind's name.
+    pub kind_name: &'static str,
+}
+
+/// An open pool on a medium.
+#[derive(Debug)]
+pub struct Pool<M: Medium> {
+    medium: M,
+    header: PoolHeader,
+    state: MutableState,
+    clean_at_open: bool,
+    directory: Directory,
+    read_only: bool,
+    damage: Vec<Corruption>,
+}
+
+impl Pool<Mapping> {
+    /// Create a pool file at `path` (which must not exist) and open it read-write.
+    pub fn create(path: &Path, opts: &CreateOptions) -> Result<Self> {
+        validate_size(opts.size)?;
+        let mut mapping = Mapping::create(path, opts.size)?;
+        let domain = opts.domain.unwrap_or(mapping.backing().detected_domain());
+        if domain == Domain::Sim {
+            let _ = std::fs::remove_file(path);
+            return Err(PmemError::Invalid {
+                what: "domain",
+                reason: "`sim` is for the simulator, not for files".into(),
+            });
+        }
+        mapping.set_domain(effective_domain(domain, mapping.backing(), opts.domain));
+        let made = Self::format(mapping, domain).and_then(|m| {
+            Self::open_medium(
+                m,
+                &OpenOptions {
+                    read_only: false,
+                    domain: opts.domain,
+                },
+            )
+        });
+        if made.is_err() {
+            let _ = std::fs::remove_file(path);
+        }
+        made
+    }
+
+    /// Open the pool file at `path`.
+    pub fn open(path: &Path, opts: &OpenOptions) -> Result<Self> {
+        let mut mapping = Mapping::open(path, !opts.read_only)?;
+        if mapping.len() >= METADATA_BYTES {
+            if let Ok(h) = survey_medium(&mapping).header() {
+                mapping.set_domain(effective_domain(h.domain, mapping.backing(), opts.domain));
+            }
+        }
+        Self::open_medium(mapping, opts)
+    }
+}
+
+fn survey_medium<M: Medium + ?Sized>(medium: &M) -> Survey {
+    let mut meta = vec![0u8; METADATA_BYTES];
+    medium.read(0, &mut meta);
+    Survey::of(&meta)
+}
+
+fn now_ns() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(0)
+}
+
+impl<M: Medium> Pool<M> {
+    /// Write a fresh pool onto `medium` (whatever it held is forgotten) and return the medium.
+    ///
+    /// Crash-safe: everything but the two magic numbers is persisted first, so a crash before
+    /// the end leaves something that is not a pool rather than a damaged one.
+    pub fn format(medium: M, domain: Domain) -> Result<M> {
+        validate_size(medium.len() as u64)?;
+        let uuid = Uuid::random().map_err(|e| PmemError::io("cannot read", "/dev/urandom", e))?;
+        let header = PoolHeader {
+            features_compat: 0,
+            features_ro_compat: 0,
+            features_incompat: 0,
+            pool_uuid: uuid,
+            set_uuid: uuid,
+            member_index: 0,
+            member_count: 1,
+            domain,
+            pool_size: medium.len() as u64,
+            created_ns: now_ns(),
+        };
+        let directory = Directory {
+            generation: 1,
+            regions: Vec::new(),
+        };
+        let state = MutableState {
+            sequence: 1,
+            clean_shutdown: true,
+            directory_generation: 1,
+        };
+        let mut meta = vec![0u8; METADATA_BYTES];
+        for copy in 0..2 {
+            let at = layout::HEADER_COPY_OFFSETS[copy];
+            meta[at..at + layout::HEADER_BYTES].copy_from_slice(&header.encode(copy));
+            meta[at..at + layout::HEADER_MAGIC.len()].fill(0);
+        }
+        let slot = slot_offset(state.slot_index());
+        meta[slot..slot + layout::SLOT_BYTES].copy_from_slice(&state.encode(&uuid));
+        let dir = layout::DIRECTORY_COPY_OFFSETS[directory.copy_index()];
+        meta[dir..dir + PAGE_SIZE].copy_from_slice(&directory.encode(&uuid));
+        medium.write(0, &meta);
+        medium.persist(0, METADATA_BYTES)?;
+        for at in layout::HEADER_COPY_OFFSETS {
+            medium.write(at, &layout::HEADER_MAGIC);
+            medium.flush(at, layout::HEADER_MAGIC.len())?;
+        }
+        medium.fence()?;
+        Ok(medium)
+    }
+
+    /// Open the pool on `medium`: validate the metadata, repair a damaged header copy, and
+    /// (unless read-only) record that the pool is in use.
+    pub fn open_medium(medium: M, opts: &OpenOptions) -> Result<Self> {
+        let label = medium.label();
+        let len = medium.len() as u64;
+        if len < METADATA_BYTES as u64 {
+            let mut head = vec![0u8; medium.len().min(layout::HEADER_MAGIC.len())];
+            medium.read(0, &mut head);
+            return Err(if head == layout::HEADER_MAGIC {
+                PmemError::SizeMismatch {
+                    path: label,
+                    expected: METADATA_BYTES as u64,
+                    found: len,
+                }
+            } else {
+                PmemError::NotAPool {
+                    path: label,
+                    reason: format!("only {len} bytes, no pool header"),
+                }
+            });
+        }
+        let survey = survey_medium(&medium);
+        if !survey.looks_like_pool() {
+            return Err(PmemError::NotAPool {
+                path: label,
+                reason: "no Kavach pool header magic".into(),
+            });
+        }
+        let header = survey.header()?;
+        if header.pool_size != len {
+            return Err(PmemError::SizeMismatch {
+                path: label,
+                expected: header.pool_size,
+                found: len,
+            });
+        }
+        header.check_features(opts.read_only)?;
+        let state = survey.state()?;
+        let directory = match survey.directory.clone() {
+            Some(d) => d.map_err(PmemError::Corrupt)?,
+            None => unreachable!("a state was found, so the directory was decoded"),
+        };
+        let damage = survey.damage();
+        let mut pool = Pool {
+            medium,
+            header,
+            clean_at_open: state.clean_shutdown,
+            state,
+            directory,
+            read_only: opts.read_only,
+            damage,
+        };
+        if !pool.read_only {
+            pool.repair_header_copies(&survey)?;
+            pool.write_state(MutableState {
+                clean_shutdown: false,
+                ..pool.state
+            })?;
+        }
+        Ok(pool)
+    }
+
+    fn repair_header_copies(&mut self, survey: &Survey) -> Result<()> {
+        for copy in 0..2 {
+            if survey.headers[copy].is_err() {
+                let at = layout::HEADER_COPY_OFFSETS[copy];
+                self.medium.write(at, &self.header.encode(copy));
+                self.medium.persist(at, layout::HEADER_BYTES)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Write `state` with the next sequence number into its slot and persist it.
+    fn write_state(&mut self, state: MutableState) -> Result<()> {
+        let next = MutableState {
+            sequence: self.state.sequence + 1,
+            ..state
+        };
+        let at = slot_offset(next.slot_index());
+        self.medium.write(at, &next.encode(&self.header.pool_uuid));
+        self.medium.persist(at, layout::SLOT_BYTES)?;
+        self.state = next;
+        Ok(())
+    }
+
+    /// Close cleanly: record the clean shutdown and hand the medium back.
+    pub fn close(mut self) -> Result<M> {
+        if !self.read_only {
+            self.write_state(MutableState {
+                clean_shutdown: true,
+                ..self.state
+            })?;
+        }
+        Ok(self.medium)
+    }
+
+    /// The medium, for the layers that own regions in it.
+    pub fn medium(&self) -> &M {
+        &self.medium
+    }
+
+    /// The immutable header.
+    pub fn header(&self) -> &PoolHeader {
+        &self.header
+    }
+
+    /// The pool's UUID.
+    pub fn uuid(&self) -> Uuid {
+        self.header.pool_uuid
+    }
+
+    /// Size in bytes.
+    pub fn size(&self) -> u64 {
+        self.header.pool_size
+    }
+
+    /// Was the pool closed cleanly before this open? False means a crash (or a kill) ended the
+    /// last use, and the layers above should run their recovery.
+    pub fn was_clean_shutdown(&self) -> bool {
+        self.clean_at_open
+    }
+
+    /// Damage found at open and survived (repaired, or outvoted by a good copy).
+    pub fn damage(&self) -> &[Corruption] {
+        &self.damage
+    }
+
+    /// Opened read-only?
+    pub fn read_only(&self) -> bool {
+        self.read_only
+    }
+
+    /// All regions, in directory order.
+    pub fn regions(&self) -> &[Region] {
+        &self.directory.regions
+    }
+
+    /// The region called `name`.
+    pub fn region(&self, name: &str) -> Option<&Region> {
+        self.directory.regions.iter().find(|r| r.name == name)
+    }
+
+    /// Create a region of at least `length` bytes (rounded up to whole pages). Crash-atomic.
+    pub fn create_region(
+        &mut self,
+        name: &str,
+        kind: RegionKind,
+        length: u64,
+        align: Alignment,
+    ) -> Result<Region> {
+        if self.read_only {
+            return Err(PmemError::ReadOnly);
+        }
+        validate_name(name).map_err(|reason| PmemError::Invalid {
+            what: "region name",
+            reason,
+        })?;
+        if kind == 0 {
+            return Err(PmemError::Invalid {
+                what: "region kind",
+                reason: "kind 0 is reserved".into(),
+            });
+        }
+        if self.region(name).is_some() {
+            return Err(PmemError::RegionExists(name.into()));
+        }
+        if self.directory.regions.len() >= layout::DIRECTORY_ENTRIES_MAX {
+            return Err(PmemError::NoSpace(format!(
+                "the region directory is full ({} regions)",
+                layout::DIRECTORY_ENTRIES_MAX
+            )));
+        }
+        let length = length
+            .checked_next_multiple_of(PAGE_SIZE as u64)
+            .filter(|&l| l > 0)
+            .ok_or_else(|| PmemError::Invalid {
+                what: "region length",
+                reason: format!("{length} bytes"),
+            })?;
+        let offset = self.directory.find_space(length, align, self.size()).ok_or_else(|| {
+            PmemError::NoSpace(format!(
+                "no free range of {length} bytes aligned to {} in the pool ({} bytes free in all)",
+                align.bytes(),
+                self.free_bytes()
+            ))
+        })?;
+        let region = Region {
+            name: name.into(),
+            kind,
+            align,
+            offset,
+            length,
+        };
+        let mut regions = self.directory.regions.clone();
+        regions.push(region.clone());
+        self.update_directory(regions)?;
+        Ok(region)
+    }
+
+    /// Remove the region called `name`. Crash-atomic. Its bytes are left as they are.
+    pub fn remove_region(&mut self, name: &str) -> Result<Region> {
+        if self.read_only {
+            return Err(PmemError::ReadOnly);
+        }
+        let idx = self
+            .directory
+            .regions
+            .iter()
+            .position(|r| r.name == name)
+            .ok_or_else(|| PmemError::NoSuchRegion(name.into()))?;
+        let mut regions = self.directory.regions.clone();
+        let removed = regions.remove(idx);
+        self.update_directory(regions)?;
+        Ok(removed)
+    }
+
+    /// Write the new directory into the other copy, persist it, then switch the header slot.
+    fn update_directory(&mut self, regions: Vec<Region>) -> Result<()> {
+        let next = Directory {
+            generation: self.directory.generation + 1,
+            regions,
+        };
+        let at = layout::DIRECTORY_COPY_OFFSETS[next.copy_index()];
+        self.medium.write(at, &next.encode(&self.header.pool_uuid));
+        self.medium.persist(at, PAGE_SIZE)?;
+        self.write_state(MutableState {
+            directory_generation: next.generation,
+            ..self.state
+        })?;
+        self.directory = next;
+        Ok(())
+    }
+
+    /// Region space not covered by any region.
+    pub fn free_bytes(&self) -> u64 {
+        let used: u64 = self.directory.regions.iter().map(|r| r.length).sum();
+        self.size() - METADATA_BYTES as u64 - used
+    }
+
+    /// A summary for reports.
+    pub fn info(&self) -> PoolInfo {
+        let backing = self.medium.backing();
+        PoolInfo {
+            path: self.medium.label(),
+            uuid: self.header.pool_uuid,
+            set_uuid: self.header.set_uuid,
+            member: (self.header.member_index, self.header.member_count),
+            format_version: layout::FORMAT_VERSION,
+            size: self.size(),
+            page_size: PAGE_SIZE as u32,
+            created_ns: self.header.created_ns,
+            recorded_domain: self.header.domain,
+            detected_domain: backing.detected_domain(),
+            domain: self.medium.domain(),
+            backing,
+            survives_reboot: backing.survives_reboot(),
+            flush_instruction: cpu::flush_instruction(),
+            clean_shutdown: self.clean_at_open,
+            state_sequence: self.state.sequence,
+            directory_generation: self.directory.generation,
+            regions: self
+                .regions()
+                .iter()
+                .map(|r| RegionInfo {
+                    region: r.clone(),
+                    kind_name: kinds::name(r.kind),
+                })
+                .collect(),
+            free_bytes: self.free_bytes(),
+            damage: self.damage.iter().map(ToString::to_string).collect(),
+        }
+    }
+}
