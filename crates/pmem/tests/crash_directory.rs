@@ -1,0 +1,225 @@
+//! Crash tests: region-directory create and remove, crashed at every fence and at 1,000 seeded
+//! random points on the persistence simulator, reopened, and found either before or after.
+
+use pmem::sim::{crash_at_every_fence, crash_at_random_points};
+use pmem::{Alignment, CrashPlan, OpenOptions, Pool, SimConfig, SimMedium, kinds};
+
+const POOL: usize = 1 << 20;
+
+/// The names of the regions, or a description of why the image does not open.
+fn regions_of(image: Vec<u8>) -> Result<Vec<(String, u64, u64)>, String> {
+    let sim = SimMedium::from_image(image, SimConfig::default());
+    let pool = Pool::open_medium(
+        &sim,
+        &OpenOptions {
+            read_only: true,
+            domain: None,
+        },
+    )
+    .map_err(|e| e.to_string())?;
+    Ok(pool
+        .regions()
+        .iter()
+        .map(|r| (r.name.clone(), r.offset, r.length))
+        .collect())
+}
+
+/// A closed pool with two regions, as an image.
+fn base_image() -> Vec<u8> {
+    let sim = SimMedium::new(POOL, SimConfig::default());
+    let medium = Pool::format(&sim, pmem::Domain::Sim).unwrap();
+    let mut pool = Pool::open_medium(medium, &OpenOptions::default()).unwrap();
+    pool.create_region("keep", kinds::RAW, 8192, Alignment::Page)
+        .unwrap();
+    pool.create_region("old", kinds::HEAP, 4096, Alignment::Page)
+        .unwrap();
+    pool.close().unwrap();
+    assert!(
+        sim.unpersisted().is_empty(),
+        "format/close left lines unpersisted: {:?}",
+        sim.unpersisted()
+    );
+    sim.durable_image()
+}
+
+type Op = fn(&SimMedium);
+
+fn create_op(m: &SimMedium) {
+    let Ok(mut pool) = Pool::open_medium(m, &OpenOptions::default()) else {
+        return;
+    };
+    if pool
+        .create_region("new", kinds::LOG, 3 * 4096, Alignment::Page)
+        .is_err()
+    {
+        return;
+    }
+    let _ = pool.close();
+}
+
+fn remove_op(m: &SimMedium) {
+    let Ok(mut pool) = Pool::open_medium(m, &OpenOptions::default()) else {
+        return;
+    };
+    if pool.remove_region("old").is_err() {
+        return;
+    }
+    let _ = pool.close();
+}
+
+fn before_and_after(op: Op) -> (Vec<(String, u64, u64)>, Vec<(String, u64, u64)>) {
+    let base = base_image();
+    let before = regions_of(base.clone()).unwrap();
+    let sim = SimMedium::from_image(base, SimConfig::default());
+    op(&sim);
+    assert!(
+        sim.unpersisted().is_empty(),
+        "the operation left lines unpersisted: {:?}",
+        sim.unpersisted()
+    );
+    let after = regions_of(sim.durable_image()).unwrap();
+    assert_ne!(before, after);
+    (before, after)
+}
+
+fn assert_before_or_after(
+    image: Vec<u8>,
+    before: &[(String, u64, u64)],
+    after: &[(String, u64, u64)],
+    what: &str,
+) {
+    match regions_of(image) {
+        Ok(r) => assert!(
+            r == before || r == after,
+            "{what}: regions {r:?} are neither before {before:?} nor after {after:?}"
+        ),
+        Err(e) => panic!("{what}: the crash image does not open: {e}"),
+    }
+}
+
+fn every_fence(op: Op) {
+    let (before, after) = before_and_after(op);
+    let base = base_image();
+    for seed in 0..8 {
+        let mut saw_before = false;
+        let mut saw_after = false;
+        let points = crash_at_every_fence(&base, seed, op, |img, n| {
+            let r = regions_of(img.clone());
+            saw_before |= r.as_deref() == Ok(&before[..]);
+            saw_after |= r.as_deref() == Ok(&after[..]);
+            assert_before_or_after(
+                img,
+                &before,
+                &after,
+                &format!("seed {seed}, crash at fence {n}"),
+            );
+        });
+        // open (slot), update (directory page, slot), close (slot): four fences.
+        assert_eq!(points, 4, "fences in open + update + close");
+        assert!(
+            saw_before,
+            "no crash point left the old directory (seed {seed})"
+        );
+        assert!(
+            saw_after,
+            "no crash point left the new directory (seed {seed})"
+        );
+    }
+}
+
+fn random_points(op: Op) {
+    let (before, after) = before_and_after(op);
+    let base = base_image();
+    let (mut b, mut a) = (0, 0);
+    crash_at_random_points(&base, 0x5eed, 1000, op, |img, seed| {
+        match regions_of(img.clone()) {
+            Ok(r) if r == before => b += 1,
+            Ok(r) if r == after => a += 1,
+            _ => {}
+        }
+        assert_before_or_after(
+            img,
+            &before,
+            &after,
+            &format!("random crash, seed {seed:#x}"),
+        );
+    });
+    assert!(
+        a > 0 && b > 0,
+        "1,000 random crashes should see both outcomes: before {b}, after {a}"
+    );
+}
+
+#[test]
+fn create_region_crashed_at_every_fence_is_before_or_after() {
+    every_fence(create_op);
+}
+
+#[test]
+fn remove_region_crashed_at_every_fence_is_before_or_after() {
+    every_fence(remove_op);
+}
+
+#[test]
+fn create_region_crashed_at_1000_random_points_is_before_or_after() {
+    random_points(create_op);
+}
+
+#[test]
+fn remove_region_crashed_at_1000_random_points_is_before_or_after() {
+    random_points(remove_op);
+}
+
+#[test]
+fn a_second_crash_during_recovery_open_still_finds_before_or_after() {
+    let (before, after) = before_and_after(create_op);
+    let base = base_image();
+    crash_at_every_fence(&base, 3, create_op, |first, n| {
+        // Recovery is the reopen; crash it at each of its fences too.
+        crash_at_every_fence(
+            &first,
+            n,
+            |m| {
+                let _ = Pool::open_medium(m, &OpenOptions::default()).map(|p| p.close());
+            },
+            |second, k| {
+                assert_before_or_after(
+                    second,
+                    &before,
+                    &after,
+                    &format!("crash at fence {n}, then at recovery fence {k}"),
+                );
+            },
+        );
+    });
+}
+
+#[test]
+fn format_crashed_anywhere_is_either_no_pool_or_a_whole_pool() {
+    let op = |m: &SimMedium| {
+        let _ = Pool::format(m, pmem::Domain::Sim);
+    };
+    for seed in 0..20 {
+        let zero = vec![0u8; POOL];
+        crash_at_every_fence(&zero, seed, op, |img, n| {
+            let sim = SimMedium::from_image(img, SimConfig::default());
+            match Pool::open_medium(&sim, &OpenOptions::default()) {
+                Ok(pool) => assert!(pool.regions().is_empty()),
+                Err(pmem::PmemError::NotAPool { .. }) => {}
+                Err(e) => {
+                    panic!("format crashed at fence {n} (seed {seed}) left a damaged pool: {e}")
+                }
+            }
+        });
+        let sim = SimMedium::new(
+            POOL,
+            SimConfig {
+                seed,
+                crash: CrashPlan::Never,
+                evict_per_million: 300_000,
+            },
+        );
+        op(&sim);
+        assert!(sim.unpersisted().is_empty());
+    }
+}
