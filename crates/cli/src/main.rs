@@ -1,1 +1,108 @@
-fn main() {}
+//! `kavach`: the command line of the Kavach storage stack.
+//!
+//! Every command is a thin layer over library calls in `kavach-pmem`; see `--help`.
+
+#![forbid(unsafe_code)]
+
+mod demo;
+mod fault_cmd;
+mod pool_cmd;
+mod units;
+
+use clap::{Parser, Subcommand};
+use std::process::ExitCode;
+
+/// Kavach: a dependable storage stack for persistent memory.
+///
+/// Pools are files (on a DAX file system, on /dev/shm standing in for PM, or on an ordinary disk)
+/// holding named regions that Kavach's layers own. Start with `kavach demo`.
+#[derive(Debug, Parser)]
+#[command(
+    name = "kavach",
+    version,
+    propagate_version = true,
+    arg_required_else_help = true
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Create, inspect and check pool files.
+    #[command(subcommand)]
+    Pool(pool_cmd::PoolCommand),
+    /// Create, list and remove named regions in a pool.
+    #[command(subcommand)]
+    Region(pool_cmd::RegionCommand),
+    /// Inject media faults into a pool file (for testing detection and repair).
+    #[command(subcommand)]
+    Fault(fault_cmd::FaultCommand),
+    /// Show what Kavach does today: creates a pool under ./kavach-data if missing, uses it,
+    /// crashes a region update on the persistence simulator, and damages and repairs a header.
+    Demo(demo::DemoArgs),
+}
+
+/// How a command ended, as an exit code.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    /// Exit 0.
+    Ok,
+    /// Exit 1: the command ran and found damage (pool check) or failed.
+    Damage,
+}
+
+fn main() -> ExitCode {
+    std::panic::set_hook(Box::new(|info| {
+        let at = info
+            .location()
+            .map(|l| format!(" at {}:{}", l.file(), l.line()))
+            .unwrap_or_default();
+        let msg = info
+            .payload()
+            .downcast_ref::<&str>()
+            .map(|s| s.to_string())
+            .or_else(|| info.payload().downcast_ref::<String>().cloned())
+            .unwrap_or_default();
+        // A reader that went away (`kavach pool info | head`) is not a bug: end quietly, with
+        // the status a shell gives a process killed by SIGPIPE.
+        if msg.starts_with("failed printing to stdout") {
+            std::process::exit(141);
+        }
+        eprintln!("kavach: internal error{at}: {msg} (this is a bug in Kavach; please report it)");
+    }));
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Pool(c) => pool_cmd::run_pool(c),
+        Command::Region(c) => pool_cmd::run_region(c),
+        Command::Fault(c) => fault_cmd::run(c),
+        Command::Demo(a) => demo::run(&a),
+    };
+    match result {
+        Ok(Outcome::Ok) => ExitCode::SUCCESS,
+        Ok(Outcome::Damage) => ExitCode::from(1),
+        Err(e) => {
+            eprintln!("kavach: error: {e:#}");
+            ExitCode::from(e.downcast_ref::<CouldNotRun>().map_or(1, |_| 2))
+        }
+    }
+}
+
+/// Marks an error after which a checking command could not run at all (exit 2).
+#[derive(Debug)]
+pub struct CouldNotRun;
+
+impl std::fmt::Display for CouldNotRun {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("the check could not run")
+    }
+}
+
+impl std::error::Error for CouldNotRun {}
+
+/// Print `value` as pretty JSON on stdout.
+pub fn print_json<T: serde::Serialize>(value: &T) -> anyhow::Result<()> {
+    println!("{}", serde_json::to_string_pretty(value)?);
+    Ok(())
+}

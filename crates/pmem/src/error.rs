@@ -35,14 +35,14 @@ impl fmt::Display for Corruption {
 #[derive(Debug, thiserror::Error)]
 pub enum PmemError {
     /// An operating-system call failed.
-    #[error("{what} {path}: {source}")]
+    #[error("{what} {path}: {error}")]
     Io {
         /// What we were doing.
         what: &'static str,
         /// The file.
         path: PathBuf,
-        /// The OS error.
-        source: std::io::Error,
+        /// The OS error (part of the message, so not also a `source`).
+        error: std::io::Error,
     },
     /// Another process (or another handle in this one) holds the pool open.
     #[error("pool {0} is in use by another process (it holds the pool's lock); close it first")]
@@ -125,7 +125,7 @@ impl PmemError {
         PmemError::Io {
             what,
             path: path.into(),
-            source,
+            error: source,
         }
     }
 

@@ -244,7 +244,7 @@ fn on_tmpfs(file: &File) -> bool {
     // SAFETY: fstatfs fills the struct on success; we read it only then.
     let rc = unsafe { libc::fstatfs(file.as_raw_fd(), st.as_mut_ptr()) };
     // SAFETY: rc == 0 means the kernel initialised `st`.
-    rc == 0 && unsafe { st.assume_init() }.f_type as i64 == TMPFS_MAGIC
+    rc == 0 && unsafe { st.assume_init() }.f_type == TMPFS_MAGIC
 }
 
 impl Drop for Mapping {
