@@ -72,13 +72,25 @@ compile_error!("kavach-pmem supports x86-64 only for now");
 /// The range must lie inside one mapping that stays mapped for the duration of the call.
 #[inline]
 pub unsafe fn flush_range(addr: *const u8, len: usize) {
+    // SAFETY: the caller's guarantee is passed on unchanged.
+    unsafe { flush_range_with(flush_instruction(), addr, len) }
+}
+
+/// [`flush_range`] with the instruction chosen by the caller (a mapping caches
+/// [`flush_instruction`] so the hot path skips the lookup).
+///
+/// # Safety
+/// As for [`flush_range`]; `kind` must be an instruction this CPU has (one returned by
+/// [`flush_instruction`]).
+#[inline(always)]
+pub unsafe fn flush_range_with(kind: FlushInstruction, addr: *const u8, len: usize) {
     if len == 0 {
         return;
     }
     let start = addr as usize & !(CACHE_LINE - 1);
     let end = addr as usize + len;
     let mut line = start;
-    match flush_instruction() {
+    match kind {
         FlushInstruction::Clwb => {
             while line < end {
                 // SAFETY: `line` is inside the caller's mapping (rounded down to its cache line,

@@ -30,6 +30,7 @@ pub struct Mapping {
     writable: bool,
     backing: Backing,
     domain: Domain,
+    flush: cpu::FlushInstruction,
     failed: AtomicBool,
 }
 
@@ -159,6 +160,7 @@ impl Mapping {
             writable,
             backing,
             domain: backing.detected_domain(),
+            flush: cpu::flush_instruction(),
             failed: AtomicBool::new(false),
         })
     }
@@ -268,6 +270,7 @@ impl Medium for Mapping {
     fn label(&self) -> PathBuf {
         self.path.clone()
     }
+    #[inline]
     fn read(&self, offset: usize, buf: &mut [u8]) {
         check_range(offset, buf.len(), self.len);
         // SAFETY: the source range is inside the live mapping (checked above) and cannot overlap
@@ -276,6 +279,7 @@ impl Medium for Mapping {
             std::ptr::copy_nonoverlapping(self.base.add(offset), buf.as_mut_ptr(), buf.len())
         };
     }
+    #[inline]
     fn write(&self, offset: usize, data: &[u8]) {
         check_range(offset, data.len(), self.len);
         assert!(
@@ -296,12 +300,14 @@ impl Medium for Mapping {
         // SAFETY: as for `write`; copy_nontemporal stays inside the two ranges.
         unsafe { cpu::copy_nontemporal(self.base.add(offset), data.as_ptr(), data.len()) };
     }
+    #[inline]
     fn load_u64(&self, offset: usize) -> u64 {
         check_word(offset, self.len);
         // SAFETY: in range and 8-byte aligned (the mapping is page aligned); the word is only
         // accessed atomically or by whole-range copies.
         unsafe { AtomicU64::from_ptr(self.base.add(offset).cast()) }.load(Ordering::Acquire)
     }
+    #[inline]
     fn store_u64(&self, offset: usize, value: u64) {
         check_word(offset, self.len);
         assert!(
@@ -316,8 +322,8 @@ impl Medium for Mapping {
     fn flush(&self, offset: usize, len: usize) -> Result<()> {
         check_range(offset, len, self.len);
         match self.domain {
-            // SAFETY: the range is inside the live mapping.
-            Domain::Adr => unsafe { cpu::flush_range(self.base.add(offset), len) },
+            // SAFETY: the range is inside the live mapping; `self.flush` came from detection.
+            Domain::Adr => unsafe { cpu::flush_range_with(self.flush, self.base.add(offset), len) },
             Domain::Eadr | Domain::Sim => {}
             Domain::Msync => {
                 if self.failed.load(Ordering::Acquire) {
@@ -353,6 +359,19 @@ impl Medium for Mapping {
             }
         }
         Ok(())
+    }
+    #[inline]
+    fn persist(&self, offset: usize, len: usize) -> Result<()> {
+        // The hot path of every layer: one range check and one domain dispatch.
+        if self.domain == Domain::Adr {
+            check_range(offset, len, self.len);
+            // SAFETY: the range is inside the live mapping; `self.flush` came from detection.
+            unsafe { cpu::flush_range_with(self.flush, self.base.add(offset), len) };
+            cpu::store_fence();
+            return Ok(());
+        }
+        self.flush(offset, len)?;
+        self.fence()
     }
     fn inject(&self, offset: usize, data: &[u8]) -> Result<()> {
         assert!(self.writable, "fault injection needs a writable mapping");
