@@ -53,40 +53,10 @@ for s in $SIZES; do
 done
 command -v valgrind >/dev/null 2>&1 || die "valgrind is not installed (apt-get install valgrind)"
 
-# --- build both harnesses (same steps as run.sh) -----------------------------
-if ! pkg-config --exists libpmem 2>/dev/null && [ ! -f /usr/include/libpmem.h ]; then
-  log "libpmem not found; installing libpmem-dev"
-  SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
-  $SUDO apt-get update >&2
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y libpmem-dev pkg-config >&2
-fi
+# --- build both harnesses (shared with run.sh) ------------------------------
 mkdir -p "$CG"
-CBIN="$OUT/pmem_persist_bench"
-log "compiling $CBIN"
-# shellcheck disable=SC2046
-gcc -O2 -Wall -Wextra -Werror -o "$CBIN" "$HERE/pmem_persist_bench.c" \
-  $(pkg-config --cflags --libs libpmem 2>/dev/null || echo -lpmem)
-
-if [ -n "${KAVACH_BENCH_BIN:-}" ]; then
-  KBIN="$KAVACH_BENCH_BIN"
-else
-  log "cargo build --release -p kavach-bench --bin persist_bench"
-  KBIN="$(cd "$ROOT" && cargo build --release -p kavach-bench --bin persist_bench \
-            --message-format=json-render-diagnostics \
-          | python3 -c '
-import json, sys
-exe = ""
-for line in sys.stdin:
-    try:
-        m = json.loads(line)
-    except ValueError:
-        continue
-    if m.get("reason") == "compiler-artifact" and m.get("executable") \
-            and m.get("target", {}).get("name") == "persist_bench":
-        exe = m["executable"]
-print(exe)')" || die "cargo build of kavach-bench/persist_bench failed"
-fi
-[ -n "$KBIN" ] && [ -x "$KBIN" ] || die "Kavach harness '$KBIN' not found or not executable"
+# shellcheck source=bench/persist/build.sh
+source "$HERE/build.sh"
 
 SHM_FILE="$(mktemp /dev/shm/kavach-callgrind.XXXXXX)"
 trap 'rm -f -- "$SHM_FILE"' EXIT

@@ -70,15 +70,7 @@ fn finding(severity: Severity, c: &Corruption, note: &str) -> Finding {
 /// unreadable, in use, or not a Kavach pool at all.
 pub fn check_file(path: &Path) -> Result<CheckReport> {
     let mut file = std::fs::File::open(path).map_err(|e| PmemError::io("cannot open", path, e))?;
-    let meta = file
-        .metadata()
-        .map_err(|e| PmemError::io("cannot stat", path, e))?;
-    if !meta.is_file() {
-        return Err(PmemError::NotAPool {
-            path: path.into(),
-            reason: "not a regular file".into(),
-        });
-    }
+    let meta = crate::mapping::regular_file_metadata(&file, path)?;
     if writer_holds_lock(&file) {
         return Err(PmemError::Locked(path.into()));
     }

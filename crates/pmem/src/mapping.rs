@@ -101,15 +101,7 @@ impl Mapping {
     }
 
     fn from_file(file: File, path: &Path, writable: bool) -> Result<Mapping> {
-        let meta = file
-            .metadata()
-            .map_err(|e| PmemError::io("cannot stat", path, e))?;
-        if !meta.is_file() {
-            return Err(PmemError::NotAPool {
-                path: path.into(),
-                reason: "not a regular file".into(),
-            });
-        }
+        let meta = regular_file_metadata(&file, path)?;
         lock(&file, path, writable)?;
         let len = usize::try_from(meta.len()).map_err(|_| PmemError::Invalid {
             what: "file size",
@@ -221,6 +213,20 @@ impl Mapping {
         self.failed.store(true, Ordering::Release);
         last_os_error(what, &self.path)
     }
+}
+
+/// The file's metadata, or `NotAPool` if it is not a regular file (a directory, a device...).
+pub(crate) fn regular_file_metadata(file: &File, path: &Path) -> Result<std::fs::Metadata> {
+    let meta = file
+        .metadata()
+        .map_err(|e| PmemError::io("cannot stat", path, e))?;
+    if !meta.is_file() {
+        return Err(PmemError::NotAPool {
+            path: path.into(),
+            reason: "not a regular file".into(),
+        });
+    }
+    Ok(meta)
 }
 
 fn lock(file: &File, path: &Path, exclusive: bool) -> Result<()> {
