@@ -162,6 +162,10 @@ pub mod entry {
     ];
 }
 
+// The immutable header and the slot share a page without overlapping.
+const _: () = assert!(HEADER_BYTES <= SLOT_OFFSET_IN_PAGE);
+const _: () = assert!(SLOT_OFFSET_IN_PAGE + SLOT_BYTES <= PAGE_SIZE);
+
 pub(crate) fn get<const N: usize>(buf: &[u8], f: Field) -> [u8; N] {
     assert_eq!(f.size, N, "field {} read with the wrong width", f.name);
     let mut out = [0u8; N];
@@ -209,8 +213,6 @@ mod tests {
         assert_tiles(slot::ALL, SLOT_BYTES);
         assert_tiles(directory::ALL, DIRECTORY_HEADER_BYTES);
         assert_tiles(entry::ALL, DIRECTORY_ENTRY_BYTES);
-        assert!(HEADER_BYTES <= SLOT_OFFSET_IN_PAGE);
-        assert!(SLOT_OFFSET_IN_PAGE + SLOT_BYTES <= PAGE_SIZE);
         assert_eq!(
             DIRECTORY_HEADER_BYTES + DIRECTORY_ENTRIES_MAX * DIRECTORY_ENTRY_BYTES,
             PAGE_SIZE

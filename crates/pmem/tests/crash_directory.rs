@@ -6,8 +6,11 @@ use pmem::{Alignment, CrashPlan, OpenOptions, Pool, SimConfig, SimMedium, kinds}
 
 const POOL: usize = 1 << 20;
 
+/// Each region as (name, offset, length).
+type Regions = Vec<(String, u64, u64)>;
+
 /// The names of the regions, or a description of why the image does not open.
-fn regions_of(image: Vec<u8>) -> Result<Vec<(String, u64, u64)>, String> {
+fn regions_of(image: Vec<u8>) -> Result<Regions, String> {
     let sim = SimMedium::from_image(image, SimConfig::default());
     let pool = Pool::open_medium(
         &sim,
@@ -67,7 +70,7 @@ fn remove_op(m: &SimMedium) {
     let _ = pool.close();
 }
 
-fn before_and_after(op: Op) -> (Vec<(String, u64, u64)>, Vec<(String, u64, u64)>) {
+fn before_and_after(op: Op) -> (Regions, Regions) {
     let base = base_image();
     let before = regions_of(base.clone()).unwrap();
     let sim = SimMedium::from_image(base, SimConfig::default());
