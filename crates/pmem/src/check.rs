@@ -150,6 +150,29 @@ pub fn check_file(path: &Path) -> Result<CheckReport> {
             offset: None,
         });
     }
+    for (copy, &page) in crate::layout::HEADER_COPY_OFFSETS.iter().enumerate() {
+        let slot_end = crate::layout::SLOT_OFFSET_IN_PAGE + crate::layout::SLOT_BYTES;
+        let unused = [
+            (
+                crate::layout::HEADER_BYTES,
+                crate::layout::SLOT_OFFSET_IN_PAGE,
+            ),
+            (slot_end, crate::layout::PAGE_SIZE),
+        ];
+        for (from, to) in unused {
+            if let Some(i) = head[page + from..page + to].iter().position(|&b| b != 0) {
+                let at = (page + from + i) as u64;
+                report.findings.push(Finding {
+                    severity: Severity::Damage,
+                    message: format!(
+                        "header page {copy} at byte {at:#x}: unused bytes must be zero, found {:#04x} (stray write)",
+                        head[page + from + i]
+                    ),
+                    offset: Some(at),
+                });
+            }
+        }
+    }
     match survey.state() {
         Ok(state) => {
             report.clean_shutdown = Some(state.clean_shutdown);

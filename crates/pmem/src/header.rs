@@ -128,6 +128,16 @@ impl PoolHeader {
                 show_bytes(&magic),
             ));
         }
+        // Before the CRC: a newer format may lay out (and checksum) the rest differently, and
+        // must be reported as a newer version, not as damage.
+        let version = get_u32(bytes, h::FORMAT_VERSION);
+        if version != layout::FORMAT_VERSION {
+            return Err(bad(
+                h::FORMAT_VERSION,
+                layout::FORMAT_VERSION.to_string(),
+                version.to_string(),
+            ));
+        }
         let stored = get_u32(bytes, h::CRC32C);
         let computed = crc_of_header(bytes);
         if stored != computed {
@@ -135,14 +145,6 @@ impl PoolHeader {
                 h::CRC32C,
                 format!("{computed:#010x}"),
                 format!("{stored:#010x}"),
-            ));
-        }
-        let version = get_u32(bytes, h::FORMAT_VERSION);
-        if version != layout::FORMAT_VERSION {
-            return Err(bad(
-                h::FORMAT_VERSION,
-                layout::FORMAT_VERSION.to_string(),
-                version.to_string(),
             ));
         }
         let copy_index = get_u32(bytes, h::COPY_INDEX);
@@ -441,6 +443,7 @@ mod tests {
         let cases: Vec<(layout::Field, Vec<u8>, bool)> = vec![
             (h::MAGIC, b"KAVACHPX".to_vec(), true),
             (h::FORMAT_VERSION, 2u32.to_le_bytes().to_vec(), true),
+            (h::FORMAT_VERSION, 2u32.to_le_bytes().to_vec(), false),
             (h::COPY_INDEX, 1u32.to_le_bytes().to_vec(), true),
             (h::POOL_UUID, vec![0; 16], true),
             (h::SET_UUID, vec![0; 16], true),
@@ -469,8 +472,13 @@ mod tests {
                 b
             };
             let err = PoolHeader::decode(&b, 0).expect_err(field.name);
-            let want = if fix_crc { field.name } else { "crc32c" };
-            // The magic check runs before the CRC check, and the CRC check before field rules.
+            let checked_before_crc = [h::MAGIC.name, h::FORMAT_VERSION.name].contains(&field.name);
+            let want = if fix_crc || checked_before_crc {
+                field.name
+            } else {
+                "crc32c"
+            };
+            // Magic and version are checked before the CRC, the CRC before the other rules.
             assert_eq!(err.field, want, "corrupting {}", field.name);
             assert_eq!(err.structure, "pool header copy 0");
         }

@@ -9,7 +9,8 @@
 //! - [`fault`]: media faults injected behind the layers' backs.
 //! - [`check`]: the read-only checker behind `kavach pool check`.
 //!
-//! Unsafe code lives in [`mapping`] and [`cpu`] only; `docs/unsafe.md` argues its soundness.
+//! Unsafe code lives in [`mapping`] and [`cpu`], plus one `flock` call in [`check`];
+//! `docs/unsafe.md` argues its soundness.
 
 pub mod check;
 pub mod cpu;

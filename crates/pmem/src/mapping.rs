@@ -305,13 +305,36 @@ impl Medium for Mapping {
         );
         // SAFETY: as for `write`; copy_nontemporal stays inside the two ranges.
         unsafe { cpu::copy_nontemporal(self.base.add(offset), data.as_ptr(), data.len()) };
+        if self.domain == Domain::Msync && !data.is_empty() {
+            // Non-temporal stores reach the page cache, not the disk: msync now, so the copy is
+            // durable by the next fence as the trait promises. A failure latches the mapping and
+            // that fence reports it.
+            let start = offset & !(crate::layout::PAGE_SIZE - 1);
+            // SAFETY: a page-aligned sub-range of our mapping.
+            let rc = unsafe {
+                libc::msync(
+                    self.base.add(start).cast(),
+                    offset + data.len() - start,
+                    libc::MS_SYNC,
+                )
+            };
+            if rc != 0 {
+                self.failed.store(true, Ordering::Release);
+            }
+        }
     }
     #[inline]
     fn load_u64(&self, offset: usize) -> u64 {
         check_word(offset, self.len);
         // SAFETY: in range and 8-byte aligned (the mapping is page aligned); the word is only
-        // accessed atomically or by whole-range copies.
-        unsafe { AtomicU64::from_ptr(self.base.add(offset).cast()) }.load(Ordering::Acquire)
+        // accessed atomically or by whole-range copies; only a relaxed load touches it, which is
+        // allowed on read-only memory.
+        let v =
+            unsafe { AtomicU64::from_ptr(self.base.add(offset).cast()) }.load(Ordering::Relaxed);
+        // A relaxed load is what the standard library allows on read-only mappings; the fence
+        // gives it acquire semantics.
+        std::sync::atomic::fence(Ordering::Acquire);
+        v
     }
     #[inline]
     fn store_u64(&self, offset: usize, value: u64) {
@@ -459,6 +482,24 @@ mod tests {
             p.exists(),
             "a failed create must not remove someone else's file"
         );
+        std::fs::remove_file(&p).unwrap();
+    }
+
+    #[test]
+    fn msync_domain_makes_nontemporal_copies_and_flushes_reach_the_file() {
+        // A file in the page cache of a disk (not tmpfs), as the msync domain expects.
+        let p = std::env::temp_dir().join(format!("kavach-mapping-msync-{}", std::process::id()));
+        let _ = std::fs::remove_file(&p);
+        let mut m = Mapping::create(&p, 1 << 16).unwrap();
+        m.set_domain(Domain::Msync);
+        m.write_nontemporal(5000, &[9u8; 3000]);
+        m.fence().unwrap();
+        m.write(100, b"msync");
+        m.persist(100, 5).unwrap();
+        drop(m);
+        let bytes = std::fs::read(&p).unwrap();
+        assert!(bytes[5000..8000].iter().all(|&b| b == 9));
+        assert_eq!(&bytes[100..105], b"msync");
         std::fs::remove_file(&p).unwrap();
     }
 

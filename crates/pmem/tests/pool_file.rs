@@ -430,3 +430,37 @@ fn crc32c(bytes: &[u8]) -> u32 {
     }
     !crc
 }
+
+#[test]
+fn a_stray_byte_in_unused_header_space_is_reported_by_check() {
+    let t = TempPool::new("stray");
+    t.create(1 << 20).close().unwrap();
+    t.flip(PAGE_SIZE + 3000);
+    let report = check_file(&t.0).unwrap();
+    assert!(!report.healthy() && report.opens());
+    assert!(
+        report.findings[0]
+            .message
+            .contains("unused bytes must be zero"),
+        "{:?}",
+        report.findings
+    );
+}
+
+#[test]
+fn a_newer_format_version_is_named_as_such() {
+    let t = TempPool::new("version");
+    t.create(1 << 20).close().unwrap();
+    let mut data = std::fs::read(&t.0).unwrap();
+    for copy in 0..2 {
+        let at = layout::HEADER_COPY_OFFSETS[copy] + layout::header::FORMAT_VERSION.offset;
+        data[at..at + 4].copy_from_slice(&2u32.to_le_bytes());
+    }
+    std::fs::write(&t.0, &data).unwrap();
+    let err = Pool::open(&t.0, &rw()).unwrap_err();
+    let c = err.corruption().unwrap();
+    assert_eq!(
+        (c.field, c.expected.as_str(), c.found.as_str()),
+        ("format_version", "1", "2")
+    );
+}
