@@ -209,9 +209,26 @@ impl Mapping {
         Ok(())
     }
 
-    fn fail(&self, what: &'static str) -> PmemError {
-        self.failed.store(true, Ordering::Release);
-        last_os_error(what, &self.path)
+    /// `msync(MS_SYNC)` the pages under `[offset, offset + len)`. A failure latches the mapping:
+    /// the kernel may have dropped the pages it could not write, so nothing after it is trusted.
+    fn msync_range(&self, offset: usize, len: usize) -> Result<()> {
+        if len == 0 {
+            return Ok(());
+        }
+        let start = offset & !(crate::layout::PAGE_SIZE - 1);
+        // SAFETY: a page-aligned sub-range of our mapping (callers checked the range).
+        let rc = unsafe {
+            libc::msync(
+                self.base.add(start).cast(),
+                offset + len - start,
+                libc::MS_SYNC,
+            )
+        };
+        if rc != 0 {
+            self.failed.store(true, Ordering::Release);
+            return Err(last_os_error("msync failed on", &self.path));
+        }
+        Ok(())
     }
 }
 
@@ -305,22 +322,12 @@ impl Medium for Mapping {
         );
         // SAFETY: as for `write`; copy_nontemporal stays inside the two ranges.
         unsafe { cpu::copy_nontemporal(self.base.add(offset), data.as_ptr(), data.len()) };
-        if self.domain == Domain::Msync && !data.is_empty() {
+        if self.domain == Domain::Msync {
             // Non-temporal stores reach the page cache, not the disk: msync now, so the copy is
             // durable by the next fence as the trait promises. A failure latches the mapping and
             // that fence reports it.
-            let start = offset & !(crate::layout::PAGE_SIZE - 1);
-            // SAFETY: a page-aligned sub-range of our mapping.
-            let rc = unsafe {
-                libc::msync(
-                    self.base.add(start).cast(),
-                    offset + data.len() - start,
-                    libc::MS_SYNC,
-                )
-            };
-            if rc != 0 {
-                self.failed.store(true, Ordering::Release);
-            }
+            // The error is latched; the next fence reports it.
+            let _ = self.msync_range(offset, data.len());
         }
     }
     #[inline]
@@ -358,21 +365,7 @@ impl Medium for Mapping {
                 if self.failed.load(Ordering::Acquire) {
                     return Err(PmemError::Failed);
                 }
-                if len == 0 {
-                    return Ok(());
-                }
-                let start = offset & !(crate::layout::PAGE_SIZE - 1);
-                // SAFETY: a page-aligned sub-range of our mapping.
-                let rc = unsafe {
-                    libc::msync(
-                        self.base.add(start).cast(),
-                        offset + len - start,
-                        libc::MS_SYNC,
-                    )
-                };
-                if rc != 0 {
-                    return Err(self.fail("msync failed on"));
-                }
+                self.msync_range(offset, len)?;
             }
         }
         Ok(())
@@ -410,18 +403,7 @@ impl Medium for Mapping {
         unsafe { cpu::flush_range(self.base.add(offset), data.len()) };
         cpu::store_fence();
         if self.backing == Backing::PageCache {
-            let start = offset & !(crate::layout::PAGE_SIZE - 1);
-            // SAFETY: a page-aligned sub-range of our mapping.
-            let rc = unsafe {
-                libc::msync(
-                    self.base.add(start).cast(),
-                    offset + data.len() - start,
-                    libc::MS_SYNC,
-                )
-            };
-            if rc != 0 {
-                return Err(self.fail("msync failed on"));
-            }
+            self.msync_range(offset, data.len())?;
         }
         Ok(())
     }
