@@ -330,6 +330,13 @@ fn a_second_opener_is_told_the_pool_is_in_use() {
     held.close().unwrap();
 }
 
+/// Fill page `page` of the file at `path` with `byte`, as an application's write would.
+fn fill_page(path: &str, page: usize, byte: u8) {
+    let mut b = std::fs::read(path).unwrap();
+    b[page * 4096..(page + 1) * 4096].fill(byte);
+    std::fs::write(path, b).unwrap();
+}
+
 #[test]
 fn lost_and_misdirected_writes_from_the_command_line() {
     let s = Scratch::new("faults");
@@ -340,23 +347,13 @@ fn lost_and_misdirected_writes_from_the_command_line() {
             .status
             .success()
     );
-    std::fs::write(&p, {
-        let mut b = std::fs::read(&p).unwrap();
-        b[4 * 4096..5 * 4096].fill(1);
-        b
-    })
-    .unwrap();
+    fill_page(&p, 4, 1);
     assert!(
         kavach(&["fault", "snapshot", &p, "--page", "4", "--out", &snap])
             .status
             .success()
     );
-    std::fs::write(&p, {
-        let mut b = std::fs::read(&p).unwrap();
-        b[4 * 4096..5 * 4096].fill(2);
-        b
-    })
-    .unwrap();
+    fill_page(&p, 4, 2);
     assert!(
         kavach(&[
             "fault",

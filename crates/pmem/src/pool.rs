@@ -251,13 +251,12 @@ impl Pool<Mapping> {
 
     /// Open the pool file at `path`.
     pub fn open(path: &Path, opts: &OpenOptions) -> Result<Self> {
-        let mut mapping = Mapping::open(path, !opts.read_only)?;
-        if mapping.len() >= METADATA_BYTES {
-            if let Ok(h) = survey_medium(&mapping).header() {
-                mapping.set_domain(effective_domain(h.domain, mapping.backing(), opts.domain));
-            }
-        }
-        Self::open_medium(mapping, opts)
+        let mapping = Mapping::open(path, !opts.read_only)?;
+        // The domain comes from the header just decoded, before anything is persisted.
+        Self::open_inner(mapping, opts, |m, header| {
+            let domain = effective_domain(header.domain, m.backing(), opts.domain);
+            m.set_domain(domain);
+        })
     }
 }
 
@@ -326,6 +325,16 @@ impl<M: Medium> Pool<M> {
     /// Open the pool on `medium`: validate the metadata, repair a damaged header copy, and
     /// (unless read-only) record that the pool is in use.
     pub fn open_medium(medium: M, opts: &OpenOptions) -> Result<Self> {
+        Self::open_inner(medium, opts, |_, _| {})
+    }
+
+    /// `open_medium`, with `configure` run on the medium once the header is validated and
+    /// before the first write (the file path uses it to set the persistence domain).
+    fn open_inner(
+        mut medium: M,
+        opts: &OpenOptions,
+        configure: impl FnOnce(&mut M, &PoolHeader),
+    ) -> Result<Self> {
         let label = medium.label();
         let len = medium.len() as u64;
         if len < METADATA_BYTES as u64 {
@@ -360,6 +369,7 @@ impl<M: Medium> Pool<M> {
             });
         }
         header.check_features(opts.read_only)?;
+        configure(&mut medium, &header);
         let state = survey.state()?;
         let directory = match survey.directory.clone() {
             Some(d) => d.map_err(PmemError::Corrupt)?,
