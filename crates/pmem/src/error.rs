@@ -121,7 +121,8 @@ impl PmemError {
         })
     }
 
-    pub(crate) fn io(what: &'static str, path: impl Into<PathBuf>, source: std::io::Error) -> Self {
+    /// An I/O error on `path` while doing `what`.
+    pub fn io(what: &'static str, path: impl Into<PathBuf>, source: std::io::Error) -> Self {
         PmemError::Io {
             what,
             path: path.into(),

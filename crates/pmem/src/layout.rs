@@ -22,7 +22,8 @@ pub struct Field {
 }
 
 impl Field {
-    const fn new(name: &'static str, offset: usize, size: usize) -> Field {
+    /// A field of `size` bytes at `offset`.
+    pub const fn new(name: &'static str, offset: usize, size: usize) -> Field {
         Field { name, offset, size }
     }
     /// One past the last byte.

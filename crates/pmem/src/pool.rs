@@ -430,6 +430,20 @@ impl<M: Medium> Pool<M> {
         Ok(self.medium)
     }
 
+    /// The same open pool over a wrapped medium (for example `Arc::new`), so layers can hold
+    /// handles to the medium while the pool stays open.
+    pub fn map_medium<N: Medium>(self, wrap: impl FnOnce(M) -> N) -> Pool<N> {
+        Pool {
+            medium: wrap(self.medium),
+            header: self.header,
+            state: self.state,
+            clean_at_open: self.clean_at_open,
+            directory: self.directory,
+            read_only: self.read_only,
+            damage: self.damage,
+        }
+    }
+
     /// The medium, for the layers that own regions in it.
     pub fn medium(&self) -> &M {
         &self.medium

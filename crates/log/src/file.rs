@@ -1,0 +1,145 @@
+//! A log in a pool file: the pool keeps the clean-shutdown flag recovery needs, the region
+//! directory says where the log is.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::error::{LogError, Result};
+use crate::log::{Log, LogOptions, Recovery};
+use pmem::{Alignment, CreateOptions, Domain, Mapping, OpenOptions, Pool, Region, kinds};
+
+/// Name of the log region `LogFile::create` makes.
+pub const DEFAULT_REGION: &str = "log";
+
+/// An open log in a region of a pool file.
+#[derive(Debug)]
+pub struct LogFile {
+    pool: Pool<Arc<Mapping>>,
+    log: Log<Arc<Mapping>>,
+    region: Region,
+    recovery: Recovery,
+}
+
+impl LogFile {
+    /// Create a pool file of `size` bytes at `path` (which must not exist) holding one log
+    /// region, `name`, that fills it.
+    pub fn create(
+        path: &Path,
+        size: u64,
+        name: &str,
+        domain: Option<Domain>,
+        full_wait: Duration,
+    ) -> Result<LogFile> {
+        let pool = Pool::create(path, &CreateOptions { size, domain })?;
+        let mut pool = pool.map_medium(Arc::new);
+        let made = (|| {
+            let free = pool.free_bytes();
+            let region = pool.create_region(name, kinds::LOG, free, Alignment::Page)?;
+            let medium = Arc::clone(pool.medium());
+            let log = Log::create(
+                medium,
+                region.offset as usize,
+                region.length as usize,
+                full_wait,
+            )?;
+            let recovery = Recovery {
+                records: 0,
+                ring_bytes_used: 0,
+                start_lsn: 1,
+                next_lsn: 1,
+                stop: crate::scan::Stop::Tail { found_lsn: 0 },
+                dropped: None,
+                jumped_to: None,
+                repaired: Vec::new(),
+                epoch: 1,
+            };
+            Ok::<_, LogError>((region, log, recovery))
+        })();
+        match made {
+            Ok((region, log, recovery)) => Ok(LogFile {
+                pool,
+                log,
+                region,
+                recovery,
+            }),
+            Err(e) => {
+                drop(pool);
+                let _ = std::fs::remove_file(path);
+                Err(e)
+            }
+        }
+    }
+
+    /// Open the log region `name` of the pool file at `path` and recover it.
+    pub fn open(path: &Path, name: &str, read_only: bool, full_wait: Duration) -> Result<LogFile> {
+        let pool = Pool::open(
+            path,
+            &OpenOptions {
+                read_only,
+                domain: None,
+            },
+        )?;
+        let pool = pool.map_medium(Arc::new);
+        let region = pool
+            .region(name)
+            .cloned()
+            .ok_or_else(|| pmem::PmemError::NoSuchRegion(name.into()))?;
+        if region.kind != kinds::LOG {
+            return Err(LogError::Invalid {
+                what: "region",
+                reason: format!(
+                    "region `{name}` holds {} data, not a log",
+                    kinds::name(region.kind)
+                ),
+            });
+        }
+        let opts = LogOptions {
+            read_only,
+            clean_shutdown: pool.was_clean_shutdown(),
+            truncate_damaged: false,
+            full_wait,
+        };
+        let medium = Arc::clone(pool.medium());
+        let (log, recovery) = Log::open(
+            medium,
+            region.offset as usize,
+            region.length as usize,
+            &opts,
+        )?;
+        Ok(LogFile {
+            pool,
+            log,
+            region,
+            recovery,
+        })
+    }
+
+    /// The log.
+    pub fn log(&self) -> &Log<Arc<Mapping>> {
+        &self.log
+    }
+
+    /// What opening found.
+    pub fn recovery(&self) -> &Recovery {
+        &self.recovery
+    }
+
+    /// The log's region.
+    pub fn region(&self) -> &Region {
+        &self.region
+    }
+
+    /// The pool.
+    pub fn pool(&self) -> &Pool<Arc<Mapping>> {
+        &self.pool
+    }
+
+    /// Force every record, then close the pool cleanly.
+    pub fn close(self) -> Result<()> {
+        let LogFile { pool, log, .. } = self;
+        drop(log.close()?);
+        pool.close()?;
+        Ok(())
+    }
+}

@@ -1,0 +1,1051 @@
+//! The log: reserve, copy, complete, force, cleanup, and recovery.
+
+use std::collections::BTreeSet;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Condvar, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use crate::error::{LogError, Result};
+use crate::format::{Descriptor, LSN_MAX, RecordHeader, Superline, crc_seed, crc_start};
+use crate::layout::{self, kinds, record_footprint};
+use crate::scan::{Found, Geometry, Stop, Walker};
+use crate::sequencer::{Cursor, Sequencer};
+use pmem::{Corruption, Medium, Uuid};
+
+/// Payloads of at least this many bytes are copied with non-temporal stores and need no flush at
+/// force; smaller ones are stored normally and flushed whole by the forcer.
+pub const NONTEMPORAL_BYTES_MIN: usize = 1024;
+
+/// How `append` (and `commit`) make a record durable.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ForcePolicy {
+    /// Force every record before returning.
+    Sync,
+    /// Force when the record's LSN is a multiple of F (Arcadia's frequency policy): at most
+    /// F x T completed records are at risk with T writer threads.
+    Frequency(u64),
+    /// Group commit: force when G records have been appended since the last force (a shared
+    /// counter; kept to compare against).
+    Group(u64),
+}
+
+impl ForcePolicy {
+    /// Parse `sync`, `frequency:F` or `group:G`.
+    pub fn parse(s: &str) -> std::result::Result<ForcePolicy, String> {
+        let number = |v: &str| {
+            v.parse::<u64>()
+                .ok()
+                .filter(|&n| (1..=1 << 20).contains(&n))
+                .ok_or_else(|| format!("`{v}` is not a count in 1..=1048576"))
+        };
+        match s.split_once(':') {
+            None if s == "sync" => Ok(ForcePolicy::Sync),
+            Some(("frequency", v)) => Ok(ForcePolicy::Frequency(number(v)?)),
+            Some(("group", v)) => Ok(ForcePolicy::Group(number(v)?)),
+            _ => Err(format!(
+                "unknown force policy `{s}`: use sync, frequency:F or group:G"
+            )),
+        }
+    }
+}
+
+impl std::fmt::Display for ForcePolicy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ForcePolicy::Sync => write!(f, "sync"),
+            ForcePolicy::Frequency(n) => write!(f, "frequency:{n}"),
+            ForcePolicy::Group(n) => write!(f, "group:{n}"),
+        }
+    }
+}
+
+/// How to open a log.
+#[derive(Debug, Clone, Copy)]
+pub struct LogOptions {
+    /// Open for reading only: nothing is written, not even recovery's jump record.
+    pub read_only: bool,
+    /// The previous session closed the log cleanly (its pool's clean-shutdown flag). Then no
+    /// record can be torn, and a record failing its checks is damage: opening refuses (unless
+    /// `truncate_damaged`). After an unclean shutdown the first failing record is taken for a
+    /// record the crash tore, and the log ends before it.
+    pub clean_shutdown: bool,
+    /// Open for writing even over a damaged record after a clean shutdown, dropping it and
+    /// everything after it.
+    pub truncate_damaged: bool,
+    /// How long `reserve` waits for `cleanup` when the ring is full before it fails.
+    pub full_wait: Duration,
+}
+
+impl Default for LogOptions {
+    fn default() -> Self {
+        LogOptions {
+            read_only: false,
+            clean_shutdown: false,
+            truncate_damaged: false,
+            full_wait: Duration::from_millis(1000),
+        }
+    }
+}
+
+/// What opening a log found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Recovery {
+    /// Data records found between the head and the tail.
+    pub records: u64,
+    /// Ring bytes they (with padding and jumps) occupy.
+    pub ring_bytes_used: u64,
+    /// LSN of the oldest record (the superline's start LSN).
+    pub start_lsn: u64,
+    /// LSN the next record will carry.
+    pub next_lsn: u64,
+    /// Why the walk stopped.
+    pub stop: Stop,
+    /// A record dropped as torn (unclean shutdown) or damaged (`truncate_damaged`).
+    pub dropped: Option<Corruption>,
+    /// Recovery wrote a jump record: LSNs continue from this one, past any a lost record holds.
+    pub jumped_to: Option<u64>,
+    /// A descriptor or superline copy failed its checks (and was rewritten, if writable).
+    pub repaired: Vec<Corruption>,
+    /// The replication epoch.
+    pub epoch: u64,
+}
+
+/// A record read back.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Record {
+    /// Its LSN.
+    pub lsn: u64,
+    /// Medium offset of its header.
+    pub offset: u64,
+    /// Its payload.
+    pub payload: Vec<u8>,
+}
+
+/// What `append` did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Appended {
+    /// LSN of the record.
+    pub lsn: u64,
+    /// The record (and every earlier one) was durable when `append` returned.
+    pub durable: bool,
+}
+
+/// Counters, for INFO and benchmarks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub struct LogStats {
+    /// Bytes in the ring.
+    pub ring_bytes: u64,
+    /// Ring bytes between head and tail.
+    pub used_bytes: u64,
+    /// Oldest live LSN.
+    pub head_lsn: u64,
+    /// Next LSN to hand out.
+    pub next_lsn: u64,
+    /// Every LSN up to this one is durable.
+    pub durable_lsn: u64,
+    /// Replication epoch.
+    pub epoch: u64,
+    /// Largest payload.
+    pub payload_bytes_max: u32,
+}
+
+#[derive(Debug)]
+struct Tail {
+    next_lsn: u64,
+    pos: u64,
+}
+
+#[derive(Debug)]
+struct Head {
+    pos: u64,
+    lsn: u64,
+    reclaimable: BTreeSet<u64>,
+    superline: Superline,
+}
+
+/// Arcadia's log on a region of a medium.
+///
+/// `reserve` and `force` are serialized; `copy` and `complete` run in parallel on different
+/// records. Every method takes `&self`: share the log between threads by reference or `Arc`.
+#[derive(Debug)]
+pub struct Log<M: Medium> {
+    medium: M,
+    base: usize,
+    desc: Descriptor,
+    geo: Geometry,
+    read_only: bool,
+    failed: AtomicBool,
+    tail: Mutex<Tail>,
+    next_lsn: AtomicU64,
+    head_pos: AtomicU64,
+    head: Mutex<Head>,
+    space: Mutex<()>,
+    space_freed: Condvar,
+    seq: Sequencer,
+    group_pending: AtomicU64,
+    full_wait: Duration,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+fn check_region<M: Medium>(medium: &M, base: usize, len: usize) -> Result<()> {
+    let fits = base.checked_add(len).is_some_and(|end| end <= medium.len());
+    if !fits || base % pmem::layout::PAGE_SIZE != 0 {
+        return Err(LogError::Invalid {
+            what: "log region",
+            reason: format!(
+                "[{base}, +{len}) is not a page-aligned range of the {}-byte medium",
+                medium.len()
+            ),
+        });
+    }
+    Ok(())
+}
+
+impl<M: Medium> Log<M> {
+    /// Write a new, empty log over `[base, base + len)` of `medium` and open it.
+    pub fn create(medium: M, base: usize, len: usize, full_wait: Duration) -> Result<Log<M>> {
+        let uuid =
+            Uuid::random().map_err(|e| pmem::PmemError::io("cannot read", "/dev/urandom", e))?;
+        Self::create_with_uuid(medium, base, len, uuid, full_wait)
+    }
+
+    /// [`Log::create`] with a given log UUID (a backup takes its primary's).
+    pub fn create_with_uuid(
+        medium: M,
+        base: usize,
+        len: usize,
+        uuid: Uuid,
+        full_wait: Duration,
+    ) -> Result<Log<M>> {
+        check_region(&medium, base, len)?;
+        let desc =
+            Descriptor::for_region(uuid, len as u64).map_err(|reason| LogError::Invalid {
+                what: "log region",
+                reason,
+            })?;
+        // Superlines first (both, so no stale copy of an earlier log can win), then the
+        // descriptors: until those are durable, the region is not a log.
+        let mut meta = [0u8; layout::RING_OFFSET];
+        for copy in 0..2 {
+            let sl = Superline {
+                sequence: 1 + copy as u64,
+                head: 0,
+                start_lsn: 1,
+                epoch: 1,
+            };
+            let at = layout::SUPERLINE_COPY_OFFSETS[sl.copy()];
+            meta[at..at + layout::SUPERLINE_BYTES].copy_from_slice(&sl.encode(&uuid));
+        }
+        medium.write(base, &meta);
+        medium.flush(base, layout::RING_OFFSET)?;
+        // Zero the ring: a record of an earlier log in this region could otherwise carry the
+        // LSN a new record is expected to have (its CRC would fail, and read as damage).
+        let zeros = vec![0u8; 1 << 20];
+        let ring_end = base + desc.ring_offset as usize + desc.ring_bytes as usize;
+        let mut at = base + desc.ring_offset as usize;
+        while at < ring_end {
+            let n = (ring_end - at).min(zeros.len());
+            medium.write(at, &zeros[..n]);
+            medium.flush(at, n)?;
+            at += n;
+        }
+        medium.fence()?;
+        for copy in 0..2 {
+            let at = base + layout::DESCRIPTOR_COPY_OFFSETS[copy];
+            medium.write(at, &desc.encode(copy));
+            medium.flush(at, layout::DESCRIPTOR_BYTES)?;
+        }
+        medium.fence()?;
+        let opts = LogOptions {
+            clean_shutdown: true,
+            full_wait,
+            ..LogOptions::default()
+        };
+        Ok(Self::open(medium, base, len, &opts)?.0)
+    }
+
+    /// Open the log in `[base, base + len)` of `medium` and recover it: choose the descriptor
+    /// and superline, walk the ring from the head to the tail, and (when writable) make sure no
+    /// record lost in a crash can ever be taken for a new one.
+    pub fn open(
+        medium: M,
+        base: usize,
+        len: usize,
+        opts: &LogOptions,
+    ) -> Result<(Log<M>, Recovery)> {
+        check_region(&medium, base, len)?;
+        let mut repaired = Vec::new();
+        let desc = read_descriptor(&medium, base, len as u64, opts.read_only, &mut repaired)?;
+        let superline = read_superline(&medium, base, &desc, opts.read_only, &mut repaired)?;
+        let geo = Geometry {
+            ring: base + desc.ring_offset as usize,
+            ring_bytes: desc.ring_bytes,
+            payload_max: desc.payload_bytes_max,
+            seed: crc_seed(&desc.log_uuid),
+        };
+        let mut walker = Walker::new(&medium, geo, superline.head, superline.start_lsn);
+        let mut records = 0u64;
+        let stop = loop {
+            match walker.step(false) {
+                Ok(found) => records += u64::from(found.kind == kinds::DATA),
+                Err(stop) => break stop,
+            }
+        };
+        let mut dropped = None;
+        if let Stop::Damaged(c) = &stop {
+            if opts.clean_shutdown && !opts.truncate_damaged && !opts.read_only {
+                return Err(LogError::Corrupt(c.clone()));
+            }
+            dropped = Some(c.clone());
+        }
+        let (mut tail_pos, walked, mut next_lsn) = (walker.pos, walker.walked, walker.expected);
+        let mut recovery = Recovery {
+            records,
+            ring_bytes_used: walked,
+            start_lsn: superline.start_lsn,
+            next_lsn,
+            stop,
+            dropped,
+            jumped_to: None,
+            repaired,
+            epoch: superline.epoch,
+        };
+        // After an unclean shutdown, records reserved before the crash may lie past the tail,
+        // some of them whole. A jump record moves the LSNs on past any of them, so none can
+        // ever pass for a record written later. A full ring has no room for such records.
+        if !opts.read_only && !opts.clean_shutdown && walked < desc.ring_bytes {
+            let to = next_lsn + desc.ring_bytes / layout::RECORD_ALIGN as u64 + 1;
+            write_jump(&medium, &geo, tail_pos, next_lsn, to)?;
+            tail_pos += layout::RECORD_ALIGN as u64;
+            next_lsn = to;
+            recovery.jumped_to = Some(to);
+            recovery.next_lsn = to;
+        }
+        let log = Log {
+            seq: Sequencer::new(
+                desc.ring_bytes / layout::RECORD_ALIGN as u64,
+                next_lsn,
+                tail_pos,
+            ),
+            medium,
+            base,
+            desc,
+            geo,
+            read_only: opts.read_only,
+            failed: AtomicBool::new(false),
+            tail: Mutex::new(Tail {
+                next_lsn,
+                pos: tail_pos,
+            }),
+            next_lsn: AtomicU64::new(next_lsn),
+            head_pos: AtomicU64::new(superline.head),
+            head: Mutex::new(Head {
+                pos: superline.head,
+                lsn: superline.start_lsn,
+                reclaimable: BTreeSet::new(),
+                superline,
+            }),
+            space: Mutex::new(()),
+            space_freed: Condvar::new(),
+            group_pending: AtomicU64::new(0),
+            full_wait: opts.full_wait,
+        };
+        Ok((log, recovery))
+    }
+
+    /// The medium.
+    pub fn medium(&self) -> &M {
+        &self.medium
+    }
+
+    /// The descriptor.
+    pub fn descriptor(&self) -> &Descriptor {
+        &self.desc
+    }
+
+    /// Medium offset of the log region.
+    pub fn base(&self) -> usize {
+        self.base
+    }
+
+    /// Largest payload a record may have.
+    pub fn payload_bytes_max(&self) -> u32 {
+        self.desc.payload_bytes_max
+    }
+
+    fn writable(&self) -> Result<()> {
+        if self.read_only {
+            return Err(LogError::ReadOnly);
+        }
+        if self.failed.load(Ordering::Acquire) {
+            return Err(LogError::Failed);
+        }
+        Ok(())
+    }
+
+    fn latch<T>(&self, r: pmem::Result<T>) -> Result<T> {
+        r.map_err(|e| {
+            self.failed.store(true, Ordering::Release);
+            LogError::Pmem(e)
+        })
+    }
+
+    /// Reserve a record of `length` payload bytes: its LSN and its place in the ring. Waits up
+    /// to the configured time for `cleanup` when the ring is full, then fails with
+    /// [`LogError::Full`].
+    pub fn reserve(&self, length: usize) -> Result<Reservation<'_, M>> {
+        self.writable()?;
+        if length > self.desc.payload_bytes_max as usize {
+            return Err(LogError::TooLarge {
+                length: length as u64,
+                max: self.desc.payload_bytes_max,
+            });
+        }
+        let footprint = record_footprint(length) as u64;
+        let ring = self.desc.ring_bytes;
+        let mut started: Option<Instant> = None;
+        loop {
+            let mut tail = lock(&self.tail);
+            let to_end = self.geo.room_to_end(tail.pos);
+            let pad = if footprint > to_end { to_end } else { 0 };
+            let needed = pad + footprint;
+            let head = self.head_pos.load(Ordering::Acquire);
+            let used = tail.pos - head;
+            if used + needed <= ring {
+                if tail.next_lsn + 2 >= LSN_MAX {
+                    return Err(LogError::Invalid {
+                        what: "LSN",
+                        reason: "the log has handed out every LSN".into(),
+                    });
+                }
+                if pad > 0 {
+                    self.write_padding(tail.pos, tail.next_lsn, pad);
+                    self.seq.complete(tail.next_lsn);
+                    tail.next_lsn += 1;
+                    tail.pos += pad;
+                }
+                let lsn = tail.next_lsn;
+                let at = self.geo.at(tail.pos);
+                tail.next_lsn += 1;
+                tail.pos += footprint;
+                self.next_lsn.store(tail.next_lsn, Ordering::Release);
+                drop(tail);
+                return Ok(Reservation {
+                    log: self,
+                    lsn,
+                    at,
+                    length,
+                    crc: crc_start(self.geo.seed, lsn, length as u32, kinds::DATA),
+                    crc_upto: 0,
+                    nontemporal: length >= NONTEMPORAL_BYTES_MIN,
+                    completed: false,
+                });
+            }
+            drop(tail);
+            let start = *started.get_or_insert_with(Instant::now);
+            let waited = start.elapsed();
+            if waited >= self.full_wait {
+                return Err(LogError::Full {
+                    needed,
+                    free: ring - used,
+                    ring,
+                    waited_ms: waited.as_millis() as u64,
+                });
+            }
+            let guard = lock(&self.space);
+            if self.head_pos.load(Ordering::Acquire) == head {
+                let _ = self
+                    .space_freed
+                    .wait_timeout(guard, self.full_wait - waited)
+                    .unwrap_or_else(|p| p.into_inner());
+            }
+        }
+    }
+
+    fn write_padding(&self, pos: u64, lsn: u64, pad: u64) {
+        let length = (pad - layout::RECORD_HEADER_BYTES as u64) as u32;
+        let header = RecordHeader {
+            lsn,
+            length,
+            kind: kinds::PADDING,
+            payload_crc: crc_start(self.geo.seed, lsn, length, kinds::PADDING),
+        };
+        self.medium.write(self.geo.at(pos), &header.encode());
+    }
+
+    /// Make every record up to `lsn` durable if `lsn` is a multiple of `freq` (with `freq` 1:
+    /// always). Waits for every earlier record to be completed and persists them first, so the
+    /// durable records are always a prefix. Returns whether the records are durable now.
+    pub fn force(&self, lsn: u64, freq: u64) -> Result<bool> {
+        if freq == 0 {
+            return Err(LogError::Invalid {
+                what: "force frequency",
+                reason: "0 (use 1 to force every record)".into(),
+            });
+        }
+        if lsn >= self.next_lsn.load(Ordering::Acquire) {
+            return Err(LogError::BadLsn {
+                lsn,
+                reason: "not reserved yet".into(),
+            });
+        }
+        if freq > 1 && lsn % freq != 0 {
+            return Ok(self.seq.durable() >= lsn);
+        }
+        self.force_now(lsn)?;
+        Ok(true)
+    }
+
+    fn force_now(&self, lsn: u64) -> Result<()> {
+        self.writable()?;
+        self.seq
+            .force(lsn, |cursor, last| self.persist_records(cursor, last))
+            .map(|_| ())
+    }
+
+    /// Group commit: count this record; when G have gathered, force them all.
+    pub fn force_group(&self, lsn: u64, group: u64) -> Result<bool> {
+        let pending = self.group_pending.fetch_add(1, Ordering::AcqRel) + 1;
+        if pending < group.max(1) {
+            return Ok(self.seq.durable() >= lsn);
+        }
+        self.group_pending.store(0, Ordering::Release);
+        self.force(lsn, 1)
+    }
+
+    /// Force by policy.
+    pub fn commit(&self, lsn: u64, policy: ForcePolicy) -> Result<bool> {
+        match policy {
+            ForcePolicy::Sync => self.force(lsn, 1),
+            ForcePolicy::Frequency(f) => self.force(lsn, f),
+            ForcePolicy::Group(g) => self.force_group(lsn, g),
+        }
+    }
+
+    /// The forcer's work: flush what `complete` left in the cache for records
+    /// `cursor.next..=last`, then one fence.
+    fn persist_records(&self, cursor: &mut Cursor, last: u64) -> Result<()> {
+        let mut pos = cursor.pos;
+        let mut lsn = cursor.next;
+        // Coalesce adjacent ranges into one flush.
+        let mut run: Option<(usize, usize)> = None;
+        let flush = |run: Option<(usize, usize)>| -> pmem::Result<()> {
+            match run {
+                Some((at, end)) => self.medium.flush(at, end - at),
+                None => Ok(()),
+            }
+        };
+        while lsn <= last {
+            let at = self.geo.at(pos);
+            let mut hdr = [0u8; layout::RECORD_HEADER_BYTES];
+            self.medium.read(at, &mut hdr);
+            let (h, _, _, _) = RecordHeader::parse(&hdr);
+            assert_eq!(
+                h.lsn,
+                lsn,
+                "record at ring offset {} is not the one completed",
+                pos % self.desc.ring_bytes
+            );
+            let (footprint, dirty) = match h.kind {
+                kinds::PADDING => {
+                    let fp = self.geo.room_to_end(pos);
+                    (fp, layout::RECORD_ALIGN)
+                }
+                _ => {
+                    let fp = record_footprint(h.length as usize);
+                    let dirty = if (h.length as usize) < NONTEMPORAL_BYTES_MIN {
+                        fp
+                    } else {
+                        layout::RECORD_ALIGN
+                    };
+                    (fp as u64, dirty)
+                }
+            };
+            run = match run {
+                Some((s, e)) if e == at => Some((s, at + dirty)),
+                other => {
+                    self.latch(flush(other))?;
+                    Some((at, at + dirty))
+                }
+            };
+            pos += footprint;
+            lsn = h.lsn + 1;
+        }
+        self.latch(flush(run))?;
+        self.latch(self.medium.fence())?;
+        cursor.pos = pos;
+        Ok(())
+    }
+
+    /// Reserve, copy, complete and force by `policy`.
+    pub fn append(&self, payload: &[u8], policy: ForcePolicy) -> Result<Appended> {
+        let mut r = self.reserve(payload.len())?;
+        r.copy(0, payload)?;
+        let lsn = r.complete()?;
+        let durable = self.commit(lsn, policy)?;
+        Ok(Appended { lsn, durable })
+    }
+
+    /// Every LSN up to this one is durable.
+    pub fn durable_lsn(&self) -> u64 {
+        self.seq.durable()
+    }
+
+    /// The LSN the next reservation gets.
+    pub fn next_lsn(&self) -> u64 {
+        self.next_lsn.load(Ordering::Acquire)
+    }
+
+    /// Counters.
+    pub fn stats(&self) -> LogStats {
+        let (head_lsn, epoch) = {
+            let h = lock(&self.head);
+            (h.lsn, h.superline.epoch)
+        };
+        let tail = lock(&self.tail);
+        LogStats {
+            ring_bytes: self.desc.ring_bytes,
+            used_bytes: tail.pos - self.head_pos.load(Ordering::Acquire),
+            head_lsn,
+            next_lsn: tail.next_lsn,
+            durable_lsn: self.seq.durable(),
+            epoch,
+            payload_bytes_max: self.desc.payload_bytes_max,
+        }
+    }
+
+    /// The replication epoch.
+    pub fn epoch(&self) -> u64 {
+        lock(&self.head).superline.epoch
+    }
+
+    /// Record a new replication epoch in the superline (crash-atomic).
+    pub fn set_epoch(&self, epoch: u64) -> Result<()> {
+        self.writable()?;
+        if epoch == 0 {
+            return Err(LogError::Invalid {
+                what: "epoch",
+                reason: "epochs start at 1".into(),
+            });
+        }
+        let mut h = lock(&self.head);
+        let sl = Superline {
+            epoch,
+            ..h.superline
+        };
+        self.write_superline(&mut h, sl)
+    }
+
+    fn write_superline(&self, h: &mut Head, next: Superline) -> Result<()> {
+        let sl = Superline {
+            sequence: h.superline.sequence + 1,
+            ..next
+        };
+        let at = self.base + layout::SUPERLINE_COPY_OFFSETS[sl.copy()];
+        self.medium.write(at, &sl.encode(&self.desc.log_uuid));
+        self.latch(self.medium.persist(at, layout::SUPERLINE_BYTES))?;
+        h.superline = sl;
+        Ok(())
+    }
+
+    /// Mark the record with `lsn` reclaimable (forcing it first if it is not durable) and move
+    /// the head over the reclaimable prefix, which frees ring space.
+    pub fn cleanup(&self, lsn: u64) -> Result<()> {
+        self.writable()?;
+        if lsn >= self.next_lsn() {
+            return Err(LogError::BadLsn {
+                lsn,
+                reason: "not reserved yet".into(),
+            });
+        }
+        self.force_now(lsn)?;
+        let mut h = lock(&self.head);
+        if lsn < h.lsn {
+            return Ok(());
+        }
+        h.reclaimable.insert(lsn);
+        self.advance_head(&mut h)
+    }
+
+    fn advance_head(&self, h: &mut Head) -> Result<()> {
+        let durable = self.seq.durable();
+        let (start_pos, start_lsn) = (h.pos, h.lsn);
+        while h.lsn <= durable {
+            let at = self.geo.at(h.pos);
+            let mut hdr = [0u8; layout::RECORD_HEADER_BYTES];
+            self.medium.read(at, &mut hdr);
+            let (rec, _, _, _) = RecordHeader::parse(&hdr);
+            if rec.lsn != h.lsn {
+                return Err(LogError::Corrupt(Corruption {
+                    structure: "log record at the head".into(),
+                    offset: at as u64,
+                    field: "lsn",
+                    expected: h.lsn.to_string(),
+                    found: rec.lsn.to_string(),
+                }));
+            }
+            let (footprint, next) = match rec.kind {
+                kinds::PADDING => (self.geo.room_to_end(h.pos), h.lsn + 1),
+                kinds::JUMP => {
+                    let mut to = [0u8; 8];
+                    self.medium.read(at + layout::RECORD_HEADER_BYTES, &mut to);
+                    (layout::RECORD_ALIGN as u64, u64::from_le_bytes(to))
+                }
+                kinds::VOID => (record_footprint(rec.length as usize) as u64, h.lsn + 1),
+                _ => {
+                    if !h.reclaimable.remove(&h.lsn) {
+                        break;
+                    }
+                    (record_footprint(rec.length as usize) as u64, h.lsn + 1)
+                }
+            };
+            h.pos += footprint;
+            h.lsn = next;
+        }
+        if (h.pos, h.lsn) == (start_pos, start_lsn) {
+            return Ok(());
+        }
+        let sl = Superline {
+            head: h.pos % self.desc.ring_bytes,
+            start_lsn: h.lsn,
+            ..h.superline
+        };
+        self.write_superline(h, sl)?;
+        self.publish_head(h.pos);
+        Ok(())
+    }
+
+    fn publish_head(&self, pos: u64) {
+        self.head_pos.store(pos, Ordering::Release);
+        let _guard = lock(&self.space);
+        self.space_freed.notify_all();
+    }
+
+    /// Reclaim every record: force all reserved records (waiting for their `complete`), then
+    /// move the head to the tail.
+    pub fn cleanup_all(&self) -> Result<()> {
+        self.writable()?;
+        let tail = lock(&self.tail);
+        if tail.next_lsn > 1 {
+            self.force_now(tail.next_lsn - 1)?;
+        }
+        let mut h = lock(&self.head);
+        h.reclaimable.clear();
+        h.pos = tail.pos;
+        h.lsn = tail.next_lsn;
+        let sl = Superline {
+            head: h.pos % self.desc.ring_bytes,
+            start_lsn: h.lsn,
+            ..h.superline
+        };
+        self.write_superline(&mut h, sl)?;
+        self.publish_head(h.pos);
+        Ok(())
+    }
+
+    /// The durable records from the head, in LSN order (data records only). Stops at the first
+    /// record failing a check, with [`LogError::Corrupt`] for a damaged one.
+    pub fn records(&self) -> Records<'_, M> {
+        let h = lock(&self.head);
+        Records {
+            walker: Walker::new(&self.medium, self.geo, h.pos, h.lsn),
+            last: self.seq.durable(),
+            done: false,
+        }
+    }
+
+    /// Force everything and hand the medium back.
+    pub fn close(self) -> Result<M> {
+        if !self.read_only && !self.failed.load(Ordering::Acquire) {
+            let next = self.next_lsn();
+            if next > 1 && self.seq.durable() < next - 1 {
+                self.force_now(next - 1)?;
+            }
+        }
+        Ok(self.medium)
+    }
+}
+
+/// The recovery iterator: durable data records from the head.
+#[derive(Debug)]
+pub struct Records<'l, M: Medium> {
+    walker: Walker<'l, M>,
+    last: u64,
+    done: bool,
+}
+
+impl<M: Medium> Records<'_, M> {
+    /// LSN the next record must carry.
+    pub fn expected_lsn(&self) -> u64 {
+        self.walker.expected
+    }
+}
+
+impl<M: Medium> Iterator for Records<'_, M> {
+    type Item = Result<Record>;
+
+    fn next(&mut self) -> Option<Result<Record>> {
+        while !self.done {
+            if self.walker.expected > self.last {
+                self.done = true;
+                break;
+            }
+            match self.walker.step(true) {
+                Ok(Found { kind, lsn, at, .. }) if kind == kinds::DATA => {
+                    return Some(Ok(Record {
+                        lsn,
+                        offset: at as u64,
+                        payload: self.walker.payload().to_vec(),
+                    }));
+                }
+                Ok(_) => continue,
+                Err(Stop::Damaged(c)) => {
+                    self.done = true;
+                    return Some(Err(LogError::Corrupt(c)));
+                }
+                Err(_) => self.done = true,
+            }
+        }
+        None
+    }
+}
+
+/// A reserved record: write its payload with [`Reservation::copy`], then
+/// [`Reservation::complete`] it. Dropping it without completing leaves a void record that
+/// readers skip, so later records can still be forced.
+#[derive(Debug)]
+pub struct Reservation<'l, M: Medium> {
+    log: &'l Log<M>,
+    lsn: u64,
+    at: usize,
+    length: usize,
+    crc: u32,
+    crc_upto: usize,
+    nontemporal: bool,
+    completed: bool,
+}
+
+impl<M: Medium> Reservation<'_, M> {
+    /// The record's LSN.
+    pub fn lsn(&self) -> u64 {
+        self.lsn
+    }
+
+    /// Payload bytes reserved.
+    pub fn len(&self) -> usize {
+        self.length
+    }
+
+    /// True for an empty payload.
+    pub fn is_empty(&self) -> bool {
+        self.length == 0
+    }
+
+    /// Medium offset of the payload: the record lives in place, with no staging copy.
+    pub fn payload_offset(&self) -> usize {
+        self.at + layout::RECORD_HEADER_BYTES
+    }
+
+    /// Copy `data` into the payload at `offset` (non-temporal stores for large records). May be
+    /// called any number of times; copies in order let `complete` skip reading the payload
+    /// back for its CRC.
+    pub fn copy(&mut self, offset: usize, data: &[u8]) -> Result<()> {
+        if offset
+            .checked_add(data.len())
+            .is_none_or(|end| end > self.length)
+        {
+            return Err(LogError::Invalid {
+                what: "copy range",
+                reason: format!(
+                    "[{offset}, +{}) is outside the {}-byte record",
+                    data.len(),
+                    self.length
+                ),
+            });
+        }
+        let at = self.payload_offset() + offset;
+        if self.nontemporal {
+            self.log.medium.write_nontemporal(at, data);
+        } else {
+            self.log.medium.write(at, data);
+        }
+        if offset == self.crc_upto {
+            self.crc = crc32c::crc32c_append(self.crc, data);
+            self.crc_upto += data.len();
+        } else {
+            self.crc_upto = usize::MAX;
+        }
+        Ok(())
+    }
+
+    /// Seal the record: payload CRC and valid word. Returns its LSN. Not yet durable: see
+    /// [`Log::force`].
+    pub fn complete(mut self) -> Result<u64> {
+        let crc = if self.crc_upto == self.length {
+            self.crc
+        } else {
+            let mut crc = crc_start(self.log.geo.seed, self.lsn, self.length as u32, kinds::DATA);
+            let mut chunk = vec![0u8; self.length.min(64 * 1024)];
+            let mut done = 0;
+            while done < self.length {
+                let n = (self.length - done).min(chunk.len());
+                self.log
+                    .medium
+                    .read(self.payload_offset() + done, &mut chunk[..n]);
+                crc = crc32c::crc32c_append(crc, &chunk[..n]);
+                done += n;
+            }
+            crc
+        };
+        self.seal(kinds::DATA, crc)?;
+        Ok(self.lsn)
+    }
+
+    fn seal(&mut self, kind: u16, crc: u32) -> Result<()> {
+        self.completed = true;
+        if self.nontemporal {
+            // Drain this thread's non-temporal stores: another thread's fence would not.
+            let r = self.log.medium.fence();
+            if let Err(e) = self.log.latch(r) {
+                // Still complete the record (as void) so forcers do not wait for it forever.
+                self.write_header(
+                    kinds::VOID,
+                    crc_start(self.log.geo.seed, self.lsn, self.length as u32, kinds::VOID),
+                );
+                return Err(e);
+            }
+        }
+        self.write_header(kind, crc);
+        Ok(())
+    }
+
+    fn write_header(&self, kind: u16, crc: u32) {
+        let header = RecordHeader {
+            lsn: self.lsn,
+            length: self.length as u32,
+            kind,
+            payload_crc: crc,
+        };
+        self.log.medium.write(self.at, &header.encode());
+        self.log.seq.complete(self.lsn);
+    }
+}
+
+impl<M: Medium> Drop for Reservation<'_, M> {
+    fn drop(&mut self) {
+        if !self.completed {
+            self.completed = true;
+            let crc = crc_start(self.log.geo.seed, self.lsn, self.length as u32, kinds::VOID);
+            self.write_header(kinds::VOID, crc);
+        }
+    }
+}
+
+/// Write a jump record with `lsn` at ring position `pos`, durable before it returns.
+fn write_jump<M: Medium>(medium: &M, geo: &Geometry, pos: u64, lsn: u64, to: u64) -> Result<()> {
+    let at = geo.at(pos);
+    let payload = to.to_le_bytes();
+    let crc = crc32c::crc32c_append(crc_start(geo.seed, lsn, 8, kinds::JUMP), &payload);
+    let header = RecordHeader {
+        lsn,
+        length: 8,
+        kind: kinds::JUMP,
+        payload_crc: crc,
+    };
+    let mut bytes = [0u8; layout::RECORD_ALIGN];
+    bytes[..layout::RECORD_HEADER_BYTES].copy_from_slice(&header.encode());
+    bytes[layout::RECORD_HEADER_BYTES..layout::RECORD_HEADER_BYTES + 8].copy_from_slice(&payload);
+    medium.write(at, &bytes);
+    medium.persist(at, bytes.len())?;
+    Ok(())
+}
+
+fn read_descriptor<M: Medium>(
+    medium: &M,
+    base: usize,
+    region_bytes: u64,
+    read_only: bool,
+    repaired: &mut Vec<Corruption>,
+) -> Result<Descriptor> {
+    let mut found = [None, None];
+    let mut errors = Vec::new();
+    for (copy, slot) in found.iter_mut().enumerate() {
+        let at = base + layout::DESCRIPTOR_COPY_OFFSETS[copy];
+        let mut b = [0u8; layout::DESCRIPTOR_BYTES];
+        medium.read(at, &mut b);
+        match Descriptor::decode(&b, copy, at as u64, region_bytes) {
+            Ok(d) => *slot = Some(d),
+            Err(c) => errors.push((copy, c)),
+        }
+    }
+    let desc = match found {
+        [Some(a), Some(b)] if a != b => {
+            return Err(LogError::Corrupt(Corruption {
+                structure: "log descriptor copies".into(),
+                offset: (base + layout::DESCRIPTOR_COPY_OFFSETS[1]) as u64,
+                field: "log_uuid",
+                expected: "the same descriptor in both copies".into(),
+                found: "two valid copies that differ".into(),
+            }));
+        }
+        [Some(d), _] | [None, Some(d)] => d,
+        [None, None] => {
+            let (_, first) = errors.swap_remove(0);
+            return Err(LogError::Corrupt(first));
+        }
+    };
+    for (copy, c) in errors {
+        repaired.push(c);
+        if !read_only {
+            let at = base + layout::DESCRIPTOR_COPY_OFFSETS[copy];
+            medium.write(at, &desc.encode(copy));
+            medium.persist(at, layout::DESCRIPTOR_BYTES)?;
+        }
+    }
+    Ok(desc)
+}
+
+fn read_superline<M: Medium>(
+    medium: &M,
+    base: usize,
+    desc: &Descriptor,
+    read_only: bool,
+    repaired: &mut Vec<Corruption>,
+) -> Result<Superline> {
+    let mut best: Option<Superline> = None;
+    let mut errors = Vec::new();
+    for copy in 0..2 {
+        let at = base + layout::SUPERLINE_COPY_OFFSETS[copy];
+        let mut b = [0u8; layout::SUPERLINE_BYTES];
+        medium.read(at, &mut b);
+        match Superline::decode(&b, copy, at as u64, &desc.log_uuid, desc.ring_bytes) {
+            Ok(sl) if best.is_none_or(|b| sl.sequence > b.sequence) => best = Some(sl),
+            Ok(_) => {}
+            Err(c) => errors.push((copy, c)),
+        }
+    }
+    let Some(sl) = best else {
+        let (_, first) = errors.swap_remove(0);
+        return Err(LogError::Corrupt(first));
+    };
+    // A superline copy torn by a crash is normal (the other copy is in force); rewriting it
+    // with the current state, one sequence lower, keeps the pair whole.
+    for (copy, c) in errors {
+        repaired.push(c);
+        if !read_only && copy != sl.copy() {
+            let older = Superline {
+                sequence: sl.sequence - 1,
+                ..sl
+            };
+            if older.sequence > 0 {
+                let at = base + layout::SUPERLINE_COPY_OFFSETS[copy];
+                medium.write(at, &older.encode(&desc.log_uuid));
+                medium.persist(at, layout::SUPERLINE_BYTES)?;
+            }
+        }
+    }
+    Ok(sl)
+}

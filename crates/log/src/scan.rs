@@ -1,0 +1,242 @@
+//! Walking the ring from the head: the three checks of Arcadia's recovery iterator (the LSN is
+//! the one expected, the valid word is set for it, the CRC matches), plus bounds on every field
+//! read from the medium.
+
+use crate::format::{RecordHeader, crc_start, valid_word};
+use crate::layout::{self, kinds, record as r, record_footprint};
+use pmem::{Corruption, Medium};
+
+/// Where a log's ring is and what bounds its records.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Geometry {
+    /// Medium offset of the ring's first byte.
+    pub ring: usize,
+    /// Bytes in the ring.
+    pub ring_bytes: u64,
+    /// Largest payload.
+    pub payload_max: u32,
+    /// CRC seed (the log UUID's CRC).
+    pub seed: u32,
+}
+
+impl Geometry {
+    /// Medium offset of virtual ring position `pos`.
+    pub fn at(&self, pos: u64) -> usize {
+        self.ring + (pos % self.ring_bytes) as usize
+    }
+    /// Bytes from `pos` to the ring's end.
+    pub fn room_to_end(&self, pos: u64) -> u64 {
+        self.ring_bytes - pos % self.ring_bytes
+    }
+}
+
+/// Why a walk stopped.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Stop {
+    /// The next place holds no record with the expected LSN: the end of the log.
+    Tail {
+        /// The LSN field found there.
+        found_lsn: u64,
+    },
+    /// The header carries the expected LSN but not its valid word: a record written in part.
+    Incomplete {
+        /// The valid word found.
+        found_valid: u64,
+    },
+    /// The walk covered the whole ring.
+    RingFull,
+    /// A record whose LSN and valid word match failed a check: damage, or after an unclean
+    /// shutdown possibly a record torn by the crash.
+    Damaged(Corruption),
+}
+
+impl Stop {
+    /// Short description for reports.
+    pub fn describe(&self) -> String {
+        match self {
+            Stop::Tail { found_lsn: 0 } => "end of log (never-written space follows)".into(),
+            Stop::Tail { found_lsn } => {
+                format!("end of log (an older record, LSN {found_lsn}, follows)")
+            }
+            Stop::Incomplete { .. } => "end of log (a record written in part follows)".into(),
+            Stop::RingFull => "end of log (the ring is full)".into(),
+            Stop::Damaged(c) => format!("damaged record: {c}"),
+        }
+    }
+}
+
+/// One entry found by the walk.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Found {
+    pub lsn: u64,
+    pub kind: u16,
+    /// Medium offset of the header.
+    pub at: usize,
+    pub length: u32,
+    /// Ring bytes it occupies.
+    pub footprint: u64,
+    /// For a jump: the LSN that follows.
+    pub jump_to: Option<u64>,
+}
+
+/// A walk over the ring.
+#[derive(Debug)]
+pub(crate) struct Walker<'m, M: Medium + ?Sized> {
+    medium: &'m M,
+    pub geo: Geometry,
+    /// Virtual position of the next record.
+    pub pos: u64,
+    /// Ring bytes walked so far.
+    pub walked: u64,
+    /// LSN the next record must carry.
+    pub expected: u64,
+    buf: Vec<u8>,
+}
+
+impl<'m, M: Medium + ?Sized> Walker<'m, M> {
+    pub fn new(medium: &'m M, geo: Geometry, head: u64, start_lsn: u64) -> Self {
+        Walker {
+            medium,
+            geo,
+            pos: head,
+            walked: 0,
+            expected: start_lsn,
+            buf: Vec::new(),
+        }
+    }
+
+    fn damaged(&self, at: usize, field: layout::Field, expected: String, found: String) -> Stop {
+        Stop::Damaged(Corruption {
+            structure: format!("log record LSN {}", self.expected),
+            offset: (at + field.offset) as u64,
+            field: field.name,
+            expected,
+            found,
+        })
+    }
+
+    /// The payload of the record just returned by `step` with `want_payload`.
+    pub fn payload(&self) -> &[u8] {
+        &self.buf
+    }
+
+    /// Validate the next record and move past it. With `want_payload`, a data record's payload
+    /// is left in [`Walker::payload`].
+    pub fn step(&mut self, want_payload: bool) -> Result<Found, Stop> {
+        let geo = self.geo;
+        if self.walked + layout::RECORD_ALIGN as u64 > geo.ring_bytes {
+            return Err(Stop::RingFull);
+        }
+        let at = geo.at(self.pos);
+        let mut hdr = [0u8; layout::RECORD_HEADER_BYTES];
+        self.medium.read(at, &mut hdr);
+        let (h, valid, reserved, reserved2) = RecordHeader::parse(&hdr);
+        if h.lsn != self.expected {
+            return Err(Stop::Tail { found_lsn: h.lsn });
+        }
+        if valid != valid_word(h.lsn) {
+            return Err(Stop::Incomplete { found_valid: valid });
+        }
+        if reserved != 0 || reserved2 != 0 {
+            let (f, v) = if reserved != 0 {
+                (r::RESERVED, reserved as u64)
+            } else {
+                (r::RESERVED2, reserved2 as u64)
+            };
+            return Err(self.damaged(at, f, "0".into(), v.to_string()));
+        }
+        let room = geo.room_to_end(self.pos).min(geo.ring_bytes - self.walked);
+        let footprint = match h.kind {
+            kinds::PADDING => {
+                let want = geo.room_to_end(self.pos) - layout::RECORD_HEADER_BYTES as u64;
+                if h.length as u64 != want || geo.ring_bytes - self.walked < geo.room_to_end(self.pos) {
+                    return Err(self.damaged(
+                        at,
+                        r::LENGTH,
+                        want.to_string(),
+                        h.length.to_string(),
+                    ));
+                }
+                geo.room_to_end(self.pos)
+            }
+            kinds::DATA | kinds::JUMP | kinds::VOID => {
+                let fp = record_footprint(h.length as usize) as u64;
+                if h.length > geo.payload_max
+                    || fp > room
+                    || (h.kind == kinds::JUMP && h.length != 8)
+                {
+                    return Err(self.damaged(
+                        at,
+                        r::LENGTH,
+                        format!(
+                            "at most {} and inside the ring ({room} bytes left)",
+                            geo.payload_max.min(room as u32)
+                        ),
+                        h.length.to_string(),
+                    ));
+                }
+                fp
+            }
+            other => {
+                return Err(self.damaged(
+                    at,
+                    r::KIND,
+                    format!("one of {}..={}", kinds::DATA, kinds::VOID),
+                    other.to_string(),
+                ));
+            }
+        };
+        // The CRC: over the header's first 16 bytes and (for data and jumps) the payload.
+        let mut crc = crc_start(geo.seed, h.lsn, h.length, h.kind);
+        let mut jump_to = None;
+        if h.kind == kinds::DATA || h.kind == kinds::JUMP {
+            let len = h.length as usize;
+            let payload_at = at + layout::RECORD_HEADER_BYTES;
+            if want_payload || h.kind == kinds::JUMP {
+                self.buf.resize(len, 0);
+                self.medium.read(payload_at, &mut self.buf);
+                crc = crc32c::crc32c_append(crc, &self.buf);
+            } else {
+                let mut chunk = [0u8; 4096];
+                let mut done = 0;
+                while done < len {
+                    let n = (len - done).min(chunk.len());
+                    self.medium.read(payload_at + done, &mut chunk[..n]);
+                    crc = crc32c::crc32c_append(crc, &chunk[..n]);
+                    done += n;
+                }
+            }
+        }
+        if crc != h.payload_crc {
+            return Err(self.damaged(
+                at,
+                r::PAYLOAD_CRC,
+                format!("{crc:#010x}"),
+                format!("{:#010x}", h.payload_crc),
+            ));
+        }
+        if h.kind == kinds::JUMP {
+            let to = u64::from_le_bytes(self.buf[..8].try_into().expect("8-byte jump payload"));
+            if to <= h.lsn || to > crate::format::LSN_MAX {
+                return Err(self.damaged(
+                    at,
+                    r::LSN,
+                    format!("a jump past {}", h.lsn),
+                    to.to_string(),
+                ));
+            }
+            jump_to = Some(to);
+        }
+        self.pos += footprint;
+        self.walked += footprint;
+        self.expected = jump_to.unwrap_or(h.lsn + 1);
+        Ok(Found {
+            lsn: h.lsn,
+            kind: h.kind,
+            at,
+            length: h.length,
+            footprint,
+            jump_to,
+        })
+    }
+}

@@ -1,0 +1,207 @@
+//! The log's behaviour on the simulator and on a pool file: append, force, reopen, iterate,
+//! wrap, full ring, cleanup.
+
+use std::time::Duration;
+
+use log::{ForcePolicy, Log, LogError, LogOptions, Stop};
+use pmem::{Medium, SimConfig, SimMedium};
+
+const REGION: usize = 4096 + 16 * 1024;
+
+fn new_log(region: usize) -> Log<SimMedium> {
+    let sim = SimMedium::new(region, SimConfig::default());
+    Log::create(sim, 0, region, Duration::from_millis(10)).expect("create")
+}
+
+fn reopen(log: Log<SimMedium>, clean: bool) -> (Log<SimMedium>, log::Recovery) {
+    let len = log.medium().len();
+    let sim = log.close().expect("close");
+    let image = sim.durable_image();
+    let sim = SimMedium::from_image(image, SimConfig::default());
+    let opts = LogOptions {
+        clean_shutdown: clean,
+        full_wait: Duration::from_millis(10),
+        ..LogOptions::default()
+    };
+    Log::open(sim, 0, len, &opts).expect("reopen")
+}
+
+fn payloads(log: &Log<SimMedium>) -> Vec<Vec<u8>> {
+    log.records().map(|r| r.expect("record").payload).collect()
+}
+
+#[test]
+fn appended_records_come_back_in_order_after_reopen() {
+    let log = new_log(REGION);
+    let want: Vec<Vec<u8>> = (0..20u8).map(|i| vec![i; i as usize * 7]).collect();
+    for p in &want {
+        let a = log.append(p, ForcePolicy::Sync).expect("append");
+        assert!(a.durable);
+    }
+    assert_eq!(payloads(&log), want);
+    let (log, rec) = reopen(log, true);
+    assert_eq!(rec.records, 20);
+    assert_eq!(rec.next_lsn, 21);
+    assert_eq!(rec.jumped_to, None);
+    assert_eq!(payloads(&log), want);
+    // An unclean reopen jumps the LSNs past anything a lost record could carry.
+    let (log, rec) = reopen(log, false);
+    let jump = rec.jumped_to.expect("jump after unclean shutdown");
+    assert!(jump > 21 + (16 * 1024 / 64));
+    assert_eq!(
+        log.append(b"after", ForcePolicy::Sync).expect("append").lsn,
+        jump
+    );
+    let (log, _) = reopen(log, true);
+    let mut all = want.clone();
+    all.push(b"after".to_vec());
+    assert_eq!(payloads(&log), all);
+}
+
+#[test]
+fn a_full_ring_fails_with_log_full_and_cleanup_makes_room() {
+    let log = new_log(REGION);
+    let mut lsns = Vec::new();
+    let err = loop {
+        match log.append(&[7u8; 1000], ForcePolicy::Sync) {
+            Ok(a) => lsns.push(a.lsn),
+            Err(e) => break e,
+        }
+    };
+    assert!(matches!(err, LogError::Full { .. }), "{err}");
+    assert!(lsns.len() >= 15, "{} records fit", lsns.len());
+    // Out-of-order cleanup frees nothing until the head's record is reclaimable.
+    log.cleanup(lsns[1]).expect("cleanup");
+    assert!(matches!(
+        log.append(&[1u8; 1000], ForcePolicy::Sync),
+        Err(LogError::Full { .. })
+    ));
+    log.cleanup(lsns[0]).expect("cleanup");
+    assert_eq!(log.stats().head_lsn, lsns[2]);
+    // Now records wrap around the ring's end (with a padding record).
+    let mut live: std::collections::VecDeque<u64> = lsns[2..].iter().copied().collect();
+    for i in 0..100u32 {
+        let a = log
+            .append(&i.to_le_bytes().repeat(250), ForcePolicy::Sync)
+            .expect("append after cleanup");
+        live.push_back(a.lsn);
+        while live.len() > 5 {
+            log.cleanup(live.pop_front().expect("live"))
+                .expect("cleanup");
+        }
+    }
+    assert_eq!(log.stats().head_lsn, live[0]);
+    let (log, rec) = reopen(log, true);
+    assert!(rec.records >= 1);
+    let last = payloads(&log).pop().expect("a record");
+    assert_eq!(last, 99u32.to_le_bytes().repeat(250));
+}
+
+#[test]
+fn frequency_policy_persists_only_at_multiples() {
+    let log = new_log(REGION);
+    let mut durable = Vec::new();
+    for i in 0..16u8 {
+        durable.push(
+            log.append(&[i; 10], ForcePolicy::Frequency(4))
+                .expect("append")
+                .durable,
+        );
+    }
+    let want: Vec<bool> = (1..=16u64).map(|lsn| lsn % 4 == 0).collect();
+    assert_eq!(durable, want);
+    assert_eq!(log.durable_lsn(), 16);
+}
+
+#[test]
+fn a_bit_flip_in_a_payload_stops_the_iterator_with_a_typed_error() {
+    let log = new_log(REGION);
+    let mut offsets = Vec::new();
+    for i in 0..5u8 {
+        log.append(&[i; 100], ForcePolicy::Sync).expect("append");
+    }
+    for r in log.records() {
+        offsets.push(r.expect("record").offset);
+    }
+    let at = offsets[2] as usize + 32 + 50;
+    let mut byte = [0u8];
+    log.medium().read(at, &mut byte);
+    log.medium().inject(at, &[byte[0] ^ 0x10]).expect("inject");
+    let got: Vec<_> = log.records().collect();
+    assert_eq!(got.len(), 3);
+    let err = got[2].as_ref().expect_err("damaged record");
+    let c = err.corruption().expect("typed corruption");
+    assert_eq!(c.field, "payload_crc");
+    assert_eq!(c.structure, "log record LSN 3");
+    // After a clean shutdown, a damaged record refuses a writable open...
+    let len = log.medium().len();
+    let image = log.close().expect("close").durable_image();
+    let open = |clean, truncate| {
+        let sim = SimMedium::from_image(image.clone(), SimConfig::default());
+        let opts = LogOptions {
+            clean_shutdown: clean,
+            truncate_damaged: truncate,
+            ..LogOptions::default()
+        };
+        Log::open(sim, 0, len, &opts)
+    };
+    assert!(matches!(open(true, false), Err(LogError::Corrupt(_))));
+    // ... and after an unclean one it is taken for a torn record and dropped with the rest.
+    let (_, rec) = open(false, false).expect("unclean open");
+    assert_eq!(rec.records, 2);
+    assert!(matches!(rec.stop, Stop::Damaged(_)));
+    assert!(rec.dropped.is_some());
+    let (_, rec) = open(true, true).expect("truncating open");
+    assert_eq!(rec.records, 2);
+}
+
+#[test]
+fn copy_in_pieces_and_out_of_order_gives_the_same_record() {
+    let log = new_log(REGION);
+    let data: Vec<u8> = (0..3000u32).map(|i| (i * 31) as u8).collect();
+    let mut r = log.reserve(data.len()).expect("reserve");
+    r.copy(2000, &data[2000..]).expect("copy");
+    r.copy(0, &data[..2000]).expect("copy");
+    assert!(r.copy(2999, &[1, 2]).is_err());
+    let lsn = r.complete().expect("complete");
+    assert!(log.force(lsn, 1).expect("force"));
+    let dropped = log.reserve(10).expect("reserve");
+    drop(dropped);
+    log.append(b"tail", ForcePolicy::Sync).expect("append");
+    assert_eq!(payloads(&log), vec![data, b"tail".to_vec()]);
+    assert!(matches!(
+        log.reserve(1 << 20),
+        Err(LogError::TooLarge { .. })
+    ));
+    assert!(matches!(log.force(99, 1), Err(LogError::BadLsn { .. })));
+}
+
+#[test]
+fn a_log_file_survives_close_and_reopen() {
+    let dir = if std::path::Path::new("/dev/shm").is_dir() {
+        "/dev/shm".into()
+    } else {
+        std::env::temp_dir()
+    };
+    let path = dir.join(format!("kavach-log-basic-{}.pool", std::process::id()));
+    let _ = std::fs::remove_file(&path);
+    let f = log::LogFile::create(&path, 1 << 20, "log", None, Duration::from_millis(10))
+        .expect("create");
+    for i in 0..100u32 {
+        f.log()
+            .append(&i.to_le_bytes(), ForcePolicy::Frequency(8))
+            .expect("append");
+    }
+    f.close().expect("close");
+    let f = log::LogFile::open(&path, "log", false, Duration::from_millis(10)).expect("open");
+    assert_eq!(f.recovery().records, 100);
+    assert_eq!(f.recovery().jumped_to, None);
+    let got: Vec<u32> = f
+        .log()
+        .records()
+        .map(|r| u32::from_le_bytes(r.expect("r").payload.try_into().expect("4")))
+        .collect();
+    assert_eq!(got, (0..100).collect::<Vec<_>>());
+    f.close().expect("close");
+    std::fs::remove_file(&path).expect("remove");
+}
