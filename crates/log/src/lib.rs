@@ -31,7 +31,7 @@ pub use error::{LogError, Result};
 pub use file::LogFile;
 pub use format::{Descriptor, Superline};
 pub use log::{
-    Appended, ForcePolicy, Log, LogOptions, LogStats, NONTEMPORAL_BYTES_MIN, Record, Records,
-    Recovery, Reservation,
+    Appended, Entries, Entry, ForcePolicy, Log, LogOptions, LogStats, NONTEMPORAL_BYTES_MIN,
+    Record, Records, Recovery, Reservation,
 };
 pub use scan::Stop;

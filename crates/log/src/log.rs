@@ -757,6 +757,16 @@ impl<M: Medium> Log<M> {
         }
     }
 
+    /// Every entry from the head (data, padding, jump and void records) with its place and
+    /// size, for dumps; [`Entries::stop`] then says why the walk ended.
+    pub fn entries(&self) -> Entries<'_, M> {
+        let h = lock(&self.head);
+        Entries {
+            walker: Walker::new(&self.medium, self.geo, h.pos, h.lsn),
+            stop: None,
+        }
+    }
+
     /// Force everything and hand the medium back.
     pub fn close(self) -> Result<M> {
         if !self.read_only && !self.failed.load(Ordering::Acquire) {
@@ -766,6 +776,61 @@ impl<M: Medium> Log<M> {
             }
         }
         Ok(self.medium)
+    }
+}
+
+/// One entry of the ring, as [`Log::entries`] finds it.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Entry {
+    /// Its LSN.
+    pub lsn: u64,
+    /// `data`, `padding`, `jump` or `void`.
+    pub kind: &'static str,
+    /// Medium offset of its header.
+    pub offset: u64,
+    /// Payload bytes.
+    pub length: u32,
+    /// Ring bytes it occupies.
+    pub footprint: u64,
+    /// For a jump: the LSN after it.
+    pub jump_to: Option<u64>,
+}
+
+/// Walk of every entry; see [`Log::entries`].
+#[derive(Debug)]
+pub struct Entries<'l, M: Medium> {
+    walker: Walker<'l, M>,
+    stop: Option<Stop>,
+}
+
+impl<M: Medium> Entries<'_, M> {
+    /// Why the walk ended (after the iterator returned `None`).
+    pub fn stop(&self) -> Option<&Stop> {
+        self.stop.as_ref()
+    }
+}
+
+impl<M: Medium> Iterator for Entries<'_, M> {
+    type Item = Entry;
+
+    fn next(&mut self) -> Option<Entry> {
+        if self.stop.is_some() {
+            return None;
+        }
+        match self.walker.step(false) {
+            Ok(f) => Some(Entry {
+                lsn: f.lsn,
+                kind: kinds::name(f.kind),
+                offset: f.at as u64,
+                length: f.length,
+                footprint: f.footprint,
+                jump_to: f.jump_to,
+            }),
+            Err(stop) => {
+                self.stop = Some(stop);
+                None
+            }
+        }
     }
 }
 

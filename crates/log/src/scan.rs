@@ -149,7 +149,9 @@ impl<'m, M: Medium + ?Sized> Walker<'m, M> {
         let footprint = match h.kind {
             kinds::PADDING => {
                 let want = geo.room_to_end(self.pos) - layout::RECORD_HEADER_BYTES as u64;
-                if h.length as u64 != want || geo.ring_bytes - self.walked < geo.room_to_end(self.pos) {
+                if h.length as u64 != want
+                    || geo.ring_bytes - self.walked < geo.room_to_end(self.pos)
+                {
                     return Err(self.damaged(
                         at,
                         r::LENGTH,
