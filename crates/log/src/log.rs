@@ -705,6 +705,9 @@ impl<M: Medium> Log<M> {
             h.pos += footprint;
             h.lsn = next;
         }
+        // Marks for records the head has passed (padding, void, already reclaimed) go.
+        let keep = h.reclaimable.split_off(&h.lsn);
+        h.reclaimable = keep;
         if (h.pos, h.lsn) == (start_pos, start_lsn) {
             return Ok(());
         }
