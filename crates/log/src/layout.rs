@@ -53,7 +53,8 @@ pub const VALID_KEY: u64 = 0x5641_4c49_444b_5643; // "CVKDILAV" little-endian: a
 pub mod kinds {
     /// A caller's record.
     pub const DATA: u16 = 1;
-    /// Filler from here to the end of the ring; the next record starts at the ring's start.
+    /// Filler from here to the end of the ring; the record at the ring's start carries the same
+    /// LSN (padding takes none of its own).
     pub const PADDING: u16 = 2;
     /// Written at recovery after an unclean shutdown: its 8-byte payload is the LSN the next
     /// record carries, past every LSN a lost record could hold.

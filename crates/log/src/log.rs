@@ -422,9 +422,9 @@ impl<M: Medium> Log<M> {
                     });
                 }
                 if pad > 0 {
+                    // The padding carries the LSN of the record after it and needs no
+                    // completion of its own: it is written before that record is reserved.
                     self.write_padding(tail.pos, tail.next_lsn, pad);
-                    self.seq.complete(tail.next_lsn);
-                    tail.next_lsn += 1;
                     tail.pos += pad;
                 }
                 let lsn = tail.next_lsn;
@@ -549,20 +549,19 @@ impl<M: Medium> Log<M> {
                 "record at ring offset {} is not the one completed",
                 pos % self.desc.ring_bytes
             );
-            let (footprint, dirty) = match h.kind {
-                kinds::PADDING => {
-                    let fp = self.geo.room_to_end(pos);
-                    (fp, layout::RECORD_ALIGN)
-                }
-                _ => {
-                    let fp = record_footprint(h.length as usize);
-                    let dirty = if (h.length as usize) < NONTEMPORAL_BYTES_MIN {
-                        fp
-                    } else {
-                        layout::RECORD_ALIGN
-                    };
-                    (fp as u64, dirty)
-                }
+            // Padding: its header line, and the record after it (same LSN) at the ring's start.
+            // Small records: every line. Large ones: the header line (the payload went
+            // around the cache and the completing thread fenced it).
+            let (footprint, dirty, next) = if h.kind == kinds::PADDING {
+                (self.geo.room_to_end(pos), layout::RECORD_ALIGN, lsn)
+            } else {
+                let fp = record_footprint(h.length as usize);
+                let dirty = if (h.length as usize) < NONTEMPORAL_BYTES_MIN {
+                    fp
+                } else {
+                    layout::RECORD_ALIGN
+                };
+                (fp as u64, dirty, lsn + 1)
             };
             run = match run {
                 Some((s, e)) if e == at => Some((s, at + dirty)),
@@ -572,7 +571,7 @@ impl<M: Medium> Log<M> {
                 }
             };
             pos += footprint;
-            lsn = h.lsn + 1;
+            lsn = next;
         }
         self.latch(flush(run))?;
         self.latch(self.medium.fence())?;
@@ -688,7 +687,7 @@ impl<M: Medium> Log<M> {
                 }));
             }
             let (footprint, next) = match rec.kind {
-                kinds::PADDING => (self.geo.room_to_end(h.pos), h.lsn + 1),
+                kinds::PADDING => (self.geo.room_to_end(h.pos), h.lsn),
                 kinds::JUMP => {
                     let mut to = [0u8; 8];
                     self.medium.read(at + layout::RECORD_HEADER_BYTES, &mut to);

@@ -231,7 +231,11 @@ impl<'m, M: Medium + ?Sized> Walker<'m, M> {
         }
         self.pos += footprint;
         self.walked += footprint;
-        self.expected = jump_to.unwrap_or(h.lsn + 1);
+        // Padding carries the LSN of the record after it (at the ring's start).
+        self.expected = match h.kind {
+            kinds::PADDING => h.lsn,
+            _ => jump_to.unwrap_or(h.lsn + 1),
+        };
         Ok(Found {
             lsn: h.lsn,
             kind: h.kind,
