@@ -96,13 +96,135 @@ pub fn run(a: &DemoArgs) -> Result<Outcome> {
     println!("4. damage a header slot of a scratch pool, check it, repair it by reopening");
     damage_demo(&a.dir)?;
 
+    println!("5. log: two threads append to a persistent log; crash appends on the simulator");
+    log_demo(&a.dir, a.crashes)?;
+
     pool.close()?;
     println!(
-        "5. closed {} cleanly; run `kavach pool info {}` to look at it",
+        "6. closed {} cleanly; run `kavach pool info {}` or `kavach log dump {}` to look",
         path.display(),
-        path.display()
+        path.display(),
+        a.dir.join("demo-log.pool").display()
     );
     Ok(Outcome::Ok)
+}
+
+/// Append from two threads to `DIR/demo-log.pool` (created if missing), then crash a
+/// single-writer append sequence at random points on the simulator and check that every forced
+/// record comes back, in order, with nothing torn.
+fn log_demo(dir: &std::path::Path, random_points: u64) -> Result<()> {
+    use log::{ForcePolicy, Log, LogFile, LogOptions};
+    use std::time::Duration;
+    let path = dir.join("demo-log.pool");
+    let wait = Duration::from_millis(200);
+    let file = if path.exists() {
+        LogFile::open(&path, "log", false, wait)
+            .with_context(|| format!("cannot open {}", path.display()))?
+    } else {
+        LogFile::create(&path, 16 << 20, "log", None, wait)
+            .with_context(|| format!("cannot create {}", path.display()))?
+    };
+    let r = file.recovery();
+    println!(
+        "   {} ({} domain) holds {} records (LSN {}..{}); {}",
+        path.display(),
+        file.pool().info().domain,
+        r.records,
+        r.start_lsn,
+        r.next_lsn,
+        r.stop.describe()
+    );
+    let log = file.log();
+    // Keep the log from filling: reclaim everything before this run's records.
+    log.cleanup_all()?;
+    let per_thread = 5_000u64;
+    let started = std::time::Instant::now();
+    std::thread::scope(|s| -> Result<()> {
+        let workers: Vec<_> = (0..2u64)
+            .map(|t| {
+                s.spawn(move || -> Result<()> {
+                    for i in 0..per_thread {
+                        let msg = format!("thread {t} record {i}");
+                        log.append(msg.as_bytes(), ForcePolicy::Frequency(8))?;
+                    }
+                    Ok(())
+                })
+            })
+            .collect();
+        for w in workers {
+            w.join()
+                .map_err(|_| anyhow::anyhow!("a demo writer panicked"))??;
+        }
+        Ok(())
+    })?;
+    let elapsed = started.elapsed();
+    log.force(log.next_lsn() - 1, 1)?;
+    println!(
+        "   appended {} records from 2 threads in {:.1} ms (frequency:8), all durable up to LSN {}",
+        2 * per_thread,
+        elapsed.as_secs_f64() * 1e3,
+        log.durable_lsn()
+    );
+    file.close()?;
+
+    let region = 4096 + 64 * 1024;
+    let sim = SimMedium::new(region, SimConfig::default());
+    let base = Log::create(&sim, 0, region, wait)?.close()?.durable_image();
+    let appended = std::sync::Mutex::new(0u64);
+    let op = |m: &SimMedium| {
+        let opts = LogOptions {
+            clean_shutdown: true,
+            ..LogOptions::default()
+        };
+        let Ok((l, _)) = Log::open(m, 0, region, &opts) else {
+            return;
+        };
+        for i in 0..200u64 {
+            match l.append(
+                &i.to_le_bytes().repeat(1 + i as usize % 40),
+                ForcePolicy::Sync,
+            ) {
+                Ok(_) => *appended.lock().unwrap_or_else(|p| p.into_inner()) = i + 1,
+                Err(_) => return,
+            }
+        }
+    };
+    let mut bad = 0u64;
+    let mut runs = 0u64;
+    crash_at_random_points(
+        &base,
+        7,
+        random_points,
+        |m| {
+            *appended.lock().unwrap_or_else(|p| p.into_inner()) = 0;
+            op(m)
+        },
+        |img, _| {
+            runs += 1;
+            let forced = *appended.lock().unwrap_or_else(|p| p.into_inner());
+            let m = SimMedium::from_image(img, SimConfig::default());
+            let ok = Log::open(&m, 0, region, &LogOptions::default()).is_ok_and(|(l, _)| {
+                let got: Vec<Vec<u8>> = l
+                    .records()
+                    .map_while(|r| r.ok())
+                    .map(|r| r.payload)
+                    .collect();
+                got.len() as u64 >= forced
+                    && got
+                        .iter()
+                        .enumerate()
+                        .all(|(i, p)| *p == (i as u64).to_le_bytes().repeat(1 + i % 40))
+            });
+            bad += u64::from(!ok);
+        },
+    );
+    println!(
+        "   {runs} random crashes during 200 synchronous appends: every forced record recovered, \
+         in order, none torn, in {} of them",
+        runs - bad
+    );
+    anyhow::ensure!(bad == 0, "{bad} crash images lost a forced record");
+    Ok(())
 }
 
 fn crash_demo(random_points: u64) -> Result<()> {
