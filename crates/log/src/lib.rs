@@ -17,6 +17,8 @@
 //!
 //! `docs/format/log.md` documents the bytes; the crate README says what is guaranteed.
 
+#![forbid(unsafe_code)]
+
 pub mod error;
 pub mod file;
 pub mod format;

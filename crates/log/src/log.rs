@@ -294,13 +294,25 @@ impl<M: Medium> Log<M> {
                 Err(stop) => break stop,
             }
         };
-        let mut dropped = None;
-        if let Stop::Damaged(c) = &stop {
+        // After a clean close no record can be torn or left incomplete, so a record with the
+        // expected LSN that fails any other check is damage.
+        let failing = match &stop {
+            Stop::Damaged(c) => Some(c.clone()),
+            Stop::Incomplete { found_valid } if opts.clean_shutdown => Some(Corruption {
+                structure: format!("log record LSN {}", walker.expected),
+                offset: (geo.at(walker.pos) + layout::record::VALID.offset) as u64,
+                field: layout::record::VALID.name,
+                expected: format!("{:#018x}", crate::format::valid_word(walker.expected)),
+                found: format!("{found_valid:#018x}"),
+            }),
+            _ => None,
+        };
+        if let Some(c) = &failing {
             if opts.clean_shutdown && !opts.truncate_damaged && !opts.read_only {
                 return Err(LogError::Corrupt(c.clone()));
             }
-            dropped = Some(c.clone());
         }
+        let dropped = failing;
         let (mut tail_pos, walked, mut next_lsn) = (walker.pos, walker.walked, walker.expected);
         let mut recovery = Recovery {
             records,
@@ -316,7 +328,10 @@ impl<M: Medium> Log<M> {
         // After an unclean shutdown, records reserved before the crash may lie past the tail,
         // some of them whole. A jump record moves the LSNs on past any of them, so none can
         // ever pass for a record written later. A full ring has no room for such records.
-        if !opts.read_only && !opts.clean_shutdown && walked < desc.ring_bytes {
+        // A dropped record (torn, or damaged and truncated on request) may have whole records
+        // after it too.
+        let jump = !opts.clean_shutdown || recovery.dropped.is_some();
+        if !opts.read_only && jump && walked < desc.ring_bytes {
             let to = next_lsn + desc.ring_bytes / layout::RECORD_ALIGN as u64 + 1;
             write_jump(&medium, &geo, tail_pos, next_lsn, to)?;
             tail_pos += layout::RECORD_ALIGN as u64;
@@ -543,12 +558,17 @@ impl<M: Medium> Log<M> {
             let mut hdr = [0u8; layout::RECORD_HEADER_BYTES];
             self.medium.read(at, &mut hdr);
             let (h, _, _, _) = RecordHeader::parse(&hdr);
-            assert_eq!(
-                h.lsn,
-                lsn,
-                "record at ring offset {} is not the one completed",
-                pos % self.desc.ring_bytes
-            );
+            if h.lsn != lsn {
+                // Something wrote over a completed record before it was forced.
+                self.failed.store(true, Ordering::Release);
+                return Err(LogError::Corrupt(Corruption {
+                    structure: "log record being forced".into(),
+                    offset: at as u64,
+                    field: layout::record::LSN.name,
+                    expected: lsn.to_string(),
+                    found: h.lsn.to_string(),
+                }));
+            }
             // Padding: its header line, and the record after it (same LSN) at the ring's start.
             // Small records: every line. Large ones: the header line (the payload went
             // around the cache and the completing thread fenced it).

@@ -1,0 +1,572 @@
+//! `docs/format/log.md` against the code: the field tables and the constants table must say
+//! exactly what `log::layout` (and the few constants kept elsewhere) say, and the checksum and
+//! size formulas the document states must be the ones the code computes.
+//!
+//! Conventions the document follows (and this test parses):
+//! - a line `<!-- fields: X -->` (X is `descriptor`, `superline` or `record`) right before a
+//!   table whose header row is `| offset | size | field | meaning |`, then the separator row,
+//!   then one row per field: decimal offset, decimal size, the field name in backticks, a
+//!   non-empty meaning;
+//! - a line `<!-- constants -->` right before a table `| constant | value | meaning |` whose
+//!   rows hold a constant's name in backticks, its value (a decimal or `0x` number, a
+//!   comma-separated list of numbers, or a magic's ASCII bytes in backticks) and a meaning.
+
+use log::format::{self, Descriptor, RecordHeader, Superline};
+use log::layout::{self, Field, kinds};
+use pmem::Uuid;
+use std::path::PathBuf;
+
+const FIELDS_HEADER_ROW: &str = "| offset | size | field | meaning |";
+const CONSTANTS_HEADER_ROW: &str = "| constant | value | meaning |";
+
+/// A constant's value as the document writes it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Value {
+    /// One number, or a list of them (the copy offsets).
+    Numbers(Vec<u64>),
+    /// The bytes of a magic.
+    Bytes(Vec<u8>),
+}
+
+fn one(n: u64) -> Value {
+    Value::Numbers(vec![n])
+}
+
+fn offsets(list: [usize; 2]) -> Value {
+    Value::Numbers(list.iter().map(|&n| n as u64).collect())
+}
+
+/// Every constant the document must list, with its value in the code.
+fn code_constants() -> Vec<(&'static str, Value)> {
+    vec![
+        ("RECORD_ALIGN", one(layout::RECORD_ALIGN as u64)),
+        (
+            "DESCRIPTOR_COPY_OFFSETS",
+            offsets(layout::DESCRIPTOR_COPY_OFFSETS),
+        ),
+        ("DESCRIPTOR_BYTES", one(layout::DESCRIPTOR_BYTES as u64)),
+        (
+            "SUPERLINE_COPY_OFFSETS",
+            offsets(layout::SUPERLINE_COPY_OFFSETS),
+        ),
+        ("SUPERLINE_BYTES", one(layout::SUPERLINE_BYTES as u64)),
+        ("RING_OFFSET", one(layout::RING_OFFSET as u64)),
+        ("RING_BYTES_MIN", one(layout::RING_BYTES_MIN)),
+        ("RING_BYTES_MAX", one(layout::RING_BYTES_MAX)),
+        ("PAYLOAD_BYTES_MAX", one(layout::PAYLOAD_BYTES_MAX as u64)),
+        (
+            "RECORD_HEADER_BYTES",
+            one(layout::RECORD_HEADER_BYTES as u64),
+        ),
+        (
+            "record::CRC_COVERED_BYTES",
+            one(layout::record::CRC_COVERED_BYTES as u64),
+        ),
+        ("FORMAT_VERSION", one(layout::FORMAT_VERSION as u64)),
+        (
+            "FEATURES_INCOMPAT_KNOWN",
+            one(layout::FEATURES_INCOMPAT_KNOWN as u64),
+        ),
+        ("VALID_KEY", one(layout::VALID_KEY)),
+        (
+            "DESCRIPTOR_MAGIC",
+            Value::Bytes(layout::DESCRIPTOR_MAGIC.to_vec()),
+        ),
+        (
+            "SUPERLINE_MAGIC",
+            Value::Bytes(layout::SUPERLINE_MAGIC.to_vec()),
+        ),
+        ("kinds::DATA", one(kinds::DATA as u64)),
+        ("kinds::PADDING", one(kinds::PADDING as u64)),
+        ("kinds::JUMP", one(kinds::JUMP as u64)),
+        ("kinds::VOID", one(kinds::VOID as u64)),
+        ("LSN_MAX", one(format::LSN_MAX)),
+        (
+            "NONTEMPORAL_BYTES_MIN",
+            one(log::NONTEMPORAL_BYTES_MIN as u64),
+        ),
+    ]
+}
+
+/// One documented field: offset, size, name.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct DocField {
+    offset: u64,
+    size: u64,
+    name: String,
+}
+
+fn doc_path() -> PathBuf {
+    PathBuf::from(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../docs/format/log.md"
+    ))
+}
+
+fn read_doc() -> String {
+    let path = doc_path();
+    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()))
+}
+
+/// The cells of a table row, trimmed, without the outer pipes.
+fn cells(line: &str) -> Vec<&str> {
+    let inner = line.trim();
+    let inner = inner.strip_prefix('|').unwrap_or(inner);
+    let inner = inner.strip_suffix('|').unwrap_or(inner);
+    inner.split('|').map(str::trim).collect()
+}
+
+fn is_separator(line: &str) -> bool {
+    let c = cells(line);
+    !c.is_empty()
+        && c.iter()
+            .all(|cell| !cell.is_empty() && cell.chars().all(|ch| matches!(ch, '-' | ':')))
+}
+
+fn backticked(cell: &str) -> Option<&str> {
+    cell.strip_prefix('`')
+        .and_then(|c| c.strip_suffix('`'))
+        .filter(|c| !c.is_empty() && !c.contains('`'))
+}
+
+/// The body rows of the table introduced by the marker line `marker` (exactly one must exist),
+/// after checking its header row and separator.
+fn table_rows<'a>(md: &'a str, marker: &str, header_row: &str) -> Result<Vec<&'a str>, String> {
+    let lines: Vec<&str> = md.lines().collect();
+    let at: Vec<usize> = lines
+        .iter()
+        .enumerate()
+        .filter(|(_, l)| l.trim() == marker)
+        .map(|(i, _)| i)
+        .collect();
+    let start = match at.as_slice() {
+        [one] => *one,
+        [] => return Err(format!("no `{marker}` line")),
+        many => return Err(format!("`{marker}` appears {} times", many.len())),
+    };
+    let mut rest = lines[start + 1..]
+        .iter()
+        .skip_while(|l| l.trim().is_empty());
+    match rest.next() {
+        Some(l) if l.trim() == header_row => {}
+        other => {
+            return Err(format!(
+                "after `{marker}` expected the header row `{header_row}`, found {other:?}"
+            ));
+        }
+    }
+    match rest.next() {
+        Some(l) if is_separator(l) => {}
+        other => {
+            return Err(format!(
+                "after the header row of `{marker}` expected a separator row, found {other:?}"
+            ));
+        }
+    }
+    let rows: Vec<&str> = rest
+        .take_while(|l| l.trim_start().starts_with('|'))
+        .copied()
+        .collect();
+    if rows.is_empty() {
+        return Err(format!("the table after `{marker}` has no rows"));
+    }
+    Ok(rows)
+}
+
+/// A decimal number, or a `0x` hexadecimal one.
+fn parse_number(cell: &str, what: &str, row: &str) -> Result<u64, String> {
+    let parsed = match cell.strip_prefix("0x") {
+        Some(hex) => u64::from_str_radix(hex, 16).ok(),
+        None => cell.parse::<u64>().ok(),
+    };
+    parsed.ok_or_else(|| format!("{what} `{cell}` is not a decimal or 0x number in row `{row}`"))
+}
+
+/// Parse the `<!-- fields: X -->` table.
+fn parse_fields(md: &str, structure: &str) -> Result<Vec<DocField>, String> {
+    let marker = format!("<!-- fields: {structure} -->");
+    let rows = table_rows(md, &marker, FIELDS_HEADER_ROW)?;
+    rows.into_iter()
+        .map(|row| {
+            let c = cells(row);
+            if c.len() != 4 {
+                return Err(format!("row `{row}` has {} cells, expected 4", c.len()));
+            }
+            let name = backticked(c[2])
+                .ok_or_else(|| format!("field `{}` is not in backticks in row `{row}`", c[2]))?;
+            if c[3].is_empty() {
+                return Err(format!("field `{name}` has no meaning in row `{row}`"));
+            }
+            if c[0].starts_with("0x") || c[1].starts_with("0x") {
+                return Err(format!("offsets and sizes are decimal, in row `{row}`"));
+            }
+            Ok(DocField {
+                offset: parse_number(c[0], "offset", row)?,
+                size: parse_number(c[1], "size", row)?,
+                name: name.to_string(),
+            })
+        })
+        .collect()
+}
+
+/// Parse a constant's value cell.
+fn parse_value(cell: &str, row: &str) -> Result<Value, String> {
+    if let Some(text) = backticked(cell) {
+        if !text.is_ascii() {
+            return Err(format!("magic `{text}` is not ASCII in row `{row}`"));
+        }
+        return Ok(Value::Bytes(text.as_bytes().to_vec()));
+    }
+    cell.split(',')
+        .map(|n| parse_number(n.trim(), "value", row))
+        .collect::<Result<Vec<u64>, String>>()
+        .map(Value::Numbers)
+}
+
+/// Parse the `<!-- constants -->` table into (name, value) rows.
+fn parse_constants(md: &str) -> Result<Vec<(String, Value)>, String> {
+    let rows = table_rows(md, "<!-- constants -->", CONSTANTS_HEADER_ROW)?;
+    rows.into_iter()
+        .map(|row| {
+            let c = cells(row);
+            if c.len() != 3 {
+                return Err(format!("row `{row}` has {} cells, expected 3", c.len()));
+            }
+            let name = backticked(c[0])
+                .ok_or_else(|| format!("constant `{}` is not in backticks in row `{row}`", c[0]))?;
+            if c[2].is_empty() {
+                return Err(format!("constant `{name}` has no meaning in row `{row}`"));
+            }
+            Ok((name.to_string(), parse_value(c[1], row)?))
+        })
+        .collect()
+}
+
+/// Every difference between the documented fields and the code's, in order. Empty means equal.
+fn compare_fields(structure: &str, doc: &[DocField], code: &[Field]) -> Vec<String> {
+    let mut out = Vec::new();
+    for (i, (d, c)) in doc.iter().zip(code).enumerate() {
+        if d.name != c.name || d.offset != c.offset as u64 || d.size != c.size as u64 {
+            out.push(format!(
+                "{structure} row {i}: the document says `{}` at offset {} size {}, \
+                 the code says `{}` at offset {} size {}",
+                d.name, d.offset, d.size, c.name, c.offset, c.size
+            ));
+        }
+    }
+    for d in doc.iter().skip(code.len()) {
+        out.push(format!(
+            "{structure}: the document lists `{}` (offset {}, size {}) that the code does not have",
+            d.name, d.offset, d.size
+        ));
+    }
+    for c in code.iter().skip(doc.len()) {
+        out.push(format!(
+            "{structure}: the code has `{}` (offset {}, size {}) that the document does not list",
+            c.name, c.offset, c.size
+        ));
+    }
+    out
+}
+
+/// Every difference between the documented constants and the code's. Empty means equal.
+fn compare_constants(doc: &[(String, Value)]) -> Vec<String> {
+    let code = code_constants();
+    let mut out = Vec::new();
+    for (name, value) in doc {
+        match code.iter().find(|(n, _)| n == name) {
+            None => out.push(format!(
+                "constant `{name}` in the document is unknown to this test (add it to code_constants)"
+            )),
+            Some((_, real)) if real != value => out.push(format!(
+                "constant `{name}`: the document says {value:?}, the code says {real:?}"
+            )),
+            Some(_) => {}
+        }
+        if doc.iter().filter(|(n, _)| n == name).count() > 1 {
+            out.push(format!("constant `{name}` is listed more than once"));
+        }
+    }
+    for (name, _) in &code {
+        if !doc.iter().any(|(n, _)| n == name) {
+            out.push(format!(
+                "constant `{name}` is missing from the constants table"
+            ));
+        }
+    }
+    out
+}
+
+fn assert_structure(structure: &str, code: &[Field]) {
+    let md = read_doc();
+    let doc = parse_fields(&md, structure).unwrap_or_else(|e| {
+        panic!(
+            "{}: cannot parse the `{structure}` table: {e}",
+            doc_path().display()
+        )
+    });
+    let diff = compare_fields(structure, &doc, code);
+    assert!(
+        diff.is_empty(),
+        "{} disagrees with log::layout:\n{}",
+        doc_path().display(),
+        diff.join("\n")
+    );
+}
+
+#[test]
+fn descriptor_table_matches_layout() {
+    assert_structure("descriptor", &layout::descriptor::ALL);
+}
+
+#[test]
+fn superline_table_matches_layout() {
+    assert_structure("superline", &layout::superline::ALL);
+}
+
+#[test]
+fn record_table_matches_layout() {
+    assert_structure("record", &layout::record::ALL);
+}
+
+#[test]
+fn constants_table_matches_the_code() {
+    let md = read_doc();
+    let doc = parse_constants(&md).unwrap_or_else(|e| {
+        panic!(
+            "{}: cannot parse the constants table: {e}",
+            doc_path().display()
+        )
+    });
+    let diff = compare_constants(&doc);
+    assert!(
+        diff.is_empty(),
+        "{} disagrees with the code:\n{}",
+        doc_path().display(),
+        diff.join("\n")
+    );
+}
+
+#[test]
+fn every_kind_is_named_in_the_kinds_table() {
+    let md = read_doc();
+    for kind in [kinds::DATA, kinds::PADDING, kinds::JUMP, kinds::VOID] {
+        let row = format!("| {} ({kind}) |", kinds::name(kind));
+        assert!(
+            md.contains(&row),
+            "{} has no kinds row starting `{row}`",
+            doc_path().display()
+        );
+    }
+}
+
+// The formulas the document states ("Constants", "Checksum coverage"), recomputed here from
+// first principles and compared with what the code writes.
+
+const UUID: Uuid = Uuid([0x5a; 16]);
+
+fn crc_of(parts: &[&[u8]]) -> u32 {
+    crc32c::crc32c(&parts.concat())
+}
+
+#[test]
+fn footprint_and_payload_limit_are_as_documented() {
+    for n in [0usize, 1, 31, 32, 33, 95, 96, 97, 1000, 4096, 1 << 20] {
+        assert_eq!(
+            layout::record_footprint(n),
+            (32 + n).div_ceil(64) * 64,
+            "footprint of {n}"
+        );
+    }
+    for ring in [
+        layout::RING_BYTES_MIN,
+        layout::RING_BYTES_MIN + 64,
+        1 << 31,
+        (1 << 31) + 64,
+        layout::RING_BYTES_MAX,
+    ] {
+        assert_eq!(
+            u64::from(format::payload_max_for(ring)),
+            (ring / 2 - 32).min(1 << 30),
+            "payload limit of a {ring}-byte ring"
+        );
+    }
+    let d = Descriptor::for_region(UUID, 4096 + 100_000).expect("a region");
+    assert_eq!(d.ring_bytes, 100_000 / 64 * 64);
+    assert_eq!(d.payload_bytes_max, format::payload_max_for(d.ring_bytes));
+}
+
+#[test]
+fn checksums_cover_what_the_document_says() {
+    // Descriptor: CRC-32C over bytes 0..59.
+    let d = Descriptor::for_region(UUID, 1 << 20).expect("a region");
+    for copy in 0..2 {
+        let b = d.encode(copy);
+        assert_eq!(b[..8], layout::DESCRIPTOR_MAGIC);
+        assert_eq!(b[52..56], (copy as u32).to_le_bytes());
+        assert_eq!(b[60..64], crc_of(&[&b[..60]]).to_le_bytes());
+    }
+    // Superline: CRC-32C over the log UUID, the copy index as a u32, bytes 0..59.
+    for sequence in [1u64, 2, 7] {
+        let sl = Superline {
+            sequence,
+            head: 128,
+            start_lsn: 9,
+            epoch: 2,
+        };
+        let b = sl.encode(&UUID);
+        let copy = (sequence % 2) as u32;
+        assert_eq!(b[..8], layout::SUPERLINE_MAGIC);
+        assert_eq!(
+            b[60..64],
+            crc_of(&[&UUID.0, &copy.to_le_bytes(), &b[..60]]).to_le_bytes()
+        );
+    }
+    // Record: CRC-32C over the log UUID, header bytes 0..15, the payload; valid = key ^ lsn.
+    let payload = b"a record payload";
+    let (lsn, kind) = (77u64, kinds::DATA);
+    let length = payload.len() as u32;
+    let crc = crc32c::crc32c_append(
+        format::crc_start(format::crc_seed(&UUID), lsn, length, kind),
+        payload,
+    );
+    let h = RecordHeader {
+        lsn,
+        length,
+        kind,
+        payload_crc: crc,
+    }
+    .encode();
+    assert_eq!(crc, crc_of(&[&UUID.0, &h[..16], payload]));
+    assert_eq!(h[0..8], lsn.to_le_bytes());
+    assert_eq!(h[8..12], length.to_le_bytes());
+    assert_eq!(h[12..14], kind.to_le_bytes());
+    assert_eq!(h[14..16], [0, 0]);
+    assert_eq!(h[16..20], crc.to_le_bytes());
+    assert_eq!(h[20..24], [0; 4]);
+    assert_eq!(h[24..32], (layout::VALID_KEY ^ lsn).to_le_bytes());
+    assert_eq!(format::valid_word(lsn), layout::VALID_KEY ^ lsn);
+}
+
+// The parser and the comparison must be able to fail.
+
+const SAMPLE: &str = "\
+# sample
+
+<!-- fields: superline -->
+| offset | size | field | meaning |
+| ---: | ---: | --- | --- |
+| 0 | 8 | `magic` | magic |
+| 8 | 8 | `sequence` | counter |
+| 24 | 8 | `head` | oldest record |
+| 24 | 8 | `start_lsn` | its LSN |
+| 32 | 8 | `epoch` | epoch |
+| 40 | 20 | `reserved` | zero |
+| 60 | 4 | `crc32c` | checksum |
+
+text after the table
+
+<!-- constants -->
+| constant | value | meaning |
+| --- | ---: | --- |
+| `RECORD_ALIGN` | 64 | line |
+| `RING_OFFSET` | 4097 | ring |
+| `SUPERLINE_COPY_OFFSETS` | 128, 192 | copies |
+| `VALID_KEY` | 0x56414c49444b5643 | key |
+| `DESCRIPTOR_MAGIC` | `KVLOGDSX` | magic |
+";
+
+#[test]
+fn a_wrong_offset_is_reported() {
+    let doc = parse_fields(SAMPLE, "superline").expect("the sample parses");
+    assert_eq!(doc.len(), 7);
+    let diff = compare_fields("superline", &doc, &layout::superline::ALL);
+    assert_eq!(diff.len(), 1, "{diff:?}");
+    assert!(
+        diff[0].contains("`head` at offset 24") && diff[0].contains("offset 16"),
+        "{}",
+        diff[0]
+    );
+}
+
+#[test]
+fn missing_extra_and_renamed_fields_are_reported() {
+    let mut doc = parse_fields(SAMPLE, "superline").expect("the sample parses");
+    doc[2].offset = 16;
+    assert!(compare_fields("superline", &doc, &layout::superline::ALL).is_empty());
+    doc[1].name = "seq".into();
+    assert_eq!(
+        compare_fields("superline", &doc, &layout::superline::ALL).len(),
+        1
+    );
+    doc[1].name = "sequence".into();
+    doc[5].size = 16;
+    assert_eq!(
+        compare_fields("superline", &doc, &layout::superline::ALL).len(),
+        1
+    );
+    doc[5].size = 20;
+    let last = doc.pop().expect("seven rows");
+    let diff = compare_fields("superline", &doc, &layout::superline::ALL);
+    assert!(
+        diff.len() == 1 && diff[0].contains("does not list"),
+        "{diff:?}"
+    );
+    doc.push(last.clone());
+    doc.push(last);
+    let diff = compare_fields("superline", &doc, &layout::superline::ALL);
+    assert!(
+        diff.len() == 1 && diff[0].contains("does not have"),
+        "{diff:?}"
+    );
+}
+
+#[test]
+fn wrong_and_missing_constants_are_reported() {
+    let doc = parse_constants(SAMPLE).expect("the sample parses");
+    assert_eq!(doc[0], ("RECORD_ALIGN".into(), one(64)));
+    assert_eq!(
+        doc[2],
+        (
+            "SUPERLINE_COPY_OFFSETS".into(),
+            Value::Numbers(vec![128, 192])
+        )
+    );
+    let diff = compare_constants(&doc);
+    let has = |s: &str| diff.iter().any(|d| d.contains(s));
+    assert!(
+        has("`RING_OFFSET`: the document says Numbers([4097])"),
+        "{diff:?}"
+    );
+    assert!(has("`DESCRIPTOR_MAGIC`: the document says"), "{diff:?}");
+    assert!(has("`kinds::JUMP` is missing"), "{diff:?}");
+    assert!(!has("`RECORD_ALIGN`"), "{diff:?}");
+    assert!(!has("`VALID_KEY`"), "{diff:?}");
+    assert!(!has("`SUPERLINE_COPY_OFFSETS`"), "{diff:?}");
+    let unknown = SAMPLE.replace("`RECORD_ALIGN`", "`RECORD_ALIGNMENT`");
+    let diff = compare_constants(&parse_constants(&unknown).expect("parses"));
+    assert!(
+        diff.iter()
+            .any(|d| d.contains("`RECORD_ALIGNMENT` in the document is unknown")),
+        "{diff:?}"
+    );
+}
+
+#[test]
+fn malformed_tables_are_refused() {
+    assert!(parse_fields(SAMPLE, "record").is_err(), "no record table");
+    let hex_offset = SAMPLE.replace("| 8 | 8 | `sequence`", "| 0x8 | 8 | `sequence`");
+    assert!(parse_fields(&hex_offset, "superline").is_err());
+    let no_ticks = SAMPLE.replace("`sequence`", "sequence");
+    assert!(parse_fields(&no_ticks, "superline").is_err());
+    let no_meaning = SAMPLE.replace("| `epoch` | epoch |", "| `epoch` | |");
+    assert!(parse_fields(&no_meaning, "superline").is_err());
+    let wrong_header = SAMPLE.replace(FIELDS_HEADER_ROW, "| offset | size | name | meaning |");
+    assert!(parse_fields(&wrong_header, "superline").is_err());
+    let twice = format!("{SAMPLE}\n{SAMPLE}");
+    assert!(parse_fields(&twice, "superline").is_err());
+    let bad_value = SAMPLE.replace("| 64 | line |", "| sixty-four | line |");
+    assert!(parse_constants(&bad_value).is_err());
+    let two_cells = SAMPLE.replace("| 64 | line |", "| 64 |");
+    assert!(parse_constants(&two_cells).is_err());
+}
