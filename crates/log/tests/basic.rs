@@ -207,3 +207,42 @@ fn a_log_file_survives_close_and_reopen() {
     f.close().expect("close");
     std::fs::remove_file(&path).expect("remove");
 }
+
+#[test]
+fn a_broken_valid_word_after_a_clean_close_is_damage_and_truncation_jumps() {
+    let log = new_log(REGION);
+    for i in 0..3u8 {
+        log.append(&[i; 50], ForcePolicy::Sync).expect("append");
+    }
+    let second = log
+        .records()
+        .nth(1)
+        .expect("two records")
+        .expect("ok")
+        .offset as usize;
+    let len = log.medium().len();
+    let mut image = log.close().expect("close").durable_image();
+    image[second + 24] ^= 0x01; // the valid word
+    let open = |clean, truncate| {
+        let sim = SimMedium::from_image(image.clone(), SimConfig::default());
+        let opts = LogOptions {
+            clean_shutdown: clean,
+            truncate_damaged: truncate,
+            ..LogOptions::default()
+        };
+        Log::open(sim, 0, len, &opts)
+    };
+    let err = open(true, false).expect_err("damage after a clean close");
+    assert_eq!(err.corruption().expect("typed").field, "valid");
+    let (log, rec) = open(true, true).expect("truncating open");
+    assert_eq!(rec.records, 1);
+    let jump = rec.jumped_to.expect("truncation writes a jump");
+    assert_eq!(
+        log.append(b"x", ForcePolicy::Sync).expect("append").lsn,
+        jump
+    );
+    // After an unclean shutdown the same header is a record the crash left incomplete.
+    let (_, rec) = open(false, false).expect("unclean open");
+    assert!(matches!(rec.stop, Stop::Incomplete { .. }));
+    assert_eq!(rec.dropped, None);
+}
