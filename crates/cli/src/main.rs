@@ -6,6 +6,7 @@
 
 mod demo;
 mod fault_cmd;
+mod log_cmd;
 mod pool_cmd;
 mod units;
 
@@ -36,6 +37,17 @@ enum Command {
     /// Create, list and remove named regions in a pool.
     #[command(subcommand)]
     Region(pool_cmd::RegionCommand),
+    /// Create, append to, dump and verify a persistent log in a pool file.
+    ///
+    /// The log is Arcadia's concurrent persistent log: every record gets a log sequence number
+    /// (LSN), lives in a ring of cache-line-aligned (64-byte) records inside a pool region, and
+    /// is forced (made durable) in LSN order, so the durable records are always a prefix of the
+    /// log. A force policy says when records are forced: sync (each one before its append
+    /// returns), frequency:F (only at LSNs that are multiples of F) or group:G (once G records
+    /// have gathered). Recovery walks the ring from the head and ends at the first record that
+    /// is missing or fails its checks.
+    #[command(subcommand)]
+    Log(log_cmd::LogCommand),
     /// Inject media faults into a pool file (for testing detection and repair).
     #[command(subcommand)]
     Fault(fault_cmd::FaultCommand),
@@ -77,6 +89,7 @@ fn main() -> ExitCode {
         Command::Pool(c) => pool_cmd::run_pool(c),
         Command::Region(c) => pool_cmd::run_region(c),
         Command::Fault(c) => fault_cmd::run(c),
+        Command::Log(c) => log_cmd::run(c),
         Command::Demo(a) => demo::run(&a),
     };
     match result {
@@ -84,7 +97,8 @@ fn main() -> ExitCode {
         Ok(Outcome::Damage) => ExitCode::from(1),
         Err(e) => {
             eprintln!("kavach: error: {e:#}");
-            ExitCode::from(e.downcast_ref::<CouldNotRun>().map_or(1, |_| 2))
+            let could_not_run = e.is::<CouldNotRun>() || e.is::<log_cmd::CouldNotRun>();
+            ExitCode::from(if could_not_run { 2 } else { 1 })
         }
     }
 }

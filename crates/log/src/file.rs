@@ -73,14 +73,56 @@ impl LogFile {
 
     /// Open the log region `name` of the pool file at `path` and recover it.
     pub fn open(path: &Path, name: &str, read_only: bool, full_wait: Duration) -> Result<LogFile> {
+        let opts = LogOptions {
+            read_only,
+            full_wait,
+            ..LogOptions::default()
+        };
+        Self::open_with(path, name, &opts)
+    }
+
+    /// [`LogFile::open`] with every option; `clean_shutdown` is taken from the pool, whatever
+    /// `opts` says. If the log cannot be opened, the pool is left as it was found: a pool that
+    /// was shut down cleanly is closed cleanly again, so a refused open never turns damage into
+    /// something a later open would take for a crash.
+    pub fn open_with(path: &Path, name: &str, opts: &LogOptions) -> Result<LogFile> {
         let pool = Pool::open(
             path,
             &OpenOptions {
-                read_only,
+                read_only: opts.read_only,
                 domain: None,
             },
         )?;
         let pool = pool.map_medium(Arc::new);
+        let clean = pool.was_clean_shutdown();
+        match Self::open_log(
+            &pool,
+            name,
+            &LogOptions {
+                clean_shutdown: clean,
+                ..*opts
+            },
+        ) {
+            Ok((log, region, recovery)) => Ok(LogFile {
+                pool,
+                log,
+                region,
+                recovery,
+            }),
+            Err(e) => {
+                if clean && !opts.read_only {
+                    pool.close()?;
+                }
+                Err(e)
+            }
+        }
+    }
+
+    fn open_log(
+        pool: &Pool<Arc<Mapping>>,
+        name: &str,
+        opts: &LogOptions,
+    ) -> Result<(Log<Arc<Mapping>>, Region, Recovery)> {
         let region = pool
             .region(name)
             .cloned()
@@ -94,25 +136,10 @@ impl LogFile {
                 ),
             });
         }
-        let opts = LogOptions {
-            read_only,
-            clean_shutdown: pool.was_clean_shutdown(),
-            truncate_damaged: false,
-            full_wait,
-        };
         let medium = Arc::clone(pool.medium());
-        let (log, recovery) = Log::open(
-            medium,
-            region.offset as usize,
-            region.length as usize,
-            &opts,
-        )?;
-        Ok(LogFile {
-            pool,
-            log,
-            region,
-            recovery,
-        })
+        let (log, recovery) =
+            Log::open(medium, region.offset as usize, region.length as usize, opts)?;
+        Ok((log, region, recovery))
     }
 
     /// The log.

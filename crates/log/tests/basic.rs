@@ -246,3 +246,46 @@ fn a_broken_valid_word_after_a_clean_close_is_damage_and_truncation_jumps() {
     assert!(matches!(rec.stop, Stop::Incomplete { .. }));
     assert_eq!(rec.dropped, None);
 }
+
+#[test]
+fn a_refused_open_of_a_log_file_leaves_the_pool_as_it_found_it() {
+    let path = std::env::temp_dir().join(format!("kavach-log-refused-{}.pool", std::process::id()));
+    let _ = std::fs::remove_file(&path);
+    let wait = Duration::from_millis(10);
+    let f = log::LogFile::create(&path, 1 << 20, "log", None, wait).expect("create");
+    for i in 0..3u8 {
+        f.log()
+            .append(&[i; 100], ForcePolicy::Sync)
+            .expect("append");
+    }
+    let second = f.log().records().nth(1).expect("2").expect("ok").offset;
+    f.close().expect("close");
+    // Flip a payload byte of record 2 behind the log's back.
+    {
+        use std::os::unix::fs::FileExt;
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&path)
+            .expect("file");
+        let mut b = [0u8];
+        file.read_exact_at(&mut b, second + 40).expect("read");
+        file.write_all_at(&[b[0] ^ 4], second + 40).expect("write");
+    }
+    for _ in 0..2 {
+        let err =
+            log::LogFile::open(&path, "log", false, wait).expect_err("damaged after a clean close");
+        assert_eq!(err.corruption().expect("typed").field, "payload_crc");
+    }
+    let opts = LogOptions {
+        truncate_damaged: true,
+        full_wait: wait,
+        ..LogOptions::default()
+    };
+    let f = log::LogFile::open_with(&path, "log", &opts).expect("truncating open");
+    assert_eq!(f.recovery().records, 1);
+    assert!(f.recovery().dropped.is_some());
+    f.close().expect("close");
+    assert!(log::LogFile::open(&path, "log", false, wait).is_ok());
+    std::fs::remove_file(&path).expect("remove");
+}
