@@ -26,6 +26,22 @@ fn reopen(log: Log<SimMedium>, clean: bool) -> (Log<SimMedium>, log::Recovery) {
     Log::open(sim, 0, len, &opts).expect("reopen")
 }
 
+/// Open a copy of `image` as a log, saying whether the last shutdown was clean.
+fn open_image(
+    image: &[u8],
+    len: usize,
+    clean: bool,
+    truncate: bool,
+) -> log::Result<(Log<SimMedium>, log::Recovery)> {
+    let sim = SimMedium::from_image(image.to_vec(), SimConfig::default());
+    let opts = LogOptions {
+        clean_shutdown: clean,
+        truncate_damaged: truncate,
+        ..LogOptions::default()
+    };
+    Log::open(sim, 0, len, &opts)
+}
+
 fn payloads(log: &Log<SimMedium>) -> Vec<Vec<u8>> {
     log.records().map(|r| r.expect("record").payload).collect()
 }
@@ -138,15 +154,7 @@ fn a_bit_flip_in_a_payload_stops_the_iterator_with_a_typed_error() {
     // After a clean shutdown, a damaged record refuses a writable open...
     let len = log.medium().len();
     let image = log.close().expect("close").durable_image();
-    let open = |clean, truncate| {
-        let sim = SimMedium::from_image(image.clone(), SimConfig::default());
-        let opts = LogOptions {
-            clean_shutdown: clean,
-            truncate_damaged: truncate,
-            ..LogOptions::default()
-        };
-        Log::open(sim, 0, len, &opts)
-    };
+    let open = |clean, truncate| open_image(&image, len, clean, truncate);
     assert!(matches!(open(true, false), Err(LogError::Corrupt(_))));
     // ... and after an unclean one it is taken for a torn record and dropped with the rest.
     let (_, rec) = open(false, false).expect("unclean open");
@@ -223,15 +231,7 @@ fn a_broken_valid_word_after_a_clean_close_is_damage_and_truncation_jumps() {
     let len = log.medium().len();
     let mut image = log.close().expect("close").durable_image();
     image[second + 24] ^= 0x01; // the valid word
-    let open = |clean, truncate| {
-        let sim = SimMedium::from_image(image.clone(), SimConfig::default());
-        let opts = LogOptions {
-            clean_shutdown: clean,
-            truncate_damaged: truncate,
-            ..LogOptions::default()
-        };
-        Log::open(sim, 0, len, &opts)
-    };
+    let open = |clean, truncate| open_image(&image, len, clean, truncate);
     let err = open(true, false).expect_err("damage after a clean close");
     assert_eq!(err.corruption().expect("typed").field, "valid");
     let (log, rec) = open(true, true).expect("truncating open");
