@@ -12,8 +12,9 @@ use crate::scan::{Found, Geometry, Stop, Walker};
 use crate::sequencer::{Cursor, Sequencer};
 use pmem::{Corruption, Medium, Uuid};
 
-/// Payloads of at least this many bytes are copied with non-temporal stores and need no flush at
-/// force; smaller ones are stored normally and flushed whole by the forcer.
+/// Payloads of at least this many bytes are copied with non-temporal stores and persisted by the
+/// thread that completes them (header line flushed, one fence); smaller ones are stored normally
+/// and flushed whole by the forcer, which fences once for all of them.
 pub const NONTEMPORAL_BYTES_MIN: usize = 1024;
 
 /// How `append` (and `commit`) make a record durable.
@@ -545,8 +546,9 @@ impl<M: Medium> Log<M> {
     fn persist_records(&self, cursor: &mut Cursor, last: u64) -> Result<()> {
         let mut pos = cursor.pos;
         let mut lsn = cursor.next;
-        // Coalesce adjacent ranges into one flush.
+        // Coalesce adjacent ranges into one flush; fence only if something was flushed.
         let mut run: Option<(usize, usize)> = None;
+        let mut flushed = false;
         let flush = |run: Option<(usize, usize)>| -> pmem::Result<()> {
             match run {
                 Some((at, end)) => self.medium.flush(at, end - at),
@@ -569,32 +571,38 @@ impl<M: Medium> Log<M> {
                     found: h.lsn.to_string(),
                 }));
             }
-            // Padding: its header line, and the record after it (same LSN) at the ring's start.
-            // Small records: every line. Large ones: the header line (the payload went
-            // around the cache and the completing thread fenced it).
+            // What is still only in the cache: padding, its header line (the record after it,
+            // with the same LSN, is at the ring's start); a small record, every line; a large
+            // data record, nothing (its completing thread persisted it); a large void record,
+            // its header line.
             let (footprint, dirty, next) = if h.kind == kinds::PADDING {
                 (self.geo.room_to_end(pos), layout::RECORD_ALIGN, lsn)
             } else {
                 let fp = record_footprint(h.length as usize);
-                let dirty = if (h.length as usize) < NONTEMPORAL_BYTES_MIN {
-                    fp
-                } else {
-                    layout::RECORD_ALIGN
+                let dirty = match (h.kind, h.length as usize >= NONTEMPORAL_BYTES_MIN) {
+                    (_, false) => fp,
+                    (kinds::DATA, true) => 0,
+                    (_, true) => layout::RECORD_ALIGN,
                 };
                 (fp as u64, dirty, lsn + 1)
             };
-            run = match run {
-                Some((s, e)) if e == at => Some((s, at + dirty)),
-                other => {
-                    self.latch(flush(other))?;
-                    Some((at, at + dirty))
-                }
-            };
+            if dirty > 0 {
+                flushed = true;
+                run = match run {
+                    Some((s, e)) if e == at => Some((s, at + dirty)),
+                    other => {
+                        self.latch(flush(other))?;
+                        Some((at, at + dirty))
+                    }
+                };
+            }
             pos += footprint;
             lsn = next;
         }
-        self.latch(flush(run))?;
-        self.latch(self.medium.fence())?;
+        if flushed {
+            self.latch(flush(run))?;
+            self.latch(self.medium.fence())?;
+        }
         cursor.pos = pos;
         Ok(())
     }
@@ -993,19 +1001,24 @@ impl<M: Medium> Reservation<'_, M> {
 
     fn seal(&mut self, kind: u16, crc: u32) -> Result<()> {
         self.completed = true;
+        self.write_header(kind, crc);
         if self.nontemporal {
-            // Drain this thread's non-temporal stores: another thread's fence would not.
-            let r = self.log.medium.fence();
+            // The payload went around the cache, and only this thread's fence drains its
+            // write-combining buffers: persist the whole record here (header line flushed, one
+            // fence), so the forcer has nothing left to do for it.
+            let at = self.at;
+            let r = self.log.medium.flush(at, layout::RECORD_ALIGN);
+            let r = r.and_then(|()| self.log.medium.fence());
             if let Err(e) = self.log.latch(r) {
-                // Still complete the record (as void) so forcers do not wait for it forever.
-                self.write_header(
-                    kinds::VOID,
-                    crc_start(self.log.geo.seed, self.lsn, self.length as u32, kinds::VOID),
-                );
+                // Still complete the record (as void, which the forcer flushes) so forcers do not
+                // wait for it forever; the log is failed from now on anyway.
+                let void = crc_start(self.log.geo.seed, self.lsn, self.length as u32, kinds::VOID);
+                self.write_header(kinds::VOID, void);
+                self.log.seq.complete(self.lsn);
                 return Err(e);
             }
         }
-        self.write_header(kind, crc);
+        self.log.seq.complete(self.lsn);
         Ok(())
     }
 
@@ -1017,7 +1030,6 @@ impl<M: Medium> Reservation<'_, M> {
             payload_crc: crc,
         };
         self.log.medium.write(self.at, &header.encode());
-        self.log.seq.complete(self.lsn);
     }
 }
 
@@ -1027,6 +1039,7 @@ impl<M: Medium> Drop for Reservation<'_, M> {
             self.completed = true;
             let crc = crc_start(self.log.geo.seed, self.lsn, self.length as u32, kinds::VOID);
             self.write_header(kinds::VOID, crc);
+            self.log.seq.complete(self.lsn);
         }
     }
 }

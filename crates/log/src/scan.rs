@@ -91,6 +91,7 @@ pub(crate) struct Walker<'m, M: Medium + ?Sized> {
     /// LSN the next record must carry.
     pub expected: u64,
     buf: Vec<u8>,
+    payload_len: usize,
 }
 
 impl<'m, M: Medium + ?Sized> Walker<'m, M> {
@@ -102,6 +103,7 @@ impl<'m, M: Medium + ?Sized> Walker<'m, M> {
             walked: 0,
             expected: start_lsn,
             buf: Vec::new(),
+            payload_len: 0,
         }
     }
 
@@ -117,7 +119,7 @@ impl<'m, M: Medium + ?Sized> Walker<'m, M> {
 
     /// The payload of the record just returned by `step` with `want_payload`.
     pub fn payload(&self) -> &[u8] {
-        &self.buf
+        &self.buf[..self.payload_len]
     }
 
     /// Validate the next record and move past it. With `want_payload`, a data record's payload
@@ -194,20 +196,24 @@ impl<'m, M: Medium + ?Sized> Walker<'m, M> {
         if h.kind == kinds::DATA || h.kind == kinds::JUMP {
             let len = h.length as usize;
             let payload_at = at + layout::RECORD_HEADER_BYTES;
-            if want_payload || h.kind == kinds::JUMP {
-                self.buf.resize(len, 0);
-                self.medium.read(payload_at, &mut self.buf);
-                crc = crc32c::crc32c_append(crc, &self.buf);
+            // Read the payload whole when the caller wants it, else in chunks; the buffer
+            // only grows, so a walk allocates (and zeroes) it once.
+            let chunk = if want_payload || h.kind == kinds::JUMP {
+                len
             } else {
-                let mut chunk = [0u8; 4096];
-                let mut done = 0;
-                while done < len {
-                    let n = (len - done).min(chunk.len());
-                    self.medium.read(payload_at + done, &mut chunk[..n]);
-                    crc = crc32c::crc32c_append(crc, &chunk[..n]);
-                    done += n;
-                }
+                len.min(64 * 1024)
+            };
+            if self.buf.len() < chunk {
+                self.buf.resize(chunk, 0);
             }
+            let mut done = 0;
+            while done < len {
+                let n = (len - done).min(chunk);
+                self.medium.read(payload_at + done, &mut self.buf[..n]);
+                crc = crc32c::crc32c_append(crc, &self.buf[..n]);
+                done += n;
+            }
+            self.payload_len = len;
         }
         if crc != h.payload_crc {
             return Err(self.damaged(
@@ -218,7 +224,8 @@ impl<'m, M: Medium + ?Sized> Walker<'m, M> {
             ));
         }
         if h.kind == kinds::JUMP {
-            let to = u64::from_le_bytes(self.buf[..8].try_into().expect("8-byte jump payload"));
+            let to =
+                u64::from_le_bytes(self.payload()[..8].try_into().expect("8-byte jump payload"));
             if to <= h.lsn || to > crate::format::LSN_MAX {
                 return Err(self.damaged(
                     at,

@@ -20,7 +20,7 @@ use std::time::Duration;
 
 use log::{ForcePolicy, Log, LogOptions};
 use pmem::rng::SplitMix64;
-use pmem::sim::{crash_at_every_fence, crash_at_random_points};
+use pmem::sim::crash_at_random_points;
 use pmem::{CrashPlan, SimConfig, SimMedium};
 
 const REGION: usize = 4096 + 16 * 1024;
@@ -216,26 +216,37 @@ fn check(image: Vec<u8>, model: &Model, label: &str, twice: bool) {
 fn campaign(policy: ForcePolicy, seed: u64) {
     let image = base_image();
     let model = Mutex::new(Model::default());
-    let fences = crash_at_every_fence(
-        &image,
-        seed,
-        |sim| {
-            let mut m = model.lock().expect("model");
-            *m = Model::default();
-            workload(sim, &m, seed, policy);
-        },
-        |img, n| {
-            check(
-                img,
-                &model.lock().expect("model"),
-                &format!("{policy} fence {n}"),
-                n % 4 == 0,
-            )
-        },
-    );
+    // Threads interleave differently from run to run, so a run may issue fewer fences than
+    // another: try every fence number up to twice what a dry run issued, rather than stopping
+    // at the first run that ends before its crash point.
+    let dry = SimMedium::from_image(image.clone(), SimConfig::default());
+    workload(&dry, &Model::default(), seed, policy);
+    let limit = 2 * dry.fences();
     assert!(
-        fences > 30,
-        "the workload should issue many fences, got {fences}"
+        limit > 30,
+        "the workload should issue many fences, got {}",
+        dry.fences()
+    );
+    let mut crashed = 0;
+    for n in 1..=limit {
+        let sim = SimMedium::from_image(
+            image.clone(),
+            SimConfig {
+                seed: seed ^ n,
+                crash: CrashPlan::AtFence(n),
+                evict_per_million: 0,
+            },
+        );
+        let m = Model::default();
+        workload(&sim, &m, seed, policy);
+        if let Some(img) = sim.crash_image() {
+            crashed += 1;
+            check(img, &m, &format!("{policy} fence {n}"), n % 4 == 0);
+        }
+    }
+    assert!(
+        crashed > 20,
+        "only {crashed} of {limit} fence numbers were reached"
     );
     let mut runs = 0;
     crash_at_random_points(

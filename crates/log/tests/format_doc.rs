@@ -4,9 +4,7 @@
 //!
 //! Conventions the document follows (and this test parses):
 //! - a line `<!-- fields: X -->` (X is `descriptor`, `superline` or `record`) right before a
-//!   table whose header row is `| offset | size | field | meaning |`, then the separator row,
-//!   then one row per field: decimal offset, decimal size, the field name in backticks, a
-//!   non-empty meaning;
+//!   field table, as `pmem::format_doc` describes and parses it;
 //! - a line `<!-- constants -->` right before a table `| constant | value | meaning |` whose
 //!   rows hold a constant's name in backticks, its value (a decimal or `0x` number, a
 //!   comma-separated list of numbers, or a magic's ASCII bytes in backticks) and a meaning.
@@ -14,9 +12,9 @@
 use log::format::{self, Descriptor, RecordHeader, Superline};
 use log::layout::{self, Field, kinds};
 use pmem::Uuid;
+use pmem::format_doc::{backticked, cells, check_fields, table_rows};
 use std::path::PathBuf;
 
-const FIELDS_HEADER_ROW: &str = "| offset | size | field | meaning |";
 const CONSTANTS_HEADER_ROW: &str = "| constant | value | meaning |";
 
 /// A constant's value as the document writes it.
@@ -88,14 +86,6 @@ fn code_constants() -> Vec<(&'static str, Value)> {
     ]
 }
 
-/// One documented field: offset, size, name.
-#[derive(Debug, Clone, PartialEq, Eq)]
-struct DocField {
-    offset: u64,
-    size: u64,
-    name: String,
-}
-
 fn doc_path() -> PathBuf {
     PathBuf::from(concat!(
         env!("CARGO_MANIFEST_DIR"),
@@ -108,71 +98,6 @@ fn read_doc() -> String {
     std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()))
 }
 
-/// The cells of a table row, trimmed, without the outer pipes.
-fn cells(line: &str) -> Vec<&str> {
-    let inner = line.trim();
-    let inner = inner.strip_prefix('|').unwrap_or(inner);
-    let inner = inner.strip_suffix('|').unwrap_or(inner);
-    inner.split('|').map(str::trim).collect()
-}
-
-fn is_separator(line: &str) -> bool {
-    let c = cells(line);
-    !c.is_empty()
-        && c.iter()
-            .all(|cell| !cell.is_empty() && cell.chars().all(|ch| matches!(ch, '-' | ':')))
-}
-
-fn backticked(cell: &str) -> Option<&str> {
-    cell.strip_prefix('`')
-        .and_then(|c| c.strip_suffix('`'))
-        .filter(|c| !c.is_empty() && !c.contains('`'))
-}
-
-/// The body rows of the table introduced by the marker line `marker` (exactly one must exist),
-/// after checking its header row and separator.
-fn table_rows<'a>(md: &'a str, marker: &str, header_row: &str) -> Result<Vec<&'a str>, String> {
-    let lines: Vec<&str> = md.lines().collect();
-    let at: Vec<usize> = lines
-        .iter()
-        .enumerate()
-        .filter(|(_, l)| l.trim() == marker)
-        .map(|(i, _)| i)
-        .collect();
-    let start = match at.as_slice() {
-        [one] => *one,
-        [] => return Err(format!("no `{marker}` line")),
-        many => return Err(format!("`{marker}` appears {} times", many.len())),
-    };
-    let mut rest = lines[start + 1..]
-        .iter()
-        .skip_while(|l| l.trim().is_empty());
-    match rest.next() {
-        Some(l) if l.trim() == header_row => {}
-        other => {
-            return Err(format!(
-                "after `{marker}` expected the header row `{header_row}`, found {other:?}"
-            ));
-        }
-    }
-    match rest.next() {
-        Some(l) if is_separator(l) => {}
-        other => {
-            return Err(format!(
-                "after the header row of `{marker}` expected a separator row, found {other:?}"
-            ));
-        }
-    }
-    let rows: Vec<&str> = rest
-        .take_while(|l| l.trim_start().starts_with('|'))
-        .copied()
-        .collect();
-    if rows.is_empty() {
-        return Err(format!("the table after `{marker}` has no rows"));
-    }
-    Ok(rows)
-}
-
 /// A decimal number, or a `0x` hexadecimal one.
 fn parse_number(cell: &str, what: &str, row: &str) -> Result<u64, String> {
     let parsed = match cell.strip_prefix("0x") {
@@ -180,33 +105,6 @@ fn parse_number(cell: &str, what: &str, row: &str) -> Result<u64, String> {
         None => cell.parse::<u64>().ok(),
     };
     parsed.ok_or_else(|| format!("{what} `{cell}` is not a decimal or 0x number in row `{row}`"))
-}
-
-/// Parse the `<!-- fields: X -->` table.
-fn parse_fields(md: &str, structure: &str) -> Result<Vec<DocField>, String> {
-    let marker = format!("<!-- fields: {structure} -->");
-    let rows = table_rows(md, &marker, FIELDS_HEADER_ROW)?;
-    rows.into_iter()
-        .map(|row| {
-            let c = cells(row);
-            if c.len() != 4 {
-                return Err(format!("row `{row}` has {} cells, expected 4", c.len()));
-            }
-            let name = backticked(c[2])
-                .ok_or_else(|| format!("field `{}` is not in backticks in row `{row}`", c[2]))?;
-            if c[3].is_empty() {
-                return Err(format!("field `{name}` has no meaning in row `{row}`"));
-            }
-            if c[0].starts_with("0x") || c[1].starts_with("0x") {
-                return Err(format!("offsets and sizes are decimal, in row `{row}`"));
-            }
-            Ok(DocField {
-                offset: parse_number(c[0], "offset", row)?,
-                size: parse_number(c[1], "size", row)?,
-                name: name.to_string(),
-            })
-        })
-        .collect()
 }
 
 /// Parse a constant's value cell.
@@ -242,33 +140,6 @@ fn parse_constants(md: &str) -> Result<Vec<(String, Value)>, String> {
         .collect()
 }
 
-/// Every difference between the documented fields and the code's, in order. Empty means equal.
-fn compare_fields(structure: &str, doc: &[DocField], code: &[Field]) -> Vec<String> {
-    let mut out = Vec::new();
-    for (i, (d, c)) in doc.iter().zip(code).enumerate() {
-        if d.name != c.name || d.offset != c.offset as u64 || d.size != c.size as u64 {
-            out.push(format!(
-                "{structure} row {i}: the document says `{}` at offset {} size {}, \
-                 the code says `{}` at offset {} size {}",
-                d.name, d.offset, d.size, c.name, c.offset, c.size
-            ));
-        }
-    }
-    for d in doc.iter().skip(code.len()) {
-        out.push(format!(
-            "{structure}: the document lists `{}` (offset {}, size {}) that the code does not have",
-            d.name, d.offset, d.size
-        ));
-    }
-    for c in code.iter().skip(doc.len()) {
-        out.push(format!(
-            "{structure}: the code has `{}` (offset {}, size {}) that the document does not list",
-            c.name, c.offset, c.size
-        ));
-    }
-    out
-}
-
 /// Every difference between the documented constants and the code's. Empty means equal.
 fn compare_constants(doc: &[(String, Value)]) -> Vec<String> {
     let code = code_constants();
@@ -298,20 +169,9 @@ fn compare_constants(doc: &[(String, Value)]) -> Vec<String> {
 }
 
 fn assert_structure(structure: &str, code: &[Field]) {
-    let md = read_doc();
-    let doc = parse_fields(&md, structure).unwrap_or_else(|e| {
-        panic!(
-            "{}: cannot parse the `{structure}` table: {e}",
-            doc_path().display()
-        )
-    });
-    let diff = compare_fields(structure, &doc, code);
-    assert!(
-        diff.is_empty(),
-        "{} disagrees with log::layout:\n{}",
-        doc_path().display(),
-        diff.join("\n")
-    );
+    if let Err(e) = check_fields(&read_doc(), structure, code) {
+        panic!("{} disagrees with log::layout: {e}", doc_path().display());
+    }
 }
 
 #[test]
@@ -448,23 +308,11 @@ fn checksums_cover_what_the_document_says() {
     assert_eq!(format::valid_word(lsn), layout::VALID_KEY ^ lsn);
 }
 
-// The parser and the comparison must be able to fail.
+// The constants parser and comparison must be able to fail. (The field-table parser and
+// comparison are tested in `pmem::format_doc`.)
 
 const SAMPLE: &str = "\
 # sample
-
-<!-- fields: superline -->
-| offset | size | field | meaning |
-| ---: | ---: | --- | --- |
-| 0 | 8 | `magic` | magic |
-| 8 | 8 | `sequence` | counter |
-| 24 | 8 | `head` | oldest record |
-| 24 | 8 | `start_lsn` | its LSN |
-| 32 | 8 | `epoch` | epoch |
-| 40 | 20 | `reserved` | zero |
-| 60 | 4 | `crc32c` | checksum |
-
-text after the table
 
 <!-- constants -->
 | constant | value | meaning |
@@ -475,51 +323,6 @@ text after the table
 | `VALID_KEY` | 0x56414c49444b5643 | key |
 | `DESCRIPTOR_MAGIC` | `KVLOGDSX` | magic |
 ";
-
-#[test]
-fn a_wrong_offset_is_reported() {
-    let doc = parse_fields(SAMPLE, "superline").expect("the sample parses");
-    assert_eq!(doc.len(), 7);
-    let diff = compare_fields("superline", &doc, &layout::superline::ALL);
-    assert_eq!(diff.len(), 1, "{diff:?}");
-    assert!(
-        diff[0].contains("`head` at offset 24") && diff[0].contains("offset 16"),
-        "{}",
-        diff[0]
-    );
-}
-
-#[test]
-fn missing_extra_and_renamed_fields_are_reported() {
-    let mut doc = parse_fields(SAMPLE, "superline").expect("the sample parses");
-    doc[2].offset = 16;
-    assert!(compare_fields("superline", &doc, &layout::superline::ALL).is_empty());
-    doc[1].name = "seq".into();
-    assert_eq!(
-        compare_fields("superline", &doc, &layout::superline::ALL).len(),
-        1
-    );
-    doc[1].name = "sequence".into();
-    doc[5].size = 16;
-    assert_eq!(
-        compare_fields("superline", &doc, &layout::superline::ALL).len(),
-        1
-    );
-    doc[5].size = 20;
-    let last = doc.pop().expect("seven rows");
-    let diff = compare_fields("superline", &doc, &layout::superline::ALL);
-    assert!(
-        diff.len() == 1 && diff[0].contains("does not list"),
-        "{diff:?}"
-    );
-    doc.push(last.clone());
-    doc.push(last);
-    let diff = compare_fields("superline", &doc, &layout::superline::ALL);
-    assert!(
-        diff.len() == 1 && diff[0].contains("does not have"),
-        "{diff:?}"
-    );
-}
 
 #[test]
 fn wrong_and_missing_constants_are_reported() {
@@ -553,20 +356,19 @@ fn wrong_and_missing_constants_are_reported() {
 }
 
 #[test]
-fn malformed_tables_are_refused() {
-    assert!(parse_fields(SAMPLE, "record").is_err(), "no record table");
-    let hex_offset = SAMPLE.replace("| 8 | 8 | `sequence`", "| 0x8 | 8 | `sequence`");
-    assert!(parse_fields(&hex_offset, "superline").is_err());
-    let no_ticks = SAMPLE.replace("`sequence`", "sequence");
-    assert!(parse_fields(&no_ticks, "superline").is_err());
-    let no_meaning = SAMPLE.replace("| `epoch` | epoch |", "| `epoch` | |");
-    assert!(parse_fields(&no_meaning, "superline").is_err());
-    let wrong_header = SAMPLE.replace(FIELDS_HEADER_ROW, "| offset | size | name | meaning |");
-    assert!(parse_fields(&wrong_header, "superline").is_err());
-    let twice = format!("{SAMPLE}\n{SAMPLE}");
-    assert!(parse_fields(&twice, "superline").is_err());
+fn malformed_constants_are_refused() {
+    assert!(
+        parse_constants("# no table\n").is_err(),
+        "no constants table"
+    );
     let bad_value = SAMPLE.replace("| 64 | line |", "| sixty-four | line |");
     assert!(parse_constants(&bad_value).is_err());
     let two_cells = SAMPLE.replace("| 64 | line |", "| 64 |");
     assert!(parse_constants(&two_cells).is_err());
+    let no_meaning = SAMPLE.replace("| 64 | line |", "| 64 | |");
+    assert!(parse_constants(&no_meaning).is_err());
+    let no_ticks = SAMPLE.replace("`RECORD_ALIGN`", "RECORD_ALIGN");
+    assert!(parse_constants(&no_ticks).is_err());
+    let twice = format!("{SAMPLE}\n{SAMPLE}");
+    assert!(parse_constants(&twice).is_err());
 }
