@@ -2,73 +2,10 @@
 //! bad input the foundation issue lists. Each bad input must give one clear line on stderr, a
 //! non-zero exit, and never a panic or a backtrace.
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+mod common;
 
-fn kavach(args: &[&str]) -> Output {
-    kavach_in(Path::new("."), args)
-}
-
-fn kavach_in(dir: &Path, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_kavach"))
-        .args(args)
-        .current_dir(dir)
-        .env("RUST_BACKTRACE", "1")
-        .output()
-        .expect("run kavach")
-}
-
-fn stderr(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
-}
-fn stdout(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stdout).into_owned()
-}
-
-/// A bad input: non-zero exit `code`, stderr is one `kavach: error:` line containing `needle`.
-fn assert_refused(o: &Output, code: i32, needle: &str) {
-    let err = stderr(o);
-    assert_eq!(o.status.code(), Some(code), "exit code; stderr: {err}");
-    assert!(
-        !err.contains("panicked") && !err.contains("backtrace") && !err.contains("internal error"),
-        "{err}"
-    );
-    assert_eq!(
-        err.trim_end().lines().count(),
-        1,
-        "one line on stderr, got: {err}"
-    );
-    assert!(err.starts_with("kavach: error: "), "{err}");
-    assert!(
-        err.contains(needle),
-        "stderr should mention `{needle}`: {err}"
-    );
-}
-
-struct Scratch(PathBuf);
-
-impl Scratch {
-    fn new(tag: &str) -> Scratch {
-        let base = if Path::new("/dev/shm").is_dir() {
-            PathBuf::from("/dev/shm")
-        } else {
-            std::env::temp_dir()
-        };
-        let d = base.join(format!("kavach-cli-{tag}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&d);
-        std::fs::create_dir_all(&d).unwrap();
-        Scratch(d)
-    }
-    fn path(&self, name: &str) -> String {
-        self.0.join(name).to_string_lossy().into_owned()
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
+use common::{Scratch, assert_refused, kavach, kavach_in, stderr, stdout};
+use std::path::Path;
 
 #[test]
 fn every_command_has_help() {

@@ -1,41 +1,11 @@
 //! `kavach log ...` as a user drives it: create, append (--data, --file, --stdin-lines), dump,
 //! verify; damage found and named; bad inputs refused with one line and exit 2.
 
-use std::io::Write;
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+mod common;
 
-fn kavach(args: &[&str]) -> Output {
-    kavach_stdin(args, None)
-}
-
-fn kavach_stdin(args: &[&str], stdin: Option<&[u8]>) -> Output {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_kavach"))
-        .args(args)
-        .env("RUST_BACKTRACE", "1")
-        .stdin(if stdin.is_some() {
-            Stdio::piped()
-        } else {
-            Stdio::null()
-        })
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("run kavach");
-    if let Some(bytes) = stdin {
-        let mut pipe = child.stdin.take().expect("stdin");
-        // The command may stop reading early (a refused line); what it read is what counts.
-        let _ = pipe.write_all(bytes);
-    }
-    child.wait_with_output().expect("wait for kavach")
-}
-
-fn stderr(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
-}
-fn stdout(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stdout).into_owned()
-}
+use common::{Scratch, assert_refused, kavach, kavach_stdin, stderr, stdout};
+use std::path::Path;
+use std::process::Output;
 
 fn assert_ok(o: &Output) {
     assert_eq!(o.status.code(), Some(0), "stderr: {}", stderr(o));
@@ -43,53 +13,6 @@ fn assert_ok(o: &Output) {
 
 fn json(o: &Output) -> serde_json::Value {
     serde_json::from_slice(&o.stdout).unwrap_or_else(|e| panic!("not JSON ({e}): {}", stdout(o)))
-}
-
-/// A bad input: exit `code`, stderr is one `kavach: error:` line containing `needle`.
-fn assert_refused(o: &Output, code: i32, needle: &str) {
-    let err = stderr(o);
-    assert_eq!(o.status.code(), Some(code), "exit code; stderr: {err}");
-    assert!(
-        !err.contains("panicked") && !err.contains("backtrace") && !err.contains("internal error"),
-        "{err}"
-    );
-    assert_eq!(
-        err.trim_end().lines().count(),
-        1,
-        "one line on stderr, got: {err}"
-    );
-    assert!(err.starts_with("kavach: error: "), "{err}");
-    assert!(
-        err.contains(needle),
-        "stderr should mention `{needle}`: {err}"
-    );
-}
-
-/// A scratch directory under /dev/shm (PM emulated in DRAM), unique to this process and test,
-/// removed at the end.
-struct Scratch(PathBuf);
-
-impl Scratch {
-    fn new(tag: &str) -> Scratch {
-        let base = if Path::new("/dev/shm").is_dir() {
-            PathBuf::from("/dev/shm")
-        } else {
-            std::env::temp_dir()
-        };
-        let d = base.join(format!("kavach-logcli-{tag}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&d);
-        std::fs::create_dir_all(&d).unwrap();
-        Scratch(d)
-    }
-    fn path(&self, name: &str) -> String {
-        self.0.join(name).to_string_lossy().into_owned()
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
 }
 
 /// The data entries of `dump --json --payload text` as (LSN, payload text).

@@ -18,6 +18,7 @@ pub mod directory;
 pub mod domain;
 pub mod error;
 pub mod fault;
+pub mod format_doc;
 pub mod header;
 pub mod layout;
 pub mod mapping;

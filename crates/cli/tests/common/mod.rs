@@ -1,0 +1,112 @@
+//! Helpers the `kavach` command-line tests share: running the binary, reading what it printed,
+//! checking a refusal, and a scratch directory.
+//!
+//! Each test file that needs them says `mod common;`, so this file is compiled once per test
+//! binary, and an item that only some of the files use would be dead code in the others.
+#![allow(dead_code)]
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+
+/// Run `kavach args` in the current directory, with no input.
+pub fn kavach(args: &[&str]) -> Output {
+    run(None, args, None)
+}
+
+/// Run `kavach args` in `dir`, with no input.
+pub fn kavach_in(dir: &Path, args: &[&str]) -> Output {
+    run(Some(dir), args, None)
+}
+
+/// Run `kavach args` in the current directory, with `stdin` (if any) as its input.
+pub fn kavach_stdin(args: &[&str], stdin: Option<&[u8]>) -> Output {
+    run(None, args, stdin)
+}
+
+fn run(dir: Option<&Path>, args: &[&str], stdin: Option<&[u8]>) -> Output {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_kavach"));
+    command
+        .args(args)
+        .env("RUST_BACKTRACE", "1")
+        .stdin(if stdin.is_some() {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    if let Some(dir) = dir {
+        command.current_dir(dir);
+    }
+    let mut child = command.spawn().expect("run kavach");
+    if let Some(bytes) = stdin {
+        let mut pipe = child.stdin.take().expect("stdin");
+        // The command may stop reading early (a refused line); what it read is what counts.
+        let _ = pipe.write_all(bytes);
+    }
+    child.wait_with_output().expect("wait for kavach")
+}
+
+pub fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+pub fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+/// A bad input: exit `code`, stderr is one `kavach: error:` line containing `needle`, and no
+/// panic, backtrace or internal error.
+pub fn assert_refused(o: &Output, code: i32, needle: &str) {
+    let err = stderr(o);
+    assert_eq!(o.status.code(), Some(code), "exit code; stderr: {err}");
+    assert!(
+        !err.contains("panicked") && !err.contains("backtrace") && !err.contains("internal error"),
+        "{err}"
+    );
+    assert_eq!(
+        err.trim_end().lines().count(),
+        1,
+        "one line on stderr, got: {err}"
+    );
+    assert!(err.starts_with("kavach: error: "), "{err}");
+    assert!(
+        err.contains(needle),
+        "stderr should mention `{needle}`: {err}"
+    );
+}
+
+/// A scratch directory under /dev/shm (PM emulated in DRAM) when there is one, else under the
+/// temporary directory: `kavach-<test binary>-<tag>-<pid>`, emptied on creation and removed at
+/// the end.
+pub struct Scratch(pub PathBuf);
+
+impl Scratch {
+    pub fn new(tag: &str) -> Scratch {
+        let base = if Path::new("/dev/shm").is_dir() {
+            PathBuf::from("/dev/shm")
+        } else {
+            std::env::temp_dir()
+        };
+        let d = base.join(format!(
+            "kavach-{}-{tag}-{}",
+            env!("CARGO_CRATE_NAME"),
+            std::process::id()
+        ));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).unwrap();
+        Scratch(d)
+    }
+
+    /// The path of `name` inside the directory.
+    pub fn path(&self, name: &str) -> String {
+        self.0.join(name).to_string_lossy().into_owned()
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
