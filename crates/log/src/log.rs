@@ -968,7 +968,7 @@ impl<M: Medium> Reservation<'_, M> {
             self.log.medium.write(at, data);
         }
         if offset == self.crc_upto {
-            self.crc = crc32c::crc32c_append(self.crc, data);
+            self.crc = crate::checksum::append(self.crc, data);
             self.crc_upto += data.len();
         } else {
             self.crc_upto = usize::MAX;
@@ -990,7 +990,7 @@ impl<M: Medium> Reservation<'_, M> {
                 self.log
                     .medium
                     .read(self.payload_offset() + done, &mut chunk[..n]);
-                crc = crc32c::crc32c_append(crc, &chunk[..n]);
+                crc = crate::checksum::append(crc, &chunk[..n]);
                 done += n;
             }
             crc
@@ -1048,7 +1048,7 @@ impl<M: Medium> Drop for Reservation<'_, M> {
 fn write_jump<M: Medium>(medium: &M, geo: &Geometry, pos: u64, lsn: u64, to: u64) -> Result<()> {
     let at = geo.at(pos);
     let payload = to.to_le_bytes();
-    let crc = crc32c::crc32c_append(crc_start(geo.seed, lsn, 8, kinds::JUMP), &payload);
+    let crc = crate::checksum::append(crc_start(geo.seed, lsn, 8, kinds::JUMP), &payload);
     let header = RecordHeader {
         lsn,
         length: 8,

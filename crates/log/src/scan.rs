@@ -210,7 +210,7 @@ impl<'m, M: Medium + ?Sized> Walker<'m, M> {
             while done < len {
                 let n = (len - done).min(chunk);
                 self.medium.read(payload_at + done, &mut self.buf[..n]);
-                crc = crc32c::crc32c_append(crc, &self.buf[..n]);
+                crc = crate::checksum::append(crc, &self.buf[..n]);
                 done += n;
             }
             self.payload_len = len;
