@@ -19,7 +19,7 @@
 
 #![forbid(unsafe_code)]
 
-mod checksum;
+pub mod checksum;
 pub mod error;
 pub mod file;
 pub mod format;
