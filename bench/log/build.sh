@@ -2,6 +2,9 @@
 # the Rust one. Expects HERE, ROOT, OUT and the log/die functions; sets CBIN, KBIN and
 # PMEMLOG_VERSION.
 
+# shellcheck source=bench/common.sh
+source "$ROOT/bench/common.sh"
+
 # --- 1. libpmemlog ----------------------------------------------------------
 have_libpmemlog() {
   if command -v pkg-config >/dev/null 2>&1; then
@@ -47,23 +50,6 @@ if [ -n "${KAVACH_LOG_BENCH_BIN:-}" ]; then
   KBIN="$KAVACH_LOG_BENCH_BIN"
   log "using prebuilt Kavach harness $KBIN (KAVACH_LOG_BENCH_BIN)"
 else
-  log "cargo build --release -p kavach-bench --bin log_bench"
-  # JSON messages tell us where the binary landed (honours CARGO_TARGET_DIR and
-  # .cargo/config); diagnostics are still rendered on stderr.
-  KBIN="$(cd "$ROOT" && cargo build --release -p kavach-bench --bin log_bench \
-            --message-format=json-render-diagnostics \
-          | python3 -c '
-import json, sys
-exe = ""
-for line in sys.stdin:
-    try:
-        m = json.loads(line)
-    except ValueError:
-        continue
-    if m.get("reason") == "compiler-artifact" and m.get("executable") \
-            and m.get("target", {}).get("name") == "log_bench":
-        exe = m["executable"]
-print(exe)')" || die "cargo build of kavach-bench/log_bench failed"
-  [ -n "$KBIN" ] || die "cargo did not report a log_bench executable"
+  KBIN="$(cargo_harness log_bench)"
 fi
 [ -x "$KBIN" ] || die "Kavach harness '$KBIN' is not executable"

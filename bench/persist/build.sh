@@ -2,6 +2,9 @@
 # the C harness and build the Rust one. Expects HERE, ROOT, OUT and the log/die functions; sets
 # CBIN, KBIN and PMEM_VERSION.
 
+# shellcheck source=bench/common.sh
+source "$ROOT/bench/common.sh"
+
 # --- 1. libpmem -------------------------------------------------------------
 have_libpmem() {
   if command -v pkg-config >/dev/null 2>&1; then
@@ -43,24 +46,7 @@ if [ -n "${KAVACH_BENCH_BIN:-}" ]; then
   KBIN="$KAVACH_BENCH_BIN"
   log "using prebuilt Kavach harness $KBIN (KAVACH_BENCH_BIN)"
 else
-  log "cargo build --release -p kavach-bench --bin persist_bench"
-  # JSON messages tell us where the binary landed (honours CARGO_TARGET_DIR
-  # and .cargo/config); diagnostics are still rendered on stderr.
-  KBIN="$(cd "$ROOT" && cargo build --release -p kavach-bench --bin persist_bench \
-            --message-format=json-render-diagnostics \
-          | python3 -c '
-import json, sys
-exe = ""
-for line in sys.stdin:
-    try:
-        m = json.loads(line)
-    except ValueError:
-        continue
-    if m.get("reason") == "compiler-artifact" and m.get("executable") \
-            and m.get("target", {}).get("name") == "persist_bench":
-        exe = m["executable"]
-print(exe)')" || die "cargo build of kavach-bench/persist_bench failed"
-  [ -n "$KBIN" ] || die "cargo did not report a persist_bench executable"
+  KBIN="$(cargo_harness persist_bench)"
 fi
 [ -x "$KBIN" ] || die "Kavach harness '$KBIN' is not executable"
 
