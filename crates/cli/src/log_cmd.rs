@@ -299,11 +299,10 @@ fn too_large(length: u64, max: u32) -> LogError {
 }
 
 fn append(a: &AppendArgs) -> Result<Outcome> {
-    // A writable open marks the pool in use (not shut down cleanly) before the log is read,
-    // and a `LogFile::open` that then fails leaves it marked so: the next writable open would
-    // take a damaged record for one torn by a crash and drop it with everything after it. So
-    // first look read-only, which writes nothing, and refuse there what a writable open would;
-    // the look also gives the payload limit, so oversized --data and --file append nothing.
+    // A writable open writes the pool's slot (in use, then clean again when it refuses), so
+    // first look read-only, which writes nothing at all, and refuse there what a writable open
+    // would; the look also gives the payload limit, so oversized --data and --file append
+    // nothing. The price is a second walk of the log.
     let max = {
         let look = open(&a.path, &a.region, true)?;
         if let (true, Some(c)) = (look.pool().was_clean_shutdown(), failing(look.recovery())) {

@@ -37,23 +37,13 @@ impl LogFile {
             let free = pool.free_bytes();
             let region = pool.create_region(name, kinds::LOG, free, Alignment::Page)?;
             let medium = Arc::clone(pool.medium());
-            let log = Log::create(
+            let (log, recovery) = Log::create_recovered(
                 medium,
                 region.offset as usize,
                 region.length as usize,
+                crate::log::random_uuid()?,
                 full_wait,
             )?;
-            let recovery = Recovery {
-                records: 0,
-                ring_bytes_used: 0,
-                start_lsn: 1,
-                next_lsn: 1,
-                stop: crate::scan::Stop::Tail { found_lsn: 0 },
-                dropped: None,
-                jumped_to: None,
-                repaired: Vec::new(),
-                epoch: 1,
-            };
             Ok::<_, LogError>((region, log, recovery))
         })();
         match made {

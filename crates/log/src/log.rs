@@ -191,6 +191,11 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
+/// A fresh log UUID from the operating system.
+pub(crate) fn random_uuid() -> Result<Uuid> {
+    Uuid::random().map_err(|e| pmem::PmemError::io("cannot read", "/dev/urandom", e).into())
+}
+
 fn check_region<M: Medium>(medium: &M, base: usize, len: usize) -> Result<()> {
     let fits = base.checked_add(len).is_some_and(|end| end <= medium.len());
     if !fits || base % pmem::layout::PAGE_SIZE != 0 {
@@ -208,9 +213,7 @@ fn check_region<M: Medium>(medium: &M, base: usize, len: usize) -> Result<()> {
 impl<M: Medium> Log<M> {
     /// Write a new, empty log over `[base, base + len)` of `medium` and open it.
     pub fn create(medium: M, base: usize, len: usize, full_wait: Duration) -> Result<Log<M>> {
-        let uuid =
-            Uuid::random().map_err(|e| pmem::PmemError::io("cannot read", "/dev/urandom", e))?;
-        Self::create_with_uuid(medium, base, len, uuid, full_wait)
+        Self::create_with_uuid(medium, base, len, random_uuid()?, full_wait)
     }
 
     /// [`Log::create`] with a given log UUID (a backup takes its primary's).
@@ -221,6 +224,17 @@ impl<M: Medium> Log<M> {
         uuid: Uuid,
         full_wait: Duration,
     ) -> Result<Log<M>> {
+        Ok(Self::create_recovered(medium, base, len, uuid, full_wait)?.0)
+    }
+
+    /// [`Log::create_with_uuid`], with what the opening walk of the new log found.
+    pub(crate) fn create_recovered(
+        medium: M,
+        base: usize,
+        len: usize,
+        uuid: Uuid,
+        full_wait: Duration,
+    ) -> Result<(Log<M>, Recovery)> {
         check_region(&medium, base, len)?;
         let desc =
             Descriptor::for_region(uuid, len as u64).map_err(|reason| LogError::Invalid {
@@ -265,7 +279,7 @@ impl<M: Medium> Log<M> {
             full_wait,
             ..LogOptions::default()
         };
-        Ok(Self::open(medium, base, len, &opts)?.0)
+        Self::open(medium, base, len, &opts)
     }
 
     /// Open the log in `[base, base + len)` of `medium` and recover it: choose the descriptor
