@@ -1,0 +1,469 @@
+//! The arena: a growable byte image whose pointers are offsets.
+//!
+//! A DIPPER data structure lives entirely inside one arena. Its pointers are offsets from the
+//! arena's start, and the allocator's state (the bump pointer and one free list per size class)
+//! is stored in the arena's own header. So the bytes of an arena mean the same thing wherever
+//! they are: in DRAM, where the frontend works on them; in a shadow slot in PM, where a
+//! checkpoint leaves them; and back in DRAM after recovery copies them in. Copying an arena
+//! copies the allocator with it, which is what DIPPER's checkpoint needs (section 4.2.3).
+//!
+//! An arena can record which 4 KiB pages changed since the last [`Arena::take_dirty`], so a
+//! checkpoint writes only those pages to its slot.
+//!
+//! Layout of the header (all little-endian `u64`), see `docs/format/dipper.md`:
+//!
+//! | offset | field |
+//! | --- | --- |
+//! | 0 | magic [`ARENA_MAGIC`] |
+//! | 8 | top: the bump pointer, the end of the highest block ever handed out |
+//! | 16 | live: bytes in allocated blocks (class sizes) |
+//! | 24 | blocks: number of allocated blocks |
+//! | 32..96 | eight user words for the data structure's roots |
+//! | 96.. | one free-list head per size class ([`CLASSES`] of them) |
+
+use crate::error::{DipperError, Result};
+
+/// Page size of arenas and shadow slots.
+pub const PAGE: usize = 4096;
+/// Magic in an arena's first word (`KVARENA1`).
+pub const ARENA_MAGIC: u64 = u64::from_le_bytes(*b"KVARENA1");
+/// Offset of the bump pointer.
+pub const ARENA_TOP: usize = 8;
+/// Offset of the live-bytes counter.
+pub const ARENA_LIVE: usize = 16;
+/// Offset of the block counter.
+pub const ARENA_BLOCKS: usize = 24;
+/// Offset of the first user word.
+pub const ARENA_USER: usize = 32;
+/// Number of user words.
+pub const ARENA_USER_WORDS: usize = 8;
+/// Offset of the first free-list head.
+pub const ARENA_FREE: usize = 96;
+/// Number of size classes: 16 classes of 16 B steps up to 256 B, then four per doubling up to
+/// [`BLOCK_BYTES_MAX`].
+pub const CLASSES: usize = 96;
+/// Bytes of the header; the first block starts here.
+pub const ARENA_HEADER: usize = 1024;
+/// The largest block an arena hands out (256 MiB).
+pub const BLOCK_BYTES_MAX: usize = 1 << 28;
+/// The largest arena (64 GiB): offsets stay far from overflow.
+pub const ARENA_BYTES_MAX: usize = 1 << 36;
+/// Smallest arena image (and growth quantum at small sizes).
+pub const ARENA_BYTES_MIN: usize = 64 * 1024;
+
+const _: () = assert!(ARENA_FREE + CLASSES * 8 <= ARENA_HEADER);
+const _: () = assert!(ARENA_USER + ARENA_USER_WORDS * 8 == ARENA_FREE);
+
+/// Size class of a request: its index and the block size handed out.
+pub fn class_of(bytes: usize) -> Option<(usize, usize)> {
+    let bytes = bytes.max(1);
+    if bytes > BLOCK_BYTES_MAX {
+        return None;
+    }
+    if bytes <= 256 {
+        let idx = bytes.div_ceil(16) - 1;
+        return Some((idx, (idx + 1) * 16));
+    }
+    // 2^p < bytes <= 2^(p+1); four classes in that doubling, steps of 2^(p-2).
+    let p = (usize::BITS - 1 - (bytes - 1).leading_zeros()) as usize;
+    let step = 1usize << (p - 2);
+    let size = bytes.div_ceil(step) * step;
+    let idx = 16 + (p - 8) * 4 + (size - (1usize << p)) / step - 1;
+    Some((idx, size))
+}
+
+/// A growable byte image with an allocator inside it.
+#[derive(Clone)]
+pub struct Arena {
+    bytes: Vec<u8>,
+    /// One bit per page written since the last `take_dirty`, if tracking is on.
+    dirty: Option<Vec<u64>>,
+}
+
+impl std::fmt::Debug for Arena {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Arena")
+            .field("len", &self.bytes.len())
+            .field("top", &self.top())
+            .field("live", &self.live_bytes())
+            .field("blocks", &self.blocks())
+            .finish()
+    }
+}
+
+impl Default for Arena {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Arena {
+    /// An empty arena with an initialized header.
+    pub fn new() -> Arena {
+        let mut a = Arena {
+            bytes: vec![0; ARENA_BYTES_MIN],
+            dirty: None,
+        };
+        a.put_u64(0, ARENA_MAGIC);
+        a.put_u64(ARENA_TOP, ARENA_HEADER as u64);
+        a
+    }
+
+    /// Rebuild an arena from an image (a shadow slot's pages), validating its header.
+    ///
+    /// The image must be page-sized, carry the magic, and have a bump pointer and free-list
+    /// heads inside it. Blocks are not walked here: their owner validates its structures.
+    pub fn from_image(bytes: Vec<u8>) -> Result<Arena> {
+        let bad = |field: &'static str, expected: String, found: String| DipperError::Corrupt {
+            structure: "arena header",
+            offset: 0,
+            field,
+            expected,
+            found,
+        };
+        let len = bytes.len();
+        if len < ARENA_BYTES_MIN || len % PAGE != 0 || len > ARENA_BYTES_MAX {
+            return Err(bad(
+                "length",
+                format!("a multiple of {PAGE} between {ARENA_BYTES_MIN} and {ARENA_BYTES_MAX}"),
+                len.to_string(),
+            ));
+        }
+        let a = Arena { bytes, dirty: None };
+        if a.get_u64(0) != ARENA_MAGIC {
+            return Err(bad(
+                "magic",
+                format!("{ARENA_MAGIC:#018x}"),
+                format!("{:#018x}", a.get_u64(0)),
+            ));
+        }
+        let top = a.top();
+        if top < ARENA_HEADER || top > len || top % 16 != 0 {
+            return Err(bad(
+                "top",
+                format!("16-aligned within {ARENA_HEADER}..={len}"),
+                top.to_string(),
+            ));
+        }
+        for idx in 0..CLASSES {
+            let head = a.get_u64(ARENA_FREE + idx * 8) as usize;
+            if head != 0 && (head < ARENA_HEADER || head >= top || head % 16 != 0) {
+                return Err(bad(
+                    "free-list head",
+                    format!("0 or a 16-aligned block below top {top}"),
+                    format!("{head} (class {idx})"),
+                ));
+            }
+        }
+        Ok(a)
+    }
+
+    /// Start (or keep) recording written pages.
+    pub fn track_dirty(&mut self) {
+        if self.dirty.is_none() {
+            self.dirty = Some(vec![0; self.pages().div_ceil(64)]);
+        }
+    }
+
+    /// Pages written since the last call (ascending), and clear the record. Empty if tracking
+    /// is off.
+    pub fn take_dirty(&mut self) -> Vec<usize> {
+        let pages = self.pages();
+        let Some(bits) = self.dirty.as_mut() else {
+            return Vec::new();
+        };
+        let mut out = Vec::new();
+        for (w, word) in bits.iter_mut().enumerate() {
+            let mut v = std::mem::take(word);
+            while v != 0 {
+                let b = v.trailing_zeros() as usize;
+                v &= v - 1;
+                let page = w * 64 + b;
+                if page < pages {
+                    out.push(page);
+                }
+            }
+        }
+        out
+    }
+
+    /// Length of the image in bytes (a multiple of [`PAGE`]).
+    pub fn len(&self) -> usize {
+        self.bytes.len()
+    }
+
+    /// Never true: an arena always holds its header.
+    pub fn is_empty(&self) -> bool {
+        false
+    }
+
+    /// Number of pages in the image.
+    pub fn pages(&self) -> usize {
+        self.bytes.len() / PAGE
+    }
+
+    /// The bytes of page `page`.
+    pub fn page(&self, page: usize) -> &[u8] {
+        &self.bytes[page * PAGE..(page + 1) * PAGE]
+    }
+
+    /// The whole image.
+    pub fn image(&self) -> &[u8] {
+        &self.bytes
+    }
+
+    /// The bump pointer.
+    pub fn top(&self) -> usize {
+        self.get_u64(ARENA_TOP) as usize
+    }
+
+    /// Bytes in allocated blocks.
+    pub fn live_bytes(&self) -> u64 {
+        self.get_u64(ARENA_LIVE)
+    }
+
+    /// Number of allocated blocks.
+    pub fn blocks(&self) -> u64 {
+        self.get_u64(ARENA_BLOCKS)
+    }
+
+    /// User word `i` (a root of the data structure).
+    pub fn user(&self, i: usize) -> u64 {
+        assert!(i < ARENA_USER_WORDS);
+        self.get_u64(ARENA_USER + i * 8)
+    }
+
+    /// Set user word `i`.
+    pub fn set_user(&mut self, i: usize, v: u64) {
+        assert!(i < ARENA_USER_WORDS);
+        self.put_u64(ARENA_USER + i * 8, v)
+    }
+
+    /// Allocate a block of at least `bytes` bytes, 16-aligned. Its contents are unspecified.
+    pub fn alloc(&mut self, bytes: usize) -> Result<u64> {
+        let (idx, size) = class_of(bytes).ok_or(DipperError::TooLarge {
+            what: "arena block",
+            bytes,
+            max: BLOCK_BYTES_MAX,
+        })?;
+        let head_at = ARENA_FREE + idx * 8;
+        let head = self.get_u64(head_at);
+        let off = if head != 0 {
+            let next = self.get_u64(head as usize);
+            self.put_u64(head_at, next);
+            head
+        } else {
+            let top = self.top();
+            let end = top + size;
+            if end > ARENA_BYTES_MAX {
+                return Err(DipperError::TooLarge {
+                    what: "arena",
+                    bytes: end,
+                    max: ARENA_BYTES_MAX,
+                });
+            }
+            self.ensure_len(end);
+            self.put_u64(ARENA_TOP, end as u64);
+            top as u64
+        };
+        self.put_u64(ARENA_LIVE, self.live_bytes() + size as u64);
+        self.put_u64(ARENA_BLOCKS, self.blocks() + 1);
+        Ok(off)
+    }
+
+    /// Return a block of `bytes` bytes (the size it was allocated with) to its class.
+    pub fn free(&mut self, off: u64, bytes: usize) {
+        let (idx, size) = class_of(bytes).expect("freeing a block no allocation could return");
+        assert!(
+            off as usize >= ARENA_HEADER && off as usize + size <= self.top() && off % 16 == 0,
+            "freeing {off} (+{size}) outside the arena's blocks"
+        );
+        let head_at = ARENA_FREE + idx * 8;
+        let head = self.get_u64(head_at);
+        self.put_u64(off as usize, head);
+        self.put_u64(head_at, off);
+        self.put_u64(ARENA_LIVE, self.live_bytes() - size as u64);
+        self.put_u64(ARENA_BLOCKS, self.blocks() - 1);
+    }
+
+    /// Allocate a block and copy `data` into it.
+    pub fn alloc_copy(&mut self, data: &[u8]) -> Result<u64> {
+        let off = self.alloc(data.len())?;
+        self.write(off as usize, data);
+        Ok(off)
+    }
+
+    fn ensure_len(&mut self, end: usize) {
+        if end <= self.bytes.len() {
+            return;
+        }
+        let len = self.bytes.len();
+        // Grow by half the image (at most 256 MiB at a time), to a whole number of pages.
+        let step = (len / 2).clamp(ARENA_BYTES_MIN, 256 << 20);
+        let new_len = end
+            .max(len + step)
+            .next_multiple_of(PAGE)
+            .min(ARENA_BYTES_MAX);
+        self.bytes.resize(new_len, 0);
+        if let Some(bits) = self.dirty.as_mut() {
+            bits.resize((new_len / PAGE).div_ceil(64), 0);
+        }
+    }
+
+    fn mark(&mut self, off: usize, len: usize) {
+        if let Some(bits) = self.dirty.as_mut()
+            && len > 0
+        {
+            for page in off / PAGE..=(off + len - 1) / PAGE {
+                bits[page / 64] |= 1 << (page % 64);
+            }
+        }
+    }
+
+    /// Read a little-endian `u64`.
+    pub fn get_u64(&self, off: usize) -> u64 {
+        u64::from_le_bytes(self.bytes[off..off + 8].try_into().expect("8 bytes"))
+    }
+
+    /// Write a little-endian `u64`.
+    pub fn put_u64(&mut self, off: usize, v: u64) {
+        self.bytes[off..off + 8].copy_from_slice(&v.to_le_bytes());
+        self.mark(off, 8);
+    }
+
+    /// Read a little-endian `u32`.
+    pub fn get_u32(&self, off: usize) -> u32 {
+        u32::from_le_bytes(self.bytes[off..off + 4].try_into().expect("4 bytes"))
+    }
+
+    /// Write a little-endian `u32`.
+    pub fn put_u32(&mut self, off: usize, v: u32) {
+        self.bytes[off..off + 4].copy_from_slice(&v.to_le_bytes());
+        self.mark(off, 4);
+    }
+
+    /// Borrow `len` bytes at `off`.
+    pub fn bytes(&self, off: usize, len: usize) -> &[u8] {
+        &self.bytes[off..off + len]
+    }
+
+    /// Copy `data` to `off`.
+    pub fn write(&mut self, off: usize, data: &[u8]) {
+        self.bytes[off..off + data.len()].copy_from_slice(data);
+        self.mark(off, data.len());
+    }
+
+    /// Move `len` bytes from `src` to `dst` (ranges may overlap).
+    pub fn copy_within(&mut self, src: usize, len: usize, dst: usize) {
+        self.bytes.copy_within(src..src + len, dst);
+        self.mark(dst, len);
+    }
+
+    /// Zero `len` bytes at `off`.
+    pub fn zero(&mut self, off: usize, len: usize) {
+        self.bytes[off..off + len].fill(0);
+        self.mark(off, len);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn classes_are_monotonic_and_cover_every_size() {
+        let mut last = class_of(1).unwrap();
+        for bytes in (1..=70_000).chain([BLOCK_BYTES_MAX - 1, BLOCK_BYTES_MAX]) {
+            let (idx, size) = class_of(bytes).unwrap();
+            assert!(size >= bytes && size % 16 == 0, "{bytes} -> {size}");
+            assert!(idx < CLASSES);
+            assert!(idx >= last.0 && size >= last.1);
+            if idx == last.0 {
+                assert_eq!(size, last.1, "one size per class");
+            }
+            // Waste is at most a quarter of the block (or 15 bytes for small blocks).
+            assert!(size - bytes <= (bytes / 4).max(15), "{bytes} -> {size}");
+            last = (idx, size);
+        }
+        assert_eq!(class_of(BLOCK_BYTES_MAX).unwrap().0, CLASSES - 1);
+        assert!(class_of(BLOCK_BYTES_MAX + 1).is_none());
+    }
+
+    #[test]
+    fn alloc_free_reuse_and_counters() {
+        let mut a = Arena::new();
+        let x = a.alloc(100).unwrap();
+        let y = a.alloc(100).unwrap();
+        assert_ne!(x, y);
+        assert_eq!(a.blocks(), 2);
+        assert_eq!(a.live_bytes(), 224);
+        a.free(x, 100);
+        assert_eq!(
+            a.alloc(110).unwrap(),
+            x,
+            "same class reuses the freed block"
+        );
+        let big = a.alloc(1 << 20).unwrap();
+        assert!(a.len() >= big as usize + (1 << 20));
+        a.free(big, 1 << 20);
+        a.free(y, 100);
+        a.free(x, 110);
+        assert_eq!(a.blocks(), 0);
+        assert_eq!(a.live_bytes(), 0);
+    }
+
+    #[test]
+    fn image_round_trip_keeps_the_allocator() {
+        let mut a = Arena::new();
+        let x = a.alloc_copy(b"hello").unwrap();
+        a.set_user(3, x);
+        let _ = a.alloc(48).unwrap();
+        a.free(x, 5);
+        let mut b = Arena::from_image(a.image().to_vec()).unwrap();
+        assert_eq!(b.user(3), x);
+        assert_eq!(b.alloc(5).unwrap(), x, "free list survives the copy");
+    }
+
+    #[test]
+    fn damaged_headers_are_refused_with_the_field_named() {
+        let good = Arena::new().image().to_vec();
+        type Damage = Box<dyn Fn(&mut Vec<u8>)>;
+        let cases: Vec<(Damage, &str)> = vec![
+            (Box::new(|b| b[0] ^= 1), "magic"),
+            (
+                Box::new(|b| b[8..16].copy_from_slice(&8u64.to_le_bytes())),
+                "top",
+            ),
+            (
+                Box::new(|b| b[8..16].copy_from_slice(&(1u64 << 40).to_le_bytes())),
+                "top",
+            ),
+            (
+                Box::new(|b| b[96..104].copy_from_slice(&5000u64.to_le_bytes())),
+                "free-list head",
+            ),
+            (Box::new(|b| b.truncate(5000)), "length"),
+        ];
+        for (damage, field) in cases {
+            let mut img = good.clone();
+            damage(&mut img);
+            match Arena::from_image(img) {
+                Err(DipperError::Corrupt { field: f, .. }) => assert_eq!(f, field),
+                other => panic!("expected {field} corruption, got {other:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn dirty_pages_are_recorded_and_cleared() {
+        let mut a = Arena::new();
+        a.track_dirty();
+        assert!(a.take_dirty().is_empty());
+        let off = a.alloc(3 * PAGE).unwrap() as usize;
+        a.write(off + PAGE, &[1; 10]);
+        let d = a.take_dirty();
+        assert!(d.contains(&0), "header page (top moved)");
+        assert!(d.contains(&((off + PAGE) / PAGE)));
+        assert!(a.take_dirty().is_empty());
+    }
+}

@@ -1,0 +1,1029 @@
+//! The DIPPER engine: DRAM shards, the PM operation logs, quiescent-free checkpoints and
+//! recovery.
+//!
+//! The state is split into shards, one [`Arena`] each, behind a reader-writer lock. An operation
+//! names the shards it touches; operations on different shards run in parallel, operations on
+//! a common shard run in the order of their log records (the shard's lock is held from the
+//! append to the end of execution). That is DIPPER's observational equivalence with "same
+//! shard" as the conflict relation (section 4.2.7).
+//!
+//! The write path of an operation:
+//! 1. lock its shards (ascending order);
+//! 2. append its record to the active log and force it by the durability policy;
+//! 3. apply it to the DRAM shards with the machine's code;
+//! 4. unlock.
+//!
+//! A record reaches the log only for a validated operation and its application cannot fail,
+//! so a durable record is a committed operation: the log needs no separate commit flag. A
+//! reader takes the shard's read lock, so with the `Sync` policy it never sees a change that is
+//! not durable.
+//!
+//! A checkpoint (when the active log is `checkpoint_at_percent` full, or on request):
+//! 1. under the gate's write lock (it waits only for appends in progress, never for a
+//!    checkpoint): empty the other log, force the active one, and persist a root saying "the
+//!    other log is active, a checkpoint is running"; new operations now go to the other log;
+//! 2. replay the archived log's records onto the mirror (a DRAM copy of the last shadow image)
+//!    with the same machine code, on `replay_threads` threads, split by shard;
+//! 3. write the mirror's changed pages into the slot that does not hold the current image, and
+//!    persist them;
+//! 4. persist a root pointing at that slot, state idle: this is the atomic switch;
+//! 5. empty the archived log.
+//!
+//! Recovery reads the root, loads the image it points at, redoes an interrupted checkpoint
+//! (steps 2 to 5 again, from the same inputs), copies the result for the mirror, and replays
+//! the active log onto the DRAM shards. It only ever writes a new image into the slot the root
+//! does not point at, so it is idempotent: a crash during recovery leaves the same inputs.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use crate::arena::Arena;
+use crate::error::{DipperError, Result};
+use crate::layout::*;
+use crate::root::Root;
+use crate::slot::{self, SlotGeometry, SlotMap};
+use log::{ForcePolicy, Log, LogError, LogOptions};
+use pmem::{Alignment, Medium, Pool, Uuid, kinds};
+
+/// A deterministic state machine over sharded arenas: DIPPER's black box.
+pub trait Machine: Send + Sync + 'static {
+    /// What applying an operation produces (accumulated over its shards).
+    type Output: Default + Send;
+
+    /// Prepare the empty arena of shard `shard` of a new store.
+    fn init(&self, shard: usize, arena: &mut Arena) -> Result<()>;
+
+    /// Apply the part of operation `op` that concerns `shard`. It must depend only on the
+    /// arena and `op` (no clock, no randomness): recovery and checkpoints run the same code on
+    /// the same inputs and must reach an equivalent state.
+    fn apply(
+        &self,
+        shard: usize,
+        arena: &mut Arena,
+        op: &[u8],
+        out: &mut Self::Output,
+    ) -> Result<()>;
+}
+
+/// Sizes of a new store.
+#[derive(Debug, Clone, Copy)]
+pub struct Layout {
+    /// Bytes of each of the two operation logs.
+    pub log_bytes: u64,
+    /// Bytes of each of the two shadow slots.
+    pub slot_bytes: u64,
+    /// Number of shards (1..=1024).
+    pub shards: usize,
+}
+
+/// How a store runs.
+#[derive(Debug, Clone, Copy)]
+pub struct Options {
+    /// When a write is durable: `Sync` forces every record before it is applied.
+    pub policy: ForcePolicy,
+    /// Start a checkpoint when the active log has taken this share of its ring (1..=90).
+    pub checkpoint_at_percent: u8,
+    /// Threads that replay the archived log during a checkpoint.
+    pub replay_threads: usize,
+    /// Run checkpoints on a background thread (off: only [`Dipper::checkpoint`] runs them).
+    pub background: bool,
+    /// Take a checkpoint at close if the active log holds records, so a clean restart replays
+    /// nothing.
+    pub checkpoint_on_close: bool,
+    /// How long a write waits for a running checkpoint when the active log is full.
+    pub full_wait: Duration,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            policy: ForcePolicy::Sync,
+            checkpoint_at_percent: 50,
+            replay_threads: 2,
+            background: true,
+            checkpoint_on_close: true,
+            full_wait: Duration::from_secs(10),
+        }
+    }
+}
+
+/// What opening a store found and did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RecoveryReport {
+    /// The pool was closed cleanly last time.
+    pub clean_shutdown: bool,
+    /// Checkpoint number of the image loaded (0: none, the store started empty).
+    pub checkpoint: u64,
+    /// A checkpoint was interrupted and has been redone.
+    pub redone_checkpoint: bool,
+    /// Records of the archived log replayed to redo it.
+    pub archived_records: u64,
+    /// Records of the active log replayed onto the DRAM shards.
+    pub active_records: u64,
+    /// Time to load the shadow image.
+    pub load_ms: u64,
+    /// Time to redo the checkpoint and replay the active log.
+    pub replay_ms: u64,
+    /// Time for the whole recovery.
+    pub total_ms: u64,
+}
+
+/// What one checkpoint did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CheckpointStats {
+    /// Its number.
+    pub number: u64,
+    /// Records replayed from the archived log.
+    pub records: u64,
+    /// Pages written to the slot.
+    pub pages: u64,
+    /// Time the log swap held the gate.
+    pub swap_us: u64,
+    /// Time from start to the root switch.
+    pub total_ms: u64,
+}
+
+/// Counters for INFO.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Stats {
+    /// Shards.
+    pub shards: usize,
+    /// Checkpoints completed since open.
+    pub checkpoints: u64,
+    /// A checkpoint is running now.
+    pub checkpoint_running: bool,
+    /// The last checkpoint.
+    pub last_checkpoint: CheckpointStats,
+    /// Number of the image the root points at.
+    pub image: u64,
+    /// Operations logged since open.
+    pub operations: u64,
+    /// Active log: ring bytes and bytes in use.
+    pub log_ring_bytes: u64,
+    /// Active log bytes in use.
+    pub log_used_bytes: u64,
+    /// Every record up to this LSN of the active log is durable.
+    pub log_durable_lsn: u64,
+    /// Next LSN of the active log.
+    pub log_next_lsn: u64,
+    /// Sum of the shards' arena lengths.
+    pub arena_bytes: u64,
+    /// Bytes in allocated arena blocks.
+    pub live_bytes: u64,
+    /// Bytes a shadow slot can hold.
+    pub slot_capacity_bytes: u64,
+    /// Why the store refuses writes, if it does.
+    pub failed: Option<String>,
+}
+
+#[derive(Debug)]
+struct Checkpointer {
+    root: Root,
+    geo: [SlotGeometry; 2],
+    /// Equal to the image the root points at.
+    mirror: Vec<Arena>,
+    /// Page maps of the slots; `None` when unknown (the next write of that slot is whole).
+    maps: [Option<SlotMap>; 2],
+    /// Per slot, per shard: pages changed since that slot was last written (bitsets).
+    dirty_since: [Vec<Vec<u64>>; 2],
+}
+
+#[derive(Debug, Default)]
+struct Signal {
+    requested: bool,
+    stop: bool,
+    completed: u64,
+    running: bool,
+    last: CheckpointStats,
+}
+
+struct Inner<M: Medium, S: Machine> {
+    machine: S,
+    medium: M,
+    uuid: Uuid,
+    root_base: usize,
+    shards: Vec<RwLock<Arena>>,
+    logs: [Log<M>; 2],
+    /// Index of the active log. Appends hold it for reading, the swap for writing.
+    gate: RwLock<usize>,
+    appended: AtomicU64,
+    threshold: u64,
+    arena_bytes: AtomicU64,
+    operations: AtomicU64,
+    slot_capacity: u64,
+    ckpt: Mutex<Checkpointer>,
+    signal: Mutex<Signal>,
+    cond: Condvar,
+    failed: Mutex<Option<String>>,
+    closed: AtomicBool,
+    pool: Mutex<Option<Pool<M>>>,
+    opts: Options,
+}
+
+/// A DIPPER store over a pool.
+pub struct Dipper<M: Medium + Clone + Send + Sync + 'static, S: Machine> {
+    inner: Arc<Inner<M, S>>,
+    thread: Mutex<Option<JoinHandle<()>>>,
+}
+
+impl<M: Medium + Clone + Send + Sync + 'static, S: Machine> std::fmt::Debug for Dipper<M, S> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Dipper")
+            .field("shards", &self.inner.shards.len())
+            .finish_non_exhaustive()
+    }
+}
+
+fn poisoned() -> DipperError {
+    DipperError::Failed("a thread panicked while holding a shard".into())
+}
+
+/// Encode an op record for `shards` (`None`: every shard).
+fn encode_record(shards: Option<&[u16]>, op: &[u8]) -> Vec<u8> {
+    let ids = shards.map_or(0, |s| s.len());
+    let mut p = Vec::with_capacity(2 + 2 * ids + op.len());
+    match shards {
+        None => p.extend_from_slice(&ALL_SHARDS.to_le_bytes()),
+        Some(s) => {
+            p.extend_from_slice(&(s.len() as u16).to_le_bytes());
+            for id in s {
+                p.extend_from_slice(&id.to_le_bytes());
+            }
+        }
+    }
+    p.extend_from_slice(op);
+    p
+}
+
+/// Decode an op record: which shards (`None`: all) and the op bytes.
+fn decode_record(payload: &[u8], shards: usize, lsn: u64) -> Result<(Option<Vec<u16>>, &[u8])> {
+    let bad = |field: &'static str, expected: String, found: String| DipperError::Corrupt {
+        structure: "op record",
+        offset: lsn,
+        field,
+        expected,
+        found,
+    };
+    if payload.len() < 2 {
+        return Err(bad(
+            "length",
+            "at least 2".into(),
+            payload.len().to_string(),
+        ));
+    }
+    let n = u16::from_le_bytes([payload[0], payload[1]]);
+    if n == ALL_SHARDS {
+        return Ok((None, &payload[2..]));
+    }
+    let n = n as usize;
+    if n == 0 || n > shards || payload.len() < 2 + 2 * n {
+        return Err(bad(
+            "shard count",
+            format!("1..={shards} with room for the ids"),
+            n.to_string(),
+        ));
+    }
+    let mut ids = Vec::with_capacity(n);
+    for i in 0..n {
+        let id = u16::from_le_bytes([payload[2 + 2 * i], payload[3 + 2 * i]]);
+        if id as usize >= shards || ids.last().is_some_and(|&l| l >= id) {
+            return Err(bad(
+                "shard id",
+                format!("ascending, below {shards}"),
+                id.to_string(),
+            ));
+        }
+        ids.push(id);
+    }
+    Ok((Some(ids), &payload[2 + 2 * n..]))
+}
+
+/// Replay every record of `log` onto `arenas`, splitting the shards among `threads` threads.
+/// Returns the number of records.
+fn replay<M: Medium, S: Machine>(
+    machine: &S,
+    log: &Log<M>,
+    arenas: &mut [Arena],
+    threads: usize,
+) -> Result<u64> {
+    let shards = arenas.len();
+    let threads = threads.clamp(1, shards);
+    let per = shards.div_ceil(threads);
+    let counts: Vec<Result<u64>> = std::thread::scope(|scope| {
+        let handles: Vec<_> = arenas
+            .chunks_mut(per)
+            .enumerate()
+            .map(|(t, chunk)| {
+                let lo = t * per;
+                scope.spawn(move || -> Result<u64> {
+                    let hi = lo + chunk.len();
+                    let mut n = 0;
+                    for rec in log.records() {
+                        let rec = rec?;
+                        n += 1;
+                        let (ids, op) = decode_record(&rec.payload, shards, rec.lsn)?;
+                        let mut out = S::Output::default();
+                        match ids {
+                            None => {
+                                for (i, a) in chunk.iter_mut().enumerate() {
+                                    machine.apply(lo + i, a, op, &mut out)?;
+                                }
+                            }
+                            Some(ids) => {
+                                for id in ids {
+                                    let id = id as usize;
+                                    if (lo..hi).contains(&id) {
+                                        machine.apply(id, &mut chunk[id - lo], op, &mut out)?;
+                                    }
+                                }
+                            }
+                        }
+                    }
+                    Ok(n)
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().unwrap_or_else(|_| Err(poisoned())))
+            .collect()
+    });
+    let mut n = 0;
+    for c in counts {
+        n = c?;
+    }
+    Ok(n)
+}
+
+fn set_bits(bits: &mut Vec<u64>, pages: &[usize]) {
+    for &p in pages {
+        if bits.len() <= p / 64 {
+            bits.resize(p / 64 + 1, 0);
+        }
+        bits[p / 64] |= 1 << (p % 64);
+    }
+}
+
+fn bits_to_pages(bits: &[u64]) -> Vec<usize> {
+    let mut out = Vec::new();
+    for (w, &word) in bits.iter().enumerate() {
+        let mut v = word;
+        while v != 0 {
+            out.push(w * 64 + v.trailing_zeros() as usize);
+            v &= v - 1;
+        }
+    }
+    out
+}
+
+fn region_of<M: Medium>(pool: &Pool<M>, name: &str, kind: u32) -> Result<(usize, usize)> {
+    let r = pool
+        .region(name)
+        .ok_or_else(|| DipperError::NotAStore(format!("the pool has no region `{name}`")))?;
+    if r.kind != kind {
+        return Err(DipperError::NotAStore(format!(
+            "region `{name}` holds {} data, not {}",
+            kinds::name(r.kind),
+            kinds::name(kind)
+        )));
+    }
+    Ok((r.offset as usize, r.length as usize))
+}
+
+impl<M: Medium + Clone + Send + Sync + 'static, S: Machine> Dipper<M, S> {
+    /// Make a new, empty store in `pool` (which must not hold one) and open it.
+    pub fn create(
+        mut pool: Pool<M>,
+        layout: &Layout,
+        machine: S,
+        opts: Options,
+    ) -> Result<(Self, RecoveryReport)> {
+        if layout.shards == 0 || layout.shards > SHARDS_MAX {
+            return Err(DipperError::Invalid {
+                what: "shards",
+                reason: format!("{} (allowed: 1..={SHARDS_MAX})", layout.shards),
+            });
+        }
+        let root = pool.create_region(
+            ROOT_REGION,
+            kinds::DIPPER,
+            ROOT_REGION_BYTES,
+            Alignment::Page,
+        )?;
+        for name in LOG_REGIONS {
+            let r = pool.create_region(name, kinds::LOG, layout.log_bytes, Alignment::Page)?;
+            let log = Log::create(
+                pool.medium().clone(),
+                r.offset as usize,
+                r.length as usize,
+                Duration::ZERO,
+            )?;
+            drop(log.close()?);
+        }
+        for (i, name) in SLOT_REGIONS.iter().enumerate() {
+            let r = pool.create_region(name, kinds::DIPPER, layout.slot_bytes, Alignment::Page)?;
+            SlotGeometry::new(i as u32, r.offset, r.length)?;
+        }
+        let mut r = Root {
+            seq: 0,
+            active: 0,
+            state: STATE_IDLE,
+            slot: SLOT_NONE,
+            shards: layout.shards as u32,
+            checkpoint: 0,
+        };
+        r.store(pool.medium(), root.offset as usize, &pool.uuid())?;
+        Self::open(pool, machine, opts)
+    }
+
+    /// Open the store in `pool`: recover it and start serving.
+    pub fn open(pool: Pool<M>, machine: S, opts: Options) -> Result<(Self, RecoveryReport)> {
+        if !(1..=90).contains(&opts.checkpoint_at_percent) {
+            return Err(DipperError::Invalid {
+                what: "checkpoint_at_percent",
+                reason: format!("{} (allowed: 1..=90)", opts.checkpoint_at_percent),
+            });
+        }
+        let start = Instant::now();
+        let medium = pool.medium().clone();
+        let uuid = pool.uuid();
+        let clean = pool.was_clean_shutdown();
+        let (root_base, _) = region_of(&pool, ROOT_REGION, kinds::DIPPER)?;
+        let (mut root, _other_copy_damage) = Root::load(&medium, root_base, &uuid)?;
+        let shards = root.shards as usize;
+        let log_opts = LogOptions {
+            read_only: pool.read_only(),
+            clean_shutdown: clean,
+            truncate_damaged: false,
+            full_wait: Duration::ZERO,
+        };
+        let mut logs = Vec::with_capacity(2);
+        let mut ring = 0;
+        for name in LOG_REGIONS {
+            let (base, len) = region_of(&pool, name, kinds::LOG)?;
+            let (log, _) = Log::open(medium.clone(), base, len, &log_opts)?;
+            ring = len as u64;
+            logs.push(log);
+        }
+        let logs: [Log<M>; 2] = logs.try_into().map_err(|_| poisoned())?;
+        let mut geo = Vec::with_capacity(2);
+        for (i, name) in SLOT_REGIONS.iter().enumerate() {
+            let (base, len) = region_of(&pool, name, kinds::DIPPER)?;
+            geo.push(SlotGeometry::new(i as u32, base as u64, len as u64)?);
+        }
+        let geo: [SlotGeometry; 2] = [geo[0], geo[1]];
+        let mut report = RecoveryReport {
+            clean_shutdown: clean,
+            checkpoint: root.checkpoint,
+            ..RecoveryReport::default()
+        };
+        let mut maps: [Option<SlotMap>; 2] = [None, None];
+        let mut arenas = if root.slot == SLOT_NONE {
+            let mut v = Vec::with_capacity(shards);
+            for s in 0..shards {
+                let mut a = Arena::new();
+                machine.init(s, &mut a)?;
+                v.push(a);
+            }
+            v
+        } else {
+            let s = root.slot as usize;
+            let (arenas, map) = slot::load(&medium, &uuid, &geo[s], root.checkpoint, shards)?;
+            maps[s] = Some(map);
+            arenas
+        };
+        report.load_ms = start.elapsed().as_millis() as u64;
+        let replay_start = Instant::now();
+        let archived = 1 - root.active as usize;
+        if root.state == STATE_CHECKPOINTING {
+            report.redone_checkpoint = true;
+            report.archived_records =
+                replay(&machine, &logs[archived], &mut arenas, opts.replay_threads)?;
+            let target = if root.slot == SLOT_NONE {
+                0
+            } else {
+                1 - root.slot as usize
+            };
+            let mut map = SlotMap::empty(shards);
+            slot::write(
+                &medium,
+                &uuid,
+                &geo[target],
+                root.checkpoint + 1,
+                &arenas,
+                None,
+                &mut map,
+            )?;
+            maps[target] = Some(map);
+            root.slot = target as u32;
+            root.checkpoint += 1;
+            root.state = STATE_IDLE;
+            root.store(&medium, root_base, &uuid)?;
+            logs[archived].cleanup_all()?;
+            report.checkpoint = root.checkpoint;
+        } else if !pool.read_only() && logs[archived].records().next().is_some() {
+            // The last checkpoint switched the root but did not get to empty its log: those
+            // records are in the image.
+            logs[archived].cleanup_all()?;
+        }
+        let mut mirror = arenas.clone();
+        for a in &mut mirror {
+            a.track_dirty();
+        }
+        let active = root.active as usize;
+        report.active_records = replay(&machine, &logs[active], &mut arenas, opts.replay_threads)?;
+        report.replay_ms = replay_start.elapsed().as_millis() as u64;
+        report.total_ms = start.elapsed().as_millis() as u64;
+        let arena_bytes = arenas.iter().map(|a| a.len() as u64).sum();
+        let inner = Arc::new(Inner {
+            machine,
+            medium,
+            uuid,
+            root_base,
+            shards: arenas.into_iter().map(RwLock::new).collect(),
+            threshold: ring * opts.checkpoint_at_percent as u64 / 100,
+            appended: AtomicU64::new(logs[active].stats().used_bytes),
+            logs,
+            gate: RwLock::new(active),
+            arena_bytes: AtomicU64::new(arena_bytes),
+            operations: AtomicU64::new(0),
+            slot_capacity: geo[0].capacity_bytes().min(geo[1].capacity_bytes()),
+            ckpt: Mutex::new(Checkpointer {
+                root,
+                geo,
+                mirror,
+                maps,
+                dirty_since: [vec![Vec::new(); shards], vec![Vec::new(); shards]],
+            }),
+            signal: Mutex::new(Signal::default()),
+            cond: Condvar::new(),
+            failed: Mutex::new(None),
+            closed: AtomicBool::new(false),
+            pool: Mutex::new(Some(pool)),
+            opts,
+        });
+        let thread = if opts.background {
+            let inner = Arc::clone(&inner);
+            Some(
+                std::thread::Builder::new()
+                    .name("dipper-checkpoint".into())
+                    .spawn(move || inner.checkpoint_loop())
+                    .map_err(|e| {
+                        DipperError::Failed(format!("cannot start the checkpoint thread: {e}"))
+                    })?,
+            )
+        } else {
+            None
+        };
+        Ok((
+            Dipper {
+                inner,
+                thread: Mutex::new(thread),
+            },
+            report,
+        ))
+    }
+
+    /// Number of shards.
+    pub fn shards(&self) -> usize {
+        self.inner.shards.len()
+    }
+
+    /// The machine.
+    pub fn machine(&self) -> &S {
+        &self.inner.machine
+    }
+
+    /// The pool's UUID.
+    pub fn uuid(&self) -> Uuid {
+        self.inner.uuid
+    }
+
+    /// Log, force and apply an operation on `shards` (ascending, no duplicates; `None`: every
+    /// shard). `grows`: the operation may need more arena space (writes that only remove pass
+    /// `false`, so they still run when the store is full).
+    pub fn execute(&self, shards: Option<&[u16]>, op: &[u8], grows: bool) -> Result<S::Output> {
+        self.inner.execute(shards, op, grows)
+    }
+
+    /// Run `f` on shard `shard` under its read lock.
+    pub fn read<R>(&self, shard: usize, f: impl FnOnce(&Arena) -> R) -> Result<R> {
+        let g = self.inner.shards[shard].read().map_err(|_| poisoned())?;
+        Ok(f(&g))
+    }
+
+    /// Run `f` on several shards (ascending, no duplicates) under their read locks at once.
+    pub fn read_many<R>(&self, shards: &[u16], f: impl FnOnce(&[&Arena]) -> R) -> Result<R> {
+        let mut guards: Vec<RwLockReadGuard<'_, Arena>> = Vec::with_capacity(shards.len());
+        for &s in shards {
+            guards.push(
+                self.inner.shards[s as usize]
+                    .read()
+                    .map_err(|_| poisoned())?,
+            );
+        }
+        let refs: Vec<&Arena> = guards.iter().map(|g| &**g).collect();
+        Ok(f(&refs))
+    }
+
+    /// Take a checkpoint now, on this thread, and return when the root points at it.
+    pub fn checkpoint(&self) -> Result<CheckpointStats> {
+        self.inner.checkpoint_now(true)
+    }
+
+    /// Counters.
+    pub fn stats(&self) -> Stats {
+        self.inner.stats()
+    }
+
+    /// Why the store refuses writes, if it does.
+    pub fn failure(&self) -> Option<String> {
+        self.inner.failure()
+    }
+
+    /// Stop the checkpoint thread, take a final checkpoint (if configured), force the log and
+    /// mark the pool cleanly closed. Later operations fail with [`DipperError::Closed`].
+    pub fn close(&self) -> Result<()> {
+        if self.inner.closed.swap(true, Ordering::AcqRel) {
+            return Ok(());
+        }
+        {
+            let mut s = self.inner.signal.lock().map_err(|_| poisoned())?;
+            s.stop = true;
+            self.inner.cond.notify_all();
+        }
+        if let Some(t) = self.thread.lock().map_err(|_| poisoned())?.take() {
+            let _ = t.join();
+        }
+        if let Some(why) = self.inner.failure() {
+            return Err(DipperError::Failed(why));
+        }
+        // Wait for writers in flight: they hold shard locks.
+        let _all: Vec<RwLockWriteGuard<'_, Arena>> = self
+            .inner
+            .shards
+            .iter()
+            .map(|s| s.write().map_err(|_| poisoned()))
+            .collect::<Result<_>>()?;
+        if self.inner.opts.checkpoint_on_close {
+            self.inner.checkpoint_now(false)?;
+        }
+        {
+            let gate = self.inner.gate.read().map_err(|_| poisoned())?;
+            let log = &self.inner.logs[*gate];
+            let next = log.next_lsn();
+            if next > 1 && log.durable_lsn() < next - 1 {
+                log.force(next - 1, 1)?;
+            }
+        }
+        if let Some(pool) = self.inner.pool.lock().map_err(|_| poisoned())?.take() {
+            pool.close()?;
+        }
+        Ok(())
+    }
+}
+
+impl<M: Medium + Clone + Send + Sync + 'static, S: Machine> Drop for Dipper<M, S> {
+    fn drop(&mut self) {
+        // Without close() the pool stays marked in use: the next open recovers as after a
+        // crash. Only stop the thread.
+        if let Ok(mut s) = self.inner.signal.lock() {
+            s.stop = true;
+            self.inner.cond.notify_all();
+        }
+        if let Ok(mut t) = self.thread.lock()
+            && let Some(t) = t.take()
+        {
+            let _ = t.join();
+        }
+    }
+}
+
+impl<M: Medium + Clone + Send + Sync + 'static, S: Machine> Inner<M, S> {
+    fn failure(&self) -> Option<String> {
+        self.failed
+            .lock()
+            .map(|f| f.clone())
+            .unwrap_or_else(|_| Some("poisoned".into()))
+    }
+
+    fn latch(&self, why: String) -> DipperError {
+        if let Ok(mut f) = self.failed.lock()
+            && f.is_none()
+        {
+            *f = Some(why.clone());
+        }
+        DipperError::Failed(why)
+    }
+
+    fn check_open(&self) -> Result<()> {
+        if self.closed.load(Ordering::Acquire) {
+            return Err(DipperError::Closed);
+        }
+        if let Some(why) = self.failure() {
+            return Err(DipperError::Failed(why));
+        }
+        Ok(())
+    }
+
+    fn execute(&self, shards: Option<&[u16]>, op: &[u8], grows: bool) -> Result<S::Output> {
+        self.check_open()?;
+        if grows {
+            let used = self.arena_bytes.load(Ordering::Relaxed);
+            if used + used / 16 > self.slot_capacity {
+                return Err(DipperError::OutOfSpace(format!(
+                    "the DRAM state ({used} bytes) is near the shadow slots' capacity ({} bytes); \
+                     only deletions are accepted",
+                    self.slot_capacity
+                )));
+            }
+        }
+        let ids: Vec<u16> = match shards {
+            Some(s) => {
+                assert!(
+                    s.windows(2).all(|w| w[0] < w[1])
+                        && s.iter().all(|&i| (i as usize) < self.shards.len()),
+                    "shard list must be ascending, unique and in range"
+                );
+                s.to_vec()
+            }
+            None => (0..self.shards.len() as u16).collect(),
+        };
+        let mut guards = Vec::with_capacity(ids.len());
+        for &i in &ids {
+            guards.push(self.shards[i as usize].write().map_err(|_| poisoned())?);
+        }
+        let payload = encode_record(shards, op);
+        self.append(&payload)?;
+        self.operations.fetch_add(1, Ordering::Relaxed);
+        let mut out = S::Output::default();
+        for (g, &i) in guards.iter_mut().zip(&ids) {
+            let before = g.len();
+            if let Err(e) = self.machine.apply(i as usize, g, op, &mut out) {
+                return Err(self.latch(format!("applying a logged operation failed: {e}")));
+            }
+            let after = g.len();
+            if after > before {
+                self.arena_bytes
+                    .fetch_add((after - before) as u64, Ordering::Relaxed);
+            }
+        }
+        Ok(out)
+    }
+
+    /// Append and force by policy; on a full log, wait for the running checkpoint once.
+    fn append(&self, payload: &[u8]) -> Result<()> {
+        let mut waited = false;
+        loop {
+            let r = {
+                let gate = self.gate.read().map_err(|_| poisoned())?;
+                self.logs[*gate].append(payload, self.opts.policy)
+            };
+            match r {
+                Ok(_) => {
+                    let total = self
+                        .appended
+                        .fetch_add(payload.len() as u64 + 64, Ordering::Relaxed);
+                    if total >= self.threshold {
+                        self.request();
+                    }
+                    return Ok(());
+                }
+                Err(LogError::Full { .. }) if !waited => {
+                    waited = true;
+                    let done = self.signal.lock().map_err(|_| poisoned())?.completed;
+                    self.request();
+                    let s = self.signal.lock().map_err(|_| poisoned())?;
+                    let (_s, _) = self
+                        .cond
+                        .wait_timeout_while(s, self.opts.full_wait, |s| {
+                            s.completed == done && !s.stop
+                        })
+                        .map_err(|_| poisoned())?;
+                }
+                Err(LogError::Full { needed, free, .. }) => {
+                    return Err(DipperError::OutOfSpace(format!(
+                        "the operation log is full ({needed} bytes needed, {free} free) and the \
+                         checkpoint that empties it has not finished"
+                    )));
+                }
+                Err(LogError::TooLarge { length, max }) => {
+                    return Err(DipperError::TooLarge {
+                        what: "operation record",
+                        bytes: length as usize,
+                        max: max as usize,
+                    });
+                }
+                Err(e) => {
+                    return Err(self.latch(format!("appending to the operation log failed: {e}")));
+                }
+            }
+        }
+    }
+
+    fn request(&self) {
+        if let Ok(mut s) = self.signal.lock()
+            && !s.requested
+            && !s.running
+        {
+            s.requested = true;
+            self.cond.notify_all();
+        }
+    }
+
+    fn checkpoint_loop(&self) {
+        loop {
+            {
+                let Ok(s) = self.signal.lock() else { return };
+                let Ok(mut s) = self.cond.wait_while(s, |s| !s.requested && !s.stop) else {
+                    return;
+                };
+                if s.stop {
+                    return;
+                }
+                s.requested = false;
+            }
+            if let Err(e) = self.checkpoint_now(false) {
+                self.latch(format!("checkpoint failed: {e}"));
+                return;
+            }
+        }
+    }
+
+    fn checkpoint_now(&self, forced: bool) -> Result<CheckpointStats> {
+        if let Some(why) = self.failure() {
+            return Err(DipperError::Failed(why));
+        }
+        let mut ck = self.ckpt.lock().map_err(|_| poisoned())?;
+        {
+            let mut s = self.signal.lock().map_err(|_| poisoned())?;
+            s.running = true;
+        }
+        let r = self.checkpoint_locked(&mut ck, forced);
+        let mut s = self.signal.lock().map_err(|_| poisoned())?;
+        s.running = false;
+        if let Ok(st) = &r {
+            s.completed += 1;
+            s.last = *st;
+        }
+        self.cond.notify_all();
+        drop(s);
+        r
+    }
+
+    fn checkpoint_locked(&self, ck: &mut Checkpointer, forced: bool) -> Result<CheckpointStats> {
+        let start = Instant::now();
+        // 1. Swap the logs.
+        let swap_start = Instant::now();
+        let old = {
+            let mut gate = self.gate.write().map_err(|_| poisoned())?;
+            let old = *gate;
+            let log = &self.logs[old];
+            let next = log.next_lsn();
+            let empty = log.records().next().is_none() && log.durable_lsn() + 1 >= next;
+            if empty && ck.root.slot != SLOT_NONE && !forced {
+                self.appended.store(0, Ordering::Relaxed);
+                return Ok(CheckpointStats {
+                    number: ck.root.checkpoint,
+                    ..CheckpointStats::default()
+                });
+            }
+            let new = 1 - old;
+            self.logs[new].cleanup_all()?;
+            if next > 1 && log.durable_lsn() < next - 1 {
+                log.force(next - 1, 1)?;
+            }
+            ck.root.active = new as u32;
+            ck.root.state = STATE_CHECKPOINTING;
+            ck.root.store(&self.medium, self.root_base, &self.uuid)?;
+            *gate = new;
+            self.appended.store(0, Ordering::Relaxed);
+            old
+        };
+        let swap_us = swap_start.elapsed().as_micros() as u64;
+        // 2. Replay the archived log onto the mirror.
+        let records = replay(
+            &self.machine,
+            &self.logs[old],
+            &mut ck.mirror,
+            self.opts.replay_threads,
+        )?;
+        // 3. Write the changed pages into the other slot.
+        let target = if ck.root.slot == SLOT_NONE {
+            0
+        } else {
+            1 - ck.root.slot as usize
+        };
+        for s in 0..ck.mirror.len() {
+            let d = ck.mirror[s].take_dirty();
+            set_bits(&mut ck.dirty_since[0][s], &d);
+            set_bits(&mut ck.dirty_since[1][s], &d);
+        }
+        let pages: Option<Vec<Vec<usize>>> = ck.maps[target].as_ref().map(|_| {
+            ck.dirty_since[target]
+                .iter()
+                .map(|b| bits_to_pages(b))
+                .collect()
+        });
+        let mut map = ck.maps[target]
+            .take()
+            .unwrap_or_else(|| SlotMap::empty(ck.mirror.len()));
+        let number = ck.root.checkpoint + 1;
+        let w = slot::write(
+            &self.medium,
+            &self.uuid,
+            &ck.geo[target],
+            number,
+            &ck.mirror,
+            pages.as_deref(),
+            &mut map,
+        )?;
+        ck.maps[target] = Some(map);
+        for b in &mut ck.dirty_since[target] {
+            b.clear();
+        }
+        // 4. Switch the root.
+        ck.root.slot = target as u32;
+        ck.root.checkpoint = number;
+        ck.root.state = STATE_IDLE;
+        ck.root.store(&self.medium, self.root_base, &self.uuid)?;
+        // 5. Empty the archived log.
+        self.logs[old].cleanup_all()?;
+        Ok(CheckpointStats {
+            number,
+            records,
+            pages: w.pages,
+            swap_us,
+            total_ms: start.elapsed().as_millis() as u64,
+        })
+    }
+
+    fn stats(&self) -> Stats {
+        let (checkpoints, running, last) = self
+            .signal
+            .lock()
+            .map(|s| (s.completed, s.running, s.last))
+            .unwrap_or_default();
+        let active = self.gate.read().map(|g| *g).unwrap_or(0);
+        let ls = self.logs[active].stats();
+        let live = self
+            .shards
+            .iter()
+            .filter_map(|s| s.try_read().ok().map(|a| a.live_bytes()))
+            .sum();
+        let image = self
+            .ckpt
+            .try_lock()
+            .map(|c| c.root.checkpoint)
+            .unwrap_or(last.number);
+        Stats {
+            shards: self.shards.len(),
+            checkpoints,
+            checkpoint_running: running,
+            last_checkpoint: last,
+            image,
+            operations: self.operations.load(Ordering::Relaxed),
+            log_ring_bytes: ls.ring_bytes,
+            log_used_bytes: ls.used_bytes,
+            log_durable_lsn: ls.durable_lsn,
+            log_next_lsn: ls.next_lsn,
+            arena_bytes: self.arena_bytes.load(Ordering::Relaxed),
+            live_bytes: live,
+            slot_capacity_bytes: self.slot_capacity,
+            failed: self.failure(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn op_records_round_trip_and_bad_ones_are_named() {
+        let p = encode_record(Some(&[1, 5]), b"op");
+        let (ids, op) = decode_record(&p, 8, 3).unwrap();
+        assert_eq!(ids, Some(vec![1, 5]));
+        assert_eq!(op, b"op");
+        let p = encode_record(None, b"x");
+        assert_eq!(decode_record(&p, 8, 3).unwrap(), (None, &b"x"[..]));
+        for (bytes, field) in [
+            (vec![1u8], "length"),
+            (vec![0, 0], "shard count"),
+            (vec![9, 0, 0, 0], "shard count"),
+            (vec![1, 0, 8, 0], "shard id"),
+            (vec![2, 0, 3, 0, 3, 0], "shard id"),
+        ] {
+            match decode_record(&bytes, 8, 7) {
+                Err(DipperError::Corrupt {
+                    field: f,
+                    offset: 7,
+                    ..
+                }) => assert_eq!(f, field),
+                other => panic!("{bytes:?}: {other:?}"),
+            }
+        }
+    }
+}

@@ -1,0 +1,365 @@
+//! Shadow slots: where checkpoints leave their images.
+//!
+//! A slot holds one image of every shard's arena as of one checkpoint. Pages are placed through
+//! a page table, so a checkpoint rewrites only the pages that changed since that slot was last
+//! written, and a shard's arena can grow without moving the others. Each page carries a CRC-32C
+//! bound to the pool, the slot, the shard and the page number, so a page that lands in the
+//! wrong place, or rots, is caught when the image is loaded.
+
+use crate::arena::{Arena, PAGE};
+use crate::error::{DipperError, Result};
+use crate::layout::*;
+use pmem::{Medium, Uuid};
+
+/// Where a slot lives and how big it is.
+#[derive(Debug, Clone, Copy)]
+pub struct SlotGeometry {
+    /// Slot index (0 or 1).
+    pub index: u32,
+    /// Medium offset of the region.
+    pub base: u64,
+    /// Page capacity.
+    pub capacity: u64,
+    /// Medium offset of the first page (relative to `base`).
+    pub first_page: u64,
+}
+
+impl SlotGeometry {
+    /// The geometry of slot `index` in a region at `base` of `len` bytes.
+    pub fn new(index: u32, base: u64, len: u64) -> Result<SlotGeometry> {
+        let (capacity, first_page) = slot_geometry(len).ok_or_else(|| DipperError::Invalid {
+            what: "slot region",
+            reason: format!("{len} bytes cannot hold a slot header, a table and one page"),
+        })?;
+        Ok(SlotGeometry {
+            index,
+            base,
+            capacity,
+            first_page,
+        })
+    }
+
+    /// Bytes of arena image the slot can hold.
+    pub fn capacity_bytes(&self) -> u64 {
+        self.capacity * PAGE as u64
+    }
+}
+
+/// Where each arena page sits in a slot (known after loading or writing it).
+#[derive(Debug, Clone, Default)]
+pub struct SlotMap {
+    /// `map[shard][page]` = slot page + 1, or 0 when the page is not in the slot.
+    map: Vec<Vec<u32>>,
+    /// Slot pages in use.
+    used: u64,
+}
+
+impl SlotMap {
+    /// An empty map for `shards` shards.
+    pub fn empty(shards: usize) -> SlotMap {
+        SlotMap {
+            map: vec![Vec::new(); shards],
+            used: 0,
+        }
+    }
+
+    /// Slot pages in use.
+    pub fn used(&self) -> u64 {
+        self.used
+    }
+}
+
+fn page_seed(uuid: &Uuid, slot: u32, shard: u32, page: u32) -> u32 {
+    let mut s = crc32c::crc32c(&uuid.0);
+    for v in [slot, shard, page] {
+        s = crc32c::crc32c_append(s, &v.to_le_bytes());
+    }
+    s
+}
+
+fn header_crc(uuid: &Uuid, slot: u32, fixed: &[u8], lengths: &[u8]) -> u32 {
+    let s = crc32c::crc32c_append(crc32c::crc32c(&uuid.0), &slot.to_le_bytes());
+    crc32c::crc32c_append(crc32c::crc32c_append(s, fixed), lengths)
+}
+
+/// What writing a slot did.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct SlotWrite {
+    /// Pages written.
+    pub pages: u64,
+    /// Slot pages in use afterwards.
+    pub used: u64,
+}
+
+/// Load the image of checkpoint `checkpoint` from a slot: one arena per shard, and the map.
+pub fn load<M: Medium>(
+    medium: &M,
+    uuid: &Uuid,
+    geo: &SlotGeometry,
+    checkpoint: u64,
+    shards: usize,
+) -> Result<(Vec<Arena>, SlotMap)> {
+    let base = geo.base as usize;
+    let mut head = vec![0u8; SLOT_LENGTHS_AT + 8 * shards];
+    medium.read(base, &mut head);
+    let u64_at = |b: &[u8], o: usize| u64::from_le_bytes(b[o..o + 8].try_into().expect("8"));
+    let u32_at = |b: &[u8], o: usize| u32::from_le_bytes(b[o..o + 4].try_into().expect("4"));
+    let bad =
+        |offset: u64, structure, field, expected: String, found: String| DipperError::Corrupt {
+            structure,
+            offset,
+            field,
+            expected,
+            found,
+        };
+    let hb = geo.base;
+    let checks: [(&'static str, u64, u64); 5] = [
+        ("magic", SLOT_MAGIC, u64_at(&head, SLOT_MAGIC_AT)),
+        ("checkpoint", checkpoint, u64_at(&head, SLOT_CHECKPOINT_AT)),
+        (
+            "index",
+            geo.index as u64,
+            u32_at(&head, SLOT_INDEX_AT) as u64,
+        ),
+        (
+            "shards",
+            shards as u64,
+            u32_at(&head, SLOT_SHARDS_AT) as u64,
+        ),
+        ("capacity", geo.capacity, u64_at(&head, SLOT_CAPACITY_AT)),
+    ];
+    for (field, want, got) in checks {
+        if want != got {
+            return Err(bad(
+                hb,
+                "slot header",
+                field,
+                want.to_string(),
+                got.to_string(),
+            ));
+        }
+    }
+    let want = header_crc(
+        uuid,
+        geo.index,
+        &head[..SLOT_CRC_AT],
+        &head[SLOT_LENGTHS_AT..],
+    );
+    let got = u32_at(&head, SLOT_CRC_AT);
+    if want != got {
+        return Err(bad(
+            hb,
+            "slot header",
+            "crc",
+            format!("{want:#010x}"),
+            format!("{got:#010x}"),
+        ));
+    }
+    let used = u64_at(&head, SLOT_USED_AT);
+    if used > geo.capacity {
+        return Err(bad(
+            hb,
+            "slot header",
+            "used",
+            format!("at most {}", geo.capacity),
+            used.to_string(),
+        ));
+    }
+    let mut images = Vec::with_capacity(shards);
+    let mut total_pages = 0u64;
+    for s in 0..shards {
+        let len = u64_at(&head, SLOT_LENGTHS_AT + 8 * s);
+        let pages = len / PAGE as u64;
+        if len == 0 || len % PAGE as u64 != 0 || len > crate::arena::ARENA_BYTES_MAX as u64 {
+            return Err(bad(
+                hb,
+                "slot header",
+                "arena length",
+                format!("a non-zero multiple of {PAGE}"),
+                format!("{len} (shard {s})"),
+            ));
+        }
+        total_pages += pages;
+        if total_pages > geo.capacity {
+            return Err(bad(
+                hb,
+                "slot header",
+                "arena length",
+                format!("arenas totalling at most {} pages", geo.capacity),
+                format!("{total_pages} pages by shard {s}"),
+            ));
+        }
+        images.push(vec![0u8; len as usize]);
+    }
+    let mut map = SlotMap::empty(shards);
+    for (s, img) in images.iter().enumerate() {
+        map.map[s] = vec![0; img.len() / PAGE];
+    }
+    let mut table = vec![0u8; used as usize * SLOT_ENTRY_BYTES];
+    medium.read(base + SLOT_TABLE_AT, &mut table);
+    for i in 0..used as usize {
+        let e = &table[i * SLOT_ENTRY_BYTES..(i + 1) * SLOT_ENTRY_BYTES];
+        let at = geo.base + (SLOT_TABLE_AT + i * SLOT_ENTRY_BYTES) as u64;
+        let shard = u32_at(e, ENTRY_SHARD_AT);
+        let page = u32_at(e, ENTRY_PAGE_AT);
+        let crc = u32_at(e, ENTRY_CRC_AT);
+        if u32_at(e, ENTRY_RESERVED_AT) != 0 {
+            return Err(bad(
+                at,
+                "slot page entry",
+                "reserved",
+                "0".into(),
+                u32_at(e, ENTRY_RESERVED_AT).to_string(),
+            ));
+        }
+        if shard as usize >= shards {
+            return Err(bad(
+                at,
+                "slot page entry",
+                "shard",
+                format!("below {shards}"),
+                shard.to_string(),
+            ));
+        }
+        let slots = &mut map.map[shard as usize];
+        if page as usize >= slots.len() {
+            return Err(bad(
+                at,
+                "slot page entry",
+                "page",
+                format!("below {} (shard {shard})", slots.len()),
+                page.to_string(),
+            ));
+        }
+        if slots[page as usize] != 0 {
+            return Err(bad(
+                at,
+                "slot page entry",
+                "page",
+                "each page once".into(),
+                format!("shard {shard} page {page} again"),
+            ));
+        }
+        slots[page as usize] = i as u32 + 1;
+        let dst = &mut images[shard as usize][page as usize * PAGE..(page as usize + 1) * PAGE];
+        let pat = geo.first_page + (i * PAGE) as u64;
+        medium.read(base + pat as usize, dst);
+        let want = crc32c::crc32c_append(page_seed(uuid, geo.index, shard, page), dst);
+        if want != crc {
+            return Err(bad(
+                geo.base + pat,
+                "slot page",
+                "crc",
+                format!("{crc:#010x} (shard {shard} page {page})"),
+                format!("{want:#010x}"),
+            ));
+        }
+    }
+    map.used = used;
+    let arenas = images
+        .into_iter()
+        .map(Arena::from_image)
+        .collect::<Result<Vec<_>>>()?;
+    Ok((arenas, map))
+}
+
+/// Write checkpoint `checkpoint`'s image into a slot: the listed pages of each arena (`None`:
+/// every page, and the map starts over), the table entries for them, then the header; flushed,
+/// one fence at the end. The slot must not be the one the root points to.
+pub fn write<M: Medium>(
+    medium: &M,
+    uuid: &Uuid,
+    geo: &SlotGeometry,
+    checkpoint: u64,
+    arenas: &[Arena],
+    pages: Option<&[Vec<usize>]>,
+    map: &mut SlotMap,
+) -> Result<SlotWrite> {
+    let base = geo.base as usize;
+    if pages.is_none() {
+        *map = SlotMap::empty(arenas.len());
+    }
+    let mut lines: Vec<usize> = Vec::new();
+    let mut written = 0u64;
+    for (s, arena) in arenas.iter().enumerate() {
+        let slots = &mut map.map[s];
+        if slots.len() < arena.pages() {
+            slots.resize(arena.pages(), 0);
+        }
+        let all: Vec<usize>;
+        let list: &[usize] = match pages {
+            Some(p) => &p[s],
+            None => {
+                all = (0..arena.pages()).collect();
+                &all
+            }
+        };
+        for &page in list {
+            if page >= arena.pages() {
+                continue;
+            }
+            let sp = match slots[page] {
+                0 => {
+                    if map.used >= geo.capacity {
+                        return Err(DipperError::OutOfSpace(format!(
+                            "shadow slot {} is full ({} pages); the store has outgrown its pool",
+                            geo.index, geo.capacity
+                        )));
+                    }
+                    map.used += 1;
+                    slots[page] = map.used as u32;
+                    map.used - 1
+                }
+                n => n as u64 - 1,
+            };
+            let bytes = arena.page(page);
+            medium.write_nontemporal(base + (geo.first_page + sp * PAGE as u64) as usize, bytes);
+            let crc =
+                crc32c::crc32c_append(page_seed(uuid, geo.index, s as u32, page as u32), bytes);
+            let mut e = [0u8; SLOT_ENTRY_BYTES];
+            e[ENTRY_SHARD_AT..ENTRY_SHARD_AT + 4].copy_from_slice(&(s as u32).to_le_bytes());
+            e[ENTRY_PAGE_AT..ENTRY_PAGE_AT + 4].copy_from_slice(&(page as u32).to_le_bytes());
+            e[ENTRY_CRC_AT..ENTRY_CRC_AT + 4].copy_from_slice(&crc.to_le_bytes());
+            let eat = base + SLOT_TABLE_AT + sp as usize * SLOT_ENTRY_BYTES;
+            medium.write(eat, &e);
+            lines.push(eat / 64);
+            written += 1;
+        }
+    }
+    lines.sort_unstable();
+    lines.dedup();
+    let mut i = 0;
+    while i < lines.len() {
+        let mut j = i + 1;
+        while j < lines.len() && lines[j] == lines[j - 1] + 1 {
+            j += 1;
+        }
+        medium.flush(lines[i] * 64, (j - i) * 64)?;
+        i = j;
+    }
+    let mut head = vec![0u8; SLOT_LENGTHS_AT + 8 * arenas.len()];
+    head[SLOT_MAGIC_AT..SLOT_MAGIC_AT + 8].copy_from_slice(&SLOT_MAGIC.to_le_bytes());
+    head[SLOT_CHECKPOINT_AT..SLOT_CHECKPOINT_AT + 8].copy_from_slice(&checkpoint.to_le_bytes());
+    head[SLOT_INDEX_AT..SLOT_INDEX_AT + 4].copy_from_slice(&geo.index.to_le_bytes());
+    head[SLOT_SHARDS_AT..SLOT_SHARDS_AT + 4].copy_from_slice(&(arenas.len() as u32).to_le_bytes());
+    head[SLOT_USED_AT..SLOT_USED_AT + 8].copy_from_slice(&map.used.to_le_bytes());
+    head[SLOT_CAPACITY_AT..SLOT_CAPACITY_AT + 8].copy_from_slice(&geo.capacity.to_le_bytes());
+    for (s, a) in arenas.iter().enumerate() {
+        let at = SLOT_LENGTHS_AT + 8 * s;
+        head[at..at + 8].copy_from_slice(&(a.len() as u64).to_le_bytes());
+    }
+    let crc = header_crc(
+        uuid,
+        geo.index,
+        &head[..SLOT_CRC_AT],
+        &head[SLOT_LENGTHS_AT..],
+    );
+    head[SLOT_CRC_AT..SLOT_CRC_AT + 4].copy_from_slice(&crc.to_le_bytes());
+    medium.write(base, &head);
+    medium.flush(base, head.len())?;
+    medium.fence()?;
+    Ok(SlotWrite {
+        pages: written,
+        used: map.used,
+    })
+}

@@ -1,0 +1,2 @@
+//! DStore.
+#![forbid(unsafe_code)]
