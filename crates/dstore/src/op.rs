@@ -1,0 +1,471 @@
+//! Logical operation records: what DStore writes to DIPPER's log before it executes a change.
+//!
+//! A record is `[u8 code][i64 now_ms][body]`; byte strings are `u32 length + bytes`, counts are
+//! `u32`, numbers little-endian. The clock reading travels in the record because expiry makes
+//! some outcomes depend on it, and replay must reach the same outcome. Decoding validates
+//! every length against the record, so a damaged record is an error, never a panic or a huge
+//! allocation. `docs/format/dstore-ops.md` lists the codes.
+
+use dipper::{DipperError, Result};
+
+/// SET.
+pub const OP_SET: u8 = 1;
+/// MSET.
+pub const OP_MSET: u8 = 2;
+/// DEL.
+pub const OP_DEL: u8 = 3;
+/// INCRBY.
+pub const OP_INCRBY: u8 = 4;
+/// APPEND.
+pub const OP_APPEND: u8 = 5;
+/// HSET.
+pub const OP_HSET: u8 = 6;
+/// HDEL.
+pub const OP_HDEL: u8 = 7;
+/// ZADD.
+pub const OP_ZADD: u8 = 8;
+/// ZREM.
+pub const OP_ZREM: u8 = 9;
+/// FLUSHALL.
+pub const OP_FLUSHALL: u8 = 10;
+/// A lock or unlock of a name (DStore's NOOP records; they order, they change nothing).
+pub const OP_NOOP: u8 = 11;
+
+/// SET flag: only if absent (NX).
+pub const SET_NX: u8 = 1;
+/// SET flag: only if present (XX).
+pub const SET_XX: u8 = 2;
+
+/// A decoded operation.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Op<'a> {
+    /// SET key value, with NX/XX flags and an absolute expiry (0: none).
+    Set {
+        /// Key.
+        key: &'a [u8],
+        /// Value.
+        value: &'a [u8],
+        /// [`SET_NX`] | [`SET_XX`].
+        flags: u8,
+        /// Expiry in ms since the epoch, 0 for none.
+        expire_at: i64,
+    },
+    /// MSET.
+    MSet(Vec<(&'a [u8], &'a [u8])>),
+    /// DEL.
+    Del(Vec<&'a [u8]>),
+    /// INCRBY.
+    IncrBy {
+        /// Key.
+        key: &'a [u8],
+        /// Delta.
+        delta: i64,
+    },
+    /// APPEND.
+    Append {
+        /// Key.
+        key: &'a [u8],
+        /// Bytes to append.
+        value: &'a [u8],
+    },
+    /// HSET.
+    HSet {
+        /// Key.
+        key: &'a [u8],
+        /// Field/value pairs.
+        pairs: Vec<(&'a [u8], &'a [u8])>,
+    },
+    /// HDEL.
+    HDel {
+        /// Key.
+        key: &'a [u8],
+        /// Fields.
+        fields: Vec<&'a [u8]>,
+    },
+    /// ZADD.
+    ZAdd {
+        /// Key.
+        key: &'a [u8],
+        /// Score/member pairs.
+        members: Vec<(f64, &'a [u8])>,
+    },
+    /// ZREM.
+    ZRem {
+        /// Key.
+        key: &'a [u8],
+        /// Members.
+        members: Vec<&'a [u8]>,
+    },
+    /// FLUSHALL.
+    FlushAll,
+    /// Lock or unlock (no effect).
+    Noop(&'a [u8]),
+}
+
+/// An operation with the clock reading it was logged with.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Record<'a> {
+    /// Milliseconds since the epoch when the operation was logged.
+    pub now_ms: i64,
+    /// The operation.
+    pub op: Op<'a>,
+}
+
+struct W(Vec<u8>);
+
+impl W {
+    fn bytes(&mut self, b: &[u8]) {
+        self.0.extend_from_slice(&(b.len() as u32).to_le_bytes());
+        self.0.extend_from_slice(b);
+    }
+    fn n(&mut self, n: usize) {
+        self.0.extend_from_slice(&(n as u32).to_le_bytes());
+    }
+}
+
+/// Encode a record.
+pub fn encode(now_ms: i64, op: &Op<'_>) -> Vec<u8> {
+    let mut w = W(Vec::with_capacity(64));
+    let code = match op {
+        Op::Set { .. } => OP_SET,
+        Op::MSet(_) => OP_MSET,
+        Op::Del(_) => OP_DEL,
+        Op::IncrBy { .. } => OP_INCRBY,
+        Op::Append { .. } => OP_APPEND,
+        Op::HSet { .. } => OP_HSET,
+        Op::HDel { .. } => OP_HDEL,
+        Op::ZAdd { .. } => OP_ZADD,
+        Op::ZRem { .. } => OP_ZREM,
+        Op::FlushAll => OP_FLUSHALL,
+        Op::Noop(_) => OP_NOOP,
+    };
+    w.0.push(code);
+    w.0.extend_from_slice(&now_ms.to_le_bytes());
+    match op {
+        Op::Set {
+            key,
+            value,
+            flags,
+            expire_at,
+        } => {
+            w.bytes(key);
+            w.bytes(value);
+            w.0.push(*flags);
+            w.0.extend_from_slice(&expire_at.to_le_bytes());
+        }
+        Op::MSet(pairs) => {
+            w.n(pairs.len());
+            for (k, v) in pairs {
+                w.bytes(k);
+                w.bytes(v);
+            }
+        }
+        Op::Del(keys) => {
+            w.n(keys.len());
+            for k in keys {
+                w.bytes(k);
+            }
+        }
+        Op::IncrBy { key, delta } => {
+            w.bytes(key);
+            w.0.extend_from_slice(&delta.to_le_bytes());
+        }
+        Op::Append { key, value } => {
+            w.bytes(key);
+            w.bytes(value);
+        }
+        Op::HSet { key, pairs } => {
+            w.bytes(key);
+            w.n(pairs.len());
+            for (f, v) in pairs {
+                w.bytes(f);
+                w.bytes(v);
+            }
+        }
+        Op::HDel { key, fields }
+        | Op::ZRem {
+            key,
+            members: fields,
+        } => {
+            w.bytes(key);
+            w.n(fields.len());
+            for f in fields {
+                w.bytes(f);
+            }
+        }
+        Op::ZAdd { key, members } => {
+            w.bytes(key);
+            w.n(members.len());
+            for (s, m) in members {
+                w.0.extend_from_slice(&s.to_bits().to_le_bytes());
+                w.bytes(m);
+            }
+        }
+        Op::FlushAll => {}
+        Op::Noop(name) => w.bytes(name),
+    }
+    w.0
+}
+
+struct R<'a> {
+    b: &'a [u8],
+    at: usize,
+}
+
+impl<'a> R<'a> {
+    fn bad(&self, field: &'static str, expected: String) -> DipperError {
+        DipperError::Corrupt {
+            structure: "dstore op record",
+            offset: self.at as u64,
+            field,
+            expected,
+            found: format!("{} bytes left", self.b.len() - self.at),
+        }
+    }
+    fn take(&mut self, n: usize, field: &'static str) -> Result<&'a [u8]> {
+        if self.b.len() - self.at < n {
+            return Err(self.bad(field, format!("{n} more bytes")));
+        }
+        let s = &self.b[self.at..self.at + n];
+        self.at += n;
+        Ok(s)
+    }
+    fn u8(&mut self, field: &'static str) -> Result<u8> {
+        Ok(self.take(1, field)?[0])
+    }
+    fn u64(&mut self, field: &'static str) -> Result<u64> {
+        Ok(u64::from_le_bytes(
+            self.take(8, field)?.try_into().expect("8"),
+        ))
+    }
+    fn u32(&mut self, field: &'static str) -> Result<usize> {
+        Ok(u32::from_le_bytes(self.take(4, field)?.try_into().expect("4")) as usize)
+    }
+    fn bytes(&mut self, field: &'static str) -> Result<&'a [u8]> {
+        let n = self.u32(field)?;
+        self.take(n, field)
+    }
+    /// A count of items each at least `min` bytes long: bounded by what is left.
+    fn count(&mut self, min: usize, field: &'static str) -> Result<usize> {
+        let n = self.u32(field)?;
+        if n.saturating_mul(min) > self.b.len() - self.at {
+            return Err(self.bad(field, format!("room for {n} items")));
+        }
+        Ok(n)
+    }
+}
+
+/// Decode a record, validating every length.
+pub fn decode(b: &[u8]) -> Result<Record<'_>> {
+    let mut r = R { b, at: 0 };
+    let code = r.u8("code")?;
+    let now_ms = r.u64("now")? as i64;
+    let op = match code {
+        OP_SET => {
+            let key = r.bytes("key")?;
+            let value = r.bytes("value")?;
+            let flags = r.u8("flags")?;
+            if flags & !(SET_NX | SET_XX) != 0 || flags == SET_NX | SET_XX {
+                return Err(r.bad("flags", "NX, XX or neither".into()));
+            }
+            let expire_at = r.u64("expiry")? as i64;
+            Op::Set {
+                key,
+                value,
+                flags,
+                expire_at,
+            }
+        }
+        OP_MSET => {
+            let n = r.count(8, "pair count")?;
+            let mut pairs = Vec::with_capacity(n);
+            for _ in 0..n {
+                pairs.push((r.bytes("key")?, r.bytes("value")?));
+            }
+            Op::MSet(pairs)
+        }
+        OP_DEL => {
+            let n = r.count(4, "key count")?;
+            let mut keys = Vec::with_capacity(n);
+            for _ in 0..n {
+                keys.push(r.bytes("key")?);
+            }
+            Op::Del(keys)
+        }
+        OP_INCRBY => Op::IncrBy {
+            key: r.bytes("key")?,
+            delta: r.u64("delta")? as i64,
+        },
+        OP_APPEND => Op::Append {
+            key: r.bytes("key")?,
+            value: r.bytes("value")?,
+        },
+        OP_HSET => {
+            let key = r.bytes("key")?;
+            let n = r.count(8, "pair count")?;
+            let mut pairs = Vec::with_capacity(n);
+            for _ in 0..n {
+                pairs.push((r.bytes("field")?, r.bytes("value")?));
+            }
+            Op::HSet { key, pairs }
+        }
+        OP_HDEL | OP_ZREM => {
+            let key = r.bytes("key")?;
+            let n = r.count(4, "item count")?;
+            let mut items = Vec::with_capacity(n);
+            for _ in 0..n {
+                items.push(r.bytes("item")?);
+            }
+            if code == OP_HDEL {
+                Op::HDel { key, fields: items }
+            } else {
+                Op::ZRem {
+                    key,
+                    members: items,
+                }
+            }
+        }
+        OP_ZADD => {
+            let key = r.bytes("key")?;
+            let n = r.count(12, "member count")?;
+            let mut members = Vec::with_capacity(n);
+            for _ in 0..n {
+                let s = f64::from_bits(r.u64("score")?);
+                if s.is_nan() {
+                    return Err(r.bad("score", "a number".into()));
+                }
+                members.push((s, r.bytes("member")?));
+            }
+            Op::ZAdd { key, members }
+        }
+        OP_FLUSHALL => Op::FlushAll,
+        OP_NOOP => Op::Noop(r.bytes("name")?),
+        other => {
+            return Err(DipperError::Corrupt {
+                structure: "dstore op record",
+                offset: 0,
+                field: "code",
+                expected: format!("1..={OP_NOOP}"),
+                found: other.to_string(),
+            });
+        }
+    };
+    if r.at != b.len() {
+        return Err(r.bad("length", "no trailing bytes".into()));
+    }
+    Ok(Record { now_ms, op })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn samples() -> Vec<Op<'static>> {
+        vec![
+            Op::Set {
+                key: b"k",
+                value: b"v",
+                flags: SET_NX,
+                expire_at: 99,
+            },
+            Op::MSet(vec![(b"a", b"1"), (b"b", b"")]),
+            Op::Del(vec![b"a", b"b"]),
+            Op::IncrBy {
+                key: b"n",
+                delta: -5,
+            },
+            Op::Append {
+                key: b"s",
+                value: b"xyz",
+            },
+            Op::HSet {
+                key: b"h",
+                pairs: vec![(b"f", b"v")],
+            },
+            Op::HDel {
+                key: b"h",
+                fields: vec![b"f", b"g"],
+            },
+            Op::ZAdd {
+                key: b"z",
+                members: vec![(1.5, b"m"), (f64::NEG_INFINITY, b"n")],
+            },
+            Op::ZRem {
+                key: b"z",
+                members: vec![b"m"],
+            },
+            Op::FlushAll,
+            Op::Noop(b"obj"),
+        ]
+    }
+
+    #[test]
+    fn every_op_round_trips() {
+        for op in samples() {
+            let b = encode(1234, &op);
+            let r = decode(&b).unwrap();
+            assert_eq!(r.now_ms, 1234);
+            assert_eq!(r.op, op);
+        }
+    }
+
+    #[test]
+    fn every_truncation_and_extension_is_refused() {
+        for op in samples() {
+            let b = encode(1, &op);
+            for cut in 0..b.len() {
+                assert!(decode(&b[..cut]).is_err(), "{op:?} cut at {cut}");
+            }
+            let mut longer = b.clone();
+            longer.push(0);
+            assert!(decode(&longer).is_err());
+        }
+    }
+
+    #[test]
+    fn bad_fields_are_named() {
+        let mut b = encode(1, &samples()[0]);
+        b[0] = 200;
+        assert!(matches!(
+            decode(&b),
+            Err(DipperError::Corrupt { field: "code", .. })
+        ));
+        let b = encode(
+            1,
+            &Op::Set {
+                key: b"k",
+                value: b"v",
+                flags: SET_NX | SET_XX,
+                expire_at: 0,
+            },
+        );
+        assert!(matches!(
+            decode(&b),
+            Err(DipperError::Corrupt { field: "flags", .. })
+        ));
+        // A huge count is refused before anything is allocated for it.
+        let mut b = vec![OP_DEL];
+        b.extend_from_slice(&0i64.to_le_bytes());
+        b.extend_from_slice(&u32::MAX.to_le_bytes());
+        assert!(matches!(
+            decode(&b),
+            Err(DipperError::Corrupt {
+                field: "key count",
+                ..
+            })
+        ));
+        let mut b = encode(
+            1,
+            &Op::ZAdd {
+                key: b"z",
+                members: vec![(1.0, b"m")],
+            },
+        );
+        let at = 1 + 8 + 4 + 1 + 4;
+        b[at..at + 8].copy_from_slice(&f64::NAN.to_bits().to_le_bytes());
+        assert!(matches!(
+            decode(&b),
+            Err(DipperError::Corrupt { field: "score", .. })
+        ));
+    }
+}

@@ -1,0 +1,653 @@
+//! The store: DStore's key-value interface over a DIPPER engine.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use crate::machine::{self, Kv, OpError, Outcome, read};
+use crate::op::{self, Op, SET_NX, SET_XX};
+use dipper::{Dipper, DipperError, ForcePolicy, Layout, Options, RecoveryReport};
+use pmem::{CreateOptions, Mapping, Medium, OpenOptions, Pool};
+
+/// Why a store call failed.
+#[derive(Debug, thiserror::Error, Clone, PartialEq)]
+pub enum StoreError {
+    /// The key holds a value of another type.
+    #[error("the key holds a value of another type")]
+    WrongType,
+    /// The value is not a 64-bit integer.
+    #[error("the value is not an integer or out of range")]
+    NotInteger,
+    /// The increment would overflow.
+    #[error("increment or decrement would overflow")]
+    Overflow,
+    /// A request above a limit.
+    #[error("{0}")]
+    TooLarge(String),
+    /// No room left.
+    #[error("{0}")]
+    OutOfSpace(String),
+    /// The store failed (or could not open).
+    #[error("{0}")]
+    Failed(String),
+    /// The store is closed.
+    #[error("the store is closed")]
+    Closed,
+}
+
+impl From<DipperError> for StoreError {
+    fn from(e: DipperError) -> Self {
+        match e {
+            DipperError::TooLarge { .. } => StoreError::TooLarge(e.to_string()),
+            DipperError::OutOfSpace(m) => StoreError::OutOfSpace(m),
+            DipperError::Closed => StoreError::Closed,
+            other => StoreError::Failed(other.to_string()),
+        }
+    }
+}
+
+impl From<OpError> for StoreError {
+    fn from(e: OpError) -> Self {
+        match e {
+            OpError::WrongType => StoreError::WrongType,
+            OpError::NotInteger => StoreError::NotInteger,
+            OpError::Overflow => StoreError::Overflow,
+        }
+    }
+}
+
+/// A key and its type name, as SCAN returns them.
+pub type KeyAndType = (Vec<u8>, &'static str);
+
+/// Result alias.
+pub type StoreResult<T> = Result<T, StoreError>;
+
+/// Sizes and policies of a store.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// Shards (fixed at creation).
+    pub shards: usize,
+    /// Bytes of each operation log (fixed at creation).
+    pub log_bytes: u64,
+    /// Bytes of each shadow slot (fixed at creation).
+    pub slot_bytes: u64,
+    /// Durability of writes.
+    pub policy: ForcePolicy,
+    /// Checkpoint when the active log is this full (percent).
+    pub checkpoint_at_percent: u8,
+    /// Run checkpoints in the background.
+    pub background: bool,
+    /// Largest key or value accepted.
+    pub value_bytes_max: usize,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            shards: 64,
+            log_bytes: 256 << 20,
+            slot_bytes: 3 << 30,
+            policy: ForcePolicy::Sync,
+            checkpoint_at_percent: 50,
+            background: true,
+            value_bytes_max: 64 << 20,
+        }
+    }
+}
+
+impl Config {
+    /// Pool bytes this configuration needs (regions, headers and slack).
+    pub fn pool_bytes(&self) -> u64 {
+        2 * self.log_bytes + 2 * self.slot_bytes + (16 << 20)
+    }
+
+    fn options(&self) -> Options {
+        Options {
+            policy: self.policy,
+            checkpoint_at_percent: self.checkpoint_at_percent,
+            replay_threads: 2,
+            background: self.background,
+            checkpoint_on_close: true,
+            full_wait: Duration::from_secs(10),
+        }
+    }
+}
+
+/// A clock in milliseconds since the Unix epoch (injectable for tests).
+pub type Clock = Arc<dyn Fn() -> i64 + Send + Sync>;
+
+/// The system clock.
+pub fn system_clock() -> Clock {
+    Arc::new(|| {
+        SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.as_millis() as i64)
+            .unwrap_or(0)
+    })
+}
+
+/// A key-value store on DIPPER.
+pub struct Store<M: Medium + Clone + Send + Sync + 'static> {
+    engine: Dipper<M, Kv>,
+    kv: Kv,
+    clock: Clock,
+    config: Config,
+    report: RecoveryReport,
+    opened: Instant,
+    path: Option<PathBuf>,
+}
+
+impl<M: Medium + Clone + Send + Sync + 'static> std::fmt::Debug for Store<M> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Store")
+            .field("engine", &self.engine)
+            .finish_non_exhaustive()
+    }
+}
+
+fn seed_of(uuid: &pmem::Uuid) -> u64 {
+    let b = uuid.0;
+    u64::from_le_bytes(b[..8].try_into().expect("8"))
+        ^ u64::from_le_bytes(b[8..].try_into().expect("8")).rotate_left(17)
+}
+
+/// Name of the pool file in a store directory.
+pub const POOL_FILE: &str = "kavach.pool";
+
+/// What [`Store::open_dir`] did.
+#[derive(Debug, Clone)]
+pub struct Opened {
+    /// The pool file.
+    pub path: PathBuf,
+    /// It was created now.
+    pub created: bool,
+    /// What recovery did.
+    pub recovery: RecoveryReport,
+}
+
+impl Store<Arc<Mapping>> {
+    /// Open the store in `dir`, creating the directory and the pool if missing.
+    pub fn open_dir(dir: &Path, config: Config) -> StoreResult<(Self, Opened)> {
+        std::fs::create_dir_all(dir)
+            .map_err(|e| StoreError::Failed(format!("cannot create {}: {e}", dir.display())))?;
+        let path = dir.join(POOL_FILE);
+        let created = !path.exists();
+        let store = if created {
+            let pool = Pool::create(
+                &path,
+                &CreateOptions {
+                    size: config.pool_bytes(),
+                    domain: None,
+                },
+            )
+            .map_err(|e| StoreError::Failed(format!("cannot create {}: {e}", path.display())))?;
+            match Self::create(pool.map_medium(Arc::new), config) {
+                Ok(s) => s,
+                Err(e) => {
+                    let _ = std::fs::remove_file(&path);
+                    return Err(e);
+                }
+            }
+        } else {
+            let pool = Pool::open(&path, &OpenOptions::default())
+                .map_err(|e| StoreError::Failed(format!("cannot open {}: {e}", path.display())))?;
+            Self::open(pool.map_medium(Arc::new), config)?
+        };
+        let mut store = store;
+        store.path = Some(path.clone());
+        let recovery = store.report.clone();
+        Ok((
+            store,
+            Opened {
+                path,
+                created,
+                recovery,
+            },
+        ))
+    }
+}
+
+impl<M: Medium + Clone + Send + Sync + 'static> Store<M> {
+    /// Make a new store in `pool`.
+    pub fn create(pool: Pool<M>, config: Config) -> StoreResult<Self> {
+        let kv = Kv {
+            seed: seed_of(&pool.uuid()),
+            shards: config.shards,
+        };
+        let layout = Layout {
+            log_bytes: config.log_bytes,
+            slot_bytes: config.slot_bytes,
+            shards: config.shards,
+        };
+        let (engine, report) = Dipper::create(pool, &layout, kv.clone(), config.options())?;
+        Ok(Self::assemble(engine, kv, config, report))
+    }
+
+    /// Open (recover) the store in `pool`. The shard count comes from the store itself.
+    pub fn open(pool: Pool<M>, config: Config) -> StoreResult<Self> {
+        let uuid = pool.uuid();
+        let shards = {
+            let r = pool.region(dipper::layout::ROOT_REGION).ok_or_else(|| {
+                StoreError::Failed("the pool holds no DStore (no dipper.root region)".into())
+            })?;
+            let (root, _) = dipper::root::Root::load(pool.medium(), r.offset as usize, &uuid)?;
+            root.shards as usize
+        };
+        let kv = Kv {
+            seed: seed_of(&uuid),
+            shards,
+        };
+        let (engine, report) = Dipper::open(pool, kv.clone(), config.options())?;
+        let config = Config { shards, ..config };
+        Ok(Self::assemble(engine, kv, config, report))
+    }
+
+    fn assemble(engine: Dipper<M, Kv>, kv: Kv, config: Config, report: RecoveryReport) -> Self {
+        Store {
+            engine,
+            kv,
+            clock: system_clock(),
+            config,
+            report,
+            opened: Instant::now(),
+            path: None,
+        }
+    }
+
+    /// Replace the clock (tests).
+    pub fn set_clock(&mut self, clock: Clock) {
+        self.clock = clock;
+    }
+
+    /// What recovery did when the store was opened.
+    pub fn recovery(&self) -> &RecoveryReport {
+        &self.report
+    }
+
+    /// The engine (statistics, checkpoints).
+    pub fn engine(&self) -> &Dipper<M, Kv> {
+        &self.engine
+    }
+
+    /// The configuration in force.
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    /// The pool file, if the store lives in one.
+    pub fn path(&self) -> Option<&Path> {
+        self.path.as_deref()
+    }
+
+    /// Time since open.
+    pub fn uptime(&self) -> Duration {
+        self.opened.elapsed()
+    }
+
+    fn now(&self) -> i64 {
+        (self.clock)()
+    }
+
+    fn check_len(&self, what: &str, n: usize) -> StoreResult<()> {
+        if n > self.config.value_bytes_max {
+            return Err(StoreError::TooLarge(format!(
+                "{what} of {n} bytes is larger than the limit of {} bytes",
+                self.config.value_bytes_max
+            )));
+        }
+        Ok(())
+    }
+
+    fn shards_of<'k>(&self, keys: impl Iterator<Item = &'k [u8]>) -> Vec<u16> {
+        let mut s: Vec<u16> = keys.map(|k| self.kv.shard_of(k)).collect();
+        s.sort_unstable();
+        s.dedup();
+        s
+    }
+
+    fn run(&self, shards: Option<&[u16]>, op: &Op<'_>, grows: bool) -> StoreResult<Outcome> {
+        let bytes = op::encode(self.now(), op);
+        let out = self.engine.execute(shards, &bytes, grows)?;
+        if let Some(e) = out.error {
+            return Err(e.into());
+        }
+        Ok(out)
+    }
+
+    fn run_key(&self, key: &[u8], op: &Op<'_>, grows: bool) -> StoreResult<Outcome> {
+        self.check_len("a key", key.len())?;
+        let s = [self.kv.shard_of(key)];
+        self.run(Some(&s), op, grows)
+    }
+
+    fn with_key<R>(
+        &self,
+        key: &[u8],
+        f: impl FnOnce(&Arena, Option<table::Entry>) -> R,
+    ) -> StoreResult<R> {
+        let now = self.now();
+        let shard = self.kv.shard_of(key) as usize;
+        Ok(self
+            .engine
+            .read(shard, |a| f(a, machine::lookup(&self.kv, a, key, now)))?)
+    }
+
+    /// GET.
+    pub fn get(&self, key: &[u8]) -> StoreResult<Option<Vec<u8>>> {
+        self.with_key(key, |a, e| match e {
+            None => Ok(None),
+            Some(e) => read::string(a, e)
+                .map(|v| Some(v.to_vec()))
+                .map_err(Into::into),
+        })?
+    }
+
+    /// SET with NX/XX and an absolute expiry. Returns whether it was carried out.
+    pub fn set(
+        &self,
+        key: &[u8],
+        value: &[u8],
+        nx: bool,
+        xx: bool,
+        expire_at_ms: Option<i64>,
+    ) -> StoreResult<bool> {
+        self.check_len("a value", value.len())?;
+        if nx && xx {
+            return Err(StoreError::TooLarge("NX and XX together".into()));
+        }
+        let flags = if nx {
+            SET_NX
+        } else if xx {
+            SET_XX
+        } else {
+            0
+        };
+        let op = Op::Set {
+            key,
+            value,
+            flags,
+            expire_at: expire_at_ms.unwrap_or(0).max(0),
+        };
+        Ok(self.run_key(key, &op, true)?.done)
+    }
+
+    /// MGET.
+    pub fn mget(&self, keys: &[&[u8]]) -> StoreResult<Vec<Option<Vec<u8>>>> {
+        let shards = self.shards_of(keys.iter().copied());
+        let now = self.now();
+        Ok(self.engine.read_many(&shards, |arenas| {
+            keys.iter()
+                .map(|k| {
+                    let s = self.kv.shard_of(k);
+                    let a = arenas[shards.binary_search(&s).expect("locked")];
+                    machine::lookup(&self.kv, a, k, now)
+                        .and_then(|e| read::string(a, e).ok())
+                        .map(|v| v.to_vec())
+                })
+                .collect()
+        })?)
+    }
+
+    /// MSET, atomically.
+    pub fn mset(&self, pairs: &[(&[u8], &[u8])]) -> StoreResult<()> {
+        for (k, v) in pairs {
+            self.check_len("a key", k.len())?;
+            self.check_len("a value", v.len())?;
+        }
+        let shards = self.shards_of(pairs.iter().map(|p| p.0));
+        self.run(Some(&shards), &Op::MSet(pairs.to_vec()), true)?;
+        Ok(())
+    }
+
+    /// DEL: keys removed.
+    pub fn del(&self, keys: &[&[u8]]) -> StoreResult<u64> {
+        let shards = self.shards_of(keys.iter().copied());
+        Ok(self
+            .run(Some(&shards), &Op::Del(keys.to_vec()), false)?
+            .count)
+    }
+
+    /// EXISTS: how many of the keys exist (repeats count).
+    pub fn exists(&self, keys: &[&[u8]]) -> StoreResult<u64> {
+        let mut n = 0;
+        for k in keys {
+            if self.with_key(k, |_, e| e.is_some())? {
+                n += 1;
+            }
+        }
+        Ok(n)
+    }
+
+    /// INCRBY: the new value.
+    pub fn incr_by(&self, key: &[u8], delta: i64) -> StoreResult<i64> {
+        // Refuse what would fail before logging it.
+        self.with_key(key, |a, e| match e {
+            None => Ok(()),
+            Some(e) => {
+                let v = read::string(a, e)?;
+                let n = machine::parse_int(v).ok_or(StoreError::NotInteger)?;
+                n.checked_add(delta).map(|_| ()).ok_or(StoreError::Overflow)
+            }
+        })??;
+        Ok(self.run_key(key, &Op::IncrBy { key, delta }, true)?.int)
+    }
+
+    /// APPEND: the new length.
+    pub fn append(&self, key: &[u8], value: &[u8]) -> StoreResult<u64> {
+        let cur = self.strlen(key)?;
+        self.check_len("the appended value", cur as usize + value.len())?;
+        Ok(self.run_key(key, &Op::Append { key, value }, true)?.count)
+    }
+
+    /// STRLEN.
+    pub fn strlen(&self, key: &[u8]) -> StoreResult<u64> {
+        self.with_key(key, |a, e| match e {
+            None => Ok(0),
+            Some(e) => Ok(read::string(a, e)?.len() as u64),
+        })?
+    }
+
+    /// TYPE.
+    pub fn key_type(&self, key: &[u8]) -> StoreResult<&'static str> {
+        self.with_key(key, |a, e| e.map_or("none", |e| read::type_name(a, e)))
+    }
+
+    /// HSET: fields added.
+    pub fn hset(&self, key: &[u8], pairs: &[(&[u8], &[u8])]) -> StoreResult<u64> {
+        for (f, v) in pairs {
+            self.check_len("a field", f.len())?;
+            self.check_len("a value", v.len())?;
+        }
+        self.with_key(key, |a, e| match e {
+            Some(e) => read::hash_table(a, e).map(|_| ()).map_err(StoreError::from),
+            None => Ok(()),
+        })??;
+        Ok(self
+            .run_key(
+                key,
+                &Op::HSet {
+                    key,
+                    pairs: pairs.to_vec(),
+                },
+                true,
+            )?
+            .count)
+    }
+
+    /// HGET.
+    pub fn hget(&self, key: &[u8], field: &[u8]) -> StoreResult<Option<Vec<u8>>> {
+        Ok(self.hmget(key, &[field])?.pop().flatten())
+    }
+
+    /// HMGET.
+    pub fn hmget(&self, key: &[u8], fields: &[&[u8]]) -> StoreResult<Vec<Option<Vec<u8>>>> {
+        self.with_key(key, |a, e| match e {
+            None => Ok(vec![None; fields.len()]),
+            Some(e) => {
+                let t = read::hash_table(a, e)?;
+                Ok(fields
+                    .iter()
+                    .map(|f| read::field(&self.kv, a, t, f).map(<[u8]>::to_vec))
+                    .collect())
+            }
+        })?
+    }
+
+    /// HGETALL.
+    pub fn hgetall(&self, key: &[u8]) -> StoreResult<Vec<(Vec<u8>, Vec<u8>)>> {
+        self.with_key(key, |a, e| match e {
+            None => Ok(Vec::new()),
+            Some(e) => Ok(read::fields(a, read::hash_table(a, e)?)),
+        })?
+    }
+
+    /// HDEL: fields removed.
+    pub fn hdel(&self, key: &[u8], fields: &[&[u8]]) -> StoreResult<u64> {
+        let present = self.with_key(key, |a, e| match e {
+            Some(e) => read::hash_table(a, e)
+                .map(|_| true)
+                .map_err(StoreError::from),
+            None => Ok(false),
+        })??;
+        if !present {
+            return Ok(0);
+        }
+        Ok(self
+            .run_key(
+                key,
+                &Op::HDel {
+                    key,
+                    fields: fields.to_vec(),
+                },
+                false,
+            )?
+            .count)
+    }
+
+    /// ZADD: members added.
+    pub fn zadd(&self, key: &[u8], members: &[(f64, &[u8])]) -> StoreResult<u64> {
+        for (s, m) in members {
+            self.check_len("a member", m.len())?;
+            if s.is_nan() {
+                return Err(StoreError::TooLarge("a score is not a number".into()));
+            }
+        }
+        Ok(self
+            .run_key(
+                key,
+                &Op::ZAdd {
+                    key,
+                    members: members.to_vec(),
+                },
+                true,
+            )?
+            .count)
+    }
+
+    /// ZREM: members removed.
+    pub fn zrem(&self, key: &[u8], members: &[&[u8]]) -> StoreResult<u64> {
+        Ok(self
+            .run_key(
+                key,
+                &Op::ZRem {
+                    key,
+                    members: members.to_vec(),
+                },
+                false,
+            )?
+            .count)
+    }
+
+    /// ZRANGEBYSCORE.
+    #[allow(clippy::too_many_arguments)]
+    pub fn zrange_by_score(
+        &self,
+        key: &[u8],
+        min: f64,
+        min_excl: bool,
+        max: f64,
+        max_excl: bool,
+        offset: usize,
+        count: Option<usize>,
+    ) -> StoreResult<Vec<(Vec<u8>, f64)>> {
+        self.with_key(key, |a, e| match e {
+            None => Ok(Vec::new()),
+            Some(e) => {
+                read::zrange(a, e, min, min_excl, max, max_excl, offset, count).map_err(Into::into)
+            }
+        })?
+    }
+
+    /// DBSIZE.
+    pub fn dbsize(&self) -> StoreResult<u64> {
+        let mut n = 0;
+        for s in 0..self.engine.shards() {
+            n += self.engine.read(s, read::count)?;
+        }
+        Ok(n)
+    }
+
+    /// FLUSHALL.
+    pub fn flushall(&self) -> StoreResult<()> {
+        self.run(None, &Op::FlushAll, false)?;
+        Ok(())
+    }
+
+    /// Lock or unlock a name: a NOOP record that orders operations on it (DStore's olock).
+    pub fn lock_name(&self, name: &[u8]) -> StoreResult<()> {
+        self.run_key(name, &Op::Noop(name), false)?;
+        Ok(())
+    }
+
+    /// One SCAN step: the cursor packs the shard (high bits) and the reverse-binary bucket
+    /// cursor within it (low 40 bits).
+    pub fn scan(&self, cursor: u64, count: usize) -> StoreResult<(u64, Vec<KeyAndType>)> {
+        const LOW: u64 = (1 << 40) - 1;
+        let shards = self.engine.shards() as u64;
+        let mut shard = cursor >> 40;
+        let mut v = cursor & LOW;
+        let mut out = Vec::new();
+        let now = self.now();
+        let want = count.max(1);
+        while shard < shards && out.len() < want {
+            let next = self
+                .engine
+                .read(shard as usize, |a| read::scan(a, v, now, &mut out))?;
+            if next == 0 || next > LOW {
+                shard += 1;
+                v = 0;
+            } else {
+                v = next;
+            }
+        }
+        let cursor = if shard >= shards {
+            0
+        } else {
+            (shard << 40) | v
+        };
+        Ok((cursor, out))
+    }
+
+    /// Take a checkpoint now.
+    pub fn save(&self) -> StoreResult<dipper::CheckpointStats> {
+        Ok(self.engine.checkpoint()?)
+    }
+
+    /// Check every shard's structures (after load or in tests); returns the number of keys.
+    pub fn validate(&self) -> StoreResult<u64> {
+        let mut n = 0;
+        for s in 0..self.engine.shards() {
+            n += self.engine.read(s, read::validate)??;
+        }
+        Ok(n)
+    }
+
+    /// Close cleanly.
+    pub fn close(&self) -> StoreResult<()> {
+        Ok(self.engine.close()?)
+    }
+}
+
+use dipper::Arena;
+
+use crate::table;

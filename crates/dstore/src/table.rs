@@ -1,0 +1,442 @@
+//! A chained hash table inside an arena, with offsets for pointers.
+//!
+//! The keyspace of a shard is one such table; a hash value and a sorted set's member index are
+//! nested tables in the same arena. Entries carry their key and value inline:
+//!
+//! | offset | field |
+//! | --- | --- |
+//! | 0 | next entry in the bucket (0: none) |
+//! | 8 | 64-bit hash of the key |
+//! | 16 | expiry, milliseconds since the Unix epoch (0: none) |
+//! | 24 | aux: value type (keyspace) or score bits (sorted-set members) |
+//! | 32 | key length (u32) |
+//! | 36 | value length (u32) |
+//! | 40 | key bytes, then value bytes |
+//!
+//! The table header block holds the bucket array's offset, the bucket count (a power of two)
+//! and the entry count. The table doubles when it holds as many entries as buckets.
+
+use dipper::{Arena, DipperError, Result};
+
+/// Entry field offsets.
+pub const E_NEXT: usize = 0;
+/// Hash.
+pub const E_HASH: usize = 8;
+/// Expiry.
+pub const E_EXPIRE: usize = 16;
+/// Aux word.
+pub const E_AUX: usize = 24;
+/// Key length.
+pub const E_KLEN: usize = 32;
+/// Value length.
+pub const E_VLEN: usize = 36;
+/// Start of the key bytes.
+pub const E_KEY: usize = 40;
+
+/// Table header field: bucket array offset.
+pub const T_BUCKETS: usize = 0;
+/// Table header field: bucket count.
+pub const T_NBUCKETS: usize = 8;
+/// Table header field: entry count.
+pub const T_COUNT: usize = 16;
+/// Bytes of a table header.
+pub const T_BYTES: usize = 32;
+
+/// The most buckets a table may have (the bucket array is one arena block).
+pub const BUCKETS_MAX: u64 = 1 << 25;
+
+/// Seeded 64-bit hash of a byte string (multiply-rotate over 8-byte words, then a 64-bit
+/// finalizer). Deterministic for a given seed, which is stored with the store.
+pub fn hash(seed: u64, key: &[u8]) -> u64 {
+    const K: u64 = 0x9E37_79B9_7F4A_7C15;
+    let mut h = seed ^ (key.len() as u64).wrapping_mul(K);
+    let mut chunks = key.chunks_exact(8);
+    for c in &mut chunks {
+        let w = u64::from_le_bytes(c.try_into().expect("8"));
+        h = (h ^ w).wrapping_mul(K).rotate_left(29);
+    }
+    let rest = chunks.remainder();
+    if !rest.is_empty() {
+        let mut b = [0u8; 8];
+        b[..rest.len()].copy_from_slice(rest);
+        h = (h ^ u64::from_le_bytes(b)).wrapping_mul(K).rotate_left(29);
+    }
+    h ^= h >> 33;
+    h = h.wrapping_mul(0xff51_afd7_ed55_8ccd);
+    h ^= h >> 33;
+    h = h.wrapping_mul(0xc4ce_b9fe_1a85_ec53);
+    h ^ (h >> 33)
+}
+
+/// A view of one entry.
+#[derive(Debug, Clone, Copy)]
+pub struct Entry {
+    /// Its offset.
+    pub off: u64,
+}
+
+impl Entry {
+    /// Key length.
+    pub fn klen(self, a: &Arena) -> usize {
+        a.get_u32(self.off as usize + E_KLEN) as usize
+    }
+    /// Value length.
+    pub fn vlen(self, a: &Arena) -> usize {
+        a.get_u32(self.off as usize + E_VLEN) as usize
+    }
+    /// Key bytes.
+    pub fn key(self, a: &Arena) -> &[u8] {
+        a.bytes(self.off as usize + E_KEY, self.klen(a))
+    }
+    /// Value bytes.
+    pub fn value(self, a: &Arena) -> &[u8] {
+        let k = self.klen(a);
+        a.bytes(self.off as usize + E_KEY + k, self.vlen(a))
+    }
+    /// Offset of the value bytes.
+    pub fn value_at(self, a: &Arena) -> usize {
+        self.off as usize + E_KEY + self.klen(a)
+    }
+    /// Expiry (0: none).
+    pub fn expire(self, a: &Arena) -> i64 {
+        a.get_u64(self.off as usize + E_EXPIRE) as i64
+    }
+    /// Aux word.
+    pub fn aux(self, a: &Arena) -> u64 {
+        a.get_u64(self.off as usize + E_AUX)
+    }
+    /// Hash.
+    pub fn hash(self, a: &Arena) -> u64 {
+        a.get_u64(self.off as usize + E_HASH)
+    }
+    /// Bytes of the entry block.
+    pub fn size(self, a: &Arena) -> usize {
+        E_KEY + self.klen(a) + self.vlen(a)
+    }
+}
+
+/// Where an entry was found: the word that points at it, and the entry.
+#[derive(Debug, Clone, Copy)]
+pub struct Found {
+    /// Offset of the bucket slot or the previous entry's `next` field.
+    pub link: usize,
+    /// The entry.
+    pub entry: Entry,
+}
+
+/// Make an empty table with `buckets` buckets (a power of two).
+pub fn create(a: &mut Arena, buckets: u64) -> Result<u64> {
+    debug_assert!(buckets.is_power_of_two());
+    let t = a.alloc(T_BYTES)?;
+    let b = a.alloc(buckets as usize * 8)?;
+    a.zero(b as usize, buckets as usize * 8);
+    a.put_u64(t as usize + T_BUCKETS, b);
+    a.put_u64(t as usize + T_NBUCKETS, buckets);
+    a.put_u64(t as usize + T_COUNT, 0);
+    a.put_u64(t as usize + 24, 0);
+    Ok(t)
+}
+
+/// Number of entries.
+pub fn count(a: &Arena, t: u64) -> u64 {
+    a.get_u64(t as usize + T_COUNT)
+}
+
+/// Number of buckets.
+pub fn buckets(a: &Arena, t: u64) -> u64 {
+    a.get_u64(t as usize + T_NBUCKETS)
+}
+
+fn slot(a: &Arena, t: u64, h: u64) -> usize {
+    let n = buckets(a, t);
+    a.get_u64(t as usize + T_BUCKETS) as usize + (h & (n - 1)) as usize * 8
+}
+
+/// Find `key` (with hash `h`).
+pub fn find(a: &Arena, t: u64, h: u64, key: &[u8]) -> Option<Found> {
+    let mut link = slot(a, t, h);
+    loop {
+        let e = a.get_u64(link);
+        if e == 0 {
+            return None;
+        }
+        let entry = Entry { off: e };
+        if entry.hash(a) == h && entry.key(a) == key {
+            return Some(Found { link, entry });
+        }
+        link = e as usize + E_NEXT;
+    }
+}
+
+/// Allocate an entry for `key` with room for `vlen` value bytes (uninitialized) and no expiry.
+pub fn new_entry(a: &mut Arena, h: u64, key: &[u8], vlen: usize, aux: u64) -> Result<Entry> {
+    let bytes = E_KEY + key.len() + vlen;
+    let off = a.alloc(bytes)?;
+    let o = off as usize;
+    a.put_u64(o + E_NEXT, 0);
+    a.put_u64(o + E_HASH, h);
+    a.put_u64(o + E_EXPIRE, 0);
+    a.put_u64(o + E_AUX, aux);
+    a.put_u32(o + E_KLEN, key.len() as u32);
+    a.put_u32(o + E_VLEN, vlen as u32);
+    a.write(o + E_KEY, key);
+    Ok(Entry { off })
+}
+
+/// Free an entry block (it must be unlinked).
+pub fn free_entry(a: &mut Arena, e: Entry) {
+    let size = e.size(a);
+    a.free(e.off, size);
+}
+
+/// Link a new entry (its key must not be in the table), growing the table if needed.
+pub fn insert(a: &mut Arena, t: u64, e: Entry) -> Result<()> {
+    let n = buckets(a, t);
+    if count(a, t) >= n && n < BUCKETS_MAX {
+        grow(a, t)?;
+    }
+    let s = slot(a, t, e.hash(a));
+    let head = a.get_u64(s);
+    a.put_u64(e.off as usize + E_NEXT, head);
+    a.put_u64(s, e.off);
+    a.put_u64(t as usize + T_COUNT, count(a, t) + 1);
+    Ok(())
+}
+
+/// Put `new` where `old` was in its chain (same key), and free `old`.
+pub fn replace(a: &mut Arena, found: Found, new: Entry) {
+    let next = a.get_u64(found.entry.off as usize + E_NEXT);
+    a.put_u64(new.off as usize + E_NEXT, next);
+    a.put_u64(found.link, new.off);
+    free_entry(a, found.entry);
+}
+
+/// Unlink a found entry without freeing it.
+pub fn unlink(a: &mut Arena, t: u64, found: Found) {
+    let next = a.get_u64(found.entry.off as usize + E_NEXT);
+    a.put_u64(found.link, next);
+    a.put_u64(t as usize + T_COUNT, count(a, t) - 1);
+}
+
+fn grow(a: &mut Arena, t: u64) -> Result<()> {
+    let old_n = buckets(a, t);
+    let old_b = a.get_u64(t as usize + T_BUCKETS) as usize;
+    let new_n = old_n * 2;
+    let new_b = a.alloc(new_n as usize * 8)?;
+    a.zero(new_b as usize, new_n as usize * 8);
+    for i in 0..old_n as usize {
+        let mut e = a.get_u64(old_b + i * 8);
+        while e != 0 {
+            let next = a.get_u64(e as usize + E_NEXT);
+            let h = a.get_u64(e as usize + E_HASH);
+            let s = new_b as usize + (h & (new_n - 1)) as usize * 8;
+            a.put_u64(e as usize + E_NEXT, a.get_u64(s));
+            a.put_u64(s, e);
+            e = next;
+        }
+    }
+    a.free(old_b as u64, old_n as usize * 8);
+    a.put_u64(t as usize + T_BUCKETS, new_b);
+    a.put_u64(t as usize + T_NBUCKETS, new_n);
+    Ok(())
+}
+
+/// Every entry, in bucket order.
+pub fn entries(a: &Arena, t: u64) -> Vec<Entry> {
+    let n = buckets(a, t) as usize;
+    let b = a.get_u64(t as usize + T_BUCKETS) as usize;
+    let mut out = Vec::with_capacity(count(a, t) as usize);
+    for i in 0..n {
+        let mut e = a.get_u64(b + i * 8);
+        while e != 0 {
+            out.push(Entry { off: e });
+            e = a.get_u64(e as usize + E_NEXT);
+        }
+    }
+    out
+}
+
+/// Entries of the bucket that reverse-binary cursor `v` names, and the next cursor (0: the
+/// walk is over). Every entry present for a whole walk is returned at least once, even if the
+/// table grows in between (the Redis SCAN argument).
+pub fn scan_step(a: &Arena, t: u64, v: u64, out: &mut Vec<Entry>) -> u64 {
+    let n = buckets(a, t);
+    let mask = n - 1;
+    let b = a.get_u64(t as usize + T_BUCKETS) as usize;
+    let mut e = a.get_u64(b + (v & mask) as usize * 8);
+    while e != 0 {
+        out.push(Entry { off: e });
+        e = a.get_u64(e as usize + E_NEXT);
+    }
+    let mut v = v | !mask;
+    v = v.reverse_bits().wrapping_add(1).reverse_bits();
+    v
+}
+
+/// Free every entry (calling `each` first, so nested structures can be freed) and the table.
+pub fn destroy(a: &mut Arena, t: u64, mut each: impl FnMut(&mut Arena, Entry)) {
+    for e in entries(a, t) {
+        each(a, e);
+        free_entry(a, e);
+    }
+    let n = buckets(a, t) as usize;
+    let b = a.get_u64(t as usize + T_BUCKETS);
+    a.free(b, n * 8);
+    a.free(t, T_BYTES);
+}
+
+/// Check a table's structure against the arena's bounds: every offset inside the arena's
+/// blocks, every entry in the bucket its hash names, the count right, no cycle.
+pub fn validate(a: &Arena, t: u64, what: &'static str) -> Result<u64> {
+    let top = a.top() as u64;
+    let bad = |field: &'static str, expected: String, found: String| DipperError::Corrupt {
+        structure: what,
+        offset: t,
+        field,
+        expected,
+        found,
+    };
+    let inside = |off: u64, len: u64| off >= dipper::arena::ARENA_HEADER as u64 && off + len <= top;
+    if !inside(t, T_BYTES as u64) {
+        return Err(bad(
+            "table",
+            format!("inside the arena (top {top})"),
+            t.to_string(),
+        ));
+    }
+    let n = buckets(a, t);
+    let b = a.get_u64(t as usize + T_BUCKETS);
+    if !n.is_power_of_two() || n > BUCKETS_MAX || !inside(b, n * 8) {
+        return Err(bad(
+            "buckets",
+            "a power of two inside the arena".into(),
+            format!("{n} at {b}"),
+        ));
+    }
+    let want = count(a, t);
+    let mut seen = 0u64;
+    for i in 0..n {
+        let mut e = a.get_u64((b + i * 8) as usize);
+        while e != 0 {
+            if !inside(e, E_KEY as u64) {
+                return Err(bad("entry", "inside the arena".into(), e.to_string()));
+            }
+            let en = Entry { off: e };
+            let len = E_KEY as u64 + en.klen(a) as u64 + en.vlen(a) as u64;
+            if !inside(e, len) {
+                return Err(bad(
+                    "entry length",
+                    "inside the arena".into(),
+                    format!("{len} at {e}"),
+                ));
+            }
+            if en.hash(a) & (n - 1) != i {
+                return Err(bad(
+                    "entry hash",
+                    format!("bucket {i}"),
+                    format!("{:#x}", en.hash(a)),
+                ));
+            }
+            seen += 1;
+            if seen > want {
+                return Err(bad(
+                    "count",
+                    want.to_string(),
+                    "more entries (or a cycle)".into(),
+                ));
+            }
+            e = a.get_u64(e as usize + E_NEXT);
+        }
+    }
+    if seen != want {
+        return Err(bad("count", want.to_string(), seen.to_string()));
+    }
+    Ok(seen)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn insert_find_grow_remove_and_validate() {
+        let mut a = Arena::new();
+        let t = create(&mut a, 4).unwrap();
+        for i in 0..1000u32 {
+            let k = format!("key{i}");
+            let h = hash(7, k.as_bytes());
+            let e = new_entry(&mut a, h, k.as_bytes(), 4, 0).unwrap();
+            let at = e.value_at(&a);
+            a.write(at, &i.to_le_bytes());
+            insert(&mut a, t, e).unwrap();
+        }
+        assert_eq!(validate(&a, t, "t").unwrap(), 1000);
+        assert!(buckets(&a, t) >= 1000);
+        for i in (0..1000u32).step_by(2) {
+            let k = format!("key{i}");
+            let f = find(&a, t, hash(7, k.as_bytes()), k.as_bytes()).unwrap();
+            assert_eq!(f.entry.value(&a), i.to_le_bytes());
+            unlink(&mut a, t, f);
+            free_entry(&mut a, f.entry);
+        }
+        assert_eq!(validate(&a, t, "t").unwrap(), 500);
+        assert!(find(&a, t, hash(7, b"key2"), b"key2").is_none());
+        assert!(find(&a, t, hash(7, b"key3"), b"key3").is_some());
+    }
+
+    #[test]
+    fn scan_visits_every_entry_across_growth() {
+        let mut a = Arena::new();
+        let t = create(&mut a, 4).unwrap();
+        let add = |a: &mut Arena, i: u32| {
+            let k = format!("k{i}");
+            let e = new_entry(a, hash(1, k.as_bytes()), k.as_bytes(), 0, 0).unwrap();
+            insert(a, t, e).unwrap();
+        };
+        for i in 0..100 {
+            add(&mut a, i);
+        }
+        let mut seen = std::collections::HashSet::new();
+        let mut v = 0;
+        let mut steps = 0;
+        loop {
+            let mut out = Vec::new();
+            v = scan_step(&a, t, v, &mut out);
+            for e in out {
+                seen.insert(e.key(&a).to_vec());
+            }
+            steps += 1;
+            if steps == 20 {
+                for i in 100..400 {
+                    add(&mut a, i);
+                }
+            }
+            if v == 0 {
+                break;
+            }
+        }
+        for i in 0..100 {
+            assert!(seen.contains(format!("k{i}").as_bytes()), "k{i} missed");
+        }
+    }
+
+    #[test]
+    fn damaged_tables_are_caught() {
+        let mut a = Arena::new();
+        let t = create(&mut a, 4).unwrap();
+        let e = new_entry(&mut a, hash(1, b"x"), b"x", 0, 0).unwrap();
+        insert(&mut a, t, e).unwrap();
+        let mut b = a.clone();
+        b.put_u64(t as usize + T_COUNT, 2);
+        assert!(validate(&b, t, "t").is_err());
+        let mut b = a.clone();
+        b.put_u64(e.off as usize + E_HASH, e.hash(&a) ^ 1);
+        assert!(validate(&b, t, "t").is_err());
+        let mut b = a.clone();
+        b.put_u64(e.off as usize + E_NEXT, e.off);
+        assert!(validate(&b, t, "t").is_err(), "a cycle");
+        let mut b = a.clone();
+        b.put_u32(e.off as usize + E_KLEN, u32::MAX);
+        assert!(validate(&b, t, "t").is_err());
+    }
+}
