@@ -154,6 +154,8 @@ pub struct Stats {
     pub checkpoints: u64,
     /// A checkpoint is running now.
     pub checkpoint_running: bool,
+    /// Log swaps (checkpoints started) since open.
+    pub log_swaps: u64,
     /// The last checkpoint.
     pub last_checkpoint: CheckpointStats,
     /// Number of the image the root points at.
@@ -196,6 +198,9 @@ struct Signal {
     stop: bool,
     completed: u64,
     running: bool,
+    urgent: bool,
+    swaps: u64,
+    failed: bool,
     last: CheckpointStats,
 }
 
@@ -715,6 +720,11 @@ impl<M: Medium + Clone + Send + Sync + 'static, S: Machine> Inner<M, S> {
         {
             *f = Some(why.clone());
         }
+        // Wake writers waiting for a checkpoint that will not come.
+        if let Ok(mut s) = self.signal.lock() {
+            s.failed = true;
+            self.cond.notify_all();
+        }
         DipperError::Failed(why)
     }
 
@@ -773,13 +783,14 @@ impl<M: Medium + Clone + Send + Sync + 'static, S: Machine> Inner<M, S> {
         Ok(out)
     }
 
-    /// Append and force by policy; on a full log, wait for the running checkpoint once.
+    /// Append and force by policy. On a full log, ask for a checkpoint and wait (up to
+    /// `full_wait`) until it has swapped the logs, then try again.
     fn append(&self, payload: &[u8]) -> Result<()> {
-        let mut waited = false;
+        let deadline = Instant::now() + self.opts.full_wait;
         loop {
-            let r = {
+            let (r, used) = {
                 let gate = self.gate.read().map_err(|_| poisoned())?;
-                self.logs[*gate].append(payload, self.opts.policy)
+                (self.logs[*gate].append(payload, self.opts.policy), *gate)
             };
             match r {
                 Ok(_) => {
@@ -787,26 +798,31 @@ impl<M: Medium + Clone + Send + Sync + 'static, S: Machine> Inner<M, S> {
                         .appended
                         .fetch_add(payload.len() as u64 + 64, Ordering::Relaxed);
                     if total >= self.threshold {
-                        self.request();
+                        self.request(false);
                     }
                     return Ok(());
                 }
-                Err(LogError::Full { .. }) if !waited => {
-                    waited = true;
-                    let done = self.signal.lock().map_err(|_| poisoned())?.completed;
-                    self.request();
+                Err(LogError::Full { .. }) if Instant::now() < deadline => {
                     let s = self.signal.lock().map_err(|_| poisoned())?;
-                    let (_s, _) = self
+                    let seen = s.swaps;
+                    drop(s);
+                    if *self.gate.read().map_err(|_| poisoned())? != used {
+                        continue; // swapped meanwhile
+                    }
+                    self.request(true);
+                    let s = self.signal.lock().map_err(|_| poisoned())?;
+                    let wait = deadline.saturating_duration_since(Instant::now());
+                    let _ = self
                         .cond
-                        .wait_timeout_while(s, self.opts.full_wait, |s| {
-                            s.completed == done && !s.stop
-                        })
+                        .wait_timeout_while(s, wait, |s| s.swaps == seen && !s.stop && !s.failed)
                         .map_err(|_| poisoned())?;
+                    self.check_open()?;
                 }
                 Err(LogError::Full { needed, free, .. }) => {
                     return Err(DipperError::OutOfSpace(format!(
-                        "the operation log is full ({needed} bytes needed, {free} free) and the \
-                         checkpoint that empties it has not finished"
+                        "the operation log is full ({needed} bytes needed, {free} free) and no \
+                         checkpoint emptied it within {} ms",
+                        self.opts.full_wait.as_millis()
                     )));
                 }
                 Err(LogError::TooLarge { length, max }) => {
@@ -823,12 +839,14 @@ impl<M: Medium + Clone + Send + Sync + 'static, S: Machine> Inner<M, S> {
         }
     }
 
-    fn request(&self) {
+    /// Ask the background thread for a checkpoint. `urgent`: a writer found the log full (run
+    /// one even if the log is under the threshold by the time the thread looks).
+    fn request(&self, urgent: bool) {
         if let Ok(mut s) = self.signal.lock()
-            && !s.requested
-            && !s.running
+            && (!s.requested || (urgent && !s.urgent))
         {
             s.requested = true;
+            s.urgent |= urgent;
             self.cond.notify_all();
         }
     }
@@ -844,6 +862,12 @@ impl<M: Medium + Clone + Send + Sync + 'static, S: Machine> Inner<M, S> {
                     return;
                 }
                 s.requested = false;
+                let urgent = std::mem::take(&mut s.urgent);
+                // A request made before the last swap may be stale: the log it saw filling is
+                // the archived one now.
+                if !urgent && self.appended.load(Ordering::Relaxed) < self.threshold {
+                    continue;
+                }
             }
             if let Err(e) = self.checkpoint_now(false) {
                 self.latch(format!("checkpoint failed: {e}"));
@@ -900,6 +924,10 @@ impl<M: Medium + Clone + Send + Sync + 'static, S: Machine> Inner<M, S> {
             ck.root.store(&self.medium, self.root_base, &self.uuid)?;
             *gate = new;
             self.appended.store(0, Ordering::Relaxed);
+            if let Ok(mut s) = self.signal.lock() {
+                s.swaps += 1;
+                self.cond.notify_all();
+            }
             old
         };
         let swap_us = swap_start.elapsed().as_micros() as u64;
@@ -961,10 +989,10 @@ impl<M: Medium + Clone + Send + Sync + 'static, S: Machine> Inner<M, S> {
     }
 
     fn stats(&self) -> Stats {
-        let (checkpoints, running, last) = self
+        let (checkpoints, running, last, swaps) = self
             .signal
             .lock()
-            .map(|s| (s.completed, s.running, s.last))
+            .map(|s| (s.completed, s.running, s.last, s.swaps))
             .unwrap_or_default();
         let active = self.gate.read().map(|g| *g).unwrap_or(0);
         let ls = self.logs[active].stats();
@@ -982,6 +1010,7 @@ impl<M: Medium + Clone + Send + Sync + 'static, S: Machine> Inner<M, S> {
             shards: self.shards.len(),
             checkpoints,
             checkpoint_running: running,
+            log_swaps: swaps,
             last_checkpoint: last,
             image,
             operations: self.operations.load(Ordering::Relaxed),
