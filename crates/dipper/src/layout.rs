@@ -102,3 +102,63 @@ pub fn slot_geometry(len: u64) -> Option<(u64, u64)> {
 /// Op records in the log: `[u16 shard count][u16 shard ids...][op bytes]`; a count of
 /// [`ALL_SHARDS`] means every shard and is followed directly by the op.
 pub const ALL_SHARDS: u16 = u16::MAX;
+
+use pmem::layout::Field;
+
+/// Fields of a root copy, as `docs/format/dipper.md` lists them.
+pub const ROOT_FIELDS: &[Field] = &[
+    Field::new("magic", ROOT_MAGIC_AT, 8),
+    Field::new("seq", ROOT_SEQ_AT, 8),
+    Field::new("active_log", ROOT_ACTIVE_AT, 4),
+    Field::new("state", ROOT_STATE_AT, 4),
+    Field::new("slot", ROOT_SLOT_AT, 4),
+    Field::new("shards", ROOT_SHARDS_AT, 4),
+    Field::new("checkpoint", ROOT_CHECKPOINT_AT, 8),
+    Field::new("reserved", ROOT_RESERVED_AT, 16),
+    Field::new("crc32c", ROOT_CRC_AT, 4),
+    Field::new("reserved2", ROOT_RESERVED2_AT, 4),
+];
+
+/// Fields of a slot header (the arena-length array runs on to the end of the header).
+pub const SLOT_HEADER_FIELDS: &[Field] = &[
+    Field::new("magic", SLOT_MAGIC_AT, 8),
+    Field::new("checkpoint", SLOT_CHECKPOINT_AT, 8),
+    Field::new("slot_index", SLOT_INDEX_AT, 4),
+    Field::new("shards", SLOT_SHARDS_AT, 4),
+    Field::new("pages_used", SLOT_USED_AT, 8),
+    Field::new("pages_capacity", SLOT_CAPACITY_AT, 8),
+    Field::new("crc32c", SLOT_CRC_AT, 4),
+    Field::new("reserved", SLOT_RESERVED_AT, 20),
+    Field::new("arena_bytes", SLOT_LENGTHS_AT, 8 * SHARDS_MAX),
+];
+
+/// Fields of a slot page-table entry.
+pub const SLOT_ENTRY_FIELDS: &[Field] = &[
+    Field::new("shard", ENTRY_SHARD_AT, 4),
+    Field::new("page", ENTRY_PAGE_AT, 4),
+    Field::new("crc32c", ENTRY_CRC_AT, 4),
+    Field::new("reserved", ENTRY_RESERVED_AT, 4),
+];
+
+/// Fields of an arena header.
+pub const ARENA_FIELDS: &[Field] = &[
+    Field::new("magic", 0, 8),
+    Field::new("top", crate::arena::ARENA_TOP, 8),
+    Field::new("live_bytes", crate::arena::ARENA_LIVE, 8),
+    Field::new("blocks", crate::arena::ARENA_BLOCKS, 8),
+    Field::new(
+        "user",
+        crate::arena::ARENA_USER,
+        8 * crate::arena::ARENA_USER_WORDS,
+    ),
+    Field::new(
+        "free_heads",
+        crate::arena::ARENA_FREE,
+        8 * crate::arena::CLASSES,
+    ),
+    Field::new(
+        "reserved",
+        crate::arena::ARENA_FREE + 8 * crate::arena::CLASSES,
+        crate::arena::ARENA_HEADER - crate::arena::ARENA_FREE - 8 * crate::arena::CLASSES,
+    ),
+];

@@ -1,0 +1,151 @@
+//! `docs/format/dipper.md` against the code: its field tables and constants table must say
+//! what `dipper::layout` and `dipper::arena` say, and the slot geometry formula it states must
+//! be the one the code computes.
+
+use dipper::arena;
+use dipper::layout::{self, *};
+use pmem::format_doc::{backticked, check_fields, compare_constants, named_rows, verdict};
+use std::path::PathBuf;
+
+fn doc() -> String {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../docs/format/dipper.md");
+    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+#[derive(Debug, PartialEq)]
+enum Value {
+    Numbers(Vec<u64>),
+    Bytes(Vec<u8>),
+}
+
+fn parse_value(cell: &str) -> Result<Value, String> {
+    if let Some(b) = backticked(cell) {
+        return Ok(Value::Bytes(b.as_bytes().to_vec()));
+    }
+    cell.split(',')
+        .map(|p| {
+            let p = p.trim();
+            match p.strip_prefix("0x") {
+                Some(h) => u64::from_str_radix(h, 16),
+                None => p.parse(),
+            }
+            .map_err(|e| format!("`{p}`: {e}"))
+        })
+        .collect::<Result<Vec<_>, _>>()
+        .map(Value::Numbers)
+}
+
+fn n(v: u64) -> Value {
+    Value::Numbers(vec![v])
+}
+
+fn magic(m: u64) -> Value {
+    Value::Bytes(m.to_le_bytes().to_vec())
+}
+
+#[test]
+fn field_tables_match_the_code() {
+    let md = doc();
+    let mut errors = Vec::new();
+    for (name, fields) in [
+        ("root", ROOT_FIELDS),
+        ("slot header", SLOT_HEADER_FIELDS),
+        ("slot entry", SLOT_ENTRY_FIELDS),
+        ("arena", ARENA_FIELDS),
+    ] {
+        if let Err(e) = check_fields(&md, name, fields) {
+            errors.push(e);
+        }
+    }
+    assert!(errors.is_empty(), "{}", errors.join("\n"));
+}
+
+#[test]
+fn field_tables_are_contiguous() {
+    for fields in [ROOT_FIELDS, SLOT_ENTRY_FIELDS, ARENA_FIELDS] {
+        let mut at = 0;
+        for f in fields {
+            assert_eq!(
+                f.offset, at,
+                "{} starts where the previous field ends",
+                f.name
+            );
+            at += f.size;
+        }
+    }
+    assert_eq!(
+        ROOT_FIELDS.last().map(|f| f.offset + f.size),
+        Some(ROOT_BYTES)
+    );
+    assert_eq!(
+        ARENA_FIELDS.last().map(|f| f.offset + f.size),
+        Some(arena::ARENA_HEADER)
+    );
+    assert_eq!(
+        SLOT_ENTRY_FIELDS.last().map(|f| f.offset + f.size),
+        Some(SLOT_ENTRY_BYTES)
+    );
+}
+
+#[test]
+fn constants_table_matches_the_code() {
+    let md = doc();
+    let rows = named_rows(
+        &md,
+        "<!-- constants -->",
+        "| constant | value | meaning |",
+        0,
+    )
+    .unwrap();
+    let doc: Vec<(String, Value)> = rows
+        .iter()
+        .map(|r| {
+            (
+                r.name.to_string(),
+                parse_value(r.cells[1]).unwrap_or_else(|e| panic!("{}: {e}", r.line)),
+            )
+        })
+        .collect();
+    let code = vec![
+        ("ROOT_REGION_BYTES", n(ROOT_REGION_BYTES)),
+        (
+            "ROOT_COPY_OFFSETS",
+            Value::Numbers(ROOT_COPY_OFFSETS.iter().map(|&o| o as u64).collect()),
+        ),
+        ("ROOT_BYTES", n(ROOT_BYTES as u64)),
+        ("ROOT_MAGIC", magic(ROOT_MAGIC)),
+        ("STATE_IDLE", n(STATE_IDLE as u64)),
+        ("STATE_CHECKPOINTING", n(STATE_CHECKPOINTING as u64)),
+        ("SLOT_NONE", n(SLOT_NONE as u64)),
+        ("SHARDS_MAX", n(SHARDS_MAX as u64)),
+        ("SLOT_MAGIC", magic(SLOT_MAGIC)),
+        ("SLOT_HEADER_BYTES", n(SLOT_HEADER_BYTES as u64)),
+        ("SLOT_TABLE_AT", n(SLOT_TABLE_AT as u64)),
+        ("SLOT_ENTRY_BYTES", n(SLOT_ENTRY_BYTES as u64)),
+        ("ALL_SHARDS", n(ALL_SHARDS as u64)),
+        ("PAGE", n(arena::PAGE as u64)),
+        ("ARENA_MAGIC", magic(arena::ARENA_MAGIC)),
+        ("ARENA_HEADER", n(arena::ARENA_HEADER as u64)),
+        ("CLASSES", n(arena::CLASSES as u64)),
+        ("BLOCK_BYTES_MAX", n(arena::BLOCK_BYTES_MAX as u64)),
+        ("ARENA_BYTES_MIN", n(arena::ARENA_BYTES_MIN as u64)),
+        ("ARENA_BYTES_MAX", n(arena::ARENA_BYTES_MAX as u64)),
+    ];
+    let required: Vec<&str> = code.iter().map(|(n, _)| *n).collect();
+    verdict("constants", compare_constants(&doc, &code, &required)).unwrap();
+}
+
+#[test]
+fn slot_geometry_follows_the_documented_formula() {
+    for len in [16384 + 4096 + 4096, 1 << 20, (3 << 30) + 12345, 512 * 1024] {
+        let (cap, first) = layout::slot_geometry(len).unwrap();
+        let first_of = |n: u64| 16384 + (16 * n).div_ceil(4096) * 4096;
+        assert_eq!(first, first_of(cap));
+        assert!(first_of(cap) + 4096 * cap <= len);
+        assert!(
+            first_of(cap + 1) + 4096 * (cap + 1) > len,
+            "capacity is the largest that fits"
+        );
+    }
+    assert!(layout::slot_geometry(16384).is_none());
+}
