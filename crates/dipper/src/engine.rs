@@ -94,6 +94,9 @@ pub struct Options {
     pub checkpoint_on_close: bool,
     /// How long a write waits for a running checkpoint when the active log is full.
     pub full_wait: Duration,
+    /// With a policy other than `Sync`: force the active log this often, so an acknowledged
+    /// write is durable within this time even when no later write forces it.
+    pub flush_every: Duration,
 }
 
 impl Default for Options {
@@ -105,6 +108,7 @@ impl Default for Options {
             background: true,
             checkpoint_on_close: true,
             full_wait: Duration::from_secs(10),
+            flush_every: Duration::from_millis(10),
         }
     }
 }
@@ -230,7 +234,7 @@ struct Inner<M: Medium, S: Machine> {
 /// A DIPPER store over a pool.
 pub struct Dipper<M: Medium + Clone + Send + Sync + 'static, S: Machine> {
     inner: Arc<Inner<M, S>>,
-    thread: Mutex<Option<JoinHandle<()>>>,
+    threads: Mutex<Vec<JoinHandle<()>>>,
 }
 
 impl<M: Medium + Clone + Send + Sync + 'static, S: Machine> std::fmt::Debug for Dipper<M, S> {
@@ -542,6 +546,7 @@ impl<M: Medium + Clone + Send + Sync + 'static, S: Machine> Dipper<M, S> {
         report.replay_ms = replay_start.elapsed().as_millis() as u64;
         report.total_ms = start.elapsed().as_millis() as u64;
         let arena_bytes = arenas.iter().map(|a| a.len() as u64).sum();
+        let pool_read_only = pool.read_only();
         let inner = Arc::new(Inner {
             machine,
             medium,
@@ -569,23 +574,24 @@ impl<M: Medium + Clone + Send + Sync + 'static, S: Machine> Dipper<M, S> {
             pool: Mutex::new(Some(pool)),
             opts,
         });
-        let thread = if opts.background {
+        let mut threads = Vec::new();
+        let spawn = |name: &str, f: fn(&Inner<M, S>)| {
             let inner = Arc::clone(&inner);
-            Some(
-                std::thread::Builder::new()
-                    .name("dipper-checkpoint".into())
-                    .spawn(move || inner.checkpoint_loop())
-                    .map_err(|e| {
-                        DipperError::Failed(format!("cannot start the checkpoint thread: {e}"))
-                    })?,
-            )
-        } else {
-            None
+            std::thread::Builder::new()
+                .name(name.into())
+                .spawn(move || f(&inner))
+                .map_err(|e| DipperError::Failed(format!("cannot start thread {name}: {e}")))
         };
+        if opts.background {
+            threads.push(spawn("dipper-checkpoint", Inner::checkpoint_loop)?);
+        }
+        if !matches!(opts.policy, ForcePolicy::Sync) && !pool_read_only {
+            threads.push(spawn("dipper-flush", Inner::flush_loop)?);
+        }
         Ok((
             Dipper {
                 inner,
-                thread: Mutex::new(thread),
+                threads: Mutex::new(threads),
             },
             report,
         ))
@@ -659,7 +665,7 @@ impl<M: Medium + Clone + Send + Sync + 'static, S: Machine> Dipper<M, S> {
             s.stop = true;
             self.inner.cond.notify_all();
         }
-        if let Some(t) = self.thread.lock().map_err(|_| poisoned())?.take() {
+        for t in self.threads.lock().map_err(|_| poisoned())?.drain(..) {
             let _ = t.join();
         }
         if let Some(why) = self.inner.failure() {
@@ -698,10 +704,10 @@ impl<M: Medium + Clone + Send + Sync + 'static, S: Machine> Drop for Dipper<M, S
             s.stop = true;
             self.inner.cond.notify_all();
         }
-        if let Ok(mut t) = self.thread.lock()
-            && let Some(t) = t.take()
-        {
-            let _ = t.join();
+        if let Ok(mut t) = self.threads.lock() {
+            for t in t.drain(..) {
+                let _ = t.join();
+            }
         }
     }
 }
@@ -848,6 +854,37 @@ impl<M: Medium + Clone + Send + Sync + 'static, S: Machine> Inner<M, S> {
             s.requested = true;
             s.urgent |= urgent;
             self.cond.notify_all();
+        }
+    }
+
+    /// Force the active log every `flush_every` (policies that do not force every record).
+    fn flush_loop(&self) {
+        loop {
+            {
+                let Ok(s) = self.signal.lock() else { return };
+                let Ok((s, _)) = self
+                    .cond
+                    .wait_timeout_while(s, self.opts.flush_every, |s| !s.stop)
+                else {
+                    return;
+                };
+                if s.stop || s.failed {
+                    return;
+                }
+            }
+            let r = (|| -> Result<()> {
+                let gate = self.gate.read().map_err(|_| poisoned())?;
+                let log = &self.logs[*gate];
+                let next = log.next_lsn();
+                if next > 1 && log.durable_lsn() < next - 1 {
+                    log.force(next - 1, 1)?;
+                }
+                Ok(())
+            })();
+            if let Err(e) = r {
+                self.latch(format!("the periodic log flush failed: {e}"));
+                return;
+            }
         }
     }
 

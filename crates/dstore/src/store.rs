@@ -85,8 +85,8 @@ impl Default for Config {
     fn default() -> Self {
         Config {
             shards: 64,
-            log_bytes: 256 << 20,
-            slot_bytes: 3 << 30,
+            log_bytes: 64 << 20,
+            slot_bytes: 512 << 20,
             policy: ForcePolicy::Sync,
             checkpoint_at_percent: 50,
             background: true,
@@ -109,6 +109,7 @@ impl Config {
             background: self.background,
             checkpoint_on_close: true,
             full_wait: Duration::from_secs(10),
+            flush_every: Duration::from_millis(10),
         }
     }
 }
