@@ -525,6 +525,9 @@ impl<M: Medium + Clone + Send + Sync + 'static, S: Machine> Dipper<M, S> {
                 None,
                 &mut map,
             )?;
+            // The other slot holds the image from before the redo: its page map no longer
+            // says which pages differ from the mirror, so its next write must be whole.
+            maps = [None, None];
             maps[target] = Some(map);
             root.slot = target as u32;
             root.checkpoint += 1;
