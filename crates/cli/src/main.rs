@@ -8,6 +8,7 @@ mod demo;
 mod fault_cmd;
 mod log_cmd;
 mod pool_cmd;
+mod serve_cmd;
 mod units;
 
 use clap::{Parser, Subcommand};
@@ -51,6 +52,8 @@ enum Command {
     /// Inject media faults into a pool file (for testing detection and repair).
     #[command(subcommand)]
     Fault(fault_cmd::FaultCommand),
+    /// Serve a durable key-value store over the Redis protocol (RESP2).
+    Serve(serve_cmd::ServeArgs),
     /// Show what Kavach does today: creates a pool under ./kavach-data if missing, uses it,
     /// crashes a region update on the persistence simulator, and damages and repairs a header.
     Demo(demo::DemoArgs),
@@ -91,6 +94,7 @@ fn main() -> ExitCode {
         Command::Fault(c) => fault_cmd::run(c),
         Command::Log(c) => log_cmd::run(c),
         Command::Demo(a) => demo::run(&a),
+        Command::Serve(a) => serve_cmd::run(&a),
     };
     match result {
         Ok(Outcome::Ok) => ExitCode::SUCCESS,

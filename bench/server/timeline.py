@@ -1,0 +1,321 @@
+#!/usr/bin/env python3
+"""Analyse and plot bench/server/timeline.sh runs.
+
+Usage:
+    timeline.py DIR [--no-plot]
+
+Reads DIR/runs.jsonl (one line per system: YCSB status file, controller events file, t0) and
+DIR/meta.json; writes DIR/buckets.jsonl (one JSON line per 1-second bucket, per event and per
+system summary), DIR/timeline.png (unless --no-plot or matplotlib is missing) and prints a
+markdown report.
+
+Buckets: YCSB prints a status line every second (-s -p status.interval=1) with the
+cumulative operation count and, per operation type, percentiles of that interval's
+HdrHistogram. Bucket i spans the time between status lines i-1 and i; its throughput is the
+difference of the cumulative counts over the difference of the time stamps. The first bucket
+(JVM and connection warm-up) and a last one shorter than 0.5 s are dropped.
+
+Busy spans (rewrite / checkpoint in progress): from the controller's log, SAVE sent ..
+answered (SAVE blocks until the checkpoint is done), every span in which an *_in_progress
+field of INFO persistence read 1 (Redis aof_rewrite_in_progress), and, for a finished-counter
+change with no span around it (a checkpoint too short to see in a 0.1 s poll), the poll
+interval before it. A bucket is busy when it overlaps a busy span. BGREWRITEAOF is answered at
+once, so for Redis the span comes from the poll.
+
+Ratios: worst/median throughput (lowest bucket over the median bucket: 1 is flat, lower is a
+dip) and worst/median p99.9 (highest bucket's p99.9 over the median bucket's: 1 is flat,
+higher is a spike), per operation type; busy/other: median p99.9 and median throughput in
+busy buckets over the same in the others.
+"""
+
+import argparse
+import datetime
+import json
+import os
+import re
+import statistics
+import sys
+
+STATUS = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d:\d{3}) (\d+) sec: (\d+) operations;(.*)$")
+SECTION = re.compile(r"\[([A-Z][A-Z_\-]*): ([^\]]*)\]")
+COLORS = {"redis-always": "tab:red", "redis-everysec": "tab:orange", "redis-none": "tab:gray",
+          "kavach-always": "tab:blue", "kavach-f64": "tab:cyan"}
+
+
+def parse_status(path):
+    """[(epoch_s, cumulative_ops, {OP: {Count, Max, ..., '99.9': ...}})]"""
+    rows = []
+    with open(path, errors="replace") as f:
+        for line in f:
+            m = STATUS.match(line.strip())
+            if not m:
+                continue
+            ts = datetime.datetime.strptime(m.group(1), "%Y-%m-%d %H:%M:%S:%f") \
+                .replace(tzinfo=datetime.timezone.utc).timestamp()
+            ops = {}
+            for sm in SECTION.finditer(m.group(4)):
+                d = {}
+                for kv in sm.group(2).split(","):
+                    k, sep, v = kv.strip().partition("=")
+                    if sep:
+                        try:
+                            d[k] = float(v)
+                        except ValueError:
+                            pass
+                ops[sm.group(1)] = d
+            rows.append((ts, int(m.group(3)), ops))
+    return rows
+
+
+def parse_events(path):
+    evs = []
+    if not os.path.exists(path):
+        return evs
+    with open(path) as f:
+        for line in f:
+            line = line.strip()
+            if line:
+                try:
+                    evs.append(json.loads(line))
+                except ValueError:
+                    pass
+    return evs
+
+
+def busy_spans(evs, t_end):
+    """[(start, end, why)] in seconds since t0; plus trigger times."""
+    spans, triggers = [], []
+    open_flags = {}
+    last_poll = 0.0
+    for e in evs:
+        kind = e.get("event")
+        if kind == "command":
+            triggers.append(e["sent"])
+            if e.get("command", "").upper() == "SAVE":
+                spans.append((e["sent"], e["answered"], "SAVE"))
+        elif kind == "flag":
+            if e["value"] == "1":
+                open_flags[e["field"]] = e["t"]
+            elif e["field"] in open_flags:
+                spans.append((open_flags.pop(e["field"]), e["t"], e["field"]))
+        elif kind == "counter":
+            t = e["t"]
+            covered = any(s <= t + 0.15 and t - 0.15 <= en for s, en, _ in spans) or \
+                any(s <= t for s in open_flags.values())
+            if not covered:
+                spans.append((max(0.0, t - 0.1), t, e["field"]))
+        if "t" in e:
+            last_poll = max(last_poll, e["t"])
+    for field, s in open_flags.items():
+        spans.append((s, max(t_end, last_poll), field + " (still on at the end)"))
+    return sorted(spans), sorted(triggers)
+
+
+def med(xs):
+    xs = [x for x in xs if x is not None]
+    return statistics.median(xs) if xs else None
+
+
+def rat(a, b):
+    return None if a is None or b is None or b == 0 else a / b
+
+
+def f(x, digits=0, suffix=""):
+    return "–" if x is None else f"{x:,.{digits}f}{suffix}"
+
+
+def analyse(run):
+    rows = parse_status(run["status"])
+    t0 = run["t0"]
+    buckets = []
+    for (ta, ca, _), (tb, cb, ops) in zip(rows, rows[1:]):
+        buckets.append({"t_start": round(ta - t0, 3), "t_end": round(tb - t0, 3),
+                        "ops_per_s": (cb - ca) / (tb - ta) if tb > ta else None,
+                        "read_p99_us": ops.get("READ", {}).get("99"),
+                        "read_p999_us": ops.get("READ", {}).get("99.9"),
+                        "update_p99_us": ops.get("UPDATE", {}).get("99"),
+                        "update_p999_us": ops.get("UPDATE", {}).get("99.9"),
+                        "read_max_us": ops.get("READ", {}).get("Max"),
+                        "update_max_us": ops.get("UPDATE", {}).get("Max")})
+    # YCSB prints a status line as it starts, so bucket 0 is the first second: JVM and
+    # connection warm-up, dropped. A last bucket shorter than 0.5 s (the final status line
+    # printed when the run ends) is dropped too.
+    buckets = [b for b in buckets[1:] if b["t_end"] - b["t_start"] >= 0.5 and b["ops_per_s"] is not None]
+    evs = parse_events(run["events"])
+    t_end = buckets[-1]["t_end"] if buckets else run["seconds"]
+    spans, triggers = busy_spans(evs, t_end)
+    for b in buckets:
+        b["busy"] = any(s < b["t_end"] and e > b["t_start"] for s, e, _ in spans)
+    return buckets, spans, triggers, evs
+
+
+def summarise(buckets):
+    s = {"buckets": len(buckets), "busy_buckets": sum(b["busy"] for b in buckets)}
+    ops = [b["ops_per_s"] for b in buckets]
+    s["ops_median"], s["ops_min"] = med(ops), (min(ops) if ops else None)
+    s["ops_worst_over_median"] = rat(s["ops_min"], s["ops_median"])
+    for op in ("update", "read"):
+        xs = [b[f"{op}_p999_us"] for b in buckets if b[f"{op}_p999_us"] is not None]
+        s[f"{op}_p999_median"] = med(xs)
+        s[f"{op}_p999_max"] = max(xs) if xs else None
+        s[f"{op}_p999_worst_over_median"] = rat(s[f"{op}_p999_max"], s[f"{op}_p999_median"])
+        busy = med([b[f"{op}_p999_us"] for b in buckets if b["busy"]])
+        calm = med([b[f"{op}_p999_us"] for b in buckets if not b["busy"]])
+        s[f"{op}_p999_busy"], s[f"{op}_p999_other"] = busy, calm
+        s[f"{op}_p999_busy_over_other"] = rat(busy, calm)
+    busy = med([b["ops_per_s"] for b in buckets if b["busy"]])
+    calm = med([b["ops_per_s"] for b in buckets if not b["busy"]])
+    s["ops_busy"], s["ops_other"], s["ops_busy_over_other"] = busy, calm, rat(busy, calm)
+    return s
+
+
+def table(header, rows):
+    out = ["| " + " | ".join(header) + " |",
+           "| " + " | ".join("---" if i == 0 else "---:" for i in range(len(header))) + " |"]
+    out += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
+    return "\n".join(out)
+
+
+def plot(path, results):
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return "matplotlib is not installed: no plot"
+    from matplotlib.ticker import ScalarFormatter
+    fig, axes = plt.subplots(3, 1, figsize=(11, 9.5), sharex=True)
+    for sysname, (run, buckets, spans, triggers, _) in results.items():
+        c = COLORS.get(sysname, None)
+        edges = [buckets[0]["t_start"]] + [b["t_end"] for b in buckets]
+        nan = float("nan")
+        axes[0].stairs([b["ops_per_s"] / 1000 for b in buckets], edges, color=c, label=sysname,
+                       linewidth=1.5, baseline=None)
+        axes[1].stairs([(b["update_p999_us"] or nan) / 1000 for b in buckets], edges, color=c,
+                       linewidth=1.5, baseline=None)
+        axes[2].stairs([(b["read_p999_us"] or nan) / 1000 for b in buckets], edges, color=c,
+                       linewidth=1.5, baseline=None)
+        what = "checkpoint" if sysname.startswith("kavach") else "AOF rewrite"
+        for i, (s, e, _) in enumerate(spans):
+            for ax in axes:
+                ax.axvspan(s, max(e, s + 0.05), color=c, alpha=0.13, linewidth=0,
+                           label=f"{sysname}: {what} in progress" if (i == 0 and ax is axes[0]) else None)
+        for i, t in enumerate(triggers):
+            for ax in axes:
+                ax.axvline(t, color=c, linestyle=":", linewidth=1.2,
+                           label=f"{sysname}: {run['trigger']} sent" if (i == 0 and ax is axes[0]) else None)
+    axes[0].set_ylabel("throughput, k ops/s\n(1 s buckets)")
+    axes[1].set_ylabel("update p99.9 (ms)")
+    axes[2].set_ylabel("read p99.9 (ms)")
+    for ax in axes[1:]:
+        ax.set_yscale("log")
+        ax.yaxis.set_major_formatter(ScalarFormatter())
+        ax.yaxis.set_minor_formatter(ScalarFormatter())
+        ax.tick_params(axis="y", which="minor", labelsize=7)
+    for ax in axes:
+        ax.grid(True, which="major", alpha=0.3)
+    axes[0].set_ylim(bottom=0)
+    axes[2].set_xlabel("seconds since the start of the load")
+    any_run = next(iter(results.values()))[0]
+    fig.suptitle(f"YCSB workload {any_run['workload']} ({any_run['records']:,} records, "
+                 f"{any_run['threads']} threads), data on /dev/shm (tmpfs): "
+                 f"Kavach checkpoints vs Redis AOF rewrites", fontsize=10)
+    handles, labels = axes[0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=3, fontsize=8, frameon=False)
+    fig.tight_layout(rect=(0, 0.06, 1, 1))
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return None
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("dir")
+    ap.add_argument("--no-plot", action="store_true")
+    a = ap.parse_args()
+    runs = []
+    with open(os.path.join(a.dir, "runs.jsonl")) as fh:
+        runs = [json.loads(line) for line in fh if line.strip()]
+    meta = {}
+    if os.path.exists(os.path.join(a.dir, "meta.json")):
+        with open(os.path.join(a.dir, "meta.json")) as fh:
+            meta = json.load(fh)
+    results = {}
+    out = []
+    if meta:
+        out.append(f"# {meta.get('title', 'Timeline')}\n")
+        for k in ("command", "date", "cpu", "nproc", "memory", "kernel", "load_average",
+                  "redis", "kavach", "domain"):
+            if k in meta:
+                out.append(f"- **{k}:** {meta[k]}")
+        out.append("")
+    with open(os.path.join(a.dir, "buckets.jsonl"), "w") as jl:
+        if meta:
+            jl.write(json.dumps(meta) + "\n")
+        summaries = {}
+        for run in runs:
+            buckets, spans, triggers, evs = analyse(run)
+            if not buckets:
+                sys.exit(f"{run['system']}: no usable status lines in {run['status']}")
+            results[run["system"]] = (run, buckets, spans, triggers, evs)
+            for b in buckets:
+                jl.write(json.dumps({"kind": "bucket", "system": run["system"], **b}) + "\n")
+            for s, e, why in spans:
+                jl.write(json.dumps({"kind": "busy", "system": run["system"], "start": s,
+                                     "end": e, "why": why}) + "\n")
+            for e in evs:
+                jl.write(json.dumps({"kind": "event", "system": run["system"], **e}) + "\n")
+            summaries[run["system"]] = summarise(buckets)
+            jl.write(json.dumps({"kind": "summary", "system": run["system"],
+                                 **summaries[run["system"]]}) + "\n")
+    first = runs[0]
+    out.append(f"{first['seconds']} s of YCSB workload {first['workload']} per system "
+               f"({first['records']:,} records, {first['threads']} threads, zipfian), "
+               f"1-second buckets; a SAVE (Kavach) or BGREWRITEAOF (Redis) every "
+               f"{first['every']} s. Latencies in ms, per-bucket p99.9 from YCSB's interval "
+               f"HdrHistograms. \"busy\": buckets overlapping a checkpoint / AOF rewrite.\n")
+    rows = []
+    for name, s in summaries.items():
+        run = results[name][0]
+        spans = results[name][2]
+        ms = lambda us: None if us is None else us / 1000
+        rows.append([name, f"{s['buckets']} ({s['busy_buckets']} busy, {len(spans)} spans)",
+                     f(s["ops_median"]), f(s["ops_min"]), f(s["ops_worst_over_median"], 3),
+                     f(ms(s["update_p999_median"]), 2), f(ms(s["update_p999_max"]), 2),
+                     f(s["update_p999_worst_over_median"], 2),
+                     f(ms(s["update_p999_busy"]), 2), f(ms(s["update_p999_other"]), 2),
+                     f(s["update_p999_busy_over_other"], 2),
+                     f(ms(s["read_p999_busy"]), 2), f(ms(s["read_p999_other"]), 2),
+                     f(s["ops_busy_over_other"], 3)])
+    out.append(table(["system", "buckets", "median ops/s", "worst ops/s", "worst/median",
+                      "upd p99.9 median", "upd p99.9 worst", "worst/median",
+                      "upd p99.9 busy", "upd p99.9 other", "busy/other",
+                      "read p99.9 busy", "read p99.9 other", "ops busy/other"], rows) + "\n")
+    for name, (run, buckets, spans, triggers, evs) in results.items():
+        errs = [e for e in evs if e.get("event") == "command" and "error" in e]
+        dur = [round(e - s, 2) for s, e, _ in spans]
+        out.append(f"- {name}: {len(triggers)} x {run['trigger']}"
+                   f"{' (' + str(len(errs)) + ' answered with an error: ' + errs[0]['error'] + ')' if errs else ''}"
+                   f"; busy spans (s): {dur if dur else 'none seen'}"
+                   f"{'; aof_rewrites at the end: ' + run['aof_rewrites'] if run.get('aof_rewrites') else ''}"
+                   f"; dataset {run.get('used_memory') or '?'} used memory")
+    kv = [n for n in summaries if n.startswith("kavach")]
+    rd = [n for n in summaries if n.startswith("redis")]
+    if kv and rd:
+        k, r = summaries[kv[0]], summaries[rd[0]]
+        out.append("")
+        out.append(f"Kavach / Redis ({kv[0]} / {rd[0]}): median throughput "
+                   f"{f(rat(k['ops_median'], r['ops_median']), 3)}, worst bucket throughput "
+                   f"{f(rat(k['ops_min'], r['ops_min']), 3)}, update p99.9 in busy buckets "
+                   f"{f(rat(k['update_p999_busy'], r['update_p999_busy']), 3)}, worst update p99.9 "
+                   f"{f(rat(k['update_p999_max'], r['update_p999_max']), 3)}.")
+    if not a.no_plot:
+        png = os.path.join(a.dir, "timeline.png")
+        err = plot(png, results)
+        out.append("")
+        out.append(f"Plot: {png}" if err is None else f"No plot: {err}")
+    print("\n".join(out))
+
+
+if __name__ == "__main__":
+    main()

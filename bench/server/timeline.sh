@@ -1,0 +1,171 @@
+#!/usr/bin/env bash
+# Timeline: throughput and tail latency, second by second, of a steady write-heavy load while
+# Kavach checkpoints and while Redis rewrites its AOF. Data on /dev/shm.
+#
+#   bench/server/timeline.sh [--quick] [--out DIR] [--systems LIST] [--seconds S]
+#                            [--records N] [--threads T] [--every S] [--workload W]
+#
+#   --quick            smoke run: 10 s, 50,000 records, a trigger every 3 s
+#   --out DIR          results directory (default target/bench/timeline)
+#   --systems LIST     comma-separated (default redis-always,kavach-always; any of
+#                      redis-always, redis-everysec, redis-none, kavach-always, kavach-f64)
+#   --seconds S        length of the measured load (default 60)
+#   --records N        records loaded first (default 1000000, about 1 KiB each: enough for
+#                      an AOF rewrite to take seconds)
+#   --threads T        YCSB client threads (default 16; see bench/ycsb/run.sh)
+#   --every S          seconds between triggers (default 10)
+#   --workload W       YCSB workload of the measured load (default a: 50% read, 50% update)
+#
+# Per system: a fresh server on a fresh data directory, a YCSB load of N records, then for S
+# seconds YCSB workload W (zipfian, closed loop, -p maxexecutiontime=S,
+# -p measurementtype=hdrhistogram, -s -p status.interval=1: one status line per second with
+# that second's operation count and READ/UPDATE percentiles, from per-interval histograms)
+# while bench/server/resptool.py ctl
+#   - sends SAVE (Kavach: a checkpoint, on top of the ones it starts when its log fills) or
+#     BGREWRITEAOF (Redis) every --every seconds, noting when it was sent and answered;
+#   - polls INFO persistence every 0.1 s, noting every *_in_progress flag change (Redis
+#     aof_rewrite_in_progress; Kavach whatever it reports) and every finished
+#     rewrite/checkpoint counted there (aof_rewrites; *checkpoints*).
+# Then bench/server/timeline.py buckets the status lines (1 s each; the first second, JVM
+# warm-up, and a last partial one are dropped), marks a bucket "busy" when it overlaps a
+# rewrite/checkpoint (SAVE sent..answered, an *_in_progress=1 span, or a finished-counter
+# change), and reports per system: median and worst bucket throughput and their ratio, median
+# and worst per-bucket p99.9 and their ratio, and the median p99.9 and throughput in busy
+# buckets against the others. It plots both timelines (DIR/timeline.png, matplotlib; pip
+# installs it if missing) with the rewrite/checkpoint spans shaded and triggers marked.
+#
+# Output: a header, progress on stderr, the markdown report (also DIR/report.md);
+# DIR/buckets.jsonl (one JSON line per bucket and per event), DIR/raw/ (YCSB output and
+# status lines, controller events), DIR/servers.log. Environment: see bench/server/lib.sh.
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+HERE="$ROOT/bench/server"
+CMDLINE="bench/server/timeline.sh $*"
+
+log() { printf '[timeline] %s\n' "$*" >&2; }
+die() { printf '[timeline] error: %s\n' "$*" >&2; exit 2; }
+usage() { awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "${BASH_SOURCE[0]}"; }
+# shellcheck source=bench/server/lib.sh
+source "$HERE/lib.sh"
+
+OUT="$ROOT/target/bench/timeline"
+QUICK=""
+SYSTEMS_ARG="redis-always,kavach-always"
+DURATION=""
+RECORDS=""
+THREADS=16
+EVERY=""
+WORKLOAD=a
+need() { [ $# -ge 2 ] || die "$1 needs a value (see --help)"; }
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --quick) QUICK=1 ;;
+    --out) need "$@"; OUT="$2"; shift ;;
+    --systems) need "$@"; SYSTEMS_ARG="$2"; shift ;;
+    --seconds) need "$@"; DURATION="$2"; shift ;;
+    --records) need "$@"; RECORDS="$2"; shift ;;
+    --threads) need "$@"; THREADS="$2"; shift ;;
+    --every) need "$@"; EVERY="$2"; shift ;;
+    --workload) need "$@"; WORKLOAD="$2"; shift ;;
+    -h|--help) usage; exit 0 ;;
+    *) die "unknown argument '$1' (see --help)" ;;
+  esac
+  shift
+done
+if [ -n "$QUICK" ]; then
+  DURATION="${DURATION:-10}"; RECORDS="${RECORDS:-50000}"; EVERY="${EVERY:-3}"
+else
+  DURATION="${DURATION:-60}"; RECORDS="${RECORDS:-1000000}"; EVERY="${EVERY:-10}"
+fi
+for v in DURATION RECORDS THREADS EVERY; do
+  [[ "${!v}" =~ ^[1-9][0-9]*$ ]] || die "${v,,} must be a positive integer, got '${!v}'"
+done
+[ -f "$ROOT/bench/ycsb/workloads/workload$WORKLOAD" ] || die "unknown workload '$WORKLOAD'"
+
+check_systems "$SYSTEMS_ARG"
+# shellcheck source=bench/ycsb/build.sh
+source "$ROOT/bench/ycsb/build.sh"
+if ! python3 -c 'import matplotlib' 2>/dev/null; then
+  log "matplotlib missing: python3 -m pip install matplotlib"
+  python3 -m pip install -q matplotlib >&2 || log "warning: could not install matplotlib; no plot"
+fi
+
+mkdir -p "$OUT/raw"
+RESULTS="$OUT/buckets.jsonl"
+RUNS="$OUT/runs.jsonl"
+SLOG="$OUT/servers.log"
+: > "$RUNS"
+: > "$SLOG"
+rm -f -- "$OUT"/raw/*
+make_run_dir kavach-timeline
+CTL_PID=""
+on_exit() {
+  if [ -n "$CTL_PID" ] && kill -0 "$CTL_PID" 2>/dev/null; then kill "$CTL_PID" 2>/dev/null || true; fi
+  cleanup_servers
+}
+trap on_exit EXIT
+trap 'exit 130' INT TERM
+PORT="$(free_port)"
+client_prefix
+
+header "Timeline: Kavach checkpoints vs Redis AOF rewrites under load (YCSB workload $WORKLOAD)" > "$OUT/header.txt"
+cat "$OUT/header.txt"
+echo "mode:     ${QUICK:+quick, }systems $SYSTEMS_ARG, $DURATION s of workload $WORKLOAD, $RECORDS records, $THREADS threads, trigger every $EVERY s, port $PORT"
+echo
+printf '%s\n' "$META_JSON" > "$OUT/meta.json"
+
+ycsb_cmd() {  # PHASE(-load|-t) EXTRA...
+  local flag="$1"; shift
+  # shellcheck disable=SC2054  # hdrhistogram.percentiles=99,99.9,99.99 is one argument
+  YCMD=(${CLIENT[@]+"${CLIENT[@]}"} java -Duser.timezone=UTC -cp "$YCSB_CP" site.ycsb.Client "$flag"
+        -db "$YCSB_DB" -P "$ROOT/bench/ycsb/workloads/workload$WORKLOAD"
+        -p redis.host=127.0.0.1 -p "redis.port=$PORT" -p "recordcount=$RECORDS"
+        -p requestdistribution=zipfian -threads "$THREADS" -p measurementtype=hdrhistogram
+        -p hdrhistogram.percentiles=99,99.9,99.99 -s -p status.interval=1 "$@")
+}
+
+for sys in "${SYSTEMS[@]}"; do
+  dir="$RUN_DIR/$sys"
+  base="$OUT/raw/$sys"
+  server_start "$sys" "$PORT" "$dir" "$SLOG"
+  pid="$SERVER_PID"
+  log "$sys: loading $RECORDS records"
+  ycsb_cmd -load -p operationcount=0
+  "${YCMD[@]}" > "$base.load.out" 2> "$base.load.status" \
+    || { tail -n 20 "$base.load.status" >&2; die "YCSB load against $sys failed"; }
+  n="$(redis-cli -h 127.0.0.1 -p "$PORT" DBSIZE)"
+  [ "$n" = "$RECORDS" ] || die "$sys holds $n keys after loading $RECORDS records"
+  # Start from a quiet server: let a rewrite the load itself set off (Redis auto-rewrite)
+  # finish first.
+  for ((i = 0; i < 12000; i++)); do
+    [ "$(info_field "$PORT" persistence aof_rewrite_in_progress)" != 1 ] \
+      && [ "$(info_field "$PORT" persistence aof_rewrite_scheduled)" != 1 ] && break
+    sleep 0.05
+  done
+  mem="$(info_field "$PORT" memory used_memory_human)"
+  if is_kavach "$sys"; then trig=SAVE; else trig=BGREWRITEAOF; fi
+  log "$sys: $DURATION s of workload $WORKLOAD, $trig every $EVERY s (dataset: ${mem:-?} used memory, $(du -sh "$dir" | cut -f1) on disk)"
+  t0="$EPOCHREALTIME"
+  python3 "$HERE/resptool.py" ctl --port "$PORT" --command "$trig" --every "$EVERY" \
+    --duration "$DURATION" --t0 "$t0" --out "$base.events.jsonl" 2>> "$SLOG" &
+  CTL_PID=$!
+  ycsb_cmd -t -p operationcount=2000000000 -p "maxexecutiontime=$DURATION"
+  show_cmd "${YCMD[@]}" > "$base.cmd"
+  "${YCMD[@]}" > "$base.out" 2> "$base.status" \
+    || { tail -n 20 "$base.status" >&2; die "YCSB run against $sys failed"; }
+  wait "$CTL_PID" || log "warning: the controller for $sys exited with an error (see $SLOG)"
+  CTL_PID=""
+  rewrites="$(info_field "$PORT" persistence aof_rewrites)"
+  server_stop "$sys" "$PORT" "$pid"
+  python3 -c 'import json, sys; print(json.dumps({"system": sys.argv[1], "t0": float(sys.argv[2]),
+      "status": sys.argv[3], "events": sys.argv[4], "out": sys.argv[5], "trigger": sys.argv[6],
+      "every": int(sys.argv[7]), "seconds": int(sys.argv[8]), "records": int(sys.argv[9]),
+      "threads": int(sys.argv[10]), "workload": sys.argv[11], "used_memory": sys.argv[12],
+      "aof_rewrites": sys.argv[13]}))' "$sys" "$t0" "$base.status" "$base.events.jsonl" \
+      "$base.out" "$trig" "$EVERY" "$DURATION" "$RECORDS" "$THREADS" "$WORKLOAD" "$mem" "$rewrites" >> "$RUNS"
+  rm -rf -- "$dir"
+done
+
+python3 "$HERE/timeline.py" "$OUT" | tee "$OUT/report.md"
+log "wrote $OUT/report.md, $OUT/timeline.png, $RESULTS"

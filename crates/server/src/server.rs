@@ -1,0 +1,961 @@
+//! The TCP server: mio event loops on worker threads, run-to-completion request handling, limits,
+//! and graceful shutdown.
+//!
+//! # Threads
+//!
+//! The thread that calls [`Server::run`] becomes the *acceptor*: it owns the listening socket and
+//! hands each accepted connection to a worker, round-robin, over a channel plus a [`Waker`]. We
+//! chose one acceptor over "every worker polls the shared listener" because it makes the
+//! `max_clients` check exact (only the acceptor admits connections, so the count it checks cannot
+//! race), spreads connections evenly instead of to whichever worker wakes first, and keeps
+//! shutdown simple (one place stops accepting). Accepting is cheap next to serving, so the extra
+//! hop costs nothing measurable.
+//!
+//! Each of the `workers` threads owns its connections for their whole life and its own mio
+//! [`Poll`] (edge-triggered). On readiness it reads what is available, executes every complete
+//! pipelined request in order, appending replies to the connection's output buffer, and writes
+//! them in one go. Commands run to completion on the worker, including the backend call.
+//!
+//! # Bounds
+//!
+//! - Input: a request larger than [`Limits::max_request_bytes`] is a protocol error, so a
+//!   connection's input buffer never holds more than that plus one read.
+//! - Output: when more than [`OUTPUT_PAUSE_BYTES`] of replies are unsent, the connection stops
+//!   executing requests (and reading) until the client catches up, so a pipelining client that
+//!   does not read cannot grow the buffer; a single reply that leaves more than
+//!   [`Config::max_output_bytes`] unsent closes the connection.
+//! - Fairness: one readiness event reads at most [`READ_BUDGET_BYTES`] from a connection before
+//!   the worker serves the others.
+//! - Connections: at most [`Config::max_clients`]; beyond that a new client gets
+//!   `-ERR max number of clients reached` and is closed.
+//!
+//! # Shutdown
+//!
+//! On [`ShutdownHandle::shutdown`] (from another thread, a signal via
+//! [`install_signal_handlers`], or the SHUTDOWN command): the acceptor stops accepting and closes
+//! the listener; each worker executes the complete requests it has already read, stops reading,
+//! writes the replies (for at most [`Config::shutdown_drain`]) and closes its connections; then
+//! `run` joins the workers, calls [`Backend::shutdown`] exactly once and returns.
+
+use std::fmt;
+use std::io::{self, Read, Write};
+use std::net::{IpAddr, Ipv4Addr, Shutdown, SocketAddr};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::mpsc::{self, Receiver, Sender, TryRecvError};
+use std::sync::{Arc, Mutex};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use mio::net::{TcpListener, TcpStream};
+use mio::{Events, Interest, Poll, Token, Waker};
+
+use crate::backend::{Backend, BackendResult};
+use crate::command::{self, Action, Session};
+use crate::resp::{Limits, Parse, RequestParser, write_error};
+
+/// Bytes read per `read` call, into a per-worker scratch buffer.
+pub const READ_CHUNK_BYTES: usize = 64 << 10;
+
+/// Most bytes read from one connection per readiness event before serving others.
+pub const READ_BUDGET_BYTES: usize = 1 << 20;
+
+/// Unsent reply bytes above which a connection stops executing requests until the client reads.
+pub const OUTPUT_PAUSE_BYTES: usize = 1 << 20;
+
+/// Buffers larger than this are freed, not kept, when they empty (idle connections stay small).
+const BUFFER_KEEP_BYTES: usize = 64 << 10;
+
+/// Sent bytes at the front of an output buffer above which it is compacted.
+const OUTPUT_COMPACT_BYTES: usize = 1 << 20;
+
+/// Most bytes read and discarded from a closing connection (so that unread input does not turn
+/// the close into a reset that would destroy our last reply).
+const CLOSE_DISCARD_BYTES: usize = 256 << 10;
+
+/// Poll timeout while the acceptor backs off after an accept error (such as EMFILE).
+const ACCEPT_RETRY: Duration = Duration::from_millis(100);
+
+/// Readiness events handled per `poll` call.
+const EVENTS_CAPACITY: usize = 1024;
+
+const WAKER_TOKEN: Token = Token(usize::MAX);
+const LISTENER_TOKEN: Token = Token(0);
+
+const MAX_CLIENTS_ERROR: &[u8] = b"-ERR max number of clients reached\r\n";
+
+/// Server settings.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Config {
+    /// Address to listen on (default 127.0.0.1).
+    pub bind: IpAddr,
+    /// Port to listen on; 0 picks a free port (see [`Server::local_addr`]). Default 6379.
+    pub port: u16,
+    /// Worker threads, at least 1 (default: the number of available cores).
+    pub workers: usize,
+    /// Most connections open at once, at least 1 (default 10,000).
+    pub max_clients: usize,
+    /// Request parser limits.
+    pub limits: Limits,
+    /// The store's durability policy, shown in INFO persistence and CONFIG GET appendfsync
+    /// (default `always`).
+    pub durability: String,
+    /// Unsent reply bytes above which a connection is closed (default 128 MiB: it must exceed the
+    /// largest single reply, such as a [`Limits::max_bulk_bytes`] value).
+    pub max_output_bytes: usize,
+    /// How long shutdown waits for replies to be written before closing connections anyway
+    /// (default 5 s).
+    pub shutdown_drain: Duration,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            bind: IpAddr::V4(Ipv4Addr::LOCALHOST),
+            port: 6379,
+            workers: thread::available_parallelism().map_or(1, |n| n.get()),
+            max_clients: 10_000,
+            limits: Limits::default(),
+            durability: "always".to_string(),
+            max_output_bytes: 128 << 20,
+            shutdown_drain: Duration::from_secs(5),
+        }
+    }
+}
+
+/// What a finished [`Server::run`] did.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RunSummary {
+    /// Connections accepted and served.
+    pub connections_accepted: u64,
+    /// Connections refused because `max_clients` were open.
+    pub connections_rejected: u64,
+    /// Requests executed.
+    pub commands_processed: u64,
+    /// Worker threads that panicked (a panic also shuts the server down). Zero unless there is a
+    /// bug.
+    pub worker_panics: usize,
+    /// What [`Backend::shutdown`] returned.
+    pub backend_shutdown: BackendResult<()>,
+}
+
+/// Asks a running (or not yet running) [`Server`] to shut down. Cloneable and usable from any
+/// thread.
+#[derive(Debug, Clone)]
+pub struct ShutdownHandle {
+    inner: Arc<ShutdownState>,
+}
+
+#[derive(Debug)]
+struct ShutdownState {
+    requested: AtomicBool,
+    /// The acceptor's waker and every worker's.
+    wakers: Vec<Arc<Waker>>,
+}
+
+impl ShutdownHandle {
+    /// Starts a graceful shutdown (see the [module documentation](self)). Idempotent; returns at
+    /// once, [`Server::run`] returns when the shutdown is done.
+    pub fn shutdown(&self) {
+        if !self.inner.requested.swap(true, Ordering::SeqCst) {
+            for waker in &self.inner.wakers {
+                // A failed wake only happens if the poll is gone, i.e. the thread has exited.
+                let _ = waker.wake();
+            }
+        }
+    }
+
+    /// Whether a shutdown has been requested.
+    pub fn is_shutdown_requested(&self) -> bool {
+        self.inner.requested.load(Ordering::SeqCst)
+    }
+}
+
+/// Makes SIGTERM and SIGINT call [`ShutdownHandle::shutdown`], from a background thread (which
+/// lives until the process exits). Call once per process, before [`Server::run`].
+pub fn install_signal_handlers(handle: &ShutdownHandle) -> io::Result<()> {
+    use signal_hook::consts::{SIGINT, SIGTERM};
+    let mut signals = signal_hook::iterator::Signals::new([SIGTERM, SIGINT])?;
+    let handle = handle.clone();
+    thread::Builder::new()
+        .name("kavach-signals".into())
+        .spawn(move || {
+            for _ in signals.forever() {
+                handle.shutdown();
+            }
+        })?;
+    Ok(())
+}
+
+/// Counters shown by INFO. `raw` values live for the whole run; INFO shows them minus the
+/// baseline taken by CONFIG RESETSTAT.
+#[derive(Debug, Default)]
+pub(crate) struct Stats {
+    pub(crate) connected_clients: AtomicUsize,
+    connections_received: AtomicU64,
+    connections_rejected: AtomicU64,
+    commands_processed: AtomicU64,
+    net_input_bytes: AtomicU64,
+    net_output_bytes: AtomicU64,
+    protocol_errors: AtomicU64,
+    output_limit_disconnections: AtomicU64,
+    accept_errors: AtomicU64,
+    baseline: Mutex<StatsSnapshot>,
+}
+
+/// A copy of the [`Stats`] counters.
+#[derive(Debug, Default, Clone, Copy)]
+pub(crate) struct StatsSnapshot {
+    pub(crate) connected_clients: usize,
+    pub(crate) connections_received: u64,
+    pub(crate) connections_rejected: u64,
+    pub(crate) commands_processed: u64,
+    pub(crate) net_input_bytes: u64,
+    pub(crate) net_output_bytes: u64,
+    pub(crate) protocol_errors: u64,
+    pub(crate) output_limit_disconnections: u64,
+    pub(crate) accept_errors: u64,
+}
+
+impl Stats {
+    fn raw(&self) -> StatsSnapshot {
+        let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        StatsSnapshot {
+            connected_clients: self.connected_clients.load(Ordering::Relaxed),
+            connections_received: get(&self.connections_received),
+            connections_rejected: get(&self.connections_rejected),
+            commands_processed: get(&self.commands_processed),
+            net_input_bytes: get(&self.net_input_bytes),
+            net_output_bytes: get(&self.net_output_bytes),
+            protocol_errors: get(&self.protocol_errors),
+            output_limit_disconnections: get(&self.output_limit_disconnections),
+            accept_errors: get(&self.accept_errors),
+        }
+    }
+
+    /// The counters since the last reset.
+    pub(crate) fn snapshot(&self) -> StatsSnapshot {
+        let raw = self.raw();
+        let base = *self.baseline.lock().unwrap_or_else(|e| e.into_inner());
+        StatsSnapshot {
+            connected_clients: raw.connected_clients,
+            connections_received: raw.connections_received - base.connections_received,
+            connections_rejected: raw.connections_rejected - base.connections_rejected,
+            commands_processed: raw.commands_processed - base.commands_processed,
+            net_input_bytes: raw.net_input_bytes - base.net_input_bytes,
+            net_output_bytes: raw.net_output_bytes - base.net_output_bytes,
+            protocol_errors: raw.protocol_errors - base.protocol_errors,
+            output_limit_disconnections: raw.output_limit_disconnections
+                - base.output_limit_disconnections,
+            accept_errors: raw.accept_errors - base.accept_errors,
+        }
+    }
+
+    /// CONFIG RESETSTAT.
+    pub(crate) fn reset(&self) {
+        let mut base = self.baseline.lock().unwrap_or_else(|e| e.into_inner());
+        *base = self.raw();
+    }
+}
+
+/// State every thread of a server shares.
+pub(crate) struct Shared {
+    pub(crate) backend: Arc<dyn Backend>,
+    pub(crate) config: Config,
+    /// The port actually bound.
+    pub(crate) port: u16,
+    pub(crate) stats: Stats,
+    pub(crate) started: Instant,
+    pub(crate) run_id: String,
+    pub(crate) handle: ShutdownHandle,
+    next_client_id: AtomicU64,
+}
+
+impl fmt::Debug for Shared {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Shared")
+            .field("config", &self.config)
+            .field("port", &self.port)
+            .field("stats", &self.stats)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A 40-hex-digit run id, like Redis's, from the clock, the process id and std's random hasher
+/// keys.
+fn make_run_id() -> String {
+    use std::collections::hash_map::RandomState;
+    use std::hash::BuildHasher;
+    let seed = (std::time::SystemTime::now(), std::process::id());
+    let a = RandomState::new().hash_one(seed);
+    let b = RandomState::new().hash_one(seed);
+    let c = RandomState::new().hash_one(seed);
+    format!("{a:016x}{b:016x}{:08x}", c as u32)
+}
+
+/// A RESP2 server, bound and ready to [`run`](Server::run).
+pub struct Server {
+    listener: TcpListener,
+    local_addr: SocketAddr,
+    poll: Poll,
+    worker_polls: Vec<Poll>,
+    worker_wakers: Vec<Arc<Waker>>,
+    shared: Arc<Shared>,
+}
+
+impl fmt::Debug for Server {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Server")
+            .field("local_addr", &self.local_addr)
+            .field("shared", &self.shared)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Server {
+    /// Binds the listening socket and prepares the event loops; serves nothing until
+    /// [`run`](Server::run). Fails with `InvalidInput` if `workers` or `max_clients` is 0.
+    pub fn bind(config: Config, backend: Arc<dyn Backend>) -> io::Result<Server> {
+        if config.workers == 0 || config.max_clients == 0 {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "workers and max_clients must be at least 1",
+            ));
+        }
+        let mut listener = TcpListener::bind(SocketAddr::new(config.bind, config.port))?;
+        let local_addr = listener.local_addr()?;
+        let poll = Poll::new()?;
+        poll.registry()
+            .register(&mut listener, LISTENER_TOKEN, Interest::READABLE)?;
+        let mut wakers = vec![Arc::new(Waker::new(poll.registry(), WAKER_TOKEN)?)];
+        let mut worker_polls = Vec::with_capacity(config.workers);
+        let mut worker_wakers = Vec::with_capacity(config.workers);
+        for _ in 0..config.workers {
+            let worker_poll = Poll::new()?;
+            let waker = Arc::new(Waker::new(worker_poll.registry(), WAKER_TOKEN)?);
+            wakers.push(Arc::clone(&waker));
+            worker_wakers.push(waker);
+            worker_polls.push(worker_poll);
+        }
+        let handle = ShutdownHandle {
+            inner: Arc::new(ShutdownState {
+                requested: AtomicBool::new(false),
+                wakers,
+            }),
+        };
+        let shared = Arc::new(Shared {
+            backend,
+            config,
+            port: local_addr.port(),
+            stats: Stats::default(),
+            started: Instant::now(),
+            run_id: make_run_id(),
+            handle,
+            next_client_id: AtomicU64::new(1),
+        });
+        Ok(Server {
+            listener,
+            local_addr,
+            poll,
+            worker_polls,
+            worker_wakers,
+            shared,
+        })
+    }
+
+    /// The address the server listens on (with the port picked when `port` was 0).
+    pub fn local_addr(&self) -> SocketAddr {
+        self.local_addr
+    }
+
+    /// A handle to shut the server down from another thread.
+    pub fn handle(&self) -> ShutdownHandle {
+        self.shared.handle.clone()
+    }
+
+    /// Serves until shut down (see the [module documentation](self)), then calls
+    /// [`Backend::shutdown`] exactly once and returns. It is called even when `run` fails (a
+    /// worker thread cannot start, the poll fails), after the workers have stopped.
+    pub fn run(self) -> io::Result<RunSummary> {
+        let Server {
+            mut listener,
+            poll,
+            worker_polls,
+            worker_wakers,
+            shared,
+            ..
+        } = self;
+        let mut senders = Vec::with_capacity(worker_polls.len());
+        let mut threads = Vec::with_capacity(worker_polls.len());
+        let mut result = Ok(());
+        for (index, worker_poll) in worker_polls.into_iter().enumerate() {
+            let (sender, receiver) = mpsc::channel();
+            let worker = Worker::new(worker_poll, receiver, Arc::clone(&shared));
+            let spawned = thread::Builder::new()
+                .name(format!("kavach-worker-{index}"))
+                .spawn(move || worker.run());
+            match spawned {
+                Ok(thread) => {
+                    threads.push(thread);
+                    senders.push((sender, Arc::clone(&worker_wakers[index])));
+                }
+                Err(e) => {
+                    result = Err(e);
+                    break;
+                }
+            }
+        }
+        if result.is_ok() {
+            result = accept_loop(&mut listener, poll, &senders, &shared);
+        }
+        // Stop accepting before the workers finish, and make sure they are told to.
+        drop(listener);
+        shared.handle.shutdown();
+        drop(senders);
+        let mut worker_panics = 0;
+        for thread in threads {
+            match thread.join() {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => {
+                    if result.is_ok() {
+                        result = Err(e);
+                    }
+                }
+                Err(_) => worker_panics += 1,
+            }
+        }
+        let backend_shutdown = shared.backend.shutdown();
+        result?;
+        let raw = shared.stats.raw();
+        Ok(RunSummary {
+            connections_accepted: raw.connections_received,
+            connections_rejected: raw.connections_rejected,
+            commands_processed: raw.commands_processed,
+            worker_panics,
+            backend_shutdown,
+        })
+    }
+}
+
+/// The acceptor: admits connections and deals them to the workers until shutdown.
+fn accept_loop(
+    listener: &mut TcpListener,
+    mut poll: Poll,
+    workers: &[(Sender<Incoming>, Arc<Waker>)],
+    shared: &Shared,
+) -> io::Result<()> {
+    let mut events = Events::with_capacity(16);
+    let mut next_worker = 0usize;
+    let mut retry_after_error = false;
+    loop {
+        if shared.handle.is_shutdown_requested() {
+            return Ok(());
+        }
+        let timeout = retry_after_error.then_some(ACCEPT_RETRY);
+        if let Err(e) = poll.poll(&mut events, timeout) {
+            if e.kind() == io::ErrorKind::Interrupted {
+                continue;
+            }
+            return Err(e);
+        }
+        if shared.handle.is_shutdown_requested() {
+            return Ok(());
+        }
+        retry_after_error = false;
+        loop {
+            let (mut stream, peer) = match listener.accept() {
+                Ok(accepted) => accepted,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) if e.kind() == io::ErrorKind::ConnectionAborted => continue,
+                Err(_) => {
+                    // Out of file descriptors or similar: the connection stays in the backlog;
+                    // retry shortly (edge-triggered polling would not tell us again).
+                    shared.stats.accept_errors.fetch_add(1, Ordering::Relaxed);
+                    retry_after_error = true;
+                    break;
+                }
+            };
+            let stats = &shared.stats;
+            if stats.connected_clients.load(Ordering::SeqCst) >= shared.config.max_clients {
+                stats.connections_rejected.fetch_add(1, Ordering::Relaxed);
+                let _ = stream.write(MAX_CLIENTS_ERROR);
+                close_gracefully(&mut stream);
+                continue;
+            }
+            let _ = stream.set_nodelay(true);
+            stats.connected_clients.fetch_add(1, Ordering::SeqCst);
+            stats.connections_received.fetch_add(1, Ordering::Relaxed);
+            let (sender, waker) = &workers[next_worker % workers.len()];
+            next_worker = next_worker.wrapping_add(1);
+            if sender.send(Incoming { stream, peer }).is_err() || waker.wake().is_err() {
+                // The worker is gone (it panicked and the server is shutting down).
+                stats.connected_clients.fetch_sub(1, Ordering::SeqCst);
+            }
+        }
+    }
+}
+
+/// Half-closes, discards a bounded amount of unread input (so the close is a FIN, not a reset
+/// that could destroy the last reply), and lets the stream drop.
+fn close_gracefully(stream: &mut TcpStream) {
+    let _ = stream.shutdown(Shutdown::Write);
+    let mut sink = [0u8; 4096];
+    let mut discarded = 0;
+    while discarded < CLOSE_DISCARD_BYTES {
+        match stream.read(&mut sink) {
+            Ok(0) => break,
+            Ok(n) => discarded += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(_) => break,
+        }
+    }
+}
+
+/// A connection on its way from the acceptor to a worker.
+struct Incoming {
+    stream: TcpStream,
+    peer: SocketAddr,
+}
+
+/// Why [`run_requests`] stopped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Stop {
+    /// All complete requests are done; the rest is a partial request.
+    NeedMore,
+    /// Too much output is unsent; more complete requests may be buffered.
+    Backpressure,
+    /// The connection must close after its output is written (QUIT, SHUTDOWN, protocol error).
+    Close,
+}
+
+/// Executes the complete requests at the start of `data`. Returns the bytes used and why it
+/// stopped.
+fn run_requests(
+    shared: &Shared,
+    parser: &mut RequestParser,
+    session: &mut Session,
+    output: &mut Vec<u8>,
+    pause_at_len: usize,
+    data: &[u8],
+) -> (usize, Stop) {
+    let mut used = 0;
+    let mut commands = 0u64;
+    let stop = loop {
+        if output.len() > pause_at_len {
+            break Stop::Backpressure;
+        }
+        match parser.parse(&data[used..]) {
+            Parse::Complete(args, n) => {
+                used += n;
+                if args.is_empty() {
+                    continue;
+                }
+                commands += 1;
+                match command::execute(shared, session, &args, output) {
+                    Action::Continue => {}
+                    Action::CloseAfterReply => break Stop::Close,
+                    Action::Shutdown => {
+                        shared.handle.shutdown();
+                        break Stop::Close;
+                    }
+                }
+            }
+            Parse::NeedMore => break Stop::NeedMore,
+            Parse::Error(e) => {
+                shared.stats.protocol_errors.fetch_add(1, Ordering::Relaxed);
+                write_error(output, format!("ERR Protocol error: {e}").as_bytes());
+                break Stop::Close;
+            }
+        }
+    };
+    if commands > 0 {
+        shared
+            .stats
+            .commands_processed
+            .fetch_add(commands, Ordering::Relaxed);
+    }
+    (used, stop)
+}
+
+/// What the worker does with a connection after serving it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Verdict {
+    /// Wait for the next readiness event.
+    Idle,
+    /// Serve it again soon (its read budget ran out with input possibly left).
+    Again,
+    /// Close it.
+    Close,
+}
+
+/// One client connection, owned by one worker.
+struct Conn {
+    stream: TcpStream,
+    parser: RequestParser,
+    session: Session,
+    /// Received bytes not yet executed: a partial request, or (under backpressure) complete
+    /// requests waiting their turn.
+    input: Vec<u8>,
+    /// Whether `input` may hold complete requests (execution paused by backpressure).
+    input_pending: bool,
+    /// Replies; `output[..output_sent]` is already written.
+    output: Vec<u8>,
+    output_sent: usize,
+    /// Read nothing more; close once the output is written.
+    closing: bool,
+    /// In the worker's `again` list.
+    queued: bool,
+}
+
+impl Conn {
+    fn pending_output(&self) -> usize {
+        self.output.len() - self.output_sent
+    }
+
+    /// Serves the connection: writes pending output, executes buffered requests, reads and
+    /// executes more, until it would block or a bound is reached.
+    fn serve(&mut self, shared: &Shared, scratch: &mut [u8], draining: bool) -> Verdict {
+        let mut budget = READ_BUDGET_BYTES;
+        loop {
+            if self.flush(shared).is_err() {
+                return Verdict::Close;
+            }
+            if self.pending_output() > shared.config.max_output_bytes {
+                shared
+                    .stats
+                    .output_limit_disconnections
+                    .fetch_add(1, Ordering::Relaxed);
+                return Verdict::Close;
+            }
+            if self.closing {
+                return if self.pending_output() == 0 {
+                    Verdict::Close
+                } else {
+                    Verdict::Idle
+                };
+            }
+            if self.pending_output() > OUTPUT_PAUSE_BYTES {
+                // Resumed by the next writable event.
+                return Verdict::Idle;
+            }
+            if self.input_pending {
+                self.execute_input(shared);
+                continue;
+            }
+            if draining {
+                self.closing = true;
+                continue;
+            }
+            if budget == 0 {
+                return Verdict::Again;
+            }
+            match self.stream.read(scratch) {
+                Ok(0) => {
+                    // The client closed its side: finish what it sent, then close.
+                    self.closing = true;
+                }
+                Ok(n) => {
+                    budget = budget.saturating_sub(n);
+                    shared
+                        .stats
+                        .net_input_bytes
+                        .fetch_add(n as u64, Ordering::Relaxed);
+                    self.absorb(shared, &scratch[..n]);
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Verdict::Idle,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(_) => return Verdict::Close,
+            }
+        }
+    }
+
+    /// Takes newly read bytes: executes the requests they complete and keeps the rest.
+    fn absorb(&mut self, shared: &Shared, data: &[u8]) {
+        if self.input.is_empty() {
+            // The common case: parse straight from the scratch buffer, keep only a partial tail.
+            let pause_at = self.output_sent + OUTPUT_PAUSE_BYTES;
+            let (used, stop) = run_requests(
+                shared,
+                &mut self.parser,
+                &mut self.session,
+                &mut self.output,
+                pause_at,
+                data,
+            );
+            if stop != Stop::Close {
+                self.input.extend_from_slice(&data[used..]);
+            }
+            self.after_stop(stop);
+        } else {
+            self.input.extend_from_slice(data);
+            self.execute_input(shared);
+        }
+    }
+
+    /// Executes the complete requests buffered in `input`.
+    fn execute_input(&mut self, shared: &Shared) {
+        let pause_at = self.output_sent + OUTPUT_PAUSE_BYTES;
+        let (used, stop) = run_requests(
+            shared,
+            &mut self.parser,
+            &mut self.session,
+            &mut self.output,
+            pause_at,
+            &self.input,
+        );
+        self.input.drain(..used);
+        if self.input.is_empty() && self.input.capacity() > BUFFER_KEEP_BYTES {
+            self.input = Vec::new();
+        }
+        self.after_stop(stop);
+    }
+
+    fn after_stop(&mut self, stop: Stop) {
+        match stop {
+            Stop::NeedMore => self.input_pending = false,
+            Stop::Backpressure => self.input_pending = true,
+            Stop::Close => {
+                self.input_pending = false;
+                self.closing = true;
+                self.input = Vec::new();
+            }
+        }
+    }
+
+    /// Writes as much pending output as the socket takes.
+    fn flush(&mut self, shared: &Shared) -> io::Result<()> {
+        while self.output_sent < self.output.len() {
+            match self.stream.write(&self.output[self.output_sent..]) {
+                Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+                Ok(n) => {
+                    self.output_sent += n;
+                    shared
+                        .stats
+                        .net_output_bytes
+                        .fetch_add(n as u64, Ordering::Relaxed);
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+        if self.output_sent == self.output.len() {
+            self.output.clear();
+            self.output_sent = 0;
+            if self.output.capacity() > BUFFER_KEEP_BYTES {
+                self.output = Vec::new();
+            }
+        } else if self.output_sent > OUTPUT_COMPACT_BYTES {
+            self.output.drain(..self.output_sent);
+            self.output_sent = 0;
+        }
+        Ok(())
+    }
+}
+
+/// Closes a worker's connections if its thread unwinds, and asks the server to shut down.
+struct PanicGuard {
+    handle: ShutdownHandle,
+}
+
+impl Drop for PanicGuard {
+    fn drop(&mut self) {
+        if thread::panicking() {
+            self.handle.shutdown();
+        }
+    }
+}
+
+/// One worker thread: an event loop over the connections it owns.
+struct Worker {
+    poll: Poll,
+    incoming: Receiver<Incoming>,
+    shared: Arc<Shared>,
+    /// Connections by token; `None` slots are listed in `free`.
+    conns: Vec<Option<Conn>>,
+    free: Vec<usize>,
+    /// Connections to serve again without waiting for an event.
+    again: Vec<usize>,
+    /// Read buffer shared by this worker's connections.
+    scratch: Vec<u8>,
+    /// Set when shutdown started: the time by which every connection is closed.
+    drain_deadline: Option<Instant>,
+}
+
+impl Worker {
+    fn new(poll: Poll, incoming: Receiver<Incoming>, shared: Arc<Shared>) -> Self {
+        Worker {
+            poll,
+            incoming,
+            shared,
+            conns: Vec::new(),
+            free: Vec::new(),
+            again: Vec::new(),
+            scratch: vec![0; READ_CHUNK_BYTES],
+            drain_deadline: None,
+        }
+    }
+
+    /// The thread's body. A failure of the poll itself (not of a connection) closes this
+    /// worker's connections and shuts the whole server down.
+    fn run(mut self) -> io::Result<()> {
+        let _guard = PanicGuard {
+            handle: self.shared.handle.clone(),
+        };
+        let result = self.event_loop();
+        if result.is_err() {
+            self.shared.handle.shutdown();
+            self.close_all();
+        }
+        result
+    }
+
+    fn event_loop(&mut self) -> io::Result<()> {
+        let mut events = Events::with_capacity(EVENTS_CAPACITY);
+        loop {
+            let timeout = if !self.again.is_empty() {
+                Some(Duration::ZERO)
+            } else {
+                self.drain_deadline
+                    .map(|d| d.saturating_duration_since(Instant::now()))
+            };
+            if let Err(e) = self.poll.poll(&mut events, timeout) {
+                if e.kind() != io::ErrorKind::Interrupted {
+                    return Err(e);
+                }
+            }
+            let mut woken = false;
+            for event in events.iter() {
+                match event.token() {
+                    WAKER_TOKEN => woken = true,
+                    Token(index) => self.serve(index),
+                }
+            }
+            if woken {
+                self.admit_incoming()?;
+            }
+            if self.drain_deadline.is_none() && self.shared.handle.is_shutdown_requested() {
+                self.start_draining();
+            }
+            for index in std::mem::take(&mut self.again) {
+                if let Some(conn) = self.conns.get_mut(index).and_then(Option::as_mut) {
+                    conn.queued = false;
+                }
+                self.serve(index);
+            }
+            if let Some(deadline) = self.drain_deadline {
+                if self.conns.iter().all(Option::is_none) || Instant::now() >= deadline {
+                    self.close_all();
+                    return Ok(());
+                }
+            }
+        }
+    }
+
+    /// Registers the connections the acceptor sent (or refuses them when shutting down).
+    fn admit_incoming(&mut self) -> io::Result<()> {
+        loop {
+            let Incoming { mut stream, peer } = match self.incoming.try_recv() {
+                Ok(incoming) => incoming,
+                Err(TryRecvError::Empty | TryRecvError::Disconnected) => return Ok(()),
+            };
+            if self.drain_deadline.is_some() || self.shared.handle.is_shutdown_requested() {
+                close_gracefully(&mut stream);
+                self.shared
+                    .stats
+                    .connected_clients
+                    .fetch_sub(1, Ordering::SeqCst);
+                continue;
+            }
+            let index = self.free.pop().unwrap_or_else(|| {
+                self.conns.push(None);
+                self.conns.len() - 1
+            });
+            if let Err(e) = self.poll.registry().register(
+                &mut stream,
+                Token(index),
+                Interest::READABLE | Interest::WRITABLE,
+            ) {
+                self.free.push(index);
+                self.shared
+                    .stats
+                    .connected_clients
+                    .fetch_sub(1, Ordering::SeqCst);
+                // A failing registry means the poll itself is broken.
+                return Err(e);
+            }
+            let id = self.shared.next_client_id.fetch_add(1, Ordering::Relaxed);
+            let local = stream.local_addr().ok();
+            self.conns[index] = Some(Conn {
+                stream,
+                parser: RequestParser::new(self.shared.config.limits),
+                session: Session::new(id, Some(peer), local),
+                input: Vec::new(),
+                input_pending: false,
+                output: Vec::new(),
+                output_sent: 0,
+                closing: false,
+                queued: false,
+            });
+            // Registration reports data that is already there, so no explicit serve is needed.
+        }
+    }
+
+    fn serve(&mut self, index: usize) {
+        let draining = self.drain_deadline.is_some();
+        let Some(conn) = self.conns.get_mut(index).and_then(Option::as_mut) else {
+            return;
+        };
+        match conn.serve(&self.shared, &mut self.scratch, draining) {
+            Verdict::Idle => {}
+            Verdict::Again => {
+                if !conn.queued {
+                    conn.queued = true;
+                    self.again.push(index);
+                }
+            }
+            Verdict::Close => self.close(index),
+        }
+    }
+
+    fn close(&mut self, index: usize) {
+        let Some(slot) = self.conns.get_mut(index) else {
+            return;
+        };
+        let Some(mut conn) = slot.take() else {
+            return;
+        };
+        let _ = self.poll.registry().deregister(&mut conn.stream);
+        if conn.closing && conn.pending_output() == 0 {
+            close_gracefully(&mut conn.stream);
+        }
+        self.free.push(index);
+        self.shared
+            .stats
+            .connected_clients
+            .fetch_sub(1, Ordering::SeqCst);
+    }
+
+    /// Shutdown: finish the requests already read, stop reading, and close each connection once
+    /// its replies are written.
+    fn start_draining(&mut self) {
+        self.drain_deadline = Some(Instant::now() + self.shared.config.shutdown_drain);
+        for index in 0..self.conns.len() {
+            self.serve(index);
+        }
+    }
+
+    fn close_all(&mut self) {
+        for index in 0..self.conns.len() {
+            self.close(index);
+        }
+        // Connections still in the channel.
+        while let Ok(Incoming { mut stream, .. }) = self.incoming.try_recv() {
+            close_gracefully(&mut stream);
+            self.shared
+                .stats
+                .connected_clients
+                .fetch_sub(1, Ordering::SeqCst);
+        }
+    }
+}
