@@ -15,10 +15,23 @@ fn doc() -> String {
 #[test]
 fn constants_match_the_code() {
     let md = doc();
-    let rows = named_rows(&md, "<!-- constants -->", "| constant | value | meaning |", 0).unwrap();
+    let rows = named_rows(
+        &md,
+        "<!-- constants -->",
+        "| constant | value | meaning |",
+        0,
+    )
+    .unwrap();
     let doc: Vec<(String, u64)> = rows
         .iter()
-        .map(|r| (r.name.to_string(), r.cells[1].parse().unwrap_or_else(|e| panic!("{}: {e}", r.line))))
+        .map(|r| {
+            (
+                r.name.to_string(),
+                r.cells[1]
+                    .parse()
+                    .unwrap_or_else(|e| panic!("{}: {e}", r.line)),
+            )
+        })
         .collect();
     let code: Vec<(&str, u64)> = vec![
         ("OP_SET", OP_SET as u64),
