@@ -619,7 +619,34 @@ impl<M: Medium + Clone + Send + Sync + 'static, S: Machine> Dipper<M, S> {
     /// shard). `grows`: the operation may need more arena space (writes that only remove pass
     /// `false`, so they still run when the store is full).
     pub fn execute(&self, shards: Option<&[u16]>, op: &[u8], grows: bool) -> Result<S::Output> {
-        self.inner.execute(shards, op, grows)
+        self.inner
+            .execute(shards, grows, |_| {
+                Ok::<_, std::convert::Infallible>(op.to_vec())
+            })?
+            .map_err(|never| match never {})
+    }
+
+    /// Like [`Dipper::execute`], but the operation's bytes come from `prepare`, which runs
+    /// under the shards' write locks before anything is logged and sees their arenas (in the
+    /// order of `shards`). It can check the state, write data the record will point at (and
+    /// persist it), or refuse with its own error, in which case nothing is logged.
+    pub fn execute_with<E>(
+        &self,
+        shards: Option<&[u16]>,
+        grows: bool,
+        prepare: impl FnOnce(&[&Arena]) -> std::result::Result<Vec<u8>, E>,
+    ) -> Result<std::result::Result<S::Output, E>> {
+        self.inner.execute(shards, grows, prepare)
+    }
+
+    /// Log swaps (checkpoints started) since open; cheap.
+    pub fn log_swaps(&self) -> u64 {
+        self.inner.signal.lock().map(|s| s.swaps).unwrap_or(0)
+    }
+
+    /// The medium the store lives on (for data placed beside it, such as DStore's data zone).
+    pub fn medium(&self) -> &M {
+        &self.inner.medium
     }
 
     /// Run `f` on shard `shard` under its read lock.
@@ -747,7 +774,12 @@ impl<M: Medium + Clone + Send + Sync + 'static, S: Machine> Inner<M, S> {
         Ok(())
     }
 
-    fn execute(&self, shards: Option<&[u16]>, op: &[u8], grows: bool) -> Result<S::Output> {
+    fn execute<E>(
+        &self,
+        shards: Option<&[u16]>,
+        grows: bool,
+        prepare: impl FnOnce(&[&Arena]) -> std::result::Result<Vec<u8>, E>,
+    ) -> Result<std::result::Result<S::Output, E>> {
         self.check_open()?;
         if grows {
             let used = self.arena_bytes.load(Ordering::Relaxed);
@@ -774,6 +806,14 @@ impl<M: Medium + Clone + Send + Sync + 'static, S: Machine> Inner<M, S> {
         for &i in &ids {
             guards.push(self.shards[i as usize].write().map_err(|_| poisoned())?);
         }
+        let op = {
+            let refs: Vec<&Arena> = guards.iter().map(|g| &**g).collect();
+            match prepare(&refs) {
+                Ok(op) => op,
+                Err(e) => return Ok(Err(e)),
+            }
+        };
+        let op = &op[..];
         let payload = encode_record(shards, op);
         self.append(&payload)?;
         self.operations.fetch_add(1, Ordering::Relaxed);
@@ -789,7 +829,7 @@ impl<M: Medium + Clone + Send + Sync + 'static, S: Machine> Inner<M, S> {
                     .fetch_add((after - before) as u64, Ordering::Relaxed);
             }
         }
-        Ok(out)
+        Ok(Ok(out))
     }
 
     /// Append and force by policy. On a full log, ask for a checkpoint and wait (up to

@@ -9,5 +9,9 @@ pub mod machine;
 pub mod op;
 pub mod store;
 pub mod table;
+pub mod zone;
 
-pub use store::{Clock, Config, Opened, POOL_FILE, Store, StoreError, StoreResult, system_clock};
+pub use store::{
+    Clock, Config, OBJECT_BYTES_MAX, Object, Opened, POOL_FILE, Store, StoreError, StoreResult,
+    system_clock,
+};

@@ -27,6 +27,11 @@ pub const TYPE_STRING: u64 = 1;
 pub const TYPE_HASH: u64 = 2;
 /// Type tag of a sorted set.
 pub const TYPE_ZSET: u64 = 3;
+/// Type tag of an object: the value is its size (u64) and one data-zone block number (u32)
+/// per 4 KiB of it, [`HOLE`] for a block never written (reads as zeros).
+pub const TYPE_OBJECT: u64 = 4;
+/// A block of an object that was never written.
+pub const HOLE: u32 = u32::MAX;
 
 /// Sorted array header: capacity, length; then `(score bits, member entry)` pairs.
 const Z_CAP: usize = 0;
@@ -263,6 +268,22 @@ fn nested_for_write(
     }
 }
 
+/// Is `key` a live object? Key-value writes refuse objects (they would orphan its blocks).
+fn is_object(kv: &Kv, a: &Arena, key: &[u8], now: i64) -> bool {
+    lookup(kv, a, key, now).is_some_and(|e| kind(a, e) == TYPE_OBJECT)
+}
+
+/// An object's size and blocks.
+pub fn object_of(a: &Arena, e: Entry) -> std::result::Result<(u64, Vec<u32>), OpError> {
+    if kind(a, e) != TYPE_OBJECT {
+        return Err(OpError::WrongType);
+    }
+    let v = e.value_at(a);
+    let size = a.get_u64(v);
+    let n = size.div_ceil(op::BLOCK_BYTES) as usize;
+    Ok((size, (0..n).map(|i| a.get_u32(v + 8 + 4 * i)).collect()))
+}
+
 impl Kv {
     fn apply_op(
         &self,
@@ -273,6 +294,22 @@ impl Kv {
     ) -> Result<()> {
         let now = rec.now_ms;
         let mine = |k: &[u8]| self.shard_of(k) as usize == shard;
+        let object_keys: Vec<&[u8]> = match &rec.op {
+            Op::Set { key, .. }
+            | Op::IncrBy { key, .. }
+            | Op::Append { key, .. }
+            | Op::HSet { key, .. }
+            | Op::ZAdd { key, .. } => vec![key],
+            Op::MSet(pairs) => pairs.iter().map(|p| p.0).collect(),
+            _ => Vec::new(),
+        };
+        if object_keys
+            .iter()
+            .any(|k| mine(k) && is_object(self, a, k, now))
+        {
+            out.error = Some(OpError::WrongType);
+            return Ok(());
+        }
         match &rec.op {
             Op::Set {
                 key,
@@ -472,6 +509,37 @@ impl Kv {
                 out.done = true;
             }
             Op::Noop(_) => {}
+            Op::OWrite { key, size, blocks } => {
+                if !mine(key) {
+                    return Ok(());
+                }
+                let f = find_for_write(self, a, key, now);
+                let mut list = match f {
+                    None => Vec::new(),
+                    Some(f) => match object_of(a, f.entry) {
+                        Ok((_, b)) => b,
+                        Err(e) => {
+                            out.error = Some(e);
+                            return Ok(());
+                        }
+                    },
+                };
+                list.resize(size.div_ceil(op::BLOCK_BYTES) as usize, HOLE);
+                for &(i, b) in blocks {
+                    list[i as usize] = b;
+                }
+                let e = table::new_entry(a, self.hash(key), key, 8 + 4 * list.len(), TYPE_OBJECT)?;
+                let v = e.value_at(a);
+                a.put_u64(v, *size);
+                for (i, b) in list.iter().enumerate() {
+                    a.put_u32(v + 8 + 4 * i, *b);
+                }
+                match f {
+                    Some(f) => table::replace(a, f, e),
+                    None => table::insert(a, ks(a), e)?,
+                }
+                out.done = true;
+            }
         }
         Ok(())
     }
@@ -502,6 +570,7 @@ pub mod read {
             TYPE_STRING => "string",
             TYPE_HASH => "hash",
             TYPE_ZSET => "zset",
+            TYPE_OBJECT => "object",
             _ => "none",
         }
     }
@@ -630,12 +699,29 @@ pub mod read {
                         });
                     }
                 }
+                TYPE_OBJECT => {
+                    let size = if e.vlen(a) >= 8 {
+                        a.get_u64(e.value_at(a))
+                    } else {
+                        u64::MAX
+                    };
+                    let want = 8 + 4 * size.div_ceil(op::BLOCK_BYTES);
+                    if e.vlen(a) < 8 || want != e.vlen(a) as u64 {
+                        return Err(dipper::DipperError::Corrupt {
+                            structure: "object entry",
+                            offset: e.off,
+                            field: "value length",
+                            expected: "8 + 4 per 4 KiB of the size".into(),
+                            found: e.vlen(a).to_string(),
+                        });
+                    }
+                }
                 other => {
                     return Err(dipper::DipperError::Corrupt {
                         structure: "keyspace entry",
                         offset: e.off,
                         field: "type",
-                        expected: "1 (string), 2 (hash) or 3 (sorted set)".into(),
+                        expected: "1 (string), 2 (hash), 3 (sorted set) or 4 (object)".into(),
                         found: other.to_string(),
                     });
                 }

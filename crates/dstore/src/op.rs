@@ -31,6 +31,12 @@ pub const OP_FLUSHALL: u8 = 10;
 /// A lock or unlock of a name (DStore's NOOP records; they order, they change nothing).
 pub const OP_NOOP: u8 = 11;
 
+/// Object write: an object's new size and the blocks of the data zone that now hold some of its
+/// block indices (the data was written and persisted before this record).
+pub const OP_OWRITE: u8 = 12;
+/// Bytes of a data-zone block.
+pub const BLOCK_BYTES: u64 = 4096;
+
 /// SET flag: only if absent (NX).
 pub const SET_NX: u8 = 1;
 /// SET flag: only if present (XX).
@@ -100,6 +106,15 @@ pub enum Op<'a> {
     FlushAll,
     /// Lock or unlock (no effect).
     Noop(&'a [u8]),
+    /// Object write (creates the object if absent).
+    OWrite {
+        /// Object name.
+        key: &'a [u8],
+        /// Size after the write.
+        size: u64,
+        /// `(block index in the object, data-zone block)` pairs now in force.
+        blocks: Vec<(u32, u32)>,
+    },
 }
 
 /// An operation with the clock reading it was logged with.
@@ -138,6 +153,7 @@ pub fn encode(now_ms: i64, op: &Op<'_>) -> Vec<u8> {
         Op::ZRem { .. } => OP_ZREM,
         Op::FlushAll => OP_FLUSHALL,
         Op::Noop(_) => OP_NOOP,
+        Op::OWrite { .. } => OP_OWRITE,
     };
     w.0.push(code);
     w.0.extend_from_slice(&now_ms.to_le_bytes());
@@ -203,6 +219,15 @@ pub fn encode(now_ms: i64, op: &Op<'_>) -> Vec<u8> {
         }
         Op::FlushAll => {}
         Op::Noop(name) => w.bytes(name),
+        Op::OWrite { key, size, blocks } => {
+            w.bytes(key);
+            w.0.extend_from_slice(&size.to_le_bytes());
+            w.n(blocks.len());
+            for (i, b) in blocks {
+                w.0.extend_from_slice(&i.to_le_bytes());
+                w.0.extend_from_slice(&b.to_le_bytes());
+            }
+        }
     }
     w.0
 }
@@ -340,12 +365,28 @@ pub fn decode(b: &[u8]) -> Result<Record<'_>> {
         }
         OP_FLUSHALL => Op::FlushAll,
         OP_NOOP => Op::Noop(r.bytes("name")?),
+        OP_OWRITE => {
+            let key = r.bytes("key")?;
+            let size = r.u64("size")?;
+            let n = r.count(8, "block count")?;
+            let nblocks = size.div_ceil(BLOCK_BYTES);
+            let mut blocks = Vec::with_capacity(n);
+            for _ in 0..n {
+                let i = r.u32("block index")? as u32;
+                let b = r.u32("block")? as u32;
+                if i as u64 >= nblocks || b == u32::MAX {
+                    return Err(r.bad("block index", format!("below {nblocks}, with a real block")));
+                }
+                blocks.push((i, b));
+            }
+            Op::OWrite { key, size, blocks }
+        }
         other => {
             return Err(DipperError::Corrupt {
                 structure: "dstore op record",
                 offset: 0,
                 field: "code",
-                expected: format!("1..={OP_NOOP}"),
+                expected: format!("1..={OP_OWRITE}"),
                 found: other.to_string(),
             });
         }
@@ -396,6 +437,11 @@ mod tests {
             },
             Op::FlushAll,
             Op::Noop(b"obj"),
+            Op::OWrite {
+                key: b"o",
+                size: 9000,
+                blocks: vec![(0, 7), (2, 3)],
+            },
         ]
     }
 

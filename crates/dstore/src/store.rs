@@ -79,6 +79,8 @@ pub struct Config {
     pub background: bool,
     /// Largest key or value accepted.
     pub value_bytes_max: usize,
+    /// Bytes of the data zone holding object data (fixed at creation).
+    pub data_bytes: u64,
 }
 
 impl Default for Config {
@@ -91,6 +93,7 @@ impl Default for Config {
             checkpoint_at_percent: 50,
             background: true,
             value_bytes_max: 64 << 20,
+            data_bytes: 64 << 20,
         }
     }
 }
@@ -98,7 +101,7 @@ impl Default for Config {
 impl Config {
     /// Pool bytes this configuration needs (regions, headers and slack).
     pub fn pool_bytes(&self) -> u64 {
-        2 * self.log_bytes + 2 * self.slot_bytes + (16 << 20)
+        2 * self.log_bytes + 2 * self.slot_bytes + self.data_bytes + (16 << 20)
     }
 
     fn options(&self) -> Options {
@@ -130,6 +133,7 @@ pub fn system_clock() -> Clock {
 /// A key-value store on DIPPER.
 pub struct Store<M: Medium + Clone + Send + Sync + 'static> {
     engine: Dipper<M, Kv>,
+    zone: Zone,
     kv: Kv,
     clock: Clock,
     config: Config,
@@ -210,7 +214,16 @@ impl Store<Arc<Mapping>> {
 
 impl<M: Medium + Clone + Send + Sync + 'static> Store<M> {
     /// Make a new store in `pool`.
-    pub fn create(pool: Pool<M>, config: Config) -> StoreResult<Self> {
+    pub fn create(mut pool: Pool<M>, config: Config) -> StoreResult<Self> {
+        let r = pool
+            .create_region(
+                DATA_REGION,
+                kinds::RAW,
+                config.data_bytes.max(BLOCK_BYTES),
+                Alignment::Page,
+            )
+            .map_err(|e| StoreError::Failed(format!("cannot make the data zone: {e}")))?;
+        let zone = Zone::new(r.offset as usize, r.length / BLOCK_BYTES);
         let kv = Kv {
             seed: seed_of(&pool.uuid()),
             shards: config.shards,
@@ -221,7 +234,7 @@ impl<M: Medium + Clone + Send + Sync + 'static> Store<M> {
             shards: config.shards,
         };
         let (engine, report) = Dipper::create(pool, &layout, kv.clone(), config.options())?;
-        Ok(Self::assemble(engine, kv, config, report))
+        Ok(Self::assemble(engine, zone, kv, config, report))
     }
 
     /// Open (recover) the store in `pool`. The shard count comes from the store itself.
@@ -238,14 +251,41 @@ impl<M: Medium + Clone + Send + Sync + 'static> Store<M> {
             seed: seed_of(&uuid),
             shards,
         };
+        let r = pool
+            .region(DATA_REGION)
+            .ok_or_else(|| StoreError::Failed(format!("the pool has no `{DATA_REGION}` region")))?;
+        let zone = Zone::new(r.offset as usize, r.length / BLOCK_BYTES);
         let (engine, report) = Dipper::open(pool, kv.clone(), config.options())?;
         let config = Config { shards, ..config };
-        Ok(Self::assemble(engine, kv, config, report))
+        let store = Self::assemble(engine, zone, kv, config, report);
+        // Which blocks are in use follows from the recovered objects.
+        for s in 0..store.engine.shards() {
+            let blocks = store.engine.read(s, |a| {
+                let mut out = Vec::new();
+                for e in table::entries(a, a.user(machine::USER_KEYSPACE)) {
+                    if let Ok((_, b)) = machine::object_of(a, e) {
+                        out.extend(b.into_iter().filter(|&b| b != HOLE));
+                    }
+                }
+                out
+            })?;
+            for b in blocks {
+                store.zone.claim(b)?;
+            }
+        }
+        Ok(store)
     }
 
-    fn assemble(engine: Dipper<M, Kv>, kv: Kv, config: Config, report: RecoveryReport) -> Self {
+    fn assemble(
+        engine: Dipper<M, Kv>,
+        zone: Zone,
+        kv: Kv,
+        config: Config,
+        report: RecoveryReport,
+    ) -> Self {
         Store {
             engine,
+            zone,
             kv,
             clock: system_clock(),
             config,
@@ -389,23 +429,55 @@ impl<M: Medium + Clone + Send + Sync + 'static> Store<M> {
         })?)
     }
 
-    /// MSET, atomically.
+    /// MSET, atomically (refused whole if a key is an object).
     pub fn mset(&self, pairs: &[(&[u8], &[u8])]) -> StoreResult<()> {
         for (k, v) in pairs {
             self.check_len("a key", k.len())?;
             self.check_len("a value", v.len())?;
         }
         let shards = self.shards_of(pairs.iter().map(|p| p.0));
-        self.run(Some(&shards), &Op::MSet(pairs.to_vec()), true)?;
+        let now = self.now();
+        let op = op::encode(now, &Op::MSet(pairs.to_vec()));
+        self.engine.execute_with(Some(&shards), true, |arenas| {
+            for (k, _) in pairs {
+                let a = arenas[shards.binary_search(&self.kv.shard_of(k)).expect("locked")];
+                if machine::lookup(&self.kv, a, k, now)
+                    .is_some_and(|e| machine::object_of(a, e).is_ok())
+                {
+                    return Err(StoreError::WrongType);
+                }
+            }
+            Ok(op)
+        })??;
         Ok(())
     }
 
     /// DEL: keys removed.
     pub fn del(&self, keys: &[&[u8]]) -> StoreResult<u64> {
         let shards = self.shards_of(keys.iter().copied());
-        Ok(self
-            .run(Some(&shards), &Op::Del(keys.to_vec()), false)?
-            .count)
+        let now = self.now();
+        let op = op::encode(now, &Op::Del(keys.to_vec()));
+        let mut freed = Vec::new();
+        let out = self.engine.execute_with(Some(&shards), false, |arenas| {
+            for k in keys {
+                let a = arenas[shards.binary_search(&self.kv.shard_of(k)).expect("locked")];
+                if let Some(e) = machine::lookup(&self.kv, a, k, now)
+                    && let Ok((_, b)) = machine::object_of(a, e)
+                {
+                    freed.extend(b.into_iter().filter(|&b| b != HOLE));
+                }
+            }
+            Ok::<_, StoreError>(op)
+        })??;
+        self.release(&freed);
+        Ok(out.count)
+    }
+
+    fn release(&self, blocks: &[u32]) {
+        if !blocks.is_empty() {
+            let durable = matches!(self.config.policy, ForcePolicy::Sync);
+            self.zone.release(blocks, durable, self.engine.log_swaps());
+        }
     }
 
     /// EXISTS: how many of the keys exist (repeats count).
@@ -588,10 +660,167 @@ impl<M: Medium + Clone + Send + Sync + 'static> Store<M> {
         Ok(n)
     }
 
-    /// FLUSHALL.
+    /// FLUSHALL (objects too).
     pub fn flushall(&self) -> StoreResult<()> {
-        self.run(None, &Op::FlushAll, false)?;
+        let op = op::encode(self.now(), &Op::FlushAll);
+        let mut freed = Vec::new();
+        self.engine.execute_with(None, false, |arenas| {
+            for a in arenas {
+                for e in table::entries(a, a.user(machine::USER_KEYSPACE)) {
+                    if let Ok((_, b)) = machine::object_of(a, e) {
+                        freed.extend(b.into_iter().filter(|&b| b != HOLE));
+                    }
+                }
+            }
+            Ok::<_, StoreError>(op)
+        })??;
+        self.release(&freed);
         Ok(())
+    }
+
+    /// Open an object (DStore's `oopen`): with `create`, an absent object is created empty
+    /// (a logged operation); without, an absent object is `Ok(None)`.
+    pub fn open_object(&self, name: &[u8], create: bool) -> StoreResult<Option<Object<'_, M>>> {
+        self.check_len("an object name", name.len())?;
+        let exists = self.with_key(name, |a, e| match e {
+            None => Ok(false),
+            Some(e) => machine::object_of(a, e)
+                .map(|_| true)
+                .map_err(StoreError::from),
+        })??;
+        if !exists {
+            if !create {
+                return Ok(None);
+            }
+            self.owrite(name, 0, &[])?;
+        }
+        Ok(Some(Object {
+            store: self,
+            name: name.to_vec(),
+        }))
+    }
+
+    /// Size of an object, `None` if absent.
+    pub fn object_size(&self, name: &[u8]) -> StoreResult<Option<u64>> {
+        self.with_key(name, |a, e| match e {
+            None => Ok(None),
+            Some(e) => machine::object_of(a, e)
+                .map(|(s, _)| Some(s))
+                .map_err(StoreError::from),
+        })?
+    }
+
+    /// Write `data` at `offset` of object `name` (created if absent; a gap reads as zeros).
+    /// The touched blocks go to new data-zone blocks, persisted before the record that points
+    /// at them is logged; the old blocks are freed once that record is durable. Returns the
+    /// object's size afterwards.
+    pub fn owrite(&self, name: &[u8], offset: u64, data: &[u8]) -> StoreResult<u64> {
+        self.check_len("an object name", name.len())?;
+        let end = offset
+            .checked_add(data.len() as u64)
+            .filter(|&e| e <= OBJECT_BYTES_MAX)
+            .ok_or_else(|| {
+                StoreError::TooLarge(format!("objects end at {OBJECT_BYTES_MAX} bytes"))
+            })?;
+        let shard = [self.kv.shard_of(name)];
+        let now = self.now();
+        let swaps = self.engine.log_swaps();
+        let (mut allocated, mut freed) = (Vec::new(), Vec::new());
+        let mut size_after = 0;
+        let medium = self.engine.medium();
+        let r = self.engine.execute_with(Some(&shard), true, |arenas| {
+            let a = arenas[0];
+            let (size, list) = match machine::lookup(&self.kv, a, name, now) {
+                None => (0, Vec::new()),
+                Some(e) => machine::object_of(a, e)?,
+            };
+            size_after = size.max(end);
+            let mut pairs = Vec::new();
+            if !data.is_empty() {
+                let (first, last) = (offset / BLOCK_BYTES, (end - 1) / BLOCK_BYTES);
+                allocated = self.zone.alloc((last - first + 1) as usize, swaps)?;
+                let mut buf = vec![0u8; BLOCK_BYTES as usize];
+                for (idx, &nb) in (first..=last).zip(&allocated) {
+                    let bstart = idx * BLOCK_BYTES;
+                    let old = list.get(idx as usize).copied().filter(|&b| b != HOLE);
+                    buf.fill(0);
+                    if let Some(ob) = old {
+                        medium.read(
+                            self.zone.base + ob as usize * BLOCK_BYTES as usize,
+                            &mut buf,
+                        );
+                        freed.push(ob);
+                    }
+                    let from = offset.max(bstart);
+                    let to = end.min(bstart + BLOCK_BYTES);
+                    buf[(from - bstart) as usize..(to - bstart) as usize]
+                        .copy_from_slice(&data[(from - offset) as usize..(to - offset) as usize]);
+                    medium.write_nontemporal(
+                        self.zone.base + nb as usize * BLOCK_BYTES as usize,
+                        &buf,
+                    );
+                    pairs.push((idx as u32, nb));
+                }
+                medium.fence().map_err(|e| {
+                    StoreError::Failed(format!("persisting object data failed: {e}"))
+                })?;
+            }
+            Ok::<_, StoreError>(op::encode(
+                now,
+                &Op::OWrite {
+                    key: name,
+                    size: size_after,
+                    blocks: pairs,
+                },
+            ))
+        });
+        match r {
+            Ok(Ok(_)) => {
+                self.release(&freed);
+                Ok(size_after)
+            }
+            Ok(Err(e)) => {
+                self.zone.release(&allocated, true, swaps);
+                Err(e)
+            }
+            Err(e) => {
+                self.zone.release(&allocated, true, swaps);
+                Err(e.into())
+            }
+        }
+    }
+
+    /// Read up to `len` bytes of object `name` from `offset` (`None` if absent; short at the
+    /// end of the object).
+    pub fn oread(&self, name: &[u8], offset: u64, len: usize) -> StoreResult<Option<Vec<u8>>> {
+        let medium = self.engine.medium();
+        self.with_key(name, |a, e| {
+            let Some(e) = e else { return Ok(None) };
+            let (size, list) = machine::object_of(a, e)?;
+            let end = size.min(offset.saturating_add(len as u64));
+            let mut out = Vec::with_capacity(end.saturating_sub(offset) as usize);
+            let mut pos = offset;
+            let mut buf = vec![0u8; BLOCK_BYTES as usize];
+            while pos < end {
+                let idx = pos / BLOCK_BYTES;
+                let within = (pos % BLOCK_BYTES) as usize;
+                let take = ((BLOCK_BYTES as usize - within) as u64).min(end - pos) as usize;
+                match list[idx as usize] {
+                    HOLE => out.resize(out.len() + take, 0),
+                    b => {
+                        medium.read(self.zone.base + b as usize * BLOCK_BYTES as usize, &mut buf);
+                        out.extend_from_slice(&buf[within..within + take]);
+                    }
+                }
+                pos += take as u64;
+            }
+            Ok(Some(out))
+        })?
+    }
+
+    /// Data-zone blocks in use.
+    pub fn zone_blocks_in_use(&self) -> u64 {
+        self.zone.in_use()
     }
 
     /// Lock or unlock a name: a NOOP record that orders operations on it (DStore's olock).
@@ -651,4 +880,39 @@ impl<M: Medium + Clone + Send + Sync + 'static> Store<M> {
 
 use dipper::Arena;
 
+use crate::machine::HOLE;
+use crate::op::BLOCK_BYTES;
 use crate::table;
+use crate::zone::{DATA_REGION, Zone};
+use pmem::{Alignment, kinds};
+
+/// Largest object (64 MiB).
+pub const OBJECT_BYTES_MAX: u64 = 64 << 20;
+
+/// An open object (DStore's OBJECT handle): reads and writes by name, no server-side state.
+/// Closing it (`oclose`) is dropping it.
+#[derive(Debug)]
+pub struct Object<'s, M: Medium + Clone + Send + Sync + 'static> {
+    store: &'s Store<M>,
+    name: Vec<u8>,
+}
+
+impl<M: Medium + Clone + Send + Sync + 'static> Object<'_, M> {
+    /// `oread`: up to `len` bytes from `offset`.
+    pub fn read(&self, offset: u64, len: usize) -> StoreResult<Vec<u8>> {
+        Ok(self
+            .store
+            .oread(&self.name, offset, len)?
+            .unwrap_or_default())
+    }
+
+    /// `owrite`: write `data` at `offset`; returns the size afterwards.
+    pub fn write(&self, offset: u64, data: &[u8]) -> StoreResult<u64> {
+        self.store.owrite(&self.name, offset, data)
+    }
+
+    /// The object's size (0 if it was deleted meanwhile).
+    pub fn size(&self) -> StoreResult<u64> {
+        Ok(self.store.object_size(&self.name)?.unwrap_or(0))
+    }
+}

@@ -1,6 +1,6 @@
 //! `docs/format/dstore-ops.md` against the code: op codes, flags, types and the entry layout.
 
-use dstore::machine::{TYPE_HASH, TYPE_STRING, TYPE_ZSET, USER_KEYSPACE};
+use dstore::machine::{HOLE, TYPE_HASH, TYPE_OBJECT, TYPE_STRING, TYPE_ZSET, USER_KEYSPACE};
 use dstore::op::*;
 use dstore::table::{E_AUX, E_EXPIRE, E_HASH, E_KEY, E_KLEN, E_NEXT, E_VLEN};
 use pmem::format_doc::{check_fields, compare_constants, named_rows, verdict};
@@ -45,11 +45,15 @@ fn constants_match_the_code() {
         ("OP_ZREM", OP_ZREM as u64),
         ("OP_FLUSHALL", OP_FLUSHALL as u64),
         ("OP_NOOP", OP_NOOP as u64),
+        ("OP_OWRITE", OP_OWRITE as u64),
         ("SET_NX", SET_NX as u64),
         ("SET_XX", SET_XX as u64),
         ("TYPE_STRING", TYPE_STRING),
         ("TYPE_HASH", TYPE_HASH),
         ("TYPE_ZSET", TYPE_ZSET),
+        ("TYPE_OBJECT", TYPE_OBJECT),
+        ("HOLE", HOLE as u64),
+        ("BLOCK_BYTES", BLOCK_BYTES),
         ("USER_KEYSPACE", USER_KEYSPACE as u64),
     ];
     let required: Vec<&str> = code.iter().map(|c| c.0).collect();

@@ -339,6 +339,7 @@ pub fn config(background: bool) -> Config {
         checkpoint_at_percent: 50,
         background,
         value_bytes_max: 4096,
+        data_bytes: 256 * 1024,
         ..Config::default()
     }
 }
