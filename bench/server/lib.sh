@@ -13,6 +13,9 @@
 # Environment:
 #   KAVACH_BIN          the kavach binary (default: $ROOT/target/release/kavach, built by
 #                       `cargo build --release -p kavach`)
+#   KAVACH_REV          what the binary was built from, for the report header (default: the
+#                       working tree's git revision, "+ uncommitted changes in crates/" if any;
+#                       set it when KAVACH_BIN is a copy built earlier than the tree's state)
 #   KAVACH_EXTRA_ARGS   more arguments for `kavach serve` (word-split)
 #   REDIS_EXTRA_ARGS    more arguments for redis-server (word-split)
 #   BENCH_PORT          first TCP port to try (default 17379; the next free one is used)
@@ -51,9 +54,13 @@ check_systems() {
   (\`$KAVACH_BIN serve --help\` failed): rebuild it with cargo build --release -p kavach,
   or measure Redis alone with: --systems redis-always,redis-everysec"
     local rev
-    rev="git $(cd "$ROOT" && git rev-parse --short HEAD 2>/dev/null || echo unknown)"
-    if ! (cd "$ROOT" && git diff --quiet HEAD -- crates 2>/dev/null); then
-      rev="$rev + uncommitted changes in crates/"
+    if [ -n "${KAVACH_REV:-}" ]; then
+      rev="$KAVACH_REV"
+    else
+      rev="git $(cd "$ROOT" && git rev-parse --short HEAD 2>/dev/null || echo unknown)"
+      if ! (cd "$ROOT" && git diff --quiet HEAD -- crates 2>/dev/null); then
+        rev="$rev + uncommitted changes in crates/"
+      fi
     fi
     KAVACH_DESC="$KAVACH_BIN ($rev, binary built $(date -u -r "$KAVACH_BIN" '+%Y-%m-%dT%H:%M:%SZ'))"
   fi
@@ -246,9 +253,30 @@ server_kill() {
   forget_pid "$1"
 }
 
+# pool_domain DIR: the "domain" line of `kavach pool info` for DIR/kavach.pool (read-only; run it
+# on a stopped server's directory), or "?" if there is no pool or the command fails.
+pool_domain() {
+  local d
+  [ -f "$1/kavach.pool" ] || { echo "?"; return 0; }
+  d="$("$KAVACH_BIN" pool info "$1/kavach.pool" 2>/dev/null | sed -n 's/^domain  *//p' | head -n1)" || true
+  printf '%s\n' "${d:-?}"
+}
+
 # info_field PORT SECTION FIELD: one value of INFO SECTION (empty if absent).
 info_field() {
   redis-cli -h 127.0.0.1 -p "$1" INFO "$2" 2>/dev/null | tr -d '\r' | sed -n "s/^$3://p" | head -n1
+}
+
+# info_json PORT SECTION: INFO SECTION as one JSON object ({} if the server does not answer).
+info_json() {
+  redis-cli -h 127.0.0.1 -p "$1" INFO "$2" 2>/dev/null | python3 -c '
+import json, sys
+d = {}
+for line in sys.stdin.read().splitlines():
+    k, sep, v = line.strip().partition(":")
+    if sep and not k.startswith("#"):
+        d[k] = v
+print(json.dumps(d))' || echo '{}'
 }
 
 # cleanup_servers: SIGTERM, then SIGKILL, every server still running; remove RUN_DIR.

@@ -299,6 +299,19 @@ def main():
                    f"; busy spans (s): {dur if dur else 'none seen'}"
                    f"{'; aof_rewrites at the end: ' + run['aof_rewrites'] if run.get('aof_rewrites') else ''}"
                    f"; dataset {run.get('used_memory') or '?'} used memory")
+        pb, pa = run.get("persistence_before") or {}, run.get("persistence_after") or {}
+        for key in ("checkpoints", "aof_rewrites"):
+            if key in pb or key in pa:
+                extra = ""
+                if key == "checkpoints":
+                    extra = (f" (last: {pa.get('last_checkpoint_ms', '?')} ms, swap "
+                             f"{pa.get('last_checkpoint_swap_us', '?')} µs, "
+                             f"{pa.get('last_checkpoint_pages', '?')} pages, "
+                             f"{pa.get('last_checkpoint_records', '?')} records)")
+                out.append(f"  - INFO persistence {key}: {pb.get(key, '?')} before the measured "
+                           f"load, {pa.get(key, '?')} after{extra}")
+        if run.get("pool_domain"):
+            out.append(f"  - pool domain (`kavach pool info`): {run['pool_domain']}")
     kv = [n for n in summaries if n.startswith("kavach")]
     rd = [n for n in summaries if n.startswith("redis")]
     if kv and rd:

@@ -26,6 +26,9 @@
 #   - polls INFO persistence every 0.1 s, noting every *_in_progress flag change (Redis
 #     aof_rewrite_in_progress; Kavach whatever it reports) and every finished
 #     rewrite/checkpoint counted there (aof_rewrites; *checkpoints*).
+# INFO persistence is also read just before and just after the measured load (Kavach:
+# checkpoints, last_checkpoint_ms, last_checkpoint_swap_us; Redis: aof_rewrites), and for
+# Kavach the pool's domain (`kavach pool info`) after the server has stopped.
 # Then bench/server/timeline.py buckets the status lines (1 s each; the first second, JVM
 # warm-up, and a last partial one are dropped), marks a bucket "busy" when it overlaps a
 # rewrite/checkpoint (SAVE sent..answered, an *_in_progress=1 span, or a finished-counter
@@ -146,6 +149,7 @@ for sys in "${SYSTEMS[@]}"; do
   mem="$(info_field "$PORT" memory used_memory_human)"
   if is_kavach "$sys"; then trig=SAVE; else trig=BGREWRITEAOF; fi
   log "$sys: $DURATION s of workload $WORKLOAD, $trig every $EVERY s (dataset: ${mem:-?} used memory, $(du -sh "$dir" | cut -f1) on disk)"
+  pers_before="$(info_json "$PORT" persistence)"
   t0="$EPOCHREALTIME"
   python3 "$HERE/resptool.py" ctl --port "$PORT" --command "$trig" --every "$EVERY" \
     --duration "$DURATION" --t0 "$t0" --out "$base.events.jsonl" 2>> "$SLOG" &
@@ -157,13 +161,22 @@ for sys in "${SYSTEMS[@]}"; do
   wait "$CTL_PID" || log "warning: the controller for $sys exited with an error (see $SLOG)"
   CTL_PID=""
   rewrites="$(info_field "$PORT" persistence aof_rewrites)"
+  pers_after="$(info_json "$PORT" persistence)"
   server_stop "$sys" "$PORT" "$pid"
+  domain=""
+  if is_kavach "$sys"; then
+    domain="$(pool_domain "$dir")"
+    log "$sys: checkpoints $(printf '%s' "$pers_before" | python3 -c 'import json,sys; print(json.load(sys.stdin).get("checkpoints","?"))') before the run, $(printf '%s' "$pers_after" | python3 -c 'import json,sys; print(json.load(sys.stdin).get("checkpoints","?"))') after; pool domain: $domain"
+  fi
   python3 -c 'import json, sys; print(json.dumps({"system": sys.argv[1], "t0": float(sys.argv[2]),
       "status": sys.argv[3], "events": sys.argv[4], "out": sys.argv[5], "trigger": sys.argv[6],
       "every": int(sys.argv[7]), "seconds": int(sys.argv[8]), "records": int(sys.argv[9]),
       "threads": int(sys.argv[10]), "workload": sys.argv[11], "used_memory": sys.argv[12],
-      "aof_rewrites": sys.argv[13]}))' "$sys" "$t0" "$base.status" "$base.events.jsonl" \
-      "$base.out" "$trig" "$EVERY" "$DURATION" "$RECORDS" "$THREADS" "$WORKLOAD" "$mem" "$rewrites" >> "$RUNS"
+      "aof_rewrites": sys.argv[13], "persistence_before": json.loads(sys.argv[14]),
+      "persistence_after": json.loads(sys.argv[15]), "pool_domain": sys.argv[16]}))' \
+      "$sys" "$t0" "$base.status" "$base.events.jsonl" \
+      "$base.out" "$trig" "$EVERY" "$DURATION" "$RECORDS" "$THREADS" "$WORKLOAD" "$mem" "$rewrites" \
+      "$pers_before" "$pers_after" "$domain" >> "$RUNS"
   rm -rf -- "$dir"
 done
 

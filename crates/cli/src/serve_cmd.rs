@@ -8,7 +8,7 @@ use anyhow::{Context, Result, bail};
 use clap::Args;
 use dstore::{Config, Store, StoreError};
 use log::ForcePolicy;
-use pmem::Mapping;
+use pmem::{Mapping, Medium};
 use server::backend::{
     Backend, BackendError, BackendResult, Bytes, InfoSection, ScoreBound, SetOptions,
 };
@@ -187,6 +187,7 @@ impl Backend for StoreBackend {
         let persistence = vec![
             kv("loading", 0),
             kv("pool_file", path),
+            kv("pool_domain", self.store.engine().medium().domain().name()),
             kv("durability", &self.durability),
             kv(
                 "durability_window",
@@ -237,6 +238,7 @@ impl Backend for StoreBackend {
             kv("live_bytes", st.live_bytes),
             kv("slot_capacity_bytes", st.slot_capacity_bytes),
             kv("log_swaps", st.log_swaps),
+            kv("data_zone_blocks_in_use", self.store.zone_blocks_in_use()),
         ];
         let keys = self.store.dbsize().unwrap_or(0);
         let mut keyspace = Vec::new();
