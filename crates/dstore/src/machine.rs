@@ -285,6 +285,27 @@ pub fn object_of(a: &Arena, e: Entry) -> std::result::Result<(u64, Vec<u32>), Op
 }
 
 impl Kv {
+    /// The nested value of type `ty` under `key` for writing (created if `create`), or `None`
+    /// with `out.error` set on a type clash (or nothing to do).
+    fn nested(
+        &self,
+        a: &mut Arena,
+        key: &[u8],
+        ty: u64,
+        now: i64,
+        create: bool,
+        out: &mut Outcome,
+    ) -> Result<Option<Found>> {
+        Ok(match nested_for_write(self, a, key, ty, now, create)? {
+            Some(Ok(f)) => Some(f),
+            Some(Err(e)) => {
+                out.error = Some(e);
+                None
+            }
+            None => None,
+        })
+    }
+
     fn apply_op(
         &self,
         shard: usize,
@@ -391,13 +412,8 @@ impl Kv {
                 if !mine(key) {
                     return Ok(());
                 }
-                let f = match nested_for_write(self, a, key, TYPE_HASH, now, true)? {
-                    Some(Ok(f)) => f,
-                    Some(Err(e)) => {
-                        out.error = Some(e);
-                        return Ok(());
-                    }
-                    None => return Ok(()),
+                let Some(f) = self.nested(a, key, TYPE_HASH, now, true, out)? else {
+                    return Ok(());
                 };
                 let t = a.get_u64(f.entry.value_at(a));
                 for (field, value) in pairs {
@@ -419,13 +435,8 @@ impl Kv {
                 if !mine(key) {
                     return Ok(());
                 }
-                let f = match nested_for_write(self, a, key, TYPE_HASH, now, false)? {
-                    Some(Ok(f)) => f,
-                    Some(Err(e)) => {
-                        out.error = Some(e);
-                        return Ok(());
-                    }
-                    None => return Ok(()),
+                let Some(f) = self.nested(a, key, TYPE_HASH, now, false, out)? else {
+                    return Ok(());
                 };
                 let t = a.get_u64(f.entry.value_at(a));
                 for field in fields {
@@ -443,13 +454,8 @@ impl Kv {
                 if !mine(key) {
                     return Ok(());
                 }
-                let f = match nested_for_write(self, a, key, TYPE_ZSET, now, true)? {
-                    Some(Ok(f)) => f,
-                    Some(Err(e)) => {
-                        out.error = Some(e);
-                        return Ok(());
-                    }
-                    None => return Ok(()),
+                let Some(f) = self.nested(a, key, TYPE_ZSET, now, true, out)? else {
+                    return Ok(());
                 };
                 let v = f.entry.value_at(a);
                 let t = a.get_u64(v);
@@ -478,13 +484,8 @@ impl Kv {
                 if !mine(key) {
                     return Ok(());
                 }
-                let f = match nested_for_write(self, a, key, TYPE_ZSET, now, false)? {
-                    Some(Ok(f)) => f,
-                    Some(Err(e)) => {
-                        out.error = Some(e);
-                        return Ok(());
-                    }
-                    None => return Ok(()),
+                let Some(f) = self.nested(a, key, TYPE_ZSET, now, false, out)? else {
+                    return Ok(());
                 };
                 let v = f.entry.value_at(a);
                 let t = a.get_u64(v);

@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use model::{Dump, Model, TOp};
+use model::{Dump, TOp};
 use pmem::rng::SplitMix64;
 use pmem::{CrashPlan, SimConfig, SimMedium};
 
@@ -26,16 +26,6 @@ fn workloads(seed: u64) -> [Vec<TOp>; 2] {
             .map(|_| model::random_op(&mut rng, &format!("t{t}"), 12, false))
             .collect()
     })
-}
-
-fn models(ops: &[TOp]) -> Vec<State> {
-    let mut m = Model::default();
-    let mut out = vec![m.dump()];
-    for op in ops {
-        m.apply(op);
-        out.push(m.dump());
-    }
-    out
 }
 
 fn drive(sim: &Arc<SimMedium>, work: &[Vec<TOp>; 2], acked: &[AtomicUsize; 2]) -> u64 {
@@ -98,7 +88,7 @@ fn without_a_crash_both_clients_see_their_model_and_checkpoints_ran() {
     s.validate().unwrap();
     let state = model::dump(&s);
     for (t, w) in work.iter().enumerate() {
-        assert_eq!(part(&state, t), *models(w).last().unwrap(), "client {t}");
+        assert_eq!(part(&state, t), *model::prefixes(w).last().unwrap(), "client {t}");
     }
 }
 
@@ -109,7 +99,7 @@ fn crashes_at_random_points_lose_no_acknowledged_write() {
     let mut rng = SplitMix64::new(0xc0ffee);
     for round in 0..5u64 {
         let work = workloads(100 + round);
-        let expect = [models(&work[0]), models(&work[1])];
+        let expect = [model::prefixes(&work[0]), model::prefixes(&work[1])];
         let dry = Arc::new(SimMedium::from_image(base.clone(), SimConfig::default()));
         drive(&dry, &work, &[AtomicUsize::new(0), AtomicUsize::new(0)]);
         let events = dry.events();

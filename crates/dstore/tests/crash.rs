@@ -36,16 +36,6 @@ fn workload(seed: u64) -> Vec<TOp> {
         .collect()
 }
 
-fn models(ops: &[TOp]) -> Vec<State> {
-    let mut m = Model::default();
-    let mut out = vec![m.dump()];
-    for op in ops {
-        m.apply(op);
-        out.push(m.dump());
-    }
-    out
-}
-
 /// Run the workload on `sim` until it ends or the medium crashes; returns how many operations
 /// were acknowledged.
 fn drive(sim: &Arc<SimMedium>, ops: &[TOp]) -> usize {
@@ -161,7 +151,7 @@ fn crash_at_every_fence() {
     let cfg = model::config(false);
     let base = model::base_image(&cfg);
     let ops = workload(11);
-    let expect = models(&ops);
+    let expect = model::prefixes(&ops);
     let mut n = 1;
     loop {
         let sim = Arc::new(SimMedium::from_image(
@@ -193,7 +183,7 @@ fn crash_at_random_points() {
     let mut rng = SplitMix64::new(0x5eed);
     for round in 0..10u64 {
         let ops = workload(1000 + round);
-        let expect = models(&ops);
+        let expect = model::prefixes(&ops);
         let dry = Arc::new(SimMedium::from_image(base.clone(), SimConfig::default()));
         assert_eq!(drive(&dry, &ops), OPS);
         let events = dry.events();
@@ -227,7 +217,7 @@ fn a_clean_close_and_reopen_keeps_everything_without_replay() {
     let cfg = model::config(false);
     let base = model::base_image(&cfg);
     let ops = workload(77);
-    let expect = models(&ops);
+    let expect = model::prefixes(&ops);
     let sim = Arc::new(SimMedium::from_image(base, SimConfig::default()));
     assert_eq!(drive(&sim, &ops), OPS);
     let sim = Arc::new(SimMedium::from_image(

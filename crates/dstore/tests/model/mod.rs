@@ -366,3 +366,14 @@ pub fn open(sim: Arc<SimMedium>, cfg: &Config) -> Result<Store<Arc<SimMedium>>, 
     s.set_clock(Arc::new(|| NOW));
     Ok(s)
 }
+
+/// The model's contents after each prefix of `ops` (index i: after i operations).
+pub fn prefixes(ops: &[TOp]) -> Vec<BTreeMap<Vec<u8>, Dump>> {
+    let mut m = Model::default();
+    let mut out = vec![m.dump()];
+    for op in ops {
+        m.apply(op);
+        out.push(m.dump());
+    }
+    out
+}
