@@ -88,7 +88,11 @@ fn without_a_crash_both_clients_see_their_model_and_checkpoints_ran() {
     s.validate().unwrap();
     let state = model::dump(&s);
     for (t, w) in work.iter().enumerate() {
-        assert_eq!(part(&state, t), *model::prefixes(w).last().unwrap(), "client {t}");
+        assert_eq!(
+            part(&state, t),
+            *model::prefixes(w).last().unwrap(),
+            "client {t}"
+        );
     }
 }
 
