@@ -139,13 +139,19 @@ for sys in "${SYSTEMS[@]}"; do
     || { tail -n 20 "$base.load.status" >&2; die "YCSB load against $sys failed"; }
   n="$(redis-cli -h 127.0.0.1 -p "$PORT" DBSIZE)"
   [ "$n" = "$RECORDS" ] || die "$sys holds $n keys after loading $RECORDS records"
-  # Start from a quiet server: let a rewrite the load itself set off (Redis auto-rewrite)
-  # finish first.
+  # Start from a quiet server: let a rewrite or checkpoint the load itself set off (Redis
+  # auto-rewrite, Kavach's checkpoint when its log fills) finish first.
+  quiet=""
   for ((i = 0; i < 12000; i++)); do
-    [ "$(info_field "$PORT" persistence aof_rewrite_in_progress)" != 1 ] \
-      && [ "$(info_field "$PORT" persistence aof_rewrite_scheduled)" != 1 ] && break
+    if [ "$(info_field "$PORT" persistence aof_rewrite_in_progress)" != 1 ] \
+       && [ "$(info_field "$PORT" persistence aof_rewrite_scheduled)" != 1 ] \
+       && [ "$(info_field "$PORT" persistence checkpoint_in_progress)" != 1 ]; then
+      quiet=1; break
+    fi
     sleep 0.05
   done
+  [ -n "$quiet" ] || log "warning: $sys still rewriting / checkpointing 600 s after the load; starting anyway"
+  [ "$i" -eq 0 ] || log "$sys: waited at least $(( i * 50 )) ms for the load's rewrite / checkpoint to finish"
   mem="$(info_field "$PORT" memory used_memory_human)"
   if is_kavach "$sys"; then trig=SAVE; else trig=BGREWRITEAOF; fi
   log "$sys: $DURATION s of workload $WORKLOAD, $trig every $EVERY s (dataset: ${mem:-?} used memory, $(du -sh "$dir" | cut -f1) on disk)"
