@@ -348,7 +348,10 @@ impl<M: Medium + Clone + Send + Sync + 'static> Store<M> {
 
     fn run(&self, shards: Option<&[u16]>, op: &Op<'_>, grows: bool) -> StoreResult<Outcome> {
         let bytes = op::encode(self.now(), op);
-        let out = self.engine.execute(shards, &bytes, grows)?;
+        // Hand the encoded record over as is (`execute` would copy it).
+        let out = self
+            .engine
+            .execute_with(shards, grows, |_| Ok::<_, StoreError>(bytes))??;
         if let Some(e) = out.error {
             return Err(e.into());
         }

@@ -616,45 +616,8 @@ fn command_introspection() {
         );
         names.insert(String::from_utf8(name.clone()).unwrap());
     }
-    for name in [
-        "ping",
-        "echo",
-        "select",
-        "quit",
-        "hello",
-        "client",
-        "command",
-        "config",
-        "get",
-        "set",
-        "del",
-        "exists",
-        "mget",
-        "mset",
-        "incr",
-        "decr",
-        "incrby",
-        "decrby",
-        "append",
-        "strlen",
-        "hset",
-        "hmset",
-        "hget",
-        "hmget",
-        "hgetall",
-        "hdel",
-        "zadd",
-        "zrem",
-        "zrangebyscore",
-        "type",
-        "dbsize",
-        "flushall",
-        "scan",
-        "info",
-        "save",
-        "shutdown",
-    ] {
-        assert!(names.contains(name), "COMMAND lacks {name}");
+    for name in support::COMMANDS {
+        assert!(names.contains(*name), "COMMAND lacks {name}");
     }
     expect(
         &mut c,

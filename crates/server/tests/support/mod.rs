@@ -616,3 +616,43 @@ pub fn expect(client: &mut Client, line: &str, expected: &str) {
     let got = client.call(line);
     assert_eq!(show(&got), show(expected.as_bytes()), "command: {line}");
 }
+
+/// Every command the server implements, lower case.
+pub const COMMANDS: &[&str] = &[
+    "ping",
+    "echo",
+    "select",
+    "quit",
+    "hello",
+    "client",
+    "command",
+    "config",
+    "get",
+    "set",
+    "del",
+    "exists",
+    "mget",
+    "mset",
+    "incr",
+    "decr",
+    "incrby",
+    "decrby",
+    "append",
+    "strlen",
+    "hset",
+    "hmset",
+    "hget",
+    "hmget",
+    "hgetall",
+    "hdel",
+    "zadd",
+    "zrem",
+    "zrangebyscore",
+    "type",
+    "dbsize",
+    "flushall",
+    "scan",
+    "info",
+    "save",
+    "shutdown",
+];
