@@ -397,13 +397,19 @@ impl Medium for Mapping {
     }
     fn inject(&self, offset: usize, data: &[u8]) -> Result<()> {
         assert!(self.writable, "fault injection needs a writable mapping");
-        self.write(offset, data);
         check_range(offset, data.len(), self.len);
-        // SAFETY: the range is inside the live mapping.
-        unsafe { cpu::flush_range(self.base.add(offset), data.len()) };
-        cpu::store_fence();
+        // Through the file, not through our mapping: the kernel copies into the shared page
+        // without going through this process's page tables, so write tracking (userfaultfd,
+        // mprotect) does not see the store, as a firmware fault would not be seen. The mapping
+        // shows the new bytes at once (same page).
+        use std::os::unix::fs::FileExt;
+        self.file
+            .write_all_at(data, offset as u64)
+            .map_err(|e| PmemError::io("fault injection: cannot write", &self.path, e))?;
         if self.backing == Backing::PageCache {
-            self.msync_range(offset, data.len())?;
+            self.file
+                .sync_data()
+                .map_err(|e| PmemError::io("fault injection: cannot sync", &self.path, e))?;
         }
         Ok(())
     }

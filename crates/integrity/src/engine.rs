@@ -1,0 +1,1289 @@
+//! The protected region: its modes, the write and read paths, the update pass, resync.
+//!
+//! One [`Protected`] handle keeps the redundancy of one data region. Locking: the data pages are
+//! split into *groups* of 16 stripes (see [`Geometry::group_pages`]); each group has a
+//! reader-writer lock. Eager and txb-page writes, the update pass, repair and rebuilds take the
+//! group's write lock; eager reads and the scrubber take its read lock. Lazy-mode writers take no
+//! lock at all: they store, and write tracking notices.
+
+use crate::checksum::{Tag, checksum, page_delta, xor_into};
+use crate::error::{IntegrityError, Result};
+use crate::header::{Header, Shadow, decode_shadow, encode_shadow};
+use crate::layout::{
+    self, Geometry, HEADER_BYTES, HEADER_COPY_OFFSETS, LINE_BYTES, LINES_PER_PAGE, SHADOW_AT,
+    SHADOW_BYTES, SUM_BLOCK_BYTES, SUMS_PER_BLOCK, flags, state,
+};
+use crate::report::{Finding, FindingKind, PassStats, Stats};
+use crate::tracker::{BATCH_WORDS, BatchBits, Tracker, TrackerKind, explicit::ExplicitTracker};
+use pmem::layout::PAGE_SIZE;
+use pmem::{Medium, Uuid};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex, RwLock, RwLockWriteGuard};
+use std::time::{Duration, Instant};
+
+const PAGE: u64 = PAGE_SIZE as u64;
+/// Findings kept in memory (the oldest are dropped; counters keep counting).
+const FINDINGS_KEPT_MAX: usize = 4096;
+/// Samples of the vulnerable-stripe count kept for `Stats`.
+const SAMPLES_KEPT_MAX: usize = 256;
+
+/// How a region's redundancy is kept.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Mode {
+    /// None.
+    Off,
+    /// Vilamb: a background pass every period.
+    Lazy,
+    /// TVARAK's controller in software: on every write through the API, from the diff.
+    Eager,
+    /// Baseline: each write recomputes its pages' checksums and its stripes' parity whole.
+    TxbPage,
+}
+
+impl Mode {
+    /// The header's code.
+    pub fn code(self) -> u32 {
+        match self {
+            Mode::Off => layout::mode::OFF,
+            Mode::Lazy => layout::mode::LAZY,
+            Mode::Eager => layout::mode::EAGER,
+            Mode::TxbPage => layout::mode::TXB_PAGE,
+        }
+    }
+    /// The mode for a header code.
+    pub fn from_code(code: u32) -> Option<Mode> {
+        [Mode::Off, Mode::Lazy, Mode::Eager, Mode::TxbPage]
+            .into_iter()
+            .find(|m| m.code() == code)
+    }
+    /// Its name on the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            Mode::Off => "off",
+            Mode::Lazy => "lazy",
+            Mode::Eager => "eager",
+            Mode::TxbPage => "txb-page",
+        }
+    }
+    /// Parse a name.
+    pub fn parse(name: &str) -> Option<Mode> {
+        [Mode::Off, Mode::Lazy, Mode::Eager, Mode::TxbPage]
+            .into_iter()
+            .find(|m| m.name() == name)
+    }
+}
+
+/// How a new protected region is set up.
+#[derive(Debug, Clone, Copy)]
+pub struct CreateOptions {
+    /// Mode recorded in the header (the default for later opens).
+    pub mode: Mode,
+    /// Data pages per stripe, 2..=32.
+    pub stripe_pages: u32,
+    /// Lazy mode's period, 100..=60000 ms.
+    pub period_ms: u32,
+}
+
+impl Default for CreateOptions {
+    fn default() -> Self {
+        CreateOptions {
+            mode: Mode::Lazy,
+            stripe_pages: layout::STRIPE_PAGES_DEFAULT,
+            period_ms: layout::PERIOD_MS_DEFAULT,
+        }
+    }
+}
+
+/// How to open a protected region.
+#[derive(Debug, Default)]
+pub struct OpenOptions {
+    /// Switch to this mode (recorded in the header); `None` keeps the recorded one.
+    pub mode: Option<Mode>,
+    /// Change lazy mode's period (recorded); `None` keeps it.
+    pub period_ms: Option<u32>,
+    /// Write tracking for lazy mode; `None` means explicit marking (writes through the API).
+    pub tracker: Option<Box<dyn Tracker>>,
+    /// Run lazy mode's update pass on a background thread every period.
+    pub background: bool,
+    /// Run the scrubber on a background thread at this many pages per second (0: off).
+    pub scrub_pages_per_sec: u64,
+    /// Open without changing anything (scrub only; no resync, no writes).
+    pub read_only: bool,
+}
+
+/// What opening found and did.
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct OpenReport {
+    /// The header said the region was closed cleanly with current redundancy.
+    pub clean_at_open: bool,
+    /// The recorded state: `clean`, `open` (a crash) or `stale` (mode off was used).
+    pub previous_state: &'static str,
+    /// Damage to one header copy (the other was used).
+    pub header_damage: Vec<String>,
+    /// Pages of an interrupted update batch recomputed from the shadow record.
+    pub shadow_pages_replayed: u64,
+    /// The shadow record failed its check (a full resync follows).
+    pub shadow_damage: Option<String>,
+    /// Pages whose checksums were rebuilt by a full resync (0 if none was needed).
+    pub resync_pages: u64,
+    /// Of those, pages whose stored checksum did not match (written after the last pass, or
+    /// damaged at rest: a resync cannot tell which).
+    pub resync_pages_changed: u64,
+    /// Time the resync took.
+    pub resync_ms: u64,
+}
+
+/// Progress of a long operation: (done, total) in pages.
+pub type Progress<'a> = &'a mut dyn FnMut(u64, u64);
+
+pub(crate) struct Inner<M: Medium> {
+    pub(crate) medium: M,
+    pub(crate) uuid: Uuid,
+    pub(crate) region: String,
+    pub(crate) data_at: usize,
+    pub(crate) meta_at: usize,
+    pub(crate) geo: Geometry,
+    pub(crate) mode: Mode,
+    pub(crate) period_ms: u32,
+    pub(crate) tracker: Box<dyn Tracker>,
+    pub(crate) groups: Vec<RwLock<()>>,
+    pub(crate) read_only: bool,
+    header: Mutex<Header>,
+    shadow_seq: AtomicU64,
+    pub(crate) log: Mutex<Log>,
+    pub(crate) eager_writes: AtomicU64,
+    pub(crate) repairs_on_read: AtomicU64,
+    stop: Mutex<bool>,
+    wake: Condvar,
+    pub(crate) failed: AtomicBool,
+}
+
+/// Pass history, findings and samples.
+#[derive(Debug, Default)]
+pub(crate) struct Log {
+    pub(crate) passes: u64,
+    pub(crate) last: PassStats,
+    pub(crate) pages_updated_total: u64,
+    pub(crate) pass_us_total: u64,
+    pub(crate) tracking_us_total: u64,
+    pub(crate) coverage_ms_max: u64,
+    pub(crate) last_pass_start: Option<Instant>,
+    pub(crate) samples: std::collections::VecDeque<(u64, u64)>,
+    pub(crate) findings: std::collections::VecDeque<Finding>,
+    pub(crate) findings_total: u64,
+    pub(crate) last_error: Option<String>,
+    pub(crate) scrub_passes: u64,
+}
+
+/// Which checksum array.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Sums {
+    /// One per data page.
+    Pages,
+    /// One per parity page.
+    Parity,
+}
+
+impl<M: Medium> Inner<M> {
+    // ---------- addressing ----------
+
+    pub(crate) fn page_at(&self, page: u64) -> usize {
+        self.data_at + (page * PAGE) as usize
+    }
+    fn meta(&self, offset: u64) -> usize {
+        self.meta_at + offset as usize
+    }
+    pub(crate) fn parity_at(&self, stripe: u64) -> usize {
+        self.meta(self.geo.parity_at + stripe * PAGE)
+    }
+    fn sums_layout(&self, which: Sums) -> (u64, u64, u64, Tag, Tag) {
+        let g = &self.geo;
+        match which {
+            Sums::Pages => (
+                g.pagesums_at,
+                g.pageblocks_at,
+                g.data_pages,
+                Tag::PageBlock,
+                Tag::DataPage,
+            ),
+            Sums::Parity => (
+                g.paritysums_at,
+                g.parityblocks_at,
+                g.stripes,
+                Tag::ParityBlock,
+                Tag::ParityPage,
+            ),
+        }
+    }
+    pub(crate) fn sum_at(&self, which: Sums, index: u64) -> usize {
+        self.meta(self.sums_layout(which).0 + 4 * index)
+    }
+    pub(crate) fn block_sum_at(&self, which: Sums, block: u64) -> usize {
+        self.meta(self.sums_layout(which).1 + 4 * block)
+    }
+    pub(crate) fn line_sum_at(&self, page: u64, slot: usize) -> usize {
+        self.meta(self.geo.linesums_at + 4 * (page * LINES_PER_PAGE as u64 + slot as u64))
+    }
+    pub(crate) fn lines_valid(&self) -> bool {
+        self.header.lock().unwrap_or_else(|e| e.into_inner()).flags & flags::LINES_VALID != 0
+    }
+
+    // ---------- small reads and writes ----------
+
+    pub(crate) fn read_u32(&self, at: usize) -> u32 {
+        let mut b = [0u8; 4];
+        self.medium.read(at, &mut b);
+        u32::from_le_bytes(b)
+    }
+    fn write_u32(&self, at: usize, v: u32) -> Result<()> {
+        self.medium.write(at, &v.to_le_bytes());
+        self.medium.flush(at, 4)?;
+        Ok(())
+    }
+    pub(crate) fn sum(&self, which: Sums, index: u64) -> u32 {
+        self.read_u32(self.sum_at(which, index))
+    }
+    pub(crate) fn set_sum(&self, which: Sums, index: u64, v: u32) -> Result<()> {
+        self.write_u32(self.sum_at(which, index), v)
+    }
+    pub(crate) fn page_sum_of(&self, page: u64, bytes: &[u8]) -> u32 {
+        checksum(&self.uuid, Tag::DataPage, page, bytes)
+    }
+    pub(crate) fn parity_sum_of(&self, stripe: u64, bytes: &[u8]) -> u32 {
+        checksum(&self.uuid, Tag::ParityPage, stripe, bytes)
+    }
+    fn line_sum_of(&self, page: u64, slot: usize, line: &[u8]) -> u32 {
+        checksum(
+            &self.uuid,
+            Tag::Line,
+            page * LINES_PER_PAGE as u64 + slot as u64,
+            line,
+        )
+    }
+    pub(crate) fn read_page(&self, page: u64, buf: &mut [u8]) {
+        self.medium.read(self.page_at(page), &mut buf[..PAGE_SIZE]);
+    }
+
+    /// The stored checksum of checksum block `block` and the one its contents give.
+    pub(crate) fn block_check(&self, which: Sums, block: u64) -> (u32, u32) {
+        let (entries_at, _, _, tag, _) = self.sums_layout(which);
+        let mut b = [0u8; SUM_BLOCK_BYTES];
+        self.medium.read(
+            self.meta(entries_at + block * SUM_BLOCK_BYTES as u64),
+            &mut b,
+        );
+        let computed = checksum(&self.uuid, tag, block, &b);
+        (self.read_u32(self.block_sum_at(which, block)), computed)
+    }
+    pub(crate) fn block_ok(&self, which: Sums, block: u64) -> bool {
+        let (stored, computed) = self.block_check(which, block);
+        stored == computed
+    }
+    /// Recompute and store the checksum of checksum block `block`.
+    pub(crate) fn reseal(&self, which: Sums, block: u64) -> Result<()> {
+        let (_, computed) = self.block_check(which, block);
+        self.write_u32(self.block_sum_at(which, block), computed)
+    }
+
+    /// Set checksum entries, keeping their blocks' checksums: a block that was sound before is
+    /// resealed after; a block that was already damaged is left failing its check (resealing
+    /// would hide the damage) and reported.
+    pub(crate) fn update_sums(
+        &self,
+        which: Sums,
+        entries: &[(u64, u32)],
+        by: &'static str,
+    ) -> Result<()> {
+        let mut i = 0;
+        while i < entries.len() {
+            let block = entries[i].0 / SUMS_PER_BLOCK;
+            let ok = self.block_ok(which, block);
+            while i < entries.len() && entries[i].0 / SUMS_PER_BLOCK == block {
+                self.set_sum(which, entries[i].0, entries[i].1)?;
+                i += 1;
+            }
+            if ok {
+                self.reseal(which, block)?;
+            } else {
+                let (stored, computed) = self.block_check(which, block);
+                self.note(Finding::block(self, which, block, stored, computed, by));
+            }
+        }
+        Ok(())
+    }
+
+    pub(crate) fn note(&self, f: Finding) {
+        let mut log = self.log.lock().unwrap_or_else(|e| e.into_inner());
+        log.findings_total += 1;
+        if log.findings.len() >= FINDINGS_KEPT_MAX {
+            log.findings.pop_front();
+        }
+        log.findings.push_back(f);
+    }
+
+    // ---------- locks and cleanliness ----------
+
+    pub(crate) fn group_of(&self, page: u64) -> usize {
+        (page / self.geo.group_pages()) as usize
+    }
+    pub(crate) fn lock_write(&self, group: usize) -> RwLockWriteGuard<'_, ()> {
+        self.groups[group]
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Pages of `[first, first + count)` written since the last pass (lazy mode only; the other
+    /// modes never leave a page with stale redundancy while no lock is held).
+    pub(crate) fn written(&self, first: u64, count: u32) -> Result<BatchBits> {
+        let mut bits = [0u64; BATCH_WORDS];
+        if self.mode == Mode::Lazy {
+            self.tracker.peek(first, count, &mut bits)?;
+        }
+        Ok(bits)
+    }
+
+    pub(crate) fn check_usable(&self) -> Result<()> {
+        if self.read_only {
+            return Err(IntegrityError::ReadOnly);
+        }
+        if self.failed.load(Ordering::Acquire) {
+            return Err(pmem::PmemError::Failed.into());
+        }
+        Ok(())
+    }
+
+    fn check_range(&self, offset: u64, len: usize) -> Result<()> {
+        let size = self.geo.data_pages * PAGE;
+        if offset.checked_add(len as u64).is_none_or(|e| e > size) {
+            return Err(IntegrityError::invalid(
+                "range",
+                format!("[{offset}, +{len}) is outside the region's {size} bytes"),
+            ));
+        }
+        Ok(())
+    }
+
+    // ---------- header and shadow ----------
+
+    fn write_header(&self, change: impl FnOnce(&mut Header)) -> Result<()> {
+        let mut h = self.header.lock().unwrap_or_else(|e| e.into_inner());
+        let mut next = h.clone();
+        change(&mut next);
+        next.seq = h.seq + 1;
+        let at = self.meta(HEADER_COPY_OFFSETS[(next.seq % 2) as usize] as u64);
+        self.medium.write(at, &next.encode());
+        self.medium.persist(at, HEADER_BYTES)?;
+        *h = next;
+        Ok(())
+    }
+
+    fn write_shadow(&self, first: u64, bits: &BatchBits) -> Result<()> {
+        let seq = self.shadow_seq.fetch_add(1, Ordering::Relaxed) + 1;
+        let at = self.meta(SHADOW_AT as u64);
+        self.medium
+            .write(at, &encode_shadow(&self.uuid, seq, first, bits));
+        self.medium.persist(at, SHADOW_BYTES)?;
+        Ok(())
+    }
+
+    // ---------- rebuilding redundancy ----------
+
+    /// Recompute everything for lock group `group` from the data as it is: page checksums,
+    /// parity, parity checksums, block checksums, and line checksums when `lines`. Returns the
+    /// number of pages whose stored checksum changed. The caller holds the group's lock (or no
+    /// one else can run).
+    fn rebuild_group(&self, group: u64, lines: bool) -> Result<u64> {
+        let g = &self.geo;
+        let k = g.stripe_pages as u64;
+        let first_stripe = group * SUMS_PER_BLOCK;
+        let last_stripe = (first_stripe + SUMS_PER_BLOCK).min(g.stripes);
+        let mut page = vec![0u8; PAGE_SIZE];
+        let mut parity = vec![0u8; PAGE_SIZE];
+        let mut changed = 0;
+        let mut line_sums = vec![0u8; LINES_PER_PAGE * 4];
+        for s in first_stripe..last_stripe {
+            parity.fill(0);
+            for p in g.stripe_pages_range(s) {
+                self.read_page(p, &mut page);
+                let sum = self.page_sum_of(p, &page);
+                if self.sum(Sums::Pages, p) != sum {
+                    changed += 1;
+                    self.set_sum(Sums::Pages, p, sum)?;
+                }
+                xor_into(&mut parity, &page);
+                if lines {
+                    for (slot, line) in page.chunks_exact(LINE_BYTES).enumerate() {
+                        let v = self.line_sum_of(p, slot, line);
+                        line_sums[slot * 4..slot * 4 + 4].copy_from_slice(&v.to_le_bytes());
+                    }
+                    let at = self.line_sum_at(p, 0);
+                    self.medium.write(at, &line_sums);
+                    self.medium.flush(at, line_sums.len())?;
+                }
+            }
+            let at = self.parity_at(s);
+            self.medium.write(at, &parity);
+            self.medium.flush(at, PAGE_SIZE)?;
+            self.set_sum(Sums::Parity, s, self.parity_sum_of(s, &parity))?;
+        }
+        // Whole blocks, including the zero padding of a short last block.
+        let first_page = first_stripe * k;
+        let end_page = (last_stripe * k).min(g.data_pages);
+        for b in first_page / SUMS_PER_BLOCK..end_page.div_ceil(SUMS_PER_BLOCK) {
+            for i in b * SUMS_PER_BLOCK..(b + 1) * SUMS_PER_BLOCK {
+                if i >= g.data_pages {
+                    self.set_sum(Sums::Pages, i, 0)?;
+                }
+            }
+            self.reseal(Sums::Pages, b)?;
+        }
+        for i in last_stripe..(group + 1) * SUMS_PER_BLOCK {
+            self.set_sum(Sums::Parity, i, 0)?;
+        }
+        self.reseal(Sums::Parity, group)?;
+        self.medium.fence()?;
+        Ok(changed)
+    }
+
+    /// Rebuild every group (a RAID resync). Returns (pages, pages whose checksum changed).
+    fn resync(&self, lines: bool, progress: Progress<'_>) -> Result<(u64, u64)> {
+        let mut changed = 0;
+        for group in 0..self.geo.groups() {
+            let _g = self.lock_write(group as usize);
+            changed += self.rebuild_group(group, lines)?;
+            progress(
+                ((group + 1) * self.geo.group_pages()).min(self.geo.data_pages),
+                self.geo.data_pages,
+            );
+        }
+        Ok((self.geo.data_pages, changed))
+    }
+
+    // ---------- the update pass (Vilamb's Algorithm 1, corrected) ----------
+
+    /// Bring stripe `stripe` up to date: `dirty` has bit `i` set for its `i`-th page if that
+    /// page was written. Dirty pages get new checksums. Clean pages are verified first; parity
+    /// is recomputed only if all of them pass (never over a page that fails its checksum).
+    /// Returns the number of pages whose checksum was rewritten.
+    fn update_stripe(
+        &self,
+        stripe: u64,
+        dirty: u64,
+        buf: &mut [u8],
+        by: &'static str,
+    ) -> Result<u64> {
+        let range = self.geo.stripe_pages_range(stripe);
+        let mut parity = vec![0u8; PAGE_SIZE];
+        let mut new_sums = Vec::with_capacity(range.clone().count());
+        let mut withhold = false;
+        for (i, p) in range.clone().enumerate() {
+            let page = &mut buf[..PAGE_SIZE];
+            self.read_page(p, page);
+            let sum = self.page_sum_of(p, page);
+            if dirty >> i & 1 == 1 {
+                new_sums.push((p, sum));
+            } else {
+                let stored = self.sum(Sums::Pages, p);
+                if stored != sum {
+                    withhold = true;
+                    let block = p / SUMS_PER_BLOCK;
+                    if self.block_ok(Sums::Pages, block) {
+                        self.note(Finding::page(self, p, stored, sum, by));
+                    } else {
+                        let (s, c) = self.block_check(Sums::Pages, block);
+                        self.note(Finding::block(self, Sums::Pages, block, s, c, by));
+                    }
+                }
+            }
+            xor_into(&mut parity, page);
+        }
+        self.update_sums(Sums::Pages, &new_sums, by)?;
+        if !withhold {
+            let at = self.parity_at(stripe);
+            self.medium.write(at, &parity);
+            self.medium.flush(at, PAGE_SIZE)?;
+            let sum = self.parity_sum_of(stripe, &parity);
+            self.update_sums(Sums::Parity, &[(stripe, sum)], by)?;
+        }
+        Ok(new_sums.len() as u64)
+    }
+
+    /// One update pass over every batch. Returns what it did.
+    pub(crate) fn run_pass(&self) -> Result<PassStats> {
+        self.check_usable()?;
+        let started = Instant::now();
+        let mut st = PassStats::default();
+        if self.mode != Mode::Lazy {
+            return Ok(st);
+        }
+        let g = self.geo;
+        let batch = g.batch_pages();
+        let gp = g.group_pages();
+        let k = g.stripe_pages as u64;
+        let mut buf = vec![0u8; PAGE_SIZE];
+        let mut first = 0;
+        while first < g.data_pages {
+            let count = batch.min(g.data_pages - first) as u32;
+            // Hold every group of the batch from before the collect until the shadow is
+            // cleared: no scrubber can see a page that tracking calls clean while its
+            // redundancy is still old.
+            let locks: Vec<_> = (first / gp..(first + count as u64).div_ceil(gp))
+                .map(|grp| self.lock_write(grp as usize))
+                .collect();
+            let t = Instant::now();
+            let mut bits = [0u64; BATCH_WORDS];
+            self.tracker.collect(first, count, &mut bits)?;
+            st.tracking_us += t.elapsed().as_micros() as u64;
+            if bits.iter().any(|&w| w != 0) {
+                st.dirty_batches += 1;
+                // Algorithm 1, lines 3-5: the shadow is durable before any redundancy changes.
+                self.write_shadow(first, &bits)?;
+                let mut s = first / k;
+                while s * k < first + count as u64 {
+                    let range = g.stripe_pages_range(s);
+                    let mut dirty = 0u64;
+                    for (i, p) in range.enumerate() {
+                        let bit = p - first;
+                        dirty |= (bits[(bit / 64) as usize] >> (bit % 64) & 1) << i;
+                    }
+                    // The fix to Algorithm 1: one decision per stripe, from all its pages.
+                    if dirty != 0 {
+                        st.pages_updated += self.update_stripe(s, dirty, &mut buf, "pass")?;
+                        st.stripes_updated += 1;
+                    }
+                    s += 1;
+                }
+                // Lines 19-20: the redundancy is durable before the shadow is cleared.
+                self.medium.fence()?;
+                self.write_shadow(0, &[0; BATCH_WORDS])?;
+            }
+            drop(locks);
+            first += count as u64;
+        }
+        st.duration_us = started.elapsed().as_micros() as u64;
+        let mut log = self.log.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(prev) = log.last_pass_start {
+            let coverage = (Instant::now() - prev).as_millis() as u64;
+            log.coverage_ms_max = log.coverage_ms_max.max(coverage);
+        }
+        log.last_pass_start = Some(started);
+        log.passes += 1;
+        log.pages_updated_total += st.pages_updated;
+        log.pass_us_total += st.duration_us;
+        log.tracking_us_total += st.tracking_us;
+        if log.samples.len() >= SAMPLES_KEPT_MAX {
+            log.samples.pop_front();
+        }
+        let at_ms = started.elapsed().as_millis() as u64;
+        log.samples.push_back((at_ms, st.stripes_updated));
+        log.last = st.clone();
+        Ok(st)
+    }
+
+    // ---------- eager and txb-page writes ----------
+
+    /// Verify the line at (`page`, `slot`) against its line checksum; on a mismatch, sort out
+    /// whether the line checksum or the data is wrong, repairing the data from parity. The
+    /// caller holds the group's write lock.
+    fn settle_line(
+        &self,
+        page: u64,
+        slot: usize,
+        line: &mut [u8; LINE_BYTES],
+        by: &'static str,
+    ) -> Result<()> {
+        let stored = self.read_u32(self.line_sum_at(page, slot));
+        let sum = self.line_sum_of(page, slot, line);
+        if stored == sum {
+            return Ok(());
+        }
+        let mut bytes = vec![0u8; PAGE_SIZE];
+        self.read_page(page, &mut bytes);
+        let want = self.sum(Sums::Pages, page);
+        let have = self.page_sum_of(page, &bytes);
+        if want == have {
+            // The data is right; a line checksum was damaged.
+            self.note(Finding {
+                kind: FindingKind::LineChecksum,
+                index: page * LINES_PER_PAGE as u64 + slot as u64,
+                offset: self.line_sum_at(page, slot) as u64,
+                expected: format!("{sum:#010x}"),
+                found: format!("{stored:#010x}"),
+                by,
+            });
+        } else {
+            self.note(Finding::page(self, page, want, have, by));
+            crate::repair::rebuild_page(self, page).map_err(|reason| {
+                IntegrityError::Unrepairable {
+                    region: self.region.clone(),
+                    page,
+                    reason,
+                }
+            })?;
+            self.repairs_on_read.fetch_add(1, Ordering::Relaxed);
+        }
+        self.write_lines(page)?;
+        self.medium.fence()?;
+        self.medium
+            .read(self.page_at(page) + slot * LINE_BYTES, &mut line[..]);
+        Ok(())
+    }
+
+    /// Recompute and store all line checksums of `page`.
+    pub(crate) fn write_lines(&self, page: u64) -> Result<()> {
+        let mut bytes = vec![0u8; PAGE_SIZE];
+        self.read_page(page, &mut bytes);
+        let mut sums = vec![0u8; LINES_PER_PAGE * 4];
+        for (slot, line) in bytes.chunks_exact(LINE_BYTES).enumerate() {
+            sums[slot * 4..slot * 4 + 4]
+                .copy_from_slice(&self.line_sum_of(page, slot, line).to_le_bytes());
+        }
+        let at = self.line_sum_at(page, 0);
+        self.medium.write(at, &sums);
+        self.medium.flush(at, sums.len())?;
+        Ok(())
+    }
+
+    /// Eager write of part of one line: `lo..lo + bytes.len()` within the line at (`page`,
+    /// `slot`). The caller holds the group's write lock and fences afterwards.
+    fn eager_line(&self, page: u64, slot: usize, lo: usize, bytes: &[u8]) -> Result<()> {
+        let line_at = self.page_at(page) + slot * LINE_BYTES;
+        let mut old = [0u8; LINE_BYTES];
+        self.medium.read(line_at, &mut old);
+        // TVARAK verifies a line when it is filled; the old bytes are about to be folded into
+        // parity, so they must be right.
+        self.settle_line(page, slot, &mut old, "write")?;
+        let mut new = old;
+        new[lo..lo + bytes.len()].copy_from_slice(bytes);
+        let mut diff = old;
+        xor_into(&mut diff, &new);
+        if diff.iter().all(|&b| b == 0) {
+            return Ok(());
+        }
+        self.medium.write(line_at + lo, bytes);
+        self.medium.flush(line_at, LINE_BYTES)?;
+        let delta = page_delta(slot, &diff);
+        let stripe = self.geo.stripe_of(page);
+        // Parity += diff, at the same slot of the stripe's parity page.
+        let par_at = self.parity_at(stripe) + slot * LINE_BYTES;
+        let mut par = [0u8; LINE_BYTES];
+        self.medium.read(par_at, &mut par);
+        xor_into(&mut par, &diff);
+        self.medium.write(par_at, &par);
+        self.medium.flush(par_at, LINE_BYTES)?;
+        let ls = self.line_sum_of(page, slot, &new);
+        self.write_u32(self.line_sum_at(page, slot), ls)?;
+        let ps = self.sum(Sums::Pages, page) ^ delta;
+        self.update_sums(Sums::Pages, &[(page, ps)], "write")?;
+        let qs = self.sum(Sums::Parity, stripe) ^ delta;
+        self.update_sums(Sums::Parity, &[(stripe, qs)], "write")?;
+        Ok(())
+    }
+
+    /// The txb-page baseline: recompute the checksum of each page in `pages` and the parity of
+    /// each of their stripes. The caller holds the groups' write locks and fences afterwards.
+    fn txb_commit(&self, pages: std::ops::Range<u64>) -> Result<()> {
+        let k = self.geo.stripe_pages as u64;
+        let mut buf = vec![0u8; PAGE_SIZE];
+        let mut s = pages.start / k;
+        while s * k < pages.end {
+            let range = self.geo.stripe_pages_range(s);
+            let mut dirty = 0u64;
+            for (i, p) in range.enumerate() {
+                if pages.contains(&p) {
+                    dirty |= 1 << i;
+                }
+            }
+            self.update_stripe(s, dirty, &mut buf, "write")?;
+            s += 1;
+        }
+        Ok(())
+    }
+
+    pub(crate) fn write(&self, offset: u64, data: &[u8]) -> Result<()> {
+        self.check_usable()?;
+        self.check_range(offset, data.len())?;
+        if data.is_empty() {
+            return Ok(());
+        }
+        let at = self.data_at + offset as usize;
+        let first_page = offset / PAGE;
+        let end_page = (offset + data.len() as u64).div_ceil(PAGE);
+        match self.mode {
+            Mode::Off => {
+                self.medium.write(at, data);
+                self.medium.persist(at, data.len())?;
+            }
+            Mode::Lazy => {
+                self.tracker.mark(first_page, end_page - first_page);
+                self.medium.write(at, data);
+                self.medium.persist(at, data.len())?;
+            }
+            Mode::Eager => {
+                let mut done = 0usize;
+                while done < data.len() {
+                    let pos = offset + done as u64;
+                    let page = pos / PAGE;
+                    let in_page = (pos % PAGE) as usize;
+                    let slot = in_page / LINE_BYTES;
+                    let lo = in_page % LINE_BYTES;
+                    let n = (LINE_BYTES - lo).min(data.len() - done);
+                    let _g = self.lock_write(self.group_of(page));
+                    self.eager_line(page, slot, lo, &data[done..done + n])?;
+                    done += n;
+                }
+                self.medium.fence()?;
+                self.eager_writes.fetch_add(1, Ordering::Relaxed);
+            }
+            Mode::TxbPage => {
+                let gp = self.geo.group_pages();
+                let _locks: Vec<_> = (first_page / gp..(end_page).div_ceil(gp))
+                    .map(|g| self.lock_write(g as usize))
+                    .collect();
+                self.medium.write(at, data);
+                self.medium.flush(at, data.len())?;
+                self.txb_commit(first_page..end_page)?;
+                self.medium.fence()?;
+            }
+        }
+        Ok(())
+    }
+
+    pub(crate) fn read(&self, offset: u64, buf: &mut [u8]) -> Result<()> {
+        self.check_range(offset, buf.len())?;
+        if self.mode != Mode::Eager || buf.is_empty() {
+            self.medium.read(self.data_at + offset as usize, buf);
+            return Ok(());
+        }
+        let mut done = 0usize;
+        while done < buf.len() {
+            let pos = offset + done as u64;
+            let page = pos / PAGE;
+            let in_page = (pos % PAGE) as usize;
+            let slot = in_page / LINE_BYTES;
+            let lo = in_page % LINE_BYTES;
+            let n = (LINE_BYTES - lo).min(buf.len() - done);
+            let group = self.group_of(page);
+            let mut line = [0u8; LINE_BYTES];
+            let line_at = self.page_at(page) + slot * LINE_BYTES;
+            let ok = {
+                let _g = self.groups[group].read().unwrap_or_else(|e| e.into_inner());
+                self.medium.read(line_at, &mut line);
+                self.read_u32(self.line_sum_at(page, slot)) == self.line_sum_of(page, slot, &line)
+            };
+            if !ok {
+                self.check_usable()?;
+                let _g = self.lock_write(group);
+                self.medium.read(line_at, &mut line);
+                self.settle_line(page, slot, &mut line, "read")?;
+            }
+            buf[done..done + n].copy_from_slice(&line[lo..lo + n]);
+            done += n;
+        }
+        Ok(())
+    }
+
+    pub(crate) fn stop_requested(&self, wait: Duration) -> bool {
+        let stop = self.stop.lock().unwrap_or_else(|e| e.into_inner());
+        if *stop {
+            return true;
+        }
+        let (stop, _) = self
+            .wake
+            .wait_timeout(stop, wait)
+            .unwrap_or_else(|e| e.into_inner());
+        *stop
+    }
+}
+
+/// A protected data region: its redundancy, kept in the chosen mode.
+#[derive(Debug)]
+pub struct Protected<M: Medium + 'static> {
+    pub(crate) inner: Arc<Inner<M>>,
+    threads: Vec<std::thread::JoinHandle<()>>,
+}
+
+impl<M: Medium + 'static> std::fmt::Debug for Inner<M> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Inner")
+            .field("region", &self.region)
+            .field("mode", &self.mode)
+            .field("geometry", &self.geo)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Where a protected region's pieces are on the medium.
+#[derive(Debug, Clone)]
+pub struct Placement {
+    /// The data region's name (for messages).
+    pub region: String,
+    /// Pool offset of the data region.
+    pub data_offset: u64,
+    /// Length of the data region in bytes.
+    pub data_bytes: u64,
+    /// Pool offset of the integrity region.
+    pub meta_offset: u64,
+    /// Length of the integrity region in bytes.
+    pub meta_bytes: u64,
+    /// The pool's UUID.
+    pub uuid: Uuid,
+}
+
+fn build<M: Medium>(
+    medium: M,
+    place: &Placement,
+    header: Header,
+    mode: Mode,
+    period_ms: u32,
+    tracker: Box<dyn Tracker>,
+    read_only: bool,
+) -> Inner<M> {
+    let geo = header.geometry;
+    Inner {
+        medium,
+        uuid: place.uuid,
+        region: place.region.clone(),
+        data_at: place.data_offset as usize,
+        meta_at: place.meta_offset as usize,
+        geo,
+        mode,
+        period_ms,
+        tracker,
+        groups: (0..geo.groups()).map(|_| RwLock::new(())).collect(),
+        read_only,
+        header: Mutex::new(header),
+        shadow_seq: AtomicU64::new(0),
+        log: Mutex::new(Log::default()),
+        eager_writes: AtomicU64::new(0),
+        repairs_on_read: AtomicU64::new(0),
+        stop: Mutex::new(false),
+        wake: Condvar::new(),
+        failed: AtomicBool::new(false),
+    }
+}
+
+fn check_placement<M: Medium>(medium: &M, place: &Placement) -> Result<()> {
+    let ends = [
+        place.data_offset.checked_add(place.data_bytes),
+        place.meta_offset.checked_add(place.meta_bytes),
+    ];
+    if ends
+        .iter()
+        .any(|e| e.is_none_or(|e| e > medium.len() as u64))
+        || place.data_bytes % PAGE != 0
+        || place.data_offset % PAGE != 0
+        || place.meta_offset % PAGE != 0
+    {
+        return Err(IntegrityError::invalid(
+            "placement",
+            format!("{place:?} does not fit a medium of {} bytes", medium.len()),
+        ));
+    }
+    Ok(())
+}
+
+fn validate_period(period_ms: u32) -> Result<()> {
+    if !(layout::PERIOD_MS_MIN..=layout::PERIOD_MS_MAX).contains(&period_ms) {
+        return Err(IntegrityError::invalid(
+            "period",
+            format!(
+                "{period_ms} ms; the update period is {} ms to {} s",
+                layout::PERIOD_MS_MIN,
+                layout::PERIOD_MS_MAX / 1000
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// Format the integrity region of `place` and compute the redundancy of the data as it is.
+/// The region must be at least `Geometry::new(pages, stripe).meta_bytes` long. Crash-safe in
+/// the sense that a crash leaves a header in state `stale`, which the next open rebuilds.
+pub fn format<M: Medium>(
+    medium: M,
+    place: &Placement,
+    opts: &CreateOptions,
+    progress: Progress<'_>,
+) -> Result<Geometry> {
+    check_placement(&medium, place)?;
+    validate_period(opts.period_ms)?;
+    let geo = Geometry::new(place.data_bytes / PAGE, opts.stripe_pages).ok_or_else(|| {
+        IntegrityError::invalid(
+            "stripe",
+            format!(
+                "{} data pages in stripes of {} (2..=32 pages per stripe)",
+                place.data_bytes / PAGE,
+                opts.stripe_pages
+            ),
+        )
+    })?;
+    if geo.meta_bytes > place.meta_bytes {
+        return Err(IntegrityError::invalid(
+            "integrity region",
+            format!(
+                "{} bytes; {} data pages need {}",
+                place.meta_bytes, geo.data_pages, geo.meta_bytes
+            ),
+        ));
+    }
+    let header = Header {
+        mode: opts.mode.code(),
+        seq: 0,
+        uuid: place.uuid,
+        data_offset: place.data_offset,
+        geometry: geo,
+        period_ms: opts.period_ms,
+        state: state::STALE,
+        flags: 0,
+    };
+    let pages = geo.data_pages;
+    let inner = build(
+        medium,
+        place,
+        header,
+        Mode::Off,
+        opts.period_ms,
+        Box::new(ExplicitTracker::new(pages)),
+        false,
+    );
+    // Both header copies, state stale, before anything else: a crash from here on leaves a
+    // region that the next open rebuilds.
+    for copy in HEADER_COPY_OFFSETS {
+        inner
+            .medium
+            .write(inner.meta(copy as u64), &[0; HEADER_BYTES]);
+    }
+    inner.write_header(|_| {})?;
+    inner.write_header(|_| {})?;
+    inner
+        .medium
+        .write(inner.meta(SHADOW_AT as u64), &[0; SHADOW_BYTES]);
+    inner
+        .medium
+        .persist(inner.meta(SHADOW_AT as u64), SHADOW_BYTES)?;
+    inner.resync(true, progress)?;
+    inner.write_header(|h| {
+        h.state = state::CLEAN;
+        h.flags = flags::LINES_VALID;
+    })?;
+    Ok(geo)
+}
+
+impl<M: Medium + 'static> Protected<M> {
+    /// Open the protected region at `place`: check the header, replay an interrupted update
+    /// batch, resync after an unclean shutdown, switch mode if asked, arm tracking and start the
+    /// background threads.
+    pub fn open(
+        medium: M,
+        place: &Placement,
+        mut opts: OpenOptions,
+        progress: Progress<'_>,
+    ) -> Result<(Protected<M>, OpenReport)> {
+        check_placement(&medium, place)?;
+        let mut report = OpenReport::default();
+        let mut copies = Vec::new();
+        let mut first_damage = None;
+        for (i, off) in HEADER_COPY_OFFSETS.iter().enumerate() {
+            let at = place.meta_offset as usize + off;
+            let mut b = [0u8; HEADER_BYTES];
+            medium.read(at, &mut b);
+            match Header::decode(&b, &place.uuid, at as u64) {
+                Ok(h) => copies.push(h),
+                Err(c) => {
+                    report.header_damage.push(format!("copy {i}: {c}"));
+                    first_damage.get_or_insert(c);
+                }
+            }
+        }
+        let header = match copies.into_iter().max_by_key(|h| h.seq) {
+            Some(h) => h,
+            None => {
+                return Err(IntegrityError::Corrupt(first_damage.unwrap_or_else(|| {
+                    pmem::Corruption {
+                        structure: "integrity header".into(),
+                        offset: place.meta_offset,
+                        field: "magic",
+                        expected: "a header".into(),
+                        found: "none".into(),
+                    }
+                })));
+            }
+        };
+        if report.header_damage.len() == 2 {
+            report.header_damage.clear();
+        }
+        let geo = header.geometry;
+        if header.data_offset != place.data_offset || geo.data_pages * PAGE != place.data_bytes {
+            return Err(IntegrityError::Corrupt(pmem::Corruption {
+                structure: "integrity header".into(),
+                offset: place.meta_offset,
+                field: "data_offset/data_pages",
+                expected: format!(
+                    "the data region: offset {}, {} pages",
+                    place.data_offset,
+                    place.data_bytes / PAGE
+                ),
+                found: format!("offset {}, {} pages", header.data_offset, geo.data_pages),
+            }));
+        }
+        if geo.meta_bytes > place.meta_bytes {
+            return Err(IntegrityError::Corrupt(pmem::Corruption {
+                structure: "integrity header".into(),
+                offset: place.meta_offset,
+                field: "meta_bytes",
+                expected: format!("at most the region's {} bytes", place.meta_bytes),
+                found: geo.meta_bytes.to_string(),
+            }));
+        }
+        let recorded = Mode::from_code(header.mode).unwrap_or(Mode::Off);
+        let mode = opts.mode.unwrap_or(recorded);
+        let period_ms = opts.period_ms.unwrap_or(header.period_ms);
+        validate_period(period_ms)?;
+        report.clean_at_open = header.state == state::CLEAN;
+        report.previous_state = match header.state {
+            state::CLEAN => "clean",
+            state::OPEN => "open",
+            _ => "stale",
+        };
+        let tracker = opts
+            .tracker
+            .take()
+            .unwrap_or_else(|| Box::new(ExplicitTracker::new(geo.data_pages)));
+        if tracker.pages() != geo.data_pages {
+            return Err(IntegrityError::invalid(
+                "tracker",
+                format!(
+                    "it tracks {} pages; the region has {}",
+                    tracker.pages(),
+                    geo.data_pages
+                ),
+            ));
+        }
+        let shadow_at = place.meta_offset as usize + SHADOW_AT;
+        let mut sb = [0u8; SHADOW_BYTES];
+        medium.read(shadow_at, &mut sb);
+        let shadow = decode_shadow(&sb, &place.uuid, geo.data_pages, shadow_at as u64);
+        let prior_flags = header.flags;
+        let inner = build(
+            medium,
+            place,
+            header,
+            mode,
+            period_ms,
+            tracker,
+            opts.read_only,
+        );
+        if !opts.read_only {
+            let mut must_resync = !report.clean_at_open;
+            match shadow {
+                Ok(Shadow::Empty) => {}
+                Ok(Shadow::Batch { first, bits }) => {
+                    // An update pass stopped mid-batch: redo the batch's stripes.
+                    let k = geo.stripe_pages as u64;
+                    let mut buf = vec![0u8; PAGE_SIZE];
+                    let mut stripes = std::collections::BTreeMap::<u64, u64>::new();
+                    for bit in 0..(BATCH_WORDS * 64) as u64 {
+                        if bits[(bit / 64) as usize] >> (bit % 64) & 1 == 1 {
+                            let p = first + bit;
+                            let s = p / k;
+                            *stripes.entry(s).or_default() |= 1 << (p - s * k);
+                            report.shadow_pages_replayed += 1;
+                        }
+                    }
+                    for (s, dirty) in stripes {
+                        inner.update_stripe(s, dirty, &mut buf, "open")?;
+                    }
+                    inner.medium.fence()?;
+                    inner.write_shadow(0, &[0; BATCH_WORDS])?;
+                }
+                Err(c) => {
+                    report.shadow_damage = Some(c.to_string());
+                    must_resync = true;
+                }
+            }
+            let want_lines = mode == Mode::Eager;
+            let lines_ok = prior_flags & flags::LINES_VALID != 0;
+            if mode != Mode::Off && (must_resync || (want_lines && !lines_ok)) {
+                // Lines are rebuilt with everything else; line checksums kept by an earlier
+                // eager session survive a clean lazy session only if they were not cleared.
+                let t = Instant::now();
+                let (pages, changed) = inner.resync(want_lines, progress)?;
+                report.resync_pages = pages;
+                report.resync_pages_changed = changed;
+                report.resync_ms = t.elapsed().as_millis() as u64;
+                if !want_lines {
+                    inner.write_header(|h| h.flags &= !flags::LINES_VALID)?;
+                }
+                if want_lines {
+                    inner.write_header(|h| h.flags |= flags::LINES_VALID)?;
+                }
+            }
+            let new_state = if mode == Mode::Off {
+                state::STALE
+            } else {
+                state::OPEN
+            };
+            // Line checksums are kept only in eager mode: any other mode may change data
+            // without them, so they stop counting from now on.
+            inner.write_header(|h| {
+                h.mode = mode.code();
+                h.period_ms = period_ms;
+                h.state = new_state;
+                if mode != Mode::Eager {
+                    h.flags &= !flags::LINES_VALID;
+                }
+            })?;
+            if mode == Mode::Lazy {
+                inner.tracker.arm()?;
+            }
+        }
+        let inner = Arc::new(inner);
+        let mut threads = Vec::new();
+        if !opts.read_only && mode == Mode::Lazy && opts.background {
+            let me = Arc::clone(&inner);
+            threads.push(
+                std::thread::Builder::new()
+                    .name("kavach-integrity-pass".into())
+                    .spawn(move || updater(me))
+                    .map_err(|e| {
+                        pmem::PmemError::io("cannot start the update thread", "<thread>", e)
+                    })?,
+            );
+        }
+        if opts.scrub_pages_per_sec > 0 {
+            let me = Arc::clone(&inner);
+            let rate = opts.scrub_pages_per_sec;
+            threads.push(
+                std::thread::Builder::new()
+                    .name("kavach-integrity-scrub".into())
+                    .spawn(move || crate::repair::scrubber(me, rate))
+                    .map_err(|e| pmem::PmemError::io("cannot start the scrubber", "<thread>", e))?,
+            );
+        }
+        Ok((Protected { inner, threads }, report))
+    }
+
+    /// The mode in force.
+    pub fn mode(&self) -> Mode {
+        self.inner.mode
+    }
+    /// The layout.
+    pub fn geometry(&self) -> Geometry {
+        self.inner.geo
+    }
+    /// The tracker's kind (lazy mode).
+    pub fn tracker_kind(&self) -> TrackerKind {
+        self.inner.tracker.kind()
+    }
+    /// The medium.
+    pub fn medium(&self) -> &M {
+        &self.inner.medium
+    }
+    /// Pool offset of the data region's first byte.
+    pub fn data_offset(&self) -> u64 {
+        self.inner.data_at as u64
+    }
+
+    /// Write `data` at byte `offset` of the region and persist it, keeping redundancy as the
+    /// mode says. In lazy mode a program may instead store straight into the mapping; tracking
+    /// sees it (unless the tracker is explicit, in which case it must call [`Self::mark`]
+    /// first).
+    pub fn write(&self, offset: u64, data: &[u8]) -> Result<()> {
+        self.inner.write(offset, data)
+    }
+    /// Read bytes at `offset`. In eager mode every line read is verified, and repaired from
+    /// parity on a mismatch; an unrepairable line is an error, never wrong data.
+    pub fn read(&self, offset: u64, buf: &mut [u8]) -> Result<()> {
+        self.inner.read(offset, buf)
+    }
+    /// Tell an explicit tracker that `[offset, offset + len)` is about to be stored to.
+    pub fn mark(&self, offset: u64, len: u64) {
+        if len > 0 {
+            let first = offset / PAGE;
+            let end = (offset + len).div_ceil(PAGE);
+            self.inner.tracker.mark(first, end - first);
+        }
+    }
+    /// Run one update pass now (lazy mode; a no-op otherwise).
+    pub fn run_pass(&self) -> Result<PassStats> {
+        self.inner.run_pass()
+    }
+    /// The last pass before power is lost: bring every written page's redundancy up to date.
+    /// The power-failure path calls this; `close` does too.
+    pub fn final_pass(&self) -> Result<PassStats> {
+        self.inner.run_pass()
+    }
+    /// Verify every clean page, checksum block and parity page; change nothing.
+    pub fn scrub(&self, progress: Progress<'_>) -> Result<crate::report::ScrubReport> {
+        crate::repair::scrub(&self.inner, progress)
+    }
+    /// Scrub, then repair what parity can.
+    pub fn repair(&self, progress: Progress<'_>) -> Result<crate::report::RepairReport> {
+        crate::repair::repair(&self.inner, progress)
+    }
+    /// Statistics (see [`Stats`]).
+    pub fn stats(&self) -> Stats {
+        crate::report::stats(&self.inner)
+    }
+    /// Findings noted by passes, eager reads and writes and the background scrubber.
+    pub fn findings(&self) -> Vec<Finding> {
+        let log = self.inner.log.lock().unwrap_or_else(|e| e.into_inner());
+        log.findings.iter().cloned().collect()
+    }
+
+    fn stop_threads(&mut self) {
+        *self.inner.stop.lock().unwrap_or_else(|e| e.into_inner()) = true;
+        self.inner.wake.notify_all();
+        for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
+    }
+
+    /// Stop the background threads, run the final pass and record a clean shutdown.
+    pub fn close(mut self) -> Result<()> {
+        self.stop_threads();
+        if self.inner.read_only {
+            return Ok(());
+        }
+        self.inner.run_pass()?;
+        if self.inner.mode != Mode::Off {
+            self.inner.medium.fence()?;
+            self.inner.write_header(|h| h.state = state::CLEAN)?;
+        }
+        Ok(())
+    }
+}
+
+impl<M: Medium + 'static> Drop for Protected<M> {
+    fn drop(&mut self) {
+        // Without `close` the header stays `open`: the next open resyncs.
+        self.stop_threads();
+    }
+}
+
+fn updater<M: Medium>(inner: Arc<Inner<M>>) {
+    let period = Duration::from_millis(inner.period_ms as u64);
+    let mut next = Instant::now() + period;
+    loop {
+        let wait = next.saturating_duration_since(Instant::now());
+        if inner.stop_requested(wait) {
+            return;
+        }
+        next += period;
+        if let Err(e) = inner.run_pass() {
+            let mut log = inner.log.lock().unwrap_or_else(|e| e.into_inner());
+            log.last_error = Some(e.to_string());
+            if matches!(e, IntegrityError::Pmem(_)) {
+                inner.failed.store(true, Ordering::Release);
+                return;
+            }
+        }
+        // Start to start; after an overrun, start again at once but do not pile up.
+        let now = Instant::now();
+        if next < now {
+            next = now;
+        }
+    }
+}

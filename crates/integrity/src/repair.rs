@@ -1,0 +1,436 @@
+//! Scrub (verify what counts as clean, change nothing) and repair (rebuild from parity what it
+//! can prove, report the rest).
+//!
+//! The rules:
+//! - Only *clean* pages are verified: not written since the last pass. A written page's
+//!   checksum is old by design.
+//! - Before alarming about a page, re-check that it is still clean and verify it again: a writer
+//!   may have stored to it in between.
+//! - A page is rebuilt from parity only when every other page of its stripe is clean and passes
+//!   its checksum, the parity page passes its checksum, and the rebuilt page passes the damaged
+//!   page's checksum. Anything else is reported as unrepairable, never guessed.
+//! - Parity is never recomputed over a page that fails its checksum.
+
+use crate::checksum::xor_into;
+use crate::engine::{Inner, Progress, Sums};
+use crate::error::Result;
+use crate::layout::SUMS_PER_BLOCK;
+use crate::report::{Finding, FindingKind, RepairOutcome, RepairReport, ScrubReport};
+use pmem::Medium;
+use pmem::layout::PAGE_SIZE;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+fn bit(bits: &[u64], i: u64) -> bool {
+    bits[(i / 64) as usize] >> (i % 64) & 1 == 1
+}
+
+/// Verify one lock group; the caller holds nothing. Appends findings to `out`.
+fn scrub_group<M: Medium>(
+    inner: &Inner<M>,
+    group: u64,
+    out: &mut ScrubReport,
+    by: &'static str,
+) -> Result<()> {
+    let g = inner.geo;
+    let gp = g.group_pages();
+    let first = group * gp;
+    let end = (first + gp).min(g.data_pages);
+    let _lock = inner.groups[group as usize]
+        .read()
+        .unwrap_or_else(|e| e.into_inner());
+    let written = inner.written(first, (end - first) as u32)?;
+    let mut bad_blocks = Vec::new();
+    for b in first / SUMS_PER_BLOCK..end.div_ceil(SUMS_PER_BLOCK) {
+        out.blocks_checked += 1;
+        let (stored, computed) = inner.block_check(Sums::Pages, b);
+        if stored != computed {
+            bad_blocks.push(b);
+            out.findings
+                .push(Finding::block(inner, Sums::Pages, b, stored, computed, by));
+        }
+    }
+    out.blocks_checked += 1;
+    let (stored, computed) = inner.block_check(Sums::Parity, group);
+    let parity_block_ok = stored == computed;
+    if !parity_block_ok {
+        out.findings.push(Finding::block(
+            inner,
+            Sums::Parity,
+            group,
+            stored,
+            computed,
+            by,
+        ));
+    }
+    let mut page = vec![0u8; PAGE_SIZE];
+    for p in first..end {
+        if bit(&written, p - first) {
+            out.pages_skipped_written += 1;
+            continue;
+        }
+        inner.read_page(p, &mut page);
+        out.pages_checked += 1;
+        let stored = inner.sum(Sums::Pages, p);
+        if stored == inner.page_sum_of(p, &page) || bad_blocks.contains(&(p / SUMS_PER_BLOCK)) {
+            continue;
+        }
+        // Re-check before alarming: still clean, and still wrong?
+        if bit(&inner.written(p, 1)?, 0) {
+            out.pages_skipped_written += 1;
+            continue;
+        }
+        inner.read_page(p, &mut page);
+        let computed = inner.page_sum_of(p, &page);
+        if computed != stored {
+            out.findings
+                .push(Finding::page(inner, p, stored, computed, by));
+        }
+    }
+    if parity_block_ok {
+        let k = g.stripe_pages as u64;
+        for s in first / k..end.div_ceil(k) {
+            page.copy_from_slice(&read_parity(inner, s));
+            out.parity_checked += 1;
+            let stored = inner.sum(Sums::Parity, s);
+            let computed = inner.parity_sum_of(s, &page);
+            if stored != computed {
+                out.findings
+                    .push(Finding::parity(inner, s, stored, computed, by));
+            }
+        }
+    }
+    Ok(())
+}
+
+fn read_parity<M: Medium>(inner: &Inner<M>, stripe: u64) -> Vec<u8> {
+    let mut b = vec![0u8; PAGE_SIZE];
+    inner.medium.read(inner.parity_at(stripe), &mut b);
+    b
+}
+
+/// Verify every clean page, both checksum arrays and every parity page.
+pub(crate) fn scrub<M: Medium>(inner: &Inner<M>, progress: Progress<'_>) -> Result<ScrubReport> {
+    let t = Instant::now();
+    let mut report = ScrubReport::default();
+    let gp = inner.geo.group_pages();
+    for group in 0..inner.geo.groups() {
+        scrub_group(inner, group, &mut report, "scrub")?;
+        progress(
+            ((group + 1) * gp).min(inner.geo.data_pages),
+            inner.geo.data_pages,
+        );
+    }
+    report.elapsed_ms = t.elapsed().as_millis() as u64;
+    Ok(report)
+}
+
+/// The background scrubber: verify groups in turn at about `pages_per_sec`, noting findings.
+pub(crate) fn scrubber<M: Medium>(inner: Arc<Inner<M>>, pages_per_sec: u64) {
+    let gp = inner.geo.group_pages();
+    let per_group = Duration::from_secs_f64(gp as f64 / pages_per_sec as f64);
+    loop {
+        for group in 0..inner.geo.groups() {
+            let t = Instant::now();
+            let mut report = ScrubReport::default();
+            match scrub_group(&inner, group, &mut report, "scrub") {
+                Ok(()) => report.findings.into_iter().for_each(|f| inner.note(f)),
+                Err(e) => {
+                    let mut log = inner.log.lock().unwrap_or_else(|e| e.into_inner());
+                    log.last_error = Some(format!("scrubber: {e}"));
+                }
+            }
+            if inner.stop_requested(per_group.saturating_sub(t.elapsed())) {
+                return;
+            }
+        }
+        let mut log = inner.log.lock().unwrap_or_else(|e| e.into_inner());
+        log.scrub_passes += 1;
+    }
+}
+
+/// Pages of stripe `s` (other than `skip`) that were written since the last pass.
+fn written_in_stripe<M: Medium>(
+    inner: &Inner<M>,
+    s: u64,
+    skip: Option<u64>,
+) -> Result<Vec<u64>, String> {
+    let range = inner.geo.stripe_pages_range(s);
+    let bits = inner
+        .written(range.start, (range.end - range.start) as u32)
+        .map_err(|e| e.to_string())?;
+    Ok(range
+        .clone()
+        .filter(|&p| Some(p) != skip && bit(&bits, p - range.start))
+        .collect())
+}
+
+/// Read every page of stripe `s` except `skip`, requiring each to be clean and to pass its
+/// checksum (and its checksum block to be sound); returns their XOR.
+fn verified_peers_xor<M: Medium>(
+    inner: &Inner<M>,
+    s: u64,
+    skip: Option<u64>,
+) -> Result<Vec<u8>, String> {
+    let written = written_in_stripe(inner, s, skip)?;
+    if let Some(q) = written.first() {
+        return Err(format!(
+            "page {q} of the same stripe was written since the last update pass, so parity is not current"
+        ));
+    }
+    let mut acc = vec![0u8; PAGE_SIZE];
+    let mut page = vec![0u8; PAGE_SIZE];
+    for q in inner.geo.stripe_pages_range(s) {
+        if Some(q) == skip {
+            continue;
+        }
+        if !inner.block_ok(Sums::Pages, q / SUMS_PER_BLOCK) {
+            return Err(format!(
+                "the checksum block holding page {q}'s checksum is damaged"
+            ));
+        }
+        inner.read_page(q, &mut page);
+        if inner.page_sum_of(q, &page) != inner.sum(Sums::Pages, q) {
+            return Err(format!(
+                "page {q} of the same stripe also fails its checksum"
+            ));
+        }
+        xor_into(&mut acc, &page);
+    }
+    Ok(acc)
+}
+
+/// The parity page of stripe `s`, required to pass its checksum.
+fn verified_parity<M: Medium>(inner: &Inner<M>, s: u64) -> Result<Vec<u8>, String> {
+    if !inner.block_ok(Sums::Parity, s / SUMS_PER_BLOCK) {
+        return Err(format!(
+            "the checksum block holding stripe {s}'s parity checksum is damaged"
+        ));
+    }
+    let parity = read_parity(inner, s);
+    if inner.parity_sum_of(s, &parity) != inner.sum(Sums::Parity, s) {
+        return Err(format!("the parity page of stripe {s} fails its checksum"));
+    }
+    Ok(parity)
+}
+
+/// Rebuild data page `p` from parity, under the rules above. The caller holds its group's
+/// write lock. Does not fence.
+pub(crate) fn rebuild_page<M: Medium>(inner: &Inner<M>, p: u64) -> Result<String, String> {
+    let s = inner.geo.stripe_of(p);
+    if !inner.block_ok(Sums::Pages, p / SUMS_PER_BLOCK) {
+        return Err("its checksum block is damaged".into());
+    }
+    let mut rebuilt = verified_parity(inner, s)?;
+    xor_into(&mut rebuilt, &verified_peers_xor(inner, s, Some(p))?);
+    let want = inner.sum(Sums::Pages, p);
+    let got = inner.page_sum_of(p, &rebuilt);
+    if got != want {
+        return Err(format!(
+            "parity rebuilds a page with checksum {got:#010x}, not the recorded {want:#010x}"
+        ));
+    }
+    let at = inner.page_at(p);
+    inner.medium.write(at, &rebuilt);
+    inner
+        .medium
+        .flush(at, PAGE_SIZE)
+        .map_err(|e| e.to_string())?;
+    if inner.lines_valid() {
+        inner.write_lines(p).map_err(|e| e.to_string())?;
+    }
+    Ok(format!(
+        "rebuilt from the parity of stripe {s} and its {} other pages",
+        inner.geo.stripe_pages_range(s).count() - 1
+    ))
+}
+
+/// Is stripe `s` provably consistent: every page clean, parity sound, and the XOR of the data
+/// equal to the parity? Then its data is right even where checksums disagree.
+fn stripe_consistent<M: Medium>(inner: &Inner<M>, s: u64) -> Result<Vec<Vec<u8>>, String> {
+    if let Some(q) = written_in_stripe(inner, s, None)?.first() {
+        return Err(format!("page {q} was written since the last update pass"));
+    }
+    let parity = verified_parity(inner, s)?;
+    let mut acc = vec![0u8; PAGE_SIZE];
+    let mut pages = Vec::new();
+    for q in inner.geo.stripe_pages_range(s) {
+        let mut page = vec![0u8; PAGE_SIZE];
+        inner.read_page(q, &mut page);
+        xor_into(&mut acc, &page);
+        pages.push(page);
+    }
+    if acc != parity {
+        return Err(format!("stripe {s}'s data does not match its parity"));
+    }
+    Ok(pages)
+}
+
+/// Repair page-checksum block `b`: entries that disagree with data proven right by parity are
+/// rewritten; pages proven wrong are rebuilt.
+fn fix_page_block<M: Medium>(inner: &Inner<M>, b: u64) -> Result<String, String> {
+    let g = inner.geo;
+    let first = b * SUMS_PER_BLOCK;
+    let end = (first + SUMS_PER_BLOCK).min(g.data_pages);
+    let k = g.stripe_pages as u64;
+    let mut entries = 0;
+    let mut rebuilt = Vec::new();
+    let mut page = vec![0u8; PAGE_SIZE];
+    for s in first / k..end.div_ceil(k) {
+        let written = written_in_stripe(inner, s, None)?;
+        let mut mismatched = Vec::new();
+        for p in g.stripe_pages_range(s).filter(|p| (first..end).contains(p)) {
+            inner.read_page(p, &mut page);
+            let sum = inner.page_sum_of(p, &page);
+            if sum == inner.sum(Sums::Pages, p) {
+                continue;
+            }
+            if written.contains(&p) {
+                // Its checksum is due for recomputation anyway; take the current one.
+                inner
+                    .set_sum(Sums::Pages, p, sum)
+                    .map_err(|e| e.to_string())?;
+                continue;
+            }
+            mismatched.push((p, sum));
+        }
+        if mismatched.is_empty() {
+            continue;
+        }
+        match stripe_consistent(inner, s) {
+            Ok(_) => {
+                for &(p, sum) in &mismatched {
+                    inner
+                        .set_sum(Sums::Pages, p, sum)
+                        .map_err(|e| e.to_string())?;
+                    entries += 1;
+                }
+            }
+            Err(why) => {
+                // One mismatch, whose parity view matches its stored entry: the data is wrong.
+                if let [(p, _)] = mismatched[..] {
+                    let mut view = verified_parity(inner, s)?;
+                    xor_into(&mut view, &verified_peers_xor(inner, s, Some(p))?);
+                    if inner.page_sum_of(p, &view) == inner.sum(Sums::Pages, p) {
+                        rebuilt.push(p);
+                        continue;
+                    }
+                }
+                let pages: Vec<u64> = mismatched.iter().map(|m| m.0).collect();
+                return Err(format!(
+                    "cannot tell whether pages {pages:?} or their checksums are damaged: {why}"
+                ));
+            }
+        }
+    }
+    inner.reseal(Sums::Pages, b).map_err(|e| e.to_string())?;
+    for &p in &rebuilt {
+        rebuild_page(inner, p)?;
+    }
+    Ok(format!(
+        "{entries} checksum entries recomputed from data proven by parity, {} pages rebuilt, block resealed",
+        rebuilt.len()
+    ))
+}
+
+/// Repair parity-checksum block `b` (stripes `16b..16b+16`).
+fn fix_parity_block<M: Medium>(inner: &Inner<M>, b: u64) -> Result<String, String> {
+    let mut fixed = 0;
+    for s in b * SUMS_PER_BLOCK..((b + 1) * SUMS_PER_BLOCK).min(inner.geo.stripes) {
+        let parity = read_parity(inner, s);
+        let sum = inner.parity_sum_of(s, &parity);
+        if sum == inner.sum(Sums::Parity, s) {
+            continue;
+        }
+        let data = verified_peers_xor(inner, s, None)
+            .map_err(|why| format!("stripe {s}'s parity cannot be checked: {why}"))?;
+        let at = inner.parity_at(s);
+        inner.medium.write(at, &data);
+        inner
+            .medium
+            .flush(at, PAGE_SIZE)
+            .map_err(|e| e.to_string())?;
+        inner
+            .set_sum(Sums::Parity, s, inner.parity_sum_of(s, &data))
+            .map_err(|e| e.to_string())?;
+        fixed += 1;
+    }
+    inner.reseal(Sums::Parity, b).map_err(|e| e.to_string())?;
+    Ok(format!(
+        "{fixed} parity checksums recomputed from parity rebuilt over verified data, block resealed"
+    ))
+}
+
+/// Recompute the parity of stripe `s` from its verified data.
+fn fix_parity<M: Medium>(inner: &Inner<M>, s: u64) -> Result<String, String> {
+    let data = verified_peers_xor(inner, s, None)?;
+    let at = inner.parity_at(s);
+    inner.medium.write(at, &data);
+    inner
+        .medium
+        .flush(at, PAGE_SIZE)
+        .map_err(|e| e.to_string())?;
+    inner
+        .update_sums(
+            Sums::Parity,
+            &[(s, inner.parity_sum_of(s, &data))],
+            "repair",
+        )
+        .map_err(|e| e.to_string())?;
+    Ok("parity recomputed from the stripe's verified data pages".into())
+}
+
+/// Scrub, then repair each finding that parity can prove.
+pub(crate) fn repair<M: Medium>(inner: &Inner<M>, progress: Progress<'_>) -> Result<RepairReport> {
+    inner.check_usable()?;
+    let scrub = scrub(inner, progress)?;
+    let mut findings = scrub.findings.clone();
+    let rank = |k: FindingKind| match k {
+        FindingKind::ChecksumBlock => 0,
+        FindingKind::ParityChecksumBlock => 1,
+        FindingKind::DataPage => 2,
+        FindingKind::ParityPage => 3,
+        FindingKind::LineChecksum => 4,
+    };
+    findings.sort_by_key(|f| (rank(f.kind), f.index));
+    let gp = inner.geo.group_pages();
+    let k = inner.geo.stripe_pages as u64;
+    let mut outcomes = Vec::new();
+    for f in findings {
+        let group = match f.kind {
+            FindingKind::ChecksumBlock => f.index * SUMS_PER_BLOCK / gp,
+            FindingKind::ParityChecksumBlock => f.index,
+            FindingKind::DataPage => f.index / gp,
+            FindingKind::ParityPage => f.index * k / gp,
+            FindingKind::LineChecksum => f.index / 64 / gp,
+        } as usize;
+        let result = {
+            let _lock = inner.lock_write(group);
+            let r = match f.kind {
+                FindingKind::ChecksumBlock => fix_page_block(inner, f.index),
+                FindingKind::ParityChecksumBlock => fix_parity_block(inner, f.index),
+                FindingKind::DataPage => rebuild_page(inner, f.index),
+                FindingKind::ParityPage => fix_parity(inner, f.index),
+                FindingKind::LineChecksum => inner
+                    .write_lines(f.index / 64)
+                    .map(|_| "line checksums recomputed".to_string())
+                    .map_err(|e| e.to_string()),
+            };
+            inner.medium.fence()?;
+            r
+        };
+        outcomes.push(match result {
+            Ok(how) => RepairOutcome {
+                finding: f,
+                repaired: true,
+                how,
+            },
+            Err(why) => RepairOutcome {
+                finding: f,
+                repaired: false,
+                how: why,
+            },
+        });
+    }
+    Ok(RepairReport { scrub, outcomes })
+}

@@ -1,0 +1,300 @@
+//! What the integrity layer reports: findings, pass statistics, scrub and repair reports.
+
+use crate::engine::{Inner, Mode, Sums};
+use crate::layout::{Geometry, SUMS_PER_BLOCK};
+use pmem::Medium;
+
+/// What kind of damage a finding is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum FindingKind {
+    /// A clean data page does not match its checksum.
+    DataPage,
+    /// A block of the page checksum array does not match its block checksum.
+    ChecksumBlock,
+    /// A parity page does not match its checksum.
+    ParityPage,
+    /// A block of the parity checksum array does not match its block checksum.
+    ParityChecksumBlock,
+    /// A line checksum (eager mode) did not match a line whose page is sound.
+    LineChecksum,
+}
+
+impl FindingKind {
+    /// A short human name.
+    pub fn describe(self) -> &'static str {
+        match self {
+            FindingKind::DataPage => "data page fails its checksum",
+            FindingKind::ChecksumBlock => "page-checksum block fails its block checksum",
+            FindingKind::ParityPage => "parity page fails its checksum",
+            FindingKind::ParityChecksumBlock => "parity-checksum block fails its block checksum",
+            FindingKind::LineChecksum => "line checksum is wrong (the page is sound)",
+        }
+    }
+}
+
+/// One piece of damage: what, where, expected and found.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Finding {
+    /// What is damaged.
+    pub kind: FindingKind,
+    /// Data page, stripe, or block number (by kind).
+    pub index: u64,
+    /// Byte offset in the pool of the damaged object.
+    pub offset: u64,
+    /// The checksum the stored bytes should have.
+    pub expected: String,
+    /// The checksum they have.
+    pub found: String,
+    /// Who found it: `scrub`, `pass`, `read`, `write`, `open`.
+    pub by: &'static str,
+}
+
+impl Finding {
+    pub(crate) fn page<M: Medium>(
+        inner: &Inner<M>,
+        page: u64,
+        stored: u32,
+        computed: u32,
+        by: &'static str,
+    ) -> Finding {
+        Finding {
+            kind: FindingKind::DataPage,
+            index: page,
+            offset: inner.page_at(page) as u64,
+            expected: format!("{stored:#010x}"),
+            found: format!("{computed:#010x}"),
+            by,
+        }
+    }
+    pub(crate) fn parity<M: Medium>(
+        inner: &Inner<M>,
+        stripe: u64,
+        stored: u32,
+        computed: u32,
+        by: &'static str,
+    ) -> Finding {
+        Finding {
+            kind: FindingKind::ParityPage,
+            index: stripe,
+            offset: inner.parity_at(stripe) as u64,
+            expected: format!("{stored:#010x}"),
+            found: format!("{computed:#010x}"),
+            by,
+        }
+    }
+    pub(crate) fn block<M: Medium>(
+        inner: &Inner<M>,
+        which: Sums,
+        block: u64,
+        stored: u32,
+        computed: u32,
+        by: &'static str,
+    ) -> Finding {
+        Finding {
+            kind: match which {
+                Sums::Pages => FindingKind::ChecksumBlock,
+                Sums::Parity => FindingKind::ParityChecksumBlock,
+            },
+            index: block,
+            offset: inner.sum_at(which, block * SUMS_PER_BLOCK) as u64,
+            expected: format!("{stored:#010x}"),
+            found: format!("{computed:#010x}"),
+            by,
+        }
+    }
+
+    /// One line for people.
+    pub fn describe(&self) -> String {
+        let what = match self.kind {
+            FindingKind::DataPage => format!("data page {}", self.index),
+            FindingKind::ChecksumBlock => format!(
+                "page-checksum block {} (pages {}..{})",
+                self.index,
+                self.index * SUMS_PER_BLOCK,
+                (self.index + 1) * SUMS_PER_BLOCK
+            ),
+            FindingKind::ParityPage => format!("parity page of stripe {}", self.index),
+            FindingKind::ParityChecksumBlock => format!(
+                "parity-checksum block {} (stripes {}..{})",
+                self.index,
+                self.index * SUMS_PER_BLOCK,
+                (self.index + 1) * SUMS_PER_BLOCK
+            ),
+            FindingKind::LineChecksum => format!(
+                "line checksum {} (page {}, line {})",
+                self.index,
+                self.index / 64,
+                self.index % 64
+            ),
+        };
+        format!(
+            "{what} at byte {:#x}: {}; checksum expected {}, found {} (found by {})",
+            self.offset,
+            self.kind.describe(),
+            self.expected,
+            self.found,
+            self.by
+        )
+    }
+}
+
+/// What one update pass did.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+pub struct PassStats {
+    /// Pages whose checksum was recomputed.
+    pub pages_updated: u64,
+    /// Stripes whose parity was recomputed.
+    pub stripes_updated: u64,
+    /// Batches with at least one written page.
+    pub dirty_batches: u64,
+    /// Wall time of the pass.
+    pub duration_us: u64,
+    /// Of which, time in the tracker (collect and re-arm).
+    pub tracking_us: u64,
+}
+
+/// Statistics of a protected region.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Stats {
+    /// Mode in force.
+    pub mode: Mode,
+    /// Tracker in use (lazy mode).
+    pub tracker: &'static str,
+    /// Update period (lazy mode).
+    pub period_ms: u32,
+    /// Layout.
+    pub geometry: Geometry,
+    /// Passes run.
+    pub passes: u64,
+    /// The last pass.
+    pub last_pass: PassStats,
+    /// Pages updated by all passes.
+    pub pages_updated_total: u64,
+    /// Mean pages updated per pass.
+    pub pages_per_pass_mean: f64,
+    /// Mean pass duration.
+    pub pass_ms_mean: f64,
+    /// Mean time in the tracker per pass.
+    pub tracking_ms_mean: f64,
+    /// Stripes with a page written since the last pass, now (lazy mode; 0 otherwise).
+    pub vulnerable_stripes_now: u64,
+    /// Stripes each recent pass found vulnerable: (ms since that pass started, stripes).
+    pub vulnerable_stripes_sampled: Vec<u64>,
+    /// Longest time between the start of one pass and the end of the next: how long a write
+    /// can wait for redundancy.
+    pub time_to_coverage_ms_max: u64,
+    /// Writes through the eager path.
+    pub eager_writes: u64,
+    /// Lines repaired on the eager read or write path.
+    pub repairs_on_read: u64,
+    /// Findings noted so far (passes, reads, writes, background scrub).
+    pub findings_total: u64,
+    /// Background scrub rounds completed.
+    pub scrub_passes: u64,
+    /// The last error of the background pass, if any.
+    pub last_error: Option<String>,
+}
+
+pub(crate) fn stats<M: Medium>(inner: &Inner<M>) -> Stats {
+    let vulnerable = vulnerable_now(inner).unwrap_or(0);
+    let log = inner.log.lock().unwrap_or_else(|e| e.into_inner());
+    let n = log.passes.max(1) as f64;
+    Stats {
+        mode: inner.mode,
+        tracker: inner.tracker.kind().name(),
+        period_ms: inner.period_ms,
+        geometry: inner.geo,
+        passes: log.passes,
+        last_pass: log.last.clone(),
+        pages_updated_total: log.pages_updated_total,
+        pages_per_pass_mean: log.pages_updated_total as f64 / n,
+        pass_ms_mean: log.pass_us_total as f64 / n / 1000.0,
+        tracking_ms_mean: log.tracking_us_total as f64 / n / 1000.0,
+        vulnerable_stripes_now: vulnerable,
+        vulnerable_stripes_sampled: log.samples.iter().map(|s| s.1).collect(),
+        time_to_coverage_ms_max: log.coverage_ms_max,
+        eager_writes: inner
+            .eager_writes
+            .load(std::sync::atomic::Ordering::Relaxed),
+        repairs_on_read: inner
+            .repairs_on_read
+            .load(std::sync::atomic::Ordering::Relaxed),
+        findings_total: log.findings_total,
+        scrub_passes: log.scrub_passes,
+        last_error: log.last_error.clone(),
+    }
+}
+
+/// Stripes with at least one page written since the last pass.
+fn vulnerable_now<M: Medium>(inner: &Inner<M>) -> crate::Result<u64> {
+    if inner.mode != Mode::Lazy {
+        return Ok(0);
+    }
+    let g = inner.geo;
+    let k = g.stripe_pages as u64;
+    let batch = g.batch_pages();
+    let mut stripes = 0;
+    let mut first = 0;
+    while first < g.data_pages {
+        let count = batch.min(g.data_pages - first) as u32;
+        let bits = inner.written(first, count)?;
+        let mut last = u64::MAX;
+        for i in 0..count as u64 {
+            if bits[(i / 64) as usize] >> (i % 64) & 1 == 1 {
+                let s = (first + i) / k;
+                if s != last {
+                    stripes += 1;
+                    last = s;
+                }
+            }
+        }
+        first += count as u64;
+    }
+    Ok(stripes)
+}
+
+/// What a scrub found.
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct ScrubReport {
+    /// Data pages verified.
+    pub pages_checked: u64,
+    /// Data pages skipped because they were written since the last pass (their redundancy is
+    /// not current, so a mismatch would mean nothing).
+    pub pages_skipped_written: u64,
+    /// Parity pages verified.
+    pub parity_checked: u64,
+    /// Checksum blocks verified (both arrays).
+    pub blocks_checked: u64,
+    /// The damage found.
+    pub findings: Vec<Finding>,
+    /// Wall time.
+    pub elapsed_ms: u64,
+}
+
+/// What happened to one finding in a repair.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct RepairOutcome {
+    /// The damage.
+    pub finding: Finding,
+    /// Whether it was repaired (and verified after repair).
+    pub repaired: bool,
+    /// How it was repaired, or why it could not be.
+    pub how: String,
+}
+
+/// What a repair did.
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct RepairReport {
+    /// The scrub that found the damage.
+    pub scrub: ScrubReport,
+    /// One outcome per finding.
+    pub outcomes: Vec<RepairOutcome>,
+}
+
+impl RepairReport {
+    /// Findings that could not be repaired.
+    pub fn unrepaired(&self) -> impl Iterator<Item = &RepairOutcome> {
+        self.outcomes.iter().filter(|o| !o.repaired)
+    }
+}
