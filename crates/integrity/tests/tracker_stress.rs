@@ -223,8 +223,12 @@ struct BatchLog {
 }
 
 const STRESS_PAGES: u64 = 4096;
-const STRESS_WRITE_TIME: Duration = Duration::from_millis(1200);
-const STRESS_STORES_MAX: u64 = 400_000;
+/// The writer stops once the scanner has done this many rounds (and `STRESS_TIME_MIN` has
+/// passed), or at `STRESS_TIME_MAX`, or after `STRESS_STORES_MAX` stores.
+const STRESS_ROUNDS: u64 = 2000;
+const STRESS_TIME_MIN: Duration = Duration::from_millis(500);
+const STRESS_TIME_MAX: Duration = Duration::from_millis(2500);
+const STRESS_STORES_MAX: u64 = 1_000_000;
 
 /// One writer and one scanner on a tracker of `kind`, then the check.
 fn stress(kind: TrackerKind, seed: u64) {
@@ -236,15 +240,22 @@ fn stress(kind: TrackerKind, seed: u64) {
     let announced = AtomicU64::new(0);
     let completed = AtomicU64::new(0);
     let stopped = AtomicBool::new(false);
+    let rounds_done = AtomicU64::new(0);
 
     let (stores, logs, reports, rounds) = std::thread::scope(|scope| {
         let writer = scope.spawn(|| {
             let mut rng = SplitMix64::new(seed);
             let mut stores: Vec<u32> = Vec::new();
-            let deadline = Instant::now() + STRESS_WRITE_TIME;
+            let begin = Instant::now();
             for k in 0..STRESS_STORES_MAX {
-                if k % 1024 == 0 && Instant::now() >= deadline {
-                    break;
+                if k % 1024 == 0 {
+                    let elapsed = begin.elapsed();
+                    if elapsed >= STRESS_TIME_MAX
+                        || (elapsed >= STRESS_TIME_MIN
+                            && rounds_done.load(Ordering::Relaxed) >= STRESS_ROUNDS)
+                    {
+                        break;
+                    }
                 }
                 let page = rng.below(STRESS_PAGES);
                 announced.store(k + 1, Ordering::SeqCst);
@@ -283,6 +294,7 @@ fn stress(kind: TrackerKind, seed: u64) {
                     }
                 }
                 rounds += 1;
+                rounds_done.store(rounds, Ordering::Relaxed);
                 if last {
                     break;
                 }
@@ -305,7 +317,7 @@ fn stress(kind: TrackerKind, seed: u64) {
         kind.name(),
         stores.len()
     );
-    assert!(rounds >= 100, "{kind:?}: only {rounds} rounds");
+    assert!(rounds >= 50, "{kind:?}: only {rounds} rounds");
 
     // No store lost for good. Every store to a page writes a larger value than the one before,
     // so a value read after a report covers every store that landed before the read. The
@@ -320,10 +332,12 @@ fn stress(kind: TrackerKind, seed: u64) {
         );
     }
 
-    // No store missed even for a while. Store k to page p landed before every collect whose `before` exceeds k, so the
-    // first such collect of p's batch (`due`) must report p, unless a collect that had not
-    // ended before store k began (`after` exceeds k) reported p already. The check accepts a
-    // report by any collect in `[could, due]`.
+    // No store missed even for a while. Store k to page p landed before every collect whose
+    // `before` exceeds k, so the first such collect of p's batch (`due`) must report p, unless
+    // a collect that had not ended before store k began (`after` exceeds k) reported p after
+    // the store landed. A report whose value read afterwards is at least k is one that came
+    // after the store landed, so the check asks for such a report among the collects
+    // `could..=due`.
     for (k, &page) in stores.iter().enumerate() {
         let k = k as u64;
         let log = &logs[page as usize / BATCH_PAGES as usize];
@@ -335,8 +349,12 @@ fn stress(kind: TrackerKind, seed: u64) {
         );
         let reported = &reports[page as usize];
         let next = reported.partition_point(|&(i, _)| (i as usize) < could);
+        let covered = reported[next..]
+            .iter()
+            .take_while(|&&(i, _)| i as usize <= due)
+            .any(|&(_, value)| value >= k);
         assert!(
-            next < reported.len() && reported[next].0 as usize <= due,
+            covered,
             "{kind:?}: store {k} to page {page} missed: reports {:?}, collects {could}..={due}",
             &reported[next.saturating_sub(2)..(next + 2).min(reported.len())]
         );
