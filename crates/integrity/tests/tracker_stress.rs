@@ -226,9 +226,12 @@ const STRESS_PAGES: u64 = 4096;
 /// The writer stops once the scanner has done this many rounds (and `STRESS_TIME_MIN` has
 /// passed), or at `STRESS_TIME_MAX`, or after `STRESS_STORES_MAX` stores.
 const STRESS_ROUNDS: u64 = 2000;
-const STRESS_TIME_MIN: Duration = Duration::from_millis(500);
+const STRESS_TIME_MIN: Duration = Duration::from_millis(1000);
 const STRESS_TIME_MAX: Duration = Duration::from_millis(2500);
 const STRESS_STORES_MAX: u64 = 1_000_000;
+/// The writer waits for the scanner when it is this many stores per round ahead (the explicit
+/// backend's writer would otherwise finish its stores in a few hundred rounds).
+const STRESS_STORES_PER_ROUND: u64 = 400;
 
 /// One writer and one scanner on a tracker of `kind`, then the check.
 fn stress(kind: TrackerKind, seed: u64) {
@@ -256,6 +259,11 @@ fn stress(kind: TrackerKind, seed: u64) {
                     {
                         break;
                     }
+                }
+                while k >= (rounds_done.load(Ordering::Relaxed) + 1) * STRESS_STORES_PER_ROUND
+                    && begin.elapsed() < STRESS_TIME_MAX
+                {
+                    std::thread::yield_now();
                 }
                 let page = rng.below(STRESS_PAGES);
                 announced.store(k + 1, Ordering::SeqCst);
