@@ -1,0 +1,126 @@
+//! `docs/format/integrity.md` against the code: its field tables and constants table must say
+//! what `integrity::layout` says, and the section formula it states must be the one
+//! `Geometry::new` computes.
+
+use integrity::layout::{self, *};
+use integrity::tracker::BATCH_PAGES;
+use pmem::format_doc::{backticked, check_fields, compare_constants, named_rows, verdict};
+use std::path::PathBuf;
+
+fn doc() -> String {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../docs/format/integrity.md");
+    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+#[derive(Debug, PartialEq)]
+enum Value {
+    Numbers(Vec<u64>),
+    Bytes(Vec<u8>),
+}
+
+fn parse_value(cell: &str) -> Result<Value, String> {
+    if let Some(b) = backticked(cell) {
+        return Ok(Value::Bytes(b.as_bytes().to_vec()));
+    }
+    cell.split(',')
+        .map(|p| p.trim().parse().map_err(|e| format!("`{p}`: {e}")))
+        .collect::<Result<Vec<_>, _>>()
+        .map(Value::Numbers)
+}
+
+fn n(v: u64) -> Value {
+    Value::Numbers(vec![v])
+}
+
+#[test]
+fn field_tables_match_the_code() {
+    let md = doc();
+    let mut errors = Vec::new();
+    for (name, fields) in [("header", HEADER_FIELDS), ("shadow", SHADOW_FIELDS)] {
+        if let Err(e) = check_fields(&md, name, fields) {
+            errors.push(e);
+        }
+    }
+    assert!(errors.is_empty(), "{}", errors.join("\n"));
+    for (fields, bytes) in [(HEADER_FIELDS, HEADER_BYTES), (SHADOW_FIELDS, SHADOW_BYTES)] {
+        let mut at = 0;
+        for f in fields {
+            assert_eq!(
+                f.offset, at,
+                "{} starts where the previous field ends",
+                f.name
+            );
+            at += f.size;
+        }
+        assert_eq!(at, bytes);
+    }
+}
+
+#[test]
+fn constants_table_matches_the_code() {
+    let md = doc();
+    let rows = named_rows(
+        &md,
+        "<!-- constants -->",
+        "| constant | value | meaning |",
+        0,
+    )
+    .unwrap();
+    let doc: Vec<(String, Value)> = rows
+        .iter()
+        .map(|r| {
+            (
+                r.name.to_string(),
+                parse_value(r.cells[1]).unwrap_or_else(|e| panic!("{}: {e}", r.line)),
+            )
+        })
+        .collect();
+    let code = vec![
+        (
+            "META_MAGIC",
+            Value::Bytes(META_MAGIC.to_le_bytes().to_vec()),
+        ),
+        ("META_VERSION", n(META_VERSION as u64)),
+        (
+            "HEADER_COPY_OFFSETS",
+            Value::Numbers(HEADER_COPY_OFFSETS.iter().map(|&o| o as u64).collect()),
+        ),
+        ("HEADER_BYTES", n(HEADER_BYTES as u64)),
+        ("SHADOW_AT", n(SHADOW_AT as u64)),
+        ("SHADOW_BYTES", n(SHADOW_BYTES as u64)),
+        ("SECTIONS_AT", n(SECTIONS_AT as u64)),
+        ("SUMS_PER_BLOCK", n(SUMS_PER_BLOCK)),
+        ("SUM_BLOCK_BYTES", n(SUM_BLOCK_BYTES as u64)),
+        ("LINE_BYTES", n(LINE_BYTES as u64)),
+        ("STRIPE_PAGES_MIN", n(STRIPE_PAGES_MIN as u64)),
+        ("STRIPE_PAGES_MAX", n(STRIPE_PAGES_MAX as u64)),
+        ("STRIPE_PAGES_DEFAULT", n(STRIPE_PAGES_DEFAULT as u64)),
+        ("PERIOD_MS_MIN", n(PERIOD_MS_MIN as u64)),
+        ("PERIOD_MS_MAX", n(PERIOD_MS_MAX as u64)),
+        ("PERIOD_MS_DEFAULT", n(PERIOD_MS_DEFAULT as u64)),
+        ("BATCH_PAGES", n(BATCH_PAGES as u64)),
+    ];
+    let required: Vec<&str> = code.iter().map(|(n, _)| *n).collect();
+    verdict("constants", compare_constants(&doc, &code, &required)).unwrap();
+}
+
+#[test]
+fn sections_follow_the_documented_formula() {
+    let r = |x: u64| x.next_multiple_of(4096);
+    for (pages, k) in [(1, 2), (64, 4), (1000, 3), (262_144, 4), (12_345, 32)] {
+        let g = layout::Geometry::new(pages, k).unwrap();
+        let s = pages.div_ceil(k as u64);
+        assert_eq!(g.stripes, s);
+        assert_eq!(g.pagesums_at, 8192);
+        assert_eq!(g.pageblocks_at, g.pagesums_at + r(4 * pages));
+        assert_eq!(g.paritysums_at, g.pageblocks_at + r(4 * pages.div_ceil(16)));
+        assert_eq!(g.parityblocks_at, g.paritysums_at + r(4 * s));
+        assert_eq!(g.linesums_at, g.parityblocks_at + r(4 * s.div_ceil(16)));
+        assert_eq!(g.parity_at, r(g.linesums_at + 256 * pages));
+        assert_eq!(g.meta_bytes, g.parity_at + 4096 * s);
+        assert!(g.group_pages() == 16 * k as u64 && g.batch_pages() <= BATCH_PAGES as u64);
+    }
+    assert!(layout::Geometry::new(0, 4).is_none());
+    assert!(layout::Geometry::new(10, 1).is_none());
+    assert!(layout::Geometry::new(10, 33).is_none());
+}
