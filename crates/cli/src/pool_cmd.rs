@@ -1,5 +1,6 @@
 //! `kavach pool ...` and `kavach region ...`.
 
+use crate::integrity_cmd::{self, ModeArg};
 use crate::units::{format_size, format_time_ns, parse_size};
 use crate::{CouldNotRun, Outcome, print_json};
 use anyhow::{Context, Result};
@@ -7,6 +8,7 @@ use clap::{Args, Subcommand, ValueEnum};
 use pmem::check::{Severity, check_file};
 use pmem::{Alignment, CreateOptions, Domain, OpenOptions, Pool, PoolInfo, kinds};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 #[derive(Debug, Subcommand)]
 pub enum PoolCommand {
@@ -14,8 +16,18 @@ pub enum PoolCommand {
     ///
     /// The whole size is reserved at once. On /dev/shm the pool is PM emulated in DRAM: it
     /// survives process crashes but not a reboot.
+    ///
+    /// With --redundancy, the pool gets a data region `data` protected by the integrity layer:
+    /// a checksum per 4 KiB page and XOR parity per stripe of --stripe pages, kept in a second
+    /// region `data.integrity`; the two fill the pool. Then `kavach debug fill`, `kavach inject`,
+    /// `kavach scrub` and `kavach repair` work on it.
+    #[command(after_help = "Examples:\n  \
+        kavach pool create /dev/shm/a.pool --size 64MiB\n  \
+        kavach pool create /dev/shm/p.pool --size 64MiB --redundancy lazy --period-ms 500\n  \
+        kavach pool create /dev/shm/p.pool --size 64MiB --redundancy eager --stripe 8 --json")]
     Create(CreateArgs),
-    /// Show a pool's size, domain, UUID, regions and clean-shutdown state (read-only).
+    /// Show a pool's size, domain, UUID, regions and clean-shutdown state, and each protected
+    /// region's redundancy (mode, stripes, period, state, sizes) (read-only).
     Info(InfoArgs),
     /// Validate a pool's header and region directory without changing anything.
     ///
@@ -34,6 +46,31 @@ pub struct CreateArgs {
     /// Persistence domain to record: auto detects it (adr on DAX or /dev/shm, msync on disk).
     #[arg(long, value_enum, default_value_t = DomainArg::Auto)]
     pub domain: DomainArg,
+    /// Give the pool a data region `data` with redundancy kept in this mode (recorded; the
+    /// default for later opens).
+    #[arg(long, value_enum)]
+    pub redundancy: Option<ModeArg>,
+    /// With --redundancy: lazy mode's update period, 100 to 60000 ms (recorded in any mode,
+    /// used whenever the region is kept lazily).
+    #[arg(
+        long,
+        requires = "redundancy",
+        default_value_t = integrity::layout::PERIOD_MS_DEFAULT,
+        value_parser = clap::value_parser!(u32).range(
+            integrity::layout::PERIOD_MS_MIN as i64..=integrity::layout::PERIOD_MS_MAX as i64
+        )
+    )]
+    pub period_ms: u32,
+    /// With --redundancy: data pages per stripe (one parity page each), 2 to 32.
+    #[arg(
+        long,
+        requires = "redundancy",
+        default_value_t = integrity::layout::STRIPE_PAGES_DEFAULT,
+        value_parser = clap::value_parser!(u32).range(
+            integrity::layout::STRIPE_PAGES_MIN as i64..=integrity::layout::STRIPE_PAGES_MAX as i64
+        )
+    )]
+    pub stripe: u32,
     /// Print the new pool's info as JSON.
     #[arg(long)]
     pub json: bool,
@@ -135,7 +172,7 @@ fn open_ro(path: &Path) -> Result<Pool<pmem::Mapping>> {
 pub fn run_pool(cmd: PoolCommand) -> Result<Outcome> {
     match cmd {
         PoolCommand::Create(a) => {
-            let pool = Pool::create(
+            let mut pool = Pool::create(
                 &a.path,
                 &CreateOptions {
                     size: a.size,
@@ -143,10 +180,32 @@ pub fn run_pool(cmd: PoolCommand) -> Result<Outcome> {
                 },
             )
             .with_context(|| format!("cannot create pool {}", a.path.display()))?;
+            if let Some(mode) = a.redundancy {
+                let made = integrity_cmd::protect_new_pool(&mut pool, mode, a.stripe, a.period_ms);
+                if let Err(e) = made {
+                    // The file is ours (create refuses an existing one): leave nothing behind.
+                    drop(pool);
+                    let _ = std::fs::remove_file(&a.path);
+                    return Err(e.context(format!(
+                        "cannot create pool {} with redundancy; nothing was left behind",
+                        a.path.display()
+                    )));
+                }
+            }
+            // Reopened read-only on the same mapping, so the info shows the pool as closed.
+            let pool = Pool::open_medium(
+                Arc::new(pool.close()?),
+                &OpenOptions {
+                    read_only: true,
+                    domain: None,
+                },
+            )
+            .with_context(|| format!("cannot reopen the new pool {}", a.path.display()))?;
             let info = pool.info();
-            pool.close()?;
+            let facts = integrity_cmd::integrity_facts(&pool);
+            drop(pool);
             if a.json {
-                print_json(&info)?;
+                print_json(&integrity_cmd::info_json(&info, &facts)?)?;
             } else {
                 println!(
                     "created {} ({}, domain {}, uuid {})",
@@ -155,6 +214,7 @@ pub fn run_pool(cmd: PoolCommand) -> Result<Outcome> {
                     info.domain,
                     info.uuid
                 );
+                integrity_cmd::print_facts(&facts);
                 if !info.survives_reboot {
                     println!(
                         "note: {} is on tmpfs: it survives crashes of Kavach, not a reboot",
@@ -165,12 +225,14 @@ pub fn run_pool(cmd: PoolCommand) -> Result<Outcome> {
             Ok(Outcome::Ok)
         }
         PoolCommand::Info(a) => {
-            let pool = open_ro(&a.path)?;
+            let pool = open_ro(&a.path)?.map_medium(Arc::new);
             let info = pool.info();
+            let facts = integrity_cmd::integrity_facts(&pool);
             if a.json {
-                print_json(&info)?;
+                print_json(&integrity_cmd::info_json(&info, &facts)?)?;
             } else {
                 print_info(&info);
+                integrity_cmd::print_facts(&facts);
             }
             Ok(Outcome::Ok)
         }

@@ -111,6 +111,16 @@ fn read_parity<M: Medium>(inner: &Inner<M>, stripe: u64) -> Vec<u8> {
 
 /// Verify every clean page, both checksum arrays and every parity page.
 pub(crate) fn scrub<M: Medium>(inner: &Inner<M>, progress: Progress<'_>) -> Result<ScrubReport> {
+    if inner.mode == crate::engine::Mode::Off {
+        // Nothing keeps the checksums current: every page written since would read as damage.
+        return Err(crate::error::IntegrityError::invalid(
+            "mode",
+            format!(
+                "region `{}` is open with redundancy off: there is nothing current to verify against",
+                inner.region
+            ),
+        ));
+    }
     let t = Instant::now();
     let mut report = ScrubReport::default();
     let gp = inner.geo.group_pages();

@@ -1,0 +1,454 @@
+//! The integrity commands as a user drives them: `pool create --redundancy`, `debug fill`,
+//! `debug digest`, `inject bitflip|lost-write|misdirected-write`, `scrub`, `repair` and the
+//! integrity facts of `pool info`. The loop a user runs to test the machinery: fill, digest,
+//! inject, scrub finds it (exit 1) and names the page, repair fixes it (exit 0), scrub is clean,
+//! and the digest is back to what it should be. Small pools on /dev/shm keep it quick.
+
+mod common;
+
+use common::{Scratch, assert_refused, kavach, stderr, stdout};
+use std::process::Output;
+use std::sync::Arc;
+
+fn assert_code(o: &Output, code: i32) {
+    assert_eq!(
+        o.status.code(),
+        Some(code),
+        "stdout: {}\nstderr: {}",
+        stdout(o),
+        stderr(o)
+    );
+    let err = stderr(o);
+    assert!(
+        !err.contains("panicked") && !err.contains("internal error"),
+        "{err}"
+    );
+}
+
+fn json(o: &Output) -> serde_json::Value {
+    serde_json::from_slice(&o.stdout).unwrap_or_else(|e| panic!("not JSON ({e}): {}", stdout(o)))
+}
+
+/// `kavach args`, which must exit `code`; its stdout.
+fn run(args: &[&str], code: i32) -> String {
+    let o = kavach(args);
+    assert_code(&o, code);
+    stdout(&o)
+}
+
+/// `kavach args --json`, which must exit `code`; its JSON.
+fn run_json(args: &[&str], code: i32) -> serde_json::Value {
+    let mut all = args.to_vec();
+    all.push("--json");
+    let o = kavach(&all);
+    assert_code(&o, code);
+    json(&o)
+}
+
+fn digest(p: &str) -> String {
+    let v = run_json(&["debug", "digest", p], 0);
+    let sha = v["sha256"].as_str().expect("sha256").to_string();
+    assert_eq!(sha.len(), 64);
+    assert!(sha.chars().all(|c| c.is_ascii_hexdigit()));
+    sha
+}
+
+/// A new 4 MiB pool with redundancy in `mode` (stripes of 4), filled from seed 1.
+fn filled_pool(s: &Scratch, name: &str, mode: &str) -> String {
+    let p = s.path(name);
+    let v = run_json(
+        &["pool", "create", &p, "--size", "4MiB", "--redundancy", mode],
+        0,
+    );
+    let data = &v["regions"][0];
+    assert_eq!(data["name"], "data");
+    assert_eq!(data["integrity"]["mode"], mode);
+    assert_eq!(data["integrity"]["state"], "clean");
+    assert_eq!(data["integrity"]["stripe_pages"], 4);
+    assert_eq!(v["regions"][1]["name"], "data.integrity");
+    assert_eq!(
+        v["free_bytes"], 0,
+        "data and integrity regions fill the pool"
+    );
+    let f = run_json(&["debug", "fill", &p, "--seed", "1"], 0);
+    assert_eq!(f["mode"], mode);
+    assert_eq!(f["pages"], data["integrity"]["data_pages"]);
+    p
+}
+
+/// Data page numbers named by `scrub --json`, sorted.
+fn damaged_pages(p: &str) -> Vec<u64> {
+    let v = run_json(&["scrub", p], 1);
+    assert_eq!(v["clean"], false);
+    let mut pages: Vec<u64> = v["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| {
+            assert_eq!(f["kind"], "data-page", "{f}");
+            for field in ["offset", "expected", "found", "description"] {
+                assert!(!f[field].is_null(), "finding lacks {field}: {f}");
+            }
+            f["index"].as_u64().unwrap()
+        })
+        .collect();
+    pages.sort_unstable();
+    pages
+}
+
+/// Scrub finds exactly `pages` (exit 1, named in the human output too), repair fixes all of
+/// them (exit 0), and the next scrub is clean (exit 0).
+fn find_and_repair(p: &str, pages: &[u64]) {
+    assert_eq!(damaged_pages(p), pages);
+    let text = run(&["scrub", p], 1);
+    for page in pages {
+        assert!(text.contains(&format!("data page {page} ")), "{text}");
+    }
+    let v = run_json(&["repair", p], 0);
+    assert_eq!(v["all_repaired"], true);
+    assert_eq!(v["repaired"], pages.len());
+    assert_eq!(v["unrepaired"], 0);
+    for o in v["outcomes"].as_array().unwrap() {
+        assert_eq!(o["repaired"], true);
+        assert!(o["how"].as_str().unwrap().contains("parity"), "{o}");
+    }
+    let v = run_json(&["scrub", p], 0);
+    assert_eq!(v["clean"], true);
+    assert!(v["findings"].as_array().unwrap().is_empty());
+    assert!(v["pages_checked"].as_u64().unwrap() > 0);
+    assert!(run(&["repair", p], 0).contains("nothing to repair"));
+}
+
+#[test]
+fn every_integrity_command_has_help_with_exit_codes() {
+    let commands: &[&[&str]] = &[
+        &["debug"],
+        &["debug", "fill"],
+        &["debug", "digest"],
+        &["inject"],
+        &["inject", "bitflip"],
+        &["inject", "lost-write"],
+        &["inject", "misdirected-write"],
+        &["scrub"],
+        &["repair"],
+        &["pool", "create"],
+    ];
+    for c in commands {
+        let mut args = c.to_vec();
+        args.push("--help");
+        let out = run(&args, 0);
+        assert!(out.contains("Usage: kavach"), "{c:?}");
+        if c.len() == 2 && c[0] != "pool" || c[0] == "scrub" || c[0] == "repair" {
+            assert!(out.contains("Exit status"), "{c:?} --help: {out}");
+        }
+    }
+    let scrub = run(&["scrub", "--help"], 0);
+    assert!(scrub.contains("1 damage found") && scrub.contains("2 the scrub could not run"));
+    let repair = run(&["repair", "--help"], 0);
+    assert!(repair.contains("1 some damage could not be repaired"));
+    assert!(run(&["inject", "lost-write", "--help"], 0).contains("acknowledged"));
+    assert!(run(&["pool", "create", "--help"], 0).contains("txb-page"));
+}
+
+#[test]
+fn each_fault_is_found_repaired_and_the_digest_comes_back() {
+    let s = Scratch::new("loop");
+    for mode in ["lazy", "eager", "txb-page"] {
+        let p = filled_pool(&s, &format!("{mode}.pool"), mode);
+        let d = digest(&p);
+        assert_eq!(run_json(&["scrub", &p], 0)["clean"], true, "{mode}");
+
+        // One bit, then 64 bits of another page.
+        let v = run_json(&["inject", "bitflip", &p, "--page", "5"], 0);
+        assert_eq!(v["bits"].as_array().unwrap().len(), 1);
+        assert_eq!(v["digest_intended"], d.as_str());
+        let at = v["offset"].as_u64().unwrap();
+        let bit = &v["bits"][0];
+        assert!((at..at + 4096).contains(&bit["offset"].as_u64().unwrap()));
+        assert!(bit["bit"].as_u64().unwrap() < 8);
+        assert_ne!(digest(&p), d, "{mode}: the flip changed the data");
+        find_and_repair(&p, &[5]);
+        assert_eq!(digest(&p), d, "{mode}: bitflip 1");
+        let v = run_json(
+            &[
+                "inject", "bitflip", &p, "--page", "9", "--bits", "64", "--seed", "3",
+            ],
+            0,
+        );
+        assert_eq!(v["bits"].as_array().unwrap().len(), 64);
+        find_and_repair(&p, &[9]);
+        assert_eq!(digest(&p), d, "{mode}: bitflip 64");
+
+        // A lost write: the page holds its previous contents again (so the digest is the one
+        // before), but redundancy covers the new contents, which repair brings back.
+        let v = run_json(
+            &["inject", "lost-write", &p, "--page", "7", "--seed", "2"],
+            0,
+        );
+        let intended = v["digest_intended"].as_str().unwrap().to_string();
+        assert_ne!(intended, d);
+        assert_eq!(v["page"], 7);
+        assert_eq!(digest(&p), d, "{mode}: the write never landed");
+        find_and_repair(&p, &[7]);
+        assert_eq!(digest(&p), intended, "{mode}: lost write");
+
+        // A misdirected write to the same page of the next stripe.
+        let d = intended;
+        let v = run_json(&["inject", "misdirected-write", &p, "--page", "100"], 0);
+        assert_eq!(v["to"], 104);
+        assert_eq!(v["same_stripe"], false);
+        assert_eq!(
+            v["to_offset"].as_u64().unwrap() - v["offset"].as_u64().unwrap(),
+            4 * 4096
+        );
+        let intended = v["digest_intended"].as_str().unwrap().to_string();
+        assert_ne!(intended, d);
+        find_and_repair(&p, &[100, 104]);
+        assert_eq!(digest(&p), intended, "{mode}: misdirected write");
+
+        // Wrapping: the last stripe's pages land on the first stripe.
+        let pages = run_json(&["pool", "info", &p], 0)["regions"][0]["integrity"]["data_pages"]
+            .as_u64()
+            .unwrap();
+        let last = (pages - 1).to_string();
+        let v = run_json(&["inject", "misdirected-write", &p, "--page", &last], 0);
+        assert_eq!(v["to"], 3);
+        let intended = v["digest_intended"].as_str().unwrap().to_string();
+        find_and_repair(&p, &[3, pages - 1]);
+        assert_eq!(digest(&p), intended, "{mode}: misdirected write, wrapped");
+
+        let info = run(&["pool", "info", &p], 0);
+        assert!(
+            info.contains(&format!("mode {mode}, state clean, stripes of 4 pages")),
+            "{info}"
+        );
+    }
+}
+
+#[test]
+fn two_damaged_pages_in_one_stripe_are_named_and_left_alone() {
+    let s = Scratch::new("two");
+    let p = filled_pool(&s, "p.pool", "lazy");
+    run(&["inject", "bitflip", &p, "--page", "8"], 0);
+    run(&["inject", "bitflip", &p, "--page", "10", "--seed", "5"], 0);
+    let before = digest(&p);
+    let text = run(&["repair", &p], 1);
+    assert!(text.contains("NOT repaired: data page 8 "), "{text}");
+    assert!(text.contains("NOT repaired: data page 10 "), "{text}");
+    assert!(
+        text.contains("page 10 of the same stripe also fails its checksum"),
+        "{text}"
+    );
+    let v = run_json(&["repair", &p], 1);
+    assert_eq!(v["all_repaired"], false);
+    assert_eq!(v["unrepaired"], 2);
+    let named: Vec<u64> = v["outcomes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|o| o["repaired"] == false)
+        .map(|o| o["index"].as_u64().unwrap())
+        .collect();
+    assert_eq!(named, vec![8, 10]);
+    assert_eq!(digest(&p), before, "nothing guessed");
+    // A misdirected write inside one stripe is the same case, and the command says so.
+    let s2 = filled_pool(&s, "q.pool", "eager");
+    let text = run(
+        &[
+            "inject",
+            "misdirected-write",
+            &s2,
+            "--page",
+            "12",
+            "--to",
+            "13",
+        ],
+        0,
+    );
+    assert!(text.contains("same stripe"), "{text}");
+    assert_eq!(damaged_pages(&s2), vec![12, 13]);
+    run(&["repair", &s2], 1);
+}
+
+#[test]
+fn bad_input_is_refused_with_one_clear_line() {
+    let s = Scratch::new("bad");
+    let missing = s.path("missing.pool");
+    for cmd in ["scrub", "repair"] {
+        assert_refused(&kavach(&[cmd, &missing]), 2, "No such file");
+        assert_refused(&kavach(&[cmd, &missing, "--json"]), 2, "No such file");
+    }
+    assert_refused(
+        &kavach(&["inject", "bitflip", &missing, "--page", "0"]),
+        1,
+        "No such file",
+    );
+    assert_refused(&kavach(&["debug", "digest", &missing]), 1, "No such file");
+    assert_refused(
+        &kavach(&["debug", "fill", &missing, "--seed", "1"]),
+        1,
+        "No such file",
+    );
+
+    // Not a pool.
+    let junk = s.path("junk");
+    std::fs::write(&junk, vec![7u8; 100_000]).unwrap();
+    assert_refused(&kavach(&["scrub", &junk]), 2, "not a Kavach pool");
+
+    // A pool without redundancy: no region `data`, then a `data` region not protected.
+    let plain = s.path("plain.pool");
+    run(&["pool", "create", &plain, "--size", "1MiB"], 0);
+    for cmd in ["scrub", "repair"] {
+        assert_refused(&kavach(&[cmd, &plain]), 2, "has no region `data`");
+    }
+    run(&["region", "create", &plain, "data", "--size", "64KiB"], 0);
+    for cmd in ["scrub", "repair"] {
+        assert_refused(&kavach(&[cmd, &plain]), 2, "has no redundancy");
+    }
+    assert_refused(
+        &kavach(&["inject", "lost-write", &plain, "--page", "1"]),
+        1,
+        "has no redundancy",
+    );
+
+    // Redundancy mode off: nothing to check against.
+    let off = s.path("off.pool");
+    run(
+        &[
+            "pool",
+            "create",
+            &off,
+            "--size",
+            "1MiB",
+            "--redundancy",
+            "off",
+        ],
+        0,
+    );
+    for cmd in ["scrub", "repair"] {
+        assert_refused(&kavach(&[cmd, &off]), 2, "mode off");
+    }
+
+    // Page and bit counts out of range, named with the range.
+    let p = filled_pool(&s, "p.pool", "lazy");
+    let pages = run_json(&["pool", "info", &p], 0)["regions"][0]["integrity"]["data_pages"]
+        .as_u64()
+        .unwrap();
+    let range = format!("0 to {}", pages - 1);
+    let past = pages.to_string();
+    for fault in ["bitflip", "lost-write", "misdirected-write"] {
+        assert_refused(&kavach(&["inject", fault, &p, "--page", &past]), 1, &range);
+    }
+    assert_refused(
+        &kavach(&[
+            "inject",
+            "misdirected-write",
+            &p,
+            "--page",
+            "1",
+            "--to",
+            &past,
+        ]),
+        1,
+        &range,
+    );
+    assert_refused(
+        &kavach(&[
+            "inject",
+            "misdirected-write",
+            &p,
+            "--page",
+            "1",
+            "--to",
+            "1",
+        ]),
+        1,
+        "--to 1",
+    );
+    for bits in ["0", "32769"] {
+        assert_refused(
+            &kavach(&["inject", "bitflip", &p, "--page", "1", "--bits", bits]),
+            1,
+            "1 to 32768",
+        );
+    }
+    assert_refused(
+        &kavach(&["scrub", &p, "--region", "nope"]),
+        2,
+        "no region `nope` (it has `data`, `data.integrity`",
+    );
+    assert_refused(
+        &kavach(&["debug", "digest", &p, "--region", "nope"]),
+        1,
+        "no region `nope`",
+    );
+    // Nothing above changed the data.
+    assert_eq!(run_json(&["scrub", &p], 0)["clean"], true);
+
+    // Out-of-range options of pool create are refused by the parser (exit 2), and a pool too
+    // small for the stripe asked for is refused with nothing left behind.
+    let x = s.path("x.pool");
+    for bad in [
+        &["--redundancy", "lazy", "--stripe", "1"][..],
+        &["--redundancy", "lazy", "--stripe", "33"],
+        &["--redundancy", "lazy", "--period-ms", "99"],
+        &["--redundancy", "sometimes"],
+        &["--stripe", "4"],
+    ] {
+        let mut args = vec!["pool", "create", &x, "--size", "1MiB"];
+        args.extend_from_slice(bad);
+        let o = kavach(&args);
+        assert_code(&o, 2);
+        assert!(!std::path::Path::new(&x).exists(), "{bad:?}");
+    }
+    let o = kavach(&[
+        "pool",
+        "create",
+        &x,
+        "--size",
+        "64KiB",
+        "--redundancy",
+        "lazy",
+        "--stripe",
+        "32",
+    ]);
+    assert_refused(&o, 1, "make the pool larger");
+    assert!(!std::path::Path::new(&x).exists());
+}
+
+/// A region left open by a crash is resynced when scrub opens it, and scrub says so.
+#[test]
+fn an_unclean_region_is_resynced_at_open_and_the_output_says_so() {
+    let s = Scratch::new("unclean");
+    let p = filled_pool(&s, "p.pool", "lazy");
+    {
+        // Write one page and "crash": drop the handles without closing them.
+        let pool = pmem::Pool::open(std::path::Path::new(&p), &pmem::OpenOptions::default())
+            .unwrap()
+            .map_medium(Arc::new);
+        let (prot, _) =
+            integrity::open_in_pool(&pool, "data", Default::default(), &mut |_, _| {}).unwrap();
+        prot.write(3 * 4096, &[0xa5; 100]).unwrap();
+        drop(prot);
+        drop(pool);
+    }
+    let v = run_json(&["pool", "info", &p], 0);
+    assert_eq!(v["clean_shutdown"], false);
+    assert_eq!(v["regions"][0]["integrity"]["state"], "open");
+    let v = run_json(&["scrub", &p], 0);
+    assert_eq!(v["open"]["clean_at_open"], false);
+    assert_eq!(v["open"]["previous_state"], "open");
+    assert!(v["open"]["resync_pages"].as_u64().unwrap() > 0);
+    assert_eq!(v["open"]["resync_pages_changed"], 1);
+    let note = v["notes"][0].as_str().unwrap();
+    assert!(
+        note.contains("resynced") && note.contains("cannot tell a write from damage"),
+        "{note}"
+    );
+    // Closed cleanly now: the next scrub has nothing to say about it.
+    let text = run(&["scrub", &p], 0);
+    assert!(!text.contains("resynced"), "{text}");
+    let v = run_json(&["pool", "info", &p], 0);
+    assert_eq!(v["clean_shutdown"], true);
+    assert_eq!(v["regions"][0]["integrity"]["state"], "clean");
+}
