@@ -719,8 +719,13 @@ impl<M: Medium> Inner<M> {
                 self.medium.persist(at, data.len())?;
             }
             Mode::Lazy => {
+                // Before the store, so a scrubber never takes the page for clean while it
+                // changes; after it too, so a collect that ran between the first mark and the
+                // store (and reported the page with its old bytes) cannot lose the store. The
+                // backends that see stores ignore both.
                 self.tracker.mark(first_page, end_page - first_page);
                 self.medium.write(at, data);
+                self.tracker.mark(first_page, end_page - first_page);
                 self.medium.persist(at, data.len())?;
             }
             Mode::Eager => {
@@ -1201,7 +1206,9 @@ impl<M: Medium + 'static> Protected<M> {
     pub fn read(&self, offset: u64, buf: &mut [u8]) -> Result<()> {
         self.inner.read(offset, buf)
     }
-    /// Tell an explicit tracker that `[offset, offset + len)` is about to be stored to.
+    /// Tell an explicit tracker that `[offset, offset + len)` is stored to: call it both
+    /// before the store (so the scrubber does not verify the page while it changes) and after
+    /// it (so an update pass that collected the page in between does not miss the store).
     pub fn mark(&self, offset: u64, len: u64) {
         if len > 0 {
             let first = offset / PAGE;

@@ -270,7 +270,7 @@ fn stress(kind: TrackerKind, seed: u64) {
                 // `store` marks before the store; the explicit backend needs a mark after it
                 // too (see `tracker::explicit`): a collect between the first mark and the
                 // store takes the bit before the store lands.
-                file.store(&*tracker, page, k);
+                file.store(&*tracker, page, k + 1);
                 tracker.mark(page, 1);
                 completed.store(k + 1, Ordering::SeqCst);
                 stores.push(page as u32);
@@ -327,15 +327,16 @@ fn stress(kind: TrackerKind, seed: u64) {
     );
     assert!(rounds >= 50, "{kind:?}: only {rounds} rounds");
 
-    // No store lost for good. Every store to a page writes a larger value than the one before,
-    // so a value read after a report covers every store that landed before the read. The
+    // No store lost for good. Store k writes k + 1, so every store to a page writes a larger
+    // value than the one before (and than the file's zeros), and a value read after a report
+    // covers every store that landed before the read. The
     // redundancy thread computes from such reads: each store must be covered by one, or the
     // page ends clean with stale redundancy.
     for (page, stores) in stores_of.iter().enumerate() {
         let covered = reports[page].last().map(|&(_, value)| value);
         assert_eq!(
             covered,
-            stores.last().copied(),
+            stores.last().map(|k| k + 1),
             "{kind:?}: page {page}'s last store is not covered by a report"
         );
     }
@@ -343,9 +344,8 @@ fn stress(kind: TrackerKind, seed: u64) {
     // No store missed even for a while. Store k to page p landed before every collect whose
     // `before` exceeds k, so the first such collect of p's batch (`due`) must report p, unless
     // a collect that had not ended before store k began (`after` exceeds k) reported p after
-    // the store landed. A report whose value read afterwards is at least k is one that came
-    // after the store landed, so the check asks for such a report among the collects
-    // `could..=due`.
+    // the store landed. A report whose value read afterwards is at least k + 1 came after the
+    // store landed, so the check asks for such a report among the collects `could..=due`.
     for (k, &page) in stores.iter().enumerate() {
         let k = k as u64;
         let log = &logs[page as usize / BATCH_PAGES as usize];
@@ -360,7 +360,7 @@ fn stress(kind: TrackerKind, seed: u64) {
         let covered = reported[next..]
             .iter()
             .take_while(|&&(i, _)| i as usize <= due)
-            .any(|&(_, value)| value >= k);
+            .any(|&(_, value)| value > k);
         assert!(
             covered,
             "{kind:?}: store {k} to page {page} missed: reports {:?}, collects {could}..={due}",
@@ -379,7 +379,7 @@ fn stress(kind: TrackerKind, seed: u64) {
             let next = s.partition_point(|&k| k < since);
             assert!(
                 next < s.len() && s[next] < until,
-                "{kind:?}: page {page} reported by collect {i} without a store in [{since}, {until})"
+                "{kind:?}: page {page} reported by collect {i} with no store in [{since}, {until})"
             );
             since = log.before[i as usize];
         }

@@ -32,17 +32,20 @@
 //!
 //! # Known limits
 //!
-//! - **VMA count.** Every isolated writable page splits the mapping's VMA; with the default
-//!   `vm.max_map_count` (65530) `mprotect` fails with `ENOMEM` after about 38,000 scattered
-//!   dirty pages. The handler then falls back to making the page's whole 512-page group writable
-//!   with all its bits set (reported as written: conservative, never a miss), then the whole
-//!   range; if even that fails the fault is passed on as a real SIGSEGV. `collect` and `arm`
-//!   return a [`TrackError`] when their `mprotect` fails, leaving the bits set.
+//! - **VMA count.** Every isolated writable page splits the mapping's VMA in three; with the
+//!   default `vm.max_map_count` (65530) `mprotect` fails with `ENOMEM` after about 32,750
+//!   isolated dirty pages (measured; fewer if the process has other mappings). The handler then
+//!   falls back to making the page's whole 512-page group writable with all its bits set
+//!   (reported as written: conservative, never a miss), then the whole range; if even that fails
+//!   the fault is passed on as a real SIGSEGV. [`MprotectTracker::fallbacks`] counts these. Every
+//!   second page of 1 GiB written: 385 group fallbacks, 229,632 pages reported for 131,072
+//!   written. `collect` and `arm` return a [`TrackError`] when their `mprotect` fails, leaving
+//!   the bits set.
 //! - **Kernel writes** into a read-only page (`read(2)`, `recv(2)` into the range) fail with
 //!   `EFAULT` instead of faulting: the kernel does not raise SIGSEGV for its own accesses. Do not
 //!   let system calls write into a tracked range.
-//! - **Cost**: a first store to a page per epoch costs a signal delivery and an `mprotect`
-//!   (several microseconds, about ten times the userfaultfd backend).
+//! - **Cost**: a first store to a page per epoch costs a signal delivery and an `mprotect`:
+//!   4.5-7 µs measured here, against about 0.8 µs for the userfaultfd backend.
 //! - **Other SIGSEGV users.** The handler is installed once, on the first tracker, and chains
 //!   to the handler it replaced for faults outside every tracker. Code that installs its own
 //!   SIGSEGV handler later without chaining breaks this tracker. At most [`MAX_TRACKERS`]
@@ -85,6 +88,10 @@ struct Shared {
     locks: Box<[AtomicU32]>,
     /// How often the handler had to open more than one page (`mprotect` refused a split).
     fallbacks: AtomicU64,
+    /// Tests: the handler's `mprotect` calls shorter than this many bytes fail, as if the
+    /// kernel had refused to split the VMA.
+    #[cfg(test)]
+    refuse_opening_below: AtomicUsize,
 }
 
 /// One entry of the handler's registry.
@@ -190,6 +197,8 @@ impl MprotectTracker {
                 .map(|_| AtomicU32::new(0))
                 .collect(),
             fallbacks: AtomicU64::new(0),
+            #[cfg(test)]
+            refuse_opening_below: AtomicUsize::new(0),
         });
         let slot = register(&shared)?;
         let tracker = MprotectTracker {
@@ -228,13 +237,10 @@ impl MprotectTracker {
 }
 
 impl Shared {
-    fn group_range(&self, group: u64) -> (usize, usize) {
+    /// The pages of `group`: first page and count.
+    fn group_pages(&self, group: u64) -> (u64, u64) {
         let first = group * GROUP_PAGES;
-        let count = GROUP_PAGES.min(self.pages - first);
-        (
-            self.start + first as usize * PAGE_BYTES,
-            count as usize * PAGE_BYTES,
-        )
+        (first, GROUP_PAGES.min(self.pages - first))
     }
 
     /// The handler's work for a permission fault at `addr` (inside the range): set the page's
@@ -246,36 +252,41 @@ impl Shared {
         let lock = &self.locks[group as usize];
         spin_lock(lock);
         set_bits(&self.words, page, 1);
-        let mut opened = protect(
-            self.start + page as usize * PAGE_BYTES,
-            PAGE_BYTES,
-            libc::PROT_READ | libc::PROT_WRITE,
-        );
+        let mut opened = self.open(self.start + page as usize * PAGE_BYTES, PAGE_BYTES);
         if !opened {
             // Splitting the VMA failed (most likely the map count limit): open the whole group,
-            // which needs fewer VMAs, reporting every page of it as written.
+            // which merges the writable pieces inside it, reporting every page of it as written.
             self.fallbacks.fetch_add(1, Ordering::Relaxed);
-            let (at, len) = self.group_range(group);
-            set_bits(&self.words, group * GROUP_PAGES, GROUP_PAGES);
-            opened = protect(at, len, libc::PROT_READ | libc::PROT_WRITE);
+            let (first, count) = self.group_pages(group);
+            set_bits(&self.words, first, count);
+            opened = self.open(
+                self.start + first as usize * PAGE_BYTES,
+                count as usize * PAGE_BYTES,
+            );
         }
         spin_unlock(lock);
         if !opened {
-            // Last resort: open the whole range (one VMA again), every page reported.
+            // Last resort: open the whole range, which merges into its neighbours (normally
+            // one VMA again), every page reported.
             for lock in self.locks.iter() {
                 spin_lock(lock);
             }
             set_bits(&self.words, 0, self.pages);
-            opened = protect(
-                self.start,
-                self.end - self.start,
-                libc::PROT_READ | libc::PROT_WRITE,
-            );
+            opened = self.open(self.start, self.end - self.start);
             for lock in self.locks.iter() {
                 spin_unlock(lock);
             }
         }
         opened
+    }
+
+    /// The handler's `mprotect(PROT_READ | PROT_WRITE)`; true on success. Async-signal-safe.
+    fn open(&self, start: usize, len: usize) -> bool {
+        #[cfg(test)]
+        if len < self.refuse_opening_below.load(Ordering::Relaxed) {
+            return false;
+        }
+        protect(start, len, libc::PROT_READ | libc::PROT_WRITE)
     }
 
     /// Lock groups `[first, last]` in ascending order (the only order anyone takes more than
@@ -332,8 +343,8 @@ impl SignalsBlocked {
 
 impl Drop for SignalsBlocked {
     fn drop(&mut self) {
-        // SAFETY: restores the mask saved by `new` on this thread (the guard is not Send: it
-        // holds no Send-breaking field, but it is only ever a local of one function).
+        // SAFETY: restores the mask `new` saved; the guard is only ever a local (or a field of
+        // one), so this runs on the thread that blocked the signals.
         unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &self.previous, ptr::null_mut()) };
     }
 }
@@ -395,9 +406,9 @@ fn register(shared: &Arc<Shared>) -> Result<usize, TrackError> {
     slot.end.store(0, Ordering::SeqCst);
     slot.start.store(shared.start, Ordering::SeqCst);
     slot.end.store(shared.end, Ordering::SeqCst);
+    SLOTS_USED.fetch_max(index + 1, Ordering::SeqCst);
     slot.state
         .store(Arc::as_ptr(shared).cast_mut(), Ordering::SeqCst);
-    SLOTS_USED.fetch_max(index + 1, Ordering::SeqCst);
     Ok(index)
 }
 
@@ -464,10 +475,11 @@ extern "C" fn on_sigsegv(
 /// retried.
 fn handle_fault(addr: usize) -> bool {
     let used = SLOTS_USED.load(Ordering::SeqCst).min(MAX_TRACKERS);
-    for slot in &REGISTRY[..used] {
-        if addr < slot.start.load(Ordering::SeqCst) || addr >= slot.end.load(Ordering::SeqCst) {
-            continue;
-        }
+    let covers = |slot: &Slot| {
+        addr >= slot.start.load(Ordering::SeqCst) && addr < slot.end.load(Ordering::SeqCst)
+    };
+    // Live trackers first, so a live tracker over the range of a dropped one is never shadowed.
+    for slot in REGISTRY[..used].iter().filter(|slot| covers(slot)) {
         slot.active.fetch_add(1, Ordering::SeqCst);
         let state = slot.state.load(Ordering::SeqCst);
         let outcome = if state.is_null() {
@@ -483,17 +495,17 @@ fn handle_fault(addr: usize) -> bool {
         if let Some(opened) = outcome {
             return opened;
         }
-        if state.is_null()
+    }
+    // Then the ranges of dropped trackers, made writable by their `drop`: retry the store, a
+    // bounded number of times per range.
+    REGISTRY[..used].iter().any(|slot| {
+        covers(slot)
+            && slot.state.load(Ordering::SeqCst).is_null()
             && slot
                 .stale_budget
                 .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |b| b.checked_sub(1))
                 .is_ok()
-        {
-            // The range of a dropped tracker, made writable by its `drop`: retry the store.
-            return true;
-        }
-    }
-    false
+    })
 }
 
 /// Pass a fault that is not ours to the handler we replaced.
@@ -717,6 +729,75 @@ mod tests {
         b.store(1, 1);
         assert_eq!(collected(&tb, 0, 8)[0], 1 << 1);
         assert_eq!(tb.fallbacks(), 0);
+    }
+
+    #[test]
+    fn refused_splits_open_the_group_then_the_range() {
+        let a = Scratch::new(1100);
+        // SAFETY: a live MAP_SHARED read-write mapping that outlives the tracker.
+        let t = unsafe { MprotectTracker::new(a.base, a.len).unwrap() };
+        let all = |first: u64, count: u32| -> u64 {
+            collected(&t, first, count)
+                .iter()
+                .map(|w| w.count_ones() as u64)
+                .sum()
+        };
+        t.shared
+            .refuse_opening_below
+            .store(PAGE_BYTES + 1, Ordering::Relaxed);
+        a.store(600, 1);
+        assert_eq!(t.fallbacks(), 1);
+        assert_eq!(all(0, 512), 0);
+        assert_eq!(all(512, 512), 512);
+        assert_eq!(all(1024, 76), 0);
+        t.shared
+            .refuse_opening_below
+            .store(GROUP_PAGES as usize * PAGE_BYTES + 1, Ordering::Relaxed);
+        a.store(3, 1);
+        assert_eq!(t.fallbacks(), 2);
+        assert_eq!(all(0, 512) + all(512, 512) + all(1024, 76), 1100);
+        // Collected pages are protected again: with splits allowed, one page at a time.
+        t.shared.refuse_opening_below.store(0, Ordering::Relaxed);
+        a.store(1099, 1);
+        assert_eq!(collected(&t, 1024, 76)[1], 1 << (75 - 64));
+        assert_eq!(all(0, 512) + all(512, 512) + all(1024, 76), 0);
+        assert_eq!(t.fallbacks(), 2);
+    }
+
+    #[test]
+    fn kernel_writes_into_a_protected_page_fail() {
+        let a = Scratch::new(2);
+        // SAFETY: a live MAP_SHARED read-write mapping that outlives the tracker.
+        let t = unsafe { MprotectTracker::new(a.base, a.len).unwrap() };
+        let mut fds = [0; 2];
+        // SAFETY: pipe writes two descriptors into the array.
+        assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);
+        // SAFETY: plain write of a local buffer to our pipe.
+        let sent = unsafe { libc::write(fds[1], b"abcd".as_ptr().cast(), 4) };
+        assert_eq!(sent, 4);
+        // SAFETY: read(2) into page 1 of the scratch mapping, which is read-only now.
+        let n = unsafe { libc::read(fds[0], a.base.add(PAGE_BYTES).cast(), 4) };
+        let error = std::io::Error::last_os_error();
+        // SAFETY: closing the pipe descriptors we own.
+        unsafe {
+            libc::close(fds[0]);
+            libc::close(fds[1]);
+        }
+        assert_eq!(n, -1);
+        assert_eq!(error.raw_os_error(), Some(libc::EFAULT));
+        assert_eq!(collected(&t, 0, 2)[0], 0);
+    }
+
+    #[test]
+    fn a_new_tracker_over_a_dropped_ones_range() {
+        let a = Scratch::new(16);
+        for round in 0..3 {
+            // SAFETY: a live MAP_SHARED read-write mapping that outlives the tracker.
+            let t = unsafe { MprotectTracker::new(a.base, a.len).unwrap() };
+            a.store(round, 1);
+            assert_eq!(collected(&t, 0, 16)[0], 1 << round);
+            assert_eq!(t.fallbacks(), 0);
+        }
     }
 
     #[test]
