@@ -55,6 +55,7 @@ done
 if [ "$QUICK" = 1 ]; then
   SIZE_ARGS=(--data-mib 256)
   NEED_MIB=$((256 * 4 / 3 + 16 + 256))
+  # shellcheck disable=SC2054  # the commas are inside one argument
   ARGS=(--seconds 2 --configs off,lazy-200ms,lazy-1s,eager,txb-page --fw-pages 8192 --fw-rounds 2)
 else
   SIZE_ARGS=(--data-gib "$DATA_GIB")

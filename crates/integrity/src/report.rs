@@ -179,7 +179,7 @@ pub struct Stats {
     pub tracking_ms_mean: f64,
     /// Stripes with a page written since the last pass, now (lazy mode; 0 otherwise).
     pub vulnerable_stripes_now: u64,
-    /// Stripes each recent pass found vulnerable: (ms since that pass started, stripes).
+    /// Stripes each recent pass found vulnerable (written since the pass before), oldest first.
     pub vulnerable_stripes_sampled: Vec<u64>,
     /// Longest time between the start of one pass and the end of the next: how long a write
     /// can wait for redundancy.

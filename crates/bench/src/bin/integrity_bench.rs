@@ -23,7 +23,12 @@
 //!   cell opens the region in its mode (a resync when the mode needs one, untimed), warms up
 //!   with 10,000 operations, runs for `--seconds` (lazy write cells: for at least
 //!   `--lazy-periods` periods, so that passes happen even at 60 s), takes the statistics and
-//!   closes (the final pass is untimed).
+//!   closes (the final pass is untimed). With `--rounds R` the whole sequence runs R times per
+//!   workload (alternating its direction); each cell's ratio is against its own round's two
+//!   `off` runs, and the report gives the median and range of those ratios over rounds.
+//!   After every lazy open the harness stores once to every page, untimed
+//!   ([`Bench::restore_write_access`]): unregistering the userfaultfd range leaves the pages
+//!   read-only, and the next cell would otherwise pay a fault per page.
 //!
 //! Output: a human report on stdout (markdown tables), progress on stderr, and with `--json`
 //! one JSON document with every measurement.
@@ -157,6 +162,10 @@ struct Args {
     /// Alternations of (lazy, off) opens in the first-write phase.
     #[arg(long, default_value_t = 2)]
     fw_reps: u64,
+    /// Rounds: the whole sequence (off, the others, off) is run this many times per workload,
+    /// in alternating order; the report gives medians over rounds of the per-round ratios.
+    #[arg(long, default_value_t = 1)]
+    rounds: u64,
     /// Seed of the random offsets (the same sequence for every configuration).
     #[arg(long, default_value_t = 1)]
     seed: u64,
@@ -233,11 +242,12 @@ fn check_args(args: Args) -> Result<Cfg, String> {
         return Err("--stripe-pages must be in 2..=32".into());
     }
     let pages = data_bytes / PAGE;
-    if args.fw_pages == 0 || args.fw_pages > pages / 2 {
+    if args.phases.contains(&Phase::Firstwrite) && (args.fw_pages == 0 || args.fw_pages > pages / 2)
+    {
         return Err(format!("--fw-pages must be in [1, {}]", pages / 2));
     }
-    if args.fw_rounds == 0 || args.fw_reps == 0 {
-        return Err("--fw-rounds and --fw-reps must be positive".into());
+    if args.fw_rounds == 0 || args.fw_reps == 0 || args.rounds == 0 || args.rounds > 1000 {
+        return Err("--fw-rounds, --fw-reps and --rounds must be positive".into());
     }
     let mut configs = Vec::new();
     for c in &args.configs {
@@ -832,6 +842,7 @@ fn lazy_figures(before: &Stats, after: &Stats, data_bytes: u64, stripes: u64) ->
 fn run_cell(b: &mut Bench, c: &Config, w: Workload, which: &str, wi: u64) -> anyhow::Result<Value> {
     let secs = cell_secs(&b.cfg.args, c, w);
     let load_before = loadavg();
+    let started = utc_now();
     let (prot, open) = b.open(c.mode, c.period_ms, c.mode == Mode::Lazy)?;
     // The same offsets for every configuration of a workload.
     let mut rng = SplitMix64::new(b.cfg.args.seed.wrapping_add(wi));
@@ -909,7 +920,8 @@ fn run_cell(b: &mut Bench, c: &Config, w: Workload, which: &str, wi: u64) -> any
         "findings_total": after.findings_total,
         "loadavg_before": load_before,
         "loadavg_after": loadavg(),
-        "started": utc_now(),
+        "started": started,
+        "finished": utc_now(),
     }))
 }
 
@@ -918,49 +930,81 @@ fn phase_cells(b: &mut Bench) -> anyhow::Result<Vec<Value>> {
     let mut cells = Vec::new();
     let workloads = b.cfg.args.workloads.clone();
     let configs = b.cfg.configs.clone();
-    for (wi, &w) in workloads.iter().enumerate() {
-        let mut order: Vec<&Config> = configs.iter().collect();
-        if wi % 2 == 1 {
-            order.reverse();
+    for round in 0..b.cfg.args.rounds {
+        for (wi, &w) in workloads.iter().enumerate() {
+            let mut order: Vec<&Config> = configs.iter().collect();
+            if (wi as u64 + round) % 2 == 1 {
+                order.reverse();
+            }
+            let from = cells.len();
+            cells.push(run_cell(b, &off, w, "first", wi as u64)?);
+            for c in order {
+                cells.push(run_cell(b, c, w, "-", wi as u64)?);
+            }
+            cells.push(run_cell(b, &off, w, "last", wi as u64)?);
+            // Each cell against the mean of this round's two off runs.
+            let group = &mut cells[from..];
+            let base = (group[0]["ops_per_s"].as_f64().unwrap_or(f64::NAN)
+                + group[group.len() - 1]["ops_per_s"]
+                    .as_f64()
+                    .unwrap_or(f64::NAN))
+                / 2.0;
+            for c in group.iter_mut() {
+                c["round"] = round.into();
+                c["ratio_to_off"] = r3(c["ops_per_s"].as_f64().unwrap_or(f64::NAN) / base);
+            }
         }
-        cells.push(run_cell(b, &off, w, "first", wi as u64)?);
-        for c in order {
-            cells.push(run_cell(b, c, w, "-", wi as u64)?);
-        }
-        cells.push(run_cell(b, &off, w, "last", wi as u64)?);
     }
     Ok(cells)
 }
 
 // ---------- the report ----------
 
-struct Summary {
-    /// (workload, off mean ops/s, off first, off last)
-    off: Vec<(String, f64, f64, f64)>,
+/// One row of a workload's summary: a configuration (or `off` first / last) over the rounds.
+#[derive(Debug, Clone, Copy)]
+struct Agg {
+    /// Median ops/s over rounds.
+    ops: f64,
+    /// Median, minimum and maximum over rounds of the ratio to that round's off mean.
+    ratio: f64,
+    min: f64,
+    max: f64,
+    rounds: usize,
 }
 
-fn ops(cells: &[Value], w: &str, config: &str, which: Option<&str>) -> Option<f64> {
-    cells
+fn agg(cells: &[Value], w: &str, config: &str, which: Option<&str>) -> Option<Agg> {
+    let sel: Vec<&Value> = cells
         .iter()
-        .find(|c| {
+        .filter(|c| {
             c["workload"] == w && c["config"] == config && which.is_none_or(|x| c["which"] == x)
         })
-        .and_then(|c| c["ops_per_s"].as_f64())
-}
-
-fn summarize(cells: &[Value], workloads: &[Workload]) -> Summary {
-    let mut off = Vec::new();
-    for w in workloads {
-        let f = ops(cells, w.name(), "off", Some("first")).unwrap_or(f64::NAN);
-        let l = ops(cells, w.name(), "off", Some("last")).unwrap_or(f64::NAN);
-        off.push((w.name().to_string(), (f + l) / 2.0, f, l));
+        .collect();
+    if sel.is_empty() {
+        return None;
     }
-    Summary { off }
+    let mut ops: Vec<f64> = sel.iter().filter_map(|c| c["ops_per_s"].as_f64()).collect();
+    let mut ratios: Vec<f64> = sel
+        .iter()
+        .filter_map(|c| c["ratio_to_off"].as_f64())
+        .collect();
+    let min = ratios.iter().copied().fold(f64::INFINITY, f64::min);
+    let max = ratios.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    Some(Agg {
+        ops: median(&mut ops),
+        ratio: median(&mut ratios),
+        min,
+        max,
+        rounds: sel.len(),
+    })
 }
 
-fn ratio(s: &Summary, cells: &[Value], w: &str, config: &str) -> Option<f64> {
-    let base = s.off.iter().find(|o| o.0 == w)?.1;
-    Some(ops(cells, w, config, None)? / base)
+/// A ratio, with its range over rounds when there is more than one.
+fn fmt_ratio(a: &Agg) -> String {
+    if a.rounds > 1 {
+        format!("{:.3} ({:.3}–{:.3})", a.ratio, a.min, a.max)
+    } else {
+        format!("{:.3}", a.ratio)
+    }
 }
 
 fn fmt_ops(x: f64) -> String {
@@ -978,17 +1022,20 @@ fn fmt_pct(r: f64) -> String {
 }
 
 /// The paper's targets against the measured ratios.
-fn targets(s: &Summary, cells: &[Value]) -> Vec<Value> {
+fn targets(cells: &[Value]) -> Vec<Value> {
     let mut out = Vec::new();
     let mut add = |target: &str, config: &str, w: &str, min_ratio: f64| {
-        if let Some(r) = ratio(s, cells, w, config) {
+        if let Some(a) = agg(cells, w, config, None) {
             out.push(json!({
                 "target": target,
                 "config": config,
                 "workload": w,
-                "ratio": r3(r),
-                "change_pct": r3((r - 1.0) * 100.0),
-                "met": r >= min_ratio,
+                "ratio": r3(a.ratio),
+                "ratio_min": r3(a.min),
+                "ratio_max": r3(a.max),
+                "rounds": a.rounds,
+                "change_pct": r3((a.ratio - 1.0) * 100.0),
+                "met": a.ratio >= min_ratio,
             }));
         }
     };
@@ -1029,9 +1076,14 @@ fn print_report(meta: &Value, fw: Option<&Value>, cells: &[Value], b: &Bench) ->
     }
     let mut summary_json = json!({});
     if !cells.is_empty() {
-        let s = summarize(cells, workloads);
+        let rounds = b.cfg.args.rounds;
         println!(
-            "\n## Throughput (64 B operations, one thread), ratio to off (mean of first and last)\n"
+            "\n## Throughput (64 B operations, one thread), ratio to off (mean of first and last{})\n",
+            if rounds > 1 {
+                format!("; medians over {rounds} rounds, range in brackets")
+            } else {
+                String::new()
+            }
         );
         let mut head = "| config |".to_string();
         let mut rule = "| --- |".to_string();
@@ -1052,15 +1104,15 @@ fn print_report(meta: &Value, fw: Option<&Value>, cells: &[Value], b: &Bench) ->
             let mut line = format!("| {label} |");
             let mut per = serde_json::Map::new();
             for w in workloads {
-                let base = s
-                    .off
-                    .iter()
-                    .find(|o| o.0 == w.name())
-                    .map_or(f64::NAN, |o| o.1);
-                match ops(cells, w.name(), config, *which) {
-                    Some(x) => {
-                        line.push_str(&format!(" {} | {:.3} |", fmt_ops(x), x / base));
-                        per.insert(w.name().into(), r3(x / base));
+                match agg(cells, w.name(), config, *which) {
+                    Some(a) => {
+                        line.push_str(&format!(" {} | {} |", fmt_ops(a.ops), fmt_ratio(&a)));
+                        per.insert(
+                            w.name().into(),
+                            json!({"ops_per_s": r3(a.ops), "ratio": r3(a.ratio),
+                                   "ratio_min": r3(a.min), "ratio_max": r3(a.max),
+                                   "rounds": a.rounds}),
+                        );
                     }
                     None => line.push_str(" — | — |"),
                 }
@@ -1102,23 +1154,23 @@ fn print_report(meta: &Value, fw: Option<&Value>, cells: &[Value], b: &Bench) ->
         }
         println!("\n## Every cell\n");
         println!(
-            "| workload | config | run | s | ops/s | ns/op | × off | writer CPU | writer sys share | faults/op | open ms | load before → after |"
+            "| workload | round | config | run | s | ops/s | ns/op | × off | writer CPU | writer sys share | faults/op | open ms | load before → after |"
         );
         println!(
-            "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |"
+            "| --- | ---: | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |"
         );
         for c in cells {
             let w = c["workload"].as_str().unwrap_or("");
-            let base = s.off.iter().find(|o| o.0 == w).map_or(f64::NAN, |o| o.1);
             let x = c["ops_per_s"].as_f64().unwrap_or(f64::NAN);
             println!(
-                "| {w} | {} | {} | {:.1} | {} | {:.1} | {:.3} | {:.0}% | {:.2} | {:.4} | {} | {} → {} |",
+                "| {w} | {} | {} | {} | {:.1} | {} | {:.1} | {:.3} | {:.0}% | {:.2} | {:.4} | {} | {} → {} |",
+                c["round"],
                 c["config"].as_str().unwrap_or(""),
                 c["which"].as_str().unwrap_or(""),
                 c["seconds"].as_f64().unwrap_or(0.0),
                 fmt_ops(x),
                 c["ns_per_op"].as_f64().unwrap_or(0.0),
-                x / base,
+                c["ratio_to_off"].as_f64().unwrap_or(f64::NAN),
                 c["main_thread"]["cpu_pct"].as_f64().unwrap_or(0.0),
                 c["main_thread"]["sys_share"].as_f64().unwrap_or(0.0),
                 c["minflt_per_op"].as_f64().unwrap_or(0.0),
@@ -1127,13 +1179,22 @@ fn print_report(meta: &Value, fw: Option<&Value>, cells: &[Value], b: &Bench) ->
                 c["loadavg_after"].as_str().unwrap_or(""),
             );
         }
-        let t = targets(&s, cells);
+        let t = targets(cells);
         println!("\n## The paper's targets\n");
         println!("| target | config | workload | change vs off | verdict |");
         println!("| --- | --- | --- | ---: | --- |");
         for x in &t {
+            let range = if x["rounds"].as_u64().unwrap_or(1) > 1 {
+                format!(
+                    " ({} to {})",
+                    fmt_pct(x["ratio_min"].as_f64().unwrap_or(f64::NAN)),
+                    fmt_pct(x["ratio_max"].as_f64().unwrap_or(f64::NAN))
+                )
+            } else {
+                String::new()
+            };
             println!(
-                "| {} | {} | {} | {} | {} |",
+                "| {} | {} | {} | {}{range} | {} |",
                 x["target"].as_str().unwrap_or(""),
                 x["config"].as_str().unwrap_or(""),
                 x["workload"].as_str().unwrap_or(""),
@@ -1141,14 +1202,35 @@ fn print_report(meta: &Value, fw: Option<&Value>, cells: &[Value], b: &Bench) ->
                 if x["met"] == true { "met" } else { "NOT met" }
             );
         }
-        let drift: Vec<Value> = s
-            .off
-            .iter()
-            .map(|o| json!({"workload": o.0, "off_first": r3(o.2), "off_last": r3(o.3), "last_over_first": r3(o.3 / o.2)}))
-            .collect();
-        println!("\n## Drift of the anchor (off last / off first)\n");
-        for o in &s.off {
-            println!("- {}: {:.3}", o.0, o.3 / o.2);
+        // Drift: each round's off last over its off first.
+        println!("\n## Drift of the anchor (off last / off first, per round)\n");
+        let mut drift = Vec::new();
+        for w in workloads {
+            let firsts: Vec<&Value> = cells
+                .iter()
+                .filter(|c| c["workload"] == w.name() && c["which"] == "first")
+                .collect();
+            let mut per_round = Vec::new();
+            for f in firsts {
+                let last = cells.iter().find(|c| {
+                    c["workload"] == w.name() && c["which"] == "last" && c["round"] == f["round"]
+                });
+                if let Some(l) = last {
+                    let q = l["ops_per_s"].as_f64().unwrap_or(f64::NAN)
+                        / f["ops_per_s"].as_f64().unwrap_or(f64::NAN);
+                    per_round.push(q);
+                }
+            }
+            println!(
+                "- {}: {}",
+                w.name(),
+                per_round
+                    .iter()
+                    .map(|q| format!("{q:.3}"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            );
+            drift.push(json!({"workload": w.name(), "last_over_first": per_round.iter().map(|&q| r3(q)).collect::<Vec<_>>()}));
         }
         summary_json = json!({"ratios": ratios, "targets": t, "off_drift": drift});
     }
