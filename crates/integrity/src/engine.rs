@@ -169,7 +169,7 @@ pub(crate) struct Log {
     pub(crate) tracking_us_total: u64,
     pub(crate) coverage_ms_max: u64,
     pub(crate) last_pass_start: Option<Instant>,
-    pub(crate) samples: std::collections::VecDeque<(u64, u64)>,
+    pub(crate) samples: std::collections::VecDeque<u64>,
     pub(crate) findings: std::collections::VecDeque<Finding>,
     pub(crate) findings_total: u64,
     pub(crate) last_error: Option<String>,
@@ -578,8 +578,7 @@ impl<M: Medium> Inner<M> {
         if log.samples.len() >= SAMPLES_KEPT_MAX {
             log.samples.pop_front();
         }
-        let at_ms = started.elapsed().as_millis() as u64;
-        log.samples.push_back((at_ms, st.stripes_updated));
+        log.samples.push_back(st.stripes_updated);
         log.last = st.clone();
         Ok(st)
     }
@@ -1121,12 +1120,6 @@ impl<M: Medium + 'static> Protected<M> {
                 report.resync_pages = pages;
                 report.resync_pages_changed = changed;
                 report.resync_ms = t.elapsed().as_millis() as u64;
-                if !want_lines {
-                    inner.write_header(|h| h.flags &= !flags::LINES_VALID)?;
-                }
-                if want_lines {
-                    inner.write_header(|h| h.flags |= flags::LINES_VALID)?;
-                }
             }
             let new_state = if mode == Mode::Off {
                 state::STALE
@@ -1139,8 +1132,11 @@ impl<M: Medium + 'static> Protected<M> {
                 h.mode = mode.code();
                 h.period_ms = period_ms;
                 h.state = new_state;
+                // Current after a resync in eager mode, or kept from before otherwise.
                 if mode != Mode::Eager {
                     h.flags &= !flags::LINES_VALID;
+                } else if report.resync_pages > 0 {
+                    h.flags |= flags::LINES_VALID;
                 }
             })?;
             if mode == Mode::Lazy {

@@ -212,7 +212,7 @@ pub(crate) fn stats<M: Medium>(inner: &Inner<M>) -> Stats {
         pass_ms_mean: log.pass_us_total as f64 / n / 1000.0,
         tracking_ms_mean: log.tracking_us_total as f64 / n / 1000.0,
         vulnerable_stripes_now: vulnerable,
-        vulnerable_stripes_sampled: log.samples.iter().map(|s| s.1).collect(),
+        vulnerable_stripes_sampled: log.samples.iter().copied().collect(),
         time_to_coverage_ms_max: log.coverage_ms_max,
         eager_writes: inner
             .eager_writes
