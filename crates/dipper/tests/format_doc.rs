@@ -4,43 +4,14 @@
 
 use dipper::arena;
 use dipper::layout::{self, *};
-use pmem::format_doc::{backticked, check_fields, compare_constants, named_rows, verdict};
+use pmem::format_doc::{
+    ConstValue, check_fields, compare_constants, named_rows, parse_constant, verdict,
+};
 use std::path::PathBuf;
 
 fn doc() -> String {
     let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../docs/format/dipper.md");
     std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
-}
-
-#[derive(Debug, PartialEq)]
-enum Value {
-    Numbers(Vec<u64>),
-    Bytes(Vec<u8>),
-}
-
-fn parse_value(cell: &str) -> Result<Value, String> {
-    if let Some(b) = backticked(cell) {
-        return Ok(Value::Bytes(b.as_bytes().to_vec()));
-    }
-    cell.split(',')
-        .map(|p| {
-            let p = p.trim();
-            match p.strip_prefix("0x") {
-                Some(h) => u64::from_str_radix(h, 16),
-                None => p.parse(),
-            }
-            .map_err(|e| format!("`{p}`: {e}"))
-        })
-        .collect::<Result<Vec<_>, _>>()
-        .map(Value::Numbers)
-}
-
-fn n(v: u64) -> Value {
-    Value::Numbers(vec![v])
-}
-
-fn magic(m: u64) -> Value {
-    Value::Bytes(m.to_le_bytes().to_vec())
 }
 
 #[test]
@@ -97,39 +68,60 @@ fn constants_table_matches_the_code() {
         0,
     )
     .unwrap();
-    let doc: Vec<(String, Value)> = rows
+    let doc: Vec<(String, ConstValue)> = rows
         .iter()
         .map(|r| {
             (
                 r.name.to_string(),
-                parse_value(r.cells[1]).unwrap_or_else(|e| panic!("{}: {e}", r.line)),
+                parse_constant(r.cells[1]).unwrap_or_else(|e| panic!("{}: {e}", r.line)),
             )
         })
         .collect();
     let code = vec![
-        ("ROOT_REGION_BYTES", n(ROOT_REGION_BYTES)),
+        ("ROOT_REGION_BYTES", ConstValue::number(ROOT_REGION_BYTES)),
         (
             "ROOT_COPY_OFFSETS",
-            Value::Numbers(ROOT_COPY_OFFSETS.iter().map(|&o| o as u64).collect()),
+            ConstValue::Numbers(ROOT_COPY_OFFSETS.iter().map(|&o| o as u64).collect()),
         ),
-        ("ROOT_BYTES", n(ROOT_BYTES as u64)),
-        ("ROOT_MAGIC", magic(ROOT_MAGIC)),
-        ("STATE_IDLE", n(STATE_IDLE as u64)),
-        ("STATE_CHECKPOINTING", n(STATE_CHECKPOINTING as u64)),
-        ("SLOT_NONE", n(SLOT_NONE as u64)),
-        ("SHARDS_MAX", n(SHARDS_MAX as u64)),
-        ("SLOT_MAGIC", magic(SLOT_MAGIC)),
-        ("SLOT_HEADER_BYTES", n(SLOT_HEADER_BYTES as u64)),
-        ("SLOT_TABLE_AT", n(SLOT_TABLE_AT as u64)),
-        ("SLOT_ENTRY_BYTES", n(SLOT_ENTRY_BYTES as u64)),
-        ("ALL_SHARDS", n(ALL_SHARDS as u64)),
-        ("PAGE", n(arena::PAGE as u64)),
-        ("ARENA_MAGIC", magic(arena::ARENA_MAGIC)),
-        ("ARENA_HEADER", n(arena::ARENA_HEADER as u64)),
-        ("CLASSES", n(arena::CLASSES as u64)),
-        ("BLOCK_BYTES_MAX", n(arena::BLOCK_BYTES_MAX as u64)),
-        ("ARENA_BYTES_MIN", n(arena::ARENA_BYTES_MIN as u64)),
-        ("ARENA_BYTES_MAX", n(arena::ARENA_BYTES_MAX as u64)),
+        ("ROOT_BYTES", ConstValue::number(ROOT_BYTES as u64)),
+        ("ROOT_MAGIC", ConstValue::magic(ROOT_MAGIC)),
+        ("STATE_IDLE", ConstValue::number(STATE_IDLE as u64)),
+        (
+            "STATE_CHECKPOINTING",
+            ConstValue::number(STATE_CHECKPOINTING as u64),
+        ),
+        ("SLOT_NONE", ConstValue::number(SLOT_NONE as u64)),
+        ("SHARDS_MAX", ConstValue::number(SHARDS_MAX as u64)),
+        ("SLOT_MAGIC", ConstValue::magic(SLOT_MAGIC)),
+        (
+            "SLOT_HEADER_BYTES",
+            ConstValue::number(SLOT_HEADER_BYTES as u64),
+        ),
+        ("SLOT_TABLE_AT", ConstValue::number(SLOT_TABLE_AT as u64)),
+        (
+            "SLOT_ENTRY_BYTES",
+            ConstValue::number(SLOT_ENTRY_BYTES as u64),
+        ),
+        ("ALL_SHARDS", ConstValue::number(ALL_SHARDS as u64)),
+        ("PAGE", ConstValue::number(arena::PAGE as u64)),
+        ("ARENA_MAGIC", ConstValue::magic(arena::ARENA_MAGIC)),
+        (
+            "ARENA_HEADER",
+            ConstValue::number(arena::ARENA_HEADER as u64),
+        ),
+        ("CLASSES", ConstValue::number(arena::CLASSES as u64)),
+        (
+            "BLOCK_BYTES_MAX",
+            ConstValue::number(arena::BLOCK_BYTES_MAX as u64),
+        ),
+        (
+            "ARENA_BYTES_MIN",
+            ConstValue::number(arena::ARENA_BYTES_MIN as u64),
+        ),
+        (
+            "ARENA_BYTES_MAX",
+            ConstValue::number(arena::ARENA_BYTES_MAX as u64),
+        ),
     ];
     let required: Vec<&str> = code.iter().map(|(n, _)| *n).collect();
     verdict("constants", compare_constants(&doc, &code, &required)).unwrap();

@@ -422,10 +422,8 @@ impl<M: Medium> Inner<M> {
                     self.medium.flush(at, line_sums.len())?;
                 }
             }
-            let at = self.parity_at(s);
-            self.medium.write(at, &parity);
-            self.medium.flush(at, PAGE_SIZE)?;
-            self.set_sum(Sums::Parity, s, self.parity_sum_of(s, &parity))?;
+            let sum = self.write_parity(s, &parity)?;
+            self.set_sum(Sums::Parity, s, sum)?;
         }
         // Whole blocks, including the zero padding of a short last block.
         let first_page = first_stripe * k;
@@ -503,10 +501,7 @@ impl<M: Medium> Inner<M> {
         }
         self.update_sums(Sums::Pages, &new_sums, by)?;
         if !withhold {
-            let at = self.parity_at(stripe);
-            self.medium.write(at, &parity);
-            self.medium.flush(at, PAGE_SIZE)?;
-            let sum = self.parity_sum_of(stripe, &parity);
+            let sum = self.write_parity(stripe, &parity)?;
             self.update_sums(Sums::Parity, &[(stripe, sum)], by)?;
         }
         Ok(new_sums.len() as u64)
@@ -630,6 +625,15 @@ impl<M: Medium> Inner<M> {
         self.medium
             .read(self.page_at(page) + slot * LINE_BYTES, &mut line[..]);
         Ok(())
+    }
+
+    /// Store and flush the parity page of `stripe`; returns its checksum, for the caller to
+    /// record (directly, or through its checksum block).
+    pub(crate) fn write_parity(&self, stripe: u64, parity: &[u8]) -> Result<u32> {
+        let at = self.parity_at(stripe);
+        self.medium.write(at, parity);
+        self.medium.flush(at, PAGE_SIZE)?;
+        Ok(self.parity_sum_of(stripe, parity))
     }
 
     /// Recompute and store all line checksums of `page`.

@@ -354,14 +354,9 @@ fn fix_parity_block<M: Medium>(inner: &Inner<M>, b: u64) -> Result<String, Strin
         }
         let data = verified_peers_xor(inner, s, None)
             .map_err(|why| format!("stripe {s}'s parity cannot be checked: {why}"))?;
-        let at = inner.parity_at(s);
-        inner.medium.write(at, &data);
+        let sum = inner.write_parity(s, &data).map_err(|e| e.to_string())?;
         inner
-            .medium
-            .flush(at, PAGE_SIZE)
-            .map_err(|e| e.to_string())?;
-        inner
-            .set_sum(Sums::Parity, s, inner.parity_sum_of(s, &data))
+            .set_sum(Sums::Parity, s, sum)
             .map_err(|e| e.to_string())?;
         fixed += 1;
     }
@@ -374,18 +369,9 @@ fn fix_parity_block<M: Medium>(inner: &Inner<M>, b: u64) -> Result<String, Strin
 /// Recompute the parity of stripe `s` from its verified data.
 fn fix_parity<M: Medium>(inner: &Inner<M>, s: u64) -> Result<String, String> {
     let data = verified_peers_xor(inner, s, None)?;
-    let at = inner.parity_at(s);
-    inner.medium.write(at, &data);
+    let sum = inner.write_parity(s, &data).map_err(|e| e.to_string())?;
     inner
-        .medium
-        .flush(at, PAGE_SIZE)
-        .map_err(|e| e.to_string())?;
-    inner
-        .update_sums(
-            Sums::Parity,
-            &[(s, inner.parity_sum_of(s, &data))],
-            "repair",
-        )
+        .update_sums(Sums::Parity, &[(s, sum)], "repair")
         .map_err(|e| e.to_string())?;
     Ok("parity recomputed from the stripe's verified data pages".into())
 }

@@ -4,32 +4,14 @@
 
 use integrity::layout::{self, *};
 use integrity::tracker::BATCH_PAGES;
-use pmem::format_doc::{backticked, check_fields, compare_constants, named_rows, verdict};
+use pmem::format_doc::{
+    ConstValue, check_fields, compare_constants, named_rows, parse_constant, verdict,
+};
 use std::path::PathBuf;
 
 fn doc() -> String {
     let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../docs/format/integrity.md");
     std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
-}
-
-#[derive(Debug, PartialEq)]
-enum Value {
-    Numbers(Vec<u64>),
-    Bytes(Vec<u8>),
-}
-
-fn parse_value(cell: &str) -> Result<Value, String> {
-    if let Some(b) = backticked(cell) {
-        return Ok(Value::Bytes(b.as_bytes().to_vec()));
-    }
-    cell.split(',')
-        .map(|p| p.trim().parse().map_err(|e| format!("`{p}`: {e}")))
-        .collect::<Result<Vec<_>, _>>()
-        .map(Value::Numbers)
-}
-
-fn n(v: u64) -> Value {
-    Value::Numbers(vec![v])
 }
 
 #[test]
@@ -66,39 +48,51 @@ fn constants_table_matches_the_code() {
         0,
     )
     .unwrap();
-    let doc: Vec<(String, Value)> = rows
+    let doc: Vec<(String, ConstValue)> = rows
         .iter()
         .map(|r| {
             (
                 r.name.to_string(),
-                parse_value(r.cells[1]).unwrap_or_else(|e| panic!("{}: {e}", r.line)),
+                parse_constant(r.cells[1]).unwrap_or_else(|e| panic!("{}: {e}", r.line)),
             )
         })
         .collect();
     let code = vec![
-        (
-            "META_MAGIC",
-            Value::Bytes(META_MAGIC.to_le_bytes().to_vec()),
-        ),
-        ("META_VERSION", n(META_VERSION as u64)),
+        ("META_MAGIC", ConstValue::magic(META_MAGIC)),
+        ("META_VERSION", ConstValue::number(META_VERSION as u64)),
         (
             "HEADER_COPY_OFFSETS",
-            Value::Numbers(HEADER_COPY_OFFSETS.iter().map(|&o| o as u64).collect()),
+            ConstValue::Numbers(HEADER_COPY_OFFSETS.iter().map(|&o| o as u64).collect()),
         ),
-        ("HEADER_BYTES", n(HEADER_BYTES as u64)),
-        ("SHADOW_AT", n(SHADOW_AT as u64)),
-        ("SHADOW_BYTES", n(SHADOW_BYTES as u64)),
-        ("SECTIONS_AT", n(SECTIONS_AT as u64)),
-        ("SUMS_PER_BLOCK", n(SUMS_PER_BLOCK)),
-        ("SUM_BLOCK_BYTES", n(SUM_BLOCK_BYTES as u64)),
-        ("LINE_BYTES", n(LINE_BYTES as u64)),
-        ("STRIPE_PAGES_MIN", n(STRIPE_PAGES_MIN as u64)),
-        ("STRIPE_PAGES_MAX", n(STRIPE_PAGES_MAX as u64)),
-        ("STRIPE_PAGES_DEFAULT", n(STRIPE_PAGES_DEFAULT as u64)),
-        ("PERIOD_MS_MIN", n(PERIOD_MS_MIN as u64)),
-        ("PERIOD_MS_MAX", n(PERIOD_MS_MAX as u64)),
-        ("PERIOD_MS_DEFAULT", n(PERIOD_MS_DEFAULT as u64)),
-        ("BATCH_PAGES", n(BATCH_PAGES as u64)),
+        ("HEADER_BYTES", ConstValue::number(HEADER_BYTES as u64)),
+        ("SHADOW_AT", ConstValue::number(SHADOW_AT as u64)),
+        ("SHADOW_BYTES", ConstValue::number(SHADOW_BYTES as u64)),
+        ("SECTIONS_AT", ConstValue::number(SECTIONS_AT as u64)),
+        ("SUMS_PER_BLOCK", ConstValue::number(SUMS_PER_BLOCK)),
+        (
+            "SUM_BLOCK_BYTES",
+            ConstValue::number(SUM_BLOCK_BYTES as u64),
+        ),
+        ("LINE_BYTES", ConstValue::number(LINE_BYTES as u64)),
+        (
+            "STRIPE_PAGES_MIN",
+            ConstValue::number(STRIPE_PAGES_MIN as u64),
+        ),
+        (
+            "STRIPE_PAGES_MAX",
+            ConstValue::number(STRIPE_PAGES_MAX as u64),
+        ),
+        (
+            "STRIPE_PAGES_DEFAULT",
+            ConstValue::number(STRIPE_PAGES_DEFAULT as u64),
+        ),
+        ("PERIOD_MS_MIN", ConstValue::number(PERIOD_MS_MIN as u64)),
+        ("PERIOD_MS_MAX", ConstValue::number(PERIOD_MS_MAX as u64)),
+        (
+            "PERIOD_MS_DEFAULT",
+            ConstValue::number(PERIOD_MS_DEFAULT as u64),
+        ),
+        ("BATCH_PAGES", ConstValue::number(BATCH_PAGES as u64)),
     ];
     let required: Vec<&str> = code.iter().map(|(n, _)| *n).collect();
     verdict("constants", compare_constants(&doc, &code, &required)).unwrap();

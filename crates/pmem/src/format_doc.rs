@@ -468,3 +468,42 @@ text after the table
         );
     }
 }
+
+/// The value cell of a constants table: numbers (decimal or `0x` hex, comma-separated) or a
+/// backticked byte string (a magic).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ConstValue {
+    /// One or more numbers.
+    Numbers(Vec<u64>),
+    /// The bytes of a backticked string.
+    Bytes(Vec<u8>),
+}
+
+impl ConstValue {
+    /// One number.
+    pub fn number(v: u64) -> ConstValue {
+        ConstValue::Numbers(vec![v])
+    }
+    /// An 8-byte magic, as its little-endian bytes.
+    pub fn magic(m: u64) -> ConstValue {
+        ConstValue::Bytes(m.to_le_bytes().to_vec())
+    }
+}
+
+/// Parse the value cell of a constants table into a [`ConstValue`].
+pub fn parse_constant(cell: &str) -> Result<ConstValue, String> {
+    if let Some(b) = backticked(cell) {
+        return Ok(ConstValue::Bytes(b.as_bytes().to_vec()));
+    }
+    cell.split(',')
+        .map(|p| {
+            let p = p.trim();
+            match p.strip_prefix("0x") {
+                Some(h) => u64::from_str_radix(h, 16),
+                None => p.parse(),
+            }
+            .map_err(|e| format!("`{p}`: {e}"))
+        })
+        .collect::<Result<Vec<_>, _>>()
+        .map(ConstValue::Numbers)
+}
