@@ -1,0 +1,107 @@
+/*
+ * kavach.h: the C interface to Kavach's persistent heap (crate `kavach-heap-ffi`).
+ *
+ * A pool is a file (normally on a DAX file system or, for testing, /dev/shm) holding one heap
+ * region. Persistent pointers are `kv_oid` values: the pool's 64-bit id and a byte offset inside
+ * the heap. `kv_direct` turns one into an address valid while the pool stays open.
+ *
+ * Transactions are undo-logged: call kv_tx_add_range (or kv_tx_add_direct) on every range
+ * before its first change in a transaction, then store to it directly. kv_tx_commit makes every
+ * added range and every block allocated in the transaction durable (flush and fence) before it
+ * returns. Allocation and free inside a transaction take effect only at commit. Transactions
+ * nest by flattening: only the outermost commit commits, and an abort anywhere aborts all.
+ * A transaction belongs to the thread that began it; threads run transactions in parallel,
+ * each on its own lane (log), up to the pool's lane count.
+ *
+ * Errors: functions that can fail return 0 (or a non-null pointer / non-null oid) on success
+ * and a KV_E* code (or null) on failure; kv_errormsg() describes the last failure of the
+ * calling thread. A failed call inside a transaction marks it aborted: every later call
+ * returns KV_EABORTED and kv_tx_commit rolls it back and returns the first error.
+ */
+#ifndef KAVACH_H
+#define KAVACH_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Error codes (negated errno-like values are not used: these are stable). */
+#define KV_OK 0
+#define KV_EINVAL 1      /* a bad argument (null pointer, zero size, wrong pool) */
+#define KV_ENOMEM 2      /* the heap has no block of that size */
+#define KV_ENOTX 3       /* the call needs a transaction and the thread has none */
+#define KV_EABORTED 4    /* the transaction was aborted (by kv_tx_abort or an earlier error) */
+#define KV_ETXTOOBIG 5   /* the transaction's undo or redo log is full */
+#define KV_EIO 6         /* the medium failed (flush, msync, I/O) */
+#define KV_ECORRUPT 7    /* damaged metadata was found (kv_errormsg names what and where) */
+#define KV_EBADFREE 8    /* free of something that is not an allocated block */
+#define KV_EEXIST 9      /* kv_pool_create: the file exists */
+#define KV_EBUSY 10      /* the pool is locked by another process */
+
+typedef struct kv_pool kv_pool;
+
+/* A persistent pointer. The null oid is {0, 0}. */
+typedef struct kv_oid {
+	uint64_t pool_id; /* low 64 bits of the pool's UUID */
+	uint64_t off;     /* byte offset inside the heap region */
+} kv_oid;
+
+#define KV_OID_NULL ((kv_oid){0, 0})
+#define KV_OID_IS_NULL(o) ((o).off == 0)
+
+/* Create a pool file of `size` bytes at `path` (which must not exist). NULL on failure. */
+kv_pool *kv_pool_create(const char *path, uint64_t size);
+/* Open the pool at `path` and recover it (roll back or finish interrupted transactions). */
+kv_pool *kv_pool_open(const char *path);
+/* Close the pool. The calling thread must have no open transaction. 0 or KV_E*. */
+int kv_pool_close(kv_pool *pop);
+/* The pool's id (what kv_oid.pool_id holds). */
+uint64_t kv_pool_id(const kv_pool *pop);
+
+/* The root object: allocated zeroed on the first call, at least `size` bytes. A later call
+ * with a larger size than the first fails with KV_EINVAL. Null oid on failure. */
+kv_oid kv_root(kv_pool *pop, size_t size);
+
+/* Address of `oid` in this process, or NULL for the null oid or an oid of another pool. */
+void *kv_direct(const kv_pool *pop, kv_oid oid);
+/* The oid of an address inside the pool's heap, or the null oid. */
+kv_oid kv_oid_of(const kv_pool *pop, const void *addr);
+/* Usable size of an allocated block (0 for the null oid or a bad one). */
+size_t kv_usable_size(kv_pool *pop, kv_oid oid);
+
+/* Transactions (per thread, flattened when nested). */
+int kv_tx_begin(kv_pool *pop);
+/* Snapshot [oid.off + off, oid.off + off + len) before changing it. */
+int kv_tx_add_range(kv_pool *pop, kv_oid oid, uint64_t off, size_t len);
+/* Snapshot [ptr, ptr + len), an address range inside the pool. */
+int kv_tx_add_direct(kv_pool *pop, void *ptr, size_t len);
+/* Allocate `size` bytes (contents undefined / zeroed). Null oid on failure (tx aborted). */
+kv_oid kv_tx_alloc(kv_pool *pop, size_t size);
+kv_oid kv_tx_zalloc(kv_pool *pop, size_t size);
+/* Free an allocated block at commit. Freeing the null oid does nothing. */
+int kv_tx_free(kv_pool *pop, kv_oid oid);
+/* Commit (outermost) or leave a nested level. 0, or the error that aborted the tx. */
+int kv_tx_commit(kv_pool *pop);
+/* Abort the whole transaction now: every added range is rolled back before this returns
+ * (outermost level) or at the outermost kv_tx_commit (nested). */
+void kv_tx_abort(kv_pool *pop, int err);
+/* 1 if the calling thread is in a transaction of `pop`, else 0. */
+int kv_tx_active(const kv_pool *pop);
+
+/* A lock that lives in persistent memory and is reset when the pool is opened. */
+typedef struct kv_mutex {
+	uint64_t opaque[8];
+} kv_mutex;
+int kv_mutex_lock(kv_pool *pop, kv_mutex *m);
+int kv_mutex_unlock(kv_pool *pop, kv_mutex *m);
+
+/* Text of the calling thread's last error ("" if none). Valid until the next kv_* call. */
+const char *kv_errormsg(void);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* KAVACH_H */

@@ -1,0 +1,92 @@
+//! Errors of the heap.
+
+use pmem::{Corruption, PmemError};
+
+/// Everything that can go wrong in the heap.
+#[derive(Debug, thiserror::Error)]
+pub enum HeapError {
+    /// The medium or the pool failed (I/O, lock, pool-level corruption, simulated crash).
+    #[error(transparent)]
+    Pmem(#[from] PmemError),
+    /// Heap metadata failed validation: what, where, expected and found.
+    #[error("corrupt {0}")]
+    Corrupt(Corruption),
+    /// An argument was out of range.
+    #[error("invalid {what}: {reason}")]
+    Invalid {
+        /// The argument.
+        what: &'static str,
+        /// Why.
+        reason: String,
+    },
+    /// A persistent pointer does not point into this heap's data zone.
+    #[error(
+        "bad pointer: offset {offset:#x} + {len} bytes is not inside the heap's data zone [{zone_start:#x}, {zone_end:#x})"
+    )]
+    BadPointer {
+        /// The offset.
+        offset: u64,
+        /// The length of the access.
+        len: u64,
+        /// First valid offset.
+        zone_start: u64,
+        /// End of the zone.
+        zone_end: u64,
+    },
+    /// A free of something that is not an allocated block.
+    #[error("bad free of offset {offset:#x}: {reason}")]
+    BadFree {
+        /// The offset.
+        offset: u64,
+        /// Why.
+        reason: String,
+    },
+    /// No free block of this size.
+    #[error("out of space: no free block of {0} bytes")]
+    OutOfSpace(u64),
+    /// The transaction's undo or redo log is full.
+    #[error("transaction too large: {0}")]
+    TxTooLarge(String),
+    /// The transaction was aborted (explicitly or by an earlier error), and rolled back.
+    #[error("transaction aborted")]
+    Aborted,
+    /// An operation that needs a transaction ran outside one, or the reverse.
+    #[error("{0}")]
+    TxState(&'static str),
+    /// A lock operation was wrong (unlock of a lock the thread does not hold).
+    #[error("lock misuse: {0}")]
+    Lock(String),
+}
+
+/// Results of the heap.
+pub type Result<T, E = HeapError> = std::result::Result<T, E>;
+
+impl HeapError {
+    pub(crate) fn corrupt(
+        structure: impl Into<String>,
+        offset: u64,
+        field: &'static str,
+        expected: impl std::fmt::Display,
+        found: impl std::fmt::Display,
+    ) -> Self {
+        HeapError::Corrupt(Corruption {
+            structure: structure.into(),
+            offset,
+            field,
+            expected: expected.to_string(),
+            found: found.to_string(),
+        })
+    }
+
+    pub(crate) fn invalid(what: &'static str, reason: impl Into<String>) -> Self {
+        HeapError::Invalid {
+            what,
+            reason: reason.into(),
+        }
+    }
+
+    /// Is this the simulator's power failure?
+    pub fn is_simulated_crash(&self) -> bool {
+        matches!(self, HeapError::Pmem(PmemError::SimulatedCrash))
+    }
+}

@@ -1,0 +1,495 @@
+//! On-media layout of a heap region (`docs/format/heap.md`, `docs/format/undo-log.md`).
+//!
+//! All offsets here are relative to the start of the heap region; persistent pointers hold
+//! such offsets. Integers are little-endian.
+
+use crate::error::{HeapError, Result};
+
+/// First eight bytes of the header: `KVHEAP` then format version 1 as two bytes.
+pub const HEAP_MAGIC: u64 = u64::from_le_bytes(*b"KVHEAP\x00\x01");
+/// Format version.
+pub const HEAP_VERSION: u32 = 1;
+/// Bytes at the start of the region holding the header copies and the root line.
+pub const HEADER_AREA: u64 = 4096;
+/// Offset of header copy 0 (copy 1 is at [`HEADER_COPY_1`]).
+pub const HEADER_COPY_0: u64 = 0;
+/// Offset of header copy 1.
+pub const HEADER_COPY_1: u64 = 1024;
+/// Bytes of a header copy covered by its CRC (the CRC field follows them).
+pub const HEADER_CRC_AT: usize = 92;
+/// Offset of the root line: root object offset (u64) and size (u64), changed only in
+/// transactions.
+pub const ROOT_LINE: u64 = 3072;
+
+/// Bytes per chunk, the unit of the data zone.
+pub const CHUNK_SIZE: u64 = 256 * 1024;
+/// Bytes at the start of a run chunk holding its allocation bitmap.
+pub const RUN_HEADER: u64 = 1024;
+/// Bytes of the bitmap inside [`RUN_HEADER`].
+pub const RUN_BITMAP_BYTES: u64 = 512;
+
+/// Bytes of a lane's state line (the state word is its first 8 bytes).
+pub const LANE_STATE_BYTES: u64 = 64;
+/// Default bytes of a lane's redo area (header plus entries).
+pub const DEFAULT_REDO_BYTES: u32 = 16 * 1024;
+/// Bytes of the redo header: seq u64, count u32, crc u32.
+pub const REDO_HEADER_BYTES: u64 = 16;
+/// Bytes of one redo entry: target u64 (op in the top two bits), value u64.
+pub const REDO_ENTRY_BYTES: u64 = 16;
+/// Bytes of an undo entry's header: seq u64, offset u64, len u32, crc u32.
+pub const UNDO_HEADER_BYTES: u64 = 24;
+/// Undo entries start on this alignment.
+pub const UNDO_ALIGN: u64 = 8;
+/// Default number of lanes.
+pub const DEFAULT_LANES: u32 = 64;
+/// Default bytes per lane (state, redo and undo areas).
+pub const DEFAULT_LANE_BYTES: u32 = 256 * 1024;
+
+/// Redo op: store the value.
+pub const REDO_SET: u64 = 0;
+/// Redo op: OR the value into the word.
+pub const REDO_OR: u64 = 1;
+/// Redo op: clear the value's bits in the word.
+pub const REDO_ANDNOT: u64 = 2;
+/// Shift of the op inside a redo entry's target.
+pub const REDO_OP_SHIFT: u32 = 62;
+
+/// Chunk-table word type: free (the whole word is zero).
+pub const CHUNK_FREE: u8 = 0;
+/// Chunk-table word type: a run of one size class.
+pub const CHUNK_RUN: u8 = 1;
+/// Chunk-table word type: the first chunk of a large block (span in the high half).
+pub const CHUNK_LARGE: u8 = 2;
+
+/// Block sizes of the size classes, smallest first. Requests above the last go to whole
+/// chunks.
+pub const CLASS_SIZES: [u32; 40] = [
+    64, 128, 192, 256, 320, 384, 448, 512, 576, 640, 704, 768, 832, 896, 960, 1024, 1280, 1536,
+    1792, 2048, 2560, 3072, 3584, 4096, 5120, 6144, 7168, 8192, 10240, 12288, 14336, 16384, 20480,
+    24576, 28672, 32768, 40960, 49152, 57344, 65536,
+];
+
+/// Largest request served from a run.
+pub const MAX_RUN_BLOCK: u64 = 65536;
+
+/// The class serving `size` bytes, or `None` if it needs whole chunks.
+pub fn class_for(size: u64) -> Option<usize> {
+    if size > MAX_RUN_BLOCK {
+        return None;
+    }
+    let size = size.max(1) as u32;
+    if size <= 1024 {
+        return Some((size.div_ceil(64) - 1) as usize);
+    }
+    Some(CLASS_SIZES.partition_point(|&c| c < size))
+}
+
+/// Blocks in a run of class `class`.
+pub fn blocks_per_run(class: usize) -> u64 {
+    (CHUNK_SIZE - RUN_HEADER) / u64::from(CLASS_SIZES[class])
+}
+
+/// A decoded chunk-table word.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ChunkWord {
+    /// Not in use (or covered by a large block's span).
+    Free,
+    /// A run of this class.
+    Run(usize),
+    /// The head of a large block spanning this many chunks.
+    Large(u32),
+}
+
+fn chunk_check(body: u64, index: u64) -> u64 {
+    let mut bytes = [0u8; 16];
+    bytes[..8].copy_from_slice(&body.to_le_bytes());
+    bytes[8..].copy_from_slice(&index.to_le_bytes());
+    u64::from(crc32c::crc32c(&bytes) & 0xffff)
+}
+
+impl ChunkWord {
+    /// The word stored in the chunk table for chunk `index`.
+    pub fn encode(self, index: u64) -> u64 {
+        let body = match self {
+            ChunkWord::Free => return 0,
+            ChunkWord::Run(class) => u64::from(CHUNK_RUN) | (class as u64) << 8,
+            ChunkWord::Large(span) => u64::from(CHUNK_LARGE) | u64::from(span) << 32,
+        };
+        body | chunk_check(body, index) << 16
+    }
+
+    /// Decode chunk `index`'s word, checking its check field and ranges.
+    pub fn decode(word: u64, index: u64, chunk_count: u64, at: u64) -> Result<ChunkWord> {
+        if word == 0 {
+            return Ok(ChunkWord::Free);
+        }
+        let body = word & !(0xffff << 16);
+        let check = (word >> 16) & 0xffff;
+        let want = chunk_check(body, index);
+        let bad = |field, expected: String, found: String| {
+            HeapError::corrupt(
+                format!("chunk table entry {index}"),
+                at,
+                field,
+                expected,
+                found,
+            )
+        };
+        if check != want {
+            return Err(bad(
+                "check",
+                format!("{want:#06x}"),
+                format!("{check:#06x} (word {word:#018x})"),
+            ));
+        }
+        match (word & 0xff) as u8 {
+            CHUNK_RUN => {
+                let class = ((word >> 8) & 0xff) as usize;
+                if class >= CLASS_SIZES.len() || word >> 32 != 0 {
+                    return Err(bad(
+                        "class",
+                        format!("a class below {}", CLASS_SIZES.len()),
+                        format!("{class}"),
+                    ));
+                }
+                Ok(ChunkWord::Run(class))
+            }
+            CHUNK_LARGE => {
+                let span = (word >> 32) as u32;
+                if span == 0 || index + u64::from(span) > chunk_count || (word >> 8) & 0xff != 0 {
+                    return Err(bad(
+                        "span",
+                        format!("1..={}", chunk_count - index),
+                        format!("{span}"),
+                    ));
+                }
+                Ok(ChunkWord::Large(span))
+            }
+            t => Err(bad("type", "1 (run) or 2 (large)".into(), format!("{t}"))),
+        }
+    }
+}
+
+/// Where everything is in a heap region of a given size.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Geometry {
+    /// Bytes of the region.
+    pub region_len: u64,
+    /// Number of lanes.
+    pub lane_count: u32,
+    /// Bytes per lane.
+    pub lane_bytes: u32,
+    /// Bytes of each lane's redo area.
+    pub redo_bytes: u32,
+    /// Offset of lane 0.
+    pub lanes_off: u64,
+    /// Offset of the chunk table.
+    pub chunk_table_off: u64,
+    /// Offset of chunk 0.
+    pub zone_off: u64,
+    /// Chunks in the zone.
+    pub chunk_count: u64,
+}
+
+fn round_up(v: u64, to: u64) -> u64 {
+    v.div_ceil(to) * to
+}
+
+impl Geometry {
+    /// Lay out a region of `region_len` bytes.
+    pub fn plan(
+        region_len: u64,
+        lane_count: u32,
+        lane_bytes: u32,
+        redo_bytes: u32,
+    ) -> Result<Self> {
+        if !(1..=1024).contains(&lane_count) {
+            return Err(HeapError::invalid(
+                "lane count",
+                format!("{lane_count} is not in 1..=1024"),
+            ));
+        }
+        if lane_bytes % 4096 != 0 || redo_bytes % 64 != 0 || redo_bytes < 1024 {
+            return Err(HeapError::invalid(
+                "lane size",
+                format!(
+                    "lanes of {lane_bytes} bytes with {redo_bytes} redo bytes: lanes are whole 4 KiB pages and the redo area whole lines of at least 1 KiB"
+                ),
+            ));
+        }
+        let undo = u64::from(lane_bytes).saturating_sub(LANE_STATE_BYTES + u64::from(redo_bytes));
+        if undo < 4096 {
+            return Err(HeapError::invalid(
+                "lane size",
+                format!(
+                    "{lane_bytes} bytes leaves {undo} bytes of undo log; at least 4096 are needed"
+                ),
+            ));
+        }
+        let lanes_off = HEADER_AREA;
+        let lanes_end = lanes_off + u64::from(lane_count) * u64::from(lane_bytes);
+        let chunk_table_off = lanes_end;
+        // Chunks that fit once the table (8 bytes each, page-rounded) is subtracted.
+        let after = region_len.saturating_sub(chunk_table_off);
+        let mut chunks = after / CHUNK_SIZE;
+        while chunks > 0 && round_up(chunks * 8, 4096) + chunks * CHUNK_SIZE > after {
+            chunks -= 1;
+        }
+        if chunks == 0 {
+            return Err(HeapError::invalid(
+                "heap size",
+                format!(
+                    "{region_len} bytes holds no {CHUNK_SIZE}-byte chunk after {chunk_table_off} bytes of header and lanes"
+                ),
+            ));
+        }
+        let zone_off = chunk_table_off + round_up(chunks * 8, 4096);
+        Ok(Geometry {
+            region_len,
+            lane_count,
+            lane_bytes,
+            redo_bytes,
+            lanes_off,
+            chunk_table_off,
+            zone_off,
+            chunk_count: chunks,
+        })
+    }
+
+    /// Offset of lane `i`.
+    pub fn lane(&self, i: usize) -> u64 {
+        self.lanes_off + i as u64 * u64::from(self.lane_bytes)
+    }
+    /// Offset of lane `i`'s redo header.
+    pub fn redo(&self, i: usize) -> u64 {
+        self.lane(i) + LANE_STATE_BYTES
+    }
+    /// Redo entries a lane holds.
+    pub fn redo_capacity(&self) -> usize {
+        ((u64::from(self.redo_bytes) - REDO_HEADER_BYTES) / REDO_ENTRY_BYTES) as usize
+    }
+    /// Offset of lane `i`'s undo area.
+    pub fn undo(&self, i: usize) -> u64 {
+        self.redo(i) + u64::from(self.redo_bytes)
+    }
+    /// Bytes of each lane's undo area.
+    pub fn undo_bytes(&self) -> u64 {
+        u64::from(self.lane_bytes) - LANE_STATE_BYTES - u64::from(self.redo_bytes)
+    }
+    /// Offset of chunk `i`.
+    pub fn chunk(&self, i: u64) -> u64 {
+        self.zone_off + i * CHUNK_SIZE
+    }
+    /// Offset of chunk `i`'s table word.
+    pub fn chunk_word(&self, i: u64) -> u64 {
+        self.chunk_table_off + i * 8
+    }
+    /// End of the data zone.
+    pub fn zone_end(&self) -> u64 {
+        self.zone_off + self.chunk_count * CHUNK_SIZE
+    }
+    /// The chunk holding zone offset `off` (which must be inside the zone).
+    pub fn chunk_of(&self, off: u64) -> u64 {
+        (off - self.zone_off) / CHUNK_SIZE
+    }
+}
+
+/// The immutable part of the header.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Header {
+    /// The pool's UUID (persistent pointers carry its low 64 bits).
+    pub uuid: [u8; 16],
+    /// The geometry.
+    pub geo: Geometry,
+}
+
+impl Header {
+    /// The header copy as bytes (`HEADER_CRC_AT` bytes plus the CRC).
+    pub fn encode(&self) -> [u8; HEADER_CRC_AT + 4] {
+        let mut b = [0u8; HEADER_CRC_AT + 4];
+        let g = &self.geo;
+        b[0..8].copy_from_slice(&HEAP_MAGIC.to_le_bytes());
+        b[8..12].copy_from_slice(&HEAP_VERSION.to_le_bytes());
+        b[12..16].copy_from_slice(&((HEADER_CRC_AT + 4) as u32).to_le_bytes());
+        b[16..32].copy_from_slice(&self.uuid);
+        b[32..40].copy_from_slice(&g.region_len.to_le_bytes());
+        b[40..44].copy_from_slice(&g.lane_count.to_le_bytes());
+        b[44..48].copy_from_slice(&g.lane_bytes.to_le_bytes());
+        b[48..56].copy_from_slice(&g.lanes_off.to_le_bytes());
+        b[56..64].copy_from_slice(&g.chunk_table_off.to_le_bytes());
+        b[64..72].copy_from_slice(&g.zone_off.to_le_bytes());
+        b[72..80].copy_from_slice(&g.chunk_count.to_le_bytes());
+        b[80..88].copy_from_slice(&CHUNK_SIZE.to_le_bytes());
+        b[88..92].copy_from_slice(&g.redo_bytes.to_le_bytes());
+        let crc = crc32c::crc32c(&b[..HEADER_CRC_AT]);
+        b[HEADER_CRC_AT..].copy_from_slice(&crc.to_le_bytes());
+        b
+    }
+
+    /// Decode and validate a header copy read from offset `at` of a region of `region_len`
+    /// bytes.
+    pub fn decode(b: &[u8], at: u64, region_len: u64) -> Result<Header> {
+        let name = if at == HEADER_COPY_0 {
+            "heap header copy 0"
+        } else {
+            "heap header copy 1"
+        };
+        let u64_at = |o: usize| u64::from_le_bytes(b[o..o + 8].try_into().expect("8 bytes"));
+        let u32_at = |o: usize| u32::from_le_bytes(b[o..o + 4].try_into().expect("4 bytes"));
+        let bad = |off: usize, field, expected: String, found: String| {
+            HeapError::corrupt(name, at + off as u64, field, expected, found)
+        };
+        if u64_at(0) != HEAP_MAGIC {
+            return Err(bad(
+                0,
+                "magic",
+                format!("{HEAP_MAGIC:#018x}"),
+                format!("{:#018x}", u64_at(0)),
+            ));
+        }
+        let crc = crc32c::crc32c(&b[..HEADER_CRC_AT]);
+        if u32_at(HEADER_CRC_AT) != crc {
+            return Err(bad(
+                HEADER_CRC_AT,
+                "crc32c",
+                format!("{crc:#010x}"),
+                format!("{:#010x}", u32_at(HEADER_CRC_AT)),
+            ));
+        }
+        if u32_at(8) != HEAP_VERSION {
+            return Err(bad(
+                8,
+                "version",
+                HEAP_VERSION.to_string(),
+                u32_at(8).to_string(),
+            ));
+        }
+        if u64_at(80) != CHUNK_SIZE {
+            return Err(bad(
+                80,
+                "chunk_size",
+                CHUNK_SIZE.to_string(),
+                u64_at(80).to_string(),
+            ));
+        }
+        if u64_at(32) != region_len {
+            return Err(bad(
+                32,
+                "region_len",
+                region_len.to_string(),
+                u64_at(32).to_string(),
+            ));
+        }
+        let geo = Geometry::plan(region_len, u32_at(40), u32_at(44), u32_at(88)).map_err(|e| {
+            bad(
+                40,
+                "lane geometry",
+                "a valid lane geometry".into(),
+                e.to_string(),
+            )
+        })?;
+        let stored = (u64_at(48), u64_at(56), u64_at(64), u64_at(72));
+        let planned = (
+            geo.lanes_off,
+            geo.chunk_table_off,
+            geo.zone_off,
+            geo.chunk_count,
+        );
+        if stored != planned {
+            return Err(bad(
+                48,
+                "layout",
+                format!("{planned:?} (lanes, chunk table, zone, chunks)"),
+                format!("{stored:?}"),
+            ));
+        }
+        let mut uuid = [0u8; 16];
+        uuid.copy_from_slice(&b[16..32]);
+        Ok(Header { uuid, geo })
+    }
+}
+
+/// Low 64 bits of a UUID: the pool id persistent pointers carry.
+pub fn pool_id(uuid: &[u8; 16]) -> u64 {
+    u64::from_le_bytes(uuid[..8].try_into().expect("8 bytes"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn classes_cover_every_size_with_the_smallest_fitting_block() {
+        for size in 1..=MAX_RUN_BLOCK {
+            let c = class_for(size).expect("a run class");
+            assert!(u64::from(CLASS_SIZES[c]) >= size, "size {size} class {c}");
+            if c > 0 {
+                assert!(
+                    u64::from(CLASS_SIZES[c - 1]) < size,
+                    "size {size} class {c}"
+                );
+            }
+        }
+        assert_eq!(class_for(MAX_RUN_BLOCK + 1), None);
+        assert!(CLASS_SIZES.windows(2).all(|w| w[0] < w[1]));
+        assert!(CLASS_SIZES.iter().all(|s| s % 64 == 0));
+        for c in 0..CLASS_SIZES.len() {
+            assert!(blocks_per_run(c) <= RUN_BITMAP_BYTES * 8);
+            assert!(blocks_per_run(c) >= 3);
+        }
+    }
+
+    #[test]
+    fn chunk_words_round_trip_and_reject_damage() {
+        for (i, w) in [
+            ChunkWord::Free,
+            ChunkWord::Run(0),
+            ChunkWord::Run(39),
+            ChunkWord::Large(3),
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            let i = i as u64;
+            let enc = w.encode(i);
+            assert_eq!(ChunkWord::decode(enc, i, 10, 0).unwrap(), w);
+            if w != ChunkWord::Free {
+                for bit in 0..64 {
+                    let d = ChunkWord::decode(enc ^ (1 << bit), i, 10, 0);
+                    assert!(
+                        d.is_err() || d.unwrap() != w,
+                        "bit {bit} of {w:?} undetected"
+                    );
+                }
+                // The same word in another chunk's slot (a misdirected write) is caught.
+                assert!(ChunkWord::decode(enc, i + 1, 10, 0).is_err());
+            }
+        }
+        assert!(ChunkWord::decode(ChunkWord::Large(5).encode(8), 8, 10, 0).is_err());
+    }
+
+    #[test]
+    fn header_round_trips_and_detects_damage() {
+        let geo = Geometry::plan(64 << 20, 8, 64 * 1024, DEFAULT_REDO_BYTES).unwrap();
+        let h = Header { uuid: [7; 16], geo };
+        let b = h.encode();
+        assert_eq!(Header::decode(&b, 0, 64 << 20).unwrap(), h);
+        for i in 0..b.len() {
+            let mut d = b;
+            d[i] ^= 0x10;
+            assert!(Header::decode(&d, 0, 64 << 20).is_err(), "byte {i}");
+        }
+        assert!(Header::decode(&b, 0, 32 << 20).is_err());
+    }
+
+    #[test]
+    fn geometry_fits_inside_the_region() {
+        for len in [2u64 << 20, 3 << 20, 64 << 20, (1 << 30) + 12345] {
+            let g = Geometry::plan(len, 4, 64 * 1024, DEFAULT_REDO_BYTES).unwrap();
+            assert!(g.zone_end() <= len);
+            assert!(g.chunk_table_off + g.chunk_count * 8 <= g.zone_off);
+            assert!(len - g.zone_end() < CHUNK_SIZE + 4096 + 8 * (len / CHUNK_SIZE));
+        }
+        assert!(Geometry::plan(1 << 20, 64, DEFAULT_LANE_BYTES, DEFAULT_REDO_BYTES).is_err());
+    }
+}

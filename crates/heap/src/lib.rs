@@ -1,0 +1,23 @@
+//! `heap`: Kavach's persistent heap, the libpmemobj role.
+//!
+//! - [`raw::RawHeap`]: the engine. A size-class allocator (runs of 64 B to 64 KiB blocks with
+//!   persistent bitmaps, whole 256 KiB chunks above that) with per-lane caches, undo-logged
+//!   transactions on per-lane logs, an allocator redo log per lane, and recovery.
+//! - [`typed`]: the Rust API. Persistent pointers carry their pool's type, values are plain
+//!   bytes ([`bytemuck::Pod`]), and persistent data changes only through a transaction.
+//! - [`file`]: heaps in pool files.
+//! - [`check`]: the walk behind `kavach heap check` and `kavach heap stats`.
+//!
+//! Formats: `docs/format/heap.md`, `docs/format/undo-log.md`.
+
+pub mod check;
+pub mod error;
+pub mod file;
+pub mod layout;
+pub mod raw;
+pub mod typed;
+
+pub use error::{HeapError, Result};
+pub use file::HeapFile;
+pub use raw::{Change, CommitObserver, HeapOptions, RawHeap, RecoveryReport};
+pub use typed::{Heap, PMutex, PPtr, PoolTag, Tx};

@@ -1,0 +1,398 @@
+//! The Rust API: typed persistent pointers tied to their pool's type, values as plain bytes,
+//! and changes only inside transactions.
+//!
+//! What the types rule out at compile time (each is a `compile_fail` example below):
+//!
+//! - **A write to persistent data outside a transaction.** [`Heap`] only reads; every store
+//!   goes through a [`Tx`], which snapshots the range before changing it.
+//! - **A persistent pointer to volatile memory.** Stored values must be [`Pod`]: references,
+//!   raw pointers, `Box`, `Vec` and `String` are not, and `#[derive(Pod)]` refuses a struct
+//!   holding one. Persistent pointers are [`PPtr`]s (offsets), which are.
+//! - **A pointer into another pool.** A [`PPtr<T, P>`] carries its pool's tag type `P`, and a
+//!   `Heap<P>` accepts only `PPtr<_, P>`; one heap per tag may be open at a time, checked at
+//!   run time, so a tag names one pool.
+//! - **A transaction that outlives its closure**, or a [`Tx`] used after commit.
+//!
+//! ```compile_fail
+//! // No store outside a transaction: `Heap` has no method that writes.
+//! # use heap::{Heap, PPtr};
+//! heap::pool_tag!(A);
+//! fn f(h: &Heap<A>, p: PPtr<u64, A>) { h.set(p, 1); }
+//! ```
+//!
+//! ```compile_fail
+//! // No pointer into another pool.
+//! # use heap::{Heap, PPtr};
+//! heap::pool_tag!(A);
+//! heap::pool_tag!(B);
+//! fn f(h: &Heap<B>, p: PPtr<u64, A>) -> heap::Result<u64> { h.get(p) }
+//! ```
+//!
+//! ```compile_fail
+//! // No persistent pointer to volatile memory.
+//! # use heap::{Heap, PPtr};
+//! heap::pool_tag!(A);
+//! fn f(h: &Heap<A>, x: &'static u64) -> heap::Result<()> {
+//!     h.transaction(|tx| { tx.alloc(x)?; Ok(()) })
+//! }
+//! ```
+//!
+//! ```compile_fail
+//! // A struct holding a Box cannot be made persistent.
+//! #[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
+//! #[repr(C)]
+//! struct Node { next: Box<u64> }
+//! ```
+//!
+//! ```compile_fail
+//! // A transaction cannot escape its closure.
+//! # use heap::{Heap, Tx};
+//! heap::pool_tag!(A);
+//! fn f(h: &Heap<A>) {
+//!     let mut kept = None;
+//!     let _ = h.transaction(|tx| { kept = Some(tx); Ok(()) });
+//! }
+//! ```
+
+use std::any::TypeId;
+use std::marker::PhantomData;
+use std::sync::{Arc, Mutex};
+
+pub use bytemuck::{Pod, Zeroable};
+
+use crate::error::{HeapError, Result};
+use crate::raw::{LaneGuard, RawHeap};
+
+/// A pool's tag type: declare one per pool with [`pool_tag!`](crate::pool_tag).
+pub trait PoolTag: 'static + Send + Sync {}
+
+/// Declare a pool tag type: `heap::pool_tag!(pub Accounts);`.
+#[macro_export]
+macro_rules! pool_tag {
+    ($vis:vis $name:ident) => {
+        #[derive(Debug, Clone, Copy)]
+        $vis struct $name;
+        impl $crate::PoolTag for $name {}
+    };
+}
+
+/// A persistent pointer: the offset of a `T` in the heap of pool `P`. Null is offset 0.
+#[repr(transparent)]
+pub struct PPtr<T, P: PoolTag> {
+    off: u64,
+    _m: PhantomData<fn() -> (T, P)>,
+}
+
+impl<T, P: PoolTag> Clone for PPtr<T, P> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+impl<T, P: PoolTag> Copy for PPtr<T, P> {}
+impl<T, P: PoolTag> PartialEq for PPtr<T, P> {
+    fn eq(&self, o: &Self) -> bool {
+        self.off == o.off
+    }
+}
+impl<T, P: PoolTag> Eq for PPtr<T, P> {}
+impl<T, P: PoolTag> std::hash::Hash for PPtr<T, P> {
+    fn hash<H: std::hash::Hasher>(&self, h: &mut H) {
+        self.off.hash(h)
+    }
+}
+impl<T, P: PoolTag> std::fmt::Debug for PPtr<T, P> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "PPtr({:#x})", self.off)
+    }
+}
+// SAFETY: PPtr is a transparent u64 (PhantomData is a zero-sized, field-less marker): any bit
+// pattern is a valid value, zero included, and there is no padding or interior mutability.
+unsafe impl<T: 'static, P: PoolTag> Zeroable for PPtr<T, P> {}
+// SAFETY: as above.
+unsafe impl<T: 'static, P: PoolTag> Pod for PPtr<T, P> {}
+
+impl<T, P: PoolTag> PPtr<T, P> {
+    /// The null pointer.
+    pub const fn null() -> Self {
+        PPtr {
+            off: 0,
+            _m: PhantomData,
+        }
+    }
+    /// Is this the null pointer?
+    pub fn is_null(&self) -> bool {
+        self.off == 0
+    }
+    /// The offset inside the heap region.
+    pub fn offset(&self) -> u64 {
+        self.off
+    }
+    /// The `i`-th `T` after this one (for arrays allocated with [`Tx::alloc_array`]). Every
+    /// access is checked against the heap's bounds, never the array's.
+    pub fn at(self, i: u64) -> Self {
+        PPtr {
+            off: self.off + i * std::mem::size_of::<T>() as u64,
+            _m: PhantomData,
+        }
+    }
+    fn from_off(off: u64) -> Self {
+        PPtr {
+            off,
+            _m: PhantomData,
+        }
+    }
+}
+
+/// A lock stored in the pool next to the value it guards. The lock itself lives in DRAM, keyed
+/// by the offset, so it is always free when the pool is opened.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct PMutex<T: Pod> {
+    reserved: [u8; 8],
+    value: T,
+}
+
+impl<T: Pod + std::fmt::Debug> std::fmt::Debug for PMutex<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PMutex")
+            .field("value", &self.value)
+            .finish()
+    }
+}
+
+// SAFETY: `reserved` is 8 bytes at offset 0 and `value` follows at offset 8; NO_PADDING
+// (checked wherever a PMutex is used) rejects any T whose alignment or size would add padding.
+unsafe impl<T: Pod> Zeroable for PMutex<T> {}
+// SAFETY: as above.
+unsafe impl<T: Pod> Pod for PMutex<T> {}
+
+impl<T: Pod> PMutex<T> {
+    const NO_PADDING: () = assert!(
+        std::mem::size_of::<PMutex<T>>() == 8 + std::mem::size_of::<T>(),
+        "PMutex<T> needs a T with alignment of at most 8 and no trailing padding"
+    );
+    /// A lock around `value` (to store with [`Tx::alloc`] or [`Tx::set`]).
+    pub fn new(value: T) -> Self {
+        let () = Self::NO_PADDING;
+        PMutex {
+            reserved: [0; 8],
+            value,
+        }
+    }
+}
+
+static OPEN_TAGS: Mutex<Vec<TypeId>> = Mutex::new(Vec::new());
+
+/// A heap whose pointers carry tag `P`.
+pub struct Heap<P: PoolTag> {
+    raw: Arc<RawHeap>,
+    _p: PhantomData<P>,
+}
+
+impl<P: PoolTag> std::fmt::Debug for Heap<P> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Heap")
+            .field("tag", &std::any::type_name::<P>())
+            .field("raw", &self.raw)
+            .finish()
+    }
+}
+
+impl<P: PoolTag> Drop for Heap<P> {
+    fn drop(&mut self) {
+        let mut open = OPEN_TAGS.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(i) = open.iter().position(|t| *t == TypeId::of::<P>()) {
+            open.swap_remove(i);
+        }
+    }
+}
+
+impl<P: PoolTag> Heap<P> {
+    /// Wrap an open heap under tag `P`. Fails if another heap is open under the same tag.
+    pub fn new(raw: Arc<RawHeap>) -> Result<Self> {
+        let mut open = OPEN_TAGS.lock().unwrap_or_else(|p| p.into_inner());
+        if open.contains(&TypeId::of::<P>()) {
+            return Err(HeapError::invalid(
+                "pool tag",
+                format!(
+                    "a heap tagged {} is already open; one pool per tag",
+                    std::any::type_name::<P>()
+                ),
+            ));
+        }
+        open.push(TypeId::of::<P>());
+        Ok(Heap {
+            raw,
+            _p: PhantomData,
+        })
+    }
+
+    /// The engine underneath.
+    pub fn raw(&self) -> &Arc<RawHeap> {
+        &self.raw
+    }
+
+    /// The root object (a `T`, zeroed when first made).
+    pub fn root<T: Pod>(&self) -> Result<PPtr<T, P>> {
+        let (off, _) = self.raw.root(std::mem::size_of::<T>() as u64)?;
+        Ok(PPtr::from_off(off))
+    }
+
+    /// Read the `T` at `p`.
+    pub fn get<T: Pod>(&self, p: PPtr<T, P>) -> Result<T> {
+        read_value(&self.raw, p.off)
+    }
+
+    /// Run `f` in a transaction: commit if it returns `Ok`, roll back if it returns `Err` (or
+    /// panics).
+    pub fn transaction<R>(&self, f: impl FnOnce(&mut Tx<'_, P>) -> Result<R>) -> Result<R> {
+        let mut lane = self.raw.lane();
+        self.raw.begin(&mut lane);
+        let mut tx = Tx {
+            heap: self,
+            lane,
+            held: Vec::new(),
+            done: false,
+        };
+        let r = f(&mut tx);
+        tx.done = true;
+        let out = match r {
+            Ok(v) => self.raw.commit(&mut tx.lane).map(|()| v),
+            Err(e) => {
+                if !e.is_simulated_crash() {
+                    self.raw.abort(&mut tx.lane)?;
+                }
+                Err(e)
+            }
+        };
+        tx.release_locks();
+        out
+    }
+}
+
+fn read_value<T: Pod>(raw: &RawHeap, off: u64) -> Result<T> {
+    let mut v = T::zeroed();
+    raw.read(off, bytemuck::bytes_of_mut(&mut v))?;
+    Ok(v)
+}
+
+/// An open transaction. Exists only inside [`Heap::transaction`]'s closure.
+pub struct Tx<'h, P: PoolTag> {
+    heap: &'h Heap<P>,
+    lane: LaneGuard,
+    held: Vec<(u64, bool)>,
+    done: bool,
+}
+
+impl<P: PoolTag> std::fmt::Debug for Tx<'_, P> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Tx")
+            .field("lane", &self.lane.index())
+            .finish()
+    }
+}
+
+impl<P: PoolTag> Drop for Tx<'_, P> {
+    fn drop(&mut self) {
+        if !self.done {
+            // Unwinding out of the closure: roll back.
+            let _ = self.heap.raw.abort(&mut self.lane);
+            self.release_locks();
+        }
+    }
+}
+
+impl<P: PoolTag> Tx<'_, P> {
+    fn raw(&self) -> &RawHeap {
+        &self.heap.raw
+    }
+
+    fn release_locks(&mut self) {
+        for (key, exclusive) in self.held.drain(..).rev() {
+            let _ = if exclusive {
+                self.heap.raw.unlock_exclusive(key)
+            } else {
+                self.heap.raw.unlock_shared(key)
+            };
+        }
+    }
+
+    /// Read the `T` at `p` (as this transaction left it).
+    pub fn get<T: Pod>(&self, p: PPtr<T, P>) -> Result<T> {
+        read_value(self.raw(), p.off)
+    }
+
+    /// Store `v` at `p` (snapshotting it first).
+    pub fn set<T: Pod>(&mut self, p: PPtr<T, P>, v: T) -> Result<()> {
+        let heap = Arc::clone(&self.heap.raw);
+        heap.write(&mut self.lane, p.off, bytemuck::bytes_of(&v))
+    }
+
+    /// Read, change and store the `T` at `p`.
+    pub fn update<T: Pod, R>(&mut self, p: PPtr<T, P>, f: impl FnOnce(&mut T) -> R) -> Result<R> {
+        let mut v = self.get(p)?;
+        let r = f(&mut v);
+        self.set(p, v)?;
+        Ok(r)
+    }
+
+    /// Allocate a `T` holding `v`; the allocation takes effect at commit.
+    pub fn alloc<T: Pod>(&mut self, v: T) -> Result<PPtr<T, P>> {
+        let heap = Arc::clone(&self.heap.raw);
+        let off = heap.alloc(
+            &mut self.lane,
+            std::mem::size_of::<T>().max(1) as u64,
+            false,
+        )?;
+        heap.medium()
+            .write((heap.base() + off) as usize, bytemuck::bytes_of(&v));
+        Ok(PPtr::from_off(off))
+    }
+
+    /// Allocate `n` zeroed `T`s in a row.
+    pub fn alloc_array<T: Pod>(&mut self, n: u64) -> Result<PPtr<T, P>> {
+        let bytes = n
+            .checked_mul(std::mem::size_of::<T>() as u64)
+            .filter(|b| *b > 0)
+            .ok_or_else(|| HeapError::invalid("array length", format!("{n} elements")))?;
+        let heap = Arc::clone(&self.heap.raw);
+        Ok(PPtr::from_off(heap.alloc(&mut self.lane, bytes, true)?))
+    }
+
+    /// Free the block at `p` at commit.
+    pub fn free<T>(&mut self, p: PPtr<T, P>) -> Result<()> {
+        if p.is_null() {
+            return Ok(());
+        }
+        let heap = Arc::clone(&self.heap.raw);
+        heap.free(&mut self.lane, p.off)
+    }
+
+    /// Lock `m` until the transaction ends (after its commit is durable); returns the pointer
+    /// to the guarded value.
+    pub fn lock<T: Pod>(&mut self, m: PPtr<PMutex<T>, P>) -> Result<PPtr<T, P>> {
+        let () = PMutex::<T>::NO_PADDING;
+        self.raw()
+            .check_range(m.off, std::mem::size_of::<PMutex<T>>() as u64)?;
+        if !self.held.iter().any(|h| h.0 == m.off) {
+            self.heap.raw.lock_exclusive(m.off);
+            self.held.push((m.off, true));
+        }
+        Ok(PPtr::from_off(m.off + 8))
+    }
+
+    /// Run `f` as a nested transaction: it flattens into this one (an error aborts all).
+    pub fn nested<R>(&mut self, f: impl FnOnce(&mut Self) -> Result<R>) -> Result<R> {
+        let heap = Arc::clone(&self.heap.raw);
+        heap.begin(&mut self.lane);
+        match f(self) {
+            Ok(v) => heap.commit(&mut self.lane).map(|()| v),
+            Err(e) => {
+                if !e.is_simulated_crash() {
+                    heap.abort(&mut self.lane)?;
+                }
+                Err(e)
+            }
+        }
+    }
+}

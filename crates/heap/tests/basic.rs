@@ -1,0 +1,149 @@
+//! Basic behaviour of the heap on the simulator and on a file.
+
+use std::sync::Arc;
+
+use heap::check::walk;
+use heap::{Heap, HeapOptions, PPtr, RawHeap};
+use pmem::{Medium, SimConfig, SimMedium};
+
+const LEN: u64 = 4 << 20;
+
+fn fresh() -> Arc<SimMedium> {
+    let sim = Arc::new(SimMedium::new(LEN as usize, SimConfig::default()));
+    RawHeap::format(&*sim, 0, LEN, [9; 16], &HeapOptions::small()).unwrap();
+    sim
+}
+
+heap::pool_tag!(T1);
+
+#[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable, Debug, PartialEq)]
+#[repr(C)]
+struct Node {
+    value: u64,
+    next: PPtr<Node, T1>,
+}
+
+#[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
+#[repr(C)]
+struct Root {
+    head: PPtr<Node, T1>,
+    count: u64,
+}
+
+#[test]
+fn list_push_pop_abort_and_reopen() {
+    let sim = fresh();
+    let raw = Arc::new(RawHeap::open(sim.clone(), 0, LEN).unwrap());
+    let h = Heap::<T1>::new(raw).unwrap();
+    let root = h.root::<Root>().unwrap();
+    for v in 0..100u64 {
+        h.transaction(|tx| {
+            let r = tx.get(root)?;
+            let n = tx.alloc(Node {
+                value: v,
+                next: r.head,
+            })?;
+            tx.set(
+                root,
+                Root {
+                    head: n,
+                    count: r.count + 1,
+                },
+            )
+        })
+        .unwrap();
+    }
+    // An aborted transaction changes nothing.
+    let err = h
+        .transaction(|tx| {
+            let r = tx.get(root)?;
+            tx.free(r.head)?;
+            tx.set(
+                root,
+                Root {
+                    head: PPtr::null(),
+                    count: 0,
+                },
+            )?;
+            Err::<(), _>(heap::HeapError::Aborted)
+        })
+        .unwrap_err();
+    assert!(matches!(err, heap::HeapError::Aborted));
+    assert_eq!(h.get(root).unwrap().count, 100);
+    // Pop 40.
+    for _ in 0..40 {
+        h.transaction(|tx| {
+            let r = tx.get(root)?;
+            let n = tx.get(r.head)?;
+            tx.free(r.head)?;
+            tx.set(
+                root,
+                Root {
+                    head: n.next,
+                    count: r.count - 1,
+                },
+            )
+        })
+        .unwrap();
+    }
+    drop(h);
+    let report = walk(&*sim, 0, LEN, true).unwrap();
+    assert!(report.is_clean(), "{report:#?}");
+    assert_eq!(report.blocks, 61, "60 nodes and the root");
+    // Reopen from the durable image: the same list.
+    let img = sim.power_fail();
+    let sim2 = Arc::new(SimMedium::from_image(img, SimConfig::default()));
+    let raw = Arc::new(RawHeap::open(sim2.clone(), 0, LEN).unwrap());
+    let h = Heap::<T1>::new(raw).unwrap();
+    let root = h.root::<Root>().unwrap();
+    let mut p = h.get(root).unwrap().head;
+    let mut expect = 59u64;
+    let mut n = 0;
+    while !p.is_null() {
+        let node = h.get(p).unwrap();
+        assert_eq!(node.value, expect);
+        expect = expect.wrapping_sub(1);
+        p = node.next;
+        n += 1;
+    }
+    assert_eq!(n, 60);
+    // A double free is refused, not obeyed.
+    let head = h.get(root).unwrap().head;
+    let e = h
+        .transaction(|tx| {
+            tx.free(head)?;
+            tx.free(head)
+        })
+        .unwrap_err();
+    assert!(matches!(e, heap::HeapError::BadFree { .. }), "{e}");
+    assert_eq!(walk(&*sim2, 0, LEN, true).unwrap().blocks, 61);
+}
+
+#[test]
+fn large_blocks_and_bad_pointers() {
+    let sim = fresh();
+    let raw = RawHeap::open(sim.clone(), 0, LEN).unwrap();
+    let mut lane = raw.lane();
+    raw.begin(&mut lane);
+    let big = raw.alloc(&mut lane, 300_000, true).unwrap();
+    let small = raw.alloc(&mut lane, 100, false).unwrap();
+    raw.commit(&mut lane).unwrap();
+    assert_eq!(raw.usable_size(big), Some(2 * 256 * 1024));
+    assert_eq!(raw.usable_size(small), Some(128));
+    assert_eq!(raw.usable_size(small + 64), None);
+    raw.begin(&mut lane);
+    assert!(raw.add_range(&mut lane, 12, 8).is_err());
+    assert!(
+        raw.commit(&mut lane).is_err(),
+        "an error aborts the transaction"
+    );
+    raw.begin(&mut lane);
+    raw.free(&mut lane, big).unwrap();
+    assert!(raw.free(&mut lane, small + 64).is_err());
+    raw.abort(&mut lane).unwrap();
+    assert_eq!(raw.usable_size(big), Some(2 * 256 * 1024));
+    let r = walk(&*sim, 0, LEN, false).unwrap();
+    assert_eq!(r.blocks, 2);
+    assert_eq!(r.large_chunks, 2);
+    let _ = sim.len();
+}
