@@ -95,6 +95,11 @@ impl<T, P: PoolTag> PartialEq for PPtr<T, P> {
     }
 }
 impl<T, P: PoolTag> Eq for PPtr<T, P> {}
+impl<T, P: PoolTag> Default for PPtr<T, P> {
+    fn default() -> Self {
+        Self::null()
+    }
+}
 impl<T, P: PoolTag> std::hash::Hash for PPtr<T, P> {
     fn hash<H: std::hash::Hasher>(&self, h: &mut H) {
         self.off.hash(h)
@@ -134,6 +139,14 @@ impl<T, P: PoolTag> PPtr<T, P> {
             off: self.off + i * std::mem::size_of::<T>() as u64,
             _m: PhantomData,
         }
+    }
+    /// A pointer to the `U` at `byte_offset` inside the `T` (use `std::mem::offset_of!`).
+    pub fn field<U>(self, byte_offset: usize) -> PPtr<U, P> {
+        PPtr::from_off(self.off + byte_offset as u64)
+    }
+    /// The same offset as a pointer to another type.
+    pub fn cast<U>(self) -> PPtr<U, P> {
+        PPtr::from_off(self.off)
     }
     fn from_off(off: u64) -> Self {
         PPtr {
