@@ -77,7 +77,12 @@ fn shared_lock(root: PPtr<Root, Stress>) -> PPtr<PMutex<[Slot; SHARED]>, Stress>
     root.field(std::mem::offset_of!(Root, shared))
 }
 
-fn worker(h: &Heap<Stress>, root: PPtr<Root, Stress>, t: usize, shared: &Mutex<Vec<Model>>) -> Vec<Model> {
+fn worker(
+    h: &Heap<Stress>,
+    root: PPtr<Root, Stress>,
+    t: usize,
+    shared: &Mutex<Vec<Model>>,
+) -> Vec<Model> {
     let mut model: Vec<Model> = vec![None; OWN];
     let mut r = SplitMix64::new(0x57e5 + t as u64);
     let shared_ptr = shared_lock(root);
@@ -189,7 +194,10 @@ fn worker(h: &Heap<Stress>, root: PPtr<Root, Stress>, t: usize, shared: &Mutex<V
 fn verify(h: &Heap<Stress>, s: PPtr<Slot, Stress>, m: &Model, what: &str) {
     let slot = h.get(s).unwrap();
     match m {
-        None => assert!(slot.block.is_null(), "{what}: slot should be empty: {slot:?}"),
+        None => assert!(
+            slot.block.is_null(),
+            "{what}: slot should be empty: {slot:?}"
+        ),
         Some((words, tag)) => {
             assert_eq!((slot.words, slot.tag), (*words, *tag), "{what}");
             for i in 0..*words {
@@ -225,7 +233,12 @@ fn two_threads_random_transactions_match_the_model() {
     let check = |h: &Heap<Stress>, what: &str| {
         for (t, m) in models.iter().enumerate() {
             for (i, mi) in m.iter().enumerate() {
-                verify(h, own_slot(root, t, i), mi, &format!("{what}: thread {t} slot {i}"));
+                verify(
+                    h,
+                    own_slot(root, t, i),
+                    mi,
+                    &format!("{what}: thread {t} slot {i}"),
+                );
             }
         }
         // The slots follow the lock's 8 reserved bytes.
@@ -238,12 +251,27 @@ fn two_threads_random_transactions_match_the_model() {
     let c = h.raw().counters();
     let commits = c.commits.load(std::sync::atomic::Ordering::Relaxed);
     let aborts = c.aborts.load(std::sync::atomic::Ordering::Relaxed);
-    assert!(commits > 3000 && aborts > 300, "commits {commits}, aborts {aborts}");
+    assert!(
+        commits > 3000 && aborts > 300,
+        "commits {commits}, aborts {aborts}"
+    );
     drop(h);
     let report = walk(&*sim, 0, LEN, true).unwrap();
-    assert!(report.is_clean() && report.pending.is_empty(), "{report:#?}");
-    let live = models.iter().flatten().chain(shared.iter()).filter(|m| m.is_some()).count();
-    assert_eq!(report.blocks as usize, live + 1, "live blocks plus the root");
+    assert!(
+        report.is_clean() && report.pending.is_empty(),
+        "{report:#?}"
+    );
+    let live = models
+        .iter()
+        .flatten()
+        .chain(shared.iter())
+        .filter(|m| m.is_some())
+        .count();
+    assert_eq!(
+        report.blocks as usize,
+        live + 1,
+        "live blocks plus the root"
+    );
     // The durable image holds the same state.
     let img = sim.power_fail();
     let sim2 = Arc::new(SimMedium::from_image(img, SimConfig::default()));
