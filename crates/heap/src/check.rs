@@ -12,7 +12,7 @@ use serde::Serialize;
 
 use crate::error::{HeapError, Result};
 use crate::layout::*;
-use crate::raw::{read_header, redo_crc, scan_undo};
+use crate::raw::{read_header, scan_undo};
 
 /// One allocated block.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -41,8 +41,6 @@ pub struct ClassStats {
 pub struct PendingLane {
     /// The lane.
     pub lane: usize,
-    /// An allocator redo waits to be replayed.
-    pub redo: bool,
     /// Undo entries that would be rolled back.
     pub undo_entries: usize,
 }
@@ -117,20 +115,21 @@ pub fn walk(medium: &dyn Medium, base: u64, len: u64, reachability: bool) -> Res
         }
     }
     for i in 0..g.lane_count as usize {
-        let state = medium.load_u64((base + g.lane(i)) as usize);
-        let seq = state >> 1;
-        let mut redo = false;
+        let at = g.lane(i);
+        let state = medium.load_u64((base + at) as usize);
         if state & 1 == 1 {
-            redo = true;
-            if let Err(c) = check_redo(medium, base, &g, i, seq) {
-                r.damage.push(c);
-            }
+            r.damage.push(Corruption {
+                structure: format!("lane {i} state word"),
+                offset: base + at,
+                field: "flags",
+                expected: "bit 0 clear (reserved)".into(),
+                found: format!("{state:#018x}"),
+            });
         }
-        let undo = scan_undo(medium, base, &g, i, seq + 1).len();
-        if redo || undo > 0 {
+        let undo = scan_undo(medium, base, &g, i, (state >> 1) + 1).len();
+        if undo > 0 {
             r.pending.push(PendingLane {
                 lane: i,
-                redo,
                 undo_entries: undo,
             });
         }
@@ -230,49 +229,6 @@ pub fn walk(medium: &dyn Medium, base: u64, len: u64, reachability: bool) -> Res
         r.leaked = unreachable_blocks(medium, base, &blocks, root_off);
     }
     Ok(r)
-}
-
-fn check_redo(
-    medium: &dyn Medium,
-    base: u64,
-    g: &Geometry,
-    i: usize,
-    seq: u64,
-) -> std::result::Result<(), Corruption> {
-    let at = g.redo(i);
-    let mut h = [0u8; 16];
-    medium.read((base + at) as usize, &mut h);
-    let hseq = u64::from_le_bytes(h[0..8].try_into().expect("8"));
-    let count = u32::from_le_bytes(h[8..12].try_into().expect("4"));
-    let crc = u32::from_le_bytes(h[12..16].try_into().expect("4"));
-    let bad = |field, expected: String, found: String| Corruption {
-        structure: format!("lane {i} redo log"),
-        offset: base + at,
-        field,
-        expected,
-        found,
-    };
-    if hseq != seq {
-        return Err(bad("seq", seq.to_string(), hseq.to_string()));
-    }
-    if count as usize > g.redo_capacity() {
-        return Err(bad(
-            "count",
-            format!("at most {}", g.redo_capacity()),
-            count.to_string(),
-        ));
-    }
-    let mut body = vec![0u8; count as usize * 16];
-    medium.read((base + at + 16) as usize, &mut body);
-    let want = redo_crc(seq, count, &body);
-    if want != crc {
-        return Err(bad(
-            "crc32c",
-            format!("{want:#010x}"),
-            format!("{crc:#010x}"),
-        ));
-    }
-    Ok(())
 }
 
 fn unreachable_blocks(

@@ -30,29 +30,22 @@ pub const RUN_BITMAP_BYTES: u64 = 512;
 
 /// Bytes of a lane's state line (the state word is its first 8 bytes).
 pub const LANE_STATE_BYTES: u64 = 64;
-/// Default bytes of a lane's redo area (header plus entries).
+/// Default bytes of a lane's redo area, reserved for redo-mode (DNV) transactions.
 pub const DEFAULT_REDO_BYTES: u32 = 16 * 1024;
-/// Bytes of the redo header: seq u64, count u32, crc u32.
-pub const REDO_HEADER_BYTES: u64 = 16;
-/// Bytes of one redo entry: target u64 (op in the top two bits), value u64.
-pub const REDO_ENTRY_BYTES: u64 = 16;
 /// Bytes of an undo entry's header: seq u64, offset u64, len u32, crc u32.
 pub const UNDO_HEADER_BYTES: u64 = 24;
 /// Undo entries start on this alignment.
 pub const UNDO_ALIGN: u64 = 8;
+/// An undo entry's `len` holding this marks a bit entry for an allocation: the transaction
+/// ORs the entry's 8-byte mask into the run bitmap word at `offset` at commit.
+pub const UNDO_BIT_OR: u32 = 0xffff_ffff;
+/// An undo entry's `len` holding this marks a bit entry for a free: the transaction clears
+/// the mask's bits at commit.
+pub const UNDO_BIT_ANDNOT: u32 = 0xffff_fffe;
 /// Default number of lanes.
 pub const DEFAULT_LANES: u32 = 64;
 /// Default bytes per lane (state, redo and undo areas).
 pub const DEFAULT_LANE_BYTES: u32 = 256 * 1024;
-
-/// Redo op: store the value.
-pub const REDO_SET: u64 = 0;
-/// Redo op: OR the value into the word.
-pub const REDO_OR: u64 = 1;
-/// Redo op: clear the value's bits in the word.
-pub const REDO_ANDNOT: u64 = 2;
-/// Shift of the op inside a redo entry's target.
-pub const REDO_OP_SHIFT: u32 = 62;
 
 /// Chunk-table word type: free (the whole word is zero).
 pub const CHUNK_FREE: u8 = 0;
@@ -263,10 +256,6 @@ impl Geometry {
     /// Offset of lane `i`'s redo header.
     pub fn redo(&self, i: usize) -> u64 {
         self.lane(i) + LANE_STATE_BYTES
-    }
-    /// Redo entries a lane holds.
-    pub fn redo_capacity(&self) -> usize {
-        ((u64::from(self.redo_bytes) - REDO_HEADER_BYTES) / REDO_ENTRY_BYTES) as usize
     }
     /// Offset of lane `i`'s undo area.
     pub fn undo(&self, i: usize) -> u64 {
@@ -493,3 +482,77 @@ mod tests {
         assert!(Geometry::plan(1 << 20, 64, DEFAULT_LANE_BYTES, DEFAULT_REDO_BYTES).is_err());
     }
 }
+
+// ------------------------------------------------------------------------------------------
+// Field tables of the format documents (`docs/format/heap.md`, `docs/format/undo-log.md`),
+// checked against the documents and against the real encoding by `tests/format_doc.rs`.
+
+/// A header copy (`heap.md`, table `header`): [`HEADER_CRC_AT`] bytes and the CRC.
+#[allow(clippy::items_after_test_module)]
+pub const HEADER_FIELDS: &[pmem::layout::Field] = &[
+    pmem::layout::Field::new("magic", 0, 8),
+    pmem::layout::Field::new("version", 8, 4),
+    pmem::layout::Field::new("header_bytes", 12, 4),
+    pmem::layout::Field::new("uuid", 16, 16),
+    pmem::layout::Field::new("region_len", 32, 8),
+    pmem::layout::Field::new("lane_count", 40, 4),
+    pmem::layout::Field::new("lane_bytes", 44, 4),
+    pmem::layout::Field::new("lanes_off", 48, 8),
+    pmem::layout::Field::new("chunk_table_off", 56, 8),
+    pmem::layout::Field::new("zone_off", 64, 8),
+    pmem::layout::Field::new("chunk_count", 72, 8),
+    pmem::layout::Field::new("chunk_size", 80, 8),
+    pmem::layout::Field::new("redo_bytes", 88, 4),
+    pmem::layout::Field::new("crc32c", HEADER_CRC_AT, 4),
+];
+
+/// The root line at [`ROOT_LINE`] (`heap.md`, table `root line`).
+pub const ROOT_LINE_FIELDS: &[pmem::layout::Field] = &[
+    pmem::layout::Field::new("root_off", 0, 8),
+    pmem::layout::Field::new("root_size", 8, 8),
+];
+
+/// A chunk-table word, as the bytes of the little-endian u64 (`heap.md`, table `chunk word`).
+pub const CHUNK_WORD_FIELDS: &[pmem::layout::Field] = &[
+    pmem::layout::Field::new("type", 0, 1),
+    pmem::layout::Field::new("class", 1, 1),
+    pmem::layout::Field::new("check", 2, 2),
+    pmem::layout::Field::new("span", 4, 4),
+];
+
+/// The first [`RUN_HEADER`] bytes of a run chunk (`heap.md`, table `run header`).
+pub const RUN_HEADER_FIELDS: &[pmem::layout::Field] = &[
+    pmem::layout::Field::new("bitmap", 0, RUN_BITMAP_BYTES as usize),
+    pmem::layout::Field::new(
+        "unused",
+        RUN_BITMAP_BYTES as usize,
+        (RUN_HEADER - RUN_BITMAP_BYTES) as usize,
+    ),
+];
+
+/// A lane's state line (`undo-log.md`, table `lane state`).
+pub const LANE_STATE_FIELDS: &[pmem::layout::Field] = &[
+    pmem::layout::Field::new("state", 0, 8),
+    pmem::layout::Field::new("unused", 8, LANE_STATE_BYTES as usize - 8),
+];
+
+/// A lane's redo header (`undo-log.md`, table `redo header`).
+pub const REDO_HEADER_FIELDS: &[pmem::layout::Field] = &[
+    pmem::layout::Field::new("seq", 0, 8),
+    pmem::layout::Field::new("count", 8, 4),
+    pmem::layout::Field::new("crc32c", 12, 4),
+];
+
+/// One redo entry (`undo-log.md`, table `redo entry`).
+pub const REDO_ENTRY_FIELDS: &[pmem::layout::Field] = &[
+    pmem::layout::Field::new("target", 0, 8),
+    pmem::layout::Field::new("value", 8, 8),
+];
+
+/// An undo entry's header; the old bytes follow it (`undo-log.md`, table `undo entry`).
+pub const UNDO_ENTRY_FIELDS: &[pmem::layout::Field] = &[
+    pmem::layout::Field::new("seq", 0, 8),
+    pmem::layout::Field::new("offset", 8, 8),
+    pmem::layout::Field::new("len", 16, 4),
+    pmem::layout::Field::new("crc32c", 20, 4),
+];

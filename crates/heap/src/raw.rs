@@ -2,19 +2,25 @@
 //!
 //! Offsets are relative to the heap region; `base` turns them into medium offsets.
 //!
-//! A transaction runs on a lane (one per concurrent transaction). Its persistence protocol:
+//! A transaction runs on a lane (one per concurrent transaction). Its persistence protocol
+//! (`docs/format/undo-log.md`):
 //!
 //! 1. `add_range`: append `{seq, offset, len, crc}` and the old bytes to the lane's undo area,
 //!    flush, fence. Only then may the caller store into the range.
-//! 2. `commit`: flush every added range and every block allocated in the transaction; if it
-//!    allocated or freed, write the allocator's redo entries (bit OR / bit clear / chunk word
-//!    set) with a CRC; fence (F1).
-//! 3. Store the lane state word `seq << 1 | redo` and persist it (F2). This is the commit point:
-//!    undo entries of `seq` are dead from here on, and a redo flagged here is replayed.
-//! 4. With redo: apply it to the bitmaps and chunk table, fence (F3), clear the flag, fence (F4).
+//! 2. `alloc` / `free`: append a bit entry (`{word, mask, OR or ANDNOT}` for a run block) or a
+//!    snapshot of the chunk-table word (a large block) and flush it; no fence of its own: the
+//!    next snapshot's fence, or the commit, orders it before the change it describes.
+//! 3. `commit`: fence if an entry is still unfenced; apply the allocator changes in place
+//!    (bitmap bits under the chunk's lock, chunk words), flush them, every added range and
+//!    every block allocated in the transaction; fence (F1).
+//! 4. Store the lane state word `seq << 1` and persist it (F2). This is the commit point: the
+//!    undo entries of `seq` are dead from here on.
 //!
-//! Recovery, per lane: replay a flagged redo (idempotent), then roll back every valid undo
-//! entry of `seq + 1` in reverse order and retire it by storing `(seq + 1) << 1`.
+//! Recovery, per lane: roll back every valid undo entry of `seq + 1` in reverse order (a
+//! snapshot restores its bytes, a bit entry applies its inverse to its own bits only, which no
+//! other transaction can own at the same time) and retire them by storing `(seq + 1) << 1`.
+//! Three fences for an overwrite (snapshot, F1, F2), and three for an allocation linked into
+//! an existing object.
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
@@ -37,8 +43,8 @@ pub struct HeapOptions {
     pub lanes: u32,
     /// Bytes per lane (state line, redo and undo areas).
     pub lane_bytes: u32,
-    /// Bytes of each lane's redo area (allocations and frees per transaction: about
-    /// `redo_bytes / 16`).
+    /// Bytes of each lane's redo area, reserved for redo-mode (DNV) transactions; undo mode
+    /// does not use it.
     pub redo_bytes: u32,
 }
 
@@ -137,7 +143,8 @@ pub struct Lane {
     frees: Vec<Block>,
     cache: Vec<Vec<u64>>,
     scratch: Vec<u8>,
-    redo: Vec<(u64, u64)>,
+    /// An undo entry was flushed but no fence has ordered it yet.
+    unfenced: bool,
 }
 
 impl Lane {
@@ -249,8 +256,6 @@ pub trait CommitObserver: Send + Sync {
 /// What recovery did at open.
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
 pub struct RecoveryReport {
-    /// Lanes whose allocator redo was replayed.
-    pub redo_replayed: usize,
     /// Lanes whose interrupted transaction was rolled back.
     pub rolled_back: usize,
     /// Undo entries applied.
@@ -384,7 +389,7 @@ impl RawHeap {
                     frees: Vec::new(),
                     cache: vec![Vec::new(); CLASS_SIZES.len()],
                     scratch: Vec::new(),
-                    redo: Vec::new(),
+                    unfenced: false,
                 }))
             })
             .collect();
@@ -459,131 +464,90 @@ impl RawHeap {
 
     fn recover_lane(&mut self, i: usize) -> Result<u64> {
         let g = self.geo;
-        let state = self.medium.load_u64(self.m(g.lane(i)));
-        let mut seq = state >> 1;
+        let at = g.lane(i);
+        let state = self.medium.load_u64(self.m(at));
         if state & 1 == 1 {
-            let entries = self.read_redo(i, seq)?;
-            self.apply_redo_raw(&entries)?;
-            self.medium.fence()?;
-            self.medium.store_u64(self.m(g.lane(i)), seq << 1);
-            self.medium.persist(self.m(g.lane(i)), 8)?;
-            self.recovery.redo_replayed += 1;
+            return Err(HeapError::corrupt(
+                format!("lane {i} state word"),
+                self.base + at,
+                "flags",
+                "bit 0 clear (reserved)",
+                format!("{state:#018x}"),
+            ));
         }
+        let mut seq = state >> 1;
         let entries = scan_undo(&*self.medium, self.base, &g, i, seq + 1);
         if !entries.is_empty() {
             for e in entries.iter().rev() {
-                self.check_undo_target(i, e.offset, e.len)?;
-                let mut buf = vec![0u8; e.len as usize];
-                self.medium.read(self.m(e.data_at), &mut buf);
-                self.medium.write(self.m(e.offset), &buf);
-                self.medium.flush(self.m(e.offset), e.len as usize)?;
+                self.check_undo_target(i, e)?;
+                self.undo_one(e)?;
             }
             self.medium.fence()?;
             seq += 1;
-            self.medium.store_u64(self.m(g.lane(i)), seq << 1);
-            self.medium.persist(self.m(g.lane(i)), 8)?;
+            self.medium.store_u64(self.m(at), seq << 1);
+            self.medium.persist(self.m(at), 8)?;
             self.recovery.rolled_back += 1;
             self.recovery.undo_entries += entries.len();
         }
         Ok(seq)
     }
 
-    fn check_undo_target(&self, lane: usize, off: u64, len: u64) -> Result<()> {
-        let root = off >= ROOT_LINE && off + len <= ROOT_LINE + 16;
-        if root || self.check_range(off, len).is_ok() {
+    /// Undo one entry: restore a snapshot, or apply a bit entry's inverse to its own bits.
+    fn undo_one(&self, e: &UndoEntry) -> Result<()> {
+        match e.kind {
+            UndoKind::Snapshot => {
+                let mut buf = vec![0u8; e.len as usize];
+                self.medium.read(self.m(e.data_at), &mut buf);
+                self.medium.write(self.m(e.offset), &buf);
+                self.medium.flush(self.m(e.offset), e.len as usize)?;
+            }
+            UndoKind::BitOr | UndoKind::BitAndNot => {
+                let mask = self.medium.load_u64(self.m(e.data_at));
+                let at = self.m(e.offset);
+                let old = self.medium.load_u64(at);
+                let new = if e.kind == UndoKind::BitOr {
+                    old & !mask
+                } else {
+                    old | mask
+                };
+                if new != old {
+                    self.medium.store_u64(at, new);
+                }
+                self.medium.flush(at, 8)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn check_undo_target(&self, lane: usize, e: &UndoEntry) -> Result<()> {
+        let g = self.geo;
+        let (off, len) = (e.offset, e.len);
+        let ok = match e.kind {
+            UndoKind::Snapshot => {
+                let root = off >= ROOT_LINE && off + len <= ROOT_LINE + 16;
+                let table = off >= g.chunk_table_off
+                    && off + len <= g.chunk_table_off + g.chunk_count * 8
+                    && off % 8 == 0
+                    && len == 8;
+                root || table || self.check_range(off, len).is_ok()
+            }
+            UndoKind::BitOr | UndoKind::BitAndNot => {
+                off % 8 == 0
+                    && off >= g.zone_off
+                    && off < g.zone_end()
+                    && (off - g.zone_off) % CHUNK_SIZE < RUN_BITMAP_BYTES
+            }
+        };
+        if ok {
             return Ok(());
         }
         Err(HeapError::corrupt(
             format!("lane {lane} undo entry"),
-            self.geo.undo(lane),
+            self.base + e.data_at - UNDO_HEADER_BYTES,
             "offset",
-            "a range inside the data zone or the root line",
-            format!("{off:#x} + {len}"),
+            "a range inside the data zone, the root line, a chunk-table word or a run bitmap word",
+            format!("{:?} at {off:#x} + {len}", e.kind),
         ))
-    }
-
-    fn read_redo(&self, i: usize, seq: u64) -> Result<Vec<(u64, u64)>> {
-        let g = self.geo;
-        let at = g.redo(i);
-        let mut hdr = [0u8; REDO_HEADER_BYTES as usize];
-        self.medium.read(self.m(at), &mut hdr);
-        let hseq = u64::from_le_bytes(hdr[0..8].try_into().expect("8"));
-        let count = u32::from_le_bytes(hdr[8..12].try_into().expect("4")) as usize;
-        let crc = u32::from_le_bytes(hdr[12..16].try_into().expect("4"));
-        let name = format!("lane {i} redo log");
-        if hseq != seq {
-            return Err(HeapError::corrupt(name, at, "seq", seq, hseq));
-        }
-        if count > g.redo_capacity() {
-            return Err(HeapError::corrupt(
-                name,
-                at + 8,
-                "count",
-                format!("at most {}", g.redo_capacity()),
-                count,
-            ));
-        }
-        let mut body = vec![0u8; count * REDO_ENTRY_BYTES as usize];
-        self.medium.read(self.m(at + REDO_HEADER_BYTES), &mut body);
-        let want = redo_crc(seq, count as u32, &body);
-        if want != crc {
-            return Err(HeapError::corrupt(
-                name,
-                at + 12,
-                "crc32c",
-                format!("{want:#010x}"),
-                format!("{crc:#010x}"),
-            ));
-        }
-        let mut out = Vec::with_capacity(count);
-        for k in 0..count {
-            let e = &body[k * 16..k * 16 + 16];
-            let target = u64::from_le_bytes(e[0..8].try_into().expect("8"));
-            let value = u64::from_le_bytes(e[8..16].try_into().expect("8"));
-            self.check_redo_target(target).map_err(|found| {
-                HeapError::corrupt(
-                    format!("lane {i} redo entry {k}"),
-                    at + REDO_HEADER_BYTES + 16 * k as u64,
-                    "target",
-                    "a chunk-table word or a run bitmap word",
-                    found,
-                )
-            })?;
-            out.push((target, value));
-        }
-        Ok(out)
-    }
-
-    fn check_redo_target(&self, target: u64) -> std::result::Result<(), String> {
-        let g = self.geo;
-        let op = target >> REDO_OP_SHIFT;
-        let off = target & ((1 << REDO_OP_SHIFT) - 1);
-        let in_table = off >= g.chunk_table_off && off < g.chunk_table_off + g.chunk_count * 8;
-        let in_bitmap = off >= g.zone_off
-            && off < g.zone_end()
-            && (off - g.zone_off) % CHUNK_SIZE < RUN_BITMAP_BYTES;
-        if op > REDO_ANDNOT || off % 8 != 0 || !(in_table || in_bitmap) {
-            return Err(format!("op {op} at {off:#x}"));
-        }
-        Ok(())
-    }
-
-    fn apply_redo_raw(&self, entries: &[(u64, u64)]) -> Result<()> {
-        for &(target, value) in entries {
-            let off = target & ((1 << REDO_OP_SHIFT) - 1);
-            let at = self.m(off);
-            let old = self.medium.load_u64(at);
-            let new = match target >> REDO_OP_SHIFT {
-                REDO_SET => value,
-                REDO_OR => old | value,
-                _ => old & !value,
-            };
-            if new != old {
-                self.medium.store_u64(at, new);
-            }
-            self.medium.flush(at, 8)?;
-        }
-        Ok(())
     }
 
     fn rebuild(&mut self) -> Result<()> {
@@ -734,41 +698,128 @@ impl RawHeap {
         if len == 0 || lane.ranges.covers(off, off + len) || in_fresh(lane, off, len) {
             return Ok(());
         }
-        let entry = UNDO_HEADER_BYTES + len;
+        let medium = &self.medium;
+        let base = self.base;
+        let pos = match self.log_entry(lane, off, len as u32, len, |buf| {
+            medium.read((base + off) as usize, buf)
+        }) {
+            Ok(pos) => pos,
+            Err(e) => return self.fail(lane, e),
+        };
+        if let Err(e) = self.fence() {
+            return self.fail(lane, e);
+        }
+        lane.unfenced = false;
+        lane.snapshots.push((off, len, pos));
+        lane.ranges.insert(off, off + len);
+        Ok(())
+    }
+
+    /// Append an undo entry of transaction `lane.seq + 1`: the header, then `payload_len`
+    /// bytes that `fill` writes; flush it (no fence). Returns its position in the undo area.
+    fn log_entry(
+        &self,
+        lane: &mut Lane,
+        off: u64,
+        len_field: u32,
+        payload_len: u64,
+        fill: impl FnOnce(&mut [u8]),
+    ) -> Result<u64> {
+        let entry = UNDO_HEADER_BYTES + payload_len;
         let padded = entry.div_ceil(UNDO_ALIGN) * UNDO_ALIGN;
         if lane.undo_tail + padded > self.geo.undo_bytes() {
-            let e = HeapError::TxTooLarge(format!(
-                "the undo log of a lane holds {} bytes; this snapshot of {len} bytes needs {} more",
+            return Err(HeapError::TxTooLarge(format!(
+                "the undo log of a lane holds {} bytes; this entry of {entry} bytes needs {} more",
                 self.geo.undo_bytes(),
                 lane.undo_tail + padded - self.geo.undo_bytes()
-            ));
-            return self.fail(lane, e);
+            )));
         }
         let seq = lane.seq + 1;
         let mut buf = std::mem::take(&mut lane.scratch);
         buf.clear();
         buf.resize(entry as usize, 0);
-        self.medium
-            .read(self.m(off), &mut buf[UNDO_HEADER_BYTES as usize..]);
+        fill(&mut buf[UNDO_HEADER_BYTES as usize..]);
         buf[0..8].copy_from_slice(&seq.to_le_bytes());
         buf[8..16].copy_from_slice(&off.to_le_bytes());
-        buf[16..20].copy_from_slice(&(len as u32).to_le_bytes());
+        buf[16..20].copy_from_slice(&len_field.to_le_bytes());
         let crc = undo_crc(&buf[..20], &buf[UNDO_HEADER_BYTES as usize..]);
         buf[20..24].copy_from_slice(&crc.to_le_bytes());
-        let at = self.geo.undo(lane.idx) + lane.undo_tail;
-        self.medium.write(self.m(at), &buf);
+        let pos = lane.undo_tail;
+        let at = self.m(self.geo.undo(lane.idx) + pos);
+        self.medium.write(at, &buf);
         lane.scratch = buf;
-        let r = self
-            .medium
-            .flush(self.m(at), entry as usize)
-            .map_err(HeapError::from)
-            .and_then(|()| self.fence());
-        if let Err(e) = r {
-            return self.fail(lane, e);
-        }
-        lane.snapshots.push((off, len, lane.undo_tail));
+        self.medium.flush(at, entry as usize)?;
         lane.undo_tail += padded;
-        lane.ranges.insert(off, off + len);
+        lane.unfenced = true;
+        Ok(pos)
+    }
+
+    /// Log the allocator change `b` will make at commit (`alloc`: true for an allocation).
+    fn log_block(&self, lane: &mut Lane, b: &Block, alloc: bool) -> Result<()> {
+        match *b {
+            Block::Small { chunk, bit, .. } => {
+                let word = self.geo.chunk(u64::from(chunk)) + u64::from(bit / 64) * 8;
+                let mask = 1u64 << (bit % 64);
+                let tag = if alloc { UNDO_BIT_OR } else { UNDO_BIT_ANDNOT };
+                self.log_entry(lane, word, tag, 8, |b| {
+                    b.copy_from_slice(&mask.to_le_bytes())
+                })?;
+            }
+            Block::Large { chunk, span, .. } => {
+                // The head word, and (for an allocation) any stale word inside the span, such
+                // as that of an empty run reclaimed at open.
+                let last = if alloc { chunk + span } else { chunk + 1 };
+                for c in chunk..last {
+                    let at = self.geo.chunk_word(u64::from(c));
+                    let old = self.medium.load_u64(self.m(at));
+                    if c == chunk || old != 0 {
+                        self.log_entry(lane, at, 8, 8, |b| b.copy_from_slice(&old.to_le_bytes()))?;
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Make the allocator changes of the transaction in place and flush them.
+    fn apply_blocks(&self, lane: &Lane) -> Result<()> {
+        let ops = lane
+            .allocs
+            .iter()
+            .map(|b| (b, true))
+            .chain(lane.frees.iter().map(|b| (b, false)));
+        for (b, alloc) in ops {
+            match *b {
+                Block::Small { chunk, bit, .. } => {
+                    let at = self.m(self.geo.chunk(u64::from(chunk)) + u64::from(bit / 64) * 8);
+                    let mask = 1u64 << (bit % 64);
+                    let _sh = self.shadows[chunk as usize].lock();
+                    let old = self.medium.load_u64(at);
+                    let new = if alloc { old | mask } else { old & !mask };
+                    self.medium.store_u64(at, new);
+                    self.medium.flush(at, 8)?;
+                }
+                Block::Large { chunk, span, .. } => {
+                    let head = self.m(self.geo.chunk_word(u64::from(chunk)));
+                    let v = if alloc {
+                        ChunkWord::Large(span).encode(u64::from(chunk))
+                    } else {
+                        0
+                    };
+                    self.medium.store_u64(head, v);
+                    self.medium.flush(head, 8)?;
+                    if alloc {
+                        for c in chunk + 1..chunk + span {
+                            let at = self.m(self.geo.chunk_word(u64::from(c)));
+                            if self.medium.load_u64(at) != 0 {
+                                self.medium.store_u64(at, 0);
+                                self.medium.flush(at, 8)?;
+                            }
+                        }
+                    }
+                }
+            }
+        }
         Ok(())
     }
 
@@ -793,6 +844,10 @@ impl RawHeap {
             Ok(b) => b,
             Err(e) => return self.fail(lane, e),
         };
+        if let Err(e) = self.log_block(lane, &block, true) {
+            self.unreserve(lane, block);
+            return self.fail(lane, e);
+        }
         if zero {
             let len = block.len();
             let zeros = [0u8; 4096];
@@ -930,13 +985,16 @@ impl RawHeap {
             self.unreserve(lane, b);
             return Ok(());
         }
-        match self.block_at(off) {
-            Ok(b) => {
-                lane.frees.push(b);
-                Ok(())
-            }
-            Err(e) => self.fail(lane, e),
+        let b = match self.block_at(off) {
+            Ok(b) => b,
+            Err(e) => return self.fail(lane, e),
+        };
+        if let Err(e) = self.log_block(lane, &b, false) {
+            self.clear_pending(b);
+            return self.fail(lane, e);
         }
+        lane.frees.push(b);
+        Ok(())
     }
 
     /// Validate that `off` is an allocated block no transaction is freeing, and mark it.
@@ -1075,59 +1133,33 @@ impl RawHeap {
     }
 
     fn commit_outer(&self, lane: &mut Lane) -> Result<()> {
-        let has_redo = !lane.allocs.is_empty() || !lane.frees.is_empty();
-        if lane.snapshots.is_empty() && !has_redo {
+        if lane.undo_tail == 0 && lane.allocs.is_empty() && lane.frees.is_empty() {
             self.finish(lane);
             return Ok(());
         }
         let seq = lane.seq + 1;
+        if lane.unfenced {
+            // Bit entries written since the last snapshot must be durable before the bits.
+            self.fence()?;
+            lane.unfenced = false;
+        }
+        self.apply_blocks(lane)?;
         for &(s, e) in &lane.ranges.0 {
             self.medium.flush(self.m(s), (e - s) as usize)?;
         }
         for b in &lane.allocs {
-            let len = b.len();
-            self.medium.flush(self.m(b.off()), len as usize)?;
+            self.medium.flush(self.m(b.off()), b.len() as usize)?;
         }
-        if has_redo {
-            self.build_redo(lane)?;
-            let count = lane.redo.len();
-            if count > self.geo.redo_capacity() {
-                return Err(HeapError::TxTooLarge(format!(
-                    "{count} allocator changes; a lane's redo log holds {}",
-                    self.geo.redo_capacity()
-                )));
-            }
-            let mut body = Vec::with_capacity(16 + count * 16);
-            body.extend_from_slice(&seq.to_le_bytes());
-            body.extend_from_slice(&(count as u32).to_le_bytes());
-            body.extend_from_slice(&[0; 4]);
-            for &(t, v) in &lane.redo {
-                body.extend_from_slice(&t.to_le_bytes());
-                body.extend_from_slice(&v.to_le_bytes());
-            }
-            let crc = redo_crc(seq, count as u32, &body[16..]);
-            body[12..16].copy_from_slice(&crc.to_le_bytes());
-            let at = self.m(self.geo.redo(lane.idx));
-            self.medium.write(at, &body);
-            self.medium.flush(at, body.len())?;
-        }
-        self.fence()?; // F1: data, snapshots and redo durable.
+        self.fence()?; // F1: data and allocator changes durable.
         let state = self.m(self.geo.lane(lane.idx));
-        self.medium.store_u64(state, seq << 1 | u64::from(has_redo));
+        self.medium.store_u64(state, seq << 1);
         self.medium.flush(state, 8)?;
         self.fence()?; // F2: the commit point.
         lane.seq = seq;
         if let Some(obs) = self.observer.read().clone() {
             self.notify(&*obs, lane)?;
         }
-        if has_redo {
-            self.apply_redo_locked(lane)?;
-            self.fence()?; // F3
-            self.medium.store_u64(state, seq << 1);
-            self.medium.flush(state, 8)?;
-            self.fence()?; // F4: the redo is retired; its blocks may change hands again.
-            self.publish(lane);
-        }
+        self.publish(lane);
         self.counters.commits.fetch_add(1, Ordering::Relaxed);
         self.finish(lane);
         Ok(())
@@ -1157,54 +1189,6 @@ impl RawHeap {
             });
         }
         obs.committed(&changes)
-    }
-
-    fn build_redo(&self, lane: &mut Lane) -> Result<()> {
-        let mut redo = std::mem::take(&mut lane.redo);
-        redo.clear();
-        let g = self.geo;
-        let mut add = |op: u64, b: &Block| match *b {
-            Block::Small { chunk, bit, .. } => {
-                let word = g.chunk(u64::from(chunk)) + u64::from(bit / 64) * 8;
-                let mask = 1u64 << (bit % 64);
-                let target = word | op << REDO_OP_SHIFT;
-                match redo.iter_mut().rev().take(4).find(|e| e.0 == target) {
-                    Some(e) => e.1 |= mask,
-                    None => redo.push((target, mask)),
-                }
-            }
-            Block::Large { chunk, span, .. } => {
-                let word = g.chunk_word(u64::from(chunk)) | REDO_SET << REDO_OP_SHIFT;
-                let value = if op == REDO_OR {
-                    ChunkWord::Large(span).encode(u64::from(chunk))
-                } else {
-                    0
-                };
-                redo.push((word, value));
-            }
-        };
-        for b in &lane.allocs {
-            add(REDO_OR, b);
-        }
-        for b in &lane.frees {
-            add(REDO_ANDNOT, b);
-        }
-        lane.redo = redo;
-        Ok(())
-    }
-
-    fn apply_redo_locked(&self, lane: &Lane) -> Result<()> {
-        for &(target, value) in &lane.redo {
-            let off = target & ((1 << REDO_OP_SHIFT) - 1);
-            let chunk = if off >= self.geo.zone_off {
-                self.geo.chunk_of(off)
-            } else {
-                (off - self.geo.chunk_table_off) / 8
-            };
-            let _sh = self.shadows[chunk as usize].lock();
-            self.apply_redo_raw(&[(target, value)])?;
-        }
-        Ok(())
     }
 
     /// After F4: the volatile allocator state takes the committed allocations and frees.
@@ -1265,6 +1249,17 @@ impl RawHeap {
         lane.frees.clear();
     }
 
+    fn clear_pending(&self, b: Block) {
+        match b {
+            Block::Small { chunk, bit, .. } => set_bit(
+                &mut self.shadows[chunk as usize].lock().pending_free,
+                bit,
+                false,
+            ),
+            Block::Large { chunk, .. } => self.shadows[chunk as usize].lock().large_pending = false,
+        }
+    }
+
     fn finish(&self, lane: &mut Lane) {
         lane.depth = 0;
         lane.undo_tail = 0;
@@ -1287,7 +1282,9 @@ impl RawHeap {
             lane.depth -= 1;
             return Ok(());
         }
-        if !lane.snapshots.is_empty() {
+        if lane.undo_tail > 0 {
+            // Allocator changes were never made in place (they are applied at commit), so only
+            // snapshots need restoring; the bit entries die with the sequence number.
             let undo = self.geo.undo(lane.idx);
             let mut buf = Vec::new();
             for &(off, len, pos) in lane.snapshots.iter().rev() {
@@ -1304,19 +1301,13 @@ impl RawHeap {
             self.medium.flush(state, 8)?;
             self.fence()?;
             lane.seq = seq;
+            lane.unfenced = false;
         }
         for b in std::mem::take(&mut lane.allocs) {
             self.unreserve(lane, b);
         }
         for b in std::mem::take(&mut lane.frees) {
-            let mut sh = self.shadows[match b {
-                Block::Small { chunk, .. } | Block::Large { chunk, .. } => chunk as usize,
-            }]
-            .lock();
-            match b {
-                Block::Small { bit, .. } => set_bit(&mut sh.pending_free, bit, false),
-                Block::Large { .. } => sh.large_pending = false,
-            }
+            self.clear_pending(b);
         }
         self.counters.aborts.fetch_add(1, Ordering::Relaxed);
         self.finish(lane);
@@ -1486,25 +1477,31 @@ fn free_bits(allocated: &[u64], blocks: u64) -> Vec<u64> {
         .collect()
 }
 
-pub(crate) fn redo_crc(seq: u64, count: u32, body: &[u8]) -> u32 {
-    let mut h = [0u8; 12];
-    h[..8].copy_from_slice(&seq.to_le_bytes());
-    h[8..].copy_from_slice(&count.to_le_bytes());
-    crc32c::crc32c_append(crc32c::crc32c(&h), body)
-}
-
 pub(crate) fn undo_crc(head: &[u8], data: &[u8]) -> u32 {
     crc32c::crc32c_append(crc32c::crc32c(head), data)
+}
+
+/// What an undo entry records.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum UndoKind {
+    /// The old bytes of a range.
+    Snapshot,
+    /// An allocation will OR the mask into a run bitmap word; undo clears those bits.
+    BitOr,
+    /// A free will clear the mask's bits; undo sets them.
+    BitAndNot,
 }
 
 /// A valid undo entry found by [`scan_undo`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct UndoEntry {
-    /// Region offset of the snapshotted range.
+    /// What it records.
+    pub kind: UndoKind,
+    /// Region offset of the snapshotted range or of the bitmap word.
     pub offset: u64,
-    /// Its length.
+    /// Bytes of the payload (the snapshot's length; 8 for a bit entry's mask).
     pub len: u64,
-    /// Region offset of the old bytes in the log.
+    /// Region offset of the payload in the log.
     pub data_at: u64,
 }
 
@@ -1527,8 +1524,13 @@ pub fn scan_undo(
         medium.read((base + pos) as usize, &mut h);
         let eseq = u64::from_le_bytes(h[0..8].try_into().expect("8"));
         let off = u64::from_le_bytes(h[8..16].try_into().expect("8"));
-        let len = u64::from(u32::from_le_bytes(h[16..20].try_into().expect("4")));
+        let field = u32::from_le_bytes(h[16..20].try_into().expect("4"));
         let crc = u32::from_le_bytes(h[20..24].try_into().expect("4"));
+        let (kind, len) = match field {
+            UNDO_BIT_OR => (UndoKind::BitOr, 8),
+            UNDO_BIT_ANDNOT => (UndoKind::BitAndNot, 8),
+            n => (UndoKind::Snapshot, u64::from(n)),
+        };
         if eseq != seq || len == 0 || pos + UNDO_HEADER_BYTES + len > end {
             break;
         }
@@ -1538,6 +1540,7 @@ pub fn scan_undo(
             break;
         }
         out.push(UndoEntry {
+            kind,
             offset: off,
             len,
             data_at: pos + UNDO_HEADER_BYTES,

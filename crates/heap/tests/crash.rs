@@ -182,6 +182,18 @@ fn sc_free_1(h: &RawHeap) -> heap::Result<()> {
 fn sc_free_2(h: &RawHeap) -> heap::Result<()> {
     tx(h, |h, l| free_slot(h, l, 3))
 }
+/// The allocator entries come after the last snapshot, so only the commit orders them.
+fn sc_late(h: &RawHeap) -> heap::Result<()> {
+    tx(h, |h, l| {
+        let (off, _, _) = get_slot(h, 3);
+        set_slot(h, l, 3, 0, 0, 0)?;
+        set_slot(h, l, 6, 0, 0, 1)?;
+        h.free(l, off)?;
+        let b = h.alloc(l, 2000, false)?;
+        h.medium().write((h.base() + b) as usize, &fill(71, 2000));
+        set_slot(h, l, 6, b, 2000, 71)
+    })
+}
 fn sc_over_1(h: &RawHeap) -> heap::Result<()> {
     tx(h, |h, l| {
         overwrite(h, l, 1, 31)?;
@@ -241,7 +253,7 @@ const SCENARIOS: &[Scenario] = &[
     },
     Scenario {
         name: "free",
-        steps: &[sc_free_1, sc_free_2],
+        steps: &[sc_free_1, sc_late],
     },
     Scenario {
         name: "overwrite",
@@ -257,7 +269,7 @@ const SCENARIOS: &[Scenario] = &[
     },
     Scenario {
         name: "mixed",
-        steps: &[sc_free_1, sc_alloc_1, sc_over_1, sc_alloc_2],
+        steps: &[sc_free_1, sc_alloc_1, sc_over_1, sc_late, sc_alloc_2],
     },
 ];
 
