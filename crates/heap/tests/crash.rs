@@ -186,9 +186,13 @@ fn sc_free_2(h: &RawHeap) -> heap::Result<()> {
 fn sc_late(h: &RawHeap) -> heap::Result<()> {
     tx(h, |h, l| {
         let (off, _, _) = get_slot(h, 3);
+        let (old6, _, _) = get_slot(h, 6);
         set_slot(h, l, 3, 0, 0, 0)?;
         set_slot(h, l, 6, 0, 0, 1)?;
         h.free(l, off)?;
+        if old6 != 0 {
+            h.free(l, old6)?;
+        }
         let b = h.alloc(l, 2000, false)?;
         h.medium().write((h.base() + b) as usize, &fill(71, 2000));
         set_slot(h, l, 6, b, 2000, 71)
