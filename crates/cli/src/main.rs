@@ -7,6 +7,7 @@
 
 mod demo;
 mod fault_cmd;
+mod heap_cmd;
 mod integrity_cmd;
 mod log_cmd;
 mod pool_cmd;
@@ -52,6 +53,13 @@ enum Command {
     /// is missing or fails its checks.
     #[command(subcommand)]
     Log(log_cmd::LogCommand),
+    /// Create a pool holding a persistent heap, check a heap, show its statistics.
+    ///
+    /// The heap is Kavach's libpmemobj: a size-class allocator with undo-logged transactions
+    /// and a root object, in a pool region of kind `heap`. `check` and `stats` open the pool
+    /// read-only and change nothing, not even by recovering an interrupted transaction.
+    #[command(subcommand)]
+    Heap(heap_cmd::HeapCommand),
     /// Inject media faults into a pool file (for testing detection and repair).
     #[command(subcommand)]
     Fault(fault_cmd::FaultCommand),
@@ -146,6 +154,7 @@ fn main() -> ExitCode {
         Command::Repair(a) => integrity_cmd::run_repair(&a),
         Command::Debug(c) => integrity_cmd::run_debug(c),
         Command::Log(c) => log_cmd::run(c),
+        Command::Heap(c) => heap_cmd::run(c),
         Command::Demo(a) => demo::run(&a),
         Command::Serve(a) => serve_cmd::run(&a),
     };
@@ -156,6 +165,7 @@ fn main() -> ExitCode {
             eprintln!("kavach: error: {e:#}");
             let could_not_run = e.is::<CouldNotRun>()
                 || e.is::<log_cmd::CouldNotRun>()
+                || e.is::<heap_cmd::CouldNotRun>()
                 || e.is::<integrity_cmd::CouldNotRun>();
             ExitCode::from(if could_not_run { 2 } else { 1 })
         }

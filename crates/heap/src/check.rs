@@ -12,7 +12,7 @@ use serde::Serialize;
 
 use crate::error::{HeapError, Result};
 use crate::layout::*;
-use crate::raw::{read_header, scan_undo};
+use crate::raw::{decode_header_copy, read_header, scan_undo};
 
 /// One allocated block.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -108,9 +108,7 @@ pub fn walk(medium: &dyn Medium, base: u64, len: u64, reachability: bool) -> Res
     };
     // A damaged copy 1 is worth reporting even though copy 0 serves.
     for at in [HEADER_COPY_0, HEADER_COPY_1] {
-        let mut b = [0u8; HEADER_CRC_AT + 4];
-        medium.read((base + at) as usize, &mut b);
-        if let Err(HeapError::Corrupt(c)) = Header::decode(&b, at, len) {
+        if let Err(HeapError::Corrupt(c)) = decode_header_copy(medium, base, len, at) {
             r.damage.push(c);
         }
     }
@@ -136,12 +134,16 @@ pub fn walk(medium: &dyn Medium, base: u64, len: u64, reachability: bool) -> Res
     }
     let mut classes = vec![ClassStats::default(); CLASS_SIZES.len()];
     let mut blocks: Vec<BlockInfo> = Vec::new();
+    let mut bad_chunks = Vec::new();
     let mut covered_until = 0u64; // chunks below this belong to a large block's span
     let mut owner = 0u64;
     for i in 0..g.chunk_count {
         let at = g.chunk_word(i);
         let word = medium.load_u64((base + at) as usize);
-        let decoded = ChunkWord::decode(word, i, g.chunk_count, at);
+        let decoded = ChunkWord::decode(word, i, g.chunk_count, base + at);
+        if decoded.is_err() {
+            bad_chunks.push(i);
+        }
         if i < covered_until {
             if word != 0 {
                 r.double_allocated.push(BlockInfo {
@@ -213,8 +215,13 @@ pub fn walk(medium: &dyn Medium, base: u64, len: u64, reachability: bool) -> Res
     );
     if root_off != 0 {
         r.root = Some((root_off, root_size));
+        let in_bad_chunk = root_off >= g.zone_off
+            && root_off < g.zone_end()
+            && bad_chunks.contains(&g.chunk_of(root_off));
         match blocks.binary_search_by_key(&root_off, |b| b.offset) {
             Ok(k) if blocks[k].size >= root_size => {}
+            // Its chunk's word is damaged (reported above): its blocks are unknown.
+            _ if in_bad_chunk => {}
             _ => r.damage.push(Corruption {
                 structure: "root line".into(),
                 offset: base + ROOT_LINE,

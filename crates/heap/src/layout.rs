@@ -536,20 +536,7 @@ pub const LANE_STATE_FIELDS: &[pmem::layout::Field] = &[
     pmem::layout::Field::new("unused", 8, LANE_STATE_BYTES as usize - 8),
 ];
 
-/// A lane's redo header (`undo-log.md`, table `redo header`).
-pub const REDO_HEADER_FIELDS: &[pmem::layout::Field] = &[
-    pmem::layout::Field::new("seq", 0, 8),
-    pmem::layout::Field::new("count", 8, 4),
-    pmem::layout::Field::new("crc32c", 12, 4),
-];
-
-/// One redo entry (`undo-log.md`, table `redo entry`).
-pub const REDO_ENTRY_FIELDS: &[pmem::layout::Field] = &[
-    pmem::layout::Field::new("target", 0, 8),
-    pmem::layout::Field::new("value", 8, 8),
-];
-
-/// An undo entry's header; the old bytes follow it (`undo-log.md`, table `undo entry`).
+/// An undo entry's header; its payload follows it (`undo-log.md`, table `undo entry`).
 pub const UNDO_ENTRY_FIELDS: &[pmem::layout::Field] = &[
     pmem::layout::Field::new("seq", 0, 8),
     pmem::layout::Field::new("offset", 8, 8),

@@ -560,7 +560,12 @@ impl RawHeap {
         let mut i = 0u64;
         while i < g.chunk_count {
             let at = g.chunk_word(i);
-            let word = ChunkWord::decode(self.medium.load_u64(self.m(at)), i, g.chunk_count, at)?;
+            let word = ChunkWord::decode(
+                self.medium.load_u64(self.m(at)),
+                i,
+                g.chunk_count,
+                self.base + at,
+            )?;
             match word {
                 ChunkWord::Free => {
                     global.free_chunks.insert(i as u32);
@@ -622,7 +627,7 @@ impl RawHeap {
             if w & !valid != 0 {
                 return Err(HeapError::corrupt(
                     format!("run bitmap of chunk {i} (class {class}, {n} blocks)"),
-                    at + 8 * k as u64,
+                    self.base + at + 8 * k as u64,
                     "bits",
                     format!("no bit beyond block {n}"),
                     format!("{w:#018x}"),
@@ -1550,18 +1555,35 @@ pub fn scan_undo(
     out
 }
 
-/// Read and validate the header (copy 0, else copy 1).
-pub fn read_header(medium: &dyn Medium, base: u64, len: u64) -> Result<Header> {
-    let mut first = None;
-    for at in [HEADER_COPY_0, HEADER_COPY_1] {
-        let mut b = [0u8; HEADER_CRC_AT + 4];
-        medium.read((base + at) as usize, &mut b);
-        match Header::decode(&b, at, len) {
-            Ok(h) => return Ok(h),
-            Err(e) => {
-                first.get_or_insert(e);
-            }
+/// Decode header copy `at` of the heap at medium offset `base`; a corruption names its medium
+/// offset.
+pub fn decode_header_copy(medium: &dyn Medium, base: u64, len: u64, at: u64) -> Result<Header> {
+    let mut b = [0u8; HEADER_CRC_AT + 4];
+    medium.read((base + at) as usize, &mut b);
+    Header::decode(&b, at, len).map_err(|e| match e {
+        HeapError::Corrupt(mut c) => {
+            c.offset += base;
+            HeapError::Corrupt(c)
         }
+        e => e,
+    })
+}
+
+/// Read and validate the header (copy 0, else copy 1). When both are bad, the error names
+/// both.
+pub fn read_header(medium: &dyn Medium, base: u64, len: u64) -> Result<Header> {
+    match decode_header_copy(medium, base, len, HEADER_COPY_0) {
+        Ok(h) => Ok(h),
+        Err(e0) => match decode_header_copy(medium, base, len, HEADER_COPY_1) {
+            Ok(h) => Ok(h),
+            Err(HeapError::Corrupt(c1)) => match e0 {
+                HeapError::Corrupt(mut c0) => {
+                    c0.found = format!("{}; copy 1 is bad too: {c1}", c0.found);
+                    Err(HeapError::Corrupt(c0))
+                }
+                e => Err(e),
+            },
+            Err(e) => Err(e),
+        },
     }
-    Err(first.expect("two copies tried"))
 }
