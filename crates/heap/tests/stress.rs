@@ -170,7 +170,7 @@ fn worker(
                     let mut all = tx.get(slots)?;
                     let mut m = shared.lock().unwrap();
                     assert_eq!(
-                        m[k].map(|(w, g)| (w, g)),
+                        m[k],
                         (!all[k].block.is_null()).then_some((all[k].words, all[k].tag)),
                         "the shared slot disagrees with its model under the lock"
                     );
