@@ -17,6 +17,15 @@
  * and a KV_E* code (or null) on failure; kv_errormsg() describes the last failure of the
  * calling thread. A failed call inside a transaction marks it aborted: every later call
  * returns KV_EABORTED and kv_tx_commit rolls it back and returns the first error.
+ * ("Calls inside a transaction" are the kv_tx_* calls of the thread on that pool; kv_root,
+ * kv_usable_size and the kv_mutex calls are not part of it.)
+ *
+ * Threads and lifetime: a kv_pool * may be used by any number of threads at once, except that
+ * kv_pool_close must not overlap any other call on the same pool, and the pointer is invalid
+ * once kv_pool_close has closed it. Several pools may be open at once; a thread may have one
+ * transaction per pool. A thread that ends inside a transaction has it rolled back when it
+ * exits (by its thread-exit handlers); a process that exits inside one has it rolled back by
+ * the next kv_pool_open.
  */
 #ifndef KAVACH_H
 #define KAVACH_H
@@ -52,29 +61,43 @@ typedef struct kv_oid {
 #define KV_OID_NULL ((kv_oid){0, 0})
 #define KV_OID_IS_NULL(o) ((o).off == 0)
 
-/* Create a pool file of `size` bytes at `path` (which must not exist). NULL on failure. */
+/* Create a pool file of `size` bytes at `path` (which must not exist). NULL on failure
+ * (kv_errormsg says why: the file exists, the size is too small, ...). */
 kv_pool *kv_pool_create(const char *path, uint64_t size);
-/* Open the pool at `path` and recover it (roll back or finish interrupted transactions). */
+/* Open the pool at `path` and recover it (roll back or finish interrupted transactions).
+ * NULL on failure, also while the pool is open (in this process or another). */
 kv_pool *kv_pool_open(const char *path);
-/* Close the pool. The calling thread must have no open transaction. 0 or KV_E*. */
+/* Close the pool. The calling thread must have no open transaction: if it has one, the call
+ * fails with KV_EINVAL and changes nothing (the pool and the transaction stay open).
+ * Otherwise the pool is closed and `pop` is invalid, also when an error is returned (the pool
+ * was then closed without a clean shutdown; the next open recovers it). A transaction open on
+ * another thread violates the rule above: the call then waits for it to end. 0 or KV_E*. */
 int kv_pool_close(kv_pool *pop);
 /* The pool's id (what kv_oid.pool_id holds). */
 uint64_t kv_pool_id(const kv_pool *pop);
 
 /* The root object: allocated zeroed on the first call, at least `size` bytes. A later call
- * with a larger size than the first fails with KV_EINVAL. Null oid on failure. */
+ * with a larger size than the first fails with KV_EINVAL. Null oid on failure. The first call
+ * commits the root in a transaction of its own, even inside the thread's transaction. */
 kv_oid kv_root(kv_pool *pop, size_t size);
 
-/* Address of `oid` in this process, or NULL for the null oid or an oid of another pool. */
+/* Address of `oid` in this process, or NULL for the null oid, an oid of another pool or an
+ * offset outside the heap's data zone. No locks, no allocation. */
 void *kv_direct(const kv_pool *pop, kv_oid oid);
-/* The oid of an address inside the pool's heap, or the null oid. */
+/* The oid of an address inside the pool's heap (the offset of that byte, not necessarily
+ * the start of a block), or the null oid. */
 kv_oid kv_oid_of(const kv_pool *pop, const void *addr);
-/* Usable size of an allocated block (0 for the null oid or a bad one). */
+/* Usable size of an allocated block (0 for the null oid or a bad one, and for now also for a
+ * block allocated by a transaction that has not committed yet). */
 size_t kv_usable_size(kv_pool *pop, kv_oid oid);
 
 /* Transactions (per thread, flattened when nested). */
+/* Begin a transaction, or a nested level of the open one. In an aborted transaction it
+ * returns KV_EABORTED and opens no level. */
 int kv_tx_begin(kv_pool *pop);
-/* Snapshot [oid.off + off, oid.off + off + len) before changing it. */
+/* Snapshot [oid.off + off, oid.off + off + len) before changing it (len 0: nothing). The
+ * range must lie in the heap's data zone; a range added before, or inside a block allocated
+ * in this transaction, needs no new snapshot and costs nothing. */
 int kv_tx_add_range(kv_pool *pop, kv_oid oid, uint64_t off, size_t len);
 /* Snapshot [ptr, ptr + len), an address range inside the pool. */
 int kv_tx_add_direct(kv_pool *pop, void *ptr, size_t len);
@@ -83,15 +106,25 @@ kv_oid kv_tx_alloc(kv_pool *pop, size_t size);
 kv_oid kv_tx_zalloc(kv_pool *pop, size_t size);
 /* Free an allocated block at commit. Freeing the null oid does nothing. */
 int kv_tx_free(kv_pool *pop, kv_oid oid);
-/* Commit (outermost) or leave a nested level. 0, or the error that aborted the tx. */
+/* Commit (outermost) or leave a nested level. 0, or the error that aborted the tx: in an
+ * aborted transaction every level's kv_tx_commit returns the first error, and the outermost
+ * one rolls back. After the outermost level the thread is out of the transaction. */
 int kv_tx_commit(kv_pool *pop);
 /* Abort the whole transaction now: every added range is rolled back before this returns
- * (outermost level) or at the outermost kv_tx_commit (nested). */
+ * (outermost level) or at the outermost kv_tx_commit (nested). Either way it also leaves the
+ * current level, as kv_tx_commit does (do not call both for one level): after an outermost
+ * abort the thread is out of the transaction; after a nested one the enclosing levels
+ * continue aborted, and their kv_tx_commit calls return `err` (KV_EABORTED if `err` is 0)
+ * unless an earlier error aborted the transaction first. Without a transaction: no effect. */
 void kv_tx_abort(kv_pool *pop, int err);
 /* 1 if the calling thread is in a transaction of `pop`, else 0. */
 int kv_tx_active(const kv_pool *pop);
 
-/* A lock that lives in persistent memory and is reset when the pool is opened. */
+/* A lock that lives in persistent memory and is reset when the pool is opened. It must lie
+ * inside the pool's heap (in an allocated object); its bytes are never read or written (the
+ * lock state is kept in DRAM, keyed by its offset). Not recursive: locking a mutex the thread
+ * already holds never returns. Unlocking one the thread does not hold: KV_EINVAL. Locks are
+ * independent of transactions: to publish a change made under a lock, commit before unlocking. */
 typedef struct kv_mutex {
 	uint64_t opaque[8];
 } kv_mutex;

@@ -1287,27 +1287,13 @@ impl RawHeap {
             lane.depth -= 1;
             return Ok(());
         }
-        if lane.undo_tail > 0 {
-            // Allocator changes were never made in place (they are applied at commit), so only
-            // snapshots need restoring; the bit entries die with the sequence number.
-            let undo = self.geo.undo(lane.idx);
-            let mut buf = Vec::new();
-            for &(off, len, pos) in lane.snapshots.iter().rev() {
-                buf.resize(len as usize, 0);
-                self.medium
-                    .read(self.m(undo + pos + UNDO_HEADER_BYTES), &mut buf);
-                self.medium.write(self.m(off), &buf);
-                self.medium.flush(self.m(off), len as usize)?;
-            }
-            self.fence()?;
-            let seq = lane.seq + 1;
-            let state = self.m(self.geo.lane(lane.idx));
-            self.medium.store_u64(state, seq << 1);
-            self.medium.flush(state, 8)?;
-            self.fence()?;
-            lane.seq = seq;
-            lane.unfenced = false;
-        }
+        // Whatever the medium says, the lane leaves the transaction: a failed rollback is
+        // finished by recovery at the next open.
+        let rolled = if lane.undo_tail > 0 {
+            self.roll_back(lane)
+        } else {
+            Ok(())
+        };
         for b in std::mem::take(&mut lane.allocs) {
             self.unreserve(lane, b);
         }
@@ -1316,6 +1302,29 @@ impl RawHeap {
         }
         self.counters.aborts.fetch_add(1, Ordering::Relaxed);
         self.finish(lane);
+        rolled
+    }
+
+    fn roll_back(&self, lane: &mut Lane) -> Result<()> {
+        // Allocator changes were never made in place (they are applied at commit), so only
+        // snapshots need restoring; the bit entries die with the sequence number.
+        let undo = self.geo.undo(lane.idx);
+        let mut buf = Vec::new();
+        for &(off, len, pos) in lane.snapshots.iter().rev() {
+            buf.resize(len as usize, 0);
+            self.medium
+                .read(self.m(undo + pos + UNDO_HEADER_BYTES), &mut buf);
+            self.medium.write(self.m(off), &buf);
+            self.medium.flush(self.m(off), len as usize)?;
+        }
+        self.fence()?;
+        let seq = lane.seq + 1;
+        let state = self.m(self.geo.lane(lane.idx));
+        self.medium.store_u64(state, seq << 1);
+        self.medium.flush(state, 8)?;
+        self.fence()?;
+        lane.seq = seq;
+        lane.unfenced = false;
         Ok(())
     }
 
@@ -1390,14 +1399,35 @@ impl RawHeap {
 
     /// Lock the persistent lock at `key` (its offset) exclusively. Locks live in DRAM, keyed
     /// by offset, so every lock is free after the pool is opened.
-    pub fn lock_exclusive(&self, key: u64) {
+    /// Locking a lock this thread already holds is an error (they are not recursive).
+    pub fn lock_exclusive(&self, key: u64) -> Result<()> {
         let cell = self.cell(key);
         let me = std::thread::current().id();
         let mut st = cell.st.lock();
+        if st.writer == Some(me) {
+            return Err(HeapError::Lock(format!(
+                "the lock at {key:#x} is already held by this thread (locks are not recursive)"
+            )));
+        }
         while st.writer.is_some() || st.readers > 0 {
             cell.cv.wait(&mut st);
         }
         st.writer = Some(me);
+        Ok(())
+    }
+
+    /// Drop `key`'s cell from the table once nobody holds, waits for or looks at it, so
+    /// the table holds only locks in use.
+    fn forget(&self, key: u64, cell: Arc<LockCell>) {
+        let mut map = self.locks.lock();
+        let idle = {
+            let st = cell.st.lock();
+            st.writer.is_none() && st.readers == 0
+        };
+        // Two references: the table's and ours. A thread that fetched the cell holds a third.
+        if idle && Arc::strong_count(&cell) == 2 {
+            map.remove(&key);
+        }
     }
 
     /// Lock `key` shared.
@@ -1421,6 +1451,8 @@ impl RawHeap {
         }
         st.writer = None;
         cell.cv.notify_all();
+        drop(st);
+        self.forget(key, cell);
         Ok(())
     }
 
@@ -1437,14 +1469,17 @@ impl RawHeap {
         if st.readers == 0 {
             cell.cv.notify_all();
         }
+        drop(st);
+        self.forget(key, cell);
         Ok(())
     }
 
     /// Flush the medium's view of everything (used at close).
     pub fn quiesce(&self) -> Result<()> {
         for l in &self.lanes {
-            if l.lock().in_tx() {
-                return Err(HeapError::TxState("a transaction is still open"));
+            match l.try_lock() {
+                Some(g) if !g.in_tx() => {}
+                _ => return Err(HeapError::TxState("a transaction is still open")),
             }
         }
         Ok(())

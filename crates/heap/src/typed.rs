@@ -388,7 +388,7 @@ impl<P: PoolTag> Tx<'_, P> {
         self.raw()
             .check_range(m.off, std::mem::size_of::<PMutex<T>>() as u64)?;
         if !self.held.iter().any(|h| h.0 == m.off) {
-            self.heap.raw.lock_exclusive(m.off);
+            self.heap.raw.lock_exclusive(m.off)?;
             self.held.push((m.off, true));
         }
         Ok(PPtr::from_off(m.off + 8))

@@ -1,0 +1,1120 @@
+//! `kavach`: the C interface to Kavach's persistent heap, `include/kavach.h`.
+//!
+//! Built as `libkavach.a` and `libkavach.so` (and an rlib for Rust tests). Every function of
+//! the header is an `extern "C"` function here, a thin layer over [`heap::HeapFile`] and
+//! [`heap::RawHeap`]:
+//!
+//! - A `kv_pool *` is a `Box<KvPool>` handed out by `kv_pool_create` / `kv_pool_open` and taken
+//!   back by `kv_pool_close`. It caches what the hot calls need (pool id, base address, the data
+//!   zone's bounds) so `kv_direct` is a few comparisons and an addition.
+//! - Transactions are per (thread, pool): a thread-local list of `Slot`s, one per pool the
+//!   thread has used, each holding the lane of the thread's open transaction on that pool (if
+//!   any) and the first error that aborted it. With one pool the lookup is one comparison.
+//! - Errors are `KV_E*` codes; `kv_errormsg` returns the calling thread's last message.
+//! - No panic crosses the boundary: every body runs under `catch_unwind`, and a panic (a bug)
+//!   becomes `KV_EIO` (or a null result) with a message.
+//!
+//! The soundness argument (what the C caller must guarantee) is in `docs/unsafe.md`, section
+//! "The C interface".
+
+use std::cell::RefCell;
+use std::ffi::{CStr, OsStr, c_char, c_int, c_void};
+use std::os::unix::ffi::OsStrExt;
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::path::Path;
+use std::ptr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+
+use heap::file::DEFAULT_REGION;
+use heap::raw::LaneGuard;
+use heap::{HeapError, HeapFile, HeapOptions, RawHeap};
+use pmem::PmemError;
+
+/// Success.
+pub const KV_OK: c_int = 0;
+/// A bad argument (null pointer, zero size, wrong pool).
+pub const KV_EINVAL: c_int = 1;
+/// The heap has no block of that size.
+pub const KV_ENOMEM: c_int = 2;
+/// The call needs a transaction and the thread has none.
+pub const KV_ENOTX: c_int = 3;
+/// The transaction was aborted (by `kv_tx_abort` or an earlier error).
+pub const KV_EABORTED: c_int = 4;
+/// The transaction's undo or redo log is full.
+pub const KV_ETXTOOBIG: c_int = 5;
+/// The medium failed (flush, msync, I/O).
+pub const KV_EIO: c_int = 6;
+/// Damaged metadata was found.
+pub const KV_ECORRUPT: c_int = 7;
+/// Free of something that is not an allocated block.
+pub const KV_EBADFREE: c_int = 8;
+/// `kv_pool_create`: the file exists.
+pub const KV_EEXIST: c_int = 9;
+/// The pool is locked by another process (or another open handle).
+pub const KV_EBUSY: c_int = 10;
+
+/// Bytes of a `kv_mutex`.
+const MUTEX_BYTES: u64 = std::mem::size_of::<KvMutex>() as u64;
+
+/// First field of every live [`KvPool`]: a cheap sanity check of the pointers C passes in.
+const POOL_MAGIC: u64 = u64::from_le_bytes(*b"KVCPOOL1");
+
+/// An open pool: what `kv_pool *` points to (opaque to C).
+#[derive(Debug)]
+pub struct KvPool {
+    magic: u64,
+    /// What `kv_oid.pool_id` holds for this pool.
+    pool_id: u64,
+    /// Address of heap region offset 0 (exposed provenance of the mapping's base).
+    base: usize,
+    /// The data zone `[zone_start, zone_end)` in region offsets: where oids may point.
+    zone_start: u64,
+    zone_end: u64,
+    /// Unique per open handle in this process (never reused, unlike the address), the key of
+    /// the thread-local transaction slots.
+    key: u64,
+    raw: Arc<RawHeap>,
+    file: HeapFile,
+}
+
+// `kv_pool *` is shared by every thread of the C program.
+const _: () = {
+    const fn shared_by_threads<T: Send + Sync>() {}
+    shared_by_threads::<KvPool>();
+};
+
+/// A persistent pointer, `kv_oid`: the pool's id and a region offset; null when `off == 0`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct KvOid {
+    /// Low 64 bits of the pool's UUID.
+    pub pool_id: u64,
+    /// Byte offset inside the heap region.
+    pub off: u64,
+}
+
+impl KvOid {
+    /// The null oid `{0, 0}`.
+    pub const NULL: KvOid = KvOid { pool_id: 0, off: 0 };
+}
+
+/// `kv_mutex`: 64 bytes in persistent memory. Its bytes are never read or written; the lock
+/// lives in DRAM, keyed by the mutex's region offset.
+#[repr(C)]
+#[derive(Debug)]
+pub struct KvMutex {
+    /// Unused storage.
+    pub opaque: [u64; 8],
+}
+
+/// Next [`KvPool::key`].
+static NEXT_KEY: AtomicU64 = AtomicU64::new(1);
+
+/// Addresses of the live `KvPool` boxes, so `kv_pool_close` never frees a pointer twice.
+static LIVE: Mutex<Vec<usize>> = Mutex::new(Vec::new());
+
+fn live_pools() -> std::sync::MutexGuard<'static, Vec<usize>> {
+    LIVE.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+// ------------------------------------------------------------------------------- errors
+
+/// A failure on its way to C: the code the function returns and the text for `kv_errormsg`.
+#[derive(Debug, Clone)]
+struct KvError {
+    code: c_int,
+    msg: String,
+}
+
+impl KvError {
+    fn new(code: c_int, msg: impl Into<String>) -> Self {
+        KvError {
+            code,
+            msg: msg.into(),
+        }
+    }
+}
+
+impl From<HeapError> for KvError {
+    fn from(e: HeapError) -> Self {
+        KvError {
+            code: heap_code(&e),
+            msg: e.to_string(),
+        }
+    }
+}
+
+/// The `KV_E*` code of a heap error.
+fn heap_code(e: &HeapError) -> c_int {
+    match e {
+        HeapError::Pmem(p) => pmem_code(p),
+        HeapError::Corrupt(_) => KV_ECORRUPT,
+        HeapError::Invalid { .. } | HeapError::BadPointer { .. } | HeapError::Lock(_) => KV_EINVAL,
+        HeapError::BadFree { .. } => KV_EBADFREE,
+        HeapError::OutOfSpace(_) => KV_ENOMEM,
+        HeapError::TxTooLarge(_) => KV_ETXTOOBIG,
+        HeapError::Aborted => KV_EABORTED,
+        HeapError::TxState(_) => KV_ENOTX,
+    }
+}
+
+/// The `KV_E*` code of a pool error.
+fn pmem_code(e: &PmemError) -> c_int {
+    match e {
+        PmemError::Io { error, .. } if error.kind() == std::io::ErrorKind::AlreadyExists => {
+            KV_EEXIST
+        }
+        PmemError::Io { .. } | PmemError::Failed | PmemError::SimulatedCrash => KV_EIO,
+        PmemError::Locked(_) => KV_EBUSY,
+        PmemError::Corrupt(_) | PmemError::SizeMismatch { .. } => KV_ECORRUPT,
+        PmemError::NoSpace(_) => KV_ENOMEM,
+        PmemError::NotAPool { .. }
+        | PmemError::UnsupportedFeature { .. }
+        | PmemError::Invalid { .. }
+        | PmemError::RegionExists(_)
+        | PmemError::NoSuchRegion(_)
+        | PmemError::ReadOnly => KV_EINVAL,
+    }
+}
+
+thread_local! {
+    /// The calling thread's last error message, NUL-terminated (empty: none yet).
+    static LAST_ERROR: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Record `msg` as the calling thread's last error.
+#[cold]
+fn set_error(msg: &str) {
+    let _ = LAST_ERROR.try_with(|b| {
+        if let Ok(mut b) = b.try_borrow_mut() {
+            b.clear();
+            b.extend(msg.bytes().map(|c| if c == 0 { b'?' } else { c }));
+            b.push(0);
+        }
+    });
+}
+
+/// Record `e` and return its code.
+#[cold]
+fn fail(e: KvError) -> c_int {
+    set_error(&e.msg);
+    e.code
+}
+
+fn status(r: Result<(), KvError>) -> c_int {
+    match r {
+        Ok(()) => KV_OK,
+        Err(e) => fail(e),
+    }
+}
+
+/// Run an FFI body; a panic (a bug) becomes `on_panic` and a message instead of unwinding
+/// into C.
+fn guard<T>(on_panic: T, body: impl FnOnce() -> T) -> T {
+    match catch_unwind(AssertUnwindSafe(body)) {
+        Ok(v) => v,
+        Err(payload) => {
+            let what = payload
+                .downcast_ref::<&str>()
+                .map(|s| (*s).to_owned())
+                .or_else(|| payload.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "a panic".into());
+            // Dropping a payload can itself panic; that must not unwind into C either.
+            let _ = catch_unwind(AssertUnwindSafe(move || drop(payload)));
+            set_error(&format!(
+                "internal error in the Kavach library (a bug, please report it): {what}"
+            ));
+            on_panic
+        }
+    }
+}
+
+/// The pool behind `pop`.
+///
+/// # Safety
+///
+/// `pop` is null or a pointer returned by `kv_pool_create` / `kv_pool_open` whose
+/// `kv_pool_close` has not started.
+unsafe fn pool<'a>(pop: *const KvPool) -> Result<&'a KvPool, KvError> {
+    // SAFETY: by this function's contract `pop` is null (as_ref gives None) or points to a live
+    // `KvPool` box, which is only freed by `kv_pool_close`; it is only read through shared
+    // references (every field is immutable or internally synchronized).
+    match unsafe { pop.as_ref() } {
+        None => Err(KvError::new(KV_EINVAL, "the pool pointer is null")),
+        Some(p) if p.magic != POOL_MAGIC => Err(KvError::new(
+            KV_EINVAL,
+            "the pool pointer does not point to an open pool",
+        )),
+        Some(p) => Ok(p),
+    }
+}
+
+/// The path behind `path`.
+///
+/// # Safety
+///
+/// `path` is null or points to a NUL-terminated string that stays unchanged during the call.
+unsafe fn c_path<'a>(path: *const c_char) -> Result<&'a Path, KvError> {
+    if path.is_null() {
+        return Err(KvError::new(KV_EINVAL, "the path is null"));
+    }
+    // SAFETY: non-null, and by this function's contract a NUL-terminated string that is not
+    // changed while we use it (only during this call).
+    let bytes = unsafe { CStr::from_ptr(path) }.to_bytes();
+    Ok(Path::new(OsStr::from_bytes(bytes)))
+}
+
+// ------------------------------------------------------------------------------- transactions
+
+/// The calling thread's state for one pool.
+struct Slot {
+    /// [`KvPool::key`] of the pool.
+    key: u64,
+    /// The pool's engine, to roll back an open transaction when the thread exits.
+    heap: Weak<RawHeap>,
+    /// The lane of the open transaction, `None` between transactions.
+    lane: Option<LaneGuard>,
+    /// The first error of the open transaction: once set, the transaction is aborted.
+    failed: Option<KvError>,
+}
+
+impl Drop for Slot {
+    /// A thread that exits inside a transaction: roll it back and free its lane, so the lane
+    /// is not handed to another thread in the middle of a dead transaction.
+    fn drop(&mut self) {
+        let (Some(mut lane), Some(raw)) = (self.lane.take(), self.heap.upgrade()) else {
+            return;
+        };
+        for _ in 0..lane.depth() {
+            if raw.abort(&mut lane).is_err() {
+                break;
+            }
+        }
+    }
+}
+
+thread_local! {
+    /// One slot per pool this thread has used (stale ones are dropped when a new one is made).
+    static TXS: RefCell<Vec<Slot>> = const { RefCell::new(Vec::new()) };
+}
+
+fn with_slots<T>(f: impl FnOnce(&mut Vec<Slot>) -> Result<T, KvError>) -> Result<T, KvError> {
+    TXS.try_with(|s| match s.try_borrow_mut() {
+        Ok(mut slots) => f(&mut slots),
+        Err(_) => Err(KvError::new(KV_EIO, "kv_* re-entered on one thread")),
+    })
+    .unwrap_or_else(|_| {
+        Err(KvError::new(
+            KV_EIO,
+            "the thread is exiting: no transactions any more",
+        ))
+    })
+}
+
+fn no_tx(what: &str) -> KvError {
+    KvError::new(
+        KV_ENOTX,
+        format!("{what}: the calling thread has no transaction on this pool"),
+    )
+}
+
+fn aborted(first: &KvError) -> KvError {
+    KvError::new(
+        KV_EABORTED,
+        format!("the transaction is aborted (first error: {})", first.msg),
+    )
+}
+
+/// Run `op` in the calling thread's open transaction on `p`. A failure marks the transaction
+/// aborted; an aborted transaction runs nothing and returns `KV_EABORTED`.
+fn tx_op<T>(
+    p: &KvPool,
+    what: &str,
+    op: impl FnOnce(&RawHeap, &mut LaneGuard) -> Result<T, KvError>,
+) -> Result<T, KvError> {
+    with_slots(|slots| {
+        let Some(Slot {
+            lane: Some(lane),
+            failed,
+            ..
+        }) = slots.iter_mut().find(|s| s.key == p.key)
+        else {
+            return Err(no_tx(what));
+        };
+        if let Some(first) = failed {
+            return Err(aborted(first));
+        }
+        op(&p.raw, lane).inspect_err(|e| *failed = Some(e.clone()))
+    })
+}
+
+fn tx_begin(p: &KvPool) -> Result<(), KvError> {
+    with_slots(|slots| {
+        let slot = match slots.iter().position(|s| s.key == p.key) {
+            Some(i) => &mut slots[i],
+            None => {
+                // Slots of pools closed since (by any thread) go now.
+                slots.retain(|s| s.lane.is_some() || s.heap.strong_count() > 0);
+                slots.push(Slot {
+                    key: p.key,
+                    heap: Arc::downgrade(&p.raw),
+                    lane: None,
+                    failed: None,
+                });
+                slots.last_mut().expect("just pushed")
+            }
+        };
+        let lane = match &mut slot.lane {
+            Some(lane) => {
+                if let Some(first) = &slot.failed {
+                    // Opens no level: the caller ends the levels it has.
+                    return Err(aborted(first));
+                }
+                lane
+            }
+            None => {
+                slot.failed = None;
+                slot.lane.insert(p.raw.lane())
+            }
+        };
+        p.raw.begin(lane);
+        Ok(())
+    })
+}
+
+fn tx_commit(p: &KvPool) -> Result<(), KvError> {
+    with_slots(|slots| {
+        let Some(slot) = slots.iter_mut().find(|s| s.key == p.key) else {
+            return Err(no_tx("kv_tx_commit"));
+        };
+        let Some(lane) = &mut slot.lane else {
+            return Err(no_tx("kv_tx_commit"));
+        };
+        let depth = lane.depth();
+        if let Some(first) = &slot.failed {
+            let first = first.clone();
+            if depth > 1 {
+                // Leave the level; the outermost commit rolls back.
+                let _ = p.raw.commit(lane);
+                return Err(first);
+            }
+            let rolled_back = p.raw.abort(lane);
+            slot.lane = None;
+            slot.failed = None;
+            rolled_back.map_err(|e| {
+                KvError::new(
+                    heap_code(&e),
+                    format!(
+                        "rolling back the aborted transaction failed: {e} (it was aborted by: {})",
+                        first.msg
+                    ),
+                )
+            })?;
+            return Err(KvError::new(
+                first.code,
+                format!("the transaction was rolled back: {}", first.msg),
+            ));
+        }
+        let r = p.raw.commit(lane);
+        if depth <= 1 {
+            // Committed or rolled back by the engine: the transaction is over.
+            slot.lane = None;
+        }
+        r.map_err(|e| {
+            let e = KvError::from(e);
+            if depth > 1 {
+                slot.failed = Some(e.clone());
+            }
+            e
+        })
+    })
+}
+
+fn tx_abort(p: &KvPool, err: c_int) -> Result<(), KvError> {
+    with_slots(|slots| {
+        let Some(slot) = slots.iter_mut().find(|s| s.key == p.key) else {
+            return Err(no_tx("kv_tx_abort"));
+        };
+        let Some(lane) = &mut slot.lane else {
+            return Err(no_tx("kv_tx_abort"));
+        };
+        let depth = lane.depth();
+        if slot.failed.is_none() {
+            let code = if err == KV_OK { KV_EABORTED } else { err };
+            slot.failed = Some(KvError::new(
+                code,
+                format!("aborted by kv_tx_abort (error {err})"),
+            ));
+        }
+        let r = p.raw.abort(lane);
+        if depth <= 1 {
+            slot.lane = None;
+            slot.failed = None;
+        }
+        r.map_err(KvError::from)
+    })
+}
+
+fn tx_active(p: &KvPool) -> bool {
+    with_slots(|slots| {
+        Ok(slots
+            .iter()
+            .any(|s| s.key == p.key && s.lane.as_ref().is_some_and(|l| l.in_tx())))
+    })
+    .unwrap_or(false)
+}
+
+impl KvPool {
+    fn new(file: HeapFile) -> KvPool {
+        let raw = Arc::clone(file.raw());
+        let geo = raw.geometry();
+        KvPool {
+            magic: POOL_MAGIC,
+            pool_id: raw.pool_id(),
+            base: file.base_ptr().expose_provenance(),
+            zone_start: geo.zone_off,
+            zone_end: geo.zone_end(),
+            key: NEXT_KEY.fetch_add(1, Ordering::Relaxed),
+            raw,
+            file,
+        }
+    }
+
+    /// `[off, off + len)` lies in the data zone.
+    fn in_zone(&self, off: u64, len: u64) -> bool {
+        off >= self.zone_start && off.checked_add(len).is_some_and(|end| end <= self.zone_end)
+    }
+
+    /// The region offset of address `addr` (wrapping: check it with `in_zone`).
+    fn offset_of(&self, addr: usize) -> u64 {
+        addr.wrapping_sub(self.base) as u64
+    }
+
+    fn oid(&self, off: u64) -> KvOid {
+        KvOid {
+            pool_id: self.pool_id,
+            off,
+        }
+    }
+
+    /// `oid`'s offset if it is a non-null oid of this pool.
+    fn own(&self, oid: KvOid) -> Result<u64, KvError> {
+        if oid.off == 0 {
+            return Err(KvError::new(KV_EINVAL, "the null oid"));
+        }
+        if oid.pool_id != self.pool_id {
+            return Err(KvError::new(
+                KV_EINVAL,
+                format!(
+                    "oid {{{:#x}, {:#x}}} belongs to another pool (this one is {:#x})",
+                    oid.pool_id, oid.off, self.pool_id
+                ),
+            ));
+        }
+        Ok(oid.off)
+    }
+
+    /// The region offset of the mutex at `m`.
+    fn mutex_key(&self, m: *mut KvMutex) -> Result<u64, KvError> {
+        if m.is_null() {
+            return Err(KvError::new(KV_EINVAL, "the mutex pointer is null"));
+        }
+        let off = self.offset_of(m.addr());
+        if !self.in_zone(off, MUTEX_BYTES) {
+            return Err(KvError::new(
+                KV_EINVAL,
+                format!("the mutex at {m:p} is not inside the pool's heap"),
+            ));
+        }
+        Ok(off)
+    }
+}
+
+fn handle(made: Result<HeapFile, HeapError>) -> *mut KvPool {
+    match made {
+        Ok(file) => {
+            let p = Box::into_raw(Box::new(KvPool::new(file)));
+            live_pools().push(p.addr());
+            p
+        }
+        Err(e) => {
+            fail(KvError::from(e));
+            ptr::null_mut()
+        }
+    }
+}
+
+// ------------------------------------------------------------------------------- the C API
+
+/// `kv_pool_create`: create a pool file of `size` bytes at `path` (which must not exist).
+///
+/// # Safety
+///
+/// `path` is null or a NUL-terminated string.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn kv_pool_create(path: *const c_char, size: u64) -> *mut KvPool {
+    guard(ptr::null_mut(), || {
+        // SAFETY: this function's contract.
+        match unsafe { c_path(path) } {
+            Ok(path) => handle(HeapFile::create(path, size, &HeapOptions::default())),
+            Err(e) => {
+                fail(e);
+                ptr::null_mut()
+            }
+        }
+    })
+}
+
+/// `kv_pool_open`: open and recover the pool at `path`.
+///
+/// # Safety
+///
+/// `path` is null or a NUL-terminated string.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn kv_pool_open(path: *const c_char) -> *mut KvPool {
+    guard(ptr::null_mut(), || {
+        // SAFETY: this function's contract.
+        match unsafe { c_path(path) } {
+            Ok(path) => handle(HeapFile::open(path, DEFAULT_REGION)),
+            Err(e) => {
+                fail(e);
+                ptr::null_mut()
+            }
+        }
+    })
+}
+
+/// `kv_pool_close`: close the pool. With a transaction open on the calling thread it fails
+/// with `KV_EINVAL` and the pool stays open; on any other outcome `pop` is gone.
+///
+/// # Safety
+///
+/// `pop` is null, or a pointer from `kv_pool_create` / `kv_pool_open`, and no other thread
+/// uses the pool during or after this call (a pointer that was already closed is detected
+/// unless the address was handed out again).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn kv_pool_close(pop: *mut KvPool) -> c_int {
+    guard(KV_EIO, || {
+        if pop.is_null() {
+            return fail(KvError::new(KV_EINVAL, "the pool pointer is null"));
+        }
+        let p = {
+            let mut live = live_pools();
+            let Some(i) = live.iter().position(|a| *a == pop.addr()) else {
+                return fail(KvError::new(
+                    KV_EINVAL,
+                    "the pool pointer does not point to an open pool (closed twice?)",
+                ));
+            };
+            // SAFETY: registered in LIVE, so a box we handed out that nobody freed (only this
+            // function frees, after unregistering under the same lock).
+            let key = unsafe { &*pop }.key;
+            let open = with_slots(|slots| {
+                if let Some(i) = slots.iter().position(|s| s.key == key) {
+                    if slots[i].lane.is_some() {
+                        return Ok(true);
+                    }
+                    slots.swap_remove(i);
+                }
+                Ok(false)
+            });
+            if open.unwrap_or(false) {
+                return fail(KvError::new(
+                    KV_EINVAL,
+                    "kv_pool_close: the calling thread has an open transaction on this pool \
+                     (commit or abort it first); the pool stays open",
+                ));
+            }
+            live.swap_remove(i);
+            // SAFETY: from Box::into_raw in `handle`, and just unregistered under the lock, so
+            // no other close can free it again; the caller guarantees no other use.
+            unsafe { Box::from_raw(pop) }
+        };
+        let KvPool { raw, file, .. } = *p;
+        drop(raw);
+        status(file.close().map_err(|e| match e {
+            // Only from the check that no lane is inside a transaction: one was left open (a
+            // rollback that failed, or a thread that ended without its thread-exit handlers).
+            HeapError::TxState(_) => KvError::new(
+                KV_EBUSY,
+                "kv_pool_close: a transaction was left open on this pool; the pool was closed \
+                 anyway, without a clean shutdown (the next open rolls the transaction back)",
+            ),
+            e => KvError::new(
+                heap_code(&e),
+                format!("kv_pool_close: {e}; the pool was closed anyway"),
+            ),
+        }))
+    })
+}
+
+/// `kv_pool_id`: the pool's id (0 for a null pool).
+///
+/// # Safety
+///
+/// `pop` is null or an open pool.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn kv_pool_id(pop: *const KvPool) -> u64 {
+    guard(0, || {
+        // SAFETY: this function's contract.
+        match unsafe { pool(pop) } {
+            Ok(p) => p.pool_id,
+            Err(e) => {
+                fail(e);
+                0
+            }
+        }
+    })
+}
+
+/// `kv_root`: the root object, allocated zeroed on the first call.
+///
+/// # Safety
+///
+/// `pop` is null or an open pool.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn kv_root(pop: *mut KvPool, size: usize) -> KvOid {
+    guard(KvOid::NULL, || {
+        // SAFETY: this function's contract.
+        let r = unsafe { pool(pop) }
+            .and_then(|p| Ok(p.oid(p.raw.root(size as u64).map_err(KvError::from)?.0)));
+        r.unwrap_or_else(|e| {
+            fail(e);
+            KvOid::NULL
+        })
+    })
+}
+
+#[cold]
+fn direct_fail(p: &KvPool, oid: KvOid) -> *mut c_void {
+    let e = match p.own(oid) {
+        Err(e) => e,
+        Ok(off) => KvError::new(
+            KV_EINVAL,
+            format!(
+                "offset {off:#x} is not inside the heap's data zone [{:#x}, {:#x})",
+                p.zone_start, p.zone_end
+            ),
+        ),
+    };
+    fail(e);
+    ptr::null_mut()
+}
+
+/// `kv_direct`: the address of `oid`, or NULL for the null oid, an oid of another pool or an
+/// offset outside the heap's data zone.
+///
+/// # Safety
+///
+/// `pop` is null or an open pool.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn kv_direct(pop: *const KvPool, oid: KvOid) -> *mut c_void {
+    guard(ptr::null_mut(), || {
+        // SAFETY: this function's contract.
+        let p = match unsafe { pool(pop) } {
+            Ok(p) => p,
+            Err(e) => {
+                fail(e);
+                return ptr::null_mut();
+            }
+        };
+        if oid.off == 0 {
+            return ptr::null_mut();
+        }
+        if oid.pool_id != p.pool_id || oid.off < p.zone_start || oid.off >= p.zone_end {
+            return direct_fail(p, oid);
+        }
+        // In the zone, so inside the mapping: no overflow.
+        ptr::with_exposed_provenance_mut(p.base + oid.off as usize)
+    })
+}
+
+/// `kv_oid_of`: the oid of an address inside the pool's data zone, or the null oid.
+///
+/// # Safety
+///
+/// `pop` is null or an open pool. `addr` is only compared, never dereferenced.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn kv_oid_of(pop: *const KvPool, addr: *const c_void) -> KvOid {
+    guard(KvOid::NULL, || {
+        // SAFETY: this function's contract.
+        let p = match unsafe { pool(pop) } {
+            Ok(p) => p,
+            Err(e) => {
+                fail(e);
+                return KvOid::NULL;
+            }
+        };
+        let off = p.offset_of(addr.addr());
+        if addr.is_null() || !p.in_zone(off, 1) {
+            fail(KvError::new(
+                KV_EINVAL,
+                format!("address {addr:p} is not inside the pool's heap"),
+            ));
+            return KvOid::NULL;
+        }
+        p.oid(off)
+    })
+}
+
+/// `kv_usable_size`: the usable size of an allocated block, 0 for anything else.
+///
+/// # Safety
+///
+/// `pop` is null or an open pool.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn kv_usable_size(pop: *mut KvPool, oid: KvOid) -> usize {
+    guard(0, || {
+        // SAFETY: this function's contract.
+        let r = unsafe { pool(pop) }.and_then(|p| {
+            let off = p.own(oid)?;
+            p.raw.usable_size(off).ok_or_else(|| {
+                KvError::new(
+                    KV_EINVAL,
+                    format!("no allocated block starts at offset {off:#x}"),
+                )
+            })
+        });
+        match r {
+            Ok(n) => usize::try_from(n).unwrap_or(usize::MAX),
+            Err(e) => {
+                fail(e);
+                0
+            }
+        }
+    })
+}
+
+/// `kv_tx_begin`: begin a transaction on the calling thread, or a nested level of its open
+/// one.
+///
+/// # Safety
+///
+/// `pop` is null or an open pool.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn kv_tx_begin(pop: *mut KvPool) -> c_int {
+    guard(KV_EIO, || {
+        // SAFETY: this function's contract.
+        status(unsafe { pool(pop) }.and_then(tx_begin))
+    })
+}
+
+/// `kv_tx_add_range`: snapshot `[oid.off + off, oid.off + off + len)`.
+///
+/// # Safety
+///
+/// `pop` is null or an open pool.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn kv_tx_add_range(
+    pop: *mut KvPool,
+    oid: KvOid,
+    off: u64,
+    len: usize,
+) -> c_int {
+    guard(KV_EIO, || {
+        // SAFETY: this function's contract.
+        status(unsafe { pool(pop) }.and_then(|p| {
+            tx_op(p, "kv_tx_add_range", |raw, lane| {
+                let start = p.own(oid)?.checked_add(off).ok_or_else(|| {
+                    KvError::new(KV_EINVAL, format!("oid offset + {off} overflows"))
+                })?;
+                Ok(raw.add_range(lane, start, len as u64)?)
+            })
+        }))
+    })
+}
+
+/// `kv_tx_add_direct`: snapshot `[ptr, ptr + len)`, an address range inside the pool's heap.
+///
+/// # Safety
+///
+/// `pop` is null or an open pool. `ptr` is only compared (the bytes are read through the
+/// pool's mapping, after the range is checked to lie in the heap).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn kv_tx_add_direct(pop: *mut KvPool, ptr: *mut c_void, len: usize) -> c_int {
+    guard(KV_EIO, || {
+        // SAFETY: this function's contract.
+        status(unsafe { pool(pop) }.and_then(|p| {
+            tx_op(p, "kv_tx_add_direct", |raw, lane| {
+                let off = p.offset_of(ptr.addr());
+                if ptr.is_null() || !p.in_zone(off, len as u64) {
+                    return Err(KvError::new(
+                        KV_EINVAL,
+                        format!("[{ptr:p}, +{len}) is not inside the pool's heap"),
+                    ));
+                }
+                Ok(raw.add_range(lane, off, len as u64)?)
+            })
+        }))
+    })
+}
+
+/// # Safety
+///
+/// `pop` is null or an open pool.
+unsafe fn tx_alloc(pop: *mut KvPool, size: usize, zero: bool, what: &str) -> KvOid {
+    guard(KvOid::NULL, || {
+        // SAFETY: this function's contract.
+        let r = unsafe { pool(pop) }.and_then(|p| {
+            tx_op(p, what, |raw, lane| {
+                Ok(p.oid(raw.alloc(lane, size as u64, zero)?))
+            })
+        });
+        r.unwrap_or_else(|e| {
+            fail(e);
+            KvOid::NULL
+        })
+    })
+}
+
+/// `kv_tx_alloc`: allocate `size` bytes (contents undefined) in the transaction.
+///
+/// # Safety
+///
+/// `pop` is null or an open pool.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn kv_tx_alloc(pop: *mut KvPool, size: usize) -> KvOid {
+    // SAFETY: this function's contract.
+    unsafe { tx_alloc(pop, size, false, "kv_tx_alloc") }
+}
+
+/// `kv_tx_zalloc`: allocate `size` zeroed bytes in the transaction.
+///
+/// # Safety
+///
+/// `pop` is null or an open pool.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn kv_tx_zalloc(pop: *mut KvPool, size: usize) -> KvOid {
+    // SAFETY: this function's contract.
+    unsafe { tx_alloc(pop, size, true, "kv_tx_zalloc") }
+}
+
+/// `kv_tx_free`: free an allocated block at commit; the null oid does nothing.
+///
+/// # Safety
+///
+/// `pop` is null or an open pool.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn kv_tx_free(pop: *mut KvPool, oid: KvOid) -> c_int {
+    guard(KV_EIO, || {
+        // SAFETY: this function's contract.
+        status(unsafe { pool(pop) }.and_then(|p| {
+            tx_op(p, "kv_tx_free", |raw, lane| {
+                if oid.off == 0 {
+                    return Ok(());
+                }
+                Ok(raw.free(lane, p.own(oid)?)?)
+            })
+        }))
+    })
+}
+
+/// `kv_tx_commit`: commit (outermost level) or leave a nested level.
+///
+/// # Safety
+///
+/// `pop` is null or an open pool.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn kv_tx_commit(pop: *mut KvPool) -> c_int {
+    guard(KV_EIO, || {
+        // SAFETY: this function's contract.
+        status(unsafe { pool(pop) }.and_then(tx_commit))
+    })
+}
+
+/// `kv_tx_abort`: abort the whole transaction and leave the current level.
+///
+/// # Safety
+///
+/// `pop` is null or an open pool.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn kv_tx_abort(pop: *mut KvPool, err: c_int) {
+    guard((), || {
+        // SAFETY: this function's contract.
+        if let Err(e) = unsafe { pool(pop) }.and_then(|p| tx_abort(p, err)) {
+            fail(e);
+        }
+    })
+}
+
+/// `kv_tx_active`: 1 if the calling thread is in a transaction of `pop`, else 0.
+///
+/// # Safety
+///
+/// `pop` is null or an open pool.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn kv_tx_active(pop: *const KvPool) -> c_int {
+    guard(0, || {
+        // SAFETY: this function's contract.
+        match unsafe { pool(pop) } {
+            Ok(p) => c_int::from(tx_active(p)),
+            Err(e) => {
+                fail(e);
+                0
+            }
+        }
+    })
+}
+
+/// `kv_mutex_lock`: lock the mutex at `m` (inside the pool's heap), waiting for it.
+///
+/// # Safety
+///
+/// `pop` is null or an open pool. `m` is only compared, never dereferenced.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn kv_mutex_lock(pop: *mut KvPool, m: *mut KvMutex) -> c_int {
+    guard(KV_EIO, || {
+        // SAFETY: this function's contract.
+        status(unsafe { pool(pop) }.and_then(|p| Ok(p.raw.lock_exclusive(p.mutex_key(m)?)?)))
+    })
+}
+
+/// `kv_mutex_unlock`: unlock the mutex at `m`, which the calling thread holds.
+///
+/// # Safety
+///
+/// `pop` is null or an open pool. `m` is only compared, never dereferenced.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn kv_mutex_unlock(pop: *mut KvPool, m: *mut KvMutex) -> c_int {
+    guard(KV_EIO, || {
+        // SAFETY: this function's contract.
+        status(unsafe { pool(pop) }.and_then(|p| Ok(p.raw.unlock_exclusive(p.mutex_key(m)?)?)))
+    })
+}
+
+/// `kv_errormsg`: the calling thread's last error message ("" if none), valid until its next
+/// failing `kv_*` call.
+#[unsafe(no_mangle)]
+pub extern "C" fn kv_errormsg() -> *const c_char {
+    const EMPTY: &CStr = c"";
+    guard(EMPTY.as_ptr(), || {
+        LAST_ERROR
+            .try_with(|b| match b.try_borrow() {
+                Ok(b) if !b.is_empty() => b.as_ptr().cast::<c_char>(),
+                _ => EMPTY.as_ptr(),
+            })
+            .unwrap_or(EMPTY.as_ptr())
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The header's `#define KV_E*` values are the Rust constants.
+    #[test]
+    fn header_codes_match() {
+        let h = include_str!("../include/kavach.h");
+        let want = [
+            ("KV_OK", KV_OK),
+            ("KV_EINVAL", KV_EINVAL),
+            ("KV_ENOMEM", KV_ENOMEM),
+            ("KV_ENOTX", KV_ENOTX),
+            ("KV_EABORTED", KV_EABORTED),
+            ("KV_ETXTOOBIG", KV_ETXTOOBIG),
+            ("KV_EIO", KV_EIO),
+            ("KV_ECORRUPT", KV_ECORRUPT),
+            ("KV_EBADFREE", KV_EBADFREE),
+            ("KV_EEXIST", KV_EEXIST),
+            ("KV_EBUSY", KV_EBUSY),
+        ];
+        let mut found = 0;
+        for line in h.lines() {
+            let mut w = line.split_whitespace();
+            if w.next() != Some("#define") {
+                continue;
+            }
+            let (Some(name), Some(value)) = (w.next(), w.next()) else {
+                continue;
+            };
+            if let Some(&(_, code)) = want.iter().find(|(n, _)| *n == name) {
+                assert_eq!(value.parse::<c_int>().ok(), Some(code), "{name}");
+                found += 1;
+            }
+        }
+        assert_eq!(found, want.len(), "every code is defined once in kavach.h");
+    }
+
+    #[test]
+    fn error_codes() {
+        let io = |kind| {
+            HeapError::Pmem(PmemError::Io {
+                what: "x",
+                path: "p".into(),
+                error: std::io::Error::from(kind),
+            })
+        };
+        let table: Vec<(HeapError, c_int)> = vec![
+            (io(std::io::ErrorKind::AlreadyExists), KV_EEXIST),
+            (io(std::io::ErrorKind::NotFound), KV_EIO),
+            (HeapError::Pmem(PmemError::Locked("p".into())), KV_EBUSY),
+            (HeapError::Pmem(PmemError::Failed), KV_EIO),
+            (
+                HeapError::Pmem(PmemError::NotAPool {
+                    path: "p".into(),
+                    reason: "r".into(),
+                }),
+                KV_EINVAL,
+            ),
+            (
+                HeapError::Invalid {
+                    what: "w",
+                    reason: "r".into(),
+                },
+                KV_EINVAL,
+            ),
+            (
+                HeapError::BadPointer {
+                    offset: 1,
+                    len: 1,
+                    zone_start: 2,
+                    zone_end: 3,
+                },
+                KV_EINVAL,
+            ),
+            (HeapError::OutOfSpace(64), KV_ENOMEM),
+            (HeapError::TxTooLarge("x".into()), KV_ETXTOOBIG),
+            (HeapError::Aborted, KV_EABORTED),
+            (HeapError::TxState("x"), KV_ENOTX),
+            (
+                HeapError::BadFree {
+                    offset: 1,
+                    reason: "r".into(),
+                },
+                KV_EBADFREE,
+            ),
+            (HeapError::Lock("x".into()), KV_EINVAL),
+        ];
+        for (e, code) in table {
+            assert_eq!(heap_code(&e), code, "{e}");
+        }
+    }
+
+    #[test]
+    fn null_arguments_are_errors() {
+        // SAFETY: null pool pointers and a null path are part of every function's contract.
+        unsafe {
+            assert!(kv_pool_create(ptr::null(), 1 << 30).is_null());
+            assert!(kv_pool_open(ptr::null()).is_null());
+            assert_eq!(kv_pool_close(ptr::null_mut()), KV_EINVAL);
+            assert_eq!(kv_tx_begin(ptr::null_mut()), KV_EINVAL);
+            assert_eq!(kv_tx_commit(ptr::null_mut()), KV_EINVAL);
+            assert!(kv_direct(ptr::null(), KvOid { pool_id: 1, off: 1 }).is_null());
+            assert_eq!(kv_root(ptr::null_mut(), 8), KvOid::NULL);
+            assert_eq!(kv_tx_active(ptr::null()), 0);
+        }
+        // SAFETY: kv_errormsg returns a NUL-terminated string valid until the next failure.
+        let msg = unsafe { CStr::from_ptr(kv_errormsg()) };
+        assert_eq!(msg.to_str().unwrap(), "the pool pointer is null");
+    }
+
+    #[test]
+    fn a_panic_becomes_an_error() {
+        let r = guard(KV_EIO, || -> c_int { panic!("boom") });
+        assert_eq!(r, KV_EIO);
+        // SAFETY: as above.
+        let msg = unsafe { CStr::from_ptr(kv_errormsg()) };
+        assert!(msg.to_str().unwrap().contains("boom"), "{msg:?}");
+    }
+}
