@@ -145,6 +145,8 @@ pub struct Lane {
     scratch: Vec<u8>,
     /// An undo entry was flushed but no fence has ordered it yet.
     unfenced: bool,
+    /// Blocks reserved and given back within the transaction, released when it ends.
+    deferred: Vec<Block>,
 }
 
 impl Lane {
@@ -349,8 +351,14 @@ impl RawHeap {
     /// Open the heap in `[base, base + len)`: validate the header, recover every lane, and
     /// rebuild the allocator's volatile state.
     pub fn open(medium: Arc<dyn Medium>, base: u64, len: u64) -> Result<RawHeap> {
-        if base + len > medium.len() as u64 {
-            return Err(HeapError::invalid("heap region", "extends past the medium"));
+        if base + len > medium.len() as u64 || base % 4096 != 0 {
+            return Err(HeapError::invalid(
+                "heap region",
+                format!(
+                    "[{base:#x}, +{len:#x}) is not a page-aligned range of the {}-byte medium",
+                    medium.len()
+                ),
+            ));
         }
         let header = read_header(&*medium, base, len)?;
         let geo = header.geo;
@@ -390,6 +398,7 @@ impl RawHeap {
                     cache: vec![Vec::new(); CLASS_SIZES.len()],
                     scratch: Vec::new(),
                     unfenced: false,
+                    deferred: Vec::new(),
                 }))
             })
             .collect();
@@ -850,7 +859,8 @@ impl RawHeap {
             Err(e) => return self.fail(lane, e),
         };
         if let Err(e) = self.log_block(lane, &block, true) {
-            self.unreserve(lane, block);
+            // Some of its entries may be in the log: keep it until the transaction ends.
+            lane.deferred.push(block);
             return self.fail(lane, e);
         }
         if zero {
@@ -985,9 +995,11 @@ impl RawHeap {
     pub fn free(&self, lane: &mut Lane, off: u64) -> Result<()> {
         self.need_tx(lane)?;
         if let Some(i) = lane.allocs.iter().position(|b| b.off() == off) {
-            // Allocated in this transaction: it simply goes back.
+            // Allocated in this transaction: it goes back when the transaction ends. Not
+            // before: its undo entries live until then, and rolling them back must not touch
+            // a block another lane took in the meantime.
             let b = lane.allocs.swap_remove(i);
-            self.unreserve(lane, b);
+            lane.deferred.push(b);
             return Ok(());
         }
         let b = match self.block_at(off) {
@@ -1266,6 +1278,9 @@ impl RawHeap {
     }
 
     fn finish(&self, lane: &mut Lane) {
+        for b in std::mem::take(&mut lane.deferred) {
+            self.unreserve(lane, b);
+        }
         lane.depth = 0;
         lane.undo_tail = 0;
         lane.snapshots.clear();
@@ -1305,17 +1320,12 @@ impl RawHeap {
         rolled
     }
 
+    /// Undo what the log of the open transaction records, from the log itself (so an
+    /// allocator change a failed commit already made in place is undone too), then retire it.
     fn roll_back(&self, lane: &mut Lane) -> Result<()> {
-        // Allocator changes were never made in place (they are applied at commit), so only
-        // snapshots need restoring; the bit entries die with the sequence number.
-        let undo = self.geo.undo(lane.idx);
-        let mut buf = Vec::new();
-        for &(off, len, pos) in lane.snapshots.iter().rev() {
-            buf.resize(len as usize, 0);
-            self.medium
-                .read(self.m(undo + pos + UNDO_HEADER_BYTES), &mut buf);
-            self.medium.write(self.m(off), &buf);
-            self.medium.flush(self.m(off), len as usize)?;
+        let entries = scan_undo(&*self.medium, self.base, &self.geo, lane.idx, lane.seq + 1);
+        for e in entries.iter().rev() {
+            self.undo_one(e)?;
         }
         self.fence()?;
         let seq = lane.seq + 1;

@@ -125,8 +125,11 @@ fn lazy_redundancy_covers_a_heap_unchanged() {
     let _ = std::fs::remove_file(&p);
 }
 
+/// (medium offset, length, old bytes) per reported change.
+type Seen = Vec<(u64, u64, Option<Vec<u8>>)>;
+
 #[derive(Default)]
-struct Recorder(Mutex<Vec<(u64, u64, Option<Vec<u8>>)>>);
+struct Recorder(Mutex<Seen>);
 
 impl CommitObserver for Recorder {
     fn committed(&self, changes: &[Change<'_>]) -> heap::Result<()> {
