@@ -91,11 +91,18 @@ static void run_phase(struct worker *ws, int nthreads, int phase, const char *ma
 			die("pthread_create failed");
 	}
 	pthread_barrier_wait(&barrier);
-	uint64_t t0 = now_ns();
 	for (int t = 0; t < nthreads; t++)
 		pthread_join(ws[t].tid, NULL);
-	uint64_t t1 = now_ns();
 	pthread_barrier_destroy(&barrier);
+	/* Wall time from the workers' own clocks: the first start to the last end (this thread
+	 * may not get a CPU back from the barrier until a worker is done). */
+	uint64_t t0 = UINT64_MAX, t1 = 0;
+	for (int t = 0; t < nthreads; t++) {
+		if (ws[t].t_start < t0)
+			t0 = ws[t].t_start;
+		if (ws[t].t_end > t1)
+			t1 = ws[t].t_end;
+	}
 
 	for (int t = 0; t < nthreads; t++)
 		if (ws[t].failed)

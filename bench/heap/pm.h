@@ -229,8 +229,9 @@ static inline int pm_tx_commit(pm_pool *pop)
 
 /*
  * Abort (roll back) and end the transaction. kavach.h does not say whether the thread is still
- * in the (aborted) transaction after an outermost kv_tx_abort; if kv_tx_active() says it is,
- * end it with kv_tx_commit (which, for an aborted transaction, returns its error).
+ * in the (aborted) transaction after an outermost kv_tx_abort (the library as built on
+ * 2026-11-22 ends it: kv_tx_active() is 0 and a kv_tx_commit would return KV_ENOTX); if
+ * kv_tx_active() says it is, end it with kv_tx_commit (which returns the abort's error).
  */
 static inline void pm_tx_abort(pm_pool *pop, int err)
 {

@@ -3,7 +3,7 @@
 #
 #   bench/heap/run.sh [--quick] [--rounds R] [--only tx|maps] [--keys K] [--sizes LIST]
 #                     [--tx-n N] [--alloc-n N] [--threads LIST] [--maps LIST] [--out DIR]
-#                     [--pmemobj-only]
+#                     [--pmemobj-only] [--wait-idle SECS]
 #
 #   --quick         smoke run: 1 round, 20,000 overwrites, 10,000 allocs, 50,000 keys
 #   --rounds R      rounds (default 3; --quick: 1); within a round every cell runs both
@@ -17,6 +17,9 @@
 #   --maps LIST     maps (default btree,rbtree,hash)
 #   --out DIR       report directory (default target/bench/heap-<UTC date-time>)
 #   --pmemobj-only  do not build or run Kavach (to check the harness while it does not build)
+#   --wait-idle S   before every cell, wait up to S seconds (default 600; 0: do not wait) while
+#                   cargo or rustc runs or another process uses more than 20% of a CPU; cells
+#                   that ran with such a process anyway are marked in the report
 #
 # Environment: KAVACH_LIB=path/to/libkavach.a uses that library instead of running
 # `cargo build --release -p kavach-heap-ffi`; HEAP_BENCH_SHM_DIR (default /dev/shm) is where
@@ -49,6 +52,7 @@ THREADS="1,2"
 MAPS="btree,rbtree,hash"
 OUTDIR=""
 PMEMOBJ_ONLY=0
+WAIT_IDLE=600
 ARGS_ORIG="$*"
 
 need() { [ $# -ge 2 ] || die "$1 needs a value"; }
@@ -65,6 +69,7 @@ while [ $# -gt 0 ]; do
     --maps) need "$@"; MAPS="$2"; shift ;;
     --out) need "$@"; OUTDIR="$2"; shift ;;
     --pmemobj-only) PMEMOBJ_ONLY=1 ;;
+    --wait-idle) need "$@"; WAIT_IDLE="$2"; shift ;;
     -h|--help) usage; exit 0 ;;
     *) die "unknown argument '$1' (see --help)" ;;
   esac
@@ -76,6 +81,7 @@ if [ "$QUICK" = 1 ]; then
 else
   : "${ROUNDS:=3}" "${KEYS:=1000000}" "${TX_N:=200000}" "${ALLOC_N:=100000}"
 fi
+[[ "$WAIT_IDLE" =~ ^[0-9]+$ ]] || die "--wait-idle takes seconds"
 for v in "$ROUNDS" "$KEYS" "$TX_N" "$ALLOC_N"; do
   [[ "$v" =~ ^[1-9][0-9]*$ ]] || die "'$v' is not a positive integer"
 done
@@ -93,8 +99,56 @@ RUNS="$OUT/runs.jsonl"
 loadavg() { cut -d' ' -f1-3 /proc/loadavg; }
 note_load() { printf '%s %s load %s\n' "$(date -u +%H:%M:%S)" "$1" "$(loadavg)" >> "$LOADS"; }
 others() {
-  # Other processes using CPU right now (not this script's children), for the log.
-  ps -eo pid,pcpu,comm --sort=-pcpu --no-headers | awk -v me=$$ '$2 > 5.0 && $1 != me' | head -n 5 | tr '\n' ';'
+  # Processes other than this script and its children using more than ${1:-5}% of a CPU over
+  # the next half second ("pid:name:percent" separated by spaces), plus any cargo / rustc.
+  python3 - "$$" "${1:-5}" <<'PY'
+import os, sys, time
+me, limit = int(sys.argv[1]), float(sys.argv[2])
+hz = os.sysconf("SC_CLK_TCK")
+def snap():
+    d = {}
+    for p in os.listdir("/proc"):
+        if not p.isdigit():
+            continue
+        try:
+            with open(f"/proc/{p}/stat") as f:
+                st = f.read()
+        except OSError:
+            continue
+        rp = st.rindex(")")
+        name = st[st.index("(") + 1:rp]
+        fields = st[rp + 2:].split()
+        d[int(p)] = (name, int(fields[1]), int(fields[11]) + int(fields[12]))
+    return d
+a = snap(); time.sleep(0.5); b = snap()
+def ours(pid):
+    seen = 0
+    while pid > 1 and seen < 64:
+        if pid == me:
+            return True
+        pid = b.get(pid, a.get(pid, ("", 0, 0)))[1]
+        seen += 1
+    return False
+out = []
+for pid, (name, ppid, t) in b.items():
+    if pid in a and not ours(pid):
+        pct = 100.0 * (t - a[pid][2]) / hz / 0.5
+        if pct > limit or name in ("cargo", "rustc"):
+            out.append(f"{pid}:{name}:{pct:.0f}%")
+print(" ".join(out))
+PY
+}
+wait_idle() { # wait_idle WHAT: wait up to WAIT_IDLE s while others run; echo what ran at the end
+  local waited=0 o
+  o="$(others 20)"
+  while [ -n "$o" ] && [ "$waited" -lt "$WAIT_IDLE" ]; do
+    [ "$waited" = 0 ] && log "waiting for the machine to be idle before $1: $o"
+    sleep 10; waited=$((waited + 10))
+    o="$(others 20)"
+  done
+  [ "$waited" -gt 0 ] && note_load "waited ${waited} s before $1"
+  [ -n "$o" ] && log "warning: running $1 with other processes busy: $o"
+  printf '%s' "$o"
 }
 note_load "start (uptime: $(uptime | sed 's/^ *//'))"
 if pgrep -x cargo >/dev/null || pgrep -x rustc >/dev/null; then
@@ -157,6 +211,7 @@ trap 'exit 130' INT TERM
 FS_TYPE="$(stat -f -c %T "$SHM_BASE" 2>/dev/null || echo unknown)"
 
 FAILED=0
+BUSY=""   # set by the timed loop: other processes seen before the cell
 # run_one NAME BACKEND ROUND CELL ARGS...: one process; stdout -> raw/NAME.out, stderr -> .err
 run_one() {
   local name="$1" be="$2" round="$3" cell="$4"; shift 4
@@ -170,8 +225,9 @@ run_one() {
   fi
   t1=$(date +%s.%N)
   rm -f -- "$SHM_DIR"/*.pool
-  printf '{"name":"%s","backend":"%s","round":%s,"cell":"%s","rc":%d,"seconds":%.2f,"load":"%s","args":"%s"}\n' \
-    "$name" "$be" "$round" "$cell" "$rc" "$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.2f", b - a }')" "$(loadavg)" "$*" >> "$RUNS"
+  printf '{"name":"%s","backend":"%s","round":%s,"cell":"%s","rc":%d,"seconds":%.2f,"load":"%s","busy_before":"%s","busy_after":"%s","args":"%s %s"}\n' \
+    "$name" "$be" "$round" "$cell" "$rc" "$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.2f", b - a }')" \
+    "$(loadavg)" "$BUSY" "$( [ "$round" = 0 ] || others 20)" "$exe" "$*" >> "$RUNS"
   if [ "$rc" != 0 ]; then
     FAILED=$((FAILED + 1))
     log "FAILED: $name (exit $rc); last lines of $err:"
@@ -219,6 +275,7 @@ log "${#CELLS[@]} cells x ${#BACKENDS[@]} libraries x $ROUNDS round(s); pools in
 for ((r = 1; r <= ROUNDS; r++)); do
   for ((c = 0; c < ${#CELLS[@]}; c++)); do
     read -r kind a b <<< "${CELLS[$c]}"
+    BUSY="$(wait_idle "round $r cell ${CELLS[$c]}")"
     if [ "${#BACKENDS[@]}" = 2 ] && (( (r + c) % 2 == 1 )); then
       order=(pmemobj kavach)
     else
@@ -236,7 +293,7 @@ for ((r = 1; r <= ROUNDS; r++)); do
           --keys "$KEYS" --seed "$r" --dir "$SHM_DIR"
       fi
     done
-    note_load "after round $r cell ${CELLS[$c]} (others: $(others))"
+    note_load "after round $r cell ${CELLS[$c]} (others: $(others 5))"
   done
 done
 ELAPSED=$(( $(date +%s) - START ))

@@ -137,6 +137,17 @@ def main():
             row["speedup_per_round"] = []
         summary.append(row)
 
+    def cell_of(row):
+        if row["bench"] == "tx":
+            grp = "allocfree" if row["op"] in ("alloc", "free", "realloc") else row["op"]
+            return f"tx-{grp}-{row['size']}"
+        return f"map-{row['map']}-t{row['threads']}"
+
+    busy_runs = [r for r in runs if r["round"] > 0 and (r.get("busy_before") or r.get("busy_after"))]
+    busy_cells = {r["cell"] for r in busy_runs}
+    for row in summary:
+        row["disturbed"] = cell_of(row) in busy_cells
+
     failed = [r for r in runs if r["rc"] != 0]
     checks = [r for r in runs if r["round"] == 0]
 
@@ -174,6 +185,17 @@ def main():
         w("every alloc run checks its blocks are distinct, non-overlapping and of a usable size.")
         w("")
 
+    if busy_runs:
+        w("## Disturbances\n")
+        w("Other processes using more than 20% of a CPU (or cargo / rustc) just before or just after")
+        w("these runs (pid:name:CPU%); their cells are marked † in the tables:\n")
+        for r in busy_runs:
+            w(f"- `{r['name']}`: before: {r.get('busy_before') or '-'}; after: {r.get('busy_after') or '-'}")
+        w("")
+
+    def mark(row):
+        return " †" if row.get("disturbed") else ""
+
     def rounds_str(row):
         p = row["speedup_per_round"]
         return "-" if not p else f"{min(p):.2f}–{max(p):.2f}"
@@ -183,16 +205,18 @@ def main():
         w("## Transactions (one thread)\n")
         w("| op | size B | Kavach ns/op | pmemobj ns/op | Kavach ops/s | pmemobj ops/s | speedup | per-round |")
         w("| --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |")
-        for op in ("overwrite", "alloc", "free", "pair"):
+        for op in ("overwrite", "alloc", "free", "realloc", "pair"):
             for r in sorted((r for r in tx if r["op"] == op), key=lambda r: r["size"]):
                 kv, pm = r.get("kavach"), r.get("pmemobj")
-                w(f"| {op} | {r['size']} | {fmt_ns(kv and kv['ns_per_op_median'])} | "
+                w(f"| {op}{mark(r)} | {r['size']} | {fmt_ns(kv and kv['ns_per_op_median'])} | "
                   f"{fmt_ns(pm and pm['ns_per_op_median'])} | {fmt_rate(kv and kv['ops_per_s_median'])} | "
                   f"{fmt_rate(pm and pm['ops_per_s_median'])} | {fmt_ratio(r['speedup'])} | {rounds_str(r)} |")
         w("")
         w("overwrite: add_range of the whole object + memset + commit. alloc: alloc + add_range of a")
         w("16-byte slot + link + commit. free: add_range of the slot + free + unlink + commit (random")
-        w("order). pair: one alloc transaction and one free transaction; time per pair.")
+        w("order). realloc: the same allocations again after all were freed (memory touched before;")
+        w("alloc on a fresh pool includes the kernel's first-touch page faults of the pool's pages).")
+        w("pair: one alloc transaction and one free transaction; time per pair.")
         w("")
     mp = [r for r in summary if r["bench"] == "map"]
     if mp:
@@ -203,14 +227,15 @@ def main():
                                            if r["map"] in ("btree", "rbtree", "hash") else 9,
                                            r["op"] != "insert", r["threads"])):
             kv, pm = r.get("kavach"), r.get("pmemobj")
-            w(f"| {r['map']} | {r['op']} | {r['threads']} | "
+            w(f"| {r['map']}{mark(r)} | {r['op']} | {r['threads']} | "
               f"{'-' if not kv else '%.3f' % kv['total_s_median']} | "
               f"{'-' if not pm else '%.3f' % pm['total_s_median']} | "
               f"{fmt_rate(kv and kv['ops_per_s_median'])} | {fmt_rate(pm and pm['ops_per_s_median'])} | "
               f"{fmt_ns(kv and kv['thread_ns_per_op_median'])} | {fmt_ns(pm and pm['thread_ns_per_op_median'])} | "
               f"{fmt_ratio(r['speedup'])} | {rounds_str(r)} |")
         w("")
-        w("s: wall time of the phase (all keys, all threads). ops/s: keys / wall time. ns/op: each")
+        w("s: wall time of the phase, from the first thread's start to the last thread's end (all")
+        w("keys). ops/s: keys / wall time. ns/op: each")
         w("thread's time / its operations, averaged over threads (the latency of one operation; with")
         w("2 threads each thread has its own map and half the keys). speedup uses wall time per key.")
         w("")

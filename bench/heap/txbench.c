@@ -15,7 +15,10 @@
  *               commit. Then "free" per op, slots in a random order: begin; add_range(slot);
  *               free(block); slot = null; commit. The warm-up allocates and frees W blocks
  *               first. Checked: every block is distinct, translates, has a usable size >= S and
- *               does not overlap another; every slot is null at the end.
+ *               does not overlap another; every slot is null at the end. Then "realloc":
+ *               the same N alloc transactions again (timed) into the heap whose blocks were
+ *               all freed, so that the memory was touched before (no first-touch page faults
+ *               if the allocator reuses it); then they are freed, untimed.
  *   pair        per op: the alloc transaction into slot 0, then the free transaction of it
  *               (two transactions; the time reported is per pair).
  *
@@ -206,10 +209,21 @@ static void bench_allocfree(struct tx_root *r, uint64_t size, uint64_t n, uint64
 		tx_free_from(d, order[j]);
 	uint64_t t3 = now_ns();
 	check_all_null(d, n);
+
+	/* The same N allocations again, into a heap whose blocks were all used and freed. */
+	uint64_t t4 = now_ns();
+	for (uint64_t i = 0; i < n; i++)
+		tx_alloc_into(d, i, size);
+	uint64_t t5 = now_ns();
+	check_blocks(d, n, size);
+	for (uint64_t j = 0; j < n; j++)
+		tx_free_from(d, order[j]);
+	check_all_null(d, n);
 	free(order);
 
 	report("alloc", size, n, warmup, t1 - t0);
 	report("free", size, n, warmup, t3 - t2);
+	report("realloc", size, n, warmup, t5 - t4);
 }
 
 static void bench_pair(struct tx_root *r, uint64_t size, uint64_t n, uint64_t warmup)
