@@ -174,7 +174,10 @@ fn a_block_freed_in_its_own_transaction_is_not_handed_to_another_lane() {
         }
         raw.commit(&mut b).unwrap();
         for y in &theirs {
-            assert!(!mine.contains(y), "lane B got a block lane A's open transaction holds");
+            assert!(
+                !mine.contains(y),
+                "lane B got a block lane A's open transaction holds"
+            );
         }
         // Power fails with A still open: recovery rolls A back and B's blocks stay.
         let img = sim.power_fail();
@@ -182,7 +185,10 @@ fn a_block_freed_in_its_own_transaction_is_not_handed_to_another_lane() {
         let sim2 = Arc::new(SimMedium::from_image(img, SimConfig::default()));
         let raw2 = RawHeap::open(sim2, 0, LEN).unwrap();
         for y in &theirs {
-            assert!(raw2.usable_size(*y).is_some(), "size {size}: B's committed block was lost");
+            assert!(
+                raw2.usable_size(*y).is_some(),
+                "size {size}: B's committed block was lost"
+            );
         }
     }
 }
