@@ -129,26 +129,13 @@ pub struct StatsArgs {
     pub json: bool,
 }
 
-/// An error after which a `kavach heap` command could not run (exit 2). It reads as the error
-/// it wraps.
-#[derive(Debug)]
-pub struct CouldNotRun(anyhow::Error);
-
-impl std::fmt::Display for CouldNotRun {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{:#}", self.0)
-    }
-}
-
-impl std::error::Error for CouldNotRun {}
-
 pub fn run(cmd: HeapCommand) -> Result<Outcome> {
     let result = match cmd {
         HeapCommand::Create(a) => create(&a),
         HeapCommand::Check(a) => check(&a),
         HeapCommand::Stats(a) => stats(&a),
     };
-    result.map_err(|e| anyhow::Error::new(CouldNotRun(e)))
+    result.map_err(|e| anyhow::Error::new(crate::CommandFailed(e)))
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -239,21 +239,8 @@ pub struct CheckArgs {
 // ---------------------------------------------------------------------------------------------
 // exit status
 
-/// An error after which `kavach scrub` or `kavach repair` could not run (exit 2). It reads as
-/// the error it wraps.
-#[derive(Debug)]
-pub struct CouldNotRun(anyhow::Error);
-
-impl std::fmt::Display for CouldNotRun {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{:#}", self.0)
-    }
-}
-
-impl std::error::Error for CouldNotRun {}
-
 fn could_not_run(result: Result<Outcome>) -> Result<Outcome> {
-    result.map_err(|e| anyhow::Error::new(CouldNotRun(e)))
+    result.map_err(|e| anyhow::Error::new(crate::CommandFailed(e)))
 }
 
 pub fn run_debug(cmd: DebugCommand) -> Result<Outcome> {

@@ -176,19 +176,6 @@ pub struct VerifyArgs {
     pub json: bool,
 }
 
-/// An error after which a `kavach log` command could not run (exit 2). It reads as the error it
-/// wraps, without the "the check could not run" suffix that would not fit `create` or `append`.
-#[derive(Debug)]
-pub struct CouldNotRun(anyhow::Error);
-
-impl std::fmt::Display for CouldNotRun {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{:#}", self.0)
-    }
-}
-
-impl std::error::Error for CouldNotRun {}
-
 pub fn run(cmd: LogCommand) -> Result<Outcome> {
     let result = match cmd {
         LogCommand::Create(a) => create(&a),
@@ -196,7 +183,7 @@ pub fn run(cmd: LogCommand) -> Result<Outcome> {
         LogCommand::Dump(a) => dump(&a),
         LogCommand::Verify(a) => verify(&a),
     };
-    result.map_err(|e| anyhow::Error::new(CouldNotRun(e)))
+    result.map_err(|e| anyhow::Error::new(crate::CommandFailed(e)))
 }
 
 fn domain(d: DomainArg) -> Option<Domain> {

@@ -163,10 +163,7 @@ fn main() -> ExitCode {
         Ok(Outcome::Damage) => ExitCode::from(1),
         Err(e) => {
             eprintln!("kavach: error: {e:#}");
-            let could_not_run = e.is::<CouldNotRun>()
-                || e.is::<log_cmd::CouldNotRun>()
-                || e.is::<heap_cmd::CouldNotRun>()
-                || e.is::<integrity_cmd::CouldNotRun>();
+            let could_not_run = e.is::<CouldNotRun>() || e.is::<CommandFailed>();
             ExitCode::from(if could_not_run { 2 } else { 1 })
         }
     }
@@ -183,6 +180,19 @@ impl std::fmt::Display for CouldNotRun {
 }
 
 impl std::error::Error for CouldNotRun {}
+
+/// An error after which a `kavach log`, `heap`, `scrub` or `repair` command could not run
+/// (exit 2). It reads as the error it wraps, without the suffix [`CouldNotRun`] adds.
+#[derive(Debug)]
+pub struct CommandFailed(pub anyhow::Error);
+
+impl std::fmt::Display for CommandFailed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{:#}", self.0)
+    }
+}
+
+impl std::error::Error for CommandFailed {}
 
 /// Print `value` as pretty JSON on stdout.
 pub fn print_json<T: serde::Serialize>(value: &T) -> anyhow::Result<()> {

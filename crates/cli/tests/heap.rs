@@ -5,47 +5,11 @@
 
 mod common;
 
-use common::{Scratch, assert_refused, kavach, stderr, stdout};
+use common::{Scratch, assert_code, assert_refused, kavach, run_json, run_ok};
 use heap::HeapFile;
 use heap::layout::{CHUNK_SIZE, ChunkWord, Geometry, HEADER_COPY_0, HEADER_COPY_1};
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::Path;
-use std::process::Output;
-
-fn assert_code(o: &Output, code: i32) {
-    assert_eq!(
-        o.status.code(),
-        Some(code),
-        "stdout: {}\nstderr: {}",
-        stdout(o),
-        stderr(o)
-    );
-    let err = stderr(o);
-    assert!(
-        !err.contains("panicked") && !err.contains("internal error"),
-        "{err}"
-    );
-}
-
-fn json(o: &Output) -> serde_json::Value {
-    serde_json::from_slice(&o.stdout).unwrap_or_else(|e| panic!("not JSON ({e}): {}", stdout(o)))
-}
-
-/// `kavach args`, which must exit `code`; its stdout.
-fn run(args: &[&str], code: i32) -> String {
-    let o = kavach(args);
-    assert_code(&o, code);
-    stdout(&o)
-}
-
-/// `kavach args --json`, which must exit `code`; its JSON.
-fn run_json(args: &[&str], code: i32) -> serde_json::Value {
-    let mut all = args.to_vec();
-    all.push("--json");
-    let o = kavach(&all);
-    assert_code(&o, code);
-    json(&o)
-}
 
 /// A new 16 MiB heap pool with 4 lanes of 64 KiB, made by the command.
 fn new_heap(s: &Scratch, name: &str) -> String {
@@ -162,10 +126,10 @@ fn help_answers_what_is_checked_and_the_exit_codes() {
     ] {
         let mut args = c.to_vec();
         args.push("--help");
-        let out = run(&args, 0);
+        let out = run_ok(&args, 0);
         assert!(out.contains("Usage: kavach heap"), "{c:?}: {out}");
     }
-    let check = run(&["heap", "check", "--help"], 0);
+    let check = run_ok(&["heap", "check", "--help"], 0);
     for needle in [
         "read-only",
         "conservative",
@@ -179,8 +143,8 @@ fn help_answers_what_is_checked_and_the_exit_codes() {
     ] {
         assert!(check.contains(needle), "check --help lacks `{needle}`");
     }
-    assert!(run(&["heap", "stats", "--help"], 0).contains("Exit status"));
-    assert!(run(&["heap", "create", "--help"], 0).contains("--lane-size"));
+    assert!(run_ok(&["heap", "stats", "--help"], 0).contains("Exit status"));
+    assert!(run_ok(&["heap", "create", "--help"], 0).contains("--lane-size"));
 }
 
 #[test]
@@ -203,11 +167,11 @@ fn a_fresh_heap_is_empty_and_clean() {
     assert!(v["root"].is_null());
     assert_eq!(v["pending"].as_array().unwrap().len(), 0);
     assert_eq!(v["classes"].as_array().unwrap().len(), 0);
-    let out = run(&["heap", "stats", &p], 0);
+    let out = run_ok(&["heap", "stats", &p], 0);
     for needle in ["region", "lanes", "chunks", "root        none", "CLASS"] {
         assert!(out.contains(needle), "stats lacks `{needle}`: {out}");
     }
-    let out = run(&["heap", "check", &p], 0);
+    let out = run_ok(&["heap", "check", &p], 0);
     assert!(out.contains("healthy"), "{out}");
     let v = run_json(&["heap", "check", &p], 0);
     assert_eq!(v["clean"], true);
@@ -236,7 +200,7 @@ fn a_block_nothing_points_to_is_the_one_leak() {
     assert_eq!(leaked[0]["size"], 256);
     assert_eq!(v["blocks"], 4);
     assert_eq!(v["root"][0], f.root);
-    let out = run(&["heap", "check", &p], 1);
+    let out = run_ok(&["heap", "check", &p], 1);
     assert!(out.contains("leak:"), "{out}");
     assert!(out.contains(&format!("{:#x}", f.unlinked)), "{out}");
     assert!(out.contains("problems found: 1 leaked"), "{out}");
@@ -259,7 +223,7 @@ fn a_block_nothing_points_to_is_the_one_leak() {
     assert_eq!(classes[0]["capacity"], (CHUNK_SIZE - 1024) / 64);
     assert_eq!(classes[1]["block_size"], 256);
     assert_eq!(classes[1]["allocated"], 1);
-    let out = run(&["heap", "stats", &p], 0);
+    let out = run_ok(&["heap", "stats", &p], 0);
     assert!(out.contains("large"), "{out}");
     assert!(out.contains(&format!("{:#x}", f.root)), "{out}");
     // Check and stats changed nothing.
@@ -307,7 +271,7 @@ fn an_interrupted_transaction_is_pending_recovery() {
     let pending = v["pending"].as_array().unwrap();
     assert_eq!(pending.len(), 1, "{pending:?}");
     assert!(pending[0]["undo_entries"].as_u64().unwrap() >= 1);
-    let out = run(&["heap", "check", &p], 0);
+    let out = run_ok(&["heap", "check", &p], 0);
     assert!(out.contains("pending: lane"), "{out}");
     assert!(out.contains("recovery is pending"), "{out}");
     assert!(out.contains("so leaks were not checked"), "{out}");
@@ -351,7 +315,7 @@ fn damage_is_named_by_structure() {
     );
     assert_eq!(v["corruptions"][0]["field"], "check");
     assert_eq!(v["leaks_checked"], false, "no leak check over damage");
-    let out = run(&["heap", "check", &q], 1);
+    let out = run_ok(&["heap", "check", &q], 1);
     assert!(
         out.contains(&format!("damage: chunk table entry {word_chunk}")),
         "{out}"
@@ -401,7 +365,7 @@ fn damage_is_named_by_structure() {
     );
     assert_eq!(v["corruptions"][0]["field"], "magic");
     assert_eq!(v["corruptions"][1]["field"], "magic");
-    let out = run(&["heap", "check", &q], 1);
+    let out = run_ok(&["heap", "check", &q], 1);
     assert!(out.contains("no good header copy"), "{out}");
     assert_refused(&kavach(&["heap", "stats", &q]), 2, "heap header copy 0");
 
@@ -422,7 +386,7 @@ fn damage_is_named_by_structure() {
         [format!("chunk table entry {inner}")],
         "{v}"
     );
-    let out = run(&["heap", "check", &q], 1);
+    let out = run_ok(&["heap", "check", &q], 1);
     assert!(out.contains("double allocation"), "{out}");
 
     // A lane state word with its reserved bit set.
@@ -472,7 +436,7 @@ fn bad_inputs_are_refused_without_a_panic() {
     }
     // A pool with only a log region.
     let log = s.path("log.pool");
-    run(&["log", "create", &log, "--size", "4MiB"], 0);
+    run_ok(&["log", "create", &log, "--size", "4MiB"], 0);
     for cmd in ["check", "stats"] {
         assert_refused(&kavach(&["heap", cmd, &log]), 2, "no heap region");
         assert_refused(
@@ -488,8 +452,8 @@ fn bad_inputs_are_refused_without_a_panic() {
     }
     // A raw region named like a heap.
     let rawp = s.path("raw.pool");
-    run(&["pool", "create", &rawp, "--size", "4MiB"], 0);
-    run(&["region", "create", &rawp, "heap", "--size", "1MiB"], 0);
+    run_ok(&["pool", "create", &rawp, "--size", "4MiB"], 0);
+    run_ok(&["region", "create", &rawp, "heap", "--size", "1MiB"], 0);
     assert_refused(
         &kavach(&["heap", "check", &rawp, "--region", "heap"]),
         2,

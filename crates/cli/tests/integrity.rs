@@ -6,44 +6,8 @@
 
 mod common;
 
-use common::{Scratch, assert_refused, kavach, stderr, stdout};
-use std::process::Output;
+use common::{Scratch, assert_code, assert_refused, kavach, run_json, run_ok};
 use std::sync::Arc;
-
-fn assert_code(o: &Output, code: i32) {
-    assert_eq!(
-        o.status.code(),
-        Some(code),
-        "stdout: {}\nstderr: {}",
-        stdout(o),
-        stderr(o)
-    );
-    let err = stderr(o);
-    assert!(
-        !err.contains("panicked") && !err.contains("internal error"),
-        "{err}"
-    );
-}
-
-fn json(o: &Output) -> serde_json::Value {
-    serde_json::from_slice(&o.stdout).unwrap_or_else(|e| panic!("not JSON ({e}): {}", stdout(o)))
-}
-
-/// `kavach args`, which must exit `code`; its stdout.
-fn run(args: &[&str], code: i32) -> String {
-    let o = kavach(args);
-    assert_code(&o, code);
-    stdout(&o)
-}
-
-/// `kavach args --json`, which must exit `code`; its JSON.
-fn run_json(args: &[&str], code: i32) -> serde_json::Value {
-    let mut all = args.to_vec();
-    all.push("--json");
-    let o = kavach(&all);
-    assert_code(&o, code);
-    json(&o)
-}
 
 fn digest(p: &str) -> String {
     let v = run_json(&["debug", "digest", p], 0);
@@ -100,7 +64,7 @@ fn damaged_pages(p: &str) -> Vec<u64> {
 /// them (exit 0), and the next scrub is clean (exit 0).
 fn find_and_repair(p: &str, pages: &[u64]) {
     assert_eq!(damaged_pages(p), pages);
-    let text = run(&["scrub", p], 1);
+    let text = run_ok(&["scrub", p], 1);
     for page in pages {
         assert!(text.contains(&format!("data page {page} ")), "{text}");
     }
@@ -116,7 +80,7 @@ fn find_and_repair(p: &str, pages: &[u64]) {
     assert_eq!(v["clean"], true);
     assert!(v["findings"].as_array().unwrap().is_empty());
     assert!(v["pages_checked"].as_u64().unwrap() > 0);
-    assert!(run(&["repair", p], 0).contains("nothing to repair"));
+    assert!(run_ok(&["repair", p], 0).contains("nothing to repair"));
 }
 
 #[test]
@@ -136,18 +100,18 @@ fn every_integrity_command_has_help_with_exit_codes() {
     for c in commands {
         let mut args = c.to_vec();
         args.push("--help");
-        let out = run(&args, 0);
+        let out = run_ok(&args, 0);
         assert!(out.contains("Usage: kavach"), "{c:?}");
         if c.len() == 2 && c[0] != "pool" || c[0] == "scrub" || c[0] == "repair" {
             assert!(out.contains("Exit status"), "{c:?} --help: {out}");
         }
     }
-    let scrub = run(&["scrub", "--help"], 0);
+    let scrub = run_ok(&["scrub", "--help"], 0);
     assert!(scrub.contains("1 damage found") && scrub.contains("2 the scrub could not run"));
-    let repair = run(&["repair", "--help"], 0);
+    let repair = run_ok(&["repair", "--help"], 0);
     assert!(repair.contains("1 some damage could not be repaired"));
-    assert!(run(&["inject", "lost-write", "--help"], 0).contains("acknowledged"));
-    assert!(run(&["pool", "create", "--help"], 0).contains("txb-page"));
+    assert!(run_ok(&["inject", "lost-write", "--help"], 0).contains("acknowledged"));
+    assert!(run_ok(&["pool", "create", "--help"], 0).contains("txb-page"));
 }
 
 #[test]
@@ -217,7 +181,7 @@ fn each_fault_is_found_repaired_and_the_digest_comes_back() {
         find_and_repair(&p, &[3, pages - 1]);
         assert_eq!(digest(&p), intended, "{mode}: misdirected write, wrapped");
 
-        let info = run(&["pool", "info", &p], 0);
+        let info = run_ok(&["pool", "info", &p], 0);
         assert!(
             info.contains(&format!("mode {mode}, state clean, stripes of 4 pages")),
             "{info}"
@@ -229,10 +193,10 @@ fn each_fault_is_found_repaired_and_the_digest_comes_back() {
 fn two_damaged_pages_in_one_stripe_are_named_and_left_alone() {
     let s = Scratch::new("two");
     let p = filled_pool(&s, "p.pool", "lazy");
-    run(&["inject", "bitflip", &p, "--page", "8"], 0);
-    run(&["inject", "bitflip", &p, "--page", "10", "--seed", "5"], 0);
+    run_ok(&["inject", "bitflip", &p, "--page", "8"], 0);
+    run_ok(&["inject", "bitflip", &p, "--page", "10", "--seed", "5"], 0);
     let before = digest(&p);
-    let text = run(&["repair", &p], 1);
+    let text = run_ok(&["repair", &p], 1);
     assert!(text.contains("NOT repaired: data page 8 "), "{text}");
     assert!(text.contains("NOT repaired: data page 10 "), "{text}");
     assert!(
@@ -253,7 +217,7 @@ fn two_damaged_pages_in_one_stripe_are_named_and_left_alone() {
     assert_eq!(digest(&p), before, "nothing guessed");
     // A misdirected write inside one stripe is the same case, and the command says so.
     let s2 = filled_pool(&s, "q.pool", "eager");
-    let text = run(
+    let text = run_ok(
         &[
             "inject",
             "misdirected-write",
@@ -267,7 +231,7 @@ fn two_damaged_pages_in_one_stripe_are_named_and_left_alone() {
     );
     assert!(text.contains("same stripe"), "{text}");
     assert_eq!(damaged_pages(&s2), vec![12, 13]);
-    run(&["repair", &s2], 1);
+    run_ok(&["repair", &s2], 1);
 }
 
 #[test]
@@ -297,11 +261,11 @@ fn bad_input_is_refused_with_one_clear_line() {
 
     // A pool without redundancy: no region `data`, then a `data` region not protected.
     let plain = s.path("plain.pool");
-    run(&["pool", "create", &plain, "--size", "1MiB"], 0);
+    run_ok(&["pool", "create", &plain, "--size", "1MiB"], 0);
     for cmd in ["scrub", "repair"] {
         assert_refused(&kavach(&[cmd, &plain]), 2, "has no region `data`");
     }
-    run(&["region", "create", &plain, "data", "--size", "64KiB"], 0);
+    run_ok(&["region", "create", &plain, "data", "--size", "64KiB"], 0);
     for cmd in ["scrub", "repair"] {
         assert_refused(&kavach(&[cmd, &plain]), 2, "has no redundancy");
     }
@@ -313,7 +277,7 @@ fn bad_input_is_refused_with_one_clear_line() {
 
     // Redundancy mode off: nothing to check against.
     let off = s.path("off.pool");
-    run(
+    run_ok(
         &[
             "pool",
             "create",
@@ -446,7 +410,7 @@ fn an_unclean_region_is_resynced_at_open_and_the_output_says_so() {
         "{note}"
     );
     // Closed cleanly now: the next scrub has nothing to say about it.
-    let text = run(&["scrub", &p], 0);
+    let text = run_ok(&["scrub", &p], 0);
     assert!(!text.contains("resynced"), "{text}");
     let v = run_json(&["pool", "info", &p], 0);
     assert_eq!(v["clean_shutdown"], true);

@@ -110,3 +110,40 @@ impl Drop for Scratch {
         let _ = std::fs::remove_dir_all(&self.0);
     }
 }
+
+/// Assert `o` exited `code` without a panic or an internal error.
+pub fn assert_code(o: &Output, code: i32) {
+    assert_eq!(
+        o.status.code(),
+        Some(code),
+        "stdout: {}\nstderr: {}",
+        stdout(o),
+        stderr(o)
+    );
+    let err = stderr(o);
+    assert!(
+        !err.contains("panicked") && !err.contains("internal error"),
+        "{err}"
+    );
+}
+
+/// `o`'s stdout as JSON.
+pub fn json(o: &Output) -> serde_json::Value {
+    serde_json::from_slice(&o.stdout).unwrap_or_else(|e| panic!("not JSON ({e}): {}", stdout(o)))
+}
+
+/// `kavach args`, which must exit `code`; its stdout.
+pub fn run_ok(args: &[&str], code: i32) -> String {
+    let o = kavach(args);
+    assert_code(&o, code);
+    stdout(&o)
+}
+
+/// `kavach args --json`, which must exit `code`; its JSON.
+pub fn run_json(args: &[&str], code: i32) -> serde_json::Value {
+    let mut all = args.to_vec();
+    all.push("--json");
+    let o = kavach(&all);
+    assert_code(&o, code);
+    json(&o)
+}
