@@ -1494,11 +1494,6 @@ impl RawHeap {
         }
         Ok(())
     }
-
-    #[doc(hidden)]
-    pub fn debug_free_chunks(&self) -> usize {
-        self.global.lock().free_chunks.len()
-    }
 }
 
 fn in_fresh(lane: &Lane, off: u64, len: u64) -> bool {
