@@ -662,16 +662,25 @@ impl RawHeap {
             }
             h.get()
         });
-        for k in 0..n {
-            let i = (hint + k) % n;
-            if let Some(g) = self.lanes[i].try_lock_arc() {
-                if k != 0 {
-                    LANE_HINT.with(|h| h.set(i));
+        // Every lane busy: keep trying them all rather than block on one, which could be a
+        // lane this very thread holds (a root made inside a transaction, say).
+        for round in 0u32.. {
+            for k in 0..n {
+                let i = (hint + k) % n;
+                if let Some(g) = self.lanes[i].try_lock_arc() {
+                    if k != 0 {
+                        LANE_HINT.with(|h| h.set(i));
+                    }
+                    return g;
                 }
-                return g;
+            }
+            if round < 64 {
+                std::thread::yield_now();
+            } else {
+                std::thread::sleep(std::time::Duration::from_micros(50));
             }
         }
-        self.lanes[hint % n].lock_arc()
+        unreachable!("the loop above returns")
     }
 
     /// Begin a transaction, or a nested level of the open one.

@@ -192,3 +192,28 @@ fn a_block_freed_in_its_own_transaction_is_not_handed_to_another_lane() {
         }
     }
 }
+
+/// With every other lane taken, a root made inside a transaction waits for a free lane instead
+/// of blocking on the lane its own thread holds.
+#[test]
+fn a_root_made_inside_a_transaction_does_not_wait_on_its_own_lane() {
+    let sim = fresh();
+    let raw = Arc::new(RawHeap::open(sim, 0, LEN).unwrap());
+    let mut mine = raw.lane();
+    raw.begin(&mut mine);
+    let raw2 = Arc::clone(&raw);
+    let (held_tx, held_rx) = std::sync::mpsc::channel();
+    let release = std::thread::spawn(move || {
+        let others: Vec<_> = (1..HeapOptions::small().lanes)
+            .map(|_| raw2.lane())
+            .collect();
+        held_tx.send(()).unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        drop(others);
+    });
+    held_rx.recv().unwrap();
+    let (root, _) = raw.root(64).unwrap();
+    assert!(root > 0);
+    raw.commit(&mut mine).unwrap();
+    release.join().unwrap();
+}
