@@ -20,4 +20,4 @@ pub mod typed;
 pub use error::{HeapError, Result};
 pub use file::HeapFile;
 pub use raw::{Change, CommitObserver, HeapOptions, RawHeap, RecoveryReport};
-pub use typed::{Heap, PMutex, PPtr, PoolTag, Tx};
+pub use typed::{Heap, PMutex, PPtr, PRwLock, PoolTag, Tx};

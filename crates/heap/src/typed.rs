@@ -194,6 +194,43 @@ impl<T: Pod> PMutex<T> {
     }
 }
 
+/// A reader-writer lock stored in the pool next to the value it guards; like [`PMutex`], the
+/// lock lives in DRAM keyed by the offset and is free when the pool is opened.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct PRwLock<T: Pod> {
+    reserved: [u8; 8],
+    value: T,
+}
+
+// SAFETY: the layout argument of PMutex: 8 bytes then `value`, NO_PADDING checked at each use.
+unsafe impl<T: Pod> Zeroable for PRwLock<T> {}
+// SAFETY: as above.
+unsafe impl<T: Pod> Pod for PRwLock<T> {}
+
+impl<T: Pod + std::fmt::Debug> std::fmt::Debug for PRwLock<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PRwLock")
+            .field("value", &self.value)
+            .finish()
+    }
+}
+
+impl<T: Pod> PRwLock<T> {
+    const NO_PADDING: () = assert!(
+        std::mem::size_of::<PRwLock<T>>() == 8 + std::mem::size_of::<T>(),
+        "PRwLock<T> needs a T with alignment of at most 8 and no trailing padding"
+    );
+    /// A lock around `value`.
+    pub fn new(value: T) -> Self {
+        let () = Self::NO_PADDING;
+        PRwLock {
+            reserved: [0; 8],
+            value,
+        }
+    }
+}
+
 static OPEN_TAGS: Mutex<Vec<TypeId>> = Mutex::new(Vec::new());
 
 /// A heap whose pointers carry tag `P`.
@@ -392,6 +429,41 @@ impl<P: PoolTag> Tx<'_, P> {
             self.held.push((m.off, true));
         }
         Ok(PPtr::from_off(m.off + 8))
+    }
+
+    /// Lock `l` shared until the transaction ends; returns the pointer to the guarded value.
+    /// Reads through it are consistent with every writer's committed transaction.
+    pub fn read_lock<T: Pod>(&mut self, l: PPtr<PRwLock<T>, P>) -> Result<PPtr<T, P>> {
+        let () = PRwLock::<T>::NO_PADDING;
+        self.raw()
+            .check_range(l.off, std::mem::size_of::<PRwLock<T>>() as u64)?;
+        if !self.held.iter().any(|h| h.0 == l.off) {
+            self.heap.raw.lock_shared(l.off);
+            self.held.push((l.off, false));
+        }
+        Ok(PPtr::from_off(l.off + 8))
+    }
+
+    /// Lock `l` exclusively until the transaction ends (after its commit is durable). A
+    /// transaction that already holds it shared gets an error: upgrading could deadlock.
+    pub fn write_lock<T: Pod>(&mut self, l: PPtr<PRwLock<T>, P>) -> Result<PPtr<T, P>> {
+        let () = PRwLock::<T>::NO_PADDING;
+        self.raw()
+            .check_range(l.off, std::mem::size_of::<PRwLock<T>>() as u64)?;
+        match self.held.iter().find(|h| h.0 == l.off) {
+            Some((_, true)) => {}
+            Some((_, false)) => {
+                return Err(HeapError::Lock(format!(
+                    "the lock at {:#x} is held shared by this transaction; it cannot be upgraded",
+                    l.off
+                )));
+            }
+            None => {
+                self.heap.raw.lock_exclusive(l.off)?;
+                self.held.push((l.off, true));
+            }
+        }
+        Ok(PPtr::from_off(l.off + 8))
     }
 
     /// Run `f` as a nested transaction: it flattens into this one (an error aborts all).
