@@ -4,9 +4,7 @@
 
 use dipper::arena;
 use dipper::layout::{self, *};
-use pmem::format_doc::{
-    ConstValue, check_fields, compare_constants, named_rows, parse_constant, verdict,
-};
+use pmem::format_doc::{ConstValue, check_fields, compare_constants, doc_constants, verdict};
 use std::path::PathBuf;
 
 fn doc() -> String {
@@ -61,22 +59,7 @@ fn field_tables_are_contiguous() {
 #[test]
 fn constants_table_matches_the_code() {
     let md = doc();
-    let rows = named_rows(
-        &md,
-        "<!-- constants -->",
-        "| constant | value | meaning |",
-        0,
-    )
-    .unwrap();
-    let doc: Vec<(String, ConstValue)> = rows
-        .iter()
-        .map(|r| {
-            (
-                r.name.to_string(),
-                parse_constant(r.cells[1]).unwrap_or_else(|e| panic!("{}: {e}", r.line)),
-            )
-        })
-        .collect();
+    let doc = doc_constants(&md).unwrap_or_else(|e| panic!("the constants table: {e}"));
     let code = vec![
         ("ROOT_REGION_BYTES", ConstValue::number(ROOT_REGION_BYTES)),
         (

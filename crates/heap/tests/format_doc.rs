@@ -18,8 +18,8 @@ use heap::layout::*;
 use heap::raw::scan_undo;
 use heap::{Heap, HeapOptions, PPtr, RawHeap};
 use pmem::format_doc::{
-    ConstValue, DocField, cells, check_fields, compare_constants, named_rows, parse_constant,
-    parse_fields, table_rows, verdict,
+    self, ConstValue, DocField, cells, check_fields, compare_constants, named_rows, parse_fields,
+    table_rows, verdict,
 };
 use pmem::{CrashPlan, Medium, SimConfig, SimMedium};
 
@@ -201,21 +201,7 @@ fn code_constants() -> Vec<(&'static str, ConstValue, &'static str)> {
 }
 
 fn doc_constants(md: &str) -> Vec<(String, ConstValue)> {
-    named_rows(
-        md,
-        "<!-- constants -->",
-        "| constant | value | meaning |",
-        0,
-    )
-    .unwrap_or_else(|e| panic!("the constants table: {e}"))
-    .iter()
-    .map(|r| {
-        (
-            r.name.to_string(),
-            parse_constant(r.cells[1]).unwrap_or_else(|e| panic!("{}: {e}", r.line)),
-        )
-    })
-    .collect()
+    format_doc::doc_constants(md).unwrap_or_else(|e| panic!("the constants table: {e}"))
 }
 
 #[test]

@@ -4,9 +4,7 @@
 
 use integrity::layout::{self, *};
 use integrity::tracker::BATCH_PAGES;
-use pmem::format_doc::{
-    ConstValue, check_fields, compare_constants, named_rows, parse_constant, verdict,
-};
+use pmem::format_doc::{ConstValue, check_fields, compare_constants, doc_constants, verdict};
 use std::path::PathBuf;
 
 fn doc() -> String {
@@ -41,22 +39,7 @@ fn field_tables_match_the_code() {
 #[test]
 fn constants_table_matches_the_code() {
     let md = doc();
-    let rows = named_rows(
-        &md,
-        "<!-- constants -->",
-        "| constant | value | meaning |",
-        0,
-    )
-    .unwrap();
-    let doc: Vec<(String, ConstValue)> = rows
-        .iter()
-        .map(|r| {
-            (
-                r.name.to_string(),
-                parse_constant(r.cells[1]).unwrap_or_else(|e| panic!("{}: {e}", r.line)),
-            )
-        })
-        .collect();
+    let doc = doc_constants(&md).unwrap_or_else(|e| panic!("the constants table: {e}"));
     let code = vec![
         ("META_MAGIC", ConstValue::magic(META_MAGIC)),
         ("META_VERSION", ConstValue::number(META_VERSION as u64)),

@@ -490,6 +490,24 @@ impl ConstValue {
     }
 }
 
+/// The `<!-- constants -->` table of `md` (header `| constant | value | meaning |`): each
+/// constant's name and parsed value, in document order.
+pub fn doc_constants(md: &str) -> Result<Vec<(String, ConstValue)>, String> {
+    named_rows(
+        md,
+        "<!-- constants -->",
+        "| constant | value | meaning |",
+        0,
+    )?
+    .iter()
+    .map(|r| {
+        parse_constant(r.cells[1])
+            .map(|v| (r.name.to_string(), v))
+            .map_err(|e| format!("{}: {e}", r.line))
+    })
+    .collect()
+}
+
 /// Parse the value cell of a constants table into a [`ConstValue`].
 pub fn parse_constant(cell: &str) -> Result<ConstValue, String> {
     if let Some(b) = backticked(cell) {
