@@ -625,15 +625,7 @@ impl RawHeap {
             .collect();
         let n = blocks_per_run(class);
         for (k, w) in words.iter().enumerate() {
-            let lo = k as u64 * 64;
-            let valid = if lo >= n {
-                0
-            } else if n - lo >= 64 {
-                u64::MAX
-            } else {
-                (1u64 << (n - lo)) - 1
-            };
-            if w & !valid != 0 {
+            if w & !block_mask(k, n) != 0 {
                 return Err(HeapError::corrupt(
                     format!("run bitmap of chunk {i} (class {class}, {n} blocks)"),
                     self.base + at + 8 * k as u64,
@@ -1513,21 +1505,23 @@ fn in_fresh(lane: &Lane, off: u64, len: u64) -> bool {
         .any(|b| off >= b.off() && off + len <= b.off() + b.len())
 }
 
+/// The bits of bitmap word `k` that stand for one of a run's `blocks` blocks.
+fn block_mask(k: usize, blocks: u64) -> u64 {
+    let lo = k as u64 * 64;
+    if lo >= blocks {
+        0
+    } else if blocks - lo >= 64 {
+        u64::MAX
+    } else {
+        (1u64 << (blocks - lo)) - 1
+    }
+}
+
 fn free_bits(allocated: &[u64], blocks: u64) -> Vec<u64> {
     allocated
         .iter()
         .enumerate()
-        .map(|(k, w)| {
-            let lo = k as u64 * 64;
-            let valid = if lo >= blocks {
-                0
-            } else if blocks - lo >= 64 {
-                u64::MAX
-            } else {
-                (1u64 << (blocks - lo)) - 1
-            };
-            !w & valid
-        })
+        .map(|(k, w)| !w & block_mask(k, blocks))
         .collect()
 }
 
