@@ -51,6 +51,10 @@ pub enum LogError {
     /// The log was opened read-only.
     #[error("the log is open read-only")]
     ReadOnly,
+    /// The mirror (replication) could not make a forced range durable on enough copies; the log
+    /// refuses further writes until it is reopened and recovered.
+    #[error("replication failed: {0}")]
+    Replication(String),
     /// A parameter out of range.
     #[error("invalid {what}: {reason}")]
     Invalid {

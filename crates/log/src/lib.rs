@@ -26,6 +26,7 @@ pub mod format;
 pub mod layout;
 #[allow(clippy::module_inception)]
 mod log;
+pub mod mirror;
 mod scan;
 pub mod sequencer;
 mod sync;
@@ -37,4 +38,5 @@ pub use log::{
     Appended, Entries, Entry, ForcePolicy, Log, LogOptions, LogStats, NONTEMPORAL_BYTES_MIN,
     Record, Records, Recovery, Reservation,
 };
+pub use mirror::{Extent, Mirror};
 pub use scan::Stop;

@@ -2,12 +2,13 @@
 
 use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Condvar, Mutex, MutexGuard};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, RwLock};
 use std::time::{Duration, Instant};
 
 use crate::error::{LogError, Result};
 use crate::format::{Descriptor, LSN_MAX, RecordHeader, Superline, crc_seed, crc_start};
 use crate::layout::{self, kinds, record_footprint};
+use crate::mirror::{Extent, Mirror};
 use crate::scan::{Found, Geometry, Stop, Walker};
 use crate::sequencer::{Cursor, Sequencer};
 use pmem::{Corruption, Medium, Uuid};
@@ -109,6 +110,8 @@ pub struct Recovery {
     pub repaired: Vec<Corruption>,
     /// The replication epoch.
     pub epoch: u64,
+    /// Ring offset of the head (the oldest live record), from the superline.
+    pub head: u64,
 }
 
 /// A record read back.
@@ -185,6 +188,7 @@ pub struct Log<M: Medium> {
     seq: Sequencer,
     group_pending: AtomicU64,
     full_wait: Duration,
+    mirror: RwLock<Option<Arc<dyn Mirror>>>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -339,6 +343,7 @@ impl<M: Medium> Log<M> {
             jumped_to: None,
             repaired,
             epoch: superline.epoch,
+            head: superline.head,
         };
         // After an unclean shutdown, records reserved before the crash may lie past the tail,
         // some of them whole. A jump record moves the LSNs on past any of them, so none can
@@ -382,6 +387,7 @@ impl<M: Medium> Log<M> {
             space_freed: Condvar::new(),
             group_pending: AtomicU64::new(0),
             full_wait: opts.full_wait,
+            mirror: RwLock::new(None),
         };
         Ok((log, recovery))
     }
@@ -414,6 +420,46 @@ impl<M: Medium> Log<M> {
             return Err(LogError::Failed);
         }
         Ok(())
+    }
+
+    /// Ship everything this log makes durable from now on through `mirror` (replication).
+    /// Install it before the first write that must be replicated.
+    pub fn set_mirror(&self, mirror: Option<Arc<dyn Mirror>>) {
+        *self.mirror.write().unwrap_or_else(|p| p.into_inner()) = mirror;
+    }
+
+    fn mirror(&self) -> Option<Arc<dyn Mirror>> {
+        self.mirror
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// Persist locally with `flush_local`, through the mirror if there is one. A failure of
+    /// either latches the log failed.
+    fn persist_through_mirror(
+        &self,
+        extents: &[Extent],
+        last_lsn: u64,
+        flush_local: &mut dyn FnMut() -> Result<()>,
+    ) -> Result<()> {
+        let r = match self.mirror() {
+            Some(m) => m.replicate(extents, last_lsn, flush_local),
+            None => flush_local(),
+        };
+        if r.is_err() {
+            self.failed.store(true, Ordering::Release);
+        }
+        r
+    }
+
+    fn extent(&self, at: usize, len: usize) -> Extent {
+        let mut bytes = vec![0u8; len];
+        self.medium.read(at, &mut bytes);
+        Extent {
+            offset: (at - self.base) as u64,
+            bytes,
+        }
     }
 
     fn latch<T>(&self, r: pmem::Result<T>) -> Result<T> {
@@ -556,18 +602,17 @@ impl<M: Medium> Log<M> {
     }
 
     /// The forcer's work: flush what `complete` left in the cache for records
-    /// `cursor.next..=last`, then one fence.
+    /// `cursor.next..=last`, then one fence; with a mirror, ship the records' bytes too.
     fn persist_records(&self, cursor: &mut Cursor, last: u64) -> Result<()> {
         let mut pos = cursor.pos;
         let mut lsn = cursor.next;
-        // Coalesce adjacent ranges into one flush; fence only if something was flushed.
-        let mut run: Option<(usize, usize)> = None;
-        let mut flushed = false;
-        let flush = |run: Option<(usize, usize)>| -> pmem::Result<()> {
-            match run {
-                Some((at, end)) => self.medium.flush(at, end - at),
-                None => Ok(()),
-            }
+        // Coalesced ranges still only in the cache, and (with a mirror) every byte forced.
+        let mut runs: Vec<(usize, usize)> = Vec::new();
+        let mirrored = self.mirror().is_some();
+        let mut ship: Vec<(usize, usize)> = Vec::new();
+        let push = |v: &mut Vec<(usize, usize)>, at: usize, len: usize| match v.last_mut() {
+            Some((_, e)) if *e == at => *e += len,
+            _ => v.push((at, at + len)),
         };
         while lsn <= last {
             let at = self.geo.at(pos);
@@ -588,9 +633,10 @@ impl<M: Medium> Log<M> {
             // What is still only in the cache: padding, its header line (the record after it,
             // with the same LSN, is at the ring's start); a small record, every line; a large
             // data record, nothing (its completing thread persisted it); a large void record,
-            // its header line.
-            let (footprint, dirty, next) = if h.kind == kinds::PADDING {
-                (self.geo.room_to_end(pos), layout::RECORD_ALIGN, lsn)
+            // its header line. A mirror needs every byte but padding's body.
+            let (footprint, dirty, shipped, next) = if h.kind == kinds::PADDING {
+                let room = self.geo.room_to_end(pos);
+                (room, layout::RECORD_ALIGN, layout::RECORD_ALIGN, lsn)
             } else {
                 let fp = record_footprint(h.length as usize);
                 let dirty = match (h.kind, h.length as usize >= NONTEMPORAL_BYTES_MIN) {
@@ -598,25 +644,28 @@ impl<M: Medium> Log<M> {
                     (kinds::DATA, true) => 0,
                     (_, true) => layout::RECORD_ALIGN,
                 };
-                (fp as u64, dirty, lsn + 1)
+                (fp as u64, dirty, fp, lsn + 1)
             };
             if dirty > 0 {
-                flushed = true;
-                run = match run {
-                    Some((s, e)) if e == at => Some((s, at + dirty)),
-                    other => {
-                        self.latch(flush(other))?;
-                        Some((at, at + dirty))
-                    }
-                };
+                push(&mut runs, at, dirty);
+            }
+            if mirrored {
+                push(&mut ship, at, shipped);
             }
             pos += footprint;
             lsn = next;
         }
-        if flushed {
-            self.latch(flush(run))?;
-            self.latch(self.medium.fence())?;
-        }
+        let extents: Vec<Extent> = ship.iter().map(|&(s, e)| self.extent(s, e - s)).collect();
+        let mut flush_local = || -> Result<()> {
+            for &(s, e) in &runs {
+                self.latch(self.medium.flush(s, e - s))?;
+            }
+            if !runs.is_empty() {
+                self.latch(self.medium.fence())?;
+            }
+            Ok(())
+        };
+        self.persist_through_mirror(&extents, last, &mut flush_local)?;
         cursor.pos = pos;
         Ok(())
     }
@@ -687,7 +736,13 @@ impl<M: Medium> Log<M> {
         };
         let at = self.base + layout::SUPERLINE_COPY_OFFSETS[sl.copy()];
         self.medium.write(at, &sl.encode(&self.desc.log_uuid));
-        self.latch(self.medium.persist(at, layout::SUPERLINE_BYTES))?;
+        let extents = match self.mirror() {
+            Some(_) => vec![self.extent(at, layout::SUPERLINE_BYTES)],
+            None => Vec::new(),
+        };
+        self.persist_through_mirror(&extents, 0, &mut || {
+            self.latch(self.medium.persist(at, layout::SUPERLINE_BYTES))
+        })?;
         h.superline = sl;
         Ok(())
     }

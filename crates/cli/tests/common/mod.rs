@@ -5,6 +5,8 @@
 //! binary, and an item that only some of the files use would be dead code in the others.
 #![allow(dead_code)]
 
+pub mod proxy;
+
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};

@@ -1,0 +1,379 @@
+//! One copy of a log: a log region on a medium, plus the fence record that says which epoch
+//! the copy follows. Backups serve requests on their copy; a primary reads and repairs its own
+//! the same way.
+//!
+//! The fence record lives in the log region's first page, in bytes the log itself leaves
+//! unused (after the descriptors and superlines), as two checksummed copies written in turn:
+//! the valid copy with the higher sequence holds the promised epoch. A primary never ships
+//! these bytes, so each copy keeps its own.
+
+use log::{Extent, Log, LogOptions, Stop};
+use pmem::{Medium, Uuid};
+
+use crate::proto::{CopyInfo, Request, Response};
+
+/// Region offsets of the two fence copies.
+pub const FENCE_COPY_OFFSETS: [usize; 2] = [256, 320];
+/// Bytes of a fence copy.
+pub const FENCE_BYTES: usize = 64;
+/// Fence magic.
+pub const FENCE_MAGIC: [u8; 8] = *b"KVREPFNC";
+/// Fence fields: `(name, offset, size)`.
+pub const FENCE_FIELDS: [(&str, usize, usize); 5] = [
+    ("magic", 0, 8),
+    ("sequence", 8, 8),
+    ("promised", 16, 8),
+    ("reserved", 24, 36),
+    ("crc32c", 60, 4),
+];
+/// Region bytes a full repair ships from the start: both descriptors and both superlines.
+pub const META_SHIPPED_BYTES: usize = 256;
+
+/// The fence record: which epoch a copy follows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Fence {
+    /// Write count; the copy written is `sequence % 2`.
+    pub sequence: u64,
+    /// Highest epoch promised.
+    pub promised: u64,
+}
+
+impl Fence {
+    /// Encode with the log's UUID in the checksum (a fence of another log never counts).
+    pub fn encode(&self, uuid: &Uuid) -> [u8; FENCE_BYTES] {
+        let mut b = [0u8; FENCE_BYTES];
+        b[0..8].copy_from_slice(&FENCE_MAGIC);
+        b[8..16].copy_from_slice(&self.sequence.to_le_bytes());
+        b[16..24].copy_from_slice(&self.promised.to_le_bytes());
+        let crc = fence_crc(uuid, &b[..60]);
+        b[60..64].copy_from_slice(&crc.to_le_bytes());
+        b
+    }
+
+    /// Decode one copy; `None` if it fails any check (never written, torn, damaged).
+    pub fn decode(b: &[u8; FENCE_BYTES], uuid: &Uuid) -> Option<Fence> {
+        let crc = u32::from_le_bytes([b[60], b[61], b[62], b[63]]);
+        if b[0..8] != FENCE_MAGIC || crc != fence_crc(uuid, &b[..60]) {
+            return None;
+        }
+        let u = |r: std::ops::Range<usize>| {
+            let mut a = [0u8; 8];
+            a.copy_from_slice(&b[r]);
+            u64::from_le_bytes(a)
+        };
+        Some(Fence {
+            sequence: u(8..16),
+            promised: u(16..24),
+        })
+    }
+}
+
+fn fence_crc(uuid: &Uuid, bytes: &[u8]) -> u32 {
+    crc32c::crc32c_append(crc32c::crc32c(&uuid.0), bytes)
+}
+
+/// A copy of a log in `[base, base + len)` of a medium.
+#[derive(Debug)]
+pub struct Copy<M: Medium> {
+    medium: M,
+    base: usize,
+    len: usize,
+    uuid: Option<Uuid>,
+    fence: Fence,
+    committed: u64,
+}
+
+fn read_only() -> LogOptions {
+    LogOptions {
+        read_only: true,
+        clean_shutdown: false,
+        ..LogOptions::default()
+    }
+}
+
+impl<M: Medium> Copy<M> {
+    /// The copy in `[base, base + len)` of `medium`, as it is (it may hold no readable log).
+    pub fn new(medium: M, base: usize, len: usize) -> Copy<M> {
+        let mut c = Copy {
+            medium,
+            base,
+            len,
+            uuid: None,
+            fence: Fence::default(),
+            committed: 0,
+        };
+        c.reload();
+        c
+    }
+
+    /// Write a new, empty log with `uuid` over the region (epoch 1: the empty history) and
+    /// clear the fence.
+    pub fn create(medium: M, base: usize, len: usize, uuid: Uuid) -> log::Result<Copy<M>> {
+        let zero = [0u8; 2 * FENCE_BYTES];
+        medium.write(base + FENCE_COPY_OFFSETS[0], &zero);
+        medium.persist(base + FENCE_COPY_OFFSETS[0], zero.len())?;
+        let log = Log::create_with_uuid(&medium, base, len, uuid, std::time::Duration::ZERO)?;
+        log.close()?;
+        Ok(Copy::new(medium, base, len))
+    }
+
+    /// Re-read the descriptor and fence after the region changed underneath.
+    pub fn reload(&mut self) {
+        self.uuid = Log::open(&self.medium, self.base, self.len, &read_only())
+            .ok()
+            .map(|(l, _)| l.descriptor().log_uuid);
+        self.fence = match &self.uuid {
+            Some(uuid) => FENCE_COPY_OFFSETS
+                .iter()
+                .filter_map(|&o| {
+                    let mut b = [0u8; FENCE_BYTES];
+                    self.medium.read(self.base + o, &mut b);
+                    Fence::decode(&b, uuid)
+                })
+                .max_by_key(|f| f.sequence)
+                .unwrap_or_default(),
+            None => Fence::default(),
+        };
+    }
+
+    /// The medium.
+    pub fn medium(&self) -> &M {
+        &self.medium
+    }
+
+    /// Offset of the region in the medium.
+    pub fn base(&self) -> usize {
+        self.base
+    }
+
+    /// Bytes of the region.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// True for an empty region (never for a real copy).
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The log's UUID, if the copy holds a readable log.
+    pub fn uuid(&self) -> Option<Uuid> {
+        self.uuid
+    }
+
+    /// The epoch this copy follows.
+    pub fn promised(&self) -> u64 {
+        self.fence.promised
+    }
+
+    /// Highest LSN a primary said is acknowledged by a quorum (not persisted: 0 after restart).
+    pub fn committed(&self) -> u64 {
+        self.committed
+    }
+
+    /// Take the medium back.
+    pub fn into_medium(self) -> M {
+        self.medium
+    }
+
+    /// What the copy holds: a read-only walk of its log. `None` if it holds no readable log.
+    pub fn info(&self) -> Option<CopyInfo> {
+        let uuid = self.uuid?;
+        let (log, rec) = Log::open(&self.medium, self.base, self.len, &read_only()).ok()?;
+        Some(CopyInfo {
+            uuid: uuid.0,
+            region_len: self.len as u64,
+            ring_bytes: log.descriptor().ring_bytes,
+            promised: self.fence.promised,
+            epoch: rec.epoch,
+            head: rec.head,
+            start_lsn: rec.start_lsn,
+            next_lsn: rec.next_lsn,
+            used: rec.ring_bytes_used,
+            damaged: matches!(rec.stop, Stop::Damaged(_)),
+            meta_damaged: !rec.repaired.is_empty(),
+            committed: self.committed,
+        })
+    }
+
+    /// Promise to follow `epoch`: refused (with the promised epoch) unless it is higher than
+    /// every epoch promised so far.
+    pub fn promise(&mut self, epoch: u64) -> Result<(), u64> {
+        let Some(uuid) = self.uuid else {
+            return Err(0);
+        };
+        if epoch <= self.fence.promised {
+            return Err(self.fence.promised);
+        }
+        let next = Fence {
+            sequence: self.fence.sequence + 1,
+            promised: epoch,
+        };
+        let at = self.base + FENCE_COPY_OFFSETS[(next.sequence % 2) as usize];
+        self.medium.write(at, &next.encode(&uuid));
+        self.medium
+            .persist(at, FENCE_BYTES)
+            .map_err(|_| self.fence.promised)?;
+        self.fence = next;
+        Ok(())
+    }
+
+    fn check_range(&self, offset: u64, len: u64) -> Result<(usize, usize), String> {
+        let end = offset.checked_add(len).filter(|&e| e <= self.len as u64);
+        let Some(end) = end else {
+            return Err(format!(
+                "range [{offset}, +{len}) is outside the {}-byte log region",
+                self.len
+            ));
+        };
+        let meta = offset < META_SHIPPED_BYTES as u64 && end <= META_SHIPPED_BYTES as u64;
+        let ring = offset >= log::layout::RING_OFFSET as u64;
+        if !(meta || ring || len == 0) {
+            return Err(format!(
+                "range [{offset}, {end}) touches bytes a primary never ships \
+                 (only [0, {META_SHIPPED_BYTES}) and the ring from {} are written)",
+                log::layout::RING_OFFSET
+            ));
+        }
+        Ok((self.base + offset as usize, len as usize))
+    }
+
+    fn fenced(&self, epoch: u64) -> Option<Response> {
+        if self.uuid.is_none() {
+            return Some(Response::Error("no log copy here".into()));
+        }
+        (epoch == 0 || epoch != self.fence.promised).then_some(Response::Fenced {
+            promised: self.fence.promised,
+        })
+    }
+
+    /// Write and persist extents for the primary of `epoch`.
+    pub fn write(&mut self, epoch: u64, committed: u64, extents: &[Extent]) -> Response {
+        if let Some(r) = self.fenced(epoch) {
+            return r;
+        }
+        let mut ranges = Vec::with_capacity(extents.len());
+        for e in extents {
+            match self.check_range(e.offset, e.bytes.len() as u64) {
+                Ok(r) => ranges.push(r),
+                Err(why) => return Response::Error(why),
+            }
+        }
+        for (e, &(at, len)) in extents.iter().zip(&ranges) {
+            self.medium.write(at, &e.bytes);
+            if let Err(err) = self.medium.flush(at, len) {
+                return Response::Error(err.to_string());
+            }
+        }
+        if let Err(err) = self.medium.fence() {
+            return Response::Error(err.to_string());
+        }
+        if extents.iter().any(|e| e.offset < META_SHIPPED_BYTES as u64) {
+            self.reload();
+        }
+        self.committed = self.committed.max(committed);
+        Response::Ack
+    }
+
+    /// Zero and persist a range for the primary of `epoch`.
+    pub fn zero(&mut self, epoch: u64, offset: u64, len: u64) -> Response {
+        if let Some(r) = self.fenced(epoch) {
+            return r;
+        }
+        let (at, len) = match self.check_range(offset, len) {
+            Ok(r) => r,
+            Err(why) => return Response::Error(why),
+        };
+        let zeros = vec![0u8; len.min(1 << 20)];
+        let mut done = 0;
+        while done < len {
+            let n = (len - done).min(zeros.len());
+            self.medium.write(at + done, &zeros[..n]);
+            if let Err(err) = self.medium.flush(at + done, n) {
+                return Response::Error(err.to_string());
+            }
+            done += n;
+        }
+        match self.medium.fence() {
+            Ok(()) => Response::Ack,
+            Err(err) => Response::Error(err.to_string()),
+        }
+    }
+
+    /// Read a range of the region.
+    pub fn read(&self, offset: u64, len: u64) -> Response {
+        let end = offset.checked_add(len).filter(|&e| e <= self.len as u64);
+        if end.is_none() || len > crate::proto::FRAME_BODY_MAX as u64 {
+            return Response::Error(format!(
+                "read [{offset}, +{len}) is outside the {}-byte region or too large",
+                self.len
+            ));
+        }
+        let mut buf = vec![0u8; len as usize];
+        self.medium.read(self.base + offset as usize, &mut buf);
+        Response::Data(buf)
+    }
+
+    /// Serve one request (all but `Init`, which needs the host).
+    pub fn handle(&mut self, req: &Request) -> Response {
+        match req {
+            Request::Probe => Response::Info(self.info()),
+            Request::Init { .. } => Response::Error("init is the host's".into()),
+            Request::Promise { epoch } => match self.promise(*epoch) {
+                Ok(()) => Response::Info(self.info()),
+                Err(_) if self.uuid.is_none() => Response::Error("no log copy here".into()),
+                Err(promised) => Response::Fenced { promised },
+            },
+            Request::Write {
+                epoch,
+                committed,
+                extents,
+            } => self.write(*epoch, *committed, extents),
+            Request::Zero { epoch, offset, len } => self.zero(*epoch, *offset, *len),
+            Request::Read { offset, len } => self.read(*offset, *len),
+        }
+    }
+}
+
+/// Where a backup keeps its copy: it can make a fresh one when it has none.
+pub trait Host: Send {
+    /// The medium copies live on.
+    type M: Medium;
+    /// The copy, if there is one.
+    fn copy(&mut self) -> Option<&mut Copy<Self::M>>;
+    /// Make a fresh, empty copy of the log `uuid` with a `region_len`-byte region, replacing an
+    /// unreadable one.
+    fn init(&mut self, uuid: Uuid, region_len: u64) -> Result<(), String>;
+}
+
+/// Serve one request on a host.
+pub fn serve<H: Host>(host: &mut H, req: &Request) -> Response {
+    if let Request::Init { uuid, region_len } = req {
+        let existing = host
+            .copy()
+            .and_then(|c| c.uuid().map(|u| (u, c.len() as u64)));
+        return match existing {
+            Some((u, len)) if u.0 == *uuid && len == *region_len => Response::Ack,
+            Some((u, len)) => Response::Error(format!(
+                "this backup holds another log ({} bytes, UUID {}); refusing to overwrite it \
+                 (move its directory away to reuse the backup)",
+                len,
+                hex(&u.0)
+            )),
+            None => match host.init(Uuid(*uuid), *region_len) {
+                Ok(()) => Response::Ack,
+                Err(e) => Response::Error(e),
+            },
+        };
+    }
+    match host.copy() {
+        Some(c) => c.handle(req),
+        None if matches!(req, Request::Probe) => Response::Info(None),
+        None => Response::Error("no log copy here".into()),
+    }
+}
+
+/// Lower-case hex.
+pub fn hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}

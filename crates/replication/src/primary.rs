@@ -1,0 +1,833 @@
+//! The primary's side: quorums, recovery with epochs and repair, and the [`Replicator`] that
+//! ships every forced range.
+
+use std::sync::{Mutex, MutexGuard};
+use std::time::Duration;
+
+use log::{Extent, Log, LogError, LogOptions, Mirror};
+use pmem::{Medium, Uuid};
+
+use crate::copy::{Copy, META_SHIPPED_BYTES, hex};
+use crate::error::{ReplError, Result};
+use crate::peers::Peers;
+use crate::proto::{CopyInfo, REPAIR_CHUNK_BYTES, Request, Response};
+
+/// When the primary persists its own copy, relative to shipping to the backups.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub enum FlushOrder {
+    /// Ship, wait for the write quorum, then flush locally (Arcadia's choice, the default).
+    ReplicateFirst,
+    /// Ship, flush locally while the backups work, then wait for the quorum.
+    Parallel,
+    /// Flush locally, then ship and wait.
+    FlushFirst,
+}
+
+impl FlushOrder {
+    /// Every order, for benchmarks.
+    pub const ALL: [FlushOrder; 3] = [
+        FlushOrder::ReplicateFirst,
+        FlushOrder::Parallel,
+        FlushOrder::FlushFirst,
+    ];
+
+    /// Parse `replicate-first`, `parallel` or `flush-first`.
+    pub fn parse(s: &str) -> std::result::Result<FlushOrder, String> {
+        match s {
+            "replicate-first" => Ok(FlushOrder::ReplicateFirst),
+            "parallel" => Ok(FlushOrder::Parallel),
+            "flush-first" => Ok(FlushOrder::FlushFirst),
+            _ => Err(format!(
+                "unknown flush order `{s}` (expected replicate-first, parallel or flush-first)"
+            )),
+        }
+    }
+
+    /// The name `parse` takes.
+    pub fn name(&self) -> &'static str {
+        match self {
+            FlushOrder::ReplicateFirst => "replicate-first",
+            FlushOrder::Parallel => "parallel",
+            FlushOrder::FlushFirst => "flush-first",
+        }
+    }
+}
+
+/// The quorums of a primary with `backups` backups and a write quorum of `write` backups.
+///
+/// There are `backups + 1` copies (the primary's own counts). A forced record is on the primary
+/// and on at least `write` backups; recovery reads at least [`Quorum::read`] copies, a
+/// majority that also meets any `write + 1` copies, so every acknowledged record is seen.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub struct Quorum {
+    backups: usize,
+    write: usize,
+}
+
+impl Quorum {
+    /// Check and build: `1 <= write <= backups`, or `write == 0` with no backups.
+    pub fn new(backups: usize, write: usize) -> Result<Quorum> {
+        let ok = if backups == 0 {
+            write == 0
+        } else {
+            (1..=backups).contains(&write)
+        };
+        if !ok {
+            return Err(ReplError::Invalid {
+                what: "write quorum",
+                reason: format!(
+                    "{write} with {backups} backups (it must be between 1 and the number of \
+                     backups, or 0 without backups)"
+                ),
+            });
+        }
+        Ok(Quorum { backups, write })
+    }
+
+    /// N: backups.
+    pub fn backups(&self) -> usize {
+        self.backups
+    }
+
+    /// W: backups that must acknowledge a force.
+    pub fn write(&self) -> usize {
+        self.write
+    }
+
+    /// Copies, the primary's included.
+    pub fn copies(&self) -> usize {
+        self.backups + 1
+    }
+
+    /// More than half of the copies.
+    pub fn majority(&self) -> usize {
+        self.copies() / 2 + 1
+    }
+
+    /// R: copies recovery must read (and get promises from): a majority, and enough that
+    /// R + (W + 1) > N + 1.
+    pub fn read(&self) -> usize {
+        self.majority().max(self.backups - self.write + 1)
+    }
+}
+
+/// How to recover.
+#[derive(Debug, Clone, Copy)]
+pub struct RecoverOptions {
+    /// Only copies with the highest epoch are valid (always true outside the simulation's
+    /// canary, which turns it off to show that the check is needed).
+    pub epoch_check: bool,
+    /// How long `reserve` waits for cleanup when the ring is full.
+    pub full_wait: Duration,
+}
+
+impl Default for RecoverOptions {
+    fn default() -> Self {
+        RecoverOptions {
+            epoch_check: true,
+            full_wait: Duration::from_millis(1000),
+        }
+    }
+}
+
+/// What recovery did to a backup.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Repair {
+    /// It held a prefix of the chosen history: the rest was shipped.
+    Delta {
+        /// Ring bytes shipped.
+        bytes: u64,
+    },
+    /// It was stale, damaged or empty: the whole live log was shipped.
+    Full {
+        /// Ring bytes shipped.
+        bytes: u64,
+    },
+    /// It did not answer, refused, or failed: it is not live.
+    Failed {
+        /// Why.
+        reason: String,
+    },
+}
+
+/// What recovery did.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Recovered {
+    /// The new epoch.
+    pub epoch: u64,
+    /// The copy whose history was chosen: `local` or a backup's name.
+    pub source: String,
+    /// The primary's own copy was rebuilt from `source`.
+    pub rebuilt_local: bool,
+    /// Ring bytes fetched to rebuild it.
+    pub fetched_bytes: u64,
+    /// Per backup (by index): its name and what was done.
+    pub repairs: Vec<(String, Repair)>,
+    /// Backups in sync, serving the new epoch.
+    pub live: Vec<usize>,
+    /// LSN the next record gets.
+    pub next_lsn: u64,
+}
+
+fn quorum_err(
+    what: &'static str,
+    needed: usize,
+    total: usize,
+    got: usize,
+    how: &'static str,
+) -> ReplError {
+    ReplError::Quorum {
+        what,
+        needed,
+        total,
+        got,
+        how,
+    }
+}
+
+/// Ring ranges `[start, start + len)` modulo `ring`, as at most two `(offset, len)` pieces.
+fn ring_pieces(start: u64, len: u64, ring: u64) -> Vec<(u64, u64)> {
+    let start = start % ring;
+    let first = len.min(ring - start);
+    let mut v = Vec::new();
+    if first > 0 {
+        v.push((start, first));
+    }
+    if len > first {
+        v.push((0, len - first));
+    }
+    v
+}
+
+/// One step of a repair or rebuild.
+#[derive(Debug, Clone, Copy)]
+enum Step {
+    /// Ship region bytes `[offset, offset + len)` from the local copy.
+    Ship(u64, u64),
+    /// Zero region bytes.
+    Zero(u64, u64),
+}
+
+/// The steps that make a copy equal to `to` (the local copy after it was opened): ship the
+/// ring from `from_tail` (ring offset) to `to`'s tail, or, with `from_tail` `None`, the whole
+/// live ring, zero the rest, and ship the descriptors; then the superlines, last, so the copy
+/// holds the new epoch only once everything before is durable.
+fn plan(to: &CopyInfo, ring_offset: u64, from_tail: Option<u64>) -> (Vec<Step>, u64) {
+    let ring = to.ring_bytes;
+    let mut steps = Vec::new();
+    let region = |(o, l): (u64, u64)| (ring_offset + o, l);
+    let (start, len) = match from_tail {
+        Some(t) => (t, (to.tail() + ring - t) % ring),
+        None => (to.head, to.used),
+    };
+    for p in ring_pieces(start, len, ring) {
+        let (o, l) = region(p);
+        let mut at = 0;
+        while at < l {
+            let n = (l - at).min(REPAIR_CHUNK_BYTES as u64);
+            steps.push(Step::Ship(o + at, n));
+            at += n;
+        }
+    }
+    if from_tail.is_none() {
+        for p in ring_pieces(to.tail(), ring - to.used, ring) {
+            let (o, l) = region(p);
+            steps.push(Step::Zero(o, l));
+        }
+        steps.push(Step::Ship(0, log::layout::SUPERLINE_COPY_OFFSETS[0] as u64));
+    }
+    let sl = log::layout::SUPERLINE_COPY_OFFSETS[0] as u64;
+    steps.push(Step::Ship(sl, META_SHIPPED_BYTES as u64 - sl));
+    (steps, len)
+}
+
+fn read_local<M: Medium>(m: &M, base: usize, offset: u64, len: u64) -> Vec<u8> {
+    let mut b = vec![0u8; len as usize];
+    m.read(base + offset as usize, &mut b);
+    b
+}
+
+/// Recover a replicated log as its primary: read the copies, take a new epoch on a majority,
+/// choose the history, rebuild the local copy if it is not the best, open it, and repair every
+/// backup that answers. Returns the open log (not yet mirrored: install a [`Replicator`]) and
+/// what was done.
+///
+/// Fails, changing nothing a later recovery depends on, when fewer than [`Quorum::read`] copies
+/// answer or promise, or fewer than a majority end up holding the new epoch.
+pub fn recover<M: Medium + Clone, P: Peers>(
+    local: &mut Copy<M>,
+    peers: &mut P,
+    q: Quorum,
+    opts: &RecoverOptions,
+) -> Result<(Log<M>, Recovered)> {
+    let n = peers.count();
+    if n != q.backups() {
+        return Err(ReplError::Invalid {
+            what: "quorum",
+            reason: format!(
+                "{} backups configured, the quorum is for {}",
+                n,
+                q.backups()
+            ),
+        });
+    }
+    // 1. Read every copy.
+    let mut infos: Vec<Option<CopyInfo>> = vec![None; n];
+    let mut answered = vec![false; n];
+    for i in 0..n {
+        peers.send(i, &Request::Probe);
+    }
+    for (i, r) in peers.finish() {
+        if let Some(Response::Info(info)) = r {
+            answered[i] = true;
+            infos[i] = info;
+        }
+    }
+    let uuid = local
+        .uuid()
+        .map(|u| u.0)
+        .or_else(|| infos.iter().flatten().map(|i| i.uuid).next())
+        .ok_or_else(|| ReplError::Invalid {
+            what: "log",
+            reason: "no copy, local or remote, holds a readable log".into(),
+        })?;
+    let mut skipped = Vec::new();
+    for i in 0..n {
+        if let Some(info) = &infos[i] {
+            if info.uuid != uuid || info.region_len != local.len() as u64 {
+                skipped.push((
+                    peers.name(i),
+                    format!(
+                        "holds log {} of {} bytes, not {} of {}",
+                        hex(&info.uuid),
+                        info.region_len,
+                        hex(&uuid),
+                        local.len()
+                    ),
+                ));
+                answered[i] = false;
+                infos[i] = None;
+                peers.disconnect(i);
+            }
+        }
+    }
+    if local.uuid().is_none() {
+        *local = Copy::create(
+            local.medium().clone(),
+            local.base(),
+            local.len(),
+            Uuid(uuid),
+        )?;
+    }
+    // Backups with no readable copy get an empty one, then count as stale copies.
+    let empty: Vec<usize> = (0..n)
+        .filter(|&i| answered[i] && infos[i].is_none())
+        .collect();
+    for &i in &empty {
+        peers.send(
+            i,
+            &Request::Init {
+                uuid,
+                region_len: local.len() as u64,
+            },
+        );
+    }
+    for (i, r) in peers.finish() {
+        if !matches!(r, Some(Response::Ack)) {
+            answered[i] = false;
+            peers.disconnect(i);
+        }
+    }
+    let reachable = 1 + answered.iter().filter(|a| **a).count();
+    if reachable < q.read() {
+        return Err(quorum_err(
+            "recovery (read the copies)",
+            q.read(),
+            q.copies(),
+            reachable,
+            "answered",
+        ));
+    }
+    // 2. A new epoch, promised by at least R copies (so by a majority).
+    let local_info = local.info().ok_or_else(|| ReplError::Invalid {
+        what: "local copy",
+        reason: "unreadable after creation".into(),
+    })?;
+    let seen = infos
+        .iter()
+        .flatten()
+        .chain(std::iter::once(&local_info))
+        .map(|i| i.promised.max(i.epoch))
+        .max()
+        .unwrap_or(0);
+    let epoch = seen + 1;
+    local.promise(epoch).map_err(|promised| ReplError::Fenced {
+        copy: "local".into(),
+        promised,
+        ours: epoch,
+    })?;
+    let mut promised: Vec<Option<CopyInfo>> = vec![None; n];
+    for i in (0..n).filter(|&i| answered[i]) {
+        peers.send(i, &Request::Promise { epoch });
+    }
+    let mut fenced_by = 0;
+    for (i, r) in peers.finish() {
+        match r {
+            Some(Response::Info(Some(info))) => promised[i] = Some(info),
+            Some(Response::Fenced { promised }) => fenced_by = fenced_by.max(promised),
+            _ => peers.disconnect(i),
+        }
+    }
+    let got = 1 + promised.iter().flatten().count();
+    if got < q.read() {
+        if fenced_by > epoch {
+            return Err(ReplError::Fenced {
+                copy: "a backup".into(),
+                promised: fenced_by,
+                ours: epoch,
+            });
+        }
+        return Err(quorum_err(
+            "recovery (promise the new epoch)",
+            q.read(),
+            q.copies(),
+            got,
+            "promised",
+        ));
+    }
+    // 3. The history: the highest superline epoch, then the longest valid log.
+    let local_info = local.info().ok_or_else(|| ReplError::Invalid {
+        what: "local copy",
+        reason: "unreadable".into(),
+    })?;
+    let key = |i: &CopyInfo| {
+        let e = if opts.epoch_check { i.epoch } else { 0 };
+        (e, i.next_lsn)
+    };
+    let mut source: Option<usize> = None;
+    let mut best = local_info;
+    for (i, info) in promised.iter().enumerate() {
+        if let Some(info) = info {
+            if key(info) > key(&best) {
+                best = *info;
+                source = Some(i);
+            }
+        }
+    }
+    // 4. Rebuild the local copy from a better one.
+    let mut fetched = 0;
+    if let Some(s) = source {
+        fetched = rebuild_local(local, peers, s, &best)?;
+    }
+    // 5. Open the local copy (recovery writes a jump record past anything a crash left) and
+    // record the new epoch in it.
+    let (log, rec) = Log::open(
+        local.medium().clone(),
+        local.base(),
+        local.len(),
+        &LogOptions {
+            clean_shutdown: false,
+            full_wait: opts.full_wait,
+            ..LogOptions::default()
+        },
+    )?;
+    log.set_epoch(epoch)?;
+    let ring_offset = log.descriptor().ring_offset;
+    let to = local.info().ok_or_else(|| ReplError::Invalid {
+        what: "local copy",
+        reason: "unreadable after opening".into(),
+    })?;
+    // 6. Repair every backup that promised.
+    let mut plans: Vec<(usize, Vec<Step>, Repair)> = Vec::new();
+    let mut repairs: Vec<(String, Repair)> = (0..n)
+        .map(|i| {
+            let reason = match skipped.iter().find(|(name, _)| *name == peers.name(i)) {
+                Some((_, why)) => why.clone(),
+                None => "did not answer or promise".into(),
+            };
+            (peers.name(i), Repair::Failed { reason })
+        })
+        .collect();
+    for (i, info) in promised.iter().enumerate() {
+        let Some(info) = info else { continue };
+        let prefix = info.ring_bytes == to.ring_bytes
+            && !info.meta_damaged
+            && (!opts.epoch_check || info.epoch == best.epoch)
+            && info.next_lsn <= best.next_lsn
+            && (to.tail() + to.ring_bytes - info.tail()) % to.ring_bytes <= to.used
+            && info.used < to.ring_bytes;
+        let (steps, bytes) = plan(&to, ring_offset, prefix.then_some(info.tail()));
+        let repair = if prefix {
+            Repair::Delta { bytes }
+        } else {
+            Repair::Full { bytes }
+        };
+        plans.push((i, steps, repair));
+    }
+    let medium = local.medium().clone();
+    let base = local.base();
+    let mut cursor = 0;
+    let mut ok: Vec<bool> = vec![true; plans.len()];
+    loop {
+        let mut sent = false;
+        for (k, (i, steps, _)) in plans.iter().enumerate() {
+            if !ok[k] || cursor >= steps.len() {
+                continue;
+            }
+            let req = match steps[cursor] {
+                Step::Ship(o, l) => Request::Write {
+                    epoch,
+                    committed: 0,
+                    extents: vec![Extent {
+                        offset: o,
+                        bytes: read_local(&medium, base, o, l),
+                    }],
+                },
+                Step::Zero(o, l) => Request::Zero {
+                    epoch,
+                    offset: o,
+                    len: l,
+                },
+            };
+            peers.send(*i, &req);
+            sent = true;
+        }
+        if !sent {
+            break;
+        }
+        for (i, r) in peers.finish() {
+            if let Some(k) = plans.iter().position(|p| p.0 == i) {
+                if !matches!(r, Some(Response::Ack)) {
+                    ok[k] = false;
+                    repairs[i].1 = Repair::Failed {
+                        reason: match r {
+                            Some(Response::Fenced { promised }) => {
+                                format!("promised epoch {promised} meanwhile")
+                            }
+                            Some(Response::Error(e)) => e,
+                            _ => "no answer during repair".into(),
+                        },
+                    };
+                    peers.disconnect(i);
+                }
+            }
+        }
+        cursor += 1;
+    }
+    let mut live = Vec::new();
+    for (k, (i, _, repair)) in plans.into_iter().enumerate() {
+        if ok[k] {
+            repairs[i].1 = repair;
+            live.push(i);
+        }
+    }
+    if 1 + live.len() < q.majority() {
+        return Err(quorum_err(
+            "recovery (write the new epoch)",
+            q.majority(),
+            q.copies(),
+            1 + live.len(),
+            "took it",
+        ));
+    }
+    let next_lsn = rec.jumped_to.unwrap_or(rec.next_lsn);
+    Ok((
+        log,
+        Recovered {
+            epoch,
+            source: match source {
+                Some(s) => peers.name(s),
+                None => "local".into(),
+            },
+            rebuilt_local: source.is_some(),
+            fetched_bytes: fetched,
+            repairs,
+            live,
+            next_lsn,
+        },
+    ))
+}
+
+/// Make the local copy equal to backup `s`'s (described by `info`): fetch its descriptors,
+/// superlines and live ring, zero the rest of the local ring. The local fence is kept.
+fn rebuild_local<M: Medium, P: Peers>(
+    local: &mut Copy<M>,
+    peers: &mut P,
+    s: usize,
+    info: &CopyInfo,
+) -> Result<u64> {
+    let ring_offset = log::layout::RING_OFFSET as u64;
+    let mut reads = vec![(0u64, META_SHIPPED_BYTES as u64)];
+    for (o, l) in ring_pieces(info.head, info.used, info.ring_bytes) {
+        let mut at = 0;
+        while at < l {
+            let n = (l - at).min(REPAIR_CHUNK_BYTES as u64);
+            reads.push((ring_offset + o + at, n));
+            at += n;
+        }
+    }
+    let m = local.medium();
+    let base = local.base();
+    const PIPELINE: usize = 8;
+    for batch in reads.chunks(PIPELINE) {
+        for &(offset, len) in batch {
+            peers.send(s, &Request::Read { offset, len });
+        }
+        let answers = peers.finish();
+        for (&(offset, len), (_, r)) in batch.iter().zip(answers) {
+            match r {
+                Some(Response::Data(d)) if d.len() as u64 == len => {
+                    m.write(base + offset as usize, &d);
+                    m.flush(base + offset as usize, d.len())?;
+                }
+                other => {
+                    peers.disconnect(s);
+                    return Err(ReplError::Refused {
+                        copy: peers.name(s),
+                        reason: format!(
+                            "reading [{offset}, +{len}) to rebuild the local copy: {}",
+                            match other {
+                                Some(Response::Error(e)) => e,
+                                Some(_) => "unexpected answer".into(),
+                                None => "no answer".into(),
+                            }
+                        ),
+                    });
+                }
+            }
+        }
+    }
+    let zeros = vec![0u8; 1 << 20];
+    let tail = info.tail();
+    for (o, l) in ring_pieces(tail, info.ring_bytes - info.used, info.ring_bytes) {
+        let mut at = 0;
+        while at < l {
+            let n = (l - at).min(zeros.len() as u64);
+            let off = base + (ring_offset + o + at) as usize;
+            m.write(off, &zeros[..n as usize]);
+            m.flush(off, n as usize)?;
+            at += n;
+        }
+    }
+    m.fence()?;
+    local.reload();
+    Ok(info.used)
+}
+
+/// One backup as the primary sees it.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct BackupState {
+    /// Its address.
+    pub name: String,
+    /// In sync and receiving every force.
+    pub live: bool,
+    /// Last LSN it acknowledged.
+    pub acked_lsn: u64,
+    /// Why it was dropped.
+    pub last_error: Option<String>,
+}
+
+/// Replication counters for INFO.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct ReplStats {
+    /// The epoch this primary serves.
+    pub epoch: u64,
+    /// The quorum.
+    pub quorum: Quorum,
+    /// Flush order.
+    pub order: FlushOrder,
+    /// Highest LSN acknowledged by the write quorum.
+    pub committed: u64,
+    /// Forces shipped.
+    pub forces: u64,
+    /// Every backup.
+    pub backups: Vec<BackupState>,
+    /// Why replication stopped (quorum lost, fenced), if it did.
+    pub failed: Option<String>,
+}
+
+#[derive(Debug)]
+struct Inner<P> {
+    peers: P,
+    stats: ReplStats,
+}
+
+/// Ships what the log forces to the live backups; the log's [`Mirror`].
+#[derive(Debug)]
+pub struct Replicator<P: Peers> {
+    inner: Mutex<Inner<P>>,
+}
+
+impl<P: Peers> Replicator<P> {
+    /// A replicator for a primary that recovered into `rec` with `peers`.
+    pub fn new(peers: P, quorum: Quorum, order: FlushOrder, rec: &Recovered) -> Replicator<P> {
+        let backups = (0..peers.count())
+            .map(|i| BackupState {
+                name: peers.name(i),
+                live: rec.live.contains(&i),
+                acked_lsn: 0,
+                last_error: match &rec.repairs.get(i) {
+                    Some((_, Repair::Failed { reason })) => Some(reason.clone()),
+                    _ => None,
+                },
+            })
+            .collect();
+        Replicator {
+            inner: Mutex::new(Inner {
+                peers,
+                stats: ReplStats {
+                    epoch: rec.epoch,
+                    quorum,
+                    order,
+                    committed: rec.next_lsn.saturating_sub(1),
+                    forces: 0,
+                    backups,
+                    failed: None,
+                },
+            }),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Inner<P>> {
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Counters and the state of every backup.
+    pub fn stats(&self) -> ReplStats {
+        self.lock().stats.clone()
+    }
+
+    /// Change the flush order (benchmarks).
+    pub fn set_order(&self, order: FlushOrder) {
+        self.lock().stats.order = order;
+    }
+
+    fn ship(inner: &mut Inner<P>, extents: &[Extent], last_lsn: u64) -> (usize, Option<u64>) {
+        let s = &mut inner.stats;
+        let req = Request::Write {
+            epoch: s.epoch,
+            committed: s.committed,
+            extents: extents.to_vec(),
+        };
+        for (i, b) in s.backups.iter().enumerate() {
+            if b.live {
+                inner.peers.send(i, &req);
+            }
+        }
+        let _ = s;
+        let answers = inner.peers.finish();
+        let s = &mut inner.stats;
+        let mut acks = 0;
+        let mut fenced = None;
+        for (i, r) in answers {
+            let b = &mut s.backups[i];
+            match r {
+                Some(Response::Ack) => {
+                    acks += 1;
+                    b.acked_lsn = b.acked_lsn.max(last_lsn);
+                }
+                other => {
+                    b.live = false;
+                    b.last_error = Some(match other {
+                        Some(Response::Fenced { promised }) => {
+                            fenced = Some(promised);
+                            format!("promised epoch {promised}: another primary took over")
+                        }
+                        Some(Response::Error(e)) => e,
+                        Some(_) => "unexpected answer".into(),
+                        None => "timed out or disconnected; dropped".into(),
+                    });
+                    inner.peers.disconnect(i);
+                }
+            }
+        }
+        (acks, fenced)
+    }
+}
+
+impl<P: Peers> Mirror for Replicator<P> {
+    fn replicate(
+        &self,
+        extents: &[Extent],
+        last_lsn: u64,
+        flush_local: &mut dyn FnMut() -> log::Result<()>,
+    ) -> log::Result<()> {
+        let mut inner = self.lock();
+        if let Some(why) = &inner.stats.failed {
+            return Err(LogError::Replication(why.clone()));
+        }
+        let order = inner.stats.order;
+        if order == FlushOrder::FlushFirst {
+            flush_local()?;
+        }
+        let (acks, fenced) = if order == FlushOrder::Parallel {
+            // Send, flush while the backups work, then collect.
+            let s = &mut *inner;
+            let req = Request::Write {
+                epoch: s.stats.epoch,
+                committed: s.stats.committed,
+                extents: extents.to_vec(),
+            };
+            let live: Vec<usize> = (0..s.stats.backups.len())
+                .filter(|&i| s.stats.backups[i].live)
+                .collect();
+            for &i in &live {
+                s.peers.send(i, &req);
+            }
+            let flushed = flush_local();
+            let answers = s.peers.finish();
+            let mut acks = 0;
+            let mut fenced = None;
+            for (i, r) in answers {
+                let b = &mut s.stats.backups[i];
+                match r {
+                    Some(Response::Ack) => {
+                        acks += 1;
+                        b.acked_lsn = b.acked_lsn.max(last_lsn);
+                    }
+                    other => {
+                        b.live = false;
+                        if let Some(Response::Fenced { promised }) = other {
+                            fenced = Some(promised);
+                        }
+                        b.last_error = Some(format!("{other:?}; dropped"));
+                        s.peers.disconnect(i);
+                    }
+                }
+            }
+            flushed?;
+            (acks, fenced)
+        } else {
+            Self::ship(&mut inner, extents, last_lsn)
+        };
+        let s = &mut inner.stats;
+        s.forces += 1;
+        let failure = match fenced {
+            Some(p) => Some(format!(
+                "a backup promised epoch {p} (this primary holds {}): another primary took over",
+                s.epoch
+            )),
+            None if acks < s.quorum.write() => Some(format!(
+                "write quorum lost: {acks} of the {} backups needed acknowledged \
+                 ({} of {} backups live)",
+                s.quorum.write(),
+                s.backups.iter().filter(|b| b.live).count(),
+                s.backups.len()
+            )),
+            None => None,
+        };
+        if let Some(why) = failure {
+            s.failed = Some(why.clone());
+            return Err(LogError::Replication(why));
+        }
+        if last_lsn > 0 {
+            s.committed = s.committed.max(last_lsn);
+        }
+        drop(inner);
+        if order == FlushOrder::ReplicateFirst {
+            flush_local()?;
+        }
+        Ok(())
+    }
+}
