@@ -12,6 +12,7 @@ mod integrity_cmd;
 mod log_cmd;
 mod pool_cmd;
 mod progress;
+mod replica_cmd;
 mod serve_cmd;
 mod units;
 
@@ -109,8 +110,11 @@ enum Command {
     /// Tools for testing: fill a protected region with seeded content, print a region's digest.
     #[command(subcommand)]
     Debug(integrity_cmd::DebugCommand),
-    /// Serve a durable key-value store over the Redis protocol (RESP2).
+    /// Serve a durable key-value store over the Redis protocol (RESP2), alone or replicated
+    /// (--replicas on the primary, --role backup on each backup).
     Serve(serve_cmd::ServeArgs),
+    /// Make a running replication backup the primary (manual failover).
+    Promote(replica_cmd::PromoteArgs),
     /// Show what Kavach does today: creates a pool under ./kavach-data if missing, uses it,
     /// crashes a region update on the persistence simulator, and damages and repairs a header.
     Demo(demo::DemoArgs),
@@ -157,6 +161,7 @@ fn main() -> ExitCode {
         Command::Heap(c) => heap_cmd::run(c),
         Command::Demo(a) => demo::run(&a),
         Command::Serve(a) => serve_cmd::run(&a),
+        Command::Promote(a) => replica_cmd::run_promote(&a),
     };
     match result {
         Ok(Outcome::Ok) => ExitCode::SUCCESS,

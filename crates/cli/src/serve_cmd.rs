@@ -60,10 +60,41 @@ pub struct ServeArgs {
     /// is about 2 x log + 2 x slot, allocated up front.
     #[arg(long, default_value_t = 512)]
     slot_mib: u64,
+    /// Replication role: `primary` (the default; replicated when --replicas is given) or
+    /// `backup` (keeps a copy of a primary's replication log, received on --listen, and
+    /// answers reads of what is committed on --port; writes are refused until PROMOTE).
+    #[arg(long, default_value = "primary", value_parser = ["primary", "backup"])]
+    role: String,
+    /// Backup only: address the primary connects to (host:port; port 0 picks a free one).
+    #[arg(long, value_name = "ADDR")]
+    listen: Option<String>,
+    /// Primary: the backups' --listen addresses (host:port,host:port,...). Every write is
+    /// acknowledged only after --write-quorum backups persisted it. At start the primary
+    /// recovers: it needs a majority of the copies (its own counts), takes a new epoch, repairs
+    /// stale or damaged copies (its own too, rebuilding it from a backup if it was lost), and
+    /// rebuilds the store from the replicated log.
+    #[arg(long, value_name = "ADDR,ADDR")]
+    replicas: Option<String>,
+    /// Backups that must persist a write before it is acknowledged (default: enough for a
+    /// majority of all copies, e.g. 1 of 2, 2 of 3).
+    #[arg(long, value_name = "W")]
+    write_quorum: Option<usize>,
+    /// Milliseconds a backup may take to answer before it is dropped (its connection closed);
+    /// with fewer than W backups left, writes fail until the primary is restarted.
+    #[arg(long, default_value_t = 5000, value_name = "MS")]
+    backup_timeout_ms: u64,
+    /// New replicated logs only: MiB of the replication log (DIR/replica.pool). It keeps every
+    /// write, so it bounds how much can be written; a full log refuses writes with OOM.
+    #[arg(long, default_value_t = 256, value_name = "MIB")]
+    repl_log_mib: u64,
+    /// When the primary persists its own copy: replicate-first (default, Arcadia's choice),
+    /// parallel, or flush-first.
+    #[arg(long, default_value = "replicate-first", value_name = "ORDER")]
+    flush_order: String,
 }
 
 /// The store as the server's backend.
-struct StoreBackend {
+pub(crate) struct StoreBackend {
     store: Store<Arc<Mapping>>,
     durability: String,
 }
@@ -270,6 +301,38 @@ fn parse_durability(s: &str) -> Result<ForcePolicy> {
 /// Run the server until it is shut down.
 pub fn run(a: &ServeArgs) -> Result<Outcome> {
     let policy = parse_durability(&a.durability)?;
+    let order = replication::FlushOrder::parse(&a.flush_order).map_err(|e| anyhow::anyhow!(e))?;
+    let replicas = match &a.replicas {
+        Some(r) => crate::replica_cmd::parse_replicas(r)?,
+        None => Vec::new(),
+    };
+    let backup = a.role == "backup";
+    if backup && a.listen.is_none() {
+        bail!("--role backup needs --listen ADDR (the address its primary connects to)");
+    }
+    if !backup && a.listen.is_some() {
+        bail!("--listen is for --role backup; a primary connects to its --replicas");
+    }
+    if backup && a.replicas.is_some() {
+        bail!("--replicas is for a primary; a backup learns its peers at PROMOTE");
+    }
+    if a.write_quorum.is_some() && replicas.is_empty() {
+        bail!("--write-quorum needs --replicas");
+    }
+    if let Some(w) = a.write_quorum {
+        replication::Quorum::new(replicas.len(), w).map_err(|e| anyhow::anyhow!("{e}"))?;
+    }
+    if a.backup_timeout_ms == 0 {
+        bail!("--backup-timeout-ms must be at least 1");
+    }
+    let repl = crate::replica_cmd::ReplConfig {
+        replicas: replicas.clone(),
+        write_quorum: a.write_quorum,
+        timeout: std::time::Duration::from_millis(a.backup_timeout_ms),
+        log_bytes: a.repl_log_mib.max(1) << 20,
+        order,
+        dir: a.dir.clone(),
+    };
     if a.shards == 0 || a.shards > dipper::layout::SHARDS_MAX {
         bail!("--shards must be in 1..={}", dipper::layout::SHARDS_MAX);
     }
@@ -303,10 +366,25 @@ pub fn run(a: &ServeArgs) -> Result<Outcome> {
             r.total_ms
         );
     }
-    let backend = Arc::new(StoreBackend {
+    let store_backend: Arc<dyn Backend> = Arc::new(StoreBackend {
         store,
         durability: a.durability.clone(),
     });
+    let backend: Arc<dyn Backend> = if backup {
+        let listen = a.listen.as_deref().unwrap_or_default();
+        Arc::new(crate::replica_cmd::Replicated::backup(
+            store_backend,
+            repl,
+            listen,
+        )?)
+    } else if !replicas.is_empty() {
+        Arc::new(crate::replica_cmd::Replicated::primary(
+            store_backend,
+            repl,
+        )?)
+    } else {
+        store_backend
+    };
     let mut cfg = server::Config {
         bind: a.bind,
         port: a.port,

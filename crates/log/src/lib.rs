@@ -35,8 +35,8 @@ pub use error::{LogError, Result};
 pub use file::LogFile;
 pub use format::{Descriptor, Superline};
 pub use log::{
-    Appended, Entries, Entry, ForcePolicy, Log, LogOptions, LogStats, NONTEMPORAL_BYTES_MIN,
-    Record, Records, Recovery, Reservation,
+    Appended, Entries, Entry, Follower, ForcePolicy, Log, LogOptions, LogStats,
+    NONTEMPORAL_BYTES_MIN, Record, Records, Recovery, Reservation,
 };
 pub use mirror::{Extent, Mirror};
 pub use scan::Stop;

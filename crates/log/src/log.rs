@@ -1218,3 +1218,59 @@ fn read_superline<M: Medium>(
     }
     Ok(sl)
 }
+
+/// Follows a log that another party writes into a medium (a backup applying what its primary
+/// ships): hands out data records up to a given LSN, resuming where the last call stopped.
+#[derive(Debug, Clone, Copy)]
+pub struct Follower {
+    geo: Geometry,
+    pos: u64,
+    lsn: u64,
+}
+
+impl Follower {
+    /// Start at the head of the log in `[base, base + len)` of `medium` (read-only).
+    pub fn new<M: Medium>(medium: &M, base: usize, len: usize) -> Result<Follower> {
+        let opts = LogOptions {
+            read_only: true,
+            ..LogOptions::default()
+        };
+        let (log, _) = Log::open(medium, base, len, &opts)?;
+        let h = lock(&log.head);
+        Ok(Follower {
+            geo: log.geo,
+            pos: h.pos,
+            lsn: h.lsn,
+        })
+    }
+
+    /// LSN of the next record to hand out.
+    pub fn next_lsn(&self) -> u64 {
+        self.lsn
+    }
+
+    /// The data records with LSNs up to `upto` that are valid now, from where the last call
+    /// stopped. A record that is not (yet) there ends the batch; a damaged one is an error.
+    pub fn read<M: Medium>(&mut self, medium: &M, upto: u64) -> Result<Vec<Record>> {
+        let mut w = Walker::new(medium, self.geo, self.pos, self.lsn);
+        let mut out = Vec::new();
+        while w.expected <= upto {
+            match w.step(true) {
+                Ok(f) => {
+                    if f.kind == kinds::DATA {
+                        out.push(Record {
+                            lsn: f.lsn,
+                            offset: f.at as u64,
+                            payload: w.payload().to_vec(),
+                        });
+                    }
+                    self.pos = w.pos;
+                    self.lsn = w.expected;
+                }
+                Err(Stop::Damaged(c)) => return Err(LogError::Corrupt(c)),
+                Err(_) => break,
+            }
+        }
+        Ok(out)
+    }
+}

@@ -33,6 +33,12 @@ pub enum BackendError {
     /// reopened.
     #[error("ERR store failed: {0}")]
     Failed(String),
+    /// A write sent to a server that only serves reads (a replication backup).
+    #[error("READONLY {0}")]
+    ReadOnly(String),
+    /// A request this server refuses (for example PROMOTE on a server that is not a backup).
+    #[error("ERR {0}")]
+    Refused(String),
 }
 
 /// Result of a store call.
@@ -124,4 +130,13 @@ pub trait Backend: Send + Sync + 'static {
     /// Clean shutdown: make everything durable and mark the pool cleanly closed. Later calls
     /// fail with `Failed`.
     fn shutdown(&self) -> BackendResult<()>;
+    /// PROMOTE: turn a replication backup into the primary (`args` are the command's
+    /// arguments after its name). Returns a line for the client. Stores that are not backups
+    /// refuse.
+    fn promote(&self, args: &[&[u8]]) -> BackendResult<String> {
+        let _ = args;
+        Err(BackendError::Refused(
+            "PROMOTE: this server is not a replication backup".into(),
+        ))
+    }
 }

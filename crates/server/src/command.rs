@@ -184,6 +184,7 @@ static COMMANDS: &[Spec] = &[
     spec!("mget", -2, READ_FAST, 1, -1, 1, cmd_mget),
     spec!("mset", -3, WRITE_SLOW, 1, -1, 2, cmd_mset),
     spec!("ping", -1, &["fast"], 0, 0, 0, cmd_ping),
+    spec!("promote", -1, ADMIN, 0, 0, 0, cmd_promote),
     spec!("quit", -1, CONNECTION, 0, 0, 0, cmd_quit),
     spec!("save", 1, &["admin", "noscript"], 0, 0, 0, cmd_save),
     spec!("scan", -2, READ, 0, 0, 0, cmd_scan),
@@ -843,9 +844,11 @@ fn info_sections(shared: &Shared) -> Vec<InfoSection> {
             .find(|(t, _)| t.eq_ignore_ascii_case(&title))
         {
             Some((_, existing)) => {
+                // The store knows better than the server's defaults (e.g. a replica's role).
                 for (k, v) in lines {
-                    if !existing.iter().any(|(ek, _)| *ek == k) {
-                        existing.push((k, v));
+                    match existing.iter_mut().find(|(ek, _)| *ek == k) {
+                        Some(e) => e.1 = v,
+                        None => existing.push((k, v)),
                     }
                 }
             }
@@ -908,6 +911,20 @@ fn cmd_flushall(ctx: &mut Ctx<'_>, args: &[Vec<u8>], out: &mut Vec<u8>) -> Comma
     }
     ctx.backend().flushall()?;
     ok(out)
+}
+
+/// PROMOTE [replicas] [write-quorum]: make a replication backup the primary; the reply is a
+/// status line saying what recovery did.
+fn cmd_promote(ctx: &mut Ctx<'_>, args: &[Vec<u8>], out: &mut Vec<u8>) -> CommandResult {
+    let rest: Vec<&[u8]> = args[1..].iter().map(Vec::as_slice).collect();
+    let line = ctx.backend().promote(&rest)?;
+    out.push(b'+');
+    out.extend(
+        line.bytes()
+            .map(|b| if b == b'\r' || b == b'\n' { b' ' } else { b }),
+    );
+    out.extend_from_slice(b"\r\n");
+    Ok(Action::Continue)
 }
 
 fn cmd_save(ctx: &mut Ctx<'_>, _: &[Vec<u8>], out: &mut Vec<u8>) -> CommandResult {

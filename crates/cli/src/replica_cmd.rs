@@ -1,0 +1,1084 @@
+//! Replicated `kavach serve`: a primary whose writes are acknowledged after W backups persisted
+//! them, and backups that hold a copy of the replication log and answer reads of what it holds.
+//!
+//! The replication log (`DIR/replica.pool`) is the truth: every write is encoded as an
+//! operation record, appended and forced through the [`Replicator`] (the backups persist it,
+//! then the primary), and only then applied to the local store and acknowledged. At start (and
+//! after PROMOTE) the store is emptied and rebuilt by replaying the log, so a primary whose
+//! copy was repaired never keeps a write the chosen history does not have. A backup applies
+//! the records its primary says are committed, so its reads never show a write that could
+//! still be lost.
+
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, RwLock};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use log::{Follower, ForcePolicy, Log};
+use pmem::{Mapping, Uuid};
+use replication::host::{FileHost, REPLICA_FILE, create_copy_file};
+use replication::tcp::{TcpPeers, serve_backup};
+use replication::{
+    Copy, FlushOrder, Host, Quorum, RecoverOptions, Recovered, Repair, Replicator, Request,
+    Response,
+};
+use server::backend::{
+    Backend, BackendError, BackendResult, Bytes, InfoSection, ScoreBound, SetOptions,
+};
+
+type M = Arc<Mapping>;
+
+/// Replication settings of `kavach serve`.
+#[derive(Debug, Clone)]
+pub struct ReplConfig {
+    /// Backup addresses (primary) — empty for a backup until promoted.
+    pub replicas: Vec<String>,
+    /// W.
+    pub write_quorum: Option<usize>,
+    /// How long a backup may take to answer before it is dropped.
+    pub timeout: Duration,
+    /// Region size of a new replication log.
+    pub log_bytes: u64,
+    /// Flush order.
+    pub order: FlushOrder,
+    /// The store's directory (the log copy is `DIR/replica.pool`).
+    pub dir: PathBuf,
+}
+
+/// The default write quorum: enough backups that an acknowledged write is on a majority of
+/// the copies (the primary's included).
+pub fn default_write_quorum(backups: usize) -> usize {
+    (backups.div_ceil(2)).max(usize::from(backups > 0))
+}
+
+/// Parse `host:port,host:port`.
+pub fn parse_replicas(s: &str) -> Result<Vec<String>> {
+    let v: Vec<String> = s
+        .split(',')
+        .map(str::trim)
+        .filter(|a| !a.is_empty())
+        .map(String::from)
+        .collect();
+    for a in &v {
+        if !a.contains(':') {
+            bail!("replica address `{a}` must be host:port");
+        }
+    }
+    if v.is_empty() {
+        bail!("--replicas needs at least one host:port");
+    }
+    Ok(v)
+}
+
+// ---------------------------------------------------------------------------------------------
+// Operation records.
+
+/// A write, as logged.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Op {
+    /// SET.
+    Set {
+        /// Key.
+        key: Bytes,
+        /// Value.
+        value: Bytes,
+        /// Options (absolute expiry, NX, XX).
+        opts: SetOptions,
+    },
+    /// MSET.
+    MSet(Vec<(Bytes, Bytes)>),
+    /// DEL.
+    Del(Vec<Bytes>),
+    /// INCRBY and friends.
+    IncrBy(Bytes, i64),
+    /// APPEND.
+    Append(Bytes, Bytes),
+    /// HSET.
+    HSet(Bytes, Vec<(Bytes, Bytes)>),
+    /// HDEL.
+    HDel(Bytes, Vec<Bytes>),
+    /// ZADD.
+    ZAdd(Bytes, Vec<(f64, Bytes)>),
+    /// ZREM.
+    ZRem(Bytes, Vec<Bytes>),
+    /// FLUSHALL.
+    FlushAll,
+}
+
+/// Operation tags.
+pub mod op_tags {
+    /// SET.
+    pub const SET: u8 = 1;
+    /// MSET.
+    pub const MSET: u8 = 2;
+    /// DEL.
+    pub const DEL: u8 = 3;
+    /// INCRBY.
+    pub const INCRBY: u8 = 4;
+    /// APPEND.
+    pub const APPEND: u8 = 5;
+    /// HSET.
+    pub const HSET: u8 = 6;
+    /// HDEL.
+    pub const HDEL: u8 = 7;
+    /// ZADD.
+    pub const ZADD: u8 = 8;
+    /// ZREM.
+    pub const ZREM: u8 = 9;
+    /// FLUSHALL.
+    pub const FLUSHALL: u8 = 10;
+}
+
+fn put_bytes(b: &mut Vec<u8>, x: &[u8]) {
+    b.extend_from_slice(&(x.len() as u32).to_le_bytes());
+    b.extend_from_slice(x);
+}
+
+fn put_list(b: &mut Vec<u8>, xs: &[Bytes]) {
+    b.extend_from_slice(&(xs.len() as u32).to_le_bytes());
+    for x in xs {
+        put_bytes(b, x);
+    }
+}
+
+fn put_pairs(b: &mut Vec<u8>, xs: &[(Bytes, Bytes)]) {
+    b.extend_from_slice(&(xs.len() as u32).to_le_bytes());
+    for (k, v) in xs {
+        put_bytes(b, k);
+        put_bytes(b, v);
+    }
+}
+
+impl Op {
+    /// Encode as a log record payload.
+    pub fn encode(&self) -> Vec<u8> {
+        use op_tags::*;
+        let mut b = Vec::new();
+        match self {
+            Op::Set { key, value, opts } => {
+                b.push(SET);
+                put_bytes(&mut b, key);
+                put_bytes(&mut b, value);
+                let flags = u8::from(opts.expire_at_ms.is_some())
+                    | (u8::from(opts.only_if_absent) << 1)
+                    | (u8::from(opts.only_if_present) << 2);
+                b.push(flags);
+                b.extend_from_slice(&opts.expire_at_ms.unwrap_or(0).to_le_bytes());
+            }
+            Op::MSet(p) => {
+                b.push(MSET);
+                put_pairs(&mut b, p);
+            }
+            Op::Del(k) => {
+                b.push(DEL);
+                put_list(&mut b, k);
+            }
+            Op::IncrBy(k, d) => {
+                b.push(INCRBY);
+                put_bytes(&mut b, k);
+                b.extend_from_slice(&d.to_le_bytes());
+            }
+            Op::Append(k, v) => {
+                b.push(APPEND);
+                put_bytes(&mut b, k);
+                put_bytes(&mut b, v);
+            }
+            Op::HSet(k, p) => {
+                b.push(HSET);
+                put_bytes(&mut b, k);
+                put_pairs(&mut b, p);
+            }
+            Op::HDel(k, f) => {
+                b.push(HDEL);
+                put_bytes(&mut b, k);
+                put_list(&mut b, f);
+            }
+            Op::ZAdd(k, m) => {
+                b.push(ZADD);
+                put_bytes(&mut b, k);
+                b.extend_from_slice(&(m.len() as u32).to_le_bytes());
+                for (s, x) in m {
+                    b.extend_from_slice(&s.to_le_bytes());
+                    put_bytes(&mut b, x);
+                }
+            }
+            Op::ZRem(k, m) => {
+                b.push(ZREM);
+                put_bytes(&mut b, k);
+                put_list(&mut b, m);
+            }
+            Op::FlushAll => b.push(FLUSHALL),
+        }
+        b
+    }
+
+    /// Decode a record payload; the error names the field, its offset, and what was wrong.
+    pub fn decode(p: &[u8]) -> std::result::Result<Op, String> {
+        use op_tags::*;
+        let mut r = Reader { p, at: 0 };
+        let tag = r.u8("tag")?;
+        let op = match tag {
+            SET => {
+                let key = r.bytes("key")?;
+                let value = r.bytes("value")?;
+                let flags = r.u8("flags")?;
+                if flags > 7 {
+                    return Err(format!(
+                        "flags at byte {}: expected 0..=7, found {flags}",
+                        r.at - 1
+                    ));
+                }
+                let exp = i64::from_le_bytes(r.array("expire_at_ms")?);
+                Op::Set {
+                    key,
+                    value,
+                    opts: SetOptions {
+                        expire_at_ms: (flags & 1 != 0).then_some(exp),
+                        only_if_absent: flags & 2 != 0,
+                        only_if_present: flags & 4 != 0,
+                    },
+                }
+            }
+            MSET => Op::MSet(r.pairs()?),
+            DEL => Op::Del(r.list()?),
+            INCRBY => Op::IncrBy(r.bytes("key")?, i64::from_le_bytes(r.array("delta")?)),
+            APPEND => Op::Append(r.bytes("key")?, r.bytes("value")?),
+            HSET => Op::HSet(r.bytes("key")?, r.pairs()?),
+            HDEL => Op::HDel(r.bytes("key")?, r.list()?),
+            ZADD => {
+                let k = r.bytes("key")?;
+                let n = r.count()?;
+                let mut m = Vec::with_capacity(n.min(1024));
+                for _ in 0..n {
+                    let s = f64::from_le_bytes(r.array("score")?);
+                    if s.is_nan() {
+                        return Err(format!("score at byte {}: NaN", r.at - 8));
+                    }
+                    m.push((s, r.bytes("member")?));
+                }
+                Op::ZAdd(k, m)
+            }
+            ZREM => Op::ZRem(r.bytes("key")?, r.list()?),
+            FLUSHALL => Op::FlushAll,
+            t => return Err(format!("tag at byte 0: expected 1..=10, found {t}")),
+        };
+        if r.at != p.len() {
+            return Err(format!(
+                "record: expected its end at byte {}, found {} more bytes",
+                r.at,
+                p.len() - r.at
+            ));
+        }
+        Ok(op)
+    }
+
+    /// Apply to a store, ignoring the store's answer (replay: an operation that failed the
+    /// first time, such as INCR on a hash, fails the same way again).
+    pub fn apply(&self, b: &dyn Backend) -> BackendResult<()> {
+        fn refs(v: &[Bytes]) -> Vec<&[u8]> {
+            v.iter().map(Vec::as_slice).collect()
+        }
+        fn pair_refs(v: &[(Bytes, Bytes)]) -> Vec<(&[u8], &[u8])> {
+            v.iter()
+                .map(|(a, b)| (a.as_slice(), b.as_slice()))
+                .collect()
+        }
+        let r = match self {
+            Op::Set { key, value, opts } => b.set(key, value, opts).map(drop),
+            Op::MSet(p) => b.mset(&pair_refs(p)),
+            Op::Del(k) => b.del(&refs(k)).map(drop),
+            Op::IncrBy(k, d) => b.incr_by(k, *d).map(drop),
+            Op::Append(k, v) => b.append(k, v).map(drop),
+            Op::HSet(k, p) => b.hset(k, &pair_refs(p)).map(drop),
+            Op::HDel(k, f) => b.hdel(k, &refs(f)).map(drop),
+            Op::ZAdd(k, m) => {
+                let m: Vec<(f64, &[u8])> = m.iter().map(|(s, x)| (*s, x.as_slice())).collect();
+                b.zadd(k, &m).map(drop)
+            }
+            Op::ZRem(k, m) => b.zrem(k, &refs(m)).map(drop),
+            Op::FlushAll => b.flushall(),
+        };
+        match r {
+            Err(
+                BackendError::WrongType
+                | BackendError::NotInteger
+                | BackendError::Overflow
+                | BackendError::TooLarge(_),
+            ) => Ok(()),
+            other => other,
+        }
+    }
+}
+
+struct Reader<'a> {
+    p: &'a [u8],
+    at: usize,
+}
+
+impl Reader<'_> {
+    fn take(&mut self, what: &str, n: usize) -> std::result::Result<&[u8], String> {
+        let end = self.at.checked_add(n).filter(|&e| e <= self.p.len());
+        let Some(end) = end else {
+            return Err(format!(
+                "{what} at byte {}: expected {n} bytes, found {}",
+                self.at,
+                self.p.len() - self.at
+            ));
+        };
+        let s = &self.p[self.at..end];
+        self.at = end;
+        Ok(s)
+    }
+    fn u8(&mut self, what: &str) -> std::result::Result<u8, String> {
+        Ok(self.take(what, 1)?[0])
+    }
+    fn array<const N: usize>(&mut self, what: &str) -> std::result::Result<[u8; N], String> {
+        let mut a = [0u8; N];
+        a.copy_from_slice(self.take(what, N)?);
+        Ok(a)
+    }
+    fn count(&mut self) -> std::result::Result<usize, String> {
+        Ok(u32::from_le_bytes(self.array("count")?) as usize)
+    }
+    fn bytes(&mut self, what: &str) -> std::result::Result<Bytes, String> {
+        let n = u32::from_le_bytes(self.array(what)?) as usize;
+        Ok(self.take(what, n)?.to_vec())
+    }
+    fn list(&mut self) -> std::result::Result<Vec<Bytes>, String> {
+        let n = self.count()?;
+        let mut v = Vec::with_capacity(n.min(1024));
+        for _ in 0..n {
+            v.push(self.bytes("item")?);
+        }
+        Ok(v)
+    }
+    fn pairs(&mut self) -> std::result::Result<Vec<(Bytes, Bytes)>, String> {
+        let n = self.count()?;
+        let mut v = Vec::with_capacity(n.min(1024));
+        for _ in 0..n {
+            v.push((self.bytes("field")?, self.bytes("value")?));
+        }
+        Ok(v)
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The replicated backend.
+
+struct PrimaryState {
+    log: Log<M>,
+    rep: Arc<Replicator<TcpPeers>>,
+    recovered: Recovered,
+    heartbeat: Heartbeat,
+    /// Keeps the pool of the log copy open.
+    _pool: PoolHold,
+}
+
+/// Tells idle backups the committed LSN every [`HEARTBEAT`], and notices dead ones.
+struct Heartbeat {
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+}
+
+/// How often an idle primary tells its backups what is committed.
+const HEARTBEAT: Duration = Duration::from_millis(200);
+
+impl Heartbeat {
+    fn start(rep: &Arc<Replicator<TcpPeers>>) -> Heartbeat {
+        let stop = Arc::new(AtomicBool::new(false));
+        let (r, s) = (Arc::clone(rep), Arc::clone(&stop));
+        let thread = std::thread::Builder::new()
+            .name("kv-heartbeat".into())
+            .spawn(move || {
+                while !s.load(Ordering::Acquire) {
+                    std::thread::sleep(HEARTBEAT);
+                    r.heartbeat();
+                }
+            })
+            .ok();
+        Heartbeat { stop, thread }
+    }
+}
+
+impl Drop for Heartbeat {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Release);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+enum PoolHold {
+    Pool(#[allow(dead_code)] pmem::Pool<M>),
+    Host(#[allow(dead_code)] Box<FileHost>),
+}
+
+struct BackupState {
+    host: Arc<Mutex<FileHost>>,
+    stop: Arc<AtomicBool>,
+    listen: String,
+    threads: Vec<JoinHandle<()>>,
+}
+
+enum Mode {
+    Primary(Box<PrimaryState>),
+    Backup(BackupState),
+    Stopped,
+}
+
+/// A store whose writes go through the replicated log first.
+pub struct Replicated {
+    inner: Arc<dyn Backend>,
+    mode: RwLock<Mode>,
+    order: Mutex<()>,
+    cfg: ReplConfig,
+    applied: Arc<AtomicU64>,
+    apply_error: Arc<Mutex<Option<String>>>,
+}
+
+fn guard<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+fn kv(name: &str, value: impl ToString) -> (String, String) {
+    (name.to_string(), value.to_string())
+}
+
+/// Replay every record of the log copy into an emptied store. Returns how many.
+fn rebuild_store(inner: &dyn Backend, copy_medium: &M, base: usize, len: usize) -> Result<u64> {
+    inner
+        .flushall()
+        .map_err(|e| anyhow::anyhow!("cannot empty the store: {e}"))?;
+    let mut f = Follower::new(copy_medium, base, len).context("cannot read the log copy")?;
+    let mut n = 0;
+    let recs = f
+        .read(copy_medium, u64::MAX)
+        .context("cannot read the log copy")?;
+    for r in recs {
+        let op =
+            Op::decode(&r.payload).map_err(|e| anyhow::anyhow!("log record LSN {}: {e}", r.lsn))?;
+        op.apply(inner)
+            .map_err(|e| anyhow::anyhow!("replaying LSN {}: {e}", r.lsn))?;
+        n += 1;
+    }
+    Ok(n)
+}
+
+fn open_pool(path: &Path) -> Result<(pmem::Pool<M>, pmem::Region)> {
+    let pool = pmem::Pool::open(
+        path,
+        &pmem::OpenOptions {
+            read_only: false,
+            domain: None,
+        },
+    )
+    .with_context(|| format!("cannot open {}", path.display()))?
+    .map_medium(Arc::new);
+    let region = pool
+        .region(replication::host::REGION)
+        .cloned()
+        .with_context(|| format!("{} has no log region", path.display()))?;
+    Ok((pool, region))
+}
+
+/// Recover as primary over `copy`, install the replicator, and return the state.
+fn become_primary(copy: &mut Copy<M>, cfg: &ReplConfig, hold: PoolHold) -> Result<PrimaryState> {
+    let n = cfg.replicas.len();
+    let w = cfg.write_quorum.unwrap_or_else(|| default_write_quorum(n));
+    let q = Quorum::new(n, w).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let mut peers = TcpPeers::new(cfg.replicas.clone(), cfg.timeout);
+    let t = Instant::now();
+    let (log, rec) = replication::recover(copy, &mut peers, q, &RecoverOptions::default())
+        .map_err(|e| anyhow::anyhow!("{e}"))
+        .context("replication recovery failed")?;
+    eprintln!(
+        "kavach: replication recovered in {} ms: epoch {}, history from {}{}, {} of {} backups live",
+        t.elapsed().as_millis(),
+        rec.epoch,
+        rec.source,
+        if rec.rebuilt_local {
+            format!(" (local copy rebuilt, {} bytes fetched)", rec.fetched_bytes)
+        } else {
+            String::new()
+        },
+        rec.live.len(),
+        n
+    );
+    for (name, r) in &rec.repairs {
+        match r {
+            Repair::Delta { bytes } => eprintln!("kavach:   {name}: caught up ({bytes} bytes)"),
+            Repair::Full { bytes } => eprintln!("kavach:   {name}: rebuilt ({bytes} bytes)"),
+            Repair::Failed { reason } => eprintln!("kavach:   {name}: not live: {reason}"),
+        }
+    }
+    let rep = Arc::new(Replicator::new(peers, q, cfg.order, &rec));
+    log.set_mirror(Some(rep.clone()));
+    Ok(PrimaryState {
+        heartbeat: Heartbeat::start(&rep),
+        log,
+        rep,
+        recovered: rec,
+        _pool: hold,
+    })
+}
+
+impl Replicated {
+    /// Start as the primary of `cfg.replicas`: open or create `DIR/replica.pool`, recover, and
+    /// rebuild the store from the log.
+    pub fn primary(inner: Arc<dyn Backend>, cfg: ReplConfig) -> Result<Replicated> {
+        let path = cfg.dir.join(REPLICA_FILE);
+        let (pool, mut copy) = if path.exists() {
+            let (pool, region) = open_pool(&path)?;
+            let copy = Copy::new(
+                Arc::clone(pool.medium()),
+                region.offset as usize,
+                region.length as usize,
+            );
+            (pool, copy)
+        } else {
+            // No local copy: take the log's identity from a backup if one has it, else start a
+            // new log.
+            let mut peers = TcpPeers::new(cfg.replicas.clone(), cfg.timeout);
+            let mut found = None;
+            for i in 0..cfg.replicas.len() {
+                if let Some(Response::Info(Some(info))) =
+                    replication::peers::call(&mut peers, i, &Request::Probe)
+                {
+                    found = Some((Uuid(info.uuid), info.region_len));
+                    break;
+                }
+            }
+            let (uuid, len) = match found {
+                Some(f) => {
+                    eprintln!(
+                        "kavach: no local log copy; rebuilding it from the backups ({} bytes)",
+                        f.1
+                    );
+                    f
+                }
+                None => (
+                    Uuid::random().context("cannot read /dev/urandom")?,
+                    cfg.log_bytes,
+                ),
+            };
+            create_copy_file(&path, uuid, len).map_err(|e| anyhow::anyhow!("{e}"))?
+        };
+        let st = become_primary(&mut copy, &cfg, PoolHold::Pool(pool))?;
+        let n = rebuild_store(inner.as_ref(), st.log.medium(), st.log.base(), copy.len())?;
+        eprintln!("kavach: store rebuilt from {n} replicated records");
+        Ok(Replicated {
+            inner,
+            mode: RwLock::new(Mode::Primary(Box::new(st))),
+            order: Mutex::new(()),
+            applied: Arc::new(AtomicU64::new(0)),
+            apply_error: Arc::new(Mutex::new(None)),
+            cfg,
+        })
+    }
+
+    /// Start as a backup: serve the replication protocol on `listen` with the copy in
+    /// `DIR/replica.pool`, and apply committed records to the store for reads.
+    pub fn backup(inner: Arc<dyn Backend>, cfg: ReplConfig, listen: &str) -> Result<Replicated> {
+        let host = FileHost::open(&cfg.dir).map_err(|e| anyhow::anyhow!("{e}"))?;
+        let listener =
+            TcpListener::bind(listen).with_context(|| format!("cannot listen on {listen}"))?;
+        let listen = listener.local_addr().map(|a| a.to_string())?;
+        inner
+            .flushall()
+            .map_err(|e| anyhow::anyhow!("cannot empty the store: {e}"))?;
+        let host = Arc::new(Mutex::new(host));
+        let stop = Arc::new(AtomicBool::new(false));
+        let applied = Arc::new(AtomicU64::new(0));
+        let apply_error = Arc::new(Mutex::new(None));
+        let server = {
+            let (host, stop) = (Arc::clone(&host), Arc::clone(&stop));
+            std::thread::Builder::new()
+                .name("kv-backup-listen".into())
+                .spawn(move || {
+                    if let Err(e) = serve_backup(listener, host, stop) {
+                        eprintln!("kavach: backup listener failed: {e}");
+                    }
+                })?
+        };
+        let applier = {
+            let (host, stop, inner) = (Arc::clone(&host), Arc::clone(&stop), Arc::clone(&inner));
+            let (applied, err) = (Arc::clone(&applied), Arc::clone(&apply_error));
+            std::thread::Builder::new()
+                .name("kv-backup-apply".into())
+                .spawn(move || apply_loop(host, inner, stop, applied, err))?
+        };
+        eprintln!("kavach: backup: replication protocol on {listen}");
+        Ok(Replicated {
+            inner,
+            mode: RwLock::new(Mode::Backup(BackupState {
+                host,
+                stop,
+                listen,
+                threads: vec![server, applier],
+            })),
+            order: Mutex::new(()),
+            applied,
+            apply_error,
+            cfg,
+        })
+    }
+
+    fn write<T>(
+        &self,
+        op: Op,
+        apply: impl FnOnce(&dyn Backend) -> BackendResult<T>,
+    ) -> BackendResult<T> {
+        let _order = guard(&self.order);
+        let mode = self.mode.read().unwrap_or_else(|p| p.into_inner());
+        match &*mode {
+            Mode::Primary(p) => {
+                p.log
+                    .append(&op.encode(), ForcePolicy::Sync)
+                    .map_err(|e| match e {
+                        log::LogError::Full { .. } => {
+                            BackendError::OutOfSpace(format!("the replication log is full: {e}"))
+                        }
+                        e => BackendError::Failed(format!(
+                            "{e}; restart this primary to recover (writes are refused until then)"
+                        )),
+                    })?;
+                apply(self.inner.as_ref())
+            }
+            Mode::Backup(b) => Err(BackendError::ReadOnly(format!(
+                "You can't write against a backup (replication on {}); write to the primary, \
+                 or PROMOTE this one",
+                b.listen
+            ))),
+            Mode::Stopped => Err(BackendError::Failed("the server is shutting down".into())),
+        }
+    }
+
+    fn replication_info(&self) -> Vec<(String, String)> {
+        let mode = self.mode.read().unwrap_or_else(|p| p.into_inner());
+        match &*mode {
+            Mode::Primary(p) => {
+                let s = p.rep.stats();
+                let live = s.backups.iter().filter(|b| b.live).count();
+                let ls = p.log.stats();
+                let mut v = vec![
+                    kv("role", "master"),
+                    kv("connected_slaves", live),
+                    kv("kavach_role", "primary"),
+                    kv("epoch", s.epoch),
+                    kv("backups", s.backups.len()),
+                    kv("backups_live", live),
+                    kv("write_quorum", s.quorum.write()),
+                    kv("read_quorum", s.quorum.read()),
+                    kv("flush_order", s.order.name()),
+                    kv("backup_timeout_ms", self.cfg.timeout.as_millis()),
+                    kv("committed_lsn", s.committed),
+                    kv("log_next_lsn", ls.next_lsn),
+                    kv("log_used_bytes", ls.used_bytes),
+                    kv("log_ring_bytes", ls.ring_bytes),
+                    kv("forces", s.forces),
+                    kv("recovered_from", &p.recovered.source),
+                    kv("replication_failed", s.failed.as_deref().unwrap_or("no")),
+                ];
+                for (i, b) in s.backups.iter().enumerate() {
+                    v.push(kv(
+                        &format!("backup{i}"),
+                        format!(
+                            "addr={},live={},acked_lsn={},lag={},error={}",
+                            b.name,
+                            u8::from(b.live),
+                            b.acked_lsn,
+                            s.committed.saturating_sub(b.acked_lsn),
+                            b.last_error.as_deref().unwrap_or("none").replace(',', ";")
+                        ),
+                    ));
+                }
+                v
+            }
+            Mode::Backup(b) => {
+                let mut h = guard(&b.host);
+                let info = h.copy().and_then(|c| c.info());
+                let applied = self.applied.load(Ordering::Acquire);
+                let committed = info.map(|i| i.committed).unwrap_or(0);
+                vec![
+                    kv("role", "slave"),
+                    kv("kavach_role", "backup"),
+                    kv("listen", &b.listen),
+                    kv("has_copy", u8::from(info.is_some())),
+                    kv("promised_epoch", info.map(|i| i.promised).unwrap_or(0)),
+                    kv("epoch", info.map(|i| i.epoch).unwrap_or(0)),
+                    kv("copy_next_lsn", info.map(|i| i.next_lsn).unwrap_or(0)),
+                    kv("committed_lsn", committed),
+                    kv("applied_lsn", applied),
+                    kv("lag", committed.saturating_sub(applied)),
+                    kv(
+                        "apply_error",
+                        guard(&self.apply_error).as_deref().unwrap_or("none"),
+                    ),
+                ]
+            }
+            Mode::Stopped => vec![kv("role", "stopped")],
+        }
+    }
+
+    fn stop_backup(b: BackupState) -> Arc<Mutex<FileHost>> {
+        b.stop.store(true, Ordering::Release);
+        for t in b.threads {
+            let _ = t.join();
+        }
+        b.host
+    }
+}
+
+/// A backup's applier: every few milliseconds, apply the records up to the LSN the primary
+/// says is committed.
+fn apply_loop(
+    host: Arc<Mutex<FileHost>>,
+    inner: Arc<dyn Backend>,
+    stop: Arc<AtomicBool>,
+    applied: Arc<AtomicU64>,
+    err: Arc<Mutex<Option<String>>>,
+) {
+    let mut follower: Option<Follower> = None;
+    while !stop.load(Ordering::Acquire) {
+        std::thread::sleep(Duration::from_millis(10));
+        let batch = {
+            let mut h = guard(&host);
+            let Some(c) = h.copy() else { continue };
+            let committed = c.committed();
+            if committed == 0 {
+                continue;
+            }
+            if follower.is_none() {
+                follower = Follower::new(c.medium(), c.base(), c.len()).ok();
+            }
+            let Some(f) = follower.as_mut() else { continue };
+            match f.read(c.medium(), committed) {
+                Ok(b) => b,
+                Err(e) => {
+                    *guard(&err) = Some(e.to_string());
+                    follower = None;
+                    continue;
+                }
+            }
+        };
+        for r in batch {
+            match Op::decode(&r.payload) {
+                Ok(op) => {
+                    if let Err(e) = op.apply(inner.as_ref()) {
+                        *guard(&err) = Some(format!("LSN {}: {e}", r.lsn));
+                    }
+                }
+                Err(e) => *guard(&err) = Some(format!("LSN {}: {e}", r.lsn)),
+            }
+            applied.store(r.lsn, Ordering::Release);
+        }
+    }
+}
+
+impl Backend for Replicated {
+    fn get(&self, key: &[u8]) -> BackendResult<Option<Bytes>> {
+        self.inner.get(key)
+    }
+    fn set(&self, key: &[u8], value: &[u8], opts: &SetOptions) -> BackendResult<bool> {
+        let op = Op::Set {
+            key: key.to_vec(),
+            value: value.to_vec(),
+            opts: opts.clone(),
+        };
+        self.write(op, |b| b.set(key, value, opts))
+    }
+    fn mget(&self, keys: &[&[u8]]) -> BackendResult<Vec<Option<Bytes>>> {
+        self.inner.mget(keys)
+    }
+    fn mset(&self, pairs: &[(&[u8], &[u8])]) -> BackendResult<()> {
+        let op = Op::MSet(
+            pairs
+                .iter()
+                .map(|(k, v)| (k.to_vec(), v.to_vec()))
+                .collect(),
+        );
+        self.write(op, |b| b.mset(pairs))
+    }
+    fn del(&self, keys: &[&[u8]]) -> BackendResult<u64> {
+        let op = Op::Del(keys.iter().map(|k| k.to_vec()).collect());
+        self.write(op, |b| b.del(keys))
+    }
+    fn exists(&self, keys: &[&[u8]]) -> BackendResult<u64> {
+        self.inner.exists(keys)
+    }
+    fn incr_by(&self, key: &[u8], delta: i64) -> BackendResult<i64> {
+        self.write(Op::IncrBy(key.to_vec(), delta), |b| b.incr_by(key, delta))
+    }
+    fn append(&self, key: &[u8], value: &[u8]) -> BackendResult<u64> {
+        self.write(Op::Append(key.to_vec(), value.to_vec()), |b| {
+            b.append(key, value)
+        })
+    }
+    fn strlen(&self, key: &[u8]) -> BackendResult<u64> {
+        self.inner.strlen(key)
+    }
+    fn hset(&self, key: &[u8], pairs: &[(&[u8], &[u8])]) -> BackendResult<u64> {
+        let p = pairs
+            .iter()
+            .map(|(k, v)| (k.to_vec(), v.to_vec()))
+            .collect();
+        self.write(Op::HSet(key.to_vec(), p), |b| b.hset(key, pairs))
+    }
+    fn hget(&self, key: &[u8], field: &[u8]) -> BackendResult<Option<Bytes>> {
+        self.inner.hget(key, field)
+    }
+    fn hmget(&self, key: &[u8], fields: &[&[u8]]) -> BackendResult<Vec<Option<Bytes>>> {
+        self.inner.hmget(key, fields)
+    }
+    fn hgetall(&self, key: &[u8]) -> BackendResult<Vec<(Bytes, Bytes)>> {
+        self.inner.hgetall(key)
+    }
+    fn hdel(&self, key: &[u8], fields: &[&[u8]]) -> BackendResult<u64> {
+        let f = fields.iter().map(|x| x.to_vec()).collect();
+        self.write(Op::HDel(key.to_vec(), f), |b| b.hdel(key, fields))
+    }
+    fn zadd(&self, key: &[u8], members: &[(f64, &[u8])]) -> BackendResult<u64> {
+        let m = members.iter().map(|(s, x)| (*s, x.to_vec())).collect();
+        self.write(Op::ZAdd(key.to_vec(), m), |b| b.zadd(key, members))
+    }
+    fn zrem(&self, key: &[u8], members: &[&[u8]]) -> BackendResult<u64> {
+        let m = members.iter().map(|x| x.to_vec()).collect();
+        self.write(Op::ZRem(key.to_vec(), m), |b| b.zrem(key, members))
+    }
+    fn zrange_by_score(
+        &self,
+        key: &[u8],
+        min: ScoreBound,
+        max: ScoreBound,
+        offset: usize,
+        count: Option<usize>,
+    ) -> BackendResult<Vec<(Bytes, f64)>> {
+        self.inner.zrange_by_score(key, min, max, offset, count)
+    }
+    fn dbsize(&self) -> BackendResult<u64> {
+        self.inner.dbsize()
+    }
+    fn flushall(&self) -> BackendResult<()> {
+        self.write(Op::FlushAll, |b| b.flushall())
+    }
+    fn scan(&self, cursor: u64, count: usize) -> BackendResult<(u64, Vec<(Bytes, &'static str)>)> {
+        self.inner.scan(cursor, count)
+    }
+    fn key_type(&self, key: &[u8]) -> BackendResult<&'static str> {
+        self.inner.key_type(key)
+    }
+    fn save(&self) -> BackendResult<()> {
+        self.inner.save()
+    }
+    fn info(&self) -> Vec<InfoSection> {
+        let mut v = self.inner.info();
+        v.push(("Replication".into(), self.replication_info()));
+        v
+    }
+    fn shutdown(&self) -> BackendResult<()> {
+        let _order = guard(&self.order);
+        let old = std::mem::replace(
+            &mut *self.mode.write().unwrap_or_else(|p| p.into_inner()),
+            Mode::Stopped,
+        );
+        let mut first_err = None;
+        match old {
+            Mode::Primary(p) => {
+                let PrimaryState {
+                    log,
+                    _pool,
+                    heartbeat,
+                    ..
+                } = *p;
+                drop(heartbeat);
+                if let Err(e) = log.close() {
+                    first_err = Some(e.to_string());
+                }
+                match _pool {
+                    PoolHold::Pool(pool) => {
+                        if let Err(e) = pool.close() {
+                            first_err.get_or_insert(e.to_string());
+                        }
+                    }
+                    PoolHold::Host(h) => {
+                        if let Err(e) = h.close() {
+                            first_err.get_or_insert(e);
+                        }
+                    }
+                }
+            }
+            Mode::Backup(b) => {
+                let host = Self::stop_backup(b);
+                if let Ok(m) = Arc::try_unwrap(host) {
+                    if let Err(e) = m.into_inner().unwrap_or_else(|p| p.into_inner()).close() {
+                        first_err = Some(e);
+                    }
+                }
+            }
+            Mode::Stopped => {}
+        }
+        let r = self.inner.shutdown();
+        match first_err {
+            Some(e) => Err(BackendError::Failed(format!("closing the log copy: {e}"))),
+            None => r,
+        }
+    }
+    fn promote(&self, args: &[&[u8]]) -> BackendResult<String> {
+        let _order = guard(&self.order);
+        let mut mode = self.mode.write().unwrap_or_else(|p| p.into_inner());
+        if !matches!(&*mode, Mode::Backup(_)) {
+            return Err(BackendError::Refused(
+                "PROMOTE: this server is not a backup".into(),
+            ));
+        }
+        let text = |a: &[u8]| String::from_utf8_lossy(a).into_owned();
+        let mut cfg = self.cfg.clone();
+        if let Some(r) = args.first() {
+            cfg.replicas = parse_replicas(&text(r))
+                .map_err(|e| BackendError::Refused(format!("PROMOTE: {e}")))?;
+        }
+        if let Some(w) = args.get(1) {
+            cfg.write_quorum = Some(text(w).parse().map_err(|_| {
+                BackendError::Refused(format!(
+                    "PROMOTE: write quorum `{}` is not a number",
+                    text(w)
+                ))
+            })?);
+        }
+        if args.len() > 2 {
+            return Err(BackendError::Refused(
+                "PROMOTE takes at most two arguments: replicas (host:port,...) and the write quorum"
+                    .into(),
+            ));
+        }
+        let Mode::Backup(b) = std::mem::replace(&mut *mode, Mode::Stopped) else {
+            unreachable!("checked above");
+        };
+        let listen = b.listen.clone();
+        let host = Self::stop_backup(b);
+        let result = (|| -> Result<PrimaryState> {
+            let mut h = Arc::try_unwrap(host)
+                .map_err(|_| anyhow::anyhow!("the backup host is still in use"))?
+                .into_inner()
+                .unwrap_or_else(|p| p.into_inner());
+            let Some(copy) = h.copy() else {
+                bail!("this backup holds no copy of the log yet");
+            };
+            let mut copy = Copy::new(Arc::clone(copy.medium()), copy.base(), copy.len());
+            let st = become_primary(&mut copy, &cfg, PoolHold::Host(Box::new(h)))?;
+            let n = rebuild_store(
+                self.inner.as_ref(),
+                st.log.medium(),
+                st.log.base(),
+                copy.len(),
+            )?;
+            eprintln!("kavach: promoted: store rebuilt from {n} replicated records");
+            Ok(st)
+        })();
+        match result {
+            Ok(st) => {
+                let line = format!(
+                    "promoted: epoch {}, history from {}, {} of {} backups live",
+                    st.recovered.epoch,
+                    st.recovered.source,
+                    st.recovered.live.len(),
+                    cfg.replicas.len()
+                );
+                *mode = Mode::Primary(Box::new(st));
+                Ok(line)
+            }
+            Err(e) => {
+                // Serving nothing is safer than serving a copy that is half promoted: the
+                // operator restarts this node (as backup or primary) after fixing the cause.
+                Err(BackendError::Failed(format!(
+                    "PROMOTE failed ({e:#}); replication stopped on {listen}, restart this node"
+                )))
+            }
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// `kavach promote`.
+
+/// Make a running backup the primary (manual failover).
+///
+/// Sends PROMOTE to the backup's RESP port. The backup stops taking replication traffic,
+/// recovers as primary with the given backups (it needs a majority of all copies, its own
+/// included), takes a new epoch so that the old primary's writes are refused everywhere, repairs
+/// the other copies, rebuilds its store from the log, and starts accepting writes. Stop the old
+/// primary first, or at least make sure clients stop writing to it: its writes fail once a
+/// majority follows the new epoch.
+#[derive(Debug, clap::Args)]
+#[command(
+    after_help = "Example (backups on 7001 and 7002, RESP ports 6380 and 6381):\n  \
+    kavach promote --port 6380 --replicas 127.0.0.1:7002 --write-quorum 1"
+)]
+pub struct PromoteArgs {
+    /// The backup's RESP host.
+    #[arg(long, default_value = "127.0.0.1")]
+    host: String,
+    /// The backup's RESP port.
+    #[arg(long)]
+    port: u16,
+    /// The new primary's backups (their --listen addresses): usually the other backups, and
+    /// the old primary once it is restarted as a backup.
+    #[arg(long, value_name = "ADDR,ADDR")]
+    replicas: Option<String>,
+    /// Backups that must persist each write.
+    #[arg(long, value_name = "W")]
+    write_quorum: Option<usize>,
+    /// Seconds to wait for the answer (recovery may copy the whole log).
+    #[arg(long, default_value_t = 120)]
+    timeout: u64,
+    /// Print the answer as JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+/// Run `kavach promote`.
+pub fn run_promote(a: &PromoteArgs) -> Result<crate::Outcome> {
+    use std::io::{BufRead, BufReader, Write};
+    let mut args: Vec<String> = vec!["PROMOTE".into()];
+    if let Some(r) = &a.replicas {
+        args.push(parse_replicas(r)?.join(","));
+    }
+    if let Some(w) = a.write_quorum {
+        if a.replicas.is_none() {
+            bail!("--write-quorum needs --replicas");
+        }
+        args.push(w.to_string());
+    }
+    let addr = format!("{}:{}", a.host, a.port);
+    let mut s = std::net::TcpStream::connect(&addr)
+        .map_err(|e| crate::CommandFailed(anyhow::anyhow!("cannot connect to {addr}: {e}")))?;
+    s.set_read_timeout(Some(Duration::from_secs(a.timeout.max(1))))?;
+    let mut req = format!("*{}\r\n", args.len());
+    for x in &args {
+        req.push_str(&format!("${}\r\n{x}\r\n", x.len()));
+    }
+    s.write_all(req.as_bytes())?;
+    let mut line = String::new();
+    BufReader::new(s)
+        .read_line(&mut line)
+        .with_context(|| format!("no answer from {addr}"))?;
+    let line = line.trim_end();
+    let (ok, text) = match line.split_at_checked(1) {
+        Some(("+", t)) => (true, t),
+        Some(("-", t)) => (false, t),
+        _ => (false, line),
+    };
+    if a.json {
+        crate::print_json(&serde_json::json!({ "ok": ok, "server": addr, "answer": text }))?;
+    } else if ok {
+        println!("{addr}: {text}");
+    }
+    if !ok {
+        return Err(crate::CommandFailed(anyhow::anyhow!("{addr} refused: {text}")).into());
+    }
+    Ok(crate::Outcome::Ok)
+}
