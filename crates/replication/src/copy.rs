@@ -8,6 +8,7 @@
 //! these bytes, so each copy keeps its own.
 
 use log::{Extent, Log, LogOptions, Stop};
+use pmem::layout::Field;
 use pmem::{Medium, Uuid};
 
 use crate::proto::{CopyInfo, Request, Response};
@@ -18,13 +19,13 @@ pub const FENCE_COPY_OFFSETS: [usize; 2] = [256, 320];
 pub const FENCE_BYTES: usize = 64;
 /// Fence magic.
 pub const FENCE_MAGIC: [u8; 8] = *b"KVREPFNC";
-/// Fence fields: `(name, offset, size)`.
-pub const FENCE_FIELDS: [(&str, usize, usize); 5] = [
-    ("magic", 0, 8),
-    ("sequence", 8, 8),
-    ("promised", 16, 8),
-    ("reserved", 24, 36),
-    ("crc32c", 60, 4),
+/// Fence fields.
+pub const FENCE_FIELDS: [Field; 5] = [
+    Field::new("magic", 0, 8),
+    Field::new("sequence", 8, 8),
+    Field::new("promised", 16, 8),
+    Field::new("reserved", 24, 36),
+    Field::new("crc32c", 60, 4),
 ];
 /// Region bytes a full repair ships from the start: both descriptors and both superlines.
 pub const META_SHIPPED_BYTES: usize = 256;

@@ -14,6 +14,14 @@ use crate::error::ProtoError;
 pub const FRAME_MAGIC: [u8; 4] = *b"KVRP";
 /// Frame header bytes.
 pub const FRAME_HEADER_BYTES: usize = 16;
+/// Frame header fields.
+pub const FRAME_FIELDS: [pmem::layout::Field; 5] = [
+    pmem::layout::Field::new("magic", 0, 4),
+    pmem::layout::Field::new("tag", 4, 1),
+    pmem::layout::Field::new("reserved", 5, 3),
+    pmem::layout::Field::new("body_length", 8, 4),
+    pmem::layout::Field::new("body_crc32c", 12, 4),
+];
 /// Largest body accepted (a repair ships at most this much per message).
 pub const FRAME_BODY_MAX: usize = 16 << 20;
 /// Bytes of ring a repair ships per message.

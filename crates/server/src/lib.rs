@@ -3,6 +3,7 @@
 //! - [`resp`]: the incremental request parser, the reply encoder and a reply parser.
 //! - [`server`]: [`Server`], its [`Config`], [`ShutdownHandle`] and [`install_signal_handlers`].
 //! - [`backend`]: the [`Backend`](backend::Backend) contract the server calls.
+//! - [`oplog`]: writes as operation records, for a replicated store's log.
 //!
 //! ```no_run
 //! # fn demo(store: std::sync::Arc<dyn server::backend::Backend>) -> std::io::Result<()> {
@@ -20,6 +21,7 @@
 pub mod backend;
 mod command;
 mod glob;
+pub mod oplog;
 pub mod resp;
 pub mod server;
 
