@@ -198,7 +198,8 @@ impl<M: Medium> Copy<M> {
     }
 
     /// Promise to follow `epoch`: refused (with the promised epoch) unless it is higher than
-    /// every epoch promised so far.
+    /// every epoch promised so far. What the copy holds is made durable first (see
+    /// [`Copy::persist_live`]).
     pub fn promise(&mut self, epoch: u64) -> Result<(), u64> {
         let Some(uuid) = self.uuid else {
             return Err(0);
@@ -206,6 +207,7 @@ impl<M: Medium> Copy<M> {
         if epoch <= self.fence.promised {
             return Err(self.fence.promised);
         }
+        self.persist_live().map_err(|_| self.fence.promised)?;
         let next = Fence {
             sequence: self.fence.sequence + 1,
             promised: epoch,
@@ -217,6 +219,37 @@ impl<M: Medium> Copy<M> {
             .map_err(|_| self.fence.promised)?;
         self.fence = next;
         Ok(())
+    }
+
+    /// Persist the descriptors, the superlines and the live ring: everything [`Copy::info`]
+    /// describes.
+    ///
+    /// `info` reads the copy as the CPU sees it, which after a restart without a power failure
+    /// (a process crash; a primary whose force failed stepping down, to serve as a backup or to
+    /// recover again) can include bytes an earlier process wrote but never persisted: the
+    /// records of a force whose replication failed (with `ReplicateFirst` the local flush never
+    /// ran), a superline written while the mirror failed. Recovery chooses the history and
+    /// plans each repair from what the promising copies report, so that must be durable: else
+    /// a copy taken for a prefix of the new history gets only the rest of it (a jump record, new
+    /// superlines), persists that, and a later power failure drops the records in between,
+    /// cutting the copy short of everything after them; and a candidate's own copy loses them
+    /// from under the jump record that opening writes after them.
+    pub fn persist_live(&self) -> pmem::Result<()> {
+        let Ok((log, rec)) = Log::open(&self.medium, self.base, self.len, &read_only()) else {
+            return Ok(());
+        };
+        let ring_offset = log.descriptor().ring_offset as usize;
+        let ring = log.descriptor().ring_bytes;
+        let head = rec.head % ring;
+        let first = rec.ring_bytes_used.min(ring - head);
+        let ring_at = self.base + ring_offset;
+        self.medium.flush(self.base, ring_offset)?;
+        self.medium.flush(ring_at + head as usize, first as usize)?;
+        if rec.ring_bytes_used > first {
+            self.medium
+                .flush(ring_at, (rec.ring_bytes_used - first) as usize)?;
+        }
+        self.medium.fence()
     }
 
     fn check_range(&self, offset: u64, len: u64) -> Result<(usize, usize), String> {

@@ -211,9 +211,28 @@ enum Step {
 
 /// The steps that make a copy equal to `to` (the local copy after it was opened): ship the
 /// ring from `from_tail` (ring offset) to `to`'s tail, or, with `from_tail` `None`, the whole
-/// live ring, zero the rest, and ship the descriptors; then the superlines, last, so the copy
-/// holds the new epoch only once everything before is durable.
-fn plan(to: &CopyInfo, ring_offset: u64, from_tail: Option<u64>) -> (Vec<Step>, u64) {
+/// live ring and the descriptors; then the superlines, so the copy holds the new epoch only once
+/// everything before is durable; then (full repair) zero the rest of the ring.
+///
+/// The two superline copies go in two steps, the one in force (`newest`: its index) first, as
+/// the log itself writes them: each step is persisted before the next, so a power failure tears
+/// at most one of them and the other keeps the copy readable. Shipped together, both could be
+/// torn, and an unreadable copy forgets its fence (the promises it made), so an epoch could be
+/// taken twice.
+///
+/// Nothing is zeroed before the superlines switch: until then the copy's own superline is in
+/// force, and its walk starts at its own head, which may lie outside the new live range (the
+/// new history cleaned up further). Zeroing that first would cut the copy's walk short at its
+/// start; a repair interrupted there would leave an empty copy claiming its old epoch, which a
+/// later recovery could take as the history (as it was a copy of the committed records, that
+/// would lose them). Shipping the live ring only rewrites bytes both histories share with the
+/// same bytes, and the old history's divergent, unacknowledged tail.
+fn plan(
+    to: &CopyInfo,
+    ring_offset: u64,
+    from_tail: Option<u64>,
+    newest: usize,
+) -> (Vec<Step>, u64) {
     let ring = to.ring_bytes;
     let mut steps = Vec::new();
     let region = |(o, l): (u64, u64)| (ring_offset + o, l);
@@ -231,14 +250,18 @@ fn plan(to: &CopyInfo, ring_offset: u64, from_tail: Option<u64>) -> (Vec<Step>, 
         }
     }
     if from_tail.is_none() {
+        steps.push(Step::Ship(0, log::layout::SUPERLINE_COPY_OFFSETS[0] as u64));
+    }
+    for copy in [newest, 1 - newest] {
+        let sl = log::layout::SUPERLINE_COPY_OFFSETS[copy] as u64;
+        steps.push(Step::Ship(sl, log::layout::SUPERLINE_BYTES as u64));
+    }
+    if from_tail.is_none() {
         for p in ring_pieces(to.tail(), ring - to.used, ring) {
             let (o, l) = region(p);
             steps.push(Step::Zero(o, l));
         }
-        steps.push(Step::Ship(0, log::layout::SUPERLINE_COPY_OFFSETS[0] as u64));
     }
-    let sl = log::layout::SUPERLINE_COPY_OFFSETS[0] as u64;
-    steps.push(Step::Ship(sl, META_SHIPPED_BYTES as u64 - sl));
     (steps, len)
 }
 
@@ -438,6 +461,8 @@ pub fn recover<M: Medium + Clone, P: Peers>(
         what: "local copy",
         reason: "unreadable after opening".into(),
     })?;
+    let meta = read_local(local.medium(), local.base(), 0, META_SHIPPED_BYTES as u64);
+    let newest = superline_in_force(&meta, &Uuid(uuid), to.ring_bytes);
     // 6. Repair every backup that promised.
     let mut plans: Vec<(usize, Vec<Step>, Repair)> = Vec::new();
     let mut repairs: Vec<(String, Repair)> = (0..n)
@@ -449,6 +474,25 @@ pub fn recover<M: Medium + Clone, P: Peers>(
             (peers.name(i), Repair::Failed { reason })
         })
         .collect();
+    // Where each entry of the chosen history starts (ring offset -> the LSN a walk expects
+    // there), and its tail. A backup's walk is a prefix of this history only if it ends at one
+    // of these places expecting the same LSN. The same superline epoch is not enough: a copy
+    // whose repair or rebuild was cut short keeps its old superline over a ring that already
+    // holds part of a newer history (a jump record where the old primary had written another,
+    // unacknowledged record), so two copies of one epoch can differ. Two histories differ from
+    // the first (position, LSN) where they hold different entries, and after it their LSNs
+    // never meet (each new history starts with a jump past every LSN the ring can hold), so a
+    // copy that ends where this history expects its next LSN holds a prefix of it. It must
+    // also hold the history from its head on: a backup whose head is past the chosen one (it
+    // took a cleanup this history's source missed, and what came before its head may since
+    // have been zeroed or overwritten) would walk from the chosen head into nothing after the
+    // delta's superlines.
+    let ring_start = (local.base() + ring_offset as usize) as u64;
+    let mut starts: std::collections::HashMap<u64, u64> = log
+        .entries()
+        .map(|e| (e.offset - ring_start, e.lsn))
+        .collect();
+    starts.insert(to.tail(), to.next_lsn);
     for (i, info) in promised.iter().enumerate() {
         let Some(info) = info else { continue };
         let prefix = info.ring_bytes == to.ring_bytes
@@ -456,8 +500,10 @@ pub fn recover<M: Medium + Clone, P: Peers>(
             && (!opts.epoch_check || info.epoch == best.epoch)
             && info.next_lsn <= best.next_lsn
             && (to.tail() + to.ring_bytes - info.tail()) % to.ring_bytes <= to.used
-            && info.used < to.ring_bytes;
-        let (steps, bytes) = plan(&to, ring_offset, prefix.then_some(info.tail()));
+            && info.used < to.ring_bytes
+            && starts.get(&info.tail()) == Some(&info.next_lsn)
+            && info.start_lsn <= to.start_lsn;
+        let (steps, bytes) = plan(&to, ring_offset, prefix.then_some(info.tail()), newest);
         let repair = if prefix {
             Repair::Delta { bytes }
         } else {
@@ -549,8 +595,22 @@ pub fn recover<M: Medium + Clone, P: Peers>(
     ))
 }
 
-/// Make the local copy equal to backup `s`'s (described by `info`): fetch its descriptors,
-/// superlines and live ring, zero the rest of the local ring. The local fence is kept.
+/// Make the local copy equal to backup `s`'s (described by `info`): fetch its live ring, then,
+/// after a fence, its descriptors and superlines, then zero the rest of the local ring. The
+/// local fence is kept. Nothing read is written unless the source still is the copy `info`
+/// describes (see [`fetch`]).
+///
+/// The order keeps a rebuild that is cut short (the source stops answering, this node loses
+/// power) from leaving a copy that claims a history it does not hold:
+/// - the superlines carry the source's epoch, so they come after the ring: else the local copy
+///   could hold the source's epoch over a ring that is still (partly) its own, pass for a
+///   prefix of the source's history, and be chosen or delta-repaired as one;
+/// - zeroing comes last, as in [`plan`]: until the superlines switch, the local copy's own
+///   superline is in force and its walk starts at its own head, which zeroing outside the
+///   source's live range could wipe, leaving an empty copy under its old epoch (a later
+///   recovery could choose it and lose what it held). Fetching the live ring only rewrites
+///   bytes both histories share with the same bytes, and the local copy's divergent,
+///   unacknowledged tail.
 fn rebuild_local<M: Medium, P: Peers>(
     local: &mut Copy<M>,
     peers: &mut P,
@@ -558,7 +618,9 @@ fn rebuild_local<M: Medium, P: Peers>(
     info: &CopyInfo,
 ) -> Result<u64> {
     let ring_offset = log::layout::RING_OFFSET as u64;
-    let mut reads = vec![(0u64, META_SHIPPED_BYTES as u64)];
+    let m = local.medium();
+    let base = local.base();
+    let mut reads = Vec::new();
     for (o, l) in ring_pieces(info.head, info.used, info.ring_bytes) {
         let mut at = 0;
         while at < l {
@@ -567,40 +629,33 @@ fn rebuild_local<M: Medium, P: Peers>(
             at += n;
         }
     }
-    let m = local.medium();
-    let base = local.base();
-    const PIPELINE: usize = 8;
-    for batch in reads.chunks(PIPELINE) {
-        for &(offset, len) in batch {
-            peers.send(s, &Request::Read { offset, len });
-        }
-        let answers = peers.finish();
-        for (&(offset, len), (_, r)) in batch.iter().zip(answers) {
-            match r {
-                Some(Response::Data(d)) if d.len() as u64 == len => {
-                    m.write(base + offset as usize, &d);
-                    m.flush(base + offset as usize, d.len())?;
-                }
-                other => {
-                    peers.disconnect(s);
-                    return Err(ReplError::Refused {
-                        copy: peers.name(s),
-                        reason: format!(
-                            "reading [{offset}, +{len}) to rebuild the local copy: {}",
-                            match other {
-                                Some(Response::Error(e)) => e,
-                                Some(_) => "unexpected answer".into(),
-                                None => "no answer".into(),
-                            }
-                        ),
-                    });
-                }
-            }
-        }
+    fetch(peers, s, info, &reads, |offset, d| {
+        m.write(base + offset as usize, d);
+        Ok(m.flush(base + offset as usize, d.len())?)
+    })?;
+    m.fence()?;
+    // The descriptors, then the superline copies one at a time, the one in force first (see
+    // `plan`: both written at once could both be torn).
+    let mut meta = Vec::new();
+    fetch(peers, s, info, &[(0, META_SHIPPED_BYTES as u64)], |_, d| {
+        meta = d.to_vec();
+        Ok(())
+    })?;
+    let newest = superline_in_force(&meta, &Uuid(info.uuid), info.ring_bytes);
+    let descriptors = log::layout::SUPERLINE_COPY_OFFSETS[0];
+    let mut pieces = vec![(0, descriptors)];
+    for copy in [newest, 1 - newest] {
+        pieces.push((
+            log::layout::SUPERLINE_COPY_OFFSETS[copy],
+            log::layout::SUPERLINE_BYTES,
+        ));
+    }
+    for (at, len) in pieces {
+        m.write(base + at, &meta[at..at + len]);
+        m.persist(base + at, len)?;
     }
     let zeros = vec![0u8; 1 << 20];
-    let tail = info.tail();
-    for (o, l) in ring_pieces(tail, info.ring_bytes - info.used, info.ring_bytes) {
+    for (o, l) in ring_pieces(info.tail(), info.ring_bytes - info.used, info.ring_bytes) {
         let mut at = 0;
         while at < l {
             let n = (l - at).min(zeros.len() as u64);
@@ -613,6 +668,88 @@ fn rebuild_local<M: Medium, P: Peers>(
     m.fence()?;
     local.reload();
     Ok(info.used)
+}
+
+/// Which superline copy is in force (the valid one with the higher sequence) in `meta`, a copy's
+/// first `META_SHIPPED_BYTES` bytes; 0 if neither is valid.
+fn superline_in_force(meta: &[u8], uuid: &Uuid, ring_bytes: u64) -> usize {
+    let seq = |copy: usize| {
+        let at = log::layout::SUPERLINE_COPY_OFFSETS[copy];
+        let bytes = &meta[at..at + log::layout::SUPERLINE_BYTES];
+        log::Superline::decode(bytes, copy, at as u64, uuid, ring_bytes).map_or(0, |sl| sl.sequence)
+    };
+    usize::from(seq(1) > seq(0))
+}
+
+/// Read region ranges `(offset, len)` of backup `s`, a few requests at a time, and hand each
+/// piece to `write`.
+///
+/// Each batch ends with a probe, answered after the reads: a batch is handed over only if the
+/// source still is the copy `expect` describes (what it answered to the promise). Else the
+/// source changed meanwhile (lost its copy and got an empty one, promised a later epoch, was
+/// repaired by another primary) and what was read is not the history chosen: writing it could
+/// destroy the local copy (zeros over its descriptors), turning the loss of one copy into two.
+fn fetch<P: Peers>(
+    peers: &mut P,
+    s: usize,
+    expect: &CopyInfo,
+    reads: &[(u64, u64)],
+    mut write: impl FnMut(u64, &[u8]) -> Result<()>,
+) -> Result<()> {
+    const PIPELINE: usize = 8;
+    let refused = |peers: &mut P, what: String| {
+        peers.disconnect(s);
+        ReplError::Refused {
+            copy: peers.name(s),
+            reason: format!("{what} to rebuild the local copy"),
+        }
+    };
+    let unchanged = |now: &CopyInfo| {
+        CopyInfo {
+            committed: 0,
+            ..*now
+        } == CopyInfo {
+            committed: 0,
+            ..*expect
+        }
+    };
+    for batch in reads.chunks(PIPELINE) {
+        for &(offset, len) in batch {
+            peers.send(s, &Request::Read { offset, len });
+        }
+        peers.send(s, &Request::Probe);
+        let mut answers = peers.finish();
+        match answers.pop() {
+            Some((_, Some(Response::Info(Some(now))))) if unchanged(&now) => {}
+            other => {
+                let why = match other {
+                    Some((_, Some(Response::Info(now)))) => {
+                        format!("it changed while being read (now {now:?})")
+                    }
+                    _ => "no answer to the probe after reading".into(),
+                };
+                return Err(refused(peers, why));
+            }
+        }
+        let mut data = Vec::with_capacity(batch.len());
+        for (&(offset, len), (_, r)) in batch.iter().zip(answers) {
+            match r {
+                Some(Response::Data(d)) if d.len() as u64 == len => data.push((offset, d)),
+                other => {
+                    let why = match other {
+                        Some(Response::Error(e)) => e,
+                        Some(_) => "unexpected answer".into(),
+                        None => "no answer".into(),
+                    };
+                    return Err(refused(peers, format!("reading [{offset}, +{len}): {why}")));
+                }
+            }
+        }
+        for (offset, d) in data {
+            write(offset, &d)?;
+        }
+    }
+    Ok(())
 }
 
 /// One backup as the primary sees it.
