@@ -433,10 +433,18 @@ impl Replicated {
         }
     }
 
+    /// Stop a backup's threads and return its host. The connection threads `serve_backup`
+    /// starts are not joined, but each holds a clone of the host until it notices `stop`
+    /// (within its idle poll, 200 ms) or its primary disconnects: wait for them (up to 5 s),
+    /// or PROMOTE with a primary still connected fails with "the backup host is still in use".
     fn stop_backup(b: BackupState) -> Arc<Mutex<FileHost>> {
         b.stop.store(true, Ordering::Release);
         for t in b.threads {
             let _ = t.join();
+        }
+        let until = Instant::now() + Duration::from_secs(5);
+        while Arc::strong_count(&b.host) > 1 && Instant::now() < until {
+            std::thread::sleep(Duration::from_millis(10));
         }
         b.host
     }

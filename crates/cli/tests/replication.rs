@@ -1,0 +1,1615 @@
+//! Replicated `kavach serve` as real processes on loopback: a primary and its backups, killed
+//! (SIGKILL), paused (SIGSTOP) and partitioned (through the fault-injecting proxy of
+//! `common::proxy`, one between the primary and each backup), while a client records which
+//! writes were acknowledged. No acknowledged write may be lost: after the faults heal and the
+//! primary restarts (or a backup is promoted), every acknowledged key holds its value, on the
+//! primary and, once they caught up, on every backup.
+//!
+//! A write that failed (an error reply, or a connection lost before the reply) may or may not
+//! be there; every key is written once, with a value derived from it, so a key that is present
+//! must hold exactly the value that was sent.
+//!
+//! As in `serve.rs`, a SIGKILL is not a power failure: the pools live in /dev/shm and the page
+//! cache survives the process. Timing is never asserted from above: the tests poll with
+//! generous deadlines, since a loaded machine may be slow.
+
+mod common;
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicU16, AtomicU64, Ordering};
+use std::sync::mpsc;
+use std::sync::{Arc, Mutex};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use common::Scratch;
+use common::proxy::{Fault, Proxy};
+use pmem::rng::SplitMix64;
+
+/// Small stores: the pool files stay small and start fast.
+const STORE_ARGS: &[&str] = &["--shards", "4", "--slot-mib", "8", "--log-mib", "4"];
+/// MiB of the replication log.
+const REPL_LOG_MIB: &str = "16";
+/// How long a backup may take to answer before the primary drops it, in the tests that wait
+/// for a paused or partitioned backup to be dropped (each such wait costs this much).
+const SHORT_TIMEOUT_MS: u64 = 800;
+/// The same where no backup should be dropped except by a kill: long enough that a loaded
+/// machine never makes a healthy backup look dead.
+const LONG_TIMEOUT_MS: u64 = 3000;
+/// The longest a process may take to start listening (a loaded machine, a debug build).
+const START_DEADLINE: Duration = Duration::from_secs(60);
+/// The longest a backup may take to show what the primary committed.
+const CATCH_UP_DEADLINE: Duration = Duration::from_secs(30);
+/// A client's read timeout: far above any answer a healthy server gives.
+const CLIENT_TIMEOUT: Duration = Duration::from_secs(60);
+
+// ---------------------------------------------------------------------------------------------
+// Processes.
+
+type Lines = Arc<Mutex<Vec<String>>>;
+
+/// Every process a test started, by name, with what it printed on stderr; dumped if the test
+/// fails, and removed with the scratch directory at the end.
+struct Harness {
+    logs: Mutex<Vec<(String, Lines)>>,
+    scratch: Scratch,
+}
+
+impl Harness {
+    fn new(tag: &str) -> Harness {
+        Harness {
+            logs: Mutex::new(Vec::new()),
+            scratch: Scratch::new(tag),
+        }
+    }
+
+    fn dir(&self, name: &str) -> String {
+        self.scratch.path(name)
+    }
+
+    /// No process panicked or reported an internal error.
+    fn assert_no_panic(&self) {
+        for (name, lines) in self.logs.lock().unwrap().iter() {
+            let lines = lines.lock().unwrap();
+            for l in lines.iter() {
+                assert!(
+                    !l.contains("panicked") && !l.contains("internal error"),
+                    "{name} printed `{l}`; its stderr:\n{}",
+                    lines.join("\n")
+                );
+            }
+        }
+    }
+}
+
+impl Drop for Harness {
+    fn drop(&mut self) {
+        if thread::panicking() {
+            for (name, lines) in self.logs.lock().unwrap().iter() {
+                let lines = lines.lock().unwrap();
+                let from = lines.len().saturating_sub(60);
+                eprintln!("----- {name}: stderr -----");
+                for l in &lines[from..] {
+                    eprintln!("{l}");
+                }
+            }
+        }
+    }
+}
+
+/// A running `kavach serve`; killed (SIGKILL) when dropped.
+struct Node {
+    name: String,
+    child: Child,
+    /// The RESP port.
+    port: u16,
+    /// A backup's replication address.
+    listen: Option<String>,
+    dir: String,
+    log: Lines,
+}
+
+enum Started {
+    Listen(String),
+    Port(u16),
+}
+
+impl Node {
+    fn pid(&self) -> String {
+        self.child.id().to_string()
+    }
+
+    /// Send `sig` (`STOP`, `CONT`) with kill(1).
+    fn signal(&self, sig: &str) {
+        let o = Command::new("kill")
+            .args([&format!("-{sig}"), &self.pid()])
+            .output()
+            .expect("run kill");
+        assert!(
+            o.status.success(),
+            "kill -{sig} {}: {}",
+            self.name,
+            String::from_utf8_lossy(&o.stderr)
+        );
+    }
+
+    fn stop(&self) {
+        self.signal("STOP");
+    }
+
+    fn cont(&self) {
+        self.signal("CONT");
+    }
+
+    /// Wait for the process to exit on its own.
+    fn wait_exit(&mut self, deadline: Duration) -> ExitStatus {
+        let until = Instant::now() + deadline;
+        loop {
+            if let Some(s) = self.child.try_wait().expect("try_wait") {
+                return s;
+            }
+            assert!(Instant::now() < until, "{} did not exit", self.name);
+            thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    fn stderr(&self) -> String {
+        self.log.lock().unwrap().join("\n")
+    }
+}
+
+impl Drop for Node {
+    fn drop(&mut self) {
+        // SIGKILL ends a stopped process too.
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Start `kavach args` and wait until it listens (a backup: also until it printed its
+/// replication address). `Err` (with its stderr) if it exits first.
+fn spawn(h: &Harness, name: &str, dir: &str, args: &[String]) -> Result<Node, String> {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_kavach"))
+        .args(args)
+        .env("RUST_BACKTRACE", "1")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start kavach serve");
+    let log: Lines = Arc::default();
+    h.logs
+        .lock()
+        .unwrap()
+        .push((format!("{name} (pid {})", child.id()), Arc::clone(&log)));
+    let err = child.stderr.take().expect("stderr");
+    let (tx, rx) = mpsc::channel();
+    {
+        let log = Arc::clone(&log);
+        // Reads until the process exits, so it never blocks on a full pipe.
+        thread::spawn(move || {
+            for line in BufReader::new(err).lines() {
+                let Ok(line) = line else { break };
+                if let Some(rest) = line.split("replication protocol on ").nth(1) {
+                    let addr = rest.split_whitespace().next().unwrap_or("").to_string();
+                    let _ = tx.send(Started::Listen(addr));
+                }
+                if let Some(rest) = line.strip_prefix("kavach: listening on ") {
+                    let addr = rest.split_whitespace().next().unwrap_or("");
+                    if let Some(Ok(port)) = addr.rsplit(':').next().map(str::parse) {
+                        let _ = tx.send(Started::Port(port));
+                    }
+                }
+                log.lock().unwrap().push(line);
+            }
+        });
+    }
+    let until = Instant::now() + START_DEADLINE;
+    let mut listen = None;
+    loop {
+        let left = until.saturating_duration_since(Instant::now());
+        match rx.recv_timeout(left) {
+            Ok(Started::Listen(a)) => listen = Some(a),
+            Ok(Started::Port(port)) => {
+                return Ok(Node {
+                    name: name.to_string(),
+                    child,
+                    port,
+                    listen,
+                    dir: dir.to_string(),
+                    log,
+                });
+            }
+            Err(mpsc::RecvTimeoutError::Disconnected) => {
+                let status = child.wait().expect("wait");
+                // The reader thread has pushed every line before it dropped the sender.
+                return Err(format!(
+                    "{name} exited ({status}) before listening; stderr:\n{}",
+                    log.lock().unwrap().join("\n")
+                ));
+            }
+            Err(mpsc::RecvTimeoutError::Timeout) => {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(format!(
+                    "{name} did not listen within {START_DEADLINE:?}; stderr:\n{}",
+                    log.lock().unwrap().join("\n")
+                ));
+            }
+        }
+    }
+}
+
+fn strings(v: &[&str]) -> Vec<String> {
+    v.iter().map(|s| s.to_string()).collect()
+}
+
+/// A backup in `dir` taking replication traffic on `listen` (`127.0.0.1:0` for a free port).
+fn try_backup(h: &Harness, name: &str, dir: &str, listen: &str) -> Result<Node, String> {
+    let mut args = strings(&[
+        "serve", "--role", "backup", "--listen", listen, "--dir", dir, "--port", "0",
+    ]);
+    args.extend(strings(STORE_ARGS));
+    spawn(h, name, dir, &args)
+}
+
+/// A backup on `listen`; a fixed port that is briefly taken (say by a connection's ephemeral
+/// port) is tried again for a while.
+fn backup(h: &Harness, name: &str, dir: &str, listen: &str) -> Node {
+    let until = Instant::now() + Duration::from_secs(20);
+    loop {
+        match try_backup(h, name, dir, listen) {
+            Ok(n) => return n,
+            Err(e) if e.contains("cannot listen on") && Instant::now() < until => {
+                thread::sleep(Duration::from_millis(200));
+            }
+            Err(e) => panic!("{e}"),
+        }
+    }
+}
+
+/// How a primary runs.
+#[derive(Debug, Clone, Copy)]
+struct Opts {
+    /// W.
+    w: usize,
+    /// --backup-timeout-ms.
+    timeout_ms: u64,
+    /// --flush-order.
+    order: &'static str,
+}
+
+impl Opts {
+    fn new(w: usize, timeout_ms: u64) -> Opts {
+        Opts {
+            w,
+            timeout_ms,
+            order: "replicate-first",
+        }
+    }
+}
+
+/// A primary in `dir` replicating to `replicas`.
+fn try_primary(
+    h: &Harness,
+    name: &str,
+    dir: &str,
+    replicas: &[String],
+    o: Opts,
+) -> Result<Node, String> {
+    let mut args = strings(&["serve", "--dir", dir, "--port", "0", "--replicas"]);
+    args.push(replicas.join(","));
+    args.extend(strings(&["--write-quorum", &o.w.to_string()]));
+    args.extend(strings(&[
+        "--backup-timeout-ms",
+        &o.timeout_ms.to_string(),
+        "--flush-order",
+        o.order,
+        "--repl-log-mib",
+        REPL_LOG_MIB,
+    ]));
+    args.extend(strings(STORE_ARGS));
+    spawn(h, name, dir, &args)
+}
+
+fn primary(h: &Harness, name: &str, dir: &str, replicas: &[String], o: Opts) -> Node {
+    try_primary(h, name, dir, replicas, o).unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// A primary with backups, each behind its own proxy (the primary's --replicas are the
+/// proxies). Dropped in field order: the processes first, then the proxies, then the harness.
+struct Cluster {
+    primary: Option<Node>,
+    backups: Vec<Option<Node>>,
+    proxies: Vec<Proxy>,
+    /// Each backup's --listen address (kept across its restarts).
+    listen: Vec<String>,
+    opts: Opts,
+    h: Harness,
+}
+
+impl Cluster {
+    fn new(tag: &str, backups: usize, opts: Opts) -> Cluster {
+        let h = Harness::new(tag);
+        let mut nodes = Vec::new();
+        let mut listen = Vec::new();
+        let mut proxies = Vec::new();
+        for i in 0..backups {
+            let n = backup(
+                &h,
+                &format!("b{i}"),
+                &h.dir(&format!("b{i}")),
+                "127.0.0.1:0",
+            );
+            let addr = n.listen.clone().expect("a backup prints its address");
+            let target: SocketAddr = addr.parse().expect("a socket address");
+            proxies.push(Proxy::start(target).expect("start a proxy"));
+            listen.push(addr);
+            nodes.push(Some(n));
+        }
+        let mut c = Cluster {
+            primary: None,
+            backups: nodes,
+            proxies,
+            listen,
+            opts,
+            h,
+        };
+        c.start_primary();
+        c
+    }
+
+    fn replicas(&self) -> Vec<String> {
+        self.proxies.iter().map(|p| p.addr().to_string()).collect()
+    }
+
+    fn try_start_primary(&mut self) -> Result<(), String> {
+        assert!(self.primary.is_none());
+        let n = try_primary(&self.h, "p", &self.h.dir("p"), &self.replicas(), self.opts)?;
+        self.primary = Some(n);
+        Ok(())
+    }
+
+    fn start_primary(&mut self) {
+        self.try_start_primary().unwrap_or_else(|e| panic!("{e}"));
+    }
+
+    /// SIGKILL the primary (if running).
+    fn kill_primary(&mut self) {
+        self.primary = None;
+    }
+
+    fn restart_primary(&mut self) {
+        self.kill_primary();
+        self.start_primary();
+    }
+
+    fn port(&self) -> u16 {
+        self.primary.as_ref().expect("a running primary").port
+    }
+
+    fn backup(&self, i: usize) -> &Node {
+        self.backups[i].as_ref().expect("a running backup")
+    }
+
+    fn kill_backup(&mut self, i: usize) {
+        self.backups[i] = None;
+    }
+
+    /// Start backup `i` again, on its old address and directory.
+    fn restart_backup(&mut self, i: usize) {
+        assert!(self.backups[i].is_none());
+        let n = backup(
+            &self.h,
+            &format!("b{i}"),
+            &self.h.dir(&format!("b{i}")),
+            &self.listen[i],
+        );
+        self.backups[i] = Some(n);
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// A minimal RESP client.
+
+#[derive(Debug, Clone, PartialEq)]
+enum Reply {
+    Simple(String),
+    Error(String),
+    Int(i64),
+    Bulk(Option<Vec<u8>>),
+    Array(Vec<Reply>),
+}
+
+impl Reply {
+    fn is_ok(&self) -> bool {
+        *self == Reply::Simple("OK".into())
+    }
+
+    fn bulk(&self) -> Option<String> {
+        match self {
+            Reply::Bulk(Some(b)) => Some(String::from_utf8_lossy(b).into_owned()),
+            _ => None,
+        }
+    }
+}
+
+struct Client {
+    r: BufReader<TcpStream>,
+}
+
+impl Client {
+    fn connect(port: u16) -> std::io::Result<Client> {
+        let s = TcpStream::connect(("127.0.0.1", port))?;
+        s.set_read_timeout(Some(CLIENT_TIMEOUT))?;
+        s.set_nodelay(true)?;
+        Ok(Client {
+            r: BufReader::new(s),
+        })
+    }
+
+    fn call(&mut self, args: &[&[u8]]) -> std::io::Result<Reply> {
+        let mut out = format!("*{}\r\n", args.len()).into_bytes();
+        for a in args {
+            out.extend_from_slice(format!("${}\r\n", a.len()).as_bytes());
+            out.extend_from_slice(a);
+            out.extend_from_slice(b"\r\n");
+        }
+        self.r.get_mut().write_all(&out)?;
+        self.reply()
+    }
+
+    fn call_str(&mut self, args: &[&str]) -> std::io::Result<Reply> {
+        let v: Vec<&[u8]> = args.iter().map(|a| a.as_bytes()).collect();
+        self.call(&v)
+    }
+
+    fn line(&mut self) -> std::io::Result<String> {
+        let mut line = String::new();
+        if self.r.read_line(&mut line)? == 0 {
+            return Err(std::io::ErrorKind::UnexpectedEof.into());
+        }
+        Ok(line.trim_end_matches(['\r', '\n']).to_string())
+    }
+
+    fn reply(&mut self) -> std::io::Result<Reply> {
+        let line = self.line()?;
+        let bad = || std::io::Error::other(format!("bad reply line `{line}`"));
+        let (kind, rest) = line.split_at_checked(1).ok_or_else(bad)?;
+        Ok(match kind {
+            "+" => Reply::Simple(rest.to_string()),
+            "-" => Reply::Error(rest.to_string()),
+            ":" => Reply::Int(rest.parse().map_err(|_| bad())?),
+            "$" => {
+                let n: i64 = rest.parse().map_err(|_| bad())?;
+                if n < 0 {
+                    Reply::Bulk(None)
+                } else {
+                    let mut b = vec![0; n as usize + 2];
+                    self.r.read_exact(&mut b)?;
+                    b.truncate(n as usize);
+                    Reply::Bulk(Some(b))
+                }
+            }
+            "*" => {
+                let n: i64 = rest.parse().map_err(|_| bad())?;
+                let mut v = Vec::new();
+                for _ in 0..n.max(0) {
+                    v.push(self.reply()?);
+                }
+                Reply::Array(v)
+            }
+            _ => return Err(bad()),
+        })
+    }
+}
+
+fn client(port: u16) -> Client {
+    Client::connect(port).unwrap_or_else(|e| panic!("connect to port {port}: {e}"))
+}
+
+/// One command on a new connection.
+fn call(port: u16, args: &[&str]) -> Reply {
+    client(port)
+        .call_str(args)
+        .unwrap_or_else(|e| panic!("{args:?} on port {port}: {e}"))
+}
+
+/// `INFO section` as a map.
+fn info(port: u16, section: &str) -> HashMap<String, String> {
+    let text = call(port, &["INFO", section])
+        .bulk()
+        .expect("INFO is a bulk string");
+    text.lines()
+        .filter_map(|l| l.split_once(':'))
+        .map(|(k, v)| (k.to_string(), v.trim().to_string()))
+        .collect()
+}
+
+fn info_u64(i: &HashMap<String, String>, key: &str) -> u64 {
+    i.get(key)
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("INFO has no number `{key}`: {i:?}"))
+}
+
+// ---------------------------------------------------------------------------------------------
+// What the client wrote.
+
+/// Every key is written once; its value is derived from it.
+#[derive(Debug, Default)]
+struct Ledger {
+    /// Every key sent, with its value.
+    sent: BTreeMap<String, String>,
+    /// The keys whose SET was answered OK.
+    acked: BTreeSet<String>,
+    /// Error replies seen (for the report).
+    errors: Vec<String>,
+}
+
+#[derive(Debug, PartialEq)]
+enum Outcome {
+    Acked,
+    Refused,
+    Lost,
+}
+
+fn value_for(key: &str, len: usize) -> String {
+    let mut v = format!("value-of-{key}-");
+    while v.len() < len {
+        v.push((b'a' + (v.len() % 26) as u8) as char);
+    }
+    v
+}
+
+impl Ledger {
+    /// SET `key` (once) on `c` and record the outcome; an unexpected reply fails the test.
+    fn set(&mut self, c: &mut Client, key: &str, len: usize) -> Outcome {
+        let value = value_for(key, len);
+        assert!(
+            self.sent.insert(key.to_string(), value.clone()).is_none(),
+            "key {key} written twice"
+        );
+        match c.call_str(&["SET", key, &value]) {
+            Ok(r) if r.is_ok() => {
+                self.acked.insert(key.to_string());
+                Outcome::Acked
+            }
+            Ok(Reply::Error(e)) => {
+                self.errors.push(e);
+                Outcome::Refused
+            }
+            Ok(other) => panic!("SET {key}: unexpected reply {other:?}"),
+            Err(_) => Outcome::Lost,
+        }
+    }
+
+    /// SET `n` keys `{prefix}{i}` on one connection; how many were acknowledged.
+    fn set_many(&mut self, port: u16, prefix: &str, n: usize) -> usize {
+        let mut c = client(port);
+        let mut acked = 0;
+        for i in 0..n {
+            if self.set(&mut c, &format!("{prefix}{i:05}"), 16 + i % 200) == Outcome::Acked {
+                acked += 1;
+            }
+        }
+        acked
+    }
+}
+
+/// The string keys on `port` and their values (SCAN, then MGET).
+fn snapshot(port: u16) -> BTreeMap<String, String> {
+    let mut c = client(port);
+    let mut keys = Vec::new();
+    let mut cursor = "0".to_string();
+    loop {
+        let r = c
+            .call_str(&["SCAN", &cursor, "COUNT", "1000", "TYPE", "string"])
+            .expect("SCAN");
+        let Reply::Array(v) = r else {
+            panic!("SCAN answered {r:?}")
+        };
+        let [next, Reply::Array(batch)] = &v[..] else {
+            panic!("SCAN answered {v:?}")
+        };
+        keys.extend(batch.iter().map(|k| k.bulk().expect("a key")));
+        cursor = next.bulk().expect("a cursor");
+        if cursor == "0" {
+            break;
+        }
+    }
+    let mut out = BTreeMap::new();
+    for chunk in keys.chunks(500) {
+        let mut args = vec!["MGET"];
+        args.extend(chunk.iter().map(String::as_str));
+        let Reply::Array(vals) = c.call_str(&args).expect("MGET") else {
+            panic!("MGET is not an array")
+        };
+        for (k, v) in chunk.iter().zip(vals) {
+            if let Some(v) = v.bulk() {
+                out.insert(k.clone(), v);
+            }
+        }
+    }
+    out
+}
+
+/// Every acknowledged key of `l` is on `port` with its value, and every key there was sent by
+/// the client with that value. Returns the snapshot.
+fn check(port: u16, l: &Ledger, who: &str) -> BTreeMap<String, String> {
+    let snap = snapshot(port);
+    check_snapshot(&snap, l, who);
+    snap
+}
+
+fn check_snapshot(snap: &BTreeMap<String, String>, l: &Ledger, who: &str) {
+    let missing: Vec<&String> = l.acked.iter().filter(|k| !snap.contains_key(*k)).collect();
+    assert!(
+        missing.is_empty(),
+        "{who}: {} of {} acknowledged writes lost, e.g. {:?}",
+        missing.len(),
+        l.acked.len(),
+        &missing[..missing.len().min(10)]
+    );
+    for (k, v) in snap {
+        match l.sent.get(k) {
+            Some(sent) => assert_eq!(v, sent, "{who}: key {k} holds a value never sent"),
+            None => panic!("{who}: key {k} was never written"),
+        }
+    }
+}
+
+/// Poll `port` (a backup) until it holds exactly `want`.
+fn await_same(port: u16, want: &BTreeMap<String, String>, who: &str) {
+    let until = Instant::now() + CATCH_UP_DEADLINE;
+    loop {
+        let got = snapshot(port);
+        if got == *want {
+            return;
+        }
+        if Instant::now() > until {
+            let missing = want.keys().filter(|k| !got.contains_key(*k)).count();
+            let extra = got.keys().filter(|k| !want.contains_key(*k)).count();
+            let differ = want
+                .iter()
+                .filter(|(k, v)| got.get(*k).is_some_and(|g| g != *v))
+                .count();
+            panic!(
+                "{who} did not catch up in {CATCH_UP_DEADLINE:?}: {missing} keys missing, \
+                 {extra} extra, {differ} different (of {}); INFO: {:?}",
+                want.len(),
+                info(port, "replication")
+            );
+        }
+        thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// The primary's INFO replication, with the checks every healthy primary passes.
+fn primary_info(port: u16, backups_live: u64) -> HashMap<String, String> {
+    let i = info(port, "replication");
+    assert_eq!(i.get("kavach_role").map(String::as_str), Some("primary"));
+    assert_eq!(i.get("role").map(String::as_str), Some("master"));
+    assert_eq!(info_u64(&i, "backups_live"), backups_live, "{i:?}");
+    assert_eq!(
+        i.get("replication_failed").map(String::as_str),
+        Some("no"),
+        "{i:?}"
+    );
+    assert!(info_u64(&i, "epoch") >= 1, "{i:?}");
+    i
+}
+
+// ---------------------------------------------------------------------------------------------
+// The scenarios.
+
+/// Two backups, W = 2: every acknowledged write is on the primary and, once they applied it,
+/// on both backups; a backup refuses writes; INFO describes the roles; a clean shutdown and
+/// restart keeps everything.
+#[test]
+fn happy_path_writes_reach_every_backup() {
+    let mut cl = Cluster::new("repl-happy", 2, Opts::new(2, LONG_TIMEOUT_MS));
+    let mut l = Ledger::default();
+    let p = cl.port();
+    assert_eq!(l.set_many(p, "k", 300), 300, "{:?}", l.errors);
+    // Other kinds of writes go through the replicated log too.
+    {
+        let mut c = client(p);
+        for _ in 0..5 {
+            assert!(matches!(
+                c.call_str(&["INCR", "counter"]),
+                Ok(Reply::Int(_))
+            ));
+        }
+        assert_eq!(
+            c.call_str(&["HSET", "h", "f1", "a", "f2", "b"]).unwrap(),
+            Reply::Int(2)
+        );
+        assert_eq!(
+            c.call_str(&["APPEND", "counter", "0"]).unwrap(),
+            Reply::Int(2)
+        );
+        assert_eq!(c.call_str(&["DEL", "k00007"]).unwrap(), Reply::Int(1));
+    }
+    l.acked.remove("k00007");
+    l.sent.remove("k00007");
+    l.sent.insert("counter".into(), "50".into());
+    l.acked.insert("counter".into());
+    let snap = check(p, &l, "primary");
+    assert_eq!(snap.len(), 300, "299 keys and the counter");
+
+    let pi = primary_info(p, 2);
+    assert_eq!(info_u64(&pi, "write_quorum"), 2);
+    assert_eq!(info_u64(&pi, "backups"), 2);
+    let epoch = info_u64(&pi, "epoch");
+    for i in 0..2 {
+        let b = cl.backup(i).port;
+        await_same(b, &snap, &format!("backup {i}"));
+        assert_eq!(
+            call(b, &["HGET", "h", "f2"]).bulk().as_deref(),
+            Some("b"),
+            "backup {i}"
+        );
+        let bi = info(b, "replication");
+        assert_eq!(
+            bi.get("kavach_role").map(String::as_str),
+            Some("backup"),
+            "{bi:?}"
+        );
+        assert_eq!(info_u64(&bi, "epoch"), epoch, "{bi:?}");
+        match call(b, &["SET", "x", "1"]) {
+            Reply::Error(e) => assert!(e.starts_with("READONLY"), "{e}"),
+            r => panic!("a backup accepted a write: {r:?}"),
+        }
+        assert!(
+            pi.get(&format!("backup{i}"))
+                .is_some_and(|v| v.contains("live=1")),
+            "{pi:?}"
+        );
+    }
+
+    // A clean shutdown exits 0; the restarted primary takes a new epoch and has everything.
+    let mut old = cl.primary.take().unwrap();
+    let _ = client(old.port).call_str(&["SHUTDOWN"]);
+    let status = old.wait_exit(Duration::from_secs(60));
+    assert!(status.success(), "SHUTDOWN: {status}; {}", old.stderr());
+    drop(old);
+    cl.start_primary();
+    let p = cl.port();
+    let pi = primary_info(p, 2);
+    assert!(info_u64(&pi, "epoch") > epoch, "{pi:?}");
+    assert_eq!(check(p, &l, "restarted primary"), snap);
+    assert_eq!(call(p, &["HGET", "h", "f1"]).bulk().as_deref(), Some("a"));
+    assert_eq!(l.set_many(p, "after", 20), 20, "{:?}", l.errors);
+    let snap = check(p, &l, "restarted primary");
+    for i in 0..2 {
+        await_same(
+            cl.backup(i).port,
+            &snap,
+            &format!("backup {i} after restart"),
+        );
+    }
+    cl.h.assert_no_panic();
+}
+
+/// W = 1 of 2: a backup killed mid-stream costs nothing but a dropped backup; restarted, it
+/// is repaired when the primary restarts (itself after a SIGKILL), and nothing acknowledged is
+/// lost anywhere.
+#[test]
+fn sigkill_a_backup_then_the_primary() {
+    let mut cl = Cluster::new("repl-kill-backup", 2, Opts::new(1, LONG_TIMEOUT_MS));
+    let mut l = Ledger::default();
+    let p = cl.port();
+    assert_eq!(l.set_many(p, "a", 100), 100, "{:?}", l.errors);
+
+    // Kill backup 0 while a client writes.
+    let writer = {
+        let stop = Arc::new(AtomicBool::new(false));
+        let s = Arc::clone(&stop);
+        let h = thread::spawn(move || {
+            let mut l = Ledger::default();
+            let mut c = client(p);
+            let mut i = 0;
+            while !s.load(Ordering::Relaxed) || i < 50 {
+                l.set(&mut c, &format!("b{i:05}"), 40);
+                i += 1;
+            }
+            l
+        });
+        (stop, h)
+    };
+    thread::sleep(Duration::from_millis(300));
+    cl.kill_backup(0);
+    thread::sleep(Duration::from_millis(500));
+    writer.0.store(true, Ordering::Relaxed);
+    let w = writer.1.join().expect("writer");
+    assert_eq!(
+        w.acked.len(),
+        w.sent.len(),
+        "with one backup of two left and W = 1, every write succeeds: {:?}",
+        w.errors
+    );
+    l.sent.extend(w.sent);
+    l.acked.extend(w.acked);
+    assert_eq!(l.set_many(p, "c", 50), 50, "{:?}", l.errors);
+    let pi = primary_info(p, 1);
+    assert!(pi["backup0"].contains("live=0"), "{pi:?}");
+    let snap = check(p, &l, "primary");
+    await_same(cl.backup(1).port, &snap, "backup 1");
+
+    // Backup 0 comes back (not live for this primary), more writes, then the primary dies.
+    cl.restart_backup(0);
+    assert_eq!(l.set_many(p, "d", 50), 50, "{:?}", l.errors);
+    cl.kill_primary();
+    cl.start_primary();
+    let p = cl.port();
+    primary_info(p, 2);
+    let snap = check(p, &l, "restarted primary");
+    assert_eq!(snap.len(), l.acked.len());
+    for i in 0..2 {
+        await_same(cl.backup(i).port, &snap, &format!("backup {i}"));
+    }
+    assert_eq!(l.set_many(p, "e", 30), 30, "{:?}", l.errors);
+    let snap = check(p, &l, "restarted primary");
+    for i in 0..2 {
+        await_same(cl.backup(i).port, &snap, &format!("backup {i}"));
+    }
+    cl.h.assert_no_panic();
+}
+
+/// W = 2 of 2: a paused backup makes writes fail (never acknowledged without it); after it
+/// resumes and the primary restarts, every acknowledged write is there and writes work again.
+#[test]
+fn sigstop_a_backup_with_full_write_quorum() {
+    let mut cl = Cluster::new("repl-stop-backup", 2, Opts::new(2, SHORT_TIMEOUT_MS));
+    let mut l = Ledger::default();
+    let p = cl.port();
+    assert_eq!(l.set_many(p, "a", 50), 50, "{:?}", l.errors);
+    cl.backup(1).stop();
+    let mut c = client(p);
+    let first = l.set(&mut c, "stopped-0", 40);
+    assert_ne!(
+        first,
+        Outcome::Acked,
+        "a write acknowledged with a backup of W = 2 paused"
+    );
+    for i in 1..4 {
+        let o = l.set(&mut c, &format!("stopped-{i}"), 40);
+        assert_ne!(
+            o,
+            Outcome::Acked,
+            "write {i} acknowledged with a backup paused"
+        );
+    }
+    let pi = info(p, "replication");
+    assert_ne!(pi["replication_failed"], "no", "{pi:?}");
+    // Backup 0 persisted the failed writes but must not show them: they are not committed
+    // (a later recovery may or may not keep them).
+    thread::sleep(Duration::from_millis(600));
+    let b0 = snapshot(cl.backup(0).port);
+    assert!(
+        !b0.keys().any(|k| k.starts_with("stopped-")),
+        "backup 0 shows writes that were never committed: {:?}",
+        b0.keys()
+            .filter(|k| k.starts_with("stopped-"))
+            .collect::<Vec<_>>()
+    );
+    check_snapshot(&b0, &l, "backup 0");
+    cl.backup(1).cont();
+    // Still refused: the primary waits for a restart.
+    let o = l.set(&mut c, "resumed-0", 40);
+    eprintln!("a write after SIGCONT: {o:?}; errors: {:?}", l.errors);
+    drop(c);
+    cl.restart_primary();
+    let p = cl.port();
+    primary_info(p, 2);
+    let snap = check(p, &l, "restarted primary");
+    assert_eq!(l.set_many(p, "b", 50), 50, "{:?}", l.errors);
+    let snap2 = check(p, &l, "restarted primary");
+    assert!(snap2.len() >= snap.len() + 50);
+    for i in 0..2 {
+        await_same(cl.backup(i).port, &snap2, &format!("backup {i}"));
+    }
+    cl.h.assert_no_panic();
+}
+
+/// A paused primary (SIGSTOP longer than the backup timeout) resumes; nothing acknowledged is
+/// lost, before or after a restart.
+#[test]
+fn sigstop_the_primary() {
+    let mut cl = Cluster::new("repl-stop-primary", 2, Opts::new(1, SHORT_TIMEOUT_MS));
+    let p = cl.port();
+    let stop = Arc::new(AtomicBool::new(false));
+    let writer = {
+        let stop = Arc::clone(&stop);
+        thread::spawn(move || {
+            let mut l = Ledger::default();
+            let mut c = client(p);
+            let mut i = 0;
+            while !stop.load(Ordering::Relaxed) {
+                thread::sleep(Duration::from_millis(1));
+                if l.set(&mut c, &format!("k{i:06}"), 60) == Outcome::Lost {
+                    break;
+                }
+                i += 1;
+            }
+            l
+        })
+    };
+    thread::sleep(Duration::from_millis(500));
+    let primary = cl.primary.as_ref().unwrap();
+    primary.stop();
+    thread::sleep(Duration::from_millis(2 * SHORT_TIMEOUT_MS));
+    primary.cont();
+    thread::sleep(Duration::from_millis(1000));
+    stop.store(true, Ordering::Relaxed);
+    let l = writer.join().expect("writer");
+    let pi = info(p, "replication");
+    eprintln!(
+        "after a pause of the primary: {} of {} writes acknowledged; replication_failed: {}; \
+         errors: {:?}",
+        l.acked.len(),
+        l.sent.len(),
+        pi["replication_failed"],
+        &l.errors[..l.errors.len().min(3)]
+    );
+    assert!(!l.acked.is_empty());
+    check(p, &l, "primary after SIGCONT");
+    cl.restart_primary();
+    let p = cl.port();
+    primary_info(p, 2);
+    let snap = check(p, &l, "restarted primary");
+    for i in 0..2 {
+        await_same(cl.backup(i).port, &snap, &format!("backup {i}"));
+    }
+    cl.h.assert_no_panic();
+}
+
+/// The primary dies; `kavach promote` makes a backup the primary with the other backup; every
+/// write the old primary acknowledged is there; the old primary rejoins as a backup, and the
+/// new primary restarted with both backups repairs it.
+#[test]
+fn sigkill_the_primary_and_promote_a_backup() {
+    let mut cl = Cluster::new("repl-promote", 2, Opts::new(1, LONG_TIMEOUT_MS));
+    let mut l = Ledger::default();
+    let p = cl.port();
+    assert_eq!(l.set_many(p, "a", 200), 200, "{:?}", l.errors);
+    let old_epoch = info_u64(&primary_info(p, 2), "epoch");
+    // Kill it while a client writes.
+    let writer = thread::spawn(move || {
+        let mut l = Ledger::default();
+        let mut c = client(p);
+        let mut i = 0;
+        while l.set(&mut c, &format!("b{i:06}"), 50) != Outcome::Lost {
+            i += 1;
+        }
+        l
+    });
+    thread::sleep(Duration::from_millis(400));
+    cl.kill_primary();
+    let w = writer.join().expect("writer");
+    l.sent.extend(w.sent);
+    l.acked.extend(w.acked);
+
+    // Promote backup 0 with backup 1 (directly, not through the proxy).
+    let b0 = cl.backups[0].take().unwrap();
+    let o = common::kavach(&[
+        "promote",
+        "--port",
+        &b0.port.to_string(),
+        "--replicas",
+        &cl.listen[1],
+        "--write-quorum",
+        "1",
+    ]);
+    common::assert_code(&o, 0);
+    assert!(
+        common::stdout(&o).contains("promoted"),
+        "{}",
+        common::stdout(&o)
+    );
+    let np = b0.port;
+    let pi = primary_info(np, 1);
+    assert!(info_u64(&pi, "epoch") > old_epoch, "{pi:?}");
+    let snap = check(np, &l, "promoted backup");
+    await_same(cl.backup(1).port, &snap, "backup 1 under the new primary");
+    assert_eq!(l.set_many(np, "c", 100), 100, "{:?}", l.errors);
+    let snap = check(np, &l, "promoted backup");
+    await_same(cl.backup(1).port, &snap, "backup 1 under the new primary");
+
+    // The old primary's directory restarted as a backup.
+    let old_dir = cl.h.dir("p");
+    let old = backup(&cl.h, "old-p", &old_dir, "127.0.0.1:0");
+    let old_listen = old.listen.clone().unwrap();
+    // The new primary (the promoted backup) restarted with both backups.
+    let b0_dir = b0.dir.clone();
+    drop(b0);
+    let replicas = vec![cl.listen[1].clone(), old_listen];
+    let np = primary(&cl.h, "b0-as-primary", &b0_dir, &replicas, cl.opts);
+    let pi = primary_info(np.port, 2);
+    assert!(info_u64(&pi, "epoch") > old_epoch + 1, "{pi:?}");
+    let snap = check(np.port, &l, "the new primary restarted");
+    await_same(cl.backup(1).port, &snap, "backup 1");
+    await_same(old.port, &snap, "the old primary as a backup");
+    assert_eq!(l.set_many(np.port, "d", 50), 50, "{:?}", l.errors);
+    let snap = check(np.port, &l, "the new primary restarted");
+    await_same(old.port, &snap, "the old primary as a backup");
+    await_same(cl.backup(1).port, &snap, "backup 1");
+    drop(np);
+    drop(old);
+    cl.h.assert_no_panic();
+}
+
+/// Partitions through the proxies, W = 1 of 2: a slow link and a black hole cost time, not
+/// writes; both links cut fails writes; healed, the restarted primary has every acknowledged
+/// write and the backups hold what the primary holds.
+#[test]
+fn proxy_partitions_delay_drop_cut() {
+    let mut cl = Cluster::new("repl-proxy", 2, Opts::new(1, 1500));
+    let mut l = Ledger::default();
+    let p = cl.port();
+    assert_eq!(l.set_many(p, "a", 30), 30, "{:?}", l.errors);
+
+    // A slow link: writes still succeed.
+    cl.proxies[0].set(Fault::Delay(Duration::from_millis(50)));
+    let t = Instant::now();
+    assert_eq!(l.set_many(p, "delay", 10), 10, "{:?}", l.errors);
+    eprintln!("10 writes over a 50 ms link: {:?}", t.elapsed());
+    primary_info(p, 2);
+    cl.proxies[0].set(Fault::Pass);
+
+    // A black hole on link 0: after one timeout the backup is dropped and writes go on.
+    cl.proxies[0].set(Fault::Drop);
+    let t = Instant::now();
+    assert_eq!(l.set_many(p, "drop", 30), 30, "{:?}", l.errors);
+    eprintln!("30 writes with link 0 black-holed: {:?}", t.elapsed());
+    let pi = primary_info(p, 1);
+    assert!(pi["backup0"].contains("live=0"), "{pi:?}");
+    let snap = check(p, &l, "primary");
+    await_same(cl.backup(1).port, &snap, "backup 1");
+
+    // The remaining link slow: still fine.
+    cl.proxies[1].set(Fault::Delay(Duration::from_millis(30)));
+    assert_eq!(l.set_many(p, "delay1-", 5), 5, "{:?}", l.errors);
+
+    // Both links cut: writes fail, none acknowledged.
+    cl.proxies[0].set(Fault::Cut);
+    cl.proxies[1].set(Fault::Cut);
+    let mut c = client(p);
+    for i in 0..3 {
+        let o = l.set(&mut c, &format!("cut{i}"), 30);
+        assert_ne!(
+            o,
+            Outcome::Acked,
+            "a write acknowledged with every backup cut off"
+        );
+    }
+    drop(c);
+    let pi = info(p, "replication");
+    assert_ne!(pi["replication_failed"], "no", "{pi:?}");
+
+    // Heal and restart the primary: both backups repaired, nothing acknowledged lost.
+    cl.proxies[0].set(Fault::Pass);
+    cl.proxies[1].set(Fault::Pass);
+    cl.restart_primary();
+    let p = cl.port();
+    primary_info(p, 2);
+    let snap = check(p, &l, "restarted primary");
+    for i in 0..2 {
+        await_same(cl.backup(i).port, &snap, &format!("backup {i}"));
+    }
+    assert_eq!(l.set_many(p, "b", 20), 20, "{:?}", l.errors);
+    let snap = check(p, &l, "restarted primary");
+    for i in 0..2 {
+        await_same(cl.backup(i).port, &snap, &format!("backup {i}"));
+    }
+    cl.h.assert_no_panic();
+}
+
+/// A client writes while the primary is killed, under each flush order; the restarted primary
+/// and both backups hold every acknowledged write.
+#[test]
+fn sigkill_the_primary_under_every_flush_order() {
+    for order in ["replicate-first", "parallel", "flush-first"] {
+        let opts = Opts {
+            order,
+            ..Opts::new(1, LONG_TIMEOUT_MS)
+        };
+        let mut cl = Cluster::new(&format!("repl-order-{order}"), 2, opts);
+        let p = cl.port();
+        let writer = thread::spawn(move || {
+            let mut l = Ledger::default();
+            let mut c = client(p);
+            let mut i = 0;
+            while l.set(&mut c, &format!("k{i:06}"), 80) != Outcome::Lost {
+                i += 1;
+            }
+            l
+        });
+        thread::sleep(Duration::from_millis(400));
+        cl.kill_primary();
+        let l = writer.join().expect("writer");
+        assert!(!l.acked.is_empty(), "{order}: {:?}", l.errors);
+        assert!(l.errors.is_empty(), "{order}: {:?}", l.errors);
+        cl.start_primary();
+        let p = cl.port();
+        let pi = primary_info(p, 2);
+        assert_eq!(pi["flush_order"], order);
+        let snap = check(p, &l, &format!("{order}: restarted primary"));
+        for i in 0..2 {
+            await_same(cl.backup(i).port, &snap, &format!("{order}: backup {i}"));
+        }
+        eprintln!(
+            "{order}: {} acknowledged, {} present",
+            l.acked.len(),
+            snap.len()
+        );
+        cl.h.assert_no_panic();
+    }
+}
+
+/// The primary loses its disk (its directory is gone) while both backups are up: restarted,
+/// it rebuilds its copy from them and has every acknowledged write.
+#[test]
+fn primary_that_lost_its_disk_rebuilds_from_the_backups() {
+    let mut cl = Cluster::new("repl-lost-disk", 2, Opts::new(1, LONG_TIMEOUT_MS));
+    let mut l = Ledger::default();
+    assert_eq!(l.set_many(cl.port(), "a", 300), 300, "{:?}", l.errors);
+    cl.kill_primary();
+    std::fs::remove_dir_all(cl.h.dir("p")).expect("remove the primary's directory");
+    cl.start_primary();
+    let p = cl.port();
+    primary_info(p, 2);
+    let snap = check(p, &l, "primary rebuilt from the backups");
+    assert_eq!(snap.len(), 300);
+    assert_eq!(l.set_many(p, "b", 30), 30, "{:?}", l.errors);
+    let snap = check(p, &l, "primary rebuilt from the backups");
+    for i in 0..2 {
+        await_same(cl.backup(i).port, &snap, &format!("backup {i}"));
+    }
+    cl.h.assert_no_panic();
+}
+
+/// BUG (reported to the lead, not fixed here): the primary loses its disk while the only
+/// backup holding its latest acknowledged writes (W = 1 of 2) is down. `Replicated::primary`
+/// creates an empty local copy (taking the log's identity from the reachable backup), and
+/// `replication::recover` counts that fresh copy toward the read quorum (R = 2: "the primary
+/// and one backup"), so it starts from the stale backup alone, takes a new epoch on it, and the
+/// writes acknowledged by the old primary and backup 0 are gone; when backup 0 returns, the
+/// next recovery sees it at an older epoch and rebuilds it from the new history, so they are
+/// lost for good. A primary without its copy must not count itself: it needs N - W + 1 (here
+/// 2) backups, or should refuse to start. Run with `-- --ignored`.
+#[test]
+#[ignore = "BUG: a primary that lost its copy counts an empty one toward the read quorum"]
+fn primary_that_lost_its_disk_waits_for_the_backup_with_the_latest_writes() {
+    let mut cl = Cluster::new("repl-lost-disk-2", 2, Opts::new(1, SHORT_TIMEOUT_MS));
+    let mut l = Ledger::default();
+    assert_eq!(l.set_many(cl.port(), "a", 50), 50, "{:?}", l.errors);
+    // Backup 1 falls behind: its link black-holed, it is dropped; writes go on with backup 0.
+    cl.proxies[1].set(Fault::Drop);
+    assert_eq!(l.set_many(cl.port(), "only-b0-", 50), 50, "{:?}", l.errors);
+    let pi = primary_info(cl.port(), 1);
+    assert!(pi["backup1"].contains("live=0"), "{pi:?}");
+    // The primary dies with its disk; backup 0 is down; backup 1 is reachable again.
+    cl.kill_primary();
+    std::fs::remove_dir_all(cl.h.dir("p")).expect("remove the primary's directory");
+    cl.kill_backup(0);
+    cl.proxies[1].set(Fault::Pass);
+    let mut missing_then = None;
+    match cl.try_start_primary() {
+        Err(e) => eprintln!("refused to start, as it should: {e}"),
+        Ok(()) => {
+            let snap = snapshot(cl.port());
+            let n = l.acked.iter().filter(|k| !snap.contains_key(*k)).count();
+            missing_then = Some((n, info(cl.port(), "replication")));
+            cl.kill_primary();
+        }
+    }
+    // Backup 0 is back: now every acknowledged write must be there.
+    cl.restart_backup(0);
+    cl.start_primary();
+    let p = cl.port();
+    let snap = snapshot(p);
+    let lost: Vec<&String> = l.acked.iter().filter(|k| !snap.contains_key(*k)).collect();
+    assert!(
+        lost.is_empty() && missing_then.is_none(),
+        "a primary with no local copy started from backup 1 alone, missing {:?} acknowledged \
+         writes (INFO then: {:?}); after backup 0 came back and the primary restarted, {} of {} \
+         are still missing, e.g. {:?}",
+        missing_then.as_ref().map(|m| m.0),
+        missing_then.as_ref().map(|m| &m.1),
+        lost.len(),
+        l.acked.len(),
+        &lost[..lost.len().min(5)],
+    );
+    primary_info(p, 2);
+    let snap = check(p, &l, "primary with both backups back");
+    for i in 0..2 {
+        await_same(cl.backup(i).port, &snap, &format!("backup {i}"));
+    }
+    cl.h.assert_no_panic();
+}
+
+/// Failover while the old primary is alive but cut off (its links black-holed): the promoted
+/// backup has every write the old primary acknowledged, and the old primary, healed, cannot
+/// acknowledge anything any more (the backups follow the new epoch).
+#[test]
+fn promote_while_the_old_primary_is_partitioned() {
+    let mut cl = Cluster::new("repl-promote-split", 2, Opts::new(1, SHORT_TIMEOUT_MS));
+    let old_port = cl.port();
+    let stop = Arc::new(AtomicBool::new(false));
+    let writer = {
+        let stop = Arc::clone(&stop);
+        thread::spawn(move || {
+            let mut l = Ledger::default();
+            let mut c = client(old_port);
+            let mut i = 0;
+            while !stop.load(Ordering::Relaxed) {
+                thread::sleep(Duration::from_millis(2));
+                if l.set(&mut c, &format!("k{i:06}"), 50) == Outcome::Lost {
+                    break;
+                }
+                i += 1;
+            }
+            l
+        })
+    };
+    thread::sleep(Duration::from_millis(500));
+    // Isolate the old primary.
+    cl.proxies[0].set(Fault::Drop);
+    cl.proxies[1].set(Fault::Drop);
+    thread::sleep(Duration::from_millis(100));
+    let b0 = cl.backups[0].take().unwrap();
+    let o = common::kavach(&[
+        "promote",
+        "--port",
+        &b0.port.to_string(),
+        "--replicas",
+        &cl.listen[1],
+        "--write-quorum",
+        "1",
+        "--timeout",
+        "60",
+    ]);
+    let promoted = o.status.success();
+    // Heal: the old primary can reach both again, and must not get a write acknowledged.
+    cl.proxies[0].set(Fault::Pass);
+    cl.proxies[1].set(Fault::Pass);
+    thread::sleep(Duration::from_millis(1000));
+    stop.store(true, Ordering::Relaxed);
+    let l = writer.join().expect("writer");
+    assert!(
+        promoted,
+        "kavach promote failed while the old primary was partitioned: {}{}",
+        common::stdout(&o),
+        common::stderr(&o)
+    );
+    let np = b0.port;
+    primary_info(np, 1);
+    let snap = check(np, &l, "the promoted backup");
+    eprintln!(
+        "{} writes to the old primary, {} acknowledged, {} on the new primary",
+        l.sent.len(),
+        l.acked.len(),
+        snap.len()
+    );
+    let mut c = client(old_port);
+    let mut l2 = Ledger {
+        sent: l.sent.clone(),
+        ..Ledger::default()
+    };
+    for i in 0..3 {
+        assert_ne!(
+            l2.set(&mut c, &format!("late{i}"), 20),
+            Outcome::Acked,
+            "the old primary acknowledged a write after the failover"
+        );
+    }
+    await_same(cl.backup(1).port, &snap, "backup 1 under the new primary");
+    drop(b0);
+    cl.h.assert_no_panic();
+}
+
+// ---------------------------------------------------------------------------------------------
+// The soak.
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum BackupState {
+    Running,
+    Stopped,
+    Dead,
+}
+
+/// What the writer thread shares with the fault thread.
+struct Shared {
+    /// The primary's RESP port, 0 while there is none.
+    port: AtomicU16,
+    stop: AtomicBool,
+    ledger: Mutex<Ledger>,
+    /// Failed writes in a row (a primary that lost its quorum refuses until restarted).
+    failing: AtomicU64,
+}
+
+/// The most keys the soak writes: the store's DRAM state must stay well inside --slot-mib (a
+/// store that once came near it cannot be rebuilt at restart; see the ignored test
+/// `primary_restarts_after_its_store_filled_up`).
+const SOAK_MAX_KEYS: u64 = 12_000;
+
+fn soak_writer(sh: &Shared, seed: u64) {
+    let mut rng = SplitMix64::new(seed);
+    let mut conn: Option<(u16, Client)> = None;
+    let mut i = 0u64;
+    while !sh.stop.load(Ordering::Relaxed) {
+        if i >= SOAK_MAX_KEYS {
+            thread::sleep(Duration::from_millis(10));
+            continue;
+        }
+        // A steady stream, not a flood: the faults land among a few thousand writes.
+        thread::sleep(Duration::from_millis(1));
+        let port = sh.port.load(Ordering::Acquire);
+        if port == 0 {
+            conn = None;
+            thread::sleep(Duration::from_millis(10));
+            continue;
+        }
+        if conn.as_ref().is_none_or(|(p, _)| *p != port) {
+            conn = Client::connect(port).ok().map(|c| (port, c));
+            if conn.is_none() {
+                thread::sleep(Duration::from_millis(10));
+                continue;
+            }
+        }
+        let Some((_, c)) = conn.as_mut() else {
+            continue;
+        };
+        let key = format!("s{i:06}");
+        i += 1;
+        let len = 16 + rng.below(150) as usize;
+        let value = value_for(&key, len);
+        sh.ledger
+            .lock()
+            .unwrap()
+            .sent
+            .insert(key.clone(), value.clone());
+        let r = c.call_str(&["SET", &key, &value]);
+        let mut l = sh.ledger.lock().unwrap();
+        match r {
+            Ok(r) if r.is_ok() => {
+                l.acked.insert(key);
+                sh.failing.store(0, Ordering::Release);
+            }
+            Ok(Reply::Error(e)) => {
+                if l.errors.len() < 1000 {
+                    l.errors.push(e);
+                }
+                sh.failing.fetch_add(1, Ordering::AcqRel);
+                drop(l);
+                thread::sleep(Duration::from_millis(20));
+            }
+            Ok(other) => panic!("SET {key}: unexpected reply {other:?}"),
+            Err(_) => {
+                drop(l);
+                conn = None;
+                sh.failing.fetch_add(1, Ordering::AcqRel);
+                thread::sleep(Duration::from_millis(10));
+            }
+        }
+    }
+}
+
+/// Random faults for ~20 s while a client writes unique keys: backups killed and restarted,
+/// paused and resumed, their links delayed, black-holed and cut; the primary paused, killed and
+/// restarted (its recovery checked each time). At the end everything heals and the restarted
+/// primary and both backups hold every acknowledged write.
+#[test]
+fn randomized_soak_loses_no_acknowledged_write() {
+    const SOAK: Duration = Duration::from_secs(20);
+    let seed = std::env::var("KAVACH_SOAK_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0x5eed_2024_u64);
+    eprintln!("soak seed {seed} (set KAVACH_SOAK_SEED to replay)");
+    let mut rng = SplitMix64::new(seed);
+    let mut cl = Cluster::new("repl-soak", 2, Opts::new(1, SHORT_TIMEOUT_MS));
+    let mut states = [BackupState::Running; 2];
+    let sh = Arc::new(Shared {
+        port: AtomicU16::new(cl.port()),
+        stop: AtomicBool::new(false),
+        ledger: Mutex::new(Ledger::default()),
+        failing: AtomicU64::new(0),
+    });
+    let writer = {
+        let sh = Arc::clone(&sh);
+        let s = rng.next_u64();
+        thread::spawn(move || soak_writer(&sh, s))
+    };
+    let mut counts: BTreeMap<&str, u64> = BTreeMap::new();
+    let mut checked = 0usize;
+
+    // Make backup `i` healthy: resumed or restarted, its link passing.
+    let heal = |cl: &mut Cluster, states: &mut [BackupState; 2], i: usize| {
+        match states[i] {
+            BackupState::Stopped => cl.backup(i).cont(),
+            BackupState::Dead => cl.restart_backup(i),
+            BackupState::Running => {}
+        }
+        states[i] = BackupState::Running;
+        cl.proxies[i].set(Fault::Pass);
+    };
+    // Kill the primary and start it again; check what it recovered before clients see it.
+    let restart_primary = |cl: &mut Cluster,
+                           states: &mut [BackupState; 2],
+                           rng: &mut SplitMix64,
+                           checked: &mut usize| {
+        sh.port.store(0, Ordering::Release);
+        cl.kill_primary();
+        // Recovery needs a majority (the primary and one backup): make sure one is healthy.
+        let healthy = (0..2).any(|i| {
+            states[i] == BackupState::Running
+                && cl.proxies[i].fault() != Fault::Drop
+                && cl.proxies[i].fault() != Fault::Cut
+        });
+        if !healthy {
+            heal(cl, states, rng.below(2) as usize);
+        }
+        if let Err(e) = cl.try_start_primary() {
+            eprintln!("primary did not start ({e}); healing everything and retrying");
+            heal(cl, states, 0);
+            heal(cl, states, 1);
+            cl.start_primary();
+        }
+        let p = cl.port();
+        let l = sh.ledger.lock().unwrap();
+        check(p, &l, "primary after a restart");
+        *checked = l.acked.len();
+        drop(l);
+        sh.failing.store(0, Ordering::Release);
+        sh.port.store(p, Ordering::Release);
+    };
+
+    let end = Instant::now() + SOAK;
+    while Instant::now() < end {
+        thread::sleep(Duration::from_millis(100 + rng.below(400)));
+        let i = rng.below(2) as usize;
+        let roll = rng.below(100);
+        // A primary that lost its quorum refuses every write until it restarts.
+        if sh.failing.load(Ordering::Acquire) >= 5 {
+            *counts.entry("primary restarted (quorum lost)").or_default() += 1;
+            restart_primary(&mut cl, &mut states, &mut rng, &mut checked);
+            continue;
+        }
+        match roll {
+            0..=14 => {
+                if states[i] != BackupState::Dead {
+                    cl.kill_backup(i);
+                    states[i] = BackupState::Dead;
+                    *counts.entry("backup killed").or_default() += 1;
+                }
+            }
+            15..=29 => {
+                if states[i] == BackupState::Dead {
+                    cl.restart_backup(i);
+                    states[i] = BackupState::Running;
+                    *counts.entry("backup restarted").or_default() += 1;
+                }
+            }
+            30..=41 => {
+                if states[i] == BackupState::Running {
+                    cl.backup(i).stop();
+                    states[i] = BackupState::Stopped;
+                    *counts.entry("backup stopped").or_default() += 1;
+                }
+            }
+            42..=55 => {
+                if states[i] == BackupState::Stopped {
+                    cl.backup(i).cont();
+                    states[i] = BackupState::Running;
+                    *counts.entry("backup resumed").or_default() += 1;
+                }
+            }
+            56..=79 => {
+                let f = match rng.below(6) {
+                    0 => Fault::Drop,
+                    1 => Fault::Cut,
+                    2 | 3 => Fault::Delay(Duration::from_millis(1 + rng.below(40))),
+                    _ => Fault::Pass,
+                };
+                cl.proxies[i].set(f);
+                *counts
+                    .entry(match f {
+                        Fault::Pass => "link passing",
+                        Fault::Drop => "link dropping",
+                        Fault::Delay(_) => "link delayed",
+                        Fault::Cut => "link cut",
+                    })
+                    .or_default() += 1;
+            }
+            80..=87 => {
+                let p = cl.primary.as_ref().unwrap();
+                p.stop();
+                thread::sleep(Duration::from_millis(200 + rng.below(1200)));
+                p.cont();
+                *counts.entry("primary paused").or_default() += 1;
+            }
+            _ => {
+                *counts.entry("primary killed and restarted").or_default() += 1;
+                restart_primary(&mut cl, &mut states, &mut rng, &mut checked);
+            }
+        }
+    }
+
+    // Heal everything and restart the primary: both backups must be repaired.
+    for i in 0..2 {
+        heal(&mut cl, &mut states, i);
+    }
+    restart_primary(&mut cl, &mut states, &mut rng, &mut checked);
+    let p = cl.port();
+    // A few more writes with everything healthy.
+    let until = Instant::now() + Duration::from_secs(1);
+    while Instant::now() < until && sh.ledger.lock().unwrap().acked.len() <= checked + 20 {
+        thread::sleep(Duration::from_millis(50));
+    }
+    sh.stop.store(true, Ordering::Relaxed);
+    writer.join().expect("the writer thread");
+    let l = sh.ledger.lock().unwrap();
+    primary_info(p, 2);
+    let snap = check(p, &l, "the final primary");
+    for i in 0..2 {
+        await_same(cl.backup(i).port, &snap, &format!("backup {i} at the end"));
+    }
+    let mut kinds: BTreeMap<String, usize> = BTreeMap::new();
+    for e in &l.errors {
+        let k: String = e.chars().take(60).collect();
+        *kinds.entry(k).or_default() += 1;
+    }
+    eprintln!(
+        "soak: {} writes sent, {} acknowledged, {} present at the end; faults {counts:?}; \
+         errors {kinds:?}",
+        l.sent.len(),
+        l.acked.len(),
+        snap.len()
+    );
+    assert!(
+        l.acked.len() > 200,
+        "the client got work done ({} acknowledged)",
+        l.acked.len()
+    );
+    drop(l);
+    cl.h.assert_no_panic();
+}
+
+/// BUG (reported to the lead, not fixed here): a replicated primary whose store once came near
+/// --slot-mib cannot restart. `rebuild_store` empties the store with FLUSHALL and replays the
+/// replicated log, but FLUSHALL leaves the DRAM arenas at their high-water length, so the first
+/// replayed SET is refused (`replaying LSN ...: OOM the DRAM state (...) is near the shadow
+/// slots' capacity`) and `kavach serve` exits 1, with every copy of the log intact. (FLUSHALL
+/// does not make room on a running store either.) By the code (not tested here), a backup
+/// restarted in that state fails the same way, more quietly: it empties its store at start,
+/// and its applier records an apply error, skips the record and goes on, so its reads miss
+/// those keys. Run with `cargo test -p kavach --test replication -- --ignored`.
+#[test]
+#[ignore = "BUG: a primary whose store came near --slot-mib cannot restart (replay hits OOM)"]
+fn primary_restarts_after_its_store_filled_up() {
+    let mut cl = Cluster::new("repl-full", 2, Opts::new(1, LONG_TIMEOUT_MS));
+    let mut l = Ledger::default();
+    let p = cl.port();
+    let mut c = client(p);
+    let mut oom = None;
+    for i in 0..20_000 {
+        if l.set(&mut c, &format!("k{i:06}"), 1000) != Outcome::Acked {
+            oom = l.errors.last().cloned();
+            break;
+        }
+    }
+    drop(c);
+    let oom = oom.expect("the store fills up within 20000 writes of 1 KB");
+    assert!(oom.starts_with("OOM"), "{oom}");
+    eprintln!("{} writes acknowledged, then: {oom}", l.acked.len());
+    cl.kill_primary();
+    if let Err(e) = cl.try_start_primary() {
+        panic!("the primary cannot restart after its store filled up: {e}");
+    }
+    check(cl.port(), &l, "restarted primary");
+}
