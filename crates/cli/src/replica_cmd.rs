@@ -253,13 +253,29 @@ impl Replicated {
             // new log.
             let mut peers = TcpPeers::new(cfg.replicas.clone(), cfg.timeout);
             let mut found = None;
+            let mut silent = Vec::new();
             for i in 0..cfg.replicas.len() {
-                if let Some(Response::Info(Some(info))) =
-                    replication::peers::call(&mut peers, i, &Request::Probe)
-                {
-                    found = Some((Uuid(info.uuid), info.region_len));
-                    break;
+                match replication::peers::call(&mut peers, i, &Request::Probe) {
+                    Some(Response::Info(Some(info))) => {
+                        found = Some((Uuid(info.uuid), info.region_len));
+                        break;
+                    }
+                    Some(Response::Info(None)) => {}
+                    _ => silent.push(cfg.replicas[i].clone()),
                 }
+            }
+            // A new log only when every backup answered that it holds none: else this may be
+            // a primary that lost its disk while the backups holding its log are down, and a
+            // new log would take their place.
+            if found.is_none() && !silent.is_empty() {
+                return Err(crate::CommandFailed(anyhow::anyhow!(
+                    "no local log copy in {} and backup(s) {} did not answer: a new replicated \
+                     log is created only when every backup answers (with no log); start them \
+                     and retry",
+                    cfg.dir.display(),
+                    silent.join(", ")
+                ))
+                .into());
             }
             let (uuid, len) = match found {
                 Some(f) => {

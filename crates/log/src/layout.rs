@@ -27,6 +27,9 @@ pub const SUPERLINE_COPY_OFFSETS: [usize; 2] = [128, 192];
 pub const SUPERLINE_BYTES: usize = 64;
 /// Where the ring starts.
 pub const RING_OFFSET: usize = 4096;
+/// The superline epoch of a newly created log. Replication's recoveries take epochs above it,
+/// so a copy still at this epoch never held a recovered history.
+pub const NEW_LOG_EPOCH: u64 = 1;
 /// Smallest ring.
 pub const RING_BYTES_MIN: u64 = 16 * 1024;
 /// Largest ring (1 TiB): the ring's position arithmetic stays far from overflow.

@@ -253,7 +253,7 @@ impl<M: Medium> Log<M> {
                 sequence: 1 + copy as u64,
                 head: 0,
                 start_lsn: 1,
-                epoch: 1,
+                epoch: layout::NEW_LOG_EPOCH,
             };
             let at = layout::SUPERLINE_COPY_OFFSETS[sl.copy()];
             meta[at..at + layout::SUPERLINE_BYTES].copy_from_slice(&sl.encode(&uuid));

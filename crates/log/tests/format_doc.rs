@@ -49,6 +49,7 @@ fn code_constants() -> Vec<(&'static str, Value)> {
         ),
         ("SUPERLINE_BYTES", one(layout::SUPERLINE_BYTES as u64)),
         ("RING_OFFSET", one(layout::RING_OFFSET as u64)),
+        ("NEW_LOG_EPOCH", one(layout::NEW_LOG_EPOCH)),
         ("RING_BYTES_MIN", one(layout::RING_BYTES_MIN)),
         ("RING_BYTES_MAX", one(layout::RING_BYTES_MAX)),
         ("PAYLOAD_BYTES_MAX", one(layout::PAYLOAD_BYTES_MAX as u64)),

@@ -424,6 +424,26 @@ pub fn recover<M: Medium + Clone, P: Peers>(
         what: "local copy",
         reason: "unreadable".into(),
     })?;
+    // Only copies that hold a history count toward R, unless every copy promised. A copy still
+    // at the new-log epoch (one just created or initialised: a disk that was replaced, a
+    // primary that lost its own) holds nothing, so counting it would let R copies miss every
+    // copy of an acknowledged write. An acknowledged write is on W + 1 copies; with R >= N - W
+    // + 1 copies that hold a history, at least one of them holds it, however many other copies
+    // were lost. With every copy promised nothing is hidden (this is how a new cluster starts,
+    // and how one recovers when fewer than R copies survive with their history).
+    let holds = |i: &CopyInfo| i.epoch > log::layout::NEW_LOG_EPOCH;
+    let holding =
+        usize::from(holds(&local_info)) + promised.iter().flatten().filter(|i| holds(i)).count();
+    if got < q.copies() && holding < q.read() {
+        return Err(quorum_err(
+            "recovery (copies that hold a history; the others are new or were lost, and \
+             count only once every copy answers)",
+            q.read(),
+            q.copies(),
+            holding,
+            "hold one",
+        ));
+    }
     let key = |i: &CopyInfo| {
         let e = if opts.epoch_check { i.epoch } else { 0 };
         (e, i.next_lsn)

@@ -39,10 +39,35 @@ const ARMED_EVENTS_MAX: u64 = 300;
 /// How many copies may be lost (wiped, or damaged by bit flips) in one run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum LossBudget {
-    /// What the quorums guarantee: see [`quorum_loss_budget`].
+    /// What the protocol guarantees: see [`quorum_loss_budget`].
     Quorum,
     /// The wording, N - W (more than the quorums guarantee for some N and W).
     NMinusW,
+    /// W: an acknowledged write is on W + 1 copies, so W may be lost.
+    Write,
+    /// No copy is lost.
+    None,
+}
+
+impl LossBudget {
+    /// Its name in `SIM_LOSS`.
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            LossBudget::Quorum => "quorum",
+            LossBudget::NMinusW => "n-w",
+            LossBudget::Write => "w",
+            LossBudget::None => "none",
+        }
+    }
+
+    /// The budget `SIM_LOSS` names (default: `Quorum`).
+    pub(crate) fn from_env() -> LossBudget {
+        let v = std::env::var("SIM_LOSS").unwrap_or_default();
+        [LossBudget::NMinusW, LossBudget::Write, LossBudget::None]
+            .into_iter()
+            .find(|b| b.name() == v)
+            .unwrap_or(LossBudget::Quorum)
+    }
 }
 
 /// How to run a seed.
@@ -69,20 +94,19 @@ impl Default for Opts {
 /// Copies that may be lost for good while every acknowledged write survives and no two
 /// primaries share an epoch, with N backups and a write quorum of W.
 ///
-/// A lost (wiped) copy comes back empty and then counts as a stale but valid member of a
-/// recovery's read quorum, with its fence forgotten. An acknowledged write is on W + 1 copies
-/// and a recovery reads R of the N + 1: they share R + W - N copies, so up to R + W - N - 1 of
-/// them may be lost. Two recoveries' promise sets share 2R - N - 1 copies; if all of those lost
-/// their fence, the second recovery could take the first one's epoch, so at most 2R - N - 2
-/// may be lost. That is 1 for N=1,W=1, N=3,W=2 and N=3,W=3, and 0 otherwise: less than the
-/// issue's N - W for N=2,W=1, N=3,W=1, N=4,W=1, N=4,W=2 and N=4,W=3
-/// (`loss_budget_n_minus_w_is_not_safe` pins a seed that loses an acknowledged write with
-/// N - W losses), more for N=1,W=1 and N=3,W=3.
+/// A lost (wiped) copy comes back empty, at the new-log epoch, with its fence forgotten; it
+/// counts toward a recovery's R only when every copy answers. An acknowledged write is on W + 1
+/// copies, so at most W may be lost; recovery reads R >= N - W + 1 copies that hold a history,
+/// so one of them holds the write whatever else was lost. Two recoveries' promise sets share
+/// 2R - N - 1 copies; if all of those lost their fence, the second could take the first one's
+/// epoch, so with W at least a majority (N=2,W=2) losses are held to what that allows. The
+/// budget is therefore min(W, N - W), the N - W wherever W + 1 copies can survive it,
+/// or 2R - N - 2 where that is more (N=1,W=1 and N=3,W=3: one loss).
+/// (`w_losses_can_break_the_fence` pins a seed where W losses give two primaries one epoch.)
 pub(crate) fn quorum_loss_budget(q: Quorum) -> usize {
     let (n, w, r) = (q.backups(), q.write(), q.read());
-    let durable = (r + w).saturating_sub(n + 1);
     let epochs = (2 * r).saturating_sub(n + 2);
-    durable.min(epochs)
+    w.min(n - w).max(epochs.min(w))
 }
 
 /// The random shape of one run.
@@ -92,6 +116,8 @@ pub(crate) struct Params {
     pub(crate) quorum: Quorum,
     pub(crate) order: FlushOrder,
     pub(crate) budget: usize,
+    /// Where `budget` came from.
+    pub(crate) loss: LossBudget,
     pub(crate) steps: usize,
     /// Per million messages: request lost, answer lost, request delayed.
     pub(crate) lose_req: u32,
@@ -122,6 +148,8 @@ impl Params {
         let budget = match opts.budget {
             LossBudget::Quorum => quorum_loss_budget(quorum),
             LossBudget::NMinusW => n - w,
+            LossBudget::Write => w,
+            LossBudget::None => 0,
         };
         let cleanup = r.below(2) == 0;
         Params {
@@ -129,6 +157,7 @@ impl Params {
             quorum,
             order: FlushOrder::ALL[r.below(3) as usize],
             budget,
+            loss: opts.budget,
             steps: 40 + r.below(121) as usize,
             lose_req: pick(&mut r, &[0, 10_000, 40_000, 100_000]),
             lose_ans: pick(&mut r, &[0, 10_000, 40_000, 100_000]),
