@@ -871,24 +871,36 @@ impl<P: Peers> Replicator<P> {
         self.lock().stats.order = order;
     }
 
-    fn ship(inner: &mut Inner<P>, extents: &[Extent], last_lsn: u64) -> (usize, Option<u64>) {
-        let s = &mut inner.stats;
-        let req = Request::Write {
-            epoch: s.epoch,
-            committed: s.committed,
-            extents: extents.to_vec(),
-        };
+    /// Send the write of `extents` to every live backup (several requests if it does not fit
+    /// one frame).
+    fn send_writes(inner: &mut Inner<P>, extents: &[Extent]) {
+        let s = &inner.stats;
+        let reqs = write_requests(s.epoch, s.committed, extents);
         for (i, b) in s.backups.iter().enumerate() {
             if b.live {
-                inner.peers.send(i, &req);
+                for r in &reqs {
+                    inner.peers.send(i, r);
+                }
             }
         }
-        let _ = s;
-        let answers = inner.peers.finish();
+    }
+
+    /// Collect the answers to [`Replicator::send_writes`]: a backup acknowledged if it
+    /// acknowledged every request; any other backup is dropped. Returns the acknowledgements
+    /// and the epoch a fencing backup promised, if one did.
+    fn collect(inner: &mut Inner<P>, last_lsn: u64) -> (usize, Option<u64>) {
+        let mut verdicts: Vec<(usize, Option<Response>)> = Vec::new();
+        for (i, r) in inner.peers.finish() {
+            match verdicts.iter_mut().find(|v| v.0 == i) {
+                Some(v) if matches!(v.1, Some(Response::Ack)) => v.1 = r,
+                Some(_) => {}
+                None => verdicts.push((i, r)),
+            }
+        }
         let s = &mut inner.stats;
         let mut acks = 0;
         let mut fenced = None;
-        for (i, r) in answers {
+        for (i, r) in verdicts {
             let b = &mut s.backups[i];
             match r {
                 Some(Response::Ack) => {
@@ -912,6 +924,53 @@ impl<P: Peers> Replicator<P> {
         }
         (acks, fenced)
     }
+
+    fn ship(inner: &mut Inner<P>, extents: &[Extent], last_lsn: u64) -> (usize, Option<u64>) {
+        Self::send_writes(inner, extents);
+        Self::collect(inner, last_lsn)
+    }
+}
+
+/// Bytes of extent data one `Write` request carries at most: well inside a frame
+/// ([`crate::proto::FRAME_BODY_MAX`]) with its headers.
+pub const WRITE_REQUEST_BYTES: usize = crate::proto::FRAME_BODY_MAX / 2;
+
+/// The `Write` requests that carry `extents`, each with at most [`WRITE_REQUEST_BYTES`] of
+/// data (an extent longer than that is split); one empty request if there are none (a
+/// heartbeat).
+fn write_requests(epoch: u64, committed: u64, extents: &[Extent]) -> Vec<Request> {
+    let mut reqs = Vec::new();
+    let mut cur: Vec<Extent> = Vec::new();
+    let mut cur_bytes = 0;
+    for e in extents {
+        let mut at = 0;
+        while at < e.bytes.len() || (e.bytes.is_empty() && at == 0) {
+            if cur_bytes == WRITE_REQUEST_BYTES {
+                reqs.push(std::mem::take(&mut cur));
+                cur_bytes = 0;
+            }
+            let n = (e.bytes.len() - at).min(WRITE_REQUEST_BYTES - cur_bytes);
+            cur.push(Extent {
+                offset: e.offset + at as u64,
+                bytes: e.bytes[at..at + n].to_vec(),
+            });
+            cur_bytes += n;
+            at += n;
+            if n == 0 {
+                break;
+            }
+        }
+    }
+    if !cur.is_empty() || reqs.is_empty() {
+        reqs.push(cur);
+    }
+    reqs.into_iter()
+        .map(|extents| Request::Write {
+            epoch,
+            committed,
+            extents,
+        })
+        .collect()
 }
 
 impl<P: Peers> Mirror for Replicator<P> {
@@ -931,41 +990,11 @@ impl<P: Peers> Mirror for Replicator<P> {
         }
         let (acks, fenced) = if order == FlushOrder::Parallel {
             // Send, flush while the backups work, then collect.
-            let s = &mut *inner;
-            let req = Request::Write {
-                epoch: s.stats.epoch,
-                committed: s.stats.committed,
-                extents: extents.to_vec(),
-            };
-            let live: Vec<usize> = (0..s.stats.backups.len())
-                .filter(|&i| s.stats.backups[i].live)
-                .collect();
-            for &i in &live {
-                s.peers.send(i, &req);
-            }
+            Self::send_writes(&mut inner, extents);
             let flushed = flush_local();
-            let answers = s.peers.finish();
-            let mut acks = 0;
-            let mut fenced = None;
-            for (i, r) in answers {
-                let b = &mut s.stats.backups[i];
-                match r {
-                    Some(Response::Ack) => {
-                        acks += 1;
-                        b.acked_lsn = b.acked_lsn.max(last_lsn);
-                    }
-                    other => {
-                        b.live = false;
-                        if let Some(Response::Fenced { promised }) = other {
-                            fenced = Some(promised);
-                        }
-                        b.last_error = Some(format!("{other:?}; dropped"));
-                        s.peers.disconnect(i);
-                    }
-                }
-            }
+            let got = Self::collect(&mut inner, last_lsn);
             flushed?;
-            (acks, fenced)
+            got
         } else {
             Self::ship(&mut inner, extents, last_lsn)
         };

@@ -77,3 +77,44 @@ fn replicate_then_rebuild_the_primary_from_a_backup() {
         assert_eq!(payloads(&l), want);
     }
 }
+
+/// A force larger than one frame (20 MiB of records; a frame carries at most 16 MiB) goes out
+/// as several write requests, and every backup holds it.
+#[test]
+fn a_force_larger_than_a_frame_is_split() {
+    const BIG: usize = 48 << 20;
+    let hs = (0..2)
+        .map(|_| Arc::new(Mutex::new(MediumHost::new(medium))))
+        .collect::<Vec<_>>();
+    let mut peers = MemPeers::new(hs.clone());
+    let mut local = Copy::create(medium(BIG), 0, BIG, Uuid([5; 16])).expect("create");
+    let q = Quorum::new(2, 2).expect("quorum");
+    let (log, rec) =
+        recover(&mut local, &mut peers, q, &RecoverOptions::default()).expect("recover");
+    let rep = Arc::new(Replicator::new(peers, q, FlushOrder::Parallel, &rec));
+    log.set_mirror(Some(rep.clone()));
+    let big: Vec<u8> = (0..20 << 20).map(|i: u32| (i % 251) as u8).collect();
+    assert!(big.len() > replication::proto::FRAME_BODY_MAX);
+    log.append(&big, ForcePolicy::Sync).expect("append 20 MiB");
+    log.append(b"after", ForcePolicy::Sync).expect("append");
+    let st = rep.stats();
+    assert!(st.failed.is_none(), "{st:?}");
+    assert!(st.backups.iter().all(|b| b.live), "{st:?}");
+    let want = payloads(&log);
+    assert_eq!(want.len(), 2);
+    for h in &hs {
+        let mut h = h.lock().unwrap();
+        let c = replication::Host::copy(&mut *h).expect("copy");
+        let (l, _) = log::Log::open(
+            c.medium(),
+            0,
+            BIG,
+            &log::LogOptions {
+                read_only: true,
+                ..Default::default()
+            },
+        )
+        .expect("open");
+        assert_eq!(payloads(&l), want);
+    }
+}
