@@ -158,23 +158,92 @@ fn kv(name: &str, value: impl ToString) -> (String, String) {
 }
 
 /// Replay every record of the log copy into an emptied store. Returns how many.
-fn rebuild_store(inner: &dyn Backend, copy_medium: &M, base: usize, len: usize) -> Result<u64> {
+/// Prepare `dir` for a replicated role: the store there is only a view of the replicated log
+/// (rebuilt from it at every start), so it is removed and created again, empty. Emptying it
+/// in place (FLUSHALL) would keep its DRAM arenas at their high-water size, and a store that
+/// once came near its capacity could then not take the replay.
+///
+/// A directory with a store but no replication log copy holds a standalone store: refused,
+/// since its keys would be dropped.
+pub fn fresh_store(dir: &Path) -> Result<()> {
+    let store = dir.join(dstore::POOL_FILE);
+    if !store.exists() {
+        return Ok(());
+    }
+    if !dir.join(REPLICA_FILE).exists() {
+        return Err(crate::CommandFailed(anyhow::anyhow!(
+            "{} holds a standalone store ({}) and no replication log copy ({REPLICA_FILE}): a \
+             replicated server rebuilds its store from the replicated log and would drop its \
+             keys; use another --dir (or move the store away if it is expendable)",
+            dir.display(),
+            store.display()
+        ))
+        .into());
+    }
+    std::fs::remove_file(&store)
+        .with_context(|| format!("cannot remove the old store view {}", store.display()))
+}
+
+/// What replaying the log into the store did.
+struct Replayed {
+    applied: u64,
+    /// Records the store refused, with the first refusal. Most were refused when written too
+    /// (the client got the error); near the store's capacity a fresh store can also refuse a
+    /// few it accepted then (its shard hash is seeded differently).
+    refused: u64,
+    first_refusal: Option<String>,
+}
+
+fn rebuild_store(
+    inner: &dyn Backend,
+    copy_medium: &M,
+    base: usize,
+    len: usize,
+) -> Result<Replayed> {
     inner
         .flushall()
         .map_err(|e| anyhow::anyhow!("cannot empty the store: {e}"))?;
     let mut f = Follower::new(copy_medium, base, len).context("cannot read the log copy")?;
-    let mut n = 0;
+    let mut out = Replayed {
+        applied: 0,
+        refused: 0,
+        first_refusal: None,
+    };
     let recs = f
         .read(copy_medium, u64::MAX)
         .context("cannot read the log copy")?;
     for r in recs {
         let op =
             Op::decode(&r.payload).map_err(|e| anyhow::anyhow!("log record LSN {}: {e}", r.lsn))?;
-        op.apply(inner)
-            .map_err(|e| anyhow::anyhow!("replaying LSN {}: {e}", r.lsn))?;
-        n += 1;
+        // A store that refuses for want of room may find it after a checkpoint (a replay
+        // runs faster than the checkpoints that reclaim space did when the writes came in).
+        let applied = op
+            .apply(inner)
+            .or_else(|_| inner.save().and_then(|()| op.apply(inner)));
+        match applied {
+            Ok(()) => out.applied += 1,
+            Err(e) => {
+                out.refused += 1;
+                out.first_refusal
+                    .get_or_insert_with(|| format!("LSN {}: {e}", r.lsn));
+            }
+        }
     }
-    Ok(n)
+    Ok(out)
+}
+
+fn report_replay(r: &Replayed) {
+    eprintln!(
+        "kavach: store rebuilt from {} replicated records",
+        r.applied
+    );
+    if let Some(first) = &r.first_refusal {
+        eprintln!(
+            "kavach: warning: the store refused {} replicated records; they stay in the log but \
+             are not readable here (first: {first})",
+            r.refused
+        );
+    }
 }
 
 fn open_pool(path: &Path) -> Result<(pmem::Pool<M>, pmem::Region)> {
@@ -293,8 +362,8 @@ impl Replicated {
             create_copy_file(&path, uuid, len).map_err(|e| anyhow::anyhow!("{e}"))?
         };
         let st = become_primary(&mut copy, &cfg, PoolHold::Pool(pool))?;
-        let n = rebuild_store(inner.as_ref(), st.log.medium(), st.log.base(), copy.len())?;
-        eprintln!("kavach: store rebuilt from {n} replicated records");
+        let r = rebuild_store(inner.as_ref(), st.log.medium(), st.log.base(), copy.len())?;
+        report_replay(&r);
         Ok(Replicated {
             inner,
             mode: RwLock::new(Mode::Primary(Box::new(st))),
@@ -703,13 +772,14 @@ impl Backend for Replicated {
             };
             let mut copy = Copy::new(Arc::clone(copy.medium()), copy.base(), copy.len());
             let st = become_primary(&mut copy, &cfg, PoolHold::Host(Box::new(h)))?;
-            let n = rebuild_store(
+            let r = rebuild_store(
                 self.inner.as_ref(),
                 st.log.medium(),
                 st.log.base(),
                 copy.len(),
             )?;
-            eprintln!("kavach: promoted: store rebuilt from {n} replicated records");
+            eprintln!("kavach: promoted");
+            report_replay(&r);
             Ok(st)
         })();
         match result {

@@ -343,6 +343,9 @@ pub fn run(a: &ServeArgs) -> Result<Outcome> {
         policy,
         ..Config::default()
     };
+    if backup || !replicas.is_empty() {
+        crate::replica_cmd::fresh_store(&a.dir)?;
+    }
     eprintln!("kavach: opening the store in {}", a.dir.display());
     let (store, opened) = Store::open_dir(&a.dir, config)
         .map_err(|e| anyhow::anyhow!("{e}"))

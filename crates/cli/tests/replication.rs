@@ -1591,19 +1591,10 @@ fn randomized_soak_loses_no_acknowledged_write() {
     cl.h.assert_no_panic();
 }
 
-/// BUG (reported to the lead, not fixed here): a replicated primary whose store once came near
-/// --slot-mib cannot restart. `rebuild_store` empties the store with FLUSHALL and replays the
-/// replicated log, but FLUSHALL leaves the DRAM arenas at their high-water length, so the first
-/// replayed SET is refused (`replaying LSN ...: OOM the DRAM state (...) is near the shadow
-/// slots' capacity`) and `kavach serve` exits 1, with every copy of the log intact. (FLUSHALL
-/// does not make room on a running store either.) By the code (not tested here), a backup
-/// restarted in that state fails the same way, more quietly: it empties its store at start,
-/// and its applier records an apply error, skips the record and goes on, so its reads miss
-/// those keys. Run with `cargo test -p kavach --test replication -- --ignored`.
-#[test]
-#[ignore = "BUG: a primary whose store came near --slot-mib cannot restart (replay hits OOM)"]
-fn primary_restarts_after_its_store_filled_up() {
-    let mut cl = Cluster::new("repl-full", 2, Opts::new(1, LONG_TIMEOUT_MS));
+/// Fill a replicated primary's store until it refuses a write with OOM, SIGKILL the primary
+/// and start it again. Returns the cluster, the ledger and the restarted primary's stderr.
+fn fill_store_and_restart(name: &str) -> (Cluster, Ledger, String) {
+    let mut cl = Cluster::new(name, 2, Opts::new(1, LONG_TIMEOUT_MS));
     let mut l = Ledger::default();
     let p = cl.port();
     let mut c = client(p);
@@ -1622,5 +1613,47 @@ fn primary_restarts_after_its_store_filled_up() {
     if let Err(e) = cl.try_start_primary() {
         panic!("the primary cannot restart after its store filled up: {e}");
     }
+    let err = cl.primary.as_ref().expect("started").stderr();
+    (cl, l, err)
+}
+
+/// A replicated primary whose store filled up (writes refused with OOM) restarts: its store
+/// is only a view of the replicated log, created afresh at start (emptying it in place would
+/// keep its DRAM arenas at their high-water size, and the replay would refuse at once), and a
+/// record the store refuses is skipped with a warning that counts them. Every acknowledged
+/// write is either readable or among the records the warning counts; see the ignored test
+/// below for why some may be.
+#[test]
+fn primary_restarts_after_its_store_filled_up() {
+    let (cl, l, err) = fill_store_and_restart("repl-full");
+    let snap = snapshot(cl.port());
+    let missing = l.acked.iter().filter(|k| !snap.contains_key(*k)).count();
+    for (k, v) in &snap {
+        assert_eq!(l.sent.get(k), Some(v), "key {k} holds a value never sent");
+    }
+    let refused: usize = err
+        .lines()
+        .find_map(|line| line.split("the store refused ").nth(1))
+        .and_then(|rest| rest.split(' ').next())
+        .map(|n| n.parse().expect("a count"))
+        .unwrap_or(0);
+    assert!(
+        missing <= refused,
+        "{missing} acknowledged writes unreadable but only {refused} records reported refused; \
+         stderr:\n{err}"
+    );
+    cl.h.assert_no_panic();
+}
+
+/// BUG (known, documented in docs/replication.md): a store rebuilt from the log may hold less
+/// than the store that accepted those writes. The keyspace's shard hash is seeded from the
+/// pool's UUID, so the fresh store spreads keys differently, its arenas grow in other steps,
+/// and near --slot-mib its soft limit (arena bytes + 1/16 > slot capacity) can refuse some
+/// records the old store accepted (2 of 4,672 and 70 of about 4,600 in two runs). They stay in every copy of the
+/// log but are not readable through this node. Run with `--ignored`.
+#[test]
+#[ignore = "BUG: a rebuilt store near --slot-mib can refuse records the original accepted"]
+fn primary_store_rebuilt_near_capacity_holds_every_acknowledged_write() {
+    let (cl, l, _) = fill_store_and_restart("repl-full-strict");
     check(cl.port(), &l, "restarted primary");
 }
