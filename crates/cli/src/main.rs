@@ -6,6 +6,8 @@
 #![forbid(unsafe_code)]
 
 mod demo;
+mod elect_cmd;
+mod etcd;
 mod fault_cmd;
 mod heap_cmd;
 mod integrity_cmd;
@@ -115,6 +117,9 @@ enum Command {
     Serve(serve_cmd::ServeArgs),
     /// Make a running replication backup the primary (manual failover).
     Promote(replica_cmd::PromoteArgs),
+    /// Automatic failover: run beside each backup; through an etcd lease, one elector
+    /// promotes its node and the others take over when it dies.
+    Elect(elect_cmd::ElectArgs),
     /// Show what Kavach does today: creates a pool under ./kavach-data if missing, uses it,
     /// crashes a region update on the persistence simulator, and damages and repairs a header.
     Demo(demo::DemoArgs),
@@ -162,6 +167,7 @@ fn main() -> ExitCode {
         Command::Demo(a) => demo::run(&a),
         Command::Serve(a) => serve_cmd::run(&a),
         Command::Promote(a) => replica_cmd::run_promote(&a),
+        Command::Elect(a) => elect_cmd::run(&a),
     };
     match result {
         Ok(Outcome::Ok) => ExitCode::SUCCESS,

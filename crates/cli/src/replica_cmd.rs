@@ -304,63 +304,68 @@ fn become_primary(copy: &mut Copy<M>, cfg: &ReplConfig, hold: PoolHold) -> Resul
     })
 }
 
+/// With no local copy: the log's identity (UUID, region length) from the first backup that
+/// holds a copy, or `None` (a new log) when every backup answers that it holds none. An error
+/// if none holds one and some did not answer: this may be a primary that lost its disk while
+/// the backups holding its log are down, and a new log would take their place.
+fn probe_backups(cfg: &ReplConfig) -> Result<Option<(Uuid, u64)>> {
+    let mut peers = TcpPeers::new(cfg.replicas.clone(), cfg.timeout);
+    let mut silent = Vec::new();
+    for i in 0..cfg.replicas.len() {
+        match replication::peers::call(&mut peers, i, &Request::Probe) {
+            Some(Response::Info(Some(info))) => {
+                return Ok(Some((Uuid(info.uuid), info.region_len)));
+            }
+            Some(Response::Info(None)) => {}
+            _ => silent.push(cfg.replicas[i].clone()),
+        }
+    }
+    if !silent.is_empty() {
+        return Err(crate::CommandFailed(anyhow::anyhow!(
+            "no local log copy in {} and backup(s) {} did not answer: a new replicated log is \
+             created only when every backup answers (with no log); start them and retry",
+            cfg.dir.display(),
+            silent.join(", ")
+        ))
+        .into());
+    }
+    Ok(None)
+}
+
+/// Open `DIR/replica.pool`, or create it (see [`probe_backups`]): with a backup's log identity
+/// (recovery then rebuilds the local copy from the backups), or as a new log.
+fn open_or_create_copy(cfg: &ReplConfig) -> Result<(pmem::Pool<M>, Copy<M>)> {
+    let path = cfg.dir.join(REPLICA_FILE);
+    if path.exists() {
+        let (pool, region) = open_pool(&path)?;
+        let copy = Copy::new(
+            Arc::clone(pool.medium()),
+            region.offset as usize,
+            region.length as usize,
+        );
+        return Ok((pool, copy));
+    }
+    let (uuid, len) = match probe_backups(cfg)? {
+        Some(f) => {
+            eprintln!(
+                "kavach: no local log copy; rebuilding it from the backups ({} bytes)",
+                f.1
+            );
+            f
+        }
+        None => (
+            Uuid::random().context("cannot read /dev/urandom")?,
+            cfg.log_bytes,
+        ),
+    };
+    create_copy_file(&path, uuid, len).map_err(|e| anyhow::anyhow!("{e}"))
+}
+
 impl Replicated {
     /// Start as the primary of `cfg.replicas`: open or create `DIR/replica.pool`, recover, and
     /// rebuild the store from the log.
     pub fn primary(inner: Arc<dyn Backend>, cfg: ReplConfig) -> Result<Replicated> {
-        let path = cfg.dir.join(REPLICA_FILE);
-        let (pool, mut copy) = if path.exists() {
-            let (pool, region) = open_pool(&path)?;
-            let copy = Copy::new(
-                Arc::clone(pool.medium()),
-                region.offset as usize,
-                region.length as usize,
-            );
-            (pool, copy)
-        } else {
-            // No local copy: take the log's identity from a backup if one has it, else start a
-            // new log.
-            let mut peers = TcpPeers::new(cfg.replicas.clone(), cfg.timeout);
-            let mut found = None;
-            let mut silent = Vec::new();
-            for i in 0..cfg.replicas.len() {
-                match replication::peers::call(&mut peers, i, &Request::Probe) {
-                    Some(Response::Info(Some(info))) => {
-                        found = Some((Uuid(info.uuid), info.region_len));
-                        break;
-                    }
-                    Some(Response::Info(None)) => {}
-                    _ => silent.push(cfg.replicas[i].clone()),
-                }
-            }
-            // A new log only when every backup answered that it holds none: else this may be
-            // a primary that lost its disk while the backups holding its log are down, and a
-            // new log would take their place.
-            if found.is_none() && !silent.is_empty() {
-                return Err(crate::CommandFailed(anyhow::anyhow!(
-                    "no local log copy in {} and backup(s) {} did not answer: a new replicated \
-                     log is created only when every backup answers (with no log); start them \
-                     and retry",
-                    cfg.dir.display(),
-                    silent.join(", ")
-                ))
-                .into());
-            }
-            let (uuid, len) = match found {
-                Some(f) => {
-                    eprintln!(
-                        "kavach: no local log copy; rebuilding it from the backups ({} bytes)",
-                        f.1
-                    );
-                    f
-                }
-                None => (
-                    Uuid::random().context("cannot read /dev/urandom")?,
-                    cfg.log_bytes,
-                ),
-            };
-            create_copy_file(&path, uuid, len).map_err(|e| anyhow::anyhow!("{e}"))?
-        };
+        let (pool, mut copy) = open_or_create_copy(&cfg)?;
         let st = become_primary(&mut copy, &cfg, PoolHold::Pool(pool))?;
         let r = rebuild_store(inner.as_ref(), st.log.medium(), st.log.base(), copy.len())?;
         report_replay(&r);
@@ -757,6 +762,38 @@ impl Backend for Replicated {
                     .into(),
             ));
         }
+        // Refuse what would surely fail while this node can still stay a backup (a failed
+        // promotion leaves it stopped): too few copies answer for recovery, or, on a backup no
+        // primary ever served (a cluster's first election), a new log would need every backup
+        // to answer with none.
+        let refuse = |e: String| BackendError::Refused(format!("PROMOTE: {e}; still a backup"));
+        let n = cfg.replicas.len();
+        let q = Quorum::new(
+            n,
+            cfg.write_quorum.unwrap_or_else(|| default_write_quorum(n)),
+        )
+        .map_err(|e| refuse(e.to_string()))?;
+        let mut peers = TcpPeers::new(cfg.replicas.clone(), cfg.timeout);
+        let answering = (0..n)
+            .filter(|&i| {
+                matches!(
+                    replication::peers::call(&mut peers, i, &Request::Probe),
+                    Some(Response::Info(_))
+                )
+            })
+            .count();
+        if answering + 1 < q.read() {
+            return Err(refuse(format!(
+                "{answering} of {n} backups answer; recovery needs {} of {} copies",
+                q.read(),
+                q.copies()
+            )));
+        }
+        if let Mode::Backup(b) = &*mode
+            && guard(&b.host).copy().is_none()
+        {
+            probe_backups(&cfg).map_err(|e| refuse(format!("{e:#}")))?;
+        }
         let Mode::Backup(b) = std::mem::replace(&mut *mode, Mode::Stopped) else {
             unreachable!("checked above");
         };
@@ -767,11 +804,20 @@ impl Backend for Replicated {
                 .map_err(|_| anyhow::anyhow!("the backup host is still in use"))?
                 .into_inner()
                 .unwrap_or_else(|p| p.into_inner());
-            let Some(copy) = h.copy() else {
-                bail!("this backup holds no copy of the log yet");
+            let (mut copy, hold) = match h.copy() {
+                Some(c) => (
+                    Copy::new(Arc::clone(c.medium()), c.base(), c.len()),
+                    PoolHold::Host(Box::new(h)),
+                ),
+                None => {
+                    // Never served by a primary (a cluster's first election): the same rule as
+                    // a primary started with no copy, a new log only if no backup holds one.
+                    h.close().map_err(|e| anyhow::anyhow!("{e}"))?;
+                    let (pool, copy) = open_or_create_copy(&cfg)?;
+                    (copy, PoolHold::Pool(pool))
+                }
             };
-            let mut copy = Copy::new(Arc::clone(copy.medium()), copy.base(), copy.len());
-            let st = become_primary(&mut copy, &cfg, PoolHold::Host(Box::new(h)))?;
+            let st = become_primary(&mut copy, &cfg, hold)?;
             let r = rebuild_store(
                 self.inner.as_ref(),
                 st.log.medium(),
@@ -845,7 +891,6 @@ pub struct PromoteArgs {
 
 /// Run `kavach promote`.
 pub fn run_promote(a: &PromoteArgs) -> Result<crate::Outcome> {
-    use std::io::{BufRead, BufReader, Write};
     let mut args: Vec<String> = vec!["PROMOTE".into()];
     if let Some(r) = &a.replicas {
         args.push(parse_replicas(r)?.join(","));
@@ -857,23 +902,10 @@ pub fn run_promote(a: &PromoteArgs) -> Result<crate::Outcome> {
         args.push(w.to_string());
     }
     let addr = format!("{}:{}", a.host, a.port);
-    let mut s = std::net::TcpStream::connect(&addr)
-        .map_err(|e| crate::CommandFailed(anyhow::anyhow!("cannot connect to {addr}: {e}")))?;
-    s.set_read_timeout(Some(Duration::from_secs(a.timeout.max(1))))?;
-    let mut req = format!("*{}\r\n", args.len());
-    for x in &args {
-        req.push_str(&format!("${}\r\n{x}\r\n", x.len()));
-    }
-    s.write_all(req.as_bytes())?;
-    let mut line = String::new();
-    BufReader::new(s)
-        .read_line(&mut line)
-        .with_context(|| format!("no answer from {addr}"))?;
-    let line = line.trim_end();
-    let (ok, text) = match line.split_at_checked(1) {
-        Some(("+", t)) => (true, t),
-        Some(("-", t)) => (false, t),
-        _ => (false, line),
+    let answer = resp_call(&addr, &args, Duration::from_secs(a.timeout.max(1)))?;
+    let (ok, text) = match &answer {
+        Ok(t) => (true, t.as_str()),
+        Err(t) => (false, t.as_str()),
     };
     if a.json {
         crate::print_json(&serde_json::json!({ "ok": ok, "server": addr, "answer": text }))?;
@@ -884,4 +916,45 @@ pub fn run_promote(a: &PromoteArgs) -> Result<crate::Outcome> {
         return Err(crate::CommandFailed(anyhow::anyhow!("{addr} refused: {text}")).into());
     }
     Ok(crate::Outcome::Ok)
+}
+
+/// Send one RESP command to `addr` and read its answer: `Ok` with a simple or bulk string,
+/// `Err` with an error reply's text. Connection failures are `CommandFailed`.
+pub(crate) fn resp_call(
+    addr: &str,
+    args: &[String],
+    timeout: Duration,
+) -> Result<std::result::Result<String, String>> {
+    use std::io::{BufRead, BufReader, Read, Write};
+    let mut s = std::net::TcpStream::connect(addr)
+        .map_err(|e| crate::CommandFailed(anyhow::anyhow!("cannot connect to {addr}: {e}")))?;
+    s.set_read_timeout(Some(timeout))?;
+    let mut req = format!("*{}\r\n", args.len());
+    for x in args {
+        req.push_str(&format!("${}\r\n{x}\r\n", x.len()));
+    }
+    s.write_all(req.as_bytes())?;
+    let mut r = BufReader::new(s);
+    let mut line = String::new();
+    r.read_line(&mut line)
+        .with_context(|| format!("no answer from {addr}"))?;
+    let line = line.trim_end();
+    Ok(match line.split_at_checked(1) {
+        Some(("+", t)) => Ok(t.to_string()),
+        Some(("-", t)) => Err(t.to_string()),
+        Some(("$", n)) => {
+            let n: usize = n
+                .parse()
+                .map_err(|_| anyhow::anyhow!("{addr}: bad bulk length `{n}`"))?;
+            if n > 64 << 20 {
+                bail!("{addr}: an answer of {n} bytes");
+            }
+            let mut b = vec![0; n + 2];
+            r.read_exact(&mut b)
+                .with_context(|| format!("{addr}: short answer"))?;
+            b.truncate(n);
+            Ok(String::from_utf8_lossy(&b).into_owned())
+        }
+        _ => Err(format!("unexpected answer `{line}`")),
+    })
 }

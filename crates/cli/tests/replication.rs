@@ -1657,3 +1657,237 @@ fn primary_store_rebuilt_near_capacity_holds_every_acknowledged_write() {
     let (cl, l, _) = fill_store_and_restart("repl-full-strict");
     check(cl.port(), &l, "restarted primary");
 }
+
+// ---------------------------------------------------------------------------------------------
+// Automatic failover through etcd (`kavach elect`).
+
+/// Start `program args` with its stderr collected under `name`, without waiting for anything.
+fn spawn_plain(h: &Harness, name: &str, program: &str, args: &[String]) -> Node {
+    let mut child = Command::new(program)
+        .args(args)
+        .env("RUST_BACKTRACE", "1")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("start {program}: {e}"));
+    let log: Lines = Arc::default();
+    h.logs
+        .lock()
+        .unwrap()
+        .push((format!("{name} (pid {})", child.id()), Arc::clone(&log)));
+    let err = child.stderr.take().expect("stderr");
+    let sink = Arc::clone(&log);
+    thread::spawn(move || {
+        for line in BufReader::new(err).lines().map_while(Result::ok) {
+            sink.lock().unwrap().push(line);
+        }
+    });
+    Node {
+        name: name.to_string(),
+        child,
+        port: 0,
+        listen: None,
+        dir: String::new(),
+        log,
+    }
+}
+
+/// The etcd server binary; installed from Debian (`etcd-server`) if missing, as the test
+/// command promises to install what its tests need.
+fn etcd_binary() -> &'static str {
+    let have = || Command::new("etcd").arg("--version").output().is_ok();
+    if !have() {
+        eprintln!("etcd is missing: installing the Debian package etcd-server");
+        let install = || {
+            Command::new("apt-get")
+                .args(["install", "-y", "-q", "etcd-server"])
+                .env("DEBIAN_FRONTEND", "noninteractive")
+                .output()
+                .map(|o| o.status.success())
+                .unwrap_or(false)
+        };
+        if !install() {
+            let _ = Command::new("apt-get").args(["update", "-q"]).output();
+            install();
+        }
+        assert!(
+            have(),
+            "this test needs etcd (Debian package etcd-server) and could not install it"
+        );
+    }
+    "etcd"
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port()
+}
+
+/// A single-member etcd in the harness's scratch directory; its client URL.
+fn start_etcd(h: &Harness) -> (Node, String) {
+    let (client_port, peer_port) = (free_port(), free_port());
+    let url = format!("http://127.0.0.1:{client_port}");
+    let peer = format!("http://127.0.0.1:{peer_port}");
+    let args = strings(&[
+        "--name",
+        "kv",
+        "--data-dir",
+        &h.dir("etcd"),
+        "--listen-client-urls",
+        &url,
+        "--advertise-client-urls",
+        &url,
+        "--listen-peer-urls",
+        &peer,
+        "--initial-advertise-peer-urls",
+        &peer,
+        "--initial-cluster",
+        &format!("kv={peer}"),
+    ]);
+    let n = spawn_plain(h, "etcd", etcd_binary(), &args);
+    let until = Instant::now() + START_DEADLINE;
+    while !n.stderr().contains("ready to serve client requests") {
+        assert!(
+            Instant::now() < until,
+            "etcd did not start:\n{}",
+            n.stderr()
+        );
+        thread::sleep(Duration::from_millis(50));
+    }
+    (n, url)
+}
+
+/// The RESP ports of the nodes that answer INFO as primary.
+fn primaries(nodes: &[Option<Node>]) -> Vec<u16> {
+    nodes
+        .iter()
+        .flatten()
+        .filter(|n| {
+            Client::connect(n.port)
+                .and_then(|mut c| c.call_str(&["INFO", "replication"]))
+                .ok()
+                .and_then(|r| r.bulk())
+                .is_some_and(|t| t.contains("kavach_role:primary"))
+        })
+        .map(|n| n.port)
+        .collect()
+}
+
+/// Wait until exactly one node is primary; its index.
+fn await_one_primary(nodes: &[Option<Node>], who: &str) -> usize {
+    let until = Instant::now() + START_DEADLINE;
+    loop {
+        let p = primaries(nodes);
+        if p.len() == 1 {
+            return nodes
+                .iter()
+                .position(|n| n.as_ref().is_some_and(|n| n.port == p[0]))
+                .expect("a node");
+        }
+        assert!(p.len() < 2, "{who}: two primaries at once: ports {p:?}");
+        assert!(Instant::now() < until, "{who}: no node became primary");
+        thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// Three backups, each with an elector (lease 1 s, W = 1), and etcd. The electors promote one
+/// node, which creates the log; SIGKILL of that machine (node and elector) makes another
+/// elector promote its node, which holds every acknowledged write; stopping etcd makes the
+/// leader's elector, unable to renew its lease, shut its node down and exit with status 2.
+#[test]
+fn etcd_election_promotes_a_backup_when_the_primary_dies() {
+    let h = Harness::new("repl-etcd");
+    let (mut etcd, url) = start_etcd(&h);
+    let mut nodes: Vec<Option<Node>> = (0..3)
+        .map(|i| {
+            let name = format!("n{i}");
+            Some(backup(&h, &name, &h.dir(&name), "127.0.0.1:0"))
+        })
+        .collect();
+    let listen: Vec<String> = nodes
+        .iter()
+        .map(|n| {
+            n.as_ref()
+                .unwrap()
+                .listen
+                .clone()
+                .expect("a listen address")
+        })
+        .collect();
+    let kavach = env!("CARGO_BIN_EXE_kavach");
+    let mut electors: Vec<Option<Node>> = (0..3)
+        .map(|i| {
+            let others: Vec<&str> = (0..3)
+                .filter(|&j| j != i)
+                .map(|j| listen[j].as_str())
+                .collect();
+            let port = nodes[i].as_ref().unwrap().port.to_string();
+            let args = strings(&[
+                "elect",
+                "--etcd",
+                &url,
+                "--cluster",
+                "test",
+                "--port",
+                &port,
+                "--replicas",
+                &others.join(","),
+                "--write-quorum",
+                "1",
+                "--ttl",
+                "1",
+            ]);
+            Some(spawn_plain(&h, &format!("elector{i}"), kavach, &args))
+        })
+        .collect();
+
+    let first = await_one_primary(&nodes, "first election");
+    let p = nodes[first].as_ref().unwrap().port;
+    let mut l = Ledger::default();
+    assert_eq!(l.set_many(p, "a", 200), 200, "{:?}", l.errors);
+    let old_epoch = info_u64(&info(p, "replication"), "epoch");
+
+    // The primary's machine dies: node and elector.
+    nodes[first] = None;
+    electors[first] = None;
+    let second = await_one_primary(&nodes, "after the primary died");
+    let np = nodes[second].as_ref().unwrap().port;
+    let pi = info(np, "replication");
+    assert!(info_u64(&pi, "epoch") > old_epoch, "{pi:?}");
+    check(np, &l, "elected backup");
+    assert_eq!(l.set_many(np, "b", 100), 100, "{:?}", l.errors);
+    let snap = check(np, &l, "elected backup");
+    let third = 3 - first - second;
+    await_same(
+        nodes[third].as_ref().unwrap().port,
+        &snap,
+        "the other backup",
+    );
+
+    // etcd goes away: the leader cannot renew its lease, so it fences itself.
+    let _ = etcd.child.kill();
+    let _ = etcd.child.wait();
+    let status = electors[second]
+        .as_mut()
+        .unwrap()
+        .wait_exit(Duration::from_secs(60));
+    assert_eq!(
+        status.code(),
+        Some(2),
+        "{}",
+        electors[second].as_ref().unwrap().stderr()
+    );
+    let e = electors[second].as_ref().unwrap().stderr();
+    assert!(e.contains("lost the leadership"), "{e}");
+    nodes[second].as_mut().unwrap().wait_exit(START_DEADLINE);
+    assert_eq!(
+        primaries(&nodes),
+        Vec::<u16>::new(),
+        "no primary without etcd"
+    );
+    drop(electors);
+    h.assert_no_panic();
+}
