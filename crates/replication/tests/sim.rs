@@ -20,16 +20,17 @@
 //!
 //! Copies are lost (wiped) at most `model::quorum_loss_budget` times per run: min(W, N - W),
 //! the N - W wherever the W + 1 copies of a write can survive that many losses (see
-//! `n_minus_w_losses_keep_acknowledged_writes`, `w_losses_can_break_the_fence`). Bit flips in a copy's ring are not survived when that
-//! copy holds the newest epoch, so they are off in the main run (see
-//! `bit_flip_in_the_newest_copy_is_not_survived`).
+//! `n_minus_w_losses_keep_acknowledged_writes`, `w_losses_can_break_the_fence`). Bit flips in
+//! a copy's ring are not survived when that copy holds the newest epoch, so they are off in the
+//! main run (see `bit_flip_in_the_newest_copy_is_not_survived`).
 //!
 //! Replay one seed with its trace:
 //! `SIM_SEED=123 cargo test -p kavach-replication --test sim -- --ignored replay --nocapture`
-//! (`SIM_VERBOSE=1`: every message too; `SIM_CANARY=1`: epoch check off; `SIM_LOSS=n-w|w|none`:
-//! N - W, W or no losses instead of the main run's budget; `SIM_FLIPS=1`: bit flips). `SIM_SEEDS=n` (and `SIM_FIRST=f`) run seeds
-//! `f..f + n` instead of `0..1000`; the ignored `search` test lists the seeds that fail with
-//! the epoch check off, with N - W losses, and with bit flips.
+//! (`SIM_VERBOSE=1`: every message too; `SIM_CANARY=1`: epoch check off;
+//! `SIM_LOSS=n-w|w|none`: N - W, W or no losses instead of the main run's budget; `SIM_FLIPS=1`:
+//! bit flips). `SIM_SEEDS=n` (and `SIM_FIRST=f`) run seeds `f..f + n` instead of `0..1000`; the
+//! ignored `search` test lists the seeds that fail with the epoch check off, with N - W losses,
+//! with W losses, and with bit flips.
 
 #[path = "sim/model.rs"]
 mod model;
