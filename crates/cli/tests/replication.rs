@@ -615,6 +615,33 @@ impl Ledger {
     }
 }
 
+/// A client on its own thread writing keys `PREFIX000000`, `PREFIX000001`, ... (values of `len`
+/// bytes, `pause` before each) until its connection is lost or, once it wrote at least `min`,
+/// `stop` is set (never, without one). Its ledger.
+fn background_writer(
+    port: u16,
+    prefix: &'static str,
+    len: usize,
+    min: usize,
+    pause: Duration,
+    stop: Option<Arc<AtomicBool>>,
+) -> thread::JoinHandle<Ledger> {
+    thread::spawn(move || {
+        let mut l = Ledger::default();
+        let mut c = client(port);
+        for i in 0.. {
+            if i >= min && stop.as_ref().is_some_and(|s| s.load(Ordering::Relaxed)) {
+                break;
+            }
+            thread::sleep(pause);
+            if l.set(&mut c, &format!("{prefix}{i:06}"), len) == Outcome::Lost {
+                break;
+            }
+        }
+        l
+    })
+}
+
 /// The string keys on `port` and their values (SCAN, then MGET).
 fn snapshot(port: u16) -> BTreeMap<String, String> {
     let mut c = client(port);
@@ -821,26 +848,13 @@ fn sigkill_a_backup_then_the_primary() {
     assert_eq!(l.set_many(p, "a", 100), 100, "{:?}", l.errors);
 
     // Kill backup 0 while a client writes.
-    let writer = {
-        let stop = Arc::new(AtomicBool::new(false));
-        let s = Arc::clone(&stop);
-        let h = thread::spawn(move || {
-            let mut l = Ledger::default();
-            let mut c = client(p);
-            let mut i = 0;
-            while !s.load(Ordering::Relaxed) || i < 50 {
-                l.set(&mut c, &format!("b{i:05}"), 40);
-                i += 1;
-            }
-            l
-        });
-        (stop, h)
-    };
+    let stop = Arc::new(AtomicBool::new(false));
+    let writer = background_writer(p, "b", 40, 50, Duration::ZERO, Some(Arc::clone(&stop)));
     thread::sleep(Duration::from_millis(300));
     cl.kill_backup(0);
     thread::sleep(Duration::from_millis(500));
-    writer.0.store(true, Ordering::Relaxed);
-    let w = writer.1.join().expect("writer");
+    stop.store(true, Ordering::Relaxed);
+    let w = writer.join().expect("writer");
     assert_eq!(
         w.acked.len(),
         w.sent.len(),
@@ -938,22 +952,14 @@ fn sigstop_the_primary() {
     let mut cl = Cluster::new("repl-stop-primary", 2, Opts::new(1, SHORT_TIMEOUT_MS));
     let p = cl.port();
     let stop = Arc::new(AtomicBool::new(false));
-    let writer = {
-        let stop = Arc::clone(&stop);
-        thread::spawn(move || {
-            let mut l = Ledger::default();
-            let mut c = client(p);
-            let mut i = 0;
-            while !stop.load(Ordering::Relaxed) {
-                thread::sleep(Duration::from_millis(1));
-                if l.set(&mut c, &format!("k{i:06}"), 60) == Outcome::Lost {
-                    break;
-                }
-                i += 1;
-            }
-            l
-        })
-    };
+    let writer = background_writer(
+        p,
+        "k",
+        60,
+        0,
+        Duration::from_millis(1),
+        Some(Arc::clone(&stop)),
+    );
     thread::sleep(Duration::from_millis(500));
     let primary = cl.primary.as_ref().unwrap();
     primary.stop();
@@ -994,15 +1000,7 @@ fn sigkill_the_primary_and_promote_a_backup() {
     assert_eq!(l.set_many(p, "a", 200), 200, "{:?}", l.errors);
     let old_epoch = info_u64(&primary_info(p, 2), "epoch");
     // Kill it while a client writes.
-    let writer = thread::spawn(move || {
-        let mut l = Ledger::default();
-        let mut c = client(p);
-        let mut i = 0;
-        while l.set(&mut c, &format!("b{i:06}"), 50) != Outcome::Lost {
-            i += 1;
-        }
-        l
-    });
+    let writer = background_writer(p, "b", 50, 0, Duration::ZERO, None);
     thread::sleep(Duration::from_millis(400));
     cl.kill_primary();
     let w = writer.join().expect("writer");
@@ -1135,15 +1133,7 @@ fn sigkill_the_primary_under_every_flush_order() {
         };
         let mut cl = Cluster::new(&format!("repl-order-{order}"), 2, opts);
         let p = cl.port();
-        let writer = thread::spawn(move || {
-            let mut l = Ledger::default();
-            let mut c = client(p);
-            let mut i = 0;
-            while l.set(&mut c, &format!("k{i:06}"), 80) != Outcome::Lost {
-                i += 1;
-            }
-            l
-        });
+        let writer = background_writer(p, "k", 80, 0, Duration::ZERO, None);
         thread::sleep(Duration::from_millis(400));
         cl.kill_primary();
         let l = writer.join().expect("writer");
@@ -1251,22 +1241,14 @@ fn promote_while_the_old_primary_is_partitioned() {
     let mut cl = Cluster::new("repl-promote-split", 2, Opts::new(1, SHORT_TIMEOUT_MS));
     let old_port = cl.port();
     let stop = Arc::new(AtomicBool::new(false));
-    let writer = {
-        let stop = Arc::clone(&stop);
-        thread::spawn(move || {
-            let mut l = Ledger::default();
-            let mut c = client(old_port);
-            let mut i = 0;
-            while !stop.load(Ordering::Relaxed) {
-                thread::sleep(Duration::from_millis(2));
-                if l.set(&mut c, &format!("k{i:06}"), 50) == Outcome::Lost {
-                    break;
-                }
-                i += 1;
-            }
-            l
-        })
-    };
+    let writer = background_writer(
+        old_port,
+        "k",
+        50,
+        0,
+        Duration::from_millis(2),
+        Some(Arc::clone(&stop)),
+    );
     thread::sleep(Duration::from_millis(500));
     // Isolate the old primary.
     cl.proxies[0].set(Fault::Drop);
