@@ -569,6 +569,20 @@ enum Event {
 }
 
 impl World {
+    /// Node `i`'s primary, marked busy for an operation; `None` if it is not a primary or is
+    /// already running one.
+    fn claim_primary(&mut self, i: usize) -> Option<Arc<Primary>> {
+        let Node::Primary(p) = &self.nodes[i] else {
+            return None;
+        };
+        if self.busy[i] {
+            return None;
+        }
+        let p = Arc::clone(p);
+        self.busy[i] = true;
+        Some(p)
+    }
+
     fn new(p: Params) -> World {
         let mut rng = SplitMix64::new(p.seed);
         let nodes_n = p.quorum.copies();
@@ -1208,14 +1222,9 @@ fn run_event(sh: &Shared, ev: Event) {
         Event::Heartbeat(i) => {
             let p = {
                 let mut w = lock(sh);
-                let Node::Primary(p) = &w.nodes[i] else {
+                let Some(p) = w.claim_primary(i) else {
                     return;
                 };
-                if w.busy[i] {
-                    return;
-                }
-                let p = p.clone();
-                w.busy[i] = true;
                 w.c.heartbeats += 1;
                 p
             };
@@ -1317,14 +1326,9 @@ fn op_lose(sh: &Shared, i: usize, wipe: bool) {
 fn op_append(sh: &Shared, i: usize) {
     let (p, id, data, started, max_epoch) = {
         let mut w = lock(sh);
-        let Node::Primary(p) = &w.nodes[i] else {
+        let Some(p) = w.claim_primary(i) else {
             return;
         };
-        if w.busy[i] {
-            return;
-        }
-        let p = p.clone();
-        w.busy[i] = true;
         let id = w.next_id;
         w.next_id += 1;
         let span = w.p.payload_max as u64 - 15;
@@ -1394,14 +1398,9 @@ fn cleanup(sh: &Shared, i: usize, p: &Primary, part: usize) {
 fn op_cleanup(sh: &Shared, i: usize) {
     let p = {
         let mut w = lock(sh);
-        let Node::Primary(p) = &w.nodes[i] else {
+        let Some(p) = w.claim_primary(i) else {
             return;
         };
-        if w.busy[i] {
-            return;
-        }
-        let p = p.clone();
-        w.busy[i] = true;
         p
     };
     let part = 2 + lock(sh).rng.below(4) as usize;
