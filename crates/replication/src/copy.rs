@@ -179,8 +179,13 @@ impl<M: Medium> Copy<M> {
 
     /// What the copy holds: a read-only walk of its log. `None` if it holds no readable log.
     pub fn info(&self) -> Option<CopyInfo> {
-        let uuid = self.uuid?;
         let (log, rec) = Log::open(&self.medium, self.base, self.len, &read_only()).ok()?;
+        self.describe(&log, &rec)
+    }
+
+    /// [`Copy::info`] from a walk already made.
+    fn describe(&self, log: &Log<&M>, rec: &log::Recovery) -> Option<CopyInfo> {
+        let uuid = self.uuid?;
         Some(CopyInfo {
             uuid: uuid.0,
             region_len: self.len as u64,
@@ -199,15 +204,17 @@ impl<M: Medium> Copy<M> {
 
     /// Promise to follow `epoch`: refused (with the promised epoch) unless it is higher than
     /// every epoch promised so far. What the copy holds is made durable first (see
-    /// [`Copy::persist_live`]).
-    pub fn promise(&mut self, epoch: u64) -> Result<(), u64> {
+    /// [`Copy::persist_live`]). Returns [`Copy::info`] after the promise (from the walk that
+    /// persisting made: the fence is not part of the log).
+    pub fn promise(&mut self, epoch: u64) -> Result<Option<CopyInfo>, u64> {
         let Some(uuid) = self.uuid else {
             return Err(0);
         };
         if epoch <= self.fence.promised {
             return Err(self.fence.promised);
         }
-        self.persist_live().map_err(|_| self.fence.promised)?;
+        let walked = self.persist_live().map_err(|_| self.fence.promised)?;
+        let info = walked.and_then(|(log, rec)| self.describe(&log, &rec));
         let next = Fence {
             sequence: self.fence.sequence + 1,
             promised: epoch,
@@ -218,7 +225,10 @@ impl<M: Medium> Copy<M> {
             .persist(at, FENCE_BYTES)
             .map_err(|_| self.fence.promised)?;
         self.fence = next;
-        Ok(())
+        Ok(info.map(|i| CopyInfo {
+            promised: epoch,
+            ..i
+        }))
     }
 
     /// Persist the descriptors, the superlines and the live ring: everything [`Copy::info`]
@@ -234,9 +244,10 @@ impl<M: Medium> Copy<M> {
     /// superlines), persists that, and a later power failure drops the records in between,
     /// cutting the copy short of everything after them; and a candidate's own copy loses them
     /// from under the jump record that opening writes after them.
-    pub fn persist_live(&self) -> pmem::Result<()> {
+    /// Returns the walk it made (`None`: no readable log, nothing persisted).
+    pub fn persist_live(&self) -> pmem::Result<Option<(Log<&M>, log::Recovery)>> {
         let Ok((log, rec)) = Log::open(&self.medium, self.base, self.len, &read_only()) else {
-            return Ok(());
+            return Ok(None);
         };
         let ring_offset = log.descriptor().ring_offset as usize;
         let ring = log.descriptor().ring_bytes;
@@ -249,7 +260,8 @@ impl<M: Medium> Copy<M> {
             self.medium
                 .flush(ring_at, (rec.ring_bytes_used - first) as usize)?;
         }
-        self.medium.fence()
+        self.medium.fence()?;
+        Ok(Some((log, rec)))
     }
 
     fn check_range(&self, offset: u64, len: u64) -> Result<(usize, usize), String> {
@@ -354,7 +366,7 @@ impl<M: Medium> Copy<M> {
             Request::Probe => Response::Info(self.info()),
             Request::Init { .. } => Response::Error("init is the host's".into()),
             Request::Promise { epoch } => match self.promise(*epoch) {
-                Ok(()) => Response::Info(self.info()),
+                Ok(info) => Response::Info(info),
                 Err(_) if self.uuid.is_none() => Response::Error("no log copy here".into()),
                 Err(promised) => Response::Fenced { promised },
             },
