@@ -411,6 +411,18 @@ impl Cluster {
         self.backups[i].as_ref().expect("a running backup")
     }
 
+    /// Every acknowledged write is on the primary, and every running backup catches up to
+    /// exactly what the primary holds; that.
+    fn check_all(&self, l: &Ledger, who: &str) -> BTreeMap<String, String> {
+        let snap = check(self.port(), l, who);
+        for (i, b) in self.backups.iter().enumerate() {
+            if let Some(b) = b {
+                await_same(b.port, &snap, &format!("backup {i}"));
+            }
+        }
+        snap
+    }
+
     fn kill_backup(&mut self, i: usize) {
         self.backups[i] = None;
     }
@@ -882,10 +894,7 @@ fn sigkill_a_backup_then_the_primary() {
         await_same(cl.backup(i).port, &snap, &format!("backup {i}"));
     }
     assert_eq!(l.set_many(p, "e", 30), 30, "{:?}", l.errors);
-    let snap = check(p, &l, "restarted primary");
-    for i in 0..2 {
-        await_same(cl.backup(i).port, &snap, &format!("backup {i}"));
-    }
+    cl.check_all(&l, "restarted primary");
     cl.h.assert_no_panic();
 }
 
@@ -982,10 +991,7 @@ fn sigstop_the_primary() {
     cl.restart_primary();
     let p = cl.port();
     primary_info(p, 2);
-    let snap = check(p, &l, "restarted primary");
-    for i in 0..2 {
-        await_same(cl.backup(i).port, &snap, &format!("backup {i}"));
-    }
+    cl.check_all(&l, "restarted primary");
     cl.h.assert_no_panic();
 }
 
@@ -1110,15 +1116,9 @@ fn proxy_partitions_delay_drop_cut() {
     cl.restart_primary();
     let p = cl.port();
     primary_info(p, 2);
-    let snap = check(p, &l, "restarted primary");
-    for i in 0..2 {
-        await_same(cl.backup(i).port, &snap, &format!("backup {i}"));
-    }
+    cl.check_all(&l, "restarted primary");
     assert_eq!(l.set_many(p, "b", 20), 20, "{:?}", l.errors);
-    let snap = check(p, &l, "restarted primary");
-    for i in 0..2 {
-        await_same(cl.backup(i).port, &snap, &format!("backup {i}"));
-    }
+    cl.check_all(&l, "restarted primary");
     cl.h.assert_no_panic();
 }
 
@@ -1171,10 +1171,7 @@ fn primary_that_lost_its_disk_rebuilds_from_the_backups() {
     let snap = check(p, &l, "primary rebuilt from the backups");
     assert_eq!(snap.len(), 300);
     assert_eq!(l.set_many(p, "b", 30), 30, "{:?}", l.errors);
-    let snap = check(p, &l, "primary rebuilt from the backups");
-    for i in 0..2 {
-        await_same(cl.backup(i).port, &snap, &format!("backup {i}"));
-    }
+    cl.check_all(&l, "primary rebuilt from the backups");
     cl.h.assert_no_panic();
 }
 
@@ -1226,10 +1223,7 @@ fn primary_that_lost_its_disk_waits_for_the_backup_with_the_latest_writes() {
         &lost[..lost.len().min(5)],
     );
     primary_info(p, 2);
-    let snap = check(p, &l, "primary with both backups back");
-    for i in 0..2 {
-        await_same(cl.backup(i).port, &snap, &format!("backup {i}"));
-    }
+    cl.check_all(&l, "primary with both backups back");
     cl.h.assert_no_panic();
 }
 
