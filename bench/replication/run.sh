@@ -86,7 +86,7 @@ fi
 [ -x "$SRC_BIN" ] || die "harness '$SRC_BIN' is not executable"
 REV="$(cd "$ROOT" && git rev-parse --short HEAD 2>/dev/null || echo unknown)"
 DIRTY="$(cd "$ROOT" && git status --porcelain -- crates/log crates/pmem crates/replication crates/bench 2>/dev/null | wc -l)"
-KAVACH_DESC="git $REV$( [ "$DIRTY" != 0 ] && echo " + $DIRTY uncommitted/untracked paths in crates/{log,pmem,replication,bench}")"
+KAVACH_DESC="git $REV$( [ "$DIRTY" != 0 ] && echo " + $DIRTY uncommitted/untracked paths in crates/{log,pmem,replication,bench}" || true)"
 
 STAMP="$(date -u +%Y%m%d-%H%M%S)"
 OUT="${OUTDIR:-$ROOT/target/bench/replication-$STAMP}"
@@ -113,62 +113,6 @@ SHM_DIR="$(mktemp -d "$SHM_BASE/kavach-replbench.XXXXXX")"
 cleanup() { rm -rf -- "$SHM_DIR"; }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
-
-# --- an idle machine ---------------------------------------------------------------------------
-loadavg() { cut -d' ' -f1-3 /proc/loadavg; }
-note_load() { printf '%s %s load %s\n' "$(date -u +%H:%M:%S)" "$1" "$(loadavg)" >> "$LOADS"; }
-others() {
-  # Processes other than this script and its children using more than ${1:-5}% of a CPU over
-  # the next half second ("pid:name:percent" separated by spaces), plus any cargo / rustc.
-  python3 - "$$" "${1:-5}" <<'PY'
-import os, sys, time
-me, limit = int(sys.argv[1]), float(sys.argv[2])
-hz = os.sysconf("SC_CLK_TCK")
-def snap():
-    d = {}
-    for p in os.listdir("/proc"):
-        if not p.isdigit():
-            continue
-        try:
-            with open(f"/proc/{p}/stat") as f:
-                st = f.read()
-        except OSError:
-            continue
-        rp = st.rindex(")")
-        name = st[st.index("(") + 1:rp]
-        fields = st[rp + 2:].split()
-        d[int(p)] = (name, int(fields[1]), int(fields[11]) + int(fields[12]))
-    return d
-a = snap(); time.sleep(0.5); b = snap()
-def ours(pid):
-    seen = 0
-    while pid > 1 and seen < 64:
-        if pid == me:
-            return True
-        pid = b.get(pid, a.get(pid, ("", 0, 0)))[1]
-        seen += 1
-    return False
-out = []
-for pid, (name, ppid, t) in b.items():
-    if pid in a and not ours(pid):
-        pct = 100.0 * (t - a[pid][2]) / hz / 0.5
-        if pct > limit or name in ("cargo", "rustc"):
-            out.append(f"{pid}:{name}:{pct:.0f}%")
-print(" ".join(out))
-PY
-}
-wait_idle() { # wait_idle WHAT: wait up to WAIT_IDLE s while others run; echo what ran at the end
-  local waited=0 o
-  o="$(others 20)"
-  while [ -n "$o" ] && [ "$waited" -lt "$WAIT_IDLE" ]; do
-    [ "$waited" = 0 ] && log "waiting for the machine to be idle before $1: $o"
-    sleep 10; waited=$((waited + 10))
-    o="$(others 20)"
-  done
-  [ "$waited" -gt 0 ] && note_load "waited ${waited} s before $1"
-  [ -n "$o" ] && log "warning: running $1 with other processes busy: $o"
-  printf '%s' "$o"
-}
 
 FAILED=0
 # run_one NAME ROUND ARGS...: one harness process.
