@@ -157,7 +157,6 @@ fn kv(name: &str, value: impl ToString) -> (String, String) {
     (name.to_string(), value.to_string())
 }
 
-/// Replay every record of the log copy into an emptied store. Returns how many.
 /// Prepare `dir` for a replicated role: the store there is only a view of the replicated log
 /// (rebuilt from it at every start), so it is removed and created again, empty. Emptying it
 /// in place (FLUSHALL) would keep its DRAM arenas at their high-water size, and a store that
@@ -194,6 +193,7 @@ struct Replayed {
     first_refusal: Option<String>,
 }
 
+/// Empty the store and replay every record of the log copy into it.
 fn rebuild_store(
     inner: &dyn Backend,
     copy_medium: &M,

@@ -244,6 +244,7 @@ impl<M: Medium> Copy<M> {
     /// superlines), persists that, and a later power failure drops the records in between,
     /// cutting the copy short of everything after them; and a candidate's own copy loses them
     /// from under the jump record that opening writes after them.
+    ///
     /// Returns the walk it made (`None`: no readable log, nothing persisted).
     pub fn persist_live(&self) -> pmem::Result<Option<(Log<&M>, log::Recovery)>> {
         let Ok((log, rec)) = Log::open(&self.medium, self.base, self.len, &read_only()) else {
