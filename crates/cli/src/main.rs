@@ -19,6 +19,7 @@ mod serve_cmd;
 mod units;
 
 use clap::{Parser, Subcommand};
+use std::io::Write;
 use std::process::ExitCode;
 
 /// Kavach: a dependable storage stack for persistent memory.
@@ -125,12 +126,24 @@ enum Command {
     Demo(demo::DemoArgs),
 }
 
-/// How a command ended, as an exit code.
+/// How a command that ran ended, as an exit code.
+///
+/// The contract, the same for every command (`docs/design.md`, "Exit codes"):
+///
+/// | exit | meaning | how a command says it |
+/// | --- | --- | --- |
+/// | 0 | success (and, for a checker, nothing found) | `Ok(Outcome::Ok)` |
+/// | 1 | the command ran and found damage, or could not repair all of it | `Ok(Outcome::Damage)`, after printing the findings |
+/// | 2 | the command could not run: bad arguments, no such file, not a pool, pool in use, no space, a refusal | any `Err` |
+///
+/// So damage is never an error value: a command that found damage prints what and where, and
+/// returns `Outcome::Damage`. Everything that kept it from doing its job is an `Err`, and a
+/// command that returns `Err` has left every file as it found it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Outcome {
     /// Exit 0.
     Ok,
-    /// Exit 1: the command ran and found damage (pool check) or failed.
+    /// Exit 1: the command ran and found damage, or could not repair all of it.
     Damage,
 }
 
@@ -151,10 +164,32 @@ fn main() -> ExitCode {
         if msg.starts_with("failed printing to stdout") {
             std::process::exit(141);
         }
-        eprintln!("kavach: internal error{at}: {msg} (this is a bug in Kavach; please report it)");
+        let _ = writeln!(
+            std::io::stderr(),
+            "kavach: internal error{at}: {msg} (this is a bug in Kavach; please report it)"
+        );
     }));
     let cli = Cli::parse();
-    let result = match cli.command {
+    // A panic is a bug, but the command still could not run: exit 2 like any other failure
+    // (after the hook above has said where), never Rust's 101.
+    let result = match std::panic::catch_unwind(move || dispatch(cli)) {
+        Ok(result) => result,
+        Err(_) => return ExitCode::from(2),
+    };
+    match result {
+        Ok(Outcome::Ok) => ExitCode::SUCCESS,
+        Ok(Outcome::Damage) => ExitCode::from(1),
+        Err(e) => {
+            // A closed or full stderr must not turn "could not run" into a panic.
+            let _ = writeln!(std::io::stderr(), "kavach: error: {e:#}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+/// Run the command `cli` names.
+fn dispatch(cli: Cli) -> anyhow::Result<Outcome> {
+    match cli.command {
         Command::Pool(c) => pool_cmd::run_pool(c),
         Command::Region(c) => pool_cmd::run_region(c),
         Command::Fault(c) => fault_cmd::run(c),
@@ -168,19 +203,11 @@ fn main() -> ExitCode {
         Command::Serve(a) => serve_cmd::run(&a),
         Command::Promote(a) => replica_cmd::run_promote(&a),
         Command::Elect(a) => elect_cmd::run(&a),
-    };
-    match result {
-        Ok(Outcome::Ok) => ExitCode::SUCCESS,
-        Ok(Outcome::Damage) => ExitCode::from(1),
-        Err(e) => {
-            eprintln!("kavach: error: {e:#}");
-            let could_not_run = e.is::<CouldNotRun>() || e.is::<CommandFailed>();
-            ExitCode::from(if could_not_run { 2 } else { 1 })
-        }
     }
 }
 
-/// Marks an error after which a checking command could not run at all (exit 2).
+/// Marks an error after which a checking command could not run at all. Every `Err` exits 2;
+/// this only adds "the check could not run" to the message.
 #[derive(Debug)]
 pub struct CouldNotRun;
 
@@ -192,8 +219,8 @@ impl std::fmt::Display for CouldNotRun {
 
 impl std::error::Error for CouldNotRun {}
 
-/// An error after which a `kavach log`, `heap`, `scrub` or `repair` command could not run
-/// (exit 2). It reads as the error it wraps, without the suffix [`CouldNotRun`] adds.
+/// An error after which a command could not run (exit 2, like every `Err`). It reads as the
+/// error it wraps, without the suffix [`CouldNotRun`] adds.
 #[derive(Debug)]
 pub struct CommandFailed(pub anyhow::Error);
 

@@ -100,25 +100,25 @@ fn bad_inputs_get_one_line_and_a_nonzero_exit() {
     // Sizes: too small, not a multiple of the page size.
     assert_refused(
         &kavach(&["pool", "create", &s.path("x.pool"), "--size", "4096"]),
-        1,
+        2,
         "too small",
     );
     assert_refused(
         &kavach(&["pool", "create", &s.path("x.pool"), "--size", "100000"]),
-        1,
+        2,
         "not a multiple",
     );
     assert!(!Path::new(&s.path("x.pool")).exists());
     // An existing file is not overwritten.
     assert_refused(
         &kavach(&["pool", "create", &good, "--size", "1M"]),
-        1,
+        2,
         "File exists",
     );
     // A missing file.
     assert_refused(
         &kavach(&["pool", "info", &s.path("missing.pool")]),
-        1,
+        2,
         "No such file",
     );
     assert_refused(
@@ -129,7 +129,7 @@ fn bad_inputs_get_one_line_and_a_nonzero_exit() {
     // A file that is not a pool.
     let text = s.path("notes.txt");
     std::fs::write(&text, "just some notes\n".repeat(5000)).unwrap();
-    assert_refused(&kavach(&["pool", "info", &text]), 1, "not a Kavach pool");
+    assert_refused(&kavach(&["pool", "info", &text]), 2, "not a Kavach pool");
     assert_refused(&kavach(&["pool", "check", &text]), 2, "not a Kavach pool");
     assert_eq!(
         std::fs::read_to_string(&text).unwrap(),
@@ -144,7 +144,7 @@ fn bad_inputs_get_one_line_and_a_nonzero_exit() {
         .unwrap()
         .set_len(300_000)
         .unwrap();
-    assert_refused(&kavach(&["pool", "info", &trunc]), 1, "truncated");
+    assert_refused(&kavach(&["pool", "info", &trunc]), 2, "truncated");
     let o = kavach(&["pool", "check", &trunc]);
     assert_eq!(o.status.code(), Some(1));
     assert!(stdout(&o).contains("truncated") && stdout(&o).contains("does NOT open"));
@@ -162,7 +162,7 @@ fn bad_inputs_get_one_line_and_a_nonzero_exit() {
     }
     assert_refused(
         &kavach(&["pool", "info", &slots]),
-        1,
+        2,
         "mutable header slots",
     );
     assert_eq!(kavach(&["pool", "check", &slots]).status.code(), Some(1));
@@ -179,32 +179,32 @@ fn bad_inputs_get_one_line_and_a_nonzero_exit() {
     // Bad region and fault requests.
     assert_refused(
         &kavach(&["region", "create", &good, &"n".repeat(40), "--size", "4k"]),
-        1,
+        2,
         "at most 32 bytes",
     );
     assert_refused(
         &kavach(&["region", "create", &good, "r", "--size", "2G"]),
-        1,
+        2,
         "no space",
     );
     assert_refused(
         &kavach(&["region", "remove", &good, "nothing"]),
-        1,
+        2,
         "no region named",
     );
     assert_refused(
         &kavach(&["fault", "flip", &good, "--offset", "1G"]),
-        1,
+        2,
         "outside",
     );
     assert_refused(
         &kavach(&["fault", "lost-write", &good, "--page", "1", "--from", &text]),
-        1,
+        2,
         "exactly 4096",
     );
     assert_refused(
         &kavach(&["fault", "misdirect", &good, "--page", "9999", "--onto", "1"]),
-        1,
+        2,
         "outside",
     );
 }
@@ -257,11 +257,11 @@ fn a_second_opener_is_told_the_pool_is_in_use() {
             .success()
     );
     let held = pmem::Pool::open(Path::new(&p), &pmem::OpenOptions::default()).unwrap();
-    assert_refused(&kavach(&["pool", "info", &p]), 1, "in use");
+    assert_refused(&kavach(&["pool", "info", &p]), 2, "in use");
     assert_refused(&kavach(&["pool", "check", &p]), 2, "in use");
     assert_refused(
         &kavach(&["fault", "flip", &p, "--offset", "0"]),
-        1,
+        2,
         "in use",
     );
     held.close().unwrap();
