@@ -1,7 +1,7 @@
 //! A loom model of the sequencer's reserve / complete / force protocol.
 //!
 //! Run with `RUSTFLAGS="--cfg loom" cargo test -p kavach-log --test loom --release`
-//! (`.ci/run` does). Loom explores every interleaving of 2 and 3 threads that each reserve an
+//! (`.ci/run` does, as its own step). Loom explores every interleaving of 2 and 3 threads that each reserve an
 //! LSN (a mutex-guarded counter, as `Log::reserve` does), complete it and force it, and checks:
 //!
 //! - a record is only ever persisted after it was completed;

@@ -1,0 +1,412 @@
+//! The exit-code contract, as a table: every `kavach` subcommand against every bad input.
+//!
+//! The contract (`docs/design.md`, "Exit codes"): 0 success, 1 damage found (or not all of it
+//! repaired), 2 the command could not run. A command that could not run says why in one line on
+//! stderr, panics never, and leaves every file as it found it: the bytes of an existing file, the
+//! entries of an existing directory, and no file where there was none.
+//!
+//! `every_subcommand_is_in_the_table` reads the command tree from `--help`, so a new subcommand
+//! cannot be added without a row here.
+
+mod common;
+
+use common::{Scratch, kavach, stderr, stdout};
+use std::collections::BTreeSet;
+use std::path::Path;
+use std::process::Output;
+
+/// What the path argument of a command points at.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Input {
+    /// No file there.
+    Missing,
+    /// A file of zero bytes.
+    Empty,
+    /// 1 MiB of pseudo-random bytes.
+    Random,
+    /// A text file.
+    Text,
+    /// A directory.
+    Directory,
+    /// A valid plain pool cut to half its length.
+    Truncated,
+    /// A valid pool with no regions (the wrong kind for log, heap and integrity commands).
+    PlainPool,
+}
+
+const ALL: &[Input] = &[
+    Input::Missing,
+    Input::Empty,
+    Input::Random,
+    Input::Text,
+    Input::Directory,
+    Input::Truncated,
+    Input::PlainPool,
+];
+
+/// Every input except a usable one for commands that read a pool of any kind.
+const NOT_A_POOL: &[Input] = &[
+    Input::Missing,
+    Input::Empty,
+    Input::Random,
+    Input::Text,
+    Input::Directory,
+    Input::Truncated,
+];
+
+/// Inputs for a command that creates its file: anything already there must be refused.
+const EXISTING: &[Input] = &[
+    Input::Empty,
+    Input::Random,
+    Input::Text,
+    Input::Directory,
+    Input::Truncated,
+    Input::PlainPool,
+];
+
+/// Inputs for fault injection, which damages any pool on purpose: it still refuses what it
+/// cannot open (a damaged header is fair game, a missing or empty file is not).
+const FAULT: &[Input] = &[Input::Missing, Input::Empty, Input::Directory];
+
+/// One row: the subcommand's words, its arguments (`P` is replaced by the path under test, `S`
+/// by a scratch path that must not appear), the inputs it must refuse, and the exit code for
+/// each input when it is not 2.
+struct Row {
+    words: &'static [&'static str],
+    args: &'static [&'static str],
+    inputs: &'static [Input],
+    /// Inputs for which the command runs and reports damage (exit 1) rather than refusing.
+    damage: &'static [Input],
+}
+
+const fn row(
+    words: &'static [&'static str],
+    args: &'static [&'static str],
+    inputs: &'static [Input],
+) -> Row {
+    Row {
+        words,
+        args,
+        inputs,
+        damage: &[],
+    }
+}
+
+fn table() -> Vec<Row> {
+    vec![
+        row(&["pool", "create"], &["P", "--size", "1MiB"], EXISTING),
+        row(&["pool", "info"], &["P"], NOT_A_POOL),
+        Row {
+            words: &["pool", "check"],
+            args: &["P"],
+            inputs: NOT_A_POOL,
+            // A truncated pool is a pool with damage: check runs and reports it.
+            damage: &[Input::Truncated],
+        },
+        row(
+            &["region", "create"],
+            &["P", "extra", "--size", "4KiB"],
+            NOT_A_POOL,
+        ),
+        row(&["region", "remove"], &["P", "log"], ALL),
+        row(&["region", "list"], &["P"], NOT_A_POOL),
+        row(&["log", "create"], &["P", "--size", "1MiB"], EXISTING),
+        row(&["log", "append"], &["P", "--data", "x"], ALL),
+        row(&["log", "dump"], &["P"], ALL),
+        row(&["log", "verify"], &["P"], ALL),
+        row(&["heap", "create"], &["P", "--size", "64MiB"], EXISTING),
+        row(&["heap", "check"], &["P"], ALL),
+        row(&["heap", "stats"], &["P"], ALL),
+        row(&["fault", "flip"], &["P", "--offset", "0"], FAULT),
+        row(
+            &["fault", "snapshot"],
+            &["P", "--page", "1", "--out", "S"],
+            FAULT,
+        ),
+        row(
+            &["fault", "lost-write"],
+            &["P", "--page", "1", "--from", "S"],
+            FAULT,
+        ),
+        row(
+            &["fault", "misdirect"],
+            &["P", "--page", "1", "--onto", "2"],
+            FAULT,
+        ),
+        row(&["inject", "bitflip"], &["P", "--page", "0"], ALL),
+        row(&["inject", "lost-write"], &["P", "--page", "0"], ALL),
+        row(
+            &["inject", "misdirected-write"],
+            &["P", "--page", "0", "--to", "1"],
+            ALL,
+        ),
+        row(&["scrub"], &["P"], ALL),
+        row(&["repair"], &["P"], ALL),
+        row(&["debug", "fill"], &["P"], ALL),
+        row(&["debug", "digest"], &["P"], ALL),
+        // Serving and the demo take a directory: a file where it should be is refused.
+        row(
+            &["serve"],
+            &["--dir", "P", "--port", "0"],
+            &[Input::Empty, Input::Random, Input::Text, Input::PlainPool],
+        ),
+        row(
+            &["demo"],
+            &["--dir", "P"],
+            &[Input::Empty, Input::Random, Input::Text, Input::PlainPool],
+        ),
+    ]
+}
+
+/// What a path holds, to compare before and after a command.
+#[derive(Debug, PartialEq, Eq)]
+enum Snapshot {
+    Missing,
+    File(Vec<u8>, u32),
+    Directory(BTreeSet<String>),
+}
+
+fn snapshot(path: &Path) -> Snapshot {
+    match std::fs::symlink_metadata(path) {
+        Err(_) => Snapshot::Missing,
+        Ok(m) if m.is_dir() => Snapshot::Directory(
+            std::fs::read_dir(path)
+                .unwrap()
+                .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+                .collect(),
+        ),
+        Ok(m) => {
+            use std::os::unix::fs::PermissionsExt;
+            Snapshot::File(std::fs::read(path).unwrap(), m.permissions().mode())
+        }
+    }
+}
+
+/// Deterministic pseudo-random bytes (xorshift), so a failure can be reproduced.
+fn noise(len: usize, mut seed: u64) -> Vec<u8> {
+    (0..len)
+        .map(|_| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed as u8
+        })
+        .collect()
+}
+
+/// Put `input` at `path`, made from `plain` (a valid 1 MiB pool with no regions).
+fn make(input: Input, path: &Path, plain: &Path) {
+    match input {
+        Input::Missing => {}
+        Input::Empty => std::fs::write(path, b"").unwrap(),
+        Input::Random => std::fs::write(path, noise(1 << 20, 0x9e37_79b9_7f4a_7c15)).unwrap(),
+        Input::Text => std::fs::write(path, "not a pool, just notes\n".repeat(4000)).unwrap(),
+        Input::Directory => {
+            std::fs::create_dir(path).unwrap();
+            std::fs::write(path.join("inside"), b"keep me").unwrap();
+        }
+        Input::Truncated => {
+            let bytes = std::fs::read(plain).unwrap();
+            std::fs::write(path, &bytes[..bytes.len() / 2]).unwrap();
+        }
+        Input::PlainPool => {
+            std::fs::copy(plain, path).unwrap();
+        }
+    }
+}
+
+/// The contract for a command that could not run: exit 2, one error line, no panic.
+fn assert_could_not_run(o: &Output, what: &str) {
+    let err = stderr(o);
+    assert_eq!(
+        o.status.code(),
+        Some(2),
+        "{what}: exit code\nstdout: {}\nstderr: {err}",
+        stdout(o)
+    );
+    assert_no_panic(o, what);
+    let error_lines: Vec<&str> = err.lines().filter(|l| l.contains("error")).collect();
+    assert_eq!(error_lines.len(), 1, "{what}: one error line, got: {err}");
+    let last = err
+        .lines()
+        .rev()
+        .find(|l| !l.trim().is_empty())
+        .unwrap_or("");
+    // Our own errors are one line at the end; clap's usage errors are followed by a hint.
+    assert!(
+        last.starts_with("kavach: error: ") || err.starts_with("error: "),
+        "{what}: the last line says what went wrong: {err}"
+    );
+}
+
+fn assert_no_panic(o: &Output, what: &str) {
+    let err = stderr(o);
+    assert!(
+        !err.contains("panicked")
+            && !err.contains("internal error")
+            && !err.contains("RUST_BACKTRACE"),
+        "{what}: {err}"
+    );
+}
+
+#[test]
+fn every_subcommand_refuses_every_bad_input_with_exit_2_and_changes_nothing() {
+    let s = Scratch::new("codes");
+    let plain = Path::new(&s.path("plain.pool")).to_path_buf();
+    assert!(
+        kavach(&["pool", "create", plain.to_str().unwrap(), "--size", "1MiB"])
+            .status
+            .success()
+    );
+    let stray = s.path("stray-output");
+    let mut checked = 0;
+    let mut failures = Vec::new();
+    for r in table() {
+        for &input in r.inputs {
+            let path = Path::new(&s.path("under-test")).to_path_buf();
+            let _ = std::fs::remove_dir_all(&path);
+            let _ = std::fs::remove_file(&path);
+            make(input, &path, &plain);
+            let p = path.to_str().unwrap();
+            let args: Vec<&str> = r
+                .words
+                .iter()
+                .copied()
+                .chain(r.args.iter().map(|&a| match a {
+                    "P" => p,
+                    "S" => stray.as_str(),
+                    other => other,
+                }))
+                .collect();
+            let what = format!("`kavach {}` on {input:?}", args.join(" "));
+            let before = snapshot(&path);
+            let o = kavach(&args);
+            // Every case runs; the failures are listed together at the end.
+            let verdict = std::panic::catch_unwind(|| {
+                if r.damage.contains(&input) {
+                    assert_eq!(o.status.code(), Some(1), "{what}: {}", stderr(&o));
+                    assert_no_panic(&o, &what);
+                } else {
+                    assert_could_not_run(&o, &what);
+                }
+            });
+            if verdict.is_err() {
+                failures.push(format!(
+                    "{what}: exit {:?}, {}",
+                    o.status.code(),
+                    stderr(&o).trim_end()
+                ));
+            }
+            if snapshot(&path) != before {
+                failures.push(format!("{what}: the input was changed"));
+            }
+            if Path::new(&stray).exists() {
+                let _ = std::fs::remove_file(&stray);
+                failures.push(format!("{what}: an output file was left behind"));
+            }
+            checked += 1;
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "{} of {checked} cases broke the contract:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
+    // The table is not empty by accident.
+    assert!(checked > 120, "only {checked} cases ran");
+}
+
+/// The subcommand groups whose children are listed under `Commands:` in `--help`.
+fn children(words: &[&str]) -> Vec<String> {
+    let mut args = words.to_vec();
+    args.push("--help");
+    let help = stdout(&kavach(&args));
+    let Some(list) = help.split("Commands:\n").nth(1) else {
+        return Vec::new();
+    };
+    list.lines()
+        .take_while(|l| !l.trim().is_empty())
+        .filter_map(|l| l.split_whitespace().next())
+        .filter(|name| *name != "help")
+        .map(str::to_owned)
+        .collect()
+}
+
+#[test]
+fn every_subcommand_is_in_the_table() {
+    let mut leaves = BTreeSet::new();
+    for top in children(&[]) {
+        let kids = children(&[&top]);
+        if kids.is_empty() {
+            leaves.insert(top);
+        } else {
+            for k in kids {
+                leaves.insert(format!("{top} {k}"));
+            }
+        }
+    }
+    assert!(
+        leaves.contains("pool create") && leaves.contains("scrub"),
+        "{leaves:?}"
+    );
+    let mut in_table: BTreeSet<String> = table().iter().map(|r| r.words.join(" ")).collect();
+    // Commands that talk to a running server or etcd have their own rows below.
+    in_table.insert("promote".into());
+    in_table.insert("elect".into());
+    let missing: Vec<&String> = leaves.difference(&in_table).collect();
+    assert!(
+        missing.is_empty(),
+        "subcommands with no row in the exit-code table: {missing:?}"
+    );
+}
+
+#[test]
+fn commands_that_talk_to_a_server_exit_2_when_they_cannot() {
+    // A port nothing listens on: bind one, note it, close it.
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port().to_string()
+    };
+    let o = kavach(&["promote", "--port", &port]);
+    assert_could_not_run(&o, "promote to a closed port");
+    for bad in [
+        vec![
+            "elect",
+            "--cluster",
+            "c",
+            "--port",
+            &port,
+            "--replicas",
+            "nonsense",
+        ],
+        vec![
+            "elect",
+            "--cluster",
+            "c",
+            "--port",
+            &port,
+            "--replicas",
+            "127.0.0.1:1",
+            "--ttl",
+            "0",
+        ],
+    ] {
+        let o = kavach(&bad);
+        assert_could_not_run(&o, &bad.join(" "));
+    }
+}
+
+#[test]
+fn bad_sizes_for_create_commands_exit_2_and_create_nothing() {
+    let s = Scratch::new("sizes");
+    let p = s.path("new.pool");
+    for words in [["pool", "create"], ["log", "create"], ["heap", "create"]] {
+        for size in ["0", "1", "10parsecs", "-4KiB", "99999999999TiB", "4096"] {
+            let args = [words[0], words[1], p.as_str(), "--size", size];
+            let o = kavach(&args);
+            assert_could_not_run(&o, &args.join(" "));
+            assert!(!Path::new(&p).exists(), "{args:?} left a file behind");
+        }
+    }
+}
