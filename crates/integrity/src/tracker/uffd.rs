@@ -558,11 +558,15 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(
+        kavach_no_uffd_wp,
+        ignore = "no userfaultfd asynchronous write-protection on this kernel"
+    )]
     fn a_full_region_vector_resumes_at_walk_end() {
-        if !supported() {
-            eprintln!("skipped: no userfaultfd asynchronous write-protection");
-            return;
-        }
+        assert!(
+            supported(),
+            "the build found userfaultfd asynchronous write-protection, this run does not"
+        );
         let pages = 64;
         let scratch = ScratchMapping::new(pages * PAGE_BYTES).unwrap();
         // SAFETY: a live MAP_SHARED memfd mapping that outlives the tracker.
@@ -598,11 +602,15 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(
+        kavach_no_uffd_wp,
+        ignore = "no userfaultfd asynchronous write-protection on this kernel"
+    )]
     fn kernel_writes_into_the_range_are_reported() {
-        if !supported() {
-            eprintln!("skipped: no userfaultfd asynchronous write-protection");
-            return;
-        }
+        assert!(
+            supported(),
+            "the build found userfaultfd asynchronous write-protection, this run does not"
+        );
         let scratch = ScratchMapping::new(4 * PAGE_BYTES).unwrap();
         // SAFETY: a live MAP_SHARED memfd mapping that outlives the tracker.
         let tracker = unsafe { UffdTracker::new(scratch.base, scratch.len).unwrap() };
