@@ -291,8 +291,21 @@ fn the_check_catches_a_lost_forced_record() {
     let model = Model::default();
     let sim = SimMedium::from_image(image, SimConfig::default());
     workload(&sim, &model, 9, ForcePolicy::Sync);
-    // Lose the whole ring: every forced record goes.
+    // Lose the whole ring: every forced record goes. Recovery would refuse that (the superline
+    // says which records were durable), so also clear the superline's durable LSN, as a
+    // recovery that ignored it would.
     let mut img = sim.durable_image();
     img[4096..].fill(0);
+    let desc = log::Descriptor::decode(&img[..64], 0, 0, REGION as u64).expect("descriptor");
+    for (copy, &at) in log::layout::SUPERLINE_COPY_OFFSETS.iter().enumerate() {
+        let b = &img[at..at + log::layout::SUPERLINE_BYTES];
+        let sl = log::Superline::decode(b, copy, at as u64, &desc.log_uuid, desc.ring_bytes);
+        let sl = sl.expect("superline");
+        let cleared = log::Superline {
+            durable_lsn: 0,
+            ..sl
+        };
+        img[at..at + log::layout::SUPERLINE_BYTES].copy_from_slice(&cleared.encode(&desc.log_uuid));
+    }
     check(img, &model, "canary", false);
 }
