@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{Scratch, assert_refused, kavach, kavach_stdin, stderr, stdout};
+use common::{Scratch, assert_refused, kavach, kavach_in, kavach_stdin, stderr, stdout};
 use std::path::Path;
 use std::process::Output;
 
@@ -687,4 +687,15 @@ fn a_record_left_incomplete_after_a_clean_close_is_damage() {
         json(&kavach(&["pool", "info", &p, "--json"]))["clean_shutdown"],
         true
     );
+}
+
+/// Issue 17, case 9: the demo described its new, empty log as "0 records (LSN 1..1)".
+#[test]
+fn the_demo_describes_an_empty_log_in_words() {
+    let s = Scratch::new("demo");
+    let o = kavach_in(&s.0, &["demo", "--crashes", "2"]);
+    assert_ok(&o);
+    let out = stdout(&o);
+    assert!(!out.contains("(LSN 1..1)"), "{out}");
+    assert!(out.contains("holds no records (the next one gets LSN 1)"), "{out}");
 }
