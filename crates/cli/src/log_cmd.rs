@@ -1064,7 +1064,8 @@ fn cut_json(c: &log::Cut) -> CutJson {
     CutJson {
         kind: c.kind.name(),
         lsn: (c.kind != log::CutKind::Unrecognized).then_some(c.lsn),
-        record_kind: (c.kind == log::CutKind::Whole).then(|| log::layout::kinds::name(c.record_kind)),
+        record_kind: (c.kind == log::CutKind::Whole)
+            .then(|| log::layout::kinds::name(c.record_kind)),
         offset: c.offset,
         bytes: c.bytes.len(),
     }
@@ -1130,8 +1131,12 @@ fn salvage(a: &SalvageArgs) -> Result<Outcome> {
     };
     let clean = look.pool().was_clean_shutdown();
     let plan = look.log().salvage_plan(look.recovery(), clean);
-    let repaired: Vec<CorruptionJson> =
-        look.recovery().repaired.iter().map(CorruptionJson::from).collect();
+    let repaired: Vec<CorruptionJson> = look
+        .recovery()
+        .repaired
+        .iter()
+        .map(CorruptionJson::from)
+        .collect();
     drop(look);
     let needed = !plan.cut.is_empty() || plan.failure.is_some() || !clean || !repaired.is_empty();
     let mut report = SalvageJson {
@@ -1176,7 +1181,10 @@ fn salvage(a: &SalvageArgs) -> Result<Outcome> {
         let saved = if plan.cut.is_empty() {
             String::new()
         } else {
-            format!(" (the side file {} was written; nothing was cut)", side.display())
+            format!(
+                " (the side file {} was written; nothing was cut)",
+                side.display()
+            )
         };
         open_error(e, &a.path, &a.region).context(format!("cannot salvage the log{saved}"))
     })?;
@@ -1190,7 +1198,10 @@ fn salvage(a: &SalvageArgs) -> Result<Outcome> {
     }
     let kept = match plan.stop_lsn.checked_sub(1) {
         Some(last) if plan.kept_records > 0 => {
-            format!("{} record(s), LSN {}..={last}", plan.kept_records, plan.start_lsn)
+            format!(
+                "{} record(s), LSN {}..={last}",
+                plan.kept_records, plan.start_lsn
+            )
         }
         _ => "no records".into(),
     };

@@ -339,14 +339,20 @@ fn a_damaged_record_is_named_by_verify_and_dump_with_exit_1() {
     let o = kavach(&["log", "verify", &p]);
     assert_eq!(o.status.code(), Some(1));
     let out = stdout(&o);
-    assert!(out.contains("record LSN 2") && out.contains("not a record torn"), "{out}");
+    assert!(
+        out.contains("record LSN 2") && out.contains("not a record torn"),
+        "{out}"
+    );
     let before = std::fs::read(&p).unwrap();
     assert_refused(
         &kavach(&["log", "append", &p, "--data", "after the crash"]),
         2,
         "LSN 2",
     );
-    assert!(std::fs::read(&p).unwrap() == before, "a refused append changed the file");
+    assert!(
+        std::fs::read(&p).unwrap() == before,
+        "a refused append changed the file"
+    );
     assert_eq!(
         json(&kavach(&["pool", "info", &p, "--json"]))["clean_shutdown"],
         false,
@@ -362,9 +368,18 @@ fn a_damaged_record_is_named_by_verify_and_dump_with_exit_1() {
         .as_array()
         .unwrap()
         .iter()
-        .map(|c| (c["kind"].as_str().unwrap().to_string(), c["lsn"].as_u64().unwrap()))
+        .map(|c| {
+            (
+                c["kind"].as_str().unwrap().to_string(),
+                c["lsn"].as_u64().unwrap(),
+            )
+        })
         .collect();
-    assert_eq!(cut, [("stopped".to_string(), 2), ("whole".to_string(), 3)], "{v}");
+    assert_eq!(
+        cut,
+        [("stopped".to_string(), 2), ("whole".to_string(), 3)],
+        "{v}"
+    );
     assert!(Path::new(&format!("{p}.salvage")).exists());
     assert_ok(&kavach(&["log", "verify", &p]));
     let o = kavach(&["log", "append", &p, "--data", "after the salvage", "--json"]);
@@ -374,7 +389,10 @@ fn a_damaged_record_is_named_by_verify_and_dump_with_exit_1() {
     assert_ok(&kavach(&["log", "verify", &p]));
     assert_eq!(
         dumped(&p),
-        [(1, "one".to_string()), (lsn, "after the salvage".to_string())]
+        [
+            (1, "one".to_string()),
+            (lsn, "after the salvage".to_string())
+        ]
     );
 }
 
@@ -387,15 +405,22 @@ fn damage_in_an_unclean_pool_is_refused_not_taken_for_a_torn_tail() {
     let p = s.path("L");
     assert_ok(&kavach(&["log", "create", &p, "--size", "1MiB"]));
     assert_ok(&kavach(&[
-        "log", "append", &p, "--data", "one", "--data", "two", "--data", "three", "--data",
-        "four",
+        "log", "append", &p, "--data", "one", "--data", "two", "--data", "three", "--data", "four",
     ]));
     let at = record_offset(&p, 2);
-    assert_eq!(at + 32, 20576, "the reproduction's offset is record 2's payload");
+    assert_eq!(
+        at + 32,
+        20576,
+        "the reproduction's offset is record 2's payload"
+    );
     assert_ok(&kavach(&[
         "fault", "flip", &p, "--offset", "20576", "--len", "3", "--bits", "1",
     ]));
-    assert_refused(&kavach(&["log", "append", &p, "--data", "five"]), 2, "LSN 2");
+    assert_refused(
+        &kavach(&["log", "append", &p, "--data", "five"]),
+        2,
+        "LSN 2",
+    );
     mark_unclean(&p);
     let before = std::fs::read(&p).unwrap();
     assert_refused(
@@ -403,11 +428,17 @@ fn damage_in_an_unclean_pool_is_refused_not_taken_for_a_torn_tail() {
         2,
         &format!("{:#x}", at + 16),
     );
-    assert!(std::fs::read(&p).unwrap() == before, "a refused append changed the file");
+    assert!(
+        std::fs::read(&p).unwrap() == before,
+        "a refused append changed the file"
+    );
     let o = kavach(&["log", "verify", &p, "--json"]);
     assert_eq!(o.status.code(), Some(1));
     let v = json(&o);
-    assert_eq!((v["damaged"]["lsn"].as_u64(), v["healthy"].as_bool()), (Some(2), Some(false)));
+    assert_eq!(
+        (v["damaged"]["lsn"].as_u64(), v["healthy"].as_bool()),
+        (Some(2), Some(false))
+    );
     assert_eq!(v["damaged"]["field"], "payload_crc");
     let o = kavach(&["log", "dump", &p, "--payload", "text"]);
     assert_eq!(o.status.code(), Some(1));
@@ -422,15 +453,17 @@ fn a_flipped_lsn_bit_is_damage_named_by_verify_and_refused_by_append() {
     let p = s.path("L");
     assert_ok(&kavach(&["log", "create", &p, "--size", "1MiB"]));
     assert_ok(&kavach(&[
-        "log", "append", &p, "--data", "one", "--data", "two", "--data", "three", "--data",
-        "four",
+        "log", "append", &p, "--data", "one", "--data", "two", "--data", "three", "--data", "four",
     ]));
     let at = record_offset(&p, 2);
     poke(&p, at, 0x01); // LSN 2 becomes 3
     let o = kavach(&["log", "verify", &p]);
     assert_eq!(o.status.code(), Some(1), "{}", stdout(&o));
     let out = stdout(&o);
-    assert!(out.contains("record LSN 2") && out.contains("`lsn`"), "{out}");
+    assert!(
+        out.contains("record LSN 2") && out.contains("`lsn`"),
+        "{out}"
+    );
     assert!(out.contains("expected 2, found 3"), "{out}");
     let v = json(&kavach(&["log", "verify", &p, "--json"]));
     assert_eq!(v["damaged"]["lsn"], 2);
@@ -438,13 +471,23 @@ fn a_flipped_lsn_bit_is_damage_named_by_verify_and_refused_by_append() {
     assert_eq!(kavach(&["log", "dump", &p]).status.code(), Some(1));
     let before = std::fs::read(&p).unwrap();
     assert_refused(&kavach(&["log", "append", &p, "--data", "TWO"]), 2, "LSN 2");
-    assert!(std::fs::read(&p).unwrap() == before, "a refused append changed the file");
+    assert!(
+        std::fs::read(&p).unwrap() == before,
+        "a refused append changed the file"
+    );
 
     // Salvage: refused while the side file exists (nothing changes), then done elsewhere.
     let side = s.path("cut.bin");
     std::fs::write(&side, b"keep me").unwrap();
-    assert_refused(&kavach(&["log", "salvage", &p, "--output", &side]), 2, "exists");
-    assert!(std::fs::read(&p).unwrap() == before, "a refused salvage changed the log");
+    assert_refused(
+        &kavach(&["log", "salvage", &p, "--output", &side]),
+        2,
+        "exists",
+    );
+    assert!(
+        std::fs::read(&p).unwrap() == before,
+        "a refused salvage changed the log"
+    );
     assert_eq!(std::fs::read(&side).unwrap(), b"keep me");
     let o = kavach(&["log", "salvage", &p, "--output", &side, "--overwrite"]);
     assert_ok(&o);
@@ -481,7 +524,11 @@ fn salvage_of_a_healthy_log_changes_nothing() {
     assert!(stdout(&o).contains("nothing to salvage"), "{}", stdout(&o));
     assert!(!Path::new(&format!("{p}.salvage")).exists());
     assert!(std::fs::read(&p).unwrap() == before);
-    assert_refused(&kavach(&["log", "salvage", &s.path("missing")]), 2, "missing");
+    assert_refused(
+        &kavach(&["log", "salvage", &s.path("missing")]),
+        2,
+        "missing",
+    );
 }
 
 #[test]
@@ -697,5 +744,8 @@ fn the_demo_describes_an_empty_log_in_words() {
     assert_ok(&o);
     let out = stdout(&o);
     assert!(!out.contains("(LSN 1..1)"), "{out}");
-    assert!(out.contains("holds no records (the next one gets LSN 1)"), "{out}");
+    assert!(
+        out.contains("holds no records (the next one gets LSN 1)"),
+        "{out}"
+    );
 }

@@ -119,16 +119,45 @@ impl<M: Medium> Log<M> {
             let line = layout::RECORD_ALIGN as u64;
             if failing {
                 let len = stopped_footprint(medium, geo, stop_pos, room);
-                let end = later.first().map_or(stop_pos + len, |l| l.pos.min(stop_pos + len));
-                push_range(medium, geo, &mut cut, CutKind::Stopped, expected, 0, pos, end);
+                let end = later
+                    .first()
+                    .map_or(stop_pos + len, |l| l.pos.min(stop_pos + len));
+                push_range(
+                    medium,
+                    geo,
+                    &mut cut,
+                    CutKind::Stopped,
+                    expected,
+                    0,
+                    pos,
+                    end,
+                );
                 pos = end;
             } else if !clean_shutdown && (!later.is_empty() || !line_is_zero(medium, geo, pos)) {
                 // The jump record recovery writes at the tail replaces this line.
-                push_range(medium, geo, &mut cut, CutKind::Unrecognized, 0, 0, pos, pos + line);
+                push_range(
+                    medium,
+                    geo,
+                    &mut cut,
+                    CutKind::Unrecognized,
+                    0,
+                    0,
+                    pos,
+                    pos + line,
+                );
                 pos += line;
             }
             for l in &later {
-                push_range(medium, geo, &mut cut, CutKind::Unrecognized, 0, 0, pos, l.pos);
+                push_range(
+                    medium,
+                    geo,
+                    &mut cut,
+                    CutKind::Unrecognized,
+                    0,
+                    0,
+                    pos,
+                    l.pos,
+                );
                 push_range(
                     medium,
                     geo,
@@ -283,7 +312,12 @@ pub fn read_side_file(bytes: &[u8]) -> Result<SideFile, Corruption> {
     };
     if bytes.len() < SIDE_FILE_HEADER_BYTES || bytes[..8] != SIDE_FILE_MAGIC {
         let n = bytes.len().min(8);
-        return Err(bad(0, "magic", "KVLOGCUT".into(), format!("{:?}", &bytes[..n])));
+        return Err(bad(
+            0,
+            "magic",
+            "KVLOGCUT".into(),
+            format!("{:?}", &bytes[..n]),
+        ));
     }
     let crc = crc32c::crc32c(&bytes[..60]);
     if crc != u32_at(bytes, 60) {
@@ -305,9 +339,8 @@ pub fn read_side_file(bytes: &[u8]) -> Result<SideFile, Corruption> {
             return Err(bad(at, "entry", format!("entry {i} of {count}"), found));
         }
         let e = &bytes[at..at + SIDE_ENTRY_HEADER_BYTES];
-        let kind = CutKind::from_code(u32_at(e, 0)).ok_or_else(|| {
-            bad(at, "kind", "1, 2 or 3".into(), u32_at(e, 0).to_string())
-        })?;
+        let kind = CutKind::from_code(u32_at(e, 0))
+            .ok_or_else(|| bad(at, "kind", "1, 2 or 3".into(), u32_at(e, 0).to_string()))?;
         let len = u32_at(e, 24) as usize;
         let body = at + SIDE_ENTRY_HEADER_BYTES;
         if bytes.len() - body < len {

@@ -471,9 +471,7 @@ mod tests {
                         });
                         let want = match stop {
                             Stop::RingFull => "end",
-                            Stop::Tail { .. } if durable || (clean && later.is_some()) => {
-                                "damage"
-                            }
+                            Stop::Tail { .. } if durable || (clean && later.is_some()) => "damage",
                             Stop::Tail { .. } => "end",
                             _ if clean || durable => "damage",
                             _ => "torn",

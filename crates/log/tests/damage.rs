@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use log::salvage::{read_side_file, write_side_file};
 use log::{CutKind, ForcePolicy, Log, LogOptions, Stop};
-use pmem::{Medium, SimConfig, SimMedium};
+use pmem::{SimConfig, SimMedium};
 
 const REGION: usize = 4096 + 16 * 1024;
 const WORDS: [&[u8]; 4] = [b"one", b"two", b"three", b"four"];
@@ -57,12 +57,19 @@ fn a_damaged_durable_record_is_refused_after_an_unclean_shutdown() {
         assert_eq!(c.field, "payload_crc", "{c}");
         assert!(c.structure.starts_with("log record LSN 2"), "{c}");
         assert_eq!(c.offset, (at[1] + 16) as u64, "{c}");
-        assert!(err.to_string().contains(&format!("{:#x}", at[1] + 16)), "{err}");
+        assert!(
+            err.to_string().contains(&format!("{:#x}", at[1] + 16)),
+            "{err}"
+        );
         // A read-only open reports it as damage, not as a torn record.
         let (log, rec) = open(&image, clean, true, false).expect("read-only open");
         assert_eq!(rec.damaged.as_ref().map(|c| c.field), Some("payload_crc"));
         assert_eq!(payloads(&log), vec![b"one".to_vec()]);
-        assert_eq!(log.medium().durable_image(), image, "a read-only open writes nothing");
+        assert_eq!(
+            log.medium().durable_image(),
+            image,
+            "a read-only open writes nothing"
+        );
     }
 }
 
@@ -93,7 +100,10 @@ fn a_flipped_lsn_bit_is_damage_not_the_end_of_the_log() {
     for clean in [true, false] {
         let err = open(&image, clean, false, false).expect_err("damage");
         let c = err.corruption().expect("typed");
-        assert_eq!((c.field, c.expected.as_str(), c.found.as_str()), ("lsn", "2", "3"));
+        assert_eq!(
+            (c.field, c.expected.as_str(), c.found.as_str()),
+            ("lsn", "2", "3")
+        );
         assert_eq!(c.offset, at[1] as u64);
         let (_, rec) = open(&image, clean, true, false).expect("read-only open");
         assert!(matches!(rec.stop, Stop::Tail { found_lsn: 3 }));
@@ -149,7 +159,12 @@ fn a_torn_record_past_the_recorded_durable_lsn_is_dropped_after_a_crash() {
     let mut damaged = crashed;
     damaged[at[3] + 32] ^= 1;
     let err = open(&damaged, false, false, false).expect_err("record 4 was durable");
-    assert!(err.corruption().expect("typed").structure.starts_with("log record LSN 4"));
+    assert!(
+        err.corruption()
+            .expect("typed")
+            .structure
+            .starts_with("log record LSN 4")
+    );
 }
 
 /// Salvage: the plan keeps record 1 and cuts record 2 (damaged) and the whole records 3 and 4,
@@ -195,7 +210,11 @@ fn salvage_keeps_the_proven_prefix_and_hands_back_every_cut_byte() {
     let (log, rec) = open(&image, false, false, true).expect("truncating open");
     assert_eq!(rec.records, 1);
     let jump = rec.jumped_to.expect("jump");
-    assert_eq!(jump, 2 + (REGION as u64 - 4096) / 64 + 1, "past every cut LSN");
+    assert_eq!(
+        jump,
+        2 + (REGION as u64 - 4096) / 64 + 1,
+        "past every cut LSN"
+    );
     log.append(b"five", ForcePolicy::Sync).expect("append");
     let image = log.close().expect("close").durable_image();
     for clean in [true, false] {
@@ -229,7 +248,7 @@ fn a_clean_reopen_writes_nothing() {
         ..LogOptions::default()
     };
     let (log, _) = Log::open(&sim, 0, REGION, &opts).expect("open");
-    drop(log.close().expect("close"));
+    log.close().expect("close");
     assert_eq!(sim.durable_image(), image);
 }
 
