@@ -304,9 +304,11 @@ impl<M: Medium> Log<M> {
         opts: &LogOptions,
     ) -> Result<(Log<M>, Recovery)> {
         check_region(&medium, base, len)?;
+        // Read the metadata without writing: a bad copy is rewritten only once the walk has not
+        // refused the log (a refused open writes nothing).
         let mut repaired = Vec::new();
-        let desc = read_descriptor(&medium, base, len as u64, opts.read_only, &mut repaired)?;
-        let superline = read_superline(&medium, base, &desc, opts.read_only, &mut repaired)?;
+        let desc = read_descriptor(&medium, base, len as u64, true, &mut repaired)?;
+        let superline = read_superline(&medium, base, &desc, true, &mut repaired)?;
         let geo = Geometry {
             ring: base + desc.ring_offset as usize,
             ring_bytes: desc.ring_bytes,
@@ -359,6 +361,11 @@ impl<M: Medium> Log<M> {
                 (Some(c.clone()), Some(c))
             }
         };
+        if !opts.read_only && !repaired.is_empty() {
+            // The same choices again, now writing: rewrite each bad copy from the good one.
+            read_descriptor(&medium, base, len as u64, false, &mut Vec::new())?;
+            read_superline(&medium, base, &desc, false, &mut Vec::new())?;
+        }
         let (mut tail_pos, walked, mut next_lsn) = (walker.pos, walker.walked, walker.expected);
         let mut recovery = Recovery {
             records,
