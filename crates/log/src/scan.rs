@@ -368,7 +368,8 @@ pub(crate) fn judge(j: &Judged<'_>) -> Verdict {
     // Why this is damage and not a tail, in the structure's name, so every report carries it.
     let why_durable = || {
         format!(
-            ", durable (every record through LSN {} was), so damaged, not torn",
+            " (durable: the superline records every LSN through {} as durable, so this is \
+             damage, not a torn record)",
             j.durable_lsn
         )
     };
@@ -379,8 +380,8 @@ pub(crate) fn judge(j: &Judged<'_>) -> Verdict {
                 why_durable()
             } else if let Some(l) = j.later.filter(|_| j.clean_shutdown) {
                 format!(
-                    ", not the end of the log (a whole record with the later LSN {} follows at \
-                     {:#x}), so damaged",
+                    " (not the end of the log: a whole record with the later LSN {} follows at \
+                     {:#x}, so this is damage)",
                     l.lsn, l.at
                 )
             } else {
@@ -486,7 +487,7 @@ mod tests {
                         if let Verdict::Damage(c) | Verdict::Torn(c) = &v {
                             assert!(c.structure.starts_with("log record LSN 7"), "{case}");
                             assert!((0x1000..0x1040).contains(&c.offset), "{case}: {c}");
-                            assert_eq!(durable, c.structure.contains("through LSN"), "{case}");
+                            assert_eq!(durable, c.structure.contains("(durable:"), "{case}");
                         }
                     }
                 }

@@ -161,8 +161,8 @@ fn a_bit_flip_in_a_payload_stops_the_iterator_with_a_typed_error() {
     let err = open(false, false).expect_err("durable damage after an unclean shutdown");
     let c = err.corruption().expect("typed corruption");
     assert_eq!(c.field, "payload_crc");
-    assert!(c.structure.starts_with("log record LSN 3, durable"), "{c}");
-    assert!(c.structure.contains("through LSN 5"), "{c}");
+    assert!(c.structure.starts_with("log record LSN 3 (durable"), "{c}");
+    assert!(c.structure.contains("every LSN through 5"), "{c}");
     let (_, rec) = open(false, true).expect("truncating open");
     assert_eq!(rec.records, 2);
     assert!(matches!(rec.stop, Stop::Damaged(_)));

@@ -384,7 +384,7 @@ fn damage_to_a_durable_record_is_refused_at_every_crash_point() {
         let c = err.corruption().expect("typed corruption");
         assert!(
             c.structure
-                .starts_with(&format!("log record LSN {}, durable", victim.lsn)),
+                .starts_with(&format!("log record LSN {} (durable", victim.lsn)),
             "fence {n}: {c}"
         );
         assert!(
