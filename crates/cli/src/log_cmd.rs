@@ -41,7 +41,7 @@ pub enum LogCommand {
     /// appended then, for --stdin-lines the lines before it stay appended.
     ///
     /// Exit status: 0 appended; 2 could not run (no such pool, region or log, a damaged log
-    /// after a clean shutdown, a payload too large, the log full).
+    /// (see `kavach log verify` and `kavach log salvage`), a payload too large, the log full).
     #[command(after_help = "Examples:\n  \
         kavach log append /dev/shm/app.log --data 'first record' --data second\n  \
         kavach log append /dev/shm/app.log --file photo.jpg --policy sync\n  \
@@ -67,10 +67,12 @@ pub enum LogCommand {
     /// Check every record of the log (LSN, valid word, CRC) without changing anything.
     ///
     /// Reads the whole log as recovery would and names the first damaged record (its LSN,
-    /// offset, the field that failed, what was expected and what was found). If the pool was not
-    /// shut down cleanly, a damaged last record may be one torn by the crash, which recovery
-    /// (the next writable open) drops; after a clean shutdown it is damage, and a writable open
-    /// refuses the log.
+    /// offset, the field that failed, what was expected and what was found). A record the log
+    /// recorded as durable (every one a clean close or a recovery saw) that fails a check, or
+    /// one followed by whole records with later LSNs after a clean shutdown, is damage: a
+    /// writable open refuses the log until `kavach log salvage` cuts it. Only if the pool was
+    /// not shut down cleanly can a failing record past those be one torn by the crash, which
+    /// recovery (the next writable open) drops.
     ///
     /// Exit status: 0 healthy; 1 damage found (a record; a copy of the log's descriptor or
     /// superline; or no good copy left, so the log does not open); 2 the check could not run
@@ -1074,8 +1076,10 @@ fn cut_json(c: &log::Cut) -> CutJson {
 /// Write the side file whole and make it durable (file, then its directory) before anything
 /// in the log changes. A file that exists is refused unless `overwrite`.
 fn write_side_file(path: &Path, plan: &log::SalvagePlan, overwrite: bool) -> Result<()> {
+    use std::os::unix::fs::OpenOptionsExt;
     let mut opts = std::fs::OpenOptions::new();
-    opts.write(true);
+    // The cut records are the log's data: readable by the owner only, as the pool is.
+    opts.write(true).mode(0o600);
     if overwrite {
         opts.create(true).truncate(true);
     } else {
