@@ -726,7 +726,11 @@ fn dump(a: &DumpArgs) -> Result<Outcome> {
                 };
                 o.line(format_args!(
                     "{:>10}  {:<8} {:>14} {:>10}  {:<8} {shown}",
-                    e.lsn, e.kind, e.offset, e.length, "ok"
+                    e.lsn,
+                    e.kind,
+                    format!("{:#x}", e.offset),
+                    e.length,
+                    "ok"
                 ))?;
             }
             None => {
@@ -785,7 +789,7 @@ fn dump(a: &DumpArgs) -> Result<Outcome> {
             "{:>10}  {:<8} {:>14} {:>10}  {:<8} field `{}` expected {}, found {}",
             d.lsn,
             "?",
-            d.record_offset,
+            format!("{:#x}", d.record_offset),
             "?",
             d.check(),
             d.corruption.field,
@@ -951,8 +955,8 @@ fn verify(a: &VerifyArgs) -> Result<Outcome> {
         };
         if let Some(d) = &damaged {
             println!(
-                "damaged: record LSN {} (header at byte {}): field `{}` at byte {} expected {}, \
-                 found {}",
+                "damaged: record LSN {} (header at byte {:#x}): field `{}` at byte {:#x} expected \
+                 {}, found {}",
                 d.lsn,
                 d.record_offset,
                 d.corruption.field,

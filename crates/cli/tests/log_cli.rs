@@ -287,7 +287,7 @@ fn a_damaged_record_is_named_by_verify_and_dump_with_exit_1() {
     assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
     let out = stdout(&o);
     assert!(out.contains("record LSN 2"), "{out}");
-    assert!(out.contains(&format!("header at byte {at}")), "{out}");
+    assert!(out.contains(&format!("header at byte {at:#x}")), "{out}");
     assert!(
         out.contains("payload_crc") && out.contains("expected"),
         "{out}"
@@ -315,7 +315,7 @@ fn a_damaged_record_is_named_by_verify_and_dump_with_exit_1() {
         .find(|l| l.contains("CRC BAD"))
         .unwrap_or_else(|| panic!("no CRC BAD line: {out}"));
     assert!(bad.trim_start().starts_with("2 "), "{bad}");
-    assert!(bad.contains(&at.to_string()), "{bad}");
+    assert!(bad.contains(&format!("{at:#x}")), "{bad}");
     let v = json(&kavach(&["log", "dump", &p, "--json"]));
     assert_eq!(v["damaged"]["lsn"], 2);
     assert_eq!(v["entries"].as_array().unwrap().len(), 1);
