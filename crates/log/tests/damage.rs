@@ -152,6 +152,13 @@ fn a_torn_record_past_the_recorded_durable_lsn_is_dropped_after_a_crash() {
     drop(log);
     let mut torn = crashed.clone();
     torn[fifth + 32] ^= 1;
+    // Salvage saves the torn record and the whole one after it (unforced, not acknowledged,
+    // but never dropped unseen), and says it is not damage.
+    let (look, rec) = open(&torn, false, true, false).expect("read-only open");
+    let plan = look.salvage_plan(&rec, false);
+    assert!(!plan.damaged && plan.failure.is_some());
+    let cut: Vec<(CutKind, u64)> = plan.cut.iter().map(|c| (c.kind, c.lsn)).collect();
+    assert_eq!(cut, [(CutKind::Stopped, 5), (CutKind::Whole, 6)]);
     let (log, rec) = open(&torn, false, false, false).expect("unclean open");
     assert_eq!(rec.damaged, None);
     assert!(rec.dropped.is_some() && rec.jumped_to.is_some());
