@@ -109,6 +109,22 @@ pub fn run(a: &DemoArgs) -> Result<Outcome> {
     Ok(Outcome::Ok)
 }
 
+/// What a log holds, in words: its data records and the LSNs they lie between (an empty log
+/// has no range to show, only the LSN its next record gets).
+fn holds(records: u64, start_lsn: u64, next_lsn: u64) -> String {
+    let last = next_lsn.saturating_sub(1);
+    let range = if start_lsn >= last {
+        format!("LSN {start_lsn}")
+    } else {
+        format!("LSN {start_lsn}..={last}")
+    };
+    match records {
+        0 => format!("holds no records (the next one gets LSN {next_lsn})"),
+        1 => format!("holds 1 record ({range})"),
+        n => format!("holds {n} records ({range})"),
+    }
+}
+
 /// Append from two threads to `DIR/demo-log.pool` (created if missing), then crash a
 /// single-writer append sequence at random points on the simulator and check that every forced
 /// record comes back, in order, with nothing torn.
@@ -126,12 +142,10 @@ fn log_demo(dir: &std::path::Path, random_points: u64) -> Result<()> {
     };
     let r = file.recovery();
     println!(
-        "   {} ({} domain) holds {} records (LSN {}..{}); {}",
+        "   {} ({} domain) {}; {}",
         path.display(),
         file.pool().info().domain,
-        r.records,
-        r.start_lsn,
-        r.next_lsn,
+        holds(r.records, r.start_lsn, r.next_lsn),
         r.stop.describe()
     );
     let log = file.log();
@@ -319,4 +333,16 @@ fn damage_demo(dir: &std::path::Path) -> Result<()> {
     })();
     let _ = std::fs::remove_file(&path);
     result
+}
+
+#[cfg(test)]
+mod tests {
+    use super::holds;
+
+    #[test]
+    fn an_empty_log_is_described_without_an_lsn_range() {
+        assert_eq!(holds(0, 1, 1), "holds no records (the next one gets LSN 1)");
+        assert_eq!(holds(1, 1, 2), "holds 1 record (LSN 1)");
+        assert_eq!(holds(3, 4, 7), "holds 3 records (LSN 4..=6)");
+    }
 }

@@ -41,7 +41,7 @@ pub enum LogCommand {
     /// appended then, for --stdin-lines the lines before it stay appended.
     ///
     /// Exit status: 0 appended; 2 could not run (no such pool, region or log, a damaged log
-    /// after a clean shutdown, a payload too large, the log full).
+    /// (see `kavach log verify` and `kavach log salvage`), a payload too large, the log full).
     #[command(after_help = "Examples:\n  \
         kavach log append /dev/shm/app.log --data 'first record' --data second\n  \
         kavach log append /dev/shm/app.log --file photo.jpg --policy sync\n  \
@@ -67,10 +67,12 @@ pub enum LogCommand {
     /// Check every record of the log (LSN, valid word, CRC) without changing anything.
     ///
     /// Reads the whole log as recovery would and names the first damaged record (its LSN,
-    /// offset, the field that failed, what was expected and what was found). If the pool was not
-    /// shut down cleanly, a damaged last record may be one torn by the crash, which recovery
-    /// (the next writable open) drops; after a clean shutdown it is damage, and a writable open
-    /// refuses the log.
+    /// offset, the field that failed, what was expected and what was found). A record the log
+    /// recorded as durable (every one a clean close or a recovery saw) that fails a check, or
+    /// one followed by whole records with later LSNs after a clean shutdown, is damage: a
+    /// writable open refuses the log until `kavach log salvage` cuts it. Only if the pool was
+    /// not shut down cleanly can a failing record past those be one torn by the crash, which
+    /// recovery (the next writable open) drops.
     ///
     /// Exit status: 0 healthy; 1 damage found (a record; a copy of the log's descriptor or
     /// superline; or no good copy left, so the log does not open); 2 the check could not run
@@ -79,6 +81,45 @@ pub enum LogCommand {
         kavach log verify /dev/shm/app.log\n  \
         kavach log verify /dev/shm/app.log --region journal --json")]
     Verify(VerifyArgs),
+    /// Cut a damaged log back to its longest proven prefix, saving everything cut to a side file
+    /// first.
+    ///
+    /// Keeps every record before the one `kavach log verify` names (the walk from the head
+    /// accepts exactly those) and cuts that record, every whole record with a later LSN found
+    /// after it, and the bytes between them. Each cut entry (its raw bytes, LSN and pool offset)
+    /// goes to the side file (default POOL.salvage; format in docs/format/log.md, "Salvage side
+    /// file"), which is written and fsynced before the log is touched. Then the log ends where
+    /// the walk stopped: a jump record goes there, so no cut record can come back, and appends
+    /// continue. Prints what was kept and every entry cut. Also recovers a pool that was not
+    /// shut down cleanly (the cut entries then include records a crash left past the tail). A
+    /// healthy log is left untouched and no side file is written.
+    ///
+    /// Exit status: 0 salvaged, or nothing to salvage; 2 could not run (no such file, not a
+    /// pool, no such region, region not a log, log metadata with no good copy left, the side
+    /// file exists and --overwrite was not given, the side file could not be written: then the
+    /// log was not changed).
+    #[command(after_help = "Examples:\n  \
+        kavach log salvage /dev/shm/app.log\n  \
+        kavach log salvage /dev/shm/app.log --output /var/tmp/app.cut --json")]
+    Salvage(SalvageArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct SalvageArgs {
+    /// Pool file holding the log.
+    pub path: PathBuf,
+    /// Name of the log region.
+    #[arg(long, default_value = log::file::DEFAULT_REGION)]
+    pub region: String,
+    /// Side file for the cut entries (default: the pool's path with `.salvage` appended).
+    #[arg(long, value_name = "SIDE_FILE")]
+    pub output: Option<PathBuf>,
+    /// Replace the side file if it exists (its old contents are lost).
+    #[arg(long)]
+    pub overwrite: bool,
+    /// Machine-readable output.
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Debug, Args)]
@@ -182,6 +223,7 @@ pub fn run(cmd: LogCommand) -> Result<Outcome> {
         LogCommand::Append(a) => append(&a),
         LogCommand::Dump(a) => dump(&a),
         LogCommand::Verify(a) => verify(&a),
+        LogCommand::Salvage(a) => salvage(&a),
     };
     result.map_err(|e| anyhow::Error::new(crate::CommandFailed(e)))
 }
@@ -201,6 +243,10 @@ fn open(path: &Path, region: &str, read_only: bool) -> Result<LogFile> {
 
 fn open_error(e: LogError, path: &Path, region: &str) -> anyhow::Error {
     let hint = match &e {
+        LogError::Corrupt(c) if c.structure.starts_with("log record") => {
+            " (see `kavach log verify`; `kavach log salvage` cuts the log back to the records \
+             before the damaged one, saving the rest to a side file)"
+        }
         LogError::Corrupt(_) => " (see `kavach log verify`)",
         LogError::Pmem(p) if p.corruption().is_some() => " (see `kavach pool check`)",
         _ => "",
@@ -292,7 +338,9 @@ fn append(a: &AppendArgs) -> Result<Outcome> {
     // nothing. The price is a second walk of the log.
     let max = {
         let look = open(&a.path, &a.region, true)?;
-        if let (true, Some(c)) = (look.pool().was_clean_shutdown(), failing(look.recovery())) {
+        // Damage (as opposed to a record a crash may have tore) refuses the writable open,
+        // whatever the clean-shutdown flag says.
+        if let Some(c) = &look.recovery().damaged {
             return Err(open_error(LogError::Corrupt(c.clone()), &a.path, &a.region));
         }
         look.log().payload_bytes_max()
@@ -678,7 +726,11 @@ fn dump(a: &DumpArgs) -> Result<Outcome> {
                 };
                 o.line(format_args!(
                     "{:>10}  {:<8} {:>14} {:>10}  {:<8} {shown}",
-                    e.lsn, e.kind, e.offset, e.length, "ok"
+                    e.lsn,
+                    e.kind,
+                    format!("{:#x}", e.offset),
+                    e.length,
+                    "ok"
                 ))?;
             }
             None => {
@@ -711,7 +763,7 @@ fn dump(a: &DumpArgs) -> Result<Outcome> {
     } else {
         Outcome::Ok
     };
-    let torn_note = found.is_some() && !clean;
+    let torn_note = found.is_some() && !clean && rec.damaged.is_none();
     let damaged = found.filter(|d| d.lsn >= from && count < limit);
     let stats = log.stats();
 
@@ -737,7 +789,7 @@ fn dump(a: &DumpArgs) -> Result<Outcome> {
             "{:>10}  {:<8} {:>14} {:>10}  {:<8} field `{}` expected {}, found {}",
             d.lsn,
             "?",
-            d.record_offset,
+            format!("{:#x}", d.record_offset),
             "?",
             d.check(),
             d.corruption.field,
@@ -861,7 +913,14 @@ fn verify(a: &VerifyArgs) -> Result<Outcome> {
     if damaged.is_some() {
         notes.push(if clean {
             "the pool was shut down cleanly, so no crash tore this record: it is damage, and a \
-             writable open (`kavach log append`) refuses the log"
+             writable open (`kavach log append`) refuses the log until `kavach log salvage` \
+             cuts it (saving what it cuts to a side file)"
+                .to_string()
+        } else if rec.damaged.is_some() {
+            "the pool was not shut down cleanly, but this record was durable before the crash \
+             (or whole records with later LSNs follow it): it is damage, not a record torn by \
+             the crash, and a writable open (`kavach log append`) refuses the log until \
+             `kavach log salvage` cuts it (saving what it cuts to a side file)"
                 .to_string()
         } else {
             TORN_NOTE.to_string()
@@ -896,8 +955,8 @@ fn verify(a: &VerifyArgs) -> Result<Outcome> {
         };
         if let Some(d) = &damaged {
             println!(
-                "damaged: record LSN {} (header at byte {}): field `{}` at byte {} expected {}, \
-                 found {}",
+                "damaged: record LSN {} (header at byte {:#x}): field `{}` at byte {:#x} expected \
+                 {}, found {}",
                 d.lsn,
                 d.record_offset,
                 d.corruption.field,
@@ -974,4 +1033,224 @@ fn verify_unopenable(a: &VerifyArgs, c: &Corruption) -> Result<Outcome> {
         );
     }
     Ok(Outcome::Damage)
+}
+
+// ---------------------------------------------------------------------------------------------
+// salvage
+
+#[derive(Debug, serde::Serialize)]
+struct CutJson {
+    kind: &'static str,
+    lsn: Option<u64>,
+    record_kind: Option<&'static str>,
+    offset: u64,
+    bytes: usize,
+}
+
+#[derive(Debug, serde::Serialize)]
+struct SalvageJson<'a> {
+    path: &'a Path,
+    region: &'a str,
+    salvaged: bool,
+    side_file: Option<&'a Path>,
+    kept_records: u64,
+    start_lsn: u64,
+    stop_lsn: u64,
+    stop_offset: u64,
+    failure: Option<CorruptionJson>,
+    damaged: bool,
+    clean_shutdown: bool,
+    cut: Vec<CutJson>,
+    cut_bytes: u64,
+    next_lsn: Option<u64>,
+    repaired: Vec<CorruptionJson>,
+}
+
+fn cut_json(c: &log::Cut) -> CutJson {
+    CutJson {
+        kind: c.kind.name(),
+        lsn: (c.kind != log::CutKind::Unrecognized).then_some(c.lsn),
+        record_kind: (c.kind == log::CutKind::Whole)
+            .then(|| log::layout::kinds::name(c.record_kind)),
+        offset: c.offset,
+        bytes: c.bytes.len(),
+    }
+}
+
+/// Write the side file whole and make it durable (file, then its directory) before anything
+/// in the log changes. A file that exists is refused unless `overwrite`.
+fn write_side_file(path: &Path, plan: &log::SalvagePlan, overwrite: bool) -> Result<()> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut opts = std::fs::OpenOptions::new();
+    // The cut records are the log's data: readable by the owner only, as the pool is.
+    opts.write(true).mode(0o600);
+    if overwrite {
+        opts.create(true).truncate(true);
+    } else {
+        opts.create_new(true);
+    }
+    let file = opts.open(path).map_err(|e| {
+        let why = if e.kind() == std::io::ErrorKind::AlreadyExists {
+            " (it exists: choose another --output, or give --overwrite to replace it)".to_string()
+        } else {
+            String::new()
+        };
+        anyhow::Error::new(e).context(format!(
+            "cannot create the side file {}{why}; the log was not changed",
+            path.display()
+        ))
+    })?;
+    let written = (|| -> std::io::Result<()> {
+        let mut w = BufWriter::new(&file);
+        log::salvage::write_side_file(plan, &mut w)?;
+        w.flush()?;
+        drop(w);
+        file.sync_all()?;
+        let dir = match path.parent() {
+            Some(d) if !d.as_os_str().is_empty() => d,
+            _ => Path::new("."),
+        };
+        std::fs::File::open(dir)?.sync_all()
+    })();
+    written.with_context(|| {
+        format!(
+            "cannot write the side file {} (it may be incomplete); the log was not changed",
+            path.display()
+        )
+    })
+}
+
+fn salvage(a: &SalvageArgs) -> Result<Outcome> {
+    let side = a.output.clone().unwrap_or_else(|| {
+        let mut p = a.path.clone().into_os_string();
+        p.push(".salvage");
+        PathBuf::from(p)
+    });
+    // 1. Look read-only (nothing is written) and make the plan.
+    let look = match LogFile::open(&a.path, &a.region, true, FULL_WAIT) {
+        Ok(lf) => lf,
+        Err(e @ LogError::Corrupt(_)) => {
+            return Err(open_error(e, &a.path, &a.region).context(
+                "the log's own metadata has no good copy left: salvage keeps records, it cannot \
+                 rebuild a descriptor or superline",
+            ));
+        }
+        Err(e) => return Err(open_error(e, &a.path, &a.region)),
+    };
+    let clean = look.pool().was_clean_shutdown();
+    let plan = look.log().salvage_plan(look.recovery(), clean);
+    let repaired: Vec<CorruptionJson> = look
+        .recovery()
+        .repaired
+        .iter()
+        .map(CorruptionJson::from)
+        .collect();
+    drop(look);
+    let needed = !plan.cut.is_empty() || plan.failure.is_some() || !clean || !repaired.is_empty();
+    let mut report = SalvageJson {
+        path: &a.path,
+        region: &a.region,
+        salvaged: needed,
+        side_file: None,
+        kept_records: plan.kept_records,
+        start_lsn: plan.start_lsn,
+        stop_lsn: plan.stop_lsn,
+        stop_offset: plan.stop_offset,
+        failure: plan.failure.as_ref().map(CorruptionJson::from),
+        damaged: plan.damaged,
+        clean_shutdown: clean,
+        cut: plan.cut.iter().map(cut_json).collect(),
+        cut_bytes: plan.cut_bytes(),
+        next_lsn: None,
+        repaired,
+    };
+    if !needed {
+        if a.json {
+            print_json(&report)?;
+        } else {
+            println!(
+                "{}: log `{}` is healthy ({} record(s), next LSN {}): nothing to salvage; \
+                 nothing was changed and no side file was written",
+                a.path.display(),
+                a.region,
+                plan.kept_records,
+                plan.stop_lsn
+            );
+        }
+        return Ok(Outcome::Ok);
+    }
+    // 2. Save every cut entry, durably, before the log changes.
+    if !plan.cut.is_empty() {
+        write_side_file(&side, &plan, a.overwrite)?;
+        report.side_file = Some(&side);
+    }
+    // 3. Cut: re-plan under the exclusive lock, then end the log where the walk stopped.
+    let lf = LogFile::salvage(&a.path, &a.region, &plan, FULL_WAIT).map_err(|e| {
+        let saved = if plan.cut.is_empty() {
+            String::new()
+        } else {
+            format!(
+                " (the side file {} was written; nothing was cut)",
+                side.display()
+            )
+        };
+        open_error(e, &a.path, &a.region).context(format!("cannot salvage the log{saved}"))
+    })?;
+    let next = lf.log().next_lsn();
+    lf.close()
+        .with_context(|| format!("cannot close the log in {}", a.path.display()))?;
+    report.next_lsn = Some(next);
+    if a.json {
+        print_json(&report)?;
+        return Ok(Outcome::Ok);
+    }
+    let kept = match plan.stop_lsn.checked_sub(1) {
+        Some(last) if plan.kept_records > 0 => {
+            format!(
+                "{} record(s), LSN {}..={last}",
+                plan.kept_records, plan.start_lsn
+            )
+        }
+        _ => "no records".into(),
+    };
+    if let Some(c) = &plan.failure {
+        let what = if plan.damaged {
+            "damaged"
+        } else {
+            "torn by the crash (not forced)"
+        };
+        println!("stopped at: record LSN {} ({what}): {c}", plan.stop_lsn);
+    }
+    for c in &plan.cut {
+        let what = match c.kind {
+            log::CutKind::Stopped => format!("LSN {}, the record the walk stopped at", c.lsn),
+            log::CutKind::Whole => format!(
+                "LSN {}, a whole {} record",
+                c.lsn,
+                log::layout::kinds::name(c.record_kind)
+            ),
+            log::CutKind::Unrecognized => "bytes no check recognises".into(),
+        };
+        println!("cut: {:#x}, {} bytes: {what}", c.offset, c.bytes.len());
+    }
+    for r in &report.repaired {
+        println!("repaired: {} (rewritten from the good copy)", r.message);
+    }
+    let saved = if plan.cut.is_empty() {
+        "nothing was cut".to_string()
+    } else {
+        format!(
+            "cut {} entr{} ({} bytes), saved first to {} (fsynced)",
+            plan.cut.len(),
+            if plan.cut.len() == 1 { "y" } else { "ies" },
+            plan.cut_bytes(),
+            side.display()
+        )
+    };
+    println!(
+        "{}: log `{}` salvaged: kept {kept}; {saved}; appends continue at LSN {next}",
+        a.path.display(),
+        a.region
+    );
+    Ok(Outcome::Ok)
 }

@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{Scratch, assert_refused, kavach, kavach_stdin, stderr, stdout};
+use common::{Scratch, assert_refused, kavach, kavach_in, kavach_stdin, stderr, stdout};
 use std::path::Path;
 use std::process::Output;
 
@@ -79,7 +79,7 @@ fn every_log_command_has_help_with_exit_codes_and_an_example() {
             "`kavach log --help` lacks {word}: {top}"
         );
     }
-    for c in ["create", "append", "dump", "verify"] {
+    for c in ["create", "append", "dump", "verify", "salvage"] {
         let o = kavach(&["log", c, "--help"]);
         assert_ok(&o);
         let h = stdout(&o);
@@ -287,7 +287,7 @@ fn a_damaged_record_is_named_by_verify_and_dump_with_exit_1() {
     assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
     let out = stdout(&o);
     assert!(out.contains("record LSN 2"), "{out}");
-    assert!(out.contains(&format!("header at byte {at}")), "{out}");
+    assert!(out.contains(&format!("header at byte {at:#x}")), "{out}");
     assert!(
         out.contains("payload_crc") && out.contains("expected"),
         "{out}"
@@ -315,7 +315,7 @@ fn a_damaged_record_is_named_by_verify_and_dump_with_exit_1() {
         .find(|l| l.contains("CRC BAD"))
         .unwrap_or_else(|| panic!("no CRC BAD line: {out}"));
     assert!(bad.trim_start().starts_with("2 "), "{bad}");
-    assert!(bad.contains(&at.to_string()), "{bad}");
+    assert!(bad.contains(&format!("{at:#x}")), "{bad}");
     let v = json(&kavach(&["log", "dump", &p, "--json"]));
     assert_eq!(v["damaged"]["lsn"], 2);
     assert_eq!(v["entries"].as_array().unwrap().len(), 1);
@@ -332,37 +332,202 @@ fn a_damaged_record_is_named_by_verify_and_dump_with_exit_1() {
         "a refused append changed the file"
     );
 
-    // The same damage after a crash: possibly a torn last record, which recovery drops.
+    // The same damage after a crash (issue 17, case 1): the close recorded records 1..3 as
+    // durable, so record 2 is damage, not a record the crash tore. Verify says so, append
+    // refuses and changes nothing, whatever the clean-shutdown flag says.
     mark_unclean(&p);
     let o = kavach(&["log", "verify", &p]);
     assert_eq!(o.status.code(), Some(1));
-    assert!(stdout(&o).contains("torn by the crash"), "{}", stdout(&o));
-    let o = kavach(&["log", "append", &p, "--data", "after the crash", "--json"]);
+    let out = stdout(&o);
+    assert!(
+        out.contains("record LSN 2") && out.contains("not a record torn"),
+        "{out}"
+    );
+    let before = std::fs::read(&p).unwrap();
+    assert_refused(
+        &kavach(&["log", "append", &p, "--data", "after the crash"]),
+        2,
+        "LSN 2",
+    );
+    assert!(
+        std::fs::read(&p).unwrap() == before,
+        "a refused append changed the file"
+    );
+    assert_eq!(
+        json(&kavach(&["pool", "info", &p, "--json"]))["clean_shutdown"],
+        false,
+        "the pool is left as it was found: unclean"
+    );
+    // Salvage keeps record 1, saves 2 and 3 to the side file, and the log takes appends again.
+    let o = kavach(&["log", "salvage", &p, "--json"]);
     assert_ok(&o);
     let v = json(&o);
-    let lsn = v["appended"][0]["lsn"].as_u64().unwrap();
-    assert!(lsn > 3, "LSNs jump past any lost record: {v}");
-    assert!(
-        v["notes"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .any(|n| n.as_str().unwrap().contains("dropped")),
+    assert_eq!(v["kept_records"], 1);
+    assert_eq!(v["damaged"], true);
+    let cut: Vec<(String, u64)> = v["cut"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| {
+            (
+                c["kind"].as_str().unwrap().to_string(),
+                c["lsn"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        cut,
+        [("stopped".to_string(), 2), ("whole".to_string(), 3)],
         "{v}"
     );
+    assert!(Path::new(&format!("{p}.salvage")).exists());
+    assert_ok(&kavach(&["log", "verify", &p]));
+    let o = kavach(&["log", "append", &p, "--data", "after the salvage", "--json"]);
+    assert_ok(&o);
+    let lsn = json(&o)["appended"][0]["lsn"].as_u64().unwrap();
+    assert!(lsn > 3, "LSNs jump past every cut record: {lsn}");
     assert_ok(&kavach(&["log", "verify", &p]));
     assert_eq!(
         dumped(&p),
-        [(1, "one".to_string()), (lsn, "after the crash".to_string())]
+        [
+            (1, "one".to_string()),
+            (lsn, "after the salvage".to_string())
+        ]
     );
-    let v = json(&kavach(&["log", "dump", &p, "--json"]));
+}
+
+/// Issue 17, case 1, as reported: four records, one bit flipped in record 2's payload, the pool
+/// then marked unclean (there by a failed command; here as a crash leaves it). The next append
+/// must refuse, not drop "two", "three" and "four".
+#[test]
+fn damage_in_an_unclean_pool_is_refused_not_taken_for_a_torn_tail() {
+    let s = Scratch::new("unclean");
+    let p = s.path("L");
+    assert_ok(&kavach(&["log", "create", &p, "--size", "1MiB"]));
+    assert_ok(&kavach(&[
+        "log", "append", &p, "--data", "one", "--data", "two", "--data", "three", "--data", "four",
+    ]));
+    let at = record_offset(&p, 2);
+    assert_eq!(
+        at + 32,
+        20576,
+        "the reproduction's offset is record 2's payload"
+    );
+    assert_ok(&kavach(&[
+        "fault", "flip", &p, "--offset", "20576", "--len", "3", "--bits", "1",
+    ]));
+    assert_refused(
+        &kavach(&["log", "append", &p, "--data", "five"]),
+        2,
+        "LSN 2",
+    );
+    mark_unclean(&p);
+    let before = std::fs::read(&p).unwrap();
+    assert_refused(
+        &kavach(&["log", "append", &p, "--data", "five"]),
+        2,
+        &format!("{:#x}", at + 16),
+    );
     assert!(
-        v["entries"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .any(|e| e["kind"] == "jump" && e["jump_to"] == lsn),
-        "{v}"
+        std::fs::read(&p).unwrap() == before,
+        "a refused append changed the file"
+    );
+    let o = kavach(&["log", "verify", &p, "--json"]);
+    assert_eq!(o.status.code(), Some(1));
+    let v = json(&o);
+    assert_eq!(
+        (v["damaged"]["lsn"].as_u64(), v["healthy"].as_bool()),
+        (Some(2), Some(false))
+    );
+    assert_eq!(v["damaged"]["field"], "payload_crc");
+    let o = kavach(&["log", "dump", &p, "--payload", "text"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(!stdout(&o).contains("torn by the crash"), "{}", stdout(&o));
+}
+
+/// Issue 17, case 2: one flipped bit in record 2's LSN field. Verify said "healthy" (an older
+/// record follows) and the next append interleaved histories (1 one, 2 TWO, 3 three, 4 four).
+#[test]
+fn a_flipped_lsn_bit_is_damage_named_by_verify_and_refused_by_append() {
+    let s = Scratch::new("lsnflip");
+    let p = s.path("L");
+    assert_ok(&kavach(&["log", "create", &p, "--size", "1MiB"]));
+    assert_ok(&kavach(&[
+        "log", "append", &p, "--data", "one", "--data", "two", "--data", "three", "--data", "four",
+    ]));
+    let at = record_offset(&p, 2);
+    poke(&p, at, 0x01); // LSN 2 becomes 3
+    let o = kavach(&["log", "verify", &p]);
+    assert_eq!(o.status.code(), Some(1), "{}", stdout(&o));
+    let out = stdout(&o);
+    assert!(
+        out.contains("record LSN 2") && out.contains("`lsn`"),
+        "{out}"
+    );
+    assert!(out.contains("expected 2, found 3"), "{out}");
+    let v = json(&kavach(&["log", "verify", &p, "--json"]));
+    assert_eq!(v["damaged"]["lsn"], 2);
+    assert_eq!(v["damaged"]["record_offset"], at);
+    assert_eq!(kavach(&["log", "dump", &p]).status.code(), Some(1));
+    let before = std::fs::read(&p).unwrap();
+    assert_refused(&kavach(&["log", "append", &p, "--data", "TWO"]), 2, "LSN 2");
+    assert!(
+        std::fs::read(&p).unwrap() == before,
+        "a refused append changed the file"
+    );
+
+    // Salvage: refused while the side file exists (nothing changes), then done elsewhere.
+    let side = s.path("cut.bin");
+    std::fs::write(&side, b"keep me").unwrap();
+    assert_refused(
+        &kavach(&["log", "salvage", &p, "--output", &side]),
+        2,
+        "exists",
+    );
+    assert!(
+        std::fs::read(&p).unwrap() == before,
+        "a refused salvage changed the log"
+    );
+    assert_eq!(std::fs::read(&side).unwrap(), b"keep me");
+    let o = kavach(&["log", "salvage", &p, "--output", &side, "--overwrite"]);
+    assert_ok(&o);
+    let out = stdout(&o);
+    assert!(out.contains("kept 1 record(s), LSN 1..=1"), "{out}");
+    for lsn in 2..=4 {
+        assert!(out.contains(&format!("LSN {lsn}")), "{out}");
+    }
+    assert!(out.contains(&format!("cut: {at:#x}, 64 bytes")), "{out}");
+    // The side file holds each cut record's bytes as they were in the pool.
+    let cut = log::salvage::read_side_file(&std::fs::read(&side).unwrap()).expect("side file");
+    assert_eq!(cut.cut.len(), 3);
+    for (c, lsn) in cut.cut.iter().zip(2u64..) {
+        assert_eq!((c.lsn, c.bytes.len()), (lsn, 64));
+        let o = c.offset as usize;
+        assert_eq!(c.bytes, before[o..o + 64]);
+    }
+    assert_ok(&kavach(&["log", "verify", &p]));
+    assert_ok(&kavach(&["log", "append", &p, "--data", "TWO"]));
+    let got: Vec<String> = dumped(&p).into_iter().map(|(_, t)| t).collect();
+    assert_eq!(got, ["one", "TWO"]);
+}
+
+/// Salvage of a healthy log changes nothing and writes no side file.
+#[test]
+fn salvage_of_a_healthy_log_changes_nothing() {
+    let s = Scratch::new("healthy");
+    let p = s.path("L");
+    assert_ok(&kavach(&["log", "create", &p, "--size", "1MiB"]));
+    assert_ok(&kavach(&["log", "append", &p, "--data", "one"]));
+    let before = std::fs::read(&p).unwrap();
+    let o = kavach(&["log", "salvage", &p]);
+    assert_ok(&o);
+    assert!(stdout(&o).contains("nothing to salvage"), "{}", stdout(&o));
+    assert!(!Path::new(&format!("{p}.salvage")).exists());
+    assert!(std::fs::read(&p).unwrap() == before);
+    assert_refused(
+        &kavach(&["log", "salvage", &s.path("missing")]),
+        2,
+        "missing",
     );
 }
 
@@ -568,5 +733,19 @@ fn a_record_left_incomplete_after_a_clean_close_is_damage() {
     assert_eq!(
         json(&kavach(&["pool", "info", &p, "--json"]))["clean_shutdown"],
         true
+    );
+}
+
+/// Issue 17, case 9: the demo described its new, empty log as "0 records (LSN 1..1)".
+#[test]
+fn the_demo_describes_an_empty_log_in_words() {
+    let s = Scratch::new("demo");
+    let o = kavach_in(&s.0, &["demo", "--crashes", "2"]);
+    assert_ok(&o);
+    let out = stdout(&o);
+    assert!(!out.contains("(LSN 1..1)"), "{out}");
+    assert!(
+        out.contains("holds no records (the next one gets LSN 1)"),
+        "{out}"
     );
 }

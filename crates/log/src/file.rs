@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use crate::error::{LogError, Result};
 use crate::log::{Log, LogOptions, Recovery};
+use crate::salvage::SalvagePlan;
 use pmem::{Alignment, CreateOptions, Domain, Mapping, OpenOptions, Pool, Region, kinds};
 
 /// Name of the log region `LogFile::create` makes.
@@ -101,6 +102,64 @@ impl LogFile {
             }),
             Err(e) => {
                 if clean && !opts.read_only {
+                    pool.close()?;
+                }
+                Err(e)
+            }
+        }
+    }
+
+    /// Carry out a salvage `plan` (made by [`Log::salvage_plan`] on a read-only open, its cut
+    /// entries already persisted elsewhere): open the pool for writing, make the plan again and
+    /// refuse, leaving the pool as it was found, unless it is the same; then open the log with
+    /// `truncate_damaged`, which ends it where the walk stopped (a jump record there, past every
+    /// LSN a cut record holds) and records the durable LSN. Close the result to finish.
+    pub fn salvage(
+        path: &Path,
+        name: &str,
+        plan: &SalvagePlan,
+        full_wait: Duration,
+    ) -> Result<LogFile> {
+        let pool = Pool::open(
+            path,
+            &OpenOptions {
+                read_only: false,
+                domain: None,
+            },
+        )?;
+        let pool = pool.map_medium(Arc::new);
+        let clean = pool.was_clean_shutdown();
+        let look = LogOptions {
+            read_only: true,
+            clean_shutdown: clean,
+            truncate_damaged: false,
+            full_wait,
+        };
+        let opened = Self::open_log(&pool, name, &look).and_then(|(log, _, rec)| {
+            if log.salvage_plan(&rec, clean) != *plan {
+                return Err(LogError::Invalid {
+                    what: "salvage",
+                    reason: "the log changed after the cut records were saved; nothing was \
+                             cut (run the salvage again)"
+                        .into(),
+                });
+            }
+            let opts = LogOptions {
+                read_only: false,
+                truncate_damaged: true,
+                ..look
+            };
+            Self::open_log(&pool, name, &opts)
+        });
+        match opened {
+            Ok((log, region, recovery)) => Ok(LogFile {
+                pool,
+                log,
+                region,
+                recovery,
+            }),
+            Err(e) => {
+                if clean {
                     pool.close()?;
                 }
                 Err(e)

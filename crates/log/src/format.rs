@@ -39,6 +39,8 @@ pub struct Descriptor {
     pub ring_bytes: u64,
     /// Largest payload a record may carry.
     pub payload_bytes_max: u32,
+    /// Incompatible feature bits ([`layout::features`]); a new log has every known one.
+    pub features_incompat: u32,
 }
 
 impl Descriptor {
@@ -66,7 +68,13 @@ impl Descriptor {
             ring_offset: layout::RING_OFFSET as u64,
             ring_bytes,
             payload_bytes_max: payload_max_for(ring_bytes),
+            features_incompat: layout::FEATURES_INCOMPAT_KNOWN,
         })
+    }
+
+    /// The superline keeps `durable_lsn` in this log.
+    pub fn keeps_durable_lsn(&self) -> bool {
+        self.features_incompat & layout::features::DURABLE_LSN != 0
     }
 
     /// Bytes of copy `copy` (0 or 1).
@@ -78,7 +86,11 @@ impl Descriptor {
             d::FORMAT_VERSION,
             &layout::FORMAT_VERSION.to_le_bytes(),
         );
-        put(&mut b, d::FEATURES_INCOMPAT, &0u32.to_le_bytes());
+        put(
+            &mut b,
+            d::FEATURES_INCOMPAT,
+            &self.features_incompat.to_le_bytes(),
+        );
         put(&mut b, d::LOG_UUID, &self.log_uuid.0);
         put(&mut b, d::RING_OFFSET, &self.ring_offset.to_le_bytes());
         put(&mut b, d::RING_BYTES, &self.ring_bytes.to_le_bytes());
@@ -218,6 +230,7 @@ impl Descriptor {
             ring_offset,
             ring_bytes,
             payload_bytes_max,
+            features_incompat: incompat,
         })
     }
 }
@@ -241,6 +254,10 @@ pub struct Superline {
     pub start_lsn: u64,
     /// Replication epoch (1 for a log that was never recovered by a quorum).
     pub epoch: u64,
+    /// Every record from `start_lsn` through this LSN was durable when this state was written
+    /// (0: nothing known). Kept only in a log with the `DURABLE_LSN` feature; recovery treats a
+    /// walk that ends at or below it as damage, never as a torn tail.
+    pub durable_lsn: u64,
 }
 
 impl Superline {
@@ -262,6 +279,7 @@ impl Superline {
         put(&mut b, s::HEAD, &self.head.to_le_bytes());
         put(&mut b, s::START_LSN, &self.start_lsn.to_le_bytes());
         put(&mut b, s::EPOCH, &self.epoch.to_le_bytes());
+        put(&mut b, s::DURABLE_LSN, &self.durable_lsn.to_le_bytes());
         let crc = Self::crc(uuid, self.copy(), &b);
         put(&mut b, s::CRC, &crc.to_le_bytes());
         b
@@ -344,11 +362,22 @@ impl Superline {
         if epoch == 0 {
             return Err(corruption(what(), at, s::EPOCH, "at least 1", "0"));
         }
+        let durable_lsn = get_u64(bytes, s::DURABLE_LSN);
+        if durable_lsn >= LSN_MAX {
+            return Err(corruption(
+                what(),
+                at,
+                s::DURABLE_LSN,
+                format!("below {LSN_MAX}"),
+                durable_lsn.to_string(),
+            ));
+        }
         Ok(Superline {
             sequence,
             head,
             start_lsn,
             epoch,
+            durable_lsn,
         })
     }
 }
@@ -461,7 +490,7 @@ mod tests {
             (d::CRC, &[1, 2, 3, 4], false),
             (d::LOG_UUID, &[9; 16], false),
             (d::FORMAT_VERSION, &2u32.to_le_bytes(), true),
-            (d::FEATURES_INCOMPAT, &1u32.to_le_bytes(), true),
+            (d::FEATURES_INCOMPAT, &2u32.to_le_bytes(), true),
             (d::COPY_INDEX, &1u32.to_le_bytes(), true),
             (d::RESERVED, &1u32.to_le_bytes(), true),
             (d::RING_OFFSET, &8192u64.to_le_bytes(), true),
@@ -495,6 +524,7 @@ mod tests {
             head: 640,
             start_lsn: 17,
             epoch: 3,
+            durable_lsn: 20,
         };
         let b = sl.encode(&UUID);
         assert_eq!(Superline::decode(&b, 1, 128, &UUID, 1 << 20), Ok(sl));
@@ -519,6 +549,7 @@ mod tests {
             head: 640,
             start_lsn: 17,
             epoch: 3,
+            durable_lsn: 20,
         };
         let cases: &[(layout::Field, &[u8])] = &[
             (s::SEQUENCE, &0u64.to_le_bytes()),
@@ -528,7 +559,8 @@ mod tests {
             (s::START_LSN, &0u64.to_le_bytes()),
             (s::START_LSN, &(LSN_MAX + 1).to_le_bytes()),
             (s::EPOCH, &0u64.to_le_bytes()),
-            (s::RESERVED, &[1; 20]),
+            (s::DURABLE_LSN, &LSN_MAX.to_le_bytes()),
+            (s::RESERVED, &[1; 12]),
         ];
         for (field, bytes) in cases {
             let mut b = sl.encode(&UUID);

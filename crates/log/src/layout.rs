@@ -43,8 +43,15 @@ pub const DESCRIPTOR_MAGIC: [u8; 8] = *b"KVLOGDSC";
 pub const SUPERLINE_MAGIC: [u8; 8] = *b"KVLOGSUP";
 /// Format version this build writes and reads.
 pub const FORMAT_VERSION: u32 = 1;
-/// Incompatible feature bits this build understands (none yet).
-pub const FEATURES_INCOMPAT_KNOWN: u32 = 0;
+/// Incompatible feature bits this build understands.
+pub const FEATURES_INCOMPAT_KNOWN: u32 = features::DURABLE_LSN;
+
+/// Incompatible feature bits of the descriptor.
+pub mod features {
+    /// The superline's `durable_lsn` field is kept (every record up to it was durable when the
+    /// superline was written); without this bit the field must be zero. Set at create.
+    pub const DURABLE_LSN: u32 = 1;
+}
 
 /// Bytes of a record header; the payload follows it.
 pub const RECORD_HEADER_BYTES: usize = 32;
@@ -113,10 +120,20 @@ pub mod superline {
     pub const HEAD: Field = Field::new("head", 16, 8);
     pub const START_LSN: Field = Field::new("start_lsn", 24, 8);
     pub const EPOCH: Field = Field::new("epoch", 32, 8);
-    pub const RESERVED: Field = Field::new("reserved", 40, 20);
+    pub const DURABLE_LSN: Field = Field::new("durable_lsn", 40, 8);
+    pub const RESERVED: Field = Field::new("reserved", 48, 12);
     pub const CRC: Field = Field::new("crc32c", 60, 4);
     /// Every field, in order.
-    pub const ALL: [Field; 7] = [MAGIC, SEQUENCE, HEAD, START_LSN, EPOCH, RESERVED, CRC];
+    pub const ALL: [Field; 8] = [
+        MAGIC,
+        SEQUENCE,
+        HEAD,
+        START_LSN,
+        EPOCH,
+        DURABLE_LSN,
+        RESERVED,
+        CRC,
+    ];
 }
 
 /// Fields of a record header.

@@ -27,6 +27,7 @@ pub mod layout;
 #[allow(clippy::module_inception)]
 mod log;
 pub mod mirror;
+pub mod salvage;
 mod scan;
 pub mod sequencer;
 mod sync;
@@ -39,4 +40,5 @@ pub use log::{
     NONTEMPORAL_BYTES_MIN, Record, Records, Recovery, Reservation,
 };
 pub use mirror::{Extent, Mirror};
+pub use salvage::{Cut, CutKind, SalvagePlan};
 pub use scan::Stop;

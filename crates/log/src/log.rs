@@ -9,7 +9,7 @@ use crate::error::{LogError, Result};
 use crate::format::{Descriptor, LSN_MAX, RecordHeader, Superline, crc_seed, crc_start};
 use crate::layout::{self, kinds, record_footprint};
 use crate::mirror::{Extent, Mirror};
-use crate::scan::{Found, Geometry, Stop, Walker};
+use crate::scan::{Found, Geometry, Judged, Stop, Verdict, Walker, judge};
 use crate::sequencer::{Cursor, Sequencer};
 use pmem::{Corruption, Medium, Uuid};
 
@@ -102,8 +102,15 @@ pub struct Recovery {
     pub next_lsn: u64,
     /// Why the walk stopped.
     pub stop: Stop,
-    /// A record dropped as torn (unclean shutdown) or damaged (`truncate_damaged`).
+    /// The record the log ends before because it failed a check: one taken for a record torn
+    /// by a crash (unclean shutdown), or a damaged one (then also in `damaged`). A writable
+    /// open dropped it (and wrote a jump record over it); a read-only open only reports it.
     pub dropped: Option<Corruption>,
+    /// A record recovery proved damaged rather than torn: it failed a check after a clean
+    /// shutdown, or its LSN is at or below the superline's `durable_lsn`, or a whole record
+    /// with a later LSN follows the place the walk ended. A writable open refuses such a log
+    /// unless `truncate_damaged`; a read-only open, or `truncate_damaged`, reports it here.
+    pub damaged: Option<Corruption>,
     /// Recovery wrote a jump record: LSNs continue from this one, past any a lost record holds.
     pub jumped_to: Option<u64>,
     /// A descriptor or superline copy failed its checks (and was rewritten, if writable).
@@ -254,6 +261,7 @@ impl<M: Medium> Log<M> {
                 head: 0,
                 start_lsn: 1,
                 epoch: layout::NEW_LOG_EPOCH,
+                durable_lsn: 0,
             };
             let at = layout::SUPERLINE_COPY_OFFSETS[sl.copy()];
             meta[at..at + layout::SUPERLINE_BYTES].copy_from_slice(&sl.encode(&uuid));
@@ -296,9 +304,11 @@ impl<M: Medium> Log<M> {
         opts: &LogOptions,
     ) -> Result<(Log<M>, Recovery)> {
         check_region(&medium, base, len)?;
+        // Read the metadata without writing: a bad copy is rewritten only once the walk has not
+        // refused the log (a refused open writes nothing).
         let mut repaired = Vec::new();
-        let desc = read_descriptor(&medium, base, len as u64, opts.read_only, &mut repaired)?;
-        let superline = read_superline(&medium, base, &desc, opts.read_only, &mut repaired)?;
+        let desc = read_descriptor(&medium, base, len as u64, true, &mut repaired)?;
+        let superline = read_superline(&medium, base, &desc, true, &mut repaired)?;
         let geo = Geometry {
             ring: base + desc.ring_offset as usize,
             ring_bytes: desc.ring_bytes,
@@ -313,25 +323,49 @@ impl<M: Medium> Log<M> {
                 Err(stop) => break stop,
             }
         };
-        // After a clean close no record can be torn or left incomplete, so a record with the
-        // expected LSN that fails any other check is damage.
-        let failing = match &stop {
-            Stop::Damaged(c) => Some(c.clone()),
-            Stop::Incomplete { found_valid } if opts.clean_shutdown => Some(Corruption {
-                structure: format!("log record LSN {}", walker.expected),
-                offset: (geo.at(walker.pos) + layout::record::VALID.offset) as u64,
-                field: layout::record::VALID.name,
-                expected: format!("{:#018x}", crate::format::valid_word(walker.expected)),
-                found: format!("{found_valid:#018x}"),
-            }),
-            _ => None,
+        // Where the walk stopped, and what recovery makes of it (see `judge`).
+        let expected = walker.expected;
+        let stop_at = geo.at(walker.pos);
+        let durable_known = if desc.keeps_durable_lsn() {
+            superline.durable_lsn
+        } else {
+            0
         };
-        if let Some(c) = &failing {
-            if opts.clean_shutdown && !opts.truncate_damaged && !opts.read_only {
-                return Err(LogError::Corrupt(c.clone()));
+        let recorded_end = desc.keeps_durable_lsn() && expected == durable_known + 1;
+        let later = if opts.clean_shutdown
+            && matches!(stop, Stop::Tail { .. })
+            && expected > durable_known
+            && !recorded_end
+        {
+            crate::scan::later_records(&medium, geo, walker.pos, walker.walked, expected, 1)
+                .into_iter()
+                .next()
+        } else {
+            None
+        };
+        let verdict = judge(&Judged {
+            stop: &stop,
+            expected,
+            stop_at,
+            clean_shutdown: opts.clean_shutdown,
+            durable_lsn: durable_known,
+            later: later.as_ref(),
+        });
+        let (damaged, dropped) = match verdict {
+            Verdict::End => (None, None),
+            Verdict::Torn(c) => (None, Some(c)),
+            Verdict::Damage(c) => {
+                if !opts.truncate_damaged && !opts.read_only {
+                    return Err(LogError::Corrupt(c));
+                }
+                (Some(c.clone()), Some(c))
             }
+        };
+        if !opts.read_only && !repaired.is_empty() {
+            // The same choices again, now writing: rewrite each bad copy from the good one.
+            read_descriptor(&medium, base, len as u64, false, &mut Vec::new())?;
+            read_superline(&medium, base, &desc, false, &mut Vec::new())?;
         }
-        let dropped = failing;
         let (mut tail_pos, walked, mut next_lsn) = (walker.pos, walker.walked, walker.expected);
         let mut recovery = Recovery {
             records,
@@ -340,6 +374,7 @@ impl<M: Medium> Log<M> {
             next_lsn,
             stop,
             dropped,
+            damaged,
             jumped_to: None,
             repaired,
             epoch: superline.epoch,
@@ -389,12 +424,21 @@ impl<M: Medium> Log<M> {
             full_wait: opts.full_wait,
             mirror: RwLock::new(None),
         };
+        // Every record the walk accepted (and the jump) is durable: say so in the superline, so
+        // that damage to any of them is never taken for a tail torn by a later crash.
+        if !opts.read_only && next_lsn > 1 {
+            log.record_durable(next_lsn - 1)?;
+        }
         Ok((log, recovery))
     }
 
     /// The medium.
     pub fn medium(&self) -> &M {
         &self.medium
+    }
+
+    pub(crate) fn geometry(&self) -> Geometry {
+        self.geo
     }
 
     /// The descriptor.
@@ -730,8 +774,15 @@ impl<M: Medium> Log<M> {
     }
 
     fn write_superline(&self, h: &mut Head, next: Superline) -> Result<()> {
+        // The durable LSN only grows, and is kept only where the format has the field.
+        let durable_lsn = if self.desc.keeps_durable_lsn() {
+            next.durable_lsn.max(self.seq.durable())
+        } else {
+            0
+        };
         let sl = Superline {
             sequence: h.superline.sequence + 1,
+            durable_lsn,
             ..next
         };
         let at = self.base + layout::SUPERLINE_COPY_OFFSETS[sl.copy()];
@@ -866,15 +917,31 @@ impl<M: Medium> Log<M> {
         }
     }
 
-    /// Force everything and hand the medium back.
+    /// Force everything, record the durable LSN in the superline, and hand the medium back.
     pub fn close(self) -> Result<M> {
         if !self.read_only && !self.failed.load(Ordering::Acquire) {
             let next = self.next_lsn();
             if next > 1 && self.seq.durable() < next - 1 {
                 self.force_now(next - 1)?;
             }
+            self.record_durable(self.seq.durable())?;
         }
         Ok(self.medium)
+    }
+
+    /// Write a superline whose `durable_lsn` is `lsn`, if the log keeps the field and it holds
+    /// less. `lsn` must be durable already.
+    fn record_durable(&self, lsn: u64) -> Result<()> {
+        let mut h = lock(&self.head);
+        if !self.desc.keeps_durable_lsn() || h.superline.durable_lsn >= lsn {
+            return Ok(());
+        }
+        self.writable()?;
+        let sl = Superline {
+            durable_lsn: lsn,
+            ..h.superline
+        };
+        self.write_superline(&mut h, sl)
     }
 }
 
@@ -1190,7 +1257,22 @@ fn read_superline<M: Medium>(
         let at = base + layout::SUPERLINE_COPY_OFFSETS[copy];
         let mut b = [0u8; layout::SUPERLINE_BYTES];
         medium.read(at, &mut b);
-        match Superline::decode(&b, copy, at as u64, &desc.log_uuid, desc.ring_bytes) {
+        let decoded = Superline::decode(&b, copy, at as u64, &desc.log_uuid, desc.ring_bytes)
+            .and_then(|sl| {
+                // Before the `DURABLE_LSN` feature the field was reserved: it must be zero.
+                if sl.durable_lsn != 0 && !desc.keeps_durable_lsn() {
+                    let f = layout::superline::DURABLE_LSN;
+                    return Err(Corruption {
+                        structure: format!("log superline copy {copy}"),
+                        offset: (at + f.offset) as u64,
+                        field: f.name,
+                        expected: "0 (the log has no DURABLE_LSN feature)".into(),
+                        found: sl.durable_lsn.to_string(),
+                    });
+                }
+                Ok(sl)
+            });
+        match decoded {
             Ok(sl) if best.is_none_or(|b| sl.sequence > b.sequence) => best = Some(sl),
             Ok(_) => {}
             Err(c) => errors.push((copy, c)),

@@ -253,3 +253,245 @@ impl<'m, M: Medium + ?Sized> Walker<'m, M> {
         })
     }
 }
+
+/// A whole record found past the place a walk stopped, carrying a later LSN than the walk
+/// expected there.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Later {
+    /// Its LSN.
+    pub lsn: u64,
+    /// Virtual ring position of its header (at or after the stop's).
+    pub pos: u64,
+    /// Medium offset of its header.
+    pub at: usize,
+    /// Ring bytes it occupies.
+    pub footprint: u64,
+    /// Its kind.
+    pub kind: u16,
+}
+
+/// Whole records past the stop of a walk at virtual position `stop_pos` (having walked
+/// `walked` ring bytes, expecting `expected`), with LSNs above `expected` and below
+/// `expected + ring_bytes / 64 + 1` (no record of the current lap can carry a higher one),
+/// found by trying every 64-byte line of the ring the walk has not covered. At most `max`.
+///
+/// Nothing a clean history leaves past the tail passes: records of earlier laps and records
+/// lost before a jump carry lower LSNs, free space is zeros. So after a clean shutdown such a
+/// record is evidence that the walk stopped at damage, not at the end. After a crash, records
+/// completed after the last force may lie there too: there it proves nothing.
+pub(crate) fn later_records<M: Medium + ?Sized>(
+    medium: &M,
+    geo: Geometry,
+    stop_pos: u64,
+    walked: u64,
+    expected: u64,
+    max: usize,
+) -> Vec<Later> {
+    let line = layout::RECORD_ALIGN as u64;
+    let lsn_limit = expected.saturating_add(geo.ring_bytes / line);
+    let mut found = Vec::new();
+    let mut offset = line;
+    while walked + offset + line <= geo.ring_bytes && found.len() < max {
+        let pos = stop_pos + offset;
+        let mut hdr = [0u8; layout::RECORD_HEADER_BYTES];
+        medium.read(geo.at(pos), &mut hdr);
+        let (h, valid, _, _) = RecordHeader::parse(&hdr);
+        if h.lsn > expected && h.lsn <= lsn_limit && valid == valid_word(h.lsn) {
+            let mut w = Walker::new(medium, geo, pos, h.lsn);
+            w.walked = walked + offset;
+            if let Ok(f) = w.step(false) {
+                found.push(Later {
+                    lsn: f.lsn,
+                    pos,
+                    at: f.at,
+                    footprint: f.footprint,
+                    kind: f.kind,
+                });
+                offset += f.footprint;
+                continue;
+            }
+        }
+        offset += line;
+    }
+    found
+}
+
+/// What recovery makes of the place its walk stopped.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Verdict {
+    /// The end of the log.
+    End,
+    /// A record the crash may have torn: the log ends before it.
+    Torn(Corruption),
+    /// Damage: never taken for an end or a torn record.
+    Damage(Corruption),
+}
+
+/// The facts `judge` decides on.
+#[derive(Debug)]
+pub(crate) struct Judged<'a> {
+    pub stop: &'a Stop,
+    /// LSN the walk expected where it stopped.
+    pub expected: u64,
+    /// Medium offset of the header there.
+    pub stop_at: usize,
+    pub clean_shutdown: bool,
+    /// The superline's `durable_lsn` (0 when the log does not keep it).
+    pub durable_lsn: u64,
+    /// A whole record with a later LSN past the stop, where it was looked for (after a clean
+    /// shutdown, at a `Tail` the durable LSN does not explain).
+    pub later: Option<&'a Later>,
+}
+
+/// The recovery decision at the walk's stop, as a table (`durable` is `expected <=
+/// durable_lsn`: the superline says the record there was durable):
+///
+/// | stop       | clean | durable | later record | verdict |
+/// | ---        | ---   | ---     | ---          | ---     |
+/// | RingFull   | any   | any     | any          | end     |
+/// | Tail       | any   | yes     | any          | damage (field `lsn`) |
+/// | Tail       | yes   | no      | yes          | damage (field `lsn`) |
+/// | Tail       | yes   | no      | no           | end     |
+/// | Tail       | no    | no      | any          | end     |
+/// | Incomplete | yes   | any     | any          | damage (field `valid`) |
+/// | Incomplete | no    | yes     | any          | damage (field `valid`) |
+/// | Incomplete | no    | no      | any          | torn    |
+/// | Damaged    | yes   | any     | any          | damage  |
+/// | Damaged    | no    | yes     | any          | damage  |
+/// | Damaged    | no    | no      | any          | torn    |
+///
+/// A clean flag never turns damage into a torn record: only a record past every LSN known
+/// durable, after an unclean shutdown, may be one the crash tore.
+pub(crate) fn judge(j: &Judged<'_>) -> Verdict {
+    let durable = j.expected <= j.durable_lsn;
+    let plain = format!("log record LSN {}", j.expected);
+    // Why this is damage and not a tail, in the structure's name, so every report carries it.
+    let why_durable = || {
+        format!(
+            " (durable: the superline records every LSN through {} as durable, so this is \
+             damage, not a torn record)",
+            j.durable_lsn
+        )
+    };
+    match j.stop {
+        Stop::RingFull => Verdict::End,
+        Stop::Tail { found_lsn } => {
+            let reason = if durable {
+                why_durable()
+            } else if let Some(l) = j.later.filter(|_| j.clean_shutdown) {
+                format!(
+                    " (not the end of the log: a whole record with the later LSN {} follows at \
+                     {:#x}, so this is damage)",
+                    l.lsn, l.at
+                )
+            } else {
+                return Verdict::End;
+            };
+            Verdict::Damage(Corruption {
+                structure: format!("{plain}{reason}"),
+                offset: (j.stop_at + r::LSN.offset) as u64,
+                field: r::LSN.name,
+                expected: j.expected.to_string(),
+                found: found_lsn.to_string(),
+            })
+        }
+        Stop::Incomplete { found_valid } => {
+            let c = Corruption {
+                structure: if durable {
+                    format!("{plain}{}", why_durable())
+                } else {
+                    plain
+                },
+                offset: (j.stop_at + r::VALID.offset) as u64,
+                field: r::VALID.name,
+                expected: format!("{:#018x}", valid_word(j.expected)),
+                found: format!("{found_valid:#018x}"),
+            };
+            if j.clean_shutdown || durable {
+                Verdict::Damage(c)
+            } else {
+                Verdict::Torn(c)
+            }
+        }
+        Stop::Damaged(c) => {
+            let mut c = c.clone();
+            if durable {
+                c.structure.push_str(&why_durable());
+                Verdict::Damage(c)
+            } else if j.clean_shutdown {
+                Verdict::Damage(c)
+            } else {
+                Verdict::Torn(c)
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn corruption() -> Corruption {
+        Corruption {
+            structure: "log record LSN 7".into(),
+            offset: 0x1010,
+            field: "payload_crc",
+            expected: "0x00000001".into(),
+            found: "0x00000002".into(),
+        }
+    }
+
+    /// Every row of `judge`'s table, each combination of its inputs.
+    #[test]
+    fn recovery_decision_table() {
+        let later = Later {
+            lsn: 9,
+            pos: 128,
+            at: 0x1080,
+            footprint: 64,
+            kind: kinds::DATA,
+        };
+        let stops = [
+            Stop::RingFull,
+            Stop::Tail { found_lsn: 3 },
+            Stop::Incomplete { found_valid: 5 },
+            Stop::Damaged(corruption()),
+        ];
+        for stop in &stops {
+            for clean in [false, true] {
+                for durable_lsn in [0, 6, 7, 100] {
+                    for later in [None, Some(&later)] {
+                        let durable = 7 <= durable_lsn;
+                        let v = judge(&Judged {
+                            stop,
+                            expected: 7,
+                            stop_at: 0x1000,
+                            clean_shutdown: clean,
+                            durable_lsn,
+                            later,
+                        });
+                        let want = match stop {
+                            Stop::RingFull => "end",
+                            Stop::Tail { .. } if durable || (clean && later.is_some()) => "damage",
+                            Stop::Tail { .. } => "end",
+                            _ if clean || durable => "damage",
+                            _ => "torn",
+                        };
+                        let got = match &v {
+                            Verdict::End => "end",
+                            Verdict::Torn(_) => "torn",
+                            Verdict::Damage(_) => "damage",
+                        };
+                        let case = format!("{stop:?} clean {clean} durable_lsn {durable_lsn}");
+                        assert_eq!(got, want, "{case}: {v:?}");
+                        if let Verdict::Damage(c) | Verdict::Torn(c) = &v {
+                            assert!(c.structure.starts_with("log record LSN 7"), "{case}");
+                            assert!((0x1000..0x1040).contains(&c.offset), "{case}: {c}");
+                            assert_eq!(durable, c.structure.contains("(durable:"), "{case}");
+                        }
+                    }
+                }
+            }
+        }
+    }
+}

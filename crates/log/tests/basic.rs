@@ -156,11 +156,17 @@ fn a_bit_flip_in_a_payload_stops_the_iterator_with_a_typed_error() {
     let image = log.close().expect("close").durable_image();
     let open = |clean, truncate| open_image(&image, len, clean, truncate);
     assert!(matches!(open(true, false), Err(LogError::Corrupt(_))));
-    // ... and after an unclean one it is taken for a torn record and dropped with the rest.
-    let (_, rec) = open(false, false).expect("unclean open");
+    // ... and so does it after an unclean one: the close recorded every record as durable, so
+    // the damaged one is not a record a crash could have torn.
+    let err = open(false, false).expect_err("durable damage after an unclean shutdown");
+    let c = err.corruption().expect("typed corruption");
+    assert_eq!(c.field, "payload_crc");
+    assert!(c.structure.starts_with("log record LSN 3 (durable"), "{c}");
+    assert!(c.structure.contains("every LSN through 5"), "{c}");
+    let (_, rec) = open(false, true).expect("truncating open");
     assert_eq!(rec.records, 2);
     assert!(matches!(rec.stop, Stop::Damaged(_)));
-    assert!(rec.dropped.is_some());
+    assert!(rec.damaged.is_some() && rec.dropped.is_some());
     let (_, rec) = open(true, true).expect("truncating open");
     assert_eq!(rec.records, 2);
 }
@@ -241,10 +247,10 @@ fn a_broken_valid_word_after_a_clean_close_is_damage_and_truncation_jumps() {
         log.append(b"x", ForcePolicy::Sync).expect("append").lsn,
         jump
     );
-    // After an unclean shutdown the same header is a record the crash left incomplete.
-    let (_, rec) = open(false, false).expect("unclean open");
-    assert!(matches!(rec.stop, Stop::Incomplete { .. }));
-    assert_eq!(rec.dropped, None);
+    // After an unclean shutdown too: the record was durable (the close said so), so the crash
+    // cannot have left it incomplete.
+    let err = open(false, false).expect_err("durable damage after an unclean shutdown");
+    assert_eq!(err.corruption().expect("typed").field, "valid");
 }
 
 #[test]

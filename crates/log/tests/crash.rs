@@ -291,8 +291,110 @@ fn the_check_catches_a_lost_forced_record() {
     let model = Model::default();
     let sim = SimMedium::from_image(image, SimConfig::default());
     workload(&sim, &model, 9, ForcePolicy::Sync);
-    // Lose the whole ring: every forced record goes.
+    // Lose the whole ring: every forced record goes. Recovery would refuse that (the superline
+    // says which records were durable), so also clear the superline's durable LSN, as a
+    // recovery that ignored it would.
     let mut img = sim.durable_image();
     img[4096..].fill(0);
+    let desc = log::Descriptor::decode(&img[..64], 0, 0, REGION as u64).expect("descriptor");
+    for (copy, &at) in log::layout::SUPERLINE_COPY_OFFSETS.iter().enumerate() {
+        let b = &img[at..at + log::layout::SUPERLINE_BYTES];
+        let sl = log::Superline::decode(b, copy, at as u64, &desc.log_uuid, desc.ring_bytes);
+        let sl = sl.expect("superline");
+        let cleared = log::Superline {
+            durable_lsn: 0,
+            ..sl
+        };
+        img[at..at + log::layout::SUPERLINE_BYTES].copy_from_slice(&cleared.encode(&desc.log_uuid));
+    }
     check(img, &model, "canary", false);
+}
+
+/// The superline in force in `image`: (its `durable_lsn`, the descriptor).
+fn durable_lsn_of(image: &[u8]) -> u64 {
+    let desc = log::Descriptor::decode(&image[..64], 0, 0, REGION as u64).expect("descriptor");
+    log::layout::SUPERLINE_COPY_OFFSETS
+        .iter()
+        .enumerate()
+        .filter_map(|(copy, &at)| {
+            let b = &image[at..at + log::layout::SUPERLINE_BYTES];
+            log::Superline::decode(b, copy, at as u64, &desc.log_uuid, desc.ring_bytes).ok()
+        })
+        .max_by_key(|s| s.sequence)
+        .expect("a superline in force")
+        .durable_lsn
+}
+
+/// Crash the concurrent workload at every fence, then damage the newest record the superline
+/// says was durable (a payload byte, or its LSN field): recovery after the crash must refuse
+/// the log naming that record, not take it for a record the crash tore (issue 17, case 1), and
+/// the refused open must write nothing.
+#[test]
+fn damage_to_a_durable_record_is_refused_at_every_crash_point() {
+    let image = base_image();
+    let dry = SimMedium::from_image(image.clone(), SimConfig::default());
+    workload(&dry, &Model::default(), 7, ForcePolicy::Frequency(3));
+    let mut tested = 0;
+    for n in 1..=2 * dry.fences() {
+        let sim = SimMedium::from_image(
+            image.clone(),
+            SimConfig {
+                seed: n,
+                crash: CrashPlan::AtFence(n),
+                evict_per_million: 0,
+            },
+        );
+        workload(&sim, &Model::default(), 7, ForcePolicy::Frequency(3));
+        let Some(crashed) = sim.crash_image() else {
+            continue;
+        };
+        let durable = durable_lsn_of(&crashed);
+        let look = SimMedium::from_image(crashed.clone(), SimConfig::default());
+        let opts = LogOptions {
+            read_only: true,
+            clean_shutdown: false,
+            full_wait: Duration::from_millis(1),
+            ..LogOptions::default()
+        };
+        let (log, rec) = Log::open(&look, 0, REGION, &opts).expect("read-only recovery");
+        assert_eq!(rec.damaged, None, "fence {n}: a crash alone is not damage");
+        let Some(victim) = log
+            .entries()
+            .filter(|e| e.kind == "data" && e.lsn <= durable && e.length > 0)
+            .last()
+        else {
+            continue;
+        };
+        let mut damaged = crashed.clone();
+        let at = victim.offset as usize;
+        if n % 2 == 0 {
+            damaged[at + 32] ^= 0x04; // a payload byte
+        } else {
+            damaged[at] ^= 0x01; // the LSN field
+        }
+        let sim = SimMedium::from_image(damaged.clone(), SimConfig::default());
+        let opts = LogOptions {
+            clean_shutdown: false,
+            full_wait: Duration::from_millis(1),
+            ..LogOptions::default()
+        };
+        let err = Log::open(&sim, 0, REGION, &opts)
+            .map(|_| ())
+            .expect_err("damage to a durable record after a crash must refuse the log");
+        let c = err.corruption().expect("typed corruption");
+        assert!(
+            c.structure
+                .starts_with(&format!("log record LSN {} (durable", victim.lsn)),
+            "fence {n}: {c}"
+        );
+        assert!(
+            sim.durable_image() == damaged,
+            "fence {n}: the refused open wrote"
+        );
+        tested += 1;
+    }
+    assert!(
+        tested > 20,
+        "only {tested} crash images had a durable record to damage"
+    );
 }

@@ -66,6 +66,10 @@ fn code_constants() -> Vec<(&'static str, Value)> {
             "FEATURES_INCOMPAT_KNOWN",
             one(layout::FEATURES_INCOMPAT_KNOWN as u64),
         ),
+        (
+            "features::DURABLE_LSN",
+            one(layout::features::DURABLE_LSN as u64),
+        ),
         ("VALID_KEY", one(layout::VALID_KEY)),
         (
             "DESCRIPTOR_MAGIC",
@@ -225,6 +229,8 @@ fn checksums_cover_what_the_document_says() {
     for copy in 0..2 {
         let b = d.encode(copy);
         assert_eq!(b[..8], layout::DESCRIPTOR_MAGIC);
+        // A new log keeps the superline's durable LSN.
+        assert_eq!(b[12..16], layout::features::DURABLE_LSN.to_le_bytes());
         assert_eq!(b[52..56], (copy as u32).to_le_bytes());
         assert_eq!(b[60..64], crc_of(&[&b[..60]]).to_le_bytes());
     }
@@ -235,10 +241,12 @@ fn checksums_cover_what_the_document_says() {
             head: 128,
             start_lsn: 9,
             epoch: 2,
+            durable_lsn: 8,
         };
         let b = sl.encode(&UUID);
         let copy = (sequence % 2) as u32;
         assert_eq!(b[..8], layout::SUPERLINE_MAGIC);
+        assert_eq!(b[40..48], 8u64.to_le_bytes());
         assert_eq!(
             b[60..64],
             crc_of(&[&UUID.0, &copy.to_le_bytes(), &b[..60]]).to_le_bytes()
