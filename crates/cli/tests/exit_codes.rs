@@ -114,6 +114,8 @@ fn table() -> Vec<Row> {
         row(&["log", "append"], &["P", "--data", "x"], ALL),
         row(&["log", "dump"], &["P"], ALL),
         row(&["log", "verify"], &["P"], ALL),
+        // The side file is named so that a refusal that left one behind is caught.
+        row(&["log", "salvage"], &["P", "--output", "S"], ALL),
         row(&["heap", "create"], &["P", "--size", "64MiB"], EXISTING),
         row(&["heap", "check"], &["P"], ALL),
         row(&["heap", "stats"], &["P"], ALL),
