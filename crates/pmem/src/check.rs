@@ -128,7 +128,8 @@ pub fn check_metadata(path: &Path, head: &[u8], len: u64) -> Result<CheckReport>
     for (copy, h) in survey.headers.iter().enumerate() {
         if let Err(c) = h {
             let note = format!(
-                "; the pool opens from header copy {}, and a read-write open rewrites this one",
+                "; the pool opens from header copy {}, and `kavach pool repair` (or a read-write \
+                 open) rewrites this one",
                 1 - copy
             );
             report.findings.push(finding(Severity::Damage, c, &note));
