@@ -93,7 +93,10 @@ fn map(path: &Path) -> Result<Mapping> {
 fn page_offset(m: &Mapping, page: u64) -> Result<usize> {
     let pages = m.len() / PAGE_SIZE;
     if page >= pages as u64 {
-        bail!("page {page} is outside the file's {pages} pages (0 to {})", pages.saturating_sub(1));
+        bail!(
+            "page {page} is outside the file's {pages} pages (0 to {})",
+            pages.saturating_sub(1)
+        );
     }
     Ok(page as usize * PAGE_SIZE)
 }
@@ -128,7 +131,10 @@ pub fn run(cmd: FaultCommand) -> Result<Outcome> {
                     .map(|b| format!("byte {:#x} bit {}", a.offset + b / 8, b % 8))
                     .collect();
                 if bits.len() > FLIPS_SHOWN {
-                    shown.push(format!("and {} more (--json lists all)", bits.len() - FLIPS_SHOWN));
+                    shown.push(format!(
+                        "and {} more (--json lists all)",
+                        bits.len() - FLIPS_SHOWN
+                    ));
                 }
                 println!(
                     "flipped {} bit(s) in {}: {}",
@@ -152,8 +158,9 @@ pub fn run(cmd: FaultCommand) -> Result<Outcome> {
                 // The file is ours (create_new): leave nothing half-written behind.
                 drop(f);
                 let _ = std::fs::remove_file(&a.out);
-                return Err(anyhow::Error::new(e)
-                    .context(format!("cannot write {}", a.out.display())));
+                return Err(
+                    anyhow::Error::new(e).context(format!("cannot write {}", a.out.display()))
+                );
             }
             println!(
                 "saved page {} (bytes {at:#x}..{:#x}) of {} to {}",

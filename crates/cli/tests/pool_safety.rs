@@ -35,7 +35,10 @@ fn fails_unchanged(pool: &str, args: &[&str], needle: &str) {
         !err.contains("panicked") && !err.contains("internal error"),
         "{err}"
     );
-    assert!(err.contains(needle), "{args:?}: stderr lacks `{needle}`: {err}");
+    assert!(
+        err.contains(needle),
+        "{args:?}: stderr lacks `{needle}`: {err}"
+    );
     assert!(
         bytes(pool) == before,
         "{args:?} failed but changed {pool}: {err}"
@@ -83,8 +86,16 @@ fn a_failed_region_create_or_remove_leaves_the_pool_as_it_was() {
     let p = s.path("p.pool");
     ok(&["pool", "create", &p, "--size", "64KiB"]);
     ok(&["region", "create", &p, "a", "--size", "8KiB"]);
-    fails_unchanged(&p, &["region", "create", &p, "a", "--size", "4KiB"], "already exists");
-    fails_unchanged(&p, &["region", "create", &p, "b", "--size", "1MiB"], "no space");
+    fails_unchanged(
+        &p,
+        &["region", "create", &p, "a", "--size", "4KiB"],
+        "already exists",
+    );
+    fails_unchanged(
+        &p,
+        &["region", "create", &p, "b", "--size", "1MiB"],
+        "no space",
+    );
     assert!(clean_flag(&p));
 }
 
@@ -94,15 +105,27 @@ fn every_failing_writable_command_leaves_the_pool_as_it_was() {
     let s = Scratch::new("writable");
     let p = s.path("p.pool");
     ok(&[
-        "pool", "create", &p, "--size", "1MiB", "--redundancy", "lazy",
+        "pool",
+        "create",
+        &p,
+        "--size",
+        "1MiB",
+        "--redundancy",
+        "lazy",
     ]);
     ok(&["debug", "fill", &p, "--seed", "1"]);
     let snap = s.path("snap");
     let missing = s.path("missing");
     let cases: Vec<(Vec<&str>, &str)> = vec![
         (vec!["pool", "create", &p, "--size", "1MiB"], "exists"),
-        (vec!["region", "create", &p, "more", "--size", "1GiB"], "no space"),
-        (vec!["region", "create", &p, "data", "--size", "4KiB"], "already exists"),
+        (
+            vec!["region", "create", &p, "more", "--size", "1GiB"],
+            "no space",
+        ),
+        (
+            vec!["region", "create", &p, "data", "--size", "4KiB"],
+            "already exists",
+        ),
         (vec!["region", "remove", &p, "nothing"], "no region named"),
         (vec!["region", "remove", &p, "data"], "--force"),
         (vec!["region", "remove", &p, "data.integrity"], "--force"),
@@ -111,7 +134,9 @@ fn every_failing_writable_command_leaves_the_pool_as_it_was() {
             "outside",
         ),
         (
-            vec!["fault", "flip", &p, "--offset", "0", "--len", "1", "--bits", "9"],
+            vec![
+                "fault", "flip", &p, "--offset", "0", "--len", "1", "--bits", "9",
+            ],
             "cannot be flipped",
         ),
         (
@@ -132,10 +157,15 @@ fn every_failing_writable_command_leaves_the_pool_as_it_was() {
         ),
         (vec!["inject", "bitflip", &p, "--page", "99999"], "outside"),
         (
-            vec!["inject", "bitflip", &p, "--page", "1", "--region", "nothing"],
+            vec![
+                "inject", "bitflip", &p, "--page", "1", "--region", "nothing",
+            ],
             "no region",
         ),
-        (vec!["debug", "fill", &p, "--region", "nothing"], "no region"),
+        (
+            vec!["debug", "fill", &p, "--region", "nothing"],
+            "no region",
+        ),
         (
             vec!["inject", "lost-write", &p, "--page", "99999"],
             "outside",
@@ -179,7 +209,9 @@ fn pool_repair_clears_stray_bytes_in_unused_header_space() {
     ok(&["pool", "create", &p, "--size", "1MiB"]);
     ok(&["region", "create", &p, "a", "--size", "8KiB"]);
     let good = bytes(&p);
-    ok(&["fault", "flip", &p, "--offset", "0x1300", "--len", "16", "--bits", "3"]);
+    ok(&[
+        "fault", "flip", &p, "--offset", "0x1300", "--len", "16", "--bits", "3",
+    ]);
     assert_code(&kavach(&["pool", "check", &p]), 1);
     let out = ok(&["pool", "repair", &p]);
     assert!(out.contains("repaired: at byte 0x13"), "{out}");
@@ -201,7 +233,9 @@ fn pool_repair_rebuilds_the_directory_copy_in_force_from_its_mirror() {
     ok(&["pool", "create", &p, "--size", "1MiB"]);
     ok(&["region", "create", &p, "a", "--size", "8KiB"]); // generation 2: copy 0 (0x2000)
     let good = bytes(&p);
-    ok(&["fault", "flip", &p, "--offset", "0x2050", "--len", "1", "--bits", "1"]);
+    ok(&[
+        "fault", "flip", &p, "--offset", "0x2050", "--len", "1", "--bits", "1",
+    ]);
     let o = kavach(&["pool", "check", &p]);
     assert_code(&o, 1);
     assert!(stdout(&o).contains("mirror"), "{}", stdout(&o));
@@ -214,8 +248,12 @@ fn pool_repair_rebuilds_the_directory_copy_in_force_from_its_mirror() {
     assert!(bytes(&p) == good);
 
     // Both copies damaged: nothing proves the regions; refused, exit 1, nothing written.
-    ok(&["fault", "flip", &p, "--offset", "0x2050", "--len", "1", "--bits", "1"]);
-    ok(&["fault", "flip", &p, "--offset", "0x3050", "--len", "1", "--bits", "1"]);
+    ok(&[
+        "fault", "flip", &p, "--offset", "0x2050", "--len", "1", "--bits", "1",
+    ]);
+    ok(&[
+        "fault", "flip", &p, "--offset", "0x3050", "--len", "1", "--bits", "1",
+    ]);
     let before = bytes(&p);
     let o = kavach(&["pool", "repair", &p]);
     assert_code(&o, 1);
@@ -230,7 +268,9 @@ fn pool_repair_rebuilds_a_header_copy_and_cannot_run_on_a_non_pool() {
     let p = s.path("p.pool");
     ok(&["pool", "create", &p, "--size", "1MiB"]);
     let good = bytes(&p);
-    ok(&["fault", "flip", &p, "--offset", "0x1030", "--len", "8", "--bits", "2"]);
+    ok(&[
+        "fault", "flip", &p, "--offset", "0x1030", "--len", "8", "--bits", "2",
+    ]);
     assert_code(&kavach(&["pool", "check", &p]), 1);
     let o = kavach(&["pool", "repair", &p, "--json"]);
     assert_code(&o, 0);
@@ -252,9 +292,19 @@ fn protected_regions_are_removed_only_with_force() {
     let s = Scratch::new("protected");
     let p = s.path("p.pool");
     ok(&[
-        "pool", "create", &p, "--size", "1MiB", "--redundancy", "lazy",
+        "pool",
+        "create",
+        &p,
+        "--size",
+        "1MiB",
+        "--redundancy",
+        "lazy",
     ]);
-    fails_unchanged(&p, &["region", "remove", &p, "data"], "integrity layer protects it");
+    fails_unchanged(
+        &p,
+        &["region", "remove", &p, "data"],
+        "integrity layer protects it",
+    );
     fails_unchanged(
         &p,
         &["region", "remove", &p, "data.integrity"],
@@ -283,7 +333,11 @@ fn decimal_size_units_are_powers_of_1000() {
     // 1 MB is not a whole number of pages: refused, nothing created.
     let r = s.path("r.pool");
     let o = kavach(&["pool", "create", &r, "--size", "1MB"]);
-    assert!(stderr(&o).contains("1000000 bytes is not a multiple"), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("1000000 bytes is not a multiple"),
+        "{}",
+        stderr(&o)
+    );
     assert!(!Path::new(&r).exists());
     let o = kavach(&["pool", "create", "--help"]);
     assert!(stdout(&o).contains("powers of 1000"), "{}", stdout(&o));
@@ -327,25 +381,41 @@ fn a_domain_the_file_cannot_run_in_is_refused() {
     assert_code(&o, 0);
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     let backing = v["backing"].as_str().unwrap().to_string();
-    let wrong = if backing == "page-cache" { "adr" } else { "msync" };
+    let wrong = if backing == "page-cache" {
+        "adr"
+    } else {
+        "msync"
+    };
     let q = s.path("q.pool");
     let o = kavach(&["pool", "create", &q, "--size", "1MiB", "--domain", wrong]);
     assert_ne!(o.status.code(), Some(0));
     assert!(stderr(&o).contains("runs `"), "{}", stderr(&o));
     assert!(!Path::new(&q).exists(), "a refused create leaves no file");
     // What the file can run in is accepted, and create and info say the same.
-    let right = if backing == "page-cache" { "msync" } else { "adr" };
+    let right = if backing == "page-cache" {
+        "msync"
+    } else {
+        "adr"
+    };
     let o = kavach(&["pool", "create", &q, "--size", "1MiB", "--domain", right]);
     assert_code(&o, 0);
-    assert!(stdout(&o).contains(&format!("domain {right}")), "{}", stdout(&o));
+    assert!(
+        stdout(&o).contains(&format!("domain {right}")),
+        "{}",
+        stdout(&o)
+    );
     let info = ok(&["pool", "info", &q]);
-    assert!(info.contains(&format!("domain      {right} (recorded {right};")), "{info}");
+    assert!(
+        info.contains(&format!("domain      {right} (recorded {right};")),
+        "{info}"
+    );
 }
 
 /// The same on a file in the page cache (not tmpfs, no DAX), when the build directory is one.
 #[test]
 fn adr_on_a_page_cache_file_is_refused() {
-    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("pool-safety-{}", std::process::id()));
+    let dir =
+        Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("pool-safety-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let p = dir.join("p.pool").to_string_lossy().into_owned();
     let o = kavach(&["pool", "create", &p, "--size", "1MiB", "--json"]);
@@ -356,7 +426,10 @@ fn adr_on_a_page_cache_file_is_refused() {
     let o = kavach(&["pool", "create", &q, "--size", "1MiB", "--domain", "adr"]);
     let _ = std::fs::remove_dir_all(&dir);
     if backing != "page-cache" {
-        println!("SKIPPED: {} is on {backing}, not a page-cache file system", dir.display());
+        println!(
+            "SKIPPED: {} is on {backing}, not a page-cache file system",
+            dir.display()
+        );
         return;
     }
     assert_ne!(o.status.code(), Some(0));

@@ -186,7 +186,10 @@ mod tests {
             let before = sim.durable_image();
             let flipped = flip_bits(&sim, 4096, len, bits, seed).unwrap();
             assert_eq!(flipped.len(), bits as usize);
-            assert!(flipped.windows(2).all(|w| w[0] < w[1]), "distinct, ascending");
+            assert!(
+                flipped.windows(2).all(|w| w[0] < w[1]),
+                "distinct, ascending"
+            );
             assert!(*flipped.last().unwrap() < len as u64 * 8);
             let after = sim.durable_image();
             let changed: u32 = before
@@ -199,7 +202,11 @@ mod tests {
                 let at = 4096 + (b / 8) as usize;
                 assert_ne!((before[at] ^ after[at]) & (1 << (b % 8)), 0);
             }
-            assert_eq!(flip_bits(&sim, 4096, len, bits, seed).unwrap(), flipped, "same seed");
+            assert_eq!(
+                flip_bits(&sim, 4096, len, bits, seed).unwrap(),
+                flipped,
+                "same seed"
+            );
         }
         let all = flip_bits(&sim, 0, 2, 16, 1).unwrap();
         assert_eq!(all, (0..16).collect::<Vec<u64>>());
