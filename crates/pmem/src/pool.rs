@@ -302,7 +302,7 @@ pub fn domain_runs_on(domain: Domain, backing: Backing) -> std::result::Result<(
              lines does not make such a file durable, so every open runs `{runs}`; record `{runs}` \
              (or auto), or put the pool on a DAX file system or /dev/shm"
         ),
-        Backing::Simulated => "only `sim` runs on the simulator".into(),
+        Backing::Simulated => format!("`{domain}` does not run on the simulator: only `sim` does"),
         Backing::Dax | Backing::Tmpfs if domain == Domain::Sim => {
             "`sim` is for the simulator, not for files".into()
         }
@@ -726,6 +726,46 @@ impl<M: Medium> Pool<M> {
                 .collect(),
             free_bytes: self.free_bytes(),
             damage: self.damage.iter().map(ToString::to_string).collect(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_domain_is_accepted_exactly_where_every_open_runs_it() {
+        use Backing::*;
+        use Domain::*;
+        // (recorded, backing, accepted)
+        let table = [
+            (Adr, Dax, true),
+            (Eadr, Dax, true),
+            (Msync, Dax, false),
+            (Sim, Dax, false),
+            (Adr, Tmpfs, true),
+            (Eadr, Tmpfs, true),
+            (Msync, Tmpfs, false),
+            (Sim, Tmpfs, false),
+            (Adr, PageCache, false),
+            (Eadr, PageCache, false),
+            (Msync, PageCache, true),
+            (Sim, PageCache, false),
+            (Adr, Simulated, false),
+            (Sim, Simulated, true),
+        ];
+        for (domain, backing, accepted) in table {
+            let got = domain_runs_on(domain, backing);
+            assert_eq!(got.is_ok(), accepted, "{domain} on {backing:?}: {got:?}");
+            assert_eq!(
+                got.is_ok(),
+                effective_domain(domain, backing, None) == domain,
+                "{domain} on {backing:?}"
+            );
+            if let Err(why) = got {
+                assert!(why.contains(&format!("`{domain}`")), "{why}");
+            }
         }
     }
 }
