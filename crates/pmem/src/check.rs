@@ -172,7 +172,7 @@ pub fn check_metadata(path: &Path, head: &[u8], len: u64) -> Result<CheckReport>
                 report.findings.push(Finding {
                     severity: Severity::Damage,
                     message: format!(
-                        "header page {copy} at byte {at:#x}: unused bytes must be zero, found {:#04x} (stray write)",
+                        "header page {copy} at byte {at:#x}: unused bytes must be zero, found {:#04x} (stray write; `kavach pool repair` clears it)",
                         head[page + from + i]
                     ),
                     offset: Some(at),
@@ -186,7 +186,7 @@ pub fn check_metadata(path: &Path, head: &[u8], len: u64) -> Result<CheckReport>
             for (i, s) in survey.slots.iter().enumerate() {
                 if let SlotContent::Damaged(c) = s {
                     let note = format!(
-                        " (a write cut short by a crash, or media damage); the pool opens from slot {} (sequence {})",
+                        " (a write cut short by a crash, or media damage); the pool opens from slot {} (sequence {}), and `kavach pool repair` clears this one",
                         1 - i,
                         state.sequence
                     );
