@@ -274,15 +274,6 @@ fn header_copies_are_rebuilt_only_when_provable() {
 fn a_damaged_slot_is_cleared_and_a_truncated_file_refused() {
     let t = TempPool::with_regions("slot");
     // The slot not in force: the closed pool's state is in one slot, the older one in the other.
-    let pool = Pool::open(
-        &t.0,
-        &OpenOptions {
-            read_only: true,
-            domain: None,
-        },
-    )
-    .unwrap();
-    drop(pool);
     let info_seq = {
         let p = Pool::open(
             &t.0,
@@ -325,4 +316,70 @@ fn repair_cannot_run_on_what_is_not_a_pool_or_is_in_use() {
     std::fs::write(&n.0, vec![7u8; 1 << 16]).unwrap();
     assert!(matches!(repair_file(&n.0), Err(PmemError::NotAPool { .. })));
     assert_eq!(std::fs::read(&n.0).unwrap(), vec![7u8; 1 << 16]);
+}
+
+/// Re-seal header copy `copy` of `data` after a field was changed, so the copy is valid.
+fn reseal_header(data: &mut [u8], copy: usize) {
+    let at = layout::HEADER_COPY_OFFSETS[copy];
+    let crc = crc32c::crc32c(&data[at..at + layout::header::CRC32C.offset]);
+    data[at + layout::header::CRC32C.offset..at + layout::HEADER_BYTES]
+        .copy_from_slice(&crc.to_le_bytes());
+}
+
+#[test]
+fn what_cannot_be_proven_is_left_as_it_is() {
+    // Two valid header copies that disagree (created_ns differs): nothing says which is right.
+    let t = TempPool::with_regions("disagree");
+    let mut data = t.bytes();
+    data[layout::HEADER_COPY_OFFSETS[1] + layout::header::CREATED_NS.offset] ^= 1;
+    reseal_header(&mut data, 1);
+    std::fs::write(&t.0, &data).unwrap();
+    let report = repair_file(&t.0).unwrap();
+    assert!(
+        !report.healthy() && report.repaired.is_empty(),
+        "{report:?}"
+    );
+    assert!(
+        report.not_repaired[0].reason.contains("disagree"),
+        "{report:?}"
+    );
+    assert!(t.bytes() == data);
+
+    // Stray bytes in a pool with a compatible feature bit this build does not know: the bit may
+    // give them a meaning, so they stay.
+    let t = TempPool::with_regions("features");
+    let mut data = t.bytes();
+    for copy in 0..2 {
+        data[layout::HEADER_COPY_OFFSETS[copy] + layout::header::FEATURES_COMPAT.offset] = 0x80;
+        reseal_header(&mut data, copy);
+    }
+    data[PAGE_SIZE + 3000] = 0x42;
+    std::fs::write(&t.0, &data).unwrap();
+    let report = repair_file(&t.0).unwrap();
+    assert!(
+        !report.healthy() && report.repaired.is_empty(),
+        "{report:?}"
+    );
+    assert!(
+        report.not_repaired[0].reason.contains("feature bits 0x80"),
+        "{report:?}"
+    );
+    assert!(t.bytes() == data);
+
+    // No valid slot: nothing says which directory generation is in force.
+    let t = TempPool::with_regions("slots");
+    for i in 0..2 {
+        t.flip(pmem::header::slot_offset(i) + 1);
+    }
+    let before = t.bytes();
+    let report = repair_file(&t.0).unwrap();
+    assert!(
+        !report.healthy() && report.repaired.is_empty(),
+        "{report:?}"
+    );
+    assert!(
+        report.not_repaired[0].reason.contains("no valid state"),
+        "{report:?}"
+    );
+    assert!(t.bytes() == before);
 }
