@@ -31,6 +31,8 @@ pub enum PoolCommand {
     Info(InfoArgs),
     /// Validate a pool's header and region directory without changing anything.
     ///
+    /// `kavach pool repair` rebuilds what a good copy proves and names what it cannot.
+    ///
     /// Exit status: 0 healthy, 1 damage found (the report says whether the pool still opens),
     /// 2 the check could not run (missing file, not a Kavach pool, pool in use).
     Check(InfoArgs),
