@@ -25,13 +25,13 @@ pub enum FaultCommand {
 pub struct FlipArgs {
     /// Pool file (any file works; it is not parsed).
     pub path: PathBuf,
-    /// Byte offset of the range.
+    /// Byte offset of the range: decimal, hexadecimal (0x5060) or with a unit (4KiB).
     #[arg(long, value_parser = parse_size)]
     pub offset: u64,
-    /// Length of the range in bytes.
+    /// Length of the range in bytes (units as for --offset).
     #[arg(long, value_parser = parse_size, default_value = "8")]
     pub len: u64,
-    /// Number of distinct bits to flip.
+    /// Number of distinct bits to flip, at most 16777216 (and at most the range's bits).
     #[arg(long, default_value_t = 1)]
     pub bits: u32,
     /// Seed choosing the bits (the same seed flips the same bits).
@@ -82,6 +82,9 @@ pub struct MisdirectArgs {
     pub old: Option<PathBuf>,
 }
 
+/// Flipped bits named one by one in the text output; the rest are counted.
+const FLIPS_SHOWN: usize = 32;
+
 fn map(path: &Path) -> Result<Mapping> {
     Mapping::open(path, true)
         .with_context(|| format!("cannot open {} for fault injection", path.display()))
@@ -90,7 +93,10 @@ fn map(path: &Path) -> Result<Mapping> {
 fn page_offset(m: &Mapping, page: u64) -> Result<usize> {
     let pages = m.len() / PAGE_SIZE;
     if page >= pages as u64 {
-        bail!("page {page} is outside the file's {pages} pages");
+        bail!(
+            "page {page} is outside the file's {pages} pages (0 to {})",
+            pages.saturating_sub(1)
+        );
     }
     Ok(page as usize * PAGE_SIZE)
 }
@@ -119,10 +125,17 @@ pub fn run(cmd: FaultCommand) -> Result<Outcome> {
                     &serde_json::json!({ "offset": a.offset, "len": a.len, "flipped_bits": bits }),
                 )?;
             } else {
-                let shown: Vec<String> = bits
+                let mut shown: Vec<String> = bits
                     .iter()
-                    .map(|b| format!("byte {} bit {}", a.offset + b / 8, b % 8))
+                    .take(FLIPS_SHOWN)
+                    .map(|b| format!("byte {:#x} bit {}", a.offset + b / 8, b % 8))
                     .collect();
+                if bits.len() > FLIPS_SHOWN {
+                    shown.push(format!(
+                        "and {} more (--json lists all)",
+                        bits.len() - FLIPS_SHOWN
+                    ));
+                }
                 println!(
                     "flipped {} bit(s) in {}: {}",
                     bits.len(),
@@ -141,10 +154,18 @@ pub fn run(cmd: FaultCommand) -> Result<Outcome> {
                 .create_new(true)
                 .open(&a.out)
                 .with_context(|| format!("cannot create {}", a.out.display()))?;
-            std::io::Write::write_all(&mut f, &buf)?;
+            if let Err(e) = std::io::Write::write_all(&mut f, &buf).and_then(|()| f.sync_all()) {
+                // The file is ours (create_new): leave nothing half-written behind.
+                drop(f);
+                let _ = std::fs::remove_file(&a.out);
+                return Err(
+                    anyhow::Error::new(e).context(format!("cannot write {}", a.out.display()))
+                );
+            }
             println!(
-                "saved page {} of {} to {}",
+                "saved page {} (bytes {at:#x}..{:#x}) of {} to {}",
                 a.page,
+                at + PAGE_SIZE,
                 a.path.display(),
                 a.out.display()
             );
@@ -155,8 +176,9 @@ pub fn run(cmd: FaultCommand) -> Result<Outcome> {
             let at = page_offset(&m, a.page)?;
             m.inject(at, &old)?;
             println!(
-                "page {} of {} now holds its older version (lost write)",
+                "page {} (bytes {at:#x}..{:#x}) of {} now holds its older version (lost write)",
                 a.page,
+                at + PAGE_SIZE,
                 a.path.display()
             );
         }
@@ -174,7 +196,8 @@ pub fn run(cmd: FaultCommand) -> Result<Outcome> {
                 m.inject(from, &old)?;
             }
             println!(
-                "page {}'s contents landed on page {} of {} (misdirected write)",
+                "page {}'s contents (from byte {from:#x}) landed on page {} (at byte {to:#x}) of {} \
+                 (misdirected write)",
                 a.page,
                 a.onto,
                 a.path.display()

@@ -343,7 +343,13 @@ fn open_protected(
     region: &str,
     need_redundancy: bool,
 ) -> Result<Session> {
-    match protect(&pool, path, region, need_redundancy) {
+    // A refusal before the region is opened read-write changed nothing: the pool goes back
+    // exactly as it was found (the in-use mark of the open too).
+    if let Err(e) = check_protectable(&pool, path, region, need_redundancy) {
+        let _ = pool.close_unchanged();
+        return Err(e);
+    }
+    match protect(&pool, path, region) {
         Ok((prot, report)) => Ok(Session { pool, prot, report }),
         Err(e) => {
             let _ = close_pool(pool);
@@ -352,35 +358,46 @@ fn open_protected(
     }
 }
 
-fn protect(
+fn open_failed(region: &str, path: &Path) -> impl Fn(IntegrityError) -> anyhow::Error {
+    let context = format!(
+        "cannot open the redundancy of region `{region}` in {}",
+        path.display()
+    );
+    move |e: IntegrityError| anyhow::Error::new(e).context(context.clone())
+}
+
+/// Everything that refuses `region` before it is opened read-write (so before anything is
+/// written): no such region, not protected, and with `need_redundancy` a mode of `off`.
+fn check_protectable(
     pool: &Pool<Shared>,
     path: &Path,
     region: &str,
     need_redundancy: bool,
-) -> Result<(Protected<Shared>, OpenReport)> {
+) -> Result<()> {
     find_region(pool, region, path)?;
-    let fail = |e: IntegrityError| {
-        anyhow::Error::new(e).context(format!(
-            "cannot open the redundancy of region `{region}` in {}",
-            path.display()
-        ))
+    // A read-only open changes nothing: it only reads the header.
+    let peek = OpenOptions {
+        read_only: true,
+        ..Default::default()
     };
-    if need_redundancy {
-        // A read-only open changes nothing: it only reads the header.
-        let peek = OpenOptions {
-            read_only: true,
-            ..Default::default()
-        };
-        let (prot, _) =
-            integrity::open_in_pool(pool, region, peek, &mut |_, _| {}).map_err(fail)?;
-        if prot.mode() == Mode::Off {
-            bail!(
-                "region `{region}` of {} has redundancy mode off: its checksums and parity are \
-                 not kept up to date, so there is nothing to verify or repair against",
-                path.display()
-            );
-        }
+    let (prot, _) = integrity::open_in_pool(pool, region, peek, &mut |_, _| {})
+        .map_err(open_failed(region, path))?;
+    if need_redundancy && prot.mode() == Mode::Off {
+        bail!(
+            "region `{region}` of {} has redundancy mode off: its checksums and parity are \
+             not kept up to date, so there is nothing to verify or repair against",
+            path.display()
+        );
     }
+    Ok(())
+}
+
+fn protect(
+    pool: &Pool<Shared>,
+    path: &Path,
+    region: &str,
+) -> Result<(Protected<Shared>, OpenReport)> {
+    let fail = open_failed(region, path);
     let mut bar = Progress::new(format!("resync of `{region}`"));
     let opened = integrity::open_in_pool(pool, region, OpenOptions::default(), &mut bar.callback());
     bar.finish();
@@ -681,7 +698,8 @@ fn open_for_write(path: &Path, region: &str, pages_to_check: &[(&str, u64)]) -> 
             .try_for_each(|(flag, page)| check_page(flag, *page, pages, region))
     });
     if let Err(e) = checked {
-        let _ = close_pool(pool);
+        // Nothing was written: put the pool back exactly as it was found.
+        let _ = pool.close_unchanged();
         return Err(e);
     }
     open_protected(pool, path, region, false)

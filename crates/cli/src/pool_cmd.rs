@@ -31,19 +31,48 @@ pub enum PoolCommand {
     Info(InfoArgs),
     /// Validate a pool's header and region directory without changing anything.
     ///
+    /// `kavach pool repair` rebuilds what a good copy proves and names what it cannot.
+    ///
     /// Exit status: 0 healthy, 1 damage found (the report says whether the pool still opens),
     /// 2 the check could not run (missing file, not a Kavach pool, pool in use).
     Check(InfoArgs),
+    /// Rebuild damaged pool metadata from a good copy, only where the good copy proves what the
+    /// damaged bytes must hold; everything else is reported with the reason and left as it is.
+    ///
+    /// Repaired: a header copy that fails its checks, from the other copy when that one is
+    /// valid (not when the bad copy names a newer format version, and not when both copies are
+    /// valid but disagree); stray non-zero bytes in the unused parts of the header pages (unless
+    /// the pool has feature bits this version does not know); a damaged mutable slot next to a
+    /// valid one (cleared: every open already ignores it); the region directory copy in force,
+    /// from the other copy when that holds a valid mirror of the same generation, and the
+    /// mirror, from the copy in force. Never repaired: a truncated or resized file, no valid
+    /// header or state, a directory with no valid copy of the generation in force (an older one
+    /// would silently undo the last region change). Region contents are not metadata: see
+    /// `kavach repair` for protected regions.
+    ///
+    /// The pool is locked exclusively while it is repaired. `kavach pool check` exits 0 after a
+    /// repair that exits 0.
+    ///
+    /// Exit status: 0 repaired, or nothing to repair; 1 damage remains (each piece is named with
+    /// the reason it could not be repaired); 2 the repair could not run (missing file, not a
+    /// Kavach pool, pool in use).
+    #[command(after_help = "Examples:\n  \
+        kavach pool check /dev/shm/a.pool || kavach pool repair /dev/shm/a.pool\n  \
+        kavach pool repair /dev/shm/a.pool --json")]
+    Repair(InfoArgs),
 }
 
 #[derive(Debug, Args)]
 pub struct CreateArgs {
     /// Path of the new pool file.
     pub path: PathBuf,
-    /// Size: a multiple of 4096, at least 64KiB (units B, KiB, MiB, GiB, TiB).
+    /// Size in bytes: a multiple of 4096, at least 64KiB. Units: K, M, G, T and KiB, MiB, GiB,
+    /// TiB are powers of 1024; KB, MB, GB, TB are powers of 1000 (as in coreutils).
     #[arg(long, value_parser = parse_size)]
     pub size: u64,
     /// Persistence domain to record: auto detects it (adr on DAX or /dev/shm, msync on disk).
+    /// A domain the file cannot run in is refused (adr or eadr on an ordinary disk file, where
+    /// only msync makes writes durable; msync on DAX or /dev/shm, where every open runs adr).
     #[arg(long, value_enum, default_value_t = DomainArg::Auto)]
     pub domain: DomainArg,
     /// Give the pool a data region `data` with redundancy kept in this mode (recorded; the
@@ -113,7 +142,11 @@ pub enum RegionCommand {
     /// Create a region (crash-atomic).
     Create(RegionCreateArgs),
     /// Remove a region (crash-atomic); its bytes are left in place.
-    Remove(RegionNameArgs),
+    ///
+    /// A region that a layer owns (a log, a heap, integrity metadata), or that the integrity
+    /// layer protects (`data` of `pool create --redundancy` has `data.integrity`), is refused
+    /// without --force: removing it loses what that layer keeps there.
+    Remove(RegionRemoveArgs),
     /// List the regions.
     List(InfoArgs),
 }
@@ -124,7 +157,8 @@ pub struct RegionCreateArgs {
     pub path: PathBuf,
     /// Region name: 1 to 32 bytes of UTF-8.
     pub name: String,
-    /// Size, rounded up to whole 4 KiB pages.
+    /// Size, rounded up to whole 4 KiB pages. Units: K, M, G, T and KiB, MiB, GiB, TiB are
+    /// powers of 1024; KB, MB, GB, TB are powers of 1000.
     #[arg(long, value_parser = parse_size)]
     pub size: u64,
     /// Alignment of the region's start.
@@ -146,11 +180,14 @@ pub enum AlignArg {
 }
 
 #[derive(Debug, Args)]
-pub struct RegionNameArgs {
+pub struct RegionRemoveArgs {
     /// Path of the pool file.
     pub path: PathBuf,
     /// Region name.
     pub name: String,
+    /// Remove it even if a layer owns it or the integrity layer protects it.
+    #[arg(long)]
+    pub force: bool,
 }
 
 fn open_rw(path: &Path) -> Result<Pool<pmem::Mapping>> {
@@ -237,6 +274,7 @@ pub fn run_pool(cmd: PoolCommand) -> Result<Outcome> {
             Ok(Outcome::Ok)
         }
         PoolCommand::Check(a) => check(&a),
+        PoolCommand::Repair(a) => repair(&a),
     }
 }
 
@@ -255,10 +293,17 @@ pub fn print_info(info: &PoolInfo) {
     } else {
         "NOT durable across reboot"
     };
+    let recorded = match pmem::pool::domain_runs_on(info.recorded_domain, info.backing) {
+        Ok(()) => format!("recorded {}", info.recorded_domain),
+        Err(_) => format!(
+            "recorded {}, which a {} file cannot run in",
+            info.recorded_domain,
+            info.backing.name()
+        ),
+    };
     println!(
-        "domain      {} (recorded {}, detected {}; backing {}: {durability})",
+        "domain      {} ({recorded}; detected {}; backing {}: {durability})",
         info.domain,
-        info.recorded_domain,
         info.detected_domain,
         info.backing.name()
     );
@@ -294,7 +339,7 @@ pub fn print_info(info: &PoolInfo) {
                 "  {:<32} {:<10} {:>14} {:>12} {:>6}",
                 r.region.name,
                 format!("{}({})", r.kind_name, r.region.kind),
-                r.region.offset,
+                format!("{:#x}", r.region.offset),
                 format_size(r.region.length),
                 align
             );
@@ -371,15 +416,15 @@ pub fn run_region(cmd: RegionCommand) -> Result<Outcome> {
                 AlignArg::Page => Alignment::Page,
                 AlignArg::Huge => Alignment::Huge,
             };
-            let r = pool
+            let made = pool
                 .create_region(&a.name, kinds::RAW, a.size, align)
-                .with_context(|| format!("cannot create region `{}`", a.name))?;
-            pool.close()?;
+                .with_context(|| format!("cannot create region `{}`", a.name));
+            let r = finish(pool, made, &a.path)?;
             if a.json {
                 print_json(&r)?;
             } else {
                 println!(
-                    "created region `{}` at offset {}, {}",
+                    "created region `{}` at offset {:#x}, {}",
                     r.name,
                     r.offset,
                     format_size(r.length)
@@ -388,12 +433,13 @@ pub fn run_region(cmd: RegionCommand) -> Result<Outcome> {
         }
         RegionCommand::Remove(a) => {
             let mut pool = open_rw(&a.path)?;
-            let r = pool
-                .remove_region(&a.name)
-                .with_context(|| format!("cannot remove region `{}`", a.name))?;
-            pool.close()?;
+            let removed = refuse_owned(&pool, &a).and_then(|()| {
+                pool.remove_region(&a.name)
+                    .with_context(|| format!("cannot remove region `{}`", a.name))
+            });
+            let r = finish(pool, removed, &a.path)?;
             println!(
-                "removed region `{}` ({} at offset {})",
+                "removed region `{}` ({} at offset {:#x})",
                 r.name,
                 format_size(r.length),
                 r.offset
@@ -406,7 +452,7 @@ pub fn run_region(cmd: RegionCommand) -> Result<Outcome> {
             } else {
                 for r in pool.regions() {
                     println!(
-                        "{}\t{}\t{}\t{}",
+                        "{}\t{}\t{:#x}\t{}",
                         r.name,
                         kinds::name(r.kind),
                         r.offset,
@@ -417,4 +463,117 @@ pub fn run_region(cmd: RegionCommand) -> Result<Outcome> {
         }
     }
     Ok(Outcome::Ok)
+}
+
+/// End a read-write region command: close the pool if `result` is `Ok`; otherwise put the pool
+/// back exactly as it was found (the failed command changed nothing, so the in-use mark the open
+/// wrote goes too, and the clean-shutdown flag is the one found) and return the error.
+fn finish<T>(pool: Pool<pmem::Mapping>, result: Result<T>, path: &Path) -> Result<T> {
+    match result {
+        Ok(v) => {
+            pool.close()
+                .with_context(|| format!("cannot close pool {}", path.display()))?;
+            Ok(v)
+        }
+        Err(e) => match pool.close_unchanged() {
+            Ok(_) => Err(e),
+            Err(undo) => Err(e.context(format!(
+                "and {} could not be put back as it was found ({undo})",
+                path.display()
+            ))),
+        },
+    }
+}
+
+/// Refuse, without --force, to remove a region that a layer owns or that the integrity layer
+/// protects.
+fn refuse_owned(pool: &Pool<pmem::Mapping>, a: &RegionRemoveArgs) -> Result<()> {
+    let Some(r) = pool.region(&a.name) else {
+        return Ok(()); // remove_region names the missing region
+    };
+    if a.force {
+        return Ok(());
+    }
+    let protector = integrity::meta_region_name(&r.name)
+        .ok()
+        .and_then(|m| pool.region(&m))
+        .filter(|m| m.kind == kinds::INTEGRITY);
+    let why = if let Some(m) = protector {
+        format!(
+            "the integrity layer protects it: `{}` holds its checksums and parity, and its data \
+             is what they protect",
+            m.name
+        )
+    } else if r.kind == kinds::INTEGRITY {
+        let data = r.name.strip_suffix(".integrity").unwrap_or(&r.name);
+        format!(
+            "it holds the checksums and parity that protect region `{data}`; without them \
+             `{data}` can no longer be scrubbed or repaired"
+        )
+    } else if r.kind != kinds::RAW {
+        format!(
+            "a layer owns it (kind {}): removing it loses what that layer keeps there",
+            kinds::name(r.kind)
+        )
+    } else {
+        return Ok(());
+    };
+    anyhow::bail!(
+        "refusing to remove region `{}` of {}: {why}; add --force to remove it anyway",
+        r.name,
+        a.path.display()
+    )
+}
+
+fn repair(a: &InfoArgs) -> Result<Outcome> {
+    let report = pmem::repair::repair_file(&a.path).map_err(|e| {
+        anyhow::Error::new(CouldNotRun).context(format!("cannot repair {}: {e}", a.path.display()))
+    })?;
+    if a.json {
+        #[derive(serde::Serialize)]
+        struct Out<'a> {
+            healthy: bool,
+            #[serde(flatten)]
+            report: &'a pmem::repair::RepairReport,
+        }
+        print_json(&Out {
+            healthy: report.healthy(),
+            report: &report,
+        })?;
+    } else {
+        for r in &report.repaired {
+            println!("repaired: at byte {:#x}: {}", r.offset, r.message);
+        }
+        for n in &report.not_repaired {
+            println!("NOT repaired: {}; {}", n.damage, n.reason);
+        }
+        let state = if report.healthy() {
+            "the pool checks healthy".to_string()
+        } else {
+            format!(
+                "{} finding(s) remain; {}",
+                report.after.findings.len(),
+                if report.after.opens() {
+                    "the pool still opens"
+                } else {
+                    "the pool does NOT open"
+                }
+            )
+        };
+        if report.repaired.is_empty() && report.not_repaired.is_empty() {
+            println!("{}: nothing to repair; {state}", a.path.display());
+        } else {
+            println!(
+                "{}: {} repaired, {} not repaired; {state}",
+                a.path.display(),
+                report.repaired.len(),
+                report.not_repaired.len()
+            );
+        }
+    }
+    Ok(if report.healthy() {
+        Outcome::Ok
+    } else {
+        Outcome::Damage
+    })
 }

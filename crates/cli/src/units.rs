@@ -1,8 +1,16 @@
 //! Sizes and times as people type and read them.
 
-/// Parse `65536`, `64k`, `64KiB`, `64M`, `1G`, `1GiB` (binary units, case-insensitive).
+/// Parse a size as coreutils (`truncate`, `dd`) do: `65536`, `64K`, `64KiB` (powers of 1024:
+/// K, M, G, T and KiB, MiB, GiB, TiB), `64KB`, `1MB` (powers of 1000: KB, MB, GB, TB), `64B`
+/// (bytes). Units are case-insensitive; a space between number and unit is allowed. `0x5060`
+/// (hexadecimal, no unit) reads an offset as Kavach prints them.
 pub fn parse_size(text: &str) -> Result<u64, String> {
     let t = text.trim();
+    if let Some(hex) = t.strip_prefix("0x").or_else(|| t.strip_prefix("0X")) {
+        // An offset as Kavach prints them: hexadecimal, no unit.
+        return u64::from_str_radix(hex, 16)
+            .map_err(|e| format!("`{text}` is not a hexadecimal number of bytes ({e})"));
+    }
     let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
     let (digits, unit) = t.split_at(split);
     if digits.is_empty() {
@@ -13,19 +21,24 @@ pub fn parse_size(text: &str) -> Result<u64, String> {
     let n: u64 = digits
         .parse()
         .map_err(|_| format!("`{text}` is too large"))?;
-    let shift = match unit.to_ascii_lowercase().as_str() {
-        "" | "b" => 0,
-        "k" | "kb" | "kib" => 10,
-        "m" | "mb" | "mib" => 20,
-        "g" | "gb" | "gib" => 30,
-        "t" | "tb" | "tib" => 40,
+    let (base, power): (u64, u32) = match unit.trim_start().to_ascii_lowercase().as_str() {
+        "" | "b" => (1, 0),
+        "k" | "kib" => (1024, 1),
+        "m" | "mib" => (1024, 2),
+        "g" | "gib" => (1024, 3),
+        "t" | "tib" => (1024, 4),
+        "kb" => (1000, 1),
+        "mb" => (1000, 2),
+        "gb" => (1000, 3),
+        "tb" => (1000, 4),
         _ => {
             return Err(format!(
-                "unknown unit `{unit}` in `{text}` (use B, KiB, MiB, GiB or TiB)"
+                "unknown unit `{unit}` in `{text}` (K, M, G, T, KiB, MiB, GiB, TiB are powers of \
+                 1024; KB, MB, GB, TB powers of 1000; B bytes)"
             ));
         }
     };
-    n.checked_mul(1 << shift)
+    n.checked_mul(base.pow(power))
         .ok_or_else(|| format!("`{text}` is too large"))
 }
 
@@ -73,13 +86,31 @@ mod tests {
     use super::*;
 
     #[test]
-    fn sizes_parse_in_binary_units_and_refuse_nonsense() {
+    fn sizes_parse_as_coreutils_does_and_refuse_nonsense() {
         assert_eq!(parse_size("65536"), Ok(65536));
         assert_eq!(parse_size("64k"), Ok(65536));
         assert_eq!(parse_size("64KiB"), Ok(65536));
         assert_eq!(parse_size("16MiB"), Ok(16 << 20));
         assert_eq!(parse_size("1G"), Ok(1 << 30));
+        assert_eq!(parse_size("2T"), Ok(2 << 40));
+        assert_eq!(parse_size("2tib"), Ok(2 << 40));
         assert_eq!(parse_size(" 2 "), Ok(2));
+        assert_eq!(parse_size("7B"), Ok(7));
+        assert_eq!(parse_size("64 MiB"), Ok(64 << 20));
+        // The decimal units are powers of 1000, not of 1024.
+        assert_eq!(parse_size("64KB"), Ok(64_000));
+        assert_eq!(parse_size("64kB"), Ok(64_000));
+        assert_eq!(parse_size("64MB"), Ok(64_000_000));
+        assert_eq!(parse_size("3GB"), Ok(3_000_000_000));
+        assert_eq!(parse_size("1TB"), Ok(1_000_000_000_000));
+        assert_eq!(parse_size("18446744073709551615"), Ok(u64::MAX));
+        assert!(parse_size("18446744073709552KB").is_err());
+        assert!(parse_size("mib").is_err());
+        assert!(parse_size("64 M iB").is_err());
+        assert!(parse_size("64Mi").is_err());
+        assert_eq!(parse_size("0x5060"), Ok(0x5060));
+        assert!(parse_size("0x").is_err());
+        assert!(parse_size("0x5060K").is_err());
         for bad in [
             "",
             "MiB",

@@ -78,6 +78,12 @@ pub fn check_file(path: &Path) -> Result<CheckReport> {
     let mut head = vec![0u8; METADATA_BYTES.min(len as usize)];
     file.read_exact(&mut head)
         .map_err(|e| PmemError::io("cannot read", path, e))?;
+    check_metadata(path, &head, len)
+}
+
+/// Check the metadata `head` (the first `METADATA_BYTES` of a file of `len` bytes, or all of a
+/// shorter one). `Err` means it is not a Kavach pool at all.
+pub fn check_metadata(path: &Path, head: &[u8], len: u64) -> Result<CheckReport> {
     let mut report = CheckReport {
         path: path.into(),
         findings: Vec::new(),
@@ -98,7 +104,7 @@ pub fn check_file(path: &Path) -> Result<CheckReport> {
             reason: format!("only {len} bytes, no pool header"),
         });
     }
-    let survey = Survey::of(&head);
+    let survey = Survey::of(head);
     if !survey.looks_like_pool() {
         return Err(PmemError::NotAPool {
             path: path.into(),
@@ -122,7 +128,8 @@ pub fn check_file(path: &Path) -> Result<CheckReport> {
     for (copy, h) in survey.headers.iter().enumerate() {
         if let Err(c) = h {
             let note = format!(
-                "; the pool opens from header copy {}, and a read-write open rewrites this one",
+                "; the pool opens from header copy {}, and `kavach pool repair` (or a read-write \
+                 open) rewrites this one",
                 1 - copy
             );
             report.findings.push(finding(Severity::Damage, c, &note));
@@ -165,7 +172,7 @@ pub fn check_file(path: &Path) -> Result<CheckReport> {
                 report.findings.push(Finding {
                     severity: Severity::Damage,
                     message: format!(
-                        "header page {copy} at byte {at:#x}: unused bytes must be zero, found {:#04x} (stray write)",
+                        "header page {copy} at byte {at:#x}: unused bytes must be zero, found {:#04x} (stray write; `kavach pool repair` clears it)",
                         head[page + from + i]
                     ),
                     offset: Some(at),
@@ -179,7 +186,7 @@ pub fn check_file(path: &Path) -> Result<CheckReport> {
             for (i, s) in survey.slots.iter().enumerate() {
                 if let SlotContent::Damaged(c) = s {
                     let note = format!(
-                        " (a write cut short by a crash, or media damage); the pool opens from slot {} (sequence {})",
+                        " (a write cut short by a crash, or media damage); the pool opens from slot {} (sequence {}), and `kavach pool repair` clears this one",
                         1 - i,
                         state.sequence
                     );
@@ -195,10 +202,25 @@ pub fn check_file(path: &Path) -> Result<CheckReport> {
             });
         }
     }
-    match &survey.directory {
-        Some(Ok(d)) => report.regions = Some(d.regions.len()),
-        Some(Err(c)) => report.findings.push(finding(Severity::Fatal, c, "")),
-        None => {}
+    match (&survey.directory, &survey.mirror) {
+        (Some(Ok(d)), _) => report.regions = Some(d.regions.len()),
+        (Some(Err(c)), Some(Ok(m))) => {
+            report.regions = Some(m.regions.len());
+            let note = format!(
+                "; the pool opens from the mirror of generation {} in the other copy, and \
+                 `kavach pool repair` (or a read-write open) rewrites this one",
+                m.generation
+            );
+            report.findings.push(finding(Severity::Damage, c, &note));
+        }
+        (Some(Err(c)), mirror) => {
+            let why = match mirror {
+                Some(Err(m)) => format!("; the other copy is no mirror of it ({m})"),
+                _ => String::new(),
+            };
+            report.findings.push(finding(Severity::Fatal, c, &why));
+        }
+        (None, _) => {}
     }
     report
         .findings

@@ -301,11 +301,11 @@ impl Directory {
                     o,
                     f,
                     format!(
-                        "a multiple of {} at or after {}",
+                        "a multiple of {:#x} at or after {:#x}",
                         align.bytes(),
                         layout::METADATA_BYTES
                     ),
-                    offset.to_string(),
+                    format!("{offset:#x}"),
                 ));
             }
             let end = offset.checked_add(length);
@@ -314,7 +314,10 @@ impl Directory {
                 return Err(bad(
                     o,
                     f,
-                    format!("a non-zero multiple of {PAGE_SIZE} ending by {pool_size}"),
+                    format!(
+                        "a non-zero multiple of {PAGE_SIZE} ending by {pool_size:#x} (region at \
+                         {offset:#x})"
+                    ),
                     length.to_string(),
                 ));
             }
@@ -343,12 +346,12 @@ impl Directory {
                     o,
                     f,
                     format!(
-                        "no overlap with region `{}` [{}, {})",
+                        "no overlap with region `{}` [{:#x}, {:#x})",
                         other.name,
                         other.offset,
                         other.end()
                     ),
-                    format!("[{}, {})", region.offset, region.end()),
+                    format!("[{:#x}, {:#x})", region.offset, region.end()),
                 ));
             }
             regions.push(region);

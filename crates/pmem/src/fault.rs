@@ -11,8 +11,14 @@ use crate::medium::Medium;
 use crate::rng::SplitMix64;
 use std::collections::HashMap;
 
+/// Most bits one [`flip_bits`] call flips (the positions are returned in memory).
+pub const FLIP_BITS_MAX: u32 = 1 << 24;
+
 /// Flip `bits` distinct bits, chosen from `seed`, in `[offset, offset + len)`. Returns the bit
-/// positions flipped (bit `i` is bit `i % 8` of byte `offset + i / 8`).
+/// positions flipped, ascending (bit `i` is bit `i % 8` of byte `offset + i / 8`).
+///
+/// Linear in `bits` (expected): positions are drawn from the seed and a set skips repeats; when
+/// more than half the range's bits are to flip, the bits to leave alone are drawn instead.
 pub fn flip_bits<M: Medium + ?Sized>(
     medium: &M,
     offset: usize,
@@ -27,7 +33,7 @@ pub fn flip_bits<M: Medium + ?Sized>(
         return Err(PmemError::Invalid {
             what: "fault range",
             reason: format!(
-                "[{offset}, +{len}) is empty or outside the {} bytes of the medium",
+                "[{offset:#x}, +{len:#x}) is empty or outside the {:#x} bytes of the medium",
                 medium.len()
             ),
         });
@@ -39,15 +45,13 @@ pub fn flip_bits<M: Medium + ?Sized>(
             reason: format!("{bits} bits cannot be flipped in a {len}-byte range"),
         });
     }
-    let mut rng = SplitMix64::new(seed);
-    let mut chosen: Vec<u64> = Vec::with_capacity(bits as usize);
-    while chosen.len() < bits as usize {
-        let b = rng.below(span);
-        if !chosen.contains(&b) {
-            chosen.push(b);
-        }
+    if bits > FLIP_BITS_MAX {
+        return Err(PmemError::Invalid {
+            what: "bit count",
+            reason: format!("{bits} bits is more than the {FLIP_BITS_MAX} one call flips"),
+        });
     }
-    chosen.sort_unstable();
+    let chosen = distinct_positions(span, u64::from(bits), seed);
     let mut bytes = vec![0u8; len];
     medium.read(offset, &mut bytes);
     for &b in &chosen {
@@ -55,6 +59,30 @@ pub fn flip_bits<M: Medium + ?Sized>(
     }
     medium.inject(offset, &bytes)?;
     Ok(chosen)
+}
+
+/// `count` distinct positions in `[0, span)` chosen from `seed`, ascending. `count <= span`,
+/// and `count <= FLIP_BITS_MAX`.
+fn distinct_positions(span: u64, count: u64, seed: u64) -> Vec<u64> {
+    use std::collections::HashSet;
+    let draw = |n: u64| {
+        let mut rng = SplitMix64::new(seed);
+        let mut set = HashSet::with_capacity(n as usize);
+        // Each draw is new with probability at least 1/2 (n <= span / 2 below): about 2n draws.
+        while (set.len() as u64) < n {
+            set.insert(rng.below(span));
+        }
+        set
+    };
+    let mut chosen: Vec<u64> = if count <= span / 2 {
+        draw(count).into_iter().collect()
+    } else {
+        // More than half: leave `span - count` positions alone (span < 2 * count here).
+        let keep = draw(span - count);
+        (0..span).filter(|b| !keep.contains(b)).collect()
+    };
+    chosen.sort_unstable();
+    chosen
 }
 
 /// Remembers old page versions, so a later write can be "lost" or "misdirected".
@@ -147,6 +175,42 @@ mod tests {
         assert!(flip_bits(&sim, 100, 1, 9, 0).is_err());
         assert!(flip_bits(&sim, 4 * PAGE_SIZE - 1, 2, 1, 0).is_err());
         assert!(flip_bits(&sim, 0, 0, 1, 0).is_err());
+    }
+
+    #[test]
+    fn many_bits_are_exactly_that_many_distinct_bits() {
+        let len = 100_000;
+        let sim = SimMedium::new(32 * PAGE_SIZE, SimConfig::default());
+        // 600,000 of 800,000 bits (the complement path) and 300,000 (the direct one).
+        for (bits, seed) in [(600_000u32, 5u64), (300_000, 6)] {
+            let before = sim.durable_image();
+            let flipped = flip_bits(&sim, 4096, len, bits, seed).unwrap();
+            assert_eq!(flipped.len(), bits as usize);
+            assert!(
+                flipped.windows(2).all(|w| w[0] < w[1]),
+                "distinct, ascending"
+            );
+            assert!(*flipped.last().unwrap() < len as u64 * 8);
+            let after = sim.durable_image();
+            let changed: u32 = before
+                .iter()
+                .zip(&after)
+                .map(|(a, b)| (a ^ b).count_ones())
+                .sum();
+            assert_eq!(changed, bits, "exactly {bits} bits changed");
+            for &b in &flipped {
+                let at = 4096 + (b / 8) as usize;
+                assert_ne!((before[at] ^ after[at]) & (1 << (b % 8)), 0);
+            }
+            assert_eq!(
+                flip_bits(&sim, 4096, len, bits, seed).unwrap(),
+                flipped,
+                "same seed"
+            );
+        }
+        let all = flip_bits(&sim, 0, 2, 16, 1).unwrap();
+        assert_eq!(all, (0..16).collect::<Vec<u64>>());
+        assert!(flip_bits(&sim, 0, 32 * PAGE_SIZE, FLIP_BITS_MAX + 1, 0).is_err());
     }
 
     #[test]

@@ -8,6 +8,7 @@
 //! - [`Domain`]: what persisting means here (`adr`, `eadr`, `msync`, `sim`).
 //! - [`fault`]: media faults injected behind the layers' backs.
 //! - [`check`]: the read-only checker behind `kavach pool check`.
+//! - [`repair`]: `kavach pool repair`, which rebuilds damaged metadata from a good copy.
 //!
 //! Unsafe code lives in [`mapping`] and [`cpu`], plus one `flock` call in [`check`];
 //! `docs/unsafe.md` argues its soundness.
@@ -24,6 +25,7 @@ pub mod layout;
 pub mod mapping;
 pub mod medium;
 pub mod pool;
+pub mod repair;
 pub mod rng;
 pub mod sim;
 

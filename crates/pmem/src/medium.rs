@@ -81,7 +81,7 @@ forward_medium!(Box<M>);
 pub(crate) fn check_range(offset: usize, len: usize, size: usize) {
     assert!(
         offset <= size && len <= size - offset,
-        "medium access [{offset}, +{len}) outside [0, {size})"
+        "medium access [{offset:#x}, +{len:#x}) outside [0, {size:#x})"
     );
 }
 
@@ -91,7 +91,7 @@ pub(crate) fn check_range(offset: usize, len: usize, size: usize) {
 pub(crate) fn check_word(offset: usize, size: usize) {
     assert!(
         offset % 8 == 0,
-        "8-byte atomic access at unaligned offset {offset}"
+        "8-byte atomic access at unaligned offset {offset:#x}"
     );
     check_range(offset, 8, size);
 }

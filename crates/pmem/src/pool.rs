@@ -36,8 +36,12 @@ pub struct Survey {
     pub headers: [Result<PoolHeader, Corruption>; 2],
     /// Each mutable slot (decoded under the chosen header's UUID; `Empty` if there is none).
     pub slots: [SlotContent; 2],
-    /// The decoded current directory, once a header and a state were found.
+    /// The directory copy named by the current state (copy `generation % 2`), decoded, once a
+    /// header and a state were found.
     pub directory: Option<Result<Directory, Corruption>>,
+    /// The other directory copy, decoded as a mirror of the same generation: `Ok` only if it
+    /// holds exactly the generation in force (see "Directory update" in `docs/format/pool.md`).
+    pub mirror: Option<Result<Directory, Corruption>>,
 }
 
 /// Validate a requested pool size.
@@ -73,6 +77,7 @@ impl Survey {
             headers,
             slots: [SlotContent::Empty, SlotContent::Empty],
             directory: None,
+            mirror: None,
         };
         let Ok(header) = survey.header() else {
             return survey;
@@ -81,15 +86,29 @@ impl Survey {
             [0, 1].map(|i| MutableState::decode(&meta[slot_offset(i)..], i, &header.pool_uuid));
         if let Some(state) = current_state(&survey.slots) {
             let copy = (state.directory_generation % 2) as usize;
-            survey.directory = Some(Directory::decode(
-                page(layout::DIRECTORY_COPY_OFFSETS[copy]),
-                copy,
-                &header.pool_uuid,
-                state.directory_generation,
-                header.pool_size,
-            ));
+            let decode = |c: usize| {
+                Directory::decode(
+                    page(layout::DIRECTORY_COPY_OFFSETS[c]),
+                    c,
+                    &header.pool_uuid,
+                    state.directory_generation,
+                    header.pool_size,
+                )
+            };
+            survey.directory = Some(decode(copy));
+            survey.mirror = Some(decode(1 - copy));
         }
         survey
+    }
+
+    /// The directory to use: the copy in force if it is valid, else its mirror if that holds the
+    /// same generation and is valid, else the copy in force's failure. `None` if no state was
+    /// found.
+    pub fn current_directory(&self) -> Option<Result<Directory, Corruption>> {
+        match (&self.directory, &self.mirror) {
+            (Some(Err(_)), Some(Ok(m))) => Some(Ok(m.clone())),
+            (d, _) => d.clone(),
+        }
     }
 
     /// Does the area start like a Kavach pool (either copy has the magic)?
@@ -148,6 +167,9 @@ impl Survey {
                 SlotContent::Damaged(c) => Some(c.clone()),
                 _ => None,
             }));
+        }
+        if let (Some(Err(c)), Some(Ok(_))) = (&self.directory, &self.mirror) {
+            out.push(c.clone());
         }
         out
     }
@@ -218,6 +240,11 @@ pub struct Pool<M: Medium> {
     directory: Directory,
     read_only: bool,
     damage: Vec<Corruption>,
+    /// What the open overwrote, in write order: (offset, the bytes found there). Put back by
+    /// [`Pool::close_unchanged`].
+    found: Vec<(usize, Vec<u8>)>,
+    /// This handle changed the directory (or tried to).
+    changed: bool,
 }
 
 impl Pool<Mapping> {
@@ -225,15 +252,17 @@ impl Pool<Mapping> {
     pub fn create(path: &Path, opts: &CreateOptions) -> Result<Self> {
         validate_size(opts.size)?;
         let mut mapping = Mapping::create(path, opts.size)?;
-        let domain = opts.domain.unwrap_or(mapping.backing().detected_domain());
-        if domain == Domain::Sim {
+        let backing = mapping.backing();
+        let domain = opts.domain.unwrap_or(backing.detected_domain());
+        if let Err(reason) = domain_runs_on(domain, backing) {
+            drop(mapping);
             let _ = std::fs::remove_file(path);
             return Err(PmemError::Invalid {
                 what: "domain",
-                reason: "`sim` is for the simulator, not for files".into(),
+                reason,
             });
         }
-        mapping.set_domain(effective_domain(domain, mapping.backing(), opts.domain));
+        mapping.set_domain(effective_domain(domain, backing, None));
         let made = Self::format(mapping, domain).and_then(|m| {
             Self::open_medium(
                 m,
@@ -258,6 +287,31 @@ impl Pool<Mapping> {
             m.set_domain(domain);
         })
     }
+}
+
+/// `Ok` if every open of a pool recording `domain` on `backing` runs in `domain`; else why not.
+/// Recording a domain that no open would run in would print one domain and run another.
+pub fn domain_runs_on(domain: Domain, backing: Backing) -> std::result::Result<(), String> {
+    let runs = effective_domain(domain, backing, None);
+    if runs == domain {
+        return Ok(());
+    }
+    Err(match backing {
+        Backing::PageCache => format!(
+            "`{domain}` cannot be kept by a file in the page cache (no DAX): writing back cache \
+             lines does not make such a file durable, so every open runs `{runs}`; record `{runs}` \
+             (or auto), or put the pool on a DAX file system or /dev/shm"
+        ),
+        Backing::Simulated => format!("`{domain}` does not run on the simulator: only `sim` does"),
+        Backing::Dax | Backing::Tmpfs if domain == Domain::Sim => {
+            "`sim` is for the simulator, not for files".into()
+        }
+        Backing::Dax | Backing::Tmpfs => format!(
+            "`{domain}` is for files in the page cache; every open of a file on {} runs `{runs}` \
+             (cache-line write-back); record `{runs}`, `eadr` or auto",
+            backing.name()
+        ),
+    })
 }
 
 fn survey_medium<M: Medium + ?Sized>(medium: &M) -> Survey {
@@ -310,8 +364,10 @@ impl<M: Medium> Pool<M> {
         }
         let slot = slot_offset(state.slot_index());
         meta[slot..slot + layout::SLOT_BYTES].copy_from_slice(&state.encode(&uuid));
-        let dir = layout::DIRECTORY_COPY_OFFSETS[directory.copy_index()];
-        meta[dir..dir + PAGE_SIZE].copy_from_slice(&directory.encode(&uuid));
+        // Both directory copies: the one in force and its mirror.
+        for dir in layout::DIRECTORY_COPY_OFFSETS {
+            meta[dir..dir + PAGE_SIZE].copy_from_slice(&directory.encode(&uuid));
+        }
         medium.write(0, &meta);
         medium.persist(0, METADATA_BYTES)?;
         for at in layout::HEADER_COPY_OFFSETS {
@@ -371,7 +427,7 @@ impl<M: Medium> Pool<M> {
         header.check_features(opts.read_only)?;
         configure(&mut medium, &header);
         let state = survey.state()?;
-        let directory = match survey.directory.clone() {
+        let directory = match survey.current_directory() {
             Some(d) => d.map_err(PmemError::Corrupt)?,
             None => unreachable!("a state was found, so the directory was decoded"),
         };
@@ -384,9 +440,13 @@ impl<M: Medium> Pool<M> {
             directory,
             read_only: opts.read_only,
             damage,
+            found: Vec::new(),
+            changed: false,
         };
         if !pool.read_only {
-            pool.repair_header_copies(&survey)?;
+            pool.repair_copies(&survey)?;
+            let next = slot_offset(((pool.state.sequence + 1) % 2) as usize);
+            pool.remember(next, layout::SLOT_BYTES);
             pool.write_state(MutableState {
                 clean_shutdown: false,
                 ..pool.state
@@ -395,13 +455,31 @@ impl<M: Medium> Pool<M> {
         Ok(pool)
     }
 
-    fn repair_header_copies(&mut self, survey: &Survey) -> Result<()> {
+    /// Keep the `len` bytes at `offset` as found, before the open overwrites them.
+    fn remember(&mut self, offset: usize, len: usize) {
+        let mut bytes = vec![0u8; len];
+        self.medium.read(offset, &mut bytes);
+        self.found.push((offset, bytes));
+    }
+
+    /// Rewrite a damaged header copy from the good one, and a damaged directory copy in force
+    /// from its mirror, before anything else is written (so a directory update never overwrites
+    /// the only good directory copy).
+    fn repair_copies(&mut self, survey: &Survey) -> Result<()> {
         for copy in 0..2 {
             if survey.headers[copy].is_err() {
                 let at = layout::HEADER_COPY_OFFSETS[copy];
+                self.remember(at, layout::HEADER_BYTES);
                 self.medium.write(at, &self.header.encode(copy));
                 self.medium.persist(at, layout::HEADER_BYTES)?;
             }
+        }
+        if let Some(Err(_)) = survey.directory {
+            let at = layout::DIRECTORY_COPY_OFFSETS[self.directory.copy_index()];
+            self.remember(at, PAGE_SIZE);
+            self.medium
+                .write(at, &self.directory.encode(&self.header.pool_uuid));
+            self.medium.persist(at, PAGE_SIZE)?;
         }
         Ok(())
     }
@@ -430,6 +508,28 @@ impl<M: Medium> Pool<M> {
         Ok(self.medium)
     }
 
+    /// Close a read-write handle that changed nothing, after a command that failed: put back,
+    /// byte for byte, everything the open wrote (the in-use state, and any header or directory
+    /// copy it rewrote), so the pool is exactly as this handle found it, clean-shutdown flag
+    /// included.
+    ///
+    /// The caller promises that nothing was written through [`Pool::medium`] since the open.
+    /// If this handle changed the directory, that change stays and this is [`Pool::close`].
+    ///
+    /// Crash-safe: the bytes go back in the reverse order of the open's writes, each persisted
+    /// before the next, so every intermediate state is one the open itself passed through (the
+    /// in-use state goes first; after it, the state found at open is in force again).
+    pub fn close_unchanged(mut self) -> Result<M> {
+        if self.changed {
+            return self.close();
+        }
+        for (at, bytes) in std::mem::take(&mut self.found).into_iter().rev() {
+            self.medium.write(at, &bytes);
+            self.medium.persist(at, bytes.len())?;
+        }
+        Ok(self.medium)
+    }
+
     /// The same open pool over a wrapped medium (for example `Arc::new`), so layers can hold
     /// handles to the medium while the pool stays open.
     pub fn map_medium<N: Medium>(self, wrap: impl FnOnce(M) -> N) -> Pool<N> {
@@ -441,6 +541,8 @@ impl<M: Medium> Pool<M> {
             directory: self.directory,
             read_only: self.read_only,
             damage: self.damage,
+            found: self.found,
+            changed: self.changed,
         }
     }
 
@@ -564,20 +666,26 @@ impl<M: Medium> Pool<M> {
         Ok(removed)
     }
 
-    /// Write the new directory into the other copy, persist it, then switch the header slot.
+    /// Write the new directory into the other copy, persist it, switch the header slot, then
+    /// mirror the new directory into the copy that was in force.
     fn update_directory(&mut self, regions: Vec<Region>) -> Result<()> {
+        self.changed = true;
         let next = Directory {
             generation: self.directory.generation + 1,
             regions,
         };
+        let page = next.encode(&self.header.pool_uuid);
         let at = layout::DIRECTORY_COPY_OFFSETS[next.copy_index()];
-        self.medium.write(at, &next.encode(&self.header.pool_uuid));
+        self.medium.write(at, &page);
         self.medium.persist(at, PAGE_SIZE)?;
         self.write_state(MutableState {
             directory_generation: next.generation,
             ..self.state
         })?;
         self.directory = next;
+        let mirror = layout::DIRECTORY_COPY_OFFSETS[1 - self.directory.copy_index()];
+        self.medium.write(mirror, &page);
+        self.medium.persist(mirror, PAGE_SIZE)?;
         Ok(())
     }
 
@@ -618,6 +726,46 @@ impl<M: Medium> Pool<M> {
                 .collect(),
             free_bytes: self.free_bytes(),
             damage: self.damage.iter().map(ToString::to_string).collect(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_domain_is_accepted_exactly_where_every_open_runs_it() {
+        use Backing::*;
+        use Domain::*;
+        // (recorded, backing, accepted)
+        let table = [
+            (Adr, Dax, true),
+            (Eadr, Dax, true),
+            (Msync, Dax, false),
+            (Sim, Dax, false),
+            (Adr, Tmpfs, true),
+            (Eadr, Tmpfs, true),
+            (Msync, Tmpfs, false),
+            (Sim, Tmpfs, false),
+            (Adr, PageCache, false),
+            (Eadr, PageCache, false),
+            (Msync, PageCache, true),
+            (Sim, PageCache, false),
+            (Adr, Simulated, false),
+            (Sim, Simulated, true),
+        ];
+        for (domain, backing, accepted) in table {
+            let got = domain_runs_on(domain, backing);
+            assert_eq!(got.is_ok(), accepted, "{domain} on {backing:?}: {got:?}");
+            assert_eq!(
+                got.is_ok(),
+                effective_domain(domain, backing, None) == domain,
+                "{domain} on {backing:?}"
+            );
+            if let Err(why) = got {
+                assert!(why.contains(&format!("`{domain}`")), "{why}");
+            }
         }
     }
 }

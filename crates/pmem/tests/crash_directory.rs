@@ -117,8 +117,8 @@ fn every_fence(op: Op) {
                 &format!("seed {seed}, crash at fence {n}"),
             );
         });
-        // open (slot), update (directory page, slot), close (slot): four fences.
-        assert_eq!(points, 4, "fences in open + update + close");
+        // open (slot), update (directory page, slot, mirror page), close (slot): five fences.
+        assert_eq!(points, 5, "fences in open + update + close");
         assert!(
             saw_before,
             "no crash point left the old directory (seed {seed})"

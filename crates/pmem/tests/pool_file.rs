@@ -378,18 +378,49 @@ fn a_damaged_header_copy_is_survived_and_rewritten() {
 }
 
 #[test]
-fn a_damaged_directory_is_fatal_and_named() {
+fn a_damaged_directory_copy_in_force_opens_from_its_mirror_and_both_damaged_is_fatal() {
     let t = TempPool::new("dir");
     let mut pool = t.create(1 << 20);
     pool.create_region("a", kinds::RAW, 4096, Alignment::Page)
         .unwrap();
-    pool.close().unwrap(); // directory generation 2 lives in copy 0
+    pool.close().unwrap(); // directory generation 2 lives in copy 0, its mirror in copy 1
+    let before = std::fs::read(&t.0).unwrap();
+    assert_eq!(
+        before[layout::DIRECTORY_COPY_OFFSETS[0]..][..PAGE_SIZE],
+        before[layout::DIRECTORY_COPY_OFFSETS[1]..][..PAGE_SIZE],
+        "the copy not in force mirrors the one in force"
+    );
     t.flip(layout::DIRECTORY_COPY_OFFSETS[0] + 64 + 41);
+    let report = check_file(&t.0).unwrap();
+    assert!(report.opens() && !report.healthy(), "{:?}", report.findings);
+    assert!(
+        report.findings[0]
+            .message
+            .contains("region directory copy 0")
+    );
+    let pool = Pool::open(&t.0, &ro()).unwrap();
+    assert_eq!(pool.regions().len(), 1);
+    assert_eq!(pool.damage()[0].structure, "region directory copy 0");
+    drop(pool);
+    // Both copies damaged: no copy proves the regions.
+    t.flip(layout::DIRECTORY_COPY_OFFSETS[1] + 64 + 41);
     let err = Pool::open(&t.0, &rw()).unwrap_err();
     let c = err.corruption().unwrap();
     assert_eq!(c.structure, "region directory copy 0");
     let report = check_file(&t.0).unwrap();
-    assert!(report.findings.iter().any(|f| f.severity == Severity::Fatal && f.message.contains("region directory copy 0")));
+    assert!(report.findings.iter().any(|f| f.severity == Severity::Fatal
+        && f.message.contains("region directory copy 0")));
+    // A read-write open with only the mirror good rewrites the copy in force first.
+    t.flip(layout::DIRECTORY_COPY_OFFSETS[1] + 64 + 41);
+    Pool::open(&t.0, &rw()).unwrap().close().unwrap();
+    assert!(check_file(&t.0).unwrap().healthy());
+}
+
+fn ro() -> OpenOptions {
+    OpenOptions {
+        read_only: true,
+        domain: None,
+    }
 }
 
 #[test]
