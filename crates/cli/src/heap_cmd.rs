@@ -85,7 +85,7 @@ pub enum HeapCommand {
 pub struct CreateArgs {
     /// Path of the new pool file.
     pub path: PathBuf,
-    /// Pool size: a multiple of 4096 (units B, KiB, MiB, GiB, TiB). It must hold the lanes
+    /// Pool size: a multiple of 4096 (K, KiB = 1024; KB = 1000; also M, G, T; 0x... hex). It must hold the lanes
     /// (64 x 256 KiB by default) and at least one 256 KiB chunk.
     #[arg(long, value_parser = parse_size)]
     pub size: u64,

@@ -126,7 +126,7 @@ pub struct SalvageArgs {
 pub struct CreateArgs {
     /// Path of the new pool file.
     pub path: PathBuf,
-    /// Pool size: a multiple of 4096 (units B, KiB, MiB, GiB, TiB); the log gets all of it but
+    /// Pool size: a multiple of 4096 (K, KiB = 1024; KB = 1000; also M, G, T; 0x... hex); the log gets all of it but
     /// the pool's own metadata.
     #[arg(long, value_parser = parse_size, default_value = "64MiB")]
     pub size: u64,

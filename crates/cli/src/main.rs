@@ -40,7 +40,7 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
-    /// Create, inspect and check pool files.
+    /// Create, inspect, check and repair pool files.
     #[command(subcommand)]
     Pool(pool_cmd::PoolCommand),
     /// Create, list and remove named regions in a pool.

@@ -103,6 +103,13 @@ fn table() -> Vec<Row> {
             // A truncated pool is a pool with damage: check runs and reports it.
             damage: &[Input::Truncated],
         },
+        Row {
+            words: &["pool", "repair"],
+            args: &["P"],
+            inputs: NOT_A_POOL,
+            // A truncated pool is damage that repair will not guess at: it runs and says so.
+            damage: &[Input::Truncated],
+        },
         row(
             &["region", "create"],
             &["P", "extra", "--size", "4KiB"],
