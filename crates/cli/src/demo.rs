@@ -73,7 +73,7 @@ pub fn run(a: &DemoArgs) -> Result<Outcome> {
         None => {
             let r = pool.create_region(REGION, kinds::RAW, 64 << 10, Alignment::Page)?;
             println!(
-                "   created region `{}` at offset {} ({})",
+                "   created region `{}` at offset {:#x} ({})",
                 r.name,
                 r.offset,
                 format_size(r.length)

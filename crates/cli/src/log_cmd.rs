@@ -293,7 +293,7 @@ fn create(a: &CreateArgs) -> Result<Outcome> {
             info.domain
         );
         println!(
-            "region      `{}` at offset {}, {}",
+            "region      `{}` at offset {:#x}, {}",
             region.name,
             region.offset,
             format_size(region.length)
