@@ -74,8 +74,8 @@ pub enum DebugCommand {
     /// region's mode), then brings redundancy up to date (the final pass) and closes cleanly.
     /// The same seed on the same pool layout always writes the same bytes.
     ///
-    /// Exit status: 0 filled; 1 failed (no such file or region, a damaged page refused by an
-    /// eager write, an I/O error).
+    /// Exit status: 0 filled; 2 could not run (no such file or region, not a pool, a damaged
+    /// page refused by an eager write, an I/O error).
     #[command(after_help = "Examples:\n  \
         kavach pool create /dev/shm/p.pool --size 64MiB --redundancy lazy\n  \
         kavach debug fill /dev/shm/p.pool --seed 1\n  \
@@ -87,7 +87,7 @@ pub enum DebugCommand {
     /// compare the digest after `kavach repair` with the one before `kavach inject` (or with the
     /// one `kavach inject` says the region should have once repaired).
     ///
-    /// Exit status: 0 printed; 1 failed (no such file or region, not a pool).
+    /// Exit status: 0 printed; 2 could not run (no such file or region, not a pool).
     #[command(after_help = "Examples:\n  \
         kavach debug digest /dev/shm/p.pool\n  \
         kavach debug digest /dev/shm/p.pool --region data --json")]
@@ -131,8 +131,8 @@ pub enum InjectCommand {
     /// Prints the pool byte offset of every flipped bit, and the region's digest as it should
     /// be once repaired.
     ///
-    /// Exit status: 0 injected; 1 failed (no such file or region, page or bit count out of
-    /// range).
+    /// Exit status: 0 injected; 2 could not run (no such file or region, page or bit count out
+    /// of range).
     #[command(after_help = "Examples:\n  \
         kavach inject bitflip /dev/shm/p.pool --page 5\n  \
         kavach inject bitflip /dev/shm/p.pool --page 5 --bits 64 --seed 7 --json")]
@@ -145,7 +145,7 @@ pub enum InjectCommand {
     /// rebuilds the new contents from parity, so the region's digest after repair is the one
     /// this command prints, not the one before it ran.
     ///
-    /// Exit status: 0 injected; 1 failed (no such file or region, page out of range).
+    /// Exit status: 0 injected; 2 could not run (no such file or region, page out of range).
     #[command(after_help = "Examples:\n  \
         kavach inject lost-write /dev/shm/p.pool --page 5\n  \
         kavach inject lost-write /dev/shm/p.pool --page 5 --seed 3 --json")]
@@ -158,7 +158,8 @@ pub enum InjectCommand {
     /// when they are in different stripes (the default M is the same page of the next stripe,
     /// wrapping to the first). The region's digest after repair is the one this command prints.
     ///
-    /// Exit status: 0 injected; 1 failed (no such file or region, page out of range, M = N).
+    /// Exit status: 0 injected; 2 could not run (no such file or region, page out of range,
+    /// M = N).
     #[command(after_help = "Examples:\n  \
         kavach inject misdirected-write /dev/shm/p.pool --page 5\n  \
         kavach inject misdirected-write /dev/shm/p.pool --page 5 --to 100 --json")]
@@ -245,18 +246,18 @@ fn could_not_run(result: Result<Outcome>) -> Result<Outcome> {
 }
 
 pub fn run_debug(cmd: DebugCommand) -> Result<Outcome> {
-    match cmd {
+    could_not_run(match cmd {
         DebugCommand::Fill(a) => fill(&a),
         DebugCommand::Digest(a) => digest(&a),
-    }
+    })
 }
 
 pub fn run_inject(cmd: InjectCommand) -> Result<Outcome> {
-    match cmd {
+    could_not_run(match cmd {
         InjectCommand::Bitflip(a) => bitflip(&a),
         InjectCommand::LostWrite(a) => lost_write(&a),
         InjectCommand::MisdirectedWrite(a) => misdirected_write(&a),
-    }
+    })
 }
 
 pub fn run_scrub(a: &CheckArgs) -> Result<Outcome> {
@@ -1257,6 +1258,9 @@ pub struct HeaderFacts {
     pub parity_bytes: u64,
     /// Damage to one header copy (the other was used).
     pub header_damage: Vec<String>,
+    /// How far the stored redundancy can be trusted (`current`, `unclean`, `unverified`) and
+    /// why.
+    pub trust: integrity::Trust,
     /// Section offsets within the integrity region.
     pub geometry: Geometry,
 }
@@ -1295,6 +1299,7 @@ pub fn integrity_facts<M: Medium + Clone + 'static>(pool: &Pool<M>) -> Vec<Integ
                         integrity_bytes: geo.meta_bytes,
                         parity_bytes: geo.stripes * PAGE,
                         header_damage: report.header_damage,
+                        trust: report.trust,
                         geometry: geo,
                     }),
                     None,
@@ -1351,6 +1356,16 @@ pub fn print_facts(facts: &[IntegrityFacts]) {
                 );
                 for d in &h.header_damage {
                     println!("            header copy damaged (the other is used): {d}");
+                }
+                if h.trust.basis != Basis::Current {
+                    println!(
+                        "            redundancy {}: {}",
+                        match h.trust.basis {
+                            Basis::Unverified => "unverified",
+                            _ => "not current",
+                        },
+                        h.trust.reason
+                    );
                 }
             }
             (None, e) => println!(

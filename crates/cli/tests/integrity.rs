@@ -244,13 +244,13 @@ fn bad_input_is_refused_with_one_clear_line() {
     }
     assert_refused(
         &kavach(&["inject", "bitflip", &missing, "--page", "0"]),
-        1,
+        2,
         "No such file",
     );
-    assert_refused(&kavach(&["debug", "digest", &missing]), 1, "No such file");
+    assert_refused(&kavach(&["debug", "digest", &missing]), 2, "No such file");
     assert_refused(
         &kavach(&["debug", "fill", &missing, "--seed", "1"]),
-        1,
+        2,
         "No such file",
     );
 
@@ -271,7 +271,7 @@ fn bad_input_is_refused_with_one_clear_line() {
     }
     assert_refused(
         &kavach(&["inject", "lost-write", &plain, "--page", "1"]),
-        1,
+        2,
         "has no redundancy",
     );
 
@@ -301,7 +301,7 @@ fn bad_input_is_refused_with_one_clear_line() {
     let range = format!("0 to {}", pages - 1);
     let past = pages.to_string();
     for fault in ["bitflip", "lost-write", "misdirected-write"] {
-        assert_refused(&kavach(&["inject", fault, &p, "--page", &past]), 1, &range);
+        assert_refused(&kavach(&["inject", fault, &p, "--page", &past]), 2, &range);
     }
     assert_refused(
         &kavach(&[
@@ -313,7 +313,7 @@ fn bad_input_is_refused_with_one_clear_line() {
             "--to",
             &past,
         ]),
-        1,
+        2,
         &range,
     );
     assert_refused(
@@ -326,13 +326,13 @@ fn bad_input_is_refused_with_one_clear_line() {
             "--to",
             "1",
         ]),
-        1,
+        2,
         "--to 1",
     );
     for bits in ["0", "32769"] {
         assert_refused(
             &kavach(&["inject", "bitflip", &p, "--page", "1", "--bits", bits]),
-            1,
+            2,
             "1 to 32768",
         );
     }
@@ -343,7 +343,7 @@ fn bad_input_is_refused_with_one_clear_line() {
     );
     assert_refused(
         &kavach(&["debug", "digest", &p, "--region", "nope"]),
-        1,
+        2,
         "no region `nope`",
     );
     // Nothing above changed the data.
@@ -468,6 +468,11 @@ fn a_damaged_shadow_record_leaves_the_region_unverified_until_repair_proves_it()
     );
     assert!(text.contains("data page 5 at byte 0x"), "{text}");
     assert_ne!(digest(&p), intended, "nothing was repaired or rebuilt");
+    let info = run_ok(&["pool", "info", &p], 0);
+    assert!(
+        info.contains("redundancy unverified: the shadow record"),
+        "{info}"
+    );
 
     // A repair rebuilds page 5 from parity, proves every stripe, and clears the mark.
     let v = run_json(&["repair", &p], 0);

@@ -133,9 +133,10 @@ pub struct OpenReport {
     pub header_damage: Vec<String>,
     /// Pages of an interrupted update batch recomputed from the shadow record.
     pub shadow_pages_replayed: u64,
-    /// The shadow record failed its check (a full resync follows).
+    /// The shadow record failed its check (see [`crate::trust`] for what follows).
     pub shadow_damage: Option<String>,
-    /// Pages whose checksums were rebuilt by a full resync (0 if none was needed).
+    /// Pages whose checksums were rebuilt by a full resync (0 if none was needed; a resync runs
+    /// only in a read-write open of an unclean region).
     pub resync_pages: u64,
     /// Of those, pages whose stored checksum did not match (written after the last pass, or
     /// damaged at rest: a resync cannot tell which).
@@ -401,7 +402,7 @@ impl<M: Medium> Inner<M> {
         if offset.checked_add(len as u64).is_none_or(|e| e > size) {
             return Err(IntegrityError::invalid(
                 "range",
-                format!("[{offset}, +{len}) is outside the region's {size} bytes"),
+                format!("[{offset:#x}, +{len:#x}) is outside the region's {size:#x} bytes"),
             ));
         }
         Ok(())
@@ -971,7 +972,16 @@ fn check_placement<M: Medium>(medium: &M, place: &Placement) -> Result<()> {
     {
         return Err(IntegrityError::invalid(
             "placement",
-            format!("{place:?} does not fit a medium of {} bytes", medium.len()),
+            format!(
+                "data region `{}` at {:#x} (+{:#x}) and its integrity region at {:#x} (+{:#x}) \
+                 do not fit a medium of {:#x} bytes, or are not page-aligned",
+                place.region,
+                place.data_offset,
+                place.data_bytes,
+                place.meta_offset,
+                place.meta_bytes,
+                medium.len()
+            ),
         ));
     }
     Ok(())
@@ -1197,11 +1207,11 @@ impl<M: Medium + 'static> Protected<M> {
                 offset: place.meta_offset,
                 field: "data_offset/data_pages",
                 expected: format!(
-                    "the data region: offset {}, {} pages",
+                    "the data region: offset {:#x}, {} pages",
                     place.data_offset,
                     place.data_bytes / PAGE
                 ),
-                found: format!("offset {}, {} pages", header.data_offset, geo.data_pages),
+                found: format!("offset {:#x}, {} pages", header.data_offset, geo.data_pages),
             }));
         }
         if geo.meta_bytes > place.meta_bytes {
@@ -1351,11 +1361,15 @@ impl<M: Medium + 'static> Protected<M> {
     pub fn final_pass(&self) -> Result<PassStats> {
         self.inner.run_pass()
     }
-    /// Verify every clean page, checksum block and parity page; change nothing.
+    /// Verify every clean page, checksum block, parity page and (when current) line checksum;
+    /// change nothing, on a read-only handle as on a read-write one. Whether a mismatch is
+    /// damage or unverifiable, and whether the region can count as verified, follows the trust
+    /// open found ([`crate::trust`]).
     pub fn scrub(&self, progress: Progress<'_>) -> Result<crate::report::ScrubReport> {
         crate::repair::scrub(&self.inner, progress)
     }
-    /// Scrub, then repair what parity can.
+    /// Scrub, then repair what parity can; for an unverified region, prove every stripe and
+    /// clear the mark only if all are proven.
     pub fn repair(&self, progress: Progress<'_>) -> Result<crate::report::RepairReport> {
         crate::repair::repair(&self.inner, progress)
     }

@@ -303,7 +303,7 @@ fn vulnerable_now<M: Medium>(inner: &Inner<M>) -> crate::Result<u64> {
 }
 
 /// What a scrub found.
-#[derive(Debug, Clone, serde::Serialize)]
+#[derive(Debug, Clone, Default, serde::Serialize)]
 pub struct ScrubReport {
     /// Data pages verified.
     pub pages_checked: u64,
@@ -325,22 +325,6 @@ pub struct ScrubReport {
     pub unverifiable: Vec<Finding>,
     /// Wall time.
     pub elapsed_ms: u64,
-}
-
-impl Default for ScrubReport {
-    fn default() -> Self {
-        ScrubReport {
-            pages_checked: 0,
-            pages_skipped_written: 0,
-            parity_checked: 0,
-            blocks_checked: 0,
-            lines_checked: 0,
-            trust: Trust::current(),
-            findings: Vec::new(),
-            unverifiable: Vec::new(),
-            elapsed_ms: 0,
-        }
-    }
 }
 
 impl ScrubReport {
