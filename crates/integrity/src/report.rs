@@ -173,8 +173,10 @@ impl Finding {
         let lines = if self.lines.is_empty() {
             String::new()
         } else {
-            let list: Vec<String> = self.lines.iter().map(u32::to_string).collect();
-            format!("; line(s) {} fail their line checksums", list.join(", "))
+            format!(
+                "; line(s) {} fail their line checksums",
+                ranges(&self.lines)
+            )
         };
         format!(
             "{what} at byte {:#x}: {}; checksum expected {}, found {}{lines} (found by {})",
@@ -185,6 +187,25 @@ impl Finding {
             self.by
         )
     }
+}
+
+/// Sorted numbers as ranges: `0-3, 7, 9-10`.
+fn ranges(sorted: &[u32]) -> String {
+    let mut out: Vec<String> = Vec::new();
+    let mut i = 0;
+    while i < sorted.len() {
+        let mut j = i;
+        while j + 1 < sorted.len() && sorted[j + 1] == sorted[j] + 1 {
+            j += 1;
+        }
+        out.push(if j == i {
+            sorted[i].to_string()
+        } else {
+            format!("{}-{}", sorted[i], sorted[j])
+        });
+        i = j + 1;
+    }
+    out.join(", ")
 }
 
 /// What one update pass did.
@@ -365,5 +386,15 @@ impl RepairReport {
     /// Findings that could not be repaired.
     pub fn unrepaired(&self) -> impl Iterator<Item = &RepairOutcome> {
         self.outcomes.iter().filter(|o| !o.repaired)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn line_lists_read_as_ranges() {
+        assert_eq!(super::ranges(&[0, 1, 2, 3, 7, 9, 10]), "0-3, 7, 9-10");
+        assert_eq!(super::ranges(&[40]), "40");
+        assert_eq!(super::ranges(&(0..64).collect::<Vec<_>>()), "0-63");
     }
 }
