@@ -391,6 +391,7 @@ fn protect(
 
 impl Session {
     fn open(path: &Path, region: &str, need_redundancy: bool) -> Result<Session> {
+        preflight(path, region, need_redundancy, &[])?;
         open_protected(open_pool_rw(path)?, path, region, need_redundancy)
     }
 
@@ -743,6 +744,7 @@ fn print_intended(digest: &str) {
 
 /// Open `region` of `path` for an injected write and check the page numbers first.
 fn open_for_write(path: &Path, region: &str, pages_to_check: &[(&str, u64)]) -> Result<Session> {
+    preflight(path, region, false, pages_to_check)?;
     let pool = open_pool_rw(path)?;
     let checked = find_region(&pool, region, path).and_then(|r| {
         let pages = r.length / PAGE;
@@ -957,11 +959,39 @@ impl<'a> FindingJson<'a> {
     }
 }
 
+/// Everything that can refuse a read-write command, checked on read-only opens first, so that a
+/// refused command leaves the file byte for byte as it was (a read-write open of the pool
+/// records it in use before anything else). `pages_to_check`: page arguments, by flag.
+fn preflight(
+    path: &Path,
+    region: &str,
+    need_redundancy: bool,
+    pages_to_check: &[(&str, u64)],
+) -> Result<()> {
+    let pool = Pool::open(
+        path,
+        &pmem::OpenOptions {
+            read_only: true,
+            domain: None,
+        },
+    )
+    .with_context(|| format!("cannot open pool {}", path.display()))?;
+    let pages = find_region(&pool, region, path)?.length / PAGE;
+    pages_to_check
+        .iter()
+        .try_for_each(|(flag, page)| check_page(flag, *page, pages, region))?;
+    drop(pool);
+    open_read_only(path, region, need_redundancy)?;
+    Ok(())
+}
+
 /// Open `path` read-only and the protection of `region` read-only: nothing on the file can
-/// change, and a file the user may not write (mode 0444) works.
+/// change, and a file the user may not write (mode 0444) works. With `need_redundancy`, a
+/// region in mode off is refused (there is nothing to check against).
 fn open_read_only(
     path: &Path,
     region: &str,
+    need_redundancy: bool,
 ) -> Result<(Pool<Shared>, Protected<Shared>, OpenReport)> {
     let pool = Pool::open(
         path,
@@ -984,7 +1014,7 @@ fn open_read_only(
                 path.display()
             ))
         })?;
-    if prot.mode() == Mode::Off {
+    if need_redundancy && prot.mode() == Mode::Off {
         bail!(
             "region `{region}` of {} has redundancy mode off: its checksums and parity are \
              not kept up to date, so there is nothing to verify or repair against",
@@ -995,7 +1025,7 @@ fn open_read_only(
 }
 
 fn scrub(a: &CheckArgs) -> Result<Outcome> {
-    let (pool, prot, open) = open_read_only(&a.path, &a.region)?;
+    let (pool, prot, open) = open_read_only(&a.path, &a.region, true)?;
     let notes = scrub_notes(&a.region, &open);
     let mut bar = Progress::new(format!("scrub of `{}`", a.region));
     let report = prot.scrub(&mut bar.callback());

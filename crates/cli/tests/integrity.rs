@@ -349,6 +349,45 @@ fn bad_input_is_refused_with_one_clear_line() {
     // Nothing above changed the data.
     assert_eq!(run_json(&["scrub", &p], 0)["clean"], true);
 
+    // A refused command leaves the file byte for byte as it was (no record of a read-write
+    // open, clean flag included).
+    let unchanged = |path: &str, args: &[&str], needle: &str| {
+        let before = std::fs::read(path).unwrap();
+        assert_refused(&kavach(args), 2, needle);
+        assert!(
+            std::fs::read(path).unwrap() == before,
+            "{args:?} changed {path}"
+        );
+    };
+    unchanged(&p, &["repair", &p, "--region", "nope"], "no region `nope`");
+    unchanged(
+        &p,
+        &["debug", "fill", &p, "--region", "nope"],
+        "no region `nope`",
+    );
+    unchanged(&p, &["inject", "lost-write", &p, "--page", &past], &range);
+    unchanged(
+        &p,
+        &[
+            "inject",
+            "misdirected-write",
+            &p,
+            "--page",
+            "1",
+            "--to",
+            &past,
+        ],
+        &range,
+    );
+    unchanged(&plain, &["repair", &plain], "has no redundancy");
+    unchanged(&plain, &["debug", "fill", &plain], "has no redundancy");
+    unchanged(
+        &plain,
+        &["inject", "misdirected-write", &plain, "--page", "1"],
+        "has no redundancy",
+    );
+    unchanged(&off, &["repair", &off], "mode off");
+
     // Out-of-range options of pool create are refused by the parser (exit 2), and a pool too
     // small for the stripe asked for is refused with nothing left behind.
     let x = s.path("x.pool");
