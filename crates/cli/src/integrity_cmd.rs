@@ -10,7 +10,8 @@ use crate::{Outcome, print_json};
 use anyhow::{Context, Result, anyhow, bail};
 use clap::{Args, Subcommand, ValueEnum};
 use integrity::{
-    CreateOptions, Finding, Geometry, IntegrityError, Mode, OpenOptions, OpenReport, Protected,
+    Basis, CreateOptions, Finding, Geometry, IntegrityError, Mode, OpenOptions, OpenReport,
+    Protected,
 };
 use pmem::layout::PAGE_SIZE;
 use pmem::rng::SplitMix64;
@@ -73,8 +74,8 @@ pub enum DebugCommand {
     /// region's mode), then brings redundancy up to date (the final pass) and closes cleanly.
     /// The same seed on the same pool layout always writes the same bytes.
     ///
-    /// Exit status: 0 filled; 1 failed (no such file or region, a damaged page refused by an
-    /// eager write, an I/O error).
+    /// Exit status: 0 filled; 2 could not run (no such file or region, not a pool, a damaged
+    /// page refused by an eager write, an I/O error).
     #[command(after_help = "Examples:\n  \
         kavach pool create /dev/shm/p.pool --size 64MiB --redundancy lazy\n  \
         kavach debug fill /dev/shm/p.pool --seed 1\n  \
@@ -86,7 +87,7 @@ pub enum DebugCommand {
     /// compare the digest after `kavach repair` with the one before `kavach inject` (or with the
     /// one `kavach inject` says the region should have once repaired).
     ///
-    /// Exit status: 0 printed; 1 failed (no such file or region, not a pool).
+    /// Exit status: 0 printed; 2 could not run (no such file or region, not a pool).
     #[command(after_help = "Examples:\n  \
         kavach debug digest /dev/shm/p.pool\n  \
         kavach debug digest /dev/shm/p.pool --region data --json")]
@@ -130,8 +131,8 @@ pub enum InjectCommand {
     /// Prints the pool byte offset of every flipped bit, and the region's digest as it should
     /// be once repaired.
     ///
-    /// Exit status: 0 injected; 1 failed (no such file or region, page or bit count out of
-    /// range).
+    /// Exit status: 0 injected; 2 could not run (no such file or region, page or bit count out
+    /// of range).
     #[command(after_help = "Examples:\n  \
         kavach inject bitflip /dev/shm/p.pool --page 5\n  \
         kavach inject bitflip /dev/shm/p.pool --page 5 --bits 64 --seed 7 --json")]
@@ -144,7 +145,7 @@ pub enum InjectCommand {
     /// rebuilds the new contents from parity, so the region's digest after repair is the one
     /// this command prints, not the one before it ran.
     ///
-    /// Exit status: 0 injected; 1 failed (no such file or region, page out of range).
+    /// Exit status: 0 injected; 2 could not run (no such file or region, page out of range).
     #[command(after_help = "Examples:\n  \
         kavach inject lost-write /dev/shm/p.pool --page 5\n  \
         kavach inject lost-write /dev/shm/p.pool --page 5 --seed 3 --json")]
@@ -157,7 +158,8 @@ pub enum InjectCommand {
     /// when they are in different stripes (the default M is the same page of the next stripe,
     /// wrapping to the first). The region's digest after repair is the one this command prints.
     ///
-    /// Exit status: 0 injected; 1 failed (no such file or region, page out of range, M = N).
+    /// Exit status: 0 injected; 2 could not run (no such file or region, page out of range,
+    /// M = N).
     #[command(after_help = "Examples:\n  \
         kavach inject misdirected-write /dev/shm/p.pool --page 5\n  \
         kavach inject misdirected-write /dev/shm/p.pool --page 5 --to 100 --json")]
@@ -244,18 +246,18 @@ fn could_not_run(result: Result<Outcome>) -> Result<Outcome> {
 }
 
 pub fn run_debug(cmd: DebugCommand) -> Result<Outcome> {
-    match cmd {
+    could_not_run(match cmd {
         DebugCommand::Fill(a) => fill(&a),
         DebugCommand::Digest(a) => digest(&a),
-    }
+    })
 }
 
 pub fn run_inject(cmd: InjectCommand) -> Result<Outcome> {
-    match cmd {
+    could_not_run(match cmd {
         InjectCommand::Bitflip(a) => bitflip(&a),
         InjectCommand::LostWrite(a) => lost_write(&a),
         InjectCommand::MisdirectedWrite(a) => misdirected_write(&a),
-    }
+    })
 }
 
 pub fn run_scrub(a: &CheckArgs) -> Result<Outcome> {
@@ -406,6 +408,7 @@ fn protect(
 
 impl Session {
     fn open(path: &Path, region: &str, need_redundancy: bool) -> Result<Session> {
+        preflight(path, region, need_redundancy, &[])?;
         open_protected(open_pool_rw(path)?, path, region, need_redundancy)
     }
 
@@ -429,12 +432,42 @@ impl Session {
     }
 }
 
-/// What opening did that a user must know, one sentence each.
-fn open_notes(region: &str, r: &OpenReport) -> Vec<String> {
+/// Pages as `N (pool byte 0x...)`, with the count of those not listed.
+fn page_list(pages: &[u64], total: u64, data_offset: u64) -> String {
+    let mut shown: Vec<String> = pages
+        .iter()
+        .map(|p| format!("{p} ({:#x})", data_offset + p * PAGE))
+        .collect();
+    if total > pages.len() as u64 {
+        shown.push(format!("and {} more", total - pages.len() as u64));
+    }
+    shown.join(", ")
+}
+
+/// What a read-write open did that a user must know, one sentence each.
+fn open_notes(region: &str, data_offset: u64, r: &OpenReport) -> Vec<String> {
     let mut notes = Vec::new();
     for d in &r.header_damage {
         notes.push(format!(
-            "one copy of the integrity header of `{region}` was damaged and the other was used ({d})"
+            "one copy of the integrity header of `{region}` was damaged; the other was used and \
+             this open replaced the damaged copy ({d})"
+        ));
+    }
+    if let Some(d) = &r.shadow_damage {
+        let then = if r.resync_pages > 0 {
+            "the resync below recomputed every page's redundancy, so it names nothing any more"
+        } else {
+            "which pages an interrupted update pass was rewriting cannot be known"
+        };
+        notes.push(format!(
+            "the shadow record of `{region}` is damaged ({d}): {then}"
+        ));
+    }
+    if r.marked_unverified {
+        notes.push(format!(
+            "region `{region}` is now marked unverified ({}): nothing was rebuilt, and it stays \
+             unverified until `kavach repair` proves every stripe",
+            r.trust.reason
         ));
     }
     if r.shadow_pages_replayed > 0 {
@@ -444,24 +477,62 @@ fn open_notes(region: &str, r: &OpenReport) -> Vec<String> {
             r.shadow_pages_replayed
         ));
     }
-    if let Some(d) = &r.shadow_damage {
-        notes.push(format!(
-            "the shadow record of `{region}` was damaged ({d}), so its redundancy was rebuilt"
-        ));
-    }
     if r.resync_pages > 0 {
-        let why = if r.clean_at_open {
-            "its line checksums were not current".to_string()
+        let changed = if r.resync_pages_changed == 0 {
+            "every page matched its old checksum".to_string()
         } else {
-            format!("it was not closed cleanly (state {})", r.previous_state)
+            format!(
+                "{} page(s) did not match their old checksums and their current contents were \
+                 taken as the data (each is a write the lost update pass never covered, or \
+                 damage; a resync cannot tell which): {}",
+                r.resync_pages_changed,
+                page_list(
+                    &r.resync_pages_changed_list,
+                    r.resync_pages_changed,
+                    data_offset
+                )
+            )
         };
         notes.push(format!(
-            "region `{region}` was resynced at open because {why}: its checksums and parity \
-             were rebuilt from the data of its {} pages in {} ms, and {} pages no longer matched \
-             their old checksums. A resync cannot tell a write from damage, so any damage in \
-             those pages is now taken as the data",
-            r.resync_pages, r.resync_ms, r.resync_pages_changed
+            "region `{region}` was resynced at open because {}: its checksums and parity were \
+             rebuilt from the data of its {} pages in {} ms; {changed}",
+            r.trust.reason, r.resync_pages, r.resync_ms
         ));
+    }
+    if r.lines_rebuilt_pages > 0 || !r.lines_refused_pages.is_empty() {
+        let refused = if r.lines_refused_pages.is_empty() {
+            String::new()
+        } else {
+            format!(
+                "; pages that fail their page checksum got none (reads of them go through \
+                 parity; `kavach repair` rebuilds them): {}",
+                page_list(
+                    &r.lines_refused_pages,
+                    r.lines_refused_pages.len() as u64,
+                    data_offset
+                )
+            )
+        };
+        notes.push(format!(
+            "line checksums of `{region}` were not current: computed for {} pages that pass \
+             their page checksum{refused}",
+            r.lines_rebuilt_pages
+        ));
+    }
+    notes
+}
+
+/// What a read-only open found that a user must know (a scrub changes nothing).
+fn scrub_notes(region: &str, r: &OpenReport) -> Vec<String> {
+    let mut notes = Vec::new();
+    for d in &r.header_damage {
+        notes.push(format!(
+            "one copy of the integrity header of `{region}` is damaged; the other is in force \
+             ({d})"
+        ));
+    }
+    if let Some(d) = &r.shadow_damage {
+        notes.push(format!("the shadow record of `{region}` is damaged ({d})"));
     }
     notes
 }
@@ -532,7 +603,7 @@ fn digest_protected(prot: &Protected<Shared>) -> String {
 
 fn fill(a: &FillArgs) -> Result<Outcome> {
     let s = Session::open(&a.path, &a.region, false)?;
-    let notes = open_notes(&a.region, &s.report);
+    let notes = open_notes(&a.region, s.prot.data_offset(), &s.report);
     let (pages, mode) = s.finish(|s| {
         let prot = &s.prot;
         let pages = prot.geometry().data_pages;
@@ -690,6 +761,7 @@ fn print_intended(digest: &str) {
 
 /// Open `region` of `path` for an injected write and check the page numbers first.
 fn open_for_write(path: &Path, region: &str, pages_to_check: &[(&str, u64)]) -> Result<Session> {
+    preflight(path, region, false, pages_to_check)?;
     let pool = open_pool_rw(path)?;
     let checked = find_region(&pool, region, path).and_then(|r| {
         let pages = r.length / PAGE;
@@ -753,7 +825,7 @@ fn mode_off_note(mode: Mode, notes: &mut Vec<String>) {
 
 fn lost_write(a: &LostWriteArgs) -> Result<Outcome> {
     let s = open_for_write(&a.path, &a.region, &[("--page", a.page)])?;
-    let mut notes = open_notes(&a.region, &s.report);
+    let mut notes = open_notes(&a.region, s.prot.data_offset(), &s.report);
     let (at, mode, intended) = s.finish(|s| {
         let old = read_page(s, a.page);
         let new = new_contents(a.seed, a.page, &old);
@@ -818,7 +890,7 @@ fn misdirected_write(a: &MisdirectArgs) -> Result<Outcome> {
         checks.push(("--to", to));
     }
     let s = open_for_write(&a.path, &a.region, &checks)?;
-    let mut notes = open_notes(&a.region, &s.report);
+    let mut notes = open_notes(&a.region, s.prot.data_offset(), &s.report);
     let (to, mode, geo, base, intended) = s.finish(|s| {
         let geo = s.prot.geometry();
         let to = match a.to {
@@ -905,45 +977,123 @@ impl<'a> FindingJson<'a> {
     }
 }
 
+/// Everything that can refuse a read-write command, checked on read-only opens first, so that a
+/// refused command leaves the file byte for byte as it was (a read-write open of the pool
+/// records it in use before anything else). `pages_to_check`: page arguments, by flag.
+fn preflight(
+    path: &Path,
+    region: &str,
+    need_redundancy: bool,
+    pages_to_check: &[(&str, u64)],
+) -> Result<()> {
+    let pool = Pool::open(
+        path,
+        &pmem::OpenOptions {
+            read_only: true,
+            domain: None,
+        },
+    )
+    .with_context(|| format!("cannot open pool {}", path.display()))?;
+    let pages = find_region(&pool, region, path)?.length / PAGE;
+    pages_to_check
+        .iter()
+        .try_for_each(|(flag, page)| check_page(flag, *page, pages, region))?;
+    drop(pool);
+    open_read_only(path, region, need_redundancy)?;
+    Ok(())
+}
+
+/// Open `path` read-only and the protection of `region` read-only: nothing on the file can
+/// change, and a file the user may not write (mode 0444) works. With `need_redundancy`, a
+/// region in mode off is refused (there is nothing to check against).
+fn open_read_only(
+    path: &Path,
+    region: &str,
+    need_redundancy: bool,
+) -> Result<(Pool<Shared>, Protected<Shared>, OpenReport)> {
+    let pool = Pool::open(
+        path,
+        &pmem::OpenOptions {
+            read_only: true,
+            domain: None,
+        },
+    )
+    .with_context(|| format!("cannot open pool {}", path.display()))?
+    .map_medium(Arc::new);
+    find_region(&pool, region, path)?;
+    let opts = OpenOptions {
+        read_only: true,
+        ..Default::default()
+    };
+    let (prot, report) =
+        integrity::open_in_pool(&pool, region, opts, &mut |_, _| {}).map_err(|e| {
+            anyhow::Error::new(e).context(format!(
+                "cannot open the redundancy of region `{region}` in {}",
+                path.display()
+            ))
+        })?;
+    if need_redundancy && prot.mode() == Mode::Off {
+        bail!(
+            "region `{region}` of {} has redundancy mode off: its checksums and parity are \
+             not kept up to date, so there is nothing to verify or repair against",
+            path.display()
+        );
+    }
+    Ok((pool, prot, report))
+}
+
 fn scrub(a: &CheckArgs) -> Result<Outcome> {
-    let s = Session::open(&a.path, &a.region, true)?;
-    let notes = open_notes(&a.region, &s.report);
-    let open = s.report.clone();
-    let (report, mode, geo) = s.finish(|s| {
-        let mut bar = Progress::new(format!("scrub of `{}`", a.region));
-        let report = s.prot.scrub(&mut bar.callback());
-        bar.finish();
-        let report = report.context("the scrub failed")?;
-        Ok((report, s.prot.mode(), s.prot.geometry()))
-    })?;
-    let clean = report.findings.is_empty();
+    let (pool, prot, open) = open_read_only(&a.path, &a.region, true)?;
+    let notes = scrub_notes(&a.region, &open);
+    let mut bar = Progress::new(format!("scrub of `{}`", a.region));
+    let report = prot.scrub(&mut bar.callback());
+    bar.finish();
+    let (mode, geo) = (prot.mode(), prot.geometry());
+    // Read-only: closing writes nothing.
+    drop(prot);
+    drop(pool);
+    let report = report.context("the scrub failed")?;
+    let verified = report.verified();
     if a.json {
         let findings: Vec<_> = report.findings.iter().map(FindingJson::of).collect();
+        let unverifiable: Vec<_> = report.unverifiable.iter().map(FindingJson::of).collect();
         print_json(&serde_json::json!({
             "path": a.path,
             "region": a.region,
             "mode": mode,
-            "clean": clean,
+            "clean": verified,
+            "verified": verified,
+            "trust": report.trust,
             "open": open,
             "notes": notes,
             "pages_checked": report.pages_checked,
             "pages_skipped_written": report.pages_skipped_written,
             "parity_checked": report.parity_checked,
             "blocks_checked": report.blocks_checked,
+            "lines_checked": report.lines_checked,
             "elapsed_ms": report.elapsed_ms,
             "findings": findings,
+            "unverifiable": unverifiable,
         }))?;
     } else {
         print_notes(&notes);
         for f in &report.findings {
             println!("damage: {}", f.describe());
         }
+        for f in &report.unverifiable {
+            println!("unverifiable: {}", f.describe());
+        }
         let checked = format!(
-            "{} of {} data pages, {} parity pages and {} checksum blocks verified in {} ms{}",
+            "{} of {} data pages, {} parity pages, {} checksum blocks{} verified in {} ms{}",
             report.pages_checked,
             geo.data_pages,
             report.parity_checked,
             report.blocks_checked,
+            if report.lines_checked > 0 {
+                format!(" and {} line checksums", report.lines_checked)
+            } else {
+                String::new()
+            },
             report.elapsed_ms,
             if report.pages_skipped_written > 0 {
                 format!(
@@ -961,22 +1111,40 @@ fn scrub(a: &CheckArgs) -> Result<Outcome> {
             mode.name(),
             geo.stripe_pages
         );
-        if clean {
-            println!("{what}: clean; {checked}");
-        } else {
-            println!(
-                "{what}: {} finding(s); {checked}; `kavach repair {}` repairs what parity can",
+        let path = a.path.display();
+        match report.trust.basis {
+            Basis::Current if verified => println!("{what}: clean; {checked}"),
+            Basis::Current => println!(
+                "{what}: {} finding(s); {checked}; `kavach repair {path}` repairs what parity can",
                 report.findings.len(),
-                a.path.display()
-            );
+            ),
+            Basis::Unverified => println!(
+                "{what}: NOT verified: {}. {} finding(s) of damage; {checked}. Nothing was \
+                 changed; `kavach repair {path}` repairs what parity can and proves every \
+                 stripe before the region counts as verified again",
+                report.trust.reason,
+                report.findings.len(),
+            ),
+            Basis::Unclean => println!(
+                "{what}: NOT verified: {}. {} mismatch(es) cannot be told from damage \
+                 (unverifiable); {checked}. Nothing was changed; `kavach repair {path}` \
+                 recovers by a resync, which takes the current contents of the unverifiable \
+                 pages as the data and names them",
+                report.trust.reason,
+                report.unverifiable.len(),
+            ),
         }
     }
-    Ok(if clean { Outcome::Ok } else { Outcome::Damage })
+    Ok(if verified {
+        Outcome::Ok
+    } else {
+        Outcome::Damage
+    })
 }
 
 fn repair(a: &CheckArgs) -> Result<Outcome> {
     let s = Session::open(&a.path, &a.region, true)?;
-    let notes = open_notes(&a.region, &s.report);
+    let notes = open_notes(&a.region, s.prot.data_offset(), &s.report);
     let open = s.report.clone();
     let (report, mode) = s.finish(|s| {
         let mut bar = Progress::new(format!("repair of `{}`", a.region));
@@ -1011,12 +1179,15 @@ fn repair(a: &CheckArgs) -> Result<Outcome> {
             "all_repaired": unrepaired == 0,
             "repaired": repaired,
             "unrepaired": unrepaired,
+            "proved_all_stripes": report.proved_all_stripes,
+            "trust_after": report.trust_after,
             "open": open,
             "notes": notes,
             "pages_checked": report.scrub.pages_checked,
             "pages_skipped_written": report.scrub.pages_skipped_written,
             "parity_checked": report.scrub.parity_checked,
             "blocks_checked": report.scrub.blocks_checked,
+            "lines_checked": report.scrub.lines_checked,
             "elapsed_ms": report.scrub.elapsed_ms,
             "outcomes": outcomes,
         }))?;
@@ -1043,6 +1214,13 @@ fn repair(a: &CheckArgs) -> Result<Outcome> {
                 report.outcomes.len()
             )
         };
+        if report.proved_all_stripes {
+            println!(
+                "every stripe of region `{}` proven (data, parity and checksums agree): the \
+                 region is verified again and its shadow record rewritten",
+                a.region
+            );
+        }
         println!("{} region `{}`: {summary}", a.path.display(), a.region);
     }
     Ok(if unrepaired == 0 {
@@ -1128,6 +1306,9 @@ pub struct HeaderFacts {
     pub parity_bytes: u64,
     /// Damage to one header copy (the other was used).
     pub header_damage: Vec<String>,
+    /// How far the stored redundancy can be trusted (`current`, `unclean`, `unverified`) and
+    /// why.
+    pub trust: integrity::Trust,
     /// Section offsets within the integrity region.
     pub geometry: Geometry,
 }
@@ -1166,6 +1347,7 @@ pub fn integrity_facts<M: Medium + Clone + 'static>(pool: &Pool<M>) -> Vec<Integ
                         integrity_bytes: geo.meta_bytes,
                         parity_bytes: geo.stripes * PAGE,
                         header_damage: report.header_damage,
+                        trust: report.trust,
                         geometry: geo,
                     }),
                     None,
@@ -1222,6 +1404,16 @@ pub fn print_facts(facts: &[IntegrityFacts]) {
                 );
                 for d in &h.header_damage {
                     println!("            header copy damaged (the other is used): {d}");
+                }
+                if h.trust.basis != Basis::Current {
+                    println!(
+                        "            redundancy {}: {}",
+                        match h.trust.basis {
+                            Basis::Unverified => "unverified",
+                            _ => "not current",
+                        },
+                        h.trust.reason
+                    );
                 }
             }
             (None, e) => println!(

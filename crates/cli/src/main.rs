@@ -80,14 +80,17 @@ enum Command {
     Inject(integrity_cmd::InjectCommand),
     /// Verify a protected region's data, parity and checksums, and list the damage.
     ///
-    /// Every data page, parity page and checksum block is checked against its checksum; nothing
-    /// is repaired (see `kavach repair`). The pool is opened read-write: if the region was not closed cleanly (a crash), opening
-    /// resyncs its redundancy from the data first, and the output says so, since a resync
-    /// cannot tell a write from damage. Pages written since the last update pass are skipped.
-    /// Each finding names what is damaged (data page, parity page of a stripe, checksum
-    /// block), its pool byte offset, and the checksum expected and found.
+    /// Every data page, parity page and checksum block is checked against its checksum (and,
+    /// in eager mode, every cache line against its line checksum). Nothing is written and
+    /// nothing is repaired (see `kavach repair`): the pool is opened read-only. If the region
+    /// was not closed cleanly (a crash), a mismatch may be a write the redundancy never
+    /// covered or damage, so mismatches are listed as unverifiable. If the region's shadow
+    /// record is damaged, the region is reported unverified until `kavach repair` proves every
+    /// stripe. Each finding names what is damaged (data page, parity page of a stripe,
+    /// checksum block, line), its pool byte offset, and the checksum expected and found.
     ///
-    /// Exit status: 0 clean; 1 damage found (see `kavach repair`); 2 the scrub could not run
+    /// Exit status: 0 clean; 1 damage found, pages unverifiable or region unverified (see
+    /// `kavach repair`); 2 the scrub could not run
     /// (no such file, not a pool, pool in use, no such region, region not protected, redundancy
     /// mode off).
     #[command(after_help = "Examples:\n  \
@@ -99,8 +102,10 @@ enum Command {
     /// Damaged data and parity pages are rebuilt and damaged checksums recomputed.
     /// A data page is rebuilt only when the other pages of its stripe and the stripe's parity
     /// pass their checksums and the rebuilt page passes its own; anything else is reported as
-    /// not repaired, with the reason, and left as it is (never guessed). Opening resyncs a
-    /// region that was not closed cleanly, as for `kavach scrub`.
+    /// not repaired, with the reason, and left as it is (never guessed). A region not closed
+    /// cleanly is resynced at open, and each page whose checksum changed is named. An
+    /// unverified region (damaged shadow record) is never resynced: repair proves every stripe
+    /// before marking it verified, and names any it cannot prove (exit 1).
     ///
     /// Exit status: 0 everything repaired (or nothing to repair); 1 some damage could not be
     /// repaired (each such finding is named with the reason); 2 the repair could not run (no

@@ -244,13 +244,13 @@ fn bad_input_is_refused_with_one_clear_line() {
     }
     assert_refused(
         &kavach(&["inject", "bitflip", &missing, "--page", "0"]),
-        1,
+        2,
         "No such file",
     );
-    assert_refused(&kavach(&["debug", "digest", &missing]), 1, "No such file");
+    assert_refused(&kavach(&["debug", "digest", &missing]), 2, "No such file");
     assert_refused(
         &kavach(&["debug", "fill", &missing, "--seed", "1"]),
-        1,
+        2,
         "No such file",
     );
 
@@ -271,7 +271,7 @@ fn bad_input_is_refused_with_one_clear_line() {
     }
     assert_refused(
         &kavach(&["inject", "lost-write", &plain, "--page", "1"]),
-        1,
+        2,
         "has no redundancy",
     );
 
@@ -301,7 +301,7 @@ fn bad_input_is_refused_with_one_clear_line() {
     let range = format!("0 to {}", pages - 1);
     let past = pages.to_string();
     for fault in ["bitflip", "lost-write", "misdirected-write"] {
-        assert_refused(&kavach(&["inject", fault, &p, "--page", &past]), 1, &range);
+        assert_refused(&kavach(&["inject", fault, &p, "--page", &past]), 2, &range);
     }
     assert_refused(
         &kavach(&[
@@ -313,7 +313,7 @@ fn bad_input_is_refused_with_one_clear_line() {
             "--to",
             &past,
         ]),
-        1,
+        2,
         &range,
     );
     assert_refused(
@@ -326,13 +326,13 @@ fn bad_input_is_refused_with_one_clear_line() {
             "--to",
             "1",
         ]),
-        1,
+        2,
         "--to 1",
     );
     for bits in ["0", "32769"] {
         assert_refused(
             &kavach(&["inject", "bitflip", &p, "--page", "1", "--bits", bits]),
-            1,
+            2,
             "1 to 32768",
         );
     }
@@ -343,11 +343,50 @@ fn bad_input_is_refused_with_one_clear_line() {
     );
     assert_refused(
         &kavach(&["debug", "digest", &p, "--region", "nope"]),
-        1,
+        2,
         "no region `nope`",
     );
     // Nothing above changed the data.
     assert_eq!(run_json(&["scrub", &p], 0)["clean"], true);
+
+    // A refused command leaves the file byte for byte as it was (no record of a read-write
+    // open, clean flag included).
+    let unchanged = |path: &str, args: &[&str], needle: &str| {
+        let before = std::fs::read(path).unwrap();
+        assert_refused(&kavach(args), 2, needle);
+        assert!(
+            std::fs::read(path).unwrap() == before,
+            "{args:?} changed {path}"
+        );
+    };
+    unchanged(&p, &["repair", &p, "--region", "nope"], "no region `nope`");
+    unchanged(
+        &p,
+        &["debug", "fill", &p, "--region", "nope"],
+        "no region `nope`",
+    );
+    unchanged(&p, &["inject", "lost-write", &p, "--page", &past], &range);
+    unchanged(
+        &p,
+        &[
+            "inject",
+            "misdirected-write",
+            &p,
+            "--page",
+            "1",
+            "--to",
+            &past,
+        ],
+        &range,
+    );
+    unchanged(&plain, &["repair", &plain], "has no redundancy");
+    unchanged(&plain, &["debug", "fill", &plain], "has no redundancy");
+    unchanged(
+        &plain,
+        &["inject", "misdirected-write", &plain, "--page", "1"],
+        "has no redundancy",
+    );
+    unchanged(&off, &["repair", &off], "mode off");
 
     // Out-of-range options of pool create are refused by the parser (exit 2), and a pool too
     // small for the stripe asked for is refused with nothing left behind.
@@ -376,13 +415,175 @@ fn bad_input_is_refused_with_one_clear_line() {
         "--stripe",
         "32",
     ]);
-    assert_refused(&o, 1, "make the pool larger");
+    assert_refused(&o, 2, "make the pool larger");
     assert!(!std::path::Path::new(&x).exists());
 }
 
-/// A region left open by a crash is resynced when scrub opens it, and scrub says so.
+/// Where things are in a protected pool: (data region offset, integrity region offset, line
+/// checksums section offset within the integrity region).
+fn layout_of(p: &str) -> (u64, u64, u64) {
+    let v = run_json(&["pool", "info", p], 0);
+    let data = &v["regions"][0];
+    let meta = &v["regions"][1];
+    assert_eq!(meta["name"], "data.integrity");
+    (
+        data["offset"].as_u64().unwrap(),
+        meta["offset"].as_u64().unwrap(),
+        data["integrity"]["geometry"]["linesums_at"]
+            .as_u64()
+            .unwrap(),
+    )
+}
+
+/// Flip bit `bit` of byte `at` of the file, behind every layer's back.
+fn flip(p: &str, at: u64, bit: u8) {
+    let mut bytes = std::fs::read(p).unwrap();
+    bytes[at as usize] ^= 1 << bit;
+    std::fs::write(p, bytes).unwrap();
+}
+
+/// Offset of the shadow record in the integrity region (docs/format/integrity.md).
+const SHADOW_AT: u64 = 4096;
+
+/// Run `scrub` (JSON and text) on a file made read-only (mode 0444) while this process holds
+/// the pool open read-only (a shared lock: a scrub that opened the file for writing would be
+/// refused, even as root, whom the mode does not stop), and check that not one byte changed;
+/// returns the report. `code` is the exit status expected.
+fn scrub_read_only(p: &str, code: i32) -> serde_json::Value {
+    use std::os::unix::fs::PermissionsExt;
+    let before = std::fs::read(p).unwrap();
+    std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o444)).unwrap();
+    let reader = pmem::Pool::open(
+        std::path::Path::new(p),
+        &pmem::OpenOptions {
+            read_only: true,
+            domain: None,
+        },
+    )
+    .unwrap();
+    let o = kavach(&["scrub", p, "--json"]);
+    let text = kavach(&["scrub", p]);
+    drop(reader);
+    std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o644)).unwrap();
+    assert_code(&o, code);
+    assert_code(&text, code);
+    assert!(
+        std::fs::read(p).unwrap() == before,
+        "scrub changed the pool file"
+    );
+    common::json(&o)
+}
+
+/// Case 3 of issue 17: a damaged shadow record made `scrub` rebuild all redundancy from the
+/// data, taking a damaged page for good (exit 0, "clean", damage permanent). Now scrub changes
+/// nothing and reports the region unverified (exit 1) with the damage named; a read-write open
+/// marks it unverified (so passes that rewrite the shadow record cannot erase the fact), and
+/// only a repair that proves every stripe makes it verified again.
 #[test]
-fn an_unclean_region_is_resynced_at_open_and_the_output_says_so() {
+fn a_damaged_shadow_record_leaves_the_region_unverified_until_repair_proves_it() {
+    let s = Scratch::new("shadow");
+    let p = filled_pool(&s, "p.pool", "lazy");
+    let (_, meta, _) = layout_of(&p);
+    let v = run_json(&["inject", "bitflip", &p, "--page", "5", "--bits", "4"], 0);
+    let intended = v["digest_intended"].as_str().unwrap().to_string();
+    flip(&p, meta + SHADOW_AT + 20, 3);
+    for _ in 0..2 {
+        let v = scrub_read_only(&p, 1);
+        assert_eq!(v["verified"], false);
+        assert_eq!(v["trust"]["basis"], "unverified");
+        assert!(v["open"]["shadow_damage"].as_str().unwrap().contains("0x"));
+        let pages: Vec<u64> = v["findings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|f| f["index"].as_u64().unwrap())
+            .collect();
+        assert_eq!(pages, vec![5], "{v}");
+    }
+    let text = run_ok(&["scrub", &p], 1);
+    assert!(
+        text.contains("NOT verified") && text.contains("shadow record"),
+        "{text}"
+    );
+    assert!(text.contains("data page 5 at byte 0x"), "{text}");
+    assert_ne!(digest(&p), intended, "nothing was repaired or rebuilt");
+    let info = run_ok(&["pool", "info", &p], 0);
+    assert!(
+        info.contains("redundancy unverified: the shadow record"),
+        "{info}"
+    );
+
+    // A repair rebuilds page 5 from parity, proves every stripe, and clears the mark.
+    let v = run_json(&["repair", &p], 0);
+    assert_eq!(v["proved_all_stripes"], true, "{v}");
+    assert_eq!(v["trust_after"]["basis"], "current");
+    assert_eq!(v["repaired"], 1);
+    assert_eq!(digest(&p), intended);
+    let v = scrub_read_only(&p, 0);
+    assert_eq!(v["verified"], true);
+    assert!(
+        v["open"]["shadow_damage"].is_null(),
+        "the record was rewritten"
+    );
+}
+
+/// The unverified mark survives the update passes of other commands (which rewrite the shadow
+/// record), and a stripe repair cannot prove keeps the region unverified and exits 1.
+#[test]
+fn an_unverified_region_stays_unverified_until_every_stripe_is_proven() {
+    let s = Scratch::new("unproven");
+    let p = filled_pool(&s, "p.pool", "lazy");
+    let (data, meta, _) = layout_of(&p);
+    flip(&p, meta + SHADOW_AT + 40, 0);
+    // A read-write command that runs an update pass: it marks the region, says so, and the
+    // pass rewrites the shadow record.
+    let text = run_ok(
+        &["inject", "lost-write", &p, "--page", "20", "--seed", "4"],
+        0,
+    );
+    assert!(text.contains("marked unverified"), "{text}");
+    let v = scrub_read_only(&p, 1);
+    assert!(v["open"]["shadow_damage"].is_null(), "{v}");
+    assert_eq!(v["trust"]["basis"], "unverified");
+    assert!(
+        v["trust"]["reason"]
+            .as_str()
+            .unwrap()
+            .contains("earlier open"),
+        "{v}"
+    );
+    // Stripe 2 (pages 8..12): its parity page damaged, and page 9 too: nothing proves it.
+    let v = run_json(&["pool", "info", &p], 0);
+    let parity_at = v["regions"][0]["integrity"]["geometry"]["parity_at"]
+        .as_u64()
+        .unwrap();
+    flip(&p, meta + parity_at + 2 * 4096 + 100, 1);
+    flip(&p, data + 9 * 4096 + 7, 6);
+    let v = run_json(&["repair", &p], 1);
+    assert_eq!(v["proved_all_stripes"], false);
+    assert_eq!(v["trust_after"]["basis"], "unverified");
+    // Page 20's lost write is repaired; page 9 and stripe 2's parity are not.
+    let unrepaired: Vec<(String, u64)> = v["outcomes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|o| o["repaired"] == false)
+        .map(|o| {
+            (
+                o["kind"].as_str().unwrap().to_string(),
+                o["index"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    assert!(unrepaired.contains(&("data-page".into(), 9)), "{v}");
+    assert_eq!(scrub_read_only(&p, 1)["trust"]["basis"], "unverified");
+}
+
+/// A region left open by a crash: scrub changes nothing and names the pages whose checksums do
+/// not match as unverifiable (a write the lost pass never covered, or damage), exit 1; the
+/// read-write open of `repair` resyncs, names the page it took as data, and scrub is clean.
+#[test]
+fn an_unclean_region_is_reported_by_scrub_and_resynced_visibly_by_repair() {
     let s = Scratch::new("unclean");
     let p = filled_pool(&s, "p.pool", "lazy");
     {
@@ -399,20 +600,68 @@ fn an_unclean_region_is_resynced_at_open_and_the_output_says_so() {
     let v = run_json(&["pool", "info", &p], 0);
     assert_eq!(v["clean_shutdown"], false);
     assert_eq!(v["regions"][0]["integrity"]["state"], "open");
-    let v = run_json(&["scrub", &p], 0);
-    assert_eq!(v["open"]["clean_at_open"], false);
-    assert_eq!(v["open"]["previous_state"], "open");
-    assert!(v["open"]["resync_pages"].as_u64().unwrap() > 0);
-    assert_eq!(v["open"]["resync_pages_changed"], 1);
-    let note = v["notes"][0].as_str().unwrap();
+    let v = scrub_read_only(&p, 1);
+    assert_eq!(v["trust"]["basis"], "unclean");
+    assert_eq!(v["open"]["resync_pages"], 0, "scrub never resyncs");
+    assert!(v["findings"].as_array().unwrap().is_empty());
+    let pages: Vec<u64> = v["unverifiable"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["index"].as_u64().unwrap())
+        .collect();
+    assert_eq!(pages, vec![3], "{v}");
+    let text = run_ok(&["scrub", &p], 1);
     assert!(
-        note.contains("resynced") && note.contains("cannot tell a write from damage"),
-        "{note}"
+        text.contains("unverifiable: data page 3 at byte 0x"),
+        "{text}"
     );
-    // Closed cleanly now: the next scrub has nothing to say about it.
-    let text = run_ok(&["scrub", &p], 0);
-    assert!(!text.contains("resynced"), "{text}");
+    assert!(text.contains("not closed cleanly"), "{text}");
+
+    let text = run_ok(&["repair", &p], 0);
+    assert!(
+        text.contains("resynced") && text.contains("cannot tell which"),
+        "{text}"
+    );
+    assert!(
+        text.contains("3 (0x"),
+        "the page taken as data is named: {text}"
+    );
+    // Closed cleanly now: the next scrub verifies the region.
+    let v = scrub_read_only(&p, 0);
+    assert_eq!(v["verified"], true);
     let v = run_json(&["pool", "info", &p], 0);
-    assert_eq!(v["clean_shutdown"], true);
     assert_eq!(v["regions"][0]["integrity"]["state"], "clean");
+}
+
+/// Eager mode keeps a checksum per 64-byte line: scrub verifies them too. A damaged line
+/// checksum (the page, its page checksum and the parity all sound) is found only by them.
+#[test]
+fn eager_scrub_verifies_the_line_checksums() {
+    let s = Scratch::new("lines");
+    let p = filled_pool(&s, "p.pool", "eager");
+    let (data, meta, linesums_at) = layout_of(&p);
+    let v = scrub_read_only(&p, 0);
+    assert!(v["lines_checked"].as_u64().unwrap() > 0);
+    // Line 17 of page 6: its line checksum.
+    flip(&p, meta + linesums_at + 4 * (6 * 64 + 17) + 2, 5);
+    let v = scrub_read_only(&p, 1);
+    let f = &v["findings"][0];
+    assert_eq!(v["findings"].as_array().unwrap().len(), 1, "{v}");
+    assert_eq!(f["kind"], "line-checksum", "{v}");
+    assert_eq!(f["index"], 6 * 64 + 17);
+    let text = run_ok(&["scrub", &p], 1);
+    assert!(text.contains("page 6, line 17) at byte 0x"), "{text}");
+    let v = run_json(&["repair", &p], 0);
+    assert_eq!(v["repaired"], 1);
+    scrub_read_only(&p, 0);
+    // Damaged data: the finding names the lines that fail.
+    flip(&p, data + 11 * 4096 + 64 * 40 + 3, 2);
+    let v = scrub_read_only(&p, 1);
+    let f = &v["findings"][0];
+    assert_eq!(f["kind"], "data-page");
+    assert_eq!(f["index"], 11);
+    assert_eq!(f["lines"], serde_json::json!([40]));
+    assert!(f["description"].as_str().unwrap().contains("line(s) 40"));
+    find_and_repair(&p, &[11]);
 }

@@ -13,8 +13,9 @@ use crate::layout::{
     self, Geometry, HEADER_BYTES, HEADER_COPY_OFFSETS, LINE_BYTES, LINES_PER_PAGE, SHADOW_AT,
     SHADOW_BYTES, SUM_BLOCK_BYTES, SUMS_PER_BLOCK, flags, state,
 };
-use crate::report::{Finding, FindingKind, PassStats, Stats};
+use crate::report::{Finding, PassStats, Stats};
 use crate::tracker::{BATCH_WORDS, BatchBits, Tracker, TrackerKind, explicit::ExplicitTracker};
+use crate::trust::{Basis, ShadowSeen, Trust};
 use pmem::layout::PAGE_SIZE;
 use pmem::{Medium, Uuid};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -26,6 +27,8 @@ const PAGE: u64 = PAGE_SIZE as u64;
 const FINDINGS_KEPT_MAX: usize = 4096;
 /// Samples of the vulnerable-stripe count kept for `Stats`.
 const SAMPLES_KEPT_MAX: usize = 256;
+/// Pages named one by one in an [`OpenReport`] (the counts keep counting).
+pub const PAGES_LISTED_MAX: usize = 64;
 
 /// How a region's redundancy is kept.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
@@ -112,6 +115,13 @@ pub struct OpenOptions {
     pub read_only: bool,
 }
 
+/// Push `page` onto a list kept to [`PAGES_LISTED_MAX`] entries.
+fn list_page(list: &mut Vec<u64>, page: u64) {
+    if list.len() < PAGES_LISTED_MAX {
+        list.push(page);
+    }
+}
+
 /// What opening found and did.
 #[derive(Debug, Clone, Default, serde::Serialize)]
 pub struct OpenReport {
@@ -123,15 +133,31 @@ pub struct OpenReport {
     pub header_damage: Vec<String>,
     /// Pages of an interrupted update batch recomputed from the shadow record.
     pub shadow_pages_replayed: u64,
-    /// The shadow record failed its check (a full resync follows).
+    /// The shadow record failed its check (see [`crate::trust`] for what follows).
     pub shadow_damage: Option<String>,
-    /// Pages whose checksums were rebuilt by a full resync (0 if none was needed).
+    /// Pages whose checksums were rebuilt by a full resync (0 if none was needed; a resync runs
+    /// only in a read-write open of an unclean region).
     pub resync_pages: u64,
     /// Of those, pages whose stored checksum did not match (written after the last pass, or
     /// damaged at rest: a resync cannot tell which).
     pub resync_pages_changed: u64,
     /// Time the resync took.
     pub resync_ms: u64,
+    /// The first [`PAGES_LISTED_MAX`] of those pages: each one's current contents were taken
+    /// as the data.
+    pub resync_pages_changed_list: Vec<u64>,
+    /// How far the stored redundancy could be trusted when open read it, before doing
+    /// anything (see [`crate::trust`]).
+    pub trust: Trust,
+    /// This open found the region unverified and set the header's `unverified` flag.
+    pub marked_unverified: bool,
+    /// Pages whose line checksums were computed because they were not current (a switch to
+    /// eager mode); only pages that pass their page checksum get them.
+    pub lines_rebuilt_pages: u64,
+    /// Pages that failed their page checksum, so their line checksums were not computed from
+    /// them (every read of them goes through the page checksum and parity); first
+    /// [`PAGES_LISTED_MAX`].
+    pub lines_refused_pages: Vec<u64>,
 }
 
 /// Progress of a long operation: (done, total) in pages.
@@ -150,6 +176,7 @@ pub(crate) struct Inner<M: Medium> {
     pub(crate) groups: Vec<RwLock<()>>,
     pub(crate) read_only: bool,
     header: Mutex<Header>,
+    trust: Mutex<Trust>,
     shadow_seq: AtomicU64,
     pub(crate) log: Mutex<Log>,
     pub(crate) eager_writes: AtomicU64,
@@ -228,6 +255,23 @@ impl<M: Medium> Inner<M> {
     pub(crate) fn lines_valid(&self) -> bool {
         self.header.lock().unwrap_or_else(|e| e.into_inner()).flags & flags::LINES_VALID != 0
     }
+    pub(crate) fn trust(&self) -> Trust {
+        self.trust.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+    fn set_trust(&self, t: Trust) {
+        *self.trust.lock().unwrap_or_else(|e| e.into_inner()) = t;
+    }
+
+    /// Every stripe was proven: clear the `unverified` flag and write an empty shadow record
+    /// (the damaged one, if any, goes). The caller holds every group's write lock or is alone.
+    pub(crate) fn mark_verified(&self) -> Result<()> {
+        self.check_usable()?;
+        self.medium.fence()?;
+        self.write_shadow(0, &[0; BATCH_WORDS])?;
+        self.write_header(|h| h.flags &= !flags::UNVERIFIED)?;
+        self.set_trust(Trust::current());
+        Ok(())
+    }
 
     // ---------- small reads and writes ----------
 
@@ -253,7 +297,7 @@ impl<M: Medium> Inner<M> {
     pub(crate) fn parity_sum_of(&self, stripe: u64, bytes: &[u8]) -> u32 {
         checksum(&self.uuid, Tag::ParityPage, stripe, bytes)
     }
-    fn line_sum_of(&self, page: u64, slot: usize, line: &[u8]) -> u32 {
+    pub(crate) fn line_sum_of(&self, page: u64, slot: usize, line: &[u8]) -> u32 {
         checksum(
             &self.uuid,
             Tag::Line,
@@ -358,7 +402,7 @@ impl<M: Medium> Inner<M> {
         if offset.checked_add(len as u64).is_none_or(|e| e > size) {
             return Err(IntegrityError::invalid(
                 "range",
-                format!("[{offset}, +{len}) is outside the region's {size} bytes"),
+                format!("[{offset:#x}, +{len:#x}) is outside the region's {size:#x} bytes"),
             ));
         }
         Ok(())
@@ -393,7 +437,7 @@ impl<M: Medium> Inner<M> {
     /// parity, parity checksums, block checksums, and line checksums when `lines`. Returns the
     /// number of pages whose stored checksum changed. The caller holds the group's lock (or no
     /// one else can run).
-    fn rebuild_group(&self, group: u64, lines: bool) -> Result<u64> {
+    fn rebuild_group(&self, group: u64, lines: bool, listed: &mut Vec<u64>) -> Result<u64> {
         let g = &self.geo;
         let k = g.stripe_pages as u64;
         let first_stripe = group * SUMS_PER_BLOCK;
@@ -409,6 +453,7 @@ impl<M: Medium> Inner<M> {
                 let sum = self.page_sum_of(p, &page);
                 if self.sum(Sums::Pages, p) != sum {
                     changed += 1;
+                    list_page(listed, p);
                     self.set_sum(Sums::Pages, p, sum)?;
                 }
                 xor_into(&mut parity, &page);
@@ -444,18 +489,62 @@ impl<M: Medium> Inner<M> {
         Ok(changed)
     }
 
-    /// Rebuild every group (a RAID resync). Returns (pages, pages whose checksum changed).
-    fn resync(&self, lines: bool, progress: Progress<'_>) -> Result<(u64, u64)> {
+    /// Rebuild every group (a RAID resync). Returns (pages, pages whose checksum changed, the
+    /// first of those).
+    fn resync(&self, lines: bool, progress: Progress<'_>) -> Result<(u64, u64, Vec<u64>)> {
         let mut changed = 0;
+        let mut listed = Vec::new();
         for group in 0..self.geo.groups() {
             let _g = self.lock_write(group as usize);
-            changed += self.rebuild_group(group, lines)?;
+            changed += self.rebuild_group(group, lines, &mut listed)?;
             progress(
                 ((group + 1) * self.geo.group_pages()).min(self.geo.data_pages),
                 self.geo.data_pages,
             );
         }
-        Ok((self.geo.data_pages, changed))
+        Ok((self.geo.data_pages, changed, listed))
+    }
+
+    /// Compute the line checksums of every page that passes its page checksum; a page that
+    /// fails it gets line checksums that cannot match (the complement), so every read of it
+    /// goes through the page checksum and parity, and is reported. Page checksums and parity
+    /// are not touched: a line rebuild never takes damage for data. Returns (pages given line
+    /// checksums, the first pages refused, pages refused).
+    fn rebuild_lines_verified(&self, progress: Progress<'_>) -> Result<(u64, Vec<u64>, u64)> {
+        let mut page = vec![0u8; PAGE_SIZE];
+        let mut sums = vec![0u8; LINES_PER_PAGE * 4];
+        let (mut rebuilt, mut refused, mut listed) = (0, 0, Vec::new());
+        let gp = self.geo.group_pages();
+        for group in 0..self.geo.groups() {
+            let _g = self.lock_write(group as usize);
+            for p in group * gp..((group + 1) * gp).min(self.geo.data_pages) {
+                self.read_page(p, &mut page);
+                let stored = self.sum(Sums::Pages, p);
+                let computed = self.page_sum_of(p, &page);
+                let poison = if stored == computed {
+                    rebuilt += 1;
+                    0
+                } else {
+                    refused += 1;
+                    list_page(&mut listed, p);
+                    self.note(Finding::page(self, p, stored, computed, "open"));
+                    u32::MAX
+                };
+                for (slot, line) in page.chunks_exact(LINE_BYTES).enumerate() {
+                    let v = self.line_sum_of(p, slot, line) ^ poison;
+                    sums[slot * 4..slot * 4 + 4].copy_from_slice(&v.to_le_bytes());
+                }
+                let at = self.line_sum_at(p, 0);
+                self.medium.write(at, &sums);
+                self.medium.flush(at, sums.len())?;
+            }
+            self.medium.fence()?;
+            progress(
+                ((group + 1) * gp).min(self.geo.data_pages),
+                self.geo.data_pages,
+            );
+        }
+        Ok((rebuilt, listed, refused))
     }
 
     // ---------- the update pass (Vilamb's Algorithm 1, corrected) ----------
@@ -601,14 +690,7 @@ impl<M: Medium> Inner<M> {
         let have = self.page_sum_of(page, &bytes);
         if want == have {
             // The data is right; a line checksum was damaged.
-            self.note(Finding {
-                kind: FindingKind::LineChecksum,
-                index: page * LINES_PER_PAGE as u64 + slot as u64,
-                offset: self.line_sum_at(page, slot) as u64,
-                expected: format!("{sum:#010x}"),
-                found: format!("{stored:#010x}"),
-                by,
-            });
+            self.note(Finding::line(self, page, slot, stored, sum, by));
         } else {
             self.note(Finding::page(self, page, want, have, by));
             crate::repair::rebuild_page(self, page).map_err(|reason| {
@@ -865,6 +947,7 @@ fn build<M: Medium>(
         groups: (0..geo.groups()).map(|_| RwLock::new(())).collect(),
         read_only,
         header: Mutex::new(header),
+        trust: Mutex::new(Trust::current()),
         shadow_seq: AtomicU64::new(0),
         log: Mutex::new(Log::default()),
         eager_writes: AtomicU64::new(0),
@@ -889,7 +972,16 @@ fn check_placement<M: Medium>(medium: &M, place: &Placement) -> Result<()> {
     {
         return Err(IntegrityError::invalid(
             "placement",
-            format!("{place:?} does not fit a medium of {} bytes", medium.len()),
+            format!(
+                "data region `{}` at {:#x} (+{:#x}) and its integrity region at {:#x} (+{:#x}) \
+                 do not fit a medium of {:#x} bytes, or are not page-aligned",
+                place.region,
+                place.data_offset,
+                place.data_bytes,
+                place.meta_offset,
+                place.meta_bytes,
+                medium.len()
+            ),
         ));
     }
     Ok(())
@@ -982,6 +1074,89 @@ pub fn format<M: Medium>(
     Ok(geo)
 }
 
+/// The read-write part of open, by the table of [`crate::trust`]: record the session (state
+/// open, or stale in mode off) and, for an unverified region, the `unverified` flag, before
+/// anything else is written; then recover an unclean region (replay the shadow batch, resync:
+/// the only place damage can be taken as data, and the report names the pages), or, for a
+/// region trusted as it is, compute missing line checksums only from pages that pass their
+/// page checksum.
+fn open_read_write<M: Medium>(
+    inner: &Inner<M>,
+    trust: &Trust,
+    shadow: std::result::Result<Shadow, pmem::Corruption>,
+    prior_flags: u32,
+    report: &mut OpenReport,
+    progress: Progress<'_>,
+) -> Result<()> {
+    let mode = inner.mode;
+    let eager = mode == Mode::Eager;
+    let recover = trust.basis == Basis::Unclean && mode != Mode::Off;
+    let lines_ok = prior_flags & flags::LINES_VALID != 0 && !recover;
+    let mark = trust.basis == Basis::Unverified && prior_flags & flags::UNVERIFIED == 0;
+    inner.write_header(|h| {
+        h.mode = mode.code();
+        h.period_ms = inner.period_ms;
+        h.state = if mode == Mode::Off {
+            state::STALE
+        } else {
+            state::OPEN
+        };
+        // Line checksums are kept only in eager mode: any other mode may change data without
+        // them, so they stop counting from now on (and while they are being rebuilt).
+        if !(eager && lines_ok) {
+            h.flags &= !flags::LINES_VALID;
+        }
+        if trust.basis == Basis::Unverified {
+            h.flags |= flags::UNVERIFIED;
+        }
+    })?;
+    report.marked_unverified = mark;
+    if recover {
+        if let Ok(Shadow::Batch { first, bits }) = shadow {
+            // An update pass stopped mid-batch: redo the batch's stripes.
+            let k = inner.geo.stripe_pages as u64;
+            let mut buf = vec![0u8; PAGE_SIZE];
+            let mut stripes = std::collections::BTreeMap::<u64, u64>::new();
+            for bit in 0..(BATCH_WORDS * 64) as u64 {
+                if bits[(bit / 64) as usize] >> (bit % 64) & 1 == 1 {
+                    let p = first + bit;
+                    let s = p / k;
+                    *stripes.entry(s).or_default() |= 1 << (p - s * k);
+                    report.shadow_pages_replayed += 1;
+                }
+            }
+            for (s, dirty) in stripes {
+                inner.update_stripe(s, dirty, &mut buf, "open")?;
+            }
+            inner.medium.fence()?;
+            inner.write_shadow(0, &[0; BATCH_WORDS])?;
+        }
+        let t = Instant::now();
+        let (pages, changed, listed) = inner.resync(eager, progress)?;
+        report.resync_pages = pages;
+        report.resync_pages_changed = changed;
+        report.resync_pages_changed_list = listed;
+        report.resync_ms = t.elapsed().as_millis() as u64;
+        if report.shadow_damage.is_some() {
+            // Everything was recomputed: the damaged record names nothing any more.
+            inner.write_shadow(0, &[0; BATCH_WORDS])?;
+        }
+        inner.write_header(|h| {
+            h.flags &= !flags::UNVERIFIED;
+            if eager {
+                h.flags |= flags::LINES_VALID;
+            }
+        })?;
+        inner.set_trust(Trust::current());
+    } else if eager && !lines_ok {
+        let (rebuilt, listed, _) = inner.rebuild_lines_verified(progress)?;
+        report.lines_rebuilt_pages = rebuilt;
+        report.lines_refused_pages = listed;
+        inner.write_header(|h| h.flags |= flags::LINES_VALID)?;
+    }
+    Ok(())
+}
+
 impl<M: Medium + 'static> Protected<M> {
     /// Open the protected region at `place`: check the header, replay an interrupted update
     /// batch, resync after an unclean shutdown, switch mode if asked, arm tracking and start the
@@ -1032,11 +1207,11 @@ impl<M: Medium + 'static> Protected<M> {
                 offset: place.meta_offset,
                 field: "data_offset/data_pages",
                 expected: format!(
-                    "the data region: offset {}, {} pages",
+                    "the data region: offset {:#x}, {} pages",
                     place.data_offset,
                     place.data_bytes / PAGE
                 ),
-                found: format!("offset {}, {} pages", header.data_offset, geo.data_pages),
+                found: format!("offset {:#x}, {} pages", header.data_offset, geo.data_pages),
             }));
         }
         if geo.meta_bytes > place.meta_bytes {
@@ -1077,6 +1252,21 @@ impl<M: Medium + 'static> Protected<M> {
         medium.read(shadow_at, &mut sb);
         let shadow = decode_shadow(&sb, &place.uuid, geo.data_pages, shadow_at as u64);
         let prior_flags = header.flags;
+        let shadow_seen = match &shadow {
+            Ok(Shadow::Empty) => ShadowSeen::Empty,
+            Ok(Shadow::Batch { .. }) => ShadowSeen::Batch,
+            Err(c) => {
+                report.shadow_damage = Some(c.to_string());
+                ShadowSeen::Damaged
+            }
+        };
+        let trust = crate::trust::decide(
+            !report.header_damage.is_empty(),
+            header.state,
+            shadow_seen,
+            header.flags,
+        );
+        report.trust = trust.clone();
         let inner = build(
             medium,
             place,
@@ -1086,63 +1276,9 @@ impl<M: Medium + 'static> Protected<M> {
             tracker,
             opts.read_only,
         );
+        inner.set_trust(trust.clone());
         if !opts.read_only {
-            let mut must_resync = !report.clean_at_open;
-            match shadow {
-                Ok(Shadow::Empty) => {}
-                Ok(Shadow::Batch { first, bits }) => {
-                    // An update pass stopped mid-batch: redo the batch's stripes.
-                    let k = geo.stripe_pages as u64;
-                    let mut buf = vec![0u8; PAGE_SIZE];
-                    let mut stripes = std::collections::BTreeMap::<u64, u64>::new();
-                    for bit in 0..(BATCH_WORDS * 64) as u64 {
-                        if bits[(bit / 64) as usize] >> (bit % 64) & 1 == 1 {
-                            let p = first + bit;
-                            let s = p / k;
-                            *stripes.entry(s).or_default() |= 1 << (p - s * k);
-                            report.shadow_pages_replayed += 1;
-                        }
-                    }
-                    for (s, dirty) in stripes {
-                        inner.update_stripe(s, dirty, &mut buf, "open")?;
-                    }
-                    inner.medium.fence()?;
-                    inner.write_shadow(0, &[0; BATCH_WORDS])?;
-                }
-                Err(c) => {
-                    report.shadow_damage = Some(c.to_string());
-                    must_resync = true;
-                }
-            }
-            let want_lines = mode == Mode::Eager;
-            let lines_ok = prior_flags & flags::LINES_VALID != 0;
-            if mode != Mode::Off && (must_resync || (want_lines && !lines_ok)) {
-                // Lines are rebuilt with everything else; line checksums kept by an earlier
-                // eager session survive a clean lazy session only if they were not cleared.
-                let t = Instant::now();
-                let (pages, changed) = inner.resync(want_lines, progress)?;
-                report.resync_pages = pages;
-                report.resync_pages_changed = changed;
-                report.resync_ms = t.elapsed().as_millis() as u64;
-            }
-            let new_state = if mode == Mode::Off {
-                state::STALE
-            } else {
-                state::OPEN
-            };
-            // Line checksums are kept only in eager mode: any other mode may change data
-            // without them, so they stop counting from now on.
-            inner.write_header(|h| {
-                h.mode = mode.code();
-                h.period_ms = period_ms;
-                h.state = new_state;
-                // Current after a resync in eager mode, or kept from before otherwise.
-                if mode != Mode::Eager {
-                    h.flags &= !flags::LINES_VALID;
-                } else if report.resync_pages > 0 {
-                    h.flags |= flags::LINES_VALID;
-                }
-            })?;
+            open_read_write(&inner, &trust, shadow, prior_flags, &mut report, progress)?;
             if mode == Mode::Lazy {
                 inner.tracker.arm()?;
             }
@@ -1225,11 +1361,15 @@ impl<M: Medium + 'static> Protected<M> {
     pub fn final_pass(&self) -> Result<PassStats> {
         self.inner.run_pass()
     }
-    /// Verify every clean page, checksum block and parity page; change nothing.
+    /// Verify every clean page, checksum block, parity page and (when current) line checksum;
+    /// change nothing, on a read-only handle as on a read-write one. Whether a mismatch is
+    /// damage or unverifiable, and whether the region can count as verified, follows the trust
+    /// open found ([`crate::trust`]).
     pub fn scrub(&self, progress: Progress<'_>) -> Result<crate::report::ScrubReport> {
         crate::repair::scrub(&self.inner, progress)
     }
-    /// Scrub, then repair what parity can.
+    /// Scrub, then repair what parity can; for an unverified region, prove every stripe and
+    /// clear the mark only if all are proven.
     pub fn repair(&self, progress: Progress<'_>) -> Result<crate::report::RepairReport> {
         crate::repair::repair(&self.inner, progress)
     }

@@ -347,7 +347,7 @@ mod tests {
             (h::VERSION_AT, 9, "version"),
             (h::MODE_AT, 4, "mode"),
             (h::STATE_AT, 0, "state"),
-            (h::FLAGS_AT, 2, "flags"),
+            (h::FLAGS_AT, 4, "flags"),
             (h::PERIOD_MS_AT, 5, "period_ms"),
             (h::PARITY_DEVICE_AT, 1, "parity_device"),
         ];

@@ -82,8 +82,13 @@ pub mod state {
 pub mod flags {
     /// The line checksums are current (kept only in `eager` mode).
     pub const LINES_VALID: u32 = 1;
+    /// The region is unverified: a read-write open found the header clean but the shadow
+    /// record damaged (or holding a batch, or this flag already set), so redundancy that looks
+    /// right may be half-rewritten by an update pass nobody can locate. Set before anything
+    /// else is written; cleared only by a repair that proves every stripe, or by a resync.
+    pub const UNVERIFIED: u32 = 2;
     /// Every flag this version knows.
-    pub const KNOWN: u32 = LINES_VALID;
+    pub const KNOWN: u32 = LINES_VALID | UNVERIFIED;
 }
 
 /// Header field offsets.

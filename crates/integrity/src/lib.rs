@@ -27,6 +27,7 @@ mod pool;
 mod repair;
 pub mod report;
 pub mod tracker;
+pub mod trust;
 
 pub use engine::{
     CreateOptions, Mode, OpenOptions, OpenReport, Placement, Progress, Protected, format,
@@ -38,3 +39,4 @@ pub use report::{
     Finding, FindingKind, PassStats, RepairOutcome, RepairReport, ScrubReport, Stats,
 };
 pub use tracker::{Tracker, TrackerKind};
+pub use trust::{Basis, Trust};

@@ -2,8 +2,16 @@
 //! can prove, report the rest).
 //!
 //! The rules:
+//! - Scrub writes nothing, ever: not redundancy, not a header, not the shadow record. It runs
+//!   on a read-only handle as well as on a read-write one.
+//! - What a mismatch means depends on the trust open found ([`crate::trust`]): damage when
+//!   the region is current or unverified; *unverifiable* (a write never covered, or damage)
+//!   when it was not closed cleanly. An unverified region is never reported verified, however
+//!   clean it looks, until a repair proves every stripe.
 //! - Only *clean* pages are verified: not written since the last pass. A written page's
 //!   checksum is old by design.
+//! - Line checksums, when current (eager mode), are verified too: a wrong line checksum on a
+//!   sound page is reported, and a damaged page names the lines that fail.
 //! - Before alarming about a page, re-check that it is still clean and verify it again: a writer
 //!   may have stored to it in between.
 //! - A page is rebuilt from parity only when every other page of its stripe is clean and passes
@@ -14,8 +22,9 @@
 use crate::checksum::xor_into;
 use crate::engine::{Inner, Progress, Sums};
 use crate::error::Result;
-use crate::layout::SUMS_PER_BLOCK;
+use crate::layout::{LINE_BYTES, LINES_PER_PAGE, SUMS_PER_BLOCK};
 use crate::report::{Finding, FindingKind, RepairOutcome, RepairReport, ScrubReport};
+use crate::trust::Basis;
 use pmem::Medium;
 use pmem::layout::PAGE_SIZE;
 use std::sync::Arc;
@@ -32,6 +41,46 @@ fn scrub_group<M: Medium>(
     out: &mut ScrubReport,
     by: &'static str,
 ) -> Result<()> {
+    let mut found = Vec::new();
+    let lines = inner.lines_valid();
+    scrub_group_into(inner, group, lines, out, &mut found, by)?;
+    if out.trust.basis == Basis::Unclean {
+        out.unverifiable.append(&mut found);
+    } else {
+        out.findings.append(&mut found);
+    }
+    Ok(())
+}
+
+/// The line slots of `page` (bytes `bytes`) whose stored line checksum differs, with the stored
+/// and computed values.
+fn line_mismatches<M: Medium>(inner: &Inner<M>, page: u64, bytes: &[u8]) -> Vec<(usize, u32, u32)> {
+    let mut stored = vec![0u8; LINES_PER_PAGE * 4];
+    inner.medium.read(inner.line_sum_at(page, 0), &mut stored);
+    bytes
+        .chunks_exact(LINE_BYTES)
+        .enumerate()
+        .filter_map(|(slot, line)| {
+            let want = u32::from_le_bytes([
+                stored[slot * 4],
+                stored[slot * 4 + 1],
+                stored[slot * 4 + 2],
+                stored[slot * 4 + 3],
+            ]);
+            let have = inner.line_sum_of(page, slot, line);
+            (want != have).then_some((slot, want, have))
+        })
+        .collect()
+}
+
+fn scrub_group_into<M: Medium>(
+    inner: &Inner<M>,
+    group: u64,
+    lines: bool,
+    out: &mut ScrubReport,
+    found: &mut Vec<Finding>,
+    by: &'static str,
+) -> Result<()> {
     let g = inner.geo;
     let gp = g.group_pages();
     let first = group * gp;
@@ -46,15 +95,14 @@ fn scrub_group<M: Medium>(
         let (stored, computed) = inner.block_check(Sums::Pages, b);
         if stored != computed {
             bad_blocks.push(b);
-            out.findings
-                .push(Finding::block(inner, Sums::Pages, b, stored, computed, by));
+            found.push(Finding::block(inner, Sums::Pages, b, stored, computed, by));
         }
     }
     out.blocks_checked += 1;
     let (stored, computed) = inner.block_check(Sums::Parity, group);
     let parity_block_ok = stored == computed;
     if !parity_block_ok {
-        out.findings.push(Finding::block(
+        found.push(Finding::block(
             inner,
             Sums::Parity,
             group,
@@ -72,7 +120,15 @@ fn scrub_group<M: Medium>(
         inner.read_page(p, &mut page);
         out.pages_checked += 1;
         let stored = inner.sum(Sums::Pages, p);
-        if stored == inner.page_sum_of(p, &page) || bad_blocks.contains(&(p / SUMS_PER_BLOCK)) {
+        let page_ok = stored == inner.page_sum_of(p, &page);
+        let line_bad = if lines {
+            out.lines_checked += LINES_PER_PAGE as u64;
+            line_mismatches(inner, p, &page)
+        } else {
+            Vec::new()
+        };
+        if page_ok && line_bad.is_empty() || !page_ok && bad_blocks.contains(&(p / SUMS_PER_BLOCK))
+        {
             continue;
         }
         // Re-check before alarming: still clean, and still wrong?
@@ -82,9 +138,22 @@ fn scrub_group<M: Medium>(
         }
         inner.read_page(p, &mut page);
         let computed = inner.page_sum_of(p, &page);
+        let line_bad = if lines {
+            line_mismatches(inner, p, &page)
+        } else {
+            Vec::new()
+        };
         if computed != stored {
-            out.findings
-                .push(Finding::page(inner, p, stored, computed, by));
+            if !bad_blocks.contains(&(p / SUMS_PER_BLOCK)) {
+                let mut f = Finding::page(inner, p, stored, computed, by);
+                f.lines = line_bad.iter().map(|l| l.0 as u32).collect();
+                found.push(f);
+            }
+        } else {
+            // The page is sound: each failing line has a damaged line checksum.
+            for (slot, want, have) in line_bad {
+                found.push(Finding::line(inner, p, slot, want, have, by));
+            }
         }
     }
     if parity_block_ok {
@@ -95,8 +164,7 @@ fn scrub_group<M: Medium>(
             let stored = inner.sum(Sums::Parity, s);
             let computed = inner.parity_sum_of(s, &page);
             if stored != computed {
-                out.findings
-                    .push(Finding::parity(inner, s, stored, computed, by));
+                found.push(Finding::parity(inner, s, stored, computed, by));
             }
         }
     }
@@ -122,7 +190,10 @@ pub(crate) fn scrub<M: Medium>(inner: &Inner<M>, progress: Progress<'_>) -> Resu
         ));
     }
     let t = Instant::now();
-    let mut report = ScrubReport::default();
+    let mut report = ScrubReport {
+        trust: inner.trust(),
+        ..Default::default()
+    };
     let gp = inner.geo.group_pages();
     for group in 0..inner.geo.groups() {
         scrub_group(inner, group, &mut report, "scrub")?;
@@ -142,7 +213,10 @@ pub(crate) fn scrubber<M: Medium>(inner: Arc<Inner<M>>, pages_per_sec: u64) {
     loop {
         for group in 0..inner.geo.groups() {
             let t = Instant::now();
-            let mut report = ScrubReport::default();
+            let mut report = ScrubReport {
+                trust: inner.trust(),
+                ..Default::default()
+            };
             match scrub_group(&inner, group, &mut report, "scrub") {
                 Ok(()) => report.findings.into_iter().for_each(|f| inner.note(f)),
                 Err(e) => {
@@ -313,6 +387,10 @@ fn fix_page_block<M: Medium>(inner: &Inner<M>, b: u64) -> Result<String, String>
                     inner
                         .set_sum(Sums::Pages, p, sum)
                         .map_err(|e| e.to_string())?;
+                    if inner.lines_valid() {
+                        // The data is proven: its line checksums follow it.
+                        inner.write_lines(p).map_err(|e| e.to_string())?;
+                    }
                     entries += 1;
                 }
             }
@@ -387,6 +465,7 @@ pub(crate) fn repair<M: Medium>(inner: &Inner<M>, progress: Progress<'_>) -> Res
         FindingKind::DataPage => 2,
         FindingKind::ParityPage => 3,
         FindingKind::LineChecksum => 4,
+        FindingKind::Stripe => 5,
     };
     findings.sort_by_key(|f| (rank(f.kind), f.index));
     let gp = inner.geo.group_pages();
@@ -399,6 +478,7 @@ pub(crate) fn repair<M: Medium>(inner: &Inner<M>, progress: Progress<'_>) -> Res
             FindingKind::DataPage => f.index / gp,
             FindingKind::ParityPage => f.index * k / gp,
             FindingKind::LineChecksum => f.index / 64 / gp,
+            FindingKind::Stripe => f.index * k / gp,
         } as usize;
         let result = {
             let _lock = inner.lock_write(group);
@@ -407,10 +487,8 @@ pub(crate) fn repair<M: Medium>(inner: &Inner<M>, progress: Progress<'_>) -> Res
                 FindingKind::ParityChecksumBlock => fix_parity_block(inner, f.index),
                 FindingKind::DataPage => rebuild_page(inner, f.index),
                 FindingKind::ParityPage => fix_parity(inner, f.index),
-                FindingKind::LineChecksum => inner
-                    .write_lines(f.index / 64)
-                    .map(|_| "line checksums recomputed".to_string())
-                    .map_err(|e| e.to_string()),
+                FindingKind::LineChecksum => fix_lines(inner, f.index / 64),
+                FindingKind::Stripe => prove_stripe(inner, f.index).map(|()| "proven".into()),
             };
             inner.medium.fence()?;
             r
@@ -428,5 +506,115 @@ pub(crate) fn repair<M: Medium>(inner: &Inner<M>, progress: Progress<'_>) -> Res
             },
         });
     }
-    Ok(RepairReport { scrub, outcomes })
+    let mut proved_all_stripes = false;
+    if inner.trust().basis == Basis::Unverified {
+        proved_all_stripes = prove_every_stripe(inner, &mut outcomes)?;
+    }
+    Ok(RepairReport {
+        scrub,
+        outcomes,
+        proved_all_stripes,
+        trust_after: Some(inner.trust()),
+    })
+}
+
+/// Recompute the line checksums of `page`, only if the page passes its page checksum (then
+/// its data is right and the line checksums were wrong).
+fn fix_lines<M: Medium>(inner: &Inner<M>, page: u64) -> Result<String, String> {
+    let mut bytes = vec![0u8; PAGE_SIZE];
+    inner.read_page(page, &mut bytes);
+    let want = inner.sum(Sums::Pages, page);
+    let have = inner.page_sum_of(page, &bytes);
+    if want != have {
+        return Err(format!(
+            "page {page} fails its page checksum too (expected {want:#010x}, found {have:#010x})"
+        ));
+    }
+    inner.write_lines(page).map_err(|e| e.to_string())?;
+    Ok("line checksums recomputed from the page, which passes its page checksum".into())
+}
+
+/// The stripes a finding is about.
+fn stripes_of<M: Medium>(inner: &Inner<M>, f: &Finding) -> std::ops::Range<u64> {
+    let k = inner.geo.stripe_pages as u64;
+    let one = |s: u64| s..s + 1;
+    match f.kind {
+        FindingKind::DataPage => one(f.index / k),
+        FindingKind::LineChecksum => one(f.index / LINES_PER_PAGE as u64 / k),
+        FindingKind::ParityPage | FindingKind::Stripe => one(f.index),
+        FindingKind::ChecksumBlock => {
+            f.index * SUMS_PER_BLOCK / k..((f.index + 1) * SUMS_PER_BLOCK).div_ceil(k)
+        }
+        FindingKind::ParityChecksumBlock => {
+            f.index * SUMS_PER_BLOCK..(f.index + 1) * SUMS_PER_BLOCK
+        }
+    }
+}
+
+/// Prove stripe `s`: no page written since the last pass, every checksum block holding its
+/// entries sound, every page and the parity page passing their checksums, the line checksums
+/// (when current) passing, and the XOR of the data equal to the parity. The caller holds the
+/// stripe's group write lock.
+fn prove_stripe<M: Medium>(inner: &Inner<M>, s: u64) -> Result<(), String> {
+    let range = inner.geo.stripe_pages_range(s);
+    for b in range.start / SUMS_PER_BLOCK..=(range.end - 1) / SUMS_PER_BLOCK {
+        if !inner.block_ok(Sums::Pages, b) {
+            return Err(format!("page-checksum block {b} fails its block checksum"));
+        }
+    }
+    let pages = stripe_consistent(inner, s)?;
+    let lines = inner.lines_valid();
+    for (q, page) in range.zip(pages) {
+        if inner.page_sum_of(q, &page) != inner.sum(Sums::Pages, q) {
+            return Err(format!("page {q} fails its checksum"));
+        }
+        if lines {
+            if let Some((slot, _, _)) = line_mismatches(inner, q, &page).first() {
+                return Err(format!("line {slot} of page {q} fails its line checksum"));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// An unverified region: prove every stripe; stripes that cannot be proven (and are not already
+/// named by an unrepaired finding) are added to `outcomes` as not repaired. When every stripe
+/// is proven, the region is marked verified (flag cleared, shadow record rewritten empty).
+fn prove_every_stripe<M: Medium>(
+    inner: &Inner<M>,
+    outcomes: &mut Vec<RepairOutcome>,
+) -> Result<bool> {
+    let g = inner.geo;
+    let k = g.stripe_pages as u64;
+    let named: Vec<std::ops::Range<u64>> = outcomes
+        .iter()
+        .filter(|o| !o.repaired)
+        .map(|o| stripes_of(inner, &o.finding))
+        .collect();
+    let mut all = named.is_empty();
+    let gp = g.group_pages();
+    for group in 0..g.groups() {
+        let _lock = inner.lock_write(group as usize);
+        for s in group * gp / k..((group + 1) * gp).min(g.data_pages).div_ceil(k) {
+            if let Err(why) = prove_stripe(inner, s) {
+                all = false;
+                if !named.iter().any(|r| r.contains(&s)) {
+                    outcomes.push(RepairOutcome {
+                        finding: Finding::stripe(inner, s, "repair"),
+                        repaired: false,
+                        how: format!("cannot prove stripe {s}: {why}"),
+                    });
+                }
+            }
+        }
+    }
+    if all {
+        // Hold every group: no update pass may have a batch in flight while the shadow record
+        // is rewritten.
+        let _locks: Vec<_> = (0..g.groups())
+            .map(|grp| inner.lock_write(grp as usize))
+            .collect();
+        inner.mark_verified()?;
+    }
+    Ok(all)
 }

@@ -2,6 +2,7 @@
 
 use crate::engine::{Inner, Mode, Sums};
 use crate::layout::{Geometry, SUMS_PER_BLOCK};
+use crate::trust::{Basis, Trust};
 use pmem::Medium;
 
 /// What kind of damage a finding is.
@@ -18,6 +19,9 @@ pub enum FindingKind {
     ParityChecksumBlock,
     /// A line checksum (eager mode) did not match a line whose page is sound.
     LineChecksum,
+    /// A stripe whose data, parity and checksums could not be proven to agree (a repair of an
+    /// unverified region proves every stripe).
+    Stripe,
 }
 
 impl FindingKind {
@@ -29,6 +33,7 @@ impl FindingKind {
             FindingKind::ParityPage => "parity page fails its checksum",
             FindingKind::ParityChecksumBlock => "parity-checksum block fails its block checksum",
             FindingKind::LineChecksum => "line checksum is wrong (the page is sound)",
+            FindingKind::Stripe => "stripe not proven (data, parity and checksums disagree)",
         }
     }
 }
@@ -46,8 +51,11 @@ pub struct Finding {
     pub expected: String,
     /// The checksum they have.
     pub found: String,
-    /// Who found it: `scrub`, `pass`, `read`, `write`, `open`.
+    /// Who found it: `scrub`, `pass`, `read`, `write`, `open`, `repair`.
     pub by: &'static str,
+    /// For a data page with current line checksums: the lines (0..64) that fail theirs.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub lines: Vec<u32>,
 }
 
 impl Finding {
@@ -65,6 +73,7 @@ impl Finding {
             expected: format!("{stored:#010x}"),
             found: format!("{computed:#010x}"),
             by,
+            lines: Vec::new(),
         }
     }
     pub(crate) fn parity<M: Medium>(
@@ -81,6 +90,7 @@ impl Finding {
             expected: format!("{stored:#010x}"),
             found: format!("{computed:#010x}"),
             by,
+            lines: Vec::new(),
         }
     }
     pub(crate) fn block<M: Medium>(
@@ -101,6 +111,37 @@ impl Finding {
             expected: format!("{stored:#010x}"),
             found: format!("{computed:#010x}"),
             by,
+            lines: Vec::new(),
+        }
+    }
+
+    pub(crate) fn line<M: Medium>(
+        inner: &Inner<M>,
+        page: u64,
+        slot: usize,
+        stored: u32,
+        computed: u32,
+        by: &'static str,
+    ) -> Finding {
+        Finding {
+            kind: FindingKind::LineChecksum,
+            index: page * crate::layout::LINES_PER_PAGE as u64 + slot as u64,
+            offset: inner.line_sum_at(page, slot) as u64,
+            expected: format!("{computed:#010x}"),
+            found: format!("{stored:#010x}"),
+            by,
+            lines: Vec::new(),
+        }
+    }
+    pub(crate) fn stripe<M: Medium>(inner: &Inner<M>, stripe: u64, by: &'static str) -> Finding {
+        Finding {
+            kind: FindingKind::Stripe,
+            index: stripe,
+            offset: inner.parity_at(stripe) as u64,
+            expected: "data, parity and checksums that agree".into(),
+            found: "no proof".into(),
+            by,
+            lines: Vec::new(),
         }
     }
 
@@ -127,9 +168,18 @@ impl Finding {
                 self.index / 64,
                 self.index % 64
             ),
+            FindingKind::Stripe => format!("stripe {}", self.index),
+        };
+        let lines = if self.lines.is_empty() {
+            String::new()
+        } else {
+            format!(
+                "; line(s) {} fail their line checksums",
+                ranges(&self.lines)
+            )
         };
         format!(
-            "{what} at byte {:#x}: {}; checksum expected {}, found {} (found by {})",
+            "{what} at byte {:#x}: {}; checksum expected {}, found {}{lines} (found by {})",
             self.offset,
             self.kind.describe(),
             self.expected,
@@ -137,6 +187,25 @@ impl Finding {
             self.by
         )
     }
+}
+
+/// Sorted numbers as ranges: `0-3, 7, 9-10`.
+fn ranges(sorted: &[u32]) -> String {
+    let mut out: Vec<String> = Vec::new();
+    let mut i = 0;
+    while i < sorted.len() {
+        let mut j = i;
+        while j + 1 < sorted.len() && sorted[j + 1] == sorted[j] + 1 {
+            j += 1;
+        }
+        out.push(if j == i {
+            sorted[i].to_string()
+        } else {
+            format!("{}-{}", sorted[i], sorted[j])
+        });
+        i = j + 1;
+    }
+    out.join(", ")
 }
 
 /// What one update pass did.
@@ -266,10 +335,26 @@ pub struct ScrubReport {
     pub parity_checked: u64,
     /// Checksum blocks verified (both arrays).
     pub blocks_checked: u64,
-    /// The damage found.
+    /// Line checksums verified (when they are current: eager mode).
+    pub lines_checked: u64,
+    /// How far the stored redundancy could be trusted (see [`crate::trust`]).
+    pub trust: Trust,
+    /// The damage found: mismatches that can only be damage.
     pub findings: Vec<Finding>,
+    /// Mismatches that may be damage or a write whose redundancy an update pass never
+    /// computed (the region was not closed cleanly): nobody can tell which.
+    pub unverifiable: Vec<Finding>,
     /// Wall time.
     pub elapsed_ms: u64,
+}
+
+impl ScrubReport {
+    /// The region is verified: its redundancy was trusted and everything matched.
+    pub fn verified(&self) -> bool {
+        self.trust.basis == Basis::Current
+            && self.findings.is_empty()
+            && self.unverifiable.is_empty()
+    }
 }
 
 /// What happened to one finding in a repair.
@@ -290,11 +375,26 @@ pub struct RepairReport {
     pub scrub: ScrubReport,
     /// One outcome per finding.
     pub outcomes: Vec<RepairOutcome>,
+    /// The region was unverified and this repair proved every stripe: the `unverified` flag
+    /// is cleared and the shadow record rewritten empty.
+    pub proved_all_stripes: bool,
+    /// How far the redundancy can be trusted after the repair.
+    pub trust_after: Option<Trust>,
 }
 
 impl RepairReport {
     /// Findings that could not be repaired.
     pub fn unrepaired(&self) -> impl Iterator<Item = &RepairOutcome> {
         self.outcomes.iter().filter(|o| !o.repaired)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn line_lists_read_as_ranges() {
+        assert_eq!(super::ranges(&[0, 1, 2, 3, 7, 9, 10]), "0-3, 7, 9-10");
+        assert_eq!(super::ranges(&[40]), "40");
+        assert_eq!(super::ranges(&(0..64).collect::<Vec<_>>()), "0-63");
     }
 }
