@@ -67,6 +67,14 @@ pub trait Machine: Send + Sync + 'static {
     ) -> Result<()>;
 }
 
+/// Whether a write that may grow the DRAM state is accepted when the shards' arenas hold
+/// `arena_bytes` and a shadow slot holds `slot_capacity_bytes`: the state plus a sixteenth of
+/// headroom (for the growth of the write itself) must fit in the slot; past that only writes
+/// that do not grow it are accepted.
+pub fn admits_growth(arena_bytes: u64, slot_capacity_bytes: u64) -> bool {
+    arena_bytes.saturating_add(arena_bytes / 16) <= slot_capacity_bytes
+}
+
 /// Sizes of a new store.
 #[derive(Debug, Clone, Copy)]
 pub struct Layout {
@@ -783,7 +791,7 @@ impl<M: Medium + Clone + Send + Sync + 'static, S: Machine> Inner<M, S> {
         self.check_open()?;
         if grows {
             let used = self.arena_bytes.load(Ordering::Relaxed);
-            if used + used / 16 > self.slot_capacity {
+            if !admits_growth(used, self.slot_capacity) {
                 return Err(DipperError::OutOfSpace(format!(
                     "the DRAM state ({used} bytes) is near the shadow slots' capacity ({} bytes); \
                      only deletions are accepted",
