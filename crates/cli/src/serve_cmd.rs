@@ -540,7 +540,7 @@ fn open_backend(
     let (store, opened) = Store::open_dir(&a.dir, plan.config.clone())
         .map_err(|e| anyhow::anyhow!("{e}"))
         .with_context(|| format!("cannot open the store in {}", a.dir.display()))
-        .map_err(|e| crate::CommandFailed(e))?;
+        .map_err(crate::CommandFailed)?;
     let r = &opened.recovery;
     if opened.created {
         let c = store.config();
