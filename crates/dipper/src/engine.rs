@@ -991,6 +991,19 @@ impl<M: Medium + Clone + Send + Sync + 'static, S: Machine> Inner<M, S> {
         let swap_start = Instant::now();
         let old = {
             let mut gate = self.gate.write().map_err(|_| poisoned())?;
+            // A write admitted below the slot's capacity can grow the state past it (an arena
+            // grows by half its size at a time). Its image would not fit: a checkpoint started
+            // now could neither finish nor be redone at the next open, and the store could not
+            // be opened again. Refuse before the root changes: the logs keep every change and
+            // the store opens from its last image and its log.
+            let image = self.arena_bytes.load(Ordering::Relaxed);
+            if image > self.slot_capacity {
+                return Err(DipperError::OutOfSpace(format!(
+                    "the DRAM state ({image} bytes) has outgrown the shadow slots ({} bytes): no \
+                     checkpoint can hold it; the operation log keeps every acknowledged write",
+                    self.slot_capacity
+                )));
+            }
             let old = *gate;
             let log = &self.logs[old];
             let next = log.next_lsn();
