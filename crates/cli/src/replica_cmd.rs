@@ -947,8 +947,8 @@ pub struct PromoteArgs {
     /// Backups that must persist each write.
     #[arg(long, value_name = "W")]
     write_quorum: Option<usize>,
-    /// Seconds to wait for the answer (recovery may copy the whole log).
-    #[arg(long, default_value_t = 120)]
+    /// Seconds to wait for the answer (recovery may copy the whole log), at least 1.
+    #[arg(long, default_value_t = 120, value_parser = clap::value_parser!(u64).range(1..=86_400))]
     timeout: u64,
     /// Print the answer as JSON.
     #[arg(long)]
@@ -968,7 +968,7 @@ pub fn run_promote(a: &PromoteArgs) -> Result<crate::Outcome> {
         args.push(w.to_string());
     }
     let addr = format!("{}:{}", a.host, a.port);
-    let answer = resp_call(&addr, &args, Duration::from_secs(a.timeout.max(1)))?;
+    let answer = resp_call(&addr, &args, Duration::from_secs(a.timeout))?;
     let (ok, text) = match &answer {
         Ok(t) => (true, t.as_str()),
         Err(t) => (false, t.as_str()),

@@ -761,3 +761,12 @@ fn a_store_that_outgrows_its_slots_still_opens_with_every_acknowledged_write() {
         Some(&b"vvvvvvvvvv"[..])
     );
 }
+
+/// `kavach promote --timeout 0` was quietly taken as 1 s; it is refused, naming the option.
+#[test]
+fn promote_refuses_a_zero_timeout() {
+    let o = kavach_exits(&["promote", "--port", "1", "--timeout", "0"]);
+    assert_eq!(o.status.code(), Some(2));
+    let err = common::stderr(&o);
+    assert!(err.contains("--timeout"), "{err}");
+}
