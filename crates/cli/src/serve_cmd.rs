@@ -469,7 +469,9 @@ fn pool_overhead_bytes() -> u64 {
 #[derive(Debug)]
 struct Undo {
     dir: PathBuf,
-    dir_existed: bool,
+    /// The directories of `dir`'s path that did not exist, deepest first (the start makes
+    /// them).
+    dirs_made: Vec<PathBuf>,
     store_existed: bool,
     replica_existed: bool,
     /// The store view was moved aside (a replicated start rebuilds it).
@@ -478,9 +480,14 @@ struct Undo {
 
 impl Undo {
     fn new(dir: &Path) -> Undo {
+        let dirs_made = dir
+            .ancestors()
+            .take_while(|d| !d.as_os_str().is_empty() && !d.exists())
+            .map(Path::to_path_buf)
+            .collect();
         Undo {
             dir: dir.to_path_buf(),
-            dir_existed: dir.exists(),
+            dirs_made,
             store_existed: dir.join(dstore::POOL_FILE).exists(),
             replica_existed: dir.join(replication::host::REPLICA_FILE).exists(),
             moved_aside: false,
@@ -509,9 +516,11 @@ impl Undo {
             let replica = self.dir.join(replication::host::REPLICA_FILE);
             undo("remove the new log copy", std::fs::remove_file(&replica));
         }
-        if !self.dir_existed {
+        for made in &self.dirs_made {
             // Only if empty: anything else in it is not ours.
-            let _ = std::fs::remove_dir(&self.dir);
+            if std::fs::remove_dir(made).is_err() {
+                break;
+            }
         }
     }
 
@@ -613,7 +622,12 @@ pub fn run(a: &ServeArgs) -> Result<Outcome> {
         Ok(backend) => backend,
         Err(e) => {
             undo.roll_back();
-            return Err(e);
+            // The server could not start: exit 2.
+            return Err(if e.is::<crate::CommandFailed>() {
+                e
+            } else {
+                crate::CommandFailed(e).into()
+            });
         }
     };
     undo.keep();

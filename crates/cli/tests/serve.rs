@@ -335,6 +335,8 @@ const SMALL: &[&str] = &["--shards", "8", "--log-mib", "1", "--slot-mib", "2"];
 struct Running {
     child: Child,
     port: u16,
+    /// What it printed before it listened.
+    said: Vec<String>,
 }
 
 impl Drop for Running {
@@ -457,7 +459,11 @@ fn start_with(dir: &str, args: &[&str]) -> Running {
         seen.push(line);
     };
     std::thread::spawn(move || for _ in lines {});
-    Running { child, port }
+    Running {
+        child,
+        port,
+        said: seen,
+    }
 }
 
 /// Case 4 of issue 17: with stderr on a full device the server aborted at its first message
@@ -481,7 +487,11 @@ fn a_stderr_that_cannot_be_written_does_not_stop_the_server() {
         .stderr(Stdio::from(full))
         .spawn()
         .unwrap();
-    let mut server = Running { child, port };
+    let mut server = Running {
+        child,
+        port,
+        said: Vec::new(),
+    };
     let mut c = connect_when_up(&mut server);
     assert_ne!(info_field(&mut c, "server", "log_write_failures"), "0");
     write_and_shut_down(server, c, 20);
@@ -498,7 +508,11 @@ fn a_stderr_that_cannot_be_written_does_not_stop_the_server() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let mut server = Running { child, port };
+    let mut server = Running {
+        child,
+        port,
+        said: Vec::new(),
+    };
     {
         let mut lines = BufReader::new(server.child.stderr.take().unwrap()).lines();
         let first = lines.next().unwrap().unwrap();
@@ -639,7 +653,8 @@ fn a_start_that_cannot_listen_leaves_files_as_found() {
 #[test]
 fn a_replicated_start_that_fails_leaves_nothing_behind() {
     let scratch = Scratch::new("serve-repl-fail");
-    let dir = scratch.path("primary");
+    let top = scratch.path("new");
+    let dir = scratch.path("new/dirs/primary");
     let dead = format!("127.0.0.1:{}", free_port());
     let o = kavach_exits(
         &[
@@ -655,7 +670,7 @@ fn a_replicated_start_that_fails_leaves_nothing_behind() {
         "{}",
         common::stderr(&o)
     );
-    assert!(!Path::new(&dir).exists(), "the failed start left {dir}");
+    assert!(!Path::new(&top).exists(), "the failed start left {top}");
 }
 
 /// Case 9 of issue 17 (part): INFO said `recovered_after_clean_shutdown:1` for a store it had
@@ -769,4 +784,73 @@ fn promote_refuses_a_zero_timeout() {
     assert_eq!(o.status.code(), Some(2));
     let err = common::stderr(&o);
     assert!(err.contains("--timeout"), "{err}");
+}
+
+/// A replicated primary that cannot recover (its backup is down) leaves its directory as it
+/// found it: the store view it moved aside is put back, no copy of it is left, and the log
+/// copy is closed again (clean).
+#[test]
+fn a_replicated_restart_that_fails_puts_the_store_view_back() {
+    let scratch = Scratch::new("serve-repl-restart");
+    let (bdir, pdir) = (scratch.path("backup"), scratch.path("primary"));
+    let backup = start_with(
+        &bdir,
+        &[SMALL, &["--role", "backup", "--listen", "127.0.0.1:0"]].concat(),
+    );
+    let listen = backup
+        .said
+        .iter()
+        .find_map(|l| l.split("replication protocol on ").nth(1))
+        .expect("the backup's address")
+        .trim()
+        .to_string();
+    let primary = start_with(&pdir, &[SMALL, &["--replicas", &listen]].concat());
+    let c = Client::connect(primary.port).unwrap();
+    write_and_shut_down(primary, c, 5);
+    let c = Client::connect(backup.port).unwrap();
+    write_and_shut_down(backup, c, 0);
+    let store = Path::new(&pdir).join("kavach.pool");
+    let before = std::fs::read(&store).unwrap();
+    let names = |d: &str| {
+        let mut v: Vec<String> = std::fs::read_dir(d)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        v.sort();
+        v
+    };
+    let files = names(&pdir);
+    let o = kavach_exits(
+        &[
+            &[
+                "serve",
+                "--dir",
+                &pdir,
+                "--port",
+                "0",
+                "--replicas",
+                &listen,
+            ][..],
+            SMALL,
+            &["--backup-timeout-ms", "500"],
+        ]
+        .concat(),
+    );
+    common::assert_code(&o, 2);
+    assert_eq!(names(&pdir), files);
+    assert!(
+        std::fs::read(&store).unwrap() == before,
+        "the store view changed"
+    );
+    let info = common::kavach(&[
+        "pool",
+        "info",
+        &Path::new(&pdir).join("replica.pool").to_string_lossy(),
+        "--json",
+    ]);
+    let info = common::json(&info);
+    assert_eq!(
+        info["clean_shutdown"], true,
+        "the log copy is left closed: {info}"
+    );
 }
