@@ -91,13 +91,15 @@ impl Elector<'_> {
             return;
         }
         self.last = line;
+        // The elector's job is failover, not printing: a reader that went away or a full
+        // disk must not stop it (a failed line is dropped, see `server::console`).
         if self.a.json {
-            println!(
+            server::say_out!(
                 "{}",
                 json!({ "event": kind, "detail": detail, "node": self.advertise, "key": self.key })
             );
         }
-        eprintln!("kavach elect: {kind}: {detail}");
+        server::say!("kavach elect: {kind}: {detail}");
     }
 
     fn role(&self) -> Result<NodeRole> {

@@ -126,6 +126,41 @@ enum PoolHold {
     Host(#[allow(dead_code)] Box<FileHost>),
 }
 
+impl PoolHold {
+    /// Close the log copy's pool cleanly.
+    fn close(self) -> std::result::Result<(), String> {
+        match self {
+            PoolHold::Pool(pool) => pool.close().map(drop).map_err(|e| e.to_string()),
+            PoolHold::Host(h) => h.close(),
+        }
+    }
+}
+
+impl PrimaryState {
+    /// Stop the heartbeat, close the log and its pool; the first error.
+    fn close(self) -> std::result::Result<(), String> {
+        let PrimaryState {
+            log,
+            _pool,
+            heartbeat,
+            ..
+        } = self;
+        drop(heartbeat);
+        let closed = log.close().map(drop).map_err(|e| e.to_string());
+        let pool = _pool.close();
+        closed.and(pool)
+    }
+}
+
+/// Close a backup's host if nothing else holds it (a start that failed).
+fn close_host(host: Arc<Mutex<FileHost>>) {
+    if let Ok(m) = Arc::try_unwrap(host)
+        && let Err(e) = m.into_inner().unwrap_or_else(|p| p.into_inner()).close()
+    {
+        server::say!("kavach: warning: closing the log copy: {e}");
+    }
+}
+
 struct BackupState {
     host: Arc<Mutex<FileHost>>,
     stop: Arc<AtomicBool>,
@@ -157,17 +192,22 @@ fn kv(name: &str, value: impl ToString) -> (String, String) {
     (name.to_string(), value.to_string())
 }
 
+/// Where [`fresh_store`] moves the old store view until the new one serves (then it is
+/// removed; a start that fails puts it back).
+pub const STORE_VIEW_ASIDE: &str = "kavach.pool.previous";
+
 /// Prepare `dir` for a replicated role: the store there is only a view of the replicated log
-/// (rebuilt from it at every start), so it is removed and created again, empty. Emptying it
-/// in place (FLUSHALL) would keep its DRAM arenas at their high-water size, and a store that
-/// once came near its capacity could then not take the replay.
+/// (rebuilt from it at every start), so a new, empty one is created. Emptying it in place
+/// (FLUSHALL) would keep its DRAM arenas at their high-water size, and a store that once came
+/// near its capacity could then not take the replay. The old view is moved to
+/// [`STORE_VIEW_ASIDE`] (returns whether it was), so that a start that fails can put it back.
 ///
 /// A directory with a store but no replication log copy holds a standalone store: refused,
 /// since its keys would be dropped.
-pub fn fresh_store(dir: &Path) -> Result<()> {
+pub fn fresh_store(dir: &Path) -> Result<bool> {
     let store = dir.join(dstore::POOL_FILE);
     if !store.exists() {
-        return Ok(());
+        return Ok(false);
     }
     if !dir.join(REPLICA_FILE).exists() {
         return Err(crate::CommandFailed(anyhow::anyhow!(
@@ -179,8 +219,15 @@ pub fn fresh_store(dir: &Path) -> Result<()> {
         ))
         .into());
     }
-    std::fs::remove_file(&store)
-        .with_context(|| format!("cannot remove the old store view {}", store.display()))
+    let aside = dir.join(STORE_VIEW_ASIDE);
+    std::fs::rename(&store, &aside).map_err(|e| {
+        crate::CommandFailed(anyhow::anyhow!(
+            "cannot move the old store view {} to {}: {e}",
+            store.display(),
+            aside.display()
+        ))
+    })?;
+    Ok(true)
 }
 
 /// What replaying the log into the store did.
@@ -233,12 +280,12 @@ fn rebuild_store(
 }
 
 fn report_replay(r: &Replayed) {
-    eprintln!(
+    server::say!(
         "kavach: store rebuilt from {} replicated records",
         r.applied
     );
     if let Some(first) = &r.first_refusal {
-        eprintln!(
+        server::say!(
             "kavach: warning: the store refused {} replicated records; they stay in the log but \
              are not readable here (first: {first})",
             r.refused
@@ -270,10 +317,17 @@ fn become_primary(copy: &mut Copy<M>, cfg: &ReplConfig, hold: PoolHold) -> Resul
     let q = Quorum::new(n, w).map_err(|e| anyhow::anyhow!("{e}"))?;
     let mut peers = TcpPeers::new(cfg.replicas.clone(), cfg.timeout);
     let t = Instant::now();
-    let (log, rec) = replication::recover(copy, &mut peers, q, &RecoverOptions::default())
-        .map_err(|e| anyhow::anyhow!("{e}"))
-        .context("replication recovery failed")?;
-    eprintln!(
+    let (log, rec) = match replication::recover(copy, &mut peers, q, &RecoverOptions::default()) {
+        Ok(r) => r,
+        Err(e) => {
+            // Leave the copy closed as it was found (clean flag included), not in use.
+            if let Err(c) = hold.close() {
+                server::say!("kavach: warning: closing the log copy: {c}");
+            }
+            return Err(anyhow::anyhow!("{e}").context("replication recovery failed"));
+        }
+    };
+    server::say!(
         "kavach: replication recovered in {} ms: epoch {}, history from {}{}, {} of {} backups live",
         t.elapsed().as_millis(),
         rec.epoch,
@@ -288,9 +342,9 @@ fn become_primary(copy: &mut Copy<M>, cfg: &ReplConfig, hold: PoolHold) -> Resul
     );
     for (name, r) in &rec.repairs {
         match r {
-            Repair::Delta { bytes } => eprintln!("kavach:   {name}: caught up ({bytes} bytes)"),
-            Repair::Full { bytes } => eprintln!("kavach:   {name}: rebuilt ({bytes} bytes)"),
-            Repair::Failed { reason } => eprintln!("kavach:   {name}: not live: {reason}"),
+            Repair::Delta { bytes } => server::say!("kavach:   {name}: caught up ({bytes} bytes)"),
+            Repair::Full { bytes } => server::say!("kavach:   {name}: rebuilt ({bytes} bytes)"),
+            Repair::Failed { reason } => server::say!("kavach:   {name}: not live: {reason}"),
         }
     }
     let rep = Arc::new(Replicator::new(peers, q, cfg.order, &rec));
@@ -347,7 +401,7 @@ fn open_or_create_copy(cfg: &ReplConfig) -> Result<(pmem::Pool<M>, Copy<M>)> {
     }
     let (uuid, len) = match probe_backups(cfg)? {
         Some(f) => {
-            eprintln!(
+            server::say!(
                 "kavach: no local log copy; rebuilding it from the backups ({} bytes)",
                 f.1
             );
@@ -367,7 +421,15 @@ impl Replicated {
     pub fn primary(inner: Arc<dyn Backend>, cfg: ReplConfig) -> Result<Replicated> {
         let (pool, mut copy) = open_or_create_copy(&cfg)?;
         let st = become_primary(&mut copy, &cfg, PoolHold::Pool(pool))?;
-        let r = rebuild_store(inner.as_ref(), st.log.medium(), st.log.base(), copy.len())?;
+        let r = match rebuild_store(inner.as_ref(), st.log.medium(), st.log.base(), copy.len()) {
+            Ok(r) => r,
+            Err(e) => {
+                if let Err(c) = st.close() {
+                    server::say!("kavach: warning: closing the log copy: {c}");
+                }
+                return Err(e);
+            }
+        };
         report_replay(&r);
         Ok(Replicated {
             inner,
@@ -379,16 +441,19 @@ impl Replicated {
         })
     }
 
-    /// Start as a backup: serve the replication protocol on `listen` with the copy in
-    /// `DIR/replica.pool`, and apply committed records to the store for reads.
-    pub fn backup(inner: Arc<dyn Backend>, cfg: ReplConfig, listen: &str) -> Result<Replicated> {
-        let host = FileHost::open(&cfg.dir).map_err(|e| anyhow::anyhow!("{e}"))?;
-        let listener =
-            TcpListener::bind(listen).with_context(|| format!("cannot listen on {listen}"))?;
+    /// Start as a backup: serve the replication protocol on `listener` (bound by the caller
+    /// before any file was opened) with the copy in `DIR/replica.pool`, and apply committed
+    /// records to the store for reads.
+    pub fn backup(
+        inner: Arc<dyn Backend>,
+        cfg: ReplConfig,
+        listener: TcpListener,
+    ) -> Result<Replicated> {
         let listen = listener.local_addr().map(|a| a.to_string())?;
         inner
             .flushall()
             .map_err(|e| anyhow::anyhow!("cannot empty the store: {e}"))?;
+        let host = FileHost::open(&cfg.dir).map_err(|e| anyhow::anyhow!("{e}"))?;
         let host = Arc::new(Mutex::new(host));
         let stop = Arc::new(AtomicBool::new(false));
         let applied = Arc::new(AtomicU64::new(0));
@@ -399,18 +464,38 @@ impl Replicated {
                 .name("kv-backup-listen".into())
                 .spawn(move || {
                     if let Err(e) = serve_backup(listener, host, stop) {
-                        eprintln!("kavach: backup listener failed: {e}");
+                        server::say!("kavach: backup listener failed: {e}");
                     }
-                })?
+                })
+        };
+        let server = match server {
+            Ok(t) => t,
+            Err(e) => {
+                close_host(host);
+                return Err(e.into());
+            }
         };
         let applier = {
             let (host, stop, inner) = (Arc::clone(&host), Arc::clone(&stop), Arc::clone(&inner));
             let (applied, err) = (Arc::clone(&applied), Arc::clone(&apply_error));
             std::thread::Builder::new()
                 .name("kv-backup-apply".into())
-                .spawn(move || apply_loop(host, inner, stop, applied, err))?
+                .spawn(move || apply_loop(host, inner, stop, applied, err))
         };
-        eprintln!("kavach: backup: replication protocol on {listen}");
+        let applier = match applier {
+            Ok(t) => t,
+            Err(e) => {
+                let host = Self::stop_backup(BackupState {
+                    host,
+                    stop,
+                    listen,
+                    threads: vec![server],
+                });
+                close_host(host);
+                return Err(e.into());
+            }
+        };
+        server::say!("kavach: backup: replication protocol on {listen}");
         Ok(Replicated {
             inner,
             mode: RwLock::new(Mode::Backup(BackupState {
@@ -695,27 +780,8 @@ impl Backend for Replicated {
         let mut first_err = None;
         match old {
             Mode::Primary(p) => {
-                let PrimaryState {
-                    log,
-                    _pool,
-                    heartbeat,
-                    ..
-                } = *p;
-                drop(heartbeat);
-                if let Err(e) = log.close() {
-                    first_err = Some(e.to_string());
-                }
-                match _pool {
-                    PoolHold::Pool(pool) => {
-                        if let Err(e) = pool.close() {
-                            first_err.get_or_insert(e.to_string());
-                        }
-                    }
-                    PoolHold::Host(h) => {
-                        if let Err(e) = h.close() {
-                            first_err.get_or_insert(e);
-                        }
-                    }
+                if let Err(e) = p.close() {
+                    first_err = Some(e);
                 }
             }
             Mode::Backup(b) => {
@@ -824,7 +890,7 @@ impl Backend for Replicated {
                 st.log.base(),
                 copy.len(),
             )?;
-            eprintln!("kavach: promoted");
+            server::say!("kavach: promoted");
             report_replay(&r);
             Ok(st)
         })();
@@ -881,8 +947,8 @@ pub struct PromoteArgs {
     /// Backups that must persist each write.
     #[arg(long, value_name = "W")]
     write_quorum: Option<usize>,
-    /// Seconds to wait for the answer (recovery may copy the whole log).
-    #[arg(long, default_value_t = 120)]
+    /// Seconds to wait for the answer (recovery may copy the whole log), at least 1.
+    #[arg(long, default_value_t = 120, value_parser = clap::value_parser!(u64).range(1..=86_400))]
     timeout: u64,
     /// Print the answer as JSON.
     #[arg(long)]
@@ -902,7 +968,7 @@ pub fn run_promote(a: &PromoteArgs) -> Result<crate::Outcome> {
         args.push(w.to_string());
     }
     let addr = format!("{}:{}", a.host, a.port);
-    let answer = resp_call(&addr, &args, Duration::from_secs(a.timeout.max(1)))?;
+    let answer = resp_call(&addr, &args, Duration::from_secs(a.timeout))?;
     let (ok, text) = match &answer {
         Ok(t) => (true, t.as_str()),
         Err(t) => (false, t.as_str()),

@@ -1,7 +1,7 @@
 //! `kavach serve`: the Redis-protocol server over a DStore in a pool file.
 
-use std::net::IpAddr;
-use std::path::PathBuf;
+use std::net::{IpAddr, TcpListener};
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use anyhow::{Context, Result, bail};
@@ -43,21 +43,23 @@ pub struct ServeArgs {
     /// acknowledged writes, or 10 ms of them, can be lost in a power failure).
     #[arg(long, default_value = "always")]
     durability: String,
-    /// Worker threads serving connections (default: the number of cores).
+    /// Worker threads serving connections, at least 1 (default: the number of cores).
     #[arg(long)]
     workers: Option<usize>,
-    /// Most client connections at once.
+    /// Most client connections at once (at least 1).
     #[arg(long, default_value_t = 10_000)]
     maxclients: usize,
     /// New stores only: number of shards (operations on different shards run in parallel).
     #[arg(long, default_value_t = 64)]
     shards: usize,
-    /// New stores only: MiB of each of the two operation logs.
+    /// New stores only: MiB of each of the two operation logs (at least 1).
     #[arg(long, default_value_t = 64)]
     log_mib: u64,
     /// New stores only: MiB of each of the two shadow slots. The DRAM state must fit in one
-    /// (writes that would grow it past about 94% are refused with an OOM error). The pool file
-    /// is about 2 x log + 2 x slot, allocated up front.
+    /// (writes that would grow it past about 94% are refused with an OOM error); the smallest
+    /// slot depends on --shards (9 MiB for 64 shards: each shard's image grows from 64 KiB).
+    /// The pool file, allocated up front, is 2 x log + 2 x slot + 80 MiB (a 64 MiB data zone
+    /// and 16 MiB of metadata): 1232 MiB with the defaults.
     #[arg(long, default_value_t = 512)]
     slot_mib: u64,
     /// Replication role: `primary` (the default; replicated when --replicas is given) or
@@ -84,7 +86,8 @@ pub struct ServeArgs {
     #[arg(long, default_value_t = 5000, value_name = "MS")]
     backup_timeout_ms: u64,
     /// New replicated logs only: MiB of the replication log (DIR/replica.pool). It keeps every
-    /// write, so it bounds how much can be written; a full log refuses writes with OOM.
+    /// write, so it bounds how much can be written; a full log refuses writes with OOM. At
+    /// least 1.
     #[arg(long, default_value_t = 256, value_name = "MIB")]
     repl_log_mib: u64,
     /// When the primary persists its own copy: replicate-first (default, Arcadia's choice),
@@ -97,6 +100,8 @@ pub struct ServeArgs {
 pub(crate) struct StoreBackend {
     store: Store<Arc<Mapping>>,
     durability: String,
+    /// The store was created by this start (nothing was recovered).
+    created: bool,
 }
 
 fn be(e: StoreError) -> BackendError {
@@ -240,8 +245,18 @@ impl Backend for StoreBackend {
             kv("log_next_lsn", st.log_next_lsn),
             kv("log_durable_lsn", st.log_durable_lsn),
             kv(
+                "recovery",
+                if self.created {
+                    "new"
+                } else if rec.clean_shutdown {
+                    "after_clean_shutdown"
+                } else {
+                    "after_crash"
+                },
+            ),
+            kv(
                 "recovered_after_clean_shutdown",
-                u8::from(rec.clean_shutdown),
+                u8::from(!self.created && rec.clean_shutdown),
             ),
             kv(
                 "recovery_redone_checkpoint",
@@ -293,68 +308,262 @@ fn parse_durability(s: &str) -> Result<ForcePolicy> {
         "always" => Ok(ForcePolicy::Sync),
         _ => match s.strip_prefix("frequency:").map(str::parse::<u64>) {
             Some(Ok(f)) if f >= 1 => Ok(ForcePolicy::Frequency(f)),
-            _ => bail!("--durability must be `always` or `frequency:F` with F >= 1, not `{s}`"),
+            _ => Err(refused(format!(
+                "--durability must be `always` or `frequency:F` with F >= 1, not `{s}`"
+            ))),
         },
     }
 }
 
-/// Run the server until it is shut down.
-pub fn run(a: &ServeArgs) -> Result<Outcome> {
+/// An error after which `kavach serve` could not start (exit 2).
+fn refused(message: String) -> anyhow::Error {
+    crate::CommandFailed(anyhow::anyhow!(message)).into()
+}
+
+const MIB: u64 = 1 << 20;
+
+/// The smallest `--log-mib` and `--repl-log-mib`: a log region holds its metadata and the
+/// smallest ring the log accepts, in whole MiB.
+fn log_mib_min() -> u64 {
+    (log::layout::RING_OFFSET as u64 + log::layout::RING_BYTES_MIN).div_ceil(MIB)
+}
+
+/// `mib` MiB in bytes, refused (naming `option`) below `min` MiB or past the largest pool.
+fn mib_option(option: &str, mib: u64, min: u64, why_min: &str) -> Result<u64> {
+    let max = pmem::layout::POOL_SIZE_MAX / MIB;
+    if mib < min {
+        return Err(refused(format!(
+            "{option} {mib} is too small: the minimum is {min} MiB ({why_min})"
+        )));
+    }
+    if mib > max {
+        return Err(refused(format!(
+            "{option} {mib} is more than the largest pool ({max} MiB)"
+        )));
+    }
+    Ok(mib * MIB)
+}
+
+/// Everything `kavach serve` was asked for, checked before anything is bound or opened.
+struct Plan {
+    config: Config,
+    server: server::Config,
+    repl: crate::replica_cmd::ReplConfig,
+    backup: bool,
+    replicated: bool,
+}
+
+/// Check every option. Refuses values that cannot work (0 workers, a slot too small to hold
+/// the empty store, a pool past the largest size) instead of adjusting them silently.
+fn plan(a: &ServeArgs) -> Result<Plan> {
     let policy = parse_durability(&a.durability)?;
-    let order = replication::FlushOrder::parse(&a.flush_order).map_err(|e| anyhow::anyhow!(e))?;
+    let order =
+        replication::FlushOrder::parse(&a.flush_order).map_err(|e| refused(e.to_string()))?;
     let replicas = match &a.replicas {
-        Some(r) => crate::replica_cmd::parse_replicas(r)?,
+        Some(r) => crate::replica_cmd::parse_replicas(r).map_err(|e| refused(format!("{e:#}")))?,
         None => Vec::new(),
     };
     let backup = a.role == "backup";
     if backup && a.listen.is_none() {
-        bail!("--role backup needs --listen ADDR (the address its primary connects to)");
+        return Err(refused(
+            "--role backup needs --listen ADDR (the address its primary connects to)".into(),
+        ));
     }
     if !backup && a.listen.is_some() {
-        bail!("--listen is for --role backup; a primary connects to its --replicas");
+        return Err(refused(
+            "--listen is for --role backup; a primary connects to its --replicas".into(),
+        ));
     }
     if backup && a.replicas.is_some() {
-        bail!("--replicas is for a primary; a backup learns its peers at PROMOTE");
+        return Err(refused(
+            "--replicas is for a primary; a backup learns its peers at PROMOTE".into(),
+        ));
     }
     if a.write_quorum.is_some() && replicas.is_empty() {
-        bail!("--write-quorum needs --replicas");
+        return Err(refused("--write-quorum needs --replicas".into()));
     }
     if let Some(w) = a.write_quorum {
-        replication::Quorum::new(replicas.len(), w).map_err(|e| anyhow::anyhow!("{e}"))?;
+        replication::Quorum::new(replicas.len(), w).map_err(|e| refused(format!("{e}")))?;
     }
     if a.backup_timeout_ms == 0 {
-        bail!("--backup-timeout-ms must be at least 1");
+        return Err(refused("--backup-timeout-ms must be at least 1".into()));
+    }
+    if a.workers == Some(0) {
+        return Err(refused("--workers must be at least 1".into()));
+    }
+    if a.maxclients == 0 {
+        return Err(refused("--maxclients must be at least 1".into()));
+    }
+    if a.shards == 0 || a.shards > dipper::layout::SHARDS_MAX {
+        return Err(refused(format!(
+            "--shards must be in 1..={}, not {}",
+            dipper::layout::SHARDS_MAX,
+            a.shards
+        )));
+    }
+    let log_min = log_mib_min();
+    let log_why = "a log region holds its metadata and the smallest ring";
+    let log_bytes = mib_option("--log-mib", a.log_mib, log_min, log_why)?;
+    let repl_log_bytes = mib_option("--repl-log-mib", a.repl_log_mib, log_min, log_why)?;
+    let slot_min = Config::slot_bytes_min(a.shards)
+        .map_err(|e| refused(format!("cannot size a shadow slot: {e}")))?
+        .div_ceil(MIB);
+    let slot_why = format!(
+        "for {} shards: a slot holds the image of every shard's arena after a write; or use \
+         fewer --shards",
+        a.shards
+    );
+    let slot_bytes = mib_option("--slot-mib", a.slot_mib, slot_min, &slot_why)?;
+    let config = Config {
+        shards: a.shards,
+        log_bytes,
+        slot_bytes,
+        policy,
+        ..Config::default()
+    };
+    let pool_bytes = config.pool_bytes();
+    if pool_bytes > pmem::layout::POOL_SIZE_MAX {
+        return Err(refused(format!(
+            "the pool would be {} MiB (2 x log + 2 x slot + {} MiB), more than the largest pool \
+             ({} MiB)",
+            pool_bytes / MIB,
+            pool_overhead_bytes() / MIB,
+            pmem::layout::POOL_SIZE_MAX / MIB
+        )));
     }
     let repl = crate::replica_cmd::ReplConfig {
         replicas: replicas.clone(),
         write_quorum: a.write_quorum,
         timeout: std::time::Duration::from_millis(a.backup_timeout_ms),
-        log_bytes: a.repl_log_mib.max(1) << 20,
+        log_bytes: repl_log_bytes,
         order,
         dir: a.dir.clone(),
     };
-    if a.shards == 0 || a.shards > dipper::layout::SHARDS_MAX {
-        bail!("--shards must be in 1..={}", dipper::layout::SHARDS_MAX);
-    }
-    let config = Config {
-        shards: a.shards,
-        log_bytes: a.log_mib.max(1) << 20,
-        slot_bytes: a.slot_mib.max(1) << 20,
-        policy,
-        ..Config::default()
+    let mut server = server::Config {
+        bind: a.bind,
+        port: a.port,
+        max_clients: a.maxclients,
+        durability: a.durability.clone(),
+        ..server::Config::default()
     };
-    if backup || !replicas.is_empty() {
-        crate::replica_cmd::fresh_store(&a.dir)?;
+    if let Some(w) = a.workers {
+        server.workers = w;
     }
-    eprintln!("kavach: opening the store in {}", a.dir.display());
-    let (store, opened) = Store::open_dir(&a.dir, config)
+    Ok(Plan {
+        config,
+        server,
+        replicated: !replicas.is_empty(),
+        repl,
+        backup,
+    })
+}
+
+/// Bytes of a store's pool besides its two logs and two slots (the data zone and metadata).
+fn pool_overhead_bytes() -> u64 {
+    let c = Config::default();
+    c.pool_bytes() - 2 * c.log_bytes - 2 * c.slot_bytes
+}
+
+/// What a start found in `--dir`, so that a start that fails leaves it as it was: no new
+/// directory, store or log copy, and a replicated node's store view back in place.
+#[derive(Debug)]
+struct Undo {
+    dir: PathBuf,
+    /// The directories of `dir`'s path that did not exist, deepest first (the start makes
+    /// them).
+    dirs_made: Vec<PathBuf>,
+    store_existed: bool,
+    replica_existed: bool,
+    /// The store view was moved aside (a replicated start rebuilds it).
+    moved_aside: bool,
+}
+
+impl Undo {
+    fn new(dir: &Path) -> Undo {
+        let dirs_made = dir
+            .ancestors()
+            .take_while(|d| !d.as_os_str().is_empty() && !d.exists())
+            .map(Path::to_path_buf)
+            .collect();
+        Undo {
+            dir: dir.to_path_buf(),
+            dirs_made,
+            store_existed: dir.join(dstore::POOL_FILE).exists(),
+            replica_existed: dir.join(replication::host::REPLICA_FILE).exists(),
+            moved_aside: false,
+        }
+    }
+
+    /// The start failed: remove what it made and put back what it moved. Best effort: a
+    /// failure here is reported, and the start's own error is the one returned.
+    fn roll_back(&self) {
+        let store = self.dir.join(dstore::POOL_FILE);
+        let undo = |what: &str, r: std::io::Result<()>| {
+            if let Err(e) = r
+                && e.kind() != std::io::ErrorKind::NotFound
+            {
+                server::say!("kavach: warning: cannot undo the failed start ({what}): {e}");
+            }
+        };
+        if !self.store_existed || self.moved_aside {
+            undo("remove the new store", std::fs::remove_file(&store));
+        }
+        if self.moved_aside {
+            let aside = self.dir.join(crate::replica_cmd::STORE_VIEW_ASIDE);
+            undo("restore the store view", std::fs::rename(&aside, &store));
+        }
+        if !self.replica_existed {
+            let replica = self.dir.join(replication::host::REPLICA_FILE);
+            undo("remove the new log copy", std::fs::remove_file(&replica));
+        }
+        for made in &self.dirs_made {
+            // Only if empty: anything else in it is not ours.
+            if std::fs::remove_dir(made).is_err() {
+                break;
+            }
+        }
+    }
+
+    /// The server runs: the old store view is no longer needed.
+    fn keep(&self) {
+        if self.moved_aside {
+            let aside = self.dir.join(crate::replica_cmd::STORE_VIEW_ASIDE);
+            if let Err(e) = std::fs::remove_file(&aside) {
+                server::say!("kavach: warning: cannot remove {}: {e}", aside.display());
+            }
+        }
+    }
+}
+
+/// Open (or create) the store and wrap it for its replication role.
+fn open_backend(
+    a: &ServeArgs,
+    plan: &Plan,
+    repl_listener: Option<TcpListener>,
+    undo: &mut Undo,
+) -> Result<Arc<dyn Backend>> {
+    if plan.backup || plan.replicated {
+        undo.moved_aside = crate::replica_cmd::fresh_store(&a.dir)?;
+    }
+    server::say!("kavach: opening the store in {}", a.dir.display());
+    let (store, opened) = Store::open_dir(&a.dir, plan.config.clone())
         .map_err(|e| anyhow::anyhow!("{e}"))
-        .with_context(|| format!("cannot open the store in {}", a.dir.display()))?;
+        .with_context(|| format!("cannot open the store in {}", a.dir.display()))
+        .map_err(crate::CommandFailed)?;
     let r = &opened.recovery;
     if opened.created {
-        eprintln!("kavach: created {}", opened.path.display());
+        let c = store.config();
+        server::say!(
+            "kavach: created {} ({} MiB: 2 x {} MiB logs, 2 x {} MiB slots, {} MiB data zone \
+             and metadata)",
+            opened.path.display(),
+            c.pool_bytes() / MIB,
+            c.log_bytes / MIB,
+            c.slot_bytes / MIB,
+            pool_overhead_bytes() / MIB
+        );
     } else {
-        eprintln!(
+        server::say!(
             "kavach: recovered {} ({} shutdown): image {}, {} records replayed{}, {} keys, in {} ms",
             opened.path.display(),
             if r.clean_shutdown { "clean" } else { "unclean" },
@@ -372,47 +581,106 @@ pub fn run(a: &ServeArgs) -> Result<Outcome> {
     let store_backend: Arc<dyn Backend> = Arc::new(StoreBackend {
         store,
         durability: a.durability.clone(),
+        created: opened.created,
     });
-    let backend: Arc<dyn Backend> = if backup {
-        let listen = a.listen.as_deref().unwrap_or_default();
-        Arc::new(crate::replica_cmd::Replicated::backup(
+    let repl = plan.repl.clone();
+    Ok(match repl_listener {
+        Some(listener) => Arc::new(crate::replica_cmd::Replicated::backup(
             store_backend,
             repl,
-            listen,
-        )?)
-    } else if !replicas.is_empty() {
-        Arc::new(crate::replica_cmd::Replicated::primary(
+            listener,
+        )?),
+        None if plan.replicated => Arc::new(crate::replica_cmd::Replicated::primary(
             store_backend,
             repl,
-        )?)
-    } else {
-        store_backend
+        )?),
+        None => store_backend,
+    })
+}
+
+/// Run the server until it is shut down.
+///
+/// The order makes a failed start change nothing: check every option, bind the RESP port (and
+/// a backup's `--listen`), install the signal handlers, and only then open or create the
+/// store. If that or the replicated start fails, what the start made is removed and what it
+/// moved is put back ([`Undo`]).
+pub fn run(a: &ServeArgs) -> Result<Outcome> {
+    let plan = plan(a)?;
+    let listener = server::Listener::bind(plan.server.clone())
+        .map_err(|e| refused(format!("cannot listen on {}:{}: {e}", a.bind, a.port)))?;
+    let repl_listener = match (&a.listen, plan.backup) {
+        (Some(listen), true) => Some(
+            TcpListener::bind(listen)
+                .map_err(|e| refused(format!("cannot listen on {listen} (--listen): {e}")))?,
+        ),
+        _ => None,
     };
-    let mut cfg = server::Config {
-        bind: a.bind,
-        port: a.port,
-        max_clients: a.maxclients.max(1),
-        durability: a.durability.clone(),
-        ..server::Config::default()
+    server::install_signal_handlers(&listener.handle())
+        .map_err(|e| refused(format!("cannot install signal handlers: {e}")))?;
+    let mut undo = Undo::new(&a.dir);
+    let backend = match open_backend(a, &plan, repl_listener, &mut undo) {
+        Ok(backend) => backend,
+        Err(e) => {
+            undo.roll_back();
+            // The server could not start: exit 2.
+            return Err(if e.is::<crate::CommandFailed>() {
+                e
+            } else {
+                crate::CommandFailed(e).into()
+            });
+        }
     };
-    if let Some(w) = a.workers {
-        cfg.workers = w.max(1);
-    }
-    let srv = server::Server::bind(cfg, backend.clone())
-        .with_context(|| format!("cannot listen on {}:{}", a.bind, a.port))?;
-    server::install_signal_handlers(&srv.handle()).context("cannot install signal handlers")?;
-    eprintln!(
+    undo.keep();
+    let srv = listener.into_server(backend);
+    server::say!(
         "kavach: listening on {} (durability {}); stop with Ctrl-C, SIGTERM or SHUTDOWN",
         srv.local_addr(),
         a.durability
     );
     let summary = srv.run().context("the server failed")?;
     match &summary.backend_shutdown {
-        Ok(()) => eprintln!(
+        Ok(()) => server::say!(
             "kavach: shut down cleanly after {} commands on {} connections",
-            summary.commands_processed, summary.connections_accepted
+            summary.commands_processed,
+            summary.connections_accepted
         ),
         Err(e) => bail!("the store did not close cleanly: {e}"),
     }
     Ok(Outcome::Ok)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::{CommandFactory, FromArgMatches, Parser};
+
+    #[derive(Debug, Parser)]
+    struct Cli {
+        #[command(flatten)]
+        serve: ServeArgs,
+    }
+
+    /// `--help`'s sizes are the ones the code uses.
+    #[test]
+    fn help_states_the_true_pool_size() {
+        let help = Cli::command().render_long_help().to_string();
+        let help = help.split_whitespace().collect::<Vec<_>>().join(" ");
+        let cmd = Cli::command();
+        let defaults = Cli::from_arg_matches(&cmd.get_matches_from(["serve"])).unwrap();
+        let plan = plan(&defaults.serve).unwrap();
+        let overhead = format!("2 x log + 2 x slot + {} MiB", pool_overhead_bytes() / MIB);
+        assert!(help.contains(&overhead), "{overhead} not in: {help}");
+        let total = format!("{} MiB with the defaults", plan.config.pool_bytes() / MIB);
+        assert!(help.contains(&total), "{total} not in: {help}");
+        let shards = defaults.serve.shards;
+        let slot_min = Config::slot_bytes_min(shards).unwrap().div_ceil(MIB);
+        let min = format!("{slot_min} MiB for {shards} shards");
+        assert!(help.contains(&min), "{min} not in: {help}");
+        let data = format!(
+            "a {} MiB data zone and {} MiB of metadata",
+            plan.config.data_bytes / MIB,
+            (pool_overhead_bytes() - plan.config.data_bytes) / MIB
+        );
+        assert!(help.contains(&data), "{data} not in: {help}");
+    }
 }

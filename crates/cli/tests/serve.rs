@@ -12,6 +12,7 @@ mod common;
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -321,4 +322,535 @@ fn redis_cli_works_unchanged() {
     assert_eq!(pairs, [("a", "1"), ("b", "2")]);
     cli(server.port, &["SHUTDOWN"]);
     let _ = server.child.wait_with_output();
+}
+
+// ---------------------------------------------------------------------------------------------
+// Starting and stopping: what a failed start leaves behind, impossible sizes, stderr that
+// cannot be written, what INFO says about recovery.
+
+/// A store small enough for many starts: 8 shards, 1 MiB logs, 2 MiB slots.
+const SMALL: &[&str] = &["--shards", "8", "--log-mib", "1", "--slot-mib", "2"];
+
+/// A server process for the tests below, killed if the test ends (or panics) while it runs.
+struct Running {
+    child: Child,
+    port: u16,
+    /// What it printed before it listened.
+    said: Vec<String>,
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// `kavach args`, which must exit within 60 s (a start that should be refused but serves
+/// instead is killed, and fails the test rather than hanging it).
+fn kavach_exits(args: &[&str]) -> std::process::Output {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_kavach"))
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run kavach");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while child.try_wait().unwrap().is_none() {
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let out = child.wait_with_output().unwrap();
+            panic!(
+                "kavach {args:?} still runs after 60 s: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child.wait_with_output().unwrap()
+}
+
+/// A port nobody listens on now (the kernel's pick, released at once).
+fn free_port() -> u16 {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    l.local_addr().unwrap().port()
+}
+
+/// Connect to a server that is starting (up to 60 s).
+fn connect_when_up(server: &mut Running) -> Client {
+    let (port, child) = (server.port, &mut server.child);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        if let Ok(c) = Client::connect(port) {
+            return c;
+        }
+        if let Ok(Some(status)) = child.try_wait() {
+            panic!("kavach serve exited before listening: {status}");
+        }
+        assert!(Instant::now() < deadline, "kavach serve did not listen");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// One INFO field.
+fn info_field(c: &mut Client, section: &str, name: &str) -> String {
+    let text = c.call(&[b"INFO", section.as_bytes()]).unwrap().unwrap();
+    let text = String::from_utf8(text).unwrap();
+    text.lines()
+        .find_map(|l| l.strip_prefix(&format!("{name}:")))
+        .unwrap_or_else(|| panic!("no {name} in {text}"))
+        .to_string()
+}
+
+/// Writes `n` keys, shuts the server down with SHUTDOWN, and expects exit 0.
+fn write_and_shut_down(mut server: Running, mut c: Client, n: usize) {
+    for i in 0..n {
+        let (k, v) = (format!("key{i}"), format!("value{i}"));
+        let r = c.call(&[b"SET", k.as_bytes(), v.as_bytes()]).unwrap();
+        assert_eq!(r.as_deref(), Some(&b"OK"[..]));
+    }
+    let _ = c.send(&[b"SHUTDOWN"]);
+    let status = server.child.wait().unwrap();
+    assert_eq!(status.code(), Some(0), "SHUTDOWN exits 0");
+}
+
+/// The keys of [`write_and_shut_down`] are there after a restart that recovers a store closed
+/// cleanly.
+fn assert_reopens_clean_with(dir: &str, args: &[&str], n: usize) {
+    let server = start_with(dir, args);
+    let mut c = Client::connect(server.port).unwrap();
+    assert_eq!(
+        info_field(&mut c, "persistence", "recovery"),
+        "after_clean_shutdown"
+    );
+    assert_eq!(
+        c.call(&[b"DBSIZE"]).unwrap().as_deref(),
+        Some(n.to_string().as_bytes())
+    );
+    for i in 0..n {
+        let got = c.call(&[b"GET", format!("key{i}").as_bytes()]).unwrap();
+        assert_eq!(got, Some(format!("value{i}").into_bytes()));
+    }
+    write_and_shut_down(server, c, 0);
+}
+
+/// [`start`] with other store options.
+fn start_with(dir: &str, args: &[&str]) -> Running {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_kavach"))
+        .args(["serve", "--dir", dir, "--port", "0"])
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start kavach serve");
+    let err = child.stderr.take().expect("stderr");
+    let mut lines = BufReader::new(err).lines();
+    let mut seen = Vec::new();
+    let port = loop {
+        let Some(Ok(line)) = lines.next() else {
+            panic!("kavach serve exited before listening: {seen:?}");
+        };
+        if let Some(rest) = line.split("listening on ").nth(1) {
+            let addr = rest.split_whitespace().next().expect("address");
+            break addr.rsplit(':').next().unwrap().parse().expect("port");
+        }
+        seen.push(line);
+    };
+    std::thread::spawn(move || for _ in lines {});
+    Running {
+        child,
+        port,
+        said: seen,
+    }
+}
+
+/// Case 4 of issue 17: with stderr on a full device the server aborted at its first message
+/// (SIGABRT, exit 134), and with stderr on a pipe whose reader left (`2>&1 | head -1`) it
+/// aborted at a later one with its pool unclean. Messages it cannot write are dropped.
+#[test]
+fn a_stderr_that_cannot_be_written_does_not_stop_the_server() {
+    let scratch = Scratch::new("serve-stderr");
+    // stderr on /dev/full: every write fails with ENOSPC.
+    let dir = scratch.path("full");
+    let port = free_port();
+    let full = std::fs::OpenOptions::new()
+        .write(true)
+        .open("/dev/full")
+        .unwrap();
+    let child = Command::new(env!("CARGO_BIN_EXE_kavach"))
+        .args(["serve", "--dir", &dir, "--port", &port.to_string()])
+        .args(SMALL)
+        .stdin(Stdio::null())
+        .stdout(Stdio::from(full.try_clone().unwrap()))
+        .stderr(Stdio::from(full))
+        .spawn()
+        .unwrap();
+    let mut server = Running {
+        child,
+        port,
+        said: Vec::new(),
+    };
+    let mut c = connect_when_up(&mut server);
+    assert_ne!(info_field(&mut c, "server", "log_write_failures"), "0");
+    write_and_shut_down(server, c, 20);
+    assert_reopens_clean_with(&dir, SMALL, 20);
+
+    // stderr on a pipe closed after the first line: later writes fail with EPIPE.
+    let dir = scratch.path("pipe");
+    let port = free_port();
+    let child = Command::new(env!("CARGO_BIN_EXE_kavach"))
+        .args(["serve", "--dir", &dir, "--port", &port.to_string()])
+        .args(SMALL)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut server = Running {
+        child,
+        port,
+        said: Vec::new(),
+    };
+    {
+        let mut lines = BufReader::new(server.child.stderr.take().unwrap()).lines();
+        let first = lines.next().unwrap().unwrap();
+        assert!(first.contains("opening the store"), "{first}");
+    }
+    let c = connect_when_up(&mut server);
+    write_and_shut_down(server, c, 20);
+    assert_reopens_clean_with(&dir, SMALL, 20);
+}
+
+/// Runs `kavach serve args` that must be refused before it touches anything; returns its
+/// output.
+fn refused_start(dir: &str, args: &[&str], needle: &str) -> std::process::Output {
+    let o = kavach_exits(&[&["serve", "--dir", dir, "--port", "0"][..], args].concat());
+    common::assert_refused(&o, 2, needle);
+    o
+}
+
+/// The minimum a refusal names: `the minimum is N MiB`.
+fn minimum_mib(o: &std::process::Output) -> u64 {
+    let err = common::stderr(o);
+    let rest = err.split("the minimum is ").nth(1).expect("a minimum");
+    rest.split_whitespace().next().unwrap().parse().unwrap()
+}
+
+/// Case 5 of issue 17: `--slot-mib 1` (or 0) made a store that refused every write and, once
+/// its first checkpoint failed, could not be opened again; `--log-mib 0`, `--workers 0` and
+/// `--maxclients 0` were quietly raised to 1. Each is refused (exit 2, one line) before any
+/// file is made, naming the minimum, and the minimum named works: a write on every shard,
+/// a clean shutdown, a reopen with the data.
+#[test]
+fn impossible_sizes_and_counts_are_refused_up_front() {
+    let scratch = Scratch::new("serve-sizes");
+    let dir = scratch.path("store");
+    for (args, needle) in [
+        (&["--slot-mib", "1"][..], "--slot-mib 1 is too small"),
+        (&["--slot-mib", "0"], "--slot-mib 0 is too small"),
+        (&["--log-mib", "0"], "--log-mib 0 is too small"),
+        (&["--repl-log-mib", "0"], "--repl-log-mib 0 is too small"),
+        (&["--workers", "0"], "--workers must be at least 1"),
+        (&["--maxclients", "0"], "--maxclients must be at least 1"),
+        (&["--shards", "0"], "--shards must be in 1..="),
+        (
+            &["--slot-mib", "18446744073709551615"],
+            "more than the largest pool",
+        ),
+        (&["--log-mib", "70000000"], "more than the largest pool"),
+    ] {
+        refused_start(&dir, args, needle);
+        assert!(!Path::new(&dir).exists(), "{args:?} made {dir}");
+    }
+    for shards in ["8", "64"] {
+        let o = refused_start(&dir, &["--shards", shards, "--slot-mib", "1"], "minimum");
+        let min = minimum_mib(&o);
+        let below = (min - 1).to_string();
+        refused_start(&dir, &["--shards", shards, "--slot-mib", &below], "minimum");
+        let min = min.to_string();
+        let args = ["--shards", shards, "--log-mib", "1", "--slot-mib", &min];
+        let server = start_with(&dir, &args);
+        let mut c = Client::connect(server.port).unwrap();
+        // Enough keys that every shard takes writes and its arena grows.
+        let keys = 4000;
+        let mut mset: Vec<Vec<u8>> = vec![b"MSET".to_vec()];
+        for i in 0..keys {
+            mset.push(format!("key{i}").into_bytes());
+            mset.push(format!("value{i}").into_bytes());
+        }
+        let refs: Vec<&[u8]> = mset.iter().map(Vec::as_slice).collect();
+        assert_eq!(c.call(&refs).unwrap().as_deref(), Some(&b"OK"[..]));
+        assert_eq!(c.call(&[b"SAVE"]).unwrap().as_deref(), Some(&b"OK"[..]));
+        write_and_shut_down(server, c, 0);
+        assert_reopens_clean_with(&dir, &args, keys);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
+
+/// Every byte of the files under `dir` (none if it does not exist).
+fn snapshot(dir: &str) -> Vec<(String, Vec<u8>)> {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    let mut files: Vec<(String, Vec<u8>)> = entries
+        .map(|e| {
+            let e = e.unwrap();
+            let name = e.file_name().to_string_lossy().into_owned();
+            (name, std::fs::read(e.path()).unwrap())
+        })
+        .collect();
+    files.sort();
+    files
+}
+
+/// Case 6 of issue 17: `serve` created (or opened) its pool before binding the port, so a
+/// port in use or an address not on this host left a new pool behind, or an existing one
+/// marked unclean. It binds first now: a start that fails leaves every file as it was, byte
+/// for byte (the clean flag included), and makes no directory.
+#[test]
+fn a_start_that_cannot_listen_leaves_files_as_found() {
+    let scratch = Scratch::new("serve-bind");
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let taken_port = taken.local_addr().unwrap().port().to_string();
+    let taken_addr = format!("127.0.0.1:{taken_port}");
+    let failing: [&[&str]; 4] = [
+        &["--port", &taken_port],
+        // TEST-NET-1 (RFC 5737): never an address of this host.
+        &["--bind", "192.0.2.1"],
+        &["--role", "backup", "--listen", &taken_addr],
+        &["--role", "backup", "--listen", "192.0.2.1:0"],
+    ];
+    // No store yet: none is made, nor the directory.
+    let dir = scratch.path("new");
+    for args in failing {
+        let o = kavach_exits(&[&["serve", "--dir", &dir][..], SMALL, args].concat());
+        common::assert_refused(&o, 2, "cannot listen on");
+        assert!(!Path::new(&dir).exists(), "{args:?} made {dir}");
+    }
+    // A store closed cleanly: not a byte changes.
+    let dir = scratch.path("existing");
+    let server = start_with(&dir, SMALL);
+    let c = Client::connect(server.port).unwrap();
+    write_and_shut_down(server, c, 10);
+    let before = snapshot(&dir);
+    assert_eq!(before.len(), 1);
+    for args in failing {
+        let o = kavach_exits(&[&["serve", "--dir", &dir][..], SMALL, args].concat());
+        common::assert_refused(&o, 2, "cannot listen on");
+        assert!(
+            snapshot(&dir) == before,
+            "{args:?} changed the files in {dir}"
+        );
+    }
+    assert_reopens_clean_with(&dir, SMALL, 10);
+    drop(taken);
+}
+
+/// A replicated primary whose backups do not answer cannot start; it leaves no store, no log
+/// copy and no directory behind.
+#[test]
+fn a_replicated_start_that_fails_leaves_nothing_behind() {
+    let scratch = Scratch::new("serve-repl-fail");
+    let top = scratch.path("new");
+    let dir = scratch.path("new/dirs/primary");
+    let dead = format!("127.0.0.1:{}", free_port());
+    let o = kavach_exits(
+        &[
+            &["serve", "--dir", &dir, "--port", "0", "--replicas", &dead][..],
+            SMALL,
+            &["--backup-timeout-ms", "500"],
+        ]
+        .concat(),
+    );
+    common::assert_code(&o, 2);
+    assert!(
+        common::stderr(&o).contains("did not answer"),
+        "{}",
+        common::stderr(&o)
+    );
+    assert!(!Path::new(&top).exists(), "the failed start left {top}");
+}
+
+/// Case 9 of issue 17 (part): INFO said `recovered_after_clean_shutdown:1` for a store it had
+/// just created. It says `recovery:new` (and 0) then, and what recovery found afterwards.
+#[test]
+fn info_tells_a_new_store_from_a_recovered_one() {
+    let scratch = Scratch::new("serve-info-recovery");
+    let dir = scratch.path("store");
+    let server = start_with(&dir, SMALL);
+    let mut c = Client::connect(server.port).unwrap();
+    assert_eq!(info_field(&mut c, "persistence", "recovery"), "new");
+    assert_eq!(
+        info_field(&mut c, "persistence", "recovered_after_clean_shutdown"),
+        "0"
+    );
+    write_and_shut_down(server, c, 3);
+    let server = start_with(&dir, SMALL);
+    let mut c = Client::connect(server.port).unwrap();
+    assert_eq!(
+        info_field(&mut c, "persistence", "recovery"),
+        "after_clean_shutdown"
+    );
+    assert_eq!(
+        info_field(&mut c, "persistence", "recovered_after_clean_shutdown"),
+        "1"
+    );
+    drop(c);
+    drop(server); // SIGKILL
+    let server = start_with(&dir, SMALL);
+    let mut c = Client::connect(server.port).unwrap();
+    assert_eq!(info_field(&mut c, "persistence", "recovery"), "after_crash");
+    assert_eq!(
+        info_field(&mut c, "persistence", "recovered_after_clean_shutdown"),
+        "0"
+    );
+    write_and_shut_down(server, c, 0);
+}
+
+/// The pool file is the size `--help` and the creation message say: 2 x log + 2 x slot + the
+/// fixed part `--help` names.
+#[test]
+fn the_pool_is_the_size_help_states() {
+    let help = common::kavach(&["serve", "--help"]);
+    let help = common::stdout(&help);
+    let help = help.split_whitespace().collect::<Vec<_>>().join(" ");
+    let fixed: u64 = help
+        .split("2 x log + 2 x slot + ")
+        .nth(1)
+        .and_then(|r| r.split_whitespace().next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no size formula in --help: {help}"));
+    let scratch = Scratch::new("serve-size");
+    let dir = scratch.path("store");
+    let server = start_with(&dir, SMALL);
+    let c = Client::connect(server.port).unwrap();
+    write_and_shut_down(server, c, 0);
+    let bytes = std::fs::metadata(Path::new(&dir).join("kavach.pool"))
+        .unwrap()
+        .len();
+    assert_eq!(bytes, (2 + 2 * 2 + fixed) << 20, "--help: {help}");
+}
+
+/// Case 5's general form: a write admitted below the shadow slots' capacity can grow the state
+/// past it (arenas grow by half at a time). The next checkpoint then failed half-way ("shadow
+/// slot 0 is full ... outgrown its pool") or wrote an image the loader refuses, and the store
+/// could never be opened again, with every acknowledged write in it. Now no checkpoint starts
+/// whose image would not fit: the store opens from its last image and log, with every
+/// acknowledged key.
+#[test]
+fn a_store_that_outgrows_its_slots_still_opens_with_every_acknowledged_write() {
+    let scratch = Scratch::new("serve-outgrown");
+    let dir = scratch.path("store");
+    let args = ["--shards", "8", "--log-mib", "1", "--slot-mib", "2"];
+    let server = start_with(&dir, &args);
+    let mut c = Client::connect(server.port).unwrap();
+    let mut acked = 0usize;
+    for round in 0..1000 {
+        let mut mset: Vec<Vec<u8>> = vec![b"MSET".to_vec()];
+        for i in 0..300 {
+            mset.push(format!("r{round}-k{i}").into_bytes());
+            mset.push(b"vvvvvvvvvv".to_vec());
+        }
+        let refs: Vec<&[u8]> = mset.iter().map(Vec::as_slice).collect();
+        match c.call(&refs) {
+            Ok(Some(r)) if r == b"OK" => acked += 300,
+            _ => break, // refused: the store is full
+        }
+    }
+    assert!(acked > 0, "no write was acknowledged");
+    let _ = c.send(&[b"SHUTDOWN"]);
+    let mut server = server;
+    server.child.wait().unwrap();
+    drop(server);
+    let server = start_with(&dir, &args);
+    let mut c = Client::connect(server.port).unwrap();
+    assert_eq!(
+        c.call(&[b"DBSIZE"]).unwrap(),
+        Some(acked.to_string().into_bytes())
+    );
+    let last = format!("r{}-k299", acked / 300 - 1);
+    assert_eq!(
+        c.call(&[b"GET", last.as_bytes()]).unwrap().as_deref(),
+        Some(&b"vvvvvvvvvv"[..])
+    );
+}
+
+/// `kavach promote --timeout 0` was quietly taken as 1 s; it is refused, naming the option.
+#[test]
+fn promote_refuses_a_zero_timeout() {
+    let o = kavach_exits(&["promote", "--port", "1", "--timeout", "0"]);
+    assert_eq!(o.status.code(), Some(2));
+    let err = common::stderr(&o);
+    assert!(err.contains("--timeout"), "{err}");
+}
+
+/// A replicated primary that cannot recover (its backup is down) leaves its directory as it
+/// found it: the store view it moved aside is put back, no copy of it is left, and the log
+/// copy is closed again (clean).
+#[test]
+fn a_replicated_restart_that_fails_puts_the_store_view_back() {
+    let scratch = Scratch::new("serve-repl-restart");
+    let (bdir, pdir) = (scratch.path("backup"), scratch.path("primary"));
+    let backup = start_with(
+        &bdir,
+        &[SMALL, &["--role", "backup", "--listen", "127.0.0.1:0"]].concat(),
+    );
+    let listen = backup
+        .said
+        .iter()
+        .find_map(|l| l.split("replication protocol on ").nth(1))
+        .expect("the backup's address")
+        .trim()
+        .to_string();
+    let primary = start_with(&pdir, &[SMALL, &["--replicas", &listen]].concat());
+    let c = Client::connect(primary.port).unwrap();
+    write_and_shut_down(primary, c, 5);
+    let c = Client::connect(backup.port).unwrap();
+    write_and_shut_down(backup, c, 0);
+    let store = Path::new(&pdir).join("kavach.pool");
+    let before = std::fs::read(&store).unwrap();
+    let names = |d: &str| {
+        let mut v: Vec<String> = std::fs::read_dir(d)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        v.sort();
+        v
+    };
+    let files = names(&pdir);
+    let o = kavach_exits(
+        &[
+            &[
+                "serve",
+                "--dir",
+                &pdir,
+                "--port",
+                "0",
+                "--replicas",
+                &listen,
+            ][..],
+            SMALL,
+            &["--backup-timeout-ms", "500"],
+        ]
+        .concat(),
+    );
+    common::assert_code(&o, 2);
+    assert_eq!(names(&pdir), files);
+    assert!(
+        std::fs::read(&store).unwrap() == before,
+        "the store view changed"
+    );
+    let info = common::kavach(&[
+        "pool",
+        "info",
+        &Path::new(&pdir).join("replica.pool").to_string_lossy(),
+        "--json",
+    ]);
+    let info = common::json(&info);
+    assert_eq!(
+        info["clean_shutdown"], true,
+        "the log copy is left closed: {info}"
+    );
 }

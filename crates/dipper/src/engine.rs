@@ -67,6 +67,19 @@ pub trait Machine: Send + Sync + 'static {
     ) -> Result<()>;
 }
 
+/// Pages of an image of `arenas` (what a slot must hold).
+fn image_pages(arenas: &[Arena]) -> u64 {
+    arenas.iter().map(|a| a.pages() as u64).sum()
+}
+
+/// Whether a write that may grow the DRAM state is accepted when the shards' arenas hold
+/// `arena_bytes` and a shadow slot holds `slot_capacity_bytes`: the state plus a sixteenth of
+/// headroom (for the growth of the write itself) must fit in the slot; past that only writes
+/// that do not grow it are accepted.
+pub fn admits_growth(arena_bytes: u64, slot_capacity_bytes: u64) -> bool {
+    arena_bytes.saturating_add(arena_bytes / 16) <= slot_capacity_bytes
+}
+
 /// Sizes of a new store.
 #[derive(Debug, Clone, Copy)]
 pub struct Layout {
@@ -506,15 +519,21 @@ impl<M: Medium + Clone + Send + Sync + 'static, S: Machine> Dipper<M, S> {
         report.load_ms = start.elapsed().as_millis() as u64;
         let replay_start = Instant::now();
         let archived = 1 - root.active as usize;
+        let target = if root.slot == SLOT_NONE {
+            0
+        } else {
+            1 - root.slot as usize
+        };
         if root.state == STATE_CHECKPOINTING {
-            report.redone_checkpoint = true;
             report.archived_records =
                 replay(&machine, &logs[archived], &mut arenas, opts.replay_threads)?;
-            let target = if root.slot == SLOT_NONE {
-                0
-            } else {
-                1 - root.slot as usize
-            };
+        }
+        if root.state == STATE_CHECKPOINTING && image_pages(&arenas) > geo[target].capacity {
+            // The interrupted checkpoint's image has outgrown the slots: it cannot be redone.
+            // The root and both logs stay as they are, so the store opens from the image and
+            // both logs, every time, and takes no checkpoint (see `checkpoint_locked`).
+        } else if root.state == STATE_CHECKPOINTING {
+            report.redone_checkpoint = true;
             let mut map = SlotMap::empty(shards);
             slot::write(
                 &medium,
@@ -783,7 +802,7 @@ impl<M: Medium + Clone + Send + Sync + 'static, S: Machine> Inner<M, S> {
         self.check_open()?;
         if grows {
             let used = self.arena_bytes.load(Ordering::Relaxed);
-            if used + used / 16 > self.slot_capacity {
+            if !admits_growth(used, self.slot_capacity) {
                 return Err(DipperError::OutOfSpace(format!(
                     "the DRAM state ({used} bytes) is near the shadow slots' capacity ({} bytes); \
                      only deletions are accepted",
@@ -979,10 +998,31 @@ impl<M: Medium + Clone + Send + Sync + 'static, S: Machine> Inner<M, S> {
 
     fn checkpoint_locked(&self, ck: &mut Checkpointer, forced: bool) -> Result<CheckpointStats> {
         let start = Instant::now();
+        if ck.root.state == STATE_CHECKPOINTING {
+            // Left so by an open that could not redo it (its image does not fit a slot).
+            return Err(DipperError::OutOfSpace(
+                "the store has outgrown its shadow slots: an interrupted checkpoint cannot be \
+                 finished; the operation logs keep every acknowledged write"
+                    .into(),
+            ));
+        }
         // 1. Swap the logs.
         let swap_start = Instant::now();
         let old = {
             let mut gate = self.gate.write().map_err(|_| poisoned())?;
+            // A write admitted below the slot's capacity can grow the state past it (an arena
+            // grows by half its size at a time). Its image would not fit: a checkpoint started
+            // now could neither finish nor be redone at the next open, and the store could not
+            // be opened again. Refuse before the root changes: the logs keep every change and
+            // the store opens from its last image and its log.
+            let image = self.arena_bytes.load(Ordering::Relaxed);
+            if image > self.slot_capacity {
+                return Err(DipperError::OutOfSpace(format!(
+                    "the DRAM state ({image} bytes) has outgrown the shadow slots ({} bytes): no \
+                     checkpoint can hold it; the operation log keeps every acknowledged write",
+                    self.slot_capacity
+                )));
+            }
             let old = *gate;
             let log = &self.logs[old];
             let next = log.next_lsn();
@@ -1024,6 +1064,17 @@ impl<M: Medium + Clone + Send + Sync + 'static, S: Machine> Inner<M, S> {
         } else {
             1 - ck.root.slot as usize
         };
+        // Writes in flight at the swap can still have grown the image past the slot. Written
+        // in part, it would be an image the loader refuses; stop here instead (the next open
+        // leaves it unfinished, see `open`).
+        let pages = image_pages(&ck.mirror);
+        if pages > ck.geo[target].capacity {
+            return Err(DipperError::OutOfSpace(format!(
+                "the checkpoint image ({pages} pages) has outgrown shadow slot {target} ({} \
+                 pages); the operation logs keep every acknowledged write",
+                ck.geo[target].capacity
+            )));
+        }
         for s in 0..ck.mirror.len() {
             let d = ck.mirror[s].take_dirty();
             set_bits(&mut ck.dirty_since[0][s], &d);

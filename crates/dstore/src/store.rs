@@ -104,6 +104,42 @@ impl Config {
         2 * self.log_bytes + 2 * self.slot_bytes + self.data_bytes + (16 << 20)
     }
 
+    /// The smallest shadow slot (bytes of its region) for a new store of `shards` shards, from
+    /// the layout: the slot must hold the image of the empty store after a write on every
+    /// shard (each arena grown once, as the arena grows), and the engine must accept writes
+    /// into the empty store ([`dipper::engine::admits_growth`]). A smaller slot makes a store
+    /// that refuses every write, or whose first checkpoint cannot be written, so that it cannot
+    /// be closed or reopened.
+    pub fn slot_bytes_min(shards: usize) -> StoreResult<u64> {
+        use dipper::Machine;
+        let page = dipper::arena::PAGE as u64;
+        let mut arena = dipper::Arena::new();
+        Kv { seed: 0, shards }.init(0, &mut arena)?;
+        let empty = arena.len();
+        // Grow it once, as writes do: small blocks until the arena has to extend. Each takes
+        // at least 64 bytes of the `empty` ones, so this ends within `empty / 64` blocks.
+        for _ in 0..=empty / 64 {
+            if arena.len() > empty {
+                break;
+            }
+            arena.alloc(64)?;
+        }
+        assert!(arena.len() > empty, "an arena grows when it is full");
+        let shards = shards as u64;
+        let grown_image = shards * arena.len() as u64;
+        let empty_image = shards * empty as u64;
+        let mut capacity = grown_image.next_multiple_of(page);
+        while !dipper::engine::admits_growth(empty_image, capacity) {
+            capacity += page;
+        }
+        let pages = capacity / page;
+        let mut len = dipper::layout::SLOT_HEADER_BYTES as u64 + pages * page;
+        while dipper::layout::slot_geometry(len).is_none_or(|(cap, _)| cap < pages) {
+            len += page;
+        }
+        Ok(len)
+    }
+
     fn options(&self) -> Options {
         Options {
             policy: self.policy,

@@ -786,6 +786,10 @@ fn info_sections(shared: &Shared) -> Vec<InfoSection> {
                 line("uptime_in_days", (uptime / 86_400).to_string()),
                 line("io_threads_active", "0".into()),
                 line("workers", c.workers.to_string()),
+                line(
+                    "log_write_failures",
+                    crate::console::write_failures().to_string(),
+                ),
             ],
         ),
         (

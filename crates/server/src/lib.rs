@@ -4,13 +4,16 @@
 //! - [`server`]: [`Server`], its [`Config`], [`ShutdownHandle`] and [`install_signal_handlers`].
 //! - [`backend`]: the [`Backend`](backend::Backend) contract the server calls.
 //! - [`oplog`]: writes as operation records, for a replicated store's log.
+//! - [`console`]: operator messages that never panic ([`say!`], [`say_out!`]).
 //!
 //! ```no_run
 //! # fn demo(store: std::sync::Arc<dyn server::backend::Backend>) -> std::io::Result<()> {
 //! let config = server::Config { port: 0, ..server::Config::default() };
-//! let server = server::Server::bind(config, store)?;
-//! server::install_signal_handlers(&server.handle())?;
-//! println!("listening on {}", server.local_addr());
+//! // Bind first: a port that is taken fails here, before the store is opened or created.
+//! let listener = server::Listener::bind(config)?;
+//! server::install_signal_handlers(&listener.handle())?;
+//! println!("listening on {}", listener.local_addr());
+//! let server = listener.into_server(store);
 //! let summary = server.run()?; // returns after SIGTERM, SIGINT or SHUTDOWN
 //! println!("{} commands", summary.commands_processed);
 //! # Ok(())
@@ -20,6 +23,7 @@
 
 pub mod backend;
 mod command;
+pub mod console;
 mod glob;
 pub mod oplog;
 pub mod resp;
@@ -27,4 +31,4 @@ pub mod server;
 
 pub use command::{REDIS_VERSION, SCAN_COUNT_MAX};
 pub use resp::{Limits, ProtocolError};
-pub use server::{Config, RunSummary, Server, ShutdownHandle, install_signal_handlers};
+pub use server::{Config, Listener, RunSummary, Server, ShutdownHandle, install_signal_handlers};

@@ -311,10 +311,34 @@ impl fmt::Debug for Server {
     }
 }
 
-impl Server {
-    /// Binds the listening socket and prepares the event loops; serves nothing until
-    /// [`run`](Server::run). Fails with `InvalidInput` if `workers` or `max_clients` is 0.
-    pub fn bind(config: Config, backend: Arc<dyn Backend>) -> io::Result<Server> {
+/// A bound listening socket and prepared event loops, with no backend yet: bind first, then
+/// open the store, then [`into_server`](Listener::into_server). A start that fails to bind (a
+/// port in use, an address not on this host) then fails before any file is opened or created.
+///
+/// Connections that arrive before [`Server::run`] wait in the socket's backlog.
+pub struct Listener {
+    listener: TcpListener,
+    local_addr: SocketAddr,
+    poll: Poll,
+    worker_polls: Vec<Poll>,
+    worker_wakers: Vec<Arc<Waker>>,
+    handle: ShutdownHandle,
+    config: Config,
+}
+
+impl fmt::Debug for Listener {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Listener")
+            .field("local_addr", &self.local_addr)
+            .field("config", &self.config)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Listener {
+    /// Binds the listening socket and prepares the event loops. Fails with `InvalidInput` if
+    /// `workers` or `max_clients` is 0.
+    pub fn bind(config: Config) -> io::Result<Listener> {
         if config.workers == 0 || config.max_clients == 0 {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
@@ -342,6 +366,39 @@ impl Server {
                 wakers,
             }),
         };
+        Ok(Listener {
+            listener,
+            local_addr,
+            poll,
+            worker_polls,
+            worker_wakers,
+            handle,
+            config,
+        })
+    }
+
+    /// The address it listens on (with the port picked when `port` was 0).
+    pub fn local_addr(&self) -> SocketAddr {
+        self.local_addr
+    }
+
+    /// A handle to shut the server down, from now on: a shutdown requested before
+    /// [`Server::run`] makes `run` stop at once (and still call [`Backend::shutdown`]).
+    pub fn handle(&self) -> ShutdownHandle {
+        self.handle.clone()
+    }
+
+    /// The server over `backend`, ready to [`run`](Server::run).
+    pub fn into_server(self, backend: Arc<dyn Backend>) -> Server {
+        let Listener {
+            listener,
+            local_addr,
+            poll,
+            worker_polls,
+            worker_wakers,
+            handle,
+            config,
+        } = self;
         let shared = Arc::new(Shared {
             backend,
             config,
@@ -352,14 +409,24 @@ impl Server {
             handle,
             next_client_id: AtomicU64::new(1),
         });
-        Ok(Server {
+        Server {
             listener,
             local_addr,
             poll,
             worker_polls,
             worker_wakers,
             shared,
-        })
+        }
+    }
+}
+
+impl Server {
+    /// Binds the listening socket and prepares the event loops; serves nothing until
+    /// [`run`](Server::run). Fails with `InvalidInput` if `workers` or `max_clients` is 0.
+    /// [`Listener::bind`] then [`Listener::into_server`], for a backend that exists before the
+    /// bind.
+    pub fn bind(config: Config, backend: Arc<dyn Backend>) -> io::Result<Server> {
+        Ok(Listener::bind(config)?.into_server(backend))
     }
 
     /// The address the server listens on (with the port picked when `port` was 0).

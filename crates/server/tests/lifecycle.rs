@@ -3,6 +3,7 @@
 
 mod support;
 
+use std::io::{Read, Write};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -88,6 +89,40 @@ fn shutdown_before_run_returns_at_once() {
     assert!(handle.is_shutdown_requested());
     let summary = server.run().expect("run");
     assert_eq!(summary.commands_processed, 0);
+    assert_eq!(backend.shutdown_calls(), 1);
+}
+
+/// The port is bound before there is a backend (`kavach serve` binds, then opens its store):
+/// a port in use fails with no backend made, and a client that connects before the backend
+/// exists is served once the server runs.
+#[test]
+fn a_listener_binds_before_the_backend_exists() {
+    let listener = server::Listener::bind(Config {
+        port: 0,
+        workers: 2,
+        ..Config::default()
+    })
+    .expect("bind");
+    let addr = listener.local_addr();
+    let taken = server::Listener::bind(Config {
+        port: addr.port(),
+        ..Config::default()
+    })
+    .unwrap_err();
+    assert_eq!(taken.kind(), std::io::ErrorKind::AddrInUse);
+    let mut early = std::net::TcpStream::connect(addr).expect("connect to the backlog");
+    early.set_read_timeout(Some(IO_TIMEOUT)).unwrap();
+    let backend = ReferenceBackend::new();
+    let server = listener.into_server(backend.clone());
+    let handle = server.handle();
+    let running = std::thread::spawn(move || server.run());
+    early.write_all(b"*1\r\n$4\r\nPING\r\n").unwrap();
+    let mut reply = [0u8; 7];
+    early.read_exact(&mut reply).unwrap();
+    assert_eq!(&reply, b"+PONG\r\n");
+    handle.shutdown();
+    let summary = running.join().unwrap().expect("run");
+    assert_eq!(summary.commands_processed, 1);
     assert_eq!(backend.shutdown_calls(), 1);
 }
 

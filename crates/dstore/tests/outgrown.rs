@@ -1,0 +1,103 @@
+//! A store whose DRAM state outgrew its shadow slots still opens with every acknowledged write.
+//!
+//! The engine admits a growing write while the state plus a sixteenth fits a slot, but an arena
+//! grows by half its size at a time, so one admitted write can take the state past the slot.
+//! A checkpoint of that state cannot be written, and one interrupted half-way (the root says
+//! "checkpointing") could not be redone at open: the store could never be opened again.
+
+use std::path::PathBuf;
+
+use dipper::layout::{ROOT_REGION, STATE_CHECKPOINTING};
+use dipper::root::Root;
+use dstore::{Config, Store, StoreError};
+use pmem::{OpenOptions, Pool};
+
+/// A scratch directory, removed at the end.
+struct Scratch(PathBuf);
+
+impl Scratch {
+    fn new(tag: &str) -> Scratch {
+        let base = if std::path::Path::new("/dev/shm").is_dir() {
+            PathBuf::from("/dev/shm")
+        } else {
+            std::env::temp_dir()
+        };
+        let d = base.join(format!("kavach-dstore-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        Scratch(d)
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// One shard (a fixed key placement), a slot of 128 pages, no background checkpoints. The
+/// arena grows 64, 128, 192, 288, 432, 648 KiB: at 432 KiB (432 x 17/16 <= 512) a write is
+/// admitted, and the arena grows to 648 KiB, past the slot.
+fn config() -> Config {
+    let page = dipper::arena::PAGE as u64;
+    let mut slot_bytes = dipper::layout::SLOT_HEADER_BYTES as u64 + 128 * page;
+    while dipper::layout::slot_geometry(slot_bytes).is_none_or(|(pages, _)| pages < 128) {
+        slot_bytes += page;
+    }
+    Config {
+        shards: 1,
+        log_bytes: 8 << 20,
+        slot_bytes,
+        background: false,
+        ..Config::default()
+    }
+}
+
+fn key(i: usize) -> Vec<u8> {
+    format!("key-{i:06}").into_bytes()
+}
+
+#[test]
+fn an_interrupted_checkpoint_that_cannot_fit_is_left_unfinished_and_the_store_opens() {
+    let scratch = Scratch::new("outgrown");
+    let (store, _) = Store::open_dir(&scratch.0, config()).unwrap();
+    let mut acked = 0;
+    loop {
+        match store.set(&key(acked), b"value", false, false, None) {
+            Ok(_) => acked += 1,
+            Err(StoreError::OutOfSpace(_)) => break,
+            Err(e) => panic!("write {acked}: {e}"),
+        }
+        assert!(acked < 1_000_000, "the store never filled");
+    }
+    let st = store.engine().stats();
+    assert!(
+        st.arena_bytes > st.slot_capacity_bytes,
+        "the setup should overshoot: {} bytes in a {}-byte slot",
+        st.arena_bytes,
+        st.slot_capacity_bytes
+    );
+    // A crash, then the root as a checkpoint that swapped the logs leaves it: every record in
+    // the archived log, the image still the empty one.
+    drop(store);
+    let path = scratch.0.join(dstore::POOL_FILE);
+    let pool = Pool::open(&path, &OpenOptions::default()).unwrap();
+    let base = pool.region(ROOT_REGION).unwrap().offset as usize;
+    let (mut root, _) = Root::load(pool.medium(), base, &pool.uuid()).unwrap();
+    root.active = 1 - root.active;
+    root.state = STATE_CHECKPOINTING;
+    root.store(pool.medium(), base, &pool.uuid()).unwrap();
+    drop(pool); // not closed: still a crash
+    for _ in 0..2 {
+        let (store, opened) = Store::open_dir(&scratch.0, config()).expect("the store opens");
+        assert!(!opened.recovery.redone_checkpoint);
+        assert_eq!(opened.recovery.archived_records, acked as u64);
+        assert_eq!(store.dbsize().unwrap(), acked as u64);
+        for i in [0, acked / 2, acked - 1] {
+            assert_eq!(store.get(&key(i)).unwrap().as_deref(), Some(&b"value"[..]));
+        }
+        // No checkpoint starts whose image cannot fit.
+        assert!(matches!(store.save(), Err(StoreError::OutOfSpace(_))));
+        // Closing cannot take its final checkpoint; the next open is as after a crash.
+        assert!(store.close().is_err());
+    }
+}
