@@ -606,6 +606,13 @@ fn open_backend(
 /// moved is put back ([`Undo`]).
 pub fn run(a: &ServeArgs) -> Result<Outcome> {
     let plan = plan(a)?;
+    if a.dir.exists() && !a.dir.is_dir() {
+        return Err(refused(format!(
+            "--dir {} exists and is not a directory (the store is a directory holding {})",
+            a.dir.display(),
+            dstore::POOL_FILE
+        )));
+    }
     let listener = server::Listener::bind(plan.server.clone())
         .map_err(|e| refused(format!("cannot listen on {}:{}: {e}", a.bind, a.port)))?;
     let repl_listener = match (&a.listen, plan.backup) {
