@@ -1,7 +1,8 @@
 //! The C interface from C: compile `tests/c/api_test.c` and `examples/c/list.c` with the
-//! system C compiler against this crate's `libkavach.a` (and once against `libkavach.so`), run
-//! them on pools in `/dev/shm` (or the temporary directory) and check their exit status and
-//! output.
+//! system C compiler against this crate's `libkavach.a` and `libkavach.so`, by path and through
+//! the pkg-config files `kavach-static.pc` and `kavach.pc` (as the README's "Using Kavach from
+//! C" does), run them on pools in `/dev/shm` (or the temporary directory) and check their exit
+//! status and output.
 //!
 //! Where the libraries come from: cargo builds this package's library with every crate type
 //! of its `[lib]` before it builds the integration tests, and rustc writes `libkavach.a` and
@@ -9,8 +10,10 @@
 //! this test's executable. So they are found next to `std::env::current_exe()`, which works for
 //! `cargo test -p kavach-heap-ffi`, `cargo test --workspace`, any profile and any target
 //! directory. (`cargo build` also copies them to `target/<profile>/`; `cargo test` does not.)
-//! No build script is involved. A missing C compiler fails the test: gcc is part of the
-//! environment.
+//! The build script (`build.rs`) writes the `.pc` files into `target/<profile>/`, the parent of
+//! `deps`, pointing at `deps`. `pkg-config` is used when installed; without it the test reads
+//! the files itself (and when it is installed, checks that both read the same). A missing C
+//! compiler fails the test: gcc is part of the environment.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -81,19 +84,28 @@ impl Drop for Scratch {
 
 /// Compile `source` (relative to the crate) into `out`, linked with `lib` and `extra` flags.
 fn compile(source: &str, out: &Path, lib: &Path, extra: &[&str]) {
+    let mut flags = vec![
+        "-I".to_owned(),
+        Path::new(CRATE).join("include").display().to_string(),
+        lib.display().to_string(),
+    ];
+    flags.extend(extra.iter().map(|s| s.to_string()));
+    flags.extend(NATIVE_LIBS.iter().map(|s| s.to_string()));
+    compile_with(source, out, &flags);
+}
+
+/// Compile `source` (relative to the crate) into `out` with `flags` after it (include
+/// directories and libraries).
+fn compile_with(source: &str, out: &Path, flags: &[String]) {
     let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
     let mut cmd = Command::new(&cc);
     cmd.args([
         "-std=c11", "-Wall", "-Wextra", "-Werror", "-O1", "-g", "-pthread",
     ])
-    .arg("-I")
-    .arg(Path::new(CRATE).join("include"))
     .arg(Path::new(CRATE).join(source))
     .arg("-o")
     .arg(out)
-    .arg(lib)
-    .args(extra)
-    .args(NATIVE_LIBS);
+    .args(flags);
     let output = cmd.output().unwrap_or_else(|e| {
         panic!("cannot run the C compiler `{cc}` ({e}): these tests need gcc (or set CC)")
     });
@@ -148,16 +160,13 @@ fn api_test_shared() {
     api_test(&so, &[&rpath]);
 }
 
-#[test]
-fn list_example() {
-    let work = Scratch::new("list");
-    let bin = work.0.join("list");
-    compile("examples/c/list.c", &bin, &library("libkavach.a"), &[]);
+/// Push, pop and print with `examples/c/list.c` built as `bin`, checking every output.
+fn list_session(bin: &Path, work: &Scratch) {
     let pool = work.0.join("list.pool");
     let list = |args: &[&str]| {
         let mut all: Vec<&Path> = vec![&pool];
         all.extend(args.iter().map(Path::new));
-        stdout(&run(&bin, &all))
+        stdout(&run(bin, &all))
     };
     assert_eq!(
         list(&["push", "5"]),
@@ -176,4 +185,152 @@ fn list_example() {
     assert_eq!(list(&["push", "200"]).matches("[item ").count(), 200);
     // The pool is reused: 200 pushes after 6 and 6 pops.
     assert!(list(&["print"]).starts_with("count 200: [item 205] [item 204]"));
+}
+
+#[test]
+fn list_example() {
+    let work = Scratch::new("list");
+    let bin = work.0.join("list");
+    compile("examples/c/list.c", &bin, &library("libkavach.a"), &[]);
+    list_session(&bin, &work);
+}
+
+// ------------------------------------------------------------------------------- pkg-config
+
+/// The directory the build script writes `kavach.pc` and `kavach-static.pc` to:
+/// `target/<profile>/`, the parent of `deps`.
+fn pc_dir() -> PathBuf {
+    deps_dir()
+        .parent()
+        .expect("deps has a parent")
+        .to_path_buf()
+}
+
+/// The compiler flags of the pkg-config package `name` as `pkg-config --cflags --libs` gives
+/// them, read from the `.pc` file: variables (`name=value`, `${name}` expanded), then the
+/// `Cflags:` and `Libs:` fields.
+fn read_pc(path: &Path) -> Vec<String> {
+    let text = std::fs::read_to_string(path).unwrap_or_else(|e| {
+        panic!(
+            "{}: {e} (crates/heap-ffi/build.rs writes it on every build of the crate)",
+            path.display()
+        )
+    });
+    let mut vars: Vec<(String, String)> = Vec::new();
+    let expand = |v: &str, vars: &[(String, String)]| {
+        let mut v = v.to_owned();
+        while let Some(i) = v.find("${") {
+            let end = i + v[i..].find('}').expect("an unterminated ${");
+            let name = &v[i + 2..end];
+            let value = vars
+                .iter()
+                .find(|(n, _)| n == name)
+                .unwrap_or_else(|| panic!("{}: ${{{name}}} is not defined", path.display()))
+                .1
+                .clone();
+            v.replace_range(i..=end, &value);
+        }
+        v
+    };
+    let (mut cflags, mut libs) = (String::new(), String::new());
+    for line in text.lines().map(str::trim) {
+        if line.starts_with('#') || line.is_empty() {
+            continue;
+        }
+        let colon = line.find(':');
+        match line.find('=') {
+            Some(eq) if colon.is_none_or(|c| eq < c) => {
+                let value = expand(line[eq + 1..].trim(), &vars);
+                vars.push((line[..eq].trim().to_owned(), value));
+            }
+            _ => {
+                let (key, value) = line.split_at(colon.expect("a `Key: value` line"));
+                let value = expand(value[1..].trim(), &vars);
+                match key {
+                    "Cflags" => cflags = value,
+                    "Libs" => libs = value,
+                    _ => {}
+                }
+            }
+        }
+    }
+    cflags
+        .split_whitespace()
+        .chain(libs.split_whitespace())
+        .map(str::to_owned)
+        .collect()
+}
+
+/// The flags to build a program with package `name`: from `pkg-config` when it is installed
+/// (and then the file must read the same without it), else read from the file.
+fn pc_flags(name: &str) -> Vec<String> {
+    let dir = pc_dir();
+    let from_file = read_pc(&dir.join(format!("{name}.pc")));
+    match Command::new("pkg-config")
+        .args(["--cflags", "--libs", name])
+        .env("PKG_CONFIG_PATH", &dir)
+        .output()
+    {
+        Ok(out) => {
+            assert!(
+                out.status.success(),
+                "pkg-config --cflags --libs {name} with PKG_CONFIG_PATH={}: {}",
+                dir.display(),
+                String::from_utf8_lossy(&out.stderr)
+            );
+            let flags: Vec<String> = String::from_utf8_lossy(&out.stdout)
+                .split_whitespace()
+                .map(str::to_owned)
+                .collect();
+            assert_eq!(flags, from_file, "pkg-config and the file disagree");
+            flags
+        }
+        Err(e) => {
+            println!("pkg-config not found ({e}): using the flags read from {name}.pc");
+            from_file
+        }
+    }
+}
+
+/// Does the executable `bin` name `libkavach.so` (a dynamic dependency on it)?
+fn needs_shared_library(bin: &Path) -> bool {
+    let bytes = std::fs::read(bin).expect("read the executable");
+    bytes
+        .windows(b"libkavach.so".len())
+        .any(|w| w == b"libkavach.so")
+}
+
+/// What the README's "Using Kavach from C" says: `cc prog.c $(pkg-config --cflags --libs
+/// kavach-static)` links `libkavach.a` into the program.
+#[test]
+fn pkg_config_static() {
+    let flags = pc_flags("kavach-static");
+    assert!(
+        flags.iter().any(|f| f.ends_with("/libkavach.a")),
+        "{flags:?}"
+    );
+    let work = Scratch::new("pc-static");
+    let bin = work.0.join("list");
+    compile_with("examples/c/list.c", &bin, &flags);
+    assert!(
+        !needs_shared_library(&bin),
+        "the static build needs libkavach.so"
+    );
+    list_session(&bin, &work);
+}
+
+/// `cc prog.c $(pkg-config --cflags --libs kavach)` links against `libkavach.so`, and the
+/// program finds it at run time without LD_LIBRARY_PATH (the file's rpath).
+#[test]
+fn pkg_config_shared() {
+    let flags = pc_flags("kavach");
+    assert!(flags.iter().any(|f| f == "-lkavach"), "{flags:?}");
+    let work = Scratch::new("pc-shared");
+    let bin = work.0.join("list");
+    compile_with("examples/c/list.c", &bin, &flags);
+    assert!(
+        needs_shared_library(&bin),
+        "the shared build does not use libkavach.so"
+    );
+    list_session(&bin, &work);
 }

@@ -9,12 +9,19 @@
 //! - [`check`]: the walk behind `kavach heap check` and `kavach heap stats`.
 //!
 //! Formats: `docs/format/heap.md`, `docs/format/undo-log.md`.
+//!
+//! The only unsafe code is the `Pod` implementations of [`typed`]'s persistent pointer and lock
+//! types (`docs/unsafe.md`, "Typed access to the heap").
+
+#![deny(unsafe_code)]
 
 pub mod check;
 pub mod error;
 pub mod file;
 pub mod layout;
 pub mod raw;
+// Unsafe: `unsafe impl Pod` for PPtr, PMutex and PRwLock (their layouts have no padding).
+#[allow(unsafe_code)]
 pub mod typed;
 
 pub use error::{HeapError, Result};

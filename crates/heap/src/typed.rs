@@ -12,6 +12,10 @@
 //!   `Heap<P>` accepts only `PPtr<_, P>`; one heap per tag may be open at a time, checked at
 //!   run time, so a tag names one pool.
 //! - **A transaction that outlives its closure**, or a [`Tx`] used after commit.
+//! - **Padding in a stored value**, whose bytes would be uninitialised memory that storing it
+//!   reads. `Pod` excludes padding (`#[derive(Pod)]` refuses a struct with a gap, also one
+//!   around a lock), and [`PMutex`] and [`PRwLock`] have none for any value type (their
+//!   layout is `packed(8)`; see [`PMutex`]), so a `PMutex<u128>` is 24 plain bytes.
 //!
 //! ```compile_fail
 //! // No store outside a transaction: `Heap` has no method that writes.
@@ -42,6 +46,27 @@
 //! #[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
 //! #[repr(C)]
 //! struct Node { next: Box<u64> }
+//! ```
+//!
+//! ```compile_fail
+//! // A lock guards plain bytes only: not a reference.
+//! static X: u64 = 5;
+//! let m = heap::PMutex::new(&X);
+//! ```
+//!
+//! ```compile_fail
+//! // A struct with padding before its lock (7 bytes after `flag`) is not plain bytes.
+//! #[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
+//! #[repr(C)]
+//! struct Account { flag: u8, balance: heap::PMutex<u64> }
+//! ```
+//!
+//! ```
+//! // Without the gap it is; a lock around a 16-byte-aligned value has no padding either.
+//! #[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
+//! #[repr(C)]
+//! struct Account { flags: u64, balance: heap::PMutex<u64>, total: heap::PRwLock<u128> }
+//! assert_eq!(std::mem::size_of::<Account>(), 8 + 16 + 24);
 //! ```
 //!
 //! ```compile_fail
@@ -158,7 +183,15 @@ impl<T, P: PoolTag> PPtr<T, P> {
 
 /// A lock stored in the pool next to the value it guards. The lock itself lives in DRAM, keyed
 /// by the offset, so it is always free when the pool is opened.
-#[repr(C)]
+///
+/// Layout: 8 reserved bytes, then the value at offset 8, and nothing else, for every `T`:
+/// `packed(8)` caps the value's alignment at 8, so a `T` aligned to 16 or more (`u128`) sits at
+/// offset 8 too instead of leaving padding in between. A `PMutex<T>` therefore has no padding
+/// bytes whatever `T` is, which is what its `Pod` implementation promises (padding would be
+/// uninitialised bytes that `bytemuck::bytes_of` and [`Tx::set`] read). The value is only ever
+/// copied in and out (the heap reads and writes bytes, never references), so its alignment in
+/// the pool does not matter, and the compiler rejects a reference to the packed field.
+#[repr(C, packed(8))]
 #[derive(Clone, Copy)]
 pub struct PMutex<T: Pod> {
     reserved: [u8; 8],
@@ -167,23 +200,40 @@ pub struct PMutex<T: Pod> {
 
 impl<T: Pod + std::fmt::Debug> std::fmt::Debug for PMutex<T> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("PMutex")
-            .field("value", &self.value)
-            .finish()
+        let value = self.value;
+        f.debug_struct("PMutex").field("value", &value).finish()
     }
 }
 
-// SAFETY: `reserved` is 8 bytes at offset 0 and `value` follows at offset 8; NO_PADDING
-// (checked wherever a PMutex is used) rejects any T whose alignment or size would add padding.
-unsafe impl<T: Pod> Zeroable for PMutex<T> {}
-// SAFETY: as above.
+/// Asserts at compile time, for the `T` it is instantiated with, what the `Pod` implementations
+/// of [`PMutex`] and [`PRwLock`] rely on: the value at offset 8 and no byte that is not a field's.
+const fn lock_layout_has_no_padding<L, T>(value_offset: usize) {
+    assert!(
+        value_offset == 8 && std::mem::size_of::<L>() == 8 + std::mem::size_of::<T>(),
+        "a persistent lock must be 8 reserved bytes followed by its value, without padding"
+    );
+}
+
+// SAFETY: `packed(8)` and `repr(C)` make the layout `reserved` (8 bytes at offset 0), then
+// `value` at offset 8, with the struct's alignment min(align(T), 8), which divides both 8 and
+// size_of::<T>() (a multiple of T's alignment): no padding between the fields or at the end, for
+// every T (NO_PADDING states it, checked in the tests for alignments 1 to 64). Both fields are
+// Pod (T: Pod has no padding and accepts every bit pattern), so all-zero bytes are a valid value.
+unsafe impl<T: Pod> Zeroable for PMutex<T> {
+    fn zeroed() -> Self {
+        let () = Self::NO_PADDING;
+        PMutex {
+            reserved: [0; 8],
+            value: T::zeroed(),
+        }
+    }
+}
+// SAFETY: as above: no padding, every field Pod, no interior mutability, `Copy` and `'static`
+// (T: Pod is 'static).
 unsafe impl<T: Pod> Pod for PMutex<T> {}
 
 impl<T: Pod> PMutex<T> {
-    const NO_PADDING: () = assert!(
-        std::mem::size_of::<PMutex<T>>() == 8 + std::mem::size_of::<T>(),
-        "PMutex<T> needs a T with alignment of at most 8 and no trailing padding"
-    );
+    const NO_PADDING: () = lock_layout_has_no_padding::<Self, T>(std::mem::offset_of!(Self, value));
     /// A lock around `value` (to store with [`Tx::alloc`] or [`Tx::set`]).
     pub fn new(value: T) -> Self {
         let () = Self::NO_PADDING;
@@ -195,32 +245,37 @@ impl<T: Pod> PMutex<T> {
 }
 
 /// A reader-writer lock stored in the pool next to the value it guards; like [`PMutex`], the
-/// lock lives in DRAM keyed by the offset and is free when the pool is opened.
-#[repr(C)]
+/// lock lives in DRAM keyed by the offset and is free when the pool is opened. Same layout as
+/// [`PMutex`]: 8 reserved bytes and the value, never any padding.
+#[repr(C, packed(8))]
 #[derive(Clone, Copy)]
 pub struct PRwLock<T: Pod> {
     reserved: [u8; 8],
     value: T,
 }
 
-// SAFETY: the layout argument of PMutex: 8 bytes then `value`, NO_PADDING checked at each use.
-unsafe impl<T: Pod> Zeroable for PRwLock<T> {}
+// SAFETY: the layout argument of PMutex (`packed(8)`: 8 bytes then `value`, no padding for any T).
+unsafe impl<T: Pod> Zeroable for PRwLock<T> {
+    fn zeroed() -> Self {
+        let () = Self::NO_PADDING;
+        PRwLock {
+            reserved: [0; 8],
+            value: T::zeroed(),
+        }
+    }
+}
 // SAFETY: as above.
 unsafe impl<T: Pod> Pod for PRwLock<T> {}
 
 impl<T: Pod + std::fmt::Debug> std::fmt::Debug for PRwLock<T> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("PRwLock")
-            .field("value", &self.value)
-            .finish()
+        let value = self.value;
+        f.debug_struct("PRwLock").field("value", &value).finish()
     }
 }
 
 impl<T: Pod> PRwLock<T> {
-    const NO_PADDING: () = assert!(
-        std::mem::size_of::<PRwLock<T>>() == 8 + std::mem::size_of::<T>(),
-        "PRwLock<T> needs a T with alignment of at most 8 and no trailing padding"
-    );
+    const NO_PADDING: () = lock_layout_has_no_padding::<Self, T>(std::mem::offset_of!(Self, value));
     /// A lock around `value`.
     pub fn new(value: T) -> Self {
         let () = Self::NO_PADDING;

@@ -17,6 +17,11 @@
 //!
 //! [`Protected::scrub`] verifies what counts as clean; [`Protected::repair`] rebuilds from parity
 //! only what it can prove. The bytes are documented in `docs/format/integrity.md`.
+//!
+//! Unsafe code lives only in two write-tracking backends, [`tracker::uffd`] and
+//! [`tracker::mprotect`]; `docs/unsafe.md` ("Write tracking") argues its soundness.
+
+#![deny(unsafe_code)]
 
 pub mod checksum;
 pub mod engine;

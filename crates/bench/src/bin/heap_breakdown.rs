@@ -12,6 +12,8 @@
 //! - `alloc N` / `free N`: a transaction allocating (or freeing) one block of N bytes and
 //!   storing its offset in a slot (snapshotted).
 
+#![forbid(unsafe_code)]
+
 use std::path::PathBuf;
 use std::sync::atomic::Ordering;
 use std::time::Instant;

@@ -77,7 +77,11 @@ pub trait Tracker: Send + Sync + std::fmt::Debug {
 }
 
 pub mod explicit;
+// Unsafe: mprotect and a SIGSEGV handler over a range of a mapping (docs/unsafe.md).
+#[allow(unsafe_code)]
 pub mod mprotect;
+// Unsafe: userfaultfd and PAGEMAP_SCAN ioctls on a range of a mapping (docs/unsafe.md).
+#[allow(unsafe_code)]
 pub mod uffd;
 
 pub use explicit::ExplicitTracker;

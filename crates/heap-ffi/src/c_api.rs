@@ -1,0 +1,495 @@
+//! The exported functions of `kavach.h` and the two helpers that read what C passes in (the
+//! `kv_pool *` and path arguments): all of the crate's unsafe code. The contract each function
+//! states under `# Safety` is the C caller's side of the header; `docs/unsafe.md`, "The C
+//! interface", is the argument that it suffices.
+
+use super::*;
+
+// ------------------------------------------------------------------------------- arguments from C
+/// The pool behind `pop`.
+///
+/// # Safety
+///
+/// `pop` is null or a pointer returned by `kv_pool_create` / `kv_pool_open` whose
+/// `kv_pool_close` has not started.
+unsafe fn pool<'a>(pop: *const KvPool) -> Result<&'a KvPool, KvError> {
+    // SAFETY: by this function's contract `pop` is null (as_ref gives None) or points to a live
+    // `KvPool` box, which is only freed by `kv_pool_close`; it is only read through shared
+    // references (every field is immutable or internally synchronized).
+    match unsafe { pop.as_ref() } {
+        None => Err(KvError::new(KV_EINVAL, "the pool pointer is null")),
+        Some(p) if p.magic != POOL_MAGIC => Err(KvError::new(
+            KV_EINVAL,
+            "the pool pointer does not point to an open pool",
+        )),
+        Some(p) => Ok(p),
+    }
+}
+
+/// The path behind `path`.
+///
+/// # Safety
+///
+/// `path` is null or points to a NUL-terminated string that stays unchanged during the call.
+unsafe fn c_path<'a>(path: *const c_char) -> Result<&'a Path, KvError> {
+    if path.is_null() {
+        return Err(KvError::new(KV_EINVAL, "the path is null"));
+    }
+    // SAFETY: non-null, and by this function's contract a NUL-terminated string that is not
+    // changed while we use it (only during this call).
+    let bytes = unsafe { CStr::from_ptr(path) }.to_bytes();
+    Ok(Path::new(OsStr::from_bytes(bytes)))
+}
+
+// ------------------------------------------------------------------------------- the C API
+
+/// `kv_pool_create`: create a pool file of `size` bytes at `path` (which must not exist).
+///
+/// # Safety
+///
+/// `path` is null or a NUL-terminated string.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn kv_pool_create(path: *const c_char, size: u64) -> *mut KvPool {
+    guard(ptr::null_mut(), || {
+        // SAFETY: this function's contract.
+        match unsafe { c_path(path) } {
+            Ok(path) => handle(HeapFile::create(path, size, &HeapOptions::default())),
+            Err(e) => {
+                fail(e);
+                ptr::null_mut()
+            }
+        }
+    })
+}
+
+/// `kv_pool_open`: open and recover the pool at `path`.
+///
+/// # Safety
+///
+/// `path` is null or a NUL-terminated string.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn kv_pool_open(path: *const c_char) -> *mut KvPool {
+    guard(ptr::null_mut(), || {
+        // SAFETY: this function's contract.
+        match unsafe { c_path(path) } {
+            Ok(path) => handle(HeapFile::open(path, DEFAULT_REGION)),
+            Err(e) => {
+                fail(e);
+                ptr::null_mut()
+            }
+        }
+    })
+}
+
+/// `kv_pool_close`: close the pool. With a transaction open on the calling thread it fails
+/// with `KV_EINVAL` and the pool stays open; on any other outcome `pop` is gone.
+///
+/// # Safety
+///
+/// `pop` is null, or a pointer from `kv_pool_create` / `kv_pool_open`, and no other thread
+/// uses the pool during or after this call (a pointer that was already closed is detected
+/// unless the address was handed out again).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn kv_pool_close(pop: *mut KvPool) -> c_int {
+    guard(KV_EIO, || {
+        if pop.is_null() {
+            return fail(KvError::new(KV_EINVAL, "the pool pointer is null"));
+        }
+        let p = {
+            let mut live = live_pools();
+            let Some(i) = live.iter().position(|a| *a == pop.addr()) else {
+                return fail(KvError::new(
+                    KV_EINVAL,
+                    "the pool pointer does not point to an open pool (closed twice?)",
+                ));
+            };
+            // SAFETY: registered in LIVE, so a box we handed out that nobody freed (only this
+            // function frees, after unregistering under the same lock).
+            let key = unsafe { &*pop }.key;
+            let open = with_slots(|slots| {
+                if let Some(i) = slots.iter().position(|s| s.key == key) {
+                    if slots[i].lane.is_some() {
+                        return Ok(true);
+                    }
+                    slots.swap_remove(i);
+                }
+                Ok(false)
+            });
+            if open.unwrap_or(false) {
+                return fail(KvError::new(
+                    KV_EINVAL,
+                    "kv_pool_close: the calling thread has an open transaction on this pool \
+                     (commit or abort it first); the pool stays open",
+                ));
+            }
+            live.swap_remove(i);
+            // SAFETY: from Box::into_raw in `handle`, and just unregistered under the lock, so
+            // no other close can free it again; the caller guarantees no other use.
+            unsafe { Box::from_raw(pop) }
+        };
+        let KvPool { raw, file, .. } = *p;
+        drop(raw);
+        status(file.close().map_err(|e| match e {
+            // Only from the check that no lane is inside a transaction: one was left open (a
+            // rollback that failed, or a thread that ended without its thread-exit handlers).
+            HeapError::TxState(_) => KvError::new(
+                KV_EBUSY,
+                "kv_pool_close: a transaction was left open on this pool; the pool was closed \
+                 anyway, without a clean shutdown (the next open rolls the transaction back)",
+            ),
+            e => KvError::new(
+                heap_code(&e),
+                format!("kv_pool_close: {e}; the pool was closed anyway"),
+            ),
+        }))
+    })
+}
+
+/// `kv_pool_id`: the pool's id (0 for a null pool).
+///
+/// # Safety
+///
+/// `pop` is null or an open pool.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn kv_pool_id(pop: *const KvPool) -> u64 {
+    guard(0, || {
+        // SAFETY: this function's contract.
+        match unsafe { pool(pop) } {
+            Ok(p) => p.pool_id,
+            Err(e) => {
+                fail(e);
+                0
+            }
+        }
+    })
+}
+
+/// `kv_root`: the root object, allocated zeroed on the first call.
+///
+/// # Safety
+///
+/// `pop` is null or an open pool.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn kv_root(pop: *mut KvPool, size: usize) -> KvOid {
+    guard(KvOid::NULL, || {
+        // SAFETY: this function's contract.
+        let r = unsafe { pool(pop) }
+            .and_then(|p| Ok(p.oid(p.raw.root(size as u64).map_err(KvError::from)?.0)));
+        r.unwrap_or_else(|e| {
+            fail(e);
+            KvOid::NULL
+        })
+    })
+}
+
+#[cold]
+fn direct_fail(p: &KvPool, oid: KvOid) -> *mut c_void {
+    let e = match p.own(oid) {
+        Err(e) => e,
+        Ok(off) => KvError::new(
+            KV_EINVAL,
+            format!(
+                "offset {off:#x} is not inside the heap's data zone [{:#x}, {:#x})",
+                p.zone_start, p.zone_end
+            ),
+        ),
+    };
+    fail(e);
+    ptr::null_mut()
+}
+
+/// `kv_direct`: the address of `oid`, or NULL for the null oid, an oid of another pool or an
+/// offset outside the heap's data zone.
+///
+/// # Safety
+///
+/// `pop` is null or an open pool.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn kv_direct(pop: *const KvPool, oid: KvOid) -> *mut c_void {
+    guard(ptr::null_mut(), || {
+        // SAFETY: this function's contract.
+        let p = match unsafe { pool(pop) } {
+            Ok(p) => p,
+            Err(e) => {
+                fail(e);
+                return ptr::null_mut();
+            }
+        };
+        if oid.off == 0 {
+            return ptr::null_mut();
+        }
+        if oid.pool_id != p.pool_id || oid.off < p.zone_start || oid.off >= p.zone_end {
+            return direct_fail(p, oid);
+        }
+        // In the zone, so inside the mapping: no overflow.
+        ptr::with_exposed_provenance_mut(p.base + oid.off as usize)
+    })
+}
+
+/// `kv_oid_of`: the oid of an address inside the pool's data zone, or the null oid.
+///
+/// # Safety
+///
+/// `pop` is null or an open pool. `addr` is only compared, never dereferenced.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn kv_oid_of(pop: *const KvPool, addr: *const c_void) -> KvOid {
+    guard(KvOid::NULL, || {
+        // SAFETY: this function's contract.
+        let p = match unsafe { pool(pop) } {
+            Ok(p) => p,
+            Err(e) => {
+                fail(e);
+                return KvOid::NULL;
+            }
+        };
+        let off = p.offset_of(addr.addr());
+        if addr.is_null() || !p.in_zone(off, 1) {
+            fail(KvError::new(
+                KV_EINVAL,
+                format!("address {addr:p} is not inside the pool's heap"),
+            ));
+            return KvOid::NULL;
+        }
+        p.oid(off)
+    })
+}
+
+/// `kv_usable_size`: the usable size of an allocated block, 0 for anything else.
+///
+/// # Safety
+///
+/// `pop` is null or an open pool.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn kv_usable_size(pop: *mut KvPool, oid: KvOid) -> usize {
+    guard(0, || {
+        // SAFETY: this function's contract.
+        let r = unsafe { pool(pop) }.and_then(|p| {
+            let off = p.own(oid)?;
+            p.raw.usable_size(off).ok_or_else(|| {
+                KvError::new(
+                    KV_EINVAL,
+                    format!("no allocated block starts at offset {off:#x}"),
+                )
+            })
+        });
+        match r {
+            Ok(n) => usize::try_from(n).unwrap_or(usize::MAX),
+            Err(e) => {
+                fail(e);
+                0
+            }
+        }
+    })
+}
+
+/// `kv_tx_begin`: begin a transaction on the calling thread, or a nested level of its open
+/// one.
+///
+/// # Safety
+///
+/// `pop` is null or an open pool.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn kv_tx_begin(pop: *mut KvPool) -> c_int {
+    guard(KV_EIO, || {
+        // SAFETY: this function's contract.
+        status(unsafe { pool(pop) }.and_then(tx_begin))
+    })
+}
+
+/// `kv_tx_add_range`: snapshot `[oid.off + off, oid.off + off + len)`.
+///
+/// # Safety
+///
+/// `pop` is null or an open pool.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn kv_tx_add_range(
+    pop: *mut KvPool,
+    oid: KvOid,
+    off: u64,
+    len: usize,
+) -> c_int {
+    guard(KV_EIO, || {
+        // SAFETY: this function's contract.
+        status(unsafe { pool(pop) }.and_then(|p| {
+            tx_op(p, "kv_tx_add_range", |raw, lane| {
+                let start = p.own(oid)?.checked_add(off).ok_or_else(|| {
+                    KvError::new(KV_EINVAL, format!("oid offset + {off} overflows"))
+                })?;
+                Ok(raw.add_range(lane, start, len as u64)?)
+            })
+        }))
+    })
+}
+
+/// `kv_tx_add_direct`: snapshot `[ptr, ptr + len)`, an address range inside the pool's heap.
+///
+/// # Safety
+///
+/// `pop` is null or an open pool. `ptr` is only compared (the bytes are read through the
+/// pool's mapping, after the range is checked to lie in the heap).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn kv_tx_add_direct(pop: *mut KvPool, ptr: *mut c_void, len: usize) -> c_int {
+    guard(KV_EIO, || {
+        // SAFETY: this function's contract.
+        status(unsafe { pool(pop) }.and_then(|p| {
+            tx_op(p, "kv_tx_add_direct", |raw, lane| {
+                let off = p.offset_of(ptr.addr());
+                if ptr.is_null() || !p.in_zone(off, len as u64) {
+                    return Err(KvError::new(
+                        KV_EINVAL,
+                        format!("[{ptr:p}, +{len}) is not inside the pool's heap"),
+                    ));
+                }
+                Ok(raw.add_range(lane, off, len as u64)?)
+            })
+        }))
+    })
+}
+
+/// # Safety
+///
+/// `pop` is null or an open pool.
+unsafe fn tx_alloc(pop: *mut KvPool, size: usize, zero: bool, what: &str) -> KvOid {
+    guard(KvOid::NULL, || {
+        // SAFETY: this function's contract.
+        let r = unsafe { pool(pop) }.and_then(|p| {
+            tx_op(p, what, |raw, lane| {
+                Ok(p.oid(raw.alloc(lane, size as u64, zero)?))
+            })
+        });
+        r.unwrap_or_else(|e| {
+            fail(e);
+            KvOid::NULL
+        })
+    })
+}
+
+/// `kv_tx_alloc`: allocate `size` bytes (contents undefined) in the transaction.
+///
+/// # Safety
+///
+/// `pop` is null or an open pool.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn kv_tx_alloc(pop: *mut KvPool, size: usize) -> KvOid {
+    // SAFETY: this function's contract.
+    unsafe { tx_alloc(pop, size, false, "kv_tx_alloc") }
+}
+
+/// `kv_tx_zalloc`: allocate `size` zeroed bytes in the transaction.
+///
+/// # Safety
+///
+/// `pop` is null or an open pool.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn kv_tx_zalloc(pop: *mut KvPool, size: usize) -> KvOid {
+    // SAFETY: this function's contract.
+    unsafe { tx_alloc(pop, size, true, "kv_tx_zalloc") }
+}
+
+/// `kv_tx_free`: free an allocated block at commit; the null oid does nothing.
+///
+/// # Safety
+///
+/// `pop` is null or an open pool.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn kv_tx_free(pop: *mut KvPool, oid: KvOid) -> c_int {
+    guard(KV_EIO, || {
+        // SAFETY: this function's contract.
+        status(unsafe { pool(pop) }.and_then(|p| {
+            tx_op(p, "kv_tx_free", |raw, lane| {
+                if oid.off == 0 {
+                    return Ok(());
+                }
+                Ok(raw.free(lane, p.own(oid)?)?)
+            })
+        }))
+    })
+}
+
+/// `kv_tx_commit`: commit (outermost level) or leave a nested level.
+///
+/// # Safety
+///
+/// `pop` is null or an open pool.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn kv_tx_commit(pop: *mut KvPool) -> c_int {
+    guard(KV_EIO, || {
+        // SAFETY: this function's contract.
+        status(unsafe { pool(pop) }.and_then(tx_commit))
+    })
+}
+
+/// `kv_tx_abort`: abort the whole transaction and leave the current level.
+///
+/// # Safety
+///
+/// `pop` is null or an open pool.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn kv_tx_abort(pop: *mut KvPool, err: c_int) {
+    guard((), || {
+        // SAFETY: this function's contract.
+        if let Err(e) = unsafe { pool(pop) }.and_then(|p| tx_abort(p, err)) {
+            fail(e);
+        }
+    })
+}
+
+/// `kv_tx_active`: 1 if the calling thread is in a transaction of `pop`, else 0.
+///
+/// # Safety
+///
+/// `pop` is null or an open pool.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn kv_tx_active(pop: *const KvPool) -> c_int {
+    guard(0, || {
+        // SAFETY: this function's contract.
+        match unsafe { pool(pop) } {
+            Ok(p) => c_int::from(tx_active(p)),
+            Err(e) => {
+                fail(e);
+                0
+            }
+        }
+    })
+}
+
+/// `kv_mutex_lock`: lock the mutex at `m` (inside the pool's heap), waiting for it.
+///
+/// # Safety
+///
+/// `pop` is null or an open pool. `m` is only compared, never dereferenced.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn kv_mutex_lock(pop: *mut KvPool, m: *mut KvMutex) -> c_int {
+    guard(KV_EIO, || {
+        // SAFETY: this function's contract.
+        status(unsafe { pool(pop) }.and_then(|p| Ok(p.raw.lock_exclusive(p.mutex_key(m)?)?)))
+    })
+}
+
+/// `kv_mutex_unlock`: unlock the mutex at `m`, which the calling thread holds.
+///
+/// # Safety
+///
+/// `pop` is null or an open pool. `m` is only compared, never dereferenced.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn kv_mutex_unlock(pop: *mut KvPool, m: *mut KvMutex) -> c_int {
+    guard(KV_EIO, || {
+        // SAFETY: this function's contract.
+        status(unsafe { pool(pop) }.and_then(|p| Ok(p.raw.unlock_exclusive(p.mutex_key(m)?)?)))
+    })
+}
+
+/// `kv_errormsg`: the calling thread's last error message ("" if none), valid until its next
+/// failing `kv_*` call.
+#[unsafe(no_mangle)]
+pub extern "C" fn kv_errormsg() -> *const c_char {
+    const EMPTY: &CStr = c"";
+    guard(EMPTY.as_ptr(), || {
+        LAST_ERROR
+            .try_with(|b| match b.try_borrow() {
+                Ok(b) if !b.is_empty() => b.as_ptr().cast::<c_char>(),
+                _ => EMPTY.as_ptr(),
+            })
+            .unwrap_or(EMPTY.as_ptr())
+    })
+}
