@@ -256,11 +256,12 @@ fn a_second_opener_is_told_the_pool_is_in_use() {
             .status
             .success()
     );
+    let exclusive = common::exclusive();
     let held = pmem::Pool::open(Path::new(&p), &pmem::OpenOptions::default()).unwrap();
-    assert_refused(&kavach(&["pool", "info", &p]), 2, "in use");
-    assert_refused(&kavach(&["pool", "check", &p]), 2, "in use");
+    assert_refused(&exclusive.kavach(&["pool", "info", &p]), 2, "in use");
+    assert_refused(&exclusive.kavach(&["pool", "check", &p]), 2, "in use");
     assert_refused(
-        &kavach(&["fault", "flip", &p, "--offset", "0"]),
+        &exclusive.kavach(&["fault", "flip", &p, "--offset", "0"]),
         2,
         "in use",
     );

@@ -52,6 +52,7 @@ struct Filled {
 /// Allocate, in one transaction: a root, a block linked from the root, a large block linked
 /// from that block, and a block nothing links to.
 fn fill(p: &str) -> Filled {
+    let _exclusive = common::exclusive();
     let hf = HeapFile::open(Path::new(p), "heap").expect("open the heap");
     let raw = hf.raw().clone();
     let (root, _) = raw.root(64).expect("root");
@@ -232,6 +233,7 @@ fn a_block_nothing_points_to_is_the_one_leak() {
         "a read-only command changed the file"
     );
     // Linking the leaked block from the root cures the leak.
+    let exclusive = common::exclusive();
     let hf = HeapFile::open(Path::new(&p), "heap").unwrap();
     let raw = hf.raw().clone();
     let mut lane = raw.lane();
@@ -242,8 +244,9 @@ fn a_block_nothing_points_to_is_the_one_leak() {
     drop(lane);
     drop(raw);
     // While the program holds the pool, the check cannot run.
-    assert_refused(&kavach(&["heap", "check", &p]), 2, "in use");
+    assert_refused(&exclusive.kavach(&["heap", "check", &p]), 2, "in use");
     hf.close().unwrap();
+    drop(exclusive);
     let v = run_json(&["heap", "check", &p], 0);
     assert_eq!(v["leaked"].as_array().unwrap().len(), 0);
     let _ = (f.linked, f.large);
@@ -256,6 +259,7 @@ fn an_interrupted_transaction_is_pending_recovery() {
     let f = fill(&p);
     {
         // A program dies in the middle of a transaction: its undo entries stay in the lane.
+        let _exclusive = common::exclusive();
         let hf = HeapFile::open(Path::new(&p), "heap").unwrap();
         let raw = hf.raw().clone();
         let mut lane = raw.lane();
@@ -278,10 +282,12 @@ fn an_interrupted_transaction_is_pending_recovery() {
     let v = run_json(&["heap", "stats", &p], 0);
     assert_eq!(v["pending"].as_array().unwrap().len(), 1);
     // Opening recovers: the root points to the linked block again, and the leak is back.
-    HeapFile::open(Path::new(&p), "heap")
-        .unwrap()
-        .close()
-        .unwrap();
+    common::in_process(|| {
+        HeapFile::open(Path::new(&p), "heap")
+            .unwrap()
+            .close()
+            .unwrap()
+    });
     let v = run_json(&["heap", "check", &p], 1);
     assert_eq!(v["recovery_pending"], false);
     assert_eq!(v["leaked"].as_array().unwrap().len(), 1);

@@ -453,6 +453,7 @@ fn scrub_read_only(p: &str, code: i32) -> serde_json::Value {
     use std::os::unix::fs::PermissionsExt;
     let before = std::fs::read(p).unwrap();
     std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o444)).unwrap();
+    let exclusive = common::exclusive();
     let reader = pmem::Pool::open(
         std::path::Path::new(p),
         &pmem::OpenOptions {
@@ -461,9 +462,10 @@ fn scrub_read_only(p: &str, code: i32) -> serde_json::Value {
         },
     )
     .unwrap();
-    let o = kavach(&["scrub", p, "--json"]);
-    let text = kavach(&["scrub", p]);
+    let o = exclusive.kavach(&["scrub", p, "--json"]);
+    let text = exclusive.kavach(&["scrub", p]);
     drop(reader);
+    drop(exclusive);
     std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o644)).unwrap();
     assert_code(&o, code);
     assert_code(&text, code);
@@ -588,6 +590,7 @@ fn an_unclean_region_is_reported_by_scrub_and_resynced_visibly_by_repair() {
     let p = filled_pool(&s, "p.pool", "lazy");
     {
         // Write one page and "crash": drop the handles without closing them.
+        let _exclusive = common::exclusive();
         let pool = pmem::Pool::open(std::path::Path::new(&p), &pmem::OpenOptions::default())
             .unwrap()
             .map_medium(Arc::new);

@@ -56,6 +56,7 @@ fn poke(path: &str, offset: u64, byte: u8) {
 
 /// End the pool's last use without a clean shutdown, as a crash would.
 fn mark_unclean(path: &str) {
+    let _exclusive = common::exclusive();
     let pool = pmem::Pool::open(Path::new(path), &pmem::OpenOptions::default()).unwrap();
     assert!(pool.was_clean_shutdown());
     drop(pool);

@@ -26,7 +26,47 @@ pub fn kavach_stdin(args: &[&str], stdin: Option<&[u8]>) -> Output {
     run(None, args, stdin)
 }
 
+/// Ordering between this test binary's threads: spawning a child (shared) against opening and
+/// closing a pool inside the test process (exclusive).
+///
+/// A pool's lock (`flock`) belongs to the open file description, and a child forked by another
+/// test thread holds a copy of every descriptor until it execs. So a pool this process closed
+/// can still be locked for a moment by a sibling test's child, and the next opener (a `kavach`
+/// the test runs, or the test itself) is told "in use". Children are spawned under the shared
+/// side (`spawn` returns after the exec), pools opened and closed in the process under the
+/// exclusive side ([`in_process`]): no child is ever between fork and exec while a test's pool
+/// is open.
+static SPAWN: std::sync::RwLock<()> = std::sync::RwLock::new(());
+
+/// The exclusive side of [`SPAWN`]: while it lives, no other thread of this test binary spawns
+/// a child, so pools opened and closed meanwhile are never locked by a stray descriptor. Run
+/// `kavach` while holding it with [`Exclusive::kavach`] (the plain helpers would wait for it).
+pub struct Exclusive(#[allow(dead_code)] std::sync::RwLockWriteGuard<'static, ()>);
+
+/// Take the exclusive side of [`SPAWN`] (see [`Exclusive`]).
+pub fn exclusive() -> Exclusive {
+    Exclusive(SPAWN.write().unwrap_or_else(|e| e.into_inner()))
+}
+
+impl Exclusive {
+    /// Run `kavach args` in the current directory, with no input.
+    pub fn kavach(&self, args: &[&str]) -> Output {
+        spawn_and_wait(None, args, None)
+    }
+}
+
+/// Run `f`, which opens and closes pools in this process, holding [`Exclusive`].
+pub fn in_process<T>(f: impl FnOnce() -> T) -> T {
+    let _exclusive = exclusive();
+    f()
+}
+
 fn run(dir: Option<&Path>, args: &[&str], stdin: Option<&[u8]>) -> Output {
+    let _shared = SPAWN.read().unwrap_or_else(|e| e.into_inner());
+    spawn_and_wait(dir, args, stdin)
+}
+
+fn spawn_and_wait(dir: Option<&Path>, args: &[&str], stdin: Option<&[u8]>) -> Output {
     let mut command = Command::new(env!("CARGO_BIN_EXE_kavach"));
     command
         .args(args)
