@@ -13,6 +13,7 @@
 //! `docs/unsafe.md` argues its soundness.
 
 pub mod check;
+pub mod codec;
 pub mod cpu;
 pub mod directory;
 pub mod domain;
