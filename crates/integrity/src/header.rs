@@ -176,10 +176,21 @@ impl Header {
                     .into());
             }
         }
+        let stored_uuid = Uuid(rd.array_at("uuid", h::UUID_AT)?);
+        if stored_uuid != *uuid {
+            return Err(rd
+                .invalid(
+                    "uuid",
+                    h::UUID_AT,
+                    format!("{uuid} (the pool's)"),
+                    stored_uuid,
+                )
+                .into());
+        }
         Ok(Header {
             mode,
             seq: rd.u64_at("seq", h::SEQ_AT)?,
-            uuid: Uuid(rd.array_at("uuid", h::UUID_AT)?),
+            uuid: stored_uuid,
             data_offset: rd.u64_at("data_offset", h::DATA_OFFSET_AT)?,
             geometry,
             period_ms,
@@ -358,6 +369,12 @@ mod tests {
         b[h::RESERVED_AT + 3] = 1;
         reseal(&mut b);
         assert_eq!(Header::decode(&b, &uuid, 0).unwrap_err().field, "reserved");
+        // Another pool's UUID under a CRC that matches (it is seeded with this pool's UUID, so
+        // only a deliberate or freak re-seal gets here): not this pool's header.
+        let mut b = hd.encode();
+        b[h::UUID_AT + 4] ^= 1;
+        reseal(&mut b);
+        assert_eq!(Header::decode(&b, &uuid, 0).unwrap_err().field, "uuid");
         let mut b = hd.encode();
         put_u32(&mut b, h::STRIPE_PAGES_AT, 1);
         reseal(&mut b);
