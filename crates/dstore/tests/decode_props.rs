@@ -108,8 +108,12 @@ fn bytes_list() -> impl Strategy<Value = Vec<Vec<u8>>> {
     prop::collection::vec(prop::collection::vec(any::<u8>(), 0..8), 0..4)
 }
 
+/// What [`build`] makes an operation from: clock, code, byte strings, scores, a number, an
+/// object size and block pairs.
+type OpParts = (i64, u8, Vec<Vec<u8>>, Vec<f64>, i64, u64, Vec<(u32, u32)>);
+
 /// Any operation the store logs.
-fn any_op() -> impl Strategy<Value = (i64, u8, Vec<Vec<u8>>, Vec<f64>, i64, u64, Vec<(u32, u32)>)> {
+fn any_op() -> impl Strategy<Value = OpParts> {
     (
         any::<i64>(),
         1u8..=12,

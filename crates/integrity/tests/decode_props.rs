@@ -95,7 +95,7 @@ fn check_shadow(b: &[u8], reseal: bool) {
             for (w, word) in bits.iter().enumerate() {
                 for i in 0..64 {
                     if word >> i & 1 == 1 {
-                        assert!(first + (w * 64 + i) as u64 <= DATA_PAGES - 1);
+                        assert!(first + ((w * 64 + i) as u64) < DATA_PAGES);
                     }
                 }
             }

@@ -68,8 +68,7 @@ fn directory() -> Directory {
 fn metadata() -> Vec<u8> {
     let mut m = vec![0u8; METADATA_BYTES];
     let h = header();
-    for copy in 0..2 {
-        let at = HEADER_COPY_OFFSETS[copy];
+    for (copy, at) in HEADER_COPY_OFFSETS.into_iter().enumerate() {
         m[at..at + HEADER_BYTES].copy_from_slice(&h.encode(copy));
     }
     let s = state();
