@@ -91,11 +91,15 @@ fn check_header(b: &[u8], copy_at: u64, reseal: bool) {
     }
     match Header::decode(&b, copy_at, REGION) {
         Ok(h) => {
-            // Every field but `header_bytes` (documented as written, not checked) is the
-            // encoding of what was decoded.
-            let mut want = h.encode();
-            want[12..16].copy_from_slice(&b[12..16]);
-            assert_eq!(&want[..], &b[..HEADER_LEN], "accepted bytes");
+            // Every field but `header_bytes` (documented as written, not checked) and the CRC
+            // over it is the encoding of what was decoded.
+            let want = h.encode();
+            assert_eq!(want[..12], b[..12], "accepted bytes");
+            assert_eq!(
+                want[16..HEADER_CRC_AT],
+                b[16..HEADER_CRC_AT],
+                "accepted bytes"
+            );
         }
         Err(HeapError::Corrupt(c)) => assert!(
             (copy_at..copy_at + HEADER_LEN as u64).contains(&c.offset),

@@ -12,19 +12,27 @@
 use std::path::{Path, PathBuf};
 
 use proptest::prelude::*;
-use proptest::test_runner::Config;
+use proptest::test_runner::{Config, RngSeed};
 
 /// Set to write the corpus from the encoders instead of checking it.
 pub const BLESS: &str = "KAVACH_BLESS_CORPUS";
 
 /// Property-test settings: `cases` cases, no shrinking marathon, no files written on failure
-/// (a failing input is added to the corpus by hand, named for what it found).
+/// (a failing input is added to the corpus by hand, named for what it found). The inputs are
+/// the same on every run, so a failure reproduces; `PROPTEST_RNG_SEED=<n>` explores others.
 pub fn config(cases: u32) -> Config {
+    let base = Config::default();
+    let rng_seed = if std::env::var_os("PROPTEST_RNG_SEED").is_some() {
+        base.rng_seed
+    } else {
+        RngSeed::Fixed(0x6b61_7661_6368)
+    };
     Config {
         cases,
         max_shrink_iters: 512,
         failure_persistence: None,
-        ..Config::default()
+        rng_seed,
+        ..base
     }
 }
 
