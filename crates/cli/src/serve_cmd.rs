@@ -112,6 +112,7 @@ fn be(e: StoreError) -> BackendError {
         StoreError::TooLarge(m) => BackendError::TooLarge(m),
         StoreError::OutOfSpace(m) => BackendError::OutOfSpace(m),
         StoreError::Failed(m) => BackendError::Failed(m),
+        e @ StoreError::Corrupt(_) => BackendError::Failed(e.to_string()),
         StoreError::Closed => BackendError::Failed("the store is shut down".into()),
     }
 }

@@ -13,7 +13,9 @@ pub enum DipperError {
     #[error(transparent)]
     Log(#[from] LogError),
     /// Bytes read from the medium failed validation.
-    #[error("{structure} damaged at offset {offset}: {field} should be {expected}, found {found}")]
+    #[error(
+        "{structure} damaged at offset {offset:#x}: {field} should be {expected}, found {found}"
+    )]
     Corrupt {
         /// Which structure (root, slot header, slot page, arena header, op record, ...).
         structure: &'static str,
@@ -56,6 +58,18 @@ pub enum DipperError {
     /// The store is closed.
     #[error("the store is closed")]
     Closed,
+}
+
+impl From<pmem::codec::FieldError> for DipperError {
+    fn from(e: pmem::codec::FieldError) -> Self {
+        DipperError::Corrupt {
+            structure: e.structure,
+            offset: e.offset,
+            field: e.field,
+            expected: e.problem.expected(),
+            found: e.problem.found(),
+        }
+    }
 }
 
 /// Result alias of DIPPER.

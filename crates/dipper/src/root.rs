@@ -4,6 +4,7 @@
 
 use crate::error::{DipperError, Result};
 use crate::layout::*;
+use pmem::codec::{FixedWriter, Reader};
 use pmem::{Medium, Uuid};
 
 /// The decoded root.
@@ -32,80 +33,97 @@ impl Root {
     /// Encode as copy `copy`.
     pub fn encode(&self, uuid: &Uuid, copy: usize) -> [u8; ROOT_BYTES] {
         let mut b = [0u8; ROOT_BYTES];
-        b[ROOT_MAGIC_AT..ROOT_MAGIC_AT + 8].copy_from_slice(&ROOT_MAGIC.to_le_bytes());
-        b[ROOT_SEQ_AT..ROOT_SEQ_AT + 8].copy_from_slice(&self.seq.to_le_bytes());
-        b[ROOT_ACTIVE_AT..ROOT_ACTIVE_AT + 4].copy_from_slice(&self.active.to_le_bytes());
-        b[ROOT_STATE_AT..ROOT_STATE_AT + 4].copy_from_slice(&self.state.to_le_bytes());
-        b[ROOT_SLOT_AT..ROOT_SLOT_AT + 4].copy_from_slice(&self.slot.to_le_bytes());
-        b[ROOT_SHARDS_AT..ROOT_SHARDS_AT + 4].copy_from_slice(&self.shards.to_le_bytes());
-        b[ROOT_CHECKPOINT_AT..ROOT_CHECKPOINT_AT + 8]
-            .copy_from_slice(&self.checkpoint.to_le_bytes());
+        FixedWriter::new(&mut b)
+            .u64_at(ROOT_MAGIC_AT, ROOT_MAGIC)
+            .u64_at(ROOT_SEQ_AT, self.seq)
+            .u32_at(ROOT_ACTIVE_AT, self.active)
+            .u32_at(ROOT_STATE_AT, self.state)
+            .u32_at(ROOT_SLOT_AT, self.slot)
+            .u32_at(ROOT_SHARDS_AT, self.shards)
+            .u64_at(ROOT_CHECKPOINT_AT, self.checkpoint);
         let c = crc(uuid, copy, &b[..ROOT_CRC_AT]);
-        b[ROOT_CRC_AT..ROOT_CRC_AT + 4].copy_from_slice(&c.to_le_bytes());
+        FixedWriter::new(&mut b).u32_at(ROOT_CRC_AT, c);
         b
     }
 
     /// Decode copy `copy` found at medium offset `at`, validating every field.
     pub fn decode(b: &[u8; ROOT_BYTES], uuid: &Uuid, copy: usize, at: u64) -> Result<Root> {
-        let u64_at = |o: usize| u64::from_le_bytes(b[o..o + 8].try_into().expect("8"));
-        let u32_at = |o: usize| u32::from_le_bytes(b[o..o + 4].try_into().expect("4"));
-        let bad = |field: &'static str, expected: String, found: String| DipperError::Corrupt {
-            structure: "root",
-            offset: at,
-            field,
-            expected,
-            found,
-        };
-        if u64_at(ROOT_MAGIC_AT) != ROOT_MAGIC {
-            return Err(bad(
-                "magic",
-                format!("{ROOT_MAGIC:#018x}"),
-                format!("{:#018x}", u64_at(ROOT_MAGIC_AT)),
-            ));
+        let rd = Reader::new("root", b).at(at);
+        let magic = rd.u64_at("magic", ROOT_MAGIC_AT)?;
+        if magic != ROOT_MAGIC {
+            return Err(rd
+                .invalid(
+                    "magic",
+                    ROOT_MAGIC_AT,
+                    format!("{ROOT_MAGIC:#018x}"),
+                    format!("{magic:#018x}"),
+                )
+                .into());
         }
-        let want = crc(uuid, copy, &b[..ROOT_CRC_AT]);
-        if u32_at(ROOT_CRC_AT) != want {
-            return Err(bad(
-                "crc",
-                format!("{want:#010x}"),
-                format!("{:#010x}", u32_at(ROOT_CRC_AT)),
-            ));
+        let want = crc(
+            uuid,
+            copy,
+            rd.slice_at("crc-covered bytes", 0, ROOT_CRC_AT)?,
+        );
+        let stored = rd.u32_at("crc", ROOT_CRC_AT)?;
+        if stored != want {
+            return Err(rd
+                .invalid(
+                    "crc",
+                    ROOT_CRC_AT,
+                    format!("{want:#010x}"),
+                    format!("{stored:#010x}"),
+                )
+                .into());
         }
         let root = Root {
-            seq: u64_at(ROOT_SEQ_AT),
-            active: u32_at(ROOT_ACTIVE_AT),
-            state: u32_at(ROOT_STATE_AT),
-            slot: u32_at(ROOT_SLOT_AT),
-            shards: u32_at(ROOT_SHARDS_AT),
-            checkpoint: u64_at(ROOT_CHECKPOINT_AT),
+            seq: rd.u64_at("seq", ROOT_SEQ_AT)?,
+            active: rd.u32_at("active", ROOT_ACTIVE_AT)?,
+            state: rd.u32_at("state", ROOT_STATE_AT)?,
+            slot: rd.u32_at("slot", ROOT_SLOT_AT)?,
+            shards: rd.u32_at("shards", ROOT_SHARDS_AT)?,
+            checkpoint: rd.u64_at("checkpoint", ROOT_CHECKPOINT_AT)?,
         };
-        if b[ROOT_RESERVED_AT..ROOT_CRC_AT].iter().any(|&x| x != 0)
-            || u32_at(ROOT_RESERVED2_AT) != 0
-        {
-            return Err(bad("reserved", "zero".into(), "non-zero bytes".into()));
+        let reserved = rd.slice_at("reserved", ROOT_RESERVED_AT, ROOT_CRC_AT - ROOT_RESERVED_AT)?;
+        if reserved.iter().any(|&x| x != 0) || rd.u32_at("reserved", ROOT_RESERVED2_AT)? != 0 {
+            return Err(rd
+                .invalid("reserved", ROOT_RESERVED_AT, "zero", "non-zero bytes")
+                .into());
         }
         if root.active > 1 {
-            return Err(bad("active", "0 or 1".into(), root.active.to_string()));
+            return Err(rd
+                .invalid("active", ROOT_ACTIVE_AT, "0 or 1", root.active)
+                .into());
         }
         if root.state != STATE_IDLE && root.state != STATE_CHECKPOINTING {
-            return Err(bad("state", "0 or 1".into(), root.state.to_string()));
+            return Err(rd
+                .invalid("state", ROOT_STATE_AT, "0 or 1", root.state)
+                .into());
         }
         if root.slot > 1 && root.slot != SLOT_NONE {
-            return Err(bad("slot", "0, 1 or none".into(), root.slot.to_string()));
+            return Err(rd
+                .invalid("slot", ROOT_SLOT_AT, "0, 1 or none", root.slot)
+                .into());
         }
         if (root.slot == SLOT_NONE) != (root.checkpoint == 0) {
-            return Err(bad(
-                "checkpoint",
-                "0 exactly when no slot holds an image".into(),
-                format!("{} with slot {}", root.checkpoint, root.slot),
-            ));
+            return Err(rd
+                .invalid(
+                    "checkpoint",
+                    ROOT_CHECKPOINT_AT,
+                    "0 exactly when no slot holds an image",
+                    format!("{} with slot {}", root.checkpoint, root.slot),
+                )
+                .into());
         }
         if root.shards == 0 || root.shards as usize > SHARDS_MAX {
-            return Err(bad(
-                "shards",
-                format!("1..={SHARDS_MAX}"),
-                root.shards.to_string(),
-            ));
+            return Err(rd
+                .invalid(
+                    "shards",
+                    ROOT_SHARDS_AT,
+                    format!("1..={SHARDS_MAX}"),
+                    root.shards,
+                )
+                .into());
         }
         Ok(root)
     }

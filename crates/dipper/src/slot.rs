@@ -9,6 +9,7 @@
 use crate::arena::{Arena, PAGE};
 use crate::error::{DipperError, Result};
 use crate::layout::*;
+use pmem::codec::{FixedWriter, Reader};
 use pmem::{Medium, Uuid};
 
 /// Where a slot lives and how big it is.
@@ -102,92 +103,98 @@ pub fn load<M: Medium>(
     let base = geo.base as usize;
     let mut head = vec![0u8; SLOT_LENGTHS_AT + 8 * shards];
     medium.read(base, &mut head);
-    let u64_at = |b: &[u8], o: usize| u64::from_le_bytes(b[o..o + 8].try_into().expect("8"));
-    let u32_at = |b: &[u8], o: usize| u32::from_le_bytes(b[o..o + 4].try_into().expect("4"));
-    let bad =
-        |offset: u64, structure, field, expected: String, found: String| DipperError::Corrupt {
-            structure,
-            offset,
-            field,
-            expected,
-            found,
-        };
-    let hb = geo.base;
-    let checks: [(&'static str, u64, u64); 5] = [
-        ("magic", SLOT_MAGIC, u64_at(&head, SLOT_MAGIC_AT)),
-        ("checkpoint", checkpoint, u64_at(&head, SLOT_CHECKPOINT_AT)),
+    let hd = Reader::new("slot header", &head).at(geo.base);
+    let checks: [(&'static str, usize, u64, u64); 5] = [
+        (
+            "magic",
+            SLOT_MAGIC_AT,
+            SLOT_MAGIC,
+            hd.u64_at("magic", SLOT_MAGIC_AT)?,
+        ),
+        (
+            "checkpoint",
+            SLOT_CHECKPOINT_AT,
+            checkpoint,
+            hd.u64_at("checkpoint", SLOT_CHECKPOINT_AT)?,
+        ),
         (
             "index",
+            SLOT_INDEX_AT,
             geo.index as u64,
-            u32_at(&head, SLOT_INDEX_AT) as u64,
+            hd.u32_at("index", SLOT_INDEX_AT)? as u64,
         ),
         (
             "shards",
+            SLOT_SHARDS_AT,
             shards as u64,
-            u32_at(&head, SLOT_SHARDS_AT) as u64,
+            hd.u32_at("shards", SLOT_SHARDS_AT)? as u64,
         ),
-        ("capacity", geo.capacity, u64_at(&head, SLOT_CAPACITY_AT)),
+        (
+            "capacity",
+            SLOT_CAPACITY_AT,
+            geo.capacity,
+            hd.u64_at("capacity", SLOT_CAPACITY_AT)?,
+        ),
     ];
-    for (field, want, got) in checks {
+    for (field, at, want, got) in checks {
         if want != got {
-            return Err(bad(
-                hb,
-                "slot header",
-                field,
-                want.to_string(),
-                got.to_string(),
-            ));
+            return Err(hd.invalid(field, at, want, got).into());
         }
     }
     let want = header_crc(
         uuid,
         geo.index,
-        &head[..SLOT_CRC_AT],
-        &head[SLOT_LENGTHS_AT..],
+        hd.slice_at("crc-covered bytes", 0, SLOT_CRC_AT)?,
+        hd.slice_at("arena length", SLOT_LENGTHS_AT, 8 * shards)?,
     );
-    let got = u32_at(&head, SLOT_CRC_AT);
+    let got = hd.u32_at("crc", SLOT_CRC_AT)?;
     if want != got {
-        return Err(bad(
-            hb,
-            "slot header",
-            "crc",
-            format!("{want:#010x}"),
-            format!("{got:#010x}"),
-        ));
+        return Err(hd
+            .invalid(
+                "crc",
+                SLOT_CRC_AT,
+                format!("{want:#010x}"),
+                format!("{got:#010x}"),
+            )
+            .into());
     }
-    let used = u64_at(&head, SLOT_USED_AT);
+    let used = hd.u64_at("used", SLOT_USED_AT)?;
     if used > geo.capacity {
-        return Err(bad(
-            hb,
-            "slot header",
-            "used",
-            format!("at most {}", geo.capacity),
-            used.to_string(),
-        ));
+        return Err(hd
+            .invalid(
+                "used",
+                SLOT_USED_AT,
+                format!("at most {}", geo.capacity),
+                used,
+            )
+            .into());
     }
     let mut images = Vec::with_capacity(shards);
     let mut total_pages = 0u64;
     for s in 0..shards {
-        let len = u64_at(&head, SLOT_LENGTHS_AT + 8 * s);
+        let at = SLOT_LENGTHS_AT + 8 * s;
+        let len = hd.u64_at("arena length", at)?;
         let pages = len / PAGE as u64;
         if len == 0 || len % PAGE as u64 != 0 || len > crate::arena::ARENA_BYTES_MAX as u64 {
-            return Err(bad(
-                hb,
-                "slot header",
-                "arena length",
-                format!("a non-zero multiple of {PAGE}"),
-                format!("{len} (shard {s})"),
-            ));
+            return Err(hd
+                .invalid(
+                    "arena length",
+                    at,
+                    format!("a non-zero multiple of {PAGE}"),
+                    format!("{len} (shard {s})"),
+                )
+                .into());
         }
         total_pages += pages;
         if total_pages > geo.capacity {
-            return Err(bad(
-                hb,
-                "slot header",
-                "arena length",
-                format!("arenas totalling at most {} pages", geo.capacity),
-                format!("{total_pages} pages by shard {s}"),
-            ));
+            return Err(hd
+                .invalid(
+                    "arena length",
+                    at,
+                    format!("arenas totalling at most {} pages", geo.capacity),
+                    format!("{total_pages} pages by shard {s}"),
+                )
+                .into());
         }
         images.push(vec![0u8; len as usize]);
     }
@@ -198,47 +205,45 @@ pub fn load<M: Medium>(
     let mut table = vec![0u8; used as usize * SLOT_ENTRY_BYTES];
     medium.read(base + SLOT_TABLE_AT, &mut table);
     for i in 0..used as usize {
-        let e = &table[i * SLOT_ENTRY_BYTES..(i + 1) * SLOT_ENTRY_BYTES];
         let at = geo.base + (SLOT_TABLE_AT + i * SLOT_ENTRY_BYTES) as u64;
-        let shard = u32_at(e, ENTRY_SHARD_AT);
-        let page = u32_at(e, ENTRY_PAGE_AT);
-        let crc = u32_at(e, ENTRY_CRC_AT);
-        if u32_at(e, ENTRY_RESERVED_AT) != 0 {
-            return Err(bad(
-                at,
-                "slot page entry",
-                "reserved",
-                "0".into(),
-                u32_at(e, ENTRY_RESERVED_AT).to_string(),
-            ));
+        let entry = Reader::new("slot page entry", &table)
+            .at(geo.base + SLOT_TABLE_AT as u64)
+            .slice_at("entry", i * SLOT_ENTRY_BYTES, SLOT_ENTRY_BYTES)?;
+        let e = Reader::new("slot page entry", entry).at(at);
+        let shard = e.u32_at("shard", ENTRY_SHARD_AT)?;
+        let page = e.u32_at("page", ENTRY_PAGE_AT)?;
+        let crc = e.u32_at("crc", ENTRY_CRC_AT)?;
+        let reserved = e.u32_at("reserved", ENTRY_RESERVED_AT)?;
+        if reserved != 0 {
+            return Err(e
+                .invalid("reserved", ENTRY_RESERVED_AT, "0", reserved)
+                .into());
         }
         if shard as usize >= shards {
-            return Err(bad(
-                at,
-                "slot page entry",
-                "shard",
-                format!("below {shards}"),
-                shard.to_string(),
-            ));
+            return Err(e
+                .invalid("shard", ENTRY_SHARD_AT, format!("below {shards}"), shard)
+                .into());
         }
         let slots = &mut map.map[shard as usize];
         if page as usize >= slots.len() {
-            return Err(bad(
-                at,
-                "slot page entry",
-                "page",
-                format!("below {} (shard {shard})", slots.len()),
-                page.to_string(),
-            ));
+            return Err(e
+                .invalid(
+                    "page",
+                    ENTRY_PAGE_AT,
+                    format!("below {} (shard {shard})", slots.len()),
+                    page,
+                )
+                .into());
         }
         if slots[page as usize] != 0 {
-            return Err(bad(
-                at,
-                "slot page entry",
-                "page",
-                "each page once".into(),
-                format!("shard {shard} page {page} again"),
-            ));
+            return Err(e
+                .invalid(
+                    "page",
+                    ENTRY_PAGE_AT,
+                    "each page once",
+                    format!("shard {shard} page {page} again"),
+                )
+                .into());
         }
         slots[page as usize] = i as u32 + 1;
         let dst = &mut images[shard as usize][page as usize * PAGE..(page as usize + 1) * PAGE];
@@ -246,13 +251,13 @@ pub fn load<M: Medium>(
         medium.read(base + pat as usize, dst);
         let want = crc32c::crc32c_append(page_seed(uuid, geo.index, shard, page), dst);
         if want != crc {
-            return Err(bad(
-                geo.base + pat,
-                "slot page",
-                "crc",
-                format!("{crc:#010x} (shard {shard} page {page})"),
-                format!("{want:#010x}"),
-            ));
+            return Err(DipperError::Corrupt {
+                structure: "slot page",
+                offset: geo.base + pat,
+                field: "crc",
+                expected: format!("{crc:#010x} (shard {shard} page {page})"),
+                found: format!("{want:#010x}"),
+            });
         }
     }
     map.used = used;
@@ -317,9 +322,10 @@ pub fn write<M: Medium>(
             let crc =
                 crc32c::crc32c_append(page_seed(uuid, geo.index, s as u32, page as u32), bytes);
             let mut e = [0u8; SLOT_ENTRY_BYTES];
-            e[ENTRY_SHARD_AT..ENTRY_SHARD_AT + 4].copy_from_slice(&(s as u32).to_le_bytes());
-            e[ENTRY_PAGE_AT..ENTRY_PAGE_AT + 4].copy_from_slice(&(page as u32).to_le_bytes());
-            e[ENTRY_CRC_AT..ENTRY_CRC_AT + 4].copy_from_slice(&crc.to_le_bytes());
+            FixedWriter::new(&mut e)
+                .u32_at(ENTRY_SHARD_AT, s as u32)
+                .u32_at(ENTRY_PAGE_AT, page as u32)
+                .u32_at(ENTRY_CRC_AT, crc);
             let eat = base + SLOT_TABLE_AT + sp as usize * SLOT_ENTRY_BYTES;
             medium.write(eat, &e);
             lines.push(eat / 64);
@@ -338,15 +344,15 @@ pub fn write<M: Medium>(
         i = j;
     }
     let mut head = vec![0u8; SLOT_LENGTHS_AT + 8 * arenas.len()];
-    head[SLOT_MAGIC_AT..SLOT_MAGIC_AT + 8].copy_from_slice(&SLOT_MAGIC.to_le_bytes());
-    head[SLOT_CHECKPOINT_AT..SLOT_CHECKPOINT_AT + 8].copy_from_slice(&checkpoint.to_le_bytes());
-    head[SLOT_INDEX_AT..SLOT_INDEX_AT + 4].copy_from_slice(&geo.index.to_le_bytes());
-    head[SLOT_SHARDS_AT..SLOT_SHARDS_AT + 4].copy_from_slice(&(arenas.len() as u32).to_le_bytes());
-    head[SLOT_USED_AT..SLOT_USED_AT + 8].copy_from_slice(&map.used.to_le_bytes());
-    head[SLOT_CAPACITY_AT..SLOT_CAPACITY_AT + 8].copy_from_slice(&geo.capacity.to_le_bytes());
+    let mut w = FixedWriter::new(&mut head);
+    w.u64_at(SLOT_MAGIC_AT, SLOT_MAGIC)
+        .u64_at(SLOT_CHECKPOINT_AT, checkpoint)
+        .u32_at(SLOT_INDEX_AT, geo.index)
+        .u32_at(SLOT_SHARDS_AT, arenas.len() as u32)
+        .u64_at(SLOT_USED_AT, map.used)
+        .u64_at(SLOT_CAPACITY_AT, geo.capacity);
     for (s, a) in arenas.iter().enumerate() {
-        let at = SLOT_LENGTHS_AT + 8 * s;
-        head[at..at + 8].copy_from_slice(&(a.len() as u64).to_le_bytes());
+        w.u64_at(SLOT_LENGTHS_AT + 8 * s, a.len() as u64);
     }
     let crc = header_crc(
         uuid,
@@ -354,7 +360,7 @@ pub fn write<M: Medium>(
         &head[..SLOT_CRC_AT],
         &head[SLOT_LENGTHS_AT..],
     );
-    head[SLOT_CRC_AT..SLOT_CRC_AT + 4].copy_from_slice(&crc.to_le_bytes());
+    FixedWriter::new(&mut head).u32_at(SLOT_CRC_AT, crc);
     medium.write(base, &head);
     medium.flush(base, head.len())?;
     medium.fence()?;

@@ -6,7 +6,8 @@
 //! every length against the record, so a damaged record is an error, never a panic or a huge
 //! allocation. `docs/format/dstore-ops.md` lists the codes.
 
-use dipper::{DipperError, Result};
+use dipper::Result;
+use pmem::codec::{Reader, Writer};
 
 /// SET.
 pub const OP_SET: u8 = 1;
@@ -126,21 +127,9 @@ pub struct Record<'a> {
     pub op: Op<'a>,
 }
 
-struct W(Vec<u8>);
-
-impl W {
-    fn bytes(&mut self, b: &[u8]) {
-        self.0.extend_from_slice(&(b.len() as u32).to_le_bytes());
-        self.0.extend_from_slice(b);
-    }
-    fn n(&mut self, n: usize) {
-        self.0.extend_from_slice(&(n as u32).to_le_bytes());
-    }
-}
-
 /// Encode a record.
 pub fn encode(now_ms: i64, op: &Op<'_>) -> Vec<u8> {
-    let mut w = W(Vec::with_capacity(64));
+    let mut w = Writer::with_capacity(64);
     let code = match op {
         Op::Set { .. } => OP_SET,
         Op::MSet(_) => OP_MSET,
@@ -155,8 +144,7 @@ pub fn encode(now_ms: i64, op: &Op<'_>) -> Vec<u8> {
         Op::Noop(_) => OP_NOOP,
         Op::OWrite { .. } => OP_OWRITE,
     };
-    w.0.push(code);
-    w.0.extend_from_slice(&now_ms.to_le_bytes());
+    w.u8(code).i64(now_ms);
     match op {
         Op::Set {
             key,
@@ -164,38 +152,30 @@ pub fn encode(now_ms: i64, op: &Op<'_>) -> Vec<u8> {
             flags,
             expire_at,
         } => {
-            w.bytes(key);
-            w.bytes(value);
-            w.0.push(*flags);
-            w.0.extend_from_slice(&expire_at.to_le_bytes());
+            w.len_bytes(key).len_bytes(value).u8(*flags).i64(*expire_at);
         }
         Op::MSet(pairs) => {
-            w.n(pairs.len());
+            w.count(pairs.len());
             for (k, v) in pairs {
-                w.bytes(k);
-                w.bytes(v);
+                w.len_bytes(k).len_bytes(v);
             }
         }
         Op::Del(keys) => {
-            w.n(keys.len());
+            w.count(keys.len());
             for k in keys {
-                w.bytes(k);
+                w.len_bytes(k);
             }
         }
         Op::IncrBy { key, delta } => {
-            w.bytes(key);
-            w.0.extend_from_slice(&delta.to_le_bytes());
+            w.len_bytes(key).i64(*delta);
         }
         Op::Append { key, value } => {
-            w.bytes(key);
-            w.bytes(value);
+            w.len_bytes(key).len_bytes(value);
         }
         Op::HSet { key, pairs } => {
-            w.bytes(key);
-            w.n(pairs.len());
+            w.len_bytes(key).count(pairs.len());
             for (f, v) in pairs {
-                w.bytes(f);
-                w.bytes(v);
+                w.len_bytes(f).len_bytes(v);
             }
         }
         Op::HDel { key, fields }
@@ -203,97 +183,46 @@ pub fn encode(now_ms: i64, op: &Op<'_>) -> Vec<u8> {
             key,
             members: fields,
         } => {
-            w.bytes(key);
-            w.n(fields.len());
+            w.len_bytes(key).count(fields.len());
             for f in fields {
-                w.bytes(f);
+                w.len_bytes(f);
             }
         }
         Op::ZAdd { key, members } => {
-            w.bytes(key);
-            w.n(members.len());
+            w.len_bytes(key).count(members.len());
             for (s, m) in members {
-                w.0.extend_from_slice(&s.to_bits().to_le_bytes());
-                w.bytes(m);
+                w.u64(s.to_bits()).len_bytes(m);
             }
         }
         Op::FlushAll => {}
-        Op::Noop(name) => w.bytes(name),
+        Op::Noop(name) => {
+            w.len_bytes(name);
+        }
         Op::OWrite { key, size, blocks } => {
-            w.bytes(key);
-            w.0.extend_from_slice(&size.to_le_bytes());
-            w.n(blocks.len());
+            w.len_bytes(key).u64(*size).count(blocks.len());
             for (i, b) in blocks {
-                w.0.extend_from_slice(&i.to_le_bytes());
-                w.0.extend_from_slice(&b.to_le_bytes());
+                w.u32(*i).u32(*b);
             }
         }
     }
-    w.0
-}
-
-struct R<'a> {
-    b: &'a [u8],
-    at: usize,
-}
-
-impl<'a> R<'a> {
-    fn bad(&self, field: &'static str, expected: String) -> DipperError {
-        DipperError::Corrupt {
-            structure: "dstore op record",
-            offset: self.at as u64,
-            field,
-            expected,
-            found: format!("{} bytes left", self.b.len() - self.at),
-        }
-    }
-    fn take(&mut self, n: usize, field: &'static str) -> Result<&'a [u8]> {
-        if self.b.len() - self.at < n {
-            return Err(self.bad(field, format!("{n} more bytes")));
-        }
-        let s = &self.b[self.at..self.at + n];
-        self.at += n;
-        Ok(s)
-    }
-    fn u8(&mut self, field: &'static str) -> Result<u8> {
-        Ok(self.take(1, field)?[0])
-    }
-    fn u64(&mut self, field: &'static str) -> Result<u64> {
-        Ok(u64::from_le_bytes(
-            self.take(8, field)?.try_into().expect("8"),
-        ))
-    }
-    fn u32(&mut self, field: &'static str) -> Result<usize> {
-        Ok(u32::from_le_bytes(self.take(4, field)?.try_into().expect("4")) as usize)
-    }
-    fn bytes(&mut self, field: &'static str) -> Result<&'a [u8]> {
-        let n = self.u32(field)?;
-        self.take(n, field)
-    }
-    /// A count of items each at least `min` bytes long: bounded by what is left.
-    fn count(&mut self, min: usize, field: &'static str) -> Result<usize> {
-        let n = self.u32(field)?;
-        if n.saturating_mul(min) > self.b.len() - self.at {
-            return Err(self.bad(field, format!("room for {n} items")));
-        }
-        Ok(n)
-    }
+    w.into_bytes()
 }
 
 /// Decode a record, validating every length.
 pub fn decode(b: &[u8]) -> Result<Record<'_>> {
-    let mut r = R { b, at: 0 };
+    let mut r = Reader::new("dstore op record", b);
     let code = r.u8("code")?;
-    let now_ms = r.u64("now")? as i64;
+    let now_ms = r.i64("now")?;
     let op = match code {
         OP_SET => {
-            let key = r.bytes("key")?;
-            let value = r.bytes("value")?;
+            let key = r.len_bytes("key")?;
+            let value = r.len_bytes("value")?;
+            let at = r.pos();
             let flags = r.u8("flags")?;
             if flags & !(SET_NX | SET_XX) != 0 || flags == SET_NX | SET_XX {
-                return Err(r.bad("flags", "NX, XX or neither".into()));
+                return Err(r.invalid("flags", at, "NX, XX or neither", flags).into());
             }
-            let expire_at = r.u64("expiry")? as i64;
+            let expire_at = r.i64("expiry")?;
             Op::Set {
                 key,
                 value,
@@ -302,44 +231,44 @@ pub fn decode(b: &[u8]) -> Result<Record<'_>> {
             }
         }
         OP_MSET => {
-            let n = r.count(8, "pair count")?;
+            let n = r.count("pair count", 8)?;
             let mut pairs = Vec::with_capacity(n);
             for _ in 0..n {
-                pairs.push((r.bytes("key")?, r.bytes("value")?));
+                pairs.push((r.len_bytes("key")?, r.len_bytes("value")?));
             }
             Op::MSet(pairs)
         }
         OP_DEL => {
-            let n = r.count(4, "key count")?;
+            let n = r.count("key count", 4)?;
             let mut keys = Vec::with_capacity(n);
             for _ in 0..n {
-                keys.push(r.bytes("key")?);
+                keys.push(r.len_bytes("key")?);
             }
             Op::Del(keys)
         }
         OP_INCRBY => Op::IncrBy {
-            key: r.bytes("key")?,
-            delta: r.u64("delta")? as i64,
+            key: r.len_bytes("key")?,
+            delta: r.i64("delta")?,
         },
         OP_APPEND => Op::Append {
-            key: r.bytes("key")?,
-            value: r.bytes("value")?,
+            key: r.len_bytes("key")?,
+            value: r.len_bytes("value")?,
         },
         OP_HSET => {
-            let key = r.bytes("key")?;
-            let n = r.count(8, "pair count")?;
+            let key = r.len_bytes("key")?;
+            let n = r.count("pair count", 8)?;
             let mut pairs = Vec::with_capacity(n);
             for _ in 0..n {
-                pairs.push((r.bytes("field")?, r.bytes("value")?));
+                pairs.push((r.len_bytes("field")?, r.len_bytes("value")?));
             }
             Op::HSet { key, pairs }
         }
         OP_HDEL | OP_ZREM => {
-            let key = r.bytes("key")?;
-            let n = r.count(4, "item count")?;
+            let key = r.len_bytes("key")?;
+            let n = r.count("item count", 4)?;
             let mut items = Vec::with_capacity(n);
             for _ in 0..n {
-                items.push(r.bytes("item")?);
+                items.push(r.len_bytes("item")?);
             }
             if code == OP_HDEL {
                 Op::HDel { key, fields: items }
@@ -351,55 +280,59 @@ pub fn decode(b: &[u8]) -> Result<Record<'_>> {
             }
         }
         OP_ZADD => {
-            let key = r.bytes("key")?;
-            let n = r.count(12, "member count")?;
+            let key = r.len_bytes("key")?;
+            let n = r.count("member count", 12)?;
             let mut members = Vec::with_capacity(n);
             for _ in 0..n {
+                let at = r.pos();
                 let s = f64::from_bits(r.u64("score")?);
                 if s.is_nan() {
-                    return Err(r.bad("score", "a number".into()));
+                    return Err(r.invalid("score", at, "a number", "NaN").into());
                 }
-                members.push((s, r.bytes("member")?));
+                members.push((s, r.len_bytes("member")?));
             }
             Op::ZAdd { key, members }
         }
         OP_FLUSHALL => Op::FlushAll,
-        OP_NOOP => Op::Noop(r.bytes("name")?),
+        OP_NOOP => Op::Noop(r.len_bytes("name")?),
         OP_OWRITE => {
-            let key = r.bytes("key")?;
+            let key = r.len_bytes("key")?;
             let size = r.u64("size")?;
-            let n = r.count(8, "block count")?;
+            let n = r.count("block count", 8)?;
             let nblocks = size.div_ceil(BLOCK_BYTES);
             let mut blocks = Vec::with_capacity(n);
             for _ in 0..n {
-                let i = r.u32("block index")? as u32;
-                let b = r.u32("block")? as u32;
+                let at = r.pos();
+                let i = r.u32("block index")?;
+                let b = r.u32("block")?;
                 if i as u64 >= nblocks || b == u32::MAX {
-                    return Err(r.bad("block index", format!("below {nblocks}, with a real block")));
+                    return Err(r
+                        .invalid(
+                            "block index",
+                            at,
+                            format!("below {nblocks}, with a real block"),
+                            format!("index {i}, block {b}"),
+                        )
+                        .into());
                 }
                 blocks.push((i, b));
             }
             Op::OWrite { key, size, blocks }
         }
         other => {
-            return Err(DipperError::Corrupt {
-                structure: "dstore op record",
-                offset: 0,
-                field: "code",
-                expected: format!("1..={OP_OWRITE}"),
-                found: other.to_string(),
-            });
+            return Err(r
+                .invalid("code", 0, format!("1..={OP_OWRITE}"), other)
+                .into());
         }
     };
-    if r.at != b.len() {
-        return Err(r.bad("length", "no trailing bytes".into()));
-    }
+    r.finish()?;
     Ok(Record { now_ms, op })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use dipper::DipperError;
 
     fn samples() -> Vec<Op<'static>> {
         vec![

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use crate::machine::{self, Kv, OpError, Outcome, read};
 use crate::op::{self, Op, SET_NX, SET_XX};
 use dipper::{Dipper, DipperError, ForcePolicy, Layout, Options, RecoveryReport};
-use pmem::{CreateOptions, Mapping, Medium, OpenOptions, Pool};
+use pmem::{Corruption, CreateOptions, Mapping, Medium, OpenOptions, Pool};
 
 /// Why a store call failed.
 #[derive(Debug, thiserror::Error, Clone, PartialEq)]
@@ -30,6 +30,10 @@ pub enum StoreError {
     /// The store failed (or could not open).
     #[error("{0}")]
     Failed(String),
+    /// Bytes read from the store's pool failed validation: which structure, where, which field,
+    /// what was expected and what was found.
+    #[error("store damaged: {0}")]
+    Corrupt(Corruption),
     /// The store is closed.
     #[error("the store is closed")]
     Closed,
@@ -41,6 +45,27 @@ impl From<DipperError> for StoreError {
             DipperError::TooLarge { .. } => StoreError::TooLarge(e.to_string()),
             DipperError::OutOfSpace(m) => StoreError::OutOfSpace(m),
             DipperError::Closed => StoreError::Closed,
+            DipperError::Corrupt {
+                structure,
+                offset,
+                field,
+                expected,
+                found,
+            } => StoreError::Corrupt(Corruption {
+                structure: structure.to_string(),
+                offset,
+                field,
+                expected,
+                found,
+            }),
+            DipperError::Pmem(p) => match p.corruption() {
+                Some(c) => StoreError::Corrupt(c.clone()),
+                None => StoreError::Failed(p.to_string()),
+            },
+            DipperError::Log(l) => match l.corruption() {
+                Some(c) => StoreError::Corrupt(c.clone()),
+                None => StoreError::Failed(l.to_string()),
+            },
             other => StoreError::Failed(other.to_string()),
         }
     }

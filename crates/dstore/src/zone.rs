@@ -8,7 +8,9 @@
 
 use std::sync::Mutex;
 
+use crate::op::BLOCK_BYTES;
 use crate::store::StoreError;
+use pmem::Corruption;
 
 /// The region holding the data zone.
 pub const DATA_REGION: &str = "dstore.data";
@@ -55,17 +57,27 @@ impl Zone {
     pub fn claim(&self, block: u32) -> Result<(), StoreError> {
         let mut s = self.lock()?;
         let b = block as u64;
+        let damaged = |expected: String, found: String| {
+            StoreError::Corrupt(Corruption {
+                structure: "object block list".into(),
+                offset: self.base as u64 + b * BLOCK_BYTES,
+                field: "block",
+                expected,
+                found,
+            })
+        };
         if b >= self.blocks {
-            return Err(StoreError::Failed(format!(
-                "an object names data-zone block {b}, but the zone has {} blocks",
-                self.blocks
-            )));
+            return Err(damaged(
+                format!("a block of the data zone (below {})", self.blocks),
+                format!("block {b}"),
+            ));
         }
         let (w, bit) = ((b / 64) as usize, 1u64 << (b % 64));
         if s.used[w] & bit != 0 {
-            return Err(StoreError::Failed(format!(
-                "data-zone block {b} belongs to two objects"
-            )));
+            return Err(damaged(
+                "a block owned by one object".into(),
+                format!("block {b} owned by two objects"),
+            ));
         }
         s.used[w] |= bit;
         s.in_use += 1;

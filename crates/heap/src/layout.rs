@@ -4,6 +4,7 @@
 //! such offsets. Integers are little-endian.
 
 use crate::error::{HeapError, Result};
+use pmem::codec::{FieldError, FixedWriter, Reader};
 
 /// First eight bytes of the header: `KVHEAP` then format version 1 as two bytes.
 pub const HEAP_MAGIC: u64 = u64::from_le_bytes(*b"KVHEAP\x00\x01");
@@ -95,8 +96,9 @@ pub enum ChunkWord {
 
 fn chunk_check(body: u64, index: u64) -> u64 {
     let mut bytes = [0u8; 16];
-    bytes[..8].copy_from_slice(&body.to_le_bytes());
-    bytes[8..].copy_from_slice(&index.to_le_bytes());
+    FixedWriter::new(&mut bytes)
+        .u64_at(0, body)
+        .u64_at(8, index);
     u64::from(crc32c::crc32c(&bytes) & 0xffff)
 }
 
@@ -297,87 +299,86 @@ impl Header {
     pub fn encode(&self) -> [u8; HEADER_CRC_AT + 4] {
         let mut b = [0u8; HEADER_CRC_AT + 4];
         let g = &self.geo;
-        b[0..8].copy_from_slice(&HEAP_MAGIC.to_le_bytes());
-        b[8..12].copy_from_slice(&HEAP_VERSION.to_le_bytes());
-        b[12..16].copy_from_slice(&((HEADER_CRC_AT + 4) as u32).to_le_bytes());
-        b[16..32].copy_from_slice(&self.uuid);
-        b[32..40].copy_from_slice(&g.region_len.to_le_bytes());
-        b[40..44].copy_from_slice(&g.lane_count.to_le_bytes());
-        b[44..48].copy_from_slice(&g.lane_bytes.to_le_bytes());
-        b[48..56].copy_from_slice(&g.lanes_off.to_le_bytes());
-        b[56..64].copy_from_slice(&g.chunk_table_off.to_le_bytes());
-        b[64..72].copy_from_slice(&g.zone_off.to_le_bytes());
-        b[72..80].copy_from_slice(&g.chunk_count.to_le_bytes());
-        b[80..88].copy_from_slice(&CHUNK_SIZE.to_le_bytes());
-        b[88..92].copy_from_slice(&g.redo_bytes.to_le_bytes());
+        FixedWriter::new(&mut b)
+            .u64_at(0, HEAP_MAGIC)
+            .u32_at(8, HEAP_VERSION)
+            .u32_at(12, (HEADER_CRC_AT + 4) as u32)
+            .bytes_at(16, &self.uuid)
+            .u64_at(32, g.region_len)
+            .u32_at(40, g.lane_count)
+            .u32_at(44, g.lane_bytes)
+            .u64_at(48, g.lanes_off)
+            .u64_at(56, g.chunk_table_off)
+            .u64_at(64, g.zone_off)
+            .u64_at(72, g.chunk_count)
+            .u64_at(80, CHUNK_SIZE)
+            .u32_at(88, g.redo_bytes);
         let crc = crc32c::crc32c(&b[..HEADER_CRC_AT]);
-        b[HEADER_CRC_AT..].copy_from_slice(&crc.to_le_bytes());
+        FixedWriter::new(&mut b).u32_at(HEADER_CRC_AT, crc);
         b
     }
 
     /// Decode and validate a header copy read from offset `at` of a region of `region_len`
-    /// bytes.
+    /// bytes. A short input is an error naming the first field it cuts.
     pub fn decode(b: &[u8], at: u64, region_len: u64) -> Result<Header> {
         let name = if at == HEADER_COPY_0 {
             "heap header copy 0"
         } else {
             "heap header copy 1"
         };
-        let u64_at = |o: usize| u64::from_le_bytes(b[o..o + 8].try_into().expect("8 bytes"));
-        let u32_at = |o: usize| u32::from_le_bytes(b[o..o + 4].try_into().expect("4 bytes"));
-        let bad = |off: usize, field, expected: String, found: String| {
-            HeapError::corrupt(name, at + off as u64, field, expected, found)
-        };
-        if u64_at(0) != HEAP_MAGIC {
-            return Err(bad(
-                0,
+        let rd = Reader::new(name, b).at(at);
+        let magic = rd.u64_at("magic", 0).map_err(corrupt)?;
+        if magic != HEAP_MAGIC {
+            return Err(corrupt(rd.invalid(
                 "magic",
+                0,
                 format!("{HEAP_MAGIC:#018x}"),
-                format!("{:#018x}", u64_at(0)),
-            ));
+                format!("{magic:#018x}"),
+            )));
         }
+        let stored = rd.u32_at("crc32c", HEADER_CRC_AT).map_err(corrupt)?;
         let crc = crc32c::crc32c(&b[..HEADER_CRC_AT]);
-        if u32_at(HEADER_CRC_AT) != crc {
-            return Err(bad(
-                HEADER_CRC_AT,
+        if stored != crc {
+            return Err(corrupt(rd.invalid(
                 "crc32c",
+                HEADER_CRC_AT,
                 format!("{crc:#010x}"),
-                format!("{:#010x}", u32_at(HEADER_CRC_AT)),
-            ));
+                format!("{stored:#010x}"),
+            )));
         }
-        if u32_at(8) != HEAP_VERSION {
-            return Err(bad(
-                8,
-                "version",
-                HEAP_VERSION.to_string(),
-                u32_at(8).to_string(),
-            ));
+        let version = rd.u32_at("version", 8).map_err(corrupt)?;
+        if version != HEAP_VERSION {
+            return Err(corrupt(rd.invalid("version", 8, HEAP_VERSION, version)));
         }
-        if u64_at(80) != CHUNK_SIZE {
-            return Err(bad(
-                80,
+        let chunk_size = rd.u64_at("chunk_size", 80).map_err(corrupt)?;
+        if chunk_size != CHUNK_SIZE {
+            return Err(corrupt(rd.invalid(
                 "chunk_size",
-                CHUNK_SIZE.to_string(),
-                u64_at(80).to_string(),
-            ));
+                80,
+                CHUNK_SIZE,
+                chunk_size,
+            )));
         }
-        if u64_at(32) != region_len {
-            return Err(bad(
-                32,
+        let stored_len = rd.u64_at("region_len", 32).map_err(corrupt)?;
+        if stored_len != region_len {
+            return Err(corrupt(rd.invalid(
                 "region_len",
-                region_len.to_string(),
-                u64_at(32).to_string(),
-            ));
+                32,
+                region_len,
+                stored_len,
+            )));
         }
-        let geo = Geometry::plan(region_len, u32_at(40), u32_at(44), u32_at(88)).map_err(|e| {
-            bad(
-                40,
-                "lane geometry",
-                "a valid lane geometry".into(),
-                e.to_string(),
-            )
-        })?;
-        let stored = (u64_at(48), u64_at(56), u64_at(64), u64_at(72));
+        let lane_count = rd.u32_at("lane_count", 40).map_err(corrupt)?;
+        let lane_bytes = rd.u32_at("lane_bytes", 44).map_err(corrupt)?;
+        let redo_bytes = rd.u32_at("redo_bytes", 88).map_err(corrupt)?;
+        let geo = Geometry::plan(region_len, lane_count, lane_bytes, redo_bytes)
+            .map_err(|e| corrupt(rd.invalid("lane geometry", 40, "a valid lane geometry", e)))?;
+        let stored = (
+            rd.u64_at("lanes_off", 48).map_err(corrupt)?,
+            rd.u64_at("chunk_table_off", 56).map_err(corrupt)?,
+            rd.u64_at("zone_off", 64).map_err(corrupt)?,
+            rd.u64_at("chunk_count", 72).map_err(corrupt)?,
+        );
         let planned = (
             geo.lanes_off,
             geo.chunk_table_off,
@@ -385,22 +386,67 @@ impl Header {
             geo.chunk_count,
         );
         if stored != planned {
-            return Err(bad(
-                48,
+            return Err(corrupt(rd.invalid(
                 "layout",
+                48,
                 format!("{planned:?} (lanes, chunk table, zone, chunks)"),
                 format!("{stored:?}"),
-            ));
+            )));
         }
-        let mut uuid = [0u8; 16];
-        uuid.copy_from_slice(&b[16..32]);
+        let uuid = rd.array_at("uuid", 16).map_err(corrupt)?;
         Ok(Header { uuid, geo })
+    }
+}
+
+fn corrupt(e: FieldError) -> HeapError {
+    HeapError::Corrupt(e.into())
+}
+
+/// The header of an undo entry (`undo-log.md`, table `undo entry`); its payload follows it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct UndoHeader {
+    /// Sequence number of the transaction that wrote the entry.
+    pub seq: u64,
+    /// Region offset of the snapshotted range or of the bitmap word.
+    pub offset: u64,
+    /// Payload length, or [`UNDO_BIT_OR`] / [`UNDO_BIT_ANDNOT`] for a bit entry.
+    pub len: u32,
+    /// CRC-32C over the first 20 header bytes and the payload.
+    pub crc: u32,
+}
+
+/// Bytes of an undo entry's header the CRC covers (every field before `crc`).
+pub(crate) const UNDO_CRC_COVERED_BYTES: usize = 20;
+
+impl UndoHeader {
+    /// Write the header into the first [`UNDO_HEADER_BYTES`] of `b`.
+    pub fn write(&self, b: &mut [u8]) {
+        FixedWriter::new(&mut b[..UNDO_HEADER_BYTES as usize])
+            .u64_at(0, self.seq)
+            .u64_at(8, self.offset)
+            .u32_at(16, self.len)
+            .u32_at(UNDO_CRC_COVERED_BYTES, self.crc);
+    }
+
+    /// Read an undo entry's header found at region offset `at`, without judging it (the scan
+    /// decides, from the sequence number and the CRC, whether the entry belongs to the log).
+    pub fn decode(b: &[u8], at: u64) -> Result<UndoHeader> {
+        let rd = Reader::new("heap undo entry", b).at(at);
+        Ok(UndoHeader {
+            seq: rd.u64_at("seq", 0).map_err(corrupt)?,
+            offset: rd.u64_at("offset", 8).map_err(corrupt)?,
+            len: rd.u32_at("len", 16).map_err(corrupt)?,
+            crc: rd
+                .u32_at("crc32c", UNDO_CRC_COVERED_BYTES)
+                .map_err(corrupt)?,
+        })
     }
 }
 
 /// Low 64 bits of a UUID: the pool id persistent pointers carry.
 pub fn pool_id(uuid: &[u8; 16]) -> u64 {
-    u64::from_le_bytes(uuid[..8].try_into().expect("8 bytes"))
+    let [a, b, c, d, e, f, g, h, ..] = *uuid;
+    u64::from_le_bytes([a, b, c, d, e, f, g, h])
 }
 
 #[cfg(test)]

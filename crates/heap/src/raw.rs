@@ -754,11 +754,18 @@ impl RawHeap {
         buf.clear();
         buf.resize(entry as usize, 0);
         fill(&mut buf[UNDO_HEADER_BYTES as usize..]);
-        buf[0..8].copy_from_slice(&seq.to_le_bytes());
-        buf[8..16].copy_from_slice(&off.to_le_bytes());
-        buf[16..20].copy_from_slice(&len_field.to_le_bytes());
-        let crc = undo_crc(&buf[..20], &buf[UNDO_HEADER_BYTES as usize..]);
-        buf[20..24].copy_from_slice(&crc.to_le_bytes());
+        let mut head = UndoHeader {
+            seq,
+            offset: off,
+            len: len_field,
+            crc: 0,
+        };
+        head.write(&mut buf);
+        head.crc = undo_crc(
+            &buf[..UNDO_CRC_COVERED_BYTES],
+            &buf[UNDO_HEADER_BYTES as usize..],
+        );
+        head.write(&mut buf);
         let pos = lane.undo_tail;
         let at = self.m(self.geo.undo(lane.idx) + pos);
         self.medium.write(at, &buf);
@@ -1570,10 +1577,15 @@ pub fn scan_undo(
     while pos + UNDO_HEADER_BYTES <= end {
         let mut h = [0u8; UNDO_HEADER_BYTES as usize];
         medium.read((base + pos) as usize, &mut h);
-        let eseq = u64::from_le_bytes(h[0..8].try_into().expect("8"));
-        let off = u64::from_le_bytes(h[8..16].try_into().expect("8"));
-        let field = u32::from_le_bytes(h[16..20].try_into().expect("4"));
-        let crc = u32::from_le_bytes(h[20..24].try_into().expect("4"));
+        let Ok(UndoHeader {
+            seq: eseq,
+            offset: off,
+            len: field,
+            crc,
+        }) = UndoHeader::decode(&h, pos)
+        else {
+            break;
+        };
         let (kind, len) = match field {
             UNDO_BIT_OR => (UndoKind::BitOr, 8),
             UNDO_BIT_ANDNOT => (UndoKind::BitAndNot, 8),
@@ -1584,7 +1596,7 @@ pub fn scan_undo(
         }
         data.resize(len as usize, 0);
         medium.read((base + pos + UNDO_HEADER_BYTES) as usize, &mut data);
-        if undo_crc(&h[..20], &data) != crc {
+        if undo_crc(&h[..UNDO_CRC_COVERED_BYTES], &data) != crc {
             break;
         }
         out.push(UndoEntry {

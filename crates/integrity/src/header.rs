@@ -6,25 +6,8 @@ use crate::layout::{
     SHADOW_BYTES, flags, header as h, shadow as s, state,
 };
 use crate::tracker::{BATCH_WORDS, BatchBits};
+use pmem::codec::{FixedWriter, Reader};
 use pmem::{Corruption, Uuid};
-
-fn get_u32(b: &[u8], at: usize) -> u32 {
-    u32::from_le_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]])
-}
-
-fn get_u64(b: &[u8], at: usize) -> u64 {
-    let mut w = [0u8; 8];
-    w.copy_from_slice(&b[at..at + 8]);
-    u64::from_le_bytes(w)
-}
-
-fn put_u32(b: &mut [u8], at: usize, v: u32) {
-    b[at..at + 4].copy_from_slice(&v.to_le_bytes());
-}
-
-fn put_u64(b: &mut [u8], at: usize, v: u64) {
-    b[at..at + 8].copy_from_slice(&v.to_le_bytes());
-}
 
 /// A decoded header copy.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -52,118 +35,118 @@ impl Header {
     pub fn encode(&self) -> [u8; HEADER_BYTES] {
         let g = &self.geometry;
         let mut b = [0u8; HEADER_BYTES];
-        put_u64(&mut b, h::MAGIC_AT, META_MAGIC);
-        put_u32(&mut b, h::VERSION_AT, META_VERSION);
-        put_u32(&mut b, h::MODE_AT, self.mode);
-        put_u64(&mut b, h::SEQ_AT, self.seq);
-        b[h::UUID_AT..h::UUID_AT + 16].copy_from_slice(&self.uuid.0);
-        put_u64(&mut b, h::DATA_OFFSET_AT, self.data_offset);
-        put_u64(&mut b, h::DATA_PAGES_AT, g.data_pages);
-        put_u32(&mut b, h::STRIPE_PAGES_AT, g.stripe_pages);
-        put_u32(&mut b, h::PERIOD_MS_AT, self.period_ms);
-        put_u32(&mut b, h::STATE_AT, self.state);
-        put_u32(&mut b, h::FLAGS_AT, self.flags);
-        put_u64(&mut b, h::PAGESUMS_AT, g.pagesums_at);
-        put_u64(&mut b, h::PAGEBLOCKS_AT, g.pageblocks_at);
-        put_u64(&mut b, h::PARITYSUMS_AT, g.paritysums_at);
-        put_u64(&mut b, h::PARITYBLOCKS_AT, g.parityblocks_at);
-        put_u64(&mut b, h::LINESUMS_AT, g.linesums_at);
-        put_u64(&mut b, h::PARITY_AT, g.parity_at);
-        put_u64(&mut b, h::META_BYTES_AT, g.meta_bytes);
-        put_u32(&mut b, h::PARITY_DEVICE_AT, 0);
+        FixedWriter::new(&mut b)
+            .u64_at(h::MAGIC_AT, META_MAGIC)
+            .u32_at(h::VERSION_AT, META_VERSION)
+            .u32_at(h::MODE_AT, self.mode)
+            .u64_at(h::SEQ_AT, self.seq)
+            .bytes_at(h::UUID_AT, &self.uuid.0)
+            .u64_at(h::DATA_OFFSET_AT, self.data_offset)
+            .u64_at(h::DATA_PAGES_AT, g.data_pages)
+            .u32_at(h::STRIPE_PAGES_AT, g.stripe_pages)
+            .u32_at(h::PERIOD_MS_AT, self.period_ms)
+            .u32_at(h::STATE_AT, self.state)
+            .u32_at(h::FLAGS_AT, self.flags)
+            .u64_at(h::PAGESUMS_AT, g.pagesums_at)
+            .u64_at(h::PAGEBLOCKS_AT, g.pageblocks_at)
+            .u64_at(h::PARITYSUMS_AT, g.paritysums_at)
+            .u64_at(h::PARITYBLOCKS_AT, g.parityblocks_at)
+            .u64_at(h::LINESUMS_AT, g.linesums_at)
+            .u64_at(h::PARITY_AT, g.parity_at)
+            .u64_at(h::META_BYTES_AT, g.meta_bytes)
+            .u32_at(h::PARITY_DEVICE_AT, 0);
         let crc = checksum(&self.uuid, Tag::Meta, 0, &b[..h::CRC_AT]);
-        put_u32(&mut b, h::CRC_AT, crc);
+        FixedWriter::new(&mut b).u32_at(h::CRC_AT, crc);
         b
     }
 
     /// Decode and validate a header copy found at pool offset `at`. `uuid` is the pool's.
     pub fn decode(b: &[u8; HEADER_BYTES], uuid: &Uuid, at: u64) -> Result<Header, Corruption> {
-        let bad =
-            |offset: usize, field: &'static str, expected: String, found: String| Corruption {
-                structure: "integrity header".into(),
-                offset: at + offset as u64,
-                field,
-                expected,
-                found,
-            };
-        let magic = get_u64(b, h::MAGIC_AT);
+        let rd = Reader::new("integrity header", b).at(at);
+        let magic = rd.u64_at("magic", h::MAGIC_AT)?;
         if magic != META_MAGIC {
-            return Err(bad(
-                h::MAGIC_AT,
-                "magic",
-                "KVINTEG1".into(),
-                format!("{magic:#018x}"),
-            ));
+            return Err(rd
+                .invalid("magic", h::MAGIC_AT, "KVINTEG1", format!("{magic:#018x}"))
+                .into());
         }
-        let crc = checksum(uuid, Tag::Meta, 0, &b[..h::CRC_AT]);
-        let stored = get_u32(b, h::CRC_AT);
+        let covered = rd.slice_at("crc-covered bytes", 0, h::CRC_AT)?;
+        let crc = checksum(uuid, Tag::Meta, 0, covered);
+        let stored = rd.u32_at("crc32c", h::CRC_AT)?;
         if crc != stored {
-            return Err(bad(
-                h::CRC_AT,
-                "crc32c",
-                format!("{crc:#010x} (over this pool's UUID and bytes 0..252)"),
-                format!("{stored:#010x}"),
-            ));
+            return Err(rd
+                .invalid(
+                    "crc32c",
+                    h::CRC_AT,
+                    format!("{crc:#010x} (over this pool's UUID and bytes 0..252)"),
+                    format!("{stored:#010x}"),
+                )
+                .into());
         }
-        let version = get_u32(b, h::VERSION_AT);
+        let version = rd.u32_at("version", h::VERSION_AT)?;
         if version != META_VERSION {
-            return Err(bad(
-                h::VERSION_AT,
-                "version",
-                META_VERSION.to_string(),
-                version.to_string(),
-            ));
+            return Err(rd
+                .invalid("version", h::VERSION_AT, META_VERSION, version)
+                .into());
         }
-        let mode = get_u32(b, h::MODE_AT);
+        let mode = rd.u32_at("mode", h::MODE_AT)?;
         if mode > layout::mode::TXB_PAGE {
-            return Err(bad(h::MODE_AT, "mode", "0..=3".into(), mode.to_string()));
+            return Err(rd.invalid("mode", h::MODE_AT, "0..=3", mode).into());
         }
-        let st = get_u32(b, h::STATE_AT);
+        let st = rd.u32_at("state", h::STATE_AT)?;
         if !(state::CLEAN..=state::STALE).contains(&st) {
-            return Err(bad(h::STATE_AT, "state", "1..=3".into(), st.to_string()));
+            return Err(rd.invalid("state", h::STATE_AT, "1..=3", st).into());
         }
-        let fl = get_u32(b, h::FLAGS_AT);
+        let fl = rd.u32_at("flags", h::FLAGS_AT)?;
         if fl & !flags::KNOWN != 0 {
-            return Err(bad(
-                h::FLAGS_AT,
-                "flags",
-                format!("only bits {:#x}", flags::KNOWN),
-                format!("{fl:#x}"),
-            ));
+            return Err(rd
+                .invalid(
+                    "flags",
+                    h::FLAGS_AT,
+                    format!("only bits {:#x}", flags::KNOWN),
+                    format!("{fl:#x}"),
+                )
+                .into());
         }
-        let period_ms = get_u32(b, h::PERIOD_MS_AT);
+        let period_ms = rd.u32_at("period_ms", h::PERIOD_MS_AT)?;
         if !(PERIOD_MS_MIN..=PERIOD_MS_MAX).contains(&period_ms) {
-            return Err(bad(
-                h::PERIOD_MS_AT,
-                "period_ms",
-                format!("{PERIOD_MS_MIN}..={PERIOD_MS_MAX}"),
-                period_ms.to_string(),
-            ));
+            return Err(rd
+                .invalid(
+                    "period_ms",
+                    h::PERIOD_MS_AT,
+                    format!("{PERIOD_MS_MIN}..={PERIOD_MS_MAX}"),
+                    period_ms,
+                )
+                .into());
         }
-        let device = get_u32(b, h::PARITY_DEVICE_AT);
+        let device = rd.u32_at("parity_device", h::PARITY_DEVICE_AT)?;
         if device != 0 {
-            return Err(bad(
-                h::PARITY_DEVICE_AT,
-                "parity_device",
-                "0 (parity in this region)".into(),
-                device.to_string(),
-            ));
+            return Err(rd
+                .invalid(
+                    "parity_device",
+                    h::PARITY_DEVICE_AT,
+                    "0 (parity in this region)",
+                    device,
+                )
+                .into());
         }
-        if let Some(i) = b[h::RESERVED_AT..h::CRC_AT].iter().position(|&x| x != 0) {
-            return Err(bad(
-                h::RESERVED_AT + i,
-                "reserved",
-                "zero".into(),
-                format!("{:#04x}", b[h::RESERVED_AT + i]),
-            ));
+        let reserved = rd.slice_at("reserved", h::RESERVED_AT, h::CRC_AT - h::RESERVED_AT)?;
+        if let Some(i) = reserved.iter().position(|&x| x != 0) {
+            return Err(rd
+                .invalid(
+                    "reserved",
+                    h::RESERVED_AT + i,
+                    "zero",
+                    format!("{:#04x}", reserved[i]),
+                )
+                .into());
         }
-        let pages = get_u64(b, h::DATA_PAGES_AT);
-        let k = get_u32(b, h::STRIPE_PAGES_AT);
+        let pages = rd.u64_at("data_pages", h::DATA_PAGES_AT)?;
+        let k = rd.u32_at("stripe_pages", h::STRIPE_PAGES_AT)?;
         let geometry = Geometry::new(pages, k).ok_or_else(|| {
-            bad(
-                h::DATA_PAGES_AT,
+            rd.invalid(
                 "data_pages/stripe_pages",
-                "at least one page, stripes of 2..=32".into(),
+                h::DATA_PAGES_AT,
+                "at least one page, stripes of 2..=32",
                 format!("{pages} pages, stripes of {k}"),
             )
         })?;
@@ -181,23 +164,34 @@ impl Header {
             ("meta_bytes", h::META_BYTES_AT, geometry.meta_bytes),
         ];
         for (field, off, want) in stored_at {
-            let found = get_u64(b, off);
+            let found = rd.u64_at(field, off)?;
             if found != want {
-                return Err(bad(
-                    off,
-                    field,
-                    format!("{want} (from the page count and stripe width)"),
-                    found.to_string(),
-                ));
+                return Err(rd
+                    .invalid(
+                        field,
+                        off,
+                        format!("{want} (from the page count and stripe width)"),
+                        found,
+                    )
+                    .into());
             }
         }
-        let mut id = [0u8; 16];
-        id.copy_from_slice(&b[h::UUID_AT..h::UUID_AT + 16]);
+        let stored_uuid = Uuid(rd.array_at("uuid", h::UUID_AT)?);
+        if stored_uuid != *uuid {
+            return Err(rd
+                .invalid(
+                    "uuid",
+                    h::UUID_AT,
+                    format!("{uuid} (the pool's)"),
+                    stored_uuid,
+                )
+                .into());
+        }
         Ok(Header {
             mode,
-            seq: get_u64(b, h::SEQ_AT),
-            uuid: Uuid(id),
-            data_offset: get_u64(b, h::DATA_OFFSET_AT),
+            seq: rd.u64_at("seq", h::SEQ_AT)?,
+            uuid: stored_uuid,
+            data_offset: rd.u64_at("data_offset", h::DATA_OFFSET_AT)?,
             geometry,
             period_ms,
             state: st,
@@ -223,13 +217,13 @@ pub enum Shadow {
 /// Encode a shadow record with sequence number `seq`.
 pub fn encode_shadow(uuid: &Uuid, seq: u64, first: u64, bits: &BatchBits) -> [u8; SHADOW_BYTES] {
     let mut b = [0u8; SHADOW_BYTES];
-    put_u64(&mut b, s::SEQ_AT, seq);
-    put_u64(&mut b, s::FIRST_PAGE_AT, first);
-    for (i, w) in bits.iter().enumerate() {
-        put_u64(&mut b, s::BITS_AT + 8 * i, *w);
+    let mut w = FixedWriter::new(&mut b);
+    w.u64_at(s::SEQ_AT, seq).u64_at(s::FIRST_PAGE_AT, first);
+    for (i, word) in bits.iter().enumerate() {
+        w.u64_at(s::BITS_AT + 8 * i, *word);
     }
     let crc = checksum(uuid, Tag::Meta, 2, &b[..s::CRC_AT]);
-    put_u32(&mut b, s::CRC_AT, crc);
+    FixedWriter::new(&mut b).u32_at(s::CRC_AT, crc);
     b
 }
 
@@ -243,39 +237,39 @@ pub fn decode_shadow(
     if b.iter().all(|&x| x == 0) {
         return Ok(Shadow::Empty);
     }
-    let bad = |offset: usize, field: &'static str, expected: String, found: String| Corruption {
-        structure: "integrity shadow batch".into(),
-        offset: at + offset as u64,
-        field,
-        expected,
-        found,
-    };
-    let crc = checksum(uuid, Tag::Meta, 2, &b[..s::CRC_AT]);
-    let stored = get_u32(b, s::CRC_AT);
+    let rd = Reader::new("integrity shadow batch", b).at(at);
+    let covered = rd.slice_at("crc-covered bytes", 0, s::CRC_AT)?;
+    let crc = checksum(uuid, Tag::Meta, 2, covered);
+    let stored = rd.u32_at("crc32c", s::CRC_AT)?;
     if crc != stored {
-        return Err(bad(
-            s::CRC_AT,
-            "crc32c",
-            format!("{crc:#010x}"),
-            format!("{stored:#010x}"),
-        ));
+        return Err(rd
+            .invalid(
+                "crc32c",
+                s::CRC_AT,
+                format!("{crc:#010x}"),
+                format!("{stored:#010x}"),
+            )
+            .into());
     }
-    if let Some(i) = b[s::RESERVED_AT..].iter().position(|&x| x != 0) {
-        return Err(bad(
-            s::RESERVED_AT + i,
-            "reserved",
-            "zero".into(),
-            format!("{:#04x}", b[s::RESERVED_AT + i]),
-        ));
+    let reserved = rd.slice_at("reserved", s::RESERVED_AT, SHADOW_BYTES - s::RESERVED_AT)?;
+    if let Some(i) = reserved.iter().position(|&x| x != 0) {
+        return Err(rd
+            .invalid(
+                "reserved",
+                s::RESERVED_AT + i,
+                "zero",
+                format!("{:#04x}", reserved[i]),
+            )
+            .into());
     }
     let mut bits = [0u64; BATCH_WORDS];
     for (i, w) in bits.iter_mut().enumerate() {
-        *w = get_u64(b, s::BITS_AT + 8 * i);
+        *w = rd.u64_at("bits", s::BITS_AT + 8 * i)?;
     }
     if bits.iter().all(|&w| w == 0) {
         return Ok(Shadow::Empty);
     }
-    let first = get_u64(b, s::FIRST_PAGE_AT);
+    let first = rd.u64_at("first_page", s::FIRST_PAGE_AT)?;
     let last_bit = (BATCH_WORDS * 64 - 1)
         - bits
             .iter()
@@ -287,12 +281,14 @@ pub fn decode_shadow(
         .checked_add(last_bit as u64)
         .is_none_or(|p| p >= data_pages)
     {
-        return Err(bad(
-            s::FIRST_PAGE_AT,
-            "first_page",
-            format!("a batch inside the region's {data_pages} pages"),
-            format!("{first} with bit {last_bit} set"),
-        ));
+        return Err(rd
+            .invalid(
+                "first_page",
+                s::FIRST_PAGE_AT,
+                format!("a batch inside the region's {data_pages} pages"),
+                format!("{first} with bit {last_bit} set"),
+            )
+            .into());
     }
     Ok(Shadow::Batch { first, bits })
 }
@@ -300,6 +296,14 @@ pub fn decode_shadow(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn put_u32(b: &mut [u8], at: usize, v: u32) {
+        FixedWriter::new(b).u32_at(at, v);
+    }
+
+    fn put_u64(b: &mut [u8], at: usize, v: u64) {
+        FixedWriter::new(b).u64_at(at, v);
+    }
 
     fn sample() -> Header {
         Header {
@@ -365,6 +369,12 @@ mod tests {
         b[h::RESERVED_AT + 3] = 1;
         reseal(&mut b);
         assert_eq!(Header::decode(&b, &uuid, 0).unwrap_err().field, "reserved");
+        // Another pool's UUID under a CRC that matches (it is seeded with this pool's UUID, so
+        // only a deliberate or freak re-seal gets here): not this pool's header.
+        let mut b = hd.encode();
+        b[h::UUID_AT + 4] ^= 1;
+        reseal(&mut b);
+        assert_eq!(Header::decode(&b, &uuid, 0).unwrap_err().field, "uuid");
         let mut b = hd.encode();
         put_u32(&mut b, h::STRIPE_PAGES_AT, 1);
         reseal(&mut b);

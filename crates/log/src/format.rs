@@ -3,26 +3,14 @@
 //! Every decoder treats its input as untrusted and returns a [`Corruption`] naming the
 //! structure, the absolute offset, the field, what was expected and what was found.
 
-use crate::layout::{
-    self, descriptor as d, get_u16, get_u32, get_u64, put, record as r, superline as s,
-};
+use crate::layout::{self, descriptor as d, record as r, superline as s};
+use pmem::codec::{FixedWriter, Reader};
 use pmem::{Corruption, Uuid};
 
-fn corruption(
-    structure: String,
-    offset: u64,
-    field: layout::Field,
-    expected: impl Into<String>,
-    found: impl Into<String>,
-) -> Corruption {
-    Corruption {
-        structure,
-        offset: offset + field.offset as u64,
-        field: field.name,
-        expected: expected.into(),
-        found: found.into(),
-    }
-}
+/// Structure names of the two descriptor copies, for errors.
+const DESCRIPTOR_NAMES: [&str; 2] = ["log descriptor copy 0", "log descriptor copy 1"];
+/// Structure names of the two superline copies, for errors.
+const SUPERLINE_NAMES: [&str; 2] = ["log superline copy 0", "log superline copy 1"];
 
 fn hex(b: &[u8]) -> String {
     b.iter().map(|x| format!("{x:02x}")).collect()
@@ -80,28 +68,17 @@ impl Descriptor {
     /// Bytes of copy `copy` (0 or 1).
     pub fn encode(&self, copy: usize) -> [u8; layout::DESCRIPTOR_BYTES] {
         let mut b = [0u8; layout::DESCRIPTOR_BYTES];
-        put(&mut b, d::MAGIC, &layout::DESCRIPTOR_MAGIC);
-        put(
-            &mut b,
-            d::FORMAT_VERSION,
-            &layout::FORMAT_VERSION.to_le_bytes(),
-        );
-        put(
-            &mut b,
-            d::FEATURES_INCOMPAT,
-            &self.features_incompat.to_le_bytes(),
-        );
-        put(&mut b, d::LOG_UUID, &self.log_uuid.0);
-        put(&mut b, d::RING_OFFSET, &self.ring_offset.to_le_bytes());
-        put(&mut b, d::RING_BYTES, &self.ring_bytes.to_le_bytes());
-        put(
-            &mut b,
-            d::PAYLOAD_BYTES_MAX,
-            &self.payload_bytes_max.to_le_bytes(),
-        );
-        put(&mut b, d::COPY_INDEX, &(copy as u32).to_le_bytes());
+        let mut w = FixedWriter::new(&mut b);
+        w.field(d::MAGIC, &layout::DESCRIPTOR_MAGIC)
+            .field_u32(d::FORMAT_VERSION, layout::FORMAT_VERSION)
+            .field_u32(d::FEATURES_INCOMPAT, self.features_incompat)
+            .field(d::LOG_UUID, &self.log_uuid.0)
+            .field_u64(d::RING_OFFSET, self.ring_offset)
+            .field_u64(d::RING_BYTES, self.ring_bytes)
+            .field_u32(d::PAYLOAD_BYTES_MAX, self.payload_bytes_max)
+            .field_u32(d::COPY_INDEX, copy as u32);
         let crc = crc32c::crc32c(&b[..d::CRC.offset]);
-        put(&mut b, d::CRC, &crc.to_le_bytes());
+        FixedWriter::new(&mut b).field_u32(d::CRC, crc);
         b
     }
 
@@ -112,87 +89,51 @@ impl Descriptor {
         at: u64,
         region_bytes: u64,
     ) -> Result<Descriptor, Corruption> {
-        let what = || format!("log descriptor copy {copy}");
-        if bytes.len() < layout::DESCRIPTOR_BYTES {
-            return Err(corruption(
-                what(),
-                at,
-                d::MAGIC,
-                "64 bytes",
-                format!("{} bytes", bytes.len()),
-            ));
-        }
-        let magic = &bytes[d::MAGIC.offset..d::MAGIC.end()];
+        let rd = Reader::new(DESCRIPTOR_NAMES[copy.min(1)], bytes).at(at);
+        let magic = rd.field(d::MAGIC)?;
         if magic != layout::DESCRIPTOR_MAGIC {
-            return Err(corruption(
-                what(),
-                at,
-                d::MAGIC,
-                hex(&layout::DESCRIPTOR_MAGIC),
-                hex(magic),
-            ));
+            return Err(rd
+                .invalid_field(d::MAGIC, hex(&layout::DESCRIPTOR_MAGIC), hex(magic))
+                .into());
         }
-        let crc = crc32c::crc32c(&bytes[..d::CRC.offset]);
-        let stored = get_u32(bytes, d::CRC);
+        let stored = rd.field_u32(d::CRC)?;
+        let crc = crc32c::crc32c(rd.slice_at("crc-covered bytes", 0, d::CRC.offset)?);
         if crc != stored {
-            return Err(corruption(
-                what(),
-                at,
-                d::CRC,
-                format!("{crc:#010x}"),
-                format!("{stored:#010x}"),
-            ));
+            return Err(rd
+                .invalid_field(d::CRC, format!("{crc:#010x}"), format!("{stored:#010x}"))
+                .into());
         }
-        let version = get_u32(bytes, d::FORMAT_VERSION);
+        let version = rd.field_u32(d::FORMAT_VERSION)?;
         if version != layout::FORMAT_VERSION {
-            return Err(corruption(
-                what(),
-                at,
-                d::FORMAT_VERSION,
-                layout::FORMAT_VERSION.to_string(),
-                version.to_string(),
-            ));
+            return Err(rd
+                .invalid_field(d::FORMAT_VERSION, layout::FORMAT_VERSION, version)
+                .into());
         }
-        let incompat = get_u32(bytes, d::FEATURES_INCOMPAT);
+        let incompat = rd.field_u32(d::FEATURES_INCOMPAT)?;
         if incompat & !layout::FEATURES_INCOMPAT_KNOWN != 0 {
-            return Err(corruption(
-                what(),
-                at,
-                d::FEATURES_INCOMPAT,
-                "no unknown bits",
-                format!("{incompat:#x}"),
-            ));
+            return Err(rd
+                .invalid_field(
+                    d::FEATURES_INCOMPAT,
+                    "no unknown bits",
+                    format!("{incompat:#x}"),
+                )
+                .into());
         }
-        let index = get_u32(bytes, d::COPY_INDEX);
+        let index = rd.field_u32(d::COPY_INDEX)?;
         if index as usize != copy {
-            return Err(corruption(
-                what(),
-                at,
-                d::COPY_INDEX,
-                copy.to_string(),
-                index.to_string(),
-            ));
+            return Err(rd.invalid_field(d::COPY_INDEX, copy, index).into());
         }
-        if get_u32(bytes, d::RESERVED) != 0 {
-            return Err(corruption(
-                what(),
-                at,
-                d::RESERVED,
-                "0",
-                hex(&bytes[d::RESERVED.offset..d::RESERVED.end()]),
-            ));
+        let reserved = rd.field(d::RESERVED)?;
+        if reserved.iter().any(|&x| x != 0) {
+            return Err(rd.invalid_field(d::RESERVED, "0", hex(reserved)).into());
         }
-        let ring_offset = get_u64(bytes, d::RING_OFFSET);
+        let ring_offset = rd.field_u64(d::RING_OFFSET)?;
         if ring_offset != layout::RING_OFFSET as u64 {
-            return Err(corruption(
-                what(),
-                at,
-                d::RING_OFFSET,
-                layout::RING_OFFSET.to_string(),
-                ring_offset.to_string(),
-            ));
+            return Err(rd
+                .invalid_field(d::RING_OFFSET, layout::RING_OFFSET, ring_offset)
+                .into());
         }
-        let ring_bytes = get_u64(bytes, d::RING_BYTES);
+        let ring_bytes = rd.field_u64(d::RING_BYTES)?;
         let fits = ring_offset
             .checked_add(ring_bytes)
             .is_some_and(|end| end <= region_bytes);
@@ -200,33 +141,32 @@ impl Descriptor {
             || ring_bytes % layout::RECORD_ALIGN as u64 != 0
             || !fits
         {
-            return Err(corruption(
-                what(),
-                at,
-                d::RING_BYTES,
-                format!(
-                    "a multiple of 64 in [{}, {}] ending inside the {region_bytes}-byte region",
-                    layout::RING_BYTES_MIN,
-                    layout::RING_BYTES_MAX
-                ),
-                ring_bytes.to_string(),
-            ));
+            return Err(rd
+                .invalid_field(
+                    d::RING_BYTES,
+                    format!(
+                        "a multiple of 64 in [{}, {}] ending inside the {region_bytes}-byte region",
+                        layout::RING_BYTES_MIN,
+                        layout::RING_BYTES_MAX
+                    ),
+                    ring_bytes,
+                )
+                .into());
         }
-        let payload_bytes_max = get_u32(bytes, d::PAYLOAD_BYTES_MAX);
+        let payload_bytes_max = rd.field_u32(d::PAYLOAD_BYTES_MAX)?;
         let limit = payload_max_for(ring_bytes);
         if payload_bytes_max == 0 || payload_bytes_max > limit {
-            return Err(corruption(
-                what(),
-                at,
-                d::PAYLOAD_BYTES_MAX,
-                format!("1..={limit}"),
-                payload_bytes_max.to_string(),
-            ));
+            return Err(rd
+                .invalid_field(
+                    d::PAYLOAD_BYTES_MAX,
+                    format!("1..={limit}"),
+                    payload_bytes_max,
+                )
+                .into());
         }
-        let mut uuid = [0u8; 16];
-        uuid.copy_from_slice(&bytes[d::LOG_UUID.offset..d::LOG_UUID.end()]);
+        let log_uuid = Uuid(rd.array_at(d::LOG_UUID.name, d::LOG_UUID.offset)?);
         Ok(Descriptor {
-            log_uuid: Uuid(uuid),
+            log_uuid,
             ring_offset,
             ring_bytes,
             payload_bytes_max,
@@ -266,6 +206,8 @@ impl Superline {
         (self.sequence % 2) as usize
     }
 
+    /// The CRC of a whole superline copy's covered bytes (`bytes` holds at least the bytes
+    /// before the CRC field).
     fn crc(uuid: &Uuid, copy: usize, bytes: &[u8]) -> u32 {
         let seed = crc32c::crc32c_append(crc32c::crc32c(&uuid.0), &(copy as u32).to_le_bytes());
         crc32c::crc32c_append(seed, &bytes[..s::CRC.offset])
@@ -274,14 +216,15 @@ impl Superline {
     /// Bytes of this superline, for its copy.
     pub fn encode(&self, uuid: &Uuid) -> [u8; layout::SUPERLINE_BYTES] {
         let mut b = [0u8; layout::SUPERLINE_BYTES];
-        put(&mut b, s::MAGIC, &layout::SUPERLINE_MAGIC);
-        put(&mut b, s::SEQUENCE, &self.sequence.to_le_bytes());
-        put(&mut b, s::HEAD, &self.head.to_le_bytes());
-        put(&mut b, s::START_LSN, &self.start_lsn.to_le_bytes());
-        put(&mut b, s::EPOCH, &self.epoch.to_le_bytes());
-        put(&mut b, s::DURABLE_LSN, &self.durable_lsn.to_le_bytes());
+        FixedWriter::new(&mut b)
+            .field(s::MAGIC, &layout::SUPERLINE_MAGIC)
+            .field_u64(s::SEQUENCE, self.sequence)
+            .field_u64(s::HEAD, self.head)
+            .field_u64(s::START_LSN, self.start_lsn)
+            .field_u64(s::EPOCH, self.epoch)
+            .field_u64(s::DURABLE_LSN, self.durable_lsn);
         let crc = Self::crc(uuid, self.copy(), &b);
-        put(&mut b, s::CRC, &crc.to_le_bytes());
+        FixedWriter::new(&mut b).field_u32(s::CRC, crc);
         b
     }
 
@@ -293,84 +236,63 @@ impl Superline {
         uuid: &Uuid,
         ring_bytes: u64,
     ) -> Result<Superline, Corruption> {
-        let what = || format!("log superline copy {copy}");
-        if bytes.len() < layout::SUPERLINE_BYTES {
-            return Err(corruption(
-                what(),
-                at,
-                s::MAGIC,
-                "64 bytes",
-                format!("{} bytes", bytes.len()),
-            ));
-        }
-        let magic = &bytes[s::MAGIC.offset..s::MAGIC.end()];
+        let rd = Reader::new(SUPERLINE_NAMES[copy.min(1)], bytes).at(at);
+        let magic = rd.field(s::MAGIC)?;
         if magic != layout::SUPERLINE_MAGIC {
-            return Err(corruption(
-                what(),
-                at,
-                s::MAGIC,
-                hex(&layout::SUPERLINE_MAGIC),
-                hex(magic),
-            ));
+            return Err(rd
+                .invalid_field(s::MAGIC, hex(&layout::SUPERLINE_MAGIC), hex(magic))
+                .into());
         }
-        let crc = Self::crc(uuid, copy, bytes);
-        let stored = get_u32(bytes, s::CRC);
+        let stored = rd.field_u32(s::CRC)?;
+        let crc = Self::crc(
+            uuid,
+            copy,
+            rd.slice_at("crc-covered bytes", 0, s::CRC.offset)?,
+        );
         if crc != stored {
-            return Err(corruption(
-                what(),
-                at,
-                s::CRC,
-                format!("{crc:#010x}"),
-                format!("{stored:#010x}"),
-            ));
+            return Err(rd
+                .invalid_field(s::CRC, format!("{crc:#010x}"), format!("{stored:#010x}"))
+                .into());
         }
-        let sequence = get_u64(bytes, s::SEQUENCE);
+        let sequence = rd.field_u64(s::SEQUENCE)?;
         if sequence == 0 || (sequence % 2) as usize != copy {
-            return Err(corruption(
-                what(),
-                at,
-                s::SEQUENCE,
-                format!("non-zero with parity {copy}"),
-                sequence.to_string(),
-            ));
+            return Err(rd
+                .invalid_field(
+                    s::SEQUENCE,
+                    format!("non-zero with parity {copy}"),
+                    sequence,
+                )
+                .into());
         }
-        let reserved = &bytes[s::RESERVED.offset..s::RESERVED.end()];
+        let reserved = rd.field(s::RESERVED)?;
         if reserved.iter().any(|&x| x != 0) {
-            return Err(corruption(what(), at, s::RESERVED, "zeros", hex(reserved)));
+            return Err(rd.invalid_field(s::RESERVED, "zeros", hex(reserved)).into());
         }
-        let head = get_u64(bytes, s::HEAD);
+        let head = rd.field_u64(s::HEAD)?;
         if head >= ring_bytes || head % layout::RECORD_ALIGN as u64 != 0 {
-            return Err(corruption(
-                what(),
-                at,
-                s::HEAD,
-                format!("a multiple of 64 below {ring_bytes}"),
-                head.to_string(),
-            ));
+            return Err(rd
+                .invalid_field(
+                    s::HEAD,
+                    format!("a multiple of 64 below {ring_bytes}"),
+                    head,
+                )
+                .into());
         }
-        let start_lsn = get_u64(bytes, s::START_LSN);
+        let start_lsn = rd.field_u64(s::START_LSN)?;
         if start_lsn == 0 || start_lsn > LSN_MAX {
-            return Err(corruption(
-                what(),
-                at,
-                s::START_LSN,
-                format!("1..={LSN_MAX}"),
-                start_lsn.to_string(),
-            ));
+            return Err(rd
+                .invalid_field(s::START_LSN, format!("1..={LSN_MAX}"), start_lsn)
+                .into());
         }
-        let epoch = get_u64(bytes, s::EPOCH);
+        let epoch = rd.field_u64(s::EPOCH)?;
         if epoch == 0 {
-            return Err(corruption(what(), at, s::EPOCH, "at least 1", "0"));
+            return Err(rd.invalid_field(s::EPOCH, "at least 1", "0").into());
         }
-        let durable_lsn = get_u64(bytes, s::DURABLE_LSN);
+        let durable_lsn = rd.field_u64(s::DURABLE_LSN)?;
         if durable_lsn >= LSN_MAX {
-            return Err(corruption(
-                what(),
-                at,
-                s::DURABLE_LSN,
-                format!("below {LSN_MAX}"),
-                durable_lsn.to_string(),
-            ));
+            return Err(rd
+                .invalid_field(s::DURABLE_LSN, format!("below {LSN_MAX}"), durable_lsn)
+                .into());
         }
         Ok(Superline {
             sequence,
@@ -399,41 +321,55 @@ pub struct RecordHeader {
     pub payload_crc: u32,
 }
 
+/// The fields of a record header as read, before any judgement: the header, the valid word
+/// and the two reserved fields.
+pub type RawRecordHeader = (RecordHeader, u64, u16, u32);
+
 impl RecordHeader {
     /// Header bytes, valid word included.
     pub fn encode(&self) -> [u8; layout::RECORD_HEADER_BYTES] {
         let mut b = [0u8; layout::RECORD_HEADER_BYTES];
-        put(&mut b, r::LSN, &self.lsn.to_le_bytes());
-        put(&mut b, r::LENGTH, &self.length.to_le_bytes());
-        put(&mut b, r::KIND, &self.kind.to_le_bytes());
-        put(&mut b, r::PAYLOAD_CRC, &self.payload_crc.to_le_bytes());
-        put(&mut b, r::VALID, &valid_word(self.lsn).to_le_bytes());
+        FixedWriter::new(&mut b)
+            .field_u64(r::LSN, self.lsn)
+            .field_u32(r::LENGTH, self.length)
+            .field_u16(r::KIND, self.kind)
+            .field_u32(r::PAYLOAD_CRC, self.payload_crc)
+            .field_u64(r::VALID, valid_word(self.lsn));
         b
     }
 
     /// The CRC-covered header bytes (lsn, length, kind, reserved).
     pub fn covered(lsn: u64, length: u32, kind: u16) -> [u8; r::CRC_COVERED_BYTES] {
         let mut b = [0u8; r::CRC_COVERED_BYTES];
-        put(&mut b, r::LSN, &lsn.to_le_bytes());
-        put(&mut b, r::LENGTH, &length.to_le_bytes());
-        put(&mut b, r::KIND, &kind.to_le_bytes());
+        FixedWriter::new(&mut b)
+            .field_u64(r::LSN, lsn)
+            .field_u32(r::LENGTH, length)
+            .field_u16(r::KIND, kind);
         b
     }
 
-    /// Parse the fields without judging them.
-    pub fn parse(bytes: &[u8]) -> (RecordHeader, u64, u16, u32) {
+    /// Read the fields of a record header found at absolute offset `at` without judging them;
+    /// an input shorter than a header is an error naming the first field it cuts.
+    pub fn decode(bytes: &[u8], at: u64) -> Result<RawRecordHeader, Corruption> {
+        let rd = Reader::new("log record header", bytes).at(at);
         let h = RecordHeader {
-            lsn: get_u64(bytes, r::LSN),
-            length: get_u32(bytes, r::LENGTH),
-            kind: get_u16(bytes, r::KIND),
-            payload_crc: get_u32(bytes, r::PAYLOAD_CRC),
+            lsn: rd.field_u64(r::LSN)?,
+            length: rd.field_u32(r::LENGTH)?,
+            kind: rd.field_u16(r::KIND)?,
+            payload_crc: rd.field_u32(r::PAYLOAD_CRC)?,
         };
-        (
+        Ok((
             h,
-            get_u64(bytes, r::VALID),
-            get_u16(bytes, r::RESERVED),
-            get_u32(bytes, r::RESERVED2),
-        )
+            rd.field_u64(r::VALID)?,
+            rd.field_u16(r::RESERVED)?,
+            rd.field_u32(r::RESERVED2)?,
+        ))
+    }
+
+    /// Parse the fields of a whole header without judging them.
+    pub fn parse(bytes: &[u8; layout::RECORD_HEADER_BYTES]) -> RawRecordHeader {
+        // Every field lies inside the header's 32 bytes (checked at compile time in `layout`).
+        Self::decode(bytes, 0).expect("a record header array holds every field")
     }
 }
 
@@ -455,6 +391,10 @@ pub fn crc_start(seed: u32, lsn: u64, length: u32, kind: u16) -> u32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn put(b: &mut [u8], f: layout::Field, bytes: &[u8]) {
+        FixedWriter::new(b).field(f, bytes);
+    }
 
     const UUID: Uuid = Uuid([7; 16]);
 

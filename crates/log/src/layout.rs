@@ -157,20 +157,6 @@ pub const fn record_footprint(payload: usize) -> usize {
     (RECORD_HEADER_BYTES + payload).next_multiple_of(RECORD_ALIGN)
 }
 
-pub(crate) fn get_u16(buf: &[u8], f: Field) -> u16 {
-    u16::from_le_bytes(buf[f.offset..f.end()].try_into().expect("2-byte field"))
-}
-pub(crate) fn get_u32(buf: &[u8], f: Field) -> u32 {
-    u32::from_le_bytes(buf[f.offset..f.end()].try_into().expect("4-byte field"))
-}
-pub(crate) fn get_u64(buf: &[u8], f: Field) -> u64 {
-    u64::from_le_bytes(buf[f.offset..f.end()].try_into().expect("8-byte field"))
-}
-pub(crate) fn put(buf: &mut [u8], f: Field, bytes: &[u8]) {
-    assert_eq!(bytes.len(), f.size, "field {} is {} bytes", f.name, f.size);
-    buf[f.offset..f.end()].copy_from_slice(bytes);
-}
-
 const _: () = {
     assert!(DESCRIPTOR_COPY_OFFSETS[1] >= DESCRIPTOR_COPY_OFFSETS[0] + DESCRIPTOR_BYTES);
     assert!(SUPERLINE_COPY_OFFSETS[0] >= DESCRIPTOR_COPY_OFFSETS[1] + DESCRIPTOR_BYTES);

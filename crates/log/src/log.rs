@@ -218,6 +218,17 @@ fn check_region<M: Medium>(medium: &M, base: usize, len: usize) -> Result<()> {
             ),
         });
     }
+    // The metadata (descriptor and superline copies) is read before the descriptor can say
+    // how long the ring is: a shorter region cannot hold a log.
+    if len < layout::RING_OFFSET {
+        return Err(LogError::Invalid {
+            what: "log region",
+            reason: format!(
+                "{len} bytes cannot hold a log: its metadata alone takes {} bytes",
+                layout::RING_OFFSET
+            ),
+        });
+    }
     Ok(())
 }
 

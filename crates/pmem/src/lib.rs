@@ -18,6 +18,7 @@
 // Unsafe: one `flock(LOCK_SH | LOCK_NB)` system call (is a writer holding the pool?).
 #[allow(unsafe_code)]
 pub mod check;
+pub mod codec;
 // Unsafe: cache-line flush and fence instructions and streaming stores on raw addresses.
 #[allow(unsafe_code)]
 pub mod cpu;

@@ -67,7 +67,7 @@ pub enum ReplError {
 
 /// A malformed replication message: what, where, expected and found.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("bad replication message: {field} at byte {offset}: expected {expected}, found {found}")]
+#[error("bad replication message: {field} at byte {offset:#x}: expected {expected}, found {found}")]
 pub struct ProtoError {
     /// The field.
     pub field: &'static str,

@@ -8,6 +8,8 @@ use std::io::{Read, Write};
 
 use log::Extent;
 
+use pmem::codec::{FieldError, Reader, Writer};
+
 use crate::error::ProtoError;
 
 /// Frame magic.
@@ -167,16 +169,15 @@ impl Request {
 
     /// Encode into a frame.
     pub fn encode(&self) -> Vec<u8> {
-        let mut b = Vec::new();
+        let mut b = Writer::new();
         let tag = match self {
             Request::Probe => tags::PROBE,
             Request::Init { uuid, region_len } => {
-                b.extend_from_slice(uuid);
-                put(&mut b, *region_len);
+                b.bytes(uuid).u64(*region_len);
                 tags::INIT
             }
             Request::Promise { epoch } => {
-                put(&mut b, *epoch);
+                b.u64(*epoch);
                 tags::PROMISE
             }
             Request::Write {
@@ -184,34 +185,27 @@ impl Request {
                 committed,
                 extents,
             } => {
-                put(&mut b, *epoch);
-                put(&mut b, *committed);
-                b.extend_from_slice(&(extents.len() as u32).to_le_bytes());
+                b.u64(*epoch).u64(*committed).count(extents.len());
                 for e in extents {
-                    put(&mut b, e.offset);
-                    b.extend_from_slice(&(e.bytes.len() as u32).to_le_bytes());
-                    b.extend_from_slice(&e.bytes);
+                    b.u64(e.offset).len_bytes(&e.bytes);
                 }
                 tags::WRITE
             }
             Request::Zero { epoch, offset, len } => {
-                put(&mut b, *epoch);
-                put(&mut b, *offset);
-                put(&mut b, *len);
+                b.u64(*epoch).u64(*offset).u64(*len);
                 tags::ZERO
             }
             Request::Read { offset, len } => {
-                put(&mut b, *offset);
-                put(&mut b, *len);
+                b.u64(*offset).u64(*len);
                 tags::READ
             }
         };
-        frame(tag, b)
+        frame(tag, b.into_bytes())
     }
 
     /// Decode a frame's tag and body.
     pub fn decode(tag: u8, body: &[u8]) -> Result<Request, ProtoError> {
-        let mut r = Body::new(body);
+        let mut r = body_reader(body);
         let req = match tag {
             tags::PROBE => Request::Probe,
             tags::INIT => Request::Init {
@@ -224,8 +218,8 @@ impl Request {
             tags::WRITE => {
                 let epoch = r.u64("epoch")?;
                 let committed = r.u64("committed")?;
-                let n = r.u32("extent count")? as usize;
-                let mut extents = Vec::with_capacity(n.min(1024));
+                let n = r.count("extent count", 12)?;
+                let mut extents = Vec::with_capacity(n);
                 for _ in 0..n {
                     let offset = r.u64("extent offset")?;
                     let len = r.u32("extent length")? as usize;
@@ -251,7 +245,7 @@ impl Request {
             },
             other => return Err(bad("tag", 4, "a request tag (1..=6)", other)),
         };
-        r.end()?;
+        end_of_body(&r)?;
         Ok(req)
     }
 }
@@ -259,15 +253,14 @@ impl Request {
 impl Response {
     /// Encode into a frame.
     pub fn encode(&self) -> Vec<u8> {
-        let mut b = Vec::new();
+        let mut b = Writer::new();
         let tag = match self {
             Response::Info(None) => {
-                b.push(0);
+                b.u8(0);
                 tags::INFO
             }
             Response::Info(Some(i)) => {
-                b.push(1);
-                b.extend_from_slice(&i.uuid);
+                b.u8(1).bytes(&i.uuid);
                 for v in [
                     i.region_len,
                     i.ring_bytes,
@@ -279,31 +272,31 @@ impl Response {
                     i.used,
                     i.committed,
                 ] {
-                    put(&mut b, v);
+                    b.u64(v);
                 }
-                b.push(u8::from(i.damaged) | (u8::from(i.meta_damaged) << 1));
+                b.u8(u8::from(i.damaged) | (u8::from(i.meta_damaged) << 1));
                 tags::INFO
             }
             Response::Ack => tags::ACK,
             Response::Data(d) => {
-                b.extend_from_slice(d);
+                b.bytes(d);
                 tags::DATA
             }
             Response::Fenced { promised } => {
-                put(&mut b, *promised);
+                b.u64(*promised);
                 tags::FENCED
             }
             Response::Error(s) => {
-                b.extend_from_slice(s.as_bytes());
+                b.bytes(s.as_bytes());
                 tags::ERROR
             }
         };
-        frame(tag, b)
+        frame(tag, b.into_bytes())
     }
 
     /// Decode a frame's tag and body.
     pub fn decode(tag: u8, body: &[u8]) -> Result<Response, ProtoError> {
-        let mut r = Body::new(body);
+        let mut r = body_reader(body);
         let resp = match tag {
             tags::INFO => match r.u8("present")? {
                 0 => Response::Info(None),
@@ -323,9 +316,10 @@ impl Response {
                     ]) {
                         *x = r.u64(name)?;
                     }
+                    let at = r.pos();
                     let flags = r.u8("flags")?;
                     if flags > 3 {
-                        return Err(bad("flags", r.at - 1, "0..=3", flags));
+                        return Err(r.invalid("flags", at, "0..=3", flags).into());
                     }
                     Response::Info(Some(CopyInfo {
                         uuid,
@@ -342,7 +336,7 @@ impl Response {
                         meta_damaged: flags & 2 != 0,
                     }))
                 }
-                other => return Err(bad("present", r.at - 1, "0 or 1", other)),
+                other => return Err(r.invalid("present", 0, "0 or 1", other).into()),
             },
             tags::ACK => Response::Ack,
             tags::DATA => Response::Data(r.rest().to_vec()),
@@ -352,23 +346,42 @@ impl Response {
             tags::ERROR => Response::Error(String::from_utf8_lossy(r.rest()).into_owned()),
             other => return Err(bad("tag", 4, "a response tag (65..=69)", other)),
         };
-        r.end()?;
+        end_of_body(&r)?;
         Ok(resp)
     }
 }
 
-fn put(b: &mut Vec<u8>, v: u64) {
-    b.extend_from_slice(&v.to_le_bytes());
+fn frame(tag: u8, body: Vec<u8>) -> Vec<u8> {
+    let mut f = Writer::with_capacity(FRAME_HEADER_BYTES + body.len());
+    f.bytes(&FRAME_MAGIC)
+        .u8(tag)
+        .bytes(&[0, 0, 0])
+        .count(body.len())
+        .u32(crc32c::crc32c(&body))
+        .bytes(&body);
+    f.into_bytes()
 }
 
-fn frame(tag: u8, body: Vec<u8>) -> Vec<u8> {
-    let mut f = Vec::with_capacity(FRAME_HEADER_BYTES + body.len());
-    f.extend_from_slice(&FRAME_MAGIC);
-    f.extend_from_slice(&[tag, 0, 0, 0]);
-    f.extend_from_slice(&(body.len() as u32).to_le_bytes());
-    f.extend_from_slice(&crc32c::crc32c(&body).to_le_bytes());
-    f.extend_from_slice(&body);
-    f
+/// A reader over a frame's body; offsets in its errors are from the frame's start.
+fn body_reader(body: &[u8]) -> Reader<'_> {
+    Reader::new("replication message", body).at(FRAME_HEADER_BYTES as u64)
+}
+
+/// Bytes after a message's last field are an error naming the `body`.
+fn end_of_body(r: &Reader<'_>) -> Result<(), ProtoError> {
+    r.finish()
+        .map_err(|e| FieldError { field: "body", ..e }.into())
+}
+
+impl From<FieldError> for ProtoError {
+    fn from(e: FieldError) -> ProtoError {
+        ProtoError {
+            field: e.field,
+            offset: usize::try_from(e.offset).unwrap_or(usize::MAX),
+            expected: e.problem.expected(),
+            found: e.problem.found(),
+        }
+    }
 }
 
 fn bad(field: &'static str, offset: usize, expected: &str, found: impl ToString) -> ProtoError {
@@ -382,13 +395,18 @@ fn bad(field: &'static str, offset: usize, expected: &str, found: impl ToString)
 
 /// Check a frame header; returns the tag and body length.
 pub fn parse_header(h: &[u8; FRAME_HEADER_BYTES]) -> Result<(u8, usize, u32), ProtoError> {
-    if h[0..4] != FRAME_MAGIC {
-        return Err(bad("magic", 0, "\"KVRP\"", format!("{:02x?}", &h[0..4])));
+    let r = Reader::new("replication frame header", h);
+    let [magic, tag, reserved, length, crc] = FRAME_FIELDS;
+    let found = r.field(magic)?;
+    if found != FRAME_MAGIC {
+        return Err(bad("magic", 0, "\"KVRP\"", format!("{found:02x?}")));
     }
-    if h[5..8] != [0, 0, 0] {
-        return Err(bad("reserved", 5, "zero", format!("{:02x?}", &h[5..8])));
+    let tag = r.u8_at(tag.name, tag.offset)?;
+    let zeros = r.field(reserved)?;
+    if zeros != [0, 0, 0] {
+        return Err(bad("reserved", 5, "zero", format!("{zeros:02x?}")));
     }
-    let len = u32::from_le_bytes([h[8], h[9], h[10], h[11]]) as usize;
+    let len = r.field_u32(length)? as usize;
     if len > FRAME_BODY_MAX {
         return Err(bad(
             "body length",
@@ -397,8 +415,8 @@ pub fn parse_header(h: &[u8; FRAME_HEADER_BYTES]) -> Result<(u8, usize, u32), Pr
             len,
         ));
     }
-    let crc = u32::from_le_bytes([h[12], h[13], h[14], h[15]]);
-    Ok((h[4], len, crc))
+    let crc = r.field_u32(crc)?;
+    Ok((tag, len, crc))
 }
 
 /// Why reading a frame failed.
@@ -453,65 +471,6 @@ pub fn split_frame(frame: &[u8]) -> Result<(u8, &[u8]), ProtoError> {
         return Err(bad("body crc32c", 12, &format!("{crc:#010x}"), "mismatch"));
     }
     Ok((tag, body))
-}
-
-struct Body<'a> {
-    b: &'a [u8],
-    at: usize,
-}
-
-impl<'a> Body<'a> {
-    fn new(b: &'a [u8]) -> Self {
-        Body { b, at: 0 }
-    }
-    fn bytes(&mut self, field: &'static str, n: usize) -> Result<&'a [u8], ProtoError> {
-        let off = FRAME_HEADER_BYTES + self.at;
-        let end = self.at.checked_add(n).filter(|&e| e <= self.b.len());
-        let end = end.ok_or_else(|| {
-            bad(
-                field,
-                off,
-                &format!("{n} bytes"),
-                format!("{} left", self.b.len() - self.at),
-            )
-        })?;
-        let s = &self.b[self.at..end];
-        self.at = end;
-        Ok(s)
-    }
-    fn u8(&mut self, field: &'static str) -> Result<u8, ProtoError> {
-        Ok(self.bytes(field, 1)?[0])
-    }
-    fn u32(&mut self, field: &'static str) -> Result<u32, ProtoError> {
-        let s = self.bytes(field, 4)?;
-        Ok(u32::from_le_bytes([s[0], s[1], s[2], s[3]]))
-    }
-    fn u64(&mut self, field: &'static str) -> Result<u64, ProtoError> {
-        let mut a = [0u8; 8];
-        a.copy_from_slice(self.bytes(field, 8)?);
-        Ok(u64::from_le_bytes(a))
-    }
-    fn array<const N: usize>(&mut self, field: &'static str) -> Result<[u8; N], ProtoError> {
-        let mut a = [0u8; N];
-        a.copy_from_slice(self.bytes(field, N)?);
-        Ok(a)
-    }
-    fn rest(&mut self) -> &'a [u8] {
-        let s = &self.b[self.at..];
-        self.at = self.b.len();
-        s
-    }
-    fn end(&self) -> Result<(), ProtoError> {
-        if self.at != self.b.len() {
-            return Err(bad(
-                "body",
-                FRAME_HEADER_BYTES + self.at,
-                "end of message",
-                format!("{} more bytes", self.b.len() - self.at),
-            ));
-        }
-        Ok(())
-    }
 }
 
 #[cfg(test)]

@@ -3,6 +3,8 @@
 //!
 //! `docs/format/replication-ops.md` documents the encoding; `tests/format_doc.rs` checks it.
 
+use pmem::codec::{FieldError, Reader, Writer};
+
 use crate::backend::{Backend, BackendError, BackendResult, Bytes, SetOptions};
 
 /// A write, as logged.
@@ -61,106 +63,79 @@ pub mod op_tags {
     pub const FLUSHALL: u8 = 10;
 }
 
-fn put_bytes(b: &mut Vec<u8>, x: &[u8]) {
-    b.extend_from_slice(&(x.len() as u32).to_le_bytes());
-    b.extend_from_slice(x);
-}
-
-fn put_list(b: &mut Vec<u8>, xs: &[Bytes]) {
-    b.extend_from_slice(&(xs.len() as u32).to_le_bytes());
+fn put_list(w: &mut Writer, xs: &[Bytes]) {
+    w.count(xs.len());
     for x in xs {
-        put_bytes(b, x);
+        w.len_bytes(x);
     }
 }
 
-fn put_pairs(b: &mut Vec<u8>, xs: &[(Bytes, Bytes)]) {
-    b.extend_from_slice(&(xs.len() as u32).to_le_bytes());
+fn put_pairs(w: &mut Writer, xs: &[(Bytes, Bytes)]) {
+    w.count(xs.len());
     for (k, v) in xs {
-        put_bytes(b, k);
-        put_bytes(b, v);
+        w.len_bytes(k).len_bytes(v);
     }
 }
+
+/// Why an operation record failed to decode: the field, its offset in the record, and what
+/// was wrong (see [`pmem::codec`]).
+pub type DecodeError = FieldError;
 
 impl Op {
     /// Encode as a log record payload.
     pub fn encode(&self) -> Vec<u8> {
         use op_tags::*;
-        let mut b = Vec::new();
+        let mut w = Writer::new();
         match self {
             Op::Set { key, value, opts } => {
-                b.push(SET);
-                put_bytes(&mut b, key);
-                put_bytes(&mut b, value);
                 let flags = u8::from(opts.expire_at_ms.is_some())
                     | (u8::from(opts.only_if_absent) << 1)
                     | (u8::from(opts.only_if_present) << 2);
-                b.push(flags);
-                b.extend_from_slice(&opts.expire_at_ms.unwrap_or(0).to_le_bytes());
+                w.u8(SET)
+                    .len_bytes(key)
+                    .len_bytes(value)
+                    .u8(flags)
+                    .i64(opts.expire_at_ms.unwrap_or(0));
             }
-            Op::MSet(p) => {
-                b.push(MSET);
-                put_pairs(&mut b, p);
-            }
-            Op::Del(k) => {
-                b.push(DEL);
-                put_list(&mut b, k);
-            }
+            Op::MSet(p) => put_pairs(w.u8(MSET), p),
+            Op::Del(k) => put_list(w.u8(DEL), k),
             Op::IncrBy(k, d) => {
-                b.push(INCRBY);
-                put_bytes(&mut b, k);
-                b.extend_from_slice(&d.to_le_bytes());
+                w.u8(INCRBY).len_bytes(k).i64(*d);
             }
             Op::Append(k, v) => {
-                b.push(APPEND);
-                put_bytes(&mut b, k);
-                put_bytes(&mut b, v);
+                w.u8(APPEND).len_bytes(k).len_bytes(v);
             }
-            Op::HSet(k, p) => {
-                b.push(HSET);
-                put_bytes(&mut b, k);
-                put_pairs(&mut b, p);
-            }
-            Op::HDel(k, f) => {
-                b.push(HDEL);
-                put_bytes(&mut b, k);
-                put_list(&mut b, f);
-            }
+            Op::HSet(k, p) => put_pairs(w.u8(HSET).len_bytes(k), p),
+            Op::HDel(k, f) => put_list(w.u8(HDEL).len_bytes(k), f),
             Op::ZAdd(k, m) => {
-                b.push(ZADD);
-                put_bytes(&mut b, k);
-                b.extend_from_slice(&(m.len() as u32).to_le_bytes());
+                w.u8(ZADD).len_bytes(k).count(m.len());
                 for (s, x) in m {
-                    b.extend_from_slice(&s.to_le_bytes());
-                    put_bytes(&mut b, x);
+                    w.u64(s.to_bits()).len_bytes(x);
                 }
             }
-            Op::ZRem(k, m) => {
-                b.push(ZREM);
-                put_bytes(&mut b, k);
-                put_list(&mut b, m);
+            Op::ZRem(k, m) => put_list(w.u8(ZREM).len_bytes(k), m),
+            Op::FlushAll => {
+                w.u8(FLUSHALL);
             }
-            Op::FlushAll => b.push(FLUSHALL),
         }
-        b
+        w.into_bytes()
     }
 
     /// Decode a record payload; the error names the field, its offset, and what was wrong.
-    pub fn decode(p: &[u8]) -> std::result::Result<Op, String> {
+    pub fn decode(p: &[u8]) -> Result<Op, DecodeError> {
         use op_tags::*;
-        let mut r = Reader { p, at: 0 };
+        let mut r = Reader::new("replication op record", p);
         let tag = r.u8("tag")?;
         let op = match tag {
             SET => {
-                let key = r.bytes("key")?;
-                let value = r.bytes("value")?;
+                let key = r.len_bytes("key")?.to_vec();
+                let value = r.len_bytes("value")?.to_vec();
+                let at = r.pos();
                 let flags = r.u8("flags")?;
                 if flags > 7 {
-                    return Err(format!(
-                        "flags at byte {}: expected 0..=7, found {flags}",
-                        r.at - 1
-                    ));
+                    return Err(r.invalid("flags", at, "0..=7", flags));
                 }
-                let exp = i64::from_le_bytes(r.array("expire_at_ms")?);
+                let exp = r.i64("expire_at_ms")?;
                 Op::Set {
                     key,
                     value,
@@ -171,36 +146,31 @@ impl Op {
                     },
                 }
             }
-            MSET => Op::MSet(r.pairs()?),
-            DEL => Op::Del(r.list()?),
-            INCRBY => Op::IncrBy(r.bytes("key")?, i64::from_le_bytes(r.array("delta")?)),
-            APPEND => Op::Append(r.bytes("key")?, r.bytes("value")?),
-            HSET => Op::HSet(r.bytes("key")?, r.pairs()?),
-            HDEL => Op::HDel(r.bytes("key")?, r.list()?),
+            MSET => Op::MSet(pairs(&mut r)?),
+            DEL => Op::Del(list(&mut r)?),
+            INCRBY => Op::IncrBy(r.len_bytes("key")?.to_vec(), r.i64("delta")?),
+            APPEND => Op::Append(r.len_bytes("key")?.to_vec(), r.len_bytes("value")?.to_vec()),
+            HSET => Op::HSet(r.len_bytes("key")?.to_vec(), pairs(&mut r)?),
+            HDEL => Op::HDel(r.len_bytes("key")?.to_vec(), list(&mut r)?),
             ZADD => {
-                let k = r.bytes("key")?;
-                let n = r.count()?;
-                let mut m = Vec::with_capacity(n.min(1024));
+                let k = r.len_bytes("key")?.to_vec();
+                let n = r.count("count", 12)?;
+                let mut m = Vec::with_capacity(n);
                 for _ in 0..n {
-                    let s = f64::from_le_bytes(r.array("score")?);
+                    let at = r.pos();
+                    let s = f64::from_bits(r.u64("score")?);
                     if s.is_nan() {
-                        return Err(format!("score at byte {}: NaN", r.at - 8));
+                        return Err(r.invalid("score", at, "a number", "NaN"));
                     }
-                    m.push((s, r.bytes("member")?));
+                    m.push((s, r.len_bytes("member")?.to_vec()));
                 }
                 Op::ZAdd(k, m)
             }
-            ZREM => Op::ZRem(r.bytes("key")?, r.list()?),
+            ZREM => Op::ZRem(r.len_bytes("key")?.to_vec(), list(&mut r)?),
             FLUSHALL => Op::FlushAll,
-            t => return Err(format!("tag at byte 0: expected 1..=10, found {t}")),
+            t => return Err(r.invalid("tag", 0, "1..=10", t)),
         };
-        if r.at != p.len() {
-            return Err(format!(
-                "record: expected its end at byte {}, found {} more bytes",
-                r.at,
-                p.len() - r.at
-            ));
-        }
+        r.finish()?;
         Ok(op)
     }
 
@@ -242,54 +212,23 @@ impl Op {
     }
 }
 
-struct Reader<'a> {
-    p: &'a [u8],
-    at: usize,
+fn list(r: &mut Reader<'_>) -> Result<Vec<Bytes>, DecodeError> {
+    let n = r.count("count", 4)?;
+    let mut v = Vec::with_capacity(n);
+    for _ in 0..n {
+        v.push(r.len_bytes("item")?.to_vec());
+    }
+    Ok(v)
 }
 
-impl Reader<'_> {
-    fn take(&mut self, what: &str, n: usize) -> std::result::Result<&[u8], String> {
-        let end = self.at.checked_add(n).filter(|&e| e <= self.p.len());
-        let Some(end) = end else {
-            return Err(format!(
-                "{what} at byte {}: expected {n} bytes, found {}",
-                self.at,
-                self.p.len() - self.at
-            ));
-        };
-        let s = &self.p[self.at..end];
-        self.at = end;
-        Ok(s)
+fn pairs(r: &mut Reader<'_>) -> Result<Vec<(Bytes, Bytes)>, DecodeError> {
+    let n = r.count("count", 8)?;
+    let mut v = Vec::with_capacity(n);
+    for _ in 0..n {
+        v.push((
+            r.len_bytes("field")?.to_vec(),
+            r.len_bytes("value")?.to_vec(),
+        ));
     }
-    fn u8(&mut self, what: &str) -> std::result::Result<u8, String> {
-        Ok(self.take(what, 1)?[0])
-    }
-    fn array<const N: usize>(&mut self, what: &str) -> std::result::Result<[u8; N], String> {
-        let mut a = [0u8; N];
-        a.copy_from_slice(self.take(what, N)?);
-        Ok(a)
-    }
-    fn count(&mut self) -> std::result::Result<usize, String> {
-        Ok(u32::from_le_bytes(self.array("count")?) as usize)
-    }
-    fn bytes(&mut self, what: &str) -> std::result::Result<Bytes, String> {
-        let n = u32::from_le_bytes(self.array(what)?) as usize;
-        Ok(self.take(what, n)?.to_vec())
-    }
-    fn list(&mut self) -> std::result::Result<Vec<Bytes>, String> {
-        let n = self.count()?;
-        let mut v = Vec::with_capacity(n.min(1024));
-        for _ in 0..n {
-            v.push(self.bytes("item")?);
-        }
-        Ok(v)
-    }
-    fn pairs(&mut self) -> std::result::Result<Vec<(Bytes, Bytes)>, String> {
-        let n = self.count()?;
-        let mut v = Vec::with_capacity(n.min(1024));
-        for _ in 0..n {
-            v.push((self.bytes("field")?, self.bytes("value")?));
-        }
-        Ok(v)
-    }
+    Ok(v)
 }
