@@ -419,3 +419,39 @@ fn bad_sizes_for_create_commands_exit_2_and_create_nothing() {
         }
     }
 }
+
+#[test]
+fn serve_refuses_a_store_file_that_is_not_a_store_and_changes_nothing() {
+    let s = Scratch::new("store");
+    let plain = Path::new(&s.path("plain.pool")).to_path_buf();
+    assert!(
+        kavach(&["pool", "create", plain.to_str().unwrap(), "--size", "1MiB"])
+            .status
+            .success()
+    );
+    for input in [
+        Input::Empty,
+        Input::Random,
+        Input::Text,
+        Input::Truncated,
+        Input::PlainPool,
+    ] {
+        let dir = Path::new(&s.path("store-dir")).to_path_buf();
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir(&dir).unwrap();
+        let store = dir.join("kavach.pool");
+        make(input, &store, &plain);
+        let before = (snapshot(&dir), snapshot(&store));
+        let args = ["serve", "--dir", dir.to_str().unwrap(), "--port", "0"];
+        let what = format!(
+            "`kavach {}` with a kavach.pool that is {input:?}",
+            args.join(" ")
+        );
+        let o = kavach(&args);
+        assert_could_not_run(&o, &what);
+        assert!(
+            (snapshot(&dir), snapshot(&store)) == before,
+            "{what}: the directory or the pool was changed"
+        );
+    }
+}

@@ -301,20 +301,31 @@ impl<M: Medium + Clone + Send + Sync + 'static> Store<M> {
     /// Open (recover) the store in `pool`. The shard count comes from the store itself.
     pub fn open(pool: Pool<M>, config: Config) -> StoreResult<Self> {
         let uuid = pool.uuid();
-        let shards = {
+        // Checks that read only: a pool that is not a store, or whose root is damaged, is handed
+        // back exactly as it was found (clean-shutdown flag included) before the error returns.
+        let checked = (|| {
             let r = pool.region(dipper::layout::ROOT_REGION).ok_or_else(|| {
                 StoreError::Failed("the pool holds no DStore (no dipper.root region)".into())
             })?;
             let (root, _) = dipper::root::Root::load(pool.medium(), r.offset as usize, &uuid)?;
-            root.shards as usize
+            let data = pool.region(DATA_REGION).ok_or_else(|| {
+                StoreError::Failed(format!("the pool has no `{DATA_REGION}` region"))
+            })?;
+            Ok::<_, StoreError>((root.shards as usize, data))
+        })();
+        let (shards, r) = match checked {
+            Ok(found) => found,
+            Err(e) => {
+                // Nothing was written since the open; if putting it back fails, the error that
+                // stopped the open is still the one to report.
+                let _ = pool.close_unchanged();
+                return Err(e);
+            }
         };
         let kv = Kv {
             seed: seed_of(&uuid),
             shards,
         };
-        let r = pool
-            .region(DATA_REGION)
-            .ok_or_else(|| StoreError::Failed(format!("the pool has no `{DATA_REGION}` region")))?;
         let zone = Zone::new(r.offset as usize, r.length / BLOCK_BYTES);
         let (engine, report) = Dipper::open(pool, kv.clone(), config.options())?;
         let config = Config { shards, ..config };
