@@ -20,6 +20,7 @@ use crate::format::RecordHeader;
 use crate::layout::{self, kinds, record_footprint};
 use crate::log::{Log, Recovery};
 use crate::scan::{Geometry, Stop, later_records};
+use pmem::codec::{Reader, Writer};
 use pmem::{Corruption, Medium, Uuid};
 
 /// What an entry cut from a log is.
@@ -254,26 +255,32 @@ pub const SIDE_ENTRY_HEADER_BYTES: usize = 32;
 /// Write `plan`'s cut entries to `out` in the side file format (`docs/format/log.md`,
 /// "Salvage side file"): a 64-byte header, then per entry a 32-byte header and its bytes.
 pub fn write_side_file(plan: &SalvagePlan, out: &mut dyn Write) -> std::io::Result<()> {
-    let mut h = [0u8; SIDE_FILE_HEADER_BYTES];
-    h[0..8].copy_from_slice(&SIDE_FILE_MAGIC);
-    h[8..12].copy_from_slice(&SIDE_FILE_VERSION.to_le_bytes());
-    h[12..16].copy_from_slice(&(plan.cut.len() as u32).to_le_bytes());
-    h[16..32].copy_from_slice(&plan.log_uuid.0);
-    h[32..40].copy_from_slice(&plan.stop_lsn.to_le_bytes());
-    h[40..48].copy_from_slice(&plan.stop_offset.to_le_bytes());
-    h[48..56].copy_from_slice(&plan.kept_records.to_le_bytes());
-    let crc = crc32c::crc32c(&h[..60]);
-    h[60..64].copy_from_slice(&crc.to_le_bytes());
+    let mut h = Writer::with_capacity(SIDE_FILE_HEADER_BYTES);
+    h.bytes(&SIDE_FILE_MAGIC)
+        .u32(SIDE_FILE_VERSION)
+        .u32(plan.cut.len() as u32)
+        .bytes(&plan.log_uuid.0)
+        .u64(plan.stop_lsn)
+        .u64(plan.stop_offset)
+        .u64(plan.kept_records)
+        .u32(0);
+    let mut h = h.into_bytes();
+    let crc = crc32c::crc32c(&h);
+    h.extend_from_slice(&crc.to_le_bytes());
+    debug_assert_eq!(h.len(), SIDE_FILE_HEADER_BYTES);
     out.write_all(&h)?;
     for c in &plan.cut {
-        let mut e = [0u8; SIDE_ENTRY_HEADER_BYTES];
-        e[0..4].copy_from_slice(&(c.kind as u32).to_le_bytes());
-        e[4..6].copy_from_slice(&c.record_kind.to_le_bytes());
-        e[8..16].copy_from_slice(&c.lsn.to_le_bytes());
-        e[16..24].copy_from_slice(&c.offset.to_le_bytes());
-        e[24..28].copy_from_slice(&(c.bytes.len() as u32).to_le_bytes());
-        let crc = crc32c::crc32c_append(crc32c::crc32c(&e[..28]), &c.bytes);
-        e[28..32].copy_from_slice(&crc.to_le_bytes());
+        let mut e = Writer::with_capacity(SIDE_ENTRY_HEADER_BYTES);
+        e.u32(c.kind as u32)
+            .u16(c.record_kind)
+            .u16(0)
+            .u64(c.lsn)
+            .u64(c.offset)
+            .u32(c.bytes.len() as u32);
+        let mut e = e.into_bytes();
+        let crc = crc32c::crc32c_append(crc32c::crc32c(&e), &c.bytes);
+        e.extend_from_slice(&crc.to_le_bytes());
+        debug_assert_eq!(e.len(), SIDE_ENTRY_HEADER_BYTES);
         out.write_all(&e)?;
         out.write_all(&c.bytes)?;
     }
@@ -297,80 +304,72 @@ pub struct SideFile {
 
 /// Read a side file written by [`write_side_file`]; every check failure names the byte.
 pub fn read_side_file(bytes: &[u8]) -> Result<SideFile, Corruption> {
-    let bad = |offset: usize, field: &'static str, expected: String, found: String| Corruption {
-        structure: "log salvage side file".into(),
-        offset: offset as u64,
-        field,
-        expected,
-        found,
-    };
-    let u32_at = |b: &[u8], at: usize| u32::from_le_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]]);
-    let u64_at = |b: &[u8], at: usize| {
-        let mut w = [0u8; 8];
-        w.copy_from_slice(&b[at..at + 8]);
-        u64::from_le_bytes(w)
-    };
-    if bytes.len() < SIDE_FILE_HEADER_BYTES || bytes[..8] != SIDE_FILE_MAGIC {
-        let n = bytes.len().min(8);
-        return Err(bad(
-            0,
-            "magic",
-            "KVLOGCUT".into(),
-            format!("{:?}", &bytes[..n]),
-        ));
+    let rd = Reader::new("log salvage side file", bytes);
+    let magic = rd.slice_at("magic", 0, 8)?;
+    if magic != SIDE_FILE_MAGIC {
+        return Err(rd
+            .invalid("magic", 0, "KVLOGCUT", format!("{magic:?}"))
+            .into());
     }
-    let crc = crc32c::crc32c(&bytes[..60]);
-    if crc != u32_at(bytes, 60) {
-        let found = format!("{:#010x}", u32_at(bytes, 60));
-        return Err(bad(60, "crc32c", format!("{crc:#010x}"), found));
+    let header = rd.slice_at("header", 0, SIDE_FILE_HEADER_BYTES)?;
+    let crc = crc32c::crc32c(&header[..60]);
+    let stored = rd.u32_at("crc32c", 60)?;
+    if crc != stored {
+        return Err(rd
+            .invalid(
+                "crc32c",
+                60,
+                format!("{crc:#010x}"),
+                format!("{stored:#010x}"),
+            )
+            .into());
     }
-    let version = u32_at(bytes, 8);
+    let version = rd.u32_at("version", 8)?;
     if version != SIDE_FILE_VERSION {
-        return Err(bad(8, "version", "1".into(), version.to_string()));
+        return Err(rd.invalid("version", 8, SIDE_FILE_VERSION, version).into());
     }
-    let count = u32_at(bytes, 12);
-    let mut uuid = [0u8; 16];
-    uuid.copy_from_slice(&bytes[16..32]);
+    let count = rd.u32_at("count", 12)?;
+    let uuid = rd.array_at("log_uuid", 16)?;
     let mut at = SIDE_FILE_HEADER_BYTES;
     let mut cut = Vec::new();
-    for i in 0..count {
-        if bytes.len() - at < SIDE_ENTRY_HEADER_BYTES {
-            let found = format!("{} bytes", bytes.len() - at);
-            return Err(bad(at, "entry", format!("entry {i} of {count}"), found));
-        }
-        let e = &bytes[at..at + SIDE_ENTRY_HEADER_BYTES];
-        let kind = CutKind::from_code(u32_at(e, 0))
-            .ok_or_else(|| bad(at, "kind", "1, 2 or 3".into(), u32_at(e, 0).to_string()))?;
-        let len = u32_at(e, 24) as usize;
+    for _ in 0..count {
+        let e = rd.slice_at("entry", at, SIDE_ENTRY_HEADER_BYTES)?;
+        let code = rd.u32_at("kind", at)?;
+        let kind =
+            CutKind::from_code(code).ok_or_else(|| rd.invalid("kind", at, "1, 2 or 3", code))?;
+        let len = rd.u32_at("length", at + 24)? as usize;
         let body = at + SIDE_ENTRY_HEADER_BYTES;
-        if bytes.len() - body < len {
-            let found = format!("{} bytes left", bytes.len() - body);
-            return Err(bad(at + 24, "length", format!("{len} bytes"), found));
-        }
-        let data = &bytes[body..body + len];
+        let data = rd.slice_at("entry bytes", body, len)?;
         let crc = crc32c::crc32c_append(crc32c::crc32c(&e[..28]), data);
-        if crc != u32_at(e, 28) {
-            let found = format!("{:#010x}", u32_at(e, 28));
-            return Err(bad(at + 28, "crc32c", format!("{crc:#010x}"), found));
+        let stored = rd.u32_at("crc32c", at + 28)?;
+        if crc != stored {
+            return Err(rd
+                .invalid(
+                    "crc32c",
+                    at + 28,
+                    format!("{crc:#010x}"),
+                    format!("{stored:#010x}"),
+                )
+                .into());
         }
         cut.push(Cut {
             kind,
-            record_kind: u16::from_le_bytes([e[4], e[5]]),
-            lsn: u64_at(e, 8),
-            offset: u64_at(e, 16),
+            record_kind: rd.u16_at("record_kind", at + 4)?,
+            lsn: rd.u64_at("lsn", at + 8)?,
+            offset: rd.u64_at("offset", at + 16)?,
             bytes: data.to_vec(),
         });
         at = body + len;
     }
     if at != bytes.len() {
         let found = format!("{} more bytes", bytes.len() - at);
-        return Err(bad(at, "end", "the end of the file".into(), found));
+        return Err(rd.invalid("end", at, "the end of the file", found).into());
     }
     Ok(SideFile {
         log_uuid: Uuid(uuid),
-        stop_lsn: u64_at(bytes, 32),
-        stop_offset: u64_at(bytes, 40),
-        kept_records: u64_at(bytes, 48),
+        stop_lsn: rd.u64_at("stop_lsn", 32)?,
+        stop_offset: rd.u64_at("stop_offset", 40)?,
+        kept_records: rd.u64_at("kept_records", 48)?,
         cut,
     })
 }
