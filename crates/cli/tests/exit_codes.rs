@@ -224,6 +224,14 @@ fn make(input: Input, path: &Path, plain: &Path) {
     }
 }
 
+/// A valid 1 MiB pool with no regions, `plain.pool` in `s`.
+fn plain_pool(s: &Scratch) -> std::path::PathBuf {
+    let plain = Path::new(&s.path("plain.pool")).to_path_buf();
+    let o = kavach(&["pool", "create", plain.to_str().unwrap(), "--size", "1MiB"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    plain
+}
+
 /// The contract for a command that could not run: exit 2, one error line, no panic.
 fn assert_could_not_run(o: &Output, what: &str) {
     let err = stderr(o);
@@ -261,12 +269,7 @@ fn assert_no_panic(o: &Output, what: &str) {
 #[test]
 fn every_subcommand_refuses_every_bad_input_with_exit_2_and_changes_nothing() {
     let s = Scratch::new("codes");
-    let plain = Path::new(&s.path("plain.pool")).to_path_buf();
-    assert!(
-        kavach(&["pool", "create", plain.to_str().unwrap(), "--size", "1MiB"])
-            .status
-            .success()
-    );
+    let plain = plain_pool(&s);
     let stray = s.path("stray-output");
     let mut checked = 0;
     let mut failures = Vec::new();
@@ -423,12 +426,7 @@ fn bad_sizes_for_create_commands_exit_2_and_create_nothing() {
 #[test]
 fn serve_refuses_a_store_file_that_is_not_a_store_and_changes_nothing() {
     let s = Scratch::new("store");
-    let plain = Path::new(&s.path("plain.pool")).to_path_buf();
-    assert!(
-        kavach(&["pool", "create", plain.to_str().unwrap(), "--size", "1MiB"])
-            .status
-            .success()
-    );
+    let plain = plain_pool(&s);
     for input in [
         Input::Empty,
         Input::Random,
