@@ -4,7 +4,7 @@
 //! structure, the absolute offset, the field, what was expected and what was found.
 
 use crate::layout::{self, descriptor as d, record as r, superline as s};
-use pmem::codec::{FixedWriter, Reader};
+use pmem::codec::{self, FixedWriter, Reader};
 use pmem::{Corruption, Uuid};
 
 /// Structure names of the two descriptor copies, for errors.
@@ -368,8 +368,20 @@ impl RecordHeader {
 
     /// Parse the fields of a whole header without judging them.
     pub fn parse(bytes: &[u8; layout::RECORD_HEADER_BYTES]) -> RawRecordHeader {
-        // Every field lies inside the header's 32 bytes (checked at compile time in `layout`).
-        Self::decode(bytes, 0).expect("a record header array holds every field")
+        // Every field lies inside the header's 32 bytes (checked at compile time in `layout`),
+        // so the array reads cannot fail: this is the recovery walk's per-record path.
+        let h = RecordHeader {
+            lsn: codec::array_u64(bytes, r::LSN),
+            length: codec::array_u32(bytes, r::LENGTH),
+            kind: codec::array_u16(bytes, r::KIND),
+            payload_crc: codec::array_u32(bytes, r::PAYLOAD_CRC),
+        };
+        (
+            h,
+            codec::array_u64(bytes, r::VALID),
+            codec::array_u16(bytes, r::RESERVED),
+            codec::array_u32(bytes, r::RESERVED2),
+        )
     }
 }
 

@@ -58,6 +58,7 @@ impl fmt::Display for Problem {
 
 impl Problem {
     /// What a valid structure holds there, for messages in the `expected`/`found` shape.
+    #[inline]
     pub fn expected(&self) -> String {
         match self {
             Problem::Truncated { needed, .. } => format!("{needed} bytes"),
@@ -67,6 +68,7 @@ impl Problem {
     }
 
     /// What the input holds there, for messages in the `expected`/`found` shape.
+    #[inline]
     pub fn found(&self) -> String {
         match self {
             Problem::Truncated { available, .. } => format!("{available} bytes left"),
@@ -93,6 +95,7 @@ pub struct FieldError {
 
 impl FieldError {
     /// Whether the input ended inside this field (as opposed to holding a bad value).
+    #[inline]
     pub fn is_truncated(&self) -> bool {
         matches!(self.problem, Problem::Truncated { .. })
     }
@@ -124,6 +127,7 @@ pub struct Reader<'a> {
 
 impl<'a> Reader<'a> {
     /// A reader over `bytes`, which hold a `structure`.
+    #[inline]
     pub fn new(structure: &'static str, bytes: &'a [u8]) -> Reader<'a> {
         Reader {
             bytes,
@@ -135,32 +139,39 @@ impl<'a> Reader<'a> {
 
     /// The same reader, naming offsets from `base` (the input's own offset in a pool, a region
     /// or a message) in its errors.
+    #[inline]
     pub fn at(mut self, base: u64) -> Reader<'a> {
         self.base = base;
         self
     }
 
     /// The structure this reader decodes.
+    #[inline]
     pub fn structure(&self) -> &'static str {
         self.structure
     }
 
     /// Offset of the cursor from the start of the input.
+    #[inline]
     pub fn pos(&self) -> usize {
         self.pos
     }
 
     /// Bytes after the cursor.
+    #[inline]
     pub fn remaining(&self) -> usize {
         self.bytes.len() - self.pos
     }
 
     /// The whole input.
+    #[inline]
     pub fn input(&self) -> &'a [u8] {
         self.bytes
     }
 
     /// An error for `field` starting at input offset `offset`.
+    #[cold]
+    #[inline(never)]
     pub fn error(&self, field: &'static str, offset: usize, problem: Problem) -> FieldError {
         FieldError {
             structure: self.structure,
@@ -171,6 +182,8 @@ impl<'a> Reader<'a> {
     }
 
     /// An "expected this, found that" error for `field` starting at input offset `offset`.
+    #[cold]
+    #[inline(never)]
     pub fn invalid(
         &self,
         field: &'static str,
@@ -189,6 +202,7 @@ impl<'a> Reader<'a> {
     }
 
     /// The `n` bytes of `field` at input offset `offset`.
+    #[inline]
     pub fn slice_at(
         &self,
         field: &'static str,
@@ -209,6 +223,7 @@ impl<'a> Reader<'a> {
     }
 
     /// The `N` bytes of `field` at input offset `offset`.
+    #[inline]
     pub fn array_at<const N: usize>(
         &self,
         field: &'static str,
@@ -220,49 +235,59 @@ impl<'a> Reader<'a> {
     }
 
     /// The byte of `field` at input offset `offset`.
+    #[inline]
     pub fn u8_at(&self, field: &'static str, offset: usize) -> Result<u8, FieldError> {
         Ok(self.slice_at(field, offset, 1)?[0])
     }
 
     /// The `u16` of `field` at input offset `offset`.
+    #[inline]
     pub fn u16_at(&self, field: &'static str, offset: usize) -> Result<u16, FieldError> {
         self.array_at(field, offset).map(u16::from_le_bytes)
     }
 
     /// The `u32` of `field` at input offset `offset`.
+    #[inline]
     pub fn u32_at(&self, field: &'static str, offset: usize) -> Result<u32, FieldError> {
         self.array_at(field, offset).map(u32::from_le_bytes)
     }
 
     /// The `u64` of `field` at input offset `offset`.
+    #[inline]
     pub fn u64_at(&self, field: &'static str, offset: usize) -> Result<u64, FieldError> {
         self.array_at(field, offset).map(u64::from_le_bytes)
     }
 
     /// The bytes of a field of a documented table.
+    #[inline]
     pub fn field(&self, f: Field) -> Result<&'a [u8], FieldError> {
         self.slice_at(f.name, f.offset, f.size)
     }
 
     /// A 2-byte field of a documented table.
+    #[inline]
     pub fn field_u16(&self, f: Field) -> Result<u16, FieldError> {
         debug_assert_eq!(f.size, 2, "field {}", f.name);
         self.u16_at(f.name, f.offset)
     }
 
     /// A 4-byte field of a documented table.
+    #[inline]
     pub fn field_u32(&self, f: Field) -> Result<u32, FieldError> {
         debug_assert_eq!(f.size, 4, "field {}", f.name);
         self.u32_at(f.name, f.offset)
     }
 
     /// An 8-byte field of a documented table.
+    #[inline]
     pub fn field_u64(&self, f: Field) -> Result<u64, FieldError> {
         debug_assert_eq!(f.size, 8, "field {}", f.name);
         self.u64_at(f.name, f.offset)
     }
 
     /// An "expected this, found that" error for a field of a documented table.
+    #[cold]
+    #[inline(never)]
     pub fn invalid_field(
         &self,
         f: Field,
@@ -273,6 +298,7 @@ impl<'a> Reader<'a> {
     }
 
     /// The next `n` bytes, as `field`.
+    #[inline]
     pub fn bytes(&mut self, field: &'static str, n: usize) -> Result<&'a [u8], FieldError> {
         let s = self.slice_at(field, self.pos, n)?;
         self.pos += n;
@@ -280,6 +306,7 @@ impl<'a> Reader<'a> {
     }
 
     /// The next `N` bytes, as `field`.
+    #[inline]
     pub fn array<const N: usize>(&mut self, field: &'static str) -> Result<[u8; N], FieldError> {
         let a = self.array_at(field, self.pos)?;
         self.pos += N;
@@ -287,31 +314,37 @@ impl<'a> Reader<'a> {
     }
 
     /// The next byte, as `field`.
+    #[inline]
     pub fn u8(&mut self, field: &'static str) -> Result<u8, FieldError> {
         self.array::<1>(field).map(|[b]| b)
     }
 
     /// The next `u16`, as `field`.
+    #[inline]
     pub fn u16(&mut self, field: &'static str) -> Result<u16, FieldError> {
         self.array(field).map(u16::from_le_bytes)
     }
 
     /// The next `u32`, as `field`.
+    #[inline]
     pub fn u32(&mut self, field: &'static str) -> Result<u32, FieldError> {
         self.array(field).map(u32::from_le_bytes)
     }
 
     /// The next `u64`, as `field`.
+    #[inline]
     pub fn u64(&mut self, field: &'static str) -> Result<u64, FieldError> {
         self.array(field).map(u64::from_le_bytes)
     }
 
     /// The next `i64`, as `field`.
+    #[inline]
     pub fn i64(&mut self, field: &'static str) -> Result<i64, FieldError> {
         self.array(field).map(i64::from_le_bytes)
     }
 
     /// A `u32` length, then that many bytes, both as `field`.
+    #[inline]
     pub fn len_bytes(&mut self, field: &'static str) -> Result<&'a [u8], FieldError> {
         let n = self.u32(field)? as usize;
         self.bytes(field, n)
@@ -320,6 +353,7 @@ impl<'a> Reader<'a> {
     /// A `u32` count of items that each take at least `item_bytes_min` bytes: refused when the
     /// rest of the input cannot hold that many, so no caller allocates for a count the input
     /// cannot back.
+    #[inline]
     pub fn count(
         &mut self,
         field: &'static str,
@@ -346,6 +380,7 @@ impl<'a> Reader<'a> {
     }
 
     /// Every byte after the cursor.
+    #[inline]
     pub fn rest(&mut self) -> &'a [u8] {
         let s = &self.bytes[self.pos..];
         self.pos = self.bytes.len();
@@ -353,6 +388,7 @@ impl<'a> Reader<'a> {
     }
 
     /// Check that the cursor is at the end of the input.
+    #[inline]
     pub fn finish(&self) -> Result<(), FieldError> {
         match self.remaining() {
             0 => Ok(()),
@@ -369,11 +405,13 @@ pub struct Writer {
 
 impl Writer {
     /// An empty writer.
+    #[inline]
     pub fn new() -> Writer {
         Writer::default()
     }
 
     /// An empty writer with room for `n` bytes.
+    #[inline]
     pub fn with_capacity(n: usize) -> Writer {
         Writer {
             bytes: Vec::with_capacity(n),
@@ -381,42 +419,50 @@ impl Writer {
     }
 
     /// Bytes written so far.
+    #[inline]
     pub fn len(&self) -> usize {
         self.bytes.len()
     }
 
     /// Nothing written yet.
+    #[inline]
     pub fn is_empty(&self) -> bool {
         self.bytes.is_empty()
     }
 
     /// Append a byte.
+    #[inline]
     pub fn u8(&mut self, v: u8) -> &mut Writer {
         self.bytes.push(v);
         self
     }
 
     /// Append a `u16`.
+    #[inline]
     pub fn u16(&mut self, v: u16) -> &mut Writer {
         self.bytes(&v.to_le_bytes())
     }
 
     /// Append a `u32`.
+    #[inline]
     pub fn u32(&mut self, v: u32) -> &mut Writer {
         self.bytes(&v.to_le_bytes())
     }
 
     /// Append a `u64`.
+    #[inline]
     pub fn u64(&mut self, v: u64) -> &mut Writer {
         self.bytes(&v.to_le_bytes())
     }
 
     /// Append an `i64`.
+    #[inline]
     pub fn i64(&mut self, v: i64) -> &mut Writer {
         self.bytes(&v.to_le_bytes())
     }
 
     /// Append raw bytes.
+    #[inline]
     pub fn bytes(&mut self, b: &[u8]) -> &mut Writer {
         self.bytes.extend_from_slice(b);
         self
@@ -424,17 +470,20 @@ impl Writer {
 
     /// Append a count as a `u32`. Counts above `u32::MAX` cannot be encoded: the callers'
     /// limits keep them far below it.
+    #[inline]
     pub fn count(&mut self, n: usize) -> &mut Writer {
         let n = u32::try_from(n).expect("a count above u32::MAX cannot be encoded");
         self.u32(n)
     }
 
     /// Append a `u32` length, then the bytes.
+    #[inline]
     pub fn len_bytes(&mut self, b: &[u8]) -> &mut Writer {
         self.count(b.len()).bytes(b)
     }
 
     /// The bytes written.
+    #[inline]
     pub fn into_bytes(self) -> Vec<u8> {
         self.bytes
     }
@@ -448,66 +497,110 @@ pub struct FixedWriter<'a> {
 
 impl<'a> FixedWriter<'a> {
     /// A writer over `bytes` (usually a zeroed array of the structure's size).
+    #[inline]
     pub fn new(bytes: &'a mut [u8]) -> FixedWriter<'a> {
         FixedWriter { bytes }
     }
 
     /// Write `b` at `offset`.
+    #[inline]
     pub fn bytes_at(&mut self, offset: usize, b: &[u8]) -> &mut FixedWriter<'a> {
         let end = offset
             .checked_add(b.len())
             .filter(|&e| e <= self.bytes.len());
-        let end = end.unwrap_or_else(|| {
-            panic!(
-                "{} bytes at offset {offset} do not fit a {}-byte structure",
-                b.len(),
-                self.bytes.len()
-            )
-        });
+        let end = end.unwrap_or_else(|| does_not_fit(offset, b.len(), self.bytes.len()));
         self.bytes[offset..end].copy_from_slice(b);
         self
     }
 
     /// Write a byte at `offset`.
+    #[inline]
     pub fn u8_at(&mut self, offset: usize, v: u8) -> &mut FixedWriter<'a> {
         self.bytes_at(offset, &[v])
     }
 
     /// Write a `u16` at `offset`.
+    #[inline]
     pub fn u16_at(&mut self, offset: usize, v: u16) -> &mut FixedWriter<'a> {
         self.bytes_at(offset, &v.to_le_bytes())
     }
 
     /// Write a `u32` at `offset`.
+    #[inline]
     pub fn u32_at(&mut self, offset: usize, v: u32) -> &mut FixedWriter<'a> {
         self.bytes_at(offset, &v.to_le_bytes())
     }
 
     /// Write a `u64` at `offset`.
+    #[inline]
     pub fn u64_at(&mut self, offset: usize, v: u64) -> &mut FixedWriter<'a> {
         self.bytes_at(offset, &v.to_le_bytes())
     }
 
     /// Write the bytes of a field of a documented table (exactly its size).
+    #[inline]
     pub fn field(&mut self, f: Field, b: &[u8]) -> &mut FixedWriter<'a> {
         assert_eq!(b.len(), f.size, "field {} is {} bytes", f.name, f.size);
         self.bytes_at(f.offset, b)
     }
 
     /// Write a 2-byte field of a documented table.
+    #[inline]
     pub fn field_u16(&mut self, f: Field, v: u16) -> &mut FixedWriter<'a> {
         self.field(f, &v.to_le_bytes())
     }
 
     /// Write a 4-byte field of a documented table.
+    #[inline]
     pub fn field_u32(&mut self, f: Field, v: u32) -> &mut FixedWriter<'a> {
         self.field(f, &v.to_le_bytes())
     }
 
     /// Write an 8-byte field of a documented table.
+    #[inline]
     pub fn field_u64(&mut self, f: Field, v: u64) -> &mut FixedWriter<'a> {
         self.field(f, &v.to_le_bytes())
     }
+}
+
+/// Fields of a fixed-size structure already held as an array (a record header read into a
+/// `[u8; 32]`): the field offsets are constants of the format that the layout checks against the
+/// structure's size, so these reads cannot fail; on hot paths they compile to one load each.
+/// A field outside the array is a bug in the layout and panics.
+#[inline]
+pub fn array_field<const N: usize>(b: &[u8; N], f: Field) -> &[u8] {
+    &b[f.offset..f.offset + f.size]
+}
+
+/// The `u16` field `f` of the array `b` (see [`array_field`]).
+#[inline]
+pub fn array_u16<const N: usize>(b: &[u8; N], f: Field) -> u16 {
+    let mut w = [0u8; 2];
+    w.copy_from_slice(array_field(b, f));
+    u16::from_le_bytes(w)
+}
+
+/// The `u32` field `f` of the array `b` (see [`array_field`]).
+#[inline]
+pub fn array_u32<const N: usize>(b: &[u8; N], f: Field) -> u32 {
+    let mut w = [0u8; 4];
+    w.copy_from_slice(array_field(b, f));
+    u32::from_le_bytes(w)
+}
+
+/// The `u64` field `f` of the array `b` (see [`array_field`]).
+#[inline]
+pub fn array_u64<const N: usize>(b: &[u8; N], f: Field) -> u64 {
+    let mut w = [0u8; 8];
+    w.copy_from_slice(array_field(b, f));
+    u64::from_le_bytes(w)
+}
+
+/// A field written past the end of a fixed-size structure: a bug in the encoder, never input.
+#[cold]
+#[inline(never)]
+fn does_not_fit(offset: usize, len: usize, size: usize) -> ! {
+    panic!("{len} bytes at offset {offset} do not fit a {size}-byte structure")
 }
 
 #[cfg(test)]
