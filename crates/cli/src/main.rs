@@ -31,7 +31,11 @@ use std::process::ExitCode;
     name = "kavach",
     version,
     propagate_version = true,
-    arg_required_else_help = true
+    arg_required_else_help = true,
+    after_help = "Exit status, for every command: 0 success; 1 the command ran and found damage \
+        (or could not repair all of it); 2 the command could not run (bad argument, no such \
+        file, not a pool, pool in use, refused). A command that could not run leaves every \
+        file as it found it."
 )]
 struct Cli {
     #[command(subcommand)]
