@@ -1,6 +1,6 @@
 //! `kavach demo`: the main job until the server exists.
 
-use crate::Outcome;
+use crate::outcome::Outcome;
 use crate::units::format_size;
 use anyhow::{Context, Result};
 use clap::Args;

@@ -223,7 +223,7 @@ impl Elector<'_> {
                     std::thread::sleep(Duration::from_secs(self.a.ttl));
                     return Ok(None);
                 }
-                Err(crate::CommandFailed(anyhow::anyhow!(
+                Err(crate::outcome::CommandFailed(anyhow::anyhow!(
                     "{}: {e}; gave the leadership up",
                     self.node
                 ))
@@ -281,8 +281,8 @@ fn check_args(a: &ElectArgs) -> Result<(Etcd, Duration)> {
 }
 
 /// Run `kavach elect`.
-pub fn run(a: &ElectArgs) -> Result<crate::Outcome> {
-    let (etcd, tick) = check_args(a).map_err(crate::CommandFailed)?;
+pub fn run(a: &ElectArgs) -> Result<crate::outcome::Outcome> {
+    let (etcd, tick) = check_args(a).map_err(crate::outcome::CommandFailed)?;
     let node = format!("{}:{}", a.host, a.port);
     let mut e = Elector {
         a,
@@ -319,7 +319,7 @@ pub fn run(a: &ElectArgs) -> Result<crate::Outcome> {
         if matches!(e.role(), Ok(NodeRole::Primary { .. })) {
             // Another node may be primary by now: stop serving from this one.
             let _ = resp_call(&e.node, &["SHUTDOWN".to_string()], Duration::from_secs(30));
-            return Err(crate::CommandFailed(anyhow::anyhow!(
+            return Err(crate::outcome::CommandFailed(anyhow::anyhow!(
                 "lost the leadership ({why}); shut {} down: restart it as a backup \
                  (kavach serve --role backup) and this elector",
                 e.node
@@ -327,7 +327,7 @@ pub fn run(a: &ElectArgs) -> Result<crate::Outcome> {
             .into());
         }
         if !matches!(e.role(), Ok(NodeRole::Backup)) {
-            return Err(crate::CommandFailed(anyhow::anyhow!(
+            return Err(crate::outcome::CommandFailed(anyhow::anyhow!(
                 "lost the leadership ({why}); {} is not a backup: restart it as one and this \
                  elector",
                 e.node

@@ -1,8 +1,8 @@
 //! `kavach fault ...`: media faults injected behind Kavach's back, for testing detection and
 //! repair. Each command locks the pool file exclusively, changes bytes, and makes them durable.
 
+use crate::outcome::{Outcome, print_json};
 use crate::units::parse_size;
-use crate::{Outcome, print_json};
 use anyhow::{Context, Result, bail};
 use clap::{Args, Subcommand};
 use pmem::layout::PAGE_SIZE;

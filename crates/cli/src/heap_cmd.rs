@@ -2,8 +2,8 @@
 //! reachability, and show its statistics. Check and stats open the pool read-only: they change
 //! nothing, not even by recovering an interrupted transaction.
 
+use crate::outcome::{Outcome, print_json};
 use crate::units::{format_size, parse_size};
-use crate::{Outcome, print_json};
 use anyhow::{Context, Result, anyhow, bail};
 use clap::{Args, Subcommand};
 use heap::check::{BlockInfo, HeapReport, walk};
@@ -135,7 +135,7 @@ pub fn run(cmd: HeapCommand) -> Result<Outcome> {
         HeapCommand::Check(a) => check(&a),
         HeapCommand::Stats(a) => stats(&a),
     };
-    result.map_err(|e| anyhow::Error::new(crate::CommandFailed(e)))
+    result.map_err(|e| anyhow::Error::new(crate::outcome::CommandFailed(e)))
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -4,9 +4,9 @@
 //! `integrity::Protected`; `kavach pool create --redundancy` and `kavach pool info` use the
 //! helpers at the end of this file.
 
+use crate::outcome::{Outcome, print_json};
 use crate::progress::Progress;
 use crate::units::format_size;
-use crate::{Outcome, print_json};
 use anyhow::{Context, Result, anyhow, bail};
 use clap::{Args, Subcommand, ValueEnum};
 use integrity::{
@@ -242,7 +242,7 @@ pub struct CheckArgs {
 // exit status
 
 fn could_not_run(result: Result<Outcome>) -> Result<Outcome> {
-    result.map_err(|e| anyhow::Error::new(crate::CommandFailed(e)))
+    result.map_err(|e| anyhow::Error::new(crate::outcome::CommandFailed(e)))
 }
 
 pub fn run_debug(cmd: DebugCommand) -> Result<Outcome> {

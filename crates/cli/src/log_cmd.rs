@@ -1,9 +1,9 @@
 //! `kavach log ...`: Arcadia's persistent log (crate `kavach-log`) in a pool file: create,
 //! append, dump and verify. Every command is a thin layer over `log::LogFile`.
 
-use crate::Outcome;
+use crate::outcome::Outcome;
+use crate::outcome::print_json;
 use crate::pool_cmd::DomainArg;
-use crate::print_json;
 use crate::units::{format_size, parse_size};
 use anyhow::{Context, Result, bail};
 use clap::{ArgGroup, Args, Subcommand, ValueEnum};
@@ -225,7 +225,7 @@ pub fn run(cmd: LogCommand) -> Result<Outcome> {
         LogCommand::Verify(a) => verify(&a),
         LogCommand::Salvage(a) => salvage(&a),
     };
-    result.map_err(|e| anyhow::Error::new(crate::CommandFailed(e)))
+    result.map_err(|e| anyhow::Error::new(crate::outcome::CommandFailed(e)))
 }
 
 fn domain(d: DomainArg) -> Option<Domain> {

@@ -12,6 +12,7 @@ mod fault_cmd;
 mod heap_cmd;
 mod integrity_cmd;
 mod log_cmd;
+mod outcome;
 mod pool_cmd;
 mod progress;
 mod replica_cmd;
@@ -19,6 +20,7 @@ mod serve_cmd;
 mod units;
 
 use clap::{Parser, Subcommand};
+use outcome::Outcome;
 use std::io::Write;
 use std::process::ExitCode;
 
@@ -135,27 +137,6 @@ enum Command {
     Demo(demo::DemoArgs),
 }
 
-/// How a command that ran ended, as an exit code.
-///
-/// The contract, the same for every command (`docs/design.md`, "Exit codes"):
-///
-/// | exit | meaning | how a command says it |
-/// | --- | --- | --- |
-/// | 0 | success (and, for a checker, nothing found) | `Ok(Outcome::Ok)` |
-/// | 1 | the command ran and found damage, or could not repair all of it | `Ok(Outcome::Damage)`, after printing the findings |
-/// | 2 | the command could not run: bad arguments, no such file, not a pool, pool in use, no space, a refusal | any `Err` |
-///
-/// So damage is never an error value: a command that found damage prints what and where, and
-/// returns `Outcome::Damage`. Everything that kept it from doing its job is an `Err`, and a
-/// command that returns `Err` has left every file as it found it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Outcome {
-    /// Exit 0.
-    Ok,
-    /// Exit 1: the command ran and found damage, or could not repair all of it.
-    Damage,
-}
-
 fn main() -> ExitCode {
     std::panic::set_hook(Box::new(|info| {
         let at = info
@@ -213,36 +194,4 @@ fn dispatch(cli: Cli) -> anyhow::Result<Outcome> {
         Command::Promote(a) => replica_cmd::run_promote(&a),
         Command::Elect(a) => elect_cmd::run(&a),
     }
-}
-
-/// Marks an error after which a checking command could not run at all. Every `Err` exits 2;
-/// this only adds "the check could not run" to the message.
-#[derive(Debug)]
-pub struct CouldNotRun;
-
-impl std::fmt::Display for CouldNotRun {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("the check could not run")
-    }
-}
-
-impl std::error::Error for CouldNotRun {}
-
-/// An error after which a command could not run (exit 2, like every `Err`). It reads as the
-/// error it wraps, without the suffix [`CouldNotRun`] adds.
-#[derive(Debug)]
-pub struct CommandFailed(pub anyhow::Error);
-
-impl std::fmt::Display for CommandFailed {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{:#}", self.0)
-    }
-}
-
-impl std::error::Error for CommandFailed {}
-
-/// Print `value` as pretty JSON on stdout.
-pub fn print_json<T: serde::Serialize>(value: &T) -> anyhow::Result<()> {
-    println!("{}", serde_json::to_string_pretty(value)?);
-    Ok(())
 }

@@ -1,8 +1,8 @@
 //! `kavach pool ...` and `kavach region ...`.
 
 use crate::integrity_cmd::{self, ModeArg};
+use crate::outcome::{CouldNotRun, Outcome, print_json};
 use crate::units::{format_size, format_time_ns, parse_size};
-use crate::{CouldNotRun, Outcome, print_json};
 use anyhow::{Context, Result};
 use clap::{Args, Subcommand, ValueEnum};
 use pmem::check::{Severity, check_file};

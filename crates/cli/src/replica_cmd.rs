@@ -210,7 +210,7 @@ pub fn fresh_store(dir: &Path) -> Result<bool> {
         return Ok(false);
     }
     if !dir.join(REPLICA_FILE).exists() {
-        return Err(crate::CommandFailed(anyhow::anyhow!(
+        return Err(crate::outcome::CommandFailed(anyhow::anyhow!(
             "{} holds a standalone store ({}) and no replication log copy ({REPLICA_FILE}): a \
              replicated server rebuilds its store from the replicated log and would drop its \
              keys; use another --dir (or move the store away if it is expendable)",
@@ -221,7 +221,7 @@ pub fn fresh_store(dir: &Path) -> Result<bool> {
     }
     let aside = dir.join(STORE_VIEW_ASIDE);
     std::fs::rename(&store, &aside).map_err(|e| {
-        crate::CommandFailed(anyhow::anyhow!(
+        crate::outcome::CommandFailed(anyhow::anyhow!(
             "cannot move the old store view {} to {}: {e}",
             store.display(),
             aside.display()
@@ -375,7 +375,7 @@ fn probe_backups(cfg: &ReplConfig) -> Result<Option<(Uuid, u64)>> {
         }
     }
     if !silent.is_empty() {
-        return Err(crate::CommandFailed(anyhow::anyhow!(
+        return Err(crate::outcome::CommandFailed(anyhow::anyhow!(
             "no local log copy in {} and backup(s) {} did not answer: a new replicated log is \
              created only when every backup answers (with no log); start them and retry",
             cfg.dir.display(),
@@ -956,7 +956,7 @@ pub struct PromoteArgs {
 }
 
 /// Run `kavach promote`.
-pub fn run_promote(a: &PromoteArgs) -> Result<crate::Outcome> {
+pub fn run_promote(a: &PromoteArgs) -> Result<crate::outcome::Outcome> {
     let mut args: Vec<String> = vec!["PROMOTE".into()];
     if let Some(r) = &a.replicas {
         args.push(parse_replicas(r)?.join(","));
@@ -974,14 +974,18 @@ pub fn run_promote(a: &PromoteArgs) -> Result<crate::Outcome> {
         Err(t) => (false, t.as_str()),
     };
     if a.json {
-        crate::print_json(&serde_json::json!({ "ok": ok, "server": addr, "answer": text }))?;
+        crate::outcome::print_json(
+            &serde_json::json!({ "ok": ok, "server": addr, "answer": text }),
+        )?;
     } else if ok {
         println!("{addr}: {text}");
     }
     if !ok {
-        return Err(crate::CommandFailed(anyhow::anyhow!("{addr} refused: {text}")).into());
+        return Err(
+            crate::outcome::CommandFailed(anyhow::anyhow!("{addr} refused: {text}")).into(),
+        );
     }
-    Ok(crate::Outcome::Ok)
+    Ok(crate::outcome::Outcome::Ok)
 }
 
 /// Send one RESP command to `addr` and read its answer: `Ok` with a simple or bulk string,
@@ -992,8 +996,9 @@ pub(crate) fn resp_call(
     timeout: Duration,
 ) -> Result<std::result::Result<String, String>> {
     use std::io::{BufRead, BufReader, Read, Write};
-    let mut s = std::net::TcpStream::connect(addr)
-        .map_err(|e| crate::CommandFailed(anyhow::anyhow!("cannot connect to {addr}: {e}")))?;
+    let mut s = std::net::TcpStream::connect(addr).map_err(|e| {
+        crate::outcome::CommandFailed(anyhow::anyhow!("cannot connect to {addr}: {e}"))
+    })?;
     s.set_read_timeout(Some(timeout))?;
     let mut req = format!("*{}\r\n", args.len());
     for x in args {

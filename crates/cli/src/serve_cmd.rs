@@ -13,7 +13,7 @@ use server::backend::{
     Backend, BackendError, BackendResult, Bytes, InfoSection, ScoreBound, SetOptions,
 };
 
-use crate::Outcome;
+use crate::outcome::Outcome;
 
 /// Serve a key-value store over the Redis protocol (RESP2), durable in a pool file.
 ///
@@ -318,7 +318,7 @@ fn parse_durability(s: &str) -> Result<ForcePolicy> {
 
 /// An error after which `kavach serve` could not start (exit 2).
 fn refused(message: String) -> anyhow::Error {
-    crate::CommandFailed(anyhow::anyhow!(message)).into()
+    crate::outcome::CommandFailed(anyhow::anyhow!(message)).into()
 }
 
 const MIB: u64 = 1 << 20;
@@ -550,7 +550,7 @@ fn open_backend(
     let (store, opened) = Store::open_dir(&a.dir, plan.config.clone())
         .map_err(|e| anyhow::anyhow!("{e}"))
         .with_context(|| format!("cannot open the store in {}", a.dir.display()))
-        .map_err(crate::CommandFailed)?;
+        .map_err(crate::outcome::CommandFailed)?;
     let r = &opened.recovery;
     if opened.created {
         let c = store.config();
@@ -631,10 +631,10 @@ pub fn run(a: &ServeArgs) -> Result<Outcome> {
         Err(e) => {
             undo.roll_back();
             // The server could not start: exit 2.
-            return Err(if e.is::<crate::CommandFailed>() {
+            return Err(if e.is::<crate::outcome::CommandFailed>() {
                 e
             } else {
-                crate::CommandFailed(e).into()
+                crate::outcome::CommandFailed(e).into()
             });
         }
     };
