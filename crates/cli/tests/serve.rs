@@ -30,34 +30,7 @@ struct Server {
 }
 
 fn start(dir: &str) -> Server {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_kavach"))
-        .args(["serve", "--dir", dir, "--port", "0"])
-        .args(STORE_ARGS)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start kavach serve");
-    let err = child.stderr.take().expect("stderr");
-    let mut lines = BufReader::new(err).lines();
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let mut seen = Vec::new();
-    let port = loop {
-        assert!(
-            Instant::now() < deadline,
-            "no `listening on` line: {seen:?}"
-        );
-        let Some(Ok(line)) = lines.next() else {
-            panic!("kavach serve exited before listening: {seen:?}");
-        };
-        if let Some(rest) = line.split("listening on ").nth(1) {
-            let addr = rest.split_whitespace().next().expect("address");
-            break addr.rsplit(':').next().unwrap().parse().expect("port");
-        }
-        seen.push(line);
-    };
-    // Keep draining stderr so the server never blocks on a full pipe.
-    std::thread::spawn(move || for _ in lines {});
+    let (child, port, _) = spawn_server(dir, STORE_ARGS);
     Server { child, port }
 }
 
@@ -437,6 +410,13 @@ fn assert_reopens_clean_with(dir: &str, args: &[&str], n: usize) {
 
 /// [`start`] with other store options.
 fn start_with(dir: &str, args: &[&str]) -> Running {
+    let (child, port, said) = spawn_server(dir, args);
+    Running { child, port, said }
+}
+
+/// Start `kavach serve` on a free port with `args`; its child, the port it listens on, and what
+/// it printed before. Its stderr is drained from then on, so it never blocks on a full pipe.
+fn spawn_server(dir: &str, args: &[&str]) -> (Child, u16, Vec<String>) {
     let mut child = Command::new(env!("CARGO_BIN_EXE_kavach"))
         .args(["serve", "--dir", dir, "--port", "0"])
         .args(args)
@@ -459,11 +439,7 @@ fn start_with(dir: &str, args: &[&str]) -> Running {
         seen.push(line);
     };
     std::thread::spawn(move || for _ in lines {});
-    Running {
-        child,
-        port,
-        said: seen,
-    }
+    (child, port, seen)
 }
 
 /// Case 4 of issue 17: with stderr on a full device the server aborted at its first message
