@@ -12,8 +12,8 @@ use std::time::{Instant, SystemTime, UNIX_EPOCH};
 use crate::backend::{Backend, BackendError, InfoSection, ScoreBound, SetOptions};
 use crate::glob::glob_match;
 use crate::resp::{
-    Reply, parse_strict_i64, write_array_header, write_bulk, write_error, write_integer,
-    write_null_bulk, write_optional_bulk, write_simple,
+    Reply, parse_strict_i64, write_array_header, write_bulk, write_double_text, write_error,
+    write_integer, write_map_header, write_null, write_optional, write_simple, write_verbatim,
 };
 use crate::server::Shared;
 
@@ -57,6 +57,8 @@ pub(crate) struct Session {
     pub(crate) local: Option<SocketAddr>,
     /// When the connection was accepted.
     pub(crate) created: Instant,
+    /// The protocol HELLO chose: RESP3 when set, else RESP2 (every connection starts in RESP2).
+    pub(crate) resp3: bool,
 }
 
 impl Session {
@@ -70,6 +72,7 @@ impl Session {
             peer,
             local,
             created: Instant::now(),
+            resp3: false,
         }
     }
 }
@@ -109,6 +112,11 @@ struct Ctx<'a> {
 impl Ctx<'_> {
     fn backend(&self) -> &dyn Backend {
         self.shared.backend.as_ref()
+    }
+
+    /// Whether this connection speaks RESP3.
+    fn resp3(&self) -> bool {
+        self.session.resp3
     }
 }
 
@@ -461,17 +469,25 @@ fn valid_client_word(word: &[u8]) -> bool {
     word.iter().all(|b| (b'!'..=b'~').contains(b))
 }
 
+/// HELLO [protover [AUTH username password] [SETNAME clientname]], as Redis 7 answers it: all
+/// arguments are checked before anything changes; the reply (a map in RESP3, a flat array in
+/// RESP2) is in the protocol chosen, or the current one when no version is given.
 fn cmd_hello(ctx: &mut Ctx<'_>, args: &[Vec<u8>], out: &mut Vec<u8>) -> CommandResult {
     let mut name = None;
+    let mut resp3 = ctx.resp3();
     if args.len() >= 2 {
         let version = parse_strict_i64(&args[1]).ok_or_else(|| {
             CommandError::Other("ERR Protocol version is not an integer or out of range".into())
         })?;
-        if version != 2 {
-            return Err(CommandError::Other(
-                "NOPROTO sorry, this protocol version is not supported".into(),
-            ));
-        }
+        resp3 = match version {
+            2 => false,
+            3 => true,
+            _ => {
+                return Err(CommandError::Other(
+                    "NOPROTO unsupported protocol version".into(),
+                ));
+            }
+        };
         let mut i = 2;
         while i < args.len() {
             let more = args.len() - i - 1;
@@ -497,25 +513,29 @@ fn cmd_hello(ctx: &mut Ctx<'_>, args: &[Vec<u8>], out: &mut Vec<u8>) -> CommandR
     if let Some(name) = name {
         ctx.session.name = if name.is_empty() { None } else { Some(name) };
     }
+    ctx.session.resp3 = resp3;
     let id = i64::try_from(ctx.session.id).unwrap_or(i64::MAX);
-    Reply::Array(vec![
-        Reply::bulk("server"),
-        Reply::bulk("kavach"),
-        Reply::bulk("version"),
-        Reply::bulk(REDIS_VERSION),
-        Reply::bulk("proto"),
-        Reply::Integer(2),
-        Reply::bulk("id"),
-        Reply::Integer(id),
-        Reply::bulk("mode"),
-        Reply::bulk("standalone"),
-        Reply::bulk("role"),
-        Reply::bulk("master"),
-        Reply::bulk("modules"),
-        Reply::Array(vec![]),
+    let field = |k: &str, v: Reply| (Reply::bulk(k), v);
+    Reply::Map(vec![
+        field("server", Reply::bulk("redis")),
+        field("version", Reply::bulk(REDIS_VERSION)),
+        field("proto", Reply::Integer(if resp3 { 3 } else { 2 })),
+        field("id", Reply::Integer(id)),
+        field("mode", Reply::bulk("standalone")),
+        field("role", Reply::bulk(role(ctx.shared))),
+        field("modules", Reply::Array(vec![])),
     ])
-    .encode(out);
+    .encode_as(out, resp3);
     Ok(Action::Continue)
+}
+
+/// The replication role INFO reports (`master` unless the store says otherwise).
+fn role(shared: &Shared) -> String {
+    info_sections(shared)
+        .into_iter()
+        .find(|(title, _)| title == "Replication")
+        .and_then(|(_, lines)| lines.into_iter().find(|(k, _)| k == "role"))
+        .map_or_else(|| "master".to_string(), |(_, v)| v)
 }
 
 const CLIENT_NAME_ERROR: &str =
@@ -537,7 +557,7 @@ fn cmd_client(ctx: &mut Ctx<'_>, args: &[Vec<u8>], out: &mut Vec<u8>) -> Command
         write_integer(out, i64::try_from(ctx.session.id).unwrap_or(i64::MAX));
     } else if is(sub, "getname") {
         sub_arity("client", "getname", 2, args.len())?;
-        write_optional_bulk(out, ctx.session.name.as_deref());
+        write_optional(out, ctx.session.name.as_deref(), ctx.resp3());
     } else if is(sub, "setname") {
         sub_arity("client", "setname", 3, args.len())?;
         if !valid_client_word(&args[2]) {
@@ -577,6 +597,19 @@ fn cmd_client(ctx: &mut Ctx<'_>, args: &[Vec<u8>], out: &mut Vec<u8>) -> Command
             ctx.session.lib_ver = value;
         }
         write_simple(out, b"OK");
+    } else if is(sub, "no-evict") || is(sub, "no-touch") {
+        // Nothing is evicted and no access times are kept, so both switches are accepted and
+        // change nothing.
+        let name = if is(sub, "no-evict") {
+            "no-evict"
+        } else {
+            "no-touch"
+        };
+        sub_arity("client", name, 3, args.len())?;
+        if !is(&args[2], "on") && !is(&args[2], "off") {
+            return Err(CommandError::Syntax);
+        }
+        write_simple(out, b"OK");
     } else if is(sub, "info") {
         sub_arity("client", "info", 2, args.len())?;
         write_bulk(out, &client_info_line(ctx.session));
@@ -598,9 +631,10 @@ fn client_info_line(session: &Session) -> Vec<u8> {
     line.extend_from_slice(session.name.as_deref().unwrap_or_default());
     let _ = write!(
         line,
-        " age={} idle=0 flags=N db=0 sub=0 psub=0 multi=-1 cmd=client|info user=default resp=2 \
+        " age={} idle=0 flags=N db=0 sub=0 psub=0 multi=-1 cmd=client|info user=default resp={} \
          lib-name=",
-        session.created.elapsed().as_secs()
+        session.created.elapsed().as_secs(),
+        if session.resp3 { 3 } else { 2 }
     );
     line.extend_from_slice(session.lib_name.as_deref().unwrap_or_default());
     line.extend_from_slice(b" lib-ver=");
@@ -630,7 +664,7 @@ fn command_entry(spec: &Spec) -> Reply {
     ])
 }
 
-fn cmd_command(_: &mut Ctx<'_>, args: &[Vec<u8>], out: &mut Vec<u8>) -> CommandResult {
+fn cmd_command(ctx: &mut Ctx<'_>, args: &[Vec<u8>], out: &mut Vec<u8>) -> CommandResult {
     let reply = if args.len() == 1 {
         Reply::Array(COMMANDS.iter().map(command_entry).collect())
     } else {
@@ -647,7 +681,7 @@ fn cmd_command(_: &mut Ctx<'_>, args: &[Vec<u8>], out: &mut Vec<u8>) -> CommandR
                 Reply::Array(
                     args[2..]
                         .iter()
-                        .map(|name| lookup(name).map_or(Reply::NullBulk, command_entry))
+                        .map(|name| lookup(name).map_or(Reply::Null, command_entry))
                         .collect(),
                 )
             }
@@ -663,7 +697,7 @@ fn cmd_command(_: &mut Ctx<'_>, args: &[Vec<u8>], out: &mut Vec<u8>) -> CommandR
             });
         }
     };
-    reply.encode(out);
+    reply.encode_as(out, ctx.resp3());
     Ok(Action::Continue)
 }
 
@@ -707,11 +741,10 @@ fn cmd_config(ctx: &mut Ctx<'_>, args: &[Vec<u8>], out: &mut Vec<u8>) -> Command
         let mut reply = Vec::new();
         for (name, value) in config_parameters(ctx.shared) {
             if patterns.iter().any(|p| glob_match(p, name.as_bytes())) {
-                reply.push(Reply::bulk(name));
-                reply.push(Reply::bulk(value));
+                reply.push((Reply::bulk(name), Reply::bulk(value)));
             }
         }
-        Reply::Array(reply).encode(out);
+        Reply::Map(reply).encode_as(out, ctx.resp3());
         Ok(Action::Continue)
     } else if is(sub, "set") {
         sub_arity("config", "set", -4, args.len())?;
@@ -893,7 +926,7 @@ fn cmd_info(ctx: &mut Ctx<'_>, args: &[Vec<u8>], out: &mut Vec<u8>) -> CommandRe
             let _ = write!(text, "{k}:{v}\r\n");
         }
     }
-    write_bulk(out, &text);
+    write_verbatim(out, *b"txt", &text, ctx.resp3());
     Ok(Action::Continue)
 }
 
@@ -1042,7 +1075,7 @@ fn write_count(out: &mut Vec<u8>, n: u64) -> CommandResult {
 
 fn cmd_get(ctx: &mut Ctx<'_>, args: &[Vec<u8>], out: &mut Vec<u8>) -> CommandResult {
     let value = ctx.backend().get(&args[1])?;
-    write_optional_bulk(out, value.as_deref());
+    write_optional(out, value.as_deref(), ctx.resp3());
     Ok(Action::Continue)
 }
 
@@ -1102,7 +1135,7 @@ fn cmd_set(ctx: &mut Ctx<'_>, args: &[Vec<u8>], out: &mut Vec<u8>) -> CommandRes
     if ctx.backend().set(&args[1], &args[2], &opts)? {
         ok(out)
     } else {
-        write_null_bulk(out);
+        write_null(out, ctx.resp3());
         Ok(Action::Continue)
     }
 }
@@ -1121,7 +1154,7 @@ fn cmd_mget(ctx: &mut Ctx<'_>, args: &[Vec<u8>], out: &mut Vec<u8>) -> CommandRe
     let values = ctx.backend().mget(&keys_of(&args[1..]))?;
     write_array_header(out, values.len());
     for v in &values {
-        write_optional_bulk(out, v.as_deref());
+        write_optional(out, v.as_deref(), ctx.resp3());
     }
     Ok(Action::Continue)
 }
@@ -1199,7 +1232,7 @@ fn cmd_hmset(ctx: &mut Ctx<'_>, args: &[Vec<u8>], out: &mut Vec<u8>) -> CommandR
 
 fn cmd_hget(ctx: &mut Ctx<'_>, args: &[Vec<u8>], out: &mut Vec<u8>) -> CommandResult {
     let value = ctx.backend().hget(&args[1], &args[2])?;
-    write_optional_bulk(out, value.as_deref());
+    write_optional(out, value.as_deref(), ctx.resp3());
     Ok(Action::Continue)
 }
 
@@ -1207,14 +1240,14 @@ fn cmd_hmget(ctx: &mut Ctx<'_>, args: &[Vec<u8>], out: &mut Vec<u8>) -> CommandR
     let values = ctx.backend().hmget(&args[1], &keys_of(&args[2..]))?;
     write_array_header(out, values.len());
     for v in &values {
-        write_optional_bulk(out, v.as_deref());
+        write_optional(out, v.as_deref(), ctx.resp3());
     }
     Ok(Action::Continue)
 }
 
 fn cmd_hgetall(ctx: &mut Ctx<'_>, args: &[Vec<u8>], out: &mut Vec<u8>) -> CommandResult {
     let pairs = ctx.backend().hgetall(&args[1])?;
-    write_array_header(out, pairs.len() * 2);
+    write_map_header(out, pairs.len(), ctx.resp3());
     for (field, value) in &pairs {
         write_bulk(out, field);
         write_bulk(out, value);
@@ -1294,11 +1327,21 @@ fn cmd_zrangebyscore(ctx: &mut Ctx<'_>, args: &[Vec<u8>], out: &mut Vec<u8>) -> 
     let members = ctx
         .backend()
         .zrange_by_score(&args[1], min, max, offset, count)?;
-    write_array_header(out, members.len() * if with_scores { 2 } else { 1 });
+    // RESP3 pairs each member with its score as a two-element array of bulk and double; RESP2
+    // interleaves them in one flat array.
+    let resp3 = ctx.resp3();
+    let pairs = with_scores && resp3;
+    write_array_header(
+        out,
+        members.len() * if with_scores && !resp3 { 2 } else { 1 },
+    );
     for (member, score) in &members {
+        if pairs {
+            write_array_header(out, 2);
+        }
         write_bulk(out, member);
         if with_scores {
-            write_bulk(out, format_score(*score).as_bytes());
+            write_double_text(out, format_score(*score).as_bytes(), resp3);
         }
     }
     Ok(Action::Continue)

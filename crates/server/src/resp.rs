@@ -122,6 +122,13 @@ pub enum ProtocolError {
     /// A reply's simple string or error line is longer than [`Limits::max_inline_bytes`].
     #[error("reply line too long")]
     ReplyLineTooLong,
+    /// A RESP3 boolean is neither `#t` nor `#f`, a null has text after `_`, or a verbatim
+    /// string has no `xxx:` format prefix.
+    #[error("malformed RESP3 {kind} reply")]
+    MalformedReply {
+        /// `boolean`, `null` or `verbatim`.
+        kind: &'static str,
+    },
 }
 
 /// Shows a byte as itself when printable ASCII, else as `\xHH` (error replies must not carry
@@ -548,7 +555,90 @@ pub fn write_null_array(out: &mut Vec<u8>) {
     out.extend_from_slice(b"*-1\r\n");
 }
 
-/// A RESP2 reply value, for replies built as a tree and for clients (see [`parse_reply`]).
+/// Appends the null reply: RESP3's `_\r\n`, or RESP2's null bulk string `$-1\r\n`.
+pub fn write_null(out: &mut Vec<u8>, resp3: bool) {
+    if resp3 {
+        out.extend_from_slice(b"_\r\n");
+    } else {
+        write_null_bulk(out);
+    }
+}
+
+/// Appends a bulk string, or the protocol's null ([`write_null`]) for `None`.
+pub fn write_optional(out: &mut Vec<u8>, bytes: Option<&[u8]>, resp3: bool) {
+    match bytes {
+        Some(b) => write_bulk(out, b),
+        None => write_null(out, resp3),
+    }
+}
+
+/// Appends a map header for `n` pairs: RESP3's `%<n>`, or in RESP2 an array of `2n` elements.
+/// The caller then appends `n` keys, each followed by its value.
+pub fn write_map_header(out: &mut Vec<u8>, n: usize, resp3: bool) {
+    if resp3 {
+        let _ = write!(out, "%{n}\r\n");
+    } else {
+        write_array_header(out, n.saturating_mul(2));
+    }
+}
+
+/// Appends a set header: RESP3's `~<n>`, or in RESP2 an array header.
+pub fn write_set_header(out: &mut Vec<u8>, n: usize, resp3: bool) {
+    if resp3 {
+        let _ = write!(out, "~{n}\r\n");
+    } else {
+        write_array_header(out, n);
+    }
+}
+
+/// Appends a push header (`><n>` in RESP3, an array header in RESP2).
+pub fn write_push_header(out: &mut Vec<u8>, n: usize, resp3: bool) {
+    if resp3 {
+        let _ = write!(out, ">{n}\r\n");
+    } else {
+        write_array_header(out, n);
+    }
+}
+
+/// Appends a double already formatted as `text` (`1.5`, `inf`, `-inf`, `1e+20`): RESP3's
+/// `,<text>`, or in RESP2 a bulk string of the same text. CR and LF cannot occur in a formatted
+/// number; they would become spaces.
+pub fn write_double_text(out: &mut Vec<u8>, text: &[u8], resp3: bool) {
+    if resp3 {
+        out.push(b',');
+        push_line(out, text);
+    } else {
+        write_bulk(out, text);
+    }
+}
+
+/// Appends a boolean: RESP3's `#t`/`#f`, or RESP2's integer 1/0.
+pub fn write_boolean(out: &mut Vec<u8>, value: bool, resp3: bool) {
+    match (resp3, value) {
+        (true, true) => out.extend_from_slice(b"#t\r\n"),
+        (true, false) => out.extend_from_slice(b"#f\r\n"),
+        (false, v) => write_integer(out, i64::from(v)),
+    }
+}
+
+/// Appends a verbatim string of the three-letter `format` (`txt`, `mkd`): RESP3's
+/// `=<len>\r\n<format>:<bytes>\r\n`, or in RESP2 a bulk string of `bytes`.
+pub fn write_verbatim(out: &mut Vec<u8>, format: [u8; 3], bytes: &[u8], resp3: bool) {
+    if resp3 {
+        let _ = write!(out, "={}\r\n", bytes.len() + 4);
+        out.extend_from_slice(&format);
+        out.push(b':');
+        out.extend_from_slice(bytes);
+        out.extend_from_slice(b"\r\n");
+    } else {
+        write_bulk(out, bytes);
+    }
+}
+
+/// A reply value (RESP2 and RESP3), for replies built as a tree and for clients (see
+/// [`parse_reply`]). [`Reply::encode`] writes RESP2, [`Reply::encode_as`] either protocol; in
+/// RESP2 the RESP3-only kinds fall back as Redis does (maps and sets become arrays, doubles and
+/// verbatim strings bulk strings, booleans integers, nulls the null bulk string).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Reply {
     /// `+OK`
@@ -565,6 +655,20 @@ pub enum Reply {
     Array(Vec<Reply>),
     /// `*-1`
     NullArray,
+    /// RESP3 `_`.
+    Null,
+    /// RESP3 `%N` followed by N key/value pairs.
+    Map(Vec<(Reply, Reply)>),
+    /// RESP3 `~N` followed by N replies.
+    Set(Vec<Reply>),
+    /// RESP3 `,1.5`: the number's text as sent.
+    Double(Vec<u8>),
+    /// RESP3 `#t` / `#f`.
+    Boolean(bool),
+    /// RESP3 `=N\r\ntxt:...`: the three-letter format and the text.
+    Verbatim([u8; 3], Vec<u8>),
+    /// RESP3 `>N` followed by N replies (out-of-band data such as pub/sub messages).
+    Push(Vec<Reply>),
 }
 
 impl Reply {
@@ -578,21 +682,49 @@ impl Reply {
         Reply::Bulk(b.as_ref().to_vec())
     }
 
-    /// Appends the encoding of this reply to `out`.
+    /// Appends the RESP2 encoding of this reply to `out`.
     pub fn encode(&self, out: &mut Vec<u8>) {
+        self.encode_as(out, false);
+    }
+
+    /// Appends the encoding of this reply in RESP3 (`resp3`) or RESP2. In RESP3 both RESP2 nulls
+    /// become `_`, as Redis sends them.
+    pub fn encode_as(&self, out: &mut Vec<u8>, resp3: bool) {
+        let list = |out: &mut Vec<u8>, items: &[Reply]| {
+            for item in items {
+                item.encode_as(out, resp3);
+            }
+        };
         match self {
             Reply::Simple(s) => write_simple(out, s),
             Reply::Error(e) => write_error(out, e),
             Reply::Integer(n) => write_integer(out, *n),
             Reply::Bulk(b) => write_bulk(out, b),
-            Reply::NullBulk => write_null_bulk(out),
+            Reply::NullBulk | Reply::Null => write_null(out, resp3),
+            Reply::NullArray if resp3 => write_null(out, true),
+            Reply::NullArray => write_null_array(out),
             Reply::Array(items) => {
                 write_array_header(out, items.len());
-                for item in items {
-                    item.encode(out);
+                list(out, items);
+            }
+            Reply::Set(items) => {
+                write_set_header(out, items.len(), resp3);
+                list(out, items);
+            }
+            Reply::Push(items) => {
+                write_push_header(out, items.len(), resp3);
+                list(out, items);
+            }
+            Reply::Map(pairs) => {
+                write_map_header(out, pairs.len(), resp3);
+                for (k, v) in pairs {
+                    k.encode_as(out, resp3);
+                    v.encode_as(out, resp3);
                 }
             }
-            Reply::NullArray => write_null_array(out),
+            Reply::Double(text) => write_double_text(out, text, resp3),
+            Reply::Boolean(b) => write_boolean(out, *b, resp3),
+            Reply::Verbatim(format, text) => write_verbatim(out, *format, text, resp3),
         }
     }
 
@@ -653,9 +785,22 @@ fn parse_reply_at(
             let n = parse_strict_i64(line).ok_or(ProtocolError::InvalidReplyInteger)?;
             Ok(Some((Reply::Integer(n), after)))
         }
-        b'$' => {
+        b'_' if line.is_empty() => Ok(Some((Reply::Null, after))),
+        b'_' => Err(ProtocolError::MalformedReply { kind: "null" }),
+        b'#' => match line {
+            b"t" => Ok(Some((Reply::Boolean(true), after))),
+            b"f" => Ok(Some((Reply::Boolean(false), after))),
+            _ => Err(ProtocolError::MalformedReply { kind: "boolean" }),
+        },
+        b',' => {
+            if line.len() > limits.max_inline_bytes {
+                return Err(ProtocolError::ReplyLineTooLong);
+            }
+            Ok(Some((Reply::Double(line.to_vec()), after)))
+        }
+        b'$' | b'=' => {
             let len = parse_strict_i64(line).ok_or(ProtocolError::InvalidBulkLength)?;
-            if len == -1 {
+            if len == -1 && kind == b'$' {
                 return Ok(Some((Reply::NullBulk, after)));
             }
             if len < 0 {
@@ -674,11 +819,21 @@ fn parse_reply_at(
             if &buf[end..end + 2] != b"\r\n" {
                 return Err(ProtocolError::MissingBulkTerminator);
             }
-            Ok(Some((Reply::Bulk(buf[after..end].to_vec()), end + 2)))
+            let data = &buf[after..end];
+            if kind == b'$' {
+                return Ok(Some((Reply::Bulk(data.to_vec()), end + 2)));
+            }
+            match data {
+                [a, b, c, b':', text @ ..] => Ok(Some((
+                    Reply::Verbatim([*a, *b, *c], text.to_vec()),
+                    end + 2,
+                ))),
+                _ => Err(ProtocolError::MalformedReply { kind: "verbatim" }),
+            }
         }
-        b'*' => {
+        b'*' | b'%' | b'~' | b'>' => {
             let count = parse_strict_i64(line).ok_or(ProtocolError::InvalidMultibulkLength)?;
-            if count == -1 {
+            if count == -1 && kind == b'*' {
                 return Ok(Some((Reply::NullArray, after)));
             }
             if count < 0 {
@@ -690,9 +845,15 @@ fn parse_reply_at(
                     max: limits.max_multibulk_len,
                 });
             }
-            let mut items = Vec::with_capacity((count as usize).min(ARGS_PREALLOC_MAX));
+            // A map's count is of pairs: twice as many replies follow.
+            let elements = if kind == b'%' {
+                count.saturating_mul(2)
+            } else {
+                count
+            };
+            let mut items = Vec::with_capacity((elements as usize).min(ARGS_PREALLOC_MAX));
             let mut pos = after;
-            for _ in 0..count {
+            for _ in 0..elements {
                 match parse_reply_at(buf, pos, limits, depth + 1)? {
                     Some((item, next)) => {
                         items.push(item);
@@ -701,7 +862,20 @@ fn parse_reply_at(
                     None => return Ok(None),
                 }
             }
-            Ok(Some((Reply::Array(items), pos)))
+            let reply = match kind {
+                b'%' => {
+                    let mut pairs = Vec::with_capacity(items.len() / 2);
+                    let mut it = items.into_iter();
+                    while let (Some(k), Some(v)) = (it.next(), it.next()) {
+                        pairs.push((k, v));
+                    }
+                    Reply::Map(pairs)
+                }
+                b'~' => Reply::Set(items),
+                b'>' => Reply::Push(items),
+                _ => Reply::Array(items),
+            };
+            Ok(Some((reply, pos)))
         }
         other => Err(ProtocolError::UnknownReplyType { found: other }),
     }
@@ -1128,6 +1302,88 @@ mod tests {
         for cut in 0..bytes.len() {
             assert_eq!(parse_reply(&bytes[..cut], &Limits::default()), Ok(None));
         }
+    }
+
+    #[test]
+    fn resp3_encoder_output() {
+        let mut three = Vec::new();
+        let mut two = Vec::new();
+        for (out, resp3) in [(&mut three, true), (&mut two, false)] {
+            write_null(out, resp3);
+            write_optional(out, None, resp3);
+            write_optional(out, Some(b"x"), resp3);
+            write_map_header(out, 2, resp3);
+            write_set_header(out, 3, resp3);
+            write_push_header(out, 1, resp3);
+            write_double_text(out, b"-1.5e+20", resp3);
+            write_double_text(out, b"inf", resp3);
+            write_boolean(out, true, resp3);
+            write_boolean(out, false, resp3);
+            write_verbatim(out, *b"txt", b"a\r\nb", resp3);
+        }
+        assert_eq!(
+            String::from_utf8_lossy(&three),
+            "_\r\n_\r\n$1\r\nx\r\n%2\r\n~3\r\n>1\r\n,-1.5e+20\r\n,inf\r\n#t\r\n#f\r\n\
+             =8\r\ntxt:a\r\nb\r\n"
+        );
+        assert_eq!(
+            String::from_utf8_lossy(&two),
+            "$-1\r\n$-1\r\n$1\r\nx\r\n*4\r\n*3\r\n*1\r\n$8\r\n-1.5e+20\r\n$3\r\ninf\r\n\
+             :1\r\n:0\r\n$4\r\na\r\nb\r\n"
+        );
+        let tree = Reply::Array(vec![
+            Reply::Map(vec![
+                (Reply::bulk("k"), Reply::Double(b"0.25".to_vec())),
+                (Reply::simple("s"), Reply::Null),
+            ]),
+            Reply::Set(vec![Reply::Integer(1), Reply::Boolean(true)]),
+            Reply::Push(vec![Reply::bulk("message")]),
+            Reply::Verbatim(*b"mkd", b"# t".to_vec()),
+            Reply::NullBulk,
+            Reply::NullArray,
+        ]);
+        let mut three = Vec::new();
+        tree.encode_as(&mut three, true);
+        assert_eq!(
+            String::from_utf8_lossy(&three),
+            "*6\r\n%2\r\n$1\r\nk\r\n,0.25\r\n+s\r\n_\r\n~2\r\n:1\r\n#t\r\n>1\r\n\
+             $7\r\nmessage\r\n=7\r\nmkd:# t\r\n_\r\n_\r\n"
+        );
+        assert_eq!(
+            String::from_utf8_lossy(&tree.to_bytes()),
+            "*6\r\n*4\r\n$1\r\nk\r\n$4\r\n0.25\r\n+s\r\n$-1\r\n*2\r\n:1\r\n:1\r\n*1\r\n\
+             $7\r\nmessage\r\n$3\r\n# t\r\n$-1\r\n*-1\r\n"
+        );
+        // The parser reads RESP3 back into the same tree (the nulls become `Null`), and needs
+        // every byte of it.
+        let (parsed, used) = parse_reply(&three, &Limits::default()).unwrap().unwrap();
+        assert_eq!(used, three.len());
+        let mut again = Vec::new();
+        parsed.encode_as(&mut again, true);
+        assert_eq!(again, three);
+        for cut in 0..three.len() {
+            assert_eq!(parse_reply(&three[..cut], &Limits::default()), Ok(None));
+        }
+    }
+
+    #[test]
+    fn resp3_parser_rejects_malformed_replies() {
+        let l = Limits::default();
+        for bad in [
+            &b"_x\r\n"[..],
+            b"#x\r\n",
+            b"=3\r\ntx:\r\n",
+            b"%-1\r\n",
+            b"=-1\r\n",
+        ] {
+            assert!(
+                parse_reply(bad, &l).is_err(),
+                "{:?}",
+                String::from_utf8_lossy(bad)
+            );
+        }
+        let huge = b"%9223372036854775807\r\n";
+        assert!(parse_reply(huge, &l).is_err());
     }
 
     #[test]

@@ -504,8 +504,13 @@ fn hello_and_client() {
     let mut c = server.client();
     expect(
         &mut c,
-        "HELLO 3",
-        "-NOPROTO sorry, this protocol version is not supported\r\n",
+        "HELLO 4",
+        "-NOPROTO unsupported protocol version\r\n",
+    );
+    expect(
+        &mut c,
+        "HELLO 1",
+        "-NOPROTO unsupported protocol version\r\n",
     );
     expect(
         &mut c,
@@ -586,6 +591,111 @@ fn hello_and_client() {
         "client ids are unique"
     );
     expect(&mut other, "CLIENT GETNAME", "$-1\r\n");
+}
+
+/// HELLO 3 switches the connection to RESP3 (maps, doubles, nulls, verbatim INFO); HELLO 2
+/// switches it back, and RESP2 replies are what they were.
+#[test]
+fn resp3_reply_types() {
+    let server = TestServer::default_config();
+    let mut c = server.client();
+    c.send(&support::words("CLIENT ID"));
+    let Reply::Integer(id) = c.read_reply() else {
+        panic!("CLIENT ID")
+    };
+    let hello = |proto: u8| {
+        let pairs = [
+            ("server", "$5\r\nredis\r\n".to_string()),
+            (
+                "version",
+                format!(
+                    "${}\r\n{}\r\n",
+                    server::REDIS_VERSION.len(),
+                    server::REDIS_VERSION
+                ),
+            ),
+            ("proto", format!(":{proto}\r\n")),
+            ("id", format!(":{id}\r\n")),
+            ("mode", "$10\r\nstandalone\r\n".into()),
+            ("role", "$6\r\nmaster\r\n".into()),
+            ("modules", "*0\r\n".into()),
+        ];
+        let mut s = if proto == 3 {
+            "%7\r\n".to_string()
+        } else {
+            "*14\r\n".to_string()
+        };
+        for (k, v) in pairs {
+            s += &format!("${}\r\n{k}\r\n{v}", k.len());
+        }
+        s
+    };
+    // A refused HELLO changes nothing.
+    expect(
+        &mut c,
+        "HELLO 3 SETNAME a\tb",
+        "-ERR Client names cannot contain spaces, newlines or special characters.\r\n",
+    );
+    expect(
+        &mut c,
+        "HELLO 3 AUTH someone pw",
+        "-WRONGPASS invalid username-password pair or user is disabled.\r\n",
+    );
+    expect(
+        &mut c,
+        "HELLO 3 AUTH default",
+        "-ERR Syntax error in HELLO option 'AUTH'\r\n",
+    );
+    expect(&mut c, "GET missing", "$-1\r\n");
+    expect(&mut c, "HELLO 3 AUTH default anything", &hello(3));
+    expect(&mut c, "HELLO", &hello(3));
+    expect(&mut c, "GET missing", "_\r\n");
+    expect(&mut c, "CLIENT GETNAME", "_\r\n");
+    expect(&mut c, "SET k v", "+OK\r\n");
+    expect(&mut c, "SET k v NX", "_\r\n");
+    expect(&mut c, "MGET k missing", "*2\r\n$1\r\nv\r\n_\r\n");
+    expect(&mut c, "HSET h f 1", ":1\r\n");
+    expect(&mut c, "HMGET h f g", "*2\r\n$1\r\n1\r\n_\r\n");
+    expect(&mut c, "HGET h g", "_\r\n");
+    expect(&mut c, "HGETALL h", "%1\r\n$1\r\nf\r\n$1\r\n1\r\n");
+    expect(&mut c, "HGETALL missing", "%0\r\n");
+    expect(&mut c, "ZADD z 1.5 a inf b", ":2\r\n");
+    expect(
+        &mut c,
+        "ZRANGEBYSCORE z -inf +inf WITHSCORES",
+        "*2\r\n*2\r\n$1\r\na\r\n,1.5\r\n*2\r\n$1\r\nb\r\n,inf\r\n",
+    );
+    expect(
+        &mut c,
+        "ZRANGEBYSCORE z -inf +inf",
+        "*2\r\n$1\r\na\r\n$1\r\nb\r\n",
+    );
+    expect(
+        &mut c,
+        "CONFIG GET maxmemory",
+        "%1\r\n$9\r\nmaxmemory\r\n$1\r\n0\r\n",
+    );
+    expect(&mut c, "COMMAND INFO nosuch", "*1\r\n_\r\n");
+    let info = c.call("INFO server");
+    assert!(info.starts_with(b"="), "{}", show(&info));
+    let text = info.splitn(2, |&b| b == b'\n').nth(1).unwrap();
+    assert!(text.starts_with(b"txt:# Server\r\n"), "{}", show(&info));
+    c.send(&support::words("CLIENT INFO"));
+    let Reply::Bulk(line) = c.read_reply() else {
+        panic!("CLIENT INFO")
+    };
+    assert!(String::from_utf8_lossy(&line).contains(" resp=3 "));
+    expect(&mut c, "HELLO 2", &hello(2));
+    expect(&mut c, "GET missing", "$-1\r\n");
+    expect(&mut c, "HGETALL h", "*2\r\n$1\r\nf\r\n$1\r\n1\r\n");
+    expect(
+        &mut c,
+        "ZRANGEBYSCORE z -inf +inf WITHSCORES",
+        "*4\r\n$1\r\na\r\n$3\r\n1.5\r\n$1\r\nb\r\n$3\r\ninf\r\n",
+    );
+    // The protocol is per connection.
+    let mut other = server.client();
+    expect(&mut other, "GET missing", "$-1\r\n");
 }
 
 #[test]
