@@ -5,8 +5,11 @@
 //! reply, so a failed command leaves no partial reply behind (and [`execute`] truncates the output
 //! to be sure).
 
+use std::collections::BTreeMap;
 use std::io::Write as _;
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use crate::backend::{Backend, BackendError, InfoSection, ScoreBound, SetOptions};
@@ -40,6 +43,94 @@ pub(crate) enum Action {
     Shutdown,
 }
 
+/// What other connections see of a connection (CLIENT LIST, CLIENT KILL). The connection owns
+/// it; the [`ClientRegistry`] holds it weakly, so a closed connection drops out by itself.
+#[derive(Debug)]
+pub(crate) struct ClientHandle {
+    id: u64,
+    peer: Option<SocketAddr>,
+    local: Option<SocketAddr>,
+    /// The socket's file descriptor (-1 if unknown).
+    fd: i64,
+    created: Instant,
+    /// Set by CLIENT KILL; the owning worker closes the connection when it sees it.
+    killed: AtomicBool,
+    /// The last command run: its index in the command table plus one (0: none yet).
+    last_command: AtomicUsize,
+    /// When the last command ran, in milliseconds after `created`.
+    last_active_ms: AtomicU64,
+    /// Name, library and protocol, copied from the session when a command changes them.
+    meta: Mutex<ClientMeta>,
+}
+
+#[derive(Debug, Default, Clone)]
+struct ClientMeta {
+    name: Option<Vec<u8>>,
+    lib_name: Option<Vec<u8>>,
+    lib_ver: Option<Vec<u8>>,
+    resp3: bool,
+}
+
+impl ClientHandle {
+    /// Whether CLIENT KILL marked this connection for closing.
+    pub(crate) fn is_killed(&self) -> bool {
+        self.killed.load(Ordering::Relaxed)
+    }
+}
+
+/// Every open connection by id, for CLIENT LIST and CLIENT KILL.
+#[derive(Debug, Default)]
+pub(crate) struct ClientRegistry {
+    inner: Mutex<RegistryInner>,
+}
+
+#[derive(Debug, Default)]
+struct RegistryInner {
+    clients: BTreeMap<u64, Weak<ClientHandle>>,
+    /// Size at which closed connections' entries are dropped from `clients`.
+    prune_at: usize,
+}
+
+/// Entries of closed connections are dropped once the map grows past this (and twice the live
+/// count after each pruning).
+const REGISTRY_PRUNE_MIN: usize = 64;
+
+impl ClientRegistry {
+    /// Registers a new connection and returns its handle.
+    pub(crate) fn register(
+        &self,
+        id: u64,
+        peer: Option<SocketAddr>,
+        local: Option<SocketAddr>,
+        fd: i64,
+    ) -> Arc<ClientHandle> {
+        let handle = Arc::new(ClientHandle {
+            id,
+            peer,
+            local,
+            fd,
+            created: Instant::now(),
+            killed: AtomicBool::new(false),
+            last_command: AtomicUsize::new(0),
+            last_active_ms: AtomicU64::new(0),
+            meta: Mutex::new(ClientMeta::default()),
+        });
+        let mut inner = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
+        if inner.clients.len() >= inner.prune_at.max(REGISTRY_PRUNE_MIN) {
+            inner.clients.retain(|_, c| c.strong_count() > 0);
+            inner.prune_at = inner.clients.len() * 2;
+        }
+        inner.clients.insert(id, Arc::downgrade(&handle));
+        handle
+    }
+
+    /// The open connections, by id.
+    fn live(&self) -> Vec<Arc<ClientHandle>> {
+        let inner = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
+        inner.clients.values().filter_map(Weak::upgrade).collect()
+    }
+}
+
 /// Per-connection state that commands read and change.
 #[derive(Debug)]
 pub(crate) struct Session {
@@ -51,29 +142,38 @@ pub(crate) struct Session {
     pub(crate) lib_name: Option<Vec<u8>>,
     /// CLIENT SETINFO LIB-VER.
     pub(crate) lib_ver: Option<Vec<u8>>,
-    /// The client's address.
-    pub(crate) peer: Option<SocketAddr>,
-    /// Our end of the connection.
-    pub(crate) local: Option<SocketAddr>,
-    /// When the connection was accepted.
-    pub(crate) created: Instant,
     /// The protocol HELLO chose: RESP3 when set, else RESP2 (every connection starts in RESP2).
     pub(crate) resp3: bool,
+    /// What other connections see of this one.
+    pub(crate) handle: Arc<ClientHandle>,
 }
 
 impl Session {
-    /// A session for a new connection.
-    pub(crate) fn new(id: u64, peer: Option<SocketAddr>, local: Option<SocketAddr>) -> Self {
+    /// A session for a new connection, registered under `handle`.
+    pub(crate) fn new(handle: Arc<ClientHandle>) -> Self {
         Session {
-            id,
+            id: handle.id,
             name: None,
             lib_name: None,
             lib_ver: None,
-            peer,
-            local,
-            created: Instant::now(),
             resp3: false,
+            handle,
         }
+    }
+
+    /// Copies what CLIENT LIST shows of this session to its handle.
+    fn publish(&self) {
+        let meta = ClientMeta {
+            name: self.name.clone(),
+            lib_name: self.lib_name.clone(),
+            lib_ver: self.lib_ver.clone(),
+            resp3: self.resp3,
+        };
+        *self
+            .handle
+            .meta
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = meta;
     }
 }
 
@@ -220,11 +320,14 @@ fn cmp_lowercase(a: &[u8], b: &[u8]) -> std::cmp::Ordering {
     a.cmp(b.iter().copied())
 }
 
-fn lookup(name: &[u8]) -> Option<&'static Spec> {
+fn lookup_index(name: &[u8]) -> Option<usize> {
     COMMANDS
         .binary_search_by(|spec| cmp_lowercase(name, spec.name.as_bytes()).reverse())
         .ok()
-        .map(|i| &COMMANDS[i])
+}
+
+fn lookup(name: &[u8]) -> Option<&'static Spec> {
+    lookup_index(name).map(|i| &COMMANDS[i])
 }
 
 fn arity_ok(arity: i64, argc: usize) -> bool {
@@ -255,10 +358,11 @@ pub(crate) fn execute(
     let Some(name) = args.first() else {
         return Action::Continue;
     };
-    let Some(spec) = lookup(name) else {
+    let Some(index) = lookup_index(name) else {
         write_error(out, &unknown_command_message(args));
         return Action::Continue;
     };
+    let spec = &COMMANDS[index];
     if !arity_ok(spec.arity, args.len()) {
         write_error(
             out,
@@ -269,8 +373,16 @@ pub(crate) fn execute(
         return Action::Continue;
     }
     let mark = out.len();
+    let handle = &session.handle;
+    handle.last_command.store(index + 1, Ordering::Relaxed);
+    let active = u64::try_from(handle.created.elapsed().as_millis()).unwrap_or(u64::MAX);
+    handle.last_active_ms.store(active, Ordering::Relaxed);
     let mut ctx = Ctx { shared, session };
-    match (spec.handler)(&mut ctx, args, out) {
+    let result = (spec.handler)(&mut ctx, args, out);
+    if spec.name == "hello" || spec.name == "client" {
+        session.publish();
+    }
+    match result {
         Ok(action) => action,
         Err(e) => {
             out.truncate(mark);
@@ -612,7 +724,19 @@ fn cmd_client(ctx: &mut Ctx<'_>, args: &[Vec<u8>], out: &mut Vec<u8>) -> Command
         write_simple(out, b"OK");
     } else if is(sub, "info") {
         sub_arity("client", "info", 2, args.len())?;
-        write_bulk(out, &client_info_line(ctx.session));
+        let mut line = client_line(&ctx.session.handle);
+        line.push(b'\n');
+        write_verbatim(out, *b"txt", &line, ctx.resp3());
+    } else if is(sub, "list") {
+        let clients = clients_listed(ctx.shared, &args[2..])?;
+        let mut text = Vec::new();
+        for client in clients {
+            text.extend_from_slice(&client_line(&client));
+            text.push(b'\n');
+        }
+        write_verbatim(out, *b"txt", &text, ctx.resp3());
+    } else if is(sub, "kill") {
+        return client_kill(ctx, &args[2..], out);
     } else {
         return Err(CommandError::UnknownSubcommand {
             command: "CLIENT",
@@ -622,25 +746,176 @@ fn cmd_client(ctx: &mut Ctx<'_>, args: &[Vec<u8>], out: &mut Vec<u8>) -> Command
     Ok(Action::Continue)
 }
 
-/// The CLIENT INFO line of a session (the fields Redis tools read).
-fn client_info_line(session: &Session) -> Vec<u8> {
+/// A connection's line in CLIENT LIST and CLIENT INFO, in Redis's format and field order (the
+/// buffer and memory fields Kavach does not track are 0), without the final newline.
+fn client_line(client: &ClientHandle) -> Vec<u8> {
+    let meta = client
+        .meta
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .clone();
     let mut line = Vec::new();
-    let addr = session.peer.map(|a| a.to_string()).unwrap_or_default();
-    let laddr = session.local.map(|a| a.to_string()).unwrap_or_default();
-    let _ = write!(line, "id={} addr={addr} laddr={laddr} name=", session.id);
-    line.extend_from_slice(session.name.as_deref().unwrap_or_default());
+    let addr = client.peer.map(|a| a.to_string()).unwrap_or_default();
+    let laddr = client.local.map(|a| a.to_string()).unwrap_or_default();
     let _ = write!(
         line,
-        " age={} idle=0 flags=N db=0 sub=0 psub=0 multi=-1 cmd=client|info user=default resp={} \
-         lib-name=",
-        session.created.elapsed().as_secs(),
-        if session.resp3 { 3 } else { 2 }
+        "id={} addr={addr} laddr={laddr} fd={} name=",
+        client.id, client.fd
     );
-    line.extend_from_slice(session.lib_name.as_deref().unwrap_or_default());
+    line.extend_from_slice(meta.name.as_deref().unwrap_or_default());
+    let age_ms = u64::try_from(client.created.elapsed().as_millis()).unwrap_or(u64::MAX);
+    let idle_ms = age_ms.saturating_sub(client.last_active_ms.load(Ordering::Relaxed));
+    let command = match client.last_command.load(Ordering::Relaxed) {
+        0 => "NULL",
+        n => COMMANDS.get(n - 1).map_or("NULL", |s| s.name),
+    };
+    let _ = write!(
+        line,
+        " age={} idle={} flags=N db=0 sub=0 psub=0 ssub=0 multi=-1 qbuf=0 qbuf-free=0 \
+         argv-mem=0 multi-mem=0 rbs=0 rbp=0 obl=0 oll=0 omem=0 tot-mem=0 events=r cmd={command} \
+         user=default redir=-1 resp={} lib-name=",
+        age_ms / 1000,
+        idle_ms / 1000,
+        if meta.resp3 { 3 } else { 2 }
+    );
+    line.extend_from_slice(meta.lib_name.as_deref().unwrap_or_default());
     line.extend_from_slice(b" lib-ver=");
-    line.extend_from_slice(session.lib_ver.as_deref().unwrap_or_default());
-    line.push(b'\n');
+    line.extend_from_slice(meta.lib_ver.as_deref().unwrap_or_default());
     line
+}
+
+/// CLIENT LIST [TYPE normal|master|replica|pubsub] [ID id ...]: the connections listed.
+fn clients_listed(
+    shared: &Shared,
+    filters: &[Vec<u8>],
+) -> Result<Vec<Arc<ClientHandle>>, CommandError> {
+    let mut clients = shared.clients.live();
+    match filters {
+        [] => {}
+        [word, kind] if is(word, "type") => {
+            if is(kind, "normal") {
+            } else if is(kind, "master")
+                || is(kind, "replica")
+                || is(kind, "slave")
+                || is(kind, "pubsub")
+            {
+                clients.clear();
+            } else {
+                return Err(CommandError::Other(format!(
+                    "ERR Unknown client type '{}'",
+                    quote(kind)
+                )));
+            }
+        }
+        [word, ids @ ..] if is(word, "id") && !ids.is_empty() => {
+            let mut wanted = Vec::with_capacity(ids.len());
+            for id in ids {
+                let id = parse_strict_i64(id)
+                    .and_then(|n| u64::try_from(n).ok())
+                    .filter(|&n| n > 0)
+                    .ok_or_else(|| CommandError::Other("ERR Invalid client ID".into()))?;
+                wanted.push(id);
+            }
+            clients.retain(|c| wanted.contains(&c.id));
+        }
+        _ => return Err(CommandError::Syntax),
+    }
+    Ok(clients)
+}
+
+/// CLIENT KILL ip:port (the old form: `+OK`, or an error if no such client), or CLIENT KILL
+/// with filters `ID id`, `ADDR ip:port`, `LADDR ip:port`, `USER name`, `SKIPME yes|no` (the new
+/// form: the number of connections closed; SKIPME defaults to yes). A connection that kills
+/// itself is closed after the reply.
+fn client_kill(ctx: &mut Ctx<'_>, filters: &[Vec<u8>], out: &mut Vec<u8>) -> CommandResult {
+    let own = ctx.session.id;
+    let addr_of = |a: Option<SocketAddr>| a.map(|a| a.to_string()).unwrap_or_default();
+    let old_form = filters.len() == 1;
+    let mut id = None;
+    let mut addr = None;
+    let mut laddr = None;
+    let mut user = None;
+    let mut skip_me = !old_form;
+    if old_form {
+        addr = Some(filters[0].clone());
+    } else {
+        if filters.is_empty() || filters.len() % 2 != 0 {
+            return Err(CommandError::Syntax);
+        }
+        for pair in filters.chunks_exact(2) {
+            let (name, value) = (&pair[0], &pair[1]);
+            if is(name, "id") {
+                let n = parse_strict_i64(value)
+                    .and_then(|n| u64::try_from(n).ok())
+                    .filter(|&n| n > 0)
+                    .ok_or_else(|| {
+                        CommandError::Other("ERR client-id should be greater than 0".into())
+                    })?;
+                id = Some(n);
+            } else if is(name, "addr") {
+                addr = Some(value.clone());
+            } else if is(name, "laddr") {
+                laddr = Some(value.clone());
+            } else if is(name, "user") {
+                user = Some(value.clone());
+            } else if is(name, "skipme") {
+                skip_me = if is(value, "yes") {
+                    true
+                } else if is(value, "no") {
+                    false
+                } else {
+                    return Err(CommandError::Syntax);
+                };
+            } else {
+                return Err(CommandError::Syntax);
+            }
+        }
+    }
+    if let Some(name) = &user {
+        if name.as_slice() != b"default" {
+            return Err(CommandError::Other(format!(
+                "ERR No such user '{}'",
+                quote(name)
+            )));
+        }
+    }
+    let mut killed = 0i64;
+    let mut killed_self = false;
+    for client in ctx.shared.clients.live() {
+        let matches = id.is_none_or(|n| n == client.id)
+            && addr
+                .as_ref()
+                .is_none_or(|a| a.as_slice() == addr_of(client.peer).as_bytes())
+            && laddr
+                .as_ref()
+                .is_none_or(|a| a.as_slice() == addr_of(client.local).as_bytes());
+        if !matches || (skip_me && client.id == own) {
+            continue;
+        }
+        // This connection closes itself after the reply; the others are closed by their worker.
+        if client.id == own {
+            killed_self = true;
+        } else {
+            client.killed.store(true, Ordering::Relaxed);
+        }
+        killed += 1;
+    }
+    if killed > 0 {
+        ctx.shared.handle.wake_all();
+    }
+    if old_form {
+        if killed == 0 {
+            return Err(CommandError::Other("ERR No such client".into()));
+        }
+        write_simple(out, b"OK");
+    } else {
+        write_integer(out, killed);
+    }
+    Ok(if killed_self {
+        Action::CloseAfterReply
+    } else {
+        Action::Continue
+    })
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -50,7 +50,7 @@ use mio::net::{TcpListener, TcpStream};
 use mio::{Events, Interest, Poll, Token, Waker};
 
 use crate::backend::{Backend, BackendResult};
-use crate::command::{self, Action, Session};
+use crate::command::{self, Action, ClientRegistry, Session};
 use crate::resp::{Limits, Parse, RequestParser, write_error};
 
 /// Bytes read per `read` call, into a per-worker scratch buffer.
@@ -164,6 +164,14 @@ impl ShutdownHandle {
         }
     }
 
+    /// Wakes the acceptor and every worker (each worker then closes the connections CLIENT KILL
+    /// marked).
+    pub(crate) fn wake_all(&self) {
+        for waker in &self.inner.wakers {
+            let _ = waker.wake();
+        }
+    }
+
     /// Whether a shutdown has been requested.
     pub fn is_shutdown_requested(&self) -> bool {
         self.inner.requested.load(Ordering::SeqCst)
@@ -268,6 +276,8 @@ pub(crate) struct Shared {
     pub(crate) run_id: String,
     pub(crate) handle: ShutdownHandle,
     next_client_id: AtomicU64,
+    /// The open connections (CLIENT LIST, CLIENT KILL).
+    pub(crate) clients: ClientRegistry,
 }
 
 impl fmt::Debug for Shared {
@@ -408,6 +418,7 @@ impl Listener {
             run_id: make_run_id(),
             handle,
             next_client_id: AtomicU64::new(1),
+            clients: ClientRegistry::default(),
         });
         Server {
             listener,
@@ -900,6 +911,7 @@ impl Worker {
             }
             if woken {
                 self.admit_incoming()?;
+                self.close_killed();
             }
             if self.drain_deadline.is_none() && self.shared.handle.is_shutdown_requested() {
                 self.start_draining();
@@ -953,10 +965,12 @@ impl Worker {
             }
             let id = self.shared.next_client_id.fetch_add(1, Ordering::Relaxed);
             let local = stream.local_addr().ok();
+            let fd = i64::from(std::os::fd::AsRawFd::as_raw_fd(&stream));
+            let handle = self.shared.clients.register(id, Some(peer), local, fd);
             self.conns[index] = Some(Conn {
                 stream,
                 parser: RequestParser::new(self.shared.config.limits),
-                session: Session::new(id, Some(peer), local),
+                session: Session::new(handle),
                 input: Vec::new(),
                 input_pending: false,
                 output: Vec::new(),
@@ -973,6 +987,10 @@ impl Worker {
         let Some(conn) = self.conns.get_mut(index).and_then(Option::as_mut) else {
             return;
         };
+        if conn.session.handle.is_killed() {
+            self.close(index);
+            return;
+        }
         match conn.serve(&self.shared, &mut self.scratch, draining) {
             Verdict::Idle => {}
             Verdict::Again => {
@@ -982,6 +1000,18 @@ impl Worker {
                 }
             }
             Verdict::Close => self.close(index),
+        }
+    }
+
+    /// Closes the connections CLIENT KILL marked (at once, without writing pending replies).
+    fn close_killed(&mut self) {
+        for index in 0..self.conns.len() {
+            let killed = self.conns[index]
+                .as_ref()
+                .is_some_and(|c| c.session.handle.is_killed());
+            if killed {
+                self.close(index);
+            }
         }
     }
 

@@ -681,9 +681,10 @@ fn resp3_reply_types() {
     let text = info.splitn(2, |&b| b == b'\n').nth(1).unwrap();
     assert!(text.starts_with(b"txt:# Server\r\n"), "{}", show(&info));
     c.send(&support::words("CLIENT INFO"));
-    let Reply::Bulk(line) = c.read_reply() else {
+    let Reply::Verbatim(format, line) = c.read_reply() else {
         panic!("CLIENT INFO")
     };
+    assert_eq!(&format, b"txt");
     assert!(String::from_utf8_lossy(&line).contains(" resp=3 "));
     expect(&mut c, "HELLO 2", &hello(2));
     expect(&mut c, "GET missing", "$-1\r\n");
@@ -696,6 +697,127 @@ fn resp3_reply_types() {
     // The protocol is per connection.
     let mut other = server.client();
     expect(&mut other, "GET missing", "$-1\r\n");
+}
+
+/// CLIENT LIST shows every open connection in Redis's line format; CLIENT KILL closes another
+/// connection (even an idle one) or, with SKIPME no, the caller after its reply.
+#[test]
+fn client_list_and_kill() {
+    let server = TestServer::default_config();
+    let mut a = server.client();
+    let mut b = server.client();
+    let id_of = |c: &mut support::Client| {
+        c.send(&support::words("CLIENT ID"));
+        let Reply::Integer(id) = c.read_reply() else {
+            panic!("CLIENT ID")
+        };
+        id
+    };
+    let (ida, idb) = (id_of(&mut a), id_of(&mut b));
+    expect(&mut b, "CLIENT SETNAME bee", "+OK\r\n");
+    expect(&mut b, "HELLO 3", &show_hello_prefix(&mut a, idb));
+    a.send(&support::words("CLIENT LIST"));
+    let Reply::Bulk(list) = a.read_reply() else {
+        panic!("CLIENT LIST")
+    };
+    let list = String::from_utf8(list).unwrap();
+    let lines: Vec<&str> = list.lines().collect();
+    assert_eq!(lines.len(), 2, "{list}");
+    assert!(list.ends_with('\n'));
+    let line_b = lines
+        .iter()
+        .find(|l| l.starts_with(&format!("id={idb} ")))
+        .expect("b listed");
+    let keys: Vec<&str> = line_b
+        .split(' ')
+        .map(|f| f.split('=').next().unwrap())
+        .collect();
+    let wanted = [
+        "id", "addr", "laddr", "fd", "name", "age", "idle", "flags", "db",
+    ];
+    assert_eq!(keys[..wanted.len()], wanted, "{line_b}");
+    for field in [" name=bee ", " cmd=hello ", " resp=3 "] {
+        assert!(line_b.contains(field), "{field} in {line_b}");
+    }
+    let addr_b = line_b
+        .split(' ')
+        .find_map(|f| f.strip_prefix("addr="))
+        .unwrap()
+        .to_string();
+    c_list_ids(&mut a, &format!("CLIENT LIST ID {ida} 999999"), &[ida]);
+    c_list_ids(&mut a, "CLIENT LIST TYPE normal", &[ida, idb]);
+    // b is idle (blocked reading) when a kills it.
+    expect(&mut a, &format!("CLIENT KILL ID {idb}"), ":1\r\n");
+    assert_eq!(b.read_to_close(), b"");
+    expect(&mut a, &format!("CLIENT KILL ID {idb}"), ":0\r\n");
+    expect(
+        &mut a,
+        &format!("CLIENT KILL {addr_b}"),
+        "-ERR No such client\r\n",
+    );
+    let mut c = server.client();
+    let idc = id_of(&mut c);
+    c_list_ids(&mut a, "CLIENT LIST", &[ida, idc]);
+    a.send(&support::words("CLIENT INFO"));
+    let Reply::Bulk(info) = a.read_reply() else {
+        panic!("CLIENT INFO")
+    };
+    let info = String::from_utf8(info).unwrap();
+    let addr_c = c_addr(&mut c);
+    expect(&mut a, &format!("CLIENT KILL {addr_c}"), "+OK\r\n");
+    assert_eq!(c.read_to_close(), b"");
+    // SKIPME defaults to yes: a connection does not kill itself unless told to.
+    let addr_a = info
+        .split(' ')
+        .find_map(|f| f.strip_prefix("addr="))
+        .unwrap();
+    expect(&mut a, &format!("CLIENT KILL ADDR {addr_a}"), ":0\r\n");
+    expect(
+        &mut a,
+        &format!("CLIENT KILL ADDR {addr_a} SKIPME no"),
+        ":1\r\n",
+    );
+    assert_eq!(a.read_to_close(), b"");
+}
+
+/// The start of HELLO 3's reply, for a connection with this id.
+fn show_hello_prefix(_: &mut support::Client, id: i64) -> String {
+    let v = server::REDIS_VERSION;
+    format!(
+        "%7\r\n$6\r\nserver\r\n$5\r\nredis\r\n$7\r\nversion\r\n${}\r\n{v}\r\n$5\r\nproto\r\n:3\r\n\
+         $2\r\nid\r\n:{id}\r\n$4\r\nmode\r\n$10\r\nstandalone\r\n$4\r\nrole\r\n$6\r\nmaster\r\n\
+         $7\r\nmodules\r\n*0\r\n",
+        v.len()
+    )
+}
+
+fn c_addr(c: &mut support::Client) -> String {
+    c.send(&support::words("CLIENT INFO"));
+    let Reply::Bulk(info) = c.read_reply() else {
+        panic!("CLIENT INFO")
+    };
+    let info = String::from_utf8(info).unwrap();
+    info.split(' ')
+        .find_map(|f| f.strip_prefix("addr="))
+        .unwrap()
+        .to_string()
+}
+
+/// Checks which ids a CLIENT LIST command lists.
+fn c_list_ids(c: &mut support::Client, line: &str, ids: &[i64]) {
+    c.send(&support::words(line));
+    let Reply::Bulk(list) = c.read_reply() else {
+        panic!("{line}")
+    };
+    let mut listed: Vec<i64> = String::from_utf8(list)
+        .unwrap()
+        .lines()
+        .map(|l| l.split(' ').next().unwrap()["id=".len()..].parse().unwrap())
+        .collect();
+    listed.sort_unstable();
+    let mut ids = ids.to_vec();
+    ids.sort_unstable();
+    assert_eq!(listed, ids, "{line}");
 }
 
 #[test]
