@@ -124,7 +124,7 @@ enum Command {
     /// Tools for testing: fill a protected region with seeded content, print a region's digest.
     #[command(subcommand)]
     Debug(integrity_cmd::DebugCommand),
-    /// Serve a durable key-value store over the Redis protocol (RESP2), alone or replicated
+    /// Serve a durable key-value store over the Redis protocol (RESP2 and RESP3), alone or replicated
     /// (--replicas on the primary, --role backup on each backup).
     Serve(serve_cmd::ServeArgs),
     /// Make a running replication backup the primary (manual failover).
