@@ -402,6 +402,12 @@ assert r.client_setname("smoke") is True
 assert r.client_getname() == "smoke" or r.client_getname() == b"smoke"
 assert r.config_get("maxmemory") == {"maxmemory": "0"} or r.config_get("maxmemory") == {b"maxmemory": b"0"}
 assert r.client_info()["resp"] == str(want), r.client_info()
+other = redis.Redis(port=port, **kw)
+other.client_setname("other")
+listed = {c["name"]: c for c in r.client_list()}
+assert {"smoke", "other"} <= set(listed), listed
+assert r.client_kill_filter(_id=listed["other"]["id"]) == 1
+assert "other" not in {c["name"] for c in r.client_list()}
 print("ok", want)
 "#;
 
