@@ -641,13 +641,23 @@ fn cmd_hello(ctx: &mut Ctx<'_>, args: &[Vec<u8>], out: &mut Vec<u8>) -> CommandR
     Ok(Action::Continue)
 }
 
-/// The replication role INFO reports (`master` unless the store says otherwise).
+/// HELLO's role: INFO's replication role (`master` unless the store says otherwise), with
+/// INFO's `slave` named `replica` as Redis 7's HELLO names it.
 fn role(shared: &Shared) -> String {
-    info_sections(shared)
+    let info_role = info_sections(shared)
         .into_iter()
         .find(|(title, _)| title == "Replication")
         .and_then(|(_, lines)| lines.into_iter().find(|(k, _)| k == "role"))
-        .map_or_else(|| "master".to_string(), |(_, v)| v)
+        .map(|(_, v)| v);
+    hello_role(info_role.as_deref()).to_string()
+}
+
+fn hello_role(info_role: Option<&str>) -> &str {
+    match info_role {
+        None => "master",
+        Some("slave") => "replica",
+        Some(other) => other,
+    }
 }
 
 const CLIENT_NAME_ERROR: &str =
@@ -1647,6 +1657,14 @@ mod tests {
         assert!(lookup(b"nosuch").is_none());
         assert!(lookup(b"").is_none());
         assert!(lookup(b"GETX").is_none());
+    }
+
+    #[test]
+    fn hello_names_roles_like_redis_7() {
+        assert_eq!(hello_role(None), "master");
+        assert_eq!(hello_role(Some("master")), "master");
+        assert_eq!(hello_role(Some("slave")), "replica");
+        assert_eq!(hello_role(Some("stopped")), "stopped");
     }
 
     #[test]
