@@ -57,6 +57,8 @@ pub(crate) struct ClientHandle {
     killed: AtomicBool,
     /// The last command run: its index in the command table plus one (0: none yet).
     last_command: AtomicUsize,
+    /// Its subcommand, if it has known ones: index in [`SUBCOMMANDS`] plus one (0: none).
+    last_subcommand: AtomicUsize,
     /// When the last command ran, in milliseconds after `created`.
     last_active_ms: AtomicU64,
     /// Name, library and protocol, copied from the session when a command changes them.
@@ -112,6 +114,7 @@ impl ClientRegistry {
             created: Instant::now(),
             killed: AtomicBool::new(false),
             last_command: AtomicUsize::new(0),
+            last_subcommand: AtomicUsize::new(0),
             last_active_ms: AtomicU64::new(0),
             meta: Mutex::new(ClientMeta::default()),
         });
@@ -375,6 +378,9 @@ pub(crate) fn execute(
     let mark = out.len();
     let handle = &session.handle;
     handle.last_command.store(index + 1, Ordering::Relaxed);
+    handle
+        .last_subcommand
+        .store(subcommand_index(spec.name, args), Ordering::Relaxed);
     let active = u64::try_from(handle.created.elapsed().as_millis()).unwrap_or(u64::MAX);
     handle.last_active_ms.store(active, Ordering::Relaxed);
     let mut ctx = Ctx { shared, session };
@@ -756,6 +762,45 @@ fn cmd_client(ctx: &mut Ctx<'_>, args: &[Vec<u8>], out: &mut Vec<u8>) -> Command
     Ok(Action::Continue)
 }
 
+/// The subcommands CLIENT LIST's `cmd=` names (`client|list`), as Redis does.
+static SUBCOMMANDS: &[&str] = &[
+    "client|getname",
+    "client|id",
+    "client|info",
+    "client|kill",
+    "client|list",
+    "client|no-evict",
+    "client|no-touch",
+    "client|setinfo",
+    "client|setname",
+    "command|count",
+    "command|docs",
+    "command|info",
+    "command|list",
+    "config|get",
+    "config|resetstat",
+    "config|rewrite",
+    "config|set",
+];
+
+/// `cmd|sub`'s index in [`SUBCOMMANDS`] plus one, or 0 when the command has no such subcommand.
+fn subcommand_index(command: &str, args: &[Vec<u8>]) -> usize {
+    if !matches!(command, "client" | "command" | "config") {
+        return 0;
+    }
+    let Some(sub) = args.get(1) else {
+        return 0;
+    };
+    SUBCOMMANDS
+        .iter()
+        .position(|full| {
+            full.strip_prefix(command)
+                .and_then(|rest| rest.strip_prefix('|'))
+                .is_some_and(|name| is(sub, name))
+        })
+        .map_or(0, |i| i + 1)
+}
+
 /// A connection's line in CLIENT LIST and CLIENT INFO, in Redis's format and field order (the
 /// buffer and memory fields Kavach does not track are 0), without the final newline.
 fn client_line(client: &ClientHandle) -> Vec<u8> {
@@ -775,9 +820,13 @@ fn client_line(client: &ClientHandle) -> Vec<u8> {
     line.extend_from_slice(meta.name.as_deref().unwrap_or_default());
     let age_ms = u64::try_from(client.created.elapsed().as_millis()).unwrap_or(u64::MAX);
     let idle_ms = age_ms.saturating_sub(client.last_active_ms.load(Ordering::Relaxed));
-    let command = match client.last_command.load(Ordering::Relaxed) {
-        0 => "NULL",
-        n => COMMANDS.get(n - 1).map_or("NULL", |s| s.name),
+    let command = match (
+        client.last_command.load(Ordering::Relaxed),
+        client.last_subcommand.load(Ordering::Relaxed),
+    ) {
+        (_, sub) if sub > 0 => SUBCOMMANDS.get(sub - 1).copied().unwrap_or("NULL"),
+        (0, _) => "NULL",
+        (n, _) => COMMANDS.get(n - 1).map_or("NULL", |s| s.name),
     };
     let _ = write!(
         line,
@@ -1657,6 +1706,24 @@ mod tests {
         assert!(lookup(b"nosuch").is_none());
         assert!(lookup(b"").is_none());
         assert!(lookup(b"GETX").is_none());
+    }
+
+    #[test]
+    fn subcommands_are_named_like_redis() {
+        assert_eq!(
+            SUBCOMMANDS[subcommand_index("client", &words(&["CLIENT", "List"])) - 1],
+            "client|list"
+        );
+        assert_eq!(
+            SUBCOMMANDS[subcommand_index("config", &words(&["config", "GET", "x"])) - 1],
+            "config|get"
+        );
+        assert_eq!(subcommand_index("client", &words(&["client", "bogus"])), 0);
+        assert_eq!(subcommand_index("client", &words(&["client"])), 0);
+        assert_eq!(subcommand_index("get", &words(&["get", "info"])), 0);
+        let mut sorted = SUBCOMMANDS.to_vec();
+        sorted.sort_unstable();
+        assert_eq!(sorted, SUBCOMMANDS);
     }
 
     #[test]

@@ -739,6 +739,13 @@ fn client_list_and_kill() {
     for field in [" name=bee ", " cmd=hello ", " resp=3 "] {
         assert!(line_b.contains(field), "{field} in {line_b}");
     }
+    let line_a = lines
+        .iter()
+        .find(|l| l.starts_with(&format!("id={ida} ")))
+        .expect("a listed");
+    for field in [" cmd=client|list ", " resp=2 "] {
+        assert!(line_a.contains(field), "{field} in {line_a}");
+    }
     let addr_b = line_b
         .split(' ')
         .find_map(|f| f.strip_prefix("addr="))
