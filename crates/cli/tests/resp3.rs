@@ -347,11 +347,28 @@ fn python_with_redis_py() -> String {
         .output()
         .is_ok_and(|o| o.status.success());
     if !ready {
-        let o = Command::new("python3")
-            .args(["-m", "venv"])
-            .arg(&venv)
-            .output()
-            .expect("run python3 -m venv");
+        let make_venv = || {
+            Command::new("python3")
+                .args(["-m", "venv", "--clear"])
+                .arg(&venv)
+                .output()
+                .expect("run python3 -m venv")
+        };
+        let mut o = make_venv();
+        if !o.status.success() {
+            // Debian splits venv (ensurepip) out of python3: install it, then try again.
+            let _ = Command::new("apt-get").arg("update").output();
+            let apt = Command::new("apt-get")
+                .args(["install", "-y", "python3-venv"])
+                .output()
+                .expect("run apt-get");
+            assert!(
+                apt.status.success(),
+                "cannot install python3-venv: {}",
+                String::from_utf8_lossy(&apt.stderr)
+            );
+            o = make_venv();
+        }
         assert!(
             o.status.success(),
             "cannot make a venv: {}",
