@@ -73,9 +73,9 @@ impl LogFile {
     }
 
     /// [`LogFile::open`] with every option; `clean_shutdown` is taken from the pool, whatever
-    /// `opts` says. If the log cannot be opened, the pool is left as it was found: a pool that
-    /// was shut down cleanly is closed cleanly again, so a refused open never turns damage into
-    /// something a later open would take for a crash.
+    /// `opts` says. If the log cannot be opened, the pool is left byte for byte as it was found
+    /// (clean flag included), so a refused open never turns damage into something a later open
+    /// would take for a crash.
     pub fn open_with(path: &Path, name: &str, opts: &LogOptions) -> Result<LogFile> {
         let pool = Pool::open(
             path,
@@ -86,27 +86,15 @@ impl LogFile {
         )?;
         let pool = pool.map_medium(Arc::new);
         let clean = pool.was_clean_shutdown();
-        match Self::open_log(
+        let opened = Self::open_log(
             &pool,
             name,
             &LogOptions {
                 clean_shutdown: clean,
                 ..*opts
             },
-        ) {
-            Ok((log, region, recovery)) => Ok(LogFile {
-                pool,
-                log,
-                region,
-                recovery,
-            }),
-            Err(e) => {
-                if clean && !opts.read_only {
-                    pool.close()?;
-                }
-                Err(e)
-            }
-        }
+        );
+        Self::opened_or_put_back(pool, opened)
     }
 
     /// Carry out a salvage `plan` (made by [`Log::salvage_plan`] on a read-only open, its cut
@@ -151,6 +139,16 @@ impl LogFile {
             };
             Self::open_log(&pool, name, &opts)
         });
+        Self::opened_or_put_back(pool, opened)
+    }
+
+    /// The log file, or, when the log could not be opened, the pool put back byte for byte as
+    /// the open found it (a refused log open writes nothing, so only the pool's own open is
+    /// undone; a clean pool stays clean, an unclean one unclean) and the error.
+    fn opened_or_put_back(
+        pool: Pool<Arc<Mapping>>,
+        opened: Result<(Log<Arc<Mapping>>, Region, Recovery)>,
+    ) -> Result<LogFile> {
         match opened {
             Ok((log, region, recovery)) => Ok(LogFile {
                 pool,
@@ -159,9 +157,7 @@ impl LogFile {
                 recovery,
             }),
             Err(e) => {
-                if clean {
-                    pool.close()?;
-                }
+                pool.close_unchanged()?;
                 Err(e)
             }
         }
