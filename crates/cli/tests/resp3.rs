@@ -7,13 +7,13 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::Scratch;
+use common::{Scratch, ensure_tool, free_port, spawn_serve};
 use server::resp::{Limits, Reply, parse_reply};
 
 /// A child process killed when the test ends, however it ends.
@@ -26,59 +26,11 @@ impl Drop for Running {
     }
 }
 
-fn free_port() -> u16 {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    l.local_addr().unwrap().port()
-}
-
 /// `kavach serve` on a free port in `dir`, and the port it listens on.
 fn start_kavach(dir: &str) -> (Running, u16) {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_kavach"))
-        .args(["serve", "--dir", dir, "--port", "0"])
-        .args(["--shards", "4", "--log-mib", "1", "--slot-mib", "4"])
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start kavach serve");
-    let err = child.stderr.take().expect("stderr");
-    let running = Running(child);
-    let mut lines = BufReader::new(err).lines();
-    let mut seen = Vec::new();
-    let port = loop {
-        let Some(Ok(line)) = lines.next() else {
-            panic!("kavach serve exited before listening: {seen:?}");
-        };
-        if let Some(rest) = line.split("listening on ").nth(1) {
-            let addr = rest.split_whitespace().next().expect("address");
-            break addr.rsplit(':').next().unwrap().parse().expect("port");
-        }
-        seen.push(line);
-    };
-    std::thread::spawn(move || for _ in lines {});
-    (running, port)
-}
-
-/// Installs `package` with apt-get unless `tool --version` already works; panics if it cannot.
-fn ensure_tool(tool: &str, package: &str) {
-    let have = || {
-        Command::new(tool)
-            .arg("--version")
-            .output()
-            .is_ok_and(|o| o.status.success())
-    };
-    if !have() {
-        let _ = Command::new("apt-get").arg("update").output();
-        let o = Command::new("apt-get")
-            .args(["install", "-y", package])
-            .output()
-            .expect("run apt-get");
-        assert!(
-            o.status.success() && have(),
-            "cannot install {package}: {}",
-            String::from_utf8_lossy(&o.stderr)
-        );
-    }
+    let (child, port, _) =
+        spawn_serve(dir, &["--shards", "4", "--log-mib", "1", "--slot-mib", "4"]);
+    (Running(child), port)
 }
 
 /// A real `redis-server` on a free port of 127.0.0.1, without persistence, and its port.

@@ -18,7 +18,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::Scratch;
+use common::{Scratch, free_port, spawn_serve as spawn_server};
 use pmem::rng::SplitMix64;
 
 /// Small logs and slots: checkpoints happen during the test, and the pool stays small.
@@ -204,24 +204,7 @@ fn sigkill_at_random_moments_loses_no_acknowledged_write() {
 
 /// redis-cli from Debian's redis-tools, installed if missing (the test fails if it cannot be).
 fn redis_cli() -> &'static str {
-    let have = |cmd: &str| {
-        Command::new(cmd)
-            .arg("--version")
-            .output()
-            .is_ok_and(|o| o.status.success())
-    };
-    if !have("redis-cli") {
-        let _ = Command::new("apt-get").arg("update").output();
-        let o = Command::new("apt-get")
-            .args(["install", "-y", "redis-tools"])
-            .output()
-            .expect("run apt-get to install redis-tools");
-        assert!(
-            o.status.success() && have("redis-cli"),
-            "cannot install redis-tools: {}",
-            String::from_utf8_lossy(&o.stderr)
-        );
-    }
+    common::ensure_tool("redis-cli", "redis-tools");
     "redis-cli"
 }
 
@@ -344,12 +327,6 @@ fn kavach_exits(args: &[&str]) -> std::process::Output {
     child.wait_with_output().unwrap()
 }
 
-/// A port nobody listens on now (the kernel's pick, released at once).
-fn free_port() -> u16 {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    l.local_addr().unwrap().port()
-}
-
 /// Connect to a server that is starting (up to 60 s).
 fn connect_when_up(server: &mut Running) -> Client {
     let (port, child) = (server.port, &mut server.child);
@@ -412,34 +389,6 @@ fn assert_reopens_clean_with(dir: &str, args: &[&str], n: usize) {
 fn start_with(dir: &str, args: &[&str]) -> Running {
     let (child, port, said) = spawn_server(dir, args);
     Running { child, port, said }
-}
-
-/// Start `kavach serve` on a free port with `args`; its child, the port it listens on, and what
-/// it printed before. Its stderr is drained from then on, so it never blocks on a full pipe.
-fn spawn_server(dir: &str, args: &[&str]) -> (Child, u16, Vec<String>) {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_kavach"))
-        .args(["serve", "--dir", dir, "--port", "0"])
-        .args(args)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start kavach serve");
-    let err = child.stderr.take().expect("stderr");
-    let mut lines = BufReader::new(err).lines();
-    let mut seen = Vec::new();
-    let port = loop {
-        let Some(Ok(line)) = lines.next() else {
-            panic!("kavach serve exited before listening: {seen:?}");
-        };
-        if let Some(rest) = line.split("listening on ").nth(1) {
-            let addr = rest.split_whitespace().next().expect("address");
-            break addr.rsplit(':').next().unwrap().parse().expect("port");
-        }
-        seen.push(line);
-    };
-    std::thread::spawn(move || for _ in lines {});
-    (child, port, seen)
 }
 
 /// Case 4 of issue 17: with stderr on a full device the server aborted at its first message

@@ -189,3 +189,59 @@ pub fn run_json(args: &[&str], code: i32) -> serde_json::Value {
     assert_code(&o, code);
     json(&o)
 }
+
+/// A free TCP port on 127.0.0.1 (bound, noted, released).
+pub fn free_port() -> u16 {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    l.local_addr().unwrap().port()
+}
+
+/// Start `kavach serve` on a free port with `args`; its child, the port it listens on, and what
+/// it printed before. Its stderr is drained from then on, so it never blocks on a full pipe.
+pub fn spawn_serve(dir: &str, args: &[&str]) -> (std::process::Child, u16, Vec<String>) {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_kavach"))
+        .args(["serve", "--dir", dir, "--port", "0"])
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start kavach serve");
+    let err = child.stderr.take().expect("stderr");
+    let mut lines = std::io::BufRead::lines(std::io::BufReader::new(err));
+    let mut seen = Vec::new();
+    let port = loop {
+        let Some(Ok(line)) = lines.next() else {
+            panic!("kavach serve exited before listening: {seen:?}");
+        };
+        if let Some(rest) = line.split("listening on ").nth(1) {
+            let addr = rest.split_whitespace().next().expect("address");
+            break addr.rsplit(':').next().unwrap().parse().expect("port");
+        }
+        seen.push(line);
+    };
+    std::thread::spawn(move || for _ in lines {});
+    (child, port, seen)
+}
+
+/// Installs `package` with apt-get unless `tool --version` already works; panics if it cannot.
+pub fn ensure_tool(tool: &str, package: &str) {
+    let have = || {
+        std::process::Command::new(tool)
+            .arg("--version")
+            .output()
+            .is_ok_and(|o| o.status.success())
+    };
+    if !have() {
+        let _ = std::process::Command::new("apt-get").arg("update").output();
+        let o = std::process::Command::new("apt-get")
+            .args(["install", "-y", package])
+            .output()
+            .expect("run apt-get");
+        assert!(
+            o.status.success() && have(),
+            "cannot install {package}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+    }
+}
