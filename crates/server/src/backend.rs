@@ -130,6 +130,11 @@ pub trait Backend: Send + Sync + 'static {
     /// Clean shutdown: make everything durable and mark the pool cleanly closed. Later calls
     /// fail with `Failed`.
     fn shutdown(&self) -> BackendResult<()>;
+    /// The data-model store behind the generic commands (every data command of Redis 7 that
+    /// Kavach serves goes through it). `None`: a backend that serves only the methods above.
+    fn keyspace(&self) -> Option<&dyn model::Keyspace> {
+        None
+    }
     /// PROMOTE: turn a replication backup into the primary (`args` are the command's
     /// arguments after its name). Returns a line for the client. Stores that are not backups
     /// refuse.

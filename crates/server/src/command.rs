@@ -19,6 +19,9 @@ use crate::resp::{
     write_integer, write_map_header, write_null, write_optional, write_simple, write_verbatim,
 };
 use crate::server::Shared;
+use model::{
+    Bytes, Db, Effect, Keyspace, Kind, LexBound, ModelError, ModelResult, Scope, Txn, Value, View,
+};
 
 /// The Redis version the server reports (INFO, HELLO), so tools that check versions work.
 pub const REDIS_VERSION: &str = "7.0.0";
@@ -33,7 +36,7 @@ const SCAN_COUNT_DEFAULT: usize = 10;
 const ERROR_QUOTE_BYTES_MAX: usize = 128;
 
 /// What the connection does after a command.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Action {
     /// Go on with the next request.
     Continue,
@@ -41,6 +44,17 @@ pub(crate) enum Action {
     CloseAfterReply,
     /// Shut the server down: close this connection without a reply (SHUTDOWN).
     Shutdown,
+    /// A blocking command (BLPOP and kin) found nothing to take and wrote no reply: park the
+    /// connection until one of `keys` is written (then run the same command again) or until
+    /// `deadline` (then reply with the command's timeout reply, `timeout_reply`, RESP2 form;
+    /// RESP3 connections get a null).
+    #[allow(dead_code)] // made by the blocking list commands
+    Block {
+        /// The keys whose writes wake the connection.
+        keys: Vec<(Db, Bytes)>,
+        /// When to give up (`None`: never).
+        deadline: Option<Instant>,
+    },
 }
 
 /// What other connections see of a connection (CLIENT LIST, CLIENT KILL). The connection owns
@@ -147,6 +161,8 @@ pub(crate) struct Session {
     pub(crate) lib_ver: Option<Vec<u8>>,
     /// The protocol HELLO chose: RESP3 when set, else RESP2 (every connection starts in RESP2).
     pub(crate) resp3: bool,
+    /// The database SELECT chose (0 at connect).
+    pub(crate) db: Db,
     /// What other connections see of this one.
     pub(crate) handle: Arc<ClientHandle>,
 }
@@ -160,6 +176,7 @@ impl Session {
             lib_name: None,
             lib_ver: None,
             resp3: false,
+            db: 0,
             handle,
         }
     }
@@ -210,6 +227,9 @@ type CommandResult = Result<Action, CommandError>;
 struct Ctx<'a> {
     shared: &'a Shared,
     session: &'a mut Session,
+    /// The transaction a handler runs in when it is part of an EXEC (then its reads and writes
+    /// join it instead of starting their own, and blocking commands do not block).
+    txn: Option<&'a mut dyn Txn>,
 }
 
 impl Ctx<'_> {
@@ -220,6 +240,171 @@ impl Ctx<'_> {
     /// Whether this connection speaks RESP3.
     fn resp3(&self) -> bool {
         self.session.resp3
+    }
+
+    /// The database this connection selected.
+    fn db(&self) -> Db {
+        self.session.db
+    }
+
+    /// Whether the handler runs inside EXEC.
+    #[allow(dead_code)] // read by the blocking commands
+    fn in_exec(&self) -> bool {
+        self.txn.is_some()
+    }
+
+    /// The data-model store behind the server.
+    fn keyspace(&self) -> Result<&dyn Keyspace, CommandError> {
+        self.backend().keyspace().ok_or_else(|| {
+            CommandError::Other("ERR this server's store does not serve this command".into())
+        })
+    }
+
+    /// Run `f` with `keys` (of this connection's database) locked for reading.
+    fn read<R>(
+        &mut self,
+        keys: &[&[u8]],
+        f: impl FnOnce(&mut dyn Txn) -> Result<R, CommandError>,
+    ) -> Result<R, CommandError> {
+        let db = self.db();
+        let scope: Vec<(Db, &[u8])> = keys.iter().map(|k| (db, *k)).collect();
+        self.run(Scope::Keys(&scope), false, f)
+    }
+
+    /// Run `f` with `keys` (of this connection's database) locked for writing; its effects are
+    /// durable, as one unit, when this returns.
+    fn write<R>(
+        &mut self,
+        keys: &[&[u8]],
+        f: impl FnOnce(&mut dyn Txn) -> Result<R, CommandError>,
+    ) -> Result<R, CommandError> {
+        let db = self.db();
+        let scope: Vec<(Db, &[u8])> = keys.iter().map(|k| (db, *k)).collect();
+        self.run(Scope::Keys(&scope), true, f)
+    }
+
+    /// Run `f` in a transaction over `scope` (or in the EXEC's transaction). Writes made through
+    /// the [`Txn`] it gets are reported to the server (WATCH, blocked clients).
+    fn run<R>(
+        &mut self,
+        scope: Scope<'_>,
+        write: bool,
+        f: impl FnOnce(&mut dyn Txn) -> Result<R, CommandError>,
+    ) -> Result<R, CommandError> {
+        let shared = self.shared;
+        if let Some(txn) = self.txn.as_mut() {
+            let mut rec = Recorder {
+                inner: &mut **txn,
+                shared,
+            };
+            return f(&mut rec);
+        }
+        let ks = self.keyspace()?;
+        let mut f = Some(f);
+        let mut result = None;
+        ks.transact(scope, write, &mut |txn| {
+            if let Some(f) = f.take() {
+                let mut rec = Recorder { inner: txn, shared };
+                result = Some(f(&mut rec));
+            }
+            Ok(())
+        })
+        .map_err(CommandError::from)?;
+        result.unwrap_or_else(|| {
+            Err(CommandError::Other(
+                "ERR internal: the store did not run the command".into(),
+            ))
+        })
+    }
+}
+
+/// A [`Txn`] that tells the server which keys its effects wrote, once they are applied.
+struct Recorder<'t> {
+    inner: &'t mut dyn Txn,
+    shared: &'t Shared,
+}
+
+impl View for Recorder<'_> {
+    fn now_ms(&self) -> i64 {
+        self.inner.now_ms()
+    }
+    fn kind(&self, db: Db, key: &[u8]) -> Option<Kind> {
+        self.inner.kind(db, key)
+    }
+    fn expire_at(&self, db: Db, key: &[u8]) -> Option<i64> {
+        self.inner.expire_at(db, key)
+    }
+    fn value(&self, db: Db, key: &[u8]) -> Option<Value> {
+        self.inner.value(db, key)
+    }
+    fn string(&self, db: Db, key: &[u8]) -> Option<Bytes> {
+        self.inner.string(db, key)
+    }
+    fn string_len(&self, db: Db, key: &[u8]) -> u64 {
+        self.inner.string_len(db, key)
+    }
+    fn hash_get(&self, db: Db, key: &[u8], field: &[u8]) -> Option<Bytes> {
+        self.inner.hash_get(db, key, field)
+    }
+    fn hash_len(&self, db: Db, key: &[u8]) -> u64 {
+        self.inner.hash_len(db, key)
+    }
+    fn hash_all(&self, db: Db, key: &[u8]) -> Vec<(Bytes, Bytes)> {
+        self.inner.hash_all(db, key)
+    }
+    fn list_len(&self, db: Db, key: &[u8]) -> u64 {
+        self.inner.list_len(db, key)
+    }
+    fn list_range(&self, db: Db, key: &[u8], start: u64, end: u64) -> Vec<Bytes> {
+        self.inner.list_range(db, key, start, end)
+    }
+    fn set_len(&self, db: Db, key: &[u8]) -> u64 {
+        self.inner.set_len(db, key)
+    }
+    fn set_contains(&self, db: Db, key: &[u8], member: &[u8]) -> bool {
+        self.inner.set_contains(db, key, member)
+    }
+    fn set_members(&self, db: Db, key: &[u8]) -> Vec<Bytes> {
+        self.inner.set_members(db, key)
+    }
+    fn zset_len(&self, db: Db, key: &[u8]) -> u64 {
+        self.inner.zset_len(db, key)
+    }
+    fn zset_score(&self, db: Db, key: &[u8], member: &[u8]) -> Option<f64> {
+        self.inner.zset_score(db, key, member)
+    }
+    fn zset_rank(&self, db: Db, key: &[u8], member: &[u8]) -> Option<u64> {
+        self.inner.zset_rank(db, key, member)
+    }
+    fn zset_range(&self, db: Db, key: &[u8], start: u64, end: u64) -> Vec<(Bytes, f64)> {
+        self.inner.zset_range(db, key, start, end)
+    }
+    fn zset_rank_of_score(&self, db: Db, key: &[u8], bound: model::ScoreBound) -> u64 {
+        self.inner.zset_rank_of_score(db, key, bound)
+    }
+    fn zset_rank_above(&self, db: Db, key: &[u8], bound: model::ScoreBound) -> u64 {
+        self.inner.zset_rank_above(db, key, bound)
+    }
+    fn zset_rank_of_lex(&self, db: Db, key: &[u8], bound: &LexBound) -> u64 {
+        self.inner.zset_rank_of_lex(db, key, bound)
+    }
+    fn zset_rank_above_lex(&self, db: Db, key: &[u8], bound: &LexBound) -> u64 {
+        self.inner.zset_rank_above_lex(db, key, bound)
+    }
+}
+
+impl Txn for Recorder<'_> {
+    fn apply(&mut self, effects: Vec<Effect>) -> ModelResult<()> {
+        let touched = crate::notify::Touch::of(&effects);
+        self.inner.apply(effects)?;
+        self.shared.notifier.touched(&touched);
+        Ok(())
+    }
+}
+
+impl From<ModelError> for CommandError {
+    fn from(e: ModelError) -> Self {
+        CommandError::Other(e.to_string())
     }
 }
 
@@ -259,8 +444,19 @@ macro_rules! spec {
     };
 }
 
-/// Every command, sorted by name (checked by a test) for binary search.
-static COMMANDS: &[Spec] = &[
+// The families (after the `spec!` macro, which they use).
+mod hashes;
+mod keys;
+mod lists;
+mod multi;
+mod pubsub;
+mod sets;
+mod strings;
+mod zsets;
+
+/// The commands defined in this file, sorted by name (checked by a test). The families in the
+/// submodules add theirs; [`table`] merges them.
+static CORE: &[Spec] = &[
     spec!("append", 3, WRITE, 1, 1, 1, cmd_append),
     spec!("auth", -2, CONNECTION, 0, 0, 0, cmd_auth),
     spec!(
@@ -323,14 +519,36 @@ fn cmp_lowercase(a: &[u8], b: &[u8]) -> std::cmp::Ordering {
     a.cmp(b.iter().copied())
 }
 
+/// Every command of every family, sorted by name for binary search (a test checks that no
+/// name is defined twice).
+fn table() -> &'static [&'static Spec] {
+    static TABLE: std::sync::OnceLock<Vec<&'static Spec>> = std::sync::OnceLock::new();
+    TABLE.get_or_init(|| {
+        let families: [&'static [Spec]; 9] = [
+            CORE,
+            keys::SPECS,
+            strings::SPECS,
+            hashes::SPECS,
+            lists::SPECS,
+            sets::SPECS,
+            zsets::SPECS,
+            multi::SPECS,
+            pubsub::SPECS,
+        ];
+        let mut all: Vec<&'static Spec> = families.iter().flat_map(|f| f.iter()).collect();
+        all.sort_by(|a, b| a.name.cmp(b.name));
+        all
+    })
+}
+
 fn lookup_index(name: &[u8]) -> Option<usize> {
-    COMMANDS
+    table()
         .binary_search_by(|spec| cmp_lowercase(name, spec.name.as_bytes()).reverse())
         .ok()
 }
 
 fn lookup(name: &[u8]) -> Option<&'static Spec> {
-    lookup_index(name).map(|i| &COMMANDS[i])
+    lookup_index(name).map(|i| table()[i])
 }
 
 fn arity_ok(arity: i64, argc: usize) -> bool {
@@ -365,7 +583,7 @@ pub(crate) fn execute(
         write_error(out, &unknown_command_message(args));
         return Action::Continue;
     };
-    let spec = &COMMANDS[index];
+    let spec = table()[index];
     if !arity_ok(spec.arity, args.len()) {
         write_error(
             out,
@@ -383,7 +601,11 @@ pub(crate) fn execute(
         .store(subcommand_index(spec.name, args), Ordering::Relaxed);
     let active = u64::try_from(handle.created.elapsed().as_millis()).unwrap_or(u64::MAX);
     handle.last_active_ms.store(active, Ordering::Relaxed);
-    let mut ctx = Ctx { shared, session };
+    let mut ctx = Ctx {
+        shared,
+        session,
+        txn: None,
+    };
     let result = (spec.handler)(&mut ctx, args, out);
     if spec.name == "hello" || spec.name == "client" {
         session.publish();
@@ -555,11 +777,19 @@ fn cmd_echo(_: &mut Ctx<'_>, args: &[Vec<u8>], out: &mut Vec<u8>) -> CommandResu
     Ok(Action::Continue)
 }
 
-fn cmd_select(_: &mut Ctx<'_>, args: &[Vec<u8>], out: &mut Vec<u8>) -> CommandResult {
-    match parse_int(&args[1])? {
-        0 => ok(out),
-        _ => Err(CommandError::Other("ERR DB index is out of range".into())),
+fn cmd_select(ctx: &mut Ctx<'_>, args: &[Vec<u8>], out: &mut Vec<u8>) -> CommandResult {
+    let n = parse_int(&args[1])?;
+    // A backend without the data model has one database only.
+    let count = if ctx.backend().keyspace().is_some() {
+        model::DATABASES as i64
+    } else {
+        1
+    };
+    if !(0..count).contains(&n) {
+        return Err(CommandError::Other("ERR DB index is out of range".into()));
     }
+    ctx.session.db = n as Db;
+    ok(out)
 }
 
 fn cmd_quit(_: &mut Ctx<'_>, _: &[Vec<u8>], out: &mut Vec<u8>) -> CommandResult {
@@ -826,7 +1056,7 @@ fn client_line(client: &ClientHandle) -> Vec<u8> {
     ) {
         (_, sub) if sub > 0 => SUBCOMMANDS.get(sub - 1).copied().unwrap_or("NULL"),
         (0, _) => "NULL",
-        (n, _) => COMMANDS.get(n - 1).map_or("NULL", |s| s.name),
+        (n, _) => table().get(n - 1).map_or("NULL", |s| s.name),
     };
     let _ = write!(
         line,
@@ -1000,17 +1230,17 @@ fn command_entry(spec: &Spec) -> Reply {
 
 fn cmd_command(ctx: &mut Ctx<'_>, args: &[Vec<u8>], out: &mut Vec<u8>) -> CommandResult {
     let reply = if args.len() == 1 {
-        Reply::Array(COMMANDS.iter().map(command_entry).collect())
+        Reply::Array(table().iter().map(|s| command_entry(s)).collect())
     } else {
         let sub = &args[1];
         if is(sub, "count") {
             sub_arity("command", "count", 2, args.len())?;
-            Reply::Integer(COMMANDS.len() as i64)
+            Reply::Integer(table().len() as i64)
         } else if is(sub, "docs") {
             Reply::Array(vec![])
         } else if is(sub, "info") {
             if args.len() == 2 {
-                Reply::Array(COMMANDS.iter().map(command_entry).collect())
+                Reply::Array(table().iter().map(|s| command_entry(s)).collect())
             } else {
                 Reply::Array(
                     args[2..]
@@ -1023,7 +1253,7 @@ fn cmd_command(ctx: &mut Ctx<'_>, args: &[Vec<u8>], out: &mut Vec<u8>) -> Comman
             if args.len() > 2 {
                 return Err(CommandError::Syntax);
             }
-            Reply::Array(COMMANDS.iter().map(|s| Reply::bulk(s.name)).collect())
+            Reply::Array(table().iter().map(|s| Reply::bulk(s.name)).collect())
         } else {
             return Err(CommandError::UnknownSubcommand {
                 command: "COMMAND",
@@ -1687,7 +1917,7 @@ mod tests {
 
     #[test]
     fn command_table_is_sorted_lowercase_and_unique() {
-        for pair in COMMANDS.windows(2) {
+        for pair in table().windows(2) {
             assert!(
                 pair[0].name < pair[1].name,
                 "{} before {}",
@@ -1695,7 +1925,7 @@ mod tests {
                 pair[1].name
             );
         }
-        for spec in COMMANDS {
+        for &spec in table() {
             assert_eq!(spec.name, spec.name.to_ascii_lowercase());
             assert!(std::ptr::eq(lookup(spec.name.as_bytes()).unwrap(), spec));
             assert!(std::ptr::eq(

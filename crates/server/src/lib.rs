@@ -25,6 +25,7 @@ pub mod backend;
 mod command;
 pub mod console;
 mod glob;
+mod notify;
 pub mod oplog;
 pub mod resp;
 pub mod server;

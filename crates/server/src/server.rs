@@ -278,6 +278,8 @@ pub(crate) struct Shared {
     next_client_id: AtomicU64,
     /// The open connections (CLIENT LIST, CLIENT KILL).
     pub(crate) clients: ClientRegistry,
+    /// Hears of every write (WATCH, blocked clients).
+    pub(crate) notifier: crate::notify::Notifier,
 }
 
 impl fmt::Debug for Shared {
@@ -419,6 +421,7 @@ impl Listener {
             handle,
             next_client_id: AtomicU64::new(1),
             clients: ClientRegistry::default(),
+            notifier: crate::notify::Notifier::default(),
         });
         Server {
             listener,
@@ -631,6 +634,8 @@ fn run_requests(
                 commands += 1;
                 match command::execute(shared, session, &args, output) {
                     Action::Continue => {}
+                    // Blocking is not wired into the event loop yet: answer as a timeout.
+                    Action::Block { .. } => crate::resp::write_null(output, session.resp3),
                     Action::CloseAfterReply => break Stop::Close,
                     Action::Shutdown => {
                         shared.handle.shutdown();

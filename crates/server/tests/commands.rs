@@ -26,7 +26,10 @@ fn connection_commands() {
         "-ERR wrong number of arguments for 'echo' command\r\n",
     );
     expect(&mut c, "SELECT 0", "+OK\r\n");
-    expect(&mut c, "SELECT 1", "-ERR DB index is out of range\r\n");
+    expect(&mut c, "SELECT 16", "-ERR DB index is out of range\r\n");
+    expect(&mut c, "SELECT -1", "-ERR DB index is out of range\r\n");
+    expect(&mut c, "SELECT 15", "+OK\r\n");
+    expect(&mut c, "SELECT 0", "+OK\r\n");
     expect(
         &mut c,
         "SELECT x",

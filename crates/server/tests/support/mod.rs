@@ -50,6 +50,8 @@ struct Entry {
 /// The reference backend (test scaffolding; see the module documentation).
 #[derive(Debug, Default)]
 pub struct ReferenceBackend {
+    /// The data model the generic commands run on.
+    keyspace: model::MemoryKeyspace,
     map: Mutex<HashMap<Bytes, Entry>>,
     shutdown_calls: AtomicUsize,
     save_calls: AtomicUsize,
@@ -95,6 +97,9 @@ impl ReferenceBackend {
 }
 
 impl Backend for ReferenceBackend {
+    fn keyspace(&self) -> Option<&dyn model::Keyspace> {
+        Some(&self.keyspace)
+    }
     fn get(&self, key: &[u8]) -> BackendResult<Option<Bytes>> {
         self.with(|m| match m.get(key).map(|e| &e.value) {
             None => Ok(None),

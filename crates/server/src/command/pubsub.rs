@@ -1,0 +1,6 @@
+//! The pubsub commands.
+
+use super::Spec;
+
+/// This family's commands, sorted by name.
+pub(super) static SPECS: &[Spec] = &[];
