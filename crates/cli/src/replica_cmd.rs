@@ -182,6 +182,10 @@ pub struct Replicated {
     cfg: ReplConfig,
     applied: Arc<AtomicU64>,
     apply_error: Arc<Mutex<Option<String>>>,
+    /// Set when a transaction's effects were applied to the store but could not be logged:
+    /// the store is ahead of the replicated log, so everything is refused until a restart
+    /// rebuilds it from the log.
+    diverged: Mutex<Option<String>>,
 }
 
 fn guard<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -437,6 +441,7 @@ impl Replicated {
             order: Mutex::new(()),
             applied: Arc::new(AtomicU64::new(0)),
             apply_error: Arc::new(Mutex::new(None)),
+            diverged: Mutex::new(None),
             cfg,
         })
     }
@@ -507,6 +512,7 @@ impl Replicated {
             order: Mutex::new(()),
             applied,
             apply_error,
+            diverged: Mutex::new(None),
             cfg,
         })
     }
@@ -671,7 +677,160 @@ fn apply_loop(
     }
 }
 
+/// A transaction of the store that keeps what it applied, for the replicated log.
+struct Capture<'t> {
+    inner: &'t mut dyn model::Txn,
+    effects: Vec<model::Effect>,
+}
+
+macro_rules! delegate_view {
+    ($($name:ident($($arg:ident: $ty:ty),*) -> $ret:ty;)*) => {
+        impl model::View for Capture<'_> {
+            $(fn $name(&self, $($arg: $ty),*) -> $ret {
+                self.inner.$name($($arg),*)
+            })*
+        }
+    };
+}
+
+delegate_view! {
+    now_ms() -> i64;
+    kind(db: model::Db, key: &[u8]) -> Option<model::Kind>;
+    expire_at(db: model::Db, key: &[u8]) -> Option<i64>;
+    value(db: model::Db, key: &[u8]) -> Option<model::Value>;
+    string(db: model::Db, key: &[u8]) -> Option<Bytes>;
+    string_len(db: model::Db, key: &[u8]) -> u64;
+    hash_get(db: model::Db, key: &[u8], field: &[u8]) -> Option<Bytes>;
+    hash_len(db: model::Db, key: &[u8]) -> u64;
+    hash_all(db: model::Db, key: &[u8]) -> Vec<(Bytes, Bytes)>;
+    list_len(db: model::Db, key: &[u8]) -> u64;
+    list_range(db: model::Db, key: &[u8], start: u64, end: u64) -> Vec<Bytes>;
+    set_len(db: model::Db, key: &[u8]) -> u64;
+    set_contains(db: model::Db, key: &[u8], member: &[u8]) -> bool;
+    set_members(db: model::Db, key: &[u8]) -> Vec<Bytes>;
+    zset_len(db: model::Db, key: &[u8]) -> u64;
+    zset_score(db: model::Db, key: &[u8], member: &[u8]) -> Option<f64>;
+    zset_rank(db: model::Db, key: &[u8], member: &[u8]) -> Option<u64>;
+    zset_range(db: model::Db, key: &[u8], start: u64, end: u64) -> Vec<(Bytes, f64)>;
+    zset_rank_of_score(db: model::Db, key: &[u8], bound: model::ScoreBound) -> u64;
+    zset_rank_above(db: model::Db, key: &[u8], bound: model::ScoreBound) -> u64;
+    zset_rank_of_lex(db: model::Db, key: &[u8], bound: &model::LexBound) -> u64;
+    zset_rank_above_lex(db: model::Db, key: &[u8], bound: &model::LexBound) -> u64;
+}
+
+impl model::Txn for Capture<'_> {
+    fn apply(&mut self, effects: Vec<model::Effect>) -> model::ModelResult<()> {
+        self.inner.apply(effects.clone())?;
+        self.effects.extend(effects);
+        Ok(())
+    }
+}
+
+impl model::Keyspace for Replicated {
+    /// Reads go to the store. A write runs in the store's transaction (its locks held), and
+    /// before the transaction ends, what it applied is appended to the replicated log as one
+    /// EFFECTS record and forced (acknowledged by the write quorum): a backup, and a primary
+    /// rebuilding its store, replay the whole transaction or none of it.
+    fn transact(
+        &self,
+        scope: model::Scope<'_>,
+        write: bool,
+        body: &mut dyn FnMut(&mut dyn model::Txn) -> model::ModelResult<()>,
+    ) -> model::ModelResult<()> {
+        use model::ModelError;
+        if let Some(why) = guard(&self.diverged).clone() {
+            return Err(ModelError::Failed(why));
+        }
+        let inner = self.inner.keyspace().ok_or_else(|| {
+            ModelError::Failed("the store behind replication has no data model".into())
+        })?;
+        if !write {
+            return inner.transact(scope, false, body);
+        }
+        let _order = guard(&self.order);
+        let mode = self.mode.read().unwrap_or_else(|p| p.into_inner());
+        let log = match &*mode {
+            Mode::Primary(p) => &p.log,
+            Mode::Backup(b) => {
+                return Err(ModelError::ReadOnly(format!(
+                    "You can't write against a backup (replication on {}); write to the \
+                     primary, or PROMOTE this one",
+                    b.listen
+                )));
+            }
+            Mode::Stopped => return Err(ModelError::Failed("the server is shutting down".into())),
+        };
+        let mut logged: model::ModelResult<()> = Ok(());
+        inner.transact(scope, true, &mut |t| {
+            let mut cap = Capture {
+                inner: t,
+                effects: Vec::new(),
+            };
+            let result = body(&mut cap);
+            if !cap.effects.is_empty() {
+                let record = Op::Effects(std::mem::take(&mut cap.effects)).encode();
+                if let Err(e) = log.append(&record, ForcePolicy::Sync) {
+                    let why = format!(
+                        "a write was applied but not replicated ({e}); restart this primary \
+                         to rebuild its store from the replicated log (everything is refused \
+                         until then)"
+                    );
+                    *guard(&self.diverged) = Some(why.clone());
+                    logged = Err(match e {
+                        log::LogError::Full { .. } => {
+                            ModelError::OutOfSpace(format!("the replication log is full: {e}"))
+                        }
+                        _ => ModelError::Failed(why),
+                    });
+                }
+            }
+            result
+        })?;
+        logged
+    }
+    fn scan(
+        &self,
+        db: model::Db,
+        cursor: u64,
+        count: usize,
+    ) -> model::ModelResult<(u64, Vec<model::KeyInfo>)> {
+        self.data()?.scan(db, cursor, count)
+    }
+    fn dbsize(&self, db: model::Db) -> model::ModelResult<u64> {
+        self.data()?.dbsize(db)
+    }
+    fn random_key(&self, db: model::Db) -> model::ModelResult<Option<Bytes>> {
+        self.data()?.random_key(db)
+    }
+    fn expired(
+        &self,
+        cursor: u64,
+        limit: usize,
+    ) -> model::ModelResult<(u64, Vec<(model::Db, Bytes)>)> {
+        self.data()?.expired(cursor, limit)
+    }
+    fn used_bytes(&self) -> u64 {
+        self.inner.keyspace().map_or(0, |k| k.used_bytes())
+    }
+}
+
+impl Replicated {
+    /// The store's data model, unless a failed write left it ahead of the replicated log.
+    fn data(&self) -> model::ModelResult<&dyn model::Keyspace> {
+        if let Some(why) = guard(&self.diverged).clone() {
+            return Err(model::ModelError::Failed(why));
+        }
+        self.inner.keyspace().ok_or_else(|| {
+            model::ModelError::Failed("the store behind replication has no data model".into())
+        })
+    }
+}
+
 impl Backend for Replicated {
+    fn keyspace(&self) -> Option<&dyn model::Keyspace> {
+        // Only when the store has one (a test backend may not).
+        self.inner.keyspace().map(|_| self as &dyn model::Keyspace)
+    }
     fn get(&self, key: &[u8]) -> BackendResult<Option<Bytes>> {
         self.inner.get(key)
     }

@@ -37,6 +37,8 @@ pub enum Op {
     ZRem(Bytes, Vec<Bytes>),
     /// FLUSHALL.
     FlushAll,
+    /// What a command of the data model did: its effects, applied as one unit.
+    Effects(Vec<model::Effect>),
 }
 
 /// Operation tags.
@@ -61,6 +63,8 @@ pub mod op_tags {
     pub const ZREM: u8 = 9;
     /// FLUSHALL.
     pub const FLUSHALL: u8 = 10;
+    /// A list of data-model effects (`docs/format/effects.md`).
+    pub const EFFECTS: u8 = 11;
 }
 
 fn put_list(w: &mut Writer, xs: &[Bytes]) {
@@ -117,6 +121,9 @@ impl Op {
             Op::FlushAll => {
                 w.u8(FLUSHALL);
             }
+            Op::Effects(effects) => {
+                w.u8(EFFECTS).bytes(&model::encode_effects(effects));
+            }
         }
         w.into_bytes()
     }
@@ -168,7 +175,8 @@ impl Op {
             }
             ZREM => Op::ZRem(r.len_bytes("key")?.to_vec(), list(&mut r)?),
             FLUSHALL => Op::FlushAll,
-            t => return Err(r.invalid("tag", 0, "1..=10", t)),
+            EFFECTS => Op::Effects(model::decode_effects(r.rest())?),
+            t => return Err(r.invalid("tag", 0, "1..=11", t)),
         };
         r.finish()?;
         Ok(op)
@@ -199,6 +207,18 @@ impl Op {
             }
             Op::ZRem(k, m) => b.zrem(k, &refs(m)).map(drop),
             Op::FlushAll => b.flushall(),
+            Op::Effects(effects) => {
+                let Some(ks) = b.keyspace() else {
+                    return Err(BackendError::Failed(
+                        "an effects record for a store without the data model".into(),
+                    ));
+                };
+                ks.transact(model::Scope::All, true, &mut |t| t.apply(effects.clone()))
+                    .map_err(|e| match e {
+                        model::ModelError::OutOfSpace(m) => BackendError::OutOfSpace(m),
+                        other => BackendError::Failed(other.to_string()),
+                    })
+            }
         };
         match r {
             Err(

@@ -25,6 +25,7 @@ fn tags_match_the_code() {
         ("ZADD", op_tags::ZADD),
         ("ZREM", op_tags::ZREM),
         ("FLUSHALL", op_tags::FLUSHALL),
+        ("EFFECTS", op_tags::EFFECTS),
     ]
     .into_iter()
     .map(|(n, v)| (n, ConstValue::number(v.into())))
@@ -56,6 +57,15 @@ fn every_operation_round_trips_and_set_is_laid_out_as_documented() {
         Op::ZAdd(b("z"), vec![(1.5, b("m")), (f64::NEG_INFINITY, b("n"))]),
         Op::ZRem(b("z"), vec![b("m")]),
         Op::FlushAll,
+        Op::Effects(vec![
+            model::Effect::LPush {
+                db: 3,
+                key: b("l"),
+                left: true,
+                elems: vec![b("x")],
+            },
+            model::Effect::FlushDb { db: 2 },
+        ]),
     ];
     for op in &ops {
         assert_eq!(Op::decode(&op.encode()).as_ref(), Ok(op));
@@ -69,6 +79,13 @@ fn every_operation_round_trips_and_set_is_laid_out_as_documented() {
     want.push(0b011);
     want.extend_from_slice(&1_700_000_000_000i64.to_le_bytes());
     assert_eq!(set, want);
+    // EFFECTS: the tag, then the effect list exactly as `model` encodes it.
+    let effects = ops.last().expect("effects op").encode();
+    assert_eq!(effects[0], op_tags::EFFECTS);
+    let Op::Effects(list) = ops.last().expect("effects op") else {
+        unreachable!("the last op is the effects one")
+    };
+    assert_eq!(&effects[1..], model::encode_effects(list).as_slice());
 }
 
 #[test]
