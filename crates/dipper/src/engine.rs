@@ -796,6 +796,7 @@ pub struct Locked<'a> {
     before: Vec<usize>,
     arena_bytes: u64,
     slot_capacity: u64,
+    failed: Option<String>,
 }
 
 impl std::fmt::Debug for Locked<'_> {
@@ -829,6 +830,12 @@ impl Locked<'_> {
             .zip(&self.before)
             .map(|(g, &b)| g.len().saturating_sub(b) as u64)
             .sum()
+    }
+
+    /// Report that the arenas were left in a state no record describes (a change failed half
+    /// way): the engine latches failed when the body returns, and logs nothing.
+    pub fn fail(&mut self, why: String) {
+        self.failed.get_or_insert(why);
     }
 
     /// Whether a change that grows the state is accepted now (the rule of
@@ -988,12 +995,16 @@ impl<M: Medium + Clone + Send + Sync + 'static, S: Machine> Inner<M, S> {
             before,
             arena_bytes: self.arena_bytes.load(Ordering::Relaxed),
             slot_capacity: self.slot_capacity,
+            failed: None,
         };
         // 2. Apply.
         let (out, record) = body(&mut locked);
         let growth = locked.growth();
         if growth > 0 {
             self.arena_bytes.fetch_add(growth, Ordering::Relaxed);
+        }
+        if let Some(why) = locked.failed.take() {
+            return Err(self.latch(why));
         }
         let Some((record_shards, op)) = record else {
             return Ok(out);

@@ -449,7 +449,10 @@ pub fn apply(kv: &Kv, a: &mut Arena, e: &Effect, now: i64, freed: &mut Vec<u32>)
         }
         Effect::Expire { db, key, at_ms } => {
             if let Some(f) = find_for_write(kv, a, *db, key, now) {
-                a.put_u64(f.entry.off as usize + table::E_EXPIRE, (*at_ms).max(0) as u64);
+                a.put_u64(
+                    f.entry.off as usize + table::E_EXPIRE,
+                    (*at_ms).max(0) as u64,
+                );
             }
         }
         Effect::HSet { db, key, pairs } => {
@@ -658,4 +661,57 @@ pub fn validate(a: &Arena, entries: &[Entry]) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// Reads of a sorted set's score array (for the keyspace's views).
+pub mod zset {
+    use super::super::{Z_ITEMS, Z_LEN, zsearch};
+    use super::*;
+
+    /// The score array of a sorted-set entry.
+    pub fn array(a: &Arena, e: Entry) -> usize {
+        a.get_u64(e.value_at(a) + 8) as usize
+    }
+
+    /// Number of members.
+    pub fn len(a: &Arena, z: usize) -> u64 {
+        a.get_u64(z + Z_LEN)
+    }
+
+    /// Member `i` (< length) in ascending `(score, member)` order.
+    pub fn item(a: &Arena, z: usize, i: u64) -> (f64, &[u8]) {
+        let at = z + Z_ITEMS + i as usize * 16;
+        let m = Entry {
+            off: a.get_u64(at + 8),
+        };
+        (f64::from_bits(a.get_u64(at)), m.key(a))
+    }
+
+    /// A member's score.
+    pub fn score(kv: &Kv, a: &Arena, e: Entry, member: &[u8]) -> Option<f64> {
+        let t = a.get_u64(e.value_at(a));
+        table::find(a, t, kv.hash(member), member).map(|o| f64::from_bits(o.entry.aux(a)))
+    }
+
+    /// A member's rank.
+    pub fn rank(kv: &Kv, a: &Arena, e: Entry, member: &[u8]) -> Option<u64> {
+        let s = score(kv, a, e, member)?;
+        Some(zsearch(a, array(a, e), s, member) as u64)
+    }
+
+    /// The number of leading members for which `below` holds (the order is sorted, so for a
+    /// predicate that is monotone in it, these are exactly the members it accepts).
+    pub fn partition(a: &Arena, z: usize, below: impl Fn(f64, &[u8]) -> bool) -> u64 {
+        let (mut lo, mut hi) = (0u64, len(a, z));
+        while lo < hi {
+            let mid = (lo + hi) / 2;
+            let (s, m) = item(a, z, mid);
+            if below(s, m) {
+                lo = mid + 1;
+            } else {
+                hi = mid;
+            }
+        }
+        lo
+    }
 }

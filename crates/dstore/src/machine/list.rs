@@ -240,13 +240,13 @@ pub fn validate(a: &Arena, r: u64) -> Result<u64> {
         off >= dipper::arena::ARENA_HEADER as u64 && off.checked_add(n).is_some_and(|e| e <= top)
     };
     if !inside(r, L_SLOTS as u64) {
-        return Err(bad("ring", format!("inside the arena (top {top})"), r.to_string()));
+        return Err(bad(
+            "ring",
+            format!("inside the arena (top {top})"),
+            r.to_string(),
+        ));
     }
-    let (c, head, n) = (
-        cap(a, r),
-        a.get_u64(r as usize + L_HEAD),
-        len(a, r),
-    );
+    let (c, head, n) = (cap(a, r), a.get_u64(r as usize + L_HEAD), len(a, r));
     if c < LIST_CAP_MIN
         || c > 2 * LIST_LEN_MAX
         || !inside(r, ring_bytes(c) as u64)
@@ -263,7 +263,10 @@ pub fn validate(a: &Arena, r: u64) -> Result<u64> {
     for i in 0..n {
         let e = elem(a, r, i);
         if !inside(e, ELEM_BYTES as u64)
-            || !inside(e, (ELEM_BYTES as u64).saturating_add(a.get_u64(e as usize + ELEM_LEN)))
+            || !inside(
+                e,
+                (ELEM_BYTES as u64).saturating_add(a.get_u64(e as usize + ELEM_LEN)),
+            )
         {
             return Err(bad(
                 "element",
@@ -297,7 +300,9 @@ mod tests {
         let mut d: VecDeque<Vec<u8>> = VecDeque::new();
         let mut x = 7u64;
         for step in 0..3000u64 {
-            x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            x = x
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
             let v = format!("e{step}").into_bytes();
             let n = d.len() as u64;
             match (x >> 33) % 7 {
