@@ -26,6 +26,7 @@
 //!    the state after it);
 //! 3. append that record to the active log and force it by the durability policy;
 //! 4. unlock.
+//!
 //! Readers wait on the shard locks, so with `Sync` they still never see a change that is not
 //! durable, and operations on a common shard still reach the log in the order they ran. If
 //! step 3 fails, the DRAM shards hold changes no log holds: the engine latches failed and

@@ -247,8 +247,7 @@ pub fn validate(a: &Arena, r: u64) -> Result<u64> {
         ));
     }
     let (c, head, n) = (cap(a, r), a.get_u64(r as usize + L_HEAD), len(a, r));
-    if c < LIST_CAP_MIN
-        || c > 2 * LIST_LEN_MAX
+    if !(LIST_CAP_MIN..=2 * LIST_LEN_MAX).contains(&c)
         || !inside(r, ring_bytes(c) as u64)
         || head >= c
         || n > c
