@@ -302,6 +302,9 @@ impl Backend for StoreBackend {
     fn shutdown(&self) -> BackendResult<()> {
         self.store.close().map_err(be)
     }
+    fn keyspace(&self) -> Option<&dyn model::Keyspace> {
+        Some(&self.store)
+    }
 }
 
 fn parse_durability(s: &str) -> Result<ForcePolicy> {

@@ -18,6 +18,20 @@
 //! reader takes the shard's read lock, so with the `Sync` policy it never sees a change that is
 //! not durable.
 //!
+//! A second write path, [`Dipper::apply_then_log`], serves transactions whose changes are
+//! decided while they run (a later read in the transaction must see an earlier write):
+//! 1. lock its shards (ascending order) for writing;
+//! 2. the caller changes the DRAM shards with the machine's own code and returns the record
+//!    that redoes exactly those changes (the machine applied to the state before step 2 reaches
+//!    the state after it);
+//! 3. append that record to the active log and force it by the durability policy;
+//! 4. unlock.
+//!
+//! Readers wait on the shard locks, so with `Sync` they still never see a change that is not
+//! durable, and operations on a common shard still reach the log in the order they ran. If
+//! step 3 fails, the DRAM shards hold changes no log holds: the engine latches failed and
+//! refuses everything until the store is reopened (which recovers the state before step 2).
+//!
 //! A checkpoint (when the active log is `checkpoint_at_percent` full, or on request):
 //! 1. under the gate's write lock (it waits only for appends in progress, never for a
 //!    checkpoint): empty the other log, force the active one, and persist a root saying "the
@@ -239,6 +253,9 @@ struct Inner<M: Medium, S: Machine> {
     signal: Mutex<Signal>,
     cond: Condvar,
     failed: Mutex<Option<String>>,
+    /// Set with `failed` (read without a lock): readers refuse a failed store, whose DRAM state
+    /// may be ahead of its logs.
+    failed_flag: AtomicBool,
     closed: AtomicBool,
     pool: Mutex<Option<Pool<M>>>,
     opts: Options,
@@ -592,6 +609,7 @@ impl<M: Medium + Clone + Send + Sync + 'static, S: Machine> Dipper<M, S> {
             signal: Mutex::new(Signal::default()),
             cond: Condvar::new(),
             failed: Mutex::new(None),
+            failed_flag: AtomicBool::new(false),
             closed: AtomicBool::new(false),
             pool: Mutex::new(Some(pool)),
             opts,
@@ -658,6 +676,29 @@ impl<M: Medium + Clone + Send + Sync + 'static, S: Machine> Dipper<M, S> {
         self.inner.execute(shards, grows, prepare)
     }
 
+    /// Apply, then log (the second write path in the module comment): run `body` with the
+    /// arenas of `shards` (ascending, no duplicates; `None`: every shard) locked for writing.
+    /// `body` changes them with the machine's own code and returns its result and the record
+    /// to log: the shards it concerns (a subset of `shards`, ascending; `None`: every shard)
+    /// and the operation bytes whose replay redoes exactly its changes; `None` if it changed
+    /// nothing. The record is appended and forced by the policy before the locks are released.
+    /// If that fails, the engine latches failed (its DRAM state is ahead of its logs) and
+    /// returns the error; the store must be reopened. `body` checks
+    /// [`Locked::admits_growth`] before it grows the state.
+    pub fn apply_then_log<R>(
+        &self,
+        shards: Option<&[u16]>,
+        body: impl FnOnce(&mut Locked<'_>) -> (R, Option<(Option<Vec<u16>>, Vec<u8>)>),
+    ) -> Result<R> {
+        self.inner.apply_then_log(shards, body)
+    }
+
+    /// The largest operation (bytes) a record can carry; a longer one is refused by the log.
+    pub fn operation_bytes_max(&self) -> usize {
+        let header = 2 + 2 * self.inner.shards.len();
+        (self.inner.logs[0].payload_bytes_max() as usize).saturating_sub(header)
+    }
+
     /// Log swaps (checkpoints started) since open; cheap.
     pub fn log_swaps(&self) -> u64 {
         self.inner.signal.lock().map(|s| s.swaps).unwrap_or(0)
@@ -669,13 +710,17 @@ impl<M: Medium + Clone + Send + Sync + 'static, S: Machine> Dipper<M, S> {
     }
 
     /// Run `f` on shard `shard` under its read lock.
+    /// Refused once the engine has failed.
     pub fn read<R>(&self, shard: usize, f: impl FnOnce(&Arena) -> R) -> Result<R> {
+        self.inner.check_readable()?;
         let g = self.inner.shards[shard].read().map_err(|_| poisoned())?;
         Ok(f(&g))
     }
 
     /// Run `f` on several shards (ascending, no duplicates) under their read locks at once.
+    /// Refused once the engine has failed.
     pub fn read_many<R>(&self, shards: &[u16], f: impl FnOnce(&[&Arena]) -> R) -> Result<R> {
+        self.inner.check_readable()?;
         let mut guards: Vec<RwLockReadGuard<'_, Arena>> = Vec::with_capacity(shards.len());
         for &s in shards {
             guards.push(
@@ -745,6 +790,65 @@ impl<M: Medium + Clone + Send + Sync + 'static, S: Machine> Dipper<M, S> {
     }
 }
 
+/// Shards locked for writing by [`Dipper::apply_then_log`].
+pub struct Locked<'a> {
+    ids: Vec<u16>,
+    guards: Vec<RwLockWriteGuard<'a, Arena>>,
+    before: Vec<usize>,
+    arena_bytes: u64,
+    slot_capacity: u64,
+    failed: Option<String>,
+}
+
+impl std::fmt::Debug for Locked<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Locked")
+            .field("ids", &self.ids)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Locked<'_> {
+    /// The locked shards, ascending.
+    pub fn ids(&self) -> &[u16] {
+        &self.ids
+    }
+
+    /// The arena of the `i`th locked shard (`ids()[i]`).
+    pub fn arena(&self, i: usize) -> &Arena {
+        &self.guards[i]
+    }
+
+    /// The arena of the `i`th locked shard, for changing.
+    pub fn arena_mut(&mut self, i: usize) -> &mut Arena {
+        &mut self.guards[i]
+    }
+
+    /// Bytes the locked arenas grew by since they were locked.
+    fn growth(&self) -> u64 {
+        self.guards
+            .iter()
+            .zip(&self.before)
+            .map(|(g, &b)| g.len().saturating_sub(b) as u64)
+            .sum()
+    }
+
+    /// Report that the arenas were left in a state no record describes (a change failed half
+    /// way): the engine latches failed when the body returns, and logs nothing.
+    pub fn fail(&mut self, why: String) {
+        self.failed.get_or_insert(why);
+    }
+
+    /// Whether a change that grows the state is accepted now (the rule of
+    /// [`Dipper::execute`]'s `grows`, counting what this transaction grew already).
+    pub fn admits_growth(&self) -> bool {
+        admits_growth(
+            self.arena_bytes.saturating_add(self.growth()),
+            self.slot_capacity,
+        )
+    }
+}
+
 impl<M: Medium + Clone + Send + Sync + 'static, S: Machine> Drop for Dipper<M, S> {
     fn drop(&mut self) {
         // Without close() the pool stays marked in use: the next open recovers as after a
@@ -775,12 +879,22 @@ impl<M: Medium + Clone + Send + Sync + 'static, S: Machine> Inner<M, S> {
         {
             *f = Some(why.clone());
         }
+        self.failed_flag.store(true, Ordering::Release);
         // Wake writers waiting for a checkpoint that will not come.
         if let Ok(mut s) = self.signal.lock() {
             s.failed = true;
             self.cond.notify_all();
         }
         DipperError::Failed(why)
+    }
+
+    fn check_readable(&self) -> Result<()> {
+        if self.failed_flag.load(Ordering::Acquire) {
+            return Err(DipperError::Failed(
+                self.failure().unwrap_or_else(|| "failed".into()),
+            ));
+        }
+        Ok(())
     }
 
     fn check_open(&self) -> Result<()> {
@@ -849,6 +963,79 @@ impl<M: Medium + Clone + Send + Sync + 'static, S: Machine> Inner<M, S> {
             }
         }
         Ok(Ok(out))
+    }
+
+    fn apply_then_log<R>(
+        &self,
+        shards: Option<&[u16]>,
+        body: impl FnOnce(&mut Locked<'_>) -> (R, Option<(Option<Vec<u16>>, Vec<u8>)>),
+    ) -> Result<R> {
+        self.check_open()?;
+        let ids: Vec<u16> = match shards {
+            Some(s) => {
+                assert!(
+                    s.windows(2).all(|w| w[0] < w[1])
+                        && s.iter().all(|&i| (i as usize) < self.shards.len()),
+                    "shard list must be ascending, unique and in range"
+                );
+                s.to_vec()
+            }
+            None => (0..self.shards.len() as u16).collect(),
+        };
+        let mut guards = Vec::with_capacity(ids.len());
+        for &i in &ids {
+            guards.push(self.shards[i as usize].write().map_err(|_| poisoned())?);
+        }
+        // 1. Locked. A failure latched by another writer while this one waited for the locks
+        // must not be built on.
+        self.check_open()?;
+        let before = guards.iter().map(|g| g.len()).collect();
+        let mut locked = Locked {
+            ids,
+            guards,
+            before,
+            arena_bytes: self.arena_bytes.load(Ordering::Relaxed),
+            slot_capacity: self.slot_capacity,
+            failed: None,
+        };
+        // 2. Apply.
+        let (out, record) = body(&mut locked);
+        let growth = locked.growth();
+        if growth > 0 {
+            self.arena_bytes.fetch_add(growth, Ordering::Relaxed);
+        }
+        if let Some(why) = locked.failed.take() {
+            return Err(self.latch(why));
+        }
+        let Some((record_shards, op)) = record else {
+            return Ok(out);
+        };
+        if let Some(r) = &record_shards {
+            assert!(
+                r.windows(2).all(|w| w[0] < w[1])
+                    && r.iter().all(|i| locked.ids.binary_search(i).is_ok()),
+                "a record names only locked shards, ascending"
+            );
+        } else {
+            assert_eq!(
+                locked.ids.len(),
+                self.shards.len(),
+                "a record for every shard locks every shard"
+            );
+        }
+        // 3. Log. The DRAM shards already hold the change: any failure here leaves them ahead
+        // of the logs, so the engine stops.
+        let payload = encode_record(record_shards.as_deref(), &op);
+        if let Err(e) = self.append(&payload) {
+            return Err(self.latch(format!(
+                "a transaction changed the DRAM state but its record could not be logged ({e}); \
+                 reopen the store to recover the state before it"
+            )));
+        }
+        self.operations.fetch_add(1, Ordering::Relaxed);
+        // 4. Unlock (the guards drop here).
+        drop(locked);
+        Ok(out)
     }
 
     /// Append and force by policy. On a full log, ask for a checkpoint and wait (up to

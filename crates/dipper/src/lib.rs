@@ -16,6 +16,8 @@ pub mod root;
 pub mod slot;
 
 pub use arena::Arena;
-pub use engine::{CheckpointStats, Dipper, Layout, Machine, Options, RecoveryReport, Stats};
+pub use engine::{
+    CheckpointStats, Dipper, Layout, Locked, Machine, Options, RecoveryReport, Stats,
+};
 pub use error::{DipperError, Result};
 pub use log::ForcePolicy;

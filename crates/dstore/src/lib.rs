@@ -5,6 +5,7 @@
 //! shadow images in PM. See `README.md` for the guarantees.
 #![forbid(unsafe_code)]
 
+pub mod keyspace;
 pub mod machine;
 pub mod op;
 pub mod store;

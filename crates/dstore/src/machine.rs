@@ -6,8 +6,16 @@
 //! of members (score in each member's aux word) and of a score-ordered array of
 //! `(score, member entry)` pairs.
 //!
+//! A keyspace entry's aux word holds its type in bits 0..8 and its database (`SELECT`) in bits
+//! 8..16, so a store written before databases existed (everything in database 0) reads the
+//! same. Lists and sets, and the effects of `model` (`OP_EFFECTS`), are in [`effects`] and
+//! [`list`].
+//!
 //! Every function here is deterministic in the arena and its arguments: the live path, the
 //! checkpoint and recovery all run it.
+
+pub mod effects;
+pub mod list;
 
 use crate::op::{self, Op, SET_NX, SET_XX};
 use crate::table::{self, Entry, Found};
@@ -30,6 +38,17 @@ pub const TYPE_ZSET: u64 = 3;
 /// Type tag of an object: the value is its size (u64) and one data-zone block number (u32)
 /// per 4 KiB of it, [`HOLE`] for a block never written (reads as zeros).
 pub const TYPE_OBJECT: u64 = 4;
+/// Type tag of a list: the value is the offset of its ring of element offsets ([`list`]).
+pub const TYPE_LIST: u64 = 5;
+/// Type tag of a set: the value is the offset of a nested table of members (empty values).
+pub const TYPE_SET: u64 = 6;
+/// Arena user word holding the offset of the per-database key counts (0: every key is in
+/// database 0), see [`effects`].
+pub const USER_DB_COUNTS: usize = 1;
+/// Bits of the aux word holding the type.
+pub const AUX_TYPE_MASK: u64 = 0xff;
+/// Shift of the database number in the aux word (8 bits).
+pub const AUX_DB_SHIFT: u32 = 8;
 /// A block of an object that was never written.
 pub const HOLE: u32 = u32::MAX;
 
@@ -91,14 +110,19 @@ fn kind(a: &Arena, e: Entry) -> u64 {
     e.aux(a) & 0xff
 }
 
+/// The database of a keyspace entry.
+fn db_of(a: &Arena, e: Entry) -> u8 {
+    (e.aux(a) >> AUX_DB_SHIFT) as u8
+}
+
 fn expired(a: &Arena, e: Entry, now: i64) -> bool {
     let x = e.expire(a);
     x != 0 && x <= now
 }
 
-/// Find a live (unexpired) key for reading.
+/// Find a live (unexpired) key of database 0 for reading.
 pub fn lookup(kv: &Kv, a: &Arena, key: &[u8], now: i64) -> Option<Entry> {
-    let f = table::find(a, ks(a), kv.hash(key), key)?;
+    let f = effects::find(kv, a, 0, key)?;
     (!expired(a, f.entry, now)).then_some(f.entry)
 }
 
@@ -117,6 +141,11 @@ fn free_value(a: &mut Arena, e: Entry) {
             let cap = a.get_u64(z as usize + Z_CAP) as usize;
             a.free(z, Z_ITEMS + cap * 16);
         }
+        TYPE_SET => {
+            let t = a.get_u64(v);
+            table::destroy(a, t, |_, _| {});
+        }
+        TYPE_LIST => list::destroy(a, a.get_u64(v)),
         _ => {}
     }
 }
@@ -124,6 +153,7 @@ fn free_value(a: &mut Arena, e: Entry) {
 /// Remove a found key entirely.
 fn remove(a: &mut Arena, f: Found) {
     let t = ks(a);
+    effects::count_key(a, db_of(a, f.entry), false);
     table::unlink(a, t, f);
     free_value(a, f.entry);
     table::free_entry(a, f.entry);
@@ -131,7 +161,7 @@ fn remove(a: &mut Arena, f: Found) {
 
 /// Find a key for writing; an expired key is removed first (so it counts as absent).
 fn find_for_write(kv: &Kv, a: &mut Arena, key: &[u8], now: i64) -> Option<Found> {
-    let f = table::find(a, ks(a), kv.hash(key), key)?;
+    let f = effects::find(kv, a, 0, key)?;
     if expired(a, f.entry, now) {
         remove(a, f);
         return None;
@@ -248,7 +278,7 @@ fn create_nested(kv: &Kv, a: &mut Arena, key: &[u8], ty: u64) -> Result<Found> {
     }
     let ks = ks(a);
     table::insert(a, ks, e)?;
-    Ok(table::find(a, ks, kv.hash(key), key).expect("just inserted"))
+    Ok(effects::find(kv, a, 0, key).expect("just inserted"))
 }
 
 /// A nested value of type `ty` for writing: existing, created, or a type error.
@@ -503,10 +533,11 @@ impl Kv {
                 }
             }
             Op::FlushAll => {
-                let t = ks(a);
-                table::destroy(a, t, free_value);
-                let t = table::create(a, KEYSPACE_BUCKETS)?;
-                a.set_user(USER_KEYSPACE, t);
+                effects::flush_all(a, &mut Vec::new())?;
+                out.done = true;
+            }
+            Op::Effects(list) => {
+                effects::apply_all(self, shard, a, list, now, &mut Vec::new())?;
                 out.done = true;
             }
             Op::Noop(_) => {}
@@ -571,6 +602,8 @@ pub mod read {
             TYPE_STRING => "string",
             TYPE_HASH => "hash",
             TYPE_ZSET => "zset",
+            TYPE_LIST => "list",
+            TYPE_SET => "set",
             TYPE_OBJECT => "object",
             _ => "none",
         }
@@ -659,9 +692,9 @@ pub mod read {
         Ok(out)
     }
 
-    /// Number of keys in the shard (expired ones not yet removed included).
+    /// Number of keys of database 0 in the shard (expired ones not yet removed included).
     pub fn count(a: &Arena) -> u64 {
-        table::count(a, ks(a))
+        effects::db_count(a, 0)
     }
 
     /// One SCAN step over the shard: live keys with their types, and the next cursor.
@@ -669,7 +702,7 @@ pub mod read {
         let mut found = Vec::new();
         let next = table::scan_step(a, ks(a), v, &mut found);
         for e in found {
-            if !expired(a, e, now) {
+            if db_of(a, e) == 0 && !expired(a, e, now) {
                 out.push((e.key(a).to_vec(), type_name(a, e)));
             }
         }
@@ -680,9 +713,17 @@ pub mod read {
     pub fn validate(a: &Arena) -> Result<u64> {
         let t = ks(a);
         let n = table::validate(a, t, "keyspace table")?;
-        for e in table::entries(a, t) {
+        let all = table::entries(a, t);
+        effects::validate(a, &all)?;
+        for e in all {
             match kind(a, e) {
                 TYPE_STRING => {}
+                TYPE_SET => {
+                    table::validate(a, a.get_u64(e.value_at(a)), "set table")?;
+                }
+                TYPE_LIST => {
+                    list::validate(a, a.get_u64(e.value_at(a)))?;
+                }
                 TYPE_HASH => {
                     table::validate(a, a.get_u64(e.value_at(a)), "hash table")?;
                 }
@@ -722,7 +763,9 @@ pub mod read {
                         structure: "keyspace entry",
                         offset: e.off,
                         field: "type",
-                        expected: "1 (string), 2 (hash), 3 (sorted set) or 4 (object)".into(),
+                        expected: "1 (string), 2 (hash), 3 (sorted set), 4 (object), 5 (list) \
+                                   or 6 (set)"
+                            .into(),
                         found: other.to_string(),
                     });
                 }

@@ -35,6 +35,10 @@ pub const OP_NOOP: u8 = 11;
 /// Object write: an object's new size and the blocks of the data zone that now hold some of its
 /// block indices (the data was written and persisted before this record).
 pub const OP_OWRITE: u8 = 12;
+/// The effects of one keyspace transaction (`model::Effect`s, encoded by
+/// `model::encode_effects`), all durable together; each applies on the shard of its key (a
+/// database-wide effect on every shard).
+pub const OP_EFFECTS: u8 = 13;
 /// Bytes of a data-zone block.
 pub const BLOCK_BYTES: u64 = 4096;
 
@@ -116,6 +120,8 @@ pub enum Op<'a> {
         /// `(block index in the object, data-zone block)` pairs now in force.
         blocks: Vec<(u32, u32)>,
     },
+    /// The effects of a keyspace transaction, in the order they were applied.
+    Effects(Vec<model::Effect>),
 }
 
 /// An operation with the clock reading it was logged with.
@@ -143,6 +149,7 @@ pub fn encode(now_ms: i64, op: &Op<'_>) -> Vec<u8> {
         Op::FlushAll => OP_FLUSHALL,
         Op::Noop(_) => OP_NOOP,
         Op::OWrite { .. } => OP_OWRITE,
+        Op::Effects(_) => OP_EFFECTS,
     };
     w.u8(code).i64(now_ms);
     match op {
@@ -204,7 +211,19 @@ pub fn encode(now_ms: i64, op: &Op<'_>) -> Vec<u8> {
                 w.u32(*i).u32(*b);
             }
         }
+        Op::Effects(effects) => {
+            w.bytes(&model::encode_effects(effects));
+        }
     }
+    w.into_bytes()
+}
+
+/// An `OP_EFFECTS` record from effects already encoded one list at a time: `count` effects
+/// whose encodings (each list of `model::encode_effects` without its leading count) are
+/// concatenated in `encoded`. Equal to `encode(now_ms, &Op::Effects(all of them))`.
+pub fn effects_record(now_ms: i64, count: usize, encoded: &[u8]) -> Vec<u8> {
+    let mut w = Writer::with_capacity(13 + encoded.len());
+    w.u8(OP_EFFECTS).i64(now_ms).count(count).bytes(encoded);
     w.into_bytes()
 }
 
@@ -319,9 +338,21 @@ pub fn decode(b: &[u8]) -> Result<Record<'_>> {
             }
             Op::OWrite { key, size, blocks }
         }
+        OP_EFFECTS => {
+            // The effect list runs to the end of the record; its errors name the record and
+            // the offset in it.
+            let at = r.pos();
+            let effects = model::decode_effects(r.rest()).map_err(|e| {
+                let mut e = e;
+                e.structure = r.structure();
+                e.offset = e.offset.saturating_add(at as u64);
+                e
+            })?;
+            Op::Effects(effects)
+        }
         other => {
             return Err(r
-                .invalid("code", 0, format!("1..={OP_OWRITE}"), other)
+                .invalid("code", 0, format!("1..={OP_EFFECTS}"), other)
                 .into());
         }
     };

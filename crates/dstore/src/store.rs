@@ -367,6 +367,11 @@ impl<M: Medium + Clone + Send + Sync + 'static> Store<M> {
         }
     }
 
+    /// The keyspace machine (key placement).
+    pub(crate) fn kv(&self) -> &Kv {
+        &self.kv
+    }
+
     /// Replace the clock (tests).
     pub fn set_clock(&mut self, clock: Clock) {
         self.clock = clock;
@@ -397,7 +402,7 @@ impl<M: Medium + Clone + Send + Sync + 'static> Store<M> {
         self.opened.elapsed()
     }
 
-    fn now(&self) -> i64 {
+    pub(crate) fn now(&self) -> i64 {
         (self.clock)()
     }
 
@@ -548,7 +553,7 @@ impl<M: Medium + Clone + Send + Sync + 'static> Store<M> {
         Ok(out.count)
     }
 
-    fn release(&self, blocks: &[u32]) {
+    pub(crate) fn release(&self, blocks: &[u32]) {
         if !blocks.is_empty() {
             let durable = matches!(self.config.policy, ForcePolicy::Sync);
             self.zone.release(blocks, durable, self.engine.log_swaps());

@@ -168,6 +168,63 @@ pub fn find(a: &Arena, t: u64, h: u64, key: &[u8]) -> Option<Found> {
     }
 }
 
+/// Find `key` (with hash `h`) among the entries that `want` accepts (the keyspace keeps the same
+/// key once per database).
+pub fn find_where(
+    a: &Arena,
+    t: u64,
+    h: u64,
+    key: &[u8],
+    want: impl Fn(Entry) -> bool,
+) -> Option<Found> {
+    let mut link = slot(a, t, h);
+    loop {
+        let e = a.get_u64(link);
+        if e == 0 {
+            return None;
+        }
+        let entry = Entry { off: e };
+        if entry.hash(a) == h && entry.key(a) == key && want(entry) {
+            return Some(Found { link, entry });
+        }
+        link = e as usize + E_NEXT;
+    }
+}
+
+/// Unlink every entry that `keep` refuses and hand it to `dropped` (which frees it). Returns how
+/// many were dropped.
+pub fn retain(
+    a: &mut Arena,
+    t: u64,
+    mut keep: impl FnMut(&Arena, Entry) -> bool,
+    mut dropped: impl FnMut(&mut Arena, Entry),
+) -> u64 {
+    let n = buckets(a, t) as usize;
+    let b = a.get_u64(t as usize + T_BUCKETS) as usize;
+    let mut gone = 0;
+    for i in 0..n {
+        let mut link = b + i * 8;
+        loop {
+            let e = a.get_u64(link);
+            if e == 0 {
+                break;
+            }
+            let entry = Entry { off: e };
+            if keep(a, entry) {
+                link = e as usize + E_NEXT;
+            } else {
+                let next = a.get_u64(e as usize + E_NEXT);
+                a.put_u64(link, next);
+                let c = count(a, t);
+                a.put_u64(t as usize + T_COUNT, c - 1);
+                dropped(a, entry);
+                gone += 1;
+            }
+        }
+    }
+    gone
+}
+
 /// Allocate an entry for `key` with room for `vlen` value bytes (uninitialized) and no expiry.
 pub fn new_entry(a: &mut Arena, h: u64, key: &[u8], vlen: usize, aux: u64) -> Result<Entry> {
     let bytes = E_KEY + key.len() + vlen;

@@ -10,6 +10,7 @@ use std::sync::Arc;
 use dipper::DipperError;
 use dstore::op::{self, Op, Record, SET_NX, SET_XX};
 use dstore::{Config, Store, StoreError};
+use model::{Effect, Value};
 use pmem::{Domain, OpenOptions, Pool, SimConfig, SimMedium};
 use proptest::prelude::*;
 
@@ -80,6 +81,121 @@ fn samples() -> Vec<(&'static str, Op<'static>)> {
                 blocks: vec![(0, 7), (2, 3)],
             },
         ),
+        ("effects", Op::Effects(every_effect())),
+    ]
+}
+
+fn v(s: &str) -> Vec<u8> {
+    s.as_bytes().to_vec()
+}
+
+/// One of every effect, with values of every kind.
+fn every_effect() -> Vec<Effect> {
+    vec![
+        Effect::Del { db: 0, key: v("a") },
+        Effect::Put {
+            db: 1,
+            key: v("s"),
+            value: Value::String(v("v")),
+            expire_at_ms: 42,
+        },
+        Effect::Put {
+            db: 2,
+            key: v("h"),
+            value: Value::Hash(vec![(v("f"), v("v"))]),
+            expire_at_ms: 0,
+        },
+        Effect::Put {
+            db: 3,
+            key: v("l"),
+            value: Value::List(vec![v("x"), v("y")]),
+            expire_at_ms: 0,
+        },
+        Effect::Put {
+            db: 4,
+            key: v("st"),
+            value: Value::Set(vec![v("m")]),
+            expire_at_ms: 0,
+        },
+        Effect::Put {
+            db: 15,
+            key: v("z"),
+            value: Value::ZSet(vec![(1.5, v("m")), (f64::INFINITY, v("n"))]),
+            expire_at_ms: -1,
+        },
+        Effect::Expire {
+            db: 0,
+            key: v("a"),
+            at_ms: 7,
+        },
+        Effect::HSet {
+            db: 0,
+            key: v("h"),
+            pairs: vec![(v("f"), v("v"))],
+        },
+        Effect::HDel {
+            db: 0,
+            key: v("h"),
+            fields: vec![v("f")],
+        },
+        Effect::LPush {
+            db: 0,
+            key: v("l"),
+            left: true,
+            elems: vec![v("a"), v("b")],
+        },
+        Effect::LPop {
+            db: 0,
+            key: v("l"),
+            left: false,
+            count: 3,
+        },
+        Effect::LSet {
+            db: 0,
+            key: v("l"),
+            index: 1,
+            elem: v("q"),
+        },
+        Effect::LInsert {
+            db: 0,
+            key: v("l"),
+            index: 0,
+            elem: v("q"),
+        },
+        Effect::LRemAt {
+            db: 0,
+            key: v("l"),
+            indices: vec![0, 2, 5],
+        },
+        Effect::LTrim {
+            db: 0,
+            key: v("l"),
+            start: 1,
+            end: 4,
+        },
+        Effect::SAdd {
+            db: 0,
+            key: v("s"),
+            members: vec![v("a")],
+        },
+        Effect::SRem {
+            db: 0,
+            key: v("s"),
+            members: vec![v("a")],
+        },
+        Effect::ZAdd {
+            db: 0,
+            key: v("z"),
+            members: vec![(-0.5, v("a"))],
+        },
+        Effect::ZRem {
+            db: 0,
+            key: v("z"),
+            members: vec![v("a")],
+        },
+        Effect::FlushDb { db: 9 },
+        Effect::FlushAll,
+        Effect::SwapDb { a: 0, b: 15 },
     ]
 }
 
@@ -116,7 +232,7 @@ type OpParts = (i64, u8, Vec<Vec<u8>>, Vec<f64>, i64, u64, Vec<(u32, u32)>);
 fn any_op() -> impl Strategy<Value = OpParts> {
     (
         any::<i64>(),
-        1u8..=12,
+        1u8..=13,
         bytes_list(),
         prop::collection::vec(any::<f64>().prop_filter("a number", |f| !f.is_nan()), 0..3),
         any::<i64>(),
@@ -160,6 +276,38 @@ fn build<'a>(
         op::OP_ZREM => Op::ZRem { key, members: refs },
         op::OP_FLUSHALL => Op::FlushAll,
         op::OP_NOOP => Op::Noop(key),
+        op::OP_EFFECTS => Op::Effects(
+            vec![
+                Effect::Del {
+                    db: (n.unsigned_abs() % 16) as u8,
+                    key: key.to_vec(),
+                },
+                Effect::Put {
+                    db: 0,
+                    key: key.to_vec(),
+                    value: Value::List(items.to_vec()),
+                    expire_at_ms: n,
+                },
+                Effect::ZAdd {
+                    db: 1,
+                    key: key.to_vec(),
+                    members: scores.iter().map(|&s| (s, key.to_vec())).collect(),
+                },
+                Effect::LPop {
+                    db: 2,
+                    key: key.to_vec(),
+                    left: n < 0,
+                    count: size,
+                },
+                Effect::SwapDb {
+                    a: (size % 16) as u8,
+                    b: 3,
+                },
+            ]
+            .into_iter()
+            .take(1 + (size % 5) as usize)
+            .collect(),
+        ),
         _ => Op::OWrite {
             key,
             size: nblocks * op::BLOCK_BYTES,
@@ -169,6 +317,101 @@ fn build<'a>(
                 .collect(),
         },
     }
+}
+
+/// A damaged `OP_EFFECTS` record is a corruption of the record naming the effect field and its
+/// offset in the record: a bad tag, database, kind, flag, score, index order or count, a
+/// truncation anywhere, a byte too many.
+#[test]
+fn damaged_effect_records_name_the_field() {
+    let at_effect = 1 + 8 + 4; // code, clock, effect count
+    let del = op::encode(5, &Op::Effects(vec![Effect::Del { db: 0, key: v("k") }]));
+    let lpush = op::encode(
+        5,
+        &Op::Effects(vec![Effect::LPush {
+            db: 0,
+            key: v("k"),
+            left: true,
+            elems: vec![v("e")],
+        }]),
+    );
+    let zadd = op::encode(
+        5,
+        &Op::Effects(vec![Effect::ZAdd {
+            db: 0,
+            key: v("k"),
+            members: vec![(1.0, v("m"))],
+        }]),
+    );
+    let put = op::encode(
+        5,
+        &Op::Effects(vec![Effect::Put {
+            db: 0,
+            key: v("k"),
+            value: Value::String(v("v")),
+            expire_at_ms: 0,
+        }]),
+    );
+    let remat = op::encode(
+        5,
+        &Op::Effects(vec![Effect::LRemAt {
+            db: 0,
+            key: v("k"),
+            indices: vec![1, 2],
+        }]),
+    );
+    let head = at_effect + 1 + 1 + 4 + 1; // tag, db, key length, key
+    let cases: Vec<(&str, Vec<u8>, usize, Vec<u8>)> = vec![
+        ("tag", del.clone(), at_effect, vec![99]),
+        ("tag", del.clone(), at_effect, vec![0]),
+        ("db", del.clone(), at_effect + 1, vec![16]),
+        ("key", del.clone(), at_effect + 2, vec![9, 0, 0, 0]),
+        ("effects", del.clone(), 9, vec![0xff, 0xff, 0xff, 0x7f]),
+        ("left", lpush.clone(), head, vec![2]),
+        ("elements", lpush, head + 1, vec![0xff, 0xff, 0, 0]),
+        (
+            "score",
+            zadd,
+            head + 4,
+            f64::NAN.to_bits().to_le_bytes().to_vec(),
+        ),
+        ("kind", put.clone(), head + 8, vec![4]),
+        ("kind", put, head + 8, vec![7]),
+        ("index", remat, head + 4 + 8, 1u64.to_le_bytes().to_vec()),
+    ];
+    for (field, good, at, bytes) in cases {
+        let mut b = good.clone();
+        b[at..at + bytes.len()].copy_from_slice(&bytes);
+        match op::decode(&b) {
+            Err(DipperError::Corrupt {
+                structure,
+                field: f,
+                offset,
+                ..
+            }) => {
+                assert_eq!(structure, "dstore op record", "{field}");
+                assert_eq!(f, field, "damage at {at}");
+                assert!(
+                    offset >= at_effect as u64 - 4 && offset <= b.len() as u64,
+                    "{field}: offset {offset} inside the effect list"
+                );
+            }
+            other => panic!("{field} damaged at {at}: {other:?}"),
+        }
+    }
+    let b = op::encode(5, &Op::Effects(every_effect()));
+    for cut in 0..b.len() {
+        assert!(
+            matches!(op::decode(&b[..cut]), Err(DipperError::Corrupt { .. })),
+            "cut at {cut}"
+        );
+    }
+    let mut longer = b.clone();
+    longer.push(0);
+    assert!(matches!(
+        op::decode(&longer),
+        Err(DipperError::Corrupt { field: "end", .. })
+    ));
 }
 
 #[test]

@@ -10,26 +10,66 @@ use pmem::codec::{FieldError, Reader, Writer};
 
 const STRUCTURE: &str = "effect list";
 
-/// Effect tags.
-pub(crate) mod tags {
+/// The tag byte of each effect in the encoding (`docs/format/effects.md`).
+pub mod tags {
+    /// [`crate::Effect::Del`].
     pub const DEL: u8 = 1;
+    /// [`crate::Effect::Put`].
     pub const PUT: u8 = 2;
+    /// [`crate::Effect::Expire`].
     pub const EXPIRE: u8 = 3;
+    /// [`crate::Effect::HSet`].
     pub const HSET: u8 = 4;
+    /// [`crate::Effect::HDel`].
     pub const HDEL: u8 = 5;
+    /// [`crate::Effect::LPush`].
     pub const LPUSH: u8 = 6;
+    /// [`crate::Effect::LPop`].
     pub const LPOP: u8 = 7;
+    /// [`crate::Effect::LSet`].
     pub const LSET: u8 = 8;
+    /// [`crate::Effect::LInsert`].
     pub const LINSERT: u8 = 9;
+    /// [`crate::Effect::LRemAt`].
     pub const LREMAT: u8 = 10;
+    /// [`crate::Effect::LTrim`].
     pub const LTRIM: u8 = 11;
+    /// [`crate::Effect::SAdd`].
     pub const SADD: u8 = 12;
+    /// [`crate::Effect::SRem`].
     pub const SREM: u8 = 13;
+    /// [`crate::Effect::ZAdd`].
     pub const ZADD: u8 = 14;
+    /// [`crate::Effect::ZRem`].
     pub const ZREM: u8 = 15;
+    /// [`crate::Effect::FlushDb`].
     pub const FLUSHDB: u8 = 16;
+    /// [`crate::Effect::FlushAll`].
     pub const FLUSHALL: u8 = 17;
+    /// [`crate::Effect::SwapDb`].
     pub const SWAPDB: u8 = 18;
+
+    /// Every tag with its constant's name, in tag order (for the format document's test).
+    pub const ALL: [(&str, u8); 18] = [
+        ("DEL", DEL),
+        ("PUT", PUT),
+        ("EXPIRE", EXPIRE),
+        ("HSET", HSET),
+        ("HDEL", HDEL),
+        ("LPUSH", LPUSH),
+        ("LPOP", LPOP),
+        ("LSET", LSET),
+        ("LINSERT", LINSERT),
+        ("LREMAT", LREMAT),
+        ("LTRIM", LTRIM),
+        ("SADD", SADD),
+        ("SREM", SREM),
+        ("ZADD", ZADD),
+        ("ZREM", ZREM),
+        ("FLUSHDB", FLUSHDB),
+        ("FLUSHALL", FLUSHALL),
+        ("SWAPDB", SWAPDB),
+    ];
 }
 
 fn list(w: &mut Writer, items: &[Vec<u8>]) {

@@ -30,7 +30,7 @@
 mod effect;
 mod memory;
 
-pub use effect::{decode_effects, encode_effects};
+pub use effect::{decode_effects, encode_effects, tags as effect_tags};
 pub use memory::MemoryKeyspace;
 
 /// An owned byte string.

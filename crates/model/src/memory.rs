@@ -281,6 +281,8 @@ impl State {
                 if let Some(Val::Hash(h)) = self.collection(db, &key, now, Kind::Hash, true)? {
                     h.extend(pairs);
                 }
+                // HSet with no pairs on an absent key must not leave an empty hash.
+                self.drop_if_empty(db, &key);
             }
             Effect::HDel { db, key, fields } => {
                 if let Some(Val::Hash(h)) = self.collection(db, &key, now, Kind::Hash, false)? {
@@ -864,6 +866,21 @@ mod tests {
         )
         .unwrap();
         assert_eq!(k.dump(), vec![(0, b("s"), Value::Set(vec![b("y")]), 0)]);
+    }
+
+    #[test]
+    fn an_hset_without_pairs_leaves_no_empty_hash() {
+        let (k, _) = ks();
+        write(
+            &k,
+            vec![Effect::HSet {
+                db: 0,
+                key: b("h"),
+                pairs: Vec::new(),
+            }],
+        )
+        .unwrap();
+        assert!(k.dump().is_empty());
     }
 
     #[test]

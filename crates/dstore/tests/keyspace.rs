@@ -1,0 +1,521 @@
+//! DStore as a `model::Keyspace`, against the in-memory reference `model::MemoryKeyspace`.
+//!
+//! Random transactions of every effect (every kind of value, 4 databases, deadlines in the
+//! past and future, a clock that moves, multi-call and multi-effect transactions, flushes and
+//! swaps) run on both. Every `apply` must have the same outcome on both, and at intervals the
+//! two must hold the same keys, values and deadlines (read through `scan` and the views only),
+//! the same `dbsize` per database, and answer every view method the same way. The store is
+//! checkpointed, closed and reopened, and reopened after a power failure (replaying its log),
+//! along the way.
+
+mod effects;
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicI64, Ordering};
+
+use effects::{Dump, START, Tx};
+use model::{
+    DATABASES, Db, Effect, Keyspace, LexBound, MemoryKeyspace, ModelError, Scope, ScoreBound, Value,
+};
+use pmem::rng::SplitMix64;
+use pmem::{SimConfig, SimMedium};
+
+type SimStore = dstore::Store<Arc<SimMedium>>;
+
+const KEYS: u64 = 8;
+const DBS: u8 = 4;
+
+/// Every view method on every key of the test, as one comparable string per key.
+fn views(ks: &dyn Keyspace) -> Vec<String> {
+    let mut out = Vec::new();
+    ks.transact(Scope::All, false, &mut |t| {
+        for db in 0..DBS {
+            for k in 0..KEYS {
+                let key = format!("k{k}").into_bytes();
+                let mut line = format!(
+                    "{db}/k{k}: {:?} {:?} {:?} {} {}",
+                    t.kind(db, &key),
+                    t.expire_at(db, &key),
+                    t.string(db, &key),
+                    t.string_len(db, &key),
+                    t.hash_len(db, &key),
+                );
+                for f in 0..4 {
+                    let f = format!("f{f}").into_bytes();
+                    line += &format!(" {:?}", t.hash_get(db, &key, &f));
+                }
+                let n = t.list_len(db, &key);
+                line += &format!(" list {n}");
+                for (s, e) in [(0, 2), (1, 4), (2, 100), (3, 1), (0, u64::MAX)] {
+                    line += &format!(" {:?}", t.list_range(db, &key, s, e));
+                }
+                line += &format!(" set {}", t.set_len(db, &key));
+                for m in 0..6 {
+                    let m = format!("m{m}").into_bytes();
+                    line += &format!(" {}", t.set_contains(db, &key, &m));
+                }
+                let zn = t.zset_len(db, &key);
+                line += &format!(" zset {zn}");
+                for m in 0..5 {
+                    let m = format!("m{m}").into_bytes();
+                    line += &format!(
+                        " {:?}/{:?}",
+                        t.zset_score(db, &key, &m),
+                        t.zset_rank(db, &key, &m)
+                    );
+                }
+                for (s, e) in [(0, 2), (1, 3), (0, u64::MAX), (2, 1)] {
+                    line += &format!(" {:?}", t.zset_range(db, &key, s, e));
+                }
+                for score in [f64::NEG_INFINITY, -1.0, 0.0, 0.5, 2.0, f64::INFINITY] {
+                    for exclusive in [false, true] {
+                        let sb = ScoreBound { score, exclusive };
+                        line += &format!(
+                            " {}/{}",
+                            t.zset_rank_of_score(db, &key, sb),
+                            t.zset_rank_above(db, &key, sb)
+                        );
+                    }
+                }
+                // The BYLEX ranks are defined for sorted sets whose members share one score.
+                let one_score = t
+                    .zset_range(db, &key, 0, u64::MAX)
+                    .windows(2)
+                    .all(|w| w[0].1 == w[1].1);
+                if one_score {
+                    let bounds = [
+                        LexBound::Min,
+                        LexBound::Max,
+                        LexBound::Inclusive(b"m2".to_vec()),
+                        LexBound::Exclusive(b"m2".to_vec()),
+                        LexBound::Inclusive(b"m".to_vec()),
+                    ];
+                    for bd in &bounds {
+                        line += &format!(
+                            " {}/{}",
+                            t.zset_rank_of_lex(db, &key, bd),
+                            t.zset_rank_above_lex(db, &key, bd)
+                        );
+                    }
+                }
+                let canon = |v: Option<Value>| match v {
+                    Some(Value::Hash(mut p)) => {
+                        p.sort();
+                        Some(Value::Hash(p))
+                    }
+                    Some(Value::Set(mut m)) => {
+                        m.sort();
+                        Some(Value::Set(m))
+                    }
+                    other => other,
+                };
+                line += &format!(" value {:?}", canon(t.value(db, &key)));
+                let mut fields: Vec<_> = t.hash_all(db, &key);
+                fields.sort();
+                let mut members = t.set_members(db, &key);
+                members.sort();
+                line += &format!(" {fields:?} {members:?}");
+                out.push(line);
+            }
+        }
+        Ok(())
+    })
+    .expect("read everything");
+    out
+}
+
+fn sizes(ks: &dyn Keyspace) -> Vec<u64> {
+    (0..DATABASES as Db)
+        .map(|db| ks.dbsize(db).expect("dbsize"))
+        .collect()
+}
+
+fn expired_keys(ks: &dyn Keyspace) -> BTreeSet<(Db, Vec<u8>)> {
+    let mut out = BTreeSet::new();
+    let mut cursor = 0;
+    for _ in 0..10_000 {
+        let (next, found) = ks.expired(cursor, 2).expect("expired");
+        out.extend(found);
+        if next == 0 {
+            return out;
+        }
+        cursor = next;
+    }
+    panic!("the expiry walk does not end");
+}
+
+fn compare(store: &SimStore, reference: &MemoryKeyspace, what: &str) {
+    let got: Dump = effects::dump(store);
+    let want: Dump = effects::dump(reference);
+    assert_eq!(got, want, "{what}: contents differ");
+    assert_eq!(
+        effects::dump(reference),
+        {
+            let mut d = reference.dump();
+            for (_, _, v, _) in &mut d {
+                if let Value::Hash(p) = v {
+                    p.sort();
+                }
+                if let Value::Set(m) = v {
+                    m.sort();
+                }
+            }
+            d
+        },
+        "{what}: the dump helper reads the reference as its own dump does"
+    );
+    assert_eq!(views(store), views(reference), "{what}: views differ");
+    assert_eq!(sizes(store), sizes(reference), "{what}: dbsize differs");
+    let expired: BTreeSet<_> = reference
+        .expired(0, usize::MAX)
+        .expect("reference expired")
+        .1
+        .into_iter()
+        .collect();
+    assert_eq!(expired_keys(store), expired, "{what}: expired keys differ");
+    for db in 0..DBS {
+        match store.random_key(db).expect("random key") {
+            None => assert!(
+                !got.iter().any(|(d, ..)| *d == db),
+                "{what}: RANDOMKEY found nothing in a database with live keys"
+            ),
+            Some(k) => assert!(
+                got.iter().any(|(d, key, ..)| *d == db && *key == k),
+                "{what}: RANDOMKEY gave {k:?}, not a live key of database {db}"
+            ),
+        }
+    }
+    store.validate().expect("structures validate");
+}
+
+fn reopen(
+    sim: &Arc<SimMedium>,
+    clock: &Arc<AtomicI64>,
+    close: Option<&SimStore>,
+) -> (Arc<SimMedium>, SimStore) {
+    if let Some(s) = close {
+        s.close().expect("close");
+    }
+    let sim = Arc::new(SimMedium::from_image(
+        sim.durable_image(),
+        SimConfig::default(),
+    ));
+    let s = effects::open(Arc::clone(&sim), &effects::config(), clock).expect("reopen");
+    (sim, s)
+}
+
+fn differential(seed: u64, txs: usize) {
+    let cfg = effects::config();
+    let clock = Arc::new(AtomicI64::new(START));
+    let reference = effects::reference(&clock);
+    let mut sim = Arc::new(SimMedium::from_image(
+        effects::base_image(&cfg),
+        SimConfig::default(),
+    ));
+    let mut store = effects::open(Arc::clone(&sim), &cfg, &clock).expect("open");
+    let mut rng = SplitMix64::new(seed);
+    for i in 0..txs {
+        let tx: Tx = effects::tx(&mut rng, KEYS, DBS, clock.load(Ordering::SeqCst));
+        let want = effects::run(&reference, &tx).expect("the reference never fails");
+        let got = effects::run(&store, &tx)
+            .unwrap_or_else(|e| panic!("seed {seed} tx {i}: the store failed: {e}"));
+        assert_eq!(got, want, "seed {seed} tx {i}: outcomes differ for {tx:?}");
+        if rng.below(10) == 0 {
+            clock.fetch_add(rng.below(700) as i64, Ordering::SeqCst);
+        }
+        if i % 20 == 19 {
+            compare(&store, &reference, &format!("seed {seed} after tx {i}"));
+        }
+        match rng.below(40) {
+            0 => {
+                store.save().expect("checkpoint");
+            }
+            1 => {
+                let (s2, st2) = reopen(&sim, &clock, Some(&store));
+                drop(std::mem::replace(&mut store, st2));
+                sim = s2;
+                assert!(store.recovery().clean_shutdown);
+                compare(
+                    &store,
+                    &reference,
+                    &format!("seed {seed} reopened after tx {i}"),
+                );
+            }
+            2 => {
+                // A power failure: everything acknowledged is durable (Sync) and comes back by
+                // replaying the log.
+                let (s2, st2) = reopen(&sim, &clock, None);
+                drop(std::mem::replace(&mut store, st2));
+                sim = s2;
+                assert!(!store.recovery().clean_shutdown);
+                compare(
+                    &store,
+                    &reference,
+                    &format!("seed {seed} recovered after tx {i}"),
+                );
+            }
+            _ => {}
+        }
+    }
+    compare(&store, &reference, &format!("seed {seed} at the end"));
+    let (_, store) = reopen(&sim, &clock, Some(&store));
+    compare(
+        &store,
+        &reference,
+        &format!("seed {seed} reopened at the end"),
+    );
+}
+
+#[test]
+fn random_transactions_match_the_reference() {
+    for seed in 1..=6 {
+        differential(seed, 300);
+    }
+}
+
+#[test]
+fn scope_and_mode_are_enforced() {
+    let cfg = effects::config();
+    let clock = Arc::new(AtomicI64::new(START));
+    let sim = Arc::new(SimMedium::from_image(
+        effects::base_image(&cfg),
+        SimConfig::default(),
+    ));
+    let store = effects::open(sim, &cfg, &clock).expect("open");
+    let put = |key: &str| Effect::Put {
+        db: 0,
+        key: key.as_bytes().to_vec(),
+        value: Value::String(b"v".to_vec()),
+        expire_at_ms: 0,
+    };
+    // A write in a read-only transaction.
+    let r = store.transact(Scope::All, false, &mut |t| t.apply(vec![put("a")]));
+    assert!(matches!(r, Err(ModelError::ReadOnly(_))), "{r:?}");
+    // A database-wide effect needs every shard.
+    let r = store.transact(Scope::Keys(&[(0, b"a")]), true, &mut |t| {
+        t.apply(vec![Effect::FlushAll])
+    });
+    assert!(matches!(r, Err(ModelError::Invalid(_))), "{r:?}");
+    // A key whose shard is not locked: some key of these lives on another shard than `a`.
+    let mut refused = 0;
+    for i in 0..100 {
+        let k = format!("x{i}");
+        store
+            .transact(Scope::Keys(&[(0, b"a")]), true, &mut |t| {
+                if let Err(e) = t.apply(vec![put(&k)]) {
+                    assert!(matches!(e, ModelError::Invalid(_)), "{e:?}");
+                    refused += 1;
+                }
+                Ok(())
+            })
+            .unwrap();
+    }
+    assert!(refused > 0, "some key lives on another shard than `a`");
+    // Nothing of a refused call happened; a good call in the same transaction did.
+    let r = store.transact(Scope::All, true, &mut |t| {
+        t.apply(vec![put("b")])?;
+        let bad = t.apply(vec![
+            put("c"),
+            Effect::LSet {
+                db: 0,
+                key: b"c".to_vec(),
+                index: 0,
+                elem: b"x".to_vec(),
+            },
+        ]);
+        assert!(matches!(bad, Err(ModelError::Invalid(_))), "{bad:?}");
+        assert_eq!(
+            t.string(0, b"b"),
+            Some(b"v".to_vec()),
+            "a write is seen at once"
+        );
+        assert_eq!(t.kind(0, b"c"), None, "a refused call changed nothing");
+        Ok(())
+    });
+    r.unwrap();
+    let keys: Vec<_> = effects::dump(&store)
+        .into_iter()
+        .map(|(_, k, ..)| String::from_utf8(k).unwrap())
+        .collect();
+    assert!(keys.contains(&"b".to_string()) && !keys.contains(&"c".to_string()));
+    // Too large: a value over the limit is refused before anything happens.
+    let r = store.transact(Scope::All, true, &mut |t| {
+        t.apply(vec![Effect::Put {
+            db: 0,
+            key: b"big".to_vec(),
+            value: Value::String(vec![0; 5000]),
+            expire_at_ms: 0,
+        }])
+    });
+    assert!(matches!(r, Err(ModelError::TooLarge(_))), "{r:?}");
+    // A database number out of range.
+    assert!(Keyspace::dbsize(&store, 16).is_err());
+    let r = store.transact(Scope::All, true, &mut |t| {
+        t.apply(vec![Effect::Del {
+            db: 16,
+            key: b"a".to_vec(),
+        }])
+    });
+    assert!(matches!(r, Err(ModelError::Invalid(_))), "{r:?}");
+}
+
+/// The old interface keeps working on database 0 beside the keyspace's other databases, and
+/// the two see each other's writes there.
+#[test]
+fn the_old_interface_is_database_zero() {
+    let cfg = effects::config();
+    let clock = Arc::new(AtomicI64::new(START));
+    let sim = Arc::new(SimMedium::from_image(
+        effects::base_image(&cfg),
+        SimConfig::default(),
+    ));
+    let store = effects::open(sim, &cfg, &clock).expect("open");
+    store.set(b"k", b"zero", false, false, None).unwrap();
+    store
+        .transact(Scope::All, true, &mut |t| {
+            t.apply(vec![
+                Effect::Put {
+                    db: 3,
+                    key: b"k".to_vec(),
+                    value: Value::String(b"three".to_vec()),
+                    expire_at_ms: 0,
+                },
+                Effect::SAdd {
+                    db: 0,
+                    key: b"s".to_vec(),
+                    members: vec![b"m".to_vec()],
+                },
+            ])
+        })
+        .unwrap();
+    assert_eq!(store.get(b"k").unwrap(), Some(b"zero".to_vec()));
+    assert_eq!(store.key_type(b"s").unwrap(), "set");
+    assert_eq!(dstore::Store::dbsize(&store).unwrap(), 2);
+    assert_eq!(Keyspace::dbsize(&store, 3).unwrap(), 1);
+    let (_, keys) = dstore::Store::scan(&store, 0, 100).unwrap();
+    assert_eq!(
+        keys.len(),
+        2,
+        "SCAN of the old interface sees database 0 only"
+    );
+    store
+        .transact(Scope::All, true, &mut |t| {
+            t.apply(vec![Effect::SwapDb { a: 0, b: 3 }])
+        })
+        .unwrap();
+    assert_eq!(store.get(b"k").unwrap(), Some(b"three".to_vec()));
+    assert_eq!(store.key_type(b"s").unwrap(), "none");
+    assert_eq!(dstore::Store::dbsize(&store).unwrap(), 1);
+    assert_eq!(Keyspace::dbsize(&store, 3).unwrap(), 2);
+    store.del(&[b"k"]).unwrap();
+    assert_eq!(Keyspace::dbsize(&store, 0).unwrap(), 0);
+    store.flushall().unwrap();
+    assert_eq!(Keyspace::dbsize(&store, 3).unwrap(), 0);
+    store.validate().unwrap();
+}
+
+/// Transfers between accounts run on four threads while readers sum every account under one
+/// read transaction and background checkpoints run: every sum is the total (a transaction is
+/// atomic for readers), nothing deadlocks, and after a power failure the recovered accounts
+/// still sum to the total, with every acknowledged transfer in them.
+#[test]
+fn concurrent_transactions_are_atomic_for_readers_and_durable() {
+    const ACCOUNTS: u64 = 8;
+    const EACH: i64 = 1_000;
+    let cfg = dstore::Config {
+        background: true,
+        ..effects::config()
+    };
+    let clock = Arc::new(AtomicI64::new(START));
+    let sim = Arc::new(SimMedium::from_image(
+        effects::base_image(&cfg),
+        SimConfig::default(),
+    ));
+    let store = effects::open(Arc::clone(&sim), &cfg, &clock).expect("open");
+    let account = |i: u64| format!("acct{i}").into_bytes();
+    let balance = |t: &dyn model::View, i: u64| -> i64 {
+        t.string(2, &account(i))
+            .map(|b| String::from_utf8(b).unwrap().parse().unwrap())
+            .unwrap_or(0)
+    };
+    store
+        .transact(Scope::All, true, &mut |t| {
+            t.apply(
+                (0..ACCOUNTS)
+                    .map(|i| Effect::Put {
+                        db: 2,
+                        key: account(i),
+                        value: Value::String(EACH.to_string().into_bytes()),
+                        expire_at_ms: 0,
+                    })
+                    .collect(),
+            )
+        })
+        .unwrap();
+    let total = EACH * ACCOUNTS as i64;
+    let log = std::sync::Mutex::new(Vec::new());
+    std::thread::scope(|s| {
+        for w in 0..4u64 {
+            let (store, log) = (&store, &log);
+            s.spawn(move || {
+                let mut rng = SplitMix64::new(w + 100);
+                for _ in 0..150 {
+                    let (a, b) = (rng.below(ACCOUNTS), rng.below(ACCOUNTS));
+                    let amount = rng.below(50) as i64;
+                    let (ka, kb) = (account(a), account(b));
+                    store
+                        .transact(Scope::Keys(&[(2, &ka), (2, &kb)]), true, &mut |t| {
+                            let (x, y) = (balance(&*t, a), balance(&*t, b));
+                            let put = |k: &[u8], v: i64| Effect::Put {
+                                db: 2,
+                                key: k.to_vec(),
+                                value: Value::String(v.to_string().into_bytes()),
+                                expire_at_ms: 0,
+                            };
+                            // Two calls, as MULTI/EXEC would make them.
+                            t.apply(vec![put(&ka, x - amount)])?;
+                            let y = if a == b { x - amount } else { y };
+                            t.apply(vec![put(&kb, y + amount)])
+                        })
+                        .expect("transfer");
+                    log.lock().unwrap().push((a, b, amount));
+                }
+            });
+        }
+        for _ in 0..2 {
+            let store = &store;
+            s.spawn(move || {
+                for _ in 0..200 {
+                    let mut sum = 0;
+                    store
+                        .transact(Scope::All, false, &mut |t| {
+                            sum = (0..ACCOUNTS).map(|i| balance(&*t, i)).sum();
+                            Ok(())
+                        })
+                        .unwrap();
+                    assert_eq!(sum, total, "a reader saw half a transfer");
+                }
+            });
+        }
+    });
+    let mut want = vec![EACH; ACCOUNTS as usize];
+    for (a, b, amount) in log.into_inner().unwrap() {
+        want[a as usize] -= amount;
+        want[b as usize] += amount;
+    }
+    let read_all = |s: &SimStore| -> Vec<i64> {
+        let mut out = Vec::new();
+        s.transact(Scope::All, false, &mut |t| {
+            out = (0..ACCOUNTS).map(|i| balance(&*t, i)).collect();
+            Ok(())
+        })
+        .unwrap();
+        out
+    };
+    assert_eq!(read_all(&store), want);
+    assert!(store.engine().stats().checkpoints > 0, "checkpoints ran");
+    let (_, back) = reopen(&sim, &clock, None);
+    back.validate().unwrap();
+    assert_eq!(read_all(&back), want, "recovered after a power failure");
+}
