@@ -187,13 +187,15 @@ fn cmd_hincrbyfloat(ctx: &mut Ctx<'_>, args: &[Vec<u8>], out: &mut Vec<u8>) -> C
     let text = ctx.write(&[key], |t| {
         check_hash(t, db, key)?;
         let current = match t.hash_get(db, key, field) {
-            None => longdouble::Num::ZERO,
-            Some(v) => longdouble::parse(&v)
+            None => Some(longdouble::Num::ZERO),
+            Some(v) => longdouble::parse_or_infinite(&v)
                 .ok_or_else(|| CommandError::Other("ERR hash value is not a float".into()))?,
         };
-        let sum = longdouble::add(current, incr).ok_or_else(|| {
-            CommandError::Other("ERR increment would produce NaN or Infinity".into())
-        })?;
+        let sum = current
+            .and_then(|c| longdouble::add(c, incr))
+            .ok_or_else(|| {
+                CommandError::Other("ERR increment would produce NaN or Infinity".into())
+            })?;
         let text = longdouble::format_human(sum).into_bytes();
         t.apply(vec![Effect::HSet {
             db,

@@ -167,6 +167,17 @@ fn cmd_renamenx(ctx: &mut Ctx<'_>, args: &[Vec<u8>], out: &mut Vec<u8>) -> Comma
     int_reply(out, i64::from(done))
 }
 
+/// A 32-bit integer argument, with Redis's `getIntFromObjectOrReply` errors.
+fn parse_c_int(arg: &[u8]) -> Result<i64, CommandError> {
+    let n = parse_int(arg)?;
+    if i32::try_from(n).is_err() {
+        return Err(CommandError::Other(
+            "ERR value is out of range, value must between -2147483648 and 2147483647".into(),
+        ));
+    }
+    Ok(n)
+}
+
 fn db_in_range(n: i64) -> Result<Db, CommandError> {
     if (0..DATABASES as i64).contains(&n) {
         Ok(n as Db)
@@ -188,12 +199,7 @@ fn cmd_copy(ctx: &mut Ctx<'_>, args: &[Vec<u8>], out: &mut Vec<u8>) -> CommandRe
         if is(&args[i], "replace") {
             replace = true;
         } else if is(&args[i], "db") && i + 1 < args.len() {
-            // Redis reads the number as an int first, then checks the range.
-            let n = parse_int(&args[i + 1])?;
-            if i32::try_from(n).is_err() {
-                return Err(CommandError::NotInteger);
-            }
-            dst_db = db_in_range(n)?;
+            dst_db = db_in_range(parse_c_int(&args[i + 1])?)?;
             i += 1;
         } else {
             return Err(CommandError::Syntax);
@@ -227,11 +233,7 @@ fn cmd_copy(ctx: &mut Ctx<'_>, args: &[Vec<u8>], out: &mut Vec<u8>) -> CommandRe
 fn cmd_move(ctx: &mut Ctx<'_>, args: &[Vec<u8>], out: &mut Vec<u8>) -> CommandResult {
     let db = ctx.db();
     let key = &args[1];
-    let n = parse_int(&args[2])?;
-    if i32::try_from(n).is_err() {
-        return Err(CommandError::NotInteger);
-    }
-    let dst_db = db_in_range(n)?;
+    let dst_db = db_in_range(parse_c_int(&args[2])?)?;
     if dst_db == db {
         return Err(CommandError::Other(SAME_OBJECT.into()));
     }
@@ -285,9 +287,26 @@ fn cmd_swapdb(ctx: &mut Ctx<'_>, args: &[Vec<u8>], out: &mut Vec<u8>) -> Command
 // Whole databases
 // ---------------------------------------------------------------------------------------------
 
+/// The keyspace, for the commands that read all of a database (DBSIZE, KEYS, SCAN,
+/// RANDOMKEY). Inside EXEC the transaction holds the keyspace's locks and a [`View`] cannot
+/// list keys, so they are refused there rather than wait on their own transaction.
+///
+/// [`View`]: model::View
+fn whole_keyspace<'c>(
+    ctx: &'c Ctx<'_>,
+    name: &str,
+) -> Result<&'c dyn model::Keyspace, CommandError> {
+    if ctx.in_exec() {
+        return Err(CommandError::Other(format!(
+            "ERR {name} inside MULTI is not supported by this server"
+        )));
+    }
+    ctx.keyspace()
+}
+
 fn cmd_dbsize(ctx: &mut Ctx<'_>, _: &[Vec<u8>], out: &mut Vec<u8>) -> CommandResult {
     let db = ctx.db();
-    let n = ctx.keyspace()?.dbsize(db)?;
+    let n = whole_keyspace(ctx, "DBSIZE")?.dbsize(db)?;
     int_reply(out, i64::try_from(n).unwrap_or(i64::MAX))
 }
 
@@ -321,7 +340,7 @@ fn cmd_flushall(ctx: &mut Ctx<'_>, args: &[Vec<u8>], out: &mut Vec<u8>) -> Comma
 
 fn cmd_randomkey(ctx: &mut Ctx<'_>, _: &[Vec<u8>], out: &mut Vec<u8>) -> CommandResult {
     let db = ctx.db();
-    let key = ctx.keyspace()?.random_key(db)?;
+    let key = whole_keyspace(ctx, "RANDOMKEY")?.random_key(db)?;
     write_optional(out, key.as_deref(), ctx.resp3());
     Ok(Action::Continue)
 }
@@ -331,7 +350,7 @@ fn cmd_keys(ctx: &mut Ctx<'_>, args: &[Vec<u8>], out: &mut Vec<u8>) -> CommandRe
     let db = ctx.db();
     let pattern = &args[1];
     let all = pattern.as_slice() == b"*";
-    let ks = ctx.keyspace()?;
+    let ks = whole_keyspace(ctx, "KEYS")?;
     let mut keys = Vec::new();
     let mut cursor = 0;
     loop {
@@ -429,7 +448,7 @@ fn cmd_scan(ctx: &mut Ctx<'_>, args: &[Vec<u8>], out: &mut Vec<u8>) -> CommandRe
     let cursor = parse_cursor(&args[1])?;
     let opts = parse_scan_options(&args[2..], true)?;
     let db = ctx.db();
-    let (next, keys) = ctx.keyspace()?.scan(db, cursor, opts.count)?;
+    let (next, keys) = whole_keyspace(ctx, "SCAN")?.scan(db, cursor, opts.count)?;
     let keys: Vec<_> = keys
         .into_iter()
         .filter(|k| {

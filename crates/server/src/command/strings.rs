@@ -431,13 +431,17 @@ fn cmd_incrbyfloat(ctx: &mut Ctx<'_>, args: &[Vec<u8>], out: &mut Vec<u8>) -> Co
     let text = ctx.write(&[key], |t| {
         let current = string_at(t, db, key)?;
         let value = match &current {
-            None => longdouble::Num::ZERO,
-            Some(s) => longdouble::parse(s).ok_or(CommandError::NotFloat)?,
+            None => Some(longdouble::Num::ZERO),
+            Some(s) => longdouble::parse_or_infinite(s).ok_or(CommandError::NotFloat)?,
         };
-        let incr = longdouble::parse(&args[2]).ok_or(CommandError::NotFloat)?;
-        let sum = longdouble::add(value, incr).ok_or_else(|| {
-            CommandError::Other("ERR increment would produce NaN or Infinity".into())
-        })?;
+        let incr = longdouble::parse_or_infinite(&args[2]).ok_or(CommandError::NotFloat)?;
+        // An infinite operand (`inf` parses) makes the sum infinite or NaN.
+        let sum = value
+            .zip(incr)
+            .and_then(|(a, b)| longdouble::add(a, b))
+            .ok_or_else(|| {
+                CommandError::Other("ERR increment would produce NaN or Infinity".into())
+            })?;
         let text = longdouble::format_human(sum).into_bytes();
         let at = t.expire_at(db, key).unwrap_or(0);
         t.apply(vec![put(db, key, text.clone(), at)])?;
@@ -841,7 +845,8 @@ fn count_bits(value: &[u8], s: u64, e: u64) -> u64 {
         .map(|b| u64::from(b.count_ones()))
         .sum();
     // Take away the bits of the edge bytes outside the range.
-    n -= u64::from((value[first] >> (8 - (s & 7))).count_ones() * u32::from(s & 7 != 0));
+    let before = !(0xffu8 >> (s & 7));
+    n -= u64::from((value[first] & before).count_ones());
     n -= u64::from((value[last] & ((1u16 << (7 - (e & 7))) - 1) as u8).count_ones());
     n
 }
@@ -1381,8 +1386,9 @@ pub(super) mod longdouble {
         Some(Ok(value))
     }
 
-    /// A finite number, or `None` (also for infinities, which Redis's increment refuses later).
-    pub(crate) fn parse(s: &[u8]) -> Option<Num> {
+    /// A finite number, or `None` (also for infinities).
+    #[cfg(test)]
+    fn parse(s: &[u8]) -> Option<Num> {
         parse_any(s)?.ok()
     }
 
