@@ -1354,4 +1354,33 @@ fn hscan_pages_large_hashes() {
     }
     assert_eq!(seen.len(), 300);
     assert!(steps >= 6, "COUNT pages a large hash");
+    // Fields present for the whole scan are returned even as others come and go.
+    let mut cursor = "0".to_string();
+    let mut seen = HashSet::new();
+    for step in 0..1000 {
+        let Reply::Array(parts) = reply(&mut c, &format!("HSCAN big {cursor} COUNT 20")) else {
+            panic!("HSCAN")
+        };
+        let [Reply::Bulk(next), Reply::Array(items)] = parts.as_slice() else {
+            panic!("HSCAN shape")
+        };
+        seen.extend(items.chunks(2).map(|p| bytes(&p[0])));
+        // Remove two of the first hundred fields and add two new ones after every step.
+        for i in [2 * step, 2 * step + 1].into_iter().filter(|i| *i < 100) {
+            expect(&mut c, &format!("HDEL big field:{i}"), ":1\r\n");
+        }
+        expect(
+            &mut c,
+            &format!("HSET big new:{step}:a v new:{step}:b v"),
+            ":2\r\n",
+        );
+        cursor = String::from_utf8(next.clone()).unwrap();
+        if cursor == "0" {
+            break;
+        }
+    }
+    assert_eq!(cursor, "0", "HSCAN did not end");
+    for i in 100..300 {
+        assert!(seen.contains(format!("field:{i}").as_bytes()), "field:{i}");
+    }
 }

@@ -289,8 +289,18 @@ fn is_small(pairs: &[(Bytes, Bytes)]) -> bool {
     pairs.len() <= 128 && pairs.iter().all(|(f, v)| f.len() <= 64 && v.len() <= 64)
 }
 
-/// HSCAN key cursor [MATCH pattern] [COUNT count]. The cursor is a position in the store's
-/// order of the fields; a hash Redis would keep as a listpack is returned whole, as Redis does.
+/// FNV-1a of a field: the fixed order HSCAN walks a large hash in.
+fn field_hash(field: &[u8]) -> u64 {
+    field.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &b| {
+        (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3)
+    })
+}
+
+/// HSCAN key cursor [MATCH pattern] [COUNT count]. A hash Redis would keep as a listpack is
+/// returned whole, as Redis does. A larger one is walked in the order of a fixed hash of its
+/// fields: the cursor is the hash to resume from, and a step ends after all the fields that
+/// share its last hash, so a field present for the whole scan is returned at least once
+/// whatever else changes.
 fn cmd_hscan(ctx: &mut Ctx<'_>, args: &[Vec<u8>], out: &mut Vec<u8>) -> CommandResult {
     let cursor = parse_cursor(&args[2])?;
     let db = ctx.db();
@@ -308,17 +318,28 @@ fn cmd_hscan(ctx: &mut Ctx<'_>, args: &[Vec<u8>], out: &mut Vec<u8>) -> CommandR
         return Ok(Action::Continue);
     };
     let opts = parse_scan_options(&args[3..], false)?;
-    let (start, end) = if is_small(&pairs) {
-        (0, pairs.len())
+    let (step, next): (Vec<&(Bytes, Bytes)>, u64) = if is_small(&pairs) {
+        (pairs.iter().collect(), 0)
     } else {
-        let start = usize::try_from(cursor)
-            .unwrap_or(usize::MAX)
-            .min(pairs.len());
-        (start, start.saturating_add(opts.count).min(pairs.len()))
+        let mut order: Vec<(u64, &(Bytes, Bytes))> = pairs
+            .iter()
+            .map(|p| (field_hash(&p.0), p))
+            .filter(|(h, _)| *h >= cursor)
+            .collect();
+        order.sort_unstable_by(|a, b| a.0.cmp(&b.0).then_with(|| a.1.0.cmp(&b.1.0)));
+        let mut taken = order.len().min(opts.count);
+        while taken > 0 && taken < order.len() && order[taken].0 == order[taken - 1].0 {
+            taken += 1;
+        }
+        let next = if taken == order.len() {
+            0
+        } else {
+            order[taken - 1].0.wrapping_add(1)
+        };
+        (order[..taken].iter().map(|(_, p)| *p).collect(), next)
     };
-    let next = if end >= pairs.len() { 0 } else { end };
-    let found: Vec<_> = pairs[start..end]
-        .iter()
+    let found: Vec<_> = step
+        .into_iter()
         .filter(|(f, _)| opts.pattern.is_none_or(|p| glob_match(p, f)))
         .collect();
     write_array_header(out, 2);
