@@ -630,6 +630,11 @@ fn getset_getdel_getex() {
     expect(&mut c, "GETDEL h", WRONGTYPE);
     expect(&mut c, "GETEX h", WRONGTYPE);
     expect(&mut c, "GETEX nokey EX 10", "$-1\r\n");
+    // GETEX reads the time only once it found a string.
+    expect(&mut c, "GETEX nokey EX 0", "$-1\r\n");
+    expect(&mut c, "GETEX nokey PX x", "$-1\r\n");
+    expect(&mut c, "GETEX h EX 0", WRONGTYPE);
+    expect(&mut c, "GETEX nokey EX 1 PX 1", "-ERR syntax error\r\n");
     expect(&mut c, "SET k v", "+OK\r\n");
     expect(&mut c, "GETEX k", "$1\r\nv\r\n");
     expect(&mut c, "TTL k", ":-1\r\n");

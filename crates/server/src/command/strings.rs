@@ -146,7 +146,9 @@ struct StringOptions {
     get: bool,
     keepttl: bool,
     persist: bool,
-    deadline: Option<Deadline>,
+    /// The time option, checked (SET reports its error at once, GETEX only after it found a
+    /// string under the key, as Redis does).
+    deadline: Option<Result<Deadline, CommandError>>,
 }
 
 /// Parses SET's `[NX|XX] [GET] [EX s|PX ms|EXAT s|PXAT ms|KEEPTTL]` or GETEX's
@@ -195,7 +197,7 @@ fn parse_string_options(
     if let Some(amount) = amount {
         let seconds = unit == 1 || unit == 3;
         let relative = unit <= 2;
-        o.deadline = Some(parse_deadline(amount, seconds, relative, name)?);
+        o.deadline = Some(parse_deadline(amount, seconds, relative, name));
     }
     Ok(o)
 }
@@ -203,12 +205,13 @@ fn parse_string_options(
 /// SET key value [NX|XX] [GET] [EX|PX|EXAT|PXAT time|KEEPTTL].
 fn cmd_set(ctx: &mut Ctx<'_>, args: &[Vec<u8>], out: &mut Vec<u8>) -> CommandResult {
     let o = parse_string_options(&args[3..], true, "set")?;
+    let deadline = o.deadline.clone().transpose()?;
     let db = ctx.db();
     let (key, value) = (&args[1], &args[2]);
     // (did it write, the old value for GET)
     let (written, old) = ctx.write(&[key], |t| {
         let now = t.now_ms();
-        let at = o.deadline.map(|d| d.at(now, "set")).transpose()?;
+        let at = deadline.map(|d| d.at(now, "set")).transpose()?;
         let old = if o.get { string_at(t, db, key)? } else { None };
         let found = t.kind(db, key).is_some();
         if (o.nx && found) || (o.xx && !found) {
@@ -312,9 +315,12 @@ fn cmd_getex(ctx: &mut Ctx<'_>, args: &[Vec<u8>], out: &mut Vec<u8>) -> CommandR
     let key = &args[1];
     let value = ctx.write(&[key], |t| {
         let now = t.now_ms();
-        let at = o.deadline.map(|d| d.at(now, "getex")).transpose()?;
         let Some(value) = string_at(t, db, key)? else {
             return Ok(None);
+        };
+        let at = match &o.deadline {
+            Some(d) => Some(d.clone()?.at(now, "getex")?),
+            None => None,
         };
         let key = key.clone();
         let effect = match at {
