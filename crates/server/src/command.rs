@@ -10,13 +10,13 @@ use std::io::Write as _;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, Weak};
-use std::time::{Instant, SystemTime, UNIX_EPOCH};
+use std::time::Instant;
 
-use crate::backend::{Backend, BackendError, InfoSection, ScoreBound, SetOptions};
+use crate::backend::{Backend, BackendError, InfoSection, ScoreBound};
 use crate::glob::glob_match;
 use crate::resp::{
     Reply, parse_strict_i64, write_array_header, write_bulk, write_double_text, write_error,
-    write_integer, write_map_header, write_null, write_optional, write_simple, write_verbatim,
+    write_integer, write_optional, write_simple, write_verbatim,
 };
 use crate::server::Shared;
 use model::{
@@ -457,7 +457,6 @@ mod zsets;
 /// The commands defined in this file, sorted by name (checked by a test). The families in the
 /// submodules add theirs; [`table`] merges them.
 static CORE: &[Spec] = &[
-    spec!("append", 3, WRITE, 1, 1, 1, cmd_append),
     spec!("auth", -2, CONNECTION, 0, 0, 0, cmd_auth),
     spec!(
         "client",
@@ -470,31 +469,13 @@ static CORE: &[Spec] = &[
     ),
     spec!("command", -1, &["loading", "stale"], 0, 0, 0, cmd_command),
     spec!("config", -2, ADMIN, 0, 0, 0, cmd_config),
-    spec!("dbsize", 1, READ_FAST, 0, 0, 0, cmd_dbsize),
-    spec!("decr", 2, WRITE, 1, 1, 1, cmd_decr),
-    spec!("decrby", 3, WRITE, 1, 1, 1, cmd_decrby),
-    spec!("del", -2, &["write"], 1, -1, 1, cmd_del),
     spec!("echo", 2, &["fast"], 0, 0, 0, cmd_echo),
-    spec!("exists", -2, READ_FAST, 1, -1, 1, cmd_exists),
-    spec!("flushall", -1, &["write"], 0, 0, 0, cmd_flushall),
-    spec!("get", 2, READ_FAST, 1, 1, 1, cmd_get),
-    spec!("hdel", -3, WRITE_NO_OOM, 1, 1, 1, cmd_hdel),
     spec!("hello", -1, CONNECTION, 0, 0, 0, cmd_hello),
-    spec!("hget", 3, READ_FAST, 1, 1, 1, cmd_hget),
-    spec!("hgetall", 2, READ, 1, 1, 1, cmd_hgetall),
-    spec!("hmget", -3, READ_FAST, 1, 1, 1, cmd_hmget),
-    spec!("hmset", -4, WRITE, 1, 1, 1, cmd_hmset),
-    spec!("hset", -4, WRITE, 1, 1, 1, cmd_hset),
-    spec!("incr", 2, WRITE, 1, 1, 1, cmd_incr),
-    spec!("incrby", 3, WRITE, 1, 1, 1, cmd_incrby),
     spec!("info", -1, &["loading", "stale"], 0, 0, 0, cmd_info),
-    spec!("mget", -2, READ_FAST, 1, -1, 1, cmd_mget),
-    spec!("mset", -3, WRITE_SLOW, 1, -1, 2, cmd_mset),
     spec!("ping", -1, &["fast"], 0, 0, 0, cmd_ping),
     spec!("promote", -1, ADMIN, 0, 0, 0, cmd_promote),
     spec!("quit", -1, CONNECTION, 0, 0, 0, cmd_quit),
     spec!("save", 1, &["admin", "noscript"], 0, 0, 0, cmd_save),
-    spec!("scan", -2, READ, 0, 0, 0, cmd_scan),
     spec!(
         "select",
         2,
@@ -504,10 +485,7 @@ static CORE: &[Spec] = &[
         0,
         cmd_select
     ),
-    spec!("set", -3, WRITE_SLOW, 1, 1, 1, cmd_set),
     spec!("shutdown", -1, ADMIN, 0, 0, 0, cmd_shutdown),
-    spec!("strlen", 2, READ_FAST, 1, 1, 1, cmd_strlen),
-    spec!("type", 2, READ_FAST, 1, 1, 1, cmd_type),
     spec!("zadd", -4, WRITE, 1, 1, 1, cmd_zadd),
     spec!("zrangebyscore", -4, READ, 1, 1, 1, cmd_zrangebyscore),
     spec!("zrem", -3, WRITE_NO_OOM, 1, 1, 1, cmd_zrem),
@@ -750,13 +728,6 @@ pub(crate) fn format_score(value: f64) -> String {
         let (int_part, frac) = digits.split_at(int_len);
         format!("{sign}{int_part}.{frac}")
     }
-}
-
-fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or(0)
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1498,22 +1469,6 @@ fn cmd_info(ctx: &mut Ctx<'_>, args: &[Vec<u8>], out: &mut Vec<u8>) -> CommandRe
 // Server commands
 // ---------------------------------------------------------------------------------------------
 
-fn cmd_dbsize(ctx: &mut Ctx<'_>, _: &[Vec<u8>], out: &mut Vec<u8>) -> CommandResult {
-    let n = ctx.backend().dbsize()?;
-    write_integer(out, i64::try_from(n).unwrap_or(i64::MAX));
-    Ok(Action::Continue)
-}
-
-fn cmd_flushall(ctx: &mut Ctx<'_>, args: &[Vec<u8>], out: &mut Vec<u8>) -> CommandResult {
-    match args.len() {
-        1 => {}
-        2 if is(&args[1], "async") || is(&args[1], "sync") => {}
-        _ => return Err(CommandError::Syntax),
-    }
-    ctx.backend().flushall()?;
-    ok(out)
-}
-
 /// PROMOTE [replicas] [write-quorum]: make a replication backup the primary; the reply is a
 /// status line saying what recovery did.
 fn cmd_promote(ctx: &mut Ctx<'_>, args: &[Vec<u8>], out: &mut Vec<u8>) -> CommandResult {
@@ -1567,65 +1522,8 @@ fn cmd_shutdown(ctx: &mut Ctx<'_>, args: &[Vec<u8>], _: &mut Vec<u8>) -> Command
     Ok(Action::Shutdown)
 }
 
-fn cmd_scan(ctx: &mut Ctx<'_>, args: &[Vec<u8>], out: &mut Vec<u8>) -> CommandResult {
-    let cursor = std::str::from_utf8(&args[1])
-        .ok()
-        .filter(|s| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()))
-        .and_then(|s| s.parse::<u64>().ok())
-        .ok_or_else(|| CommandError::Other("ERR invalid cursor".into()))?;
-    let mut pattern: Option<&[u8]> = None;
-    let mut type_filter: Option<&[u8]> = None;
-    let mut count = SCAN_COUNT_DEFAULT;
-    let mut i = 2;
-    while i < args.len() {
-        let Some(value) = args.get(i + 1) else {
-            return Err(CommandError::Syntax);
-        };
-        if is(&args[i], "match") {
-            // `*` matches everything: skip the matcher.
-            pattern = if value.as_slice() == b"*" {
-                None
-            } else {
-                Some(value)
-            };
-        } else if is(&args[i], "count") {
-            let n = parse_int(value)?;
-            if n < 1 {
-                return Err(CommandError::Syntax);
-            }
-            count = usize::try_from(n).unwrap_or(usize::MAX).min(SCAN_COUNT_MAX);
-        } else if is(&args[i], "type") {
-            type_filter = Some(value);
-        } else {
-            return Err(CommandError::Syntax);
-        }
-        i += 2;
-    }
-    let (next, keys) = ctx.backend().scan(cursor, count)?;
-    let keys: Vec<_> = keys
-        .into_iter()
-        .filter(|(key, kind)| {
-            pattern.is_none_or(|p| glob_match(p, key))
-                && type_filter.is_none_or(|t| t.eq_ignore_ascii_case(kind.as_bytes()))
-        })
-        .collect();
-    write_array_header(out, 2);
-    write_bulk(out, next.to_string().as_bytes());
-    write_array_header(out, keys.len());
-    for (key, _) in &keys {
-        write_bulk(out, key);
-    }
-    Ok(Action::Continue)
-}
-
-fn cmd_type(ctx: &mut Ctx<'_>, args: &[Vec<u8>], out: &mut Vec<u8>) -> CommandResult {
-    let kind = ctx.backend().key_type(&args[1])?;
-    write_simple(out, kind.as_bytes());
-    Ok(Action::Continue)
-}
-
 // ---------------------------------------------------------------------------------------------
-// Strings and keys
+// Helpers of the commands below
 // ---------------------------------------------------------------------------------------------
 
 fn keys_of(args: &[Vec<u8>]) -> Vec<&[u8]> {
@@ -1635,193 +1533,6 @@ fn keys_of(args: &[Vec<u8>]) -> Vec<&[u8]> {
 fn write_count(out: &mut Vec<u8>, n: u64) -> CommandResult {
     write_integer(out, i64::try_from(n).unwrap_or(i64::MAX));
     Ok(Action::Continue)
-}
-
-fn cmd_get(ctx: &mut Ctx<'_>, args: &[Vec<u8>], out: &mut Vec<u8>) -> CommandResult {
-    let value = ctx.backend().get(&args[1])?;
-    write_optional(out, value.as_deref(), ctx.resp3());
-    Ok(Action::Continue)
-}
-
-/// Parses SET's options: `[NX | XX] [EX s | PX ms | EXAT s | PXAT ms]`, in any order, Redis's
-/// rules (an option may not repeat or conflict; times must be positive and not overflow).
-pub(crate) fn parse_set_options(
-    options: &[Vec<u8>],
-    now_ms: i64,
-) -> Result<SetOptions, CommandError> {
-    let mut opts = SetOptions::default();
-    let mut i = 0;
-    while i < options.len() {
-        let arg = &options[i];
-        let has_value = i + 1 < options.len();
-        if is(arg, "nx") && !opts.only_if_present {
-            opts.only_if_absent = true;
-        } else if is(arg, "xx") && !opts.only_if_absent {
-            opts.only_if_present = true;
-        } else if (is(arg, "ex") || is(arg, "px") || is(arg, "exat") || is(arg, "pxat"))
-            && opts.expire_at_ms.is_none()
-            && has_value
-        {
-            let amount = parse_int(&options[i + 1])?;
-            let seconds = is(arg, "ex") || is(arg, "exat");
-            let absolute = is(arg, "exat") || is(arg, "pxat");
-            let invalid = CommandError::InvalidExpire("set");
-            if amount <= 0 {
-                return Err(invalid);
-            }
-            let ms = if seconds {
-                amount.checked_mul(1000).ok_or(invalid.clone())?
-            } else {
-                amount
-            };
-            let at = if absolute {
-                ms
-            } else {
-                ms.checked_add(now_ms).ok_or(invalid)?
-            };
-            opts.expire_at_ms = Some(at);
-            i += 1;
-        } else if is(arg, "keepttl") || is(arg, "get") {
-            return Err(CommandError::Other(format!(
-                "ERR SET {} is not supported by this server",
-                quote(&arg.to_ascii_uppercase())
-            )));
-        } else {
-            return Err(CommandError::Syntax);
-        }
-        i += 1;
-    }
-    Ok(opts)
-}
-
-fn cmd_set(ctx: &mut Ctx<'_>, args: &[Vec<u8>], out: &mut Vec<u8>) -> CommandResult {
-    let opts = parse_set_options(&args[3..], now_ms())?;
-    if ctx.backend().set(&args[1], &args[2], &opts)? {
-        ok(out)
-    } else {
-        write_null(out, ctx.resp3());
-        Ok(Action::Continue)
-    }
-}
-
-fn cmd_del(ctx: &mut Ctx<'_>, args: &[Vec<u8>], out: &mut Vec<u8>) -> CommandResult {
-    let n = ctx.backend().del(&keys_of(&args[1..]))?;
-    write_count(out, n)
-}
-
-fn cmd_exists(ctx: &mut Ctx<'_>, args: &[Vec<u8>], out: &mut Vec<u8>) -> CommandResult {
-    let n = ctx.backend().exists(&keys_of(&args[1..]))?;
-    write_count(out, n)
-}
-
-fn cmd_mget(ctx: &mut Ctx<'_>, args: &[Vec<u8>], out: &mut Vec<u8>) -> CommandResult {
-    let values = ctx.backend().mget(&keys_of(&args[1..]))?;
-    write_array_header(out, values.len());
-    for v in &values {
-        write_optional(out, v.as_deref(), ctx.resp3());
-    }
-    Ok(Action::Continue)
-}
-
-fn pairs_of(args: &[Vec<u8>]) -> Vec<(&[u8], &[u8])> {
-    args.chunks_exact(2)
-        .map(|p| (p[0].as_slice(), p[1].as_slice()))
-        .collect()
-}
-
-fn cmd_mset(ctx: &mut Ctx<'_>, args: &[Vec<u8>], out: &mut Vec<u8>) -> CommandResult {
-    if args.len() % 2 == 0 {
-        return Err(CommandError::Arity("mset".into()));
-    }
-    ctx.backend().mset(&pairs_of(&args[1..]))?;
-    ok(out)
-}
-
-fn incr_reply(ctx: &mut Ctx<'_>, key: &[u8], delta: i64, out: &mut Vec<u8>) -> CommandResult {
-    let n = ctx.backend().incr_by(key, delta)?;
-    write_integer(out, n);
-    Ok(Action::Continue)
-}
-
-fn cmd_incr(ctx: &mut Ctx<'_>, args: &[Vec<u8>], out: &mut Vec<u8>) -> CommandResult {
-    incr_reply(ctx, &args[1], 1, out)
-}
-
-fn cmd_decr(ctx: &mut Ctx<'_>, args: &[Vec<u8>], out: &mut Vec<u8>) -> CommandResult {
-    incr_reply(ctx, &args[1], -1, out)
-}
-
-fn cmd_incrby(ctx: &mut Ctx<'_>, args: &[Vec<u8>], out: &mut Vec<u8>) -> CommandResult {
-    let delta = parse_int(&args[2])?;
-    incr_reply(ctx, &args[1], delta, out)
-}
-
-fn cmd_decrby(ctx: &mut Ctx<'_>, args: &[Vec<u8>], out: &mut Vec<u8>) -> CommandResult {
-    let delta = parse_int(&args[2])?;
-    let negated = delta
-        .checked_neg()
-        .ok_or_else(|| CommandError::Other("ERR decrement would overflow".into()))?;
-    incr_reply(ctx, &args[1], negated, out)
-}
-
-fn cmd_append(ctx: &mut Ctx<'_>, args: &[Vec<u8>], out: &mut Vec<u8>) -> CommandResult {
-    let n = ctx.backend().append(&args[1], &args[2])?;
-    write_count(out, n)
-}
-
-fn cmd_strlen(ctx: &mut Ctx<'_>, args: &[Vec<u8>], out: &mut Vec<u8>) -> CommandResult {
-    let n = ctx.backend().strlen(&args[1])?;
-    write_count(out, n)
-}
-
-// ---------------------------------------------------------------------------------------------
-// Hashes
-// ---------------------------------------------------------------------------------------------
-
-fn cmd_hset(ctx: &mut Ctx<'_>, args: &[Vec<u8>], out: &mut Vec<u8>) -> CommandResult {
-    if args.len() % 2 != 0 {
-        return Err(CommandError::Arity("hset".into()));
-    }
-    let n = ctx.backend().hset(&args[1], &pairs_of(&args[2..]))?;
-    write_count(out, n)
-}
-
-fn cmd_hmset(ctx: &mut Ctx<'_>, args: &[Vec<u8>], out: &mut Vec<u8>) -> CommandResult {
-    if args.len() % 2 != 0 {
-        return Err(CommandError::Arity("hmset".into()));
-    }
-    ctx.backend().hset(&args[1], &pairs_of(&args[2..]))?;
-    ok(out)
-}
-
-fn cmd_hget(ctx: &mut Ctx<'_>, args: &[Vec<u8>], out: &mut Vec<u8>) -> CommandResult {
-    let value = ctx.backend().hget(&args[1], &args[2])?;
-    write_optional(out, value.as_deref(), ctx.resp3());
-    Ok(Action::Continue)
-}
-
-fn cmd_hmget(ctx: &mut Ctx<'_>, args: &[Vec<u8>], out: &mut Vec<u8>) -> CommandResult {
-    let values = ctx.backend().hmget(&args[1], &keys_of(&args[2..]))?;
-    write_array_header(out, values.len());
-    for v in &values {
-        write_optional(out, v.as_deref(), ctx.resp3());
-    }
-    Ok(Action::Continue)
-}
-
-fn cmd_hgetall(ctx: &mut Ctx<'_>, args: &[Vec<u8>], out: &mut Vec<u8>) -> CommandResult {
-    let pairs = ctx.backend().hgetall(&args[1])?;
-    write_map_header(out, pairs.len(), ctx.resp3());
-    for (field, value) in &pairs {
-        write_bulk(out, field);
-        write_bulk(out, value);
-    }
-    Ok(Action::Continue)
-}
-
-fn cmd_hdel(ctx: &mut Ctx<'_>, args: &[Vec<u8>], out: &mut Vec<u8>) -> CommandResult {
-    let n = ctx.backend().hdel(&args[1], &keys_of(&args[2..]))?;
-    write_count(out, n)
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -2060,71 +1771,6 @@ mod tests {
 
     fn words(list: &[&str]) -> Vec<Vec<u8>> {
         list.iter().map(|s| s.as_bytes().to_vec()).collect()
-    }
-
-    #[test]
-    fn set_options_table() {
-        let now = 1_000_000;
-        let expire = |ms| SetOptions {
-            expire_at_ms: Some(ms),
-            ..SetOptions::default()
-        };
-        let cases: &[(&[&str], Result<SetOptions, CommandError>)] = &[
-            (&[], Ok(SetOptions::default())),
-            (&["EX", "10"], Ok(expire(now + 10_000))),
-            (&["px", "10"], Ok(expire(now + 10))),
-            (&["EXAT", "5"], Ok(expire(5000))),
-            (&["PXAT", "5"], Ok(expire(5))),
-            (
-                &["NX", "EX", "1"],
-                Ok(SetOptions {
-                    only_if_absent: true,
-                    ..expire(now + 1000)
-                }),
-            ),
-            (
-                &["xx"],
-                Ok(SetOptions {
-                    only_if_present: true,
-                    ..SetOptions::default()
-                }),
-            ),
-            (
-                &["nx", "nx"],
-                Ok(SetOptions {
-                    only_if_absent: true,
-                    ..SetOptions::default()
-                }),
-            ),
-            (&["NX", "XX"], Err(CommandError::Syntax)),
-            (&["EX", "1", "PX", "1"], Err(CommandError::Syntax)),
-            (&["EX", "1", "EX", "1"], Err(CommandError::Syntax)),
-            (&["EX"], Err(CommandError::Syntax)),
-            (&["foo"], Err(CommandError::Syntax)),
-            (&["EX", "x"], Err(CommandError::NotInteger)),
-            (&["EX", "1.5"], Err(CommandError::NotInteger)),
-            (&["EX", "0"], Err(CommandError::InvalidExpire("set"))),
-            (&["PX", "-5"], Err(CommandError::InvalidExpire("set"))),
-            (
-                &["EX", "9223372036854775807"],
-                Err(CommandError::InvalidExpire("set")),
-            ),
-            (
-                &["PX", "9223372036854775807"],
-                Err(CommandError::InvalidExpire("set")),
-            ),
-        ];
-        for (options, want) in cases {
-            assert_eq!(
-                &parse_set_options(&words(options), now),
-                want,
-                "{options:?}"
-            );
-        }
-        assert!(matches!(
-            parse_set_options(&words(&["KEEPTTL"]), now),
-            Err(CommandError::Other(_))
-        ));
     }
 
     #[test]

@@ -87,6 +87,36 @@ impl ReferenceBackend {
         self.save_calls.load(Ordering::SeqCst)
     }
 
+    /// Runs `f` in a transaction of the data model on `key` of database 0: WRONGTYPE unless
+    /// the key is absent or a sorted set.
+    fn on_zset<T: Default>(
+        &self,
+        key: &[u8],
+        write: bool,
+        f: impl FnOnce(&mut dyn model::Txn) -> model::ModelResult<T>,
+    ) -> BackendResult<T> {
+        use model::Keyspace as _;
+        let scope = [(0, key)];
+        let mut f = Some(f);
+        let mut out = Ok(T::default());
+        self.keyspace
+            .transact(model::Scope::Keys(&scope), write, &mut |t| {
+                match t.kind(0, key) {
+                    None | Some(model::Kind::ZSet) => {}
+                    Some(_) => {
+                        out = Err(BackendError::WrongType);
+                        return Ok(());
+                    }
+                }
+                if let Some(f) = f.take() {
+                    out = Ok(f(t)?);
+                }
+                Ok(())
+            })
+            .map_err(|e| BackendError::Failed(e.to_string()))?;
+        out
+    }
+
     /// Runs `f` on the live (unexpired) map.
     fn with<T>(&self, f: impl FnOnce(&mut HashMap<Bytes, Entry>) -> T) -> T {
         let mut map = self.map.lock().unwrap();
@@ -280,40 +310,42 @@ impl Backend for ReferenceBackend {
         })
     }
 
+    // The sorted-set methods the server still calls work on the data model (database 0), so
+    // that they see the keys the keyspace commands wrote and the other way round.
     fn zadd(&self, key: &[u8], members: &[(f64, &[u8])]) -> BackendResult<u64> {
         assert!(
             members.iter().all(|(s, _)| !s.is_nan()),
             "the server must reject NaN"
         );
-        self.with(|m| {
-            let entry = m.entry(key.to_vec()).or_insert(Entry {
-                value: Value::Zset(HashMap::new()),
-                expire_at_ms: None,
-            });
-            let Value::Zset(z) = &mut entry.value else {
-                return Err(BackendError::WrongType);
-            };
-            Ok(members
+        self.on_zset(key, true, |t| {
+            let added = members
                 .iter()
-                .filter(|(s, mbr)| z.insert(mbr.to_vec(), *s).is_none())
-                .count() as u64)
+                .map(|(_, m)| *m)
+                .filter(|m| t.zset_score(0, key, m).is_none())
+                .collect::<std::collections::HashSet<_>>()
+                .len() as u64;
+            let effect = model::Effect::ZAdd {
+                db: 0,
+                key: key.to_vec(),
+                members: members.iter().map(|(s, m)| (*s, m.to_vec())).collect(),
+            };
+            t.apply(vec![effect]).map(|()| added)
         })
     }
 
     fn zrem(&self, key: &[u8], members: &[&[u8]]) -> BackendResult<u64> {
-        self.with(|m| {
-            let (removed, empty) = match m.get_mut(key).map(|e| &mut e.value) {
-                None => return Ok(0),
-                Some(Value::Zset(z)) => (
-                    members.iter().filter(|mb| z.remove(**mb).is_some()).count(),
-                    z.is_empty(),
-                ),
-                Some(_) => return Err(BackendError::WrongType),
+        self.on_zset(key, true, |t| {
+            let removed = members
+                .iter()
+                .filter(|m| t.zset_score(0, key, m).is_some())
+                .collect::<std::collections::HashSet<_>>()
+                .len() as u64;
+            let effect = model::Effect::ZRem {
+                db: 0,
+                key: key.to_vec(),
+                members: members.iter().map(|m| m.to_vec()).collect(),
             };
-            if empty {
-                m.remove(key);
-            }
-            Ok(removed as u64)
+            t.apply(vec![effect]).map(|()| removed)
         })
     }
 
@@ -325,12 +357,8 @@ impl Backend for ReferenceBackend {
         offset: usize,
         count: Option<usize>,
     ) -> BackendResult<Vec<(Bytes, f64)>> {
-        self.with(|m| {
-            let z = match m.get(key).map(|e| &e.value) {
-                None => return Ok(vec![]),
-                Some(Value::Zset(z)) => z,
-                Some(_) => return Err(BackendError::WrongType),
-            };
+        self.on_zset(key, false, |t| {
+            let all = t.zset_range(0, key, 0, u64::MAX);
             let above = |s: f64| {
                 if min.exclusive {
                     s > min.score
@@ -345,14 +373,9 @@ impl Backend for ReferenceBackend {
                     s <= max.score
                 }
             };
-            let mut hits: Vec<(Bytes, f64)> = z
-                .iter()
-                .filter(|(_, s)| above(**s) && below(**s))
-                .map(|(k, s)| (k.clone(), *s))
-                .collect();
-            hits.sort_by(|a, b| a.1.total_cmp(&b.1).then_with(|| a.0.cmp(&b.0)));
-            Ok(hits
+            Ok(all
                 .into_iter()
+                .filter(|(_, s)| above(*s) && below(*s))
                 .skip(offset)
                 .take(count.unwrap_or(usize::MAX))
                 .collect())
@@ -406,12 +429,19 @@ impl Backend for ReferenceBackend {
     }
 
     fn info(&self) -> Vec<InfoSection> {
-        let (keys, expires) = self.with(|m| {
-            (
-                m.len(),
-                m.values().filter(|e| e.expire_at_ms.is_some()).count(),
-            )
-        });
+        let (keys, expires) = {
+            use model::Keyspace as _;
+            let (mut keys, mut expires, mut cursor) = (0, 0, 0);
+            loop {
+                let (next, batch) = self.keyspace.scan(0, cursor, 1000).expect("scan");
+                keys += batch.len();
+                expires += batch.iter().filter(|k| k.expire_at_ms != 0).count();
+                if next == 0 {
+                    break (keys, expires);
+                }
+                cursor = next;
+            }
+        };
         let mut sections = vec![
             (
                 "Persistence".to_string(),
@@ -660,4 +690,52 @@ pub const COMMANDS: &[&str] = &[
     "info",
     "save",
     "shutdown",
+    // The keys, strings and hashes families.
+    "copy",
+    "expire",
+    "expireat",
+    "expiretime",
+    "flushdb",
+    "keys",
+    "move",
+    "object",
+    "persist",
+    "pexpire",
+    "pexpireat",
+    "pexpiretime",
+    "pttl",
+    "randomkey",
+    "rename",
+    "renamenx",
+    "swapdb",
+    "touch",
+    "ttl",
+    "unlink",
+    "bitcount",
+    "bitop",
+    "bitpos",
+    "getbit",
+    "getdel",
+    "getex",
+    "getrange",
+    "getset",
+    "incrbyfloat",
+    "lcs",
+    "msetnx",
+    "psetex",
+    "setbit",
+    "setex",
+    "setnx",
+    "setrange",
+    "substr",
+    "hexists",
+    "hincrby",
+    "hincrbyfloat",
+    "hkeys",
+    "hlen",
+    "hrandfield",
+    "hscan",
+    "hsetnx",
+    "hstrlen",
+    "hvals",
 ];
