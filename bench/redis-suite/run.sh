@@ -41,6 +41,8 @@ Options:
                            runtest aborts every file before its first test.
   --singledb               pass runtest's own --singledb: no SELECT 9 before each test group
                            (tests tagged singledb:skip are then skipped); the report says so
+  --report-only            run nothing: write the reports (and --update-doc) from the runs
+                           recorded in OUT/runs.tsv
   -h, --help               this text
 
 Tests tagged ${DENY_TAGS//$'\n'/ } are skipped by runtest's
@@ -65,6 +67,7 @@ JSON=0
 UPDATE_DOC=""
 LENIENT=0
 SINGLEDB=0
+REPORT_ONLY=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --kavach) SIDES="kavach" ;;
@@ -77,6 +80,7 @@ while [ $# -gt 0 ]; do
     --update-doc) shift; UPDATE_DOC="${1:?--update-doc needs a file}" ;;
     --lenient-setup) LENIENT=1 ;;
     --singledb) SINGLEDB=1 ;;
+    --report-only) REPORT_ONLY=1 ;;
     -h|--help) usage; exit 0 ;;
     *) usage >&2; die "unknown option: $1" ;;
   esac
@@ -154,6 +158,19 @@ EOF
   (cd "$CACHE" && apt-get source -q "redis=$version" >&2) || die "apt-get source redis failed"
   [ -x "$SUITE/runtest" ] || die "the source package did not unpack into $SUITE"
 }
+
+summarize() {
+  python3 "$HERE/summarize.py" --runs "$OUT/runs.tsv" --out "$OUT" \
+    --deny-tags "$(echo $DENY_TAGS)" --timeout "$TIMEOUT" \
+    ${UPDATE_DOC:+--update-doc "$UPDATE_DOC"}
+  if [ "$JSON" = 1 ]; then cat "$OUT/report.json"; else cat "$OUT/report.md"; fi
+}
+if [ "$REPORT_ONLY" = 1 ]; then
+  [ -f "$OUT/runs.tsv" ] || die "no runs recorded in $OUT/runs.tsv"
+  TIMEOUT="$(cat "$OUT/timeout" 2>/dev/null || echo "$TIMEOUT")"
+  summarize
+  exit 0
+fi
 
 fetch_suite
 command -v tclsh >/dev/null || { log "installing tcl"; apt-get install -y -q tcl >&2; } \
@@ -258,6 +275,7 @@ fi
 # `--kavach` after `--redis` still reports both side by side.
 RUNS="$OUT/runs.tsv"
 touch "$RUNS"
+echo "$TIMEOUT" > "$OUT/timeout"
 for side in $SIDES; do
   for unit in $UNITS; do
     name="${unit//\//_}"
@@ -286,7 +304,4 @@ for side in $SIDES; do
   done
 done
 
-python3 "$HERE/summarize.py" --runs "$RUNS" --out "$OUT" \
-  --deny-tags "$(echo $DENY_TAGS)" --timeout "$TIMEOUT" \
-  ${UPDATE_DOC:+--update-doc "$UPDATE_DOC"}
-if [ "$JSON" = 1 ]; then cat "$OUT/report.json"; else cat "$OUT/report.md"; fi
+summarize

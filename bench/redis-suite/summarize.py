@@ -22,9 +22,24 @@ TAG_REASON = re.compile(
     r"|large memory flag not provided)$"
 )
 TEST_TAG_REASON = re.compile(r"^(.*): (" + TAG_REASON.pattern[2:-2] + r")$")
+IN_FILE = re.compile(r"^(.*) in tests/\S+\.tcl$")
+GROUP_ERROR = "(a test group's setup or code, outside any test: the rest of the group did not run)"
+# A failure that comes from Redis internals its tags do not mark: OBJECT or DEBUG refused, or
+# an encoding assertion (assert_encoding: "Expected 'listpack' to match ...").
+INTERNALS = re.compile(
+    r"unknown command '(object|debug)'|^ERR DEBUG|"
+    r"^Expected '\*?(listpack|ziplist|intset|quicklist|hashtable|skiplist|embstr|int|raw)\*?' "
+    r"to (equal or )?match",
+    re.IGNORECASE,
+)
 SIDES = ("kavach", "redis")
 SIDE_NAMES = {"kavach": "Kavach", "redis": "Redis 7"}
-BEGIN, END = "<!-- redis-suite:begin -->", "<!-- redis-suite:end -->"
+def markers(modes):
+    """The section of the document a report goes to: plain runs to `redis-suite`, runs with
+    options that change the suite to `redis-suite-<options>`."""
+    used = sorted({m for ms in modes.values() for m in ms if m != "strict"})
+    tag = "redis-suite" if not used else "redis-suite-" + "-".join(used).replace("+", "-")
+    return f"<!-- {tag}:begin -->", f"<!-- {tag}:end -->"
 ERROR_CHARS_MAX = 300
 
 
@@ -38,6 +53,8 @@ def error_line(details):
     first = lines[0]
     if len(lines) > 1 and lines[1].endswith(first) and len(lines[1]) > len(first):
         first = lines[1]
+    # Assertions append where they were made; the test name already says that.
+    first = re.sub(r" \(context: .*$", "", first)
     return first[:ERROR_CHARS_MAX]
 
 
@@ -71,8 +88,13 @@ def parse_log(path):
             ok = OK.match(data)
             passed.append(ok.group(1) if ok else data)
         elif status == "err":
-            name = re.sub(r" in tests/\S+\.tcl$", "", data)
-            failures.append({"test": name, "error": error_line(details)})
+            m = IN_FILE.match(data)
+            if m:
+                failures.append({"test": m.group(1), "error": error_line(details)})
+            else:
+                # An error in a test group's own code (outside any test): runtest's --durable
+                # counts it as a failure and skips the rest of the group.
+                failures.append({"test": GROUP_ERROR, "error": error_line([data] + details)})
         elif status in ("skip", "ignore"):
             if TAG_REASON.match(data):
                 skipped.append({"test": None, "reason": data})
@@ -113,7 +135,10 @@ def outcome(run):
         "passed": len(passed),
         "failed": len(failures),
         "skipped": len(skipped),
-        "failures": failures,
+        "failures": [
+            dict(f, internals=bool(INTERNALS.search(f["error"])))
+            for f in failures
+        ],
         "skipped_tests": skipped,
         "exception": exception,
         "log": run["log"],
@@ -163,7 +188,8 @@ def markdown(report):
     if modes:
         w("")
         w("Not the plain suite: " + "; ".join(
-            f"{SIDE_NAMES[s]} ran with {', '.join('`--' + x + '`' for x in m)}"
+            f"{SIDE_NAMES[s]} ran with "
+            + ", ".join("`" + " ".join("--" + o for o in x.split("+")) + "`" for x in m)
             for s, m in modes.items())
           + " (`--lenient-setup`: an error from `FUNCTION FLUSH` in runtest's setup ignored; "
           "`--singledb`: runtest's option, no `SELECT 9`, tests tagged singledb:skip skipped).")
@@ -202,9 +228,15 @@ def markdown(report):
             w("")
             w(f"**{f['unit']}** ({o['result']}, {o['failed']} failed)")
             w("")
-            for x in o["failures"]:
-                err = x["error"].replace("|", "\\|").replace("`", "'")
-                w(f"- {x['test']}: `{err}`")
+            for internals in (False, True):
+                shown = [x for x in o["failures"] if x["internals"] == internals]
+                if internals and shown:
+                    w("")
+                    w("Of which tests of Redis internals (encodings, OBJECT, DEBUG), not tagged:")
+                    w("")
+                for x in shown:
+                    err = x["error"].replace("|", "\\|").replace("`", "'")
+                    w(f"- {x['test']}: `{err}`")
             if o["exception"]:
                 first = o["exception"].splitlines()[0].replace("`", "'")
                 w(f"- the file stopped here: `{first[:ERROR_CHARS_MAX]}`")
@@ -227,13 +259,14 @@ def markdown(report):
     return "\n".join(out) + "\n"
 
 
-def update_doc(path, text):
+def update_doc(path, text, modes):
+    begin, end_marker = markers(modes)
     with open(path, encoding="utf-8") as f:
         doc = f.read()
-    start, end = doc.find(BEGIN), doc.find(END)
+    start, end = doc.find(begin), doc.find(end_marker)
     if start < 0 or end < start:
-        sys.exit(f"summarize.py: {path} has no {BEGIN} ... {END} section")
-    doc = doc[:start + len(BEGIN)] + "\n" + text + doc[end:]
+        sys.exit(f"summarize.py: {path} has no {begin} ... {end_marker} section")
+    doc = doc[:start + len(begin)] + "\n" + text + doc[end:]
     with open(path, "w", encoding="utf-8") as f:
         f.write(doc)
 
@@ -278,7 +311,7 @@ def main():
         json.dump(report, f, indent=1)
         f.write("\n")
     if a.update_doc:
-        update_doc(a.update_doc, text)
+        update_doc(a.update_doc, text, report["modes"])
 
 
 if __name__ == "__main__":
