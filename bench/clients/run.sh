@@ -32,6 +32,9 @@ target/clients/report-<server>.md and .json. Exits 1 if anything failed.
 
 Options:
   --timeout S   seconds one client's program may take (default 300)
+  --update-doc FILE
+                replace the section between <!-- clients-<server>:begin --> and
+                <!-- clients-<server>:end --> of FILE (e.g. docs/server.md) with the table
   -h, --help    this text
 EOF
 }
@@ -43,6 +46,7 @@ SIDE=kavach
 CLIENTS="$ALL_CLIENTS"
 PORT=""
 TIMEOUT=300
+UPDATE_DOC=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --kavach) SIDE=kavach ;;
@@ -50,6 +54,7 @@ while [ $# -gt 0 ]; do
     --port) shift; PORT="${1:?--port needs a number}" ;;
     --clients) shift; CLIENTS="${1:?--clients needs a list}" ;;
     --timeout) shift; TIMEOUT="${1:?--timeout needs seconds}" ;;
+    --update-doc) shift; UPDATE_DOC="${1:?--update-doc needs a file}" ;;
     -h|--help) usage; exit 0 ;;
     *) usage >&2; die "unknown option: $1" ;;
   esac
@@ -119,9 +124,9 @@ for c in $CLIENTS; do
   [ "$code" = 124 ] && log "$c: killed after ${TIMEOUT}s"
 done
 
-python3 - "$OUT" "$SIDE" "$CLIENTS" "${FAMILIES[@]}" <<'PY'
-import json, sys
-out, side, clients, families = sys.argv[1], sys.argv[2], sys.argv[3].split(), sys.argv[4:]
+python3 - "$OUT" "$SIDE" "$CLIENTS" "$UPDATE_DOC" "${FAMILIES[@]}" <<'PY'
+import datetime, json, sys
+out, side, clients, doc, families = sys.argv[1], sys.argv[2], sys.argv[3].split(), sys.argv[4], sys.argv[5:]
 names = {"python": "redis-py", "java": "Jedis", "node": "node-redis"}
 results, versions, reasons, failed = {}, {}, [], False
 for c in clients:
@@ -148,7 +153,8 @@ for c in clients:
             reasons.append((names[c], f"{f}: {why}"))
     failed |= any(v == "FAIL" for v in got.values()) or code != 0
     results[c] = got
-lines = [f"Client smoke programs against {side} (bench/clients/run.sh)", ""]
+when = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+lines = [f"Client smoke programs against {side} (`bench/clients/run.sh`, {when}):", ""]
 lines += [f"- {names[c]}: {versions.get(c, 'version unknown')}" for c in clients]
 lines += ["", "| family | " + " | ".join(names[c] for c in clients) + " |",
           "|---|" + "---|" * len(clients)]
@@ -165,5 +171,12 @@ json.dump({"server": side, "versions": versions, "results": results,
            "failures": [{"client": c, "failure": r} for c, r in reasons]},
           open(f"{out}/report-{side}.json", "w"), indent=1)
 print(text, end="")
+if doc:
+    begin, end = f"<!-- clients-{side}:begin -->", f"<!-- clients-{side}:end -->"
+    body = open(doc, encoding="utf-8").read()
+    i, j = body.find(begin), body.find(end)
+    if i < 0 or j < i:
+        sys.exit(f"{doc} has no {begin} ... {end} section")
+    open(doc, "w", encoding="utf-8").write(body[:i + len(begin)] + "\n" + text + body[j:])
 sys.exit(1 if failed else 0)
 PY

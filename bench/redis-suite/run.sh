@@ -241,6 +241,9 @@ kavach_binary() {
     fi
   fi
   [ -x "$KAVACH" ] || die "no kavach binary at $KAVACH"
+  # Which Kavach the report is about.
+  printf '%s (work tree at %s)\n' "${KAVACH#"$ROOT"/}" \
+    "$(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)" > "$OUT/kavach-binary"
 }
 
 start_server() { # start_server SIDE LOG: sets SERVER_PID and SERVER_PORT

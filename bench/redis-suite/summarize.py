@@ -184,6 +184,9 @@ def markdown(report):
       f"{' '.join('`--tags -' + t + '`' for t in report['deny_tags'])}; "
       f"a fresh server per file, {report['timeout_s']} s per file. "
       f"Made by `bench/redis-suite/run.sh` on {report['date']}.")
+    if report.get("kavach_binary"):
+        w("")
+        w(f"Kavach: `{report['kavach_binary']}`.")
     modes = {s: m for s, m in report["modes"].items() if m and m != ["strict"]}
     if modes:
         w("")
@@ -271,6 +274,14 @@ def update_doc(path, text, modes):
         f.write(doc)
 
 
+def read_text(path):
+    try:
+        with open(path, encoding="utf-8") as f:
+            return f.read().strip()
+    except OSError:
+        return ""
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--runs", required=True)
@@ -301,6 +312,7 @@ def main():
         "modes": {
             side: sorted({runs[k]["mode"] for k in runs if k[0] == side}) for side in SIDES
         },
+        "kavach_binary": read_text(os.path.join(a.out, "kavach-binary")),
         "files": files,
         "totals": totals,
     }
