@@ -68,7 +68,12 @@ OUT="$ROOT/target/clients"
 mkdir -p "$OUT"
 TMP="$(mktemp -d "${TMPDIR:-/tmp}/kavach-clients.XXXXXX")"
 SERVER_PID=""
+CLIENT_PID=""
 cleanup() {
+  if [ -n "$CLIENT_PID" ]; then
+    kill -TERM "$CLIENT_PID" 2>/dev/null || true
+    wait "$CLIENT_PID" 2>/dev/null || true
+  fi
   if [ -n "$SERVER_PID" ]; then
     kill "$SERVER_PID" 2>/dev/null || true
     for _ in $(seq 50); do kill -0 "$SERVER_PID" 2>/dev/null || break; sleep 0.1; done
@@ -117,8 +122,12 @@ fi
 for c in $CLIENTS; do
   log "$c against $SIDE on port $PORT"
   set +e
-  timeout -k 10 "$TIMEOUT" "$HERE/$c/run.sh" 127.0.0.1 "$PORT" >"$OUT/$c-$SIDE.out" 2>"$OUT/$c-$SIDE.err"
+  # In the background, so that a signal to this script stops it at once (see cleanup).
+  timeout -k 10 "$TIMEOUT" "$HERE/$c/run.sh" 127.0.0.1 "$PORT" >"$OUT/$c-$SIDE.out" 2>"$OUT/$c-$SIDE.err" &
+  CLIENT_PID=$!
+  wait "$CLIENT_PID"
   code=$?
+  CLIENT_PID=""
   set -e
   echo "$code" > "$OUT/$c-$SIDE.code"
   [ "$code" = 124 ] && log "$c: killed after ${TIMEOUT}s"

@@ -205,7 +205,17 @@ stop_server() {
   [ -n "$SERVER_DIR" ] && rm -rf "$SERVER_DIR"
   SERVER_DIR=""
 }
+RUNTEST_PID=""
+stop_runtest() {
+  # timeout passes the signal on to runtest's process group.
+  if [ -n "$RUNTEST_PID" ]; then
+    kill -TERM "$RUNTEST_PID" 2>/dev/null || true
+    wait "$RUNTEST_PID" 2>/dev/null || true
+    RUNTEST_PID=""
+  fi
+}
 cleanup() {
+  stop_runtest
   stop_server
   rm -rf "$TMP"
 }
@@ -288,12 +298,17 @@ for side in $SIDES; do
     start_server "$side" "$server_log"
     log "$side: $unit (port $SERVER_PORT, timeout ${TIMEOUT}s)"
     started=$(date +%s)
-    # timeout kills runtest's whole process group: the test client it forks goes with it.
+    # timeout kills runtest's whole process group: the test client it forks goes with it. It
+    # runs in the background so that a signal to this script is handled at once (cleanup
+    # stops it, see stop_runtest).
     set +e
-    (cd "$RUN_SUITE" && timeout -k 10 "$TIMEOUT" ./runtest --host 127.0.0.1 --port "$SERVER_PORT" \
-        --single "$unit" --durable --clients 1 --timeout "$TIMEOUT" "${TAG_ARGS[@]}" \
-        </dev/null >"$test_log" 2>&1)
+    (cd "$RUN_SUITE" && exec timeout -k 10 "$TIMEOUT" ./runtest --host 127.0.0.1 \
+        --port "$SERVER_PORT" --single "$unit" --durable --clients 1 --timeout "$TIMEOUT" \
+        "${TAG_ARGS[@]}" </dev/null >"$test_log" 2>&1) &
+    RUNTEST_PID=$!
+    wait "$RUNTEST_PID"
     code=$?
+    RUNTEST_PID=""
     set -e
     seconds=$(( $(date +%s) - started ))
     alive=1
