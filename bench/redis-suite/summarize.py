@@ -61,6 +61,7 @@ def error_line(details):
 def parse_log(path):
     """Per-test outcomes of one runtest log, in order."""
     passed, failures, skipped, exception, done, timeout = [], [], [], None, False, False
+    last = None  # the last test that reported, for a file that was killed
     try:
         with open(path, encoding="utf-8", errors="replace") as f:
             lines = [ANSI.sub("", line.rstrip("\n")) for line in f]
@@ -87,10 +88,12 @@ def parse_log(path):
         if status == "ok":
             ok = OK.match(data)
             passed.append(ok.group(1) if ok else data)
+            last = passed[-1]
         elif status == "err":
             m = IN_FILE.match(data)
             if m:
                 failures.append({"test": m.group(1), "error": error_line(details)})
+                last = m.group(1)
             else:
                 # An error in a test group's own code (outside any test): runtest's --durable
                 # counts it as a failure and skips the rest of the group.
@@ -108,11 +111,11 @@ def parse_log(path):
             timeout = True
         elif status.endswith("done"):
             done = True
-    return passed, failures, skipped, exception, done, timeout
+    return passed, failures, skipped, exception, done, timeout, last
 
 
 def outcome(run):
-    passed, failures, skipped, exception, done, timeout = parse_log(run["log"])
+    passed, failures, skipped, exception, done, timeout, last = parse_log(run["log"])
     code = run["exit"]
     if code in (124, 137) or timeout:
         result = "timeout"
@@ -141,6 +144,7 @@ def outcome(run):
         ],
         "skipped_tests": skipped,
         "exception": exception,
+        "last_test": last,
         "log": run["log"],
     }
 
@@ -194,7 +198,8 @@ def markdown(report):
             f"{SIDE_NAMES[s]} ran with "
             + ", ".join("`" + " ".join("--" + o for o in x.split("+")) + "`" for x in m)
             for s, m in modes.items())
-          + " (`--lenient-setup`: an error from `FUNCTION FLUSH` in runtest's setup ignored; "
+          + " (`--lenient-setup`: errors from `FUNCTION FLUSH` and from `CONFIG GET/SET` of a test "
+          "group's settings in runtest's setup ignored; "
           "`--singledb`: runtest's option, no `SELECT 9`, tests tagged singledb:skip skipped).")
     w("")
     w("| test file | Kavach passed | failed | skipped | result "
@@ -244,8 +249,9 @@ def markdown(report):
                 first = o["exception"].splitlines()[0].replace("`", "'")
                 w(f"- the file stopped here: `{first[:ERROR_CHARS_MAX]}`")
             elif o["result"].startswith("timeout"):
-                w(f"- the file was killed after {report['timeout_s']} s "
-                  f"(a test waited for a reply that did not come)")
+                after = f" in the test after \"{o['last_test']}\"" if o["last_test"] else ""
+                w(f"- the file was killed after {report['timeout_s']} s{after} "
+                  f"(it waited for something that did not come)")
     w("")
     w("### Skipped by tag (tests of Redis internals or of a server of the suite's own)")
     w("")
