@@ -2,9 +2,10 @@
 (redis-py 5+ opens with HELLO 3, so RESP3). Usage: smoke.py HOST PORT
 
 Prints `PASS <family>` or `FAIL <family>: <why>` per family and exits 1 if any failed. Each
-family uses its own keys (prefix `smoke:py:<family>:`) and cleans them first; nothing waits
-longer than a few seconds for a reply, so a missing command fails instead of hanging."""
+family uses its own keys (prefix `smoke:py:<family>:`) and cleans them first; an alarm bounds
+each family, so a reply that never comes fails instead of hanging."""
 
+import signal
 import sys
 import threading
 import time
@@ -13,10 +14,20 @@ import redis
 
 HOST, PORT = sys.argv[1], int(sys.argv[2])
 TIMEOUT_S = 10
+FAMILY_TIMEOUT_S = 30
+
+
+class NoReply(Exception):
+    """A family took longer than FAMILY_TIMEOUT_S: a reply that never came."""
+
+
+def on_alarm(_signum, _frame):
+    raise NoReply(f"no result in {FAMILY_TIMEOUT_S} s (a reply that never came?)")
 
 
 def client():
-    return redis.Redis(host=HOST, port=PORT, socket_timeout=TIMEOUT_S)
+    """A client with redis-py's defaults (no socket timeout: the alarm bounds every wait)."""
+    return redis.Redis(host=HOST, port=PORT)
 
 
 def eq(got, want, what):
@@ -236,17 +247,25 @@ FAMILIES = [
 def main():
     failed = 0
     try:
+        signal.signal(signal.SIGALRM, on_alarm)
+        signal.alarm(FAMILY_TIMEOUT_S)
         r = client()
         r.ping()
+        signal.alarm(0)
         proto = r.connection_pool.get_connection().protocol
         print(f"# redis-py {redis.__version__}, protocol {proto}")
     except Exception as e:  # noqa: BLE001 - the report names whatever went wrong
         for name, _ in FAMILIES:
             print(f"FAIL {name}: cannot connect: {type(e).__name__}: {e}")
         return 1
+    signal.signal(signal.SIGALRM, on_alarm)
     for name, check in FAMILIES:
         try:
-            check(r, f"smoke:py:{name}:")
+            signal.alarm(FAMILY_TIMEOUT_S)
+            try:
+                check(r, f"smoke:py:{name}:")
+            finally:
+                signal.alarm(0)
             print(f"PASS {name}")
         except Exception as e:  # noqa: BLE001
             failed += 1
