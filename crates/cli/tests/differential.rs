@@ -43,7 +43,8 @@
 //! The default seeds are fixed. On a difference the test prints its seed; replay it with
 //! `KAVACH_DIFF_SEED=<seed> cargo test -p kavach --test differential`. To explore, run
 //! `KAVACH_DIFF_SEEDS=<how many> KAVACH_DIFF_STEPS=<commands per sequence>`: the extra seeds
-//! start from a random base that is printed.
+//! start from a random base that is printed. `KAVACH_DIFF_FAMILIES=strings,lists` runs those
+//! families instead of [`ENABLED`] (to try a family before enabling it).
 
 mod common;
 
@@ -1706,13 +1707,19 @@ fn kavach_replies_like_redis_7_to_random_sequences() {
     std::fs::create_dir_all(&redis_dir).unwrap();
     let (_redis, redis_port) = start_redis(Path::new(&redis_dir));
     let (_kavach, kavach_port) = start_kavach(&scratch.path("store"));
+    // KAVACH_DIFF_FAMILIES=strings,lists tries families before they are in ENABLED.
+    let chosen = std::env::var("KAVACH_DIFF_FAMILIES").ok();
+    let families: Vec<&str> = match &chosen {
+        Some(list) => list.split(',').map(str::trim).collect(),
+        None => ENABLED.to_vec(),
+    };
     let clock = clock();
     for seed in seeds(SEEDS) {
         for resp3 in [false, true] {
             run_sequence(&Run {
                 labels: ("redis", "kavach"),
                 ports: (redis_port, kavach_port),
-                families: ENABLED,
+                families: &families,
                 seed,
                 steps: steps(),
                 resp3,
