@@ -8,8 +8,14 @@
 //! Unlike Redis's recursive matcher, this one is iterative with a single backtrack point (the
 //! last `*`), so it runs in O(pattern x subject) time whatever the pattern.
 
+/// Redis's matcher recurses once per `*` and gives up (no match) past this depth.
+const STAR_NESTING_MAX: usize = 1000;
+
 /// Whether `subject` matches `pattern` (case-sensitive, byte-wise).
 pub fn glob_match(pattern: &[u8], subject: &[u8]) -> bool {
+    if too_many_stars(pattern) {
+        return false;
+    }
     let (mut p, mut s) = (0usize, 0usize);
     // After a `*`: the pattern position following it and the subject position it resumes at.
     let mut star: Option<(usize, usize)> = None;
@@ -46,6 +52,28 @@ pub fn glob_match(pattern: &[u8], subject: &[u8]) -> bool {
         p += 1;
     }
     p == pattern.len()
+}
+
+/// Whether the pattern has more than [`STAR_NESTING_MAX`] runs of `*` before its last element:
+/// Redis then never matches (a match must pass every run with bytes left, one recursion each),
+/// and neither does this matcher, so that KEYS, SCAN and CONFIG GET answer alike.
+fn too_many_stars(pattern: &[u8]) -> bool {
+    let mut runs = 0;
+    let mut p = 0;
+    while p < pattern.len() {
+        if pattern[p] == b'*' {
+            while p < pattern.len() && pattern[p] == b'*' {
+                p += 1;
+            }
+            runs += 1;
+            if runs > STAR_NESTING_MAX && p < pattern.len() {
+                return true;
+            }
+        } else {
+            p = match_single(pattern, p, 0).1;
+        }
+    }
+    false
 }
 
 /// Matches the single-byte pattern element at `p` (anything but `*`) against `c`. Returns
@@ -158,6 +186,29 @@ mod tests {
                 "pattern {pattern:?} subject {subject:?}"
             );
         }
+    }
+
+    #[test]
+    fn too_many_star_runs_never_match_as_in_redis() {
+        let subject = "a".repeat(50_000);
+        assert!(!glob_match(
+            "*?".repeat(50_000).as_bytes(),
+            subject.as_bytes()
+        ));
+        // 1000 runs before the last element still match; 1001 do not.
+        let near = "*a".repeat(1000);
+        assert!(glob_match(near.as_bytes(), subject.as_bytes()));
+        let over = "*a".repeat(1001);
+        assert!(!glob_match(over.as_bytes(), subject.as_bytes()));
+        // A final run costs no recursion, and escaped or bracketed stars are no runs.
+        assert!(glob_match((near + "*").as_bytes(), subject.as_bytes()));
+        let escaped = "\\*a".repeat(1001);
+        assert!(glob_match(escaped.as_bytes(), "*a".repeat(1001).as_bytes()));
+        let bracketed = "[*]a".repeat(1001);
+        assert!(glob_match(
+            bracketed.as_bytes(),
+            "*a".repeat(1001).as_bytes()
+        ));
     }
 
     #[test]

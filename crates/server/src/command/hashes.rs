@@ -1,5 +1,6 @@
 //! The hashes commands.
 
+use std::collections::HashSet;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::keys::{parse_cursor, parse_scan_options, wrongtype};
@@ -79,11 +80,11 @@ fn hset(ctx: &mut Ctx<'_>, args: &[Vec<u8>], name: &str) -> Result<u64, CommandE
     let key = &args[1];
     ctx.write(&[key], |t| {
         check_hash(t, db, key)?;
-        let mut new: Vec<&[u8]> = Vec::new();
+        let mut new: HashSet<&[u8]> = HashSet::new();
         for pair in args[2..].chunks_exact(2) {
             let field = pair[0].as_slice();
-            if t.hash_get(db, key, field).is_none() && !new.contains(&field) {
-                new.push(field);
+            if t.hash_get(db, key, field).is_none() {
+                new.insert(field);
             }
         }
         let pairs = args[2..]
@@ -134,9 +135,10 @@ fn cmd_hdel(ctx: &mut Ctx<'_>, args: &[Vec<u8>], out: &mut Vec<u8>) -> CommandRe
         if !check_hash(t, db, key)? {
             return Ok(0);
         }
+        let mut seen: HashSet<&[u8]> = HashSet::new();
         let mut gone: Vec<&[u8]> = Vec::new();
         for field in &args[2..] {
-            if t.hash_get(db, key, field).is_some() && !gone.contains(&field.as_slice()) {
+            if t.hash_get(db, key, field).is_some() && seen.insert(field) {
                 gone.push(field);
             }
         }

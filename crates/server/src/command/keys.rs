@@ -1,6 +1,8 @@
 //! The keys commands: the ones that work on a key whatever its kind (existence, expiry,
 //! renaming, copying, moving between databases, scanning, flushing).
 
+use std::collections::HashSet;
+
 use super::{
     Action, CommandError, CommandResult, Ctx, READ, READ_FAST, SCAN_COUNT_DEFAULT, SCAN_COUNT_MAX,
     Spec, WRITE_NO_OOM, WRITE_SLOW, is, ok, parse_int, quote, sub_arity,
@@ -70,10 +72,9 @@ fn delete_keys(ctx: &mut Ctx<'_>, args: &[Vec<u8>], out: &mut Vec<u8>) -> Comman
     let keys = arg_keys(&args[1..]);
     let n = ctx.write(&keys, |t| {
         let mut effects = Vec::new();
-        let mut gone: Vec<&[u8]> = Vec::new();
+        let mut gone: HashSet<&[u8]> = HashSet::new();
         for &key in &keys {
-            if t.kind(db, key).is_some() && !gone.contains(&key) {
-                gone.push(key);
+            if t.kind(db, key).is_some() && gone.insert(key) {
                 effects.push(Effect::Del {
                     db,
                     key: key.to_vec(),
