@@ -226,6 +226,13 @@ impl Ctx<'_> {
         self.rng.pick(&["1000", "5000", "100000"]).to_string()
     }
 
+    /// An absolute expiry in seconds, far in the future. SET takes only these: Redis 7.0 stores
+    /// a SET whose deadline has passed and counts it in DBSIZE until its active expiry cycle
+    /// removes it, so the count would depend on timing.
+    fn unix_s_future(&mut self) -> String {
+        (self.clock.far_s + self.rng.int(0, 1000)).to_string()
+    }
+
     /// An absolute expiry in seconds: far in the future, or in the past (deletes at once).
     fn unix_s(&mut self) -> String {
         if self.rng.chance(15) {
@@ -305,8 +312,8 @@ fn s_set_full(c: &mut Ctx) -> Cmd {
             3 => v.push("KEEPTTL".into()),
             4 => v.extend(["EX".to_string(), c.seconds()]),
             5 => v.extend(["PX".to_string(), format!("{}000", c.seconds())]),
-            6 => v.extend(["EXAT".to_string(), c.unix_s()]),
-            _ => v.extend(["PXAT".to_string(), format!("{}000", c.unix_s())]),
+            6 => v.extend(["EXAT".to_string(), c.unix_s_future()]),
+            _ => v.extend(["PXAT".to_string(), format!("{}000", c.unix_s_future())]),
         }
     }
     v
