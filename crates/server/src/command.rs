@@ -165,11 +165,21 @@ pub(crate) struct Session {
     pub(crate) db: Db,
     /// What other connections see of this one.
     pub(crate) handle: Arc<ClientHandle>,
+    /// Where other connections leave messages for this one (pub/sub, wake-ups).
+    pub(crate) mailbox: Arc<crate::notify::Mailbox>,
+    /// The commands queued since MULTI (`None`: not in a transaction).
+    pub(crate) multi: Option<multi::Queue>,
+    /// The keys WATCH follows, with their versions.
+    pub(crate) watched: Vec<crate::notify::Watched>,
+    /// SUBSCRIBE's channels.
+    pub(crate) channels: std::collections::BTreeSet<Vec<u8>>,
+    /// PSUBSCRIBE's patterns.
+    pub(crate) patterns: std::collections::BTreeSet<Vec<u8>>,
 }
 
 impl Session {
     /// A session for a new connection, registered under `handle`.
-    pub(crate) fn new(handle: Arc<ClientHandle>) -> Self {
+    pub(crate) fn new(handle: Arc<ClientHandle>, mailbox: Arc<crate::notify::Mailbox>) -> Self {
         Session {
             id: handle.id,
             name: None,
@@ -178,7 +188,23 @@ impl Session {
             resp3: false,
             db: 0,
             handle,
+            mailbox,
+            multi: None,
+            watched: Vec::new(),
+            channels: Default::default(),
+            patterns: Default::default(),
         }
+    }
+
+    /// Channels plus patterns subscribed to.
+    pub(crate) fn subscriptions(&self) -> usize {
+        self.channels.len() + self.patterns.len()
+    }
+
+    /// Whether the connection is in RESP2's subscribed mode (only the pub/sub commands, PING,
+    /// QUIT and RESET run).
+    pub(crate) fn resp2_subscribed(&self) -> bool {
+        !self.resp3 && self.subscriptions() > 0
     }
 
     /// Copies what CLIENT LIST shows of this session to its handle.
@@ -255,6 +281,13 @@ impl Ctx<'_> {
 
     /// The data-model store behind the server.
     fn keyspace(&self) -> Result<&dyn Keyspace, CommandError> {
+        if self.txn.is_some() {
+            // The EXEC's transaction holds the whole keyspace; a keyspace-wide read from inside
+            // it would wait for itself.
+            return Err(CommandError::Other(
+                "ERR this command cannot run inside MULTI on this server".into(),
+            ));
+        }
         self.backend().keyspace().ok_or_else(|| {
             CommandError::Other("ERR this server's store does not serve this command".into())
         })
@@ -395,9 +428,14 @@ impl View for Recorder<'_> {
 
 impl Txn for Recorder<'_> {
     fn apply(&mut self, effects: Vec<Effect>) -> ModelResult<()> {
-        let touched = crate::notify::Touch::of(&effects);
+        let notifier = &self.shared.notifier;
+        let mut touched = crate::notify::Touch::of(&effects);
+        // Database-wide effects touch the watched and awaited keys that hold a value before
+        // (FLUSHDB, SWAPDB) or after (SWAPDB) them.
+        notifier.expand(&mut touched, &*self.inner);
         self.inner.apply(effects)?;
-        self.shared.notifier.touched(&touched);
+        notifier.expand(&mut touched, &*self.inner);
+        notifier.touched(&touched);
         Ok(())
     }
 }
@@ -452,7 +490,11 @@ mod multi;
 mod pubsub;
 mod sets;
 mod strings;
+#[cfg(feature = "test-commands")]
+mod testing;
 mod zsets;
+
+pub(crate) use pubsub::write_message;
 
 /// The commands defined in this file, sorted by name (checked by a test). The families in the
 /// submodules add theirs; [`table`] merges them.
@@ -524,7 +566,7 @@ fn cmp_lowercase(a: &[u8], b: &[u8]) -> std::cmp::Ordering {
 fn table() -> &'static [&'static Spec] {
     static TABLE: std::sync::OnceLock<Vec<&'static Spec>> = std::sync::OnceLock::new();
     TABLE.get_or_init(|| {
-        let families: [&'static [Spec]; 9] = [
+        let families: &[&'static [Spec]] = &[
             CORE,
             keys::SPECS,
             strings::SPECS,
@@ -534,6 +576,8 @@ fn table() -> &'static [&'static Spec] {
             zsets::SPECS,
             multi::SPECS,
             pubsub::SPECS,
+            #[cfg(feature = "test-commands")]
+            testing::SPECS,
         ];
         let mut all: Vec<&'static Spec> = families.iter().flat_map(|f| f.iter()).collect();
         all.sort_by(|a, b| a.name.cmp(b.name));
@@ -570,6 +614,10 @@ fn quote(word: &[u8]) -> String {
 }
 
 /// Executes one request and appends its reply to `out`. `args` is not empty.
+///
+/// Inside MULTI, a request that fails before it runs (unknown command, wrong arity, refused in
+/// this context) makes the EXEC fail with EXECABORT; every other command but EXEC, DISCARD,
+/// MULTI, WATCH, QUIT and RESET is queued and answered `+QUEUED`.
 pub(crate) fn execute(
     shared: &Shared,
     session: &mut Session,
@@ -580,11 +628,19 @@ pub(crate) fn execute(
         return Action::Continue;
     };
     let Some(index) = lookup_index(name) else {
-        write_error(out, &unknown_command_message(args));
+        multi::flag_error(session);
+        match unsupported(name) {
+            Some(known) => write_error(
+                out,
+                format!("ERR {known} is not supported by Kavach (see docs/server.md)").as_bytes(),
+            ),
+            None => write_error(out, &unknown_command_message(args)),
+        }
         return Action::Continue;
     };
     let spec = table()[index];
     if !arity_ok(spec.arity, args.len()) {
+        multi::flag_error(session);
         write_error(
             out,
             CommandError::Arity(spec.name.to_string())
@@ -593,21 +649,33 @@ pub(crate) fn execute(
         );
         return Action::Continue;
     }
+    if session.resp2_subscribed() && !pubsub::allowed_when_subscribed(spec.name) {
+        multi::flag_error(session);
+        let sub = subcommand_index(spec.name, args);
+        let full = if sub > 0 { SUBCOMMANDS[sub - 1] } else { spec.name };
+        write_error(
+            out,
+            format!(
+                "ERR Can't execute '{full}': only (P|S)SUBSCRIBE / (P|S)UNSUBSCRIBE / PING / \
+                 QUIT / RESET are allowed in this context"
+            )
+            .as_bytes(),
+        );
+        return Action::Continue;
+    }
+    if session.multi.is_some() && !multi::runs_inside_multi(spec.name) {
+        multi::queue(session, args, out);
+        return Action::Continue;
+    }
     let mark = out.len();
-    let handle = &session.handle;
-    handle.last_command.store(index + 1, Ordering::Relaxed);
-    handle
-        .last_subcommand
-        .store(subcommand_index(spec.name, args), Ordering::Relaxed);
-    let active = u64::try_from(handle.created.elapsed().as_millis()).unwrap_or(u64::MAX);
-    handle.last_active_ms.store(active, Ordering::Relaxed);
+    note_command(session, index, spec, args);
     let mut ctx = Ctx {
         shared,
         session,
         txn: None,
     };
     let result = (spec.handler)(&mut ctx, args, out);
-    if spec.name == "hello" || spec.name == "client" {
+    if matches!(spec.name, "hello" | "client" | "reset") {
         session.publish();
     }
     match result {
@@ -618,6 +686,115 @@ pub(crate) fn execute(
             Action::Continue
         }
     }
+}
+
+/// Records the command a connection runs, for CLIENT LIST.
+fn note_command(session: &Session, index: usize, spec: &Spec, args: &[Vec<u8>]) {
+    let handle = &session.handle;
+    handle.last_command.store(index + 1, Ordering::Relaxed);
+    handle
+        .last_subcommand
+        .store(subcommand_index(spec.name, args), Ordering::Relaxed);
+    let active = u64::try_from(handle.created.elapsed().as_millis()).unwrap_or(u64::MAX);
+    handle.last_active_ms.store(active, Ordering::Relaxed);
+}
+
+/// What a connection's owner does when it closes: ends its WATCH, subscriptions and blocked
+/// command.
+pub(crate) fn disconnect(shared: &Shared, session: &mut Session) {
+    let notifier = &shared.notifier;
+    notifier.unwatch(&std::mem::take(&mut session.watched));
+    for channel in std::mem::take(&mut session.channels) {
+        notifier.unsubscribe(session.id, &channel);
+    }
+    for pattern in std::mem::take(&mut session.patterns) {
+        notifier.punsubscribe(session.id, &pattern);
+    }
+    notifier.unblock(session.id);
+}
+
+/// Redis 7 commands Kavach does not serve (scripting, functions, modules, cluster, streams,
+/// geo, HyperLogLog, ACL, replication of Redis itself, debugging and introspection of Redis
+/// internals), sorted: they answer `ERR <NAME> is not supported by Kavach` instead of "unknown
+/// command". A family that implements one of them simply wins the lookup.
+static UNSUPPORTED: &[&str] = &[
+    "acl",
+    "asking",
+    "bgrewriteaof",
+    "bitfield",
+    "bitfield_ro",
+    "cluster",
+    "debug",
+    "dump",
+    "eval",
+    "eval_ro",
+    "evalsha",
+    "evalsha_ro",
+    "failover",
+    "fcall",
+    "fcall_ro",
+    "function",
+    "geoadd",
+    "geodist",
+    "geohash",
+    "geopos",
+    "georadius",
+    "georadius_ro",
+    "georadiusbymember",
+    "georadiusbymember_ro",
+    "geosearch",
+    "geosearchstore",
+    "latency",
+    "lolwut",
+    "memory",
+    "migrate",
+    "module",
+    "monitor",
+    "pfadd",
+    "pfcount",
+    "pfdebug",
+    "pfmerge",
+    "pfselftest",
+    "psync",
+    "readonly",
+    "readwrite",
+    "replconf",
+    "replicaof",
+    "restore",
+    "restore-asking",
+    "role",
+    "script",
+    "slaveof",
+    "slowlog",
+    "sort",
+    "sort_ro",
+    "spublish",
+    "ssubscribe",
+    "sunsubscribe",
+    "sync",
+    "xack",
+    "xadd",
+    "xautoclaim",
+    "xclaim",
+    "xdel",
+    "xgroup",
+    "xinfo",
+    "xlen",
+    "xpending",
+    "xrange",
+    "xread",
+    "xreadgroup",
+    "xrevrange",
+    "xsetid",
+    "xtrim",
+];
+
+/// The upper-case name of a Redis command Kavach does not serve, if `name` is one.
+fn unsupported(name: &[u8]) -> Option<String> {
+    UNSUPPORTED
+        .binary_search_by(|known| cmp_lowercase(name, known.as_bytes()).reverse())
+        .ok()
+        .map(|i| UNSUPPORTED[i].to_ascii_uppercase())
 }
 
 /// `ERR unknown command 'foo', with args beginning with: 'a' 'b' `, built like Redis 7 does.
@@ -763,7 +940,14 @@ fn now_ms() -> i64 {
 // Connection commands
 // ---------------------------------------------------------------------------------------------
 
-fn cmd_ping(_: &mut Ctx<'_>, args: &[Vec<u8>], out: &mut Vec<u8>) -> CommandResult {
+fn cmd_ping(ctx: &mut Ctx<'_>, args: &[Vec<u8>], out: &mut Vec<u8>) -> CommandResult {
+    if ctx.session.resp2_subscribed() && args.len() <= 2 {
+        // RESP2's subscribed mode answers in the shape of a message: ["pong", argument or ""].
+        write_array_header(out, 2);
+        write_bulk(out, b"pong");
+        write_bulk(out, args.get(1).map_or(&b""[..], Vec::as_slice));
+        return Ok(Action::Continue);
+    }
     match args.len() {
         1 => write_simple(out, b"PONG"),
         2 => write_bulk(out, &args[1]),
@@ -983,6 +1167,25 @@ fn cmd_client(ctx: &mut Ctx<'_>, args: &[Vec<u8>], out: &mut Vec<u8>) -> Command
         write_verbatim(out, *b"txt", &text, ctx.resp3());
     } else if is(sub, "kill") {
         return client_kill(ctx, &args[2..], out);
+    } else if is(sub, "unblock") {
+        if !(3..=4).contains(&args.len()) {
+            return Err(CommandError::Arity("client|unblock".into()));
+        }
+        let id = parse_strict_i64(&args[2])
+            .and_then(|n| u64::try_from(n).ok())
+            .ok_or(CommandError::NotInteger)?;
+        let how = match args.get(3) {
+            None => crate::notify::Unblock::Timeout,
+            Some(w) if is(w, "timeout") => crate::notify::Unblock::Timeout,
+            Some(w) if is(w, "error") => crate::notify::Unblock::Error,
+            Some(_) => {
+                return Err(CommandError::Other(
+                    "ERR CLIENT UNBLOCK reason should be TIMEOUT or ERROR".into(),
+                ));
+            }
+        };
+        let done = ctx.shared.notifier.request_unblock(id, how);
+        write_integer(out, i64::from(done));
     } else {
         return Err(CommandError::UnknownSubcommand {
             command: "CLIENT",
@@ -1003,6 +1206,7 @@ static SUBCOMMANDS: &[&str] = &[
     "client|no-touch",
     "client|setinfo",
     "client|setname",
+    "client|unblock",
     "command|count",
     "command|docs",
     "command|info",

@@ -37,6 +37,7 @@
 //! writes the replies (for at most [`Config::shutdown_drain`]) and closes its connections; then
 //! `run` joins the workers, calls [`Backend::shutdown`] exactly once and returns.
 
+use std::collections::BTreeSet;
 use std::fmt;
 use std::io::{self, Read, Write};
 use std::net::{IpAddr, Ipv4Addr, Shutdown, SocketAddr};
@@ -51,6 +52,7 @@ use mio::{Events, Interest, Poll, Token, Waker};
 
 use crate::backend::{Backend, BackendResult};
 use crate::command::{self, Action, ClientRegistry, Session};
+use crate::notify::{Mailbox, Unblock};
 use crate::resp::{Limits, Parse, RequestParser, write_error};
 
 /// Bytes read per `read` call, into a per-worker scratch buffer.
@@ -207,6 +209,7 @@ pub(crate) struct Stats {
     protocol_errors: AtomicU64,
     output_limit_disconnections: AtomicU64,
     accept_errors: AtomicU64,
+    pub(crate) expired_keys: AtomicU64,
     baseline: Mutex<StatsSnapshot>,
 }
 
@@ -222,6 +225,7 @@ pub(crate) struct StatsSnapshot {
     pub(crate) protocol_errors: u64,
     pub(crate) output_limit_disconnections: u64,
     pub(crate) accept_errors: u64,
+    pub(crate) expired_keys: u64,
 }
 
 impl Stats {
@@ -237,6 +241,7 @@ impl Stats {
             protocol_errors: get(&self.protocol_errors),
             output_limit_disconnections: get(&self.output_limit_disconnections),
             accept_errors: get(&self.accept_errors),
+            expired_keys: get(&self.expired_keys),
         }
     }
 
@@ -255,6 +260,7 @@ impl Stats {
             output_limit_disconnections: raw.output_limit_disconnections
                 - base.output_limit_disconnections,
             accept_errors: raw.accept_errors - base.accept_errors,
+            expired_keys: raw.expired_keys - base.expired_keys,
         }
     }
 
@@ -470,7 +476,11 @@ impl Server {
         let mut result = Ok(());
         for (index, worker_poll) in worker_polls.into_iter().enumerate() {
             let (sender, receiver) = mpsc::channel();
-            let worker = Worker::new(worker_poll, receiver, Arc::clone(&shared));
+            let doorbell = Arc::new(Doorbell {
+                waker: Arc::clone(&worker_wakers[index]),
+                rung: Mutex::new(Vec::new()),
+            });
+            let worker = Worker::new(worker_poll, receiver, Arc::clone(&shared), doorbell);
             let spawned = thread::Builder::new()
                 .name(format!("kavach-worker-{index}"))
                 .spawn(move || worker.run());
@@ -607,10 +617,34 @@ enum Stop {
     Backpressure,
     /// The connection must close after its output is written (QUIT, SHUTDOWN, protocol error).
     Close,
+    /// A command blocked (see [`Blocked`]); more complete requests may be buffered.
+    Blocked,
 }
 
+/// A connection parked by a blocking command (BLPOP and kin): it runs nothing else until a
+/// write to one of `keys` lets the command run again and answer, its deadline passes, or
+/// CLIENT UNBLOCK ends it.
+#[derive(Debug)]
+struct Blocked {
+    /// The command, run again on each wake-up.
+    args: Vec<Vec<u8>>,
+    keys: Vec<(model::Db, Vec<u8>)>,
+    deadline: Option<Instant>,
+    /// Registered with the notifier.
+    parked: bool,
+}
+
+/// The reply of a blocking command whose time ran out: Redis 7.0 answers every blocking list
+/// and sorted-set command with the null array (RESP3: null).
+fn write_timeout(out: &mut Vec<u8>, resp3: bool) {
+    crate::resp::Reply::NullArray.encode_as(out, resp3);
+}
+
+/// Most input bytes a parked connection buffers before it stops reading.
+const PARKED_INPUT_BYTES_MAX: usize = 1 << 20;
+
 /// Executes the complete requests at the start of `data`. Returns the bytes used and why it
-/// stopped.
+/// stopped; a command that blocks is left in `blocked`.
 fn run_requests(
     shared: &Shared,
     parser: &mut RequestParser,
@@ -618,6 +652,7 @@ fn run_requests(
     output: &mut Vec<u8>,
     pause_at_len: usize,
     data: &[u8],
+    blocked: &mut Option<Blocked>,
 ) -> (usize, Stop) {
     let mut used = 0;
     let mut commands = 0u64;
@@ -634,8 +669,15 @@ fn run_requests(
                 commands += 1;
                 match command::execute(shared, session, &args, output) {
                     Action::Continue => {}
-                    // Blocking is not wired into the event loop yet: answer as a timeout.
-                    Action::Block { .. } => crate::resp::write_null(output, session.resp3),
+                    Action::Block { keys, deadline } => {
+                        *blocked = Some(Blocked {
+                            args,
+                            keys,
+                            deadline,
+                            parked: false,
+                        });
+                        break Stop::Blocked;
+                    }
                     Action::CloseAfterReply => break Stop::Close,
                     Action::Shutdown => {
                         shared.handle.shutdown();
@@ -688,6 +730,10 @@ struct Conn {
     closing: bool,
     /// In the worker's `again` list.
     queued: bool,
+    /// The blocking command this connection waits in, if any.
+    blocked: Option<Blocked>,
+    /// The deadline the worker has listed for it.
+    listed_deadline: Option<Instant>,
 }
 
 impl Conn {
@@ -700,6 +746,9 @@ impl Conn {
     fn serve(&mut self, shared: &Shared, scratch: &mut [u8], draining: bool) -> Verdict {
         let mut budget = READ_BUDGET_BYTES;
         loop {
+            if !self.read_mail(shared) {
+                return Verdict::Close;
+            }
             if self.flush(shared).is_err() {
                 return Verdict::Close;
             }
@@ -720,6 +769,31 @@ impl Conn {
             if self.pending_output() > OUTPUT_PAUSE_BYTES {
                 // Resumed by the next writable event.
                 return Verdict::Idle;
+            }
+            if self.blocked.is_some() {
+                if draining {
+                    self.closing = true;
+                    continue;
+                }
+                // Parked: read only to notice a client that goes away.
+                if self.input.len() >= PARKED_INPUT_BYTES_MAX {
+                    return Verdict::Idle;
+                }
+                match self.stream.read(scratch) {
+                    Ok(0) => return Verdict::Close,
+                    Ok(n) => {
+                        shared
+                            .stats
+                            .net_input_bytes
+                            .fetch_add(n as u64, Ordering::Relaxed);
+                        self.input.extend_from_slice(&scratch[..n]);
+                        self.input_pending = true;
+                    }
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Verdict::Idle,
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                    Err(_) => return Verdict::Close,
+                }
+                continue;
             }
             if self.input_pending {
                 self.execute_input(shared);
@@ -752,6 +826,81 @@ impl Conn {
         }
     }
 
+    /// Delivers the pub/sub messages other connections left, and moves a blocked command on:
+    /// parks it when it first blocks, runs it again when a key it waits on was written, ends it
+    /// at its deadline or on CLIENT UNBLOCK. False: close the connection (its messages
+    /// overflowed).
+    fn read_mail(&mut self, shared: &Shared) -> bool {
+        let mail = self.session.mailbox.take();
+        if mail.overflowed {
+            shared
+                .stats
+                .output_limit_disconnections
+                .fetch_add(1, Ordering::Relaxed);
+            return false;
+        }
+        for m in &mail.messages {
+            command::write_message(&mut self.output, m, self.session.resp3);
+        }
+        let Some(blocked) = self.blocked.as_mut() else {
+            return true;
+        };
+        if !blocked.parked {
+            // Park first, then look again: a write between the command's look and the parking
+            // would otherwise go unnoticed.
+            blocked.parked = true;
+            shared
+                .notifier
+                .block(&self.session.mailbox, &blocked.keys);
+            self.run_blocked(shared);
+        } else if let Some(how) = mail.unblock {
+            match how {
+                Unblock::Timeout => write_timeout(&mut self.output, self.session.resp3),
+                Unblock::Error => crate::resp::write_error(
+                    &mut self.output,
+                    b"UNBLOCKED client unblocked via CLIENT UNBLOCK",
+                ),
+            }
+            self.end_block(shared);
+        } else if blocked.deadline.is_some_and(|d| Instant::now() >= d) {
+            write_timeout(&mut self.output, self.session.resp3);
+            self.end_block(shared);
+        } else if mail.woken {
+            self.run_blocked(shared);
+        }
+        true
+    }
+
+    /// Runs the blocked command again; it stays parked if it blocks again.
+    fn run_blocked(&mut self, shared: &Shared) {
+        let Some(blocked) = self.blocked.as_ref() else {
+            return;
+        };
+        let args = blocked.args.clone();
+        match command::execute(shared, &mut self.session, &args, &mut self.output) {
+            Action::Block { .. } => {}
+            action => {
+                self.end_block(shared);
+                match action {
+                    Action::CloseAfterReply => self.closing = true,
+                    Action::Shutdown => {
+                        shared.handle.shutdown();
+                        self.closing = true;
+                    }
+                    Action::Continue | Action::Block { .. } => {}
+                }
+            }
+        }
+    }
+
+    /// The blocked command answered: leave the queues, go on with buffered requests.
+    fn end_block(&mut self, shared: &Shared) {
+        if self.blocked.take().is_some_and(|b| b.parked) {
+            shared.notifier.unblock(self.session.id);
+        }
+        self.input_pending = !self.input.is_empty();
+    }
+
     /// Takes newly read bytes: executes the requests they complete and keeps the rest.
     fn absorb(&mut self, shared: &Shared, data: &[u8]) {
         if self.input.is_empty() {
@@ -764,6 +913,7 @@ impl Conn {
                 &mut self.output,
                 pause_at,
                 data,
+                &mut self.blocked,
             );
             if stop != Stop::Close {
                 self.input.extend_from_slice(&data[used..]);
@@ -785,6 +935,7 @@ impl Conn {
             &mut self.output,
             pause_at,
             &self.input,
+            &mut self.blocked,
         );
         self.input.drain(..used);
         if self.input.is_empty() && self.input.capacity() > BUFFER_KEEP_BYTES {
@@ -796,7 +947,7 @@ impl Conn {
     fn after_stop(&mut self, stop: Stop) {
         match stop {
             Stop::NeedMore => self.input_pending = false,
-            Stop::Backpressure => self.input_pending = true,
+            Stop::Backpressure | Stop::Blocked => self.input_pending = true,
             Stop::Close => {
                 self.input_pending = false;
                 self.closing = true;
@@ -863,10 +1014,41 @@ struct Worker {
     scratch: Vec<u8>,
     /// Set when shutdown started: the time by which every connection is closed.
     drain_deadline: Option<Instant>,
+    /// Rung by other threads for this worker's connections (pub/sub, wake-ups).
+    doorbell: Arc<Doorbell>,
+    /// Deadlines of blocked connections, soonest first.
+    deadlines: BTreeSet<(Instant, usize)>,
+}
+
+/// How other threads get a worker to serve one of its connections: they list its token and
+/// wake the worker's poll.
+struct Doorbell {
+    waker: Arc<Waker>,
+    rung: Mutex<Vec<usize>>,
+}
+
+impl Doorbell {
+    fn ring(&self, index: usize) {
+        self.rung
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(index);
+        // A failed wake only happens if the poll is gone, i.e. the worker has exited.
+        let _ = self.waker.wake();
+    }
+
+    fn take(&self) -> Vec<usize> {
+        std::mem::take(&mut *self.rung.lock().unwrap_or_else(|e| e.into_inner()))
+    }
 }
 
 impl Worker {
-    fn new(poll: Poll, incoming: Receiver<Incoming>, shared: Arc<Shared>) -> Self {
+    fn new(
+        poll: Poll,
+        incoming: Receiver<Incoming>,
+        shared: Arc<Shared>,
+        doorbell: Arc<Doorbell>,
+    ) -> Self {
         Worker {
             poll,
             incoming,
@@ -876,6 +1058,8 @@ impl Worker {
             again: Vec::new(),
             scratch: vec![0; READ_CHUNK_BYTES],
             drain_deadline: None,
+            doorbell,
+            deadlines: BTreeSet::new(),
         }
     }
 
@@ -899,8 +1083,11 @@ impl Worker {
             let timeout = if !self.again.is_empty() {
                 Some(Duration::ZERO)
             } else {
-                self.drain_deadline
-                    .map(|d| d.saturating_duration_since(Instant::now()))
+                let soonest = match (self.drain_deadline, self.deadlines.first()) {
+                    (Some(a), Some(&(b, _))) => Some(a.min(b)),
+                    (a, b) => a.or(b.map(|&(d, _)| d)),
+                };
+                soonest.map(|d| d.saturating_duration_since(Instant::now()))
             };
             if let Err(e) = self.poll.poll(&mut events, timeout) {
                 if e.kind() != io::ErrorKind::Interrupted {
@@ -917,6 +1104,20 @@ impl Worker {
             if woken {
                 self.admit_incoming()?;
                 self.close_killed();
+                for index in self.doorbell.take() {
+                    self.serve(index);
+                }
+            }
+            let now = Instant::now();
+            while let Some(&(deadline, index)) = self.deadlines.first() {
+                if deadline > now {
+                    break;
+                }
+                self.deadlines.pop_first();
+                if let Some(conn) = self.conns.get_mut(index).and_then(Option::as_mut) {
+                    conn.listed_deadline = None;
+                }
+                self.serve(index);
             }
             if self.drain_deadline.is_none() && self.shared.handle.is_shutdown_requested() {
                 self.start_draining();
@@ -972,16 +1173,20 @@ impl Worker {
             let local = stream.local_addr().ok();
             let fd = i64::from(std::os::fd::AsRawFd::as_raw_fd(&stream));
             let handle = self.shared.clients.register(id, Some(peer), local, fd);
+            let bell = Arc::clone(&self.doorbell);
+            let mailbox = Mailbox::new(id, Box::new(move || bell.ring(index)));
             self.conns[index] = Some(Conn {
                 stream,
                 parser: RequestParser::new(self.shared.config.limits),
-                session: Session::new(handle),
+                session: Session::new(handle, mailbox),
                 input: Vec::new(),
                 input_pending: false,
                 output: Vec::new(),
                 output_sent: 0,
                 closing: false,
                 queued: false,
+                blocked: None,
+                listed_deadline: None,
             });
             // Registration reports data that is already there, so no explicit serve is needed.
         }
@@ -996,7 +1201,19 @@ impl Worker {
             self.close(index);
             return;
         }
-        match conn.serve(&self.shared, &mut self.scratch, draining) {
+        let verdict = conn.serve(&self.shared, &mut self.scratch, draining);
+        // Keep the list of deadlines in step with the connection's blocked command.
+        let wanted = conn.blocked.as_ref().and_then(|b| b.deadline);
+        if conn.listed_deadline != wanted {
+            if let Some(old) = conn.listed_deadline.take() {
+                self.deadlines.remove(&(old, index));
+            }
+            if let Some(new) = wanted {
+                self.deadlines.insert((new, index));
+            }
+            conn.listed_deadline = wanted;
+        }
+        match verdict {
             Verdict::Idle => {}
             Verdict::Again => {
                 if !conn.queued {
@@ -1028,6 +1245,10 @@ impl Worker {
             return;
         };
         let _ = self.poll.registry().deregister(&mut conn.stream);
+        if let Some(d) = conn.listed_deadline {
+            self.deadlines.remove(&(d, index));
+        }
+        command::disconnect(&self.shared, &mut conn.session);
         if conn.closing && conn.pending_output() == 0 {
             close_gracefully(&mut conn.stream);
         }
