@@ -501,6 +501,7 @@ pub(crate) use pubsub::write_message;
 static CORE: &[Spec] = &[
     spec!("append", 3, WRITE, 1, 1, 1, cmd_append),
     spec!("auth", -2, CONNECTION, 0, 0, 0, cmd_auth),
+    spec!("bgsave", -1, &["admin", "noscript"], 0, 0, 0, cmd_bgsave),
     spec!(
         "client",
         -2,
@@ -530,11 +531,21 @@ static CORE: &[Spec] = &[
     spec!("incr", 2, WRITE, 1, 1, 1, cmd_incr),
     spec!("incrby", 3, WRITE, 1, 1, 1, cmd_incrby),
     spec!("info", -1, &["loading", "stale"], 0, 0, 0, cmd_info),
+    spec!(
+        "lastsave",
+        1,
+        &["loading", "stale", "fast"],
+        0,
+        0,
+        0,
+        cmd_lastsave
+    ),
     spec!("mget", -2, READ_FAST, 1, -1, 1, cmd_mget),
     spec!("mset", -3, WRITE_SLOW, 1, -1, 2, cmd_mset),
     spec!("ping", -1, &["fast"], 0, 0, 0, cmd_ping),
     spec!("promote", -1, ADMIN, 0, 0, 0, cmd_promote),
     spec!("quit", -1, CONNECTION, 0, 0, 0, cmd_quit),
+    spec!("reset", 1, CONNECTION, 0, 0, 0, cmd_reset),
     spec!("save", 1, &["admin", "noscript"], 0, 0, 0, cmd_save),
     spec!("scan", -2, READ, 0, 0, 0, cmd_scan),
     spec!(
@@ -549,7 +560,9 @@ static CORE: &[Spec] = &[
     spec!("set", -3, WRITE_SLOW, 1, 1, 1, cmd_set),
     spec!("shutdown", -1, ADMIN, 0, 0, 0, cmd_shutdown),
     spec!("strlen", 2, READ_FAST, 1, 1, 1, cmd_strlen),
+    spec!("time", 1, &["loading", "stale", "fast"], 0, 0, 0, cmd_time),
     spec!("type", 2, READ_FAST, 1, 1, 1, cmd_type),
+    spec!("wait", 3, &["noscript"], 0, 0, 0, cmd_wait),
     spec!("zadd", -4, WRITE, 1, 1, 1, cmd_zadd),
     spec!("zrangebyscore", -4, READ, 1, 1, 1, cmd_zrangebyscore),
     spec!("zrem", -3, WRITE_NO_OOM, 1, 1, 1, cmd_zrem),
@@ -652,7 +665,11 @@ pub(crate) fn execute(
     if session.resp2_subscribed() && !pubsub::allowed_when_subscribed(spec.name) {
         multi::flag_error(session);
         let sub = subcommand_index(spec.name, args);
-        let full = if sub > 0 { SUBCOMMANDS[sub - 1] } else { spec.name };
+        let full = if sub > 0 {
+            SUBCOMMANDS[sub - 1]
+        } else {
+            spec.name
+        };
         write_error(
             out,
             format!(
@@ -1209,6 +1226,7 @@ static SUBCOMMANDS: &[&str] = &[
     "client|unblock",
     "command|count",
     "command|docs",
+    "command|getkeys",
     "command|info",
     "command|list",
     "config|get",
@@ -1432,6 +1450,35 @@ fn command_entry(spec: &Spec) -> Reply {
     ])
 }
 
+/// COMMAND GETKEYS: the keys of a command line, from its key positions in the table.
+fn command_keys(line: &[Vec<u8>]) -> Result<Vec<Vec<u8>>, CommandError> {
+    let spec = lookup(&line[0])
+        .ok_or_else(|| CommandError::Other("ERR Invalid command specified".into()))?;
+    if spec.first_key == 0 {
+        return Err(CommandError::Other(
+            "ERR The command has no key arguments".into(),
+        ));
+    }
+    if !arity_ok(spec.arity, line.len()) {
+        return Err(CommandError::Other(
+            "ERR Invalid number of arguments specified for command".into(),
+        ));
+    }
+    let argc = line.len() as i64;
+    let last = if spec.last_key < 0 {
+        argc + spec.last_key
+    } else {
+        spec.last_key
+    };
+    let mut keys = Vec::new();
+    let mut i = spec.first_key;
+    while i <= last && i < argc {
+        keys.push(line[i as usize].clone());
+        i += spec.step.max(1);
+    }
+    Ok(keys)
+}
+
 fn cmd_command(ctx: &mut Ctx<'_>, args: &[Vec<u8>], out: &mut Vec<u8>) -> CommandResult {
     let reply = if args.len() == 1 {
         Reply::Array(table().iter().map(|s| command_entry(s)).collect())
@@ -1453,6 +1500,14 @@ fn cmd_command(ctx: &mut Ctx<'_>, args: &[Vec<u8>], out: &mut Vec<u8>) -> Comman
                         .collect(),
                 )
             }
+        } else if is(sub, "getkeys") {
+            sub_arity("command", "getkeys", -3, args.len())?;
+            Reply::Array(
+                command_keys(&args[2..])?
+                    .into_iter()
+                    .map(Reply::Bulk)
+                    .collect(),
+            )
         } else if is(sub, "list") {
             if args.len() > 2 {
                 return Err(CommandError::Syntax);
@@ -1472,6 +1527,16 @@ fn cmd_command(ctx: &mut Ctx<'_>, args: &[Vec<u8>], out: &mut Vec<u8>) -> Comman
 /// The parameters CONFIG GET knows, with their current values.
 fn config_parameters(shared: &Shared) -> Vec<(&'static str, String)> {
     let c = &shared.config;
+    let settings = shared
+        .settings
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .clone();
+    let databases = if shared.backend.keyspace().is_some() {
+        model::DATABASES
+    } else {
+        1
+    };
     vec![
         ("appendonly", "yes".into()),
         ("appendfsync", c.durability.clone()),
@@ -1479,11 +1544,11 @@ fn config_parameters(shared: &Shared) -> Vec<(&'static str, String)> {
         ("port", shared.port.to_string()),
         ("bind", c.bind.to_string()),
         ("maxclients", c.max_clients.to_string()),
-        ("databases", "1".into()),
+        ("databases", databases.to_string()),
         ("timeout", "0".into()),
         ("tcp-keepalive", "0".into()),
-        ("maxmemory", "0".into()),
-        ("maxmemory-policy", "noeviction".into()),
+        ("maxmemory", settings.maxmemory_bytes.to_string()),
+        ("maxmemory-policy", settings.maxmemory_policy),
         ("proto-max-bulk-len", c.limits.max_bulk_bytes.to_string()),
         (
             "client-query-buffer-limit",
@@ -1498,7 +1563,135 @@ fn config_parameters(shared: &Shared) -> Vec<(&'static str, String)> {
         ("cluster-enabled", "no".into()),
         ("notify-keyspace-events", String::new()),
         ("hz", "10".into()),
+        ("daemonize", "no".into()),
+        ("dir", String::new()),
+        ("dbfilename", String::new()),
+        ("requirepass", String::new()),
     ]
+}
+
+/// Parameters Redis itself cannot change while running.
+const CONFIG_IMMUTABLE: &[&str] = &["cluster-enabled", "daemonize", "databases", "io-threads"];
+
+/// The eviction policies of Redis 7, and the ones Kavach offers.
+const MAXMEMORY_POLICIES: &[&str] = &[
+    "volatile-lru",
+    "volatile-lfu",
+    "volatile-random",
+    "volatile-ttl",
+    "allkeys-lru",
+    "allkeys-lfu",
+    "allkeys-random",
+    "noeviction",
+];
+const MAXMEMORY_POLICIES_SERVED: &[&str] = &["noeviction", "allkeys-lru", "volatile-ttl"];
+
+/// A memory size as Redis's config parses it: bytes, or a number with `k kb m mb g gb` (k, m, g
+/// powers of 1000; kb, mb, gb of 1024), case-insensitive.
+fn parse_memory(text: &[u8]) -> Option<u64> {
+    let text = std::str::from_utf8(text).ok()?.to_ascii_lowercase();
+    let units: &[(&str, u64)] = &[
+        ("kb", 1 << 10),
+        ("mb", 1 << 20),
+        ("gb", 1 << 30),
+        ("k", 1000),
+        ("m", 1_000_000),
+        ("g", 1_000_000_000),
+        ("b", 1),
+    ];
+    let (digits, unit) = units
+        .iter()
+        .find_map(|(u, n)| text.strip_suffix(u).map(|d| (d, *n)))
+        .unwrap_or((text.as_str(), 1));
+    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    digits.parse::<u64>().ok()?.checked_mul(unit)
+}
+
+fn config_failed(name: &[u8], why: &str) -> CommandError {
+    CommandError::Other(format!(
+        "ERR CONFIG SET failed (possibly related to argument '{}') - {why}",
+        quote(name)
+    ))
+}
+
+/// CONFIG SET name value [name value ...]: all of them or none. `maxmemory` and
+/// `maxmemory-policy` go to the store; any other parameter may only be "set" to the value it
+/// has, since the server is configured when it starts.
+fn config_set(ctx: &mut Ctx<'_>, args: &[Vec<u8>]) -> Result<(), CommandError> {
+    if args.len() % 2 != 0 {
+        return Err(CommandError::Other(format!(
+            "ERR Unknown option or number of arguments for CONFIG SET - '{}'",
+            quote(&args[2])
+        )));
+    }
+    let parameters = config_parameters(ctx.shared);
+    let mut settings = ctx
+        .shared
+        .settings
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .clone();
+    let before = settings.clone();
+    let mut seen: Vec<Vec<u8>> = Vec::new();
+    for pair in args[2..].chunks(2) {
+        let name = pair[0].to_ascii_lowercase();
+        let Some((known, current)) = parameters.iter().find(|(n, _)| n.as_bytes() == name) else {
+            return Err(CommandError::Other(format!(
+                "ERR Unknown option or number of arguments for CONFIG SET - '{}'",
+                quote(&pair[0])
+            )));
+        };
+        if seen.contains(&name) {
+            return Err(config_failed(&pair[0], "duplicate parameter"));
+        }
+        seen.push(name);
+        if CONFIG_IMMUTABLE.contains(known) {
+            return Err(config_failed(&pair[0], "can't set immutable config"));
+        }
+        match *known {
+            "maxmemory" => {
+                settings.maxmemory_bytes = parse_memory(&pair[1])
+                    .ok_or_else(|| config_failed(&pair[0], "argument must be a memory value"))?;
+            }
+            "maxmemory-policy" => {
+                let policy = String::from_utf8_lossy(&pair[1]).to_ascii_lowercase();
+                if !MAXMEMORY_POLICIES.contains(&policy.as_str()) {
+                    return Err(config_failed(
+                        &pair[0],
+                        "argument(s) must be one of the following: volatile-lru, volatile-lfu, \
+                         volatile-random, volatile-ttl, allkeys-lru, allkeys-lfu, \
+                         allkeys-random, noeviction",
+                    ));
+                }
+                if !MAXMEMORY_POLICIES_SERVED.contains(&policy.as_str()) {
+                    return Err(config_failed(
+                        &pair[0],
+                        "kavach offers noeviction, allkeys-lru and volatile-ttl",
+                    ));
+                }
+                settings.maxmemory_policy = policy;
+            }
+            _ if current.as_bytes() == pair[1].as_slice() => {}
+            _ => {
+                return Err(config_failed(
+                    &pair[0],
+                    "kavach cannot change it while running",
+                ));
+            }
+        }
+    }
+    if settings != before {
+        ctx.backend()
+            .set_memory_limit(settings.maxmemory_bytes, &settings.maxmemory_policy)
+            .map_err(|e| config_failed(b"maxmemory", &e.to_string()))?;
+        *ctx.shared
+            .settings
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = settings;
+    }
+    Ok(())
 }
 
 fn cmd_config(ctx: &mut Ctx<'_>, args: &[Vec<u8>], out: &mut Vec<u8>) -> CommandResult {
@@ -1516,31 +1709,7 @@ fn cmd_config(ctx: &mut Ctx<'_>, args: &[Vec<u8>], out: &mut Vec<u8>) -> Command
         Ok(Action::Continue)
     } else if is(sub, "set") {
         sub_arity("config", "set", -4, args.len())?;
-        if args.len() % 2 != 0 {
-            return Err(CommandError::Other(format!(
-                "ERR Unknown option or number of arguments for CONFIG SET - '{}'",
-                quote(&args[2])
-            )));
-        }
-        let parameters = config_parameters(ctx.shared);
-        for pair in args[2..].chunks(2) {
-            let name = pair[0].to_ascii_lowercase();
-            let Some((_, current)) = parameters.iter().find(|(n, _)| n.as_bytes() == name) else {
-                return Err(CommandError::Other(format!(
-                    "ERR Unknown option or number of arguments for CONFIG SET - '{}'",
-                    quote(&pair[0])
-                )));
-            };
-            // Setting a parameter to what it already is succeeds; changing it does not, since
-            // the server is configured when it starts.
-            if current.as_bytes() != pair[1].as_slice() {
-                return Err(CommandError::Other(format!(
-                    "ERR CONFIG SET failed (possibly related to argument '{}') - kavach cannot \
-                     change it while running",
-                    quote(&pair[0])
-                )));
-            }
-        }
+        config_set(ctx, args)?;
         ok(out)
     } else if is(sub, "resetstat") {
         sub_arity("config", "resetstat", 2, args.len())?;
@@ -1559,19 +1728,110 @@ fn cmd_config(ctx: &mut Ctx<'_>, args: &[Vec<u8>], out: &mut Vec<u8>) -> Command
     }
 }
 
-/// The sections the server itself fills, in INFO's order.
-const SERVER_SECTIONS: &[&str] = &["Server", "Clients", "Persistence", "Stats", "Replication"];
+/// The sections the server itself fills, in INFO's order (a store's own sections go before
+/// `Keyspace`).
+const SERVER_SECTIONS: &[&str] = &[
+    "Server",
+    "Clients",
+    "Memory",
+    "Persistence",
+    "Stats",
+    "Replication",
+    "CPU",
+    "Cluster",
+    "Keyspace",
+];
+
+/// Keys INFO's keyspace section looks at per database to count deadlines; beyond it `expires`
+/// counts the keys seen.
+const INFO_SCAN_KEYS_MAX: usize = 1_000_000;
+
+/// Bytes in Redis's human form (`1.50M`, `0B`).
+fn human_bytes(n: u64) -> String {
+    const UNITS: &[(u64, &str)] = &[
+        (1 << 40, "T"),
+        (1 << 30, "G"),
+        (1 << 20, "M"),
+        (1 << 10, "K"),
+    ];
+    for &(size, unit) in UNITS {
+        if n >= size {
+            return format!("{:.2}{unit}", n as f64 / size as f64);
+        }
+    }
+    format!("{n}B")
+}
+
+/// User and system CPU seconds of this process, from `/proc/self/stat` (zero where unknown).
+fn cpu_seconds() -> (f64, f64) {
+    let Ok(stat) = std::fs::read_to_string("/proc/self/stat") else {
+        return (0.0, 0.0);
+    };
+    // Fields after the command name (which is in parentheses and may hold spaces).
+    let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let ticks = |i: usize| {
+        fields
+            .get(i)
+            .and_then(|f| f.parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
+    // utime and stime are fields 14 and 15 of the whole line, 11 and 12 after the name; the
+    // kernel's USER_HZ is 100 on every platform Linux runs on.
+    (ticks(11) / 100.0, ticks(12) / 100.0)
+}
+
+/// INFO keyspace lines: `db0:keys=N,expires=M,avg_ttl=0` for each non-empty database.
+fn keyspace_lines(ks: &dyn Keyspace) -> Vec<(String, String)> {
+    let mut lines = Vec::new();
+    for db in 0..model::DATABASES {
+        let db = db as Db;
+        let keys = ks.dbsize(db).unwrap_or(0);
+        if keys == 0 {
+            continue;
+        }
+        let mut expires = 0u64;
+        let mut seen = 0usize;
+        let mut cursor = 0;
+        loop {
+            let Ok((next, infos)) = ks.scan(db, cursor, 1000) else {
+                break;
+            };
+            seen += infos.len();
+            expires += infos.iter().filter(|k| k.expire_at_ms != 0).count() as u64;
+            cursor = next;
+            if cursor == 0 || seen >= INFO_SCAN_KEYS_MAX {
+                break;
+            }
+        }
+        lines.push((
+            format!("db{db}"),
+            format!("keys={keys},expires={expires},avg_ttl=0"),
+        ));
+    }
+    lines
+}
 
 fn info_sections(shared: &Shared) -> Vec<InfoSection> {
     let stats = shared.stats.snapshot();
     let uptime = shared.started.elapsed().as_secs();
     let c = &shared.config;
+    let settings = shared
+        .settings
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .clone();
+    let keyspace = shared.backend.keyspace();
+    let used_memory = keyspace.map_or(0, |ks| ks.used_bytes());
+    let (cpu_user, cpu_sys) = cpu_seconds();
     let line = |k: &str, v: String| (k.to_string(), v);
     let mut sections: Vec<InfoSection> = vec![
         (
             "Server".into(),
             vec![
                 line("redis_version", REDIS_VERSION.into()),
+                line("redis_git_sha1", "00000000".into()),
+                line("redis_git_dirty", "0".into()),
                 line("kavach_version", env!("CARGO_PKG_VERSION").into()),
                 line("redis_mode", "standalone".into()),
                 line(
@@ -1583,8 +1843,24 @@ fn info_sections(shared: &Shared) -> Vec<InfoSection> {
                 line("process_id", std::process::id().to_string()),
                 line("run_id", shared.run_id.clone()),
                 line("tcp_port", shared.port.to_string()),
+                line(
+                    "server_time_usec",
+                    SystemTime::now()
+                        .duration_since(UNIX_EPOCH)
+                        .map_or(0, |d| d.as_micros())
+                        .to_string(),
+                ),
                 line("uptime_in_seconds", uptime.to_string()),
                 line("uptime_in_days", (uptime / 86_400).to_string()),
+                line("hz", "10".into()),
+                line("configured_hz", "10".into()),
+                line(
+                    "executable",
+                    std::env::current_exe()
+                        .map(|p| p.display().to_string())
+                        .unwrap_or_default(),
+                ),
+                line("config_file", String::new()),
                 line("io_threads_active", "0".into()),
                 line("workers", c.workers.to_string()),
                 line(
@@ -1597,12 +1873,43 @@ fn info_sections(shared: &Shared) -> Vec<InfoSection> {
             "Clients".into(),
             vec![
                 line("connected_clients", stats.connected_clients.to_string()),
+                line("cluster_connections", "0".into()),
                 line("maxclients", c.max_clients.to_string()),
-                line("blocked_clients", "0".into()),
+                line(
+                    "blocked_clients",
+                    shared.notifier.blocked_count().to_string(),
+                ),
                 line("tracking_clients", "0".into()),
             ],
         ),
-        ("Persistence".into(), vec![line("loading", "0".into())]),
+        (
+            "Memory".into(),
+            vec![
+                line("used_memory", used_memory.to_string()),
+                line("used_memory_human", human_bytes(used_memory)),
+                line("maxmemory", settings.maxmemory_bytes.to_string()),
+                line("maxmemory_human", human_bytes(settings.maxmemory_bytes)),
+                line("maxmemory_policy", settings.maxmemory_policy.clone()),
+            ],
+        ),
+        (
+            "Persistence".into(),
+            vec![
+                line("loading", "0".into()),
+                line(
+                    "rdb_bgsave_in_progress",
+                    u8::from(shared.saves.bgsave_running.load(Ordering::Relaxed)).to_string(),
+                ),
+                line(
+                    "rdb_last_save_time",
+                    shared
+                        .saves
+                        .last_save_unix
+                        .load(Ordering::Relaxed)
+                        .to_string(),
+                ),
+            ],
+        ),
         (
             "Stats".into(),
             vec![
@@ -1621,6 +1928,13 @@ fn info_sections(shared: &Shared) -> Vec<InfoSection> {
                     "rejected_connections",
                     stats.connections_rejected.to_string(),
                 ),
+                line("expired_keys", stats.expired_keys.to_string()),
+                line("evicted_keys", "0".into()),
+                line(
+                    "pubsub_channels",
+                    shared.notifier.channels(None).len().to_string(),
+                ),
+                line("pubsub_patterns", shared.notifier.numpat().to_string()),
                 line(
                     "client_output_buffer_limit_disconnections",
                     stats.output_limit_disconnections.to_string(),
@@ -1635,6 +1949,18 @@ fn info_sections(shared: &Shared) -> Vec<InfoSection> {
                 line("role", "master".into()),
                 line("connected_slaves", "0".into()),
             ],
+        ),
+        (
+            "CPU".into(),
+            vec![
+                line("used_cpu_sys", format!("{cpu_sys:.6}")),
+                line("used_cpu_user", format!("{cpu_user:.6}")),
+            ],
+        ),
+        ("Cluster".into(), vec![line("cluster_enabled", "0".into())]),
+        (
+            "Keyspace".into(),
+            keyspace.map(keyspace_lines).unwrap_or_default(),
         ),
     ];
     debug_assert!(
@@ -1657,7 +1983,10 @@ fn info_sections(shared: &Shared) -> Vec<InfoSection> {
                     }
                 }
             }
-            None => sections.push((title, lines)),
+            None => {
+                let at = sections.len().saturating_sub(1);
+                sections.insert(at, (title, lines));
+            }
         }
     }
     if let Some((_, persistence)) = sections.iter_mut().find(|(t, _)| t == "Persistence") {
@@ -1734,7 +2063,97 @@ fn cmd_promote(ctx: &mut Ctx<'_>, args: &[Vec<u8>], out: &mut Vec<u8>) -> Comman
 
 fn cmd_save(ctx: &mut Ctx<'_>, _: &[Vec<u8>], out: &mut Vec<u8>) -> CommandResult {
     ctx.backend().save()?;
+    ctx.shared
+        .saves
+        .last_save_unix
+        .store(crate::server::unix_seconds(), Ordering::Relaxed);
     ok(out)
+}
+
+/// BGSAVE [SCHEDULE]: takes the checkpoint SAVE takes, on a thread of its own.
+fn cmd_bgsave(ctx: &mut Ctx<'_>, args: &[Vec<u8>], out: &mut Vec<u8>) -> CommandResult {
+    match args.len() {
+        1 => {}
+        2 if is(&args[1], "schedule") => {}
+        _ => return Err(CommandError::Syntax),
+    }
+    let saves = Arc::clone(&ctx.shared.saves);
+    let backend = Arc::clone(&ctx.shared.backend);
+    if saves.bgsave_running.swap(true, Ordering::SeqCst) {
+        if args.len() == 2 {
+            write_simple(out, b"Background saving scheduled");
+            return Ok(Action::Continue);
+        }
+        return Err(CommandError::Other(
+            "ERR Background save already in progress".into(),
+        ));
+    }
+    let worker = Arc::clone(&saves);
+    let spawned = std::thread::Builder::new()
+        .name("kavach-bgsave".into())
+        .spawn(move || {
+            if backend.save().is_ok() {
+                worker
+                    .last_save_unix
+                    .store(crate::server::unix_seconds(), Ordering::Relaxed);
+            }
+            worker.bgsave_running.store(false, Ordering::SeqCst);
+        });
+    if spawned.is_err() {
+        saves.bgsave_running.store(false, Ordering::SeqCst);
+        return Err(CommandError::Other(
+            "ERR Background save failed to start".into(),
+        ));
+    }
+    write_simple(out, b"Background saving started");
+    Ok(Action::Continue)
+}
+
+fn cmd_lastsave(ctx: &mut Ctx<'_>, _: &[Vec<u8>], out: &mut Vec<u8>) -> CommandResult {
+    write_integer(out, ctx.shared.saves.last_save_unix.load(Ordering::Relaxed));
+    Ok(Action::Continue)
+}
+
+/// TIME: seconds and microseconds since the epoch, as two bulk strings.
+fn cmd_time(ctx: &mut Ctx<'_>, _: &[Vec<u8>], out: &mut Vec<u8>) -> CommandResult {
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default();
+    Reply::Array(vec![
+        Reply::bulk(now.as_secs().to_string()),
+        Reply::bulk(now.subsec_micros().to_string()),
+    ])
+    .encode_as(out, ctx.resp3());
+    Ok(Action::Continue)
+}
+
+/// WAIT numreplicas timeout-ms: how many backups acknowledged every write so far.
+fn cmd_wait(ctx: &mut Ctx<'_>, args: &[Vec<u8>], out: &mut Vec<u8>) -> CommandResult {
+    let replicas = parse_int(&args[1])?;
+    let timeout = parse_strict_i64(&args[2]).ok_or_else(|| {
+        CommandError::Other("ERR timeout is not an integer or out of range".into())
+    })?;
+    if timeout < 0 {
+        return Err(CommandError::Other("ERR timeout is negative".into()));
+    }
+    let timeout = (timeout > 0).then(|| std::time::Duration::from_millis(timeout.unsigned_abs()));
+    let n = ctx
+        .backend()
+        .wait_replicas(replicas.max(0).unsigned_abs(), timeout)?;
+    write_count(out, n)
+}
+
+/// RESET: the connection as it was at connect: out of MULTI and WATCH, unsubscribed, database
+/// 0, RESP2, no name.
+fn cmd_reset(ctx: &mut Ctx<'_>, _: &[Vec<u8>], out: &mut Vec<u8>) -> CommandResult {
+    multi::end(ctx.shared, ctx.session);
+    disconnect(ctx.shared, ctx.session);
+    let s = &mut *ctx.session;
+    s.db = 0;
+    s.resp3 = false;
+    s.name = None;
+    write_simple(out, b"RESET");
+    Ok(Action::Continue)
 }
 
 /// SHUTDOWN [NOSAVE|SAVE] [NOW] [FORCE]. The store is durable either way; SAVE takes a

@@ -107,6 +107,13 @@ pub struct Config {
     /// How long shutdown waits for replies to be written before closing connections anyway
     /// (default 5 s).
     pub shutdown_drain: Duration,
+    /// The store's memory limit in bytes, 0 for none (INFO and CONFIG `maxmemory`).
+    pub maxmemory_bytes: u64,
+    /// What the store does when full (CONFIG `maxmemory-policy`, default `noeviction`).
+    pub maxmemory_policy: String,
+    /// How often active expiry looks for keys past their deadline (default 100 ms, Redis's
+    /// `hz 10`); zero turns it off.
+    pub active_expiry_period: Duration,
 }
 
 impl Default for Config {
@@ -120,6 +127,9 @@ impl Default for Config {
             durability: "always".to_string(),
             max_output_bytes: 128 << 20,
             shutdown_drain: Duration::from_secs(5),
+            maxmemory_bytes: 0,
+            maxmemory_policy: "noeviction".to_string(),
+            active_expiry_period: Duration::from_millis(100),
         }
     }
 }
@@ -286,6 +296,26 @@ pub(crate) struct Shared {
     pub(crate) clients: ClientRegistry,
     /// Hears of every write (WATCH, blocked clients).
     pub(crate) notifier: crate::notify::Notifier,
+    /// Settings CONFIG SET changes while the server runs.
+    pub(crate) settings: Mutex<Settings>,
+    /// SAVE and BGSAVE bookkeeping.
+    pub(crate) saves: Arc<SaveState>,
+}
+
+/// What LASTSAVE and BGSAVE know.
+#[derive(Debug)]
+pub(crate) struct SaveState {
+    /// When the last SAVE or BGSAVE finished (seconds since the epoch; start time before).
+    pub(crate) last_save_unix: std::sync::atomic::AtomicI64,
+    /// A BGSAVE is running.
+    pub(crate) bgsave_running: AtomicBool,
+}
+
+/// The settings CONFIG SET may change.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Settings {
+    pub(crate) maxmemory_bytes: u64,
+    pub(crate) maxmemory_policy: String,
 }
 
 impl fmt::Debug for Shared {
@@ -296,6 +326,13 @@ impl fmt::Debug for Shared {
             .field("stats", &self.stats)
             .finish_non_exhaustive()
     }
+}
+
+/// Seconds since the Unix epoch.
+pub(crate) fn unix_seconds() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs() as i64)
 }
 
 /// A 40-hex-digit run id, like Redis's, from the clock, the process id and std's random hasher
@@ -419,7 +456,6 @@ impl Listener {
         } = self;
         let shared = Arc::new(Shared {
             backend,
-            config,
             port: local_addr.port(),
             stats: Stats::default(),
             started: Instant::now(),
@@ -428,6 +464,15 @@ impl Listener {
             next_client_id: AtomicU64::new(1),
             clients: ClientRegistry::default(),
             notifier: crate::notify::Notifier::default(),
+            settings: Mutex::new(Settings {
+                maxmemory_bytes: config.maxmemory_bytes,
+                maxmemory_policy: config.maxmemory_policy.clone(),
+            }),
+            saves: Arc::new(SaveState {
+                last_save_unix: std::sync::atomic::AtomicI64::new(unix_seconds()),
+                bgsave_running: AtomicBool::new(false),
+            }),
+            config,
         });
         Server {
             listener,
@@ -495,8 +540,15 @@ impl Server {
                 }
             }
         }
+        let (expiry_stop, expiry_thread) = start_active_expiry(&shared);
         if result.is_ok() {
             result = accept_loop(&mut listener, poll, &senders, &shared);
+        }
+        drop(expiry_stop);
+        if let Some(thread) = expiry_thread {
+            if thread.join().is_err() {
+                worker_panics_expiry(&shared);
+            }
         }
         // Stop accepting before the workers finish, and make sure they are told to.
         drop(listener);
@@ -524,6 +576,90 @@ impl Server {
             worker_panics,
             backend_shutdown,
         })
+    }
+}
+
+/// Keys active expiry deletes per store transaction.
+const EXPIRY_BATCH: usize = 200;
+
+/// Time one active-expiry cycle may take (Redis's slow cycle uses 25% of its 100 ms period).
+const EXPIRY_CYCLE_BUDGET: Duration = Duration::from_millis(25);
+
+/// Starts the active-expiry thread when the store serves the data model and the period is not
+/// zero. Dropping the returned sender stops it.
+fn start_active_expiry(shared: &Arc<Shared>) -> (Sender<()>, Option<thread::JoinHandle<()>>) {
+    let (stop, stopped) = mpsc::channel::<()>();
+    let period = shared.config.active_expiry_period;
+    if shared.backend.keyspace().is_none() || period.is_zero() {
+        return (stop, None);
+    }
+    let shared = Arc::clone(shared);
+    let spawned = thread::Builder::new()
+        .name("kavach-expiry".into())
+        .spawn(move || {
+            let mut cursor = 0;
+            while let Err(mpsc::RecvTimeoutError::Timeout) = stopped.recv_timeout(period) {
+                if shared.handle.is_shutdown_requested() {
+                    return;
+                }
+                expire_cycle(&shared, &mut cursor);
+            }
+        });
+    (stop, spawned.ok())
+}
+
+/// The expiry thread panicked: a bug; shut the server down as a worker panic would.
+fn worker_panics_expiry(shared: &Shared) {
+    crate::say!("active expiry thread panicked; shutting down");
+    shared.handle.shutdown();
+}
+
+/// One active-expiry cycle: deletes keys past their deadline, a batch per transaction, until
+/// a batch comes back short or the cycle's time is up. Each key is checked again under its
+/// lock (a key written since it was listed is live again and stays).
+pub(crate) fn expire_cycle(shared: &Shared, cursor: &mut u64) {
+    let Some(ks) = shared.backend.keyspace() else {
+        return;
+    };
+    let started = Instant::now();
+    loop {
+        let Ok((next, keys)) = ks.expired(*cursor, EXPIRY_BATCH) else {
+            return;
+        };
+        *cursor = next;
+        if keys.is_empty() {
+            return;
+        }
+        let scope: Vec<(model::Db, &[u8])> =
+            keys.iter().map(|(db, k)| (*db, k.as_slice())).collect();
+        let mut deleted = 0u64;
+        let done = ks.transact(model::Scope::Keys(&scope), true, &mut |t| {
+            // Absent to the view yet listed: past its deadline (or already gone; deleting an
+            // absent key changes nothing).
+            let dead: Vec<model::Effect> = keys
+                .iter()
+                .filter(|(db, k)| t.kind(*db, k).is_none())
+                .map(|(db, k)| model::Effect::Del {
+                    db: *db,
+                    key: k.clone(),
+                })
+                .collect();
+            deleted = dead.len() as u64;
+            if !dead.is_empty() {
+                t.apply(dead)?;
+            }
+            Ok(())
+        });
+        if done.is_err() {
+            return;
+        }
+        shared
+            .stats
+            .expired_keys
+            .fetch_add(deleted, Ordering::Relaxed);
+        if keys.len() < EXPIRY_BATCH || started.elapsed() >= EXPIRY_CYCLE_BUDGET {
+            return;
+        }
     }
 }
 
@@ -849,9 +985,7 @@ impl Conn {
             // Park first, then look again: a write between the command's look and the parking
             // would otherwise go unnoticed.
             blocked.parked = true;
-            shared
-                .notifier
-                .block(&self.session.mailbox, &blocked.keys);
+            shared.notifier.block(&self.session.mailbox, &blocked.keys);
             self.run_blocked(shared);
         } else if let Some(how) = mail.unblock {
             match how {

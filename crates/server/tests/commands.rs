@@ -995,9 +995,12 @@ fn info_sections_and_counters() {
         [
             "Server",
             "Clients",
+            "Memory",
             "Persistence",
             "Stats",
             "Replication",
+            "CPU",
+            "Cluster",
             "Integrity",
             "Keyspace"
         ]
@@ -1037,7 +1040,7 @@ fn info_sections_and_counters() {
     assert_eq!(titles, ["Server", "Keyspace"]);
     let persistence = info(&mut c, "INFO persistence");
     assert_eq!(persistence.len(), 1);
-    assert_eq!(info(&mut c, "INFO everything").len(), 7);
+    assert_eq!(info(&mut c, "INFO everything").len(), 10);
     assert_eq!(info(&mut c, "INFO nosuch").len(), 0);
     expect(&mut c, "INFO nosuch", "$0\r\n\r\n");
 

@@ -38,7 +38,11 @@ fn errors_outside_and_inside_multi() {
     );
     expect(&mut c, "MULTI", "+OK\r\n");
     expect(&mut c, "MULTI", "-ERR MULTI calls can not be nested\r\n");
-    expect(&mut c, "WATCH x", "-ERR WATCH inside MULTI is not allowed\r\n");
+    expect(
+        &mut c,
+        "WATCH x",
+        "-ERR WATCH inside MULTI is not allowed\r\n",
+    );
     expect(&mut c, "t.set a 1", "+QUEUED\r\n");
     expect(
         &mut c,

@@ -23,7 +23,15 @@ const NO_OOM: &[&str] = &["noscript", "loading", "stale", "fast", "allow_busy"];
 /// This family's commands, sorted by name.
 pub(super) static SPECS: &[Spec] = &[
     spec!("discard", 1, NO_OOM, 0, 0, 0, cmd_discard),
-    spec!("exec", 1, &["noscript", "loading", "stale", "skip_slowlog"], 0, 0, 0, cmd_exec),
+    spec!(
+        "exec",
+        1,
+        &["noscript", "loading", "stale", "skip_slowlog"],
+        0,
+        0,
+        0,
+        cmd_exec
+    ),
     spec!("multi", 1, NO_OOM, 0, 0, 0, cmd_multi),
     spec!("unwatch", 1, NO_OOM, 0, 0, 0, cmd_unwatch),
     spec!("watch", -2, NO_OOM, 1, -1, 1, cmd_watch),

@@ -87,7 +87,11 @@ fn cmd_subscribe(ctx: &mut Ctx<'_>, args: &[Vec<u8>], out: &mut Vec<u8>) -> Comm
 
 fn cmd_psubscribe(ctx: &mut Ctx<'_>, args: &[Vec<u8>], out: &mut Vec<u8>) -> CommandResult {
     for pattern in &args[1..] {
-        if ctx.shared.notifier.psubscribe(&ctx.session.mailbox, pattern) {
+        if ctx
+            .shared
+            .notifier
+            .psubscribe(&ctx.session.mailbox, pattern)
+        {
             ctx.session.patterns.insert(pattern.clone());
         }
         confirm(ctx, out, "psubscribe", Some(pattern));
