@@ -1793,10 +1793,7 @@ fn keyspace_lines(ks: &dyn Keyspace) -> Vec<(String, String)> {
         let mut expires = 0u64;
         let mut seen = 0usize;
         let mut cursor = 0;
-        loop {
-            let Ok((next, infos)) = ks.scan(db, cursor, 1000) else {
-                break;
-            };
+        while let Ok((next, infos)) = ks.scan(db, cursor, 1000) {
             seen += infos.len();
             expires += infos.iter().filter(|k| k.expire_at_ms != 0).count() as u64;
             cursor = next;

@@ -196,6 +196,9 @@ struct WatchEntry {
     watchers: usize,
 }
 
+/// Keys by database.
+type KeyList = Vec<(Db, Vec<u8>)>;
+
 /// The clients blocked on one key, first come first served.
 type Waiters = VecDeque<Arc<Mailbox>>;
 
@@ -206,7 +209,7 @@ struct Keys {
     /// Blocked clients per database and key.
     blocked: Vec<HashMap<Vec<u8>, Waiters>>,
     /// Every blocked client by id, with the keys it waits on.
-    blocked_clients: HashMap<u64, (Arc<Mailbox>, Vec<(Db, Vec<u8>)>)>,
+    blocked_clients: HashMap<u64, (Arc<Mailbox>, KeyList)>,
 }
 
 #[derive(Debug, Default)]
