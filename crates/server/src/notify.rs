@@ -611,6 +611,39 @@ mod tests {
     }
 
     #[test]
+    fn flushes_and_swaps_touch_the_watched_keys_that_hold_a_value() {
+        use model::{Keyspace, MemoryKeyspace, Scope, Value};
+        let ks = MemoryKeyspace::new();
+        let put = |db: Db, key: &str| Effect::Put {
+            db,
+            key: key.as_bytes().to_vec(),
+            value: Value::String(b"v".to_vec()),
+            expire_at_ms: 0,
+        };
+        let n = Notifier::default();
+        let present = n.watch(0, b"present", true);
+        let absent = n.watch(0, b"absent", false);
+        let elsewhere = n.watch(1, b"present", false);
+        let swapped_in = n.watch(2, b"x", false);
+        ks.transact(Scope::All, true, &mut |t| {
+            t.apply(vec![put(0, "present"), put(3, "x")])?;
+            // The touches a Recorder reports around FLUSHDB 0 and SWAPDB 2 3.
+            let effects = vec![Effect::FlushDb { db: 0 }, Effect::SwapDb { a: 2, b: 3 }];
+            let mut touched = Touch::of(&effects);
+            n.expand(&mut touched, &*t);
+            t.apply(effects)?;
+            n.expand(&mut touched, &*t);
+            n.touched(&touched);
+            Ok(())
+        })
+        .unwrap();
+        assert!(n.changed(&present), "a flushed key changed");
+        assert!(!n.changed(&absent), "a flush leaves absent keys alone");
+        assert!(!n.changed(&elsewhere), "other databases are untouched");
+        assert!(n.changed(&swapped_in), "a swap that brings a key in changes it");
+    }
+
+    #[test]
     fn client_unblock_reaches_only_parked_clients() {
         let n = Notifier::default();
         let (m, _) = mailbox(7);
