@@ -640,7 +640,10 @@ mod tests {
         assert!(n.changed(&present), "a flushed key changed");
         assert!(!n.changed(&absent), "a flush leaves absent keys alone");
         assert!(!n.changed(&elsewhere), "other databases are untouched");
-        assert!(n.changed(&swapped_in), "a swap that brings a key in changes it");
+        assert!(
+            n.changed(&swapped_in),
+            "a swap that brings a key in changes it"
+        );
     }
 
     #[test]

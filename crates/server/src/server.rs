@@ -16,6 +16,21 @@
 //! pipelined request in order, appending replies to the connection's output buffer, and writes
 //! them in one go. Commands run to completion on the worker, including the backend call.
 //!
+//! # Connections that talk to each other
+//!
+//! Each connection has a mailbox (`notify::Mailbox`); other threads put pub/sub
+//! messages, wake-ups and CLIENT UNBLOCK requests in it and ring the owning worker's doorbell
+//! (its token in a list plus the worker's [`Waker`]). The worker writes the messages between
+//! replies. A blocking command (BLPOP and kin) that finds nothing parks its connection: it is
+//! queued on its keys in the notifier (then looked at once more, so a write between its first
+//! look and the parking is not missed), runs nothing else, and runs the same command again
+//! when the first write to one of its keys wakes it (first come, first served per key); the
+//! worker's poll timeout covers the parked connections' deadlines.
+//!
+//! A background thread expires keys every [`Config::active_expiry_period`]: it asks the store
+//! for keys past their deadline and deletes those still past it, under their locks, as logged
+//! deletions.
+//!
 //! # Bounds
 //!
 //! - Input: a request larger than [`Limits::max_request_bytes`] is a protocol error, so a

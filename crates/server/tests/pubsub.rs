@@ -142,6 +142,11 @@ fn pubsub_introspection() {
         "PUBSUB NUMPAT x",
         "-ERR wrong number of arguments for 'pubsub|numpat' command\r\n",
     );
+    expect(
+        &mut c,
+        "PUBSUB CHANNELS a b",
+        "-ERR unknown subcommand or wrong number of arguments for 'CHANNELS'. Try PUBSUB HELP.\r\n",
+    );
     expect(&mut c, "PUBLISH ch1 m", ":2\r\n");
     expect(&mut c, "PUBLISH ph m", ":1\r\n");
     // A closed connection's subscriptions go with it.

@@ -3,7 +3,7 @@
 //! subscriber's mailbox; the subscriber's worker writes them (RESP3 push frames, or RESP2
 //! arrays) between its replies ([`write_message`]).
 
-use super::{Action, CommandError, CommandResult, Ctx, Spec, is, quote, sub_arity};
+use super::{Action, CommandError, CommandResult, Ctx, Spec, is, quote};
 use crate::notify::Message;
 use crate::resp::{
     Reply, write_array_header, write_bulk, write_integer, write_null, write_push_header,
@@ -181,12 +181,15 @@ fn cmd_pubsub(ctx: &mut Ctx<'_>, args: &[Vec<u8>], out: &mut Vec<u8>) -> Command
             let n = if shard { 0 } else { notifier.numsub(channel) };
             write_integer(out, n as i64);
         }
-    } else if ["help", "channels", "shardchannels", "numpat"]
-        .iter()
-        .any(|s| is(sub, s))
-    {
+    } else if is(sub, "help") || is(sub, "numpat") {
         let name = String::from_utf8_lossy(sub).to_ascii_lowercase();
-        return sub_arity("pubsub", &name, 0, 1).map(|()| Action::Continue);
+        return Err(CommandError::Arity(format!("pubsub|{name}")));
+    } else if is(sub, "channels") || is(sub, "shardchannels") {
+        // Redis checks these two in the handler, with this message.
+        return Err(CommandError::Other(format!(
+            "ERR unknown subcommand or wrong number of arguments for '{}'. Try PUBSUB HELP.",
+            quote(sub)
+        )));
     } else {
         return Err(CommandError::UnknownSubcommand {
             command: "PUBSUB",
