@@ -77,6 +77,13 @@ pub(crate) struct ClientHandle {
     last_active_ms: AtomicU64,
     /// Name, library and protocol, copied from the session when a command changes them.
     meta: Mutex<ClientMeta>,
+    /// The database, subscriptions and MULTI queue length (-1: not in MULTI) after the last
+    /// command, and whether a blocking command parks the connection.
+    db: AtomicUsize,
+    channels: AtomicUsize,
+    patterns: AtomicUsize,
+    multi: std::sync::atomic::AtomicI64,
+    pub(crate) blocked: AtomicBool,
 }
 
 #[derive(Debug, Default, Clone)]
@@ -131,6 +138,11 @@ impl ClientRegistry {
             last_subcommand: AtomicUsize::new(0),
             last_active_ms: AtomicU64::new(0),
             meta: Mutex::new(ClientMeta::default()),
+            db: AtomicUsize::new(0),
+            channels: AtomicUsize::new(0),
+            patterns: AtomicUsize::new(0),
+            multi: std::sync::atomic::AtomicI64::new(-1),
+            blocked: AtomicBool::new(false),
         });
         let mut inner = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
         if inner.clients.len() >= inner.prune_at.max(REGISTRY_PRUNE_MIN) {
@@ -175,6 +187,9 @@ pub(crate) struct Session {
     pub(crate) channels: std::collections::BTreeSet<Vec<u8>>,
     /// PSUBSCRIBE's patterns.
     pub(crate) patterns: std::collections::BTreeSet<Vec<u8>>,
+    /// SAVEs queued in the running EXEC, by the offset of their `+OK` in the reply: the store
+    /// checkpoints once the EXEC's transaction has released its locks.
+    pub(crate) saves_after_exec: Vec<usize>,
 }
 
 impl Session {
@@ -193,6 +208,7 @@ impl Session {
             watched: Vec::new(),
             channels: Default::default(),
             patterns: Default::default(),
+            saves_after_exec: Vec::new(),
         }
     }
 
@@ -205,6 +221,19 @@ impl Session {
     /// QUIT and RESET run).
     pub(crate) fn resp2_subscribed(&self) -> bool {
         !self.resp3 && self.subscriptions() > 0
+    }
+
+    /// Copies the database, subscriptions and MULTI state to the handle (CLIENT LIST).
+    fn publish_state(&self) {
+        let h = &self.handle;
+        h.db.store(usize::from(self.db), Ordering::Relaxed);
+        h.channels.store(self.channels.len(), Ordering::Relaxed);
+        h.patterns.store(self.patterns.len(), Ordering::Relaxed);
+        let queued = self
+            .multi
+            .as_ref()
+            .map_or(-1, |q| i64::try_from(q.len()).unwrap_or(i64::MAX));
+        h.multi.store(queued, Ordering::Relaxed);
     }
 
     /// Copies what CLIENT LIST shows of this session to its handle.
@@ -680,12 +709,13 @@ pub(crate) fn execute(
         );
         return Action::Continue;
     }
+    note_command(session, index, spec, args);
     if session.multi.is_some() && !multi::runs_inside_multi(spec.name) {
         multi::queue(session, args, out);
+        session.publish_state();
         return Action::Continue;
     }
     let mark = out.len();
-    note_command(session, index, spec, args);
     let mut ctx = Ctx {
         shared,
         session,
@@ -695,6 +725,7 @@ pub(crate) fn execute(
     if matches!(spec.name, "hello" | "client" | "reset") {
         session.publish();
     }
+    session.publish_state();
     match result {
         Ok(action) => action,
         Err(e) => {
@@ -1280,13 +1311,30 @@ fn client_line(client: &ClientHandle) -> Vec<u8> {
         (0, _) => "NULL",
         (n, _) => table().get(n - 1).map_or("NULL", |s| s.name),
     };
+    let channels = client.channels.load(Ordering::Relaxed);
+    let patterns = client.patterns.load(Ordering::Relaxed);
+    let multi = client.multi.load(Ordering::Relaxed);
+    let mut flags = String::new();
+    if channels + patterns > 0 {
+        flags.push('P');
+    }
+    if multi >= 0 {
+        flags.push('x');
+    }
+    if client.blocked.load(Ordering::Relaxed) {
+        flags.push('b');
+    }
+    if flags.is_empty() {
+        flags.push('N');
+    }
     let _ = write!(
         line,
-        " age={} idle={} flags=N db=0 sub=0 psub=0 ssub=0 multi=-1 qbuf=0 qbuf-free=0 \
-         argv-mem=0 multi-mem=0 rbs=0 rbp=0 obl=0 oll=0 omem=0 tot-mem=0 events=r cmd={command} \
-         user=default redir=-1 resp={} lib-name=",
+        " age={} idle={} flags={flags} db={} sub={channels} psub={patterns} ssub=0 multi={multi} \
+         qbuf=0 qbuf-free=0 argv-mem=0 multi-mem=0 rbs=0 rbp=0 obl=0 oll=0 omem=0 tot-mem=0 \
+         events=r cmd={command} user=default redir=-1 resp={} lib-name=",
         age_ms / 1000,
         idle_ms / 1000,
+        client.db.load(Ordering::Relaxed),
         if meta.resp3 { 3 } else { 2 }
     );
     line.extend_from_slice(meta.lib_name.as_deref().unwrap_or_default());
@@ -2059,6 +2107,11 @@ fn cmd_promote(ctx: &mut Ctx<'_>, args: &[Vec<u8>], out: &mut Vec<u8>) -> Comman
 }
 
 fn cmd_save(ctx: &mut Ctx<'_>, _: &[Vec<u8>], out: &mut Vec<u8>) -> CommandResult {
+    if ctx.in_exec() {
+        // A checkpoint waits for the locks the EXEC holds: take it right after (multi.rs).
+        ctx.session.saves_after_exec.push(out.len());
+        return ok(out);
+    }
     ctx.backend().save()?;
     ctx.shared
         .saves

@@ -1000,6 +1000,7 @@ impl Conn {
             // Park first, then look again: a write between the command's look and the parking
             // would otherwise go unnoticed.
             blocked.parked = true;
+            self.session.handle.blocked.store(true, Ordering::Relaxed);
             shared.notifier.block(&self.session.mailbox, &blocked.keys);
             self.run_blocked(shared);
         } else if let Some(how) = mail.unblock {
@@ -1047,6 +1048,7 @@ impl Conn {
         if self.blocked.take().is_some_and(|b| b.parked) {
             shared.notifier.unblock(self.session.id);
         }
+        self.session.handle.blocked.store(false, Ordering::Relaxed);
         self.input_pending = !self.input.is_empty();
     }
 

@@ -287,3 +287,75 @@ fn active_expiry_removes_keys_nobody_reads() {
     }
     expect(&mut c, "t.get keep", "$1\r\nv\r\n");
 }
+
+/// The CLIENT LIST line of client `id`.
+fn client_line(c: &mut support::Client, id: &str) -> String {
+    let text = String::from_utf8(c.call("CLIENT LIST")).unwrap();
+    text.lines()
+        .find(|l| l.contains(&format!("id={id} ")))
+        .unwrap_or_else(|| panic!("no client {id} in {text}"))
+        .to_string()
+}
+
+fn client_id(c: &mut support::Client) -> String {
+    String::from_utf8(c.call("CLIENT ID"))
+        .unwrap()
+        .trim_start_matches(':')
+        .trim_end()
+        .to_string()
+}
+
+#[test]
+fn client_list_shows_pubsub_multi_and_blocked_state() {
+    let server = TestServer::default_config();
+    let mut observer = server.client();
+    let mut sub = server.client();
+    let sub_id = client_id(&mut sub);
+    sub.send(&support::words("SUBSCRIBE a b"));
+    sub.read_reply_bytes();
+    sub.read_reply_bytes();
+    let line = client_line(&mut observer, &sub_id);
+    assert!(
+        line.contains(" flags=P db=0 sub=2 psub=0 ssub=0 multi=-1 "),
+        "{line}"
+    );
+    assert!(line.contains(" cmd=subscribe "), "{line}");
+
+    let mut tx = server.client();
+    let tx_id = client_id(&mut tx);
+    expect(&mut tx, "SELECT 3", "+OK\r\n");
+    expect(&mut tx, "MULTI", "+OK\r\n");
+    expect(&mut tx, "PING", "+QUEUED\r\n");
+    expect(&mut tx, "PING", "+QUEUED\r\n");
+    let line = client_line(&mut observer, &tx_id);
+    assert!(
+        line.contains(" flags=x db=3 sub=0 psub=0 ssub=0 multi=2 "),
+        "{line}"
+    );
+    assert!(line.contains(" cmd=ping "), "{line}");
+
+    let mut blocked = server.client();
+    let blocked_id = client_id(&mut blocked);
+    blocked.send(&support::words("t.bpop l 0"));
+    let deadline = std::time::Instant::now() + support::IO_TIMEOUT;
+    while !client_line(&mut observer, &blocked_id).contains(" flags=b ") {
+        assert!(std::time::Instant::now() < deadline);
+        std::thread::sleep(std::time::Duration::from_millis(2));
+    }
+    expect(&mut observer, "t.push l x", ":1\r\n");
+    blocked.read_reply_bytes();
+    let line = client_line(&mut observer, &blocked_id);
+    assert!(line.contains(" flags=N "), "{line}");
+}
+
+#[test]
+fn save_inside_exec_checkpoints_after_the_transaction() {
+    let server = TestServer::default_config();
+    let mut c = server.client();
+    expect(&mut c, "MULTI", "+OK\r\n");
+    expect(&mut c, "t.set a 1", "+QUEUED\r\n");
+    expect(&mut c, "SAVE", "+QUEUED\r\n");
+    expect(&mut c, "t.get a", "+QUEUED\r\n");
+    expect(&mut c, "EXEC", "*3\r\n+OK\r\n+OK\r\n$1\r\n1\r\n");
+    assert_eq!(server.backend.save_calls(), 1);
+}
