@@ -1498,6 +1498,35 @@ fn command_entry(spec: &Spec) -> Reply {
     ])
 }
 
+/// The group COMMAND DOCS names for a command, from the family that defines it.
+fn command_group(spec: &Spec) -> &'static str {
+    let in_family = |family: &[Spec]| family.iter().any(|s| std::ptr::eq(s, spec));
+    if in_family(keys::SPECS) {
+        "generic"
+    } else if in_family(strings::SPECS) {
+        "string"
+    } else if in_family(hashes::SPECS) {
+        "hash"
+    } else if in_family(lists::SPECS) {
+        "list"
+    } else if in_family(sets::SPECS) {
+        "set"
+    } else if in_family(zsets::SPECS) {
+        "sorted-set"
+    } else if in_family(multi::SPECS) {
+        "transactions"
+    } else if in_family(pubsub::SPECS) {
+        "pubsub"
+    } else if matches!(
+        spec.name,
+        "auth" | "client" | "echo" | "hello" | "ping" | "quit" | "reset" | "select"
+    ) {
+        "connection"
+    } else {
+        "server"
+    }
+}
+
 /// COMMAND GETKEYS: the keys of a command line, from its key positions in the table.
 fn command_keys(line: &[Vec<u8>]) -> Result<Vec<Vec<u8>>, CommandError> {
     let spec = lookup(&line[0])
@@ -1536,7 +1565,23 @@ fn cmd_command(ctx: &mut Ctx<'_>, args: &[Vec<u8>], out: &mut Vec<u8>) -> Comman
             sub_arity("command", "count", 2, args.len())?;
             Reply::Integer(table().len() as i64)
         } else if is(sub, "docs") {
-            Reply::Array(vec![])
+            let specs: Vec<&Spec> = if args.len() == 2 {
+                table().to_vec()
+            } else {
+                args[2..].iter().filter_map(|name| lookup(name)).collect()
+            };
+            Reply::Map(
+                specs
+                    .into_iter()
+                    .map(|spec| {
+                        let doc = Reply::Map(vec![(
+                            Reply::bulk("group"),
+                            Reply::bulk(command_group(spec)),
+                        )]);
+                        (Reply::bulk(spec.name), doc)
+                    })
+                    .collect(),
+            )
         } else if is(sub, "info") {
             if args.len() == 2 {
                 Reply::Array(table().iter().map(|s| command_entry(s)).collect())

@@ -359,3 +359,24 @@ fn save_inside_exec_checkpoints_after_the_transaction() {
     expect(&mut c, "EXEC", "*3\r\n+OK\r\n+OK\r\n$1\r\n1\r\n");
     assert_eq!(server.backend.save_calls(), 1);
 }
+
+#[test]
+fn command_docs_name_each_command_of_the_table() {
+    let server = TestServer::default_config();
+    let mut c = server.client();
+    c.send(&support::words("COMMAND COUNT"));
+    let Reply::Integer(count) = c.read_reply() else {
+        panic!("COMMAND COUNT")
+    };
+    c.send(&support::words("COMMAND DOCS"));
+    let Reply::Array(flat) = c.read_reply() else {
+        panic!("COMMAND DOCS")
+    };
+    assert_eq!(flat.len() as i64, count * 2);
+    c.call("HELLO 3");
+    expect(
+        &mut c,
+        "COMMAND DOCS multi publish",
+        "%2\r\n$5\r\nmulti\r\n%1\r\n$5\r\ngroup\r\n$12\r\ntransactions\r\n$7\r\npublish\r\n%1\r\n$5\r\ngroup\r\n$6\r\npubsub\r\n",
+    );
+}
