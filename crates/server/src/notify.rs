@@ -140,12 +140,20 @@ impl Mailbox {
         })
     }
 
-    /// Takes everything in the mailbox.
-    pub(crate) fn take(&self) -> Mail {
+    /// Takes everything in the mailbox; the messages only if `messages` (a connection whose
+    /// client does not read leaves them, so that they count against [`MAILBOX_BYTES_MAX`]).
+    pub(crate) fn take(&self, messages: bool) -> Mail {
         let mut st = lock(&self.state);
-        st.bytes = 0;
         st.rung = false;
-        std::mem::take(&mut st.mail)
+        let kept = if messages {
+            st.bytes = 0;
+            Vec::new()
+        } else {
+            std::mem::take(&mut st.mail.messages)
+        };
+        let mail = std::mem::take(&mut st.mail);
+        st.mail.messages = kept;
+        mail
     }
 
     /// Whether something waits in the mailbox.
@@ -594,7 +602,7 @@ mod tests {
         n.block(&m2, &k);
         assert_eq!(n.blocked_count(), 2);
         n.touched(&[key(0, "list")]);
-        assert!(m1.take().woken);
+        assert!(m1.take(true).woken);
         assert!(!m2.has_mail());
         assert_eq!(
             (r1.load(Ordering::SeqCst), r2.load(Ordering::SeqCst)),
@@ -602,7 +610,7 @@ mod tests {
         );
         // The first leaves: the second is woken in its turn.
         n.unblock(1);
-        assert!(m2.take().woken);
+        assert!(m2.take(true).woken);
         n.unblock(2);
         assert_eq!(n.blocked_count(), 0);
         assert_eq!(n.interest.load(Ordering::SeqCst), 0);
@@ -653,7 +661,7 @@ mod tests {
         assert!(!n.request_unblock(7, Unblock::Error));
         n.block(&m, &[(3, b"k".to_vec())]);
         assert!(n.request_unblock(7, Unblock::Error));
-        assert_eq!(m.take().unblock, Some(Unblock::Error));
+        assert_eq!(m.take(true).unblock, Some(Unblock::Error));
     }
 
     #[test]
@@ -667,7 +675,7 @@ mod tests {
         assert!(n.psubscribe(&m2, b"*s"));
         assert_eq!(n.publish(b"news", b"hi"), 3);
         assert_eq!(n.publish(b"other", b"x"), 0);
-        let mail = m1.take();
+        let mail = m1.take(true);
         assert_eq!(mail.messages.len(), 2);
         assert_eq!(mail.messages[0].pattern, None);
         assert_eq!(mail.messages[1].pattern.as_deref(), Some(&b"n*"[..]));
@@ -690,7 +698,7 @@ mod tests {
         for _ in 0..4 {
             n.publish(b"c", &big);
         }
-        let mail = m.take();
+        let mail = m.take(true);
         assert!(mail.overflowed);
         assert!(mail.messages.is_empty());
     }

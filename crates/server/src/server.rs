@@ -982,7 +982,10 @@ impl Conn {
     /// at its deadline or on CLIENT UNBLOCK. False: close the connection (its messages
     /// overflowed).
     fn read_mail(&mut self, shared: &Shared) -> bool {
-        let mail = self.session.mailbox.take();
+        // A client that does not read its replies gets no more messages into its output; they
+        // wait in the mailbox, which closes the connection when it overflows.
+        let deliver = self.pending_output() <= OUTPUT_PAUSE_BYTES;
+        let mail = self.session.mailbox.take(deliver);
         if mail.overflowed {
             shared
                 .stats

@@ -193,3 +193,29 @@ fn many_messages_arrive_in_order() {
         assert_eq!(read(&mut sub), show(want.as_bytes()));
     }
 }
+
+#[test]
+fn a_subscriber_that_does_not_read_is_disconnected() {
+    let server = TestServer::default_config();
+    let mut sub = server.client();
+    sub.send(&support::words("SUBSCRIBE c"));
+    read(&mut sub);
+    let mut publisher = server.client();
+    let payload = vec![b'x'; 64 << 10];
+    // Far more than the socket buffers, the output pause and the 32 MiB mailbox hold.
+    let mut delivered_to_none = false;
+    for _ in 0..2000 {
+        let reply = publisher.call_args(&[b"PUBLISH", b"c", &payload]);
+        if reply == b":0\r\n" {
+            delivered_to_none = true;
+            break;
+        }
+        assert_eq!(reply, b":1\r\n");
+    }
+    assert!(delivered_to_none, "the subscriber was never dropped");
+    let text = String::from_utf8(publisher.call("INFO stats")).unwrap();
+    assert!(
+        text.contains("client_output_buffer_limit_disconnections:1\r\n"),
+        "{text}"
+    );
+}
