@@ -303,7 +303,6 @@ impl Ctx<'_> {
     }
 
     /// Whether the handler runs inside EXEC.
-    #[allow(dead_code)] // read by the blocking commands
     fn in_exec(&self) -> bool {
         self.txn.is_some()
     }
@@ -1112,7 +1111,8 @@ fn cmd_hello(ctx: &mut Ctx<'_>, args: &[Vec<u8>], out: &mut Vec<u8>) -> CommandR
 /// HELLO's role: INFO's replication role (`master` unless the store says otherwise), with
 /// INFO's `slave` named `replica` as Redis 7's HELLO names it.
 fn role(shared: &Shared) -> String {
-    let info_role = info_sections(shared)
+    // Without the keyspace: HELLO runs on every connect and must not walk the data.
+    let info_role = info_sections(shared, None)
         .into_iter()
         .find(|(title, _)| title == "Replication")
         .and_then(|(_, lines)| lines.into_iter().find(|(k, _)| k == "role"))
@@ -1902,7 +1902,9 @@ fn keyspace_lines(ks: &dyn Keyspace) -> Vec<(String, String)> {
     lines
 }
 
-fn info_sections(shared: &Shared) -> Vec<InfoSection> {
+/// INFO's sections. The memory and keyspace figures come from `keyspace` (`None`: left out,
+/// as inside EXEC, whose transaction holds the whole keyspace).
+fn info_sections(shared: &Shared, keyspace: Option<&dyn Keyspace>) -> Vec<InfoSection> {
     let stats = shared.stats.snapshot();
     let uptime = shared.started.elapsed().as_secs();
     let c = &shared.config;
@@ -1911,7 +1913,6 @@ fn info_sections(shared: &Shared) -> Vec<InfoSection> {
         .lock()
         .unwrap_or_else(PoisonError::into_inner)
         .clone();
-    let keyspace = shared.backend.keyspace();
     let used_memory = keyspace.map_or(0, |ks| ks.used_bytes());
     let (cpu_user, cpu_sys) = cpu_seconds();
     let line = |k: &str, v: String| (k.to_string(), v);
@@ -2097,7 +2098,12 @@ fn cmd_info(ctx: &mut Ctx<'_>, args: &[Vec<u8>], out: &mut Vec<u8>) -> CommandRe
             .iter()
             .any(|w| matches!(w.as_slice(), b"all" | b"default" | b"everything"));
     let mut text = Vec::new();
-    for (title, lines) in info_sections(ctx.shared) {
+    let keyspace = if ctx.in_exec() {
+        None
+    } else {
+        ctx.backend().keyspace()
+    };
+    for (title, lines) in info_sections(ctx.shared, keyspace) {
         if !all
             && !wanted
                 .iter()

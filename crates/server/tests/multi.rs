@@ -226,3 +226,34 @@ fn a_transaction_is_atomic_for_other_clients() {
     }
     writer.join().unwrap();
 }
+
+#[test]
+fn server_commands_inside_exec_answer() {
+    // Commands that look at the whole server (INFO, HELLO, CONFIG, CLIENT, COMMAND) run inside
+    // the EXEC's transaction without waiting for the locks it holds.
+    let server = TestServer::default_config();
+    let mut c = server.client();
+    expect(&mut c, "MULTI", "+OK\r\n");
+    for line in [
+        "INFO",
+        "HELLO",
+        "CONFIG GET maxmemory",
+        "CLIENT ID",
+        "COMMAND COUNT",
+        "TIME",
+        "PUBLISH ch x",
+    ] {
+        expect(&mut c, line, "+QUEUED\r\n");
+    }
+    c.send(&support::words("EXEC"));
+    let server::resp::Reply::Array(replies) = c.read_reply() else {
+        panic!("EXEC")
+    };
+    assert_eq!(replies.len(), 7);
+    assert!(
+        replies
+            .iter()
+            .all(|r| !matches!(r, server::resp::Reply::Error(_))),
+        "{replies:?}"
+    );
+}
