@@ -187,9 +187,6 @@ pub(crate) struct Session {
     pub(crate) channels: std::collections::BTreeSet<Vec<u8>>,
     /// PSUBSCRIBE's patterns.
     pub(crate) patterns: std::collections::BTreeSet<Vec<u8>>,
-    /// SAVEs queued in the running EXEC, by the offset of their `+OK` in the reply: the store
-    /// checkpoints once the EXEC's transaction has released its locks.
-    pub(crate) saves_after_exec: Vec<usize>,
 }
 
 impl Session {
@@ -208,7 +205,6 @@ impl Session {
             watched: Vec::new(),
             channels: Default::default(),
             patterns: Default::default(),
-            saves_after_exec: Vec::new(),
         }
     }
 
@@ -710,6 +706,11 @@ pub(crate) fn execute(
     }
     note_command(session, index, spec, args);
     if session.multi.is_some() && !multi::runs_inside_multi(spec.name) {
+        if multi::refused_inside_multi(spec.name) {
+            multi::flag_error(session);
+            write_error(out, b"ERR Command not allowed inside a transaction");
+            return Action::Continue;
+        }
         multi::queue(session, args, out);
         session.publish_state();
         return Action::Continue;
@@ -2158,11 +2159,6 @@ fn cmd_promote(ctx: &mut Ctx<'_>, args: &[Vec<u8>], out: &mut Vec<u8>) -> Comman
 }
 
 fn cmd_save(ctx: &mut Ctx<'_>, _: &[Vec<u8>], out: &mut Vec<u8>) -> CommandResult {
-    if ctx.in_exec() {
-        // A checkpoint waits for the locks the EXEC holds: take it right after (multi.rs).
-        ctx.session.saves_after_exec.push(out.len());
-        return ok(out);
-    }
     ctx.backend().save()?;
     ctx.shared
         .saves

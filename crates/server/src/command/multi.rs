@@ -61,6 +61,13 @@ pub(super) fn runs_inside_multi(name: &str) -> bool {
     )
 }
 
+/// Commands a transaction may not hold (Redis 7.0's `no-multi`): refused when queued, and the
+/// EXEC then fails. A checkpoint or a shutdown inside the EXEC's transaction would wait for
+/// the locks that transaction holds.
+pub(super) fn refused_inside_multi(name: &str) -> bool {
+    matches!(name, "save" | "shutdown" | "sync" | "psync")
+}
+
 /// A command was refused while the connection is in MULTI: the EXEC will fail.
 pub(super) fn flag_error(session: &mut super::Session) {
     if let Some(q) = session.multi.as_mut() {
@@ -163,7 +170,6 @@ fn cmd_exec(ctx: &mut Ctx<'_>, _: &[Vec<u8>], out: &mut Vec<u8>) -> CommandResul
     let Some(queue) = ctx.session.multi.take() else {
         return Err(CommandError::Other("ERR EXEC without MULTI".into()));
     };
-    ctx.session.saves_after_exec.clear();
     let watched = std::mem::take(&mut ctx.session.watched);
     let shared = ctx.shared;
     if queue.failed {
@@ -224,31 +230,7 @@ fn cmd_exec(ctx: &mut Ctx<'_>, _: &[Vec<u8>], out: &mut Vec<u8>) -> CommandResul
     };
     shared.notifier.unwatch(&watched);
     result?;
-    saves_after_exec(shared, ctx.session, out);
     Ok(action)
-}
-
-/// Takes the checkpoints SAVEs inside the EXEC asked for, now that its locks are released; a
-/// failed one replaces its `+OK` in the EXEC's reply with the error.
-fn saves_after_exec(shared: &Shared, session: &mut super::Session, out: &mut Vec<u8>) {
-    let offsets = std::mem::take(&mut session.saves_after_exec);
-    // Later offsets first, so a replacement does not move the ones still to do.
-    for &at in offsets.iter().rev() {
-        if out.get(at..at + 5) != Some(b"+OK\r\n".as_slice()) {
-            continue;
-        }
-        match shared.backend.save() {
-            Ok(()) => shared.saves.last_save_unix.store(
-                crate::server::unix_seconds(),
-                std::sync::atomic::Ordering::Relaxed,
-            ),
-            Err(e) => {
-                let mut error = Vec::new();
-                write_error(&mut error, CommandError::from(e).to_string().as_bytes());
-                out.splice(at..at + 5, error);
-            }
-        }
-    }
 }
 
 /// Runs one queued command inside EXEC, its reply (or error) appended to `out`.
