@@ -349,10 +349,12 @@ impl Ctx<'_> {
         f: impl FnOnce(&mut dyn Txn) -> Result<R, CommandError>,
     ) -> Result<R, CommandError> {
         let shared = self.shared;
+        let by = Arc::clone(&self.session.mailbox);
         if let Some(txn) = self.txn.as_mut() {
             let mut rec = Recorder {
                 inner: &mut **txn,
                 shared,
+                by: &by,
             };
             return f(&mut rec);
         }
@@ -361,7 +363,11 @@ impl Ctx<'_> {
         let mut result = None;
         ks.transact(scope, write, &mut |txn| {
             if let Some(f) = f.take() {
-                let mut rec = Recorder { inner: txn, shared };
+                let mut rec = Recorder {
+                    inner: txn,
+                    shared,
+                    by: &by,
+                };
                 result = Some(f(&mut rec));
             }
             Ok(())
@@ -379,6 +385,8 @@ impl Ctx<'_> {
 struct Recorder<'t> {
     inner: &'t mut dyn Txn,
     shared: &'t Shared,
+    /// The connection writing (it waits for the blocked clients its writes wake).
+    by: &'t Arc<crate::notify::Mailbox>,
 }
 
 impl View for Recorder<'_> {
@@ -459,7 +467,7 @@ impl Txn for Recorder<'_> {
         notifier.expand(&mut touched, &*self.inner);
         self.inner.apply(effects)?;
         notifier.expand(&mut touched, &*self.inner);
-        notifier.touched(&touched);
+        notifier.touched(&touched, Some(self.by));
         Ok(())
     }
 }
@@ -758,7 +766,7 @@ pub(crate) fn disconnect(shared: &Shared, session: &mut Session) {
     for pattern in std::mem::take(&mut session.patterns) {
         notifier.punsubscribe(session.id, &pattern);
     }
-    notifier.unblock(session.id);
+    notifier.unblock(session.id, None);
 }
 
 /// Redis 7 commands Kavach does not serve (scripting, functions, modules, cluster, streams,

@@ -95,6 +95,9 @@ pub(crate) struct Mail {
     pub(crate) messages: Vec<Message>,
     /// A key the connection is blocked on was written: run the command again.
     pub(crate) woken: bool,
+    /// The connections whose writes woke this one: each waits (holds its reply) until this
+    /// one has run its command again; see [`Mailbox::release`].
+    pub(crate) woken_by: Vec<Arc<Mailbox>>,
     /// CLIENT UNBLOCK asked to end the blocked command.
     pub(crate) unblock: Option<Unblock>,
     /// More than [`MAILBOX_BYTES_MAX`] of messages piled up: close the connection.
@@ -114,6 +117,10 @@ pub(crate) struct Mailbox {
     /// The connection's CLIENT ID.
     pub(crate) client_id: u64,
     state: Mutex<MailboxState>,
+    /// Blocked connections this one's writes woke that have not yet run their command again:
+    /// while it is not zero the connection holds its replies (Redis serves blocked clients
+    /// before the reply of the write that served them).
+    pending: AtomicUsize,
     /// Wakes the connection's owner; called after something was put in the mailbox.
     ring: Box<dyn Fn() + Send + Sync>,
 }
@@ -136,6 +143,7 @@ impl Mailbox {
         Arc::new(Mailbox {
             client_id,
             state: Mutex::new(MailboxState::default()),
+            pending: AtomicUsize::new(0),
             ring,
         })
     }
@@ -192,8 +200,43 @@ impl Mailbox {
         });
     }
 
-    fn wake(&self) {
-        self.post(|st| st.mail.woken = true);
+    /// Wakes a parked connection; `by`, the connection whose write did it (if another), then
+    /// waits for this one to run its command again.
+    fn wake(&self, by: Option<&Arc<Mailbox>>) {
+        let by = by.filter(|w| w.client_id != self.client_id);
+        if let Some(w) = by {
+            w.pending.fetch_add(1, Ordering::SeqCst);
+        }
+        self.post(|st| {
+            st.mail.woken = true;
+            if let Some(w) = by {
+                st.mail.woken_by.push(Arc::clone(w));
+            }
+        });
+    }
+
+    /// One connection this one woke has run its command again (or gave up): when none is left,
+    /// the owner is rung to send its held replies.
+    pub(crate) fn release(&self) {
+        let before = self
+            .pending
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| {
+                Some(n.saturating_sub(1))
+            })
+            .unwrap_or(0);
+        if before == 1 {
+            self.post(|_| {});
+        }
+    }
+
+    /// Woken connections not yet done (see [`Mailbox::release`]).
+    pub(crate) fn pending(&self) -> usize {
+        self.pending.load(Ordering::SeqCst)
+    }
+
+    /// Stops waiting for the connections this one woke (they took too long).
+    pub(crate) fn abandon_pending(&self) {
+        self.pending.store(0, Ordering::SeqCst);
     }
 }
 
@@ -272,7 +315,9 @@ impl Notifier {
     /// bumps the versions of watched keys and wakes the first client blocked on each key.
     /// Database-wide touches must already be expanded to the keys they affect
     /// ([`Notifier::expand`]).
-    pub(crate) fn touched(&self, touched: &[Touch]) {
+    ///
+    /// `by` is the connection that wrote: it will wait for the clients it wakes.
+    pub(crate) fn touched(&self, touched: &[Touch], by: Option<&Arc<Mailbox>>) {
         if self.interest.load(Ordering::SeqCst) == 0 {
             return;
         }
@@ -291,7 +336,7 @@ impl Notifier {
                 .and_then(|m| m.get(key))
                 .and_then(|q| q.front())
             {
-                first.wake();
+                first.wake(by);
             }
         }
     }
@@ -400,8 +445,9 @@ impl Notifier {
     }
 
     /// Takes a parked connection off its keys' queues and wakes the client now first on each
-    /// (the wake this client got, or a write it missed, may be theirs to use).
-    pub(crate) fn unblock(&self, client_id: u64) {
+    /// (the wake this client got, or a write it missed, may be theirs to use). `by`: the
+    /// connection that will wait for those it wakes (the one leaving, when it was served).
+    pub(crate) fn unblock(&self, client_id: u64, by: Option<&Arc<Mailbox>>) {
         let mut keys = lock(&self.keys);
         let Some((_, mine)) = keys.blocked_clients.remove(&client_id) else {
             return;
@@ -413,7 +459,7 @@ impl Notifier {
             };
             queue.retain(|m| m.client_id != client_id);
             match queue.front() {
-                Some(next) => next.wake(),
+                Some(next) => next.wake(by),
                 None => {
                     map.remove(&key);
                     self.interest.fetch_sub(1, Ordering::SeqCst);
@@ -580,9 +626,9 @@ mod tests {
         let n = Notifier::default();
         let a = n.watch(0, b"a", true);
         let b = n.watch(1, b"a", false);
-        n.touched(&[key(0, "b"), key(2, "a")]);
+        n.touched(&[key(0, "b"), key(2, "a")], None);
         assert!(!n.changed(&a) && !n.changed(&b));
-        n.touched(&[key(0, "a")]);
+        n.touched(&[key(0, "a")], None);
         assert!(n.changed(&a));
         assert!(!n.changed(&b));
         n.unwatch(&[a.clone(), b]);
@@ -601,7 +647,7 @@ mod tests {
         n.block(&m1, &k);
         n.block(&m2, &k);
         assert_eq!(n.blocked_count(), 2);
-        n.touched(&[key(0, "list")]);
+        n.touched(&[key(0, "list")], None);
         assert!(m1.take(true).woken);
         assert!(!m2.has_mail());
         assert_eq!(
@@ -609,12 +655,12 @@ mod tests {
             (1, 0)
         );
         // The first leaves: the second is woken in its turn.
-        n.unblock(1);
+        n.unblock(1, None);
         assert!(m2.take(true).woken);
-        n.unblock(2);
+        n.unblock(2, None);
         assert_eq!(n.blocked_count(), 0);
         assert_eq!(n.interest.load(Ordering::SeqCst), 0);
-        n.touched(&[key(0, "list")]);
+        n.touched(&[key(0, "list")], None);
         assert!(!m1.has_mail() && !m2.has_mail());
     }
 
@@ -641,7 +687,7 @@ mod tests {
             n.expand(&mut touched, &*t);
             t.apply(effects)?;
             n.expand(&mut touched, &*t);
-            n.touched(&touched);
+            n.touched(&touched, None);
             Ok(())
         })
         .unwrap();
@@ -652,6 +698,43 @@ mod tests {
             n.changed(&swapped_in),
             "a swap that brings a key in changes it"
         );
+    }
+
+    #[test]
+    fn a_writer_waits_for_the_clients_its_writes_woke() {
+        let n = Notifier::default();
+        let (writer, writer_rings) = mailbox(1);
+        let (a, _) = mailbox(2);
+        let (b, _) = mailbox(3);
+        n.block(&a, &[(0, b"q".to_vec())]);
+        n.block(&b, &[(0, b"q".to_vec())]);
+        n.touched(&[key(0, "q")], Some(&writer));
+        assert_eq!(writer.pending(), 1);
+        let mail = a.take(true);
+        assert!(mail.woken);
+        assert_eq!(mail.woken_by.len(), 1);
+        // A was served and leaves: the wake passes to B, and A waits for B in its turn.
+        n.unblock(2, Some(&a));
+        assert_eq!(a.pending(), 1);
+        assert_eq!(b.take(true).woken_by.len(), 1);
+        a.release();
+        assert_eq!(a.pending(), 0);
+        let rings = writer_rings.load(Ordering::SeqCst);
+        for w in mail.woken_by {
+            w.release();
+        }
+        assert_eq!(writer.pending(), 0);
+        assert_eq!(
+            writer_rings.load(Ordering::SeqCst),
+            rings + 1,
+            "rung when done"
+        );
+        // A connection's own writes never make it wait for itself.
+        n.touched(&[key(0, "q")], Some(&b));
+        assert_eq!(b.pending(), 0);
+        // Releases past zero stay at zero.
+        writer.release();
+        assert_eq!(writer.pending(), 0);
     }
 
     #[test]

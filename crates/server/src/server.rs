@@ -791,6 +791,10 @@ fn write_timeout(out: &mut Vec<u8>, resp3: bool) {
     crate::resp::Reply::NullArray.encode_as(out, resp3);
 }
 
+/// Longest a connection holds its replies for the blocked clients its writes woke (they run on
+/// other threads; this bounds the wait should one of them never get to it).
+const HOLD_MAX: Duration = Duration::from_secs(2);
+
 /// Most input bytes a parked connection buffers before it stops reading.
 const PARKED_INPUT_BYTES_MAX: usize = 1 << 20;
 
@@ -819,6 +823,9 @@ fn run_requests(
                 }
                 commands += 1;
                 match command::execute(shared, session, &args, output) {
+                    // It woke blocked clients: their replies go first (Redis serves them before
+                    // the next command), so the requests after it wait.
+                    Action::Continue if session.mailbox.pending() > 0 => break Stop::Blocked,
                     Action::Continue => {}
                     Action::Block { keys, deadline } => {
                         *blocked = Some(Blocked {
@@ -885,6 +892,11 @@ struct Conn {
     blocked: Option<Blocked>,
     /// The deadline the worker has listed for it.
     listed_deadline: Option<Instant>,
+    /// Writers whose wakes this connection used: released when the clients it woke in turn are
+    /// done ([`Conn::holding`]).
+    owed: Vec<Arc<Mailbox>>,
+    /// Since when it holds its replies for the clients it woke.
+    hold_since: Option<Instant>,
 }
 
 impl Conn {
@@ -900,7 +912,8 @@ impl Conn {
             if !self.read_mail(shared) {
                 return Verdict::Close;
             }
-            if self.flush(shared).is_err() {
+            let holding = self.holding();
+            if !holding && self.flush(shared).is_err() {
                 return Verdict::Close;
             }
             if self.pending_output() > shared.config.max_output_bytes {
@@ -921,12 +934,12 @@ impl Conn {
                 // Resumed by the next writable event.
                 return Verdict::Idle;
             }
-            if self.blocked.is_some() {
+            if self.blocked.is_some() || holding {
                 if draining {
                     self.closing = true;
                     continue;
                 }
-                // Parked: read only to notice a client that goes away.
+                // Parked or holding: read only to notice a client that goes away.
                 if self.input.len() >= PARKED_INPUT_BYTES_MAX {
                     return Verdict::Idle;
                 }
@@ -996,44 +1009,68 @@ impl Conn {
         for m in &mail.messages {
             command::write_message(&mut self.output, m, self.session.resp3);
         }
-        let Some(blocked) = self.blocked.as_mut() else {
-            return true;
-        };
-        if !blocked.parked {
-            // Park first, then look again: a write between the command's look and the parking
-            // would otherwise go unnoticed.
-            blocked.parked = true;
-            self.session.handle.blocked.store(true, Ordering::Relaxed);
-            shared.notifier.block(&self.session.mailbox, &blocked.keys);
-            self.run_blocked(shared);
-        } else if let Some(how) = mail.unblock {
-            match how {
-                Unblock::Timeout => write_timeout(&mut self.output, self.session.resp3),
-                Unblock::Error => crate::resp::write_error(
-                    &mut self.output,
-                    b"UNBLOCKED client unblocked via CLIENT UNBLOCK",
-                ),
+        // The writers whose writes woke this connection wait until it has run its command
+        // again; a wake that finds it no longer parked is released at once.
+        let mut tickets = mail.woken_by;
+        if let Some(blocked) = self.blocked.as_mut() {
+            if !blocked.parked {
+                // Park first, then look again: a write between the command's look and the
+                // parking would otherwise go unnoticed.
+                blocked.parked = true;
+                self.session.handle.blocked.store(true, Ordering::Relaxed);
+                shared.notifier.block(&self.session.mailbox, &blocked.keys);
+                self.run_blocked(shared);
+            } else if let Some(how) = mail.unblock {
+                match how {
+                    Unblock::Timeout => write_timeout(&mut self.output, self.session.resp3),
+                    Unblock::Error => crate::resp::write_error(
+                        &mut self.output,
+                        b"UNBLOCKED client unblocked via CLIENT UNBLOCK",
+                    ),
+                }
+                self.end_block(shared, false);
+            } else if blocked.deadline.is_some_and(|d| Instant::now() >= d) {
+                write_timeout(&mut self.output, self.session.resp3);
+                self.end_block(shared, false);
+            } else if mail.woken && self.run_blocked(shared) {
+                // Served: the writers wait on until the clients this one woke are done too.
+                self.owed.append(&mut tickets);
             }
-            self.end_block(shared);
-        } else if blocked.deadline.is_some_and(|d| Instant::now() >= d) {
-            write_timeout(&mut self.output, self.session.resp3);
-            self.end_block(shared);
-        } else if mail.woken {
-            self.run_blocked(shared);
+        }
+        for writer in tickets {
+            writer.release();
         }
         true
     }
 
-    /// Runs the blocked command again; it stays parked if it blocks again.
-    fn run_blocked(&mut self, shared: &Shared) {
+    /// Whether the connection holds its replies for the blocked clients its writes woke (at
+    /// most [`HOLD_MAX`]); when it stops holding, the writers it owes are released.
+    fn holding(&mut self) -> bool {
+        let mailbox = &self.session.mailbox;
+        if mailbox.pending() > 0 {
+            let since = *self.hold_since.get_or_insert_with(Instant::now);
+            if since.elapsed() < HOLD_MAX {
+                return true;
+            }
+            mailbox.abandon_pending();
+        }
+        self.hold_since = None;
+        for writer in self.owed.drain(..) {
+            writer.release();
+        }
+        false
+    }
+
+    /// Runs the blocked command again; it stays parked if it blocks again. Whether it answered.
+    fn run_blocked(&mut self, shared: &Shared) -> bool {
         let Some(blocked) = self.blocked.as_ref() else {
-            return;
+            return false;
         };
         let args = blocked.args.clone();
         match command::execute(shared, &mut self.session, &args, &mut self.output) {
-            Action::Block { .. } => {}
+            Action::Block { .. } => false,
             action => {
-                self.end_block(shared);
+                self.end_block(shared, true);
                 match action {
                     Action::CloseAfterReply => self.closing = true,
                     Action::Shutdown => {
@@ -1042,14 +1079,18 @@ impl Conn {
                     }
                     Action::Continue | Action::Block { .. } => {}
                 }
+                true
             }
         }
     }
 
-    /// The blocked command answered: leave the queues, go on with buffered requests.
-    fn end_block(&mut self, shared: &Shared) {
+    /// The blocked command answered (`served`: by running, so it may have taken what a client
+    /// behind it on the same keys waits for; the wake passes to them and this connection waits
+    /// for them): leave the queues, go on with buffered requests.
+    fn end_block(&mut self, shared: &Shared, served: bool) {
         if self.blocked.take().is_some_and(|b| b.parked) {
-            shared.notifier.unblock(self.session.id);
+            let by = served.then_some(&self.session.mailbox);
+            shared.notifier.unblock(self.session.id, by);
         }
         self.session.handle.blocked.store(false, Ordering::Relaxed);
         self.input_pending = !self.input.is_empty();
@@ -1341,6 +1382,8 @@ impl Worker {
                 queued: false,
                 blocked: None,
                 listed_deadline: None,
+                owed: Vec::new(),
+                hold_since: None,
             });
             // Registration reports data that is already there, so no explicit serve is needed.
         }
@@ -1357,7 +1400,11 @@ impl Worker {
         }
         let verdict = conn.serve(&self.shared, &mut self.scratch, draining);
         // Keep the list of deadlines in step with the connection's blocked command.
-        let wanted = conn.blocked.as_ref().and_then(|b| b.deadline);
+        let hold_end = conn.hold_since.map(|t| t + HOLD_MAX);
+        let wanted = match (conn.blocked.as_ref().and_then(|b| b.deadline), hold_end) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
         if conn.listed_deadline != wanted {
             if let Some(old) = conn.listed_deadline.take() {
                 self.deadlines.remove(&(old, index));
@@ -1403,6 +1450,9 @@ impl Worker {
             self.deadlines.remove(&(d, index));
         }
         command::disconnect(&self.shared, &mut conn.session);
+        for writer in conn.owed.drain(..) {
+            writer.release();
+        }
         if conn.closing && conn.pending_output() == 0 {
             close_gracefully(&mut conn.stream);
         }

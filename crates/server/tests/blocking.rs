@@ -193,3 +193,58 @@ fn a_wrong_type_write_wakes_and_errors() {
         show(b"-WRONGTYPE Operation against a key holding the wrong kind of value\r\n")
     );
 }
+
+#[test]
+fn blocked_clients_are_served_before_the_writer_hears_back() {
+    // Redis serves the clients a write unblocks (and those their moves unblock in turn) before
+    // the writer's reply: when the push returns, the chain l1 -> l2 -> l3 is done.
+    let server = TestServer::start(|c| c.workers = 3);
+    let mut writer = server.client();
+    let mut first = server.client();
+    let mut second = server.client();
+    first.send(&support::words("t.bmove l1 l2 0"));
+    wait_blocked(&mut writer, 1);
+    second.send(&support::words("t.bmove l2 l3 0"));
+    wait_blocked(&mut writer, 2);
+    expect(&mut writer, "t.push l1 foo", ":1\r\n");
+    expect(&mut writer, "t.len l1", ":0\r\n");
+    expect(&mut writer, "t.len l2", ":0\r\n");
+    expect(&mut writer, "t.len l3", ":1\r\n");
+    assert_eq!(first.read_reply_bytes(), b"$3\r\nfoo\r\n");
+    assert_eq!(second.read_reply_bytes(), b"$3\r\nfoo\r\n");
+}
+
+#[test]
+fn a_push_made_by_an_unblocked_move_breaks_a_watch() {
+    let server = TestServer::start(|c| c.workers = 3);
+    let mut blocked = server.client();
+    let mut watching = server.client();
+    let mut writer = server.client();
+    blocked.send(&support::words("t.bmove src dst 0"));
+    wait_blocked(&mut writer, 1);
+    expect(&mut watching, "WATCH dst", "+OK\r\n");
+    expect(&mut watching, "MULTI", "+OK\r\n");
+    expect(&mut watching, "t.get somekey", "+QUEUED\r\n");
+    expect(&mut writer, "t.push src element", ":1\r\n");
+    expect(&mut watching, "EXEC", "*-1\r\n");
+    assert_eq!(blocked.read_reply_bytes(), b"$7\r\nelement\r\n");
+}
+
+#[test]
+fn clients_blocked_in_a_circle_are_all_served() {
+    // Each moves from its list to the other's: one push goes round once and stops.
+    let server = TestServer::start(|c| c.workers = 2);
+    let mut writer = server.client();
+    let mut a = server.client();
+    let mut b = server.client();
+    a.send(&support::words("t.bmove x y 0"));
+    wait_blocked(&mut writer, 1);
+    b.send(&support::words("t.bmove y x 0"));
+    wait_blocked(&mut writer, 2);
+    expect(&mut writer, "t.push x v", ":1\r\n");
+    assert_eq!(a.read_reply_bytes(), b"$1\r\nv\r\n");
+    assert_eq!(b.read_reply_bytes(), b"$1\r\nv\r\n");
+    expect(&mut writer, "t.len x", ":1\r\n");
+    expect(&mut writer, "t.len y", ":0\r\n");
+    wait_blocked(&mut writer, 0);
+}

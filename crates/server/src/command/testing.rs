@@ -10,8 +10,10 @@ use std::time::{Duration, Instant};
 
 /// This family's commands, sorted by name.
 pub(super) static SPECS: &[Spec] = &[
+    spec!("t.bmove", 4, &["write"], 1, 2, 1, cmd_bmove),
     spec!("t.bpop", -3, &["write"], 1, -2, 1, cmd_bpop),
     spec!("t.get", 2, &["readonly"], 1, 1, 1, cmd_get),
+    spec!("t.len", 2, &["readonly"], 1, 1, 1, cmd_len),
     spec!("t.pexpire", 3, &["write"], 1, 1, 1, cmd_pexpire),
     spec!("t.push", -3, &["write"], 1, 1, 1, cmd_push),
     spec!("t.set", 3, &["write"], 1, 1, 1, cmd_set),
@@ -121,6 +123,57 @@ fn cmd_bpop(ctx: &mut Ctx<'_>, args: &[Vec<u8>], out: &mut Vec<u8>) -> CommandRe
         }
         None => Ok(Action::Block {
             keys: keys.iter().map(|k| (db, k.clone())).collect(),
+            deadline: (timeout_ms > 0)
+                .then(|| Instant::now() + Duration::from_millis(timeout_ms.unsigned_abs())),
+        }),
+    }
+}
+
+/// t.len key: a list's length.
+fn cmd_len(ctx: &mut Ctx<'_>, args: &[Vec<u8>], out: &mut Vec<u8>) -> CommandResult {
+    let db = ctx.db();
+    let n = ctx.read(&[&args[1]], |t| Ok(t.list_len(db, &args[1])))?;
+    write_integer(out, n as i64);
+    Ok(Action::Continue)
+}
+
+/// t.bmove src dst timeout-ms: moves the head of `src` to the tail of `dst` and replies it, or
+/// blocks on `src`.
+fn cmd_bmove(ctx: &mut Ctx<'_>, args: &[Vec<u8>], out: &mut Vec<u8>) -> CommandResult {
+    let db = ctx.db();
+    let (src, dst) = (&args[1], &args[2]);
+    let timeout_ms = parse_int(&args[3])?;
+    let moved = ctx.write(&[src, dst], |t| {
+        let Some(elem) = t.list_range(db, src, 0, 1).pop() else {
+            return Ok(None);
+        };
+        t.apply(vec![
+            Effect::LPop {
+                db,
+                key: src.clone(),
+                left: true,
+                count: 1,
+            },
+            Effect::LPush {
+                db,
+                key: dst.clone(),
+                left: false,
+                elems: vec![elem.clone()],
+            },
+        ])?;
+        Ok(Some(elem))
+    })?;
+    match moved {
+        Some(elem) => {
+            write_bulk(out, &elem);
+            Ok(Action::Continue)
+        }
+        None if ctx.in_exec() => {
+            Reply::NullArray.encode_as(out, ctx.resp3());
+            Ok(Action::Continue)
+        }
+        None => Ok(Action::Block {
+            keys: vec![(db, src.clone())],
             deadline: (timeout_ms > 0)
                 .then(|| Instant::now() + Duration::from_millis(timeout_ms.unsigned_abs())),
         }),
