@@ -25,7 +25,10 @@
 //! queued on its keys in the notifier (then looked at once more, so a write between its first
 //! look and the parking is not missed), runs nothing else, and runs the same command again
 //! when the first write to one of its keys wakes it (first come, first served per key); the
-//! worker's poll timeout covers the parked connections' deadlines.
+//! worker's poll timeout covers the parked connections' deadlines. As in Redis, the clients a
+//! write wakes are served before the writer hears back: the writer holds its replies (and
+//! runs nothing more) until each client it woke has run again, and those in turn wait for the
+//! clients they wake (at most 2 s).
 //!
 //! A background thread expires keys every [`Config::active_expiry_period`]: it asks the store
 //! for keys past their deadline and deletes those still past it, under their locks, as logged
@@ -1450,7 +1453,9 @@ impl Worker {
             self.deadlines.remove(&(d, index));
         }
         command::disconnect(&self.shared, &mut conn.session);
-        for writer in conn.owed.drain(..) {
+        // Writers waiting for this connection wait no more.
+        let unread = conn.session.mailbox.take(true).woken_by;
+        for writer in conn.owed.drain(..).chain(unread) {
             writer.release();
         }
         if conn.closing && conn.pending_output() == 0 {
