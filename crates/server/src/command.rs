@@ -46,8 +46,9 @@ pub(crate) enum Action {
     Shutdown,
     /// A blocking command (BLPOP and kin) found nothing to take and wrote no reply: park the
     /// connection until one of `keys` is written (then run the same command again) or until
-    /// `deadline` (then reply with the command's timeout reply, `timeout_reply`, RESP2 form;
-    /// RESP3 connections get a null).
+    /// `deadline` (then reply with the null array, RESP3's null: Redis 7.0's timeout reply for
+    /// every blocking command, BLMOVE and BRPOPLPUSH included). Inside EXEC a handler must not
+    /// block (`Ctx::in_exec`); it answers the timeout reply at once.
     #[allow(dead_code)] // made by the blocking list commands
     Block {
         /// The keys whose writes wake the connection.
@@ -2186,6 +2187,8 @@ fn cmd_bgsave(ctx: &mut Ctx<'_>, args: &[Vec<u8>], out: &mut Vec<u8>) -> Command
     let backend = Arc::clone(&ctx.shared.backend);
     if saves.bgsave_running.swap(true, Ordering::SeqCst) {
         if args.len() == 2 {
+            // The running save takes another when it is done.
+            saves.bgsave_scheduled.store(true, Ordering::SeqCst);
             write_simple(out, b"Background saving scheduled");
             return Ok(Action::Continue);
         }
@@ -2197,10 +2200,16 @@ fn cmd_bgsave(ctx: &mut Ctx<'_>, args: &[Vec<u8>], out: &mut Vec<u8>) -> Command
     let spawned = std::thread::Builder::new()
         .name("kavach-bgsave".into())
         .spawn(move || {
-            if backend.save().is_ok() {
-                worker
-                    .last_save_unix
-                    .store(crate::server::unix_seconds(), Ordering::Relaxed);
+            loop {
+                worker.bgsave_scheduled.store(false, Ordering::SeqCst);
+                if backend.save().is_ok() {
+                    worker
+                        .last_save_unix
+                        .store(crate::server::unix_seconds(), Ordering::Relaxed);
+                }
+                if !worker.bgsave_scheduled.load(Ordering::SeqCst) {
+                    break;
+                }
             }
             worker.bgsave_running.store(false, Ordering::SeqCst);
         });
@@ -2690,6 +2699,55 @@ mod tests {
         assert_eq!(hello_role(Some("master")), "master");
         assert_eq!(hello_role(Some("slave")), "replica");
         assert_eq!(hello_role(Some("stopped")), "stopped");
+    }
+
+    #[test]
+    fn memory_sizes_parse_like_redis_config() {
+        let cases: &[(&str, Option<u64>)] = &[
+            ("0", Some(0)),
+            ("100", Some(100)),
+            ("1k", Some(1000)),
+            ("1kb", Some(1024)),
+            ("2MB", Some(2 << 20)),
+            ("3m", Some(3_000_000)),
+            ("1gb", Some(1 << 30)),
+            ("1g", Some(1_000_000_000)),
+            ("5b", Some(5)),
+            ("", None),
+            ("mb", None),
+            ("-1", None),
+            ("1.5mb", None),
+            ("1tb", None),
+            ("99999999999999999999", None),
+            ("18446744073709551615gb", None),
+        ];
+        for (text, want) in cases {
+            assert_eq!(parse_memory(text.as_bytes()), *want, "{text:?}");
+        }
+    }
+
+    #[test]
+    fn human_sizes_like_redis_info() {
+        assert_eq!(human_bytes(0), "0B");
+        assert_eq!(human_bytes(1023), "1023B");
+        assert_eq!(human_bytes(1024), "1.00K");
+        assert_eq!(human_bytes(1536 << 10), "1.50M");
+        assert_eq!(human_bytes(3 << 30), "3.00G");
+        assert_eq!(human_bytes(1 << 40), "1.00T");
+    }
+
+    #[test]
+    fn unsupported_table_is_sorted_and_found_in_any_case() {
+        for pair in UNSUPPORTED.windows(2) {
+            assert!(pair[0] < pair[1], "{} before {}", pair[0], pair[1]);
+        }
+        for name in UNSUPPORTED {
+            assert_eq!(
+                unsupported(name.to_uppercase().as_bytes()).as_deref(),
+                Some(&*name.to_uppercase())
+            );
+        }
+        assert_eq!(unsupported(b"get"), None);
     }
 
     #[test]

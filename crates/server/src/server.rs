@@ -327,6 +327,8 @@ pub(crate) struct SaveState {
     pub(crate) last_save_unix: std::sync::atomic::AtomicI64,
     /// A BGSAVE is running.
     pub(crate) bgsave_running: AtomicBool,
+    /// BGSAVE SCHEDULE asked for another once the running one is done.
+    pub(crate) bgsave_scheduled: AtomicBool,
 }
 
 /// The settings CONFIG SET may change.
@@ -489,6 +491,7 @@ impl Listener {
             saves: Arc::new(SaveState {
                 last_save_unix: std::sync::atomic::AtomicI64::new(unix_seconds()),
                 bgsave_running: AtomicBool::new(false),
+                bgsave_scheduled: AtomicBool::new(false),
             }),
             config,
         });
