@@ -248,3 +248,46 @@ fn clients_blocked_in_a_circle_are_all_served() {
     expect(&mut writer, "t.len y", ":0\r\n");
     wait_blocked(&mut writer, 0);
 }
+
+#[test]
+fn many_blocked_clients_and_pushers_lose_no_element() {
+    // 16 clients block on one list while 4 others push 4 elements each, concurrently, on 3
+    // workers: every element reaches exactly one blocked client.
+    let server = TestServer::start(|c| c.workers = 3);
+    let mut observer = server.client();
+    let mut waiting: Vec<Client> = (0..16).map(|_| server.client()).collect();
+    for c in &mut waiting {
+        c.send(&support::words("t.bpop work 0"));
+    }
+    wait_blocked(&mut observer, 16);
+    let pushers: Vec<_> = (0..4)
+        .map(|p| {
+            let addr = server.addr;
+            std::thread::spawn(move || {
+                let mut c = Client::connect(addr);
+                for i in 0..4 {
+                    let reply = c.call(&format!("t.push work p{p}e{i}"));
+                    assert!(reply.starts_with(b":"), "{}", show(&reply));
+                }
+            })
+        })
+        .collect();
+    for p in pushers {
+        p.join().unwrap();
+    }
+    let mut got: Vec<String> = waiting
+        .iter_mut()
+        .map(|c| {
+            let reply = String::from_utf8(c.read_reply_bytes()).unwrap();
+            reply.rsplit("\r\n").nth(1).unwrap().to_string()
+        })
+        .collect();
+    got.sort();
+    let mut want: Vec<String> = (0..4)
+        .flat_map(|p| (0..4).map(move |i| format!("p{p}e{i}")))
+        .collect();
+    want.sort();
+    assert_eq!(got, want);
+    expect(&mut observer, "t.len work", ":0\r\n");
+    wait_blocked(&mut observer, 0);
+}
