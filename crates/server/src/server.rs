@@ -1461,14 +1461,23 @@ impl Worker {
         for writer in conn.owed.drain(..).chain(unread) {
             writer.release();
         }
-        if conn.closing && conn.pending_output() == 0 {
-            close_gracefully(&mut conn.stream);
-        }
+        let graceful = conn.closing && conn.pending_output() == 0;
+        // Everything that describes the connection goes before the client sees it close
+        // (CLIENT LIST, CLIENT KILL, INFO connected_clients after its EOF no longer count it).
+        let Conn {
+            mut stream,
+            session,
+            ..
+        } = conn;
+        drop(session);
         self.free.push(index);
         self.shared
             .stats
             .connected_clients
             .fetch_sub(1, Ordering::SeqCst);
+        if graceful {
+            close_gracefully(&mut stream);
+        }
     }
 
     /// Shutdown: finish the requests already read, stop reading, and close each connection once
