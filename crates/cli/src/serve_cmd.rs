@@ -287,16 +287,12 @@ impl Backend for StoreBackend {
             kv("log_swaps", st.log_swaps),
             kv("data_zone_blocks_in_use", self.store.zone_blocks_in_use()),
         ];
-        let keys = self.store.dbsize().unwrap_or(0);
-        let mut keyspace = Vec::new();
-        if keys > 0 {
-            keyspace.push(kv("db0", format!("keys={keys},expires=0,avg_ttl=0")));
-        }
+        // The Keyspace section comes from the server, which reads every database through the
+        // data model (and leaves it out inside EXEC, whose transaction holds the store's locks).
         vec![
             ("Persistence".into(), persistence),
             ("Integrity".into(), integrity),
             ("Store".into(), store),
-            ("Keyspace".into(), keyspace),
         ]
     }
     fn shutdown(&self) -> BackendResult<()> {

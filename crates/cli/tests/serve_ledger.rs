@@ -153,11 +153,16 @@ fn check(c: &mut Client, t: usize, led: &mut Ledger, round: u64) {
     }
     led.set = set;
 
-    let z = bulks(&c.call(&[b"ZRANGE", &key("z"), b"0", b"-1", b"WITHSCORES"]).unwrap());
+    let z = bulks(
+        &c.call(&[b"ZRANGE", &key("z"), b"0", b"-1", b"WITHSCORES"])
+            .unwrap(),
+    );
     let got: Vec<(Vec<u8>, i64)> = z
         .chunks(2)
         .map(|p| {
-            let s: i64 = String::from_utf8_lossy(&p[1]).parse().expect("an integer score");
+            let s: i64 = String::from_utf8_lossy(&p[1])
+                .parse()
+                .expect("an integer score");
             (p[0].clone(), s)
         })
         .collect();
@@ -217,7 +222,10 @@ fn check(c: &mut Client, t: usize, led: &mut Ledger, round: u64) {
     let b = c.call(&[b"GET", &key("mb")]).unwrap();
     let head = c.call(&[b"LINDEX", &key("mc"), b"0"]).unwrap();
     assert_eq!(a, b, "round {round}: an EXEC of writer {t} applied in part");
-    assert_eq!(a, head, "round {round}: an EXEC of writer {t} applied in part");
+    assert_eq!(
+        a, head,
+        "round {round}: an EXEC of writer {t} applied in part"
+    );
     let now = match a {
         Reply::Bulk(v) => Some(v),
         _ => None,
@@ -313,8 +321,14 @@ fn sigkill_loses_no_acknowledged_write_of_any_kind_and_no_exec_in_part() {
             }
             // A key whose deadline passed while the server was down is gone.
             let gone = c.call(&[b"EXISTS", b"short-lived"]).unwrap();
-            assert_eq!(gone, Reply::Integer(0), "round {round}: an expired key survived");
-            let r = c.call(&[b"SET", b"short-lived", b"x", b"PX", b"1"]).unwrap();
+            assert_eq!(
+                gone,
+                Reply::Integer(0),
+                "round {round}: an expired key survived"
+            );
+            let r = c
+                .call(&[b"SET", b"short-lived", b"x", b"PX", b"1"])
+                .unwrap();
             assert_eq!(r, Reply::Simple(b"OK".to_vec()));
         }
         std::thread::sleep(Duration::from_millis(2));
@@ -340,7 +354,10 @@ fn sigkill_loses_no_acknowledged_write_of_any_kind_and_no_exec_in_part() {
             total += w.join().expect("writer");
         }
     }
-    assert!(total > 300, "the writers got work done ({total} acknowledged)");
+    assert!(
+        total > 300,
+        "the writers got work done ({total} acknowledged)"
+    );
     let (mut child, port, _) = spawn_serve(&dir, STORE_ARGS);
     let mut c = Client::connect(port).unwrap();
     for (t, l) in ledgers.iter().enumerate() {

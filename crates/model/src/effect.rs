@@ -301,8 +301,9 @@ pub fn decode_effects(bytes: &[u8]) -> Result<Vec<Effect>, FieldError> {
     Ok(effects)
 }
 
-/// Decode an effect list at the reader's cursor.
-pub(crate) fn decode_from(r: &mut Reader<'_>) -> Result<Vec<Effect>, FieldError> {
+/// Decode an effect list at the reader's cursor (for a structure that embeds one: errors name
+/// that structure and offsets within it).
+pub fn decode_from(r: &mut Reader<'_>) -> Result<Vec<Effect>, FieldError> {
     use tags::*;
     let n = r.count("effects", 1)?;
     let mut out = Vec::with_capacity(n);

@@ -30,7 +30,9 @@
 mod effect;
 mod memory;
 
-pub use effect::{decode_effects, encode_effects, tags as effect_tags};
+pub use effect::{
+    decode_effects, decode_from as decode_effects_from, encode_effects, tags as effect_tags,
+};
 pub use memory::MemoryKeyspace;
 
 /// An owned byte string.

@@ -135,6 +135,26 @@ pub trait Backend: Send + Sync + 'static {
     fn keyspace(&self) -> Option<&dyn model::Keyspace> {
         None
     }
+    /// WAIT numreplicas timeout: how many backups hold every write made so far, waiting up to
+    /// `timeout` (`None`: for ever) for `replicas` of them. A store without backups answers 0
+    /// at once.
+    fn wait_replicas(
+        &self,
+        replicas: u64,
+        timeout: Option<std::time::Duration>,
+    ) -> BackendResult<u64> {
+        let _ = (replicas, timeout);
+        Ok(0)
+    }
+    /// CONFIG SET maxmemory / maxmemory-policy: the most bytes of data the store may hold (0: no
+    /// limit) and what it does when full (`noeviction`, `allkeys-lru`, `volatile-ttl`). Stores
+    /// that cannot change it while running refuse.
+    fn set_memory_limit(&self, bytes: u64, policy: &str) -> BackendResult<()> {
+        let _ = (bytes, policy);
+        Err(BackendError::Refused(
+            "this store cannot change its memory limit while running".into(),
+        ))
+    }
     /// PROMOTE: turn a replication backup into the primary (`args` are the command's
     /// arguments after its name). Returns a line for the client. Stores that are not backups
     /// refuse.

@@ -10,7 +10,7 @@ use std::io::Write as _;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, Weak};
-use std::time::Instant;
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use crate::backend::{Backend, BackendError, InfoSection, ScoreBound};
 use crate::glob::glob_match;
@@ -46,8 +46,9 @@ pub(crate) enum Action {
     Shutdown,
     /// A blocking command (BLPOP and kin) found nothing to take and wrote no reply: park the
     /// connection until one of `keys` is written (then run the same command again) or until
-    /// `deadline` (then reply with the command's timeout reply, `timeout_reply`, RESP2 form;
-    /// RESP3 connections get a null).
+    /// `deadline` (then reply with the null array, RESP3's null: Redis 7.0's timeout reply for
+    /// every blocking command, BLMOVE and BRPOPLPUSH included). Inside EXEC a handler must not
+    /// block (`Ctx::in_exec`); it answers the timeout reply at once.
     #[allow(dead_code)] // made by the blocking list commands
     Block {
         /// The keys whose writes wake the connection.
@@ -77,6 +78,13 @@ pub(crate) struct ClientHandle {
     last_active_ms: AtomicU64,
     /// Name, library and protocol, copied from the session when a command changes them.
     meta: Mutex<ClientMeta>,
+    /// The database, subscriptions and MULTI queue length (-1: not in MULTI) after the last
+    /// command, and whether a blocking command parks the connection.
+    db: AtomicUsize,
+    channels: AtomicUsize,
+    patterns: AtomicUsize,
+    multi: std::sync::atomic::AtomicI64,
+    pub(crate) blocked: AtomicBool,
 }
 
 #[derive(Debug, Default, Clone)]
@@ -131,6 +139,11 @@ impl ClientRegistry {
             last_subcommand: AtomicUsize::new(0),
             last_active_ms: AtomicU64::new(0),
             meta: Mutex::new(ClientMeta::default()),
+            db: AtomicUsize::new(0),
+            channels: AtomicUsize::new(0),
+            patterns: AtomicUsize::new(0),
+            multi: std::sync::atomic::AtomicI64::new(-1),
+            blocked: AtomicBool::new(false),
         });
         let mut inner = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
         if inner.clients.len() >= inner.prune_at.max(REGISTRY_PRUNE_MIN) {
@@ -165,11 +178,21 @@ pub(crate) struct Session {
     pub(crate) db: Db,
     /// What other connections see of this one.
     pub(crate) handle: Arc<ClientHandle>,
+    /// Where other connections leave messages for this one (pub/sub, wake-ups).
+    pub(crate) mailbox: Arc<crate::notify::Mailbox>,
+    /// The commands queued since MULTI (`None`: not in a transaction).
+    pub(crate) multi: Option<multi::Queue>,
+    /// The keys WATCH follows, with their versions.
+    pub(crate) watched: Vec<crate::notify::Watched>,
+    /// SUBSCRIBE's channels.
+    pub(crate) channels: std::collections::BTreeSet<Vec<u8>>,
+    /// PSUBSCRIBE's patterns.
+    pub(crate) patterns: std::collections::BTreeSet<Vec<u8>>,
 }
 
 impl Session {
     /// A session for a new connection, registered under `handle`.
-    pub(crate) fn new(handle: Arc<ClientHandle>) -> Self {
+    pub(crate) fn new(handle: Arc<ClientHandle>, mailbox: Arc<crate::notify::Mailbox>) -> Self {
         Session {
             id: handle.id,
             name: None,
@@ -178,7 +201,36 @@ impl Session {
             resp3: false,
             db: 0,
             handle,
+            mailbox,
+            multi: None,
+            watched: Vec::new(),
+            channels: Default::default(),
+            patterns: Default::default(),
         }
+    }
+
+    /// Channels plus patterns subscribed to.
+    pub(crate) fn subscriptions(&self) -> usize {
+        self.channels.len() + self.patterns.len()
+    }
+
+    /// Whether the connection is in RESP2's subscribed mode (only the pub/sub commands, PING,
+    /// QUIT and RESET run).
+    pub(crate) fn resp2_subscribed(&self) -> bool {
+        !self.resp3 && self.subscriptions() > 0
+    }
+
+    /// Copies the database, subscriptions and MULTI state to the handle (CLIENT LIST).
+    fn publish_state(&self) {
+        let h = &self.handle;
+        h.db.store(usize::from(self.db), Ordering::Relaxed);
+        h.channels.store(self.channels.len(), Ordering::Relaxed);
+        h.patterns.store(self.patterns.len(), Ordering::Relaxed);
+        let queued = self
+            .multi
+            .as_ref()
+            .map_or(-1, |q| i64::try_from(q.len()).unwrap_or(i64::MAX));
+        h.multi.store(queued, Ordering::Relaxed);
     }
 
     /// Copies what CLIENT LIST shows of this session to its handle.
@@ -248,13 +300,19 @@ impl Ctx<'_> {
     }
 
     /// Whether the handler runs inside EXEC.
-    #[allow(dead_code)] // read by the blocking commands
     fn in_exec(&self) -> bool {
         self.txn.is_some()
     }
 
     /// The data-model store behind the server.
     fn keyspace(&self) -> Result<&dyn Keyspace, CommandError> {
+        if self.txn.is_some() {
+            // The EXEC's transaction holds the whole keyspace; a keyspace-wide read from inside
+            // it would wait for itself.
+            return Err(CommandError::Other(
+                "ERR this command cannot run inside MULTI on this server".into(),
+            ));
+        }
         self.backend().keyspace().ok_or_else(|| {
             CommandError::Other("ERR this server's store does not serve this command".into())
         })
@@ -292,10 +350,12 @@ impl Ctx<'_> {
         f: impl FnOnce(&mut dyn Txn) -> Result<R, CommandError>,
     ) -> Result<R, CommandError> {
         let shared = self.shared;
+        let by = Arc::clone(&self.session.mailbox);
         if let Some(txn) = self.txn.as_mut() {
             let mut rec = Recorder {
                 inner: &mut **txn,
                 shared,
+                by: &by,
             };
             return f(&mut rec);
         }
@@ -304,7 +364,11 @@ impl Ctx<'_> {
         let mut result = None;
         ks.transact(scope, write, &mut |txn| {
             if let Some(f) = f.take() {
-                let mut rec = Recorder { inner: txn, shared };
+                let mut rec = Recorder {
+                    inner: txn,
+                    shared,
+                    by: &by,
+                };
                 result = Some(f(&mut rec));
             }
             Ok(())
@@ -322,6 +386,8 @@ impl Ctx<'_> {
 struct Recorder<'t> {
     inner: &'t mut dyn Txn,
     shared: &'t Shared,
+    /// The connection writing (it waits for the blocked clients its writes wake).
+    by: &'t Arc<crate::notify::Mailbox>,
 }
 
 impl View for Recorder<'_> {
@@ -395,9 +461,14 @@ impl View for Recorder<'_> {
 
 impl Txn for Recorder<'_> {
     fn apply(&mut self, effects: Vec<Effect>) -> ModelResult<()> {
-        let touched = crate::notify::Touch::of(&effects);
+        let notifier = &self.shared.notifier;
+        let mut touched = crate::notify::Touch::of(&effects);
+        // Database-wide effects touch the watched and awaited keys that hold a value before
+        // (FLUSHDB, SWAPDB) or after (SWAPDB) them.
+        notifier.expand(&mut touched, &*self.inner);
         self.inner.apply(effects)?;
-        self.shared.notifier.touched(&touched);
+        notifier.expand(&mut touched, &*self.inner);
+        notifier.touched(&touched, Some(self.by));
         Ok(())
     }
 }
@@ -452,12 +523,17 @@ mod multi;
 mod pubsub;
 mod sets;
 mod strings;
+#[cfg(feature = "test-commands")]
+mod testing;
 mod zsets;
+
+pub(crate) use pubsub::write_message;
 
 /// The commands defined in this file, sorted by name (checked by a test). The families in the
 /// submodules add theirs; [`table`] merges them.
 static CORE: &[Spec] = &[
     spec!("auth", -2, CONNECTION, 0, 0, 0, cmd_auth),
+    spec!("bgsave", -1, &["admin", "noscript"], 0, 0, 0, cmd_bgsave),
     spec!(
         "client",
         -2,
@@ -472,9 +548,19 @@ static CORE: &[Spec] = &[
     spec!("echo", 2, &["fast"], 0, 0, 0, cmd_echo),
     spec!("hello", -1, CONNECTION, 0, 0, 0, cmd_hello),
     spec!("info", -1, &["loading", "stale"], 0, 0, 0, cmd_info),
+    spec!(
+        "lastsave",
+        1,
+        &["loading", "stale", "fast"],
+        0,
+        0,
+        0,
+        cmd_lastsave
+    ),
     spec!("ping", -1, &["fast"], 0, 0, 0, cmd_ping),
     spec!("promote", -1, ADMIN, 0, 0, 0, cmd_promote),
     spec!("quit", -1, CONNECTION, 0, 0, 0, cmd_quit),
+    spec!("reset", 1, CONNECTION, 0, 0, 0, cmd_reset),
     spec!("save", 1, &["admin", "noscript"], 0, 0, 0, cmd_save),
     spec!(
         "select",
@@ -486,6 +572,8 @@ static CORE: &[Spec] = &[
         cmd_select
     ),
     spec!("shutdown", -1, ADMIN, 0, 0, 0, cmd_shutdown),
+    spec!("time", 1, &["loading", "stale", "fast"], 0, 0, 0, cmd_time),
+    spec!("wait", 3, &["noscript"], 0, 0, 0, cmd_wait),
     spec!("zadd", -4, WRITE, 1, 1, 1, cmd_zadd),
     spec!("zrangebyscore", -4, READ, 1, 1, 1, cmd_zrangebyscore),
     spec!("zrem", -3, WRITE_NO_OOM, 1, 1, 1, cmd_zrem),
@@ -502,7 +590,7 @@ fn cmp_lowercase(a: &[u8], b: &[u8]) -> std::cmp::Ordering {
 fn table() -> &'static [&'static Spec] {
     static TABLE: std::sync::OnceLock<Vec<&'static Spec>> = std::sync::OnceLock::new();
     TABLE.get_or_init(|| {
-        let families: [&'static [Spec]; 9] = [
+        let families: &[&'static [Spec]] = &[
             CORE,
             keys::SPECS,
             strings::SPECS,
@@ -512,6 +600,8 @@ fn table() -> &'static [&'static Spec] {
             zsets::SPECS,
             multi::SPECS,
             pubsub::SPECS,
+            #[cfg(feature = "test-commands")]
+            testing::SPECS,
         ];
         let mut all: Vec<&'static Spec> = families.iter().flat_map(|f| f.iter()).collect();
         all.sort_by(|a, b| a.name.cmp(b.name));
@@ -548,6 +638,10 @@ fn quote(word: &[u8]) -> String {
 }
 
 /// Executes one request and appends its reply to `out`. `args` is not empty.
+///
+/// Inside MULTI, a request that fails before it runs (unknown command, wrong arity, refused in
+/// this context) makes the EXEC fail with EXECABORT; every other command but EXEC, DISCARD,
+/// MULTI, WATCH, QUIT and RESET is queued and answered `+QUEUED`.
 pub(crate) fn execute(
     shared: &Shared,
     session: &mut Session,
@@ -558,11 +652,19 @@ pub(crate) fn execute(
         return Action::Continue;
     };
     let Some(index) = lookup_index(name) else {
-        write_error(out, &unknown_command_message(args));
+        multi::flag_error(session);
+        match unsupported(name) {
+            Some(known) => write_error(
+                out,
+                format!("ERR {known} is not supported by Kavach (see docs/server.md)").as_bytes(),
+            ),
+            None => write_error(out, &unknown_command_message(args)),
+        }
         return Action::Continue;
     };
     let spec = table()[index];
     if !arity_ok(spec.arity, args.len()) {
+        multi::flag_error(session);
         write_error(
             out,
             CommandError::Arity(spec.name.to_string())
@@ -571,23 +673,46 @@ pub(crate) fn execute(
         );
         return Action::Continue;
     }
+    if session.resp2_subscribed() && !pubsub::allowed_when_subscribed(spec.name) {
+        multi::flag_error(session);
+        let sub = subcommand_index(spec.name, args);
+        let full = if sub > 0 {
+            SUBCOMMANDS[sub - 1]
+        } else {
+            spec.name
+        };
+        write_error(
+            out,
+            format!(
+                "ERR Can't execute '{full}': only (P|S)SUBSCRIBE / (P|S)UNSUBSCRIBE / PING / \
+                 QUIT / RESET are allowed in this context"
+            )
+            .as_bytes(),
+        );
+        return Action::Continue;
+    }
+    note_command(session, index, spec, args);
+    if session.multi.is_some() && !multi::runs_inside_multi(spec.name) {
+        if multi::refused_inside_multi(spec.name) {
+            multi::flag_error(session);
+            write_error(out, b"ERR Command not allowed inside a transaction");
+            return Action::Continue;
+        }
+        multi::queue(session, args, out);
+        session.publish_state();
+        return Action::Continue;
+    }
     let mark = out.len();
-    let handle = &session.handle;
-    handle.last_command.store(index + 1, Ordering::Relaxed);
-    handle
-        .last_subcommand
-        .store(subcommand_index(spec.name, args), Ordering::Relaxed);
-    let active = u64::try_from(handle.created.elapsed().as_millis()).unwrap_or(u64::MAX);
-    handle.last_active_ms.store(active, Ordering::Relaxed);
     let mut ctx = Ctx {
         shared,
         session,
         txn: None,
     };
     let result = (spec.handler)(&mut ctx, args, out);
-    if spec.name == "hello" || spec.name == "client" {
+    if matches!(spec.name, "hello" | "client" | "reset") {
         session.publish();
     }
+    session.publish_state();
     match result {
         Ok(action) => action,
         Err(e) => {
@@ -596,6 +721,115 @@ pub(crate) fn execute(
             Action::Continue
         }
     }
+}
+
+/// Records the command a connection runs, for CLIENT LIST.
+fn note_command(session: &Session, index: usize, spec: &Spec, args: &[Vec<u8>]) {
+    let handle = &session.handle;
+    handle.last_command.store(index + 1, Ordering::Relaxed);
+    handle
+        .last_subcommand
+        .store(subcommand_index(spec.name, args), Ordering::Relaxed);
+    let active = u64::try_from(handle.created.elapsed().as_millis()).unwrap_or(u64::MAX);
+    handle.last_active_ms.store(active, Ordering::Relaxed);
+}
+
+/// What a connection's owner does when it closes: ends its WATCH, subscriptions and blocked
+/// command.
+pub(crate) fn disconnect(shared: &Shared, session: &mut Session) {
+    let notifier = &shared.notifier;
+    notifier.unwatch(&std::mem::take(&mut session.watched));
+    for channel in std::mem::take(&mut session.channels) {
+        notifier.unsubscribe(session.id, &channel);
+    }
+    for pattern in std::mem::take(&mut session.patterns) {
+        notifier.punsubscribe(session.id, &pattern);
+    }
+    notifier.unblock(session.id, None);
+}
+
+/// Redis 7 commands Kavach does not serve (scripting, functions, modules, cluster, streams,
+/// geo, HyperLogLog, ACL, replication of Redis itself, debugging and introspection of Redis
+/// internals), sorted: they answer `ERR <NAME> is not supported by Kavach` instead of "unknown
+/// command". A family that implements one of them simply wins the lookup.
+static UNSUPPORTED: &[&str] = &[
+    "acl",
+    "asking",
+    "bgrewriteaof",
+    "bitfield",
+    "bitfield_ro",
+    "cluster",
+    "debug",
+    "dump",
+    "eval",
+    "eval_ro",
+    "evalsha",
+    "evalsha_ro",
+    "failover",
+    "fcall",
+    "fcall_ro",
+    "function",
+    "geoadd",
+    "geodist",
+    "geohash",
+    "geopos",
+    "georadius",
+    "georadius_ro",
+    "georadiusbymember",
+    "georadiusbymember_ro",
+    "geosearch",
+    "geosearchstore",
+    "latency",
+    "lolwut",
+    "memory",
+    "migrate",
+    "module",
+    "monitor",
+    "pfadd",
+    "pfcount",
+    "pfdebug",
+    "pfmerge",
+    "pfselftest",
+    "psync",
+    "readonly",
+    "readwrite",
+    "replconf",
+    "replicaof",
+    "restore",
+    "restore-asking",
+    "role",
+    "script",
+    "slaveof",
+    "slowlog",
+    "sort",
+    "sort_ro",
+    "spublish",
+    "ssubscribe",
+    "sunsubscribe",
+    "sync",
+    "xack",
+    "xadd",
+    "xautoclaim",
+    "xclaim",
+    "xdel",
+    "xgroup",
+    "xinfo",
+    "xlen",
+    "xpending",
+    "xrange",
+    "xread",
+    "xreadgroup",
+    "xrevrange",
+    "xsetid",
+    "xtrim",
+];
+
+/// The upper-case name of a Redis command Kavach does not serve, if `name` is one.
+fn unsupported(name: &[u8]) -> Option<String> {
+    UNSUPPORTED
+        .binary_search_by(|known| cmp_lowercase(name, known.as_bytes()).reverse())
+        .ok()
+        .map(|i| UNSUPPORTED[i].to_ascii_uppercase())
 }
 
 /// `ERR unknown command 'foo', with args beginning with: 'a' 'b' `, built like Redis 7 does.
@@ -734,7 +968,14 @@ pub(crate) fn format_score(value: f64) -> String {
 // Connection commands
 // ---------------------------------------------------------------------------------------------
 
-fn cmd_ping(_: &mut Ctx<'_>, args: &[Vec<u8>], out: &mut Vec<u8>) -> CommandResult {
+fn cmd_ping(ctx: &mut Ctx<'_>, args: &[Vec<u8>], out: &mut Vec<u8>) -> CommandResult {
+    if ctx.session.resp2_subscribed() && args.len() <= 2 {
+        // RESP2's subscribed mode answers in the shape of a message: ["pong", argument or ""].
+        write_array_header(out, 2);
+        write_bulk(out, b"pong");
+        write_bulk(out, args.get(1).map_or(&b""[..], Vec::as_slice));
+        return Ok(Action::Continue);
+    }
     match args.len() {
         1 => write_simple(out, b"PONG"),
         2 => write_bulk(out, &args[1]),
@@ -851,7 +1092,8 @@ fn cmd_hello(ctx: &mut Ctx<'_>, args: &[Vec<u8>], out: &mut Vec<u8>) -> CommandR
 /// HELLO's role: INFO's replication role (`master` unless the store says otherwise), with
 /// INFO's `slave` named `replica` as Redis 7's HELLO names it.
 fn role(shared: &Shared) -> String {
-    let info_role = info_sections(shared)
+    // Without the keyspace: HELLO runs on every connect and must not walk the data.
+    let info_role = info_sections(shared, None)
         .into_iter()
         .find(|(title, _)| title == "Replication")
         .and_then(|(_, lines)| lines.into_iter().find(|(k, _)| k == "role"))
@@ -954,6 +1196,25 @@ fn cmd_client(ctx: &mut Ctx<'_>, args: &[Vec<u8>], out: &mut Vec<u8>) -> Command
         write_verbatim(out, *b"txt", &text, ctx.resp3());
     } else if is(sub, "kill") {
         return client_kill(ctx, &args[2..], out);
+    } else if is(sub, "unblock") {
+        if !(3..=4).contains(&args.len()) {
+            return Err(CommandError::Arity("client|unblock".into()));
+        }
+        let id = parse_strict_i64(&args[2])
+            .and_then(|n| u64::try_from(n).ok())
+            .ok_or(CommandError::NotInteger)?;
+        let how = match args.get(3) {
+            None => crate::notify::Unblock::Timeout,
+            Some(w) if is(w, "timeout") => crate::notify::Unblock::Timeout,
+            Some(w) if is(w, "error") => crate::notify::Unblock::Error,
+            Some(_) => {
+                return Err(CommandError::Other(
+                    "ERR CLIENT UNBLOCK reason should be TIMEOUT or ERROR".into(),
+                ));
+            }
+        };
+        let done = ctx.shared.notifier.request_unblock(id, how);
+        write_integer(out, i64::from(done));
     } else {
         return Err(CommandError::UnknownSubcommand {
             command: "CLIENT",
@@ -974,8 +1235,10 @@ static SUBCOMMANDS: &[&str] = &[
     "client|no-touch",
     "client|setinfo",
     "client|setname",
+    "client|unblock",
     "command|count",
     "command|docs",
+    "command|getkeys",
     "command|info",
     "command|list",
     "config|get",
@@ -1029,13 +1292,30 @@ fn client_line(client: &ClientHandle) -> Vec<u8> {
         (0, _) => "NULL",
         (n, _) => table().get(n - 1).map_or("NULL", |s| s.name),
     };
+    let channels = client.channels.load(Ordering::Relaxed);
+    let patterns = client.patterns.load(Ordering::Relaxed);
+    let multi = client.multi.load(Ordering::Relaxed);
+    let mut flags = String::new();
+    if channels + patterns > 0 {
+        flags.push('P');
+    }
+    if multi >= 0 {
+        flags.push('x');
+    }
+    if client.blocked.load(Ordering::Relaxed) {
+        flags.push('b');
+    }
+    if flags.is_empty() {
+        flags.push('N');
+    }
     let _ = write!(
         line,
-        " age={} idle={} flags=N db=0 sub=0 psub=0 ssub=0 multi=-1 qbuf=0 qbuf-free=0 \
-         argv-mem=0 multi-mem=0 rbs=0 rbp=0 obl=0 oll=0 omem=0 tot-mem=0 events=r cmd={command} \
-         user=default redir=-1 resp={} lib-name=",
+        " age={} idle={} flags={flags} db={} sub={channels} psub={patterns} ssub=0 multi={multi} \
+         qbuf=0 qbuf-free=0 argv-mem=0 multi-mem=0 rbs=0 rbp=0 obl=0 oll=0 omem=0 tot-mem=0 \
+         events=r cmd={command} user=default redir=-1 resp={} lib-name=",
         age_ms / 1000,
         idle_ms / 1000,
+        client.db.load(Ordering::Relaxed),
         if meta.resp3 { 3 } else { 2 }
     );
     line.extend_from_slice(meta.lib_name.as_deref().unwrap_or_default());
@@ -1199,6 +1479,64 @@ fn command_entry(spec: &Spec) -> Reply {
     ])
 }
 
+/// The group COMMAND DOCS names for a command, from the family that defines it.
+fn command_group(spec: &Spec) -> &'static str {
+    let in_family = |family: &[Spec]| family.iter().any(|s| std::ptr::eq(s, spec));
+    if in_family(keys::SPECS) {
+        "generic"
+    } else if in_family(strings::SPECS) {
+        "string"
+    } else if in_family(hashes::SPECS) {
+        "hash"
+    } else if in_family(lists::SPECS) {
+        "list"
+    } else if in_family(sets::SPECS) {
+        "set"
+    } else if in_family(zsets::SPECS) {
+        "sorted-set"
+    } else if in_family(multi::SPECS) {
+        "transactions"
+    } else if in_family(pubsub::SPECS) {
+        "pubsub"
+    } else if matches!(
+        spec.name,
+        "auth" | "client" | "echo" | "hello" | "ping" | "quit" | "reset" | "select"
+    ) {
+        "connection"
+    } else {
+        "server"
+    }
+}
+
+/// COMMAND GETKEYS: the keys of a command line, from its key positions in the table.
+fn command_keys(line: &[Vec<u8>]) -> Result<Vec<Vec<u8>>, CommandError> {
+    let spec = lookup(&line[0])
+        .ok_or_else(|| CommandError::Other("ERR Invalid command specified".into()))?;
+    if spec.first_key == 0 {
+        return Err(CommandError::Other(
+            "ERR The command has no key arguments".into(),
+        ));
+    }
+    if !arity_ok(spec.arity, line.len()) {
+        return Err(CommandError::Other(
+            "ERR Invalid number of arguments specified for command".into(),
+        ));
+    }
+    let argc = line.len() as i64;
+    let last = if spec.last_key < 0 {
+        argc + spec.last_key
+    } else {
+        spec.last_key
+    };
+    let mut keys = Vec::new();
+    let mut i = spec.first_key;
+    while i <= last && i < argc {
+        keys.push(line[i as usize].clone());
+        i += spec.step.max(1);
+    }
+    Ok(keys)
+}
+
 fn cmd_command(ctx: &mut Ctx<'_>, args: &[Vec<u8>], out: &mut Vec<u8>) -> CommandResult {
     let reply = if args.len() == 1 {
         Reply::Array(table().iter().map(|s| command_entry(s)).collect())
@@ -1208,7 +1546,23 @@ fn cmd_command(ctx: &mut Ctx<'_>, args: &[Vec<u8>], out: &mut Vec<u8>) -> Comman
             sub_arity("command", "count", 2, args.len())?;
             Reply::Integer(table().len() as i64)
         } else if is(sub, "docs") {
-            Reply::Array(vec![])
+            let specs: Vec<&Spec> = if args.len() == 2 {
+                table().to_vec()
+            } else {
+                args[2..].iter().filter_map(|name| lookup(name)).collect()
+            };
+            Reply::Map(
+                specs
+                    .into_iter()
+                    .map(|spec| {
+                        let doc = Reply::Map(vec![(
+                            Reply::bulk("group"),
+                            Reply::bulk(command_group(spec)),
+                        )]);
+                        (Reply::bulk(spec.name), doc)
+                    })
+                    .collect(),
+            )
         } else if is(sub, "info") {
             if args.len() == 2 {
                 Reply::Array(table().iter().map(|s| command_entry(s)).collect())
@@ -1220,6 +1574,14 @@ fn cmd_command(ctx: &mut Ctx<'_>, args: &[Vec<u8>], out: &mut Vec<u8>) -> Comman
                         .collect(),
                 )
             }
+        } else if is(sub, "getkeys") {
+            sub_arity("command", "getkeys", -3, args.len())?;
+            Reply::Array(
+                command_keys(&args[2..])?
+                    .into_iter()
+                    .map(Reply::Bulk)
+                    .collect(),
+            )
         } else if is(sub, "list") {
             if args.len() > 2 {
                 return Err(CommandError::Syntax);
@@ -1239,6 +1601,16 @@ fn cmd_command(ctx: &mut Ctx<'_>, args: &[Vec<u8>], out: &mut Vec<u8>) -> Comman
 /// The parameters CONFIG GET knows, with their current values.
 fn config_parameters(shared: &Shared) -> Vec<(&'static str, String)> {
     let c = &shared.config;
+    let settings = shared
+        .settings
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .clone();
+    let databases = if shared.backend.keyspace().is_some() {
+        model::DATABASES
+    } else {
+        1
+    };
     vec![
         ("appendonly", "yes".into()),
         ("appendfsync", c.durability.clone()),
@@ -1246,11 +1618,11 @@ fn config_parameters(shared: &Shared) -> Vec<(&'static str, String)> {
         ("port", shared.port.to_string()),
         ("bind", c.bind.to_string()),
         ("maxclients", c.max_clients.to_string()),
-        ("databases", "1".into()),
+        ("databases", databases.to_string()),
         ("timeout", "0".into()),
         ("tcp-keepalive", "0".into()),
-        ("maxmemory", "0".into()),
-        ("maxmemory-policy", "noeviction".into()),
+        ("maxmemory", settings.maxmemory_bytes.to_string()),
+        ("maxmemory-policy", settings.maxmemory_policy),
         ("proto-max-bulk-len", c.limits.max_bulk_bytes.to_string()),
         (
             "client-query-buffer-limit",
@@ -1265,7 +1637,135 @@ fn config_parameters(shared: &Shared) -> Vec<(&'static str, String)> {
         ("cluster-enabled", "no".into()),
         ("notify-keyspace-events", String::new()),
         ("hz", "10".into()),
+        ("daemonize", "no".into()),
+        ("dir", String::new()),
+        ("dbfilename", String::new()),
+        ("requirepass", String::new()),
     ]
+}
+
+/// Parameters Redis itself cannot change while running.
+const CONFIG_IMMUTABLE: &[&str] = &["cluster-enabled", "daemonize", "databases", "io-threads"];
+
+/// The eviction policies of Redis 7, and the ones Kavach offers.
+const MAXMEMORY_POLICIES: &[&str] = &[
+    "volatile-lru",
+    "volatile-lfu",
+    "volatile-random",
+    "volatile-ttl",
+    "allkeys-lru",
+    "allkeys-lfu",
+    "allkeys-random",
+    "noeviction",
+];
+const MAXMEMORY_POLICIES_SERVED: &[&str] = &["noeviction", "allkeys-lru", "volatile-ttl"];
+
+/// A memory size as Redis's config parses it: bytes, or a number with `k kb m mb g gb` (k, m, g
+/// powers of 1000; kb, mb, gb of 1024), case-insensitive.
+fn parse_memory(text: &[u8]) -> Option<u64> {
+    let text = std::str::from_utf8(text).ok()?.to_ascii_lowercase();
+    let units: &[(&str, u64)] = &[
+        ("kb", 1 << 10),
+        ("mb", 1 << 20),
+        ("gb", 1 << 30),
+        ("k", 1000),
+        ("m", 1_000_000),
+        ("g", 1_000_000_000),
+        ("b", 1),
+    ];
+    let (digits, unit) = units
+        .iter()
+        .find_map(|(u, n)| text.strip_suffix(u).map(|d| (d, *n)))
+        .unwrap_or((text.as_str(), 1));
+    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    digits.parse::<u64>().ok()?.checked_mul(unit)
+}
+
+fn config_failed(name: &[u8], why: &str) -> CommandError {
+    CommandError::Other(format!(
+        "ERR CONFIG SET failed (possibly related to argument '{}') - {why}",
+        quote(name)
+    ))
+}
+
+/// CONFIG SET name value [name value ...]: all of them or none. `maxmemory` and
+/// `maxmemory-policy` go to the store; any other parameter may only be "set" to the value it
+/// has, since the server is configured when it starts.
+fn config_set(ctx: &mut Ctx<'_>, args: &[Vec<u8>]) -> Result<(), CommandError> {
+    if args.len() % 2 != 0 {
+        return Err(CommandError::Other(format!(
+            "ERR Unknown option or number of arguments for CONFIG SET - '{}'",
+            quote(&args[2])
+        )));
+    }
+    let parameters = config_parameters(ctx.shared);
+    let mut settings = ctx
+        .shared
+        .settings
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .clone();
+    let before = settings.clone();
+    let mut seen: Vec<Vec<u8>> = Vec::new();
+    for pair in args[2..].chunks(2) {
+        let name = pair[0].to_ascii_lowercase();
+        let Some((known, current)) = parameters.iter().find(|(n, _)| n.as_bytes() == name) else {
+            return Err(CommandError::Other(format!(
+                "ERR Unknown option or number of arguments for CONFIG SET - '{}'",
+                quote(&pair[0])
+            )));
+        };
+        if seen.contains(&name) {
+            return Err(config_failed(&pair[0], "duplicate parameter"));
+        }
+        seen.push(name);
+        if CONFIG_IMMUTABLE.contains(known) {
+            return Err(config_failed(&pair[0], "can't set immutable config"));
+        }
+        match *known {
+            "maxmemory" => {
+                settings.maxmemory_bytes = parse_memory(&pair[1])
+                    .ok_or_else(|| config_failed(&pair[0], "argument must be a memory value"))?;
+            }
+            "maxmemory-policy" => {
+                let policy = String::from_utf8_lossy(&pair[1]).to_ascii_lowercase();
+                if !MAXMEMORY_POLICIES.contains(&policy.as_str()) {
+                    return Err(config_failed(
+                        &pair[0],
+                        "argument(s) must be one of the following: volatile-lru, volatile-lfu, \
+                         volatile-random, volatile-ttl, allkeys-lru, allkeys-lfu, \
+                         allkeys-random, noeviction",
+                    ));
+                }
+                if !MAXMEMORY_POLICIES_SERVED.contains(&policy.as_str()) {
+                    return Err(config_failed(
+                        &pair[0],
+                        "kavach offers noeviction, allkeys-lru and volatile-ttl",
+                    ));
+                }
+                settings.maxmemory_policy = policy;
+            }
+            _ if current.as_bytes() == pair[1].as_slice() => {}
+            _ => {
+                return Err(config_failed(
+                    &pair[0],
+                    "kavach cannot change it while running",
+                ));
+            }
+        }
+    }
+    if settings != before {
+        ctx.backend()
+            .set_memory_limit(settings.maxmemory_bytes, &settings.maxmemory_policy)
+            .map_err(|e| config_failed(b"maxmemory", &e.to_string()))?;
+        *ctx.shared
+            .settings
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = settings;
+    }
+    Ok(())
 }
 
 fn cmd_config(ctx: &mut Ctx<'_>, args: &[Vec<u8>], out: &mut Vec<u8>) -> CommandResult {
@@ -1283,31 +1783,7 @@ fn cmd_config(ctx: &mut Ctx<'_>, args: &[Vec<u8>], out: &mut Vec<u8>) -> Command
         Ok(Action::Continue)
     } else if is(sub, "set") {
         sub_arity("config", "set", -4, args.len())?;
-        if args.len() % 2 != 0 {
-            return Err(CommandError::Other(format!(
-                "ERR Unknown option or number of arguments for CONFIG SET - '{}'",
-                quote(&args[2])
-            )));
-        }
-        let parameters = config_parameters(ctx.shared);
-        for pair in args[2..].chunks(2) {
-            let name = pair[0].to_ascii_lowercase();
-            let Some((_, current)) = parameters.iter().find(|(n, _)| n.as_bytes() == name) else {
-                return Err(CommandError::Other(format!(
-                    "ERR Unknown option or number of arguments for CONFIG SET - '{}'",
-                    quote(&pair[0])
-                )));
-            };
-            // Setting a parameter to what it already is succeeds; changing it does not, since
-            // the server is configured when it starts.
-            if current.as_bytes() != pair[1].as_slice() {
-                return Err(CommandError::Other(format!(
-                    "ERR CONFIG SET failed (possibly related to argument '{}') - kavach cannot \
-                     change it while running",
-                    quote(&pair[0])
-                )));
-            }
-        }
+        config_set(ctx, args)?;
         ok(out)
     } else if is(sub, "resetstat") {
         sub_arity("config", "resetstat", 2, args.len())?;
@@ -1326,19 +1802,108 @@ fn cmd_config(ctx: &mut Ctx<'_>, args: &[Vec<u8>], out: &mut Vec<u8>) -> Command
     }
 }
 
-/// The sections the server itself fills, in INFO's order.
-const SERVER_SECTIONS: &[&str] = &["Server", "Clients", "Persistence", "Stats", "Replication"];
+/// The sections the server itself fills, in INFO's order (a store's own sections go before
+/// `Keyspace`).
+const SERVER_SECTIONS: &[&str] = &[
+    "Server",
+    "Clients",
+    "Memory",
+    "Persistence",
+    "Stats",
+    "Replication",
+    "CPU",
+    "Cluster",
+    "Keyspace",
+];
 
-fn info_sections(shared: &Shared) -> Vec<InfoSection> {
+/// Keys INFO's keyspace section looks at per database to count deadlines; beyond it `expires`
+/// counts the keys seen.
+const INFO_SCAN_KEYS_MAX: usize = 1_000_000;
+
+/// Bytes in Redis's human form (`1.50M`, `0B`).
+fn human_bytes(n: u64) -> String {
+    const UNITS: &[(u64, &str)] = &[
+        (1 << 40, "T"),
+        (1 << 30, "G"),
+        (1 << 20, "M"),
+        (1 << 10, "K"),
+    ];
+    for &(size, unit) in UNITS {
+        if n >= size {
+            return format!("{:.2}{unit}", n as f64 / size as f64);
+        }
+    }
+    format!("{n}B")
+}
+
+/// User and system CPU seconds of this process, from `/proc/self/stat` (zero where unknown).
+fn cpu_seconds() -> (f64, f64) {
+    let Ok(stat) = std::fs::read_to_string("/proc/self/stat") else {
+        return (0.0, 0.0);
+    };
+    // Fields after the command name (which is in parentheses and may hold spaces).
+    let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let ticks = |i: usize| {
+        fields
+            .get(i)
+            .and_then(|f| f.parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
+    // utime and stime are fields 14 and 15 of the whole line, 11 and 12 after the name; the
+    // kernel's USER_HZ is 100 on every platform Linux runs on.
+    (ticks(11) / 100.0, ticks(12) / 100.0)
+}
+
+/// INFO keyspace lines: `db0:keys=N,expires=M,avg_ttl=0` for each non-empty database.
+fn keyspace_lines(ks: &dyn Keyspace) -> Vec<(String, String)> {
+    let mut lines = Vec::new();
+    for db in 0..model::DATABASES {
+        let db = db as Db;
+        let keys = ks.dbsize(db).unwrap_or(0);
+        if keys == 0 {
+            continue;
+        }
+        let mut expires = 0u64;
+        let mut seen = 0usize;
+        let mut cursor = 0;
+        while let Ok((next, infos)) = ks.scan(db, cursor, 1000) {
+            seen += infos.len();
+            expires += infos.iter().filter(|k| k.expire_at_ms != 0).count() as u64;
+            cursor = next;
+            if cursor == 0 || seen >= INFO_SCAN_KEYS_MAX {
+                break;
+            }
+        }
+        lines.push((
+            format!("db{db}"),
+            format!("keys={keys},expires={expires},avg_ttl=0"),
+        ));
+    }
+    lines
+}
+
+/// INFO's sections. The memory and keyspace figures come from `keyspace` (`None`: left out,
+/// as inside EXEC, whose transaction holds the whole keyspace).
+fn info_sections(shared: &Shared, keyspace: Option<&dyn Keyspace>) -> Vec<InfoSection> {
     let stats = shared.stats.snapshot();
     let uptime = shared.started.elapsed().as_secs();
     let c = &shared.config;
+    let settings = shared
+        .settings
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .clone();
+    let used_memory = keyspace.map_or(0, |ks| ks.used_bytes());
+    let (cpu_user, cpu_sys) = cpu_seconds();
     let line = |k: &str, v: String| (k.to_string(), v);
     let mut sections: Vec<InfoSection> = vec![
         (
             "Server".into(),
             vec![
                 line("redis_version", REDIS_VERSION.into()),
+                line("redis_git_sha1", "00000000".into()),
+                line("redis_git_dirty", "0".into()),
                 line("kavach_version", env!("CARGO_PKG_VERSION").into()),
                 line("redis_mode", "standalone".into()),
                 line(
@@ -1350,8 +1915,24 @@ fn info_sections(shared: &Shared) -> Vec<InfoSection> {
                 line("process_id", std::process::id().to_string()),
                 line("run_id", shared.run_id.clone()),
                 line("tcp_port", shared.port.to_string()),
+                line(
+                    "server_time_usec",
+                    SystemTime::now()
+                        .duration_since(UNIX_EPOCH)
+                        .map_or(0, |d| d.as_micros())
+                        .to_string(),
+                ),
                 line("uptime_in_seconds", uptime.to_string()),
                 line("uptime_in_days", (uptime / 86_400).to_string()),
+                line("hz", "10".into()),
+                line("configured_hz", "10".into()),
+                line(
+                    "executable",
+                    std::env::current_exe()
+                        .map(|p| p.display().to_string())
+                        .unwrap_or_default(),
+                ),
+                line("config_file", String::new()),
                 line("io_threads_active", "0".into()),
                 line("workers", c.workers.to_string()),
                 line(
@@ -1364,12 +1945,43 @@ fn info_sections(shared: &Shared) -> Vec<InfoSection> {
             "Clients".into(),
             vec![
                 line("connected_clients", stats.connected_clients.to_string()),
+                line("cluster_connections", "0".into()),
                 line("maxclients", c.max_clients.to_string()),
-                line("blocked_clients", "0".into()),
+                line(
+                    "blocked_clients",
+                    shared.notifier.blocked_count().to_string(),
+                ),
                 line("tracking_clients", "0".into()),
             ],
         ),
-        ("Persistence".into(), vec![line("loading", "0".into())]),
+        (
+            "Memory".into(),
+            vec![
+                line("used_memory", used_memory.to_string()),
+                line("used_memory_human", human_bytes(used_memory)),
+                line("maxmemory", settings.maxmemory_bytes.to_string()),
+                line("maxmemory_human", human_bytes(settings.maxmemory_bytes)),
+                line("maxmemory_policy", settings.maxmemory_policy.clone()),
+            ],
+        ),
+        (
+            "Persistence".into(),
+            vec![
+                line("loading", "0".into()),
+                line(
+                    "rdb_bgsave_in_progress",
+                    u8::from(shared.saves.bgsave_running.load(Ordering::Relaxed)).to_string(),
+                ),
+                line(
+                    "rdb_last_save_time",
+                    shared
+                        .saves
+                        .last_save_unix
+                        .load(Ordering::Relaxed)
+                        .to_string(),
+                ),
+            ],
+        ),
         (
             "Stats".into(),
             vec![
@@ -1388,6 +2000,13 @@ fn info_sections(shared: &Shared) -> Vec<InfoSection> {
                     "rejected_connections",
                     stats.connections_rejected.to_string(),
                 ),
+                line("expired_keys", stats.expired_keys.to_string()),
+                line("evicted_keys", "0".into()),
+                line(
+                    "pubsub_channels",
+                    shared.notifier.channels(None).len().to_string(),
+                ),
+                line("pubsub_patterns", shared.notifier.numpat().to_string()),
                 line(
                     "client_output_buffer_limit_disconnections",
                     stats.output_limit_disconnections.to_string(),
@@ -1402,6 +2021,18 @@ fn info_sections(shared: &Shared) -> Vec<InfoSection> {
                 line("role", "master".into()),
                 line("connected_slaves", "0".into()),
             ],
+        ),
+        (
+            "CPU".into(),
+            vec![
+                line("used_cpu_sys", format!("{cpu_sys:.6}")),
+                line("used_cpu_user", format!("{cpu_user:.6}")),
+            ],
+        ),
+        ("Cluster".into(), vec![line("cluster_enabled", "0".into())]),
+        (
+            "Keyspace".into(),
+            keyspace.map(keyspace_lines).unwrap_or_default(),
         ),
     ];
     debug_assert!(
@@ -1424,7 +2055,10 @@ fn info_sections(shared: &Shared) -> Vec<InfoSection> {
                     }
                 }
             }
-            None => sections.push((title, lines)),
+            None => {
+                let at = sections.len().saturating_sub(1);
+                sections.insert(at, (title, lines));
+            }
         }
     }
     if let Some((_, persistence)) = sections.iter_mut().find(|(t, _)| t == "Persistence") {
@@ -1445,7 +2079,12 @@ fn cmd_info(ctx: &mut Ctx<'_>, args: &[Vec<u8>], out: &mut Vec<u8>) -> CommandRe
             .iter()
             .any(|w| matches!(w.as_slice(), b"all" | b"default" | b"everything"));
     let mut text = Vec::new();
-    for (title, lines) in info_sections(ctx.shared) {
+    let keyspace = if ctx.in_exec() {
+        None
+    } else {
+        ctx.backend().keyspace()
+    };
+    for (title, lines) in info_sections(ctx.shared, keyspace) {
         if !all
             && !wanted
                 .iter()
@@ -1485,7 +2124,105 @@ fn cmd_promote(ctx: &mut Ctx<'_>, args: &[Vec<u8>], out: &mut Vec<u8>) -> Comman
 
 fn cmd_save(ctx: &mut Ctx<'_>, _: &[Vec<u8>], out: &mut Vec<u8>) -> CommandResult {
     ctx.backend().save()?;
+    ctx.shared
+        .saves
+        .last_save_unix
+        .store(crate::server::unix_seconds(), Ordering::Relaxed);
     ok(out)
+}
+
+/// BGSAVE [SCHEDULE]: takes the checkpoint SAVE takes, on a thread of its own.
+fn cmd_bgsave(ctx: &mut Ctx<'_>, args: &[Vec<u8>], out: &mut Vec<u8>) -> CommandResult {
+    match args.len() {
+        1 => {}
+        2 if is(&args[1], "schedule") => {}
+        _ => return Err(CommandError::Syntax),
+    }
+    let saves = Arc::clone(&ctx.shared.saves);
+    let backend = Arc::clone(&ctx.shared.backend);
+    if saves.bgsave_running.swap(true, Ordering::SeqCst) {
+        if args.len() == 2 {
+            // The running save takes another when it is done.
+            saves.bgsave_scheduled.store(true, Ordering::SeqCst);
+            write_simple(out, b"Background saving scheduled");
+            return Ok(Action::Continue);
+        }
+        return Err(CommandError::Other(
+            "ERR Background save already in progress".into(),
+        ));
+    }
+    let worker = Arc::clone(&saves);
+    let spawned = std::thread::Builder::new()
+        .name("kavach-bgsave".into())
+        .spawn(move || {
+            loop {
+                worker.bgsave_scheduled.store(false, Ordering::SeqCst);
+                if backend.save().is_ok() {
+                    worker
+                        .last_save_unix
+                        .store(crate::server::unix_seconds(), Ordering::Relaxed);
+                }
+                if !worker.bgsave_scheduled.load(Ordering::SeqCst) {
+                    break;
+                }
+            }
+            worker.bgsave_running.store(false, Ordering::SeqCst);
+        });
+    if spawned.is_err() {
+        saves.bgsave_running.store(false, Ordering::SeqCst);
+        return Err(CommandError::Other(
+            "ERR Background save failed to start".into(),
+        ));
+    }
+    write_simple(out, b"Background saving started");
+    Ok(Action::Continue)
+}
+
+fn cmd_lastsave(ctx: &mut Ctx<'_>, _: &[Vec<u8>], out: &mut Vec<u8>) -> CommandResult {
+    write_integer(out, ctx.shared.saves.last_save_unix.load(Ordering::Relaxed));
+    Ok(Action::Continue)
+}
+
+/// TIME: seconds and microseconds since the epoch, as two bulk strings.
+fn cmd_time(ctx: &mut Ctx<'_>, _: &[Vec<u8>], out: &mut Vec<u8>) -> CommandResult {
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default();
+    Reply::Array(vec![
+        Reply::bulk(now.as_secs().to_string()),
+        Reply::bulk(now.subsec_micros().to_string()),
+    ])
+    .encode_as(out, ctx.resp3());
+    Ok(Action::Continue)
+}
+
+/// WAIT numreplicas timeout-ms: how many backups acknowledged every write so far.
+fn cmd_wait(ctx: &mut Ctx<'_>, args: &[Vec<u8>], out: &mut Vec<u8>) -> CommandResult {
+    let replicas = parse_int(&args[1])?;
+    let timeout = parse_strict_i64(&args[2]).ok_or_else(|| {
+        CommandError::Other("ERR timeout is not an integer or out of range".into())
+    })?;
+    if timeout < 0 {
+        return Err(CommandError::Other("ERR timeout is negative".into()));
+    }
+    let timeout = (timeout > 0).then(|| std::time::Duration::from_millis(timeout.unsigned_abs()));
+    let n = ctx
+        .backend()
+        .wait_replicas(replicas.max(0).unsigned_abs(), timeout)?;
+    write_count(out, n)
+}
+
+/// RESET: the connection as it was at connect: out of MULTI and WATCH, unsubscribed, database
+/// 0, RESP2, no name.
+fn cmd_reset(ctx: &mut Ctx<'_>, _: &[Vec<u8>], out: &mut Vec<u8>) -> CommandResult {
+    multi::end(ctx.shared, ctx.session);
+    disconnect(ctx.shared, ctx.session);
+    let s = &mut *ctx.session;
+    s.db = 0;
+    s.resp3 = false;
+    s.name = None;
+    write_simple(out, b"RESET");
+    Ok(Action::Continue)
 }
 
 /// SHUTDOWN [NOSAVE|SAVE] [NOW] [FORCE]. The store is durable either way; SAVE takes a
@@ -1673,6 +2410,55 @@ mod tests {
         assert_eq!(hello_role(Some("master")), "master");
         assert_eq!(hello_role(Some("slave")), "replica");
         assert_eq!(hello_role(Some("stopped")), "stopped");
+    }
+
+    #[test]
+    fn memory_sizes_parse_like_redis_config() {
+        let cases: &[(&str, Option<u64>)] = &[
+            ("0", Some(0)),
+            ("100", Some(100)),
+            ("1k", Some(1000)),
+            ("1kb", Some(1024)),
+            ("2MB", Some(2 << 20)),
+            ("3m", Some(3_000_000)),
+            ("1gb", Some(1 << 30)),
+            ("1g", Some(1_000_000_000)),
+            ("5b", Some(5)),
+            ("", None),
+            ("mb", None),
+            ("-1", None),
+            ("1.5mb", None),
+            ("1tb", None),
+            ("99999999999999999999", None),
+            ("18446744073709551615gb", None),
+        ];
+        for (text, want) in cases {
+            assert_eq!(parse_memory(text.as_bytes()), *want, "{text:?}");
+        }
+    }
+
+    #[test]
+    fn human_sizes_like_redis_info() {
+        assert_eq!(human_bytes(0), "0B");
+        assert_eq!(human_bytes(1023), "1023B");
+        assert_eq!(human_bytes(1024), "1.00K");
+        assert_eq!(human_bytes(1536 << 10), "1.50M");
+        assert_eq!(human_bytes(3 << 30), "3.00G");
+        assert_eq!(human_bytes(1 << 40), "1.00T");
+    }
+
+    #[test]
+    fn unsupported_table_is_sorted_and_found_in_any_case() {
+        for pair in UNSUPPORTED.windows(2) {
+            assert!(pair[0] < pair[1], "{} before {}", pair[0], pair[1]);
+        }
+        for name in UNSUPPORTED {
+            assert_eq!(
+                unsupported(name.to_uppercase().as_bytes()).as_deref(),
+                Some(&*name.to_uppercase())
+            );
+        }
+        assert_eq!(unsupported(b"get"), None);
     }
 
     #[test]

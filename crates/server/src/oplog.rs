@@ -175,7 +175,7 @@ impl Op {
             }
             ZREM => Op::ZRem(r.len_bytes("key")?.to_vec(), list(&mut r)?),
             FLUSHALL => Op::FlushAll,
-            EFFECTS => Op::Effects(model::decode_effects(r.rest())?),
+            EFFECTS => Op::Effects(model::decode_effects_from(&mut r)?),
             t => return Err(r.invalid("tag", 0, "1..=11", t)),
         };
         r.finish()?;

@@ -16,6 +16,24 @@
 //! pipelined request in order, appending replies to the connection's output buffer, and writes
 //! them in one go. Commands run to completion on the worker, including the backend call.
 //!
+//! # Connections that talk to each other
+//!
+//! Each connection has a mailbox (`notify::Mailbox`); other threads put pub/sub
+//! messages, wake-ups and CLIENT UNBLOCK requests in it and ring the owning worker's doorbell
+//! (its token in a list plus the worker's [`Waker`]). The worker writes the messages between
+//! replies. A blocking command (BLPOP and kin) that finds nothing parks its connection: it is
+//! queued on its keys in the notifier (then looked at once more, so a write between its first
+//! look and the parking is not missed), runs nothing else, and runs the same command again
+//! when the first write to one of its keys wakes it (first come, first served per key); the
+//! worker's poll timeout covers the parked connections' deadlines. As in Redis, the clients a
+//! write wakes are served before the writer hears back: the writer holds its replies (and
+//! runs nothing more) until each client it woke has run again, and those in turn wait for the
+//! clients they wake (at most 2 s).
+//!
+//! A background thread expires keys every [`Config::active_expiry_period`]: it asks the store
+//! for keys past their deadline and deletes those still past it, under their locks, as logged
+//! deletions.
+//!
 //! # Bounds
 //!
 //! - Input: a request larger than [`Limits::max_request_bytes`] is a protocol error, so a
@@ -37,6 +55,7 @@
 //! writes the replies (for at most [`Config::shutdown_drain`]) and closes its connections; then
 //! `run` joins the workers, calls [`Backend::shutdown`] exactly once and returns.
 
+use std::collections::BTreeSet;
 use std::fmt;
 use std::io::{self, Read, Write};
 use std::net::{IpAddr, Ipv4Addr, Shutdown, SocketAddr};
@@ -51,6 +70,7 @@ use mio::{Events, Interest, Poll, Token, Waker};
 
 use crate::backend::{Backend, BackendResult};
 use crate::command::{self, Action, ClientRegistry, Session};
+use crate::notify::{Mailbox, Unblock};
 use crate::resp::{Limits, Parse, RequestParser, write_error};
 
 /// Bytes read per `read` call, into a per-worker scratch buffer.
@@ -105,6 +125,13 @@ pub struct Config {
     /// How long shutdown waits for replies to be written before closing connections anyway
     /// (default 5 s).
     pub shutdown_drain: Duration,
+    /// The store's memory limit in bytes, 0 for none (INFO and CONFIG `maxmemory`).
+    pub maxmemory_bytes: u64,
+    /// What the store does when full (CONFIG `maxmemory-policy`, default `noeviction`).
+    pub maxmemory_policy: String,
+    /// How often active expiry looks for keys past their deadline (default 100 ms, Redis's
+    /// `hz 10`); zero turns it off.
+    pub active_expiry_period: Duration,
 }
 
 impl Default for Config {
@@ -118,6 +145,9 @@ impl Default for Config {
             durability: "always".to_string(),
             max_output_bytes: 128 << 20,
             shutdown_drain: Duration::from_secs(5),
+            maxmemory_bytes: 0,
+            maxmemory_policy: "noeviction".to_string(),
+            active_expiry_period: Duration::from_millis(100),
         }
     }
 }
@@ -207,6 +237,7 @@ pub(crate) struct Stats {
     protocol_errors: AtomicU64,
     output_limit_disconnections: AtomicU64,
     accept_errors: AtomicU64,
+    pub(crate) expired_keys: AtomicU64,
     baseline: Mutex<StatsSnapshot>,
 }
 
@@ -222,6 +253,7 @@ pub(crate) struct StatsSnapshot {
     pub(crate) protocol_errors: u64,
     pub(crate) output_limit_disconnections: u64,
     pub(crate) accept_errors: u64,
+    pub(crate) expired_keys: u64,
 }
 
 impl Stats {
@@ -237,6 +269,7 @@ impl Stats {
             protocol_errors: get(&self.protocol_errors),
             output_limit_disconnections: get(&self.output_limit_disconnections),
             accept_errors: get(&self.accept_errors),
+            expired_keys: get(&self.expired_keys),
         }
     }
 
@@ -255,6 +288,7 @@ impl Stats {
             output_limit_disconnections: raw.output_limit_disconnections
                 - base.output_limit_disconnections,
             accept_errors: raw.accept_errors - base.accept_errors,
+            expired_keys: raw.expired_keys - base.expired_keys,
         }
     }
 
@@ -280,6 +314,28 @@ pub(crate) struct Shared {
     pub(crate) clients: ClientRegistry,
     /// Hears of every write (WATCH, blocked clients).
     pub(crate) notifier: crate::notify::Notifier,
+    /// Settings CONFIG SET changes while the server runs.
+    pub(crate) settings: Mutex<Settings>,
+    /// SAVE and BGSAVE bookkeeping.
+    pub(crate) saves: Arc<SaveState>,
+}
+
+/// What LASTSAVE and BGSAVE know.
+#[derive(Debug)]
+pub(crate) struct SaveState {
+    /// When the last SAVE or BGSAVE finished (seconds since the epoch; start time before).
+    pub(crate) last_save_unix: std::sync::atomic::AtomicI64,
+    /// A BGSAVE is running.
+    pub(crate) bgsave_running: AtomicBool,
+    /// BGSAVE SCHEDULE asked for another once the running one is done.
+    pub(crate) bgsave_scheduled: AtomicBool,
+}
+
+/// The settings CONFIG SET may change.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Settings {
+    pub(crate) maxmemory_bytes: u64,
+    pub(crate) maxmemory_policy: String,
 }
 
 impl fmt::Debug for Shared {
@@ -290,6 +346,13 @@ impl fmt::Debug for Shared {
             .field("stats", &self.stats)
             .finish_non_exhaustive()
     }
+}
+
+/// Seconds since the Unix epoch.
+pub(crate) fn unix_seconds() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs() as i64)
 }
 
 /// A 40-hex-digit run id, like Redis's, from the clock, the process id and std's random hasher
@@ -413,7 +476,6 @@ impl Listener {
         } = self;
         let shared = Arc::new(Shared {
             backend,
-            config,
             port: local_addr.port(),
             stats: Stats::default(),
             started: Instant::now(),
@@ -422,6 +484,16 @@ impl Listener {
             next_client_id: AtomicU64::new(1),
             clients: ClientRegistry::default(),
             notifier: crate::notify::Notifier::default(),
+            settings: Mutex::new(Settings {
+                maxmemory_bytes: config.maxmemory_bytes,
+                maxmemory_policy: config.maxmemory_policy.clone(),
+            }),
+            saves: Arc::new(SaveState {
+                last_save_unix: std::sync::atomic::AtomicI64::new(unix_seconds()),
+                bgsave_running: AtomicBool::new(false),
+                bgsave_scheduled: AtomicBool::new(false),
+            }),
+            config,
         });
         Server {
             listener,
@@ -470,7 +542,11 @@ impl Server {
         let mut result = Ok(());
         for (index, worker_poll) in worker_polls.into_iter().enumerate() {
             let (sender, receiver) = mpsc::channel();
-            let worker = Worker::new(worker_poll, receiver, Arc::clone(&shared));
+            let doorbell = Arc::new(Doorbell {
+                waker: Arc::clone(&worker_wakers[index]),
+                rung: Mutex::new(Vec::new()),
+            });
+            let worker = Worker::new(worker_poll, receiver, Arc::clone(&shared), doorbell);
             let spawned = thread::Builder::new()
                 .name(format!("kavach-worker-{index}"))
                 .spawn(move || worker.run());
@@ -485,8 +561,15 @@ impl Server {
                 }
             }
         }
+        let (expiry_stop, expiry_thread) = start_active_expiry(&shared);
         if result.is_ok() {
             result = accept_loop(&mut listener, poll, &senders, &shared);
+        }
+        drop(expiry_stop);
+        if let Some(thread) = expiry_thread {
+            if thread.join().is_err() {
+                worker_panics_expiry(&shared);
+            }
         }
         // Stop accepting before the workers finish, and make sure they are told to.
         drop(listener);
@@ -514,6 +597,90 @@ impl Server {
             worker_panics,
             backend_shutdown,
         })
+    }
+}
+
+/// Keys active expiry deletes per store transaction.
+const EXPIRY_BATCH: usize = 200;
+
+/// Time one active-expiry cycle may take (Redis's slow cycle uses 25% of its 100 ms period).
+const EXPIRY_CYCLE_BUDGET: Duration = Duration::from_millis(25);
+
+/// Starts the active-expiry thread when the store serves the data model and the period is not
+/// zero. Dropping the returned sender stops it.
+fn start_active_expiry(shared: &Arc<Shared>) -> (Sender<()>, Option<thread::JoinHandle<()>>) {
+    let (stop, stopped) = mpsc::channel::<()>();
+    let period = shared.config.active_expiry_period;
+    if shared.backend.keyspace().is_none() || period.is_zero() {
+        return (stop, None);
+    }
+    let shared = Arc::clone(shared);
+    let spawned = thread::Builder::new()
+        .name("kavach-expiry".into())
+        .spawn(move || {
+            let mut cursor = 0;
+            while let Err(mpsc::RecvTimeoutError::Timeout) = stopped.recv_timeout(period) {
+                if shared.handle.is_shutdown_requested() {
+                    return;
+                }
+                expire_cycle(&shared, &mut cursor);
+            }
+        });
+    (stop, spawned.ok())
+}
+
+/// The expiry thread panicked: a bug; shut the server down as a worker panic would.
+fn worker_panics_expiry(shared: &Shared) {
+    crate::say!("active expiry thread panicked; shutting down");
+    shared.handle.shutdown();
+}
+
+/// One active-expiry cycle: deletes keys past their deadline, a batch per transaction, until
+/// a batch comes back short or the cycle's time is up. Each key is checked again under its
+/// lock (a key written since it was listed is live again and stays).
+pub(crate) fn expire_cycle(shared: &Shared, cursor: &mut u64) {
+    let Some(ks) = shared.backend.keyspace() else {
+        return;
+    };
+    let started = Instant::now();
+    loop {
+        let Ok((next, keys)) = ks.expired(*cursor, EXPIRY_BATCH) else {
+            return;
+        };
+        *cursor = next;
+        if keys.is_empty() {
+            return;
+        }
+        let scope: Vec<(model::Db, &[u8])> =
+            keys.iter().map(|(db, k)| (*db, k.as_slice())).collect();
+        let mut deleted = 0u64;
+        let done = ks.transact(model::Scope::Keys(&scope), true, &mut |t| {
+            // Absent to the view yet listed: past its deadline (or already gone; deleting an
+            // absent key changes nothing).
+            let dead: Vec<model::Effect> = keys
+                .iter()
+                .filter(|(db, k)| t.kind(*db, k).is_none())
+                .map(|(db, k)| model::Effect::Del {
+                    db: *db,
+                    key: k.clone(),
+                })
+                .collect();
+            deleted = dead.len() as u64;
+            if !dead.is_empty() {
+                t.apply(dead)?;
+            }
+            Ok(())
+        });
+        if done.is_err() {
+            return;
+        }
+        shared
+            .stats
+            .expired_keys
+            .fetch_add(deleted, Ordering::Relaxed);
+        if keys.len() < EXPIRY_BATCH || started.elapsed() >= EXPIRY_CYCLE_BUDGET {
+            return;
+        }
     }
 }
 
@@ -607,10 +774,38 @@ enum Stop {
     Backpressure,
     /// The connection must close after its output is written (QUIT, SHUTDOWN, protocol error).
     Close,
+    /// A command blocked (see [`Blocked`]); more complete requests may be buffered.
+    Blocked,
 }
 
+/// A connection parked by a blocking command (BLPOP and kin): it runs nothing else until a
+/// write to one of `keys` lets the command run again and answer, its deadline passes, or
+/// CLIENT UNBLOCK ends it.
+#[derive(Debug)]
+struct Blocked {
+    /// The command, run again on each wake-up.
+    args: Vec<Vec<u8>>,
+    keys: Vec<(model::Db, Vec<u8>)>,
+    deadline: Option<Instant>,
+    /// Registered with the notifier.
+    parked: bool,
+}
+
+/// The reply of a blocking command whose time ran out: Redis 7.0 answers every blocking list
+/// and sorted-set command with the null array (RESP3: null).
+fn write_timeout(out: &mut Vec<u8>, resp3: bool) {
+    crate::resp::Reply::NullArray.encode_as(out, resp3);
+}
+
+/// Longest a connection holds its replies for the blocked clients its writes woke (they run on
+/// other threads; this bounds the wait should one of them never get to it).
+const HOLD_MAX: Duration = Duration::from_secs(2);
+
+/// Most input bytes a parked connection buffers before it stops reading.
+const PARKED_INPUT_BYTES_MAX: usize = 1 << 20;
+
 /// Executes the complete requests at the start of `data`. Returns the bytes used and why it
-/// stopped.
+/// stopped; a command that blocks is left in `blocked`.
 fn run_requests(
     shared: &Shared,
     parser: &mut RequestParser,
@@ -618,6 +813,7 @@ fn run_requests(
     output: &mut Vec<u8>,
     pause_at_len: usize,
     data: &[u8],
+    blocked: &mut Option<Blocked>,
 ) -> (usize, Stop) {
     let mut used = 0;
     let mut commands = 0u64;
@@ -633,9 +829,19 @@ fn run_requests(
                 }
                 commands += 1;
                 match command::execute(shared, session, &args, output) {
+                    // It woke blocked clients: their replies go first (Redis serves them before
+                    // the next command), so the requests after it wait.
+                    Action::Continue if session.mailbox.pending() > 0 => break Stop::Blocked,
                     Action::Continue => {}
-                    // Blocking is not wired into the event loop yet: answer as a timeout.
-                    Action::Block { .. } => crate::resp::write_null(output, session.resp3),
+                    Action::Block { keys, deadline } => {
+                        *blocked = Some(Blocked {
+                            args,
+                            keys,
+                            deadline,
+                            parked: false,
+                        });
+                        break Stop::Blocked;
+                    }
                     Action::CloseAfterReply => break Stop::Close,
                     Action::Shutdown => {
                         shared.handle.shutdown();
@@ -688,6 +894,15 @@ struct Conn {
     closing: bool,
     /// In the worker's `again` list.
     queued: bool,
+    /// The blocking command this connection waits in, if any.
+    blocked: Option<Blocked>,
+    /// The deadline the worker has listed for it.
+    listed_deadline: Option<Instant>,
+    /// Writers whose wakes this connection used: released when the clients it woke in turn are
+    /// done ([`Conn::holding`]).
+    owed: Vec<Arc<Mailbox>>,
+    /// Since when it holds its replies for the clients it woke.
+    hold_since: Option<Instant>,
 }
 
 impl Conn {
@@ -700,7 +915,11 @@ impl Conn {
     fn serve(&mut self, shared: &Shared, scratch: &mut [u8], draining: bool) -> Verdict {
         let mut budget = READ_BUDGET_BYTES;
         loop {
-            if self.flush(shared).is_err() {
+            if !self.read_mail(shared) {
+                return Verdict::Close;
+            }
+            let holding = self.holding();
+            if !holding && self.flush(shared).is_err() {
                 return Verdict::Close;
             }
             if self.pending_output() > shared.config.max_output_bytes {
@@ -720,6 +939,31 @@ impl Conn {
             if self.pending_output() > OUTPUT_PAUSE_BYTES {
                 // Resumed by the next writable event.
                 return Verdict::Idle;
+            }
+            if self.blocked.is_some() || holding {
+                if draining {
+                    self.closing = true;
+                    continue;
+                }
+                // Parked or holding: read only to notice a client that goes away.
+                if self.input.len() >= PARKED_INPUT_BYTES_MAX {
+                    return Verdict::Idle;
+                }
+                match self.stream.read(scratch) {
+                    Ok(0) => return Verdict::Close,
+                    Ok(n) => {
+                        shared
+                            .stats
+                            .net_input_bytes
+                            .fetch_add(n as u64, Ordering::Relaxed);
+                        self.input.extend_from_slice(&scratch[..n]);
+                        self.input_pending = true;
+                    }
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Verdict::Idle,
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                    Err(_) => return Verdict::Close,
+                }
+                continue;
             }
             if self.input_pending {
                 self.execute_input(shared);
@@ -752,6 +996,112 @@ impl Conn {
         }
     }
 
+    /// Delivers the pub/sub messages other connections left, and moves a blocked command on:
+    /// parks it when it first blocks, runs it again when a key it waits on was written, ends it
+    /// at its deadline or on CLIENT UNBLOCK. False: close the connection (its messages
+    /// overflowed).
+    fn read_mail(&mut self, shared: &Shared) -> bool {
+        // A client that does not read its replies gets no more messages into its output; they
+        // wait in the mailbox, which closes the connection when it overflows.
+        let deliver = self.pending_output() <= OUTPUT_PAUSE_BYTES;
+        let mail = self.session.mailbox.take(deliver);
+        if mail.overflowed {
+            shared
+                .stats
+                .output_limit_disconnections
+                .fetch_add(1, Ordering::Relaxed);
+            return false;
+        }
+        for m in &mail.messages {
+            command::write_message(&mut self.output, m, self.session.resp3);
+        }
+        // The writers whose writes woke this connection wait until it has run its command
+        // again; a wake that finds it no longer parked is released at once.
+        let mut tickets = mail.woken_by;
+        if let Some(blocked) = self.blocked.as_mut() {
+            if !blocked.parked {
+                // Park first, then look again: a write between the command's look and the
+                // parking would otherwise go unnoticed.
+                blocked.parked = true;
+                self.session.handle.blocked.store(true, Ordering::Relaxed);
+                shared.notifier.block(&self.session.mailbox, &blocked.keys);
+                self.run_blocked(shared);
+            } else if let Some(how) = mail.unblock {
+                match how {
+                    Unblock::Timeout => write_timeout(&mut self.output, self.session.resp3),
+                    Unblock::Error => crate::resp::write_error(
+                        &mut self.output,
+                        b"UNBLOCKED client unblocked via CLIENT UNBLOCK",
+                    ),
+                }
+                self.end_block(shared, false);
+            } else if blocked.deadline.is_some_and(|d| Instant::now() >= d) {
+                write_timeout(&mut self.output, self.session.resp3);
+                self.end_block(shared, false);
+            } else if mail.woken && self.run_blocked(shared) {
+                // Served: the writers wait on until the clients this one woke are done too.
+                self.owed.append(&mut tickets);
+            }
+        }
+        for writer in tickets {
+            writer.release();
+        }
+        true
+    }
+
+    /// Whether the connection holds its replies for the blocked clients its writes woke (at
+    /// most [`HOLD_MAX`]); when it stops holding, the writers it owes are released.
+    fn holding(&mut self) -> bool {
+        let mailbox = &self.session.mailbox;
+        if mailbox.pending() > 0 {
+            let since = *self.hold_since.get_or_insert_with(Instant::now);
+            if since.elapsed() < HOLD_MAX {
+                return true;
+            }
+            mailbox.abandon_pending();
+        }
+        self.hold_since = None;
+        for writer in self.owed.drain(..) {
+            writer.release();
+        }
+        false
+    }
+
+    /// Runs the blocked command again; it stays parked if it blocks again. Whether it answered.
+    fn run_blocked(&mut self, shared: &Shared) -> bool {
+        let Some(blocked) = self.blocked.as_ref() else {
+            return false;
+        };
+        let args = blocked.args.clone();
+        match command::execute(shared, &mut self.session, &args, &mut self.output) {
+            Action::Block { .. } => false,
+            action => {
+                self.end_block(shared, true);
+                match action {
+                    Action::CloseAfterReply => self.closing = true,
+                    Action::Shutdown => {
+                        shared.handle.shutdown();
+                        self.closing = true;
+                    }
+                    Action::Continue | Action::Block { .. } => {}
+                }
+                true
+            }
+        }
+    }
+
+    /// The blocked command answered (`served`: by running, so it may have taken what a client
+    /// behind it on the same keys waits for; the wake passes to them and this connection waits
+    /// for them): leave the queues, go on with buffered requests.
+    fn end_block(&mut self, shared: &Shared, served: bool) {
+        if self.blocked.take().is_some_and(|b| b.parked) {
+            let by = served.then_some(&self.session.mailbox);
+            shared.notifier.unblock(self.session.id, by);
+        }
+        self.session.handle.blocked.store(false, Ordering::Relaxed);
+        self.input_pending = !self.input.is_empty();
+    }
+
     /// Takes newly read bytes: executes the requests they complete and keeps the rest.
     fn absorb(&mut self, shared: &Shared, data: &[u8]) {
         if self.input.is_empty() {
@@ -764,6 +1114,7 @@ impl Conn {
                 &mut self.output,
                 pause_at,
                 data,
+                &mut self.blocked,
             );
             if stop != Stop::Close {
                 self.input.extend_from_slice(&data[used..]);
@@ -785,6 +1136,7 @@ impl Conn {
             &mut self.output,
             pause_at,
             &self.input,
+            &mut self.blocked,
         );
         self.input.drain(..used);
         if self.input.is_empty() && self.input.capacity() > BUFFER_KEEP_BYTES {
@@ -796,7 +1148,7 @@ impl Conn {
     fn after_stop(&mut self, stop: Stop) {
         match stop {
             Stop::NeedMore => self.input_pending = false,
-            Stop::Backpressure => self.input_pending = true,
+            Stop::Backpressure | Stop::Blocked => self.input_pending = true,
             Stop::Close => {
                 self.input_pending = false;
                 self.closing = true;
@@ -863,10 +1215,41 @@ struct Worker {
     scratch: Vec<u8>,
     /// Set when shutdown started: the time by which every connection is closed.
     drain_deadline: Option<Instant>,
+    /// Rung by other threads for this worker's connections (pub/sub, wake-ups).
+    doorbell: Arc<Doorbell>,
+    /// Deadlines of blocked connections, soonest first.
+    deadlines: BTreeSet<(Instant, usize)>,
+}
+
+/// How other threads get a worker to serve one of its connections: they list its token and
+/// wake the worker's poll.
+struct Doorbell {
+    waker: Arc<Waker>,
+    rung: Mutex<Vec<usize>>,
+}
+
+impl Doorbell {
+    fn ring(&self, index: usize) {
+        self.rung
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(index);
+        // A failed wake only happens if the poll is gone, i.e. the worker has exited.
+        let _ = self.waker.wake();
+    }
+
+    fn take(&self) -> Vec<usize> {
+        std::mem::take(&mut *self.rung.lock().unwrap_or_else(|e| e.into_inner()))
+    }
 }
 
 impl Worker {
-    fn new(poll: Poll, incoming: Receiver<Incoming>, shared: Arc<Shared>) -> Self {
+    fn new(
+        poll: Poll,
+        incoming: Receiver<Incoming>,
+        shared: Arc<Shared>,
+        doorbell: Arc<Doorbell>,
+    ) -> Self {
         Worker {
             poll,
             incoming,
@@ -876,6 +1259,8 @@ impl Worker {
             again: Vec::new(),
             scratch: vec![0; READ_CHUNK_BYTES],
             drain_deadline: None,
+            doorbell,
+            deadlines: BTreeSet::new(),
         }
     }
 
@@ -899,8 +1284,11 @@ impl Worker {
             let timeout = if !self.again.is_empty() {
                 Some(Duration::ZERO)
             } else {
-                self.drain_deadline
-                    .map(|d| d.saturating_duration_since(Instant::now()))
+                let soonest = match (self.drain_deadline, self.deadlines.first()) {
+                    (Some(a), Some(&(b, _))) => Some(a.min(b)),
+                    (a, b) => a.or(b.map(|&(d, _)| d)),
+                };
+                soonest.map(|d| d.saturating_duration_since(Instant::now()))
             };
             if let Err(e) = self.poll.poll(&mut events, timeout) {
                 if e.kind() != io::ErrorKind::Interrupted {
@@ -917,6 +1305,20 @@ impl Worker {
             if woken {
                 self.admit_incoming()?;
                 self.close_killed();
+                for index in self.doorbell.take() {
+                    self.serve(index);
+                }
+            }
+            let now = Instant::now();
+            while let Some(&(deadline, index)) = self.deadlines.first() {
+                if deadline > now {
+                    break;
+                }
+                self.deadlines.pop_first();
+                if let Some(conn) = self.conns.get_mut(index).and_then(Option::as_mut) {
+                    conn.listed_deadline = None;
+                }
+                self.serve(index);
             }
             if self.drain_deadline.is_none() && self.shared.handle.is_shutdown_requested() {
                 self.start_draining();
@@ -972,16 +1374,22 @@ impl Worker {
             let local = stream.local_addr().ok();
             let fd = i64::from(std::os::fd::AsRawFd::as_raw_fd(&stream));
             let handle = self.shared.clients.register(id, Some(peer), local, fd);
+            let bell = Arc::clone(&self.doorbell);
+            let mailbox = Mailbox::new(id, Box::new(move || bell.ring(index)));
             self.conns[index] = Some(Conn {
                 stream,
                 parser: RequestParser::new(self.shared.config.limits),
-                session: Session::new(handle),
+                session: Session::new(handle, mailbox),
                 input: Vec::new(),
                 input_pending: false,
                 output: Vec::new(),
                 output_sent: 0,
                 closing: false,
                 queued: false,
+                blocked: None,
+                listed_deadline: None,
+                owed: Vec::new(),
+                hold_since: None,
             });
             // Registration reports data that is already there, so no explicit serve is needed.
         }
@@ -996,7 +1404,23 @@ impl Worker {
             self.close(index);
             return;
         }
-        match conn.serve(&self.shared, &mut self.scratch, draining) {
+        let verdict = conn.serve(&self.shared, &mut self.scratch, draining);
+        // Keep the list of deadlines in step with the connection's blocked command.
+        let hold_end = conn.hold_since.map(|t| t + HOLD_MAX);
+        let wanted = match (conn.blocked.as_ref().and_then(|b| b.deadline), hold_end) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        if conn.listed_deadline != wanted {
+            if let Some(old) = conn.listed_deadline.take() {
+                self.deadlines.remove(&(old, index));
+            }
+            if let Some(new) = wanted {
+                self.deadlines.insert((new, index));
+            }
+            conn.listed_deadline = wanted;
+        }
+        match verdict {
             Verdict::Idle => {}
             Verdict::Again => {
                 if !conn.queued {
@@ -1028,14 +1452,32 @@ impl Worker {
             return;
         };
         let _ = self.poll.registry().deregister(&mut conn.stream);
-        if conn.closing && conn.pending_output() == 0 {
-            close_gracefully(&mut conn.stream);
+        if let Some(d) = conn.listed_deadline {
+            self.deadlines.remove(&(d, index));
         }
+        command::disconnect(&self.shared, &mut conn.session);
+        // Writers waiting for this connection wait no more.
+        let unread = conn.session.mailbox.take(true).woken_by;
+        for writer in conn.owed.drain(..).chain(unread) {
+            writer.release();
+        }
+        let graceful = conn.closing && conn.pending_output() == 0;
+        // Everything that describes the connection goes before the client sees it close
+        // (CLIENT LIST, CLIENT KILL, INFO connected_clients after its EOF no longer count it).
+        let Conn {
+            mut stream,
+            session,
+            ..
+        } = conn;
+        drop(session);
         self.free.push(index);
         self.shared
             .stats
             .connected_clients
             .fetch_sub(1, Ordering::SeqCst);
+        if graceful {
+            close_gracefully(&mut stream);
+        }
     }
 
     /// Shutdown: finish the requests already read, stop reading, and close each connection once

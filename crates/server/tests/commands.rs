@@ -866,8 +866,12 @@ fn command_introspection() {
         "COMMAND INFO get nosuch",
         "*2\r\n*10\r\n$3\r\nget\r\n:2\r\n*2\r\n+readonly\r\n+fast\r\n:1\r\n:1\r\n:1\r\n*0\r\n*0\r\n*0\r\n*0\r\n$-1\r\n",
     );
-    expect(&mut c, "COMMAND DOCS", "*0\r\n");
-    expect(&mut c, "COMMAND DOCS get", "*0\r\n");
+    expect(&mut c, "COMMAND DOCS nosuch", "*0\r\n");
+    expect(
+        &mut c,
+        "COMMAND DOCS ping nosuch",
+        "*2\r\n$4\r\nping\r\n*2\r\n$5\r\ngroup\r\n$10\r\nconnection\r\n",
+    );
     expect(
         &mut c,
         "COMMAND bogus",
@@ -995,9 +999,12 @@ fn info_sections_and_counters() {
         [
             "Server",
             "Clients",
+            "Memory",
             "Persistence",
             "Stats",
             "Replication",
+            "CPU",
+            "Cluster",
             "Integrity",
             "Keyspace"
         ]
@@ -1037,7 +1044,7 @@ fn info_sections_and_counters() {
     assert_eq!(titles, ["Server", "Keyspace"]);
     let persistence = info(&mut c, "INFO persistence");
     assert_eq!(persistence.len(), 1);
-    assert_eq!(info(&mut c, "INFO everything").len(), 7);
+    assert_eq!(info(&mut c, "INFO everything").len(), 10);
     assert_eq!(info(&mut c, "INFO nosuch").len(), 0);
     expect(&mut c, "INFO nosuch", "$0\r\n\r\n");
 

@@ -429,20 +429,8 @@ impl Backend for ReferenceBackend {
     }
 
     fn info(&self) -> Vec<InfoSection> {
-        let (keys, expires) = {
-            use model::Keyspace as _;
-            let (mut keys, mut expires, mut cursor) = (0, 0, 0);
-            loop {
-                let (next, batch) = self.keyspace.scan(0, cursor, 1000).expect("scan");
-                keys += batch.len();
-                expires += batch.iter().filter(|k| k.expire_at_ms != 0).count();
-                if next == 0 {
-                    break (keys, expires);
-                }
-                cursor = next;
-            }
-        };
-        let mut sections = vec![
+        // The Keyspace section is the server's own, read through the data model.
+        vec![
             (
                 "Persistence".to_string(),
                 vec![("checkpoints".to_string(), self.save_calls().to_string())],
@@ -451,16 +439,7 @@ impl Backend for ReferenceBackend {
                 "Integrity".to_string(),
                 vec![("scrub_errors".to_string(), "0".to_string())],
             ),
-        ];
-        let mut keyspace = Vec::new();
-        if keys > 0 {
-            keyspace.push((
-                "db0".to_string(),
-                format!("keys={keys},expires={expires},avg_ttl=0"),
-            ));
-        }
-        sections.push(("Keyspace".to_string(), keyspace));
-        sections
+        ]
     }
 
     fn shutdown(&self) -> BackendResult<()> {
