@@ -726,13 +726,15 @@ impl<M: Medium + Clone + Send + Sync + 'static> Store<M> {
     }
 
     /// Walk the keyspace from `cursor` (shard in the high bits, bucket cursor in the low 40),
-    /// handing `visit` each entry of each bucket, until `enough` says so or the walk ends
-    /// (cursor 0). At most `buckets_max` buckets are visited.
+    /// one bucket at a time, until `enough` says so, the walk ends (cursor 0) or `buckets_max`
+    /// buckets were visited. `take` gets each bucket's entries and says whether to take them;
+    /// `false` stops the walk before that bucket (the next call starts with it again), and is
+    /// only asked of buckets after the first.
     fn walk(
         &self,
         cursor: u64,
         buckets_max: usize,
-        mut visit: impl FnMut(&Arena, Entry),
+        mut take: impl FnMut(&Arena, &[Entry], bool) -> bool,
         enough: impl Fn() -> bool,
     ) -> ModelResult<u64> {
         let shards = self.engine().shards() as u64;
@@ -740,18 +742,19 @@ impl<M: Medium + Clone + Send + Sync + 'static> Store<M> {
         let mut v = cursor & CURSOR_LOW;
         let mut buckets = 0;
         while shard < shards && buckets < buckets_max.max(1) && !enough() {
+            let first = buckets == 0;
             let next = self
                 .engine()
                 .read(shard as usize, |a| {
                     let mut found = Vec::new();
                     let next =
                         table::scan_step(a, a.user(crate::machine::USER_KEYSPACE), v, &mut found);
-                    for e in found {
-                        visit(a, e);
-                    }
-                    next
+                    take(a, &found, first).then_some(next)
                 })
                 .map_err(model_error)?;
+            let Some(next) = next else {
+                break;
+            };
             buckets += 1;
             if next == 0 || next > CURSOR_LOW {
                 shard += 1;
@@ -847,18 +850,21 @@ impl<M: Medium + Clone + Send + Sync + 'static> Keyspace for Store<M> {
         let next = self.walk(
             cursor,
             want.saturating_mul(10),
-            |a, e| {
-                seen.set(seen.get() + 1);
-                if effects::db(a, e) == db
-                    && !effects::is_expired(a, e, now)
-                    && let Some(kind) = effects::kind_of(effects::type_tag(a, e))
-                {
-                    out.push(KeyInfo {
-                        key: e.key(a).to_vec(),
-                        kind,
-                        expire_at_ms: e.expire(a),
-                    });
+            |a, bucket, _| {
+                seen.set(seen.get() + bucket.len());
+                for &e in bucket {
+                    if effects::db(a, e) == db
+                        && !effects::is_expired(a, e, now)
+                        && let Some(kind) = effects::kind_of(effects::type_tag(a, e))
+                    {
+                        out.push(KeyInfo {
+                            key: e.key(a).to_vec(),
+                            kind,
+                            expire_at_ms: e.expire(a),
+                        });
+                    }
                 }
+                true
             },
             || seen.get() >= want,
         )?;
@@ -922,6 +928,9 @@ impl<M: Medium + Clone + Send + Sync + 'static> Keyspace for Store<M> {
         Ok(None)
     }
 
+    /// Buckets are taken whole, so that no key is skipped: a call can return more than `limit`
+    /// keys when the first bucket it visits holds more (the same key in several databases
+    /// shares a bucket).
     fn expired(&self, cursor: u64, limit: usize) -> ModelResult<(u64, Vec<(Db, Bytes)>)> {
         let now = self.now();
         let want = limit.max(1);
@@ -930,11 +939,23 @@ impl<M: Medium + Clone + Send + Sync + 'static> Keyspace for Store<M> {
         let next = self.walk(
             cursor,
             want.saturating_mul(16),
-            |a, e| {
-                if found.get() < want && effects::is_expired(a, e, now) {
-                    found.set(found.get() + 1);
-                    out.push((effects::db(a, e), e.key(a).to_vec()));
+            |a, bucket, first| {
+                let due: Vec<Entry> = bucket
+                    .iter()
+                    .copied()
+                    .filter(|&e| effects::is_expired(a, e, now))
+                    .collect();
+                // A bucket is taken whole (so no key of it is skipped); one that would go past
+                // the limit waits for the next call, unless it is the first.
+                if !first && out.len() + due.len() > want {
+                    return false;
                 }
+                out.extend(
+                    due.into_iter()
+                        .map(|e| (effects::db(a, e), e.key(a).to_vec())),
+                );
+                found.set(out.len());
+                true
             },
             || found.get() >= want,
         )?;

@@ -519,3 +519,45 @@ fn concurrent_transactions_are_atomic_for_readers_and_durable() {
     back.validate().unwrap();
     assert_eq!(read_all(&back), want, "recovered after a power failure");
 }
+
+/// Regression: the expiry walk skipped keys when a bucket held more expired keys than the
+/// call's limit (the same key in several databases shares a bucket).
+#[test]
+fn the_expiry_walk_skips_no_key_of_a_crowded_bucket() {
+    let cfg = effects::config();
+    let clock = Arc::new(AtomicI64::new(START));
+    let sim = Arc::new(SimMedium::from_image(
+        effects::base_image(&cfg),
+        SimConfig::default(),
+    ));
+    let store = effects::open(sim, &cfg, &clock).expect("open");
+    store
+        .transact(Scope::All, true, &mut |t| {
+            t.apply(
+                (0..6)
+                    .map(|db| Effect::Put {
+                        db,
+                        key: b"x".to_vec(),
+                        value: Value::String(b"v".to_vec()),
+                        expire_at_ms: START + 10,
+                    })
+                    .collect(),
+            )
+        })
+        .unwrap();
+    clock.fetch_add(100, Ordering::SeqCst);
+    for limit in [1, 2, 5] {
+        let mut all = BTreeSet::new();
+        let mut cursor = 0;
+        loop {
+            let (next, found) = store.expired(cursor, limit).unwrap();
+            all.extend(found);
+            if next == 0 {
+                break;
+            }
+            cursor = next;
+        }
+        let want: BTreeSet<_> = (0..6).map(|db| (db, b"x".to_vec())).collect();
+        assert_eq!(all, want, "limit {limit}");
+    }
+}
