@@ -561,3 +561,76 @@ fn the_expiry_walk_skips_no_key_of_a_crowded_bucket() {
         assert_eq!(all, want, "limit {limit}");
     }
 }
+
+/// A store whose DRAM state nears its shadow slots refuses growing effects with `OutOfSpace`
+/// before applying any of them, still accepts deletions, and stays whole.
+#[test]
+fn a_full_store_refuses_growth_before_applying_and_accepts_deletions() {
+    let cfg = dstore::Config {
+        slot_bytes: dstore::Config::slot_bytes_min(4).unwrap(),
+        background: true,
+        ..effects::config()
+    };
+    let clock = Arc::new(AtomicI64::new(START));
+    let sim = Arc::new(SimMedium::from_image(
+        effects::base_image(&cfg),
+        SimConfig::default(),
+    ));
+    let store = effects::open(Arc::clone(&sim), &cfg, &clock).expect("open");
+    let key = |i: usize| format!("key{i}").into_bytes();
+    let mut refused = None;
+    for i in 0..100_000 {
+        let r = store.transact(Scope::All, true, &mut |t| {
+            t.apply(vec![
+                Effect::LPush {
+                    db: 1,
+                    key: key(i),
+                    left: true,
+                    elems: vec![vec![7; 1000]],
+                },
+                Effect::SAdd {
+                    db: 2,
+                    key: key(i),
+                    members: vec![vec![8; 1000]],
+                },
+            ])
+        });
+        match r {
+            Ok(()) => {}
+            Err(ModelError::OutOfSpace(_)) => {
+                refused = Some(i);
+                break;
+            }
+            Err(e) => panic!("write {i}: {e}"),
+        }
+    }
+    let i = refused.expect("the store fills up");
+    assert!(i > 10, "it held some writes first ({i})");
+    store
+        .transact(Scope::All, false, &mut |t| {
+            assert_eq!(
+                t.kind(1, &key(i)),
+                None,
+                "nothing of the refused call was applied"
+            );
+            assert_eq!(
+                t.kind(2, &key(i)),
+                None,
+                "nothing of the refused call was applied"
+            );
+            assert_eq!(t.list_len(1, &key(0)), 1);
+            Ok(())
+        })
+        .unwrap();
+    store
+        .transact(Scope::All, true, &mut |t| {
+            t.apply((0..i).map(|j| Effect::Del { db: 1, key: key(j) }).collect())
+        })
+        .expect("deletions are accepted when full");
+    assert_eq!(Keyspace::dbsize(&store, 1).unwrap(), 0);
+    store.validate().unwrap();
+    let (_, back) = reopen(&sim, &clock, Some(&store));
+    back.validate().unwrap();
+    assert_eq!(Keyspace::dbsize(&back, 1).unwrap(), 0);
+    assert_eq!(Keyspace::dbsize(&back, 2).unwrap(), i as u64);
+}
