@@ -634,3 +634,211 @@ fn a_full_store_refuses_growth_before_applying_and_accepts_deletions() {
     assert_eq!(Keyspace::dbsize(&back, 1).unwrap(), 0);
     assert_eq!(Keyspace::dbsize(&back, 2).unwrap(), i as u64);
 }
+
+/// Every precondition an `apply` call checks, one case each: the call is refused with the
+/// expected error, and nothing of it (not even its good first effect) is applied.
+#[test]
+fn every_refusal_changes_nothing() {
+    let cfg = effects::config();
+    let clock = Arc::new(AtomicI64::new(START));
+    let sim = Arc::new(SimMedium::from_image(
+        effects::base_image(&cfg),
+        SimConfig::default(),
+    ));
+    let store = effects::open(sim, &cfg, &clock).expect("open");
+    let b = |s: &str| s.as_bytes().to_vec();
+    store.owrite(b"obj", 0, b"object bytes").unwrap();
+    store
+        .transact(Scope::All, true, &mut |t| {
+            t.apply(vec![
+                Effect::LPush {
+                    db: 0,
+                    key: b("list"),
+                    left: false,
+                    elems: vec![b("a"), b("b")],
+                },
+                Effect::SAdd {
+                    db: 0,
+                    key: b("set"),
+                    members: vec![b("m")],
+                },
+                Effect::Put {
+                    db: 0,
+                    key: b("str"),
+                    value: Value::String(b("v")),
+                    expire_at_ms: 0,
+                },
+            ])
+        })
+        .unwrap();
+    let good = Effect::Put {
+        db: 0,
+        key: b("fresh"),
+        value: Value::String(b("x")),
+        expire_at_ms: 0,
+    };
+    let lset = |key: &str, index| Effect::LSet {
+        db: 0,
+        key: b(key),
+        index,
+        elem: b("e"),
+    };
+    let cases: Vec<(&str, Effect, &str)> = vec![
+        ("LSET on an absent key", lset("none", 0), "invalid"),
+        ("LSET past the end", lset("list", 2), "invalid"),
+        (
+            "LINSERT past the end",
+            Effect::LInsert {
+                db: 0,
+                key: b("list"),
+                index: 3,
+                elem: b("e"),
+            },
+            "invalid",
+        ),
+        (
+            "LREMAT out of order",
+            Effect::LRemAt {
+                db: 0,
+                key: b("list"),
+                indices: vec![1, 0],
+            },
+            "invalid",
+        ),
+        (
+            "LREMAT past the end",
+            Effect::LRemAt {
+                db: 0,
+                key: b("list"),
+                indices: vec![2],
+            },
+            "invalid",
+        ),
+        (
+            "a list effect on a set",
+            Effect::LPush {
+                db: 0,
+                key: b("set"),
+                left: true,
+                elems: vec![b("e")],
+            },
+            "invalid",
+        ),
+        (
+            "a hash effect on a string",
+            Effect::HSet {
+                db: 0,
+                key: b("str"),
+                pairs: vec![(b("f"), b("v"))],
+            },
+            "invalid",
+        ),
+        (
+            "a set effect on a list",
+            Effect::SRem {
+                db: 0,
+                key: b("list"),
+                members: vec![b("a")],
+            },
+            "invalid",
+        ),
+        (
+            "a sorted-set effect on a set",
+            Effect::ZAdd {
+                db: 0,
+                key: b("set"),
+                members: vec![(1.0, b("m"))],
+            },
+            "invalid",
+        ),
+        (
+            "a NaN score",
+            Effect::ZAdd {
+                db: 0,
+                key: b("z"),
+                members: vec![(f64::NAN, b("m"))],
+            },
+            "invalid",
+        ),
+        (
+            "a database out of range",
+            Effect::Del {
+                db: 16,
+                key: b("k"),
+            },
+            "invalid",
+        ),
+        (
+            "FLUSHDB of a database out of range",
+            Effect::FlushDb { db: 16 },
+            "invalid",
+        ),
+        (
+            "SWAPDB with a database out of range",
+            Effect::SwapDb { a: 0, b: 16 },
+            "invalid",
+        ),
+        (
+            "an effect on a DStore object",
+            Effect::Del {
+                db: 0,
+                key: b("obj"),
+            },
+            "invalid",
+        ),
+        (
+            "a key over the size limit",
+            Effect::Del {
+                db: 0,
+                key: vec![b'k'; 5000],
+            },
+            "too large",
+        ),
+        (
+            "a member over the size limit",
+            Effect::SAdd {
+                db: 0,
+                key: b("set"),
+                members: vec![vec![b'm'; 5000]],
+            },
+            "too large",
+        ),
+        (
+            "more than a log record holds",
+            Effect::Put {
+                db: 0,
+                key: b("big"),
+                value: Value::List(vec![vec![b'e'; 4000]; 8]),
+                expire_at_ms: 0,
+            },
+            "too large",
+        ),
+    ];
+    let before = effects::dump(&store);
+    for (what, bad, want) in cases {
+        let mut got = None;
+        store
+            .transact(Scope::All, true, &mut |t| {
+                got = Some(t.apply(vec![good.clone(), bad.clone()]));
+                Ok(())
+            })
+            .unwrap();
+        let kind = match got.expect("ran") {
+            Ok(()) => "ok",
+            Err(ModelError::Invalid(_)) => "invalid",
+            Err(ModelError::TooLarge(_)) => "too large",
+            Err(e) => panic!("{what}: {e}"),
+        };
+        assert_eq!(kind, want, "{what}");
+        assert_eq!(
+            effects::dump(&store),
+            before,
+            "{what}: something was applied"
+        );
+    }
+    assert_eq!(
+        store.oread(b"obj", 0, 100).unwrap(),
+        Some(b"object bytes".to_vec())
+    );
+    store.validate().unwrap();
+}
