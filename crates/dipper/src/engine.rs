@@ -24,7 +24,8 @@
 //! 2. the caller changes the DRAM shards with the machine's own code and returns the record
 //!    that redoes exactly those changes (the machine applied to the state before step 2 reaches
 //!    the state after it);
-//! 3. append that record to the active log and force it by the durability policy;
+//! 3. append that record to the active log and force it by the durability policy (on a full
+//!    log, waiting for the background checkpoint to swap the logs for as long as it runs);
 //! 4. unlock.
 //!
 //! Readers wait on the shard locks, so with `Sync` they still never see a change that is not
@@ -888,6 +889,16 @@ impl<M: Medium + Clone + Send + Sync + 'static, S: Machine> Inner<M, S> {
         DipperError::Failed(why)
     }
 
+    /// Whether a background checkpoint thread runs and has neither stopped nor failed.
+    fn checkpointer_alive(&self) -> bool {
+        self.opts.background
+            && self
+                .signal
+                .lock()
+                .map(|s| !s.stop && !s.failed)
+                .unwrap_or(false)
+    }
+
     fn check_readable(&self) -> Result<()> {
         if self.failed_flag.load(Ordering::Acquire) {
             return Err(DipperError::Failed(
@@ -948,7 +959,7 @@ impl<M: Medium + Clone + Send + Sync + 'static, S: Machine> Inner<M, S> {
         };
         let op = &op[..];
         let payload = encode_record(shards, op);
-        self.append(&payload)?;
+        self.append(&payload, false)?;
         self.operations.fetch_add(1, Ordering::Relaxed);
         let mut out = S::Output::default();
         for (g, &i) in guards.iter_mut().zip(&ids) {
@@ -1026,7 +1037,7 @@ impl<M: Medium + Clone + Send + Sync + 'static, S: Machine> Inner<M, S> {
         // 3. Log. The DRAM shards already hold the change: any failure here leaves them ahead
         // of the logs, so the engine stops.
         let payload = encode_record(record_shards.as_deref(), &op);
-        if let Err(e) = self.append(&payload) {
+        if let Err(e) = self.append(&payload, true) {
             return Err(self.latch(format!(
                 "a transaction changed the DRAM state but its record could not be logged ({e}); \
                  reopen the store to recover the state before it"
@@ -1039,8 +1050,11 @@ impl<M: Medium + Clone + Send + Sync + 'static, S: Machine> Inner<M, S> {
     }
 
     /// Append and force by policy. On a full log, ask for a checkpoint and wait (up to
-    /// `full_wait`) until it has swapped the logs, then try again.
-    fn append(&self, payload: &[u8]) -> Result<()> {
+    /// `full_wait`) until it has swapped the logs, then try again. `patient` (a record whose
+    /// change is already applied, which must be logged): past `full_wait`, keep waiting as long
+    /// as the background checkpoint thread runs and has not failed, since it will swap the logs
+    /// (a record is at most half a log, so it fits the emptied one) or latch a failure.
+    fn append(&self, payload: &[u8], patient: bool) -> Result<()> {
         let deadline = Instant::now() + self.opts.full_wait;
         loop {
             let (r, used) = {
@@ -1057,7 +1071,9 @@ impl<M: Medium + Clone + Send + Sync + 'static, S: Machine> Inner<M, S> {
                     }
                     return Ok(());
                 }
-                Err(LogError::Full { .. }) if Instant::now() < deadline => {
+                Err(LogError::Full { .. })
+                    if Instant::now() < deadline || (patient && self.checkpointer_alive()) =>
+                {
                     let s = self.signal.lock().map_err(|_| poisoned())?;
                     let seen = s.swaps;
                     drop(s);
@@ -1066,7 +1082,10 @@ impl<M: Medium + Clone + Send + Sync + 'static, S: Machine> Inner<M, S> {
                     }
                     self.request(true);
                     let s = self.signal.lock().map_err(|_| poisoned())?;
-                    let wait = deadline.saturating_duration_since(Instant::now());
+                    let wait = match deadline.saturating_duration_since(Instant::now()) {
+                        Duration::ZERO => self.opts.full_wait,
+                        left => left,
+                    };
                     let _ = self
                         .cond
                         .wait_timeout_while(s, wait, |s| s.swaps == seen && !s.stop && !s.failed)

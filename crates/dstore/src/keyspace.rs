@@ -19,21 +19,21 @@
 //! absent, an effect naming one is refused ([`ModelError::Invalid`]), and `FLUSHDB`/`FLUSHALL`
 //! remove them with everything else.
 
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::machine::effects::{self, zset};
-use crate::machine::list::{self, LIST_LEN_MAX};
-use crate::machine::{Kv, TYPE_HASH, TYPE_LIST, TYPE_OBJECT, TYPE_SET, TYPE_STRING, TYPE_ZSET};
+use crate::machine::{Kv, TYPE_LIST, TYPE_ZSET};
 use crate::op;
 use crate::store::Store;
 use crate::table::{self, Entry};
 use dipper::{Arena, DipperError, Locked};
-use model::{
-    Bytes, DATABASES, Db, Effect, KeyInfo, Keyspace, Kind, LexBound, ModelError, ModelResult,
-    Scope, ScoreBound, Txn, Value, View,
-};
+use model::{Bytes, DATABASES, Db, Effect, KeyInfo, Keyspace, ModelError, ModelResult, Scope, Txn};
 use pmem::Medium;
+
+mod check;
+mod view;
+
+use check::Sim;
 
 /// Most members of one sorted set (its score array stays within one arena block).
 pub const ZSET_LEN_MAX: u64 = 1 << 23;
@@ -76,41 +76,6 @@ impl Arenas<'_, '_> {
         match self {
             Arenas::Read { arenas, .. } => arenas[i],
             Arenas::Write(l) => l.arena(i),
-        }
-    }
-}
-
-/// What a validation pass knows of a key after the effects checked so far.
-#[derive(Debug, Clone, Default)]
-struct KeyState {
-    /// Type tag of a live key (`TYPE_OBJECT` included), `None` if absent.
-    ty: Option<u64>,
-    /// Elements, members or fields.
-    len: u64,
-    /// The database whose stored key still answers membership questions not in `members`.
-    src: Option<Db>,
-    /// Members (fields) known present (`true`) or absent (`false`).
-    members: HashMap<Bytes, bool>,
-}
-
-impl KeyState {
-    fn absent() -> KeyState {
-        KeyState::default()
-    }
-}
-
-/// The keyspace as a validation pass sees it: each database is what a stored database held
-/// before the call (or nothing, after a flush), changed by the effects checked so far.
-struct Sim {
-    base: [Option<Db>; DATABASES],
-    over: Vec<HashMap<Bytes, KeyState>>,
-}
-
-impl Sim {
-    fn new() -> Sim {
-        Sim {
-            base: std::array::from_fn(|d| Some(d as Db)),
-            over: vec![HashMap::new(); DATABASES],
         }
     }
 }
@@ -177,284 +142,6 @@ impl<M: Medium + Clone + Send + Sync + 'static> StoreTxn<'_, '_, M> {
             .map(|(a, e)| (a, zset::array(a, e)))
     }
 
-    /// The state of a stored key, for a validation pass.
-    fn stored_state(&self, db: Db, key: &[u8]) -> KeyState {
-        match self.live(db, key) {
-            None => KeyState::absent(),
-            Some((a, e)) => KeyState {
-                ty: Some(effects::type_tag(a, e)),
-                len: effects::collection_len(a, e),
-                src: Some(db),
-                members: HashMap::new(),
-            },
-        }
-    }
-
-    /// Whether a stored hash, set or sorted set holds `member`.
-    fn stored_member(&self, db: Db, key: &[u8], member: &[u8]) -> bool {
-        let Some((a, e)) = self.live(db, key) else {
-            return false;
-        };
-        match effects::type_tag(a, e) {
-            TYPE_HASH | TYPE_SET | TYPE_ZSET => {
-                let t = a.get_u64(e.value_at(a));
-                table::find(a, t, self.kv().hash(member), member).is_some()
-            }
-            _ => false,
-        }
-    }
-
-    fn slot<'s>(&self, sim: &'s mut Sim, db: Db, key: &[u8]) -> &'s mut KeyState {
-        let base = sim.base[db as usize];
-        sim.over[db as usize]
-            .entry(key.to_vec())
-            .or_insert_with(|| match base {
-                Some(b) => self.stored_state(b, key),
-                None => KeyState::absent(),
-            })
-    }
-
-    fn is_member(&self, st: &KeyState, key: &[u8], member: &[u8]) -> bool {
-        match st.members.get(member) {
-            Some(&p) => p,
-            None => st.src.is_some_and(|d| self.stored_member(d, key, member)),
-        }
-    }
-
-    /// Check one effect against the pass's state and move the state past it.
-    fn check(&self, sim: &mut Sim, e: &Effect) -> ModelResult<()> {
-        let invalid = |m: String| Err(ModelError::Invalid(m));
-        let too_large = |m: String| Err(ModelError::TooLarge(m));
-        let limit = key_limit(self.store);
-        match e {
-            Effect::FlushDb { db } if *db as usize >= DATABASES => {
-                return invalid(format!("database {db}"));
-            }
-            Effect::SwapDb { a, b } if *a as usize >= DATABASES || *b as usize >= DATABASES => {
-                return invalid(format!("databases {a} and {b}"));
-            }
-            Effect::FlushDb { .. } | Effect::FlushAll | Effect::SwapDb { .. } if !self.all => {
-                return invalid("a database-wide effect needs every key locked".into());
-            }
-            Effect::FlushDb { db } => {
-                sim.base[*db as usize] = None;
-                sim.over[*db as usize].clear();
-                return Ok(());
-            }
-            Effect::FlushAll => {
-                *sim = Sim::new();
-                sim.base = [None; DATABASES];
-                return Ok(());
-            }
-            Effect::SwapDb { a, b } => {
-                sim.base.swap(*a as usize, *b as usize);
-                sim.over.swap(*a as usize, *b as usize);
-                return Ok(());
-            }
-            _ => {}
-        }
-        let Some((db, key)) = e.key() else {
-            return Ok(());
-        };
-        if db as usize >= DATABASES {
-            return invalid(format!("database {db}"));
-        }
-        if self.arenas.index(self.kv().shard_of(key)).is_none() {
-            return invalid("an effect on a key the transaction did not lock".into());
-        }
-        if key.len() > limit {
-            return too_large(format!(
-                "a key of {} bytes is larger than the limit of {limit} bytes",
-                key.len()
-            ));
-        }
-        let items: Vec<&[u8]> = match e {
-            Effect::Put { value, .. } => match value {
-                Value::String(s) => vec![s],
-                Value::Hash(p) => p.iter().flat_map(|(a, b)| [&a[..], &b[..]]).collect(),
-                Value::List(l) | Value::Set(l) => l.iter().map(|x| &x[..]).collect(),
-                Value::ZSet(z) => z.iter().map(|(_, m)| &m[..]).collect(),
-            },
-            Effect::HSet { pairs, .. } => {
-                pairs.iter().flat_map(|(a, b)| [&a[..], &b[..]]).collect()
-            }
-            Effect::LPush { elems, .. } => elems.iter().map(|x| &x[..]).collect(),
-            Effect::LSet { elem, .. } | Effect::LInsert { elem, .. } => vec![elem],
-            Effect::SAdd { members, .. } => members.iter().map(|x| &x[..]).collect(),
-            Effect::ZAdd { members, .. } => members.iter().map(|(_, m)| &m[..]).collect(),
-            _ => Vec::new(),
-        };
-        if let Some(big) = items.iter().find(|x| x.len() > limit) {
-            return too_large(format!(
-                "a value of {} bytes is larger than the limit of {limit} bytes",
-                big.len()
-            ));
-        }
-        let nan = match e {
-            Effect::ZAdd { members, .. } => members.iter().any(|(s, _)| s.is_nan()),
-            Effect::Put {
-                value: Value::ZSet(z),
-                ..
-            } => z.iter().any(|(s, _)| s.is_nan()),
-            _ => false,
-        };
-        if nan {
-            return invalid("a NaN score".into());
-        }
-        let now = self.now;
-        let mut st = std::mem::take(self.slot(sim, db, key));
-        let r = self.check_key(&mut st, e, key, now);
-        *self.slot(sim, db, key) = st;
-        r
-    }
-
-    fn check_key(&self, st: &mut KeyState, e: &Effect, key: &[u8], now: i64) -> ModelResult<()> {
-        let invalid = |m: String| Err(ModelError::Invalid(m));
-        if st.ty == Some(TYPE_OBJECT) {
-            return invalid("the key holds a DStore object, not a value of the data model".into());
-        }
-        let want = match e {
-            Effect::HSet { .. } | Effect::HDel { .. } => Some(TYPE_HASH),
-            Effect::LPush { .. }
-            | Effect::LPop { .. }
-            | Effect::LSet { .. }
-            | Effect::LInsert { .. }
-            | Effect::LRemAt { .. }
-            | Effect::LTrim { .. } => Some(TYPE_LIST),
-            Effect::SAdd { .. } | Effect::SRem { .. } => Some(TYPE_SET),
-            Effect::ZAdd { .. } | Effect::ZRem { .. } => Some(TYPE_ZSET),
-            _ => None,
-        };
-        if let (Some(w), Some(have)) = (want, st.ty)
-            && w != have
-        {
-            return invalid(format!("an effect for type {w} on a key of type {have}"));
-        }
-        let present = st.ty.is_some();
-        let len = st.len;
-        match e {
-            Effect::LSet { index, .. } if !present || *index >= len => {
-                return invalid(format!("LSet at {index} beyond the list"));
-            }
-            Effect::LInsert { index, .. } if *index > len => {
-                return invalid(format!("LInsert at {index} beyond the list"));
-            }
-            Effect::LRemAt { indices, .. }
-                if indices.windows(2).any(|w| w[0] >= w[1])
-                    || indices.last().is_some_and(|&i| i >= len) =>
-            {
-                return invalid("LRemAt indices out of order or beyond the list".into());
-            }
-            _ => {}
-        }
-        let absent = |st: &mut KeyState| *st = KeyState::absent();
-        let create = |st: &mut KeyState, ty: u64| {
-            if st.ty.is_none() {
-                *st = KeyState {
-                    ty: Some(ty),
-                    ..KeyState::absent()
-                };
-            }
-        };
-        match e {
-            Effect::Del { .. } => absent(st),
-            Effect::Put {
-                value,
-                expire_at_ms,
-                ..
-            } => {
-                absent(st);
-                let gone =
-                    value.is_empty_collection() || (*expire_at_ms > 0 && *expire_at_ms <= now);
-                if !gone {
-                    st.ty = Some(effects::type_of(value.kind()));
-                    let mut add = |m: &[u8]| {
-                        if st.members.insert(m.to_vec(), true).is_none() {
-                            st.len += 1;
-                        }
-                    };
-                    match value {
-                        Value::String(_) => {}
-                        Value::Hash(p) => p.iter().for_each(|(f, _)| add(f)),
-                        Value::Set(m) => m.iter().for_each(|x| add(x)),
-                        Value::ZSet(z) => z.iter().for_each(|(_, m)| add(m)),
-                        Value::List(l) => st.len = l.len() as u64,
-                    }
-                }
-            }
-            Effect::Expire { at_ms, .. } => {
-                if present && *at_ms > 0 && *at_ms <= now {
-                    absent(st);
-                }
-            }
-            Effect::HSet { pairs, .. } => {
-                create(st, TYPE_HASH);
-                for (f, _) in pairs {
-                    self.add_member(st, key, f);
-                }
-            }
-            Effect::SAdd { members, .. } => {
-                create(st, TYPE_SET);
-                for m in members {
-                    self.add_member(st, key, m);
-                }
-            }
-            Effect::ZAdd { members, .. } => {
-                create(st, TYPE_ZSET);
-                for (_, m) in members {
-                    self.add_member(st, key, m);
-                }
-            }
-            Effect::HDel { fields: ms, .. }
-            | Effect::SRem { members: ms, .. }
-            | Effect::ZRem { members: ms, .. } => {
-                if present {
-                    for m in ms {
-                        if self.is_member(st, key, m) {
-                            st.members.insert(m.clone(), false);
-                            st.len -= 1;
-                        }
-                    }
-                }
-            }
-            Effect::LPush { elems, .. } => {
-                create(st, TYPE_LIST);
-                st.len += elems.len() as u64;
-            }
-            Effect::LInsert { .. } => {
-                create(st, TYPE_LIST);
-                st.len += 1;
-            }
-            Effect::LPop { count, .. } => st.len -= (*count).min(st.len),
-            Effect::LRemAt { indices, .. } => st.len -= indices.len() as u64,
-            Effect::LTrim { start, end, .. } => {
-                let end = (*end).min(st.len);
-                st.len = end - (*start).min(end);
-            }
-            Effect::LSet { .. } => {}
-            Effect::FlushDb { .. } | Effect::FlushAll | Effect::SwapDb { .. } => {}
-        }
-        if st.ty.is_some_and(|t| t != TYPE_STRING) && st.len == 0 {
-            absent(st);
-        }
-        match st.ty {
-            Some(TYPE_LIST) if st.len > LIST_LEN_MAX => Err(ModelError::TooLarge(format!(
-                "a list of more than {LIST_LEN_MAX} elements"
-            ))),
-            Some(TYPE_ZSET) if st.len > ZSET_LEN_MAX => Err(ModelError::TooLarge(format!(
-                "a sorted set of more than {ZSET_LEN_MAX} members"
-            ))),
-            _ => Ok(()),
-        }
-    }
-
-    fn add_member(&self, st: &mut KeyState, key: &[u8], m: &[u8]) {
-        if !self.is_member(st, key, m) {
-            st.len += 1;
-        }
-        st.members.insert(m.to_vec(), true);
-    }
-
     /// The record of everything applied (`None` if nothing was).
     fn record(&self) -> Option<(Option<Vec<u16>>, Vec<u8>)> {
         if self.count == 0 {
@@ -471,178 +158,6 @@ impl<M: Medium + Clone + Send + Sync + 'static> StoreTxn<'_, '_, M> {
             Some(touched)
         };
         Some((ids, bytes))
-    }
-}
-
-impl<M: Medium + Clone + Send + Sync + 'static> View for StoreTxn<'_, '_, M> {
-    fn now_ms(&self) -> i64 {
-        self.now
-    }
-
-    fn kind(&self, db: Db, key: &[u8]) -> Option<Kind> {
-        self.live(db, key)
-            .and_then(|(a, e)| effects::kind_of(effects::type_tag(a, e)))
-    }
-
-    fn expire_at(&self, db: Db, key: &[u8]) -> Option<i64> {
-        self.live(db, key)
-            .filter(|(a, e)| effects::kind_of(effects::type_tag(a, *e)).is_some())
-            .map(|(a, e)| e.expire(a))
-            .filter(|&x| x != 0)
-    }
-
-    fn value(&self, db: Db, key: &[u8]) -> Option<Value> {
-        Some(match self.kind(db, key)? {
-            Kind::String => Value::String(self.string(db, key)?),
-            Kind::Hash => Value::Hash(self.hash_all(db, key)),
-            Kind::List => Value::List(self.list_range(db, key, 0, u64::MAX)),
-            Kind::Set => Value::Set(self.set_members(db, key)),
-            Kind::ZSet => Value::ZSet(
-                self.zset_range(db, key, 0, u64::MAX)
-                    .into_iter()
-                    .map(|(m, s)| (s, m))
-                    .collect(),
-            ),
-        })
-    }
-
-    fn string(&self, db: Db, key: &[u8]) -> Option<Bytes> {
-        self.typed(db, key, TYPE_STRING)
-            .map(|(a, e)| e.value(a).to_vec())
-    }
-
-    fn string_len(&self, db: Db, key: &[u8]) -> u64 {
-        self.typed(db, key, TYPE_STRING)
-            .map_or(0, |(a, e)| e.vlen(a) as u64)
-    }
-
-    fn hash_get(&self, db: Db, key: &[u8], field: &[u8]) -> Option<Bytes> {
-        let (a, t) = self.nested(db, key, TYPE_HASH)?;
-        table::find(a, t, self.kv().hash(field), field).map(|f| f.entry.value(a).to_vec())
-    }
-
-    fn hash_len(&self, db: Db, key: &[u8]) -> u64 {
-        self.nested(db, key, TYPE_HASH)
-            .map_or(0, |(a, t)| table::count(a, t))
-    }
-
-    fn hash_all(&self, db: Db, key: &[u8]) -> Vec<(Bytes, Bytes)> {
-        self.nested(db, key, TYPE_HASH)
-            .map_or(Vec::new(), |(a, t)| {
-                table::entries(a, t)
-                    .into_iter()
-                    .map(|e| (e.key(a).to_vec(), e.value(a).to_vec()))
-                    .collect()
-            })
-    }
-
-    fn list_len(&self, db: Db, key: &[u8]) -> u64 {
-        self.ring(db, key).map_or(0, |(a, r)| list::len(a, r))
-    }
-
-    fn list_range(&self, db: Db, key: &[u8], start: u64, end: u64) -> Vec<Bytes> {
-        let Some((a, r)) = self.ring(db, key) else {
-            return Vec::new();
-        };
-        let end = end.min(list::len(a, r));
-        let start = start.min(end);
-        (start..end)
-            .map(|i| list::elem_bytes(a, list::elem(a, r, i)).to_vec())
-            .collect()
-    }
-
-    fn set_len(&self, db: Db, key: &[u8]) -> u64 {
-        self.nested(db, key, TYPE_SET)
-            .map_or(0, |(a, t)| table::count(a, t))
-    }
-
-    fn set_contains(&self, db: Db, key: &[u8], member: &[u8]) -> bool {
-        self.nested(db, key, TYPE_SET)
-            .is_some_and(|(a, t)| table::find(a, t, self.kv().hash(member), member).is_some())
-    }
-
-    fn set_members(&self, db: Db, key: &[u8]) -> Vec<Bytes> {
-        self.nested(db, key, TYPE_SET).map_or(Vec::new(), |(a, t)| {
-            table::entries(a, t)
-                .into_iter()
-                .map(|e| e.key(a).to_vec())
-                .collect()
-        })
-    }
-
-    fn zset_len(&self, db: Db, key: &[u8]) -> u64 {
-        self.zset(db, key).map_or(0, |(a, z)| zset::len(a, z))
-    }
-
-    fn zset_score(&self, db: Db, key: &[u8], member: &[u8]) -> Option<f64> {
-        let (a, e) = self.typed(db, key, TYPE_ZSET)?;
-        zset::score(self.kv(), a, e, member)
-    }
-
-    fn zset_rank(&self, db: Db, key: &[u8], member: &[u8]) -> Option<u64> {
-        let (a, e) = self.typed(db, key, TYPE_ZSET)?;
-        zset::rank(self.kv(), a, e, member)
-    }
-
-    fn zset_range(&self, db: Db, key: &[u8], start: u64, end: u64) -> Vec<(Bytes, f64)> {
-        let Some((a, z)) = self.zset(db, key) else {
-            return Vec::new();
-        };
-        let end = end.min(zset::len(a, z));
-        let start = start.min(end);
-        (start..end)
-            .map(|i| {
-                let (s, m) = zset::item(a, z, i);
-                (m.to_vec(), s)
-            })
-            .collect()
-    }
-
-    fn zset_rank_of_score(&self, db: Db, key: &[u8], bound: ScoreBound) -> u64 {
-        self.zset(db, key).map_or(0, |(a, z)| {
-            zset::partition(a, z, |s, _| {
-                if bound.exclusive {
-                    s <= bound.score
-                } else {
-                    s < bound.score
-                }
-            })
-        })
-    }
-
-    fn zset_rank_above(&self, db: Db, key: &[u8], bound: ScoreBound) -> u64 {
-        self.zset(db, key).map_or(0, |(a, z)| {
-            zset::partition(a, z, |s, _| {
-                if bound.exclusive {
-                    s < bound.score
-                } else {
-                    s <= bound.score
-                }
-            })
-        })
-    }
-
-    fn zset_rank_of_lex(&self, db: Db, key: &[u8], bound: &LexBound) -> u64 {
-        self.zset(db, key).map_or(0, |(a, z)| {
-            zset::partition(a, z, |_, m| lex_below(m, bound, false))
-        })
-    }
-
-    fn zset_rank_above_lex(&self, db: Db, key: &[u8], bound: &LexBound) -> u64 {
-        self.zset(db, key).map_or(0, |(a, z)| {
-            zset::partition(a, z, |_, m| lex_below(m, bound, true))
-        })
-    }
-}
-
-/// Lower end: is `m` before the range starting at `bound`? Upper end: is `m` inside a range
-/// ending at `bound`?
-fn lex_below(m: &[u8], bound: &LexBound, upper: bool) -> bool {
-    match (bound, upper) {
-        (LexBound::Min, _) => false,
-        (LexBound::Max, _) => true,
-        (LexBound::Inclusive(b), false) | (LexBound::Exclusive(b), true) => m < b.as_slice(),
-        (LexBound::Exclusive(b), false) | (LexBound::Inclusive(b), true) => m <= b.as_slice(),
     }
 }
 
@@ -726,13 +241,15 @@ impl<M: Medium + Clone + Send + Sync + 'static> Store<M> {
     }
 
     /// Walk the keyspace from `cursor` (shard in the high bits, bucket cursor in the low 40),
-    /// handing `visit` each entry of each bucket, until `enough` says so or the walk ends
-    /// (cursor 0). At most `buckets_max` buckets are visited.
+    /// one bucket at a time, until `enough` says so, the walk ends (cursor 0) or `buckets_max`
+    /// buckets were visited. `take` gets each bucket's entries and says whether to take them;
+    /// `false` stops the walk before that bucket (the next call starts with it again), and is
+    /// only asked of buckets after the first.
     fn walk(
         &self,
         cursor: u64,
         buckets_max: usize,
-        mut visit: impl FnMut(&Arena, Entry),
+        mut take: impl FnMut(&Arena, &[Entry], bool) -> bool,
         enough: impl Fn() -> bool,
     ) -> ModelResult<u64> {
         let shards = self.engine().shards() as u64;
@@ -740,18 +257,19 @@ impl<M: Medium + Clone + Send + Sync + 'static> Store<M> {
         let mut v = cursor & CURSOR_LOW;
         let mut buckets = 0;
         while shard < shards && buckets < buckets_max.max(1) && !enough() {
+            let first = buckets == 0;
             let next = self
                 .engine()
                 .read(shard as usize, |a| {
                     let mut found = Vec::new();
                     let next =
                         table::scan_step(a, a.user(crate::machine::USER_KEYSPACE), v, &mut found);
-                    for e in found {
-                        visit(a, e);
-                    }
-                    next
+                    take(a, &found, first).then_some(next)
                 })
                 .map_err(model_error)?;
+            let Some(next) = next else {
+                break;
+            };
             buckets += 1;
             if next == 0 || next > CURSOR_LOW {
                 shard += 1;
@@ -847,18 +365,21 @@ impl<M: Medium + Clone + Send + Sync + 'static> Keyspace for Store<M> {
         let next = self.walk(
             cursor,
             want.saturating_mul(10),
-            |a, e| {
-                seen.set(seen.get() + 1);
-                if effects::db(a, e) == db
-                    && !effects::is_expired(a, e, now)
-                    && let Some(kind) = effects::kind_of(effects::type_tag(a, e))
-                {
-                    out.push(KeyInfo {
-                        key: e.key(a).to_vec(),
-                        kind,
-                        expire_at_ms: e.expire(a),
-                    });
+            |a, bucket, _| {
+                seen.set(seen.get() + bucket.len());
+                for &e in bucket {
+                    if effects::db(a, e) == db
+                        && !effects::is_expired(a, e, now)
+                        && let Some(kind) = effects::kind_of(effects::type_tag(a, e))
+                    {
+                        out.push(KeyInfo {
+                            key: e.key(a).to_vec(),
+                            kind,
+                            expire_at_ms: e.expire(a),
+                        });
+                    }
                 }
+                true
             },
             || seen.get() >= want,
         )?;
@@ -922,6 +443,9 @@ impl<M: Medium + Clone + Send + Sync + 'static> Keyspace for Store<M> {
         Ok(None)
     }
 
+    /// Buckets are taken whole, so that no key is skipped: a call can return more than `limit`
+    /// keys when the first bucket it visits holds more (the same key in several databases
+    /// shares a bucket).
     fn expired(&self, cursor: u64, limit: usize) -> ModelResult<(u64, Vec<(Db, Bytes)>)> {
         let now = self.now();
         let want = limit.max(1);
@@ -930,11 +454,23 @@ impl<M: Medium + Clone + Send + Sync + 'static> Keyspace for Store<M> {
         let next = self.walk(
             cursor,
             want.saturating_mul(16),
-            |a, e| {
-                if found.get() < want && effects::is_expired(a, e, now) {
-                    found.set(found.get() + 1);
-                    out.push((effects::db(a, e), e.key(a).to_vec()));
+            |a, bucket, first| {
+                let due: Vec<Entry> = bucket
+                    .iter()
+                    .copied()
+                    .filter(|&e| effects::is_expired(a, e, now))
+                    .collect();
+                // A bucket is taken whole (so no key of it is skipped); one that would go past
+                // the limit waits for the next call, unless it is the first.
+                if !first && out.len() + due.len() > want {
+                    return false;
                 }
+                out.extend(
+                    due.into_iter()
+                        .map(|e| (effects::db(a, e), e.key(a).to_vec())),
+                );
+                found.set(out.len());
+                true
             },
             || found.get() >= want,
         )?;

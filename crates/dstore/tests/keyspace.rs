@@ -519,3 +519,326 @@ fn concurrent_transactions_are_atomic_for_readers_and_durable() {
     back.validate().unwrap();
     assert_eq!(read_all(&back), want, "recovered after a power failure");
 }
+
+/// Regression: the expiry walk skipped keys when a bucket held more expired keys than the
+/// call's limit (the same key in several databases shares a bucket).
+#[test]
+fn the_expiry_walk_skips_no_key_of_a_crowded_bucket() {
+    let cfg = effects::config();
+    let clock = Arc::new(AtomicI64::new(START));
+    let sim = Arc::new(SimMedium::from_image(
+        effects::base_image(&cfg),
+        SimConfig::default(),
+    ));
+    let store = effects::open(sim, &cfg, &clock).expect("open");
+    store
+        .transact(Scope::All, true, &mut |t| {
+            t.apply(
+                (0..6)
+                    .map(|db| Effect::Put {
+                        db,
+                        key: b"x".to_vec(),
+                        value: Value::String(b"v".to_vec()),
+                        expire_at_ms: START + 10,
+                    })
+                    .collect(),
+            )
+        })
+        .unwrap();
+    clock.fetch_add(100, Ordering::SeqCst);
+    for limit in [1, 2, 5] {
+        let mut all = BTreeSet::new();
+        let mut cursor = 0;
+        loop {
+            let (next, found) = store.expired(cursor, limit).unwrap();
+            all.extend(found);
+            if next == 0 {
+                break;
+            }
+            cursor = next;
+        }
+        let want: BTreeSet<_> = (0..6).map(|db| (db, b"x".to_vec())).collect();
+        assert_eq!(all, want, "limit {limit}");
+    }
+}
+
+/// A store whose DRAM state nears its shadow slots refuses growing effects with `OutOfSpace`
+/// before applying any of them, still accepts deletions, and stays whole.
+#[test]
+fn a_full_store_refuses_growth_before_applying_and_accepts_deletions() {
+    let cfg = dstore::Config {
+        slot_bytes: dstore::Config::slot_bytes_min(4).unwrap(),
+        background: true,
+        ..effects::config()
+    };
+    let clock = Arc::new(AtomicI64::new(START));
+    let sim = Arc::new(SimMedium::from_image(
+        effects::base_image(&cfg),
+        SimConfig::default(),
+    ));
+    let store = effects::open(Arc::clone(&sim), &cfg, &clock).expect("open");
+    let key = |i: usize| format!("key{i}").into_bytes();
+    let mut refused = None;
+    for i in 0..100_000 {
+        let r = store.transact(Scope::All, true, &mut |t| {
+            t.apply(vec![
+                Effect::LPush {
+                    db: 1,
+                    key: key(i),
+                    left: true,
+                    elems: vec![vec![7; 1000]],
+                },
+                Effect::SAdd {
+                    db: 2,
+                    key: key(i),
+                    members: vec![vec![8; 1000]],
+                },
+            ])
+        });
+        match r {
+            Ok(()) => {}
+            Err(ModelError::OutOfSpace(_)) => {
+                refused = Some(i);
+                break;
+            }
+            Err(e) => panic!("write {i}: {e}"),
+        }
+    }
+    let i = refused.expect("the store fills up");
+    assert!(i > 10, "it held some writes first ({i})");
+    store
+        .transact(Scope::All, false, &mut |t| {
+            assert_eq!(
+                t.kind(1, &key(i)),
+                None,
+                "nothing of the refused call was applied"
+            );
+            assert_eq!(
+                t.kind(2, &key(i)),
+                None,
+                "nothing of the refused call was applied"
+            );
+            assert_eq!(t.list_len(1, &key(0)), 1);
+            Ok(())
+        })
+        .unwrap();
+    store
+        .transact(Scope::All, true, &mut |t| {
+            t.apply((0..i).map(|j| Effect::Del { db: 1, key: key(j) }).collect())
+        })
+        .expect("deletions are accepted when full");
+    assert_eq!(Keyspace::dbsize(&store, 1).unwrap(), 0);
+    store.validate().unwrap();
+    let (_, back) = reopen(&sim, &clock, Some(&store));
+    back.validate().unwrap();
+    assert_eq!(Keyspace::dbsize(&back, 1).unwrap(), 0);
+    assert_eq!(Keyspace::dbsize(&back, 2).unwrap(), i as u64);
+}
+
+/// Every precondition an `apply` call checks, one case each: the call is refused with the
+/// expected error, and nothing of it (not even its good first effect) is applied.
+#[test]
+fn every_refusal_changes_nothing() {
+    let cfg = effects::config();
+    let clock = Arc::new(AtomicI64::new(START));
+    let sim = Arc::new(SimMedium::from_image(
+        effects::base_image(&cfg),
+        SimConfig::default(),
+    ));
+    let store = effects::open(sim, &cfg, &clock).expect("open");
+    let b = |s: &str| s.as_bytes().to_vec();
+    store.owrite(b"obj", 0, b"object bytes").unwrap();
+    store
+        .transact(Scope::All, true, &mut |t| {
+            t.apply(vec![
+                Effect::LPush {
+                    db: 0,
+                    key: b("list"),
+                    left: false,
+                    elems: vec![b("a"), b("b")],
+                },
+                Effect::SAdd {
+                    db: 0,
+                    key: b("set"),
+                    members: vec![b("m")],
+                },
+                Effect::Put {
+                    db: 0,
+                    key: b("str"),
+                    value: Value::String(b("v")),
+                    expire_at_ms: 0,
+                },
+            ])
+        })
+        .unwrap();
+    let good = Effect::Put {
+        db: 0,
+        key: b("fresh"),
+        value: Value::String(b("x")),
+        expire_at_ms: 0,
+    };
+    let lset = |key: &str, index| Effect::LSet {
+        db: 0,
+        key: b(key),
+        index,
+        elem: b("e"),
+    };
+    let cases: Vec<(&str, Effect, &str)> = vec![
+        ("LSET on an absent key", lset("none", 0), "invalid"),
+        ("LSET past the end", lset("list", 2), "invalid"),
+        (
+            "LINSERT past the end",
+            Effect::LInsert {
+                db: 0,
+                key: b("list"),
+                index: 3,
+                elem: b("e"),
+            },
+            "invalid",
+        ),
+        (
+            "LREMAT out of order",
+            Effect::LRemAt {
+                db: 0,
+                key: b("list"),
+                indices: vec![1, 0],
+            },
+            "invalid",
+        ),
+        (
+            "LREMAT past the end",
+            Effect::LRemAt {
+                db: 0,
+                key: b("list"),
+                indices: vec![2],
+            },
+            "invalid",
+        ),
+        (
+            "a list effect on a set",
+            Effect::LPush {
+                db: 0,
+                key: b("set"),
+                left: true,
+                elems: vec![b("e")],
+            },
+            "invalid",
+        ),
+        (
+            "a hash effect on a string",
+            Effect::HSet {
+                db: 0,
+                key: b("str"),
+                pairs: vec![(b("f"), b("v"))],
+            },
+            "invalid",
+        ),
+        (
+            "a set effect on a list",
+            Effect::SRem {
+                db: 0,
+                key: b("list"),
+                members: vec![b("a")],
+            },
+            "invalid",
+        ),
+        (
+            "a sorted-set effect on a set",
+            Effect::ZAdd {
+                db: 0,
+                key: b("set"),
+                members: vec![(1.0, b("m"))],
+            },
+            "invalid",
+        ),
+        (
+            "a NaN score",
+            Effect::ZAdd {
+                db: 0,
+                key: b("z"),
+                members: vec![(f64::NAN, b("m"))],
+            },
+            "invalid",
+        ),
+        (
+            "a database out of range",
+            Effect::Del {
+                db: 16,
+                key: b("k"),
+            },
+            "invalid",
+        ),
+        (
+            "FLUSHDB of a database out of range",
+            Effect::FlushDb { db: 16 },
+            "invalid",
+        ),
+        (
+            "SWAPDB with a database out of range",
+            Effect::SwapDb { a: 0, b: 16 },
+            "invalid",
+        ),
+        (
+            "an effect on a DStore object",
+            Effect::Del {
+                db: 0,
+                key: b("obj"),
+            },
+            "invalid",
+        ),
+        (
+            "a key over the size limit",
+            Effect::Del {
+                db: 0,
+                key: vec![b'k'; 5000],
+            },
+            "too large",
+        ),
+        (
+            "a member over the size limit",
+            Effect::SAdd {
+                db: 0,
+                key: b("set"),
+                members: vec![vec![b'm'; 5000]],
+            },
+            "too large",
+        ),
+        (
+            "more than a log record holds",
+            Effect::Put {
+                db: 0,
+                key: b("big"),
+                value: Value::List(vec![vec![b'e'; 4000]; 8]),
+                expire_at_ms: 0,
+            },
+            "too large",
+        ),
+    ];
+    let before = effects::dump(&store);
+    for (what, bad, want) in cases {
+        let mut got = None;
+        store
+            .transact(Scope::All, true, &mut |t| {
+                got = Some(t.apply(vec![good.clone(), bad.clone()]));
+                Ok(())
+            })
+            .unwrap();
+        let kind = match got.expect("ran") {
+            Ok(()) => "ok",
+            Err(ModelError::Invalid(_)) => "invalid",
+            Err(ModelError::TooLarge(_)) => "too large",
+            Err(e) => panic!("{what}: {e}"),
+        };
+        assert_eq!(kind, want, "{what}");
+        assert_eq!(
+            effects::dump(&store),
+            before,
+            "{what}: something was applied"
+        );
+    }
+    assert_eq!(
+        store.oread(b"obj", 0, 100).unwrap(),
+        Some(b"object bytes".to_vec())
+    );
+    store.validate().unwrap();
+}
