@@ -12,11 +12,11 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
-use crate::backend::{Backend, BackendError, InfoSection, ScoreBound, SetOptions};
+use crate::backend::{Backend, BackendError, InfoSection, SetOptions};
 use crate::glob::glob_match;
 use crate::resp::{
-    Reply, parse_strict_i64, write_array_header, write_bulk, write_double_text, write_error,
-    write_integer, write_map_header, write_null, write_optional, write_simple, write_verbatim,
+    Reply, parse_strict_i64, write_array_header, write_bulk, write_error, write_integer,
+    write_map_header, write_null, write_optional, write_simple, write_verbatim,
 };
 use crate::server::Shared;
 use model::{
@@ -508,9 +508,6 @@ static CORE: &[Spec] = &[
     spec!("shutdown", -1, ADMIN, 0, 0, 0, cmd_shutdown),
     spec!("strlen", 2, READ_FAST, 1, 1, 1, cmd_strlen),
     spec!("type", 2, READ_FAST, 1, 1, 1, cmd_type),
-    spec!("zadd", -4, WRITE, 1, 1, 1, cmd_zadd),
-    spec!("zrangebyscore", -4, READ, 1, 1, 1, cmd_zrangebyscore),
-    spec!("zrem", -3, WRITE_NO_OOM, 1, 1, 1, cmd_zrem),
 ];
 
 /// Compares `a` lower-cased with `b` (already lower case).
@@ -702,54 +699,6 @@ fn parse_float_with(arg: &[u8], strict: bool) -> Option<f64> {
     }
     // Adding +0.0 turns -0.0 into +0.0 and changes nothing else.
     Some(value + 0.0)
-}
-
-/// Formats a score like Redis 7.2: the shortest representation that round-trips, in `%.17g`
-/// style (exponent form below 1e-4 and from 1e17), `inf`/`-inf`, and `0` for either zero.
-pub(crate) fn format_score(value: f64) -> String {
-    if value.is_nan() {
-        return "nan".to_string();
-    }
-    if value.is_infinite() {
-        return if value > 0.0 {
-            "inf".to_string()
-        } else {
-            "-inf".to_string()
-        };
-    }
-    if value == 0.0 {
-        return "0".to_string();
-    }
-    // `{:e}` gives the shortest round-trip digits: `-1.2345e17`, `1e-5`.
-    let sci = format!("{value:e}");
-    let (mantissa, exponent) = sci.split_once('e').unwrap_or((&sci, "0"));
-    let exponent: i32 = exponent.parse().unwrap_or(0);
-    let (sign, mantissa) = match mantissa.strip_prefix('-') {
-        Some(m) => ("-", m),
-        None => ("", mantissa),
-    };
-    let digits: String = mantissa.chars().filter(|c| *c != '.').collect();
-    if !(-4..17).contains(&exponent) {
-        let (head, tail) = digits.split_at(1);
-        let dot = if tail.is_empty() { "" } else { "." };
-        let exp_sign = if exponent < 0 { '-' } else { '+' };
-        return format!(
-            "{sign}{head}{dot}{tail}e{exp_sign}{:02}",
-            exponent.unsigned_abs()
-        );
-    }
-    if exponent < 0 {
-        let zeros = "0".repeat((-exponent - 1) as usize);
-        return format!("{sign}0.{zeros}{digits}");
-    }
-    let int_len = exponent as usize + 1;
-    if digits.len() <= int_len {
-        let zeros = "0".repeat(int_len - digits.len());
-        format!("{sign}{digits}{zeros}")
-    } else {
-        let (int_part, frac) = digits.split_at(int_len);
-        format!("{sign}{int_part}.{frac}")
-    }
 }
 
 fn now_ms() -> i64 {
@@ -1824,93 +1773,6 @@ fn cmd_hdel(ctx: &mut Ctx<'_>, args: &[Vec<u8>], out: &mut Vec<u8>) -> CommandRe
     write_count(out, n)
 }
 
-// ---------------------------------------------------------------------------------------------
-// Sorted sets
-// ---------------------------------------------------------------------------------------------
-
-/// ZADD's flags; the backend contract has none of them, so they are refused.
-const ZADD_FLAGS: &[&str] = &["nx", "xx", "gt", "lt", "ch", "incr"];
-
-fn cmd_zadd(ctx: &mut Ctx<'_>, args: &[Vec<u8>], out: &mut Vec<u8>) -> CommandResult {
-    let elements = &args[2..];
-    if ZADD_FLAGS.iter().any(|f| is(&elements[0], f)) || elements.len() % 2 != 0 {
-        return Err(CommandError::Syntax);
-    }
-    let members = elements
-        .chunks_exact(2)
-        .map(|p| parse_float(&p[0]).map(|score| (score, p[1].as_slice())))
-        .collect::<Option<Vec<_>>>()
-        .ok_or(CommandError::NotFloat)?;
-    let n = ctx.backend().zadd(&args[1], &members)?;
-    write_count(out, n)
-}
-
-fn cmd_zrem(ctx: &mut Ctx<'_>, args: &[Vec<u8>], out: &mut Vec<u8>) -> CommandResult {
-    let n = ctx.backend().zrem(&args[1], &keys_of(&args[2..]))?;
-    write_count(out, n)
-}
-
-/// Parses a ZRANGEBYSCORE bound: `(` prefix for exclusive, then a float (`-inf`, `+inf` too).
-pub(crate) fn parse_score_bound(arg: &[u8]) -> Result<ScoreBound, CommandError> {
-    let (exclusive, number) = match arg.strip_prefix(b"(") {
-        Some(rest) => (true, rest),
-        None => (false, arg),
-    };
-    let score = parse_float_with(number, false).ok_or(CommandError::MinMaxNotFloat)?;
-    Ok(ScoreBound { score, exclusive })
-}
-
-fn cmd_zrangebyscore(ctx: &mut Ctx<'_>, args: &[Vec<u8>], out: &mut Vec<u8>) -> CommandResult {
-    let mut with_scores = false;
-    let mut limit: Option<(i64, i64)> = None;
-    let mut i = 4;
-    while i < args.len() {
-        if is(&args[i], "withscores") {
-            with_scores = true;
-            i += 1;
-        } else if is(&args[i], "limit") && i + 2 < args.len() {
-            limit = Some((parse_int(&args[i + 1])?, parse_int(&args[i + 2])?));
-            i += 3;
-        } else {
-            return Err(CommandError::Syntax);
-        }
-    }
-    let min = parse_score_bound(&args[2])?;
-    let max = parse_score_bound(&args[3])?;
-    let (offset, count) = match limit {
-        None => (0, None),
-        Some((offset, _)) if offset < 0 => {
-            write_array_header(out, 0);
-            return Ok(Action::Continue);
-        }
-        Some((offset, count)) => (
-            usize::try_from(offset).unwrap_or(usize::MAX),
-            usize::try_from(count).ok(),
-        ),
-    };
-    let members = ctx
-        .backend()
-        .zrange_by_score(&args[1], min, max, offset, count)?;
-    // RESP3 pairs each member with its score as a two-element array of bulk and double; RESP2
-    // interleaves them in one flat array.
-    let resp3 = ctx.resp3();
-    let pairs = with_scores && resp3;
-    write_array_header(
-        out,
-        members.len() * if with_scores && !resp3 { 2 } else { 1 },
-    );
-    for (member, score) in &members {
-        if pairs {
-            write_array_header(out, 2);
-        }
-        write_bulk(out, member);
-        if with_scores {
-            write_double_text(out, format_score(*score).as_bytes(), resp3);
-        }
-    }
-    Ok(Action::Continue)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -2026,38 +1888,6 @@ mod tests {
         assert!(parse_float(b"-0.0e5").unwrap().is_sign_positive());
     }
 
-    #[test]
-    fn scores_format_like_redis() {
-        let cases: &[(f64, &str)] = &[
-            (1.0, "1"),
-            (-1.0, "-1"),
-            (0.0, "0"),
-            (-0.0, "0"),
-            (1.1, "1.1"),
-            (1.5, "1.5"),
-            (0.1, "0.1"),
-            (0.0001, "0.0001"),
-            (0.00001, "1e-05"),
-            (1.25e-7, "1.25e-07"),
-            (123.456, "123.456"),
-            (1e16, "10000000000000000"),
-            (1e17, "1e+17"),
-            (1e20, "1e+20"),
-            (123456789012345678.0, "1.2345678901234568e+17"),
-            (-2.5e300, "-2.5e+300"),
-            (f64::INFINITY, "inf"),
-            (f64::NEG_INFINITY, "-inf"),
-            (f64::MAX, "1.7976931348623157e+308"),
-            (5e-324, "5e-324"),
-        ];
-        for (value, want) in cases {
-            assert_eq!(format_score(*value), *want, "{value:e}");
-            if value.is_finite() {
-                assert_eq!(want.parse::<f64>().unwrap(), *value + 0.0);
-            }
-        }
-    }
-
     fn words(list: &[&str]) -> Vec<Vec<u8>> {
         list.iter().map(|s| s.as_bytes().to_vec()).collect()
     }
@@ -2125,51 +1955,5 @@ mod tests {
             parse_set_options(&words(&["KEEPTTL"]), now),
             Err(CommandError::Other(_))
         ));
-    }
-
-    #[test]
-    fn score_bounds() {
-        assert_eq!(
-            parse_score_bound(b"(1"),
-            Ok(ScoreBound {
-                score: 1.0,
-                exclusive: true
-            })
-        );
-        assert_eq!(
-            parse_score_bound(b"-inf"),
-            Ok(ScoreBound {
-                score: f64::NEG_INFINITY,
-                exclusive: false
-            })
-        );
-        assert_eq!(
-            parse_score_bound(b"(+inf"),
-            Ok(ScoreBound {
-                score: f64::INFINITY,
-                exclusive: true
-            })
-        );
-        assert_eq!(
-            parse_score_bound(b"( 1"),
-            Ok(ScoreBound {
-                score: 1.0,
-                exclusive: true
-            })
-        );
-        assert_eq!(
-            parse_score_bound(b"1e400"),
-            Ok(ScoreBound {
-                score: f64::INFINITY,
-                exclusive: false
-            })
-        );
-        assert_eq!(
-            parse_score_bound(b"-0").map(|b| b.score.is_sign_positive()),
-            Ok(true)
-        );
-        for bad in [&b"x"[..], b"(", b"((1", b"nan", b"(nan", b"", b"1 ", b"( "] {
-            assert_eq!(parse_score_bound(bad), Err(CommandError::MinMaxNotFloat));
-        }
     }
 }
