@@ -265,11 +265,18 @@ fn parse_timeout(arg: &[u8]) -> Result<Option<Duration>, CommandError> {
     if arg.first().is_none_or(u8::is_ascii_whitespace) {
         return Err(not_float());
     }
+    let negative = || err("ERR timeout is negative");
+    // Whole seconds exactly (Redis computes in long double, finer than f64 here).
+    if let Some(seconds) = parse_strict_i64(arg) {
+        let ms = seconds.checked_mul(1000).ok_or_else(negative)?;
+        let ms = u64::try_from(ms).map_err(|_| negative())?;
+        return Ok((ms > 0).then(|| Duration::from_millis(ms)));
+    }
     let seconds = parse_float_with(arg, false).ok_or_else(not_float)?;
     let ms = (seconds * 1000.0).trunc();
     // C's conversion of a value beyond `long long` gives LLONG_MIN: "negative".
     if !(ms < 9.223_372_036_854_775_807e18) || ms < 0.0 {
-        return Err(err("ERR timeout is negative"));
+        return Err(negative());
     }
     // `ms` is a whole number in 0..2^63 here.
     let ms = ms as u64;
@@ -1715,4 +1722,465 @@ fn cmd_zdiffstore(ctx: &mut Ctx<'_>, args: &[Vec<u8>], out: &mut Vec<u8>) -> Com
         SetOp::Diff,
         false,
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use model::{Keyspace, MemoryKeyspace, Scope};
+
+    #[test]
+    fn scores_format_like_redis_7_0() {
+        let cases: &[(f64, &str)] = &[
+            (1.0, "1"),
+            (-1.0, "-1"),
+            (0.0, "0"),
+            (-0.0, "-0"),
+            (1.1, "1.1000000000000001"),
+            (1.5, "1.5"),
+            (0.1, "0.10000000000000001"),
+            (0.0001, "0.0001"),
+            (0.00001, "1.0000000000000001e-05"),
+            (3.0e-5, "3.0000000000000001e-05"),
+            (1.25e-7, "1.2499999999999999e-07"),
+            (-1e-7, "-9.9999999999999995e-08"),
+            (123.456, "123.456"),
+            (-123.456, "-123.456"),
+            (100.0, "100"),
+            (1e16, "10000000000000000"),
+            (1e17, "1e+17"),
+            (1e20, "1e+20"),
+            (123456789012345678.0, "1.2345678901234568e+17"),
+            (-2.5e300, "-2.5000000000000001e+300"),
+            (f64::INFINITY, "inf"),
+            (f64::NEG_INFINITY, "-inf"),
+            (f64::MAX, "1.7976931348623157e+308"),
+            (5e-324, "4.9406564584124654e-324"),
+            (1e-320, "9.9998886718268301e-321"),
+            (0.6000000000000001, "0.60000000000000009"),
+            (99999999999999999.0, "1e+17"),
+        ];
+        for (value, want) in cases {
+            assert_eq!(format_score(*value), *want, "{value:e}");
+        }
+    }
+
+    #[test]
+    fn compact_scores_print_whole_numbers_as_integers() {
+        let cases: &[(f64, &str)] = &[
+            (1e17, "100000000000000000"),
+            (123456789012345678.0, "123456789012345680"),
+            (4611686018427387904.0, "4611686018427387904"),
+            (-4611686018427387904.0, "-4611686018427387904"),
+            (4611686018427388928.0, "4.6116860184273889e+18"),
+            (2.5, "2.5"),
+            (1.1, "1.1000000000000001"),
+            (-0.0, "0"),
+            (f64::INFINITY, "inf"),
+        ];
+        for (value, want) in cases {
+            assert_eq!(format_compact_score(*value), *want, "{value:e}");
+        }
+    }
+
+    fn bound(score: f64, exclusive: bool) -> ScoreBound {
+        ScoreBound { score, exclusive }
+    }
+
+    #[test]
+    fn score_bounds_parse_like_zsl_parse_range() {
+        let ok: &[(&[u8], ScoreBound)] = &[
+            (b"(1", bound(1.0, true)),
+            (b"-inf", bound(f64::NEG_INFINITY, false)),
+            (b"(+inf", bound(f64::INFINITY, true)),
+            (b"( 1", bound(1.0, true)),
+            (b" 1", bound(1.0, false)),
+            (b"1e400", bound(f64::INFINITY, false)),
+            (b"-1e400", bound(f64::NEG_INFINITY, false)),
+            (b"(", bound(0.0, true)),
+            (b"", bound(0.0, false)),
+        ];
+        for (text, want) in ok {
+            assert_eq!(parse_score_bound(text), Ok(*want), "{text:?}");
+        }
+        assert!(parse_score_bound(b"-0").unwrap().score.is_sign_positive());
+        for bad in [
+            &b"x"[..],
+            b"((1",
+            b"nan",
+            b"(nan",
+            b"1 ",
+            b"( ",
+            b" ",
+            b"+",
+            b"(-",
+        ] {
+            assert_eq!(
+                parse_score_bound(bad),
+                Err(CommandError::MinMaxNotFloat),
+                "{bad:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn lex_bounds() {
+        assert_eq!(parse_lex_bound(b"-"), Ok(LexBound::Min));
+        assert_eq!(parse_lex_bound(b"+"), Ok(LexBound::Max));
+        assert_eq!(
+            parse_lex_bound(b"[a"),
+            Ok(LexBound::Inclusive(b"a".to_vec()))
+        );
+        assert_eq!(
+            parse_lex_bound(b"(a"),
+            Ok(LexBound::Exclusive(b"a".to_vec()))
+        );
+        assert_eq!(parse_lex_bound(b"["), Ok(LexBound::Inclusive(Vec::new())));
+        assert_eq!(
+            parse_lex_bound(b"(("),
+            Ok(LexBound::Exclusive(b"(".to_vec()))
+        );
+        for bad in [&b""[..], b"a", b"+a", b"-a", b"]"] {
+            assert!(parse_lex_bound(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn score_arguments_keep_a_negative_zero() {
+        assert!(parse_score_arg(b"-0").unwrap().is_sign_negative());
+        assert!(parse_score_arg(b"-0.0e3").unwrap().is_sign_negative());
+        assert!(parse_score_arg(b"0").unwrap().is_sign_positive());
+        assert_eq!(parse_score_arg(b"-1.5"), Some(-1.5));
+        assert_eq!(parse_score_arg(b"nan"), None);
+        assert_eq!(parse_score_arg(b"1e400"), None);
+    }
+
+    #[test]
+    fn timeouts_read_like_redis_7_0() {
+        let secs = |ms: u64| Ok(Some(Duration::from_millis(ms)));
+        assert_eq!(parse_timeout(b"0"), Ok(None));
+        assert_eq!(parse_timeout(b"0.0001"), Ok(None));
+        assert_eq!(parse_timeout(b"-0.0001"), Ok(None));
+        assert_eq!(parse_timeout(b"1"), secs(1000));
+        assert_eq!(parse_timeout(b"0.5"), secs(500));
+        assert_eq!(parse_timeout(b"1.0019"), secs(1001));
+        assert_eq!(
+            parse_timeout(b"9223372036854775"),
+            secs(9_223_372_036_854_775_000)
+        );
+        let negative = Err(err("ERR timeout is negative"));
+        for text in [
+            &b"-1"[..],
+            b"-0.5",
+            b"inf",
+            b"1e30",
+            b"9223372036854776",
+            b"1e400",
+        ] {
+            assert_eq!(parse_timeout(text), negative, "{text:?}");
+        }
+        let not_float = Err(err("ERR timeout is not a float or out of range"));
+        for text in [&b"x"[..], b"", b" 1", b"1 ", b"nan", b"1s"] {
+            assert_eq!(parse_timeout(text), not_float, "{text:?}");
+        }
+    }
+
+    #[test]
+    fn cursors_read_like_strtoul() {
+        assert_eq!(parse_cursor(b"0"), Ok(0));
+        assert_eq!(parse_cursor(b""), Ok(0));
+        assert_eq!(parse_cursor(b"+5"), Ok(5));
+        assert_eq!(parse_cursor(b"-1"), Ok(u64::MAX));
+        assert_eq!(parse_cursor(b"18446744073709551615"), Ok(u64::MAX));
+        for bad in [
+            &b"18446744073709551616"[..],
+            b"-",
+            b"+",
+            b" 1",
+            b"1 ",
+            b"x",
+            b"1.5",
+        ] {
+            assert!(parse_cursor(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn score_cursors_keep_order_and_are_never_zero() {
+        let scores = [
+            f64::NEG_INFINITY,
+            -1e300,
+            -1.5,
+            -5e-324,
+            0.0,
+            5e-324,
+            1.0,
+            1e300,
+            f64::INFINITY,
+        ];
+        for pair in scores.windows(2) {
+            assert!(score_cursor(pair[0]) < score_cursor(pair[1]), "{pair:?}");
+        }
+        for s in scores {
+            assert_ne!(score_cursor(s), 0);
+            assert_eq!(cursor_score(score_cursor(s)), s);
+        }
+        assert_eq!(score_cursor(-0.0), score_cursor(0.0));
+    }
+
+    #[test]
+    fn rank_spans_clamp_like_redis() {
+        assert_eq!(rank_span(5, 0, -1), Some((0, 5)));
+        assert_eq!(rank_span(5, -2, -1), Some((3, 5)));
+        assert_eq!(rank_span(5, -100, 100), Some((0, 5)));
+        assert_eq!(rank_span(5, 3, 1), None);
+        assert_eq!(rank_span(5, 5, 10), None);
+        assert_eq!(rank_span(5, 0, -6), None);
+        assert_eq!(rank_span(0, 0, -1), None);
+        assert_eq!(rank_span(5, i64::MIN, i64::MAX), Some((0, 5)));
+    }
+
+    #[test]
+    fn limits_count_from_the_range_start_or_top() {
+        assert_eq!(apply_limit(2, 7, None, false), (2, 7));
+        assert_eq!(apply_limit(2, 7, Some((1, 2)), false), (3, 5));
+        assert_eq!(apply_limit(2, 7, Some((1, 2)), true), (4, 6));
+        assert_eq!(apply_limit(2, 7, Some((1, -1)), false), (3, 7));
+        assert_eq!(apply_limit(2, 7, Some((1, -1)), true), (2, 6));
+        assert_eq!(apply_limit(2, 7, Some((0, 0)), false), (2, 2));
+        assert_eq!(apply_limit(2, 7, Some((-1, 2)), false), (2, 2));
+        assert_eq!(apply_limit(2, 7, Some((5, 2)), false), (2, 2));
+        assert_eq!(apply_limit(2, 7, Some((4, 100)), true), (2, 3));
+        assert_eq!(apply_limit(2, 7, Some((i64::MAX, i64::MAX)), false), (2, 2));
+    }
+
+    fn keyspace_with(keys: &[(&str, Value)]) -> MemoryKeyspace {
+        let ks = MemoryKeyspace::new();
+        let effects: Vec<Effect> = keys
+            .iter()
+            .map(|(k, v)| Effect::Put {
+                db: 0,
+                key: k.as_bytes().to_vec(),
+                value: v.clone(),
+                expire_at_ms: 0,
+            })
+            .collect();
+        ks.transact(Scope::All, true, &mut |t| t.apply(effects.clone()))
+            .unwrap();
+        ks
+    }
+
+    fn zset(pairs: &[(f64, &str)]) -> Value {
+        Value::ZSet(
+            pairs
+                .iter()
+                .map(|(s, m)| (*s, m.as_bytes().to_vec()))
+                .collect(),
+        )
+    }
+
+    fn keys(names: &[&str]) -> Vec<Vec<u8>> {
+        names.iter().map(|k| k.as_bytes().to_vec()).collect()
+    }
+
+    /// Runs `f` in a write transaction of `ks` and returns what it returned.
+    fn in_txn<R>(ks: &MemoryKeyspace, f: impl FnOnce(&mut dyn Txn) -> R) -> R {
+        let mut f = Some(f);
+        let mut result = None;
+        ks.transact(Scope::All, true, &mut |t| {
+            if let Some(f) = f.take() {
+                result = Some(f(t));
+            }
+            Ok(())
+        })
+        .unwrap();
+        result.unwrap()
+    }
+
+    #[test]
+    fn pop_first_skips_absent_keys_and_refuses_other_kinds() {
+        let ks = keyspace_with(&[
+            ("z", zset(&[(1.0, "a"), (2.0, "b"), (3.0, "c")])),
+            ("s", Value::String(b"x".to_vec())),
+        ]);
+        let popped = in_txn(&ks, |t| {
+            pop_first(t, 0, &keys(&["none", "z", "s"]), true, 2)
+        });
+        assert_eq!(
+            popped,
+            Ok(Some((1, vec![(b"c".to_vec(), 3.0), (b"b".to_vec(), 2.0)])))
+        );
+        let popped = in_txn(&ks, |t| pop_first(t, 0, &keys(&["z"]), false, 5));
+        assert_eq!(popped, Ok(Some((0, vec![(b"a".to_vec(), 1.0)]))));
+        // The emptied set is gone, so nothing is left to pop.
+        assert_eq!(
+            in_txn(&ks, |t| pop_first(t, 0, &keys(&["z"]), false, 1)),
+            Ok(None)
+        );
+        assert_eq!(
+            in_txn(&ks, |t| pop_first(
+                t,
+                0,
+                &keys(&["none", "s", "z"]),
+                false,
+                1
+            )),
+            Err(wrongtype())
+        );
+    }
+
+    #[test]
+    fn a_blocking_pop_with_nothing_to_pop_blocks_outside_exec() {
+        let mut out = Vec::new();
+        let action = nothing_to_pop(
+            false,
+            false,
+            3,
+            &keys(&["a", "b"]),
+            Some(Duration::from_secs(5)),
+            &mut out,
+        );
+        let Action::Block {
+            keys: blocked,
+            deadline,
+        } = action
+        else {
+            panic!("expected Block, got {action:?}");
+        };
+        assert_eq!(blocked, vec![(3, b"a".to_vec()), (3, b"b".to_vec())]);
+        let deadline = deadline.expect("a deadline");
+        assert!(deadline > Instant::now() + Duration::from_secs(1));
+        assert!(out.is_empty(), "a blocked command writes no reply");
+        let forever = nothing_to_pop(false, true, 0, &keys(&["a"]), None, &mut out);
+        assert_eq!(
+            forever,
+            Action::Block {
+                keys: vec![(0, b"a".to_vec())],
+                deadline: None
+            }
+        );
+        assert!(out.is_empty());
+        // Inside EXEC: the timeout reply at once, in the connection's protocol.
+        let action = nothing_to_pop(true, false, 0, &keys(&["a"]), None, &mut out);
+        assert_eq!(
+            (action, out.as_slice()),
+            (Action::Continue, &b"*-1\r\n"[..])
+        );
+        out.clear();
+        let action = nothing_to_pop(true, true, 0, &keys(&["a"]), None, &mut out);
+        assert_eq!((action, out.as_slice()), (Action::Continue, &b"_\r\n"[..]));
+    }
+
+    #[test]
+    fn zadd_applies_pairs_in_order() {
+        let ks = keyspace_with(&[("z", zset(&[(1.0, "a"), (5.0, "b")]))]);
+        let pairs: [(f64, &[u8]); 4] = [(2.0, b"a"), (3.0, b"a"), (0.0, b"c"), (5.0, b"b")];
+        let outcome = in_txn(&ks, |t| zadd_apply(t, 0, b"z", AddFlags::default(), &pairs)).unwrap();
+        assert_eq!((outcome.added, outcome.updated), (1, 2));
+        let gt = AddFlags {
+            gt: true,
+            ..AddFlags::default()
+        };
+        let pairs: [(f64, &[u8]); 2] = [(1.0, b"a"), (9.0, b"b")];
+        let outcome = in_txn(&ks, |t| zadd_apply(t, 0, b"z", gt, &pairs)).unwrap();
+        assert_eq!((outcome.added, outcome.updated), (0, 1));
+        let all = in_txn(&ks, |t| t.zset_range(0, b"z", 0, 10));
+        assert_eq!(
+            all,
+            vec![
+                (b"c".to_vec(), 0.0),
+                (b"a".to_vec(), 3.0),
+                (b"b".to_vec(), 9.0)
+            ]
+        );
+        let incr = AddFlags {
+            incr: true,
+            ..AddFlags::default()
+        };
+        let inf: [(f64, &[u8]); 1] = [(f64::INFINITY, b"a")];
+        in_txn(&ks, |t| zadd_apply(t, 0, b"z", incr, &inf)).unwrap();
+        let minus_inf: [(f64, &[u8]); 1] = [(f64::NEG_INFINITY, b"a")];
+        let nan = in_txn(&ks, |t| zadd_apply(t, 0, b"z", incr, &minus_inf));
+        assert_eq!(
+            nan.unwrap_err(),
+            err("ERR resulting score is not a number (NaN)")
+        );
+        assert_eq!(
+            in_txn(&ks, |t| t.zset_score(0, b"z", b"a")),
+            Some(f64::INFINITY)
+        );
+    }
+
+    /// Every member present for a whole large-set scan, with its score unchanged, is returned,
+    /// while other members come and go between the steps.
+    #[test]
+    fn large_scans_cover_every_steady_member() {
+        let steady: Vec<(f64, String)> = (0..600)
+            .map(|i| (f64::from(i % 37), format!("m{i:04}")))
+            .collect();
+        let pairs: Vec<(f64, &str)> = steady.iter().map(|(s, m)| (*s, m.as_str())).collect();
+        let ks = keyspace_with(&[("z", zset(&pairs))]);
+        let mut seen = std::collections::HashSet::new();
+        let mut cursor = 0;
+        for step in 0.. {
+            assert!(step < 1000, "the scan ends");
+            let result = in_txn(&ks, |t| zscan_step(t, 0, b"z", cursor, 7));
+            assert!(!result.compact);
+            for (member, score) in &result.items {
+                assert_eq!(in_txn(&ks, |t| t.zset_score(0, b"z", member)), Some(*score));
+                seen.insert(member.clone());
+            }
+            // Churn: add and remove other members around the cursor.
+            let churn = format!("churn{step}").into_bytes();
+            in_txn(&ks, |t| {
+                t.apply(vec![
+                    Effect::ZAdd {
+                        db: 0,
+                        key: b"z".to_vec(),
+                        members: vec![(f64::from(step % 40), churn.clone())],
+                    },
+                    Effect::ZRem {
+                        db: 0,
+                        key: b"z".to_vec(),
+                        members: vec![format!("churn{}", step / 2).into_bytes()],
+                    },
+                ])
+            })
+            .unwrap();
+            cursor = result.next;
+            if cursor == 0 {
+                break;
+            }
+        }
+        for (_, member) in &steady {
+            assert!(seen.contains(member.as_bytes()), "{member} missed");
+        }
+    }
+
+    #[test]
+    fn random_members_follow_the_count_rules() {
+        let pairs: Vec<(f64, String)> = (0..50).map(|i| (f64::from(i), format!("m{i}"))).collect();
+        let refs: Vec<(f64, &str)> = pairs.iter().map(|(s, m)| (*s, m.as_str())).collect();
+        let ks = keyspace_with(&[("z", zset(&refs))]);
+        for count in [1, 5, 20, 49] {
+            let items = in_txn(&ks, |t| random_members(t, 0, b"z", 50, count));
+            assert_eq!(items.len() as i64, count);
+            let distinct: std::collections::HashSet<_> = items.iter().map(|(m, _)| m).collect();
+            assert_eq!(distinct.len() as i64, count, "distinct members");
+            for (member, score) in &items {
+                assert_eq!(in_txn(&ks, |t| t.zset_score(0, b"z", member)), Some(*score));
+            }
+        }
+        let all = in_txn(&ks, |t| random_members(t, 0, b"z", 50, 80));
+        assert_eq!(all.len(), 50);
+        assert_eq!(
+            all[0].0,
+            b"m49".to_vec(),
+            "the whole set comes highest first"
+        );
+        let repeated = in_txn(&ks, |t| random_members(t, 0, b"z", 50, -500));
+        assert_eq!(repeated.len(), 500);
+        let distinct: std::collections::HashSet<_> = repeated.iter().map(|(m, _)| m).collect();
+        assert!(distinct.len() > 1, "draws vary");
+    }
 }
