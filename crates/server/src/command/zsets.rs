@@ -94,6 +94,9 @@ pub(super) static SPECS: &[Spec] = &[
 // Shared pieces: errors, parsing, formatting
 // ---------------------------------------------------------------------------------------------
 
+/// Members with their scores, in some stated order.
+type Scored = Vec<(Bytes, f64)>;
+
 fn wrongtype() -> CommandError {
     CommandError::Backend(BackendError::WrongType)
 }
@@ -275,7 +278,8 @@ fn parse_timeout(arg: &[u8]) -> Result<Option<Duration>, CommandError> {
     let seconds = parse_float_with(arg, false).ok_or_else(not_float)?;
     let ms = (seconds * 1000.0).trunc();
     // C's conversion of a value beyond `long long` gives LLONG_MIN: "negative".
-    if !(ms < 9.223_372_036_854_775_807e18) || ms < 0.0 {
+    const LONG_LONG_END: f64 = 9_223_372_036_854_775_808.0; // 2^63
+    if !(0.0..LONG_LONG_END).contains(&ms) {
         return Err(negative());
     }
     // `ms` is a whole number in 0..2^63 here.
@@ -408,7 +412,7 @@ fn select(
     range: &Range,
     rev: bool,
     limit: Option<(i64, i64)>,
-) -> Vec<(Bytes, f64)> {
+) -> Scored {
     let (from, to) = range_ranks(t, db, key, range, rev);
     let (from, to) = apply_limit(from, to, limit, rev);
     if from >= to {
@@ -546,12 +550,7 @@ fn cmd_zrevrangebylex(ctx: &mut Ctx<'_>, args: &[Vec<u8>], out: &mut Vec<u8>) ->
 
 /// Replaces `dst` with the sorted set `items` (deletes it when empty); the new key has no
 /// deadline, as Redis's `setKey` leaves it.
-fn store_result(
-    t: &mut dyn Txn,
-    db: Db,
-    dst: &[u8],
-    items: Vec<(Bytes, f64)>,
-) -> Result<u64, CommandError> {
+fn store_result(t: &mut dyn Txn, db: Db, dst: &[u8], items: Scored) -> Result<u64, CommandError> {
     let n = items.len() as u64;
     let effect = if items.is_empty() {
         Effect::Del {
@@ -773,7 +772,7 @@ fn cmd_zadd(ctx: &mut Ctx<'_>, args: &[Vec<u8>], out: &mut Vec<u8>) -> CommandRe
             "ERR XX and NX options at the same time are not compatible",
         ));
     }
-    if (flags.gt && flags.nx) || (flags.lt && flags.nx) || (flags.gt && flags.lt) {
+    if (flags.nx && (flags.gt || flags.lt)) || (flags.gt && flags.lt) {
         return Err(err(
             "ERR GT, LT, and/or NX options at the same time are not compatible",
         ));
@@ -919,7 +918,7 @@ fn pop_members(
     key: &[u8],
     max: bool,
     count: u64,
-) -> Result<Vec<(Bytes, f64)>, CommandError> {
+) -> Result<Scored, CommandError> {
     let len = t.zset_len(db, key);
     let n = count.min(len);
     if n == 0 {
@@ -949,7 +948,7 @@ fn pop_first(
     keys: &[Vec<u8>],
     max: bool,
     count: u64,
-) -> Result<Option<(usize, Vec<(Bytes, f64)>)>, CommandError> {
+) -> Result<Option<(usize, Scored)>, CommandError> {
     for (i, key) in keys.iter().enumerate() {
         if zset_exists(t, db, key)? {
             return Ok(Some((i, pop_members(t, db, key, max, count)?)));
@@ -1149,7 +1148,7 @@ fn cmd_zrandmember(ctx: &mut Ctx<'_>, args: &[Vec<u8>], out: &mut Vec<u8>) -> Co
 /// ZRANDMEMBER's choice: `-n` draws n members with repetition; `n` at least the size returns
 /// the whole set (highest first, as Redis walks it); otherwise n distinct members in random
 /// order.
-fn random_members(t: &dyn View, db: Db, key: &[u8], len: u64, count: i64) -> Vec<(Bytes, f64)> {
+fn random_members(t: &dyn View, db: Db, key: &[u8], len: u64, count: i64) -> Scored {
     let one = |rank: u64| t.zset_range(db, key, rank, rank + 1).pop();
     if count < 0 {
         return (0..count.unsigned_abs())
@@ -1238,7 +1237,7 @@ fn cursor_score(cursor: u64) -> f64 {
 /// What one ZSCAN step returns.
 struct ScanStep {
     next: u64,
-    items: Vec<(Bytes, f64)>,
+    items: Scored,
     /// The set is small: its scores print as Redis's compact encoding prints them.
     compact: bool,
 }
@@ -1268,13 +1267,7 @@ fn zscan_step(t: &dyn View, db: Db, key: &[u8], cursor: u64, count: u64) -> Scan
 }
 
 /// The cursor-driven part of [`zscan_step`].
-fn zscan_scored(
-    t: &dyn View,
-    db: Db,
-    key: &[u8],
-    cursor: u64,
-    count: u64,
-) -> (u64, Vec<(Bytes, f64)>) {
+fn zscan_scored(t: &dyn View, db: Db, key: &[u8], cursor: u64, count: u64) -> (u64, Scored) {
     let start = match cursor {
         0 => 0,
         c => {
@@ -1498,7 +1491,7 @@ impl Input {
         }
     }
 
-    fn members(self, t: &dyn View, db: Db, key: &[u8]) -> Vec<(Bytes, f64)> {
+    fn members(self, t: &dyn View, db: Db, key: &[u8]) -> Scored {
         match self {
             Input::Missing => Vec::new(),
             Input::ZSet => {
@@ -1532,7 +1525,7 @@ fn compute_setop(
     op: SetOp,
     options: &SetOpOptions,
     card_only: bool,
-) -> (Vec<(Bytes, f64)>, u64) {
+) -> (Scored, u64) {
     let weight = |i: usize| options.weights[i];
     let mut result = Vec::new();
     match op {
@@ -1613,6 +1606,14 @@ fn sort_members(items: &mut [(Bytes, f64)]) {
     });
 }
 
+/// What a set operation answers.
+enum SetOpReply {
+    /// A count (the STORE forms, ZINTERCARD).
+    Count(u64),
+    /// The members in order, with their scores or not.
+    Members(Scored, bool),
+}
+
 /// ZUNION/ZINTER/ZDIFF (`dst` None), their STORE forms, and ZINTERCARD (`card_only`), with
 /// `numkeys` at `args[numkeys_at]`, as Redis 7.0's `zunionInterDiffGenericCommand`: the keys'
 /// kinds are checked before the options are parsed.
@@ -1648,26 +1649,27 @@ fn setop(
     let (db, resp3) = (ctx.db(), ctx.resp3());
     let mut scope: Vec<&[u8]> = dst.into_iter().collect();
     scope.extend(keys.iter().map(Vec::as_slice));
-    let body = |t: &mut dyn Txn| -> Result<(u64, Option<Vec<(Bytes, f64)>>, bool), CommandError> {
+    let body = |t: &mut dyn Txn| -> Result<SetOpReply, CommandError> {
         let inputs = keys
             .iter()
             .map(|k| Input::of(t, db, k))
             .collect::<Result<Vec<_>, _>>()?;
         let options = options?;
         let (items, n) = compute_setop(t, db, keys, &inputs, op, &options, card_only);
-        match dst {
-            Some(dst) => Ok((store_result(t, db, dst, items)?, None, false)),
-            None => Ok((n, Some(items), options.with_scores)),
-        }
+        Ok(match dst {
+            Some(dst) => SetOpReply::Count(store_result(t, db, dst, items)?),
+            None if card_only => SetOpReply::Count(n),
+            None => SetOpReply::Members(items, options.with_scores),
+        })
     };
-    let (n, items, with_scores) = if dst.is_some() {
+    let reply = if dst.is_some() {
         ctx.write(&scope, body)?
     } else {
         ctx.read(&scope, body)?
     };
-    match items {
-        Some(items) if !card_only => write_members(out, &items, with_scores, resp3),
-        _ => return write_count(out, n),
+    match reply {
+        SetOpReply::Count(n) => return write_count(out, n),
+        SetOpReply::Members(items, with_scores) => write_members(out, &items, with_scores, resp3),
     }
     Ok(Action::Continue)
 }
