@@ -676,6 +676,17 @@ fn parse_float_with(arg: &[u8], strict: bool) -> Option<f64> {
             f64::INFINITY
         });
     }
+    if let Some(hex) = unsigned
+        .strip_prefix("0x")
+        .or_else(|| unsigned.strip_prefix("0X"))
+    {
+        let (magnitude, nonzero) = parse_hex_float(hex)?;
+        if strict && (magnitude.is_infinite() || (magnitude == 0.0 && nonzero)) {
+            return None;
+        }
+        let value = if first == b'-' { -magnitude } else { magnitude };
+        return Some(value + 0.0);
+    }
     if !unsigned
         .bytes()
         .all(|b| b.is_ascii_digit() || matches!(b, b'.' | b'e' | b'E' | b'+' | b'-'))
@@ -699,6 +710,74 @@ fn parse_float_with(arg: &[u8], strict: bool) -> Option<f64> {
     }
     // Adding +0.0 turns -0.0 into +0.0 and changes nothing else.
     Some(value + 0.0)
+}
+
+/// The digits of a C99 hexadecimal float after its `0x` (`1.8p3` is 12), as strtod reads them:
+/// the value (infinite on overflow, 0 on underflow) and whether any digit was non-zero.
+/// Digits past what an f64 can hold only decide the rounding.
+fn parse_hex_float(text: &str) -> Option<(f64, bool)> {
+    let (digits, exponent) = match text.split_once(['p', 'P']) {
+        Some((digits, exponent)) => (digits, Some(exponent)),
+        None => (text, None),
+    };
+    let (whole, fraction) = digits.split_once('.').unwrap_or((digits, ""));
+    let hex = |s: &str| s.bytes().all(|b| b.is_ascii_hexdigit());
+    if (whole.is_empty() && fraction.is_empty()) || !hex(whole) || !hex(fraction) {
+        return None;
+    }
+    // Binary exponent, clamped far past where any f64 overflows or underflows.
+    let mut power: i64 = match exponent {
+        None => 0,
+        Some(e) => {
+            let (negative, digits) = match e.as_bytes().first() {
+                Some(b'-') => (true, &e[1..]),
+                Some(b'+') => (false, &e[1..]),
+                _ => (false, e),
+            };
+            if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+                return None;
+            }
+            let magnitude = digits
+                .bytes()
+                .fold(0i64, |n, d| (n * 10 + i64::from(d - b'0')).min(100_000));
+            if negative { -magnitude } else { magnitude }
+        }
+    };
+    let mut mantissa: u64 = 0;
+    let mut nonzero = false;
+    let mut sticky = false;
+    for (i, d) in whole.bytes().chain(fraction.bytes()).enumerate() {
+        let v = u64::from(char::from(d).to_digit(16).unwrap_or(0));
+        nonzero |= v != 0;
+        let in_fraction = i >= whole.len();
+        if mantissa >> 60 == 0 {
+            mantissa = mantissa << 4 | v;
+            if in_fraction {
+                power -= 4;
+            }
+        } else {
+            // No room: the digit only matters for rounding (a sticky low bit).
+            sticky |= v != 0;
+            if !in_fraction {
+                power += 4;
+            }
+        }
+    }
+    if sticky {
+        mantissa |= 1;
+    }
+    // Scale in steps so that an intermediate power of two never overflows or vanishes first.
+    let mut value = mantissa as f64;
+    let mut power = power.clamp(-200_000, 200_000);
+    while power > 1000 {
+        value *= 2f64.powi(1000);
+        power -= 1000;
+    }
+    while power < -1000 {
+        value *= 2f64.powi(-1000);
+        power += 1000;
+    }
+    Some((value * 2f64.powi(power as i32), nonzero))
 }
 
 fn now_ms() -> i64 {
@@ -1878,7 +1957,24 @@ mod tests {
             ("1e-400", None),
             ("abc", None),
             ("1e", None),
-            ("0x10", None),
+            ("0x10", Some(16.0)),
+            ("-0X1p-2", Some(-0.25)),
+            ("0x1.8p1", Some(3.0)),
+            ("0x.8", Some(0.5)),
+            ("0xA", Some(10.0)),
+            ("0x1P+4", Some(16.0)),
+            ("0x1fffffffffffff", Some(9007199254740991.0)),
+            ("0x1p1023", Some(8.98846567431158e307)),
+            ("0x1p1024", None),
+            ("0x1p-1074", Some(5e-324)),
+            ("0x1p-1080", None),
+            ("0x0p-1080", Some(0.0)),
+            ("0x", None),
+            ("0x.", None),
+            ("0x1p", None),
+            ("0x1p+", None),
+            ("0xg", None),
+            ("0x1.8.1", None),
             ("1_0", None),
         ];
         for (text, want) in cases {
