@@ -1797,3 +1797,179 @@ fn small_zscan() {
         "*2\r\n$1\r\n0\r\n*6\r\n$1\r\nb\r\n$1\r\n2\r\n$3\r\nbig\r\n$18\r\n100000000000000000\r\n$6\r\nbigger\r\n$18\r\n123456789012345680\r\n",
     );
 }
+
+/// SplitMix64, so the random test is the same on every run.
+struct SplitMix(u64);
+
+impl SplitMix {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+
+    fn below(&mut self, n: usize) -> usize {
+        (self.next() % n as u64) as usize
+    }
+}
+
+/// Random sorted-set requests from words that reach the option and error paths: each gets
+/// exactly one well-formed reply, no command hands the store an invalid effect (a NaN score,
+/// an out-of-range index: `ERR internal`), and every set stays consistent.
+#[test]
+fn random_requests_each_get_one_reply() {
+    const NAMES: &[&str] = &[
+        "zadd",
+        "zincrby",
+        "zscore",
+        "zmscore",
+        "zcard",
+        "zcount",
+        "zlexcount",
+        "zrange",
+        "zrangestore",
+        "zrevrange",
+        "zrangebyscore",
+        "zrevrangebyscore",
+        "zrangebylex",
+        "zrevrangebylex",
+        "zrank",
+        "zrevrank",
+        "zrem",
+        "zremrangebyrank",
+        "zremrangebyscore",
+        "zremrangebylex",
+        "zpopmin",
+        "zpopmax",
+        "zmpop",
+        "zrandmember",
+        "zunionstore",
+        "zinterstore",
+        "zdiffstore",
+        "zunion",
+        "zinter",
+        "zdiff",
+        "zintercard",
+        "zscan",
+    ];
+    const WORDS: &[&str] = &[
+        "z",
+        "y",
+        "s",
+        "st",
+        "a",
+        "b",
+        "c",
+        "0",
+        "1",
+        "-1",
+        "2",
+        "3",
+        "-0",
+        "1.5",
+        "inf",
+        "-inf",
+        "+inf",
+        "nan",
+        "(1",
+        "(",
+        "[a",
+        "(b",
+        "-",
+        "+",
+        "[",
+        "1e400",
+        "0x10",
+        "9223372036854775807",
+        "-9223372036854775808",
+        "nx",
+        "xx",
+        "gt",
+        "lt",
+        "ch",
+        "incr",
+        "withscores",
+        "limit",
+        "byscore",
+        "bylex",
+        "rev",
+        "weights",
+        "aggregate",
+        "sum",
+        "min",
+        "max",
+        "count",
+        "match",
+        "*",
+        "a*",
+    ];
+    const NUMBERS: &[&str] = &["0", "1", "2", "3", "-1", "-2", "10", "1.5", "-inf", "+inf"];
+    let server = TestServer::default_config();
+    put(&server, "s", string("x"));
+    put(&server, "st", set(&["a", "b"]));
+    let mut c = server.client();
+    let mut rng = SplitMix(0x2e75_5eed);
+    let (mut sent, mut answered, mut populated) = (0, 0, 0);
+    for _batch in 0..300 {
+        let mut requests = Vec::new();
+        let count = 1 + rng.below(50);
+        for _ in 0..count {
+            let mut args: Vec<&[u8]> = vec![NAMES[rng.below(NAMES.len())].as_bytes()];
+            // Mostly a key first, as most of these commands take one.
+            if rng.below(10) < 8 {
+                args.push([&b"z"[..], b"y", b"z", b"s", b"st"][rng.below(5)]);
+            }
+            // Short requests mostly (most commands take two or three arguments), numbers
+            // half of the time.
+            for _ in 0..1 + rng.below(3) + rng.below(2) * rng.below(6) {
+                let word = if rng.below(2) == 0 {
+                    NUMBERS[rng.below(NUMBERS.len())]
+                } else {
+                    WORDS[rng.below(WORDS.len())]
+                };
+                args.push(word.as_bytes());
+            }
+            requests.extend(support::frame(&args));
+        }
+        c.send_raw(&requests);
+        sent += count;
+        for _ in 0..count {
+            match c.read_reply() {
+                Reply::Error(e) => {
+                    assert!(!e.is_empty() && !e.contains(&b'\n') && !e.contains(&b'\r'));
+                    assert!(!e.starts_with(b"ERR internal"), "{}", show(&e));
+                }
+                _ => answered += 1,
+            }
+        }
+        for key in ["z", "y"] {
+            let card = c.call(&format!("ZCARD {key}"));
+            let Reply::Array(all) = ({
+                c.send(&support::words(&format!("ZRANGE {key} 0 -1 WITHSCORES")));
+                c.read_reply()
+            }) else {
+                panic!("ZRANGE")
+            };
+            assert_eq!(card, format!(":{}\r\n", all.len() / 2).into_bytes());
+            populated += usize::from(!all.is_empty());
+            for pair in all.chunks(2) {
+                let Reply::Bulk(score) = &pair[1] else {
+                    panic!("{pair:?}")
+                };
+                assert_ne!(score.as_slice(), b"nan");
+            }
+        }
+    }
+    assert!(
+        populated > 100,
+        "the sets held members after {populated} batches only"
+    );
+    // The words reach past the argument checks often enough to change the sets.
+    assert!(
+        answered * 10 > sent,
+        "{answered} of {sent} requests answered without an error"
+    );
+    expect(&mut c, "PING", "+PONG\r\n");
+}
