@@ -1973,3 +1973,78 @@ fn random_requests_each_get_one_reply() {
     );
     expect(&mut c, "PING", "+PONG\r\n");
 }
+
+/// Lex ranges over members of different scores answer as Redis 7.0 walks a small set (its compact encoding): from the first member past the lower end, while inside the upper end.
+#[test]
+fn lex_ranges_of_mixed_scores() {
+    let server = TestServer::default_config();
+    let mut c = server.client();
+    expect(&mut c, "zadd z 1 b 2 a 3 d 4 c 5 f 6 e", ":6\r\n");
+    expect(
+        &mut c,
+        "zrangebylex z - +",
+        "*6\r\n$1\r\nb\r\n$1\r\na\r\n$1\r\nd\r\n$1\r\nc\r\n$1\r\nf\r\n$1\r\ne\r\n",
+    );
+    expect(
+        &mut c,
+        "zrangebylex z [a [b",
+        "*2\r\n$1\r\nb\r\n$1\r\na\r\n",
+    );
+    expect(
+        &mut c,
+        "zrangebylex z [b [c",
+        "*2\r\n$1\r\nb\r\n$1\r\na\r\n",
+    );
+    expect(
+        &mut c,
+        "zrangebylex z (c (h",
+        "*4\r\n$1\r\nd\r\n$1\r\nc\r\n$1\r\nf\r\n$1\r\ne\r\n",
+    );
+    expect(
+        &mut c,
+        "zrangebylex z [c +",
+        "*4\r\n$1\r\nd\r\n$1\r\nc\r\n$1\r\nf\r\n$1\r\ne\r\n",
+    );
+    expect(&mut c, "zrangebylex z - [c limit 2 10", "*0\r\n");
+    expect(
+        &mut c,
+        "zrangebylex z - + limit 3 2",
+        "*2\r\n$1\r\nc\r\n$1\r\nf\r\n",
+    );
+    expect(
+        &mut c,
+        "zrevrangebylex z + -",
+        "*6\r\n$1\r\ne\r\n$1\r\nf\r\n$1\r\nc\r\n$1\r\nd\r\n$1\r\na\r\n$1\r\nb\r\n",
+    );
+    expect(
+        &mut c,
+        "zrevrangebylex z [d [a",
+        "*4\r\n$1\r\nc\r\n$1\r\nd\r\n$1\r\na\r\n$1\r\nb\r\n",
+    );
+    expect(
+        &mut c,
+        "zrevrangebylex z (h (c",
+        "*2\r\n$1\r\ne\r\n$1\r\nf\r\n",
+    );
+    expect(
+        &mut c,
+        "zrevrangebylex z + (c limit 1 2",
+        "*1\r\n$1\r\nf\r\n",
+    );
+    expect(&mut c, "zlexcount z [a [c", ":2\r\n");
+    expect(&mut c, "zlexcount z (c (h", ":4\r\n");
+    expect(
+        &mut c,
+        "zrange z [e [b bylex rev",
+        "*4\r\n$1\r\ne\r\n$1\r\nf\r\n$1\r\nc\r\n$1\r\nd\r\n",
+    );
+    expect(&mut c, "zremrangebylex z [a [d", ":4\r\n");
+    expect(
+        &mut c,
+        "zrange z 0 -1 withscores",
+        "*4\r\n$1\r\nf\r\n$1\r\n5\r\n$1\r\ne\r\n$1\r\n6\r\n",
+    );
+    expect(&mut c, "zadd y 1 z 2 a 3 b", ":3\r\n");
+    expect(&mut c, "zrangebylex y [a [b", "*0\r\n");
+    expect(&mut c, "zlexcount y [a +", ":3\r\n");
+}

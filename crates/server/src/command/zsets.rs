@@ -404,6 +404,129 @@ fn apply_limit(from: u64, to: u64, limit: Option<(i64, i64)>, rev: bool) -> (u64
     }
 }
 
+/// The ranks `[from, to)` a range query selects, LIMIT applied. Lex ranges of small sets walk
+/// the set as Redis walks its compact encoding, so that sets of mixed scores (where Redis leaves
+/// lex ranges unspecified) answer as Redis answers them.
+fn selected_ranks(
+    t: &dyn View,
+    db: Db,
+    key: &[u8],
+    range: &Range,
+    rev: bool,
+    limit: Option<(i64, i64)>,
+) -> (u64, u64) {
+    if let Range::Lex(min, max) = range {
+        let len = t.zset_len(db, key);
+        if len <= ZSET_COMPACT_LEN {
+            let members: Vec<Bytes> = t
+                .zset_range(db, key, 0, len)
+                .into_iter()
+                .map(|(m, _)| m)
+                .collect();
+            return lex_walk(&members, min, max, rev, limit);
+        }
+    }
+    let (from, to) = range_ranks(t, db, key, range, rev);
+    apply_limit(from, to, limit, rev)
+}
+
+/// Sorted sets up to this many members are walked as Redis walks its compact (listpack)
+/// encoding, whose size limit this is (`zset-max-listpack-entries`).
+const ZSET_COMPACT_LEN: u64 = 128;
+
+/// Whether `member` is at or past the lower end `min`.
+fn lex_gte_min(member: &[u8], min: &LexBound) -> bool {
+    match min {
+        LexBound::Min => true,
+        LexBound::Max => false,
+        LexBound::Inclusive(b) => member >= b.as_slice(),
+        LexBound::Exclusive(b) => member > b.as_slice(),
+    }
+}
+
+/// Whether `member` is at or before the upper end `max`.
+fn lex_lte_max(member: &[u8], max: &LexBound) -> bool {
+    match max {
+        LexBound::Min => false,
+        LexBound::Max => true,
+        LexBound::Inclusive(b) => member <= b.as_slice(),
+        LexBound::Exclusive(b) => member < b.as_slice(),
+    }
+}
+
+/// Whether a lex range can hold nothing whatever the members (`min` above `max`, or equal with
+/// an open end).
+fn lex_range_empty(min: &LexBound, max: &LexBound) -> bool {
+    fn rank(b: &LexBound) -> (u8, &[u8], bool) {
+        match b {
+            LexBound::Min => (0, &[], false),
+            LexBound::Inclusive(x) => (1, x, false),
+            LexBound::Exclusive(x) => (1, x, true),
+            LexBound::Max => (2, &[], false),
+        }
+    }
+    let (a, b) = (rank(min), rank(max));
+    match (a.0, a.1).cmp(&(b.0, b.1)) {
+        std::cmp::Ordering::Greater => true,
+        std::cmp::Ordering::Equal => a.2 || b.2,
+        std::cmp::Ordering::Less => false,
+    }
+}
+
+/// Redis 7.0's walk of a compact sorted set for a lex range (`zzlFirstInLexRange`,
+/// `zzlLastInLexRange`, then LIMIT's offset skipped unchecked and members taken while inside
+/// the far end), as ascending ranks `[from, to)`.
+fn lex_walk(
+    members: &[Bytes],
+    min: &LexBound,
+    max: &LexBound,
+    rev: bool,
+    limit: Option<(i64, i64)>,
+) -> (u64, u64) {
+    let (first, last) = match (members.first(), members.last()) {
+        (Some(first), Some(last)) => (first, last),
+        _ => return (0, 0),
+    };
+    if lex_range_empty(min, max) || !lex_gte_min(last, min) || !lex_lte_max(first, max) {
+        return (0, 0);
+    }
+    let (offset, count) = limit.unwrap_or((0, -1));
+    let Ok(offset) = usize::try_from(offset) else {
+        return (0, 0);
+    };
+    let count = usize::try_from(count).unwrap_or(usize::MAX);
+    if !rev {
+        let Some(start) = members.iter().position(|m| lex_gte_min(m, min)) else {
+            return (0, 0);
+        };
+        if !lex_lte_max(&members[start], max) {
+            return (0, 0);
+        }
+        let from = start.saturating_add(offset).min(members.len());
+        let taken = members[from..]
+            .iter()
+            .take(count)
+            .take_while(|m| lex_lte_max(m, max))
+            .count();
+        return (from as u64, (from + taken) as u64);
+    }
+    let Some(start) = members.iter().rposition(|m| lex_lte_max(m, max)) else {
+        return (0, 0);
+    };
+    if !lex_gte_min(&members[start], min) || offset > start {
+        return (0, 0);
+    }
+    // Inclusive top after the offset, then downwards.
+    let top = start - offset;
+    let taken = members[..=top]
+        .iter()
+        .rev()
+        .take(count)
+        .take_while(|m| lex_gte_min(m, min))
+        .count();
+    ((top + 1 - taken) as u64, (top + 1) as u64)
+}
+
 /// The members a range query selects, in reply order.
 fn select(
     t: &dyn View,
@@ -413,8 +536,7 @@ fn select(
     rev: bool,
     limit: Option<(i64, i64)>,
 ) -> Scored {
-    let (from, to) = range_ranks(t, db, key, range, rev);
-    let (from, to) = apply_limit(from, to, limit, rev);
+    let (from, to) = selected_ranks(t, db, key, range, rev, limit);
     if from >= to {
         return Vec::new();
     }
@@ -599,7 +721,7 @@ fn count_range(ctx: &mut Ctx<'_>, key: &[u8], range: &Range, out: &mut Vec<u8>) 
     let db = ctx.db();
     let n = ctx.read(&[key], |t| {
         zset_exists(t, db, key)?;
-        let (from, to) = range_ranks(t, db, key, range, false);
+        let (from, to) = selected_ranks(t, db, key, range, false, None);
         Ok(to - from)
     })?;
     write_count(out, n)
@@ -611,7 +733,7 @@ fn remove_range(ctx: &mut Ctx<'_>, key: &[u8], range: &Range, out: &mut Vec<u8>)
         if !zset_exists(t, db, key)? {
             return Ok(0);
         }
-        let (from, to) = range_ranks(t, db, key, range, false);
+        let (from, to) = selected_ranks(t, db, key, range, false, None);
         if from >= to {
             return Ok(0);
         }
@@ -742,7 +864,16 @@ fn zadd_apply(
 }
 
 fn cmd_zadd(ctx: &mut Ctx<'_>, args: &[Vec<u8>], out: &mut Vec<u8>) -> CommandResult {
-    let mut flags = AddFlags::default();
+    zadd_generic(ctx, args, out, AddFlags::default())
+}
+
+/// ZADD's options, then its score/member pairs, after the flags already given.
+fn zadd_generic(
+    ctx: &mut Ctx<'_>,
+    args: &[Vec<u8>],
+    out: &mut Vec<u8>,
+    mut flags: AddFlags,
+) -> CommandResult {
     let mut at = 2;
     while let Some(word) = args.get(at) {
         let flag = if is(word, "nx") {
@@ -800,20 +931,14 @@ fn cmd_zadd(ctx: &mut Ctx<'_>, args: &[Vec<u8>], out: &mut Vec<u8>) -> CommandRe
     write_count(out, n)
 }
 
+/// ZINCRBY is ZADD with INCR set, as in Redis (so an option word in its increment's place is a
+/// syntax error).
 fn cmd_zincrby(ctx: &mut Ctx<'_>, args: &[Vec<u8>], out: &mut Vec<u8>) -> CommandResult {
-    let increment = parse_score_arg(&args[2]).ok_or(CommandError::NotFloat)?;
     let flags = AddFlags {
         incr: true,
         ..AddFlags::default()
     };
-    let (db, resp3, key) = (ctx.db(), ctx.resp3(), &args[1]);
-    let pairs = [(increment, args[3].as_slice())];
-    let outcome = ctx.write(&[key], |t| zadd_apply(t, db, key, flags, &pairs))?;
-    match outcome.new_score {
-        Some(score) => write_score(out, score, resp3),
-        None => write_null(out, resp3),
-    }
-    Ok(Action::Continue)
+    zadd_generic(ctx, args, out, flags)
 }
 
 fn cmd_zrem(ctx: &mut Ctx<'_>, args: &[Vec<u8>], out: &mut Vec<u8>) -> CommandResult {
