@@ -2048,3 +2048,20 @@ fn lex_ranges_of_mixed_scores() {
     expect(&mut c, "zrangebylex y [a [b", "*0\r\n");
     expect(&mut c, "zlexcount y [a +", ":3\r\n");
 }
+
+/// ZINCRBY is ZADD INCR inside Redis: an option word where the increment goes is a syntax error, while a member may be named like an option.
+#[test]
+fn zincrby_reads_options_like_zadd() {
+    let server = TestServer::default_config();
+    let mut c = server.client();
+    expect(&mut c, "zincrby z ch -2", "-ERR syntax error\r\n");
+    expect(&mut c, "zincrby z nx a", "-ERR syntax error\r\n");
+    expect(&mut c, "zincrby z incr incr", "-ERR syntax error\r\n");
+    expect(&mut c, "zincrby z 1 nx", "$1\r\n1\r\n");
+    expect(&mut c, "zincrby z 2.5 nx", "$3\r\n3.5\r\n");
+    expect(
+        &mut c,
+        "zrange z 0 -1 withscores",
+        "*2\r\n$2\r\nnx\r\n$3\r\n3.5\r\n",
+    );
+}
