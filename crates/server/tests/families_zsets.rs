@@ -339,6 +339,8 @@ fn zrandmember() {
             assert_eq!(got.len(), count, "{line}");
             let distinct: HashSet<_> = got.iter().map(|(m, _)| m.clone()).collect();
             assert_eq!(distinct.len(), count, "{line}: distinct");
+            // A small set's sample comes in the set's order, as Redis samples it.
+            assert!(got.windows(2).all(|w| w[0].0 < w[1].0), "{line}: in order");
             for (m, s) in &got {
                 let want = score_of(m).expect("a member of the set");
                 if with_scores {

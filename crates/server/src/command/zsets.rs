@@ -1271,8 +1271,8 @@ fn cmd_zrandmember(ctx: &mut Ctx<'_>, args: &[Vec<u8>], out: &mut Vec<u8>) -> Co
 }
 
 /// ZRANDMEMBER's choice: `-n` draws n members with repetition; `n` at least the size returns
-/// the whole set (highest first, as Redis walks it); otherwise n distinct members in random
-/// order.
+/// the whole set (highest first, as Redis walks it); otherwise n distinct members, in the set's
+/// order for a small set (as Redis samples its compact encoding), else in random order.
 fn random_members(t: &dyn View, db: Db, key: &[u8], len: u64, count: i64) -> Scored {
     let one = |rank: u64| t.zset_range(db, key, rank, rank + 1).pop();
     if count < 0 {
@@ -1285,6 +1285,18 @@ fn random_members(t: &dyn View, db: Db, key: &[u8], len: u64, count: i64) -> Sco
         let mut all = t.zset_range(db, key, 0, len);
         all.reverse();
         return all;
+    }
+    if len <= ZSET_COMPACT_LEN && count > 1 {
+        // Redis samples a small set's distinct members in the set's own order.
+        let all = t.zset_range(db, key, 0, len);
+        let mut ranks: Vec<usize> = (0..all.len()).collect();
+        for i in 0..count as usize {
+            let j = i + random_below((ranks.len() - i) as u64) as usize;
+            ranks.swap(i, j);
+        }
+        ranks.truncate(count as usize);
+        ranks.sort_unstable();
+        return ranks.into_iter().map(|r| all[r].clone()).collect();
     }
     if count * 3 > len {
         // Most of the set: shuffle it and keep a prefix.
@@ -1307,10 +1319,9 @@ fn random_members(t: &dyn View, db: Db, key: &[u8], len: u64, count: i64) -> Sco
     items
 }
 
-/// Sorted sets up to this many members, each at most [`ZSCAN_SMALL_MEMBER_BYTES`] long, are
-/// scanned in one step, as Redis does for its compact (listpack) encoding.
-const ZSCAN_SMALL_LEN: u64 = 128;
-const ZSCAN_SMALL_MEMBER_BYTES: usize = 64;
+/// Members longer than this keep a Redis sorted set out of its compact encoding
+/// (`zset-max-listpack-value`): such sets are scanned in steps even when small.
+const ZSET_COMPACT_MEMBER_BYTES: usize = 64;
 
 /// Parses a SCAN cursor like Redis's `strtoul` call: optional sign (a negative cursor wraps),
 /// digits, no leading space, no overflow; an empty cursor is 0.
@@ -1373,9 +1384,12 @@ struct ScanStep {
 fn zscan_step(t: &dyn View, db: Db, key: &[u8], cursor: u64, count: u64) -> ScanStep {
     let len = t.zset_len(db, key);
     // Like Redis's compact encoding, a small set ignores the cursor.
-    if len <= ZSCAN_SMALL_LEN {
+    if len <= ZSET_COMPACT_LEN {
         let all = t.zset_range(db, key, 0, len);
-        if all.iter().all(|(m, _)| m.len() <= ZSCAN_SMALL_MEMBER_BYTES) {
+        if all
+            .iter()
+            .all(|(m, _)| m.len() <= ZSET_COMPACT_MEMBER_BYTES)
+        {
             return ScanStep {
                 next: 0,
                 items: all,
@@ -2294,6 +2308,10 @@ mod tests {
             assert_eq!(items.len() as i64, count);
             let distinct: std::collections::HashSet<_> = items.iter().map(|(m, _)| m).collect();
             assert_eq!(distinct.len() as i64, count, "distinct members");
+            assert!(
+                items.windows(2).all(|w| w[0].1 < w[1].1),
+                "a small set's sample comes in the set's order"
+            );
             for (member, score) in &items {
                 assert_eq!(in_txn(&ks, |t| t.zset_score(0, b"z", member)), Some(*score));
             }
@@ -2305,6 +2323,18 @@ mod tests {
             b"m49".to_vec(),
             "the whole set comes highest first"
         );
+        let big: Vec<(f64, String)> = (0..300).map(|i| (f64::from(i), format!("b{i}"))).collect();
+        let big_refs: Vec<(f64, &str)> = big.iter().map(|(s, m)| (*s, m.as_str())).collect();
+        let big_ks = keyspace_with(&[("big", zset(&big_refs))]);
+        for count in [2, 50, 150, 299] {
+            let items = in_txn(&big_ks, |t| random_members(t, 0, b"big", 300, count));
+            let distinct: std::collections::HashSet<_> = items.iter().map(|(m, _)| m).collect();
+            assert_eq!(
+                distinct.len() as i64,
+                count,
+                "distinct members of a large set"
+            );
+        }
         let repeated = in_txn(&ks, |t| random_members(t, 0, b"z", 50, -500));
         assert_eq!(repeated.len(), 500);
         let distinct: std::collections::HashSet<_> = repeated.iter().map(|(m, _)| m).collect();
