@@ -8,6 +8,14 @@
 //! Scores are printed as Redis 7.0 prints doubles: `%.17g` (so `1.1` reads back as
 //! `1.1000000000000001`), `inf`/`-inf`. RESP3 sends them as doubles; `WITHSCORES` replies pair
 //! each member with its score in a two-element array in RESP3 and interleave them in RESP2.
+//!
+//! Where Redis's answer depends on its compact encoding of small sets (at most 128 members),
+//! small sets answer the same way: lex ranges over mixed scores walk the set as Redis walks it,
+//! ZSCAN returns the whole set at once with scores as Redis keeps them, ZRANDMEMBER samples in
+//! the set's order. Larger sets scan in steps whose cursor is the next score to visit.
+//!
+//! BZPOPMIN, BZPOPMAX and BZMPOP pop at once when they can; otherwise they return
+//! [`Action::Block`] on their keys and write nothing (inside EXEC they answer as a timeout).
 
 use std::cell::Cell;
 use std::collections::HashMap;
@@ -675,6 +683,9 @@ fn cmd_zrevrangebylex(ctx: &mut Ctx<'_>, args: &[Vec<u8>], out: &mut Vec<u8>) ->
 fn store_result(t: &mut dyn Txn, db: Db, dst: &[u8], items: Scored) -> Result<u64, CommandError> {
     let n = items.len() as u64;
     let effect = if items.is_empty() {
+        if t.kind(db, dst).is_none() {
+            return Ok(0);
+        }
         Effect::Del {
             db,
             key: dst.to_vec(),
@@ -1049,14 +1060,13 @@ fn pop_members(
     if n == 0 {
         return Ok(Vec::new());
     }
-    let mut items = if max {
+    let items = if max {
         let mut items = t.zset_range(db, key, len - n, len);
         items.reverse();
         items
     } else {
         t.zset_range(db, key, 0, n)
     };
-    items.truncate(n as usize);
     t.apply(vec![Effect::ZRem {
         db,
         key: key.to_vec(),
