@@ -958,12 +958,12 @@ fn cmd_zrem(ctx: &mut Ctx<'_>, args: &[Vec<u8>], out: &mut Vec<u8>) -> CommandRe
         if !zset_exists(t, db, key)? {
             return Ok(0);
         }
-        let mut members: Vec<Bytes> = Vec::new();
-        for member in &args[2..] {
-            if t.zset_score(db, key, member).is_some() && !members.contains(member) {
-                members.push(member.clone());
-            }
-        }
+        let mut named = std::collections::HashSet::new();
+        let members: Vec<Bytes> = args[2..]
+            .iter()
+            .filter(|m| named.insert(m.as_slice()) && t.zset_score(db, key, m).is_some())
+            .cloned()
+            .collect();
         let n = members.len() as u64;
         if n > 0 {
             t.apply(vec![Effect::ZRem {
