@@ -12,11 +12,11 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
-use crate::backend::{Backend, BackendError, InfoSection, ScoreBound};
+use crate::backend::{Backend, BackendError, InfoSection};
 use crate::glob::glob_match;
 use crate::resp::{
-    Reply, parse_strict_i64, write_array_header, write_bulk, write_double_text, write_error,
-    write_integer, write_optional, write_simple, write_verbatim,
+    Reply, parse_strict_i64, write_array_header, write_bulk, write_error, write_integer,
+    write_optional, write_simple, write_verbatim,
 };
 use crate::server::Shared;
 use model::{
@@ -574,9 +574,6 @@ static CORE: &[Spec] = &[
     spec!("shutdown", -1, ADMIN, 0, 0, 0, cmd_shutdown),
     spec!("time", 1, &["loading", "stale", "fast"], 0, 0, 0, cmd_time),
     spec!("wait", 3, &["noscript"], 0, 0, 0, cmd_wait),
-    spec!("zadd", -4, WRITE, 1, 1, 1, cmd_zadd),
-    spec!("zrangebyscore", -4, READ, 1, 1, 1, cmd_zrangebyscore),
-    spec!("zrem", -3, WRITE_NO_OOM, 1, 1, 1, cmd_zrem),
 ];
 
 /// Compares `a` lower-cased with `b` (already lower case).
@@ -891,6 +888,17 @@ fn parse_float_with(arg: &[u8], strict: bool) -> Option<f64> {
             f64::INFINITY
         });
     }
+    if let Some(hex) = unsigned
+        .strip_prefix("0x")
+        .or_else(|| unsigned.strip_prefix("0X"))
+    {
+        let (magnitude, nonzero) = parse_hex_float(hex)?;
+        if strict && (magnitude.is_infinite() || (magnitude == 0.0 && nonzero)) {
+            return None;
+        }
+        let value = if first == b'-' { -magnitude } else { magnitude };
+        return Some(value + 0.0);
+    }
     if !unsigned
         .bytes()
         .all(|b| b.is_ascii_digit() || matches!(b, b'.' | b'e' | b'E' | b'+' | b'-'))
@@ -916,52 +924,72 @@ fn parse_float_with(arg: &[u8], strict: bool) -> Option<f64> {
     Some(value + 0.0)
 }
 
-/// Formats a score like Redis 7.2: the shortest representation that round-trips, in `%.17g`
-/// style (exponent form below 1e-4 and from 1e17), `inf`/`-inf`, and `0` for either zero.
-pub(crate) fn format_score(value: f64) -> String {
-    if value.is_nan() {
-        return "nan".to_string();
-    }
-    if value.is_infinite() {
-        return if value > 0.0 {
-            "inf".to_string()
-        } else {
-            "-inf".to_string()
-        };
-    }
-    if value == 0.0 {
-        return "0".to_string();
-    }
-    // `{:e}` gives the shortest round-trip digits: `-1.2345e17`, `1e-5`.
-    let sci = format!("{value:e}");
-    let (mantissa, exponent) = sci.split_once('e').unwrap_or((&sci, "0"));
-    let exponent: i32 = exponent.parse().unwrap_or(0);
-    let (sign, mantissa) = match mantissa.strip_prefix('-') {
-        Some(m) => ("-", m),
-        None => ("", mantissa),
+/// The digits of a C99 hexadecimal float after its `0x` (`1.8p3` is 12), as strtod reads them:
+/// the value (infinite on overflow, 0 on underflow) and whether any digit was non-zero.
+/// Digits past what an f64 can hold only decide the rounding.
+fn parse_hex_float(text: &str) -> Option<(f64, bool)> {
+    let (digits, exponent) = match text.split_once(['p', 'P']) {
+        Some((digits, exponent)) => (digits, Some(exponent)),
+        None => (text, None),
     };
-    let digits: String = mantissa.chars().filter(|c| *c != '.').collect();
-    if !(-4..17).contains(&exponent) {
-        let (head, tail) = digits.split_at(1);
-        let dot = if tail.is_empty() { "" } else { "." };
-        let exp_sign = if exponent < 0 { '-' } else { '+' };
-        return format!(
-            "{sign}{head}{dot}{tail}e{exp_sign}{:02}",
-            exponent.unsigned_abs()
-        );
+    let (whole, fraction) = digits.split_once('.').unwrap_or((digits, ""));
+    let hex = |s: &str| s.bytes().all(|b| b.is_ascii_hexdigit());
+    if (whole.is_empty() && fraction.is_empty()) || !hex(whole) || !hex(fraction) {
+        return None;
     }
-    if exponent < 0 {
-        let zeros = "0".repeat((-exponent - 1) as usize);
-        return format!("{sign}0.{zeros}{digits}");
+    // Binary exponent, clamped far past where any f64 overflows or underflows.
+    let mut power: i64 = match exponent {
+        None => 0,
+        Some(e) => {
+            let (negative, digits) = match e.as_bytes().first() {
+                Some(b'-') => (true, &e[1..]),
+                Some(b'+') => (false, &e[1..]),
+                _ => (false, e),
+            };
+            if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+                return None;
+            }
+            let magnitude = digits
+                .bytes()
+                .fold(0i64, |n, d| (n * 10 + i64::from(d - b'0')).min(100_000));
+            if negative { -magnitude } else { magnitude }
+        }
+    };
+    let mut mantissa: u64 = 0;
+    let mut nonzero = false;
+    let mut sticky = false;
+    for (i, d) in whole.bytes().chain(fraction.bytes()).enumerate() {
+        let v = u64::from(char::from(d).to_digit(16).unwrap_or(0));
+        nonzero |= v != 0;
+        let in_fraction = i >= whole.len();
+        if mantissa >> 60 == 0 {
+            mantissa = mantissa << 4 | v;
+            if in_fraction {
+                power -= 4;
+            }
+        } else {
+            // No room: the digit only matters for rounding (a sticky low bit).
+            sticky |= v != 0;
+            if !in_fraction {
+                power += 4;
+            }
+        }
     }
-    let int_len = exponent as usize + 1;
-    if digits.len() <= int_len {
-        let zeros = "0".repeat(int_len - digits.len());
-        format!("{sign}{digits}{zeros}")
-    } else {
-        let (int_part, frac) = digits.split_at(int_len);
-        format!("{sign}{int_part}.{frac}")
+    if sticky {
+        mantissa |= 1;
     }
+    // Scale in steps so that an intermediate power of two never overflows or vanishes first.
+    let mut value = mantissa as f64;
+    let mut power = power.clamp(-200_000, 200_000);
+    while power > 1000 {
+        value *= 2f64.powi(1000);
+        power -= 1000;
+    }
+    while power < -1000 {
+        value *= 2f64.powi(-1000);
+        power += 1000;
+    }
+    Some((value * 2f64.powi(power as i32), nonzero))
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -2263,99 +2291,8 @@ fn cmd_shutdown(ctx: &mut Ctx<'_>, args: &[Vec<u8>], _: &mut Vec<u8>) -> Command
 // Helpers of the commands below
 // ---------------------------------------------------------------------------------------------
 
-fn keys_of(args: &[Vec<u8>]) -> Vec<&[u8]> {
-    args.iter().map(Vec::as_slice).collect()
-}
-
 fn write_count(out: &mut Vec<u8>, n: u64) -> CommandResult {
     write_integer(out, i64::try_from(n).unwrap_or(i64::MAX));
-    Ok(Action::Continue)
-}
-
-// ---------------------------------------------------------------------------------------------
-// Sorted sets
-// ---------------------------------------------------------------------------------------------
-
-/// ZADD's flags; the backend contract has none of them, so they are refused.
-const ZADD_FLAGS: &[&str] = &["nx", "xx", "gt", "lt", "ch", "incr"];
-
-fn cmd_zadd(ctx: &mut Ctx<'_>, args: &[Vec<u8>], out: &mut Vec<u8>) -> CommandResult {
-    let elements = &args[2..];
-    if ZADD_FLAGS.iter().any(|f| is(&elements[0], f)) || elements.len() % 2 != 0 {
-        return Err(CommandError::Syntax);
-    }
-    let members = elements
-        .chunks_exact(2)
-        .map(|p| parse_float(&p[0]).map(|score| (score, p[1].as_slice())))
-        .collect::<Option<Vec<_>>>()
-        .ok_or(CommandError::NotFloat)?;
-    let n = ctx.backend().zadd(&args[1], &members)?;
-    write_count(out, n)
-}
-
-fn cmd_zrem(ctx: &mut Ctx<'_>, args: &[Vec<u8>], out: &mut Vec<u8>) -> CommandResult {
-    let n = ctx.backend().zrem(&args[1], &keys_of(&args[2..]))?;
-    write_count(out, n)
-}
-
-/// Parses a ZRANGEBYSCORE bound: `(` prefix for exclusive, then a float (`-inf`, `+inf` too).
-pub(crate) fn parse_score_bound(arg: &[u8]) -> Result<ScoreBound, CommandError> {
-    let (exclusive, number) = match arg.strip_prefix(b"(") {
-        Some(rest) => (true, rest),
-        None => (false, arg),
-    };
-    let score = parse_float_with(number, false).ok_or(CommandError::MinMaxNotFloat)?;
-    Ok(ScoreBound { score, exclusive })
-}
-
-fn cmd_zrangebyscore(ctx: &mut Ctx<'_>, args: &[Vec<u8>], out: &mut Vec<u8>) -> CommandResult {
-    let mut with_scores = false;
-    let mut limit: Option<(i64, i64)> = None;
-    let mut i = 4;
-    while i < args.len() {
-        if is(&args[i], "withscores") {
-            with_scores = true;
-            i += 1;
-        } else if is(&args[i], "limit") && i + 2 < args.len() {
-            limit = Some((parse_int(&args[i + 1])?, parse_int(&args[i + 2])?));
-            i += 3;
-        } else {
-            return Err(CommandError::Syntax);
-        }
-    }
-    let min = parse_score_bound(&args[2])?;
-    let max = parse_score_bound(&args[3])?;
-    let (offset, count) = match limit {
-        None => (0, None),
-        Some((offset, _)) if offset < 0 => {
-            write_array_header(out, 0);
-            return Ok(Action::Continue);
-        }
-        Some((offset, count)) => (
-            usize::try_from(offset).unwrap_or(usize::MAX),
-            usize::try_from(count).ok(),
-        ),
-    };
-    let members = ctx
-        .backend()
-        .zrange_by_score(&args[1], min, max, offset, count)?;
-    // RESP3 pairs each member with its score as a two-element array of bulk and double; RESP2
-    // interleaves them in one flat array.
-    let resp3 = ctx.resp3();
-    let pairs = with_scores && resp3;
-    write_array_header(
-        out,
-        members.len() * if with_scores && !resp3 { 2 } else { 1 },
-    );
-    for (member, score) in &members {
-        if pairs {
-            write_array_header(out, 2);
-        }
-        write_bulk(out, member);
-        if with_scores {
-            write_double_text(out, format_score(*score).as_bytes(), resp3);
-        }
-    }
     Ok(Action::Continue)
 }
 
@@ -2513,7 +2450,24 @@ mod tests {
             ("1e-400", None),
             ("abc", None),
             ("1e", None),
-            ("0x10", None),
+            ("0x10", Some(16.0)),
+            ("-0X1p-2", Some(-0.25)),
+            ("0x1.8p1", Some(3.0)),
+            ("0x.8", Some(0.5)),
+            ("0xA", Some(10.0)),
+            ("0x1P+4", Some(16.0)),
+            ("0x1fffffffffffff", Some(9007199254740991.0)),
+            ("0x1p1023", Some(8.98846567431158e307)),
+            ("0x1p1024", None),
+            ("0x1p-1074", Some(5e-324)),
+            ("0x1p-1080", None),
+            ("0x0p-1080", Some(0.0)),
+            ("0x", None),
+            ("0x.", None),
+            ("0x1p", None),
+            ("0x1p+", None),
+            ("0xg", None),
+            ("0x1.8.1", None),
             ("1_0", None),
         ];
         for (text, want) in cases {
@@ -2523,85 +2477,7 @@ mod tests {
         assert!(parse_float(b"-0.0e5").unwrap().is_sign_positive());
     }
 
-    #[test]
-    fn scores_format_like_redis() {
-        let cases: &[(f64, &str)] = &[
-            (1.0, "1"),
-            (-1.0, "-1"),
-            (0.0, "0"),
-            (-0.0, "0"),
-            (1.1, "1.1"),
-            (1.5, "1.5"),
-            (0.1, "0.1"),
-            (0.0001, "0.0001"),
-            (0.00001, "1e-05"),
-            (1.25e-7, "1.25e-07"),
-            (123.456, "123.456"),
-            (1e16, "10000000000000000"),
-            (1e17, "1e+17"),
-            (1e20, "1e+20"),
-            (123456789012345678.0, "1.2345678901234568e+17"),
-            (-2.5e300, "-2.5e+300"),
-            (f64::INFINITY, "inf"),
-            (f64::NEG_INFINITY, "-inf"),
-            (f64::MAX, "1.7976931348623157e+308"),
-            (5e-324, "5e-324"),
-        ];
-        for (value, want) in cases {
-            assert_eq!(format_score(*value), *want, "{value:e}");
-            if value.is_finite() {
-                assert_eq!(want.parse::<f64>().unwrap(), *value + 0.0);
-            }
-        }
-    }
-
     fn words(list: &[&str]) -> Vec<Vec<u8>> {
         list.iter().map(|s| s.as_bytes().to_vec()).collect()
-    }
-
-    #[test]
-    fn score_bounds() {
-        assert_eq!(
-            parse_score_bound(b"(1"),
-            Ok(ScoreBound {
-                score: 1.0,
-                exclusive: true
-            })
-        );
-        assert_eq!(
-            parse_score_bound(b"-inf"),
-            Ok(ScoreBound {
-                score: f64::NEG_INFINITY,
-                exclusive: false
-            })
-        );
-        assert_eq!(
-            parse_score_bound(b"(+inf"),
-            Ok(ScoreBound {
-                score: f64::INFINITY,
-                exclusive: true
-            })
-        );
-        assert_eq!(
-            parse_score_bound(b"( 1"),
-            Ok(ScoreBound {
-                score: 1.0,
-                exclusive: true
-            })
-        );
-        assert_eq!(
-            parse_score_bound(b"1e400"),
-            Ok(ScoreBound {
-                score: f64::INFINITY,
-                exclusive: false
-            })
-        );
-        assert_eq!(
-            parse_score_bound(b"-0").map(|b| b.score.is_sign_positive()),
-            Ok(true)
-        );
-        for bad in [&b"x"[..], b"(", b"((1", b"nan", b"(nan", b"", b"1 ", b"( "] {
-            assert_eq!(parse_score_bound(bad), Err(CommandError::MinMaxNotFloat));
-        }
     }
 }

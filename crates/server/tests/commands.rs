@@ -275,7 +275,6 @@ fn hash_commands() {
     expect(&mut c, "GET h", wrongtype);
     expect(&mut c, "INCR h", wrongtype);
     expect(&mut c, "APPEND h x", wrongtype);
-    expect(&mut c, "ZADD h 1 m", wrongtype);
     expect(&mut c, "SET s v", "+OK\r\n");
     expect(&mut c, "HSET s f v", wrongtype);
     expect(&mut c, "HGET s f", wrongtype);
@@ -283,104 +282,6 @@ fn hash_commands() {
     expect(&mut c, "MGET s h", "*2\r\n$1\r\nv\r\n$-1\r\n");
     expect(&mut c, "HDEL h a b", ":2\r\n");
     expect(&mut c, "EXISTS h", ":0\r\n");
-}
-
-#[test]
-fn sorted_set_commands() {
-    let server = TestServer::default_config();
-    let mut c = server.client();
-    expect(
-        &mut c,
-        "ZADD z 1 a 2 b inf c -inf d 1.1 e 1e20 f 0.00001 g 123456789012345678 h",
-        ":8\r\n",
-    );
-    expect(&mut c, "ZADD z 5 a +inf i", ":1\r\n");
-    expect(&mut c, "ZADD z 1 a", ":0\r\n");
-    expect(
-        &mut c,
-        "ZADD z nan x",
-        "-ERR value is not a valid float\r\n",
-    );
-    expect(
-        &mut c,
-        "ZADD z foo x",
-        "-ERR value is not a valid float\r\n",
-    );
-    expect(&mut c, "ZADD z 1 a 2", "-ERR syntax error\r\n");
-    expect(&mut c, "ZADD z NX 1 a", "-ERR syntax error\r\n");
-    expect(&mut c, "ZADD z CH 1 a 2 b", "-ERR syntax error\r\n");
-    expect(
-        &mut c,
-        "ZRANGEBYSCORE z -inf +inf WITHSCORES",
-        "*18\r\n$1\r\nd\r\n$4\r\n-inf\r\n$1\r\ng\r\n$5\r\n1e-05\r\n$1\r\na\r\n$1\r\n1\r\n\
-         $1\r\ne\r\n$3\r\n1.1\r\n$1\r\nb\r\n$1\r\n2\r\n$1\r\nh\r\n$22\r\n1.2345678901234568e+17\r\n\
-         $1\r\nf\r\n$5\r\n1e+20\r\n$1\r\nc\r\n$3\r\ninf\r\n$1\r\ni\r\n$3\r\ninf\r\n",
-    );
-    expect(
-        &mut c,
-        "ZRANGEBYSCORE z (1 2",
-        "*2\r\n$1\r\ne\r\n$1\r\nb\r\n",
-    );
-    expect(
-        &mut c,
-        "ZRANGEBYSCORE z 1 (2",
-        "*2\r\n$1\r\na\r\n$1\r\ne\r\n",
-    );
-    expect(
-        &mut c,
-        "ZRANGEBYSCORE z -inf inf LIMIT 1 2",
-        "*2\r\n$1\r\ng\r\n$1\r\na\r\n",
-    );
-    expect(
-        &mut c,
-        "ZRANGEBYSCORE z -inf inf limit 7 -1",
-        "*2\r\n$1\r\nc\r\n$1\r\ni\r\n",
-    );
-    expect(&mut c, "ZRANGEBYSCORE z -inf inf LIMIT -1 2", "*0\r\n");
-    expect(
-        &mut c,
-        "ZRANGEBYSCORE z 0 1 WITHSCORES LIMIT 0 1",
-        "*2\r\n$1\r\ng\r\n$5\r\n1e-05\r\n",
-    );
-    expect(
-        &mut c,
-        "ZRANGEBYSCORE z x 1",
-        "-ERR min or max is not a float\r\n",
-    );
-    expect(
-        &mut c,
-        "ZRANGEBYSCORE z 1 nan",
-        "-ERR min or max is not a float\r\n",
-    );
-    expect(
-        &mut c,
-        "ZRANGEBYSCORE z -inf inf LIMIT 1",
-        "-ERR syntax error\r\n",
-    );
-    expect(
-        &mut c,
-        "ZRANGEBYSCORE z -inf inf LIMIT x 1",
-        "-ERR value is not an integer or out of range\r\n",
-    );
-    expect(
-        &mut c,
-        "ZRANGEBYSCORE z -inf inf bogus",
-        "-ERR syntax error\r\n",
-    );
-    expect(&mut c, "ZRANGEBYSCORE nothere -inf inf", "*0\r\n");
-    expect(&mut c, "ZREM z a zz c", ":2\r\n");
-    expect(
-        &mut c,
-        "ZREM z",
-        "-ERR wrong number of arguments for 'zrem' command\r\n",
-    );
-    expect(&mut c, "TYPE z", "+zset\r\n");
-    expect(
-        &mut c,
-        "GET z",
-        "-WRONGTYPE Operation against a key holding the wrong kind of value\r\n",
-    );
-    expect(&mut c, "ZRANGEBYSCORE z 1e-5 1e-5", "*1\r\n$1\r\ng\r\n");
 }
 
 #[test]
