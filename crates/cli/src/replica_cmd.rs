@@ -716,6 +716,8 @@ delegate_view! {
     zset_rank_above(db: model::Db, key: &[u8], bound: model::ScoreBound) -> u64;
     zset_rank_of_lex(db: model::Db, key: &[u8], bound: &model::LexBound) -> u64;
     zset_rank_above_lex(db: model::Db, key: &[u8], bound: &model::LexBound) -> u64;
+    db_len(db: model::Db) -> Option<u64>;
+    db_keys(db: model::Db) -> Option<Vec<model::KeyInfo>>;
 }
 
 impl model::Txn for Capture<'_> {

@@ -118,6 +118,19 @@ fn views(ks: &dyn Keyspace) -> Vec<String> {
                 line += &format!(" {fields:?} {members:?}");
                 out.push(line);
             }
+            // The whole-database reads a Scope::All transaction answers (DBSIZE, KEYS inside
+            // EXEC).
+            let mut keys: Vec<_> = t
+                .db_keys(db)
+                .expect("a Scope::All transaction lists keys")
+                .into_iter()
+                .map(|k| (k.key, k.kind, k.expire_at_ms))
+                .collect();
+            keys.sort_by(|a, b| a.0.cmp(&b.0));
+            out.push(format!(
+                "{db}: {} keys {keys:?}",
+                t.db_len(db).expect("db_len")
+            ));
         }
         Ok(())
     })

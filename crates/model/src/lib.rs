@@ -442,6 +442,18 @@ pub trait View {
     fn zset_rank_of_lex(&self, db: Db, key: &[u8], bound: &LexBound) -> u64;
     /// Members at or before the upper end `bound` by member bytes.
     fn zset_rank_above_lex(&self, db: Db, key: &[u8], bound: &LexBound) -> u64;
+    /// Number of keys in `db` (as [`Keyspace::dbsize`]), for a transaction that holds the whole
+    /// keyspace (`Scope::All`, as EXEC does, where calling the [`Keyspace`] would wait for the
+    /// transaction's own locks). `None` from a transaction over some keys only.
+    fn db_len(&self, db: Db) -> Option<u64> {
+        let _ = db;
+        None
+    }
+    /// Every live key of `db`, under the same condition as [`View::db_len`].
+    fn db_keys(&self, db: Db) -> Option<Vec<KeyInfo>> {
+        let _ = db;
+        None
+    }
 }
 
 /// A transaction: a [`View`] plus writes. Effects apply at once (later reads see them) and

@@ -631,6 +631,23 @@ impl View for MemTxn<'_> {
         self.zset(db, key)
             .map_or(0, |z| z.rank_where(|_, m| lex_below(m, bound, true)))
     }
+    fn db_len(&self, db: Db) -> Option<u64> {
+        // One lock covers everything, so every transaction holds the whole keyspace.
+        Some(self.st.dbs.get(db as usize).map_or(0, |m| m.len() as u64))
+    }
+    fn db_keys(&self, db: Db) -> Option<Vec<KeyInfo>> {
+        let map = self.st.dbs.get(db as usize)?;
+        Some(
+            map.iter()
+                .filter(|(_, e)| e.expire_at == 0 || e.expire_at > self.now)
+                .map(|(k, e)| KeyInfo {
+                    key: k.clone(),
+                    kind: e.val.kind(),
+                    expire_at_ms: e.expire_at,
+                })
+                .collect(),
+        )
+    }
 }
 
 impl Txn for MemTxn<'_> {

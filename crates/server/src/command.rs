@@ -457,6 +457,12 @@ impl View for Recorder<'_> {
     fn zset_rank_above_lex(&self, db: Db, key: &[u8], bound: &LexBound) -> u64 {
         self.inner.zset_rank_above_lex(db, key, bound)
     }
+    fn db_len(&self, db: Db) -> Option<u64> {
+        self.inner.db_len(db)
+    }
+    fn db_keys(&self, db: Db) -> Option<Vec<model::KeyInfo>> {
+        self.inner.db_keys(db)
+    }
 }
 
 impl Txn for Recorder<'_> {

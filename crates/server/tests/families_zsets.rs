@@ -624,6 +624,14 @@ fn rank_ranges() {
     let server = TestServer::default_config();
     let mut c = server.client();
     expect(&mut c, "zadd z 1 a 2 b 3 c 4 d 5 e", ":5\r\n");
+    // Redis 7.0 refuses LIMIT on a rank range only when its count is not -1.
+    expect(&mut c, "zrange z 0 0 limit 3 -1", "*1\r\n$1\r\na\r\n");
+    expect(&mut c, "zrange z 0 0 limit -1 -1", "*1\r\n$1\r\na\r\n");
+    expect(
+        &mut c,
+        "zrange z 0 0 limit 0 -5",
+        "-ERR syntax error, LIMIT is only supported in combination with either BYSCORE or BYLEX\r\n",
+    );
     expect(
         &mut c,
         "zrange z 0 -1",

@@ -257,3 +257,30 @@ fn server_commands_inside_exec_answer() {
         "{replies:?}"
     );
 }
+
+#[test]
+fn whole_database_reads_inside_exec_see_the_exec_itself() {
+    // DBSIZE, KEYS, SCAN and RANDOMKEY inside EXEC read through the EXEC's transaction (which
+    // holds the whole keyspace) and see the writes queued before them, as in Redis.
+    let server = TestServer::default_config();
+    let mut c = server.client();
+    expect(&mut c, "SET a 1", "+OK\r\n");
+    expect(&mut c, "MULTI", "+OK\r\n");
+    for line in [
+        "SET b 2",
+        "DBSIZE",
+        "KEYS *",
+        "SCAN 0 MATCH b",
+        "DEL a",
+        "RANDOMKEY",
+        "SELECT 1",
+        "DBSIZE",
+    ] {
+        expect(&mut c, line, "+QUEUED\r\n");
+    }
+    expect(
+        &mut c,
+        "EXEC",
+        "*8\r\n+OK\r\n:2\r\n*2\r\n$1\r\na\r\n$1\r\nb\r\n*2\r\n$1\r\n0\r\n*1\r\n$1\r\nb\r\n:1\r\n$1\r\nb\r\n+OK\r\n:0\r\n",
+    );
+}

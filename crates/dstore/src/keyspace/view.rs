@@ -168,6 +168,50 @@ impl<M: Medium + Clone + Send + Sync + 'static> View for StoreTxn<'_, '_, M> {
             zset::partition(a, z, |_, m| lex_below(m, bound, true))
         })
     }
+
+    fn db_len(&self, db: Db) -> Option<u64> {
+        if !self.all || db as usize >= model::DATABASES {
+            return None;
+        }
+        let n = self.arenas.ids().len();
+        Some(
+            (0..n)
+                .map(|i| effects::db_count(self.arenas.get(i), db))
+                .sum(),
+        )
+    }
+
+    fn db_keys(&self, db: Db) -> Option<Vec<model::KeyInfo>> {
+        if !self.all || db as usize >= model::DATABASES {
+            return None;
+        }
+        let mut out = Vec::new();
+        for i in 0..self.arenas.ids().len() {
+            let a = self.arenas.get(i);
+            let t = a.user(crate::machine::USER_KEYSPACE);
+            let mut v = 0;
+            loop {
+                let mut found = Vec::new();
+                v = table::scan_step(a, t, v, &mut found);
+                for e in found {
+                    if effects::db(a, e) == db
+                        && !effects::is_expired(a, e, self.now)
+                        && let Some(kind) = effects::kind_of(effects::type_tag(a, e))
+                    {
+                        out.push(model::KeyInfo {
+                            key: e.key(a).to_vec(),
+                            kind,
+                            expire_at_ms: e.expire(a),
+                        });
+                    }
+                }
+                if v == 0 {
+                    break;
+                }
+            }
+        }
+        Some(out)
+    }
 }
 
 /// Lower end: is `m` before the range starting at `bound`? Upper end: is `m` inside a range

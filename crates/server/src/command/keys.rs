@@ -288,26 +288,28 @@ fn cmd_swapdb(ctx: &mut Ctx<'_>, args: &[Vec<u8>], out: &mut Vec<u8>) -> Command
 // Whole databases
 // ---------------------------------------------------------------------------------------------
 
-/// The keyspace, for the commands that read all of a database (DBSIZE, KEYS, SCAN,
-/// RANDOMKEY). Inside EXEC the transaction holds the keyspace's locks and a [`View`] cannot
-/// list keys, so they are refused there rather than wait on their own transaction.
-///
-/// [`View`]: model::View
-fn whole_keyspace<'c>(
-    ctx: &'c Ctx<'_>,
-    name: &str,
-) -> Result<&'c dyn model::Keyspace, CommandError> {
-    if ctx.in_exec() {
-        return Err(CommandError::Other(format!(
-            "ERR {name} inside MULTI is not supported by this server"
-        )));
-    }
-    ctx.keyspace()
+/// Every live key of `db` as the EXEC's transaction sees it. Inside EXEC the transaction holds
+/// the whole keyspace, so the commands that read all of a database (DBSIZE, KEYS, SCAN,
+/// RANDOMKEY) read through it rather than wait on their own transaction's locks.
+fn keys_in_exec(ctx: &mut Ctx<'_>, db: model::Db) -> Result<Vec<model::KeyInfo>, CommandError> {
+    ctx.run(Scope::All, false, |t| {
+        t.db_keys(db).ok_or_else(|| {
+            CommandError::Other("ERR internal: EXEC's transaction cannot list keys".into())
+        })
+    })
 }
 
 fn cmd_dbsize(ctx: &mut Ctx<'_>, _: &[Vec<u8>], out: &mut Vec<u8>) -> CommandResult {
     let db = ctx.db();
-    let n = whole_keyspace(ctx, "DBSIZE")?.dbsize(db)?;
+    let n = if ctx.in_exec() {
+        ctx.run(Scope::All, false, |t| {
+            t.db_len(db).ok_or_else(|| {
+                CommandError::Other("ERR internal: EXEC's transaction cannot count keys".into())
+            })
+        })?
+    } else {
+        ctx.keyspace()?.dbsize(db)?
+    };
     int_reply(out, i64::try_from(n).unwrap_or(i64::MAX))
 }
 
@@ -341,7 +343,17 @@ fn cmd_flushall(ctx: &mut Ctx<'_>, args: &[Vec<u8>], out: &mut Vec<u8>) -> Comma
 
 fn cmd_randomkey(ctx: &mut Ctx<'_>, _: &[Vec<u8>], out: &mut Vec<u8>) -> CommandResult {
     let db = ctx.db();
-    let key = whole_keyspace(ctx, "RANDOMKEY")?.random_key(db)?;
+    let key = if ctx.in_exec() {
+        let keys = keys_in_exec(ctx, db)?;
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as u64);
+        let pick = now.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 16;
+        let n = keys.len() as u64;
+        (n > 0).then(|| keys[(pick % n.max(1)) as usize].key.clone())
+    } else {
+        ctx.keyspace()?.random_key(db)?
+    };
     write_optional(out, key.as_deref(), ctx.resp3());
     Ok(Action::Continue)
 }
@@ -351,10 +363,18 @@ fn cmd_keys(ctx: &mut Ctx<'_>, args: &[Vec<u8>], out: &mut Vec<u8>) -> CommandRe
     let db = ctx.db();
     let pattern = &args[1];
     let all = pattern.as_slice() == b"*";
-    let ks = whole_keyspace(ctx, "KEYS")?;
     let mut keys = Vec::new();
+    if ctx.in_exec() {
+        keys.extend(
+            keys_in_exec(ctx, db)?
+                .into_iter()
+                .filter(|k| all || glob_match(pattern, &k.key))
+                .map(|k| k.key),
+        );
+    }
     let mut cursor = 0;
-    loop {
+    while !ctx.in_exec() {
+        let ks = ctx.keyspace()?;
         let (next, batch) = ks.scan(db, cursor, SCAN_COUNT_MAX)?;
         keys.extend(
             batch
@@ -449,7 +469,17 @@ fn cmd_scan(ctx: &mut Ctx<'_>, args: &[Vec<u8>], out: &mut Vec<u8>) -> CommandRe
     let cursor = parse_cursor(&args[1])?;
     let opts = parse_scan_options(&args[2..], true)?;
     let db = ctx.db();
-    let (next, keys) = whole_keyspace(ctx, "SCAN")?.scan(db, cursor, opts.count)?;
+    let (next, keys) = if ctx.in_exec() {
+        // The whole database in one step (a cursor handed out before the EXEC ends the scan).
+        let keys = if cursor == 0 {
+            keys_in_exec(ctx, db)?
+        } else {
+            Vec::new()
+        };
+        (0, keys)
+    } else {
+        ctx.keyspace()?.scan(db, cursor, opts.count)?
+    };
     let keys: Vec<_> = keys
         .into_iter()
         .filter(|k| {

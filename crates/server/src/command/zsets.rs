@@ -604,7 +604,8 @@ fn parse_range_query(
     }
     let rev = rev.unwrap_or(false);
     let by = by.unwrap_or(By::Rank);
-    if limit.is_some() && by == By::Rank {
+    // Redis 7.0 tests the count only: `LIMIT <any offset> -1` is no limit, and allowed.
+    if limit.is_some_and(|(_, count)| count != -1) && by == By::Rank {
         return Err(err(
             "ERR syntax error, LIMIT is only supported in combination with either BYSCORE or BYLEX",
         ));
@@ -628,7 +629,8 @@ fn parse_range_query(
     Ok(RangeQuery {
         range,
         rev,
-        limit,
+        // A rank range ignores an accepted LIMIT (count -1), offset included, as Redis 7.0.
+        limit: limit.filter(|_| by != By::Rank),
         with_scores,
     })
 }
