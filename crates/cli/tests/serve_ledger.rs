@@ -310,7 +310,7 @@ fn sigkill_loses_no_acknowledged_write_of_any_kind_and_no_exec_in_part() {
     let dir = scratch.path("store");
     const WRITERS: usize = 3;
     let ledgers: Vec<Arc<Mutex<Ledger>>> = (0..WRITERS).map(|_| Arc::default()).collect();
-    let mut rng = SplitMix64::new(0x1ed6_e5);
+    let mut rng = SplitMix64::new(0x001e_d6e5);
     let mut total = 0;
     for round in 0..30u64 {
         let (mut child, port, _) = spawn_serve(&dir, STORE_ARGS);
