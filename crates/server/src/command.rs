@@ -553,6 +553,7 @@ static CORE: &[Spec] = &[
     spec!("config", -2, ADMIN, 0, 0, 0, cmd_config),
     spec!("echo", 2, &["fast"], 0, 0, 0, cmd_echo),
     spec!("hello", -1, CONNECTION, 0, 0, 0, cmd_hello),
+    spec!("function", -2, &["noscript"], 0, 0, 0, cmd_function),
     spec!("info", -1, &["loading", "stale"], 0, 0, 0, cmd_info),
     spec!(
         "lastsave",
@@ -771,7 +772,6 @@ static UNSUPPORTED: &[&str] = &[
     "failover",
     "fcall",
     "fcall_ro",
-    "function",
     "geoadd",
     "geodist",
     "geohash",
@@ -1645,7 +1645,7 @@ fn config_parameters(shared: &Shared) -> Vec<(&'static str, String)> {
     } else {
         1
     };
-    vec![
+    let mut list = vec![
         ("appendonly", "yes".into()),
         ("appendfsync", c.durability.clone()),
         ("save", String::new()),
@@ -1675,7 +1675,58 @@ fn config_parameters(shared: &Shared) -> Vec<(&'static str, String)> {
         ("dir", String::new()),
         ("dbfilename", String::new()),
         ("requirepass", String::new()),
+    ];
+    let e = settings.encoding;
+    for (names, value) in encoding_parameters(&e) {
+        for name in names {
+            list.push((name, value.to_string()));
+        }
+    }
+    list
+}
+
+/// The encoding thresholds by their Redis 7 names (each with its older `ziplist` alias).
+fn encoding_parameters(e: &crate::server::Encoding) -> [(&'static [&'static str], i64); 7] {
+    [
+        (
+            &["hash-max-listpack-entries", "hash-max-ziplist-entries"],
+            e.hash_max_entries,
+        ),
+        (
+            &["hash-max-listpack-value", "hash-max-ziplist-value"],
+            e.hash_max_value,
+        ),
+        (
+            &["zset-max-listpack-entries", "zset-max-ziplist-entries"],
+            e.zset_max_entries,
+        ),
+        (
+            &["zset-max-listpack-value", "zset-max-ziplist-value"],
+            e.zset_max_value,
+        ),
+        (&["set-max-intset-entries"], e.set_max_intset_entries),
+        (
+            &["list-max-listpack-size", "list-max-ziplist-size"],
+            e.list_max_size,
+        ),
+        (&["list-compress-depth"], e.list_compress_depth),
     ]
+}
+
+/// Sets the encoding threshold `name` (either of its names); false if it is not one.
+fn set_encoding(e: &mut crate::server::Encoding, name: &str, v: i64) -> bool {
+    let slot = match name {
+        "hash-max-listpack-entries" | "hash-max-ziplist-entries" => &mut e.hash_max_entries,
+        "hash-max-listpack-value" | "hash-max-ziplist-value" => &mut e.hash_max_value,
+        "zset-max-listpack-entries" | "zset-max-ziplist-entries" => &mut e.zset_max_entries,
+        "zset-max-listpack-value" | "zset-max-ziplist-value" => &mut e.zset_max_value,
+        "set-max-intset-entries" => &mut e.set_max_intset_entries,
+        "list-max-listpack-size" | "list-max-ziplist-size" => &mut e.list_max_size,
+        "list-compress-depth" => &mut e.list_compress_depth,
+        _ => return false,
+    };
+    *slot = v;
+    true
 }
 
 /// Parameters Redis itself cannot change while running.
@@ -1781,6 +1832,18 @@ fn config_set(ctx: &mut Ctx<'_>, args: &[Vec<u8>]) -> Result<(), CommandError> {
                 }
                 settings.maxmemory_policy = policy;
             }
+            name if set_encoding(&mut settings.encoding, name, 0) => {
+                let v = parse_strict_i64(&pair[1])
+                    .filter(|v| {
+                        if name.starts_with("list-max") {
+                            (-5..=i64::from(i32::MAX)).contains(v) && *v != 0
+                        } else {
+                            (0..=i64::from(i32::MAX)).contains(v)
+                        }
+                    })
+                    .ok_or_else(|| config_failed(&pair[0], "argument couldn't be parsed into an integer"))?;
+                set_encoding(&mut settings.encoding, name, v);
+            }
             _ if current.as_bytes() == pair[1].as_slice() => {}
             _ => {
                 return Err(config_failed(
@@ -1791,9 +1854,13 @@ fn config_set(ctx: &mut Ctx<'_>, args: &[Vec<u8>]) -> Result<(), CommandError> {
         }
     }
     if settings != before {
-        ctx.backend()
-            .set_memory_limit(settings.maxmemory_bytes, &settings.maxmemory_policy)
-            .map_err(|e| config_failed(b"maxmemory", &e.to_string()))?;
+        if (settings.maxmemory_bytes, &settings.maxmemory_policy)
+            != (before.maxmemory_bytes, &before.maxmemory_policy)
+        {
+            ctx.backend()
+                .set_memory_limit(settings.maxmemory_bytes, &settings.maxmemory_policy)
+                .map_err(|e| config_failed(b"maxmemory", &e.to_string()))?;
+        }
         *ctx.shared
             .settings
             .lock()
@@ -2218,6 +2285,29 @@ fn cmd_lastsave(ctx: &mut Ctx<'_>, _: &[Vec<u8>], out: &mut Vec<u8>) -> CommandR
 }
 
 /// TIME: seconds and microseconds since the epoch, as two bulk strings.
+/// FUNCTION: Kavach runs no scripts, so there are never functions. FLUSH and LIST answer that
+/// truthfully (clients and Redis's test suite call them in their setup); the subcommands that
+/// would load or run one are refused.
+fn cmd_function(_: &mut Ctx<'_>, args: &[Vec<u8>], out: &mut Vec<u8>) -> CommandResult {
+    let sub = &args[1];
+    if is(sub, "flush") {
+        match args.len() {
+            2 => {}
+            3 if is(&args[2], "async") || is(&args[2], "sync") => {}
+            _ => return Err(CommandError::Syntax),
+        }
+        return ok(out);
+    }
+    if is(sub, "list") {
+        write_array_header(out, 0);
+        return Ok(Action::Continue);
+    }
+    Err(CommandError::Other(format!(
+        "ERR FUNCTION {} is not supported by Kavach (see docs/server.md)",
+        quote(sub).to_ascii_uppercase()
+    )))
+}
+
 fn cmd_time(ctx: &mut Ctx<'_>, _: &[Vec<u8>], out: &mut Vec<u8>) -> CommandResult {
     let now = SystemTime::now()
         .duration_since(UNIX_EPOCH)

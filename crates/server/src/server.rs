@@ -336,6 +336,35 @@ pub(crate) struct SaveState {
 pub(crate) struct Settings {
     pub(crate) maxmemory_bytes: u64,
     pub(crate) maxmemory_policy: String,
+    /// Redis's compact-encoding thresholds. The store has no such encodings; CONFIG keeps them
+    /// (clients and Redis's tests set them) and OBJECT ENCODING reports by them.
+    pub(crate) encoding: Encoding,
+}
+
+/// The encoding thresholds of Redis 7.0, with its defaults.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct Encoding {
+    pub(crate) hash_max_entries: i64,
+    pub(crate) hash_max_value: i64,
+    pub(crate) zset_max_entries: i64,
+    pub(crate) zset_max_value: i64,
+    pub(crate) set_max_intset_entries: i64,
+    pub(crate) list_max_size: i64,
+    pub(crate) list_compress_depth: i64,
+}
+
+impl Default for Encoding {
+    fn default() -> Self {
+        Encoding {
+            hash_max_entries: 128,
+            hash_max_value: 64,
+            zset_max_entries: 128,
+            zset_max_value: 64,
+            set_max_intset_entries: 512,
+            list_max_size: -2,
+            list_compress_depth: 0,
+        }
+    }
 }
 
 impl fmt::Debug for Shared {
@@ -487,6 +516,7 @@ impl Listener {
             settings: Mutex::new(Settings {
                 maxmemory_bytes: config.maxmemory_bytes,
                 maxmemory_policy: config.maxmemory_policy.clone(),
+                encoding: Encoding::default(),
             }),
             saves: Arc::new(SaveState {
                 last_save_unix: std::sync::atomic::AtomicI64::new(unix_seconds()),

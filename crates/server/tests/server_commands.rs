@@ -206,7 +206,7 @@ fn commands_kavach_does_not_serve_say_so() {
         ("EVAL return 0", "EVAL"),
         ("evalsha abc 0", "EVALSHA"),
         ("SCRIPT LOAD x", "SCRIPT"),
-        ("FUNCTION LIST", "FUNCTION"),
+        ("FCALL f 0", "FCALL"),
         ("MODULE LIST", "MODULE"),
         ("CLUSTER INFO", "CLUSTER"),
         ("XADD s * a 1", "XADD"),
@@ -392,5 +392,49 @@ fn command_docs_name_each_command_of_the_table() {
         &mut c,
         "COMMAND DOCS multi publish",
         "%2\r\n$5\r\nmulti\r\n%1\r\n$5\r\ngroup\r\n$12\r\ntransactions\r\n$7\r\npublish\r\n%1\r\n$5\r\ngroup\r\n$6\r\npubsub\r\n",
+    );
+}
+
+#[test]
+fn encoding_thresholds_are_kept_and_used_by_object_encoding() {
+    let server = TestServer::default_config();
+    let mut c = server.client();
+    expect(
+        &mut c,
+        "CONFIG GET hash-max-ziplist-entries",
+        "*2\r\n$24\r\nhash-max-ziplist-entries\r\n$3\r\n128\r\n",
+    );
+    expect(&mut c, "HSET h a 1 b 2 c 3", ":3\r\n");
+    expect(&mut c, "OBJECT ENCODING h", "$8\r\nlistpack\r\n");
+    // Either name sets both; OBJECT ENCODING follows.
+    expect(&mut c, "CONFIG SET hash-max-listpack-entries 2", "+OK\r\n");
+    expect(
+        &mut c,
+        "CONFIG GET hash-max-ziplist-entries",
+        "*2\r\n$24\r\nhash-max-ziplist-entries\r\n$1\r\n2\r\n",
+    );
+    expect(&mut c, "OBJECT ENCODING h", "$9\r\nhashtable\r\n");
+    expect(
+        &mut c,
+        "CONFIG SET zset-max-ziplist-value x",
+        "-ERR CONFIG SET failed (possibly related to argument 'zset-max-ziplist-value') - argument couldn't be parsed into an integer\r\n",
+    );
+    expect(&mut c, "CONFIG SET set-max-intset-entries 0", "+OK\r\n");
+    expect(&mut c, "SADD s 1", ":1\r\n");
+    expect(&mut c, "OBJECT ENCODING s", "$9\r\nhashtable\r\n");
+}
+
+#[test]
+fn function_flush_and_list_answer_that_there_are_no_functions() {
+    let server = TestServer::default_config();
+    let mut c = server.client();
+    expect(&mut c, "FUNCTION FLUSH", "+OK\r\n");
+    expect(&mut c, "FUNCTION FLUSH SYNC", "+OK\r\n");
+    expect(&mut c, "FUNCTION FLUSH LATER", "-ERR syntax error\r\n");
+    expect(&mut c, "FUNCTION LIST", "*0\r\n");
+    expect(
+        &mut c,
+        "FUNCTION LOAD x",
+        "-ERR FUNCTION LOAD is not supported by Kavach (see docs/server.md)\r\n",
     );
 }

@@ -701,10 +701,7 @@ const NO_LFU: &str = "ERR An LFU maxmemory policy is not selected, access freque
                       tracked. Please note that when switching between policies at runtime LRU \
                       and LFU data will take some time to adjust.";
 
-/// Redis's defaults for its compact encodings.
-const LISTPACK_ENTRIES: usize = 128;
-const LISTPACK_VALUE: usize = 64;
-const INTSET_ENTRIES: usize = 512;
+/// The longest string Redis keeps as `embstr`.
 const EMBSTR_MAX: usize = 44;
 const SHARED_INTEGERS: i64 = 10_000;
 
@@ -713,17 +710,19 @@ fn is_int_string(s: &[u8]) -> bool {
     s.len() <= 20 && crate::resp::parse_strict_i64(s).is_some()
 }
 
-/// The encoding Redis 7.0 would show for a value built by ordinary commands, by its size.
-fn encoding_of(value: &Value) -> &'static str {
+/// The encoding Redis 7.0 would show for a value built by ordinary commands, by its size and
+/// the thresholds CONFIG holds.
+fn encoding_of(value: &Value, e: &crate::server::Encoding) -> &'static str {
+    let fits = |n: usize, limit: i64| i64::try_from(n).is_ok_and(|n| n <= limit);
     match value {
         Value::String(s) if is_int_string(s) => "int",
         Value::String(s) if s.len() <= EMBSTR_MAX => "embstr",
         Value::String(_) => "raw",
         Value::Hash(pairs) => {
-            if pairs.len() <= LISTPACK_ENTRIES
-                && pairs
-                    .iter()
-                    .all(|(f, v)| f.len() <= LISTPACK_VALUE && v.len() <= LISTPACK_VALUE)
+            if fits(pairs.len(), e.hash_max_entries)
+                && pairs.iter().all(|(f, v)| {
+                    fits(f.len(), e.hash_max_value) && fits(v.len(), e.hash_max_value)
+                })
             {
                 "listpack"
             } else {
@@ -732,15 +731,17 @@ fn encoding_of(value: &Value) -> &'static str {
         }
         Value::List(_) => "quicklist",
         Value::Set(members) => {
-            if members.len() <= INTSET_ENTRIES && members.iter().all(|m| is_int_string(m)) {
+            if fits(members.len(), e.set_max_intset_entries)
+                && members.iter().all(|m| is_int_string(m))
+            {
                 "intset"
             } else {
                 "hashtable"
             }
         }
         Value::ZSet(members) => {
-            if members.len() <= LISTPACK_ENTRIES
-                && members.iter().all(|(_, m)| m.len() <= LISTPACK_VALUE)
+            if fits(members.len(), e.zset_max_entries)
+                && members.iter().all(|(_, m)| fits(m.len(), e.zset_max_value))
             {
                 "listpack"
             } else {
@@ -776,7 +777,15 @@ fn cmd_object(ctx: &mut Ctx<'_>, args: &[Vec<u8>], out: &mut Vec<u8>) -> Command
         return Ok(Action::Continue);
     };
     match name {
-        "encoding" => write_bulk(out, encoding_of(&value).as_bytes()),
+        "encoding" => {
+            let e = ctx
+                .shared
+                .settings
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .encoding;
+            write_bulk(out, encoding_of(&value, &e).as_bytes())
+        }
         "freq" => return Err(CommandError::Other(NO_LFU.into())),
         "idletime" => write_integer(out, 0),
         _ => {
