@@ -48,7 +48,6 @@ pub(crate) enum Action {
     /// connection until one of `keys` is written (then run the same command again) or until
     /// `deadline` (then reply with the command's timeout reply, `timeout_reply`, RESP2 form;
     /// RESP3 connections get a null).
-    #[allow(dead_code)] // made by the blocking list commands
     Block {
         /// The keys whose writes wake the connection.
         keys: Vec<(Db, Bytes)>,
@@ -248,7 +247,6 @@ impl Ctx<'_> {
     }
 
     /// Whether the handler runs inside EXEC.
-    #[allow(dead_code)] // read by the blocking commands
     fn in_exec(&self) -> bool {
         self.txn.is_some()
     }
