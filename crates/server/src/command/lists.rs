@@ -718,25 +718,43 @@ fn park(db: Db, keys: &[Vec<u8>], timeout_ms: u64, now: Instant) -> Action {
     }
 }
 
-/// What a blocking command does when it found nothing to take: inside EXEC it answers at once
-/// as a timeout (a null array, or a null for the moves when `null_array` is false), else it
-/// parks on `keys`.
-fn nothing_to_take(
-    ctx: &Ctx<'_>,
-    keys: &[Vec<u8>],
-    timeout_ms: u64,
-    null_array: bool,
-    out: &mut Vec<u8>,
-) -> Action {
-    if ctx.in_exec() {
-        if null_array {
-            write_null_list(out, ctx.resp3());
-        } else {
-            write_null(out, ctx.resp3());
+/// How a blocking command's context answers when there is nothing to take.
+#[derive(Debug, Clone, Copy)]
+struct Waiting {
+    /// Inside EXEC: never block.
+    in_exec: bool,
+    resp3: bool,
+    db: Db,
+}
+
+impl Waiting {
+    fn of(ctx: &Ctx<'_>) -> Waiting {
+        Waiting {
+            in_exec: ctx.in_exec(),
+            resp3: ctx.resp3(),
+            db: ctx.db(),
         }
-        return Action::Continue;
     }
-    park(ctx.db(), keys, timeout_ms, Instant::now())
+
+    /// Inside EXEC: answer at once as a timeout (a null array, or a null for the moves when
+    /// `null_array` is false) and go on. Else write nothing and park on `keys`.
+    fn nothing_to_take(
+        self,
+        keys: &[Vec<u8>],
+        timeout_ms: u64,
+        null_array: bool,
+        out: &mut Vec<u8>,
+    ) -> Action {
+        if self.in_exec {
+            if null_array {
+                write_null_list(out, self.resp3);
+            } else {
+                write_null(out, self.resp3);
+            }
+            return Action::Continue;
+        }
+        park(self.db, keys, timeout_ms, Instant::now())
+    }
 }
 
 fn cmd_blpop(ctx: &mut Ctx<'_>, args: &[Vec<u8>], out: &mut Vec<u8>) -> CommandResult {
@@ -770,7 +788,7 @@ fn blocking_pop(
             write_bulk(out, elems.first().map_or(&[][..], Vec::as_slice));
             Ok(Action::Continue)
         }
-        None => Ok(nothing_to_take(ctx, spec.keys, timeout_ms, true, out)),
+        None => Ok(Waiting::of(ctx).nothing_to_take(spec.keys, timeout_ms, true, out)),
     }
 }
 
@@ -785,7 +803,7 @@ fn cmd_blmpop(ctx: &mut Ctx<'_>, args: &[Vec<u8>], out: &mut Vec<u8>) -> Command
             write_key_and_elems(out, &key, &elems);
             Ok(Action::Continue)
         }
-        None => Ok(nothing_to_take(ctx, spec.keys, timeout_ms, true, out)),
+        None => Ok(Waiting::of(ctx).nothing_to_take(spec.keys, timeout_ms, true, out)),
     }
 }
 
@@ -814,7 +832,7 @@ fn blocking_move(
             write_bulk(out, &elem);
             Ok(Action::Continue)
         }
-        None => Ok(nothing_to_take(ctx, &args[1..2], timeout_ms, false, out)),
+        None => Ok(Waiting::of(ctx).nothing_to_take(&args[1..2], timeout_ms, false, out)),
     }
 }
 
@@ -893,6 +911,41 @@ mod tests {
         assert!(deadline.is_none_or(|d| d > now));
     }
 
+    /// Outside EXEC a blocking command that found nothing writes no reply and parks; inside it
+    /// answers at once as Redis 7.0 does: a null array for the pops, a null for the moves.
+    #[test]
+    fn inside_exec_nothing_to_take_is_a_timeout_at_once() {
+        let keys = words("k1 k2");
+        for resp3 in [false, true] {
+            let outside = Waiting {
+                in_exec: false,
+                resp3,
+                db: 2,
+            };
+            let mut out = Vec::new();
+            let action = outside.nothing_to_take(&keys, 0, true, &mut out);
+            assert!(out.is_empty(), "a parked command writes no reply");
+            assert_eq!(
+                action,
+                Action::Block {
+                    keys: vec![(2, b"k1".to_vec()), (2, b"k2".to_vec())],
+                    deadline: None
+                }
+            );
+            let inside = Waiting {
+                in_exec: true,
+                ..outside
+            };
+            for (null_array, want2) in [(true, "*-1\r\n"), (false, "$-1\r\n")] {
+                let mut out = Vec::new();
+                let action = inside.nothing_to_take(&keys, 0, null_array, &mut out);
+                assert_eq!(action, Action::Continue);
+                let want = if resp3 { "_\r\n" } else { want2 };
+                assert_eq!(String::from_utf8_lossy(&out), want);
+            }
+        }
+    }
+
     /// The blocking pops find nothing on absent keys (so the handler parks) and take from the
     /// first list among their keys; a key of another kind met first is WRONGTYPE.
     #[test]
@@ -902,7 +955,7 @@ mod tests {
         let spec = parse_multi_pop(&args, 2).unwrap();
         assert_eq!(spec.keys, &words("none l2 l1")[..]);
         let mut got = None;
-        let mut run = |ks: &MemoryKeyspace, got: &mut Option<_>| {
+        let run = |ks: &MemoryKeyspace, got: &mut Option<_>| {
             ks.transact(Scope::All, true, &mut |t| {
                 *got = Some(multi_pop(t, 0, &spec));
                 Ok(())
@@ -942,6 +995,43 @@ mod tests {
                 elems: words("a"),
             }])?;
             assert_eq!(multi_pop(t, 0, &spec), Err(wrong_type()));
+            Ok(())
+        })
+        .unwrap();
+    }
+
+    /// LMOVE of a key onto itself rotates it and keeps its deadline, also when the list has
+    /// one element (popping it would delete the key and its deadline with it).
+    #[test]
+    fn moving_onto_the_same_list_keeps_its_deadline() {
+        let ks = MemoryKeyspace::new();
+        ks.transact(Scope::All, true, &mut |t| {
+            let at = t.now_ms() + 100_000;
+            for (key, elems) in [("one", "x"), ("two", "a b")] {
+                t.apply(vec![Effect::Put {
+                    db: 0,
+                    key: key.as_bytes().to_vec(),
+                    value: model::Value::List(words(elems)),
+                    expire_at_ms: at,
+                }])?;
+            }
+            assert_eq!(
+                move_one(t, 0, b"one", b"one", true, false),
+                Ok(Some(b"x".to_vec()))
+            );
+            assert_eq!(t.list_range(0, b"one", 0, 10), words("x"));
+            assert_eq!(t.expire_at(0, b"one"), Some(at));
+            assert_eq!(
+                move_one(t, 0, b"two", b"two", true, false),
+                Ok(Some(b"a".to_vec()))
+            );
+            assert_eq!(t.list_range(0, b"two", 0, 10), words("b a"));
+            assert_eq!(t.expire_at(0, b"two"), Some(at));
+            assert_eq!(
+                move_one(t, 0, b"two", b"two", false, true),
+                Ok(Some(b"a".to_vec()))
+            );
+            assert_eq!(t.list_range(0, b"two", 0, 10), words("a b"));
             Ok(())
         })
         .unwrap();
