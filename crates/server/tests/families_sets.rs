@@ -334,6 +334,44 @@ const CASES: &[(&str, &str, &str)] = &[
         ":20\r\n",
         SAME,
     ),
+    // Extreme arguments.
+    ("sadd es a b c", ":3\r\n", SAME),
+    ("smismember es a a zz", "*3\r\n:1\r\n:1\r\n:0\r\n", SAME),
+    ("sintercard 1 es limit 9223372036854775807", ":3\r\n", SAME),
+    (
+        "srandmember es 9223372036854775807",
+        "*3\r\n$1\r\nc\r\n$1\r\nb\r\n$1\r\na\r\n",
+        SAME,
+    ),
+    (
+        "spop es 9223372036854775807",
+        "*3\r\n$1\r\nb\r\n$1\r\nc\r\n$1\r\na\r\n",
+        "~3\r\n$1\r\nb\r\n$1\r\nc\r\n$1\r\na\r\n",
+    ),
+    ("sadd es a b c", ":3\r\n", SAME),
+    (
+        "spop es 9223372036854775808",
+        "-ERR value is out of range, must be positive\r\n",
+        SAME,
+    ),
+    (
+        "sunion es es es",
+        "*3\r\n$1\r\nb\r\n$1\r\nc\r\n$1\r\na\r\n",
+        "~3\r\n$1\r\nb\r\n$1\r\nc\r\n$1\r\na\r\n",
+    ),
+    ("sinterstore es es", ":3\r\n", SAME),
+    (
+        "smembers es",
+        "*3\r\n$1\r\nb\r\n$1\r\nc\r\n$1\r\na\r\n",
+        "~3\r\n$1\r\nb\r\n$1\r\nc\r\n$1\r\na\r\n",
+    ),
+    ("sadd eu 1 2 3", ":3\r\n", SAME),
+    ("sadd eu 1 2.0 03", ":2\r\n", SAME),
+    ("scard eu", ":5\r\n", SAME),
+    ("smove es es zz", ":0\r\n", SAME),
+    ("sadd em 1", ":1\r\n", SAME),
+    ("smove em em 1", ":1\r\n", SAME),
+    ("scard em", ":1\r\n", SAME),
 ];
 
 /// Commands whose replies hold members in no particular order.
@@ -454,6 +492,15 @@ fn random_members() {
     let repeated = members(call(&mut c, "SRANDMEMBER s -50"));
     assert_eq!(repeated.len(), 50);
     assert!(repeated.iter().all(|m| all.contains(m)));
+    // Not Redis: a negative count past 2^24 is refused rather than building a reply of any
+    // size (an absent key still answers an empty array, as in Redis).
+    let refused = c.call("SRANDMEMBER s -16777217");
+    assert!(
+        refused.starts_with(b"-ERR value is out of range"),
+        "{}",
+        show(&refused)
+    );
+    expect(&mut c, "SRANDMEMBER nokey -16777217", "*0\r\n");
     let Reply::Bulk(one) = call(&mut c, "SRANDMEMBER s") else {
         panic!("SRANDMEMBER without a count is a bulk string")
     };

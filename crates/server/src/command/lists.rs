@@ -407,16 +407,14 @@ fn cmd_lpos(ctx: &mut Ctx<'_>, args: &[Vec<u8>], out: &mut Vec<u8>) -> CommandRe
         i += 2;
     }
     let from_tail = rank < 0;
-    // Redis negates a negative rank in a C long, so the lowest one stays negative and every
-    // match qualifies: the first match from the tail.
-    let rank = if rank == i64::MIN {
-        1
-    } else {
-        rank.unsigned_abs()
-    };
+    // Redis negates a negative rank in a C long, so the lowest one stays negative: every match
+    // qualifies (from the tail), and its COUNT test never stops the search.
+    let lowest = rank == i64::MIN;
+    let rank = if lowest { 1 } else { rank.unsigned_abs() };
     // How many positions to report: COUNT 0 means all of them.
     let wanted = match count {
         None => 1,
+        Some(_) if lowest => u64::MAX,
         Some(0) => u64::MAX,
         Some(c) => c,
     };
