@@ -690,7 +690,10 @@ fn parse_timeout(arg: &[u8]) -> Result<u64, CommandError> {
     {
         return Err(not_float());
     }
-    let seconds: f64 = text.parse().map_err(|_| not_float())?;
+    let seconds: f64 = match parse_hex_float(text) {
+        Some(v) => v,
+        None => text.parse().map_err(|_| not_float())?,
+    };
     if seconds.is_nan() {
         return Err(not_float());
     }
@@ -700,6 +703,50 @@ fn parse_timeout(arg: &[u8]) -> Result<u64, CommandError> {
         return Err(err("ERR timeout is negative"));
     }
     Ok(ms as u64)
+}
+
+/// strtold's hexadecimal form (`0x10`, `-0x1.8p3`, `0x.8P-1`), which Redis's timeouts take;
+/// `None` if `text` is not one.
+fn parse_hex_float(text: &str) -> Option<f64> {
+    let (negative, rest) = match text.as_bytes().first()? {
+        b'-' => (true, &text[1..]),
+        b'+' => (false, &text[1..]),
+        _ => (false, text),
+    };
+    let rest = rest
+        .strip_prefix("0x")
+        .or_else(|| rest.strip_prefix("0X"))?;
+    let (mantissa, exponent) = match rest.find(['p', 'P']) {
+        Some(at) => (&rest[..at], Some(&rest[at + 1..])),
+        None => (rest, None),
+    };
+    let (int_part, frac_part) = mantissa.split_once('.').unwrap_or((mantissa, ""));
+    if int_part.is_empty() && frac_part.is_empty() {
+        return None;
+    }
+    let mut value = 0.0f64;
+    for c in int_part.chars() {
+        value = value * 16.0 + f64::from(c.to_digit(16)?);
+    }
+    let mut scale = 1.0 / 16.0;
+    for c in frac_part.chars() {
+        value += f64::from(c.to_digit(16)?) * scale;
+        scale /= 16.0;
+    }
+    if let Some(exponent) = exponent {
+        let digits = exponent.strip_prefix(['+', '-']).unwrap_or(exponent);
+        if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+            return None;
+        }
+        // Past +-100000 the result is 0 or infinite anyway.
+        let e: i32 = exponent.parse().unwrap_or(if exponent.starts_with('-') {
+            -100_000
+        } else {
+            100_000
+        });
+        value *= 2f64.powi(e.clamp(-100_000, 100_000));
+    }
+    Some(if negative { -value } else { value })
 }
 
 /// Parks the connection on `keys` of `db` until `timeout_ms` after `now` (0: forever).
@@ -851,12 +898,20 @@ mod tests {
         assert_eq!(ms("1.5"), Ok(1500));
         assert_eq!(ms(".25"), Ok(250));
         assert_eq!(ms("2e1"), Ok(20_000));
+        // strtold's hexadecimal floats, as Redis takes them.
+        assert_eq!(ms("0x10"), Ok(16_000));
+        assert_eq!(ms("0X1.8p1"), Ok(3_000));
+        assert_eq!(ms("0x.8"), Ok(500));
+        assert_eq!(ms("-0x1"), Err(err("ERR timeout is negative")));
+        assert_eq!(ms("0x1p2000"), Err(err("ERR timeout is negative")));
         // Under a millisecond truncates to 0: forever, as in Redis.
         assert_eq!(ms("0.0001"), Ok(0));
         assert_eq!(ms("-0.0001"), Ok(0));
         let not_float = Err(err("ERR timeout is not a float or out of range"));
         let negative = Err(err("ERR timeout is negative"));
-        for bad in ["x", "", " 1", "1 ", "nan", "1e", "--1", "1.2.3"] {
+        for bad in [
+            "x", "", " 1", "1 ", "nan", "1e", "--1", "1.2.3", "0x", "0x.", "0xg", "0x1p", "0x1p+",
+        ] {
             assert_eq!(ms(bad), not_float, "{bad:?}");
         }
         for neg in ["-1", "-0.5", "inf", "-inf", "1e30", "9223372036854775.808"] {
