@@ -43,6 +43,9 @@ pub(super) static SPECS: &[Spec] = &[
     spec!("sunionstore", -3, WRITE_SLOW, 1, -1, 1, cmd_sunionstore),
 ];
 
+/// About how many steps a full SSCAN of a large set takes at most (see [`scan_step`]).
+const SSCAN_STEPS_MAX: usize = 64;
+
 /// The most members SRANDMEMBER with a negative count repeats in one reply. Redis has no limit
 /// (it would build a reply of any size); this one keeps a reply within a few hundred MiB.
 pub(crate) const SRANDMEMBER_REPEAT_MAX: u64 = 1 << 24;
@@ -567,7 +570,13 @@ fn scan_position(member: &[u8]) -> u64 {
 /// them in position order (members sharing a position are never split between steps), and the
 /// cursor of the next step (0 when done). A member present for the whole scan is returned by
 /// exactly one step, whatever else changes.
+///
+/// A step reads the whole set (the store offers no cheaper way), so on a large set a step
+/// returns at least 1/[`SSCAN_STEPS_MAX`] of it: a full scan costs a bounded number of reads
+/// of the set, not one per COUNT members. COUNT is a hint in Redis too (small sets come back
+/// whole).
 fn scan_step(members: Vec<Bytes>, cursor: u64, count: usize) -> (u64, Vec<Bytes>) {
+    let count = count.max(members.len() / SSCAN_STEPS_MAX);
     let mut rest: Vec<(u64, Bytes)> = members
         .into_iter()
         .map(|m| (scan_position(&m), m))
@@ -671,7 +680,12 @@ mod tests {
         let mut steps = 0;
         loop {
             let (next, page) = scan_step(all.clone(), cursor, 10);
-            assert!(page.len() <= 10 || next == 0, "step of {}", page.len());
+            // COUNT 10, or 1/64 of the set when that is more.
+            assert!(
+                page.len() <= 1000 / SSCAN_STEPS_MAX,
+                "step of {}",
+                page.len()
+            );
             seen.extend(page);
             steps += 1;
             if next == 0 {
@@ -680,7 +694,22 @@ mod tests {
             assert!(next > cursor, "the cursor moves forward");
             cursor = next;
         }
-        assert!(steps >= 100, "{steps} steps");
+        assert!(steps >= 1000 / (1000 / SSCAN_STEPS_MAX), "{steps} steps");
+
+        // A large set takes a bounded number of steps whatever COUNT says.
+        let large = members(20_000);
+        let (mut cursor, mut steps, mut total) = (0, 0, 0);
+        loop {
+            let (next, page) = scan_step(large.clone(), cursor, 10);
+            total += page.len();
+            steps += 1;
+            if next == 0 {
+                break;
+            }
+            cursor = next;
+        }
+        assert_eq!(total, 20_000);
+        assert!(steps <= SSCAN_STEPS_MAX + 1, "{steps} steps");
         seen.sort();
         let mut want = all.clone();
         want.sort();
