@@ -49,7 +49,6 @@ pub(crate) enum Action {
     /// `deadline` (then reply with the null array, RESP3's null: Redis 7.0's timeout reply for
     /// every blocking command, BLMOVE and BRPOPLPUSH included). Inside EXEC a handler must not
     /// block (`Ctx::in_exec`); it answers the timeout reply at once.
-    #[allow(dead_code)] // made by the blocking list commands
     Block {
         /// The keys whose writes wake the connection.
         keys: Vec<(Db, Bytes)>,
@@ -1841,7 +1840,9 @@ fn config_set(ctx: &mut Ctx<'_>, args: &[Vec<u8>]) -> Result<(), CommandError> {
                             (0..=i64::from(i32::MAX)).contains(v)
                         }
                     })
-                    .ok_or_else(|| config_failed(&pair[0], "argument couldn't be parsed into an integer"))?;
+                    .ok_or_else(|| {
+                        config_failed(&pair[0], "argument couldn't be parsed into an integer")
+                    })?;
                 set_encoding(&mut settings.encoding, name, v);
             }
             _ if current.as_bytes() == pair[1].as_slice() => {}
