@@ -59,7 +59,9 @@ use server::resp::{Limits, Reply, parse_reply};
 
 /// The families run against Kavach (see the module's documentation: the lead extends this list
 /// as families land).
-const ENABLED: &[&str] = &["strings", "keys", "hashes", "zsets", "multi"];
+const ENABLED: &[&str] = &[
+    "strings", "keys", "hashes", "lists", "sets", "zsets", "multi",
+];
 
 /// Seeds run by default (each in RESP2 and in RESP3).
 const SEEDS: &[u64] = &[1, 2, 3, 4, 5, 6, 7, 8];

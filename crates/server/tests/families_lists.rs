@@ -102,6 +102,7 @@ const CASES: &[(&str, &str, &str)] = &[
         SAME,
     ),
     ("lindex nokey 0", "$-1\r\n", "_\r\n"),
+    ("lindex nokey x", "$-1\r\n", "_\r\n"),
     ("lset nokey 0 a", "-ERR no such key\r\n", SAME),
     ("lset nokey x a", "-ERR no such key\r\n", SAME),
     (

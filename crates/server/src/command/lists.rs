@@ -365,14 +365,16 @@ fn cmd_lrange(ctx: &mut Ctx<'_>, args: &[Vec<u8>], out: &mut Vec<u8>) -> Command
 }
 
 fn cmd_lindex(ctx: &mut Ctx<'_>, args: &[Vec<u8>], out: &mut Vec<u8>) -> CommandResult {
-    let index = parse_int(&args[2])?;
     let db = ctx.db();
     let key = args[1].as_slice();
+    // As Redis: the key is looked up (absent: nil, another kind: WRONGTYPE) before the index
+    // is parsed.
     let elem =
         ctx.read(&[key], |t| {
             if !is_list(t, db, key)? {
                 return Ok(None);
             }
+            let index = parse_int(&args[2])?;
             Ok(position(index, t.list_len(db, key))
                 .and_then(|i| t.list_range(db, key, i, i + 1).pop()))
         })?;
