@@ -783,7 +783,6 @@ static UNSUPPORTED: &[&str] = &[
     "geosearchstore",
     "latency",
     "lolwut",
-    "memory",
     "migrate",
     "module",
     "monitor",

@@ -356,7 +356,7 @@ pub(crate) struct Encoding {
 impl Default for Encoding {
     fn default() -> Self {
         Encoding {
-            hash_max_entries: 128,
+            hash_max_entries: 512,
             hash_max_value: 64,
             zset_max_entries: 128,
             zset_max_value: 64,

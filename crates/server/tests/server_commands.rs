@@ -402,7 +402,7 @@ fn encoding_thresholds_are_kept_and_used_by_object_encoding() {
     expect(
         &mut c,
         "CONFIG GET hash-max-ziplist-entries",
-        "*2\r\n$24\r\nhash-max-ziplist-entries\r\n$3\r\n128\r\n",
+        "*2\r\n$24\r\nhash-max-ziplist-entries\r\n$3\r\n512\r\n",
     );
     expect(&mut c, "HSET h a 1 b 2 c 3", ":3\r\n");
     expect(&mut c, "OBJECT ENCODING h", "$8\r\nlistpack\r\n");
@@ -436,5 +436,36 @@ fn function_flush_and_list_answer_that_there_are_no_functions() {
         &mut c,
         "FUNCTION LOAD x",
         "-ERR FUNCTION LOAD is not supported by Kavach (see docs/server.md)\r\n",
+    );
+}
+
+#[test]
+fn memory_usage_estimates_a_key_and_grows_with_it() {
+    let server = TestServer::default_config();
+    let mut c = server.client();
+    expect(&mut c, "MEMORY USAGE nokey", "$-1\r\n");
+    expect(&mut c, "SET k v", "+OK\r\n");
+    let small = c.call("MEMORY USAGE k");
+    expect(
+        &mut c,
+        "SET k vvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvv",
+        "+OK\r\n",
+    );
+    let large = c.call("MEMORY USAGE k SAMPLES 5");
+    let n = |r: Vec<u8>| -> i64 {
+        String::from_utf8(r)
+            .unwrap()
+            .trim_start_matches(':')
+            .trim()
+            .parse()
+            .unwrap()
+    };
+    assert!(n(large) > n(small));
+    expect(&mut c, "MEMORY USAGE k SAMPLES -1", "-ERR syntax error\r\n");
+    expect(&mut c, "MEMORY USAGE k FOO", "-ERR syntax error\r\n");
+    expect(
+        &mut c,
+        "MEMORY STATS",
+        "-ERR MEMORY STATS is not supported by Kavach (see docs/server.md)\r\n",
     );
 }

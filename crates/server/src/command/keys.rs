@@ -26,6 +26,7 @@ pub(super) static SPECS: &[Spec] = &[
     spec!("flushall", -1, &["write"], 0, 0, 0, cmd_flushall),
     spec!("flushdb", -1, &["write"], 0, 0, 0, cmd_flushdb),
     spec!("keys", 2, READ, 0, 0, 0, cmd_keys),
+    spec!("memory", -2, READ, 0, 0, 0, cmd_memory),
     spec!("move", 3, WRITE_NO_OOM, 1, 1, 1, cmd_move),
     spec!("object", -2, &[], 0, 0, 0, cmd_object),
     spec!("persist", 2, WRITE_NO_OOM, 1, 1, 1, cmd_persist),
@@ -749,6 +750,71 @@ fn encoding_of(value: &Value, e: &crate::server::Encoding) -> &'static str {
             }
         }
     }
+}
+
+/// Bytes a key takes in the store, estimated from its value: a keyspace entry (key, header and
+/// value) and, for collections, a nested entry per element. Not Redis's figure (its encodings
+/// differ), but it grows with the value as Redis's does.
+fn memory_estimate(key: &[u8], value: &Value) -> u64 {
+    const ENTRY: u64 = 48;
+    let items = |n: usize, bytes: usize| n as u64 * ENTRY + bytes as u64;
+    ENTRY
+        + key.len() as u64
+        + match value {
+            Value::String(s) => s.len() as u64,
+            Value::Hash(p) => items(p.len(), p.iter().map(|(f, v)| f.len() + v.len()).sum()),
+            Value::List(l) => items(l.len(), l.iter().map(Vec::len).sum()),
+            Value::Set(m) => items(m.len(), m.iter().map(Vec::len).sum()),
+            Value::ZSet(z) => items(z.len(), z.iter().map(|(_, m)| m.len() + 16).sum()),
+        }
+}
+
+const MEMORY_HELP: &[&str] = &[
+    "MEMORY <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
+    "USAGE <key> [SAMPLES <count>]",
+    "    Return memory in bytes used by <key> and its value (an estimate from the value's",
+    "    size in Kavach's store). SAMPLES is accepted and ignored.",
+    "HELP",
+    "    Print this help.",
+];
+
+/// MEMORY USAGE key [SAMPLES count], MEMORY HELP; the other subcommands (allocator and
+/// latency figures of Redis's own) are refused.
+fn cmd_memory(ctx: &mut Ctx<'_>, args: &[Vec<u8>], out: &mut Vec<u8>) -> CommandResult {
+    let sub = &args[1];
+    if is(sub, "help") {
+        sub_arity("memory", "help", 2, args.len())?;
+        write_array_header(out, MEMORY_HELP.len());
+        for line in MEMORY_HELP {
+            write_simple(out, line.as_bytes());
+        }
+        return Ok(Action::Continue);
+    }
+    if !is(sub, "usage") {
+        return Err(CommandError::Other(format!(
+            "ERR MEMORY {} is not supported by Kavach (see docs/server.md)",
+            quote(sub).to_ascii_uppercase()
+        )));
+    }
+    match &args[2..] {
+        [_] => {}
+        [_, word, n] if is(word, "samples") => {
+            if parse_int(n)? < 0 {
+                return Err(CommandError::Syntax);
+            }
+        }
+        _ => return Err(CommandError::Syntax),
+    }
+    let db = ctx.db();
+    let key = &args[2];
+    match ctx.read(&[key], |t| Ok(t.value(db, key)))? {
+        Some(v) => write_integer(
+            out,
+            i64::try_from(memory_estimate(key, &v)).unwrap_or(i64::MAX),
+        ),
+        None => write_null(out, ctx.resp3()),
+    }
+    Ok(Action::Continue)
 }
 
 /// OBJECT ENCODING|FREQ|IDLETIME|REFCOUNT key, OBJECT HELP.
