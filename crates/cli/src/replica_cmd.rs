@@ -829,6 +829,37 @@ impl Replicated {
 }
 
 impl Backend for Replicated {
+    /// WAIT: the backups whose acknowledged LSN covers every record logged before the call,
+    /// polled until `replicas` of them do or the timeout passes (a backup gets each force as
+    /// it happens, so the first look usually answers).
+    fn wait_replicas(&self, replicas: u64, timeout: Option<Duration>) -> BackendResult<u64> {
+        let started = Instant::now();
+        let target = {
+            let mode = self.mode.read().unwrap_or_else(|p| p.into_inner());
+            match &*mode {
+                Mode::Primary(p) => p.log.stats().next_lsn.saturating_sub(1),
+                _ => return Ok(0),
+            }
+        };
+        loop {
+            let held = {
+                let mode = self.mode.read().unwrap_or_else(|p| p.into_inner());
+                let Mode::Primary(p) = &*mode else {
+                    return Ok(0);
+                };
+                p.rep
+                    .stats()
+                    .backups
+                    .iter()
+                    .filter(|b| b.live && b.acked_lsn >= target)
+                    .count() as u64
+            };
+            if held >= replicas || timeout.is_some_and(|t| started.elapsed() >= t) {
+                return Ok(held);
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
     fn keyspace(&self) -> Option<&dyn model::Keyspace> {
         // Only when the store has one (a test backend may not).
         self.inner.keyspace().map(|_| self as &dyn model::Keyspace)

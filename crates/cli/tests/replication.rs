@@ -787,6 +787,28 @@ fn happy_path_writes_reach_every_backup() {
             Reply::Int(2)
         );
         assert_eq!(c.call_str(&["DEL", "k00007"]).unwrap(), Reply::Int(1));
+        // WAIT: both backups hold every write so far (each force reaches them as it happens).
+        assert_eq!(c.call_str(&["WAIT", "2", "5000"]).unwrap(), Reply::Int(2));
+        // Lists, sets, sorted sets and an EXEC go through the replicated log as effects.
+        assert_eq!(
+            c.call_str(&["RPUSH", "l", "x", "y"]).unwrap(),
+            Reply::Int(2)
+        );
+        assert_eq!(c.call_str(&["SADD", "s", "m"]).unwrap(), Reply::Int(1));
+        assert_eq!(
+            c.call_str(&["ZADD", "z", "1.5", "m"]).unwrap(),
+            Reply::Int(1)
+        );
+        assert!(matches!(c.call_str(&["MULTI"]), Ok(Reply::Simple(_))));
+        assert!(matches!(
+            c.call_str(&["SADD", "ma", "1"]),
+            Ok(Reply::Simple(_))
+        ));
+        assert!(matches!(
+            c.call_str(&["LPUSH", "mb", "1"]),
+            Ok(Reply::Simple(_))
+        ));
+        assert!(matches!(c.call_str(&["EXEC"]), Ok(Reply::Array(_))));
     }
     l.acked.remove("k00007");
     l.sent.remove("k00007");
@@ -807,6 +829,19 @@ fn happy_path_writes_reach_every_backup() {
             Some("b"),
             "backup {i}"
         );
+        // The other kinds, and both halves of the EXEC (the last write), reached the backup.
+        let until = Instant::now() + CATCH_UP_DEADLINE;
+        while call(b, &["EXISTS", "mb"]) != Reply::Int(1) && Instant::now() < until {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        assert_eq!(call(b, &["LINDEX", "l", "1"]).bulk().as_deref(), Some("y"));
+        assert_eq!(call(b, &["SISMEMBER", "s", "m"]), Reply::Int(1));
+        assert_eq!(
+            call(b, &["ZSCORE", "z", "m"]).bulk().as_deref(),
+            Some("1.5")
+        );
+        assert_eq!(call(b, &["SISMEMBER", "ma", "1"]), Reply::Int(1));
+        assert_eq!(call(b, &["LINDEX", "mb", "0"]).bulk().as_deref(), Some("1"));
         let bi = info(b, "replication");
         assert_eq!(
             bi.get("kavach_role").map(String::as_str),
