@@ -47,6 +47,18 @@ pub trait Medium: Send + Sync + std::fmt::Debug {
         self.flush(offset, len)?;
         self.fence()
     }
+    /// Grow the medium to `len` bytes (no-op if it is that long already). The new bytes read as
+    /// zero, and the new length is durable when this returns. A medium that cannot grow (or
+    /// not that far) says so with an error.
+    fn grow(&self, len: usize) -> Result<()> {
+        if len <= self.len() {
+            return Ok(());
+        }
+        Err(crate::error::PmemError::NoSpace(format!(
+            "{} cannot grow",
+            self.label().display()
+        )))
+    }
     /// Put bytes on the medium behind the back of every layer: durable at once, seen by no
     /// write tracking. For fault injection only.
     fn inject(&self, offset: usize, data: &[u8]) -> Result<()>;
@@ -67,6 +79,7 @@ macro_rules! forward_medium {
             fn flush(&self, o: usize, l: usize) -> Result<()> { (**self).flush(o, l) }
             fn fence(&self) -> Result<()> { (**self).fence() }
             fn persist(&self, o: usize, l: usize) -> Result<()> { (**self).persist(o, l) }
+            fn grow(&self, l: usize) -> Result<()> { (**self).grow(l) }
             fn inject(&self, o: usize, d: &[u8]) -> Result<()> { (**self).inject(o, d) }
         }
     };
