@@ -80,12 +80,34 @@ pub fn admits_growth(arena_bytes: u64, slot_capacity_bytes: u64) -> bool {
     arena_bytes.saturating_add(arena_bytes / 16) <= slot_capacity_bytes
 }
 
+/// The text after `OOM ` of Redis's refusal of a write past `maxmemory` (policy `noeviction`):
+/// the engine refuses growing writes with [`DipperError::OutOfSpace`] carrying it.
+pub const MAXMEMORY_REFUSAL: &str = "command not allowed when used memory > 'maxmemory'.";
+
+/// The region length of a slot that holds at least `pages` pages, with an eighth of headroom
+/// (so the slot is not replaced at every checkpoint of a growing store).
+pub fn slot_bytes_for(pages: u64) -> u64 {
+    let page = crate::arena::PAGE as u64;
+    let want = pages.saturating_add(pages / 8).max(1);
+    let table = want
+        .saturating_mul(SLOT_ENTRY_BYTES as u64)
+        .next_multiple_of(page);
+    let mut len = (SLOT_TABLE_AT as u64)
+        .saturating_add(table)
+        .saturating_add(want.saturating_mul(page));
+    while slot_geometry(len).is_none_or(|(cap, _)| cap < want) {
+        len += page;
+    }
+    len
+}
+
 /// Sizes of a new store.
 #[derive(Debug, Clone, Copy)]
 pub struct Layout {
     /// Bytes of each of the two operation logs.
     pub log_bytes: u64,
-    /// Bytes of each of the two shadow slots.
+    /// Bytes of each of the two shadow slots to start with (in a growable pool a slot is moved
+    /// to a larger region when an image outgrows it).
     pub slot_bytes: u64,
     /// Number of shards (1..=1024).
     pub shards: usize,
@@ -191,8 +213,12 @@ pub struct Stats {
     pub arena_bytes: u64,
     /// Bytes in allocated arena blocks.
     pub live_bytes: u64,
-    /// Bytes a shadow slot can hold.
+    /// Bytes the smaller shadow slot can hold now.
     pub slot_capacity_bytes: u64,
+    /// The slots grow with the state (the pool is growable).
+    pub slots_grow: bool,
+    /// Bytes in allocated blocks that writes may not grow past (0: no limit).
+    pub memory_max_bytes: u64,
     /// Why the store refuses writes, if it does.
     pub failed: Option<String>,
 }
@@ -233,8 +259,16 @@ struct Inner<M: Medium, S: Machine> {
     appended: AtomicU64,
     threshold: u64,
     arena_bytes: AtomicU64,
+    /// Bytes in allocated arena blocks, over all shards (what `memory_max` limits).
+    live_bytes: AtomicU64,
+    /// Limit on `live_bytes` for writes that grow the state (0: none).
+    memory_max: AtomicU64,
     operations: AtomicU64,
-    slot_capacity: u64,
+    /// Pages of the smaller slot, in bytes.
+    slot_capacity: AtomicU64,
+    /// Slots are replaced by larger ones when an image outgrows them (growable pool, opened
+    /// for writing).
+    slots_grow: bool,
     ckpt: Mutex<Checkpointer>,
     signal: Mutex<Signal>,
     cond: Condvar,
@@ -400,6 +434,15 @@ fn bits_to_pages(bits: &[u64]) -> Vec<usize> {
     out
 }
 
+/// Give slot `index` a region that holds `pages` pages (with headroom, see [`slot_bytes_for`]),
+/// in place of its old one. Only for a slot the root does not point at: its bytes are not kept.
+fn grow_slot<M: Medium>(pool: &mut Pool<M>, index: usize, pages: u64) -> Result<SlotGeometry> {
+    let r = pool.replace_region(SLOT_REGIONS[index], slot_bytes_for(pages))?;
+    let geo = SlotGeometry::new(index as u32, r.offset, r.length)?;
+    assert!(geo.capacity >= pages, "a grown slot holds the image");
+    Ok(geo)
+}
+
 fn region_of<M: Medium>(pool: &Pool<M>, name: &str, kind: u32) -> Result<(usize, usize)> {
     let r = pool
         .region(name)
@@ -461,7 +504,7 @@ impl<M: Medium + Clone + Send + Sync + 'static, S: Machine> Dipper<M, S> {
     }
 
     /// Open the store in `pool`: recover it and start serving.
-    pub fn open(pool: Pool<M>, machine: S, opts: Options) -> Result<(Self, RecoveryReport)> {
+    pub fn open(mut pool: Pool<M>, machine: S, opts: Options) -> Result<(Self, RecoveryReport)> {
         if !(1..=90).contains(&opts.checkpoint_at_percent) {
             return Err(DipperError::Invalid {
                 what: "checkpoint_at_percent",
@@ -495,7 +538,8 @@ impl<M: Medium + Clone + Send + Sync + 'static, S: Machine> Dipper<M, S> {
             let (base, len) = region_of(&pool, name, kinds::DIPPER)?;
             geo.push(SlotGeometry::new(i as u32, base as u64, len as u64)?);
         }
-        let geo: [SlotGeometry; 2] = [geo[0], geo[1]];
+        let mut geo: [SlotGeometry; 2] = [geo[0], geo[1]];
+        let slots_grow = pool.growable() && !pool.read_only();
         let mut report = RecoveryReport {
             clean_shutdown: clean,
             checkpoint: root.checkpoint,
@@ -527,6 +571,13 @@ impl<M: Medium + Clone + Send + Sync + 'static, S: Machine> Dipper<M, S> {
         if root.state == STATE_CHECKPOINTING {
             report.archived_records =
                 replay(&machine, &logs[archived], &mut arenas, opts.replay_threads)?;
+        }
+        if root.state == STATE_CHECKPOINTING
+            && image_pages(&arenas) > geo[target].capacity
+            && slots_grow
+        {
+            // The slot the redo writes holds no image in force: give it a larger region.
+            geo[target] = grow_slot(&mut pool, target, image_pages(&arenas))?;
         }
         if root.state == STATE_CHECKPOINTING && image_pages(&arenas) > geo[target].capacity {
             // The interrupted checkpoint's image has outgrown the slots: it cannot be redone.
@@ -568,6 +619,7 @@ impl<M: Medium + Clone + Send + Sync + 'static, S: Machine> Dipper<M, S> {
         report.replay_ms = replay_start.elapsed().as_millis() as u64;
         report.total_ms = start.elapsed().as_millis() as u64;
         let arena_bytes = arenas.iter().map(|a| a.len() as u64).sum();
+        let live_bytes = arenas.iter().map(|a| a.live_bytes()).sum();
         let pool_read_only = pool.read_only();
         let inner = Arc::new(Inner {
             machine,
@@ -580,8 +632,11 @@ impl<M: Medium + Clone + Send + Sync + 'static, S: Machine> Dipper<M, S> {
             logs,
             gate: RwLock::new(active),
             arena_bytes: AtomicU64::new(arena_bytes),
+            live_bytes: AtomicU64::new(live_bytes),
+            memory_max: AtomicU64::new(0),
             operations: AtomicU64::new(0),
-            slot_capacity: geo[0].capacity_bytes().min(geo[1].capacity_bytes()),
+            slot_capacity: AtomicU64::new(geo[0].capacity_bytes().min(geo[1].capacity_bytes())),
+            slots_grow,
             ckpt: Mutex::new(Checkpointer {
                 root,
                 geo,
@@ -656,6 +711,23 @@ impl<M: Medium + Clone + Send + Sync + 'static, S: Machine> Dipper<M, S> {
         prepare: impl FnOnce(&[&Arena]) -> std::result::Result<Vec<u8>, E>,
     ) -> Result<std::result::Result<S::Output, E>> {
         self.inner.execute(shards, grows, prepare)
+    }
+
+    /// Refuse writes that may grow the state while the bytes in allocated arena blocks (over all
+    /// shards) are above `bytes` (0: no limit), with Redis's `maxmemory` error text
+    /// ([`MAXMEMORY_REFUSAL`]). Writes that only remove still run.
+    pub fn set_memory_max(&self, bytes: u64) {
+        self.inner.memory_max.store(bytes, Ordering::Relaxed);
+    }
+
+    /// The limit set by [`Dipper::set_memory_max`] (0: none).
+    pub fn memory_max(&self) -> u64 {
+        self.inner.memory_max.load(Ordering::Relaxed)
+    }
+
+    /// Bytes in allocated arena blocks over all shards (what [`Dipper::set_memory_max`] limits).
+    pub fn live_bytes(&self) -> u64 {
+        self.inner.live_bytes.load(Ordering::Relaxed)
     }
 
     /// Log swaps (checkpoints started) since open; cheap.
@@ -801,14 +873,7 @@ impl<M: Medium + Clone + Send + Sync + 'static, S: Machine> Inner<M, S> {
     ) -> Result<std::result::Result<S::Output, E>> {
         self.check_open()?;
         if grows {
-            let used = self.arena_bytes.load(Ordering::Relaxed);
-            if !admits_growth(used, self.slot_capacity) {
-                return Err(DipperError::OutOfSpace(format!(
-                    "the DRAM state ({used} bytes) is near the shadow slots' capacity ({} bytes); \
-                     only deletions are accepted",
-                    self.slot_capacity
-                )));
-            }
+            self.admit_growth()?;
         }
         let ids: Vec<u16> = match shards {
             Some(s) => {
@@ -838,17 +903,49 @@ impl<M: Medium + Clone + Send + Sync + 'static, S: Machine> Inner<M, S> {
         self.operations.fetch_add(1, Ordering::Relaxed);
         let mut out = S::Output::default();
         for (g, &i) in guards.iter_mut().zip(&ids) {
-            let before = g.len();
+            let before = (g.len(), g.live_bytes());
             if let Err(e) = self.machine.apply(i as usize, g, op, &mut out) {
                 return Err(self.latch(format!("applying a logged operation failed: {e}")));
             }
-            let after = g.len();
-            if after > before {
-                self.arena_bytes
-                    .fetch_add((after - before) as u64, Ordering::Relaxed);
-            }
+            self.account(before, g);
         }
         Ok(Ok(out))
+    }
+
+    /// May a write that can grow the state run now? No while the allocated bytes are above
+    /// the memory limit (Redis's `maxmemory` check, made before the command runs); in a store
+    /// whose slots cannot grow, no when the state is near the slots' capacity.
+    fn admit_growth(&self) -> Result<()> {
+        let max = self.memory_max.load(Ordering::Relaxed);
+        if max != 0 && self.live_bytes.load(Ordering::Relaxed) > max {
+            return Err(DipperError::OutOfSpace(MAXMEMORY_REFUSAL.into()));
+        }
+        if !self.slots_grow {
+            let used = self.arena_bytes.load(Ordering::Relaxed);
+            let capacity = self.slot_capacity.load(Ordering::Relaxed);
+            if !admits_growth(used, capacity) {
+                return Err(DipperError::OutOfSpace(format!(
+                    "the DRAM state ({used} bytes) is near the shadow slots' capacity \
+                     ({capacity} bytes); only deletions are accepted"
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// Count the change an operation made to a shard's arena, `before` being its (length,
+    /// live bytes) before the operation ran.
+    fn account(&self, before: (usize, u64), arena: &Arena) {
+        let (len, live) = (arena.len(), arena.live_bytes());
+        if len > before.0 {
+            self.arena_bytes
+                .fetch_add((len - before.0) as u64, Ordering::Relaxed);
+        }
+        if live >= before.1 {
+            self.live_bytes.fetch_add(live - before.1, Ordering::Relaxed);
+        } else {
+            self.live_bytes.fetch_sub(before.1 - live, Ordering::Relaxed);
+        }
     }
 
     /// Append and force by policy. On a full log, ask for a checkpoint and wait (up to
@@ -1015,12 +1112,14 @@ impl<M: Medium + Clone + Send + Sync + 'static, S: Machine> Inner<M, S> {
             // now could neither finish nor be redone at the next open, and the store could not
             // be opened again. Refuse before the root changes: the logs keep every change and
             // the store opens from its last image and its log.
+            // (A store whose slots grow gives the target slot a larger region below instead.)
             let image = self.arena_bytes.load(Ordering::Relaxed);
-            if image > self.slot_capacity {
+            let capacity = self.slot_capacity.load(Ordering::Relaxed);
+            if !self.slots_grow && image > capacity {
                 return Err(DipperError::OutOfSpace(format!(
-                    "the DRAM state ({image} bytes) has outgrown the shadow slots ({} bytes): no \
-                     checkpoint can hold it; the operation log keeps every acknowledged write",
-                    self.slot_capacity
+                    "the DRAM state ({image} bytes) has outgrown the shadow slots ({capacity} \
+                     bytes): no checkpoint can hold it; the operation log keeps every \
+                     acknowledged write"
                 )));
             }
             let old = *gate;
@@ -1068,6 +1167,18 @@ impl<M: Medium + Clone + Send + Sync + 'static, S: Machine> Inner<M, S> {
         // in part, it would be an image the loader refuses; stop here instead (the next open
         // leaves it unfinished, see `open`).
         let pages = image_pages(&ck.mirror);
+        if pages > ck.geo[target].capacity && self.slots_grow {
+            // 3a. The target slot holds no image in force (the root points at the other one or
+            // at none): move it to a larger region, one directory update, growing the pool.
+            let mut pool = self.pool.lock().map_err(|_| poisoned())?;
+            let pool = pool.as_mut().ok_or(DipperError::Closed)?;
+            ck.geo[target] = grow_slot(pool, target, pages)?;
+            ck.maps[target] = None;
+            self.slot_capacity.store(
+                ck.geo[0].capacity_bytes().min(ck.geo[1].capacity_bytes()),
+                Ordering::Relaxed,
+            );
+        }
         if pages > ck.geo[target].capacity {
             return Err(DipperError::OutOfSpace(format!(
                 "the checkpoint image ({pages} pages) has outgrown shadow slot {target} ({} \
@@ -1151,7 +1262,9 @@ impl<M: Medium + Clone + Send + Sync + 'static, S: Machine> Inner<M, S> {
             log_next_lsn: ls.next_lsn,
             arena_bytes: self.arena_bytes.load(Ordering::Relaxed),
             live_bytes: live,
-            slot_capacity_bytes: self.slot_capacity,
+            slot_capacity_bytes: self.slot_capacity.load(Ordering::Relaxed),
+            slots_grow: self.slots_grow,
+            memory_max_bytes: self.memory_max.load(Ordering::Relaxed),
             failed: self.failure(),
         }
     }
