@@ -144,6 +144,18 @@ impl Config {
         2 * self.log_bytes + 2 * self.slot_bytes + self.data_bytes + (16 << 20)
     }
 
+    /// Bytes of the pool file of a new growable store: its regions (root, logs, slots, data
+    /// zone) one after the other past the metadata.
+    pub fn pool_bytes_at_create(&self) -> StoreResult<u64> {
+        let page = pmem::layout::PAGE_SIZE as u64;
+        let pages = |b: u64| b.next_multiple_of(page);
+        Ok(pmem::layout::METADATA_BYTES as u64
+            + pages(dipper::layout::ROOT_REGION_BYTES)
+            + 2 * pages(self.log_bytes)
+            + 2 * pages(self.slot_bytes_at_create()?)
+            + pages(self.data_bytes.max(BLOCK_BYTES)))
+    }
+
     /// Bytes of each shadow slot of a new store: `slot_bytes`, or the smallest when it is 0.
     pub fn slot_bytes_at_create(&self) -> StoreResult<u64> {
         if self.slot_bytes == 0 {
