@@ -202,6 +202,12 @@ impl Arena {
         self.bytes.len() / PAGE
     }
 
+    /// Pages below the bump pointer: the pages a block was ever handed out from. The pages
+    /// above are zero (never written), so a slot need not hold them.
+    pub fn used_pages(&self) -> usize {
+        self.top().div_ceil(PAGE).clamp(1, self.pages())
+    }
+
     /// The bytes of page `page`.
     pub fn page(&self, page: usize) -> &[u8] {
         &self.bytes[page * PAGE..(page + 1) * PAGE]

@@ -67,9 +67,12 @@ pub trait Machine: Send + Sync + 'static {
     ) -> Result<()>;
 }
 
-/// Pages of an image of `arenas` (what a slot must hold).
+/// Pages a slot must hold for an image of `arenas`: every page below each arena's top, and
+/// at least a [`SLOT_ARENA_RATIO_MAX`]th of the arenas' pages (the loader's bound).
 fn image_pages(arenas: &[Arena]) -> u64 {
-    arenas.iter().map(|a| a.pages() as u64).sum()
+    let used: u64 = arenas.iter().map(|a| a.used_pages() as u64).sum();
+    let all: u64 = arenas.iter().map(|a| a.pages() as u64).sum();
+    used.max(all.div_ceil(SLOT_ARENA_RATIO_MAX))
 }
 
 /// Whether a write that may grow the DRAM state is accepted when the shards' arenas hold

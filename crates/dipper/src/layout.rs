@@ -84,6 +84,11 @@ pub const ENTRY_RESERVED_AT: usize = 12;
 
 const _: () = assert!(SLOT_LENGTHS_AT + 8 * SHARDS_MAX <= SLOT_HEADER_BYTES);
 
+/// The arenas of an image total at most this many times a slot's `pages_capacity` pages (a
+/// slot holds the pages below each arena's top, not its unused tail; this bounds what loading
+/// allocates).
+pub const SLOT_ARENA_RATIO_MAX: u64 = 2;
+
 /// Geometry of a slot region of `len` bytes: (page capacity, offset of the first page).
 pub fn slot_geometry(len: u64) -> Option<(u64, u64)> {
     let page = crate::arena::PAGE as u64;

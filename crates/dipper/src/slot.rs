@@ -186,12 +186,13 @@ pub fn load<M: Medium>(
                 .into());
         }
         total_pages += pages;
-        if total_pages > geo.capacity {
+        let most = geo.capacity.saturating_mul(SLOT_ARENA_RATIO_MAX);
+        if total_pages > most {
             return Err(hd
                 .invalid(
                     "arena length",
                     at,
-                    format!("arenas totalling at most {} pages", geo.capacity),
+                    format!("arenas totalling at most {most} pages"),
                     format!("{total_pages} pages by shard {s}"),
                 )
                 .into());
@@ -295,7 +296,8 @@ pub fn write<M: Medium>(
         let list: &[usize] = match pages {
             Some(p) => &p[s],
             None => {
-                all = (0..arena.pages()).collect();
+                // The pages above the top are zero and need no slot page.
+                all = (0..arena.used_pages()).collect();
                 &all
             }
         };

@@ -102,6 +102,10 @@ fn constants_table_matches_the_code() {
             ConstValue::number(arena::ARENA_BYTES_MIN as u64),
         ),
         (
+            "SLOT_ARENA_RATIO_MAX",
+            ConstValue::number(dipper::layout::SLOT_ARENA_RATIO_MAX),
+        ),
+        (
             "ARENA_BYTES_MAX",
             ConstValue::number(arena::ARENA_BYTES_MAX as u64),
         ),

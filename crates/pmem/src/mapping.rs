@@ -485,6 +485,49 @@ impl Medium for Mapping {
         self.len.store(len, Ordering::Release);
         Ok(())
     }
+    fn discard(&self, offset: usize, len: usize) -> Result<()> {
+        check_range(offset, len, self.len());
+        if !self.writable || len == 0 {
+            return Ok(());
+        }
+        // SAFETY: plain system call on a descriptor we own; the range is in the file, and the
+        // caller promises nothing of value is there (no reference into the mapping exists at
+        // all, rule 1), so pages reading as zero afterwards break nothing.
+        let rc = unsafe {
+            libc::fallocate(
+                self.file.as_raw_fd(),
+                libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
+                offset as libc::off_t,
+                len as libc::off_t,
+            )
+        };
+        // A file system that cannot punch holes keeps the blocks: only space is lost.
+        let _ = rc;
+        Ok(())
+    }
+    fn back(&self, offset: usize, len: usize) -> Result<()> {
+        check_range(offset, len, self.len());
+        if !self.writable || len == 0 {
+            return Ok(());
+        }
+        // SAFETY: plain system call on a descriptor we own (see `create` for why blocks are
+        // reserved before stores reach them).
+        let rc = unsafe {
+            libc::posix_fallocate(
+                self.file.as_raw_fd(),
+                offset as libc::off_t,
+                len as libc::off_t,
+            )
+        };
+        if rc != 0 && rc != libc::EOPNOTSUPP && rc != libc::EINVAL {
+            return Err(PmemError::io(
+                "cannot reserve space for",
+                &self.path,
+                std::io::Error::from_raw_os_error(rc),
+            ));
+        }
+        Ok(())
+    }
     fn inject(&self, offset: usize, data: &[u8]) -> Result<()> {
         assert!(self.writable, "fault injection needs a writable mapping");
         check_range(offset, data.len(), self.len());

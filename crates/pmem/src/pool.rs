@@ -763,6 +763,7 @@ impl<M: Medium> Pool<M> {
             offset,
             length,
         };
+        self.medium.back(offset as usize, length as usize)?;
         let mut regions = self.directory.regions.clone();
         regions.push(region.clone());
         self.update_directory(regions)?;
@@ -895,11 +896,24 @@ impl<M: Medium> Pool<M> {
         let region = Region {
             offset,
             length,
-            ..old
+            ..old.clone()
         };
+        // Blocks for the new place first (it may be a range an earlier move gave back).
+        self.medium.back(offset as usize, length as usize)?;
         let mut regions = self.directory.regions.clone();
         regions[idx] = region.clone();
         self.update_directory(regions)?;
+        // The old place is free now, but for what the new place covers: give its storage
+        // back, so the file costs blocks in proportion to its regions.
+        let (new_start, new_end) = (region.offset, region.end());
+        for (from, to) in [
+            (old.offset, old.end().min(new_start)),
+            (old.offset.max(new_end), old.end()),
+        ] {
+            if from < to {
+                self.medium.discard(from as usize, (to - from) as usize)?;
+            }
+        }
         Ok(region)
     }
 

@@ -80,6 +80,13 @@ fn report(
 ) -> Result<()> {
     let st = store.engine().stats();
     let (len, disk) = file_size(path)?;
+    let mut top = 0u64;
+    for shard in 0..store.engine().shards() {
+        top += store
+            .engine()
+            .read(shard, |a| a.top() as u64)
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
+    }
     println!(
         "{}",
         serde_json::json!({
@@ -87,6 +94,7 @@ fn report(
             "data_bytes": data,
             "used_memory": store.used_memory(),
             "arena_bytes": st.arena_bytes,
+            "arena_top_bytes": top,
             "slot_capacity_bytes": st.slot_capacity_bytes,
             "pool_file_bytes": len,
             "pool_disk_bytes": disk,
