@@ -298,10 +298,7 @@ impl Backend for StoreBackend {
             kv("live_bytes", st.live_bytes),
             kv("slot_capacity_bytes", st.slot_capacity_bytes),
             kv("slots_grow", u8::from(st.slots_grow)),
-            kv(
-                "pool_file_bytes",
-                self.store.engine().medium().len(),
-            ),
+            kv("pool_file_bytes", self.store.engine().medium().len()),
             kv("used_memory", self.store.used_memory()),
             kv("maxmemory", self.store.maxmemory()),
             kv("maxmemory_policy", "noeviction"),
@@ -440,8 +437,8 @@ fn plan(a: &ServeArgs) -> Result<Plan> {
         // The smallest slot, exactly (the store computes it).
         None => 0,
     };
-    let maxmemory_bytes = crate::units::parse_size(&a.maxmemory)
-        .map_err(|e| refused(format!("--maxmemory: {e}")))?;
+    let maxmemory_bytes =
+        crate::units::parse_size(&a.maxmemory).map_err(|e| refused(format!("--maxmemory: {e}")))?;
     match a.maxmemory_policy.as_str() {
         "noeviction" => {}
         p @ ("allkeys-lru" | "volatile-ttl") => {
@@ -465,7 +462,9 @@ fn plan(a: &ServeArgs) -> Result<Plan> {
         maxmemory_bytes,
         ..Config::default()
     };
-    let pool_bytes = config.pool_bytes_at_create().map_err(|e| refused(e.to_string()))?;
+    let pool_bytes = config
+        .pool_bytes_at_create()
+        .map_err(|e| refused(e.to_string()))?;
     if pool_bytes > pmem::layout::POOL_SIZE_MAX {
         return Err(refused(format!(
             "the new pool would be {} MiB (2 x log + 2 x slot + {} MiB), more than the largest \
@@ -751,10 +750,16 @@ mod tests {
         assert!(e.contains("--maxmemory"), "{e}");
         assert!(plan_of(&["--maxmemory-policy", "noeviction"]).is_ok());
         for p in ["allkeys-lru", "volatile-ttl"] {
-            let e = plan_of(&["--maxmemory-policy", p]).err().unwrap().to_string();
+            let e = plan_of(&["--maxmemory-policy", p])
+                .err()
+                .unwrap()
+                .to_string();
             assert!(e.contains("not supported yet"), "{e}");
         }
-        let e = plan_of(&["--maxmemory-policy", "random"]).err().unwrap().to_string();
+        let e = plan_of(&["--maxmemory-policy", "random"])
+            .err()
+            .unwrap()
+            .to_string();
         assert!(e.contains("unknown policy"), "{e}");
     }
 

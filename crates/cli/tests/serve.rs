@@ -719,7 +719,10 @@ fn maxmemory_refuses_writes_with_redis_oom_error() {
         refusal.contains("-OOM command not allowed when used memory > 'maxmemory'."),
         "{refusal}"
     );
-    assert!(acked > 500, "only {acked} writes of 1000 bytes fit in 1 MiB");
+    assert!(
+        acked > 500,
+        "only {acked} writes of 1000 bytes fit in 1 MiB"
+    );
     assert_eq!(
         info_field(&mut c, "store", "maxmemory"),
         (1 << 20).to_string()

@@ -945,9 +945,11 @@ impl<M: Medium + Clone + Send + Sync + 'static, S: Machine> Inner<M, S> {
                 .fetch_add((len - before.0) as u64, Ordering::Relaxed);
         }
         if live >= before.1 {
-            self.live_bytes.fetch_add(live - before.1, Ordering::Relaxed);
+            self.live_bytes
+                .fetch_add(live - before.1, Ordering::Relaxed);
         } else {
-            self.live_bytes.fetch_sub(before.1 - live, Ordering::Relaxed);
+            self.live_bytes
+                .fetch_sub(before.1 - live, Ordering::Relaxed);
         }
     }
 

@@ -194,14 +194,22 @@ fn the_workload_grows_the_pool_and_the_slots() {
         drop(s);
         c
     };
-    let sim = Arc::new(SimMedium::from_image(sim.power_fail(), SimConfig::default()));
+    let sim = Arc::new(SimMedium::from_image(
+        sim.power_fail(),
+        SimConfig::default(),
+    ));
     assert_eq!(drive(&sim, &ops), OPS);
     let sim = Arc::new(SimMedium::from_image(
         sim.durable_image(),
         SimConfig::default(),
     ));
     // (The amounts vary a little: the shard of a key depends on the pool's random UUID.)
-    assert!(sim.len() > start * 3 / 2, "{} -> {} bytes", start, sim.len());
+    assert!(
+        sim.len() > start * 3 / 2,
+        "{} -> {} bytes",
+        start,
+        sim.len()
+    );
     let s = open(sim).unwrap();
     let st = s.engine().stats();
     assert!(st.slots_grow);
@@ -236,7 +244,10 @@ fn crash_at_every_fence_of_a_growing_store() {
         check(img, acked, &ops, &expect, &format!("fence {n}"), n);
         n += 1;
     }
-    assert!(n > OPS as u64, "every write forces at least once ({n} fences)");
+    assert!(
+        n > OPS as u64,
+        "every write forces at least once ({n} fences)"
+    );
 }
 
 #[test]
@@ -323,7 +334,10 @@ fn a_store_made_with_fixed_slots_opens_turns_growable_and_takes_more() {
         drop(s);
     }
     // Migrated: the pool turns growable, then the store opens and grows.
-    let sim = Arc::new(SimMedium::from_image(sim.power_fail(), SimConfig::default()));
+    let sim = Arc::new(SimMedium::from_image(
+        sim.power_fail(),
+        SimConfig::default(),
+    ));
     let mut pool = Pool::open_medium(Arc::clone(&sim), &OpenOptions::default()).unwrap();
     pool.make_growable().unwrap();
     let s = Store::open(pool, config()).unwrap();

@@ -193,7 +193,10 @@ impl Mapping {
             )
         };
         if base == libc::MAP_FAILED {
-            return Err(last_os_error("cannot reserve address space for", &self.path));
+            return Err(last_os_error(
+                "cannot reserve address space for",
+                &self.path,
+            ));
         }
         // SAFETY: `base`/`map_len` are exactly what the earlier mmap returned, and `&mut self`
         // means no access through it is in flight (rule 1: nothing refers into it).

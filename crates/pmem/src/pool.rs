@@ -112,7 +112,8 @@ impl Survey {
                 let found = headers[c].as_ref().map_or(0, |h| h.features_incompat);
                 headers[c] = Err(Corruption {
                     structure: format!("pool header copy {c}"),
-                    offset: (layout::HEADER_COPY_OFFSETS[c] + layout::header::FEATURES_INCOMPAT.offset)
+                    offset: (layout::HEADER_COPY_OFFSETS[c]
+                        + layout::header::FEATURES_INCOMPAT.offset)
                         as u64,
                     field: layout::header::FEATURES_INCOMPAT.name,
                     expected: format!(
@@ -854,8 +855,7 @@ impl<M: Medium> Pool<M> {
         }
         self.changed = true;
         let header = PoolHeader {
-            features_incompat: self.header.features_incompat
-                | layout::FEATURES_INCOMPAT_GROWABLE,
+            features_incompat: self.header.features_incompat | layout::FEATURES_INCOMPAT_GROWABLE,
             ..self.header.clone()
         };
         for copy in 0..2 {

@@ -355,7 +355,10 @@ impl Medium for SimMedium {
         if len <= st.working.len() {
             return Ok(());
         }
-        assert!(len % CACHE_LINE == 0, "simulated media are whole cache lines");
+        assert!(
+            len % CACHE_LINE == 0,
+            "simulated media are whole cache lines"
+        );
         if !st.event(true) {
             return Err(PmemError::SimulatedCrash);
         }

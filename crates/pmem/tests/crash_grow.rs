@@ -247,7 +247,11 @@ fn a_crash_between_the_two_header_copies_opens_growable_and_repairs_the_other() 
     assert_eq!(pool.damage()[0].field, "features_incompat");
     pool.close().unwrap();
     let img = sim.durable_image();
-    assert_eq!((copy(&img, 0), copy(&img, 1)), (1, 1), "the open rewrote copy 1");
+    assert_eq!(
+        (copy(&img, 0), copy(&img, 1)),
+        (1, 1),
+        "the open rewrote copy 1"
+    );
     // The other way round (copy 1 migrated, copy 0 not) is the same case.
     let migrated_from = |image: &[u8]| pmem::header::PoolHeader {
         features_incompat: pmem::layout::FEATURES_INCOMPAT_GROWABLE,
@@ -277,10 +281,7 @@ fn a_fixed_pool_does_not_grow() {
         pool.create_region("big", kinds::LOG, 256 << 10, Alignment::Page),
         Err(PmemError::NoSpace(_))
     ));
-    assert!(matches!(
-        pool.grow(1 << 20),
-        Err(PmemError::Invalid { .. })
-    ));
+    assert!(matches!(pool.grow(1 << 20), Err(PmemError::Invalid { .. })));
     assert_eq!(sim.len(), START);
 }
 
@@ -338,7 +339,8 @@ fn a_growable_file_grows_with_its_regions_and_reopens() {
     let a = pool
         .create_region("a", kinds::RAW, 3 << 20, Alignment::Page)
         .unwrap();
-    pool.medium().write(a.offset as usize + (3 << 20) - 8, b"the end!");
+    pool.medium()
+        .write(a.offset as usize + (3 << 20) - 8, b"the end!");
     pool.medium().persist(a.offset as usize, 3 << 20).unwrap();
     assert_eq!(t.len(), a.end(), "the file ends where the new region does");
     let b = pool.replace_region("a", 5 << 20).unwrap();
@@ -349,7 +351,8 @@ fn a_growable_file_grows_with_its_regions_and_reopens() {
     let pool = Pool::open(&t.0, &OpenOptions::default()).unwrap();
     assert_eq!(pool.size(), b.end());
     let mut buf = [0u8; 8];
-    pool.medium().read(a.offset as usize + (3 << 20) - 8, &mut buf);
+    pool.medium()
+        .read(a.offset as usize + (3 << 20) - 8, &mut buf);
     assert_eq!(&buf, b"the end!");
     pool.close().unwrap();
 }
