@@ -68,7 +68,7 @@ pub struct ServeArgs {
     /// command not allowed when used memory > 'maxmemory'.` (deletions and reads still run).
     /// Sizes as elsewhere: 4294967296, 4GiB or 4G (powers of 1024), 4GB (powers of 1000). 0
     /// (the default): no limit. The data is the bytes of allocated blocks in the shards
-    /// (INFO's used_memory); the pool file is about twice that.
+    /// (INFO's used_memory); the pool file takes about 2 to 3.5 times that (docs/benchmarks.md).
     #[arg(long, value_name = "BYTES", default_value = "0")]
     maxmemory: String,
     /// What happens at --maxmemory: `noeviction` (refuse writes, Redis's default). Redis's

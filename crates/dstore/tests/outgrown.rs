@@ -110,3 +110,60 @@ fn an_interrupted_checkpoint_that_cannot_fit_is_left_unfinished_and_the_store_op
         assert!(store.close().is_err());
     }
 }
+
+/// A store made with fixed slots (as before growth) and filled to its ceiling opens through
+/// `open_dir` with the default configuration: its pool is made growable, every key is there,
+/// and it takes several times more data, the file growing.
+#[test]
+fn a_fixed_store_opened_by_open_dir_turns_growable_and_takes_more() {
+    let scratch = Scratch::new("migrate");
+    let (store, opened) = Store::open_dir(&scratch.0, config()).unwrap();
+    assert!(opened.created);
+    assert!(!store.engine().stats().slots_grow);
+    let mut acked = 0;
+    loop {
+        match store.set(&key(acked), b"value", false, false, None) {
+            Ok(_) => acked += 1,
+            Err(StoreError::OutOfSpace(_)) => break,
+            Err(e) => panic!("write {acked}: {e}"),
+        }
+        assert!(acked < 1_000_000, "the store never filled");
+    }
+    // Its last checkpoint cannot run (the arenas outgrew the slot): the close fails and the
+    // next open replays the log, as after a crash.
+    let _ = store.close();
+    drop(store);
+    let path = scratch.0.join(dstore::POOL_FILE);
+    let fixed_len = std::fs::metadata(&path).unwrap().len();
+    let pool = Pool::open(&path, &OpenOptions::default()).unwrap();
+    assert!(!pool.growable());
+    drop(pool.close());
+    let grow = Config {
+        background: false,
+        ..Config::default()
+    };
+    let (store, opened) = Store::open_dir(&scratch.0, grow.clone()).expect("opens and migrates");
+    assert!(!opened.created);
+    assert!(store.engine().stats().slots_grow);
+    assert_eq!(store.dbsize().unwrap(), acked as u64);
+    for i in acked..acked * 5 {
+        store
+            .set(&key(i), b"value", false, false, None)
+            .unwrap_or_else(|e| panic!("write {i} after migration: {e}"));
+    }
+    store.save().unwrap();
+    store.close().unwrap();
+    drop(store);
+    assert!(std::fs::metadata(&path).unwrap().len() >= fixed_len);
+    let (store, opened) = Store::open_dir(&scratch.0, grow).unwrap();
+    assert!(opened.recovery.clean_shutdown);
+    assert_eq!(store.dbsize().unwrap(), 5 * acked as u64);
+    for i in [0, acked - 1, acked, 5 * acked - 1] {
+        assert_eq!(store.get(&key(i)).unwrap().as_deref(), Some(&b"value"[..]));
+    }
+    store.close().unwrap();
+    drop(store);
+    let pool = Pool::open(&path, &OpenOptions::default()).unwrap();
+    assert!(pool.growable(), "the header records the switch");
+    drop(pool.close());
+}

@@ -382,3 +382,48 @@ fn a_fixed_file_turns_growable_and_grows() {
     assert_eq!(pool.regions().len(), 2);
     pool.close().unwrap();
 }
+
+#[test]
+fn a_moved_region_gives_its_old_blocks_back() {
+    use std::os::unix::fs::MetadataExt;
+    let t = TempFile::new("punch");
+    let opts = CreateOptions {
+        size: START as u64,
+        domain: None,
+    };
+    let mut pool = Pool::create_growable(&t.0, &opts).unwrap();
+    let a = pool
+        .create_region("a", kinds::RAW, 4 << 20, Alignment::Page)
+        .unwrap();
+    pool.create_region("b", kinds::RAW, 1 << 20, Alignment::Page)
+        .unwrap();
+    let blocks = |t: &TempFile| std::fs::metadata(&t.0).unwrap().blocks() * 512;
+    let before = blocks(&t);
+    assert!(before >= t.len(), "created regions are backed");
+    let moved = pool.replace_region("a", 6 << 20).unwrap();
+    assert!(moved.offset > a.offset, "a moves past b");
+    pool.medium().write(moved.offset as usize, b"moved region");
+    pool.close().unwrap();
+    // The file grew by 6 MiB and gave the old 4 MiB back (where hole punching works).
+    let after = blocks(&t);
+    assert_eq!(t.len(), moved.end());
+    if t.0.starts_with("/dev/shm") {
+        assert!(
+            after + (3 << 20) < t.len(),
+            "{after} bytes of blocks in a {}-byte file",
+            t.len()
+        );
+    }
+    assert!(check_file(&t.0).unwrap().healthy());
+    // The freed range is used again: a new region there is backed and holds what is written.
+    let mut pool = Pool::open(&t.0, &OpenOptions::default()).unwrap();
+    let c = pool
+        .create_region("c", kinds::RAW, 2 << 20, Alignment::Page)
+        .unwrap();
+    assert_eq!(c.offset, a.offset, "first fit takes the freed place");
+    pool.medium().write(c.offset as usize + 4096, b"reused");
+    let mut buf = [0u8; 6];
+    pool.medium().read(c.offset as usize + 4096, &mut buf);
+    assert_eq!(&buf, b"reused");
+    pool.close().unwrap();
+}
