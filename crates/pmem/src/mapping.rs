@@ -6,7 +6,9 @@
 //! 2. The file is locked (`flock`) for as long as it is mapped: exclusively for read-write, shared
 //!    for read-only, so cooperating processes never map it for writing at the same time.
 //! 3. The file is never shrunk while mapped by us; its size is checked against the header before
-//!    any byte past the metadata is touched.
+//!    any byte past the metadata is touched. Accesses are checked against `len`, the file's
+//!    usable length, which grows only after the file has (a growable pool maps more address
+//!    space than its file holds, and never touches the part past `len`).
 
 use crate::cpu;
 use crate::domain::{Backing, Domain};
