@@ -262,6 +262,8 @@ pub struct PoolInfo {
     pub format_version: u32,
     /// Size in bytes.
     pub size: u64,
+    /// The pool grows (`FEATURES_INCOMPAT_GROWABLE`).
+    pub growable: bool,
     /// Page size.
     pub page_size: u32,
     /// Creation time, nanoseconds since the Unix epoch.
@@ -973,6 +975,7 @@ impl<M: Medium> Pool<M> {
             member: (self.header.member_index, self.header.member_count),
             format_version: layout::FORMAT_VERSION,
             size: self.size(),
+            growable: self.growable(),
             page_size: PAGE_SIZE as u32,
             created_ns: self.header.created_ns,
             recorded_domain: self.header.domain,
