@@ -56,19 +56,20 @@ pub struct ServeArgs {
     /// writes between two checkpoints, and its ring (less 4 KiB) the largest single write.
     #[arg(long, default_value_t = 16)]
     log_mib: u64,
-    /// New stores only: MiB of each of the two shadow slots to start with (default: the
-    /// smallest for --shards, 9 MiB for 64 shards: each shard's image grows from 64 KiB). This
-    /// is no ceiling: a slot moves to a larger region when the data outgrows it, and the pool
-    /// file grows with it. A new store's pool file starts at 2 x log + 2 x slot + a 4 MiB data
-    /// zone and metadata (about 52 MiB with the defaults) and grows with the data; a store made
-    /// by an older Kavach (fixed slots) is made growable when opened.
+    /// New stores only: MiB of checkpoint image each of the two shadow slots holds to start
+    /// with (default: the smallest for --shards, 9 MiB for 64 shards: each shard's image grows
+    /// from 64 KiB). This is no ceiling: the images' pages live in page frames that the two
+    /// slots share, added as the data grows, and the pool file grows with them (about 1.5 to 2
+    /// times the data, docs/benchmarks.md). A new store's pool file starts at 2 x log + a 4 MiB
+    /// data zone, two small slot tables and metadata (about 36 MiB with the defaults); a store
+    /// made by an older Kavach (fixed slots) is made growable when opened.
     #[arg(long, value_name = "MIB")]
     slot_mib: Option<u64>,
     /// Refuse writes while the data takes more than this many bytes, with Redis's error `OOM
     /// command not allowed when used memory > 'maxmemory'.` (deletions and reads still run).
     /// Sizes as elsewhere: 4294967296, 4GiB or 4G (powers of 1024), 4GB (powers of 1000). 0
     /// (the default): no limit. The data is the bytes of allocated blocks in the shards
-    /// (INFO's used_memory); the pool file takes about 2 to 3.5 times that (docs/benchmarks.md).
+    /// (INFO's used_memory).
     #[arg(long, value_name = "BYTES", default_value = "0")]
     maxmemory: String,
     /// What happens at --maxmemory: `noeviction` (refuse writes, Redis's default). Redis's
@@ -467,8 +468,8 @@ fn plan(a: &ServeArgs) -> Result<Plan> {
         .map_err(|e| refused(e.to_string()))?;
     if pool_bytes > pmem::layout::POOL_SIZE_MAX {
         return Err(refused(format!(
-            "the new pool would be {} MiB (2 x log + 2 x slot + {} MiB), more than the largest \
-             pool ({} MiB)",
+            "the new pool would be {} MiB (2 x log + {} MiB), more than the largest pool ({} \
+             MiB)",
             pool_bytes / MIB,
             pool_overhead_bytes() / MIB,
             pmem::layout::POOL_SIZE_MAX / MIB
@@ -501,12 +502,11 @@ fn plan(a: &ServeArgs) -> Result<Plan> {
     })
 }
 
-/// Bytes of a new store's pool besides its two logs and two slots (the data zone and
+/// Bytes of a new store's pool besides its two logs (the data zone, the slot tables and
 /// metadata).
 fn pool_overhead_bytes() -> u64 {
     let c = Config::default();
-    let slot = c.slot_bytes_at_create().expect("the default slot");
-    c.pool_bytes_at_create().expect("the default pool") - 2 * c.log_bytes - 2 * slot
+    c.pool_bytes_at_create().expect("the default pool") - 2 * c.log_bytes
 }
 
 /// What a start found in `--dir`, so that a start that fails leaves it as it was: no new
@@ -600,12 +600,11 @@ fn open_backend(
         let c = store.config();
         let file = std::fs::metadata(&opened.path).map_or(0, |m| m.len());
         server::say!(
-            "kavach: created {} ({:.1} MiB: 2 x {} MiB logs, 2 x {:.1} MiB slots, a data zone \
-             and metadata; it grows with the data)",
+            "kavach: created {} ({:.1} MiB: 2 x {} MiB logs, a data zone, slot tables and \
+             metadata; it grows with the data)",
             opened.path.display(),
             file as f64 / MIB as f64,
             c.log_bytes / MIB,
-            c.slot_bytes_at_create().unwrap_or(0) as f64 / MIB as f64,
         );
     } else {
         server::say!(
@@ -729,7 +728,10 @@ mod tests {
         assert!(help.contains(&min), "{min} not in: {help}");
         let data = format!("a {} MiB data zone", plan.config.data_bytes / MIB);
         assert!(help.contains(&data), "{data} not in: {help}");
-        assert!(pool_overhead_bytes() < 5 * MIB, "data zone and metadata");
+        assert!(
+            pool_overhead_bytes() < 5 * MIB,
+            "data zone, tables and metadata"
+        );
     }
 
     fn plan_of(args: &[&str]) -> Result<Plan> {

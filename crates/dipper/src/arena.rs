@@ -165,6 +165,11 @@ impl Arena {
         }
     }
 
+    /// Stop recording written pages.
+    pub fn stop_tracking(&mut self) {
+        self.dirty = None;
+    }
+
     /// Pages written since the last call (ascending), and clear the record. Empty if tracking
     /// is off.
     pub fn take_dirty(&mut self) -> Vec<usize> {

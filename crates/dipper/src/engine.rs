@@ -39,8 +39,9 @@ use std::sync::{Arc, Condvar, Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use crate::arena::Arena;
+use crate::arena::{Arena, PAGE};
 use crate::error::{DipperError, Result};
+use crate::frames::{self, Frames, TableGeometry};
 use crate::layout::*;
 use crate::root::Root;
 use crate::slot::{self, SlotGeometry, SlotMap};
@@ -86,23 +87,6 @@ pub fn admits_growth(arena_bytes: u64, slot_capacity_bytes: u64) -> bool {
 /// The text after `OOM ` of Redis's refusal of a write past `maxmemory` (policy `noeviction`):
 /// the engine refuses growing writes with [`DipperError::OutOfSpace`] carrying it.
 pub const MAXMEMORY_REFUSAL: &str = "command not allowed when used memory > 'maxmemory'.";
-
-/// The region length of a slot that holds at least `pages` pages, with an eighth of headroom
-/// (so the slot is not replaced at every checkpoint of a growing store).
-pub fn slot_bytes_for(pages: u64) -> u64 {
-    let page = crate::arena::PAGE as u64;
-    let want = pages.saturating_add(pages / 8).max(1);
-    let table = want
-        .saturating_mul(SLOT_ENTRY_BYTES as u64)
-        .next_multiple_of(page);
-    let mut len = (SLOT_TABLE_AT as u64)
-        .saturating_add(table)
-        .saturating_add(want.saturating_mul(page));
-    while slot_geometry(len).is_none_or(|(cap, _)| cap < want) {
-        len += page;
-    }
-    len
-}
 
 /// Sizes of a new store.
 #[derive(Debug, Clone, Copy)]
@@ -236,6 +220,10 @@ struct Checkpointer {
     maps: [Option<SlotMap>; 2],
     /// Per slot, per shard: pages changed since that slot was last written (bitsets).
     dirty_since: [Vec<Vec<u64>>; 2],
+    /// Format 2 (slots that grow): the tables of the two slots.
+    tables: [TableGeometry; 2],
+    /// Format 2: the frames, and which the image in force names.
+    frames: Frames,
 }
 
 #[derive(Debug, Default)]
@@ -437,13 +425,40 @@ fn bits_to_pages(bits: &[u64]) -> Vec<usize> {
     out
 }
 
-/// Give slot `index` a region that holds `pages` pages (with headroom, see [`slot_bytes_for`]),
-/// in place of its old one. Only for a slot the root does not point at: its bytes are not kept.
-fn grow_slot<M: Medium>(pool: &mut Pool<M>, index: usize, pages: u64) -> Result<SlotGeometry> {
-    let r = pool.replace_region(SLOT_REGIONS[index], slot_bytes_for(pages))?;
-    let geo = SlotGeometry::new(index as u32, r.offset, r.length)?;
-    assert!(geo.capacity >= pages, "a grown slot holds the image");
-    Ok(geo)
+/// Format 2: make the table of slot `target` (which holds no image in force) hold `entries`,
+/// replacing its region by a larger one, or by a smaller one when it is more than twice the
+/// size needed (a format-1 slot of an older store), and add a frame region if fewer than
+/// `frames_needed` frames are free. The pool grows for either.
+fn prepare_format2<M: Medium>(
+    pool: &mut Pool<M>,
+    tables: &mut [TableGeometry; 2],
+    fr: &mut Frames,
+    target: usize,
+    entries: u64,
+    frames_needed: u64,
+) -> Result<()> {
+    let want = frames::table_bytes_for(entries);
+    let len = pool.region(SLOT_REGIONS[target]).map_or(0, |r| r.length);
+    if tables[target].capacity < entries || (len > 2 * want && len > 1 << 20) {
+        let r = pool.replace_region(SLOT_REGIONS[target], want)?;
+        tables[target] = TableGeometry::new(target as u32, r.offset, r.length)?;
+    }
+    assert!(
+        tables[target].capacity >= entries,
+        "the table holds the image"
+    );
+    let free = fr.free();
+    if frames_needed > free {
+        let add = frames::frames_to_add(frames_needed - free, fr.total());
+        let name = frames::frame_region_name(fr.regions());
+        let r = pool.create_region(&name, kinds::DIPPER, add * PAGE as u64, Alignment::Page)?;
+        fr.add_region(r.offset, r.length)?;
+    }
+    assert!(
+        fr.free() >= frames_needed,
+        "the frames hold the changed pages"
+    );
+    Ok(())
 }
 
 fn region_of<M: Medium>(pool: &Pool<M>, name: &str, kind: u32) -> Result<(usize, usize)> {
@@ -490,8 +505,16 @@ impl<M: Medium + Clone + Send + Sync + 'static, S: Machine> Dipper<M, S> {
             )?;
             drop(log.close()?);
         }
+        // In a growable pool the slots are tables of frames (`frames`): sized for the image
+        // a slot of `slot_bytes` would hold; they grow with it.
+        let slot_bytes = if pool.growable() {
+            let pages = slot_geometry(layout.slot_bytes).map_or(1, |(pages, _)| pages);
+            frames::table_bytes_for(pages)
+        } else {
+            layout.slot_bytes
+        };
         for (i, name) in SLOT_REGIONS.iter().enumerate() {
-            let r = pool.create_region(name, kinds::DIPPER, layout.slot_bytes, Alignment::Page)?;
+            let r = pool.create_region(name, kinds::DIPPER, slot_bytes, Alignment::Page)?;
             SlotGeometry::new(i as u32, r.offset, r.length)?;
         }
         let mut r = Root {
@@ -541,8 +564,22 @@ impl<M: Medium + Clone + Send + Sync + 'static, S: Machine> Dipper<M, S> {
             let (base, len) = region_of(&pool, name, kinds::DIPPER)?;
             geo.push(SlotGeometry::new(i as u32, base as u64, len as u64)?);
         }
-        let mut geo: [SlotGeometry; 2] = [geo[0], geo[1]];
+        let geo: [SlotGeometry; 2] = [geo[0], geo[1]];
         let slots_grow = pool.growable() && !pool.read_only();
+        let region_len = |i: usize| pool.region(SLOT_REGIONS[i]).map_or(0, |r| r.length);
+        let mut tables = [
+            TableGeometry::new(0, geo[0].base, region_len(0))?,
+            TableGeometry::new(1, geo[1].base, region_len(1))?,
+        ];
+        let mut fr = Frames::default();
+        for k in 0.. {
+            let name = frames::frame_region_name(k);
+            if pool.region(&name).is_none() {
+                break;
+            }
+            let (base, len) = region_of(&pool, &name, kinds::DIPPER)?;
+            fr.add_region(base as u64, len as u64)?;
+        }
         let mut report = RecoveryReport {
             clean_shutdown: clean,
             checkpoint: root.checkpoint,
@@ -557,6 +594,9 @@ impl<M: Medium + Clone + Send + Sync + 'static, S: Machine> Dipper<M, S> {
                 v.push(a);
             }
             v
+        } else if frames::is_format2(&medium, geo[root.slot as usize].base) {
+            let s = root.slot as usize;
+            fr.load(&medium, &uuid, &tables[s], root.checkpoint, shards)?
         } else {
             let s = root.slot as usize;
             let (arenas, map) = slot::load(&medium, &uuid, &geo[s], root.checkpoint, shards)?;
@@ -571,18 +611,54 @@ impl<M: Medium + Clone + Send + Sync + 'static, S: Machine> Dipper<M, S> {
         } else {
             1 - root.slot as usize
         };
+        if root.state == STATE_CHECKPOINTING && slots_grow {
+            // Which pages the archived log changes: the redo writes only those (format 2).
+            for a in &mut arenas {
+                a.track_dirty();
+            }
+        }
         if root.state == STATE_CHECKPOINTING {
             report.archived_records =
                 replay(&machine, &logs[archived], &mut arenas, opts.replay_threads)?;
         }
-        if root.state == STATE_CHECKPOINTING
-            && image_pages(&arenas) > geo[target].capacity
-            && slots_grow
-        {
-            // The slot the redo writes holds no image in force: give it a larger region.
-            geo[target] = grow_slot(&mut pool, target, image_pages(&arenas))?;
-        }
-        if root.state == STATE_CHECKPOINTING && image_pages(&arenas) > geo[target].capacity {
+        if root.state == STATE_CHECKPOINTING && slots_grow {
+            // Redo the checkpoint in format 2: the changed pages into free frames (the slot
+            // the root does not point at gets the table), then the root switch.
+            let changed: Vec<Vec<usize>> = arenas
+                .iter_mut()
+                .map(|a| {
+                    let d = a.take_dirty();
+                    a.stop_tracking();
+                    d
+                })
+                .collect();
+            report.redone_checkpoint = true;
+            let (need, entries) = fr.needs(&arenas, &changed);
+            prepare_format2(
+                &mut pool,
+                &mut tables,
+                &mut fr,
+                target,
+                entries.max(image_pages(&arenas)),
+                need,
+            )?;
+            let (_, pending) = fr.write(
+                &medium,
+                &uuid,
+                &tables[target],
+                root.checkpoint + 1,
+                &arenas,
+                &changed,
+            )?;
+            root.slot = target as u32;
+            root.checkpoint += 1;
+            root.state = STATE_IDLE;
+            root.store(&medium, root_base, &uuid)?;
+            fr.commit(pending);
+            maps = [None, None];
+            logs[archived].cleanup_all()?;
+            report.checkpoint = root.checkpoint;
+        } else if root.state == STATE_CHECKPOINTING && image_pages(&arenas) > geo[target].capacity {
             // The interrupted checkpoint's image has outgrown the slots: it cannot be redone.
             // The root and both logs stay as they are, so the store opens from the image and
             // both logs, every time, and takes no checkpoint (see `checkpoint_locked`).
@@ -638,7 +714,11 @@ impl<M: Medium + Clone + Send + Sync + 'static, S: Machine> Dipper<M, S> {
             live_bytes: AtomicU64::new(live_bytes),
             memory_max: AtomicU64::new(0),
             operations: AtomicU64::new(0),
-            slot_capacity: AtomicU64::new(geo[0].capacity_bytes().min(geo[1].capacity_bytes())),
+            slot_capacity: AtomicU64::new(if slots_grow {
+                tables[0].capacity.min(tables[1].capacity) * PAGE as u64
+            } else {
+                geo[0].capacity_bytes().min(geo[1].capacity_bytes())
+            }),
             slots_grow,
             ckpt: Mutex::new(Checkpointer {
                 root,
@@ -646,6 +726,8 @@ impl<M: Medium + Clone + Send + Sync + 'static, S: Machine> Dipper<M, S> {
                 mirror,
                 maps,
                 dirty_since: [vec![Vec::new(); shards], vec![Vec::new(); shards]],
+                tables,
+                frames: fr,
             }),
             signal: Mutex::new(Signal::default()),
             cond: Condvar::new(),
@@ -1172,17 +1254,8 @@ impl<M: Medium + Clone + Send + Sync + 'static, S: Machine> Inner<M, S> {
         // in part, it would be an image the loader refuses; stop here instead (the next open
         // leaves it unfinished, see `open`).
         let pages = image_pages(&ck.mirror);
-        if pages > ck.geo[target].capacity && self.slots_grow {
-            // 3a. The target slot holds no image in force (the root points at the other one or
-            // at none): move it to a larger region, one directory update, growing the pool.
-            let mut pool = self.pool.lock().map_err(|_| poisoned())?;
-            let pool = pool.as_mut().ok_or(DipperError::Closed)?;
-            ck.geo[target] = grow_slot(pool, target, pages)?;
-            ck.maps[target] = None;
-            self.slot_capacity.store(
-                ck.geo[0].capacity_bytes().min(ck.geo[1].capacity_bytes()),
-                Ordering::Relaxed,
-            );
+        if self.slots_grow {
+            return self.write_format2(ck, old, target, pages, records, swap_us, start);
         }
         if pages > ck.geo[target].capacity {
             return Err(DipperError::OutOfSpace(format!(
@@ -1230,6 +1303,65 @@ impl<M: Medium + Clone + Send + Sync + 'static, S: Machine> Inner<M, S> {
             number,
             records,
             pages: w.pages,
+            swap_us,
+            total_ms: start.elapsed().as_millis() as u64,
+        })
+    }
+
+    /// Steps 3 to 5 of a checkpoint in format 2 (slots that grow): the pages changed by the
+    /// replay into free frames (a frame region added if too few are free) and the whole table
+    /// into the target slot (its region replaced if too small), the root switch, then the
+    /// frames of the image in force are the new image's, and the archived log is emptied.
+    #[allow(clippy::too_many_arguments)]
+    fn write_format2(
+        &self,
+        ck: &mut Checkpointer,
+        old: usize,
+        target: usize,
+        pages: u64,
+        records: u64,
+        swap_us: u64,
+        start: Instant,
+    ) -> Result<CheckpointStats> {
+        let changed: Vec<Vec<usize>> = ck.mirror.iter_mut().map(Arena::take_dirty).collect();
+        let (need, entries) = ck.frames.needs(&ck.mirror, &changed);
+        {
+            let mut pool = self.pool.lock().map_err(|_| poisoned())?;
+            let pool = pool.as_mut().ok_or(DipperError::Closed)?;
+            prepare_format2(
+                pool,
+                &mut ck.tables,
+                &mut ck.frames,
+                target,
+                entries.max(pages),
+                need,
+            )?;
+        }
+        self.slot_capacity.store(
+            ck.tables[0].capacity.min(ck.tables[1].capacity) * PAGE as u64,
+            Ordering::Relaxed,
+        );
+        let number = ck.root.checkpoint + 1;
+        let (written, pending) = ck.frames.write(
+            &self.medium,
+            &self.uuid,
+            &ck.tables[target],
+            number,
+            &ck.mirror,
+            &changed,
+        )?;
+        // 4. Switch the root.
+        ck.root.slot = target as u32;
+        ck.root.checkpoint = number;
+        ck.root.state = STATE_IDLE;
+        ck.root.store(&self.medium, self.root_base, &self.uuid)?;
+        ck.frames.commit(pending);
+        // 5. Empty the archived log.
+        self.logs[old].cleanup_all()?;
+        Ok(CheckpointStats {
+            number,
+            records,
+            pages: written,
             swap_us,
             total_ms: start.elapsed().as_millis() as u64,
         })

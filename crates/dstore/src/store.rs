@@ -152,8 +152,20 @@ impl Config {
         Ok(pmem::layout::METADATA_BYTES as u64
             + pages(dipper::layout::ROOT_REGION_BYTES)
             + 2 * pages(self.log_bytes)
-            + 2 * pages(self.slot_bytes_at_create()?)
+            + 2 * self.slot_region_bytes_at_create()?
             + pages(self.data_bytes.max(BLOCK_BYTES)))
+    }
+
+    /// Bytes of each slot region of a new store: in a growable pool a table of page frames for
+    /// the image a slot of [`Config::slot_bytes_at_create`] would hold (the images' pages live
+    /// in frame regions added as the data grows); otherwise the slot itself.
+    pub fn slot_region_bytes_at_create(&self) -> StoreResult<u64> {
+        let slot = self.slot_bytes_at_create()?;
+        if !self.grow {
+            return Ok(slot.next_multiple_of(pmem::layout::PAGE_SIZE as u64));
+        }
+        let pages = dipper::layout::slot_geometry(slot).map_or(1, |(pages, _)| pages);
+        Ok(dipper::frames::table_bytes_for(pages))
     }
 
     /// Bytes of each shadow slot of a new store: `slot_bytes`, or the smallest when it is 0.

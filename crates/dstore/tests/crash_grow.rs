@@ -32,11 +32,11 @@ type State = BTreeMap<Vec<u8>, Dump>;
 fn config() -> Config {
     Config {
         shards: 2,
-        log_bytes: 256 << 10,
+        log_bytes: 1 << 20,
         slot_bytes: 0,
         checkpoint_at_percent: 50,
         background: false,
-        value_bytes_max: 16384,
+        value_bytes_max: 65536,
         data_bytes: 4096,
         ..Config::default()
     }
@@ -51,7 +51,7 @@ fn workload(seed: u64) -> Vec<TOp> {
             if rng.below(10) == 0 {
                 TOp::Del(vec![k])
             } else {
-                let len = 4000 + rng.below(8000) as usize;
+                let len = 16000 + rng.below(32000) as usize;
                 let v = vec![b'a' + rng.below(26) as u8; len];
                 TOp::Set {
                     k,
@@ -77,6 +77,22 @@ fn base_image() -> Vec<u8> {
     store.close().expect("close");
     drop(store);
     sim.durable_image()
+}
+
+/// Frame regions in the pool on `sim` (format-2 checkpoint images keep their pages there).
+fn frame_regions(sim: &SimMedium) -> usize {
+    let pool = Pool::open_medium(
+        sim,
+        &OpenOptions {
+            read_only: true,
+            domain: None,
+        },
+    )
+    .expect("open");
+    pool.regions()
+        .iter()
+        .filter(|r| r.name.starts_with(dipper::layout::FRAME_REGION_PREFIX))
+        .count()
 }
 
 fn open(sim: Arc<SimMedium>) -> Result<Store<Arc<SimMedium>>, StoreError> {
@@ -247,6 +263,30 @@ fn crash_at_every_fence_of_a_growing_store() {
     assert!(
         n > OPS as u64,
         "every write forces at least once ({n} fences)"
+    );
+    // The run crashed at every fence above grew the frames and the tables.
+    let sim = Arc::new(SimMedium::from_image(base.clone(), SimConfig::default()));
+    let first = frame_regions(&sim);
+    let table = {
+        let s = open(Arc::clone(&sim)).unwrap();
+        let c = s.engine().stats().slot_capacity_bytes;
+        drop(s);
+        c
+    };
+    let sim = Arc::new(SimMedium::from_image(
+        sim.power_fail(),
+        SimConfig::default(),
+    ));
+    assert_eq!(drive(&sim, &ops), OPS);
+    let sim = Arc::new(SimMedium::from_image(
+        sim.durable_image(),
+        SimConfig::default(),
+    ));
+    assert!(frame_regions(&sim) > first, "no frame region was added");
+    let s = open(sim).unwrap();
+    assert!(
+        s.engine().stats().slot_capacity_bytes > table,
+        "no table grew"
     );
 }
 
