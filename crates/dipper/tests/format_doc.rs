@@ -105,7 +105,10 @@ fn constants_table_matches_the_code() {
             "SLOT_ARENA_RATIO_MAX",
             ConstValue::number(dipper::layout::SLOT_ARENA_RATIO_MAX),
         ),
-        ("SLOT2_MAGIC", ConstValue::magic(dipper::layout::SLOT2_MAGIC)),
+        (
+            "SLOT2_MAGIC",
+            ConstValue::magic(dipper::layout::SLOT2_MAGIC),
+        ),
         (
             "ENTRY_FRAME_AT",
             ConstValue::number(dipper::layout::ENTRY_FRAME_AT as u64),
