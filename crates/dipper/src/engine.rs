@@ -449,10 +449,29 @@ fn prepare_format2<M: Medium>(
     );
     let free = fr.free();
     if frames_needed > free {
-        let add = frames::frames_to_add(frames_needed - free, fr.total());
-        let name = frames::frame_region_name(fr.regions());
-        let r = pool.create_region(&name, kinds::DIPPER, add * PAGE as u64, Alignment::Page)?;
-        fr.add_region(r.offset, r.length)?;
+        let short = frames_needed - free;
+        // The last frame region grows in place if nothing follows it (a sixteenth at least);
+        // else a new region (a quarter at least, one directory entry).
+        let mut extended = false;
+        if let Some(last) = fr.regions().checked_sub(1).map(frames::frame_region_name)
+            && let Some(r) = pool.region(&last).cloned()
+        {
+            let add = frames::frames_to_extend(short, fr.total()) * PAGE as u64;
+            match pool.extend_region(&last, r.length + add) {
+                Ok(r) => {
+                    fr.extend_last(r.length)?;
+                    extended = true;
+                }
+                Err(pmem::PmemError::NoSpace(_)) => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        if !extended {
+            let add = frames::frames_to_add(short, fr.total());
+            let name = frames::frame_region_name(fr.regions());
+            let r = pool.create_region(&name, kinds::DIPPER, add * PAGE as u64, Alignment::Page)?;
+            fr.add_region(r.offset, r.length)?;
+        }
     }
     assert!(
         fr.free() >= frames_needed,

@@ -73,6 +73,12 @@ pub fn frames_to_add(short: u64, total: u64) -> u64 {
     short.max(total / 4).max(FRAME_REGION_FRAMES_MIN)
 }
 
+/// Frames the last frame region grows by in place when `short` more are needed and `total`
+/// exist: what is needed, and at least a sixteenth of the total (no directory entry is spent).
+pub fn frames_to_extend(short: u64, total: u64) -> u64 {
+    short.max(total / 16)
+}
+
 /// What a format-2 write produced, to install once the root points at it.
 #[derive(Debug)]
 pub struct Pending {
@@ -119,6 +125,28 @@ impl Frames {
             )));
         }
         self.extents.push((base, frames));
+        self.total = total;
+        Ok(())
+    }
+
+    /// The last frame region grew in place to `len` bytes (its frames keep their numbers).
+    pub fn extend_last(&mut self, len: u64) -> Result<()> {
+        let Some(last) = self.extents.last_mut() else {
+            return Err(DipperError::Invalid {
+                what: "frame region",
+                reason: "no frame region to extend".into(),
+            });
+        };
+        let frames = len / PAGE as u64;
+        assert!(frames >= last.1, "a frame region only grows");
+        let total = self.total + (frames - last.1);
+        if total > u32::MAX as u64 {
+            return Err(DipperError::OutOfSpace(format!(
+                "{total} frames: a table entry names at most {} (16 TiB)",
+                u32::MAX
+            )));
+        }
+        last.1 = frames;
         self.total = total;
         Ok(())
     }

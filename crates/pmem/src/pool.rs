@@ -919,6 +919,65 @@ impl<M: Medium> Pool<M> {
         Ok(region)
     }
 
+    /// Make the region called `name` `length` bytes long (whole pages, at least its length) in
+    /// place: same offset, its bytes kept, in one crash-atomic directory update. The range it
+    /// grows into must be free (no region there); a growable pool grows for it. Refused with
+    /// `NoSpace` when another region follows too closely.
+    pub fn extend_region(&mut self, name: &str, length: u64) -> Result<Region> {
+        if self.read_only {
+            return Err(PmemError::ReadOnly);
+        }
+        let idx = self
+            .directory
+            .regions
+            .iter()
+            .position(|r| r.name == name)
+            .ok_or_else(|| PmemError::NoSuchRegion(name.into()))?;
+        let old = self.directory.regions[idx].clone();
+        let length = length
+            .checked_next_multiple_of(PAGE_SIZE as u64)
+            .filter(|&l| l >= old.length)
+            .ok_or_else(|| PmemError::Invalid {
+                what: "region length",
+                reason: format!("{length} bytes (the region has {})", old.length),
+            })?;
+        let end = old
+            .offset
+            .checked_add(length)
+            .filter(|&e| e <= layout::POOL_SIZE_MAX)
+            .ok_or_else(|| PmemError::NoSpace(format!("{length} bytes at {:#x}", old.offset)))?;
+        if let Some(next) = self
+            .directory
+            .regions
+            .iter()
+            .find(|r| r.name != name && r.offset < end && r.end() > old.offset)
+        {
+            return Err(PmemError::NoSpace(format!(
+                "region `{name}` cannot grow to {length} bytes in place: `{}` is at {:#x}",
+                next.name, next.offset
+            )));
+        }
+        if end > self.size() {
+            if !self.growable() {
+                return Err(PmemError::NoSpace(format!(
+                    "region `{name}` cannot grow to {length} bytes: the pool ends at {:#x}",
+                    self.size()
+                )));
+            }
+            self.grow(end)?;
+        }
+        self.medium
+            .back(old.end() as usize, (length - old.length) as usize)?;
+        let region = Region {
+            length,
+            ..old.clone()
+        };
+        let mut regions = self.directory.regions.clone();
+        regions[idx] = region.clone();
+        self.update_directory(regions)?;
+        Ok(region)
+    }
+
     /// Remove the region called `name`. Crash-atomic. Its bytes are left as they are.
     pub fn remove_region(&mut self, name: &str) -> Result<Region> {
         if self.read_only {

@@ -95,6 +95,17 @@ fn replace_op(m: &SimMedium) {
     let _ = pool.close();
 }
 
+/// A region grown in place past the end: the pool grows for it.
+fn extend_op(m: &SimMedium) {
+    let Ok(mut pool) = Pool::open_medium(m, &OpenOptions::default()) else {
+        return;
+    };
+    if pool.extend_region("keep", 256 << 10).is_err() {
+        return;
+    }
+    let _ = pool.close();
+}
+
 /// A fixed-size pool made growable, then grown by a region.
 fn migrate_op(m: &SimMedium) {
     let Ok(mut pool) = Pool::open_medium(m, &OpenOptions::default()) else {
@@ -206,6 +217,11 @@ fn growing_for_a_region_crashed_at_every_fence_is_before_or_after() {
 #[test]
 fn moving_a_region_to_a_larger_place_crashed_at_every_fence_is_before_or_after() {
     every_fence(replace_op, true);
+}
+
+#[test]
+fn growing_a_region_in_place_crashed_at_every_fence_is_before_or_after() {
+    every_fence(extend_op, true);
 }
 
 #[test]
@@ -426,4 +442,36 @@ fn a_moved_region_gives_its_old_blocks_back() {
     pool.medium().read(c.offset as usize + 4096, &mut buf);
     assert_eq!(&buf, b"reused");
     pool.close().unwrap();
+}
+
+#[test]
+fn a_region_grows_in_place_keeping_its_bytes_unless_another_follows() {
+    let t = TempFile::new("extend");
+    let opts = CreateOptions {
+        size: START as u64,
+        domain: None,
+    };
+    let mut pool = Pool::create_growable(&t.0, &opts).unwrap();
+    let a = pool
+        .create_region("a", kinds::RAW, 1 << 20, Alignment::Page)
+        .unwrap();
+    pool.medium().write(a.offset as usize + 4096, b"kept");
+    let a2 = pool.extend_region("a", 3 << 20).unwrap();
+    assert_eq!((a2.offset, a2.length), (a.offset, 3 << 20));
+    assert_eq!(t.len(), a2.end());
+    let mut buf = [0u8; 4];
+    pool.medium().read(a.offset as usize + 4096, &mut buf);
+    assert_eq!(&buf, b"kept");
+    pool.create_region("b", kinds::RAW, 4096, Alignment::Page)
+        .unwrap();
+    assert!(matches!(
+        pool.extend_region("a", 4 << 20),
+        Err(PmemError::NoSpace(_))
+    ));
+    assert!(matches!(
+        pool.extend_region("a", 1 << 20),
+        Err(PmemError::Invalid { .. })
+    ));
+    pool.close().unwrap();
+    assert!(check_file(&t.0).unwrap().healthy());
 }
