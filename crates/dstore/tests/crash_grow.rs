@@ -1,18 +1,19 @@
 //! Crash consistency of a store that grows, on the persistence simulator.
 //!
 //! A store is made in the smallest growable pool (64 KiB, which its regions grow) with the
-//! smallest shadow slots. A seeded workload of large writes, with checkpoints between them,
-//! takes its state well past the slots: checkpoints move each slot to a larger region (a
-//! directory update) and the pool grows for it (the file grows, then a new pool state records
-//! the size). The run is crashed before every fence it issues (the growth steps included) and
-//! at 300 seeded random points with random eviction; after each crash the store is recovered
-//! and must hold exactly the acknowledged writes (or those and the one in flight), survive a
-//! second crash during that recovery, and keep working (more writes, two checkpoints, a close
-//! and a reopen give the model's contents).
+//! smallest slot tables. A seeded workload of large writes, with checkpoints between them,
+//! takes its state well past them: checkpoints write their images into shared page frames
+//! (slot format 2), adding frame regions or growing the last one in place, and replace a slot's
+//! table region when it is too small (directory updates; the pool grows for each: the file
+//! first, then a new pool state records the size). The run is crashed before every fence it
+//! issues (the growth steps included) and at 300 seeded random points with random eviction;
+//! after each crash the store is recovered and must hold exactly the acknowledged writes (or
+//! those and the one in flight), survive a second crash during that recovery, and keep working
+//! (more writes, two checkpoints, a close and a reopen give the model's contents).
 //!
 //! A last test makes a store the way stores were made before growth (fixed-size pool and
-//! slots), fills it to its old ceiling, and checks that it opens, turns growable and takes far
-//! more data.
+//! format-1 slots), fills it to its old ceiling, and checks that it opens, turns growable and
+//! takes far more data.
 
 mod model;
 
