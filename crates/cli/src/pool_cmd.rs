@@ -282,10 +282,15 @@ pub fn print_info(info: &PoolInfo) {
     println!("pool        {}", info.path.display());
     println!("uuid        {}", info.uuid);
     println!(
-        "size        {} ({} bytes, {}-byte pages)",
+        "size        {} ({} bytes, {}-byte pages{})",
         format_size(info.size),
         info.size,
-        info.page_size
+        info.page_size,
+        if info.growable {
+            "; grows with its regions"
+        } else {
+            ""
+        }
     );
     println!("created     {}", format_time_ns(info.created_ns));
     let durability = if info.survives_reboot {

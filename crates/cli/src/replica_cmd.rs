@@ -122,7 +122,7 @@ impl Drop for Heartbeat {
 }
 
 enum PoolHold {
-    Pool(#[allow(dead_code)] pmem::Pool<M>),
+    Pool(#[allow(dead_code)] Box<pmem::Pool<M>>),
     Host(#[allow(dead_code)] Box<FileHost>),
 }
 
@@ -424,7 +424,7 @@ impl Replicated {
     /// rebuild the store from the log.
     pub fn primary(inner: Arc<dyn Backend>, cfg: ReplConfig) -> Result<Replicated> {
         let (pool, mut copy) = open_or_create_copy(&cfg)?;
-        let st = become_primary(&mut copy, &cfg, PoolHold::Pool(pool))?;
+        let st = become_primary(&mut copy, &cfg, PoolHold::Pool(Box::new(pool)))?;
         let r = match rebuild_store(inner.as_ref(), st.log.medium(), st.log.base(), copy.len()) {
             Ok(r) => r,
             Err(e) => {
@@ -1072,7 +1072,7 @@ impl Backend for Replicated {
                     // a primary started with no copy, a new log only if no backup holds one.
                     h.close().map_err(|e| anyhow::anyhow!("{e}"))?;
                     let (pool, copy) = open_or_create_copy(&cfg)?;
-                    (copy, PoolHold::Pool(pool))
+                    (copy, PoolHold::Pool(Box::new(pool)))
                 }
             };
             let st = become_primary(&mut copy, &cfg, hold)?;

@@ -52,16 +52,30 @@ pub struct ServeArgs {
     /// New stores only: number of shards (operations on different shards run in parallel).
     #[arg(long, default_value_t = 64)]
     shards: usize,
-    /// New stores only: MiB of each of the two operation logs (at least 1).
-    #[arg(long, default_value_t = 64)]
+    /// New stores only: MiB of each of the two operation logs (at least 1). A log bounds the
+    /// writes between two checkpoints, and its ring (less 4 KiB) the largest single write.
+    #[arg(long, default_value_t = 16)]
     log_mib: u64,
-    /// New stores only: MiB of each of the two shadow slots. The DRAM state must fit in one
-    /// (writes that would grow it past about 94% are refused with an OOM error); the smallest
-    /// slot depends on --shards (9 MiB for 64 shards: each shard's image grows from 64 KiB).
-    /// The pool file, allocated up front, is 2 x log + 2 x slot + 80 MiB (a 64 MiB data zone
-    /// and 16 MiB of metadata): 1232 MiB with the defaults.
-    #[arg(long, default_value_t = 512)]
-    slot_mib: u64,
+    /// New stores only: MiB of checkpoint image each of the two shadow slots holds to start
+    /// with (default: the smallest for --shards, 9 MiB for 64 shards: each shard's image grows
+    /// from 64 KiB). This is no ceiling: the images' pages live in page frames that the two
+    /// slots share, added as the data grows, and the pool file grows with them (about 1.5 to 2
+    /// times the data, docs/benchmarks.md). A new store's pool file starts at 2 x log + a 4 MiB
+    /// data zone, two small slot tables and metadata (about 36 MiB with the defaults); a store
+    /// made by an older Kavach (fixed slots) is made growable when opened.
+    #[arg(long, value_name = "MIB")]
+    slot_mib: Option<u64>,
+    /// Refuse writes while the data takes more than this many bytes, with Redis's error `OOM
+    /// command not allowed when used memory > 'maxmemory'.` (deletions and reads still run).
+    /// Sizes as elsewhere: 4294967296, 4GiB or 4G (powers of 1024), 4GB (powers of 1000). 0
+    /// (the default): no limit. The data is the bytes of allocated blocks in the shards
+    /// (INFO's used_memory).
+    #[arg(long, value_name = "BYTES", default_value = "0")]
+    maxmemory: String,
+    /// What happens at --maxmemory: `noeviction` (refuse writes, Redis's default). Redis's
+    /// `allkeys-lru` and `volatile-ttl` are recognised and refused: eviction is not built yet.
+    #[arg(long, value_name = "POLICY", default_value = "noeviction")]
+    maxmemory_policy: String,
     /// Replication role: `primary` (the default; replicated when --replicas is given) or
     /// `backup` (keeps a copy of a primary's replication log, received on --listen, and
     /// answers reads of what is committed on --port; writes are refused until PROMOTE).
@@ -284,6 +298,11 @@ impl Backend for StoreBackend {
             kv("arena_bytes", st.arena_bytes),
             kv("live_bytes", st.live_bytes),
             kv("slot_capacity_bytes", st.slot_capacity_bytes),
+            kv("slots_grow", u8::from(st.slots_grow)),
+            kv("pool_file_bytes", self.store.engine().medium().len()),
+            kv("used_memory", self.store.used_memory()),
+            kv("maxmemory", self.store.maxmemory()),
+            kv("maxmemory_policy", "noeviction"),
             kv("log_swaps", st.log_swaps),
             kv("data_zone_blocks_in_use", self.store.zone_blocks_in_use()),
         ];
@@ -300,6 +319,18 @@ impl Backend for StoreBackend {
     }
     fn keyspace(&self) -> Option<&dyn model::Keyspace> {
         Some(&self.store)
+    }
+    /// CONFIG SET maxmemory: the store's limit changes at once; `noeviction` is the only
+    /// policy (Kavach does not evict keys).
+    fn set_memory_limit(&self, bytes: u64, policy: &str) -> BackendResult<()> {
+        if policy != "noeviction" {
+            return Err(BackendError::Refused(format!(
+                "maxmemory-policy {policy} is not supported (Kavach does not evict keys); use \
+                 noeviction"
+            )));
+        }
+        self.store.set_maxmemory(bytes);
+        Ok(())
     }
 }
 
@@ -413,19 +444,43 @@ fn plan(a: &ServeArgs) -> Result<Plan> {
          fewer --shards",
         a.shards
     );
-    let slot_bytes = mib_option("--slot-mib", a.slot_mib, slot_min, &slot_why)?;
+    let slot_bytes = match a.slot_mib {
+        Some(mib) => mib_option("--slot-mib", mib, slot_min, &slot_why)?,
+        // The smallest slot, exactly (the store computes it).
+        None => 0,
+    };
+    let maxmemory_bytes =
+        crate::units::parse_size(&a.maxmemory).map_err(|e| refused(format!("--maxmemory: {e}")))?;
+    match a.maxmemory_policy.as_str() {
+        "noeviction" => {}
+        p @ ("allkeys-lru" | "volatile-ttl") => {
+            return Err(refused(format!(
+                "--maxmemory-policy {p} is not supported yet (Kavach does not evict keys); use \
+                 noeviction: writes past --maxmemory are refused with Redis's OOM error"
+            )));
+        }
+        other => {
+            return Err(refused(format!(
+                "--maxmemory-policy {other}: unknown policy (noeviction is supported; \
+                 allkeys-lru and volatile-ttl are not yet)"
+            )));
+        }
+    }
     let config = Config {
         shards: a.shards,
         log_bytes,
         slot_bytes,
         policy,
+        maxmemory_bytes,
         ..Config::default()
     };
-    let pool_bytes = config.pool_bytes();
+    let pool_bytes = config
+        .pool_bytes_at_create()
+        .map_err(|e| refused(e.to_string()))?;
     if pool_bytes > pmem::layout::POOL_SIZE_MAX {
         return Err(refused(format!(
-            "the pool would be {} MiB (2 x log + 2 x slot + {} MiB), more than the largest pool \
-             ({} MiB)",
+            "the new pool would be {} MiB (2 x log + {} MiB), more than the largest pool ({} \
+             MiB)",
             pool_bytes / MIB,
             pool_overhead_bytes() / MIB,
             pmem::layout::POOL_SIZE_MAX / MIB
@@ -444,6 +499,9 @@ fn plan(a: &ServeArgs) -> Result<Plan> {
         port: a.port,
         max_clients: a.maxclients,
         durability: a.durability.clone(),
+        // CONFIG GET maxmemory reports what the store enforces.
+        maxmemory_bytes,
+        maxmemory_policy: a.maxmemory_policy.clone(),
         ..server::Config::default()
     };
     if let Some(w) = a.workers {
@@ -458,10 +516,11 @@ fn plan(a: &ServeArgs) -> Result<Plan> {
     })
 }
 
-/// Bytes of a store's pool besides its two logs and two slots (the data zone and metadata).
+/// Bytes of a new store's pool besides its two logs (the data zone, the slot tables and
+/// metadata).
 fn pool_overhead_bytes() -> u64 {
     let c = Config::default();
-    c.pool_bytes() - 2 * c.log_bytes - 2 * c.slot_bytes
+    c.pool_bytes_at_create().expect("the default pool") - 2 * c.log_bytes
 }
 
 /// What a start found in `--dir`, so that a start that fails leaves it as it was: no new
@@ -553,14 +612,13 @@ fn open_backend(
     let r = &opened.recovery;
     if opened.created {
         let c = store.config();
+        let file = std::fs::metadata(&opened.path).map_or(0, |m| m.len());
         server::say!(
-            "kavach: created {} ({} MiB: 2 x {} MiB logs, 2 x {} MiB slots, {} MiB data zone \
-             and metadata)",
+            "kavach: created {} ({:.1} MiB: 2 x {} MiB logs, a data zone, slot tables and \
+             metadata; it grows with the data)",
             opened.path.display(),
-            c.pool_bytes() / MIB,
+            file as f64 / MIB as f64,
             c.log_bytes / MIB,
-            c.slot_bytes / MIB,
-            pool_overhead_bytes() / MIB
         );
     } else {
         server::say!(
@@ -675,19 +733,59 @@ mod tests {
         let cmd = Cli::command();
         let defaults = Cli::from_arg_matches(&cmd.get_matches_from(["serve"])).unwrap();
         let plan = plan(&defaults.serve).unwrap();
-        let overhead = format!("2 x log + 2 x slot + {} MiB", pool_overhead_bytes() / MIB);
-        assert!(help.contains(&overhead), "{overhead} not in: {help}");
-        let total = format!("{} MiB with the defaults", plan.config.pool_bytes() / MIB);
+        let start = plan.config.pool_bytes_at_create().unwrap() as f64 / MIB as f64;
+        let total = format!("about {start:.0} MiB with the defaults");
         assert!(help.contains(&total), "{total} not in: {help}");
         let shards = defaults.serve.shards;
         let slot_min = Config::slot_bytes_min(shards).unwrap().div_ceil(MIB);
         let min = format!("{slot_min} MiB for {shards} shards");
         assert!(help.contains(&min), "{min} not in: {help}");
-        let data = format!(
-            "a {} MiB data zone and {} MiB of metadata",
-            plan.config.data_bytes / MIB,
-            (pool_overhead_bytes() - plan.config.data_bytes) / MIB
-        );
+        let data = format!("a {} MiB data zone", plan.config.data_bytes / MIB);
         assert!(help.contains(&data), "{data} not in: {help}");
+        assert!(
+            pool_overhead_bytes() < 5 * MIB,
+            "data zone, tables and metadata"
+        );
+    }
+
+    fn plan_of(args: &[&str]) -> Result<Plan> {
+        let cmd = Cli::command();
+        let argv = std::iter::once("serve").chain(args.iter().copied());
+        let a = Cli::from_arg_matches(&cmd.get_matches_from(argv)).unwrap();
+        plan(&a.serve)
+    }
+
+    #[test]
+    fn maxmemory_takes_sizes_and_only_noeviction() {
+        assert_eq!(plan_of(&[]).unwrap().config.maxmemory_bytes, 0);
+        for (text, bytes) in [("1000000", 1_000_000), ("64MiB", 64 << 20), ("2G", 2 << 30)] {
+            let p = plan_of(&["--maxmemory", text]).unwrap();
+            assert_eq!(p.config.maxmemory_bytes, bytes, "{text}");
+        }
+        let e = plan_of(&["--maxmemory", "lots"]).err().unwrap().to_string();
+        assert!(e.contains("--maxmemory"), "{e}");
+        assert!(plan_of(&["--maxmemory-policy", "noeviction"]).is_ok());
+        for p in ["allkeys-lru", "volatile-ttl"] {
+            let e = plan_of(&["--maxmemory-policy", p])
+                .err()
+                .unwrap()
+                .to_string();
+            assert!(e.contains("not supported yet"), "{e}");
+        }
+        let e = plan_of(&["--maxmemory-policy", "random"])
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(e.contains("unknown policy"), "{e}");
+    }
+
+    #[test]
+    fn slot_mib_is_optional_and_still_checked() {
+        assert_eq!(plan_of(&[]).unwrap().config.slot_bytes, 0, "the smallest");
+        assert_eq!(
+            plan_of(&["--slot-mib", "64"]).unwrap().config.slot_bytes,
+            64 * MIB
+        );
+        assert!(plan_of(&["--slot-mib", "1"]).is_err());
     }
 }

@@ -634,36 +634,133 @@ fn info_tells_a_new_store_from_a_recovered_one() {
     write_and_shut_down(server, c, 0);
 }
 
-/// The pool file is the size `--help` and the creation message say: 2 x log + 2 x slot + the
-/// fixed part `--help` names.
+/// A new pool file is the size `--help` says (2 x log + a data zone, two slot tables and
+/// metadata: tens of MiB, not the fixed 1.2 GiB of old), and it grows with the data, with no
+/// setting changed, keeping every write across a restart.
 #[test]
-fn the_pool_is_the_size_help_states() {
+fn a_new_pool_is_the_size_help_states_and_grows_with_the_data() {
     let help = common::kavach(&["serve", "--help"]);
     let help = common::stdout(&help);
     let help = help.split_whitespace().collect::<Vec<_>>().join(" ");
-    let fixed: u64 = help
-        .split("2 x log + 2 x slot + ")
-        .nth(1)
-        .and_then(|r| r.split_whitespace().next())
-        .and_then(|n| n.parse().ok())
-        .unwrap_or_else(|| panic!("no size formula in --help: {help}"));
+    assert!(
+        help.contains("starts at 2 x log + a 4 MiB data zone, two small slot tables and metadata"),
+        "{help}"
+    );
+    let config = dstore::Config {
+        shards: 8,
+        log_bytes: 1 << 20,
+        slot_bytes: 2 << 20,
+        ..dstore::Config::default()
+    };
+    let expected = config.pool_bytes_at_create().unwrap();
+    assert_eq!(config.data_bytes, 4 << 20);
     let scratch = Scratch::new("serve-size");
     let dir = scratch.path("store");
     let server = start_with(&dir, SMALL);
     let c = Client::connect(server.port).unwrap();
     write_and_shut_down(server, c, 0);
-    let bytes = std::fs::metadata(Path::new(&dir).join("kavach.pool"))
-        .unwrap()
-        .len();
-    assert_eq!(bytes, (2 + 2 * 2 + fixed) << 20, "--help: {help}");
+    let pool = Path::new(&dir).join("kavach.pool");
+    let bytes = std::fs::metadata(&pool).unwrap().len();
+    // The shutdown's checkpoint added the first frame region (1 MiB: the empty image's pages).
+    assert!(
+        (expected..=expected + (1 << 20)).contains(&bytes),
+        "{bytes} bytes, {expected} at creation"
+    );
+    assert!(bytes < 8 << 20, "{bytes}");
+    // 40,000 keys of 200-byte values: about 9 MiB, far past the 2 MiB slots.
+    let server = start_with(&dir, SMALL);
+    let mut c = Client::connect(server.port).unwrap();
+    let value = vec![b'g'; 200];
+    for round in 0..40 {
+        let mut mset: Vec<Vec<u8>> = vec![b"MSET".to_vec()];
+        for i in 0..1000 {
+            mset.push(format!("g{round}-{i}").into_bytes());
+            mset.push(value.clone());
+        }
+        let refs: Vec<&[u8]> = mset.iter().map(Vec::as_slice).collect();
+        assert_eq!(c.call(&refs).unwrap().as_deref(), Some(&b"OK"[..]));
+    }
+    let _ = c.send(&[b"SHUTDOWN"]);
+    let mut server = server;
+    assert_eq!(server.child.wait().unwrap().code(), Some(0));
+    drop(server);
+    let grown = std::fs::metadata(&pool).unwrap().len();
+    assert!(grown > bytes + (8 << 20), "{bytes} -> {grown} bytes");
+    assert!(
+        grown < 4 * (40_000 * 210),
+        "{grown} bytes for 8 MiB of data"
+    );
+    let server = start_with(&dir, SMALL);
+    let mut c = Client::connect(server.port).unwrap();
+    assert_eq!(
+        c.call(&[b"DBSIZE"]).unwrap().as_deref(),
+        Some(&b"40000"[..])
+    );
+    assert_eq!(
+        c.call(&[b"GET", b"g39-999"]).unwrap().as_deref(),
+        Some(&value[..])
+    );
+}
+
+/// `--maxmemory`: past it, writes get Redis's OOM error (policy noeviction), reads and deletes
+/// still run, and after deletes bring the data under the limit, writes run again.
+#[test]
+fn maxmemory_refuses_writes_with_redis_oom_error() {
+    let scratch = Scratch::new("serve-maxmemory");
+    let dir = scratch.path("store");
+    let mut args = SMALL.to_vec();
+    args.extend(["--maxmemory", "1MiB"]);
+    let server = start_with(&dir, &args);
+    let mut c = Client::connect(server.port).unwrap();
+    let value = vec![b'm'; 1000];
+    let mut acked = 0;
+    let refusal = loop {
+        let k = format!("m{acked}");
+        match c.call(&[b"SET", k.as_bytes(), &value]) {
+            Ok(r) => {
+                assert_eq!(r.as_deref(), Some(&b"OK"[..]));
+                acked += 1;
+            }
+            Err(e) => break e.to_string(),
+        }
+        assert!(acked < 10_000, "1 MiB never filled");
+    };
+    assert!(
+        refusal.contains("-OOM command not allowed when used memory > 'maxmemory'."),
+        "{refusal}"
+    );
+    assert!(
+        acked > 500,
+        "only {acked} writes of 1000 bytes fit in 1 MiB"
+    );
+    assert_eq!(
+        info_field(&mut c, "store", "maxmemory"),
+        (1 << 20).to_string()
+    );
+    assert_eq!(
+        c.call(&[b"GET", b"m0"]).unwrap().as_deref(),
+        Some(&value[..])
+    );
+    // Deletes run past the limit and make room.
+    for i in 0..acked / 2 {
+        let k = format!("m{i}");
+        assert_eq!(
+            c.call(&[b"DEL", k.as_bytes()]).unwrap().as_deref(),
+            Some(&b"1"[..])
+        );
+    }
+    assert_eq!(
+        c.call(&[b"SET", b"again", b"v"]).unwrap().as_deref(),
+        Some(&b"OK"[..])
+    );
 }
 
 /// Case 5's general form: a write admitted below the shadow slots' capacity can grow the state
 /// past it (arenas grow by half at a time). The next checkpoint then failed half-way ("shadow
 /// slot 0 is full ... outgrown its pool") or wrote an image the loader refuses, and the store
-/// could never be opened again, with every acknowledged write in it. Now no checkpoint starts
-/// whose image would not fit: the store opens from its last image and log, with every
-/// acknowledged key.
+/// could never be opened again, with every acknowledged write in it. Now the slots grow (and
+/// a store with fixed slots starts no checkpoint whose image would not fit): the store opens
+/// with every acknowledged key.
 #[test]
 fn a_store_that_outgrows_its_slots_still_opens_with_every_acknowledged_write() {
     let scratch = Scratch::new("serve-outgrown");

@@ -165,6 +165,11 @@ impl Arena {
         }
     }
 
+    /// Stop recording written pages.
+    pub fn stop_tracking(&mut self) {
+        self.dirty = None;
+    }
+
     /// Pages written since the last call (ascending), and clear the record. Empty if tracking
     /// is off.
     pub fn take_dirty(&mut self) -> Vec<usize> {
@@ -200,6 +205,12 @@ impl Arena {
     /// Number of pages in the image.
     pub fn pages(&self) -> usize {
         self.bytes.len() / PAGE
+    }
+
+    /// Pages below the bump pointer: the pages a block was ever handed out from. The pages
+    /// above are zero (never written), so a slot need not hold them.
+    pub fn used_pages(&self) -> usize {
+        self.top().div_ceil(PAGE).clamp(1, self.pages())
     }
 
     /// The bytes of page `page`.

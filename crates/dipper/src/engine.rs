@@ -54,8 +54,9 @@ use std::sync::{Arc, Condvar, Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use crate::arena::Arena;
+use crate::arena::{Arena, PAGE};
 use crate::error::{DipperError, Result};
+use crate::frames::{self, Frames, TableGeometry};
 use crate::layout::*;
 use crate::root::Root;
 use crate::slot::{self, SlotGeometry, SlotMap};
@@ -82,9 +83,12 @@ pub trait Machine: Send + Sync + 'static {
     ) -> Result<()>;
 }
 
-/// Pages of an image of `arenas` (what a slot must hold).
+/// Pages a slot must hold for an image of `arenas`: every page below each arena's top, and
+/// at least a [`SLOT_ARENA_RATIO_MAX`]th of the arenas' pages (the loader's bound).
 fn image_pages(arenas: &[Arena]) -> u64 {
-    arenas.iter().map(|a| a.pages() as u64).sum()
+    let used: u64 = arenas.iter().map(|a| a.used_pages() as u64).sum();
+    let all: u64 = arenas.iter().map(|a| a.pages() as u64).sum();
+    used.max(all.div_ceil(SLOT_ARENA_RATIO_MAX))
 }
 
 /// Whether a write that may grow the DRAM state is accepted when the shards' arenas hold
@@ -95,12 +99,17 @@ pub fn admits_growth(arena_bytes: u64, slot_capacity_bytes: u64) -> bool {
     arena_bytes.saturating_add(arena_bytes / 16) <= slot_capacity_bytes
 }
 
+/// The text after `OOM ` of Redis's refusal of a write past `maxmemory` (policy `noeviction`):
+/// the engine refuses growing writes with [`DipperError::OutOfSpace`] carrying it.
+pub const MAXMEMORY_REFUSAL: &str = "command not allowed when used memory > 'maxmemory'.";
+
 /// Sizes of a new store.
 #[derive(Debug, Clone, Copy)]
 pub struct Layout {
     /// Bytes of each of the two operation logs.
     pub log_bytes: u64,
-    /// Bytes of each of the two shadow slots.
+    /// Bytes of each of the two shadow slots to start with (in a growable pool a slot is moved
+    /// to a larger region when an image outgrows it).
     pub slot_bytes: u64,
     /// Number of shards (1..=1024).
     pub shards: usize,
@@ -206,8 +215,12 @@ pub struct Stats {
     pub arena_bytes: u64,
     /// Bytes in allocated arena blocks.
     pub live_bytes: u64,
-    /// Bytes a shadow slot can hold.
+    /// Bytes the smaller shadow slot can hold now.
     pub slot_capacity_bytes: u64,
+    /// The slots grow with the state (the pool is growable).
+    pub slots_grow: bool,
+    /// Bytes in allocated blocks that writes may not grow past (0: no limit).
+    pub memory_max_bytes: u64,
     /// Why the store refuses writes, if it does.
     pub failed: Option<String>,
 }
@@ -222,6 +235,10 @@ struct Checkpointer {
     maps: [Option<SlotMap>; 2],
     /// Per slot, per shard: pages changed since that slot was last written (bitsets).
     dirty_since: [Vec<Vec<u64>>; 2],
+    /// Format 2 (slots that grow): the tables of the two slots.
+    tables: [TableGeometry; 2],
+    /// Format 2: the frames, and which the image in force names.
+    frames: Frames,
 }
 
 #[derive(Debug, Default)]
@@ -248,8 +265,16 @@ struct Inner<M: Medium, S: Machine> {
     appended: AtomicU64,
     threshold: u64,
     arena_bytes: AtomicU64,
+    /// Bytes in allocated arena blocks, over all shards (what `memory_max` limits).
+    live_bytes: AtomicU64,
+    /// Limit on `live_bytes` for writes that grow the state (0: none).
+    memory_max: AtomicU64,
     operations: AtomicU64,
-    slot_capacity: u64,
+    /// Pages of the smaller slot, in bytes.
+    slot_capacity: AtomicU64,
+    /// Slots are replaced by larger ones when an image outgrows them (growable pool, opened
+    /// for writing).
+    slots_grow: bool,
     ckpt: Mutex<Checkpointer>,
     signal: Mutex<Signal>,
     cond: Condvar,
@@ -418,6 +443,61 @@ fn bits_to_pages(bits: &[u64]) -> Vec<usize> {
     out
 }
 
+/// Format 2: make the table of slot `target` (which holds no image in force) hold `entries`,
+/// replacing its region by a larger one, or by a smaller one when it is more than twice the
+/// size needed (a format-1 slot of an older store), and add a frame region if fewer than
+/// `frames_needed` frames are free. The pool grows for either.
+fn prepare_format2<M: Medium>(
+    pool: &mut Pool<M>,
+    tables: &mut [TableGeometry; 2],
+    fr: &mut Frames,
+    target: usize,
+    entries: u64,
+    frames_needed: u64,
+) -> Result<()> {
+    let want = frames::table_bytes_for(entries);
+    let len = pool.region(SLOT_REGIONS[target]).map_or(0, |r| r.length);
+    if tables[target].capacity < entries || (len > 2 * want && len > 1 << 20) {
+        let r = pool.replace_region(SLOT_REGIONS[target], want)?;
+        tables[target] = TableGeometry::new(target as u32, r.offset, r.length)?;
+    }
+    assert!(
+        tables[target].capacity >= entries,
+        "the table holds the image"
+    );
+    let free = fr.free();
+    if frames_needed > free {
+        let short = frames_needed - free;
+        // The last frame region grows in place if nothing follows it (a sixteenth at least);
+        // else a new region (a quarter at least, one directory entry).
+        let mut extended = false;
+        if let Some(last) = fr.regions().checked_sub(1).map(frames::frame_region_name)
+            && let Some(r) = pool.region(&last).cloned()
+        {
+            let add = frames::frames_to_extend(short, fr.total()) * PAGE as u64;
+            match pool.extend_region(&last, r.length + add) {
+                Ok(r) => {
+                    fr.extend_last(r.length)?;
+                    extended = true;
+                }
+                Err(pmem::PmemError::NoSpace(_)) => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        if !extended {
+            let add = frames::frames_to_add(short, fr.total());
+            let name = frames::frame_region_name(fr.regions());
+            let r = pool.create_region(&name, kinds::DIPPER, add * PAGE as u64, Alignment::Page)?;
+            fr.add_region(r.offset, r.length)?;
+        }
+    }
+    assert!(
+        fr.free() >= frames_needed,
+        "the frames hold the changed pages"
+    );
+    Ok(())
+}
+
 fn region_of<M: Medium>(pool: &Pool<M>, name: &str, kind: u32) -> Result<(usize, usize)> {
     let r = pool
         .region(name)
@@ -462,8 +542,16 @@ impl<M: Medium + Clone + Send + Sync + 'static, S: Machine> Dipper<M, S> {
             )?;
             drop(log.close()?);
         }
+        // In a growable pool the slots are tables of frames (`frames`): sized for the image
+        // a slot of `slot_bytes` would hold; they grow with it.
+        let slot_bytes = if pool.growable() {
+            let pages = slot_geometry(layout.slot_bytes).map_or(1, |(pages, _)| pages);
+            frames::table_bytes_for(pages)
+        } else {
+            layout.slot_bytes
+        };
         for (i, name) in SLOT_REGIONS.iter().enumerate() {
-            let r = pool.create_region(name, kinds::DIPPER, layout.slot_bytes, Alignment::Page)?;
+            let r = pool.create_region(name, kinds::DIPPER, slot_bytes, Alignment::Page)?;
             SlotGeometry::new(i as u32, r.offset, r.length)?;
         }
         let mut r = Root {
@@ -479,7 +567,7 @@ impl<M: Medium + Clone + Send + Sync + 'static, S: Machine> Dipper<M, S> {
     }
 
     /// Open the store in `pool`: recover it and start serving.
-    pub fn open(pool: Pool<M>, machine: S, opts: Options) -> Result<(Self, RecoveryReport)> {
+    pub fn open(mut pool: Pool<M>, machine: S, opts: Options) -> Result<(Self, RecoveryReport)> {
         if !(1..=90).contains(&opts.checkpoint_at_percent) {
             return Err(DipperError::Invalid {
                 what: "checkpoint_at_percent",
@@ -514,6 +602,21 @@ impl<M: Medium + Clone + Send + Sync + 'static, S: Machine> Dipper<M, S> {
             geo.push(SlotGeometry::new(i as u32, base as u64, len as u64)?);
         }
         let geo: [SlotGeometry; 2] = [geo[0], geo[1]];
+        let slots_grow = pool.growable() && !pool.read_only();
+        let region_len = |i: usize| pool.region(SLOT_REGIONS[i]).map_or(0, |r| r.length);
+        let mut tables = [
+            TableGeometry::new(0, geo[0].base, region_len(0))?,
+            TableGeometry::new(1, geo[1].base, region_len(1))?,
+        ];
+        let mut fr = Frames::default();
+        for k in 0.. {
+            let name = frames::frame_region_name(k);
+            if pool.region(&name).is_none() {
+                break;
+            }
+            let (base, len) = region_of(&pool, &name, kinds::DIPPER)?;
+            fr.add_region(base as u64, len as u64)?;
+        }
         let mut report = RecoveryReport {
             clean_shutdown: clean,
             checkpoint: root.checkpoint,
@@ -528,6 +631,9 @@ impl<M: Medium + Clone + Send + Sync + 'static, S: Machine> Dipper<M, S> {
                 v.push(a);
             }
             v
+        } else if frames::is_format2(&medium, geo[root.slot as usize].base) {
+            let s = root.slot as usize;
+            fr.load(&medium, &uuid, &tables[s], root.checkpoint, shards)?
         } else {
             let s = root.slot as usize;
             let (arenas, map) = slot::load(&medium, &uuid, &geo[s], root.checkpoint, shards)?;
@@ -542,11 +648,54 @@ impl<M: Medium + Clone + Send + Sync + 'static, S: Machine> Dipper<M, S> {
         } else {
             1 - root.slot as usize
         };
+        if root.state == STATE_CHECKPOINTING && slots_grow {
+            // Which pages the archived log changes: the redo writes only those (format 2).
+            for a in &mut arenas {
+                a.track_dirty();
+            }
+        }
         if root.state == STATE_CHECKPOINTING {
             report.archived_records =
                 replay(&machine, &logs[archived], &mut arenas, opts.replay_threads)?;
         }
-        if root.state == STATE_CHECKPOINTING && image_pages(&arenas) > geo[target].capacity {
+        if root.state == STATE_CHECKPOINTING && slots_grow {
+            // Redo the checkpoint in format 2: the changed pages into free frames (the slot
+            // the root does not point at gets the table), then the root switch.
+            let changed: Vec<Vec<usize>> = arenas
+                .iter_mut()
+                .map(|a| {
+                    let d = a.take_dirty();
+                    a.stop_tracking();
+                    d
+                })
+                .collect();
+            report.redone_checkpoint = true;
+            let (need, entries) = fr.needs(&arenas, &changed);
+            prepare_format2(
+                &mut pool,
+                &mut tables,
+                &mut fr,
+                target,
+                entries.max(image_pages(&arenas)),
+                need,
+            )?;
+            let (_, pending) = fr.write(
+                &medium,
+                &uuid,
+                &tables[target],
+                root.checkpoint + 1,
+                &arenas,
+                &changed,
+            )?;
+            root.slot = target as u32;
+            root.checkpoint += 1;
+            root.state = STATE_IDLE;
+            root.store(&medium, root_base, &uuid)?;
+            fr.commit(pending);
+            maps = [None, None];
+            logs[archived].cleanup_all()?;
+            report.checkpoint = root.checkpoint;
+        } else if root.state == STATE_CHECKPOINTING && image_pages(&arenas) > geo[target].capacity {
             // The interrupted checkpoint's image has outgrown the slots: it cannot be redone.
             // The root and both logs stay as they are, so the store opens from the image and
             // both logs, every time, and takes no checkpoint (see `checkpoint_locked`).
@@ -586,6 +735,7 @@ impl<M: Medium + Clone + Send + Sync + 'static, S: Machine> Dipper<M, S> {
         report.replay_ms = replay_start.elapsed().as_millis() as u64;
         report.total_ms = start.elapsed().as_millis() as u64;
         let arena_bytes = arenas.iter().map(|a| a.len() as u64).sum();
+        let live_bytes = arenas.iter().map(|a| a.live_bytes()).sum();
         let pool_read_only = pool.read_only();
         let inner = Arc::new(Inner {
             machine,
@@ -598,14 +748,23 @@ impl<M: Medium + Clone + Send + Sync + 'static, S: Machine> Dipper<M, S> {
             logs,
             gate: RwLock::new(active),
             arena_bytes: AtomicU64::new(arena_bytes),
+            live_bytes: AtomicU64::new(live_bytes),
+            memory_max: AtomicU64::new(0),
             operations: AtomicU64::new(0),
-            slot_capacity: geo[0].capacity_bytes().min(geo[1].capacity_bytes()),
+            slot_capacity: AtomicU64::new(if slots_grow {
+                tables[0].capacity.min(tables[1].capacity) * PAGE as u64
+            } else {
+                geo[0].capacity_bytes().min(geo[1].capacity_bytes())
+            }),
+            slots_grow,
             ckpt: Mutex::new(Checkpointer {
                 root,
                 geo,
                 mirror,
                 maps,
                 dirty_since: [vec![Vec::new(); shards], vec![Vec::new(); shards]],
+                tables,
+                frames: fr,
             }),
             signal: Mutex::new(Signal::default()),
             cond: Condvar::new(),
@@ -698,6 +857,23 @@ impl<M: Medium + Clone + Send + Sync + 'static, S: Machine> Dipper<M, S> {
     pub fn operation_bytes_max(&self) -> usize {
         let header = 2 + 2 * self.inner.shards.len();
         (self.inner.logs[0].payload_bytes_max() as usize).saturating_sub(header)
+    }
+
+    /// Refuse writes that may grow the state while the bytes in allocated arena blocks (over all
+    /// shards) are above `bytes` (0: no limit), with Redis's `maxmemory` error text
+    /// ([`MAXMEMORY_REFUSAL`]). Writes that only remove still run.
+    pub fn set_memory_max(&self, bytes: u64) {
+        self.inner.memory_max.store(bytes, Ordering::Relaxed);
+    }
+
+    /// The limit set by [`Dipper::set_memory_max`] (0: none).
+    pub fn memory_max(&self) -> u64 {
+        self.inner.memory_max.load(Ordering::Relaxed)
+    }
+
+    /// Bytes in allocated arena blocks over all shards (what [`Dipper::set_memory_max`] limits).
+    pub fn live_bytes(&self) -> u64 {
+        self.inner.live_bytes.load(Ordering::Relaxed)
     }
 
     /// Log swaps (checkpoints started) since open; cheap.
@@ -795,9 +971,15 @@ impl<M: Medium + Clone + Send + Sync + 'static, S: Machine> Dipper<M, S> {
 pub struct Locked<'a> {
     ids: Vec<u16>,
     guards: Vec<RwLockWriteGuard<'a, Arena>>,
-    before: Vec<usize>,
+    /// Each locked arena's (length, live bytes) when it was locked.
+    before: Vec<(usize, u64)>,
     arena_bytes: u64,
     slot_capacity: u64,
+    slots_grow: bool,
+    /// Live bytes over all shards when the shards were locked.
+    live_bytes: u64,
+    /// The memory limit (0: none).
+    memory_max: u64,
     failed: Option<String>,
 }
 
@@ -830,8 +1012,19 @@ impl Locked<'_> {
         self.guards
             .iter()
             .zip(&self.before)
-            .map(|(g, &b)| g.len().saturating_sub(b) as u64)
+            .map(|(g, &(len, _))| g.len().saturating_sub(len) as u64)
             .sum()
+    }
+
+    /// Live bytes over all shards now (the count at locking plus what this transaction
+    /// changed).
+    fn live_now(&self) -> u64 {
+        self.guards
+            .iter()
+            .zip(&self.before)
+            .fold(self.live_bytes, |n, (g, &(_, live))| {
+                n.saturating_add(g.live_bytes()).saturating_sub(live)
+            })
     }
 
     /// Report that the arenas were left in a state no record describes (a change failed half
@@ -841,12 +1034,27 @@ impl Locked<'_> {
     }
 
     /// Whether a change that grows the state is accepted now (the rule of
-    /// [`Dipper::execute`]'s `grows`, counting what this transaction grew already).
+    /// [`Dipper::execute`]'s `grows`, counting what this transaction did already).
     pub fn admits_growth(&self) -> bool {
-        admits_growth(
-            self.arena_bytes.saturating_add(self.growth()),
-            self.slot_capacity,
-        )
+        self.growth_refusal().is_none()
+    }
+
+    /// Why a change that grows the state is refused now, or `None` if it is accepted: the
+    /// memory limit is passed ([`MAXMEMORY_REFUSAL`]), or, in a store whose slots cannot grow,
+    /// the state is near their capacity.
+    pub fn growth_refusal(&self) -> Option<String> {
+        if self.memory_max != 0 && self.live_now() > self.memory_max {
+            return Some(MAXMEMORY_REFUSAL.into());
+        }
+        let used = self.arena_bytes.saturating_add(self.growth());
+        if !self.slots_grow && !admits_growth(used, self.slot_capacity) {
+            return Some(format!(
+                "the DRAM state ({used} bytes) is near the shadow slots' capacity ({} bytes); \
+                 only deletions are accepted",
+                self.slot_capacity
+            ));
+        }
+        None
     }
 }
 
@@ -926,14 +1134,7 @@ impl<M: Medium + Clone + Send + Sync + 'static, S: Machine> Inner<M, S> {
     ) -> Result<std::result::Result<S::Output, E>> {
         self.check_open()?;
         if grows {
-            let used = self.arena_bytes.load(Ordering::Relaxed);
-            if !admits_growth(used, self.slot_capacity) {
-                return Err(DipperError::OutOfSpace(format!(
-                    "the DRAM state ({used} bytes) is near the shadow slots' capacity ({} bytes); \
-                     only deletions are accepted",
-                    self.slot_capacity
-                )));
-            }
+            self.admit_growth()?;
         }
         let ids: Vec<u16> = match shards {
             Some(s) => {
@@ -963,15 +1164,11 @@ impl<M: Medium + Clone + Send + Sync + 'static, S: Machine> Inner<M, S> {
         self.operations.fetch_add(1, Ordering::Relaxed);
         let mut out = S::Output::default();
         for (g, &i) in guards.iter_mut().zip(&ids) {
-            let before = g.len();
+            let before = (g.len(), g.live_bytes());
             if let Err(e) = self.machine.apply(i as usize, g, op, &mut out) {
                 return Err(self.latch(format!("applying a logged operation failed: {e}")));
             }
-            let after = g.len();
-            if after > before {
-                self.arena_bytes
-                    .fetch_add((after - before) as u64, Ordering::Relaxed);
-            }
+            self.account(before, g);
         }
         Ok(Ok(out))
     }
@@ -1000,20 +1197,22 @@ impl<M: Medium + Clone + Send + Sync + 'static, S: Machine> Inner<M, S> {
         // 1. Locked. A failure latched by another writer while this one waited for the locks
         // must not be built on.
         self.check_open()?;
-        let before = guards.iter().map(|g| g.len()).collect();
+        let before = guards.iter().map(|g| (g.len(), g.live_bytes())).collect();
         let mut locked = Locked {
             ids,
             guards,
             before,
             arena_bytes: self.arena_bytes.load(Ordering::Relaxed),
-            slot_capacity: self.slot_capacity,
+            slot_capacity: self.slot_capacity.load(Ordering::Relaxed),
+            slots_grow: self.slots_grow,
+            live_bytes: self.live_bytes.load(Ordering::Relaxed),
+            memory_max: self.memory_max.load(Ordering::Relaxed),
             failed: None,
         };
         // 2. Apply.
         let (out, record) = body(&mut locked);
-        let growth = locked.growth();
-        if growth > 0 {
-            self.arena_bytes.fetch_add(growth, Ordering::Relaxed);
+        for (g, &before) in locked.guards.iter().zip(&locked.before) {
+            self.account(before, g);
         }
         if let Some(why) = locked.failed.take() {
             return Err(self.latch(why));
@@ -1047,6 +1246,44 @@ impl<M: Medium + Clone + Send + Sync + 'static, S: Machine> Inner<M, S> {
         // 4. Unlock (the guards drop here).
         drop(locked);
         Ok(out)
+    }
+
+    /// May a write that can grow the state run now? No while the allocated bytes are above
+    /// the memory limit (Redis's `maxmemory` check, made before the command runs); in a store
+    /// whose slots cannot grow, no when the state is near the slots' capacity.
+    fn admit_growth(&self) -> Result<()> {
+        let max = self.memory_max.load(Ordering::Relaxed);
+        if max != 0 && self.live_bytes.load(Ordering::Relaxed) > max {
+            return Err(DipperError::OutOfSpace(MAXMEMORY_REFUSAL.into()));
+        }
+        if !self.slots_grow {
+            let used = self.arena_bytes.load(Ordering::Relaxed);
+            let capacity = self.slot_capacity.load(Ordering::Relaxed);
+            if !admits_growth(used, capacity) {
+                return Err(DipperError::OutOfSpace(format!(
+                    "the DRAM state ({used} bytes) is near the shadow slots' capacity \
+                     ({capacity} bytes); only deletions are accepted"
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// Count the change an operation made to a shard's arena, `before` being its (length,
+    /// live bytes) before the operation ran.
+    fn account(&self, before: (usize, u64), arena: &Arena) {
+        let (len, live) = (arena.len(), arena.live_bytes());
+        if len > before.0 {
+            self.arena_bytes
+                .fetch_add((len - before.0) as u64, Ordering::Relaxed);
+        }
+        if live >= before.1 {
+            self.live_bytes
+                .fetch_add(live - before.1, Ordering::Relaxed);
+        } else {
+            self.live_bytes
+                .fetch_sub(before.1 - live, Ordering::Relaxed);
+        }
     }
 
     /// Append and force by policy. On a full log, ask for a checkpoint and wait (up to
@@ -1221,12 +1458,14 @@ impl<M: Medium + Clone + Send + Sync + 'static, S: Machine> Inner<M, S> {
             // now could neither finish nor be redone at the next open, and the store could not
             // be opened again. Refuse before the root changes: the logs keep every change and
             // the store opens from its last image and its log.
+            // (A store whose slots grow gives the target slot a larger region below instead.)
             let image = self.arena_bytes.load(Ordering::Relaxed);
-            if image > self.slot_capacity {
+            let capacity = self.slot_capacity.load(Ordering::Relaxed);
+            if !self.slots_grow && image > capacity {
                 return Err(DipperError::OutOfSpace(format!(
-                    "the DRAM state ({image} bytes) has outgrown the shadow slots ({} bytes): no \
-                     checkpoint can hold it; the operation log keeps every acknowledged write",
-                    self.slot_capacity
+                    "the DRAM state ({image} bytes) has outgrown the shadow slots ({capacity} \
+                     bytes): no checkpoint can hold it; the operation log keeps every \
+                     acknowledged write"
                 )));
             }
             let old = *gate;
@@ -1274,6 +1513,9 @@ impl<M: Medium + Clone + Send + Sync + 'static, S: Machine> Inner<M, S> {
         // in part, it would be an image the loader refuses; stop here instead (the next open
         // leaves it unfinished, see `open`).
         let pages = image_pages(&ck.mirror);
+        if self.slots_grow {
+            return self.write_format2(ck, old, target, pages, records, swap_us, start);
+        }
         if pages > ck.geo[target].capacity {
             return Err(DipperError::OutOfSpace(format!(
                 "the checkpoint image ({pages} pages) has outgrown shadow slot {target} ({} \
@@ -1325,6 +1567,65 @@ impl<M: Medium + Clone + Send + Sync + 'static, S: Machine> Inner<M, S> {
         })
     }
 
+    /// Steps 3 to 5 of a checkpoint in format 2 (slots that grow): the pages changed by the
+    /// replay into free frames (a frame region added if too few are free) and the whole table
+    /// into the target slot (its region replaced if too small), the root switch, then the
+    /// frames of the image in force are the new image's, and the archived log is emptied.
+    #[allow(clippy::too_many_arguments)]
+    fn write_format2(
+        &self,
+        ck: &mut Checkpointer,
+        old: usize,
+        target: usize,
+        pages: u64,
+        records: u64,
+        swap_us: u64,
+        start: Instant,
+    ) -> Result<CheckpointStats> {
+        let changed: Vec<Vec<usize>> = ck.mirror.iter_mut().map(Arena::take_dirty).collect();
+        let (need, entries) = ck.frames.needs(&ck.mirror, &changed);
+        {
+            let mut pool = self.pool.lock().map_err(|_| poisoned())?;
+            let pool = pool.as_mut().ok_or(DipperError::Closed)?;
+            prepare_format2(
+                pool,
+                &mut ck.tables,
+                &mut ck.frames,
+                target,
+                entries.max(pages),
+                need,
+            )?;
+        }
+        self.slot_capacity.store(
+            ck.tables[0].capacity.min(ck.tables[1].capacity) * PAGE as u64,
+            Ordering::Relaxed,
+        );
+        let number = ck.root.checkpoint + 1;
+        let (written, pending) = ck.frames.write(
+            &self.medium,
+            &self.uuid,
+            &ck.tables[target],
+            number,
+            &ck.mirror,
+            &changed,
+        )?;
+        // 4. Switch the root.
+        ck.root.slot = target as u32;
+        ck.root.checkpoint = number;
+        ck.root.state = STATE_IDLE;
+        ck.root.store(&self.medium, self.root_base, &self.uuid)?;
+        ck.frames.commit(pending);
+        // 5. Empty the archived log.
+        self.logs[old].cleanup_all()?;
+        Ok(CheckpointStats {
+            number,
+            records,
+            pages: written,
+            swap_us,
+            total_ms: start.elapsed().as_millis() as u64,
+        })
+    }
+
     fn stats(&self) -> Stats {
         let (checkpoints, running, last, swaps) = self
             .signal
@@ -1357,7 +1658,9 @@ impl<M: Medium + Clone + Send + Sync + 'static, S: Machine> Inner<M, S> {
             log_next_lsn: ls.next_lsn,
             arena_bytes: self.arena_bytes.load(Ordering::Relaxed),
             live_bytes: live,
-            slot_capacity_bytes: self.slot_capacity,
+            slot_capacity_bytes: self.slot_capacity.load(Ordering::Relaxed),
+            slots_grow: self.slots_grow,
+            memory_max_bytes: self.memory_max.load(Ordering::Relaxed),
             failed: self.failure(),
         }
     }

@@ -79,10 +79,23 @@ pub const ENTRY_SHARD_AT: usize = 0;
 pub const ENTRY_PAGE_AT: usize = 4;
 /// Entry field: CRC-32C of the page, seeded with the pool UUID, slot, shard and page number.
 pub const ENTRY_CRC_AT: usize = 8;
-/// Entry field: bytes 12..16 must be zero.
+/// Entry field: bytes 12..16 must be zero (format 1).
 pub const ENTRY_RESERVED_AT: usize = 12;
+/// Entry field (format 2): the frame holding the page.
+pub const ENTRY_FRAME_AT: usize = 12;
+/// Slot header magic of format 2 (`KVDSLOT2`): a header and a table whose entries name frames.
+pub const SLOT2_MAGIC: u64 = u64::from_le_bytes(*b"KVDSLOT2");
+/// Frame regions are named this and their number: `dipper.frames.0`, `dipper.frames.1`, ...
+pub const FRAME_REGION_PREFIX: &str = "dipper.frames.";
+/// Fewest frames a new frame region gets (1 MiB).
+pub const FRAME_REGION_FRAMES_MIN: u64 = 256;
 
 const _: () = assert!(SLOT_LENGTHS_AT + 8 * SHARDS_MAX <= SLOT_HEADER_BYTES);
+
+/// The arenas of an image total at most this many times a slot's `pages_capacity` pages (a
+/// slot holds the pages below each arena's top, not its unused tail; this bounds what loading
+/// allocates).
+pub const SLOT_ARENA_RATIO_MAX: u64 = 2;
 
 /// Geometry of a slot region of `len` bytes: (page capacity, offset of the first page).
 pub fn slot_geometry(len: u64) -> Option<(u64, u64)> {

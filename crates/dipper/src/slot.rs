@@ -70,7 +70,7 @@ impl SlotMap {
     }
 }
 
-fn page_seed(uuid: &Uuid, slot: u32, shard: u32, page: u32) -> u32 {
+pub(crate) fn page_seed(uuid: &Uuid, slot: u32, shard: u32, page: u32) -> u32 {
     let mut s = crc32c::crc32c(&uuid.0);
     for v in [slot, shard, page] {
         s = crc32c::crc32c_append(s, &v.to_le_bytes());
@@ -92,23 +92,28 @@ pub struct SlotWrite {
     pub used: u64,
 }
 
-/// Load the image of checkpoint `checkpoint` from a slot: one arena per shard, and the map.
-pub fn load<M: Medium>(
+/// Check the header of a slot (format `magic`) at `base` holding checkpoint `checkpoint` of
+/// `shards` shards with `capacity` entries; return its entries in use and a zeroed image of
+/// each arena at its recorded length.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn read_header<M: Medium>(
     medium: &M,
     uuid: &Uuid,
-    geo: &SlotGeometry,
+    index: u32,
+    base: u64,
+    magic: u64,
+    capacity: u64,
     checkpoint: u64,
     shards: usize,
-) -> Result<(Vec<Arena>, SlotMap)> {
-    let base = geo.base as usize;
+) -> Result<(u64, Vec<Vec<u8>>)> {
     let mut head = vec![0u8; SLOT_LENGTHS_AT + 8 * shards];
-    medium.read(base, &mut head);
-    let hd = Reader::new("slot header", &head).at(geo.base);
+    medium.read(base as usize, &mut head);
+    let hd = Reader::new("slot header", &head).at(base);
     let checks: [(&'static str, usize, u64, u64); 5] = [
         (
             "magic",
             SLOT_MAGIC_AT,
-            SLOT_MAGIC,
+            magic,
             hd.u64_at("magic", SLOT_MAGIC_AT)?,
         ),
         (
@@ -120,7 +125,7 @@ pub fn load<M: Medium>(
         (
             "index",
             SLOT_INDEX_AT,
-            geo.index as u64,
+            index as u64,
             hd.u32_at("index", SLOT_INDEX_AT)? as u64,
         ),
         (
@@ -132,7 +137,7 @@ pub fn load<M: Medium>(
         (
             "capacity",
             SLOT_CAPACITY_AT,
-            geo.capacity,
+            capacity,
             hd.u64_at("capacity", SLOT_CAPACITY_AT)?,
         ),
     ];
@@ -143,7 +148,7 @@ pub fn load<M: Medium>(
     }
     let want = header_crc(
         uuid,
-        geo.index,
+        index,
         hd.slice_at("crc-covered bytes", 0, SLOT_CRC_AT)?,
         hd.slice_at("arena length", SLOT_LENGTHS_AT, 8 * shards)?,
     );
@@ -159,14 +164,9 @@ pub fn load<M: Medium>(
             .into());
     }
     let used = hd.u64_at("used", SLOT_USED_AT)?;
-    if used > geo.capacity {
+    if used > capacity {
         return Err(hd
-            .invalid(
-                "used",
-                SLOT_USED_AT,
-                format!("at most {}", geo.capacity),
-                used,
-            )
+            .invalid("used", SLOT_USED_AT, format!("at most {capacity}"), used)
             .into());
     }
     let mut images = Vec::with_capacity(shards);
@@ -186,18 +186,72 @@ pub fn load<M: Medium>(
                 .into());
         }
         total_pages += pages;
-        if total_pages > geo.capacity {
+        let most = capacity.saturating_mul(SLOT_ARENA_RATIO_MAX);
+        if total_pages > most {
             return Err(hd
                 .invalid(
                     "arena length",
                     at,
-                    format!("arenas totalling at most {} pages", geo.capacity),
+                    format!("arenas totalling at most {most} pages"),
                     format!("{total_pages} pages by shard {s}"),
                 )
                 .into());
         }
         images.push(vec![0u8; len as usize]);
     }
+    Ok((used, images))
+}
+
+/// Write and flush (no fence) the header of a slot (format `magic`) at `base`.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn write_header<M: Medium>(
+    medium: &M,
+    uuid: &Uuid,
+    index: u32,
+    base: u64,
+    magic: u64,
+    capacity: u64,
+    checkpoint: u64,
+    arenas: &[Arena],
+    used: u64,
+) -> Result<()> {
+    let mut head = vec![0u8; SLOT_LENGTHS_AT + 8 * arenas.len()];
+    let mut w = FixedWriter::new(&mut head);
+    w.u64_at(SLOT_MAGIC_AT, magic)
+        .u64_at(SLOT_CHECKPOINT_AT, checkpoint)
+        .u32_at(SLOT_INDEX_AT, index)
+        .u32_at(SLOT_SHARDS_AT, arenas.len() as u32)
+        .u64_at(SLOT_USED_AT, used)
+        .u64_at(SLOT_CAPACITY_AT, capacity);
+    for (s, a) in arenas.iter().enumerate() {
+        w.u64_at(SLOT_LENGTHS_AT + 8 * s, a.len() as u64);
+    }
+    let crc = header_crc(uuid, index, &head[..SLOT_CRC_AT], &head[SLOT_LENGTHS_AT..]);
+    FixedWriter::new(&mut head).u32_at(SLOT_CRC_AT, crc);
+    medium.write(base as usize, &head);
+    medium.flush(base as usize, head.len())?;
+    Ok(())
+}
+
+/// Load the image of checkpoint `checkpoint` from a slot: one arena per shard, and the map.
+pub fn load<M: Medium>(
+    medium: &M,
+    uuid: &Uuid,
+    geo: &SlotGeometry,
+    checkpoint: u64,
+    shards: usize,
+) -> Result<(Vec<Arena>, SlotMap)> {
+    let base = geo.base as usize;
+    let (used, mut images) = read_header(
+        medium,
+        uuid,
+        geo.index,
+        geo.base,
+        SLOT_MAGIC,
+        geo.capacity,
+        checkpoint,
+        shards,
+    )?;
     let mut map = SlotMap::empty(shards);
     for (s, img) in images.iter().enumerate() {
         map.map[s] = vec![0; img.len() / PAGE];
@@ -295,7 +349,8 @@ pub fn write<M: Medium>(
         let list: &[usize] = match pages {
             Some(p) => &p[s],
             None => {
-                all = (0..arena.pages()).collect();
+                // The pages above the top are zero and need no slot page.
+                all = (0..arena.used_pages()).collect();
                 &all
             }
         };
@@ -343,26 +398,17 @@ pub fn write<M: Medium>(
         medium.flush(lines[i] * 64, (j - i) * 64)?;
         i = j;
     }
-    let mut head = vec![0u8; SLOT_LENGTHS_AT + 8 * arenas.len()];
-    let mut w = FixedWriter::new(&mut head);
-    w.u64_at(SLOT_MAGIC_AT, SLOT_MAGIC)
-        .u64_at(SLOT_CHECKPOINT_AT, checkpoint)
-        .u32_at(SLOT_INDEX_AT, geo.index)
-        .u32_at(SLOT_SHARDS_AT, arenas.len() as u32)
-        .u64_at(SLOT_USED_AT, map.used)
-        .u64_at(SLOT_CAPACITY_AT, geo.capacity);
-    for (s, a) in arenas.iter().enumerate() {
-        w.u64_at(SLOT_LENGTHS_AT + 8 * s, a.len() as u64);
-    }
-    let crc = header_crc(
+    write_header(
+        medium,
         uuid,
         geo.index,
-        &head[..SLOT_CRC_AT],
-        &head[SLOT_LENGTHS_AT..],
-    );
-    FixedWriter::new(&mut head).u32_at(SLOT_CRC_AT, crc);
-    medium.write(base, &head);
-    medium.flush(base, head.len())?;
+        geo.base,
+        SLOT_MAGIC,
+        geo.capacity,
+        checkpoint,
+        arenas,
+        map.used,
+    )?;
     medium.fence()?;
     Ok(SlotWrite {
         pages: written,

@@ -102,6 +102,22 @@ fn constants_table_matches_the_code() {
             ConstValue::number(arena::ARENA_BYTES_MIN as u64),
         ),
         (
+            "SLOT_ARENA_RATIO_MAX",
+            ConstValue::number(dipper::layout::SLOT_ARENA_RATIO_MAX),
+        ),
+        (
+            "SLOT2_MAGIC",
+            ConstValue::magic(dipper::layout::SLOT2_MAGIC),
+        ),
+        (
+            "ENTRY_FRAME_AT",
+            ConstValue::number(dipper::layout::ENTRY_FRAME_AT as u64),
+        ),
+        (
+            "FRAME_REGION_FRAMES_MIN",
+            ConstValue::number(dipper::layout::FRAME_REGION_FRAMES_MIN),
+        ),
+        (
             "ARENA_BYTES_MAX",
             ConstValue::number(arena::ARENA_BYTES_MAX as u64),
         ),

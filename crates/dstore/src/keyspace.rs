@@ -180,12 +180,10 @@ impl<M: Medium + Clone + Send + Sync + 'static> Txn for StoreTxn<'_, '_, M> {
         let Arenas::Write(locked) = &mut self.arenas else {
             unreachable!("checked above");
         };
-        if effects.iter().any(Effect::grows) && !locked.admits_growth() {
-            return Err(ModelError::OutOfSpace(
-                "the store's DRAM state is near its shadow slots' capacity; only deletions are \
-                 accepted"
-                    .into(),
-            ));
+        if effects.iter().any(Effect::grows)
+            && let Some(why) = locked.growth_refusal()
+        {
+            return Err(ModelError::OutOfSpace(why));
         }
         let encoded = model::encode_effects(&effects);
         let body = &encoded[4..];

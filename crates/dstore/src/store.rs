@@ -94,8 +94,18 @@ pub struct Config {
     pub shards: usize,
     /// Bytes of each operation log (fixed at creation).
     pub log_bytes: u64,
-    /// Bytes of each shadow slot (fixed at creation).
+    /// Bytes of each shadow slot at creation; 0: the smallest for `shards`
+    /// ([`Config::slot_bytes_min`]). With `grow`, a slot is moved to a larger region when an
+    /// image outgrows it; without, this is the store's ceiling.
     pub slot_bytes: u64,
+    /// The pool grows with the data (new stores are made growable, and `open_dir` turns a
+    /// fixed-size store growable). Off: a fixed-size pool of [`Config::pool_bytes`], as stores
+    /// were made before growth existed.
+    pub grow: bool,
+    /// Writes that may grow the data are refused with Redis's `maxmemory` error while the
+    /// bytes in allocated blocks are above this (0: no limit). Changeable while open
+    /// ([`Store::set_maxmemory`]).
+    pub maxmemory_bytes: u64,
     /// Durability of writes.
     pub policy: ForcePolicy,
     /// Checkpoint when the active log is this full (percent).
@@ -104,7 +114,8 @@ pub struct Config {
     pub background: bool,
     /// Largest key or value accepted.
     pub value_bytes_max: usize,
-    /// Bytes of the data zone holding object data (fixed at creation).
+    /// Bytes of the data zone holding object data (fixed at creation, also in a growable
+    /// store).
     pub data_bytes: u64,
 }
 
@@ -112,21 +123,58 @@ impl Default for Config {
     fn default() -> Self {
         Config {
             shards: 64,
-            log_bytes: 64 << 20,
-            slot_bytes: 512 << 20,
+            log_bytes: 16 << 20,
+            slot_bytes: 0,
+            grow: true,
+            maxmemory_bytes: 0,
             policy: ForcePolicy::Sync,
             checkpoint_at_percent: 50,
             background: true,
             value_bytes_max: 64 << 20,
-            data_bytes: 64 << 20,
+            data_bytes: 4 << 20,
         }
     }
 }
 
 impl Config {
-    /// Pool bytes this configuration needs (regions, headers and slack).
+    /// Pool bytes a fixed-size store of this configuration needs (regions, headers and
+    /// slack). A growable store starts at the smallest pool and grows region by region to
+    /// about `2 * log_bytes + 2 * slot + data_bytes` plus the metadata.
     pub fn pool_bytes(&self) -> u64 {
         2 * self.log_bytes + 2 * self.slot_bytes + self.data_bytes + (16 << 20)
+    }
+
+    /// Bytes of the pool file of a new growable store: its regions (root, logs, slots, data
+    /// zone) one after the other past the metadata.
+    pub fn pool_bytes_at_create(&self) -> StoreResult<u64> {
+        let page = pmem::layout::PAGE_SIZE as u64;
+        let pages = |b: u64| b.next_multiple_of(page);
+        Ok(pmem::layout::METADATA_BYTES as u64
+            + pages(dipper::layout::ROOT_REGION_BYTES)
+            + 2 * pages(self.log_bytes)
+            + 2 * self.slot_region_bytes_at_create()?
+            + pages(self.data_bytes.max(BLOCK_BYTES)))
+    }
+
+    /// Bytes of each slot region of a new store: in a growable pool a table of page frames for
+    /// the image a slot of [`Config::slot_bytes_at_create`] would hold (the images' pages live
+    /// in frame regions added as the data grows); otherwise the slot itself.
+    pub fn slot_region_bytes_at_create(&self) -> StoreResult<u64> {
+        let slot = self.slot_bytes_at_create()?;
+        if !self.grow {
+            return Ok(slot.next_multiple_of(pmem::layout::PAGE_SIZE as u64));
+        }
+        let pages = dipper::layout::slot_geometry(slot).map_or(1, |(pages, _)| pages);
+        Ok(dipper::frames::table_bytes_for(pages))
+    }
+
+    /// Bytes of each shadow slot of a new store: `slot_bytes`, or the smallest when it is 0.
+    pub fn slot_bytes_at_create(&self) -> StoreResult<u64> {
+        if self.slot_bytes == 0 {
+            Self::slot_bytes_min(self.shards)
+        } else {
+            Ok(self.slot_bytes)
+        }
     }
 
     /// The smallest shadow slot (bytes of its region) for a new store of `shards` shards, from
@@ -239,14 +287,31 @@ impl Store<Arc<Mapping>> {
         let path = dir.join(POOL_FILE);
         let created = !path.exists();
         let store = if created {
-            let pool = Pool::create(
-                &path,
-                &CreateOptions {
-                    size: config.pool_bytes(),
-                    domain: None,
-                },
-            )
-            .map_err(|e| StoreError::Failed(format!("cannot create {}: {e}", path.display())))?;
+            let config = Config {
+                slot_bytes: config.slot_bytes_at_create()?,
+                ..config
+            };
+            let made = if config.grow {
+                // The smallest pool: creating the regions grows it to what they need.
+                Pool::create_growable(
+                    &path,
+                    &CreateOptions {
+                        size: pmem::layout::POOL_SIZE_MIN,
+                        domain: None,
+                    },
+                )
+            } else {
+                Pool::create(
+                    &path,
+                    &CreateOptions {
+                        size: config.pool_bytes(),
+                        domain: None,
+                    },
+                )
+            };
+            let pool = made.map_err(|e| {
+                StoreError::Failed(format!("cannot create {}: {e}", path.display()))
+            })?;
             match Self::create(pool.map_medium(Arc::new), config) {
                 Ok(s) => s,
                 Err(e) => {
@@ -255,8 +320,22 @@ impl Store<Arc<Mapping>> {
                 }
             }
         } else {
-            let pool = Pool::open(&path, &OpenOptions::default())
+            let mut pool = Pool::open(&path, &OpenOptions::default())
                 .map_err(|e| StoreError::Failed(format!("cannot open {}: {e}", path.display())))?;
+            // A store made with fixed-size slots: from now on its pool grows (a header feature
+            // bit; builds without growth then refuse the pool). Only a pool that holds a store.
+            if config.grow
+                && !pool.growable()
+                && pool.region(dipper::layout::ROOT_REGION).is_some()
+                && pool.region(DATA_REGION).is_some()
+                && let Err(e) = pool.make_growable_file()
+            {
+                let _ = pool.close_unchanged();
+                return Err(StoreError::Failed(format!(
+                    "cannot make {} growable: {e}",
+                    path.display()
+                )));
+            }
             Self::open(pool.map_medium(Arc::new), config)?
         };
         let mut store = store;
@@ -291,7 +370,7 @@ impl<M: Medium + Clone + Send + Sync + 'static> Store<M> {
         };
         let layout = Layout {
             log_bytes: config.log_bytes,
-            slot_bytes: config.slot_bytes,
+            slot_bytes: config.slot_bytes_at_create()?,
             shards: config.shards,
         };
         let (engine, report) = Dipper::create(pool, &layout, kv.clone(), config.options())?;
@@ -355,6 +434,7 @@ impl<M: Medium + Clone + Send + Sync + 'static> Store<M> {
         config: Config,
         report: RecoveryReport,
     ) -> Self {
+        engine.set_memory_max(config.maxmemory_bytes);
         Store {
             engine,
             zone,
@@ -370,6 +450,22 @@ impl<M: Medium + Clone + Send + Sync + 'static> Store<M> {
     /// The keyspace machine (key placement).
     pub(crate) fn kv(&self) -> &Kv {
         &self.kv
+    }
+
+    /// Change the `maxmemory` limit (0: none); see [`Config::maxmemory_bytes`].
+    pub fn set_maxmemory(&self, bytes: u64) {
+        self.engine.set_memory_max(bytes);
+    }
+
+    /// The `maxmemory` limit in force (0: none).
+    pub fn maxmemory(&self) -> u64 {
+        self.engine.memory_max()
+    }
+
+    /// Bytes the data takes: allocated blocks in the shards' arenas (Redis's `used_memory`
+    /// here, what `maxmemory` limits).
+    pub fn used_memory(&self) -> u64 {
+        self.engine.live_bytes()
     }
 
     /// Replace the clock (tests).

@@ -4,6 +4,8 @@
 //! grows by half its size at a time, so one admitted write can take the state past the slot.
 //! A checkpoint of that state cannot be written, and one interrupted half-way (the root says
 //! "checkpointing") could not be redone at open: the store could never be opened again.
+//! (Stores with fixed slots only: a growable store's slots grow. Since a slot holds only the
+//! pages below each arena's top, the interrupted checkpoint here fits and is redone.)
 
 use std::path::PathBuf;
 
@@ -48,6 +50,8 @@ fn config() -> Config {
         log_bytes: 8 << 20,
         slot_bytes,
         background: false,
+        // Fixed-size slots, as stores were made before growth: the case this test is about.
+        grow: false,
         ..Config::default()
     }
 }
@@ -87,17 +91,79 @@ fn an_interrupted_checkpoint_that_cannot_fit_is_left_unfinished_and_the_store_op
     root.state = STATE_CHECKPOINTING;
     root.store(pool.medium(), base, &pool.uuid()).unwrap();
     drop(pool); // not closed: still a crash
-    for _ in 0..2 {
+    // A slot holds only the pages below each arena's top, so the interrupted checkpoint's image
+    // fits the slot (its arenas' lengths do not) and the first open redoes it; the opens after
+    // replay the active log. Every acknowledged write is there each time.
+    for round in 0..2 {
         let (store, opened) = Store::open_dir(&scratch.0, config()).expect("the store opens");
-        assert!(!opened.recovery.redone_checkpoint);
-        assert_eq!(opened.recovery.archived_records, acked as u64);
+        assert_eq!(opened.recovery.redone_checkpoint, round == 0);
+        let replayed = opened.recovery.archived_records + opened.recovery.active_records;
+        assert_eq!(replayed, if round == 0 { acked as u64 } else { 0 });
         assert_eq!(store.dbsize().unwrap(), acked as u64);
         for i in [0, acked / 2, acked - 1] {
             assert_eq!(store.get(&key(i)).unwrap().as_deref(), Some(&b"value"[..]));
         }
-        // No checkpoint starts whose image cannot fit.
+        // With fixed slots, no checkpoint starts once the arenas are longer than a slot (the
+        // check is made on their lengths, a bound on what the image needs).
         assert!(matches!(store.save(), Err(StoreError::OutOfSpace(_))));
         // Closing cannot take its final checkpoint; the next open is as after a crash.
         assert!(store.close().is_err());
     }
+}
+
+/// A store made with fixed slots (as before growth) and filled to its ceiling opens through
+/// `open_dir` with the default configuration: its pool is made growable, every key is there,
+/// and it takes several times more data, the file growing.
+#[test]
+fn a_fixed_store_opened_by_open_dir_turns_growable_and_takes_more() {
+    let scratch = Scratch::new("migrate");
+    let (store, opened) = Store::open_dir(&scratch.0, config()).unwrap();
+    assert!(opened.created);
+    assert!(!store.engine().stats().slots_grow);
+    let mut acked = 0;
+    loop {
+        match store.set(&key(acked), b"value", false, false, None) {
+            Ok(_) => acked += 1,
+            Err(StoreError::OutOfSpace(_)) => break,
+            Err(e) => panic!("write {acked}: {e}"),
+        }
+        assert!(acked < 1_000_000, "the store never filled");
+    }
+    // Its last checkpoint cannot run (the arenas outgrew the slot): the close fails and the
+    // next open replays the log, as after a crash.
+    let _ = store.close();
+    drop(store);
+    let path = scratch.0.join(dstore::POOL_FILE);
+    let fixed_len = std::fs::metadata(&path).unwrap().len();
+    let pool = Pool::open(&path, &OpenOptions::default()).unwrap();
+    assert!(!pool.growable());
+    drop(pool.close());
+    let grow = Config {
+        background: false,
+        ..Config::default()
+    };
+    let (store, opened) = Store::open_dir(&scratch.0, grow.clone()).expect("opens and migrates");
+    assert!(!opened.created);
+    assert!(store.engine().stats().slots_grow);
+    assert_eq!(store.dbsize().unwrap(), acked as u64);
+    for i in acked..acked * 5 {
+        store
+            .set(&key(i), b"value", false, false, None)
+            .unwrap_or_else(|e| panic!("write {i} after migration: {e}"));
+    }
+    store.save().unwrap();
+    store.close().unwrap();
+    drop(store);
+    assert!(std::fs::metadata(&path).unwrap().len() >= fixed_len);
+    let (store, opened) = Store::open_dir(&scratch.0, grow).unwrap();
+    assert!(opened.recovery.clean_shutdown);
+    assert_eq!(store.dbsize().unwrap(), 5 * acked as u64);
+    for i in [0, acked - 1, acked, 5 * acked - 1] {
+        assert_eq!(store.get(&key(i)).unwrap().as_deref(), Some(&b"value"[..]));
+    }
+    store.close().unwrap();
+    drop(store);
+    let pool = Pool::open(&path, &OpenOptions::default()).unwrap();
+    assert!(pool.growable(), "the header records the switch");
+    drop(pool.close());
 }

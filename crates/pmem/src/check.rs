@@ -135,19 +135,18 @@ pub fn check_metadata(path: &Path, head: &[u8], len: u64) -> Result<CheckReport>
             report.findings.push(finding(Severity::Damage, c, &note));
         }
     }
-    if header.pool_size != len {
+    let size = survey.pool_size().unwrap_or(header.pool_size);
+    let fits = survey
+        .fits_file(len)
+        .unwrap_or(header.pool_size == len || header.growable() && header.pool_size <= len);
+    if !fits {
         report.findings.push(Finding {
             severity: Severity::Fatal,
             message: format!(
-                "{}: header says {} bytes, the file has {len}",
-                if len < header.pool_size {
-                    "truncated"
-                } else {
-                    "resized"
-                },
-                header.pool_size
+                "{}: the pool is {size} bytes, the file has {len}",
+                if len < size { "truncated" } else { "resized" },
             ),
-            offset: Some(len.min(header.pool_size)),
+            offset: Some(len.min(size)),
         });
     }
     if let Err(e) = header.check_features(false) {

@@ -289,7 +289,8 @@ mod tests {
 | 0 | 8 | `sequence` | write counter |
 | 8 | 8 | `flags` | bit 0: clean shutdown |
 | 24 | 8 | `directory_generation` | current directory |
-| 24 | 36 | `reserved` | zero |
+| 24 | 8 | `pool_size` | size of a growable pool |
+| 32 | 28 | `reserved` | zero |
 | 60 | 4 | `crc32c` | checksum |
 
 text after the table
@@ -319,7 +320,7 @@ text after the table
     #[test]
     fn the_sample_parses_in_order() {
         let doc = parse_fields(SAMPLE, "slot").expect("the sample parses");
-        assert_eq!(doc.len(), 5);
+        assert_eq!(doc.len(), 6);
         assert_eq!(
             doc[1],
             DocField {
@@ -328,7 +329,7 @@ text after the table
                 name: "flags".into()
             }
         );
-        assert_eq!(doc[4].name, "crc32c");
+        assert_eq!(doc[5].name, "crc32c");
     }
 
     #[test]
@@ -357,8 +358,8 @@ text after the table
         doc[1].name = "flags".into();
         doc[3].size = 40;
         assert_eq!(compare_fields("slot", &doc, slot::ALL).len(), 1);
-        doc[3].size = 36;
-        let last = doc.pop().expect("five rows");
+        doc[3].size = 8;
+        let last = doc.pop().expect("six rows");
         let diff = compare_fields("slot", &doc, slot::ALL);
         assert!(
             diff.len() == 1 && diff[0].contains("does not list"),

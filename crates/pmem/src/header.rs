@@ -229,6 +229,11 @@ impl PoolHeader {
         })
     }
 
+    /// Does the pool grow (`FEATURES_INCOMPAT_GROWABLE`)?
+    pub fn growable(&self) -> bool {
+        self.features_incompat & layout::FEATURES_INCOMPAT_GROWABLE != 0
+    }
+
     /// Refuse what this build cannot handle. `read_only` allows unknown read-only-compatible bits.
     pub fn check_features(&self, read_only: bool) -> Result<(), PmemError> {
         let incompat = self.features_incompat & !layout::FEATURES_INCOMPAT_KNOWN;
@@ -277,6 +282,9 @@ pub struct MutableState {
     pub clean_shutdown: bool,
     /// Generation of the current region directory.
     pub directory_generation: u64,
+    /// Size of a growable pool, in bytes; 0: the header's `pool_size` (always 0 in a pool
+    /// without `FEATURES_INCOMPAT_GROWABLE`).
+    pub pool_size: u64,
 }
 
 /// What one slot holds.
@@ -319,6 +327,7 @@ impl MutableState {
         };
         put_u64(&mut b, s::FLAGS, flags);
         put_u64(&mut b, s::DIRECTORY_GENERATION, self.directory_generation);
+        put_u64(&mut b, s::POOL_SIZE, self.pool_size);
         let crc = slot_crc(uuid, self.slot_index(), &b);
         put_u32(&mut b, s::CRC32C, crc);
         b
@@ -373,6 +382,22 @@ impl MutableState {
         if directory_generation == 0 {
             return bad(s::DIRECTORY_GENERATION, "at least 1".into(), "0".into());
         }
+        let pool_size = get_u64(bytes, s::POOL_SIZE);
+        if pool_size != 0
+            && (!(layout::POOL_SIZE_MIN..=layout::POOL_SIZE_MAX).contains(&pool_size)
+                || pool_size % layout::PAGE_SIZE as u64 != 0)
+        {
+            return bad(
+                s::POOL_SIZE,
+                format!(
+                    "0 or a multiple of {} in [{}, {}]",
+                    layout::PAGE_SIZE,
+                    layout::POOL_SIZE_MIN,
+                    layout::POOL_SIZE_MAX
+                ),
+                pool_size.to_string(),
+            );
+        }
         if bytes[s::RESERVED.offset..s::RESERVED.end()]
             .iter()
             .any(|&b| b != 0)
@@ -383,6 +408,7 @@ impl MutableState {
             sequence,
             clean_shutdown: flags & layout::SLOT_FLAG_CLEAN_SHUTDOWN != 0,
             directory_generation,
+            pool_size,
         })
     }
 }
@@ -521,6 +547,7 @@ mod tests {
             sequence: 5,
             clean_shutdown: true,
             directory_generation: 2,
+            pool_size: 0,
         };
         let b = st.encode(&uuid);
         assert_eq!(MutableState::decode(&b, 1, &uuid), SlotContent::Valid(st));
@@ -541,6 +568,7 @@ mod tests {
             sequence: 4,
             clean_shutdown: false,
             directory_generation: 1,
+            pool_size: 0,
         }
         .encode(&uuid);
         let cases: Vec<(layout::Field, Vec<u8>)> = vec![
@@ -548,6 +576,8 @@ mod tests {
             (s::SEQUENCE, 0u64.to_le_bytes().to_vec()),
             (s::FLAGS, 2u64.to_le_bytes().to_vec()),
             (s::DIRECTORY_GENERATION, 0u64.to_le_bytes().to_vec()),
+            (s::POOL_SIZE, 4096u64.to_le_bytes().to_vec()),
+            (s::POOL_SIZE, (65536u64 + 1).to_le_bytes().to_vec()),
             (s::RESERVED, vec![1]),
         ];
         for (field, value) in cases {
@@ -573,11 +603,13 @@ mod tests {
             sequence: 6,
             clean_shutdown: false,
             directory_generation: 3,
+            pool_size: 0,
         };
         let b = MutableState {
             sequence: 7,
             clean_shutdown: true,
             directory_generation: 3,
+            pool_size: 0,
         };
         let dmg = SlotContent::Damaged(Corruption {
             structure: String::new(),

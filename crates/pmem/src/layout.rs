@@ -60,8 +60,11 @@ pub const HEADER_BYTES: usize = 256;
 pub const FEATURES_COMPAT_KNOWN: u64 = 0;
 /// Read-only-compatible feature bits this build understands.
 pub const FEATURES_RO_COMPAT_KNOWN: u64 = 0;
+/// Incompatible feature bit: the pool grows. Its size is the current mutable slot's
+/// `pool_size` (or the header's while that is 0), and the file may be longer than that size.
+pub const FEATURES_INCOMPAT_GROWABLE: u64 = 1;
 /// Incompatible feature bits this build understands.
-pub const FEATURES_INCOMPAT_KNOWN: u64 = 0;
+pub const FEATURES_INCOMPAT_KNOWN: u64 = FEATURES_INCOMPAT_GROWABLE;
 
 /// Fields of the immutable header part (offsets from the start of a header page).
 pub mod header {
@@ -116,10 +119,18 @@ pub mod slot {
     pub const SEQUENCE: Field = Field::new("sequence", 0, 8);
     pub const FLAGS: Field = Field::new("flags", 8, 8);
     pub const DIRECTORY_GENERATION: Field = Field::new("directory_generation", 16, 8);
-    pub const RESERVED: Field = Field::new("reserved", 24, 36);
+    pub const POOL_SIZE: Field = Field::new("pool_size", 24, 8);
+    pub const RESERVED: Field = Field::new("reserved", 32, 28);
     pub const CRC32C: Field = Field::new("crc32c", 60, 4);
     /// Every field in order; together they tile `[0, SLOT_BYTES)`.
-    pub const ALL: &[Field] = &[SEQUENCE, FLAGS, DIRECTORY_GENERATION, RESERVED, CRC32C];
+    pub const ALL: &[Field] = &[
+        SEQUENCE,
+        FLAGS,
+        DIRECTORY_GENERATION,
+        POOL_SIZE,
+        RESERVED,
+        CRC32C,
+    ];
 }
 
 /// Magic at the start of each directory copy.

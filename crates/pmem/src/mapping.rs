@@ -6,7 +6,9 @@
 //! 2. The file is locked (`flock`) for as long as it is mapped: exclusively for read-write, shared
 //!    for read-only, so cooperating processes never map it for writing at the same time.
 //! 3. The file is never shrunk while mapped by us; its size is checked against the header before
-//!    any byte past the metadata is touched.
+//!    any byte past the metadata is touched. Accesses are checked against `len`, the file's
+//!    usable length, which grows only after the file has (a growable pool maps more address
+//!    space than its file holds, and never touches the part past `len`).
 
 use crate::cpu;
 use crate::domain::{Backing, Domain};
@@ -16,7 +18,7 @@ use std::fs::{File, OpenOptions};
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 
 const TMPFS_MAGIC: i64 = 0x0102_1994;
 
@@ -26,7 +28,11 @@ pub struct Mapping {
     file: File,
     path: PathBuf,
     base: *mut u8,
-    len: usize,
+    /// Bytes of the file that may be accessed (it only grows, by [`Medium::grow`]).
+    len: AtomicUsize,
+    /// Bytes of address space mapped at `base` (at least `len`; past the file's end touching
+    /// them would fault, and nothing does: every access is checked against `len`).
+    map_len: usize,
     writable: bool,
     backing: Backing,
     domain: Domain,
@@ -148,13 +154,63 @@ impl Mapping {
             file,
             path: path.into(),
             base: base.cast(),
-            len,
+            len: AtomicUsize::new(len),
+            map_len: len,
             writable,
             backing,
             domain: backing.detected_domain(),
             flush: cpu::flush_instruction(),
             failed: AtomicBool::new(false),
         })
+    }
+
+    /// Map `bytes` of address space (at least the file's length) so that the file can later
+    /// grow up to that size in place ([`Medium::grow`]) without moving the mapping. The old
+    /// mapping is replaced by a new one of the same file; with `&mut self` no copy in flight
+    /// uses it.
+    pub fn reserve(&mut self, bytes: usize) -> Result<()> {
+        if bytes <= self.map_len {
+            return Ok(());
+        }
+        let prot = if self.writable {
+            libc::PROT_READ | libc::PROT_WRITE
+        } else {
+            libc::PROT_READ
+        };
+        let flags = if self.backing == Backing::Dax {
+            libc::MAP_SHARED_VALIDATE | libc::MAP_SYNC
+        } else {
+            libc::MAP_SHARED
+        };
+        // SAFETY: a new shared mapping of the file we hold open, at a kernel-chosen address,
+        // checked below; the old mapping stays valid until it is unmapped after this succeeds.
+        let base = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                bytes,
+                prot,
+                flags,
+                self.file.as_raw_fd(),
+                0,
+            )
+        };
+        if base == libc::MAP_FAILED {
+            return Err(last_os_error(
+                "cannot reserve address space for",
+                &self.path,
+            ));
+        }
+        // SAFETY: `base`/`map_len` are exactly what the earlier mmap returned, and `&mut self`
+        // means no access through it is in flight (rule 1: nothing refers into it).
+        unsafe { libc::munmap(self.base.cast(), self.map_len) };
+        self.base = base.cast();
+        self.map_len = bytes;
+        Ok(())
+    }
+
+    /// Bytes of address space reserved for growth.
+    pub fn reserved(&self) -> usize {
+        self.map_len
     }
 
     /// Choose the persistence domain (the pool does this after reading its header).
@@ -190,7 +246,7 @@ impl Mapping {
     /// Ask the kernel not to back `[offset, offset + len)` with huge pages, so write tracking
     /// works per 4 KiB page. The range is widened to whole pages.
     pub fn advise_no_huge_pages(&self, offset: usize, len: usize) -> Result<()> {
-        check_range(offset, len, self.len);
+        check_range(offset, len, self.len());
         let start = offset & !(crate::layout::PAGE_SIZE - 1);
         // SAFETY: the range lies inside our mapping; madvise does not change its contents.
         let rc = unsafe {
@@ -276,13 +332,13 @@ impl Drop for Mapping {
     fn drop(&mut self) {
         // SAFETY: `base`/`len` are exactly what mmap returned; no references into the mapping
         // exist (rule 1), so unmapping cannot leave one dangling.
-        unsafe { libc::munmap(self.base.cast(), self.len) };
+        unsafe { libc::munmap(self.base.cast(), self.map_len) };
     }
 }
 
 impl Medium for Mapping {
     fn len(&self) -> usize {
-        self.len
+        self.len.load(Ordering::Acquire)
     }
     fn domain(&self) -> Domain {
         self.domain
@@ -295,7 +351,7 @@ impl Medium for Mapping {
     }
     #[inline]
     fn read(&self, offset: usize, buf: &mut [u8]) {
-        check_range(offset, buf.len(), self.len);
+        check_range(offset, buf.len(), self.len());
         // SAFETY: the source range is inside the live mapping (checked above) and cannot overlap
         // `buf`, which is ordinary memory.
         unsafe {
@@ -304,7 +360,7 @@ impl Medium for Mapping {
     }
     #[inline]
     fn write(&self, offset: usize, data: &[u8]) {
-        check_range(offset, data.len(), self.len);
+        check_range(offset, data.len(), self.len());
         assert!(
             self.writable,
             "write to a read-only mapping of {}",
@@ -314,7 +370,7 @@ impl Medium for Mapping {
         unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), self.base.add(offset), data.len()) };
     }
     fn write_nontemporal(&self, offset: usize, data: &[u8]) {
-        check_range(offset, data.len(), self.len);
+        check_range(offset, data.len(), self.len());
         assert!(
             self.writable,
             "write to a read-only mapping of {}",
@@ -332,7 +388,7 @@ impl Medium for Mapping {
     }
     #[inline]
     fn load_u64(&self, offset: usize) -> u64 {
-        check_word(offset, self.len);
+        check_word(offset, self.len());
         // SAFETY: in range and 8-byte aligned (the mapping is page aligned); the word is only
         // accessed atomically or by whole-range copies; only a relaxed load touches it, which is
         // allowed on read-only memory.
@@ -345,7 +401,7 @@ impl Medium for Mapping {
     }
     #[inline]
     fn store_u64(&self, offset: usize, value: u64) {
-        check_word(offset, self.len);
+        check_word(offset, self.len());
         assert!(
             self.writable,
             "write to a read-only mapping of {}",
@@ -356,7 +412,7 @@ impl Medium for Mapping {
     }
     #[inline]
     fn flush(&self, offset: usize, len: usize) -> Result<()> {
-        check_range(offset, len, self.len);
+        check_range(offset, len, self.len());
         match self.domain {
             // SAFETY: the range is inside the live mapping; `self.flush` came from detection.
             Domain::Adr => unsafe { cpu::flush_range_with(self.flush, self.base.add(offset), len) },
@@ -386,7 +442,7 @@ impl Medium for Mapping {
     fn persist(&self, offset: usize, len: usize) -> Result<()> {
         // The hot path of every layer: one range check and one domain dispatch.
         if self.domain == Domain::Adr {
-            check_range(offset, len, self.len);
+            check_range(offset, len, self.len());
             // SAFETY: the range is inside the live mapping; `self.flush` came from detection.
             unsafe { cpu::flush_range_with(self.flush, self.base.add(offset), len) };
             cpu::store_fence();
@@ -395,9 +451,91 @@ impl Medium for Mapping {
         self.flush(offset, len)?;
         self.fence()
     }
+    fn grow(&self, len: usize) -> Result<()> {
+        let old = self.len();
+        if len <= old {
+            return Ok(());
+        }
+        if !self.writable {
+            return Err(PmemError::ReadOnly);
+        }
+        if len > self.map_len {
+            return Err(PmemError::NoSpace(format!(
+                "{} cannot grow to {len} bytes: {} bytes of address space are reserved for it",
+                self.path.display(),
+                self.map_len
+            )));
+        }
+        let found = regular_file_metadata(&self.file, &self.path)?.len();
+        if found < len as u64 {
+            self.file
+                .set_len(len as u64)
+                .map_err(|e| PmemError::io("cannot grow", &self.path, e))?;
+        }
+        // Reserve the new blocks (see `create`: a store to an unbacked page on tmpfs raises
+        // SIGBUS), then make the new size durable before any layer writes past the old end.
+        let (at, more) = (old as libc::off_t, (len - old) as libc::off_t);
+        // SAFETY: plain system call on a descriptor we own.
+        let rc = unsafe { libc::posix_fallocate(self.file.as_raw_fd(), at, more) };
+        if rc != 0 && rc != libc::EOPNOTSUPP && rc != libc::EINVAL {
+            return Err(PmemError::io(
+                "cannot reserve space for",
+                &self.path,
+                std::io::Error::from_raw_os_error(rc),
+            ));
+        }
+        self.file
+            .sync_all()
+            .map_err(|e| PmemError::io("cannot sync the new size of", &self.path, e))?;
+        self.len.store(len, Ordering::Release);
+        Ok(())
+    }
+    fn discard(&self, offset: usize, len: usize) -> Result<()> {
+        check_range(offset, len, self.len());
+        if !self.writable || len == 0 {
+            return Ok(());
+        }
+        // SAFETY: plain system call on a descriptor we own; the range is in the file, and the
+        // caller promises nothing of value is there (no reference into the mapping exists at
+        // all, rule 1), so pages reading as zero afterwards break nothing.
+        let rc = unsafe {
+            libc::fallocate(
+                self.file.as_raw_fd(),
+                libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
+                offset as libc::off_t,
+                len as libc::off_t,
+            )
+        };
+        // A file system that cannot punch holes keeps the blocks: only space is lost.
+        let _ = rc;
+        Ok(())
+    }
+    fn back(&self, offset: usize, len: usize) -> Result<()> {
+        check_range(offset, len, self.len());
+        if !self.writable || len == 0 {
+            return Ok(());
+        }
+        // SAFETY: plain system call on a descriptor we own (see `create` for why blocks are
+        // reserved before stores reach them).
+        let rc = unsafe {
+            libc::posix_fallocate(
+                self.file.as_raw_fd(),
+                offset as libc::off_t,
+                len as libc::off_t,
+            )
+        };
+        if rc != 0 && rc != libc::EOPNOTSUPP && rc != libc::EINVAL {
+            return Err(PmemError::io(
+                "cannot reserve space for",
+                &self.path,
+                std::io::Error::from_raw_os_error(rc),
+            ));
+        }
+        Ok(())
+    }
     fn inject(&self, offset: usize, data: &[u8]) -> Result<()> {
         assert!(self.writable, "fault injection needs a writable mapping");
-        check_range(offset, data.len(), self.len);
+        check_range(offset, data.len(), self.len());
         // Through the file, not through our mapping: the kernel copies into the shared page
         // without going through this process's page tables, so write tracking (userfaultfd,
         // mprotect) does not see the store, as a firmware fault would not be seen. The mapping

@@ -47,6 +47,31 @@ pub trait Medium: Send + Sync + std::fmt::Debug {
         self.flush(offset, len)?;
         self.fence()
     }
+    /// Grow the medium to `len` bytes (no-op if it is that long already). The new bytes read as
+    /// zero, and the new length is durable when this returns. A medium that cannot grow (or
+    /// not that far) says so with an error.
+    fn grow(&self, len: usize) -> Result<()> {
+        if len <= self.len() {
+            return Ok(());
+        }
+        Err(crate::error::PmemError::NoSpace(format!(
+            "{} cannot grow",
+            self.label().display()
+        )))
+    }
+    /// Give back the storage under `[offset, offset + len)`, which holds nothing of value (a
+    /// range no region covers): afterwards it reads as zero. A hint: a medium may keep the
+    /// bytes (the default does nothing).
+    fn discard(&self, offset: usize, len: usize) -> Result<()> {
+        let _ = (offset, len);
+        Ok(())
+    }
+    /// Make sure storage backs `[offset, offset + len)` before it is written (a range given
+    /// back by `discard` and about to be used again). The default does nothing.
+    fn back(&self, offset: usize, len: usize) -> Result<()> {
+        let _ = (offset, len);
+        Ok(())
+    }
     /// Put bytes on the medium behind the back of every layer: durable at once, seen by no
     /// write tracking. For fault injection only.
     fn inject(&self, offset: usize, data: &[u8]) -> Result<()>;
@@ -67,6 +92,9 @@ macro_rules! forward_medium {
             fn flush(&self, o: usize, l: usize) -> Result<()> { (**self).flush(o, l) }
             fn fence(&self) -> Result<()> { (**self).fence() }
             fn persist(&self, o: usize, l: usize) -> Result<()> { (**self).persist(o, l) }
+            fn grow(&self, l: usize) -> Result<()> { (**self).grow(l) }
+            fn discard(&self, o: usize, l: usize) -> Result<()> { (**self).discard(o, l) }
+            fn back(&self, o: usize, l: usize) -> Result<()> { (**self).back(o, l) }
             fn inject(&self, o: usize, d: &[u8]) -> Result<()> { (**self).inject(o, d) }
         }
     };

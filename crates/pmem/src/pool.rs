@@ -44,6 +44,19 @@ pub struct Survey {
     pub mirror: Option<Result<Directory, Corruption>>,
 }
 
+/// Size of a pool with `header` in `state`: see [`Survey::pool_size`].
+pub fn pool_size_of(header: &PoolHeader, state: &MutableState) -> u64 {
+    if header.growable() && state.pool_size != 0 {
+        state.pool_size
+    } else {
+        header.pool_size
+    }
+}
+
+/// Address space a growable pool's mapping reserves, so the file grows in place: 1 TiB (or the
+/// file's length, if larger). A pool cannot grow past it while open.
+pub const GROW_RESERVE_BYTES: u64 = 1 << 40;
+
 /// Validate a requested pool size.
 pub fn validate_size(size: u64) -> Result<()> {
     let reason = if size < layout::POOL_SIZE_MIN {
@@ -72,7 +85,45 @@ impl Survey {
     pub fn of(meta: &[u8]) -> Survey {
         assert_eq!(meta.len(), METADATA_BYTES);
         let page = |o: usize| &meta[o..o + PAGE_SIZE];
-        let headers = [0, 1].map(|c| PoolHeader::decode(page(layout::HEADER_COPY_OFFSETS[c]), c));
+        let mut headers =
+            [0, 1].map(|c| PoolHeader::decode(page(layout::HEADER_COPY_OFFSETS[c]), c));
+        // A crash while `make_growable` rewrote the two copies leaves one with the growable bit
+        // and one without, otherwise equal: the copy without is the one not yet rewritten.
+        if let [Ok(a), Ok(b)] = &headers
+            && a != b
+        {
+            let bit = layout::FEATURES_INCOMPAT_GROWABLE;
+            let lagging = |old: &PoolHeader, new: &PoolHeader| {
+                old.features_incompat & bit == 0
+                    && *new
+                        == PoolHeader {
+                            features_incompat: old.features_incompat | bit,
+                            ..old.clone()
+                        }
+            };
+            let stale = if lagging(a, b) {
+                Some(0)
+            } else if lagging(b, a) {
+                Some(1)
+            } else {
+                None
+            };
+            if let Some(c) = stale {
+                let found = headers[c].as_ref().map_or(0, |h| h.features_incompat);
+                headers[c] = Err(Corruption {
+                    structure: format!("pool header copy {c}"),
+                    offset: (layout::HEADER_COPY_OFFSETS[c]
+                        + layout::header::FEATURES_INCOMPAT.offset)
+                        as u64,
+                    field: layout::header::FEATURES_INCOMPAT.name,
+                    expected: format!(
+                        "{:#x}, as in the other copy (a switch to a growable pool was cut short)",
+                        found | bit
+                    ),
+                    found: format!("{found:#x}"),
+                });
+            }
+        }
         let mut survey = Survey {
             headers,
             slots: [SlotContent::Empty, SlotContent::Empty],
@@ -92,7 +143,7 @@ impl Survey {
                     c,
                     &header.pool_uuid,
                     state.directory_generation,
-                    header.pool_size,
+                    pool_size_of(&header, &state),
                 )
             };
             survey.directory = Some(decode(copy));
@@ -109,6 +160,27 @@ impl Survey {
             (Some(Err(_)), Some(Ok(m))) => Some(Ok(m.clone())),
             (d, _) => d.clone(),
         }
+    }
+
+    /// The pool's size in force: the header's, or for a growable pool the current state's (when
+    /// set). `None` without a header and a state.
+    pub fn pool_size(&self) -> Option<u64> {
+        let header = self.header().ok()?;
+        let state = current_state(&self.slots)?;
+        Some(pool_size_of(&header, &state))
+    }
+
+    /// Does a file of `len` bytes hold the pool: exactly its size, or for a growable pool at
+    /// least its size (a crash between growing the file and recording the size leaves it
+    /// longer). `None` without a header and a state.
+    pub fn fits_file(&self, len: u64) -> Option<bool> {
+        let header = self.header().ok()?;
+        let size = self.pool_size()?;
+        Some(if header.growable() {
+            size <= len
+        } else {
+            size == len
+        })
     }
 
     /// Does the area start like a Kavach pool (either copy has the magic)?
@@ -190,6 +262,8 @@ pub struct PoolInfo {
     pub format_version: u32,
     /// Size in bytes.
     pub size: u64,
+    /// The pool grows (`FEATURES_INCOMPAT_GROWABLE`).
+    pub growable: bool,
     /// Page size.
     pub page_size: u32,
     /// Creation time, nanoseconds since the Unix epoch.
@@ -235,6 +309,8 @@ pub struct RegionInfo {
 pub struct Pool<M: Medium> {
     medium: M,
     header: PoolHeader,
+    /// Bytes of the pool in force (see [`Survey::pool_size`]).
+    size: u64,
     state: MutableState,
     clean_at_open: bool,
     directory: Directory,
@@ -250,8 +326,19 @@ pub struct Pool<M: Medium> {
 impl Pool<Mapping> {
     /// Create a pool file at `path` (which must not exist) and open it read-write.
     pub fn create(path: &Path, opts: &CreateOptions) -> Result<Self> {
+        Self::create_with(path, opts, 0)
+    }
+
+    fn create_with(path: &Path, opts: &CreateOptions, features_incompat: u64) -> Result<Self> {
         validate_size(opts.size)?;
         let mut mapping = Mapping::create(path, opts.size)?;
+        if features_incompat & layout::FEATURES_INCOMPAT_GROWABLE != 0
+            && let Err(e) = reserve_for_growth(&mut mapping)
+        {
+            drop(mapping);
+            let _ = std::fs::remove_file(path);
+            return Err(e);
+        }
         let backing = mapping.backing();
         let domain = opts.domain.unwrap_or(backing.detected_domain());
         if let Err(reason) = domain_runs_on(domain, backing) {
@@ -263,7 +350,7 @@ impl Pool<Mapping> {
             });
         }
         mapping.set_domain(effective_domain(domain, backing, None));
-        let made = Self::format(mapping, domain).and_then(|m| {
+        let made = Self::format_with(mapping, domain, features_incompat).and_then(|m| {
             Self::open_medium(
                 m,
                 &OpenOptions {
@@ -278,6 +365,12 @@ impl Pool<Mapping> {
         made
     }
 
+    /// Create a growable pool file at `path` (which must not exist), `opts.size` bytes to
+    /// start with, and open it read-write. It grows as regions need room ([`Pool::grow`]).
+    pub fn create_growable(path: &Path, opts: &CreateOptions) -> Result<Self> {
+        Self::create_with(path, opts, layout::FEATURES_INCOMPAT_GROWABLE)
+    }
+
     /// Open the pool file at `path`.
     pub fn open(path: &Path, opts: &OpenOptions) -> Result<Self> {
         let mapping = Mapping::open(path, !opts.read_only)?;
@@ -285,7 +378,20 @@ impl Pool<Mapping> {
         Self::open_inner(mapping, opts, |m, header| {
             let domain = effective_domain(header.domain, m.backing(), opts.domain);
             m.set_domain(domain);
+            if header.growable() && !opts.read_only {
+                reserve_for_growth(m)?;
+            }
+            Ok(())
         })
+    }
+
+    /// Make this pool growable (see `make_growable`), reserving the address space it will grow
+    /// into.
+    pub fn make_growable_file(&mut self) -> Result<()> {
+        if !self.growable() {
+            reserve_for_growth(&mut self.medium)?;
+        }
+        self.make_growable()
     }
 }
 
@@ -314,6 +420,11 @@ pub fn domain_runs_on(domain: Domain, backing: Backing) -> std::result::Result<(
     })
 }
 
+fn reserve_for_growth(m: &mut Mapping) -> Result<()> {
+    let want = GROW_RESERVE_BYTES.min(layout::POOL_SIZE_MAX) as usize;
+    m.reserve(want.max(m.len()))
+}
+
 fn survey_medium<M: Medium + ?Sized>(medium: &M) -> Survey {
     let mut meta = vec![0u8; METADATA_BYTES];
     medium.read(0, &mut meta);
@@ -333,12 +444,21 @@ impl<M: Medium> Pool<M> {
     /// Crash-safe: everything but the two magic numbers is persisted first, so a crash before
     /// the end leaves something that is not a pool rather than a damaged one.
     pub fn format(medium: M, domain: Domain) -> Result<M> {
+        Self::format_with(medium, domain, 0)
+    }
+
+    /// [`Pool::format`] for a growable pool (it starts at the medium's length).
+    pub fn format_growable(medium: M, domain: Domain) -> Result<M> {
+        Self::format_with(medium, domain, layout::FEATURES_INCOMPAT_GROWABLE)
+    }
+
+    fn format_with(medium: M, domain: Domain, features_incompat: u64) -> Result<M> {
         validate_size(medium.len() as u64)?;
         let uuid = Uuid::random().map_err(|e| PmemError::io("cannot read", "/dev/urandom", e))?;
         let header = PoolHeader {
             features_compat: 0,
             features_ro_compat: 0,
-            features_incompat: 0,
+            features_incompat,
             pool_uuid: uuid,
             set_uuid: uuid,
             member_index: 0,
@@ -355,6 +475,7 @@ impl<M: Medium> Pool<M> {
             sequence: 1,
             clean_shutdown: true,
             directory_generation: 1,
+            pool_size: 0,
         };
         let mut meta = vec![0u8; METADATA_BYTES];
         for copy in 0..2 {
@@ -381,7 +502,7 @@ impl<M: Medium> Pool<M> {
     /// Open the pool on `medium`: validate the metadata, repair a damaged header copy, and
     /// (unless read-only) record that the pool is in use.
     pub fn open_medium(medium: M, opts: &OpenOptions) -> Result<Self> {
-        Self::open_inner(medium, opts, |_, _| {})
+        Self::open_inner(medium, opts, |_, _| Ok(()))
     }
 
     /// `open_medium`, with `configure` run on the medium once the header is validated and
@@ -389,7 +510,7 @@ impl<M: Medium> Pool<M> {
     fn open_inner(
         mut medium: M,
         opts: &OpenOptions,
-        configure: impl FnOnce(&mut M, &PoolHeader),
+        configure: impl FnOnce(&mut M, &PoolHeader) -> Result<()>,
     ) -> Result<Self> {
         let label = medium.label();
         let len = medium.len() as u64;
@@ -417,16 +538,17 @@ impl<M: Medium> Pool<M> {
             });
         }
         let header = survey.header()?;
-        if header.pool_size != len {
+        header.check_features(opts.read_only)?;
+        let state = survey.state()?;
+        let size = pool_size_of(&header, &state);
+        if survey.fits_file(len) != Some(true) {
             return Err(PmemError::SizeMismatch {
                 path: label,
-                expected: header.pool_size,
+                expected: size,
                 found: len,
             });
         }
-        header.check_features(opts.read_only)?;
-        configure(&mut medium, &header);
-        let state = survey.state()?;
+        configure(&mut medium, &header)?;
         let directory = match survey.current_directory() {
             Some(d) => d.map_err(PmemError::Corrupt)?,
             None => unreachable!("a state was found, so the directory was decoded"),
@@ -435,6 +557,7 @@ impl<M: Medium> Pool<M> {
         let mut pool = Pool {
             medium,
             header,
+            size,
             clean_at_open: state.clean_shutdown,
             state,
             directory,
@@ -536,6 +659,7 @@ impl<M: Medium> Pool<M> {
         Pool {
             medium: wrap(self.medium),
             header: self.header,
+            size: self.size,
             state: self.state,
             clean_at_open: self.clean_at_open,
             directory: self.directory,
@@ -563,7 +687,12 @@ impl<M: Medium> Pool<M> {
 
     /// Size in bytes.
     pub fn size(&self) -> u64 {
-        self.header.pool_size
+        self.size
+    }
+
+    /// Does the pool grow ([`Pool::grow`], and regions created past its end)?
+    pub fn growable(&self) -> bool {
+        self.header.growable()
     }
 
     /// Was the pool closed cleanly before this open? False means a crash (or a kill) ended the
@@ -629,13 +758,7 @@ impl<M: Medium> Pool<M> {
                 what: "region length",
                 reason: format!("{length} bytes"),
             })?;
-        let offset = self.directory.find_space(length, align, self.size()).ok_or_else(|| {
-            PmemError::NoSpace(format!(
-                "no free range of {length} bytes aligned to {} in the pool ({} bytes free in all)",
-                align.bytes(),
-                self.free_bytes()
-            ))
-        })?;
+        let offset = self.place(&self.directory.regions.clone(), length, align)?;
         let region = Region {
             name: name.into(),
             kind,
@@ -643,8 +766,214 @@ impl<M: Medium> Pool<M> {
             offset,
             length,
         };
+        self.medium.back(offset as usize, length as usize)?;
         let mut regions = self.directory.regions.clone();
         regions.push(region.clone());
+        self.update_directory(regions)?;
+        Ok(region)
+    }
+
+    /// Where a region of `length` bytes (whole pages) goes among `others`: first fit; in a
+    /// growable pool with no such gap, past the last region, the pool grown to end there.
+    fn place(&mut self, others: &[Region], length: u64, align: Alignment) -> Result<u64> {
+        let without = Directory {
+            generation: self.directory.generation,
+            regions: others.to_vec(),
+        };
+        if let Some(at) = without.find_space(length, align, self.size()) {
+            return Ok(at);
+        }
+        let no_room = |pool: &Self| {
+            PmemError::NoSpace(format!(
+                "no free range of {length} bytes aligned to {} in the pool ({} bytes free in all)",
+                align.bytes(),
+                pool.free_bytes()
+            ))
+        };
+        if !self.growable() {
+            return Err(no_room(self));
+        }
+        let end = others
+            .iter()
+            .map(Region::end)
+            .max()
+            .unwrap_or(0)
+            .max(METADATA_BYTES as u64);
+        let wanted = end
+            .checked_next_multiple_of(align.bytes())
+            .and_then(|at| at.checked_add(length))
+            .filter(|&e| e <= layout::POOL_SIZE_MAX)
+            .ok_or_else(|| no_room(self))?;
+        if wanted > self.size() {
+            self.grow(wanted)?;
+        }
+        without
+            .find_space(length, align, self.size())
+            .ok_or_else(|| no_room(self))
+    }
+
+    /// Grow a growable pool to `size` bytes (a multiple of 4096; no-op if it is that large).
+    /// Crash-atomic: the file grows first (durably, zero-filled), then a new state records
+    /// the size; a crash between leaves a longer file and the old size in force.
+    pub fn grow(&mut self, size: u64) -> Result<()> {
+        if self.read_only {
+            return Err(PmemError::ReadOnly);
+        }
+        if !self.growable() {
+            return Err(PmemError::Invalid {
+                what: "pool size",
+                reason: "this pool was made with a fixed size".into(),
+            });
+        }
+        if size <= self.size {
+            return Ok(());
+        }
+        validate_size(size)?;
+        let len = usize::try_from(size).map_err(|_| PmemError::Invalid {
+            what: "pool size",
+            reason: format!("{size} bytes does not fit in memory"),
+        })?;
+        self.changed = true;
+        self.medium.grow(len)?;
+        self.write_state(MutableState {
+            pool_size: size,
+            ..self.state
+        })?;
+        self.size = size;
+        Ok(())
+    }
+
+    /// Turn a fixed-size pool into a growable one (no-op if it is): set the growable feature
+    /// bit in header copy 0, persist, then in copy 1, persist. A crash between leaves copies
+    /// that differ only in that bit; open takes the copy with it and rewrites the other (see
+    /// "Growing" in `docs/format/pool.md`). Builds that do not know the bit refuse the pool.
+    /// A [`Mapping`] must reserve address space too: use `make_growable_file` for files.
+    pub fn make_growable(&mut self) -> Result<()> {
+        if self.read_only {
+            return Err(PmemError::ReadOnly);
+        }
+        if self.growable() {
+            return Ok(());
+        }
+        self.changed = true;
+        let header = PoolHeader {
+            features_incompat: self.header.features_incompat | layout::FEATURES_INCOMPAT_GROWABLE,
+            ..self.header.clone()
+        };
+        for copy in 0..2 {
+            let at = layout::HEADER_COPY_OFFSETS[copy];
+            self.medium.write(at, &header.encode(copy));
+            self.medium.persist(at, layout::HEADER_BYTES)?;
+        }
+        self.header = header;
+        Ok(())
+    }
+
+    /// Give the region called `name` a new place of at least `length` bytes (whole pages), in
+    /// one crash-atomic directory update: the entry keeps its name, kind, alignment and
+    /// position in the directory, and gets a new offset and length (first fit among the other
+    /// regions, so possibly overlapping its old place; a growable pool grows for it). The
+    /// bytes are NOT copied: this is for regions whose contents the owner rewrites whole (a
+    /// shadow slot that holds no image in force).
+    pub fn replace_region(&mut self, name: &str, length: u64) -> Result<Region> {
+        if self.read_only {
+            return Err(PmemError::ReadOnly);
+        }
+        let idx = self
+            .directory
+            .regions
+            .iter()
+            .position(|r| r.name == name)
+            .ok_or_else(|| PmemError::NoSuchRegion(name.into()))?;
+        let length = length
+            .checked_next_multiple_of(PAGE_SIZE as u64)
+            .filter(|&l| l > 0)
+            .ok_or_else(|| PmemError::Invalid {
+                what: "region length",
+                reason: format!("{length} bytes"),
+            })?;
+        let mut others = self.directory.regions.clone();
+        let old = others.remove(idx);
+        let offset = self.place(&others, length, old.align)?;
+        let region = Region {
+            offset,
+            length,
+            ..old.clone()
+        };
+        // Blocks for the new place first (it may be a range an earlier move gave back).
+        self.medium.back(offset as usize, length as usize)?;
+        let mut regions = self.directory.regions.clone();
+        regions[idx] = region.clone();
+        self.update_directory(regions)?;
+        // The old place is free now, but for what the new place covers: give its storage
+        // back, so the file costs blocks in proportion to its regions.
+        let (new_start, new_end) = (region.offset, region.end());
+        for (from, to) in [
+            (old.offset, old.end().min(new_start)),
+            (old.offset.max(new_end), old.end()),
+        ] {
+            if from < to {
+                self.medium.discard(from as usize, (to - from) as usize)?;
+            }
+        }
+        Ok(region)
+    }
+
+    /// Make the region called `name` `length` bytes long (whole pages, at least its length) in
+    /// place: same offset, its bytes kept, in one crash-atomic directory update. The range it
+    /// grows into must be free (no region there); a growable pool grows for it. Refused with
+    /// `NoSpace` when another region follows too closely.
+    pub fn extend_region(&mut self, name: &str, length: u64) -> Result<Region> {
+        if self.read_only {
+            return Err(PmemError::ReadOnly);
+        }
+        let idx = self
+            .directory
+            .regions
+            .iter()
+            .position(|r| r.name == name)
+            .ok_or_else(|| PmemError::NoSuchRegion(name.into()))?;
+        let old = self.directory.regions[idx].clone();
+        let length = length
+            .checked_next_multiple_of(PAGE_SIZE as u64)
+            .filter(|&l| l >= old.length)
+            .ok_or_else(|| PmemError::Invalid {
+                what: "region length",
+                reason: format!("{length} bytes (the region has {})", old.length),
+            })?;
+        let end = old
+            .offset
+            .checked_add(length)
+            .filter(|&e| e <= layout::POOL_SIZE_MAX)
+            .ok_or_else(|| PmemError::NoSpace(format!("{length} bytes at {:#x}", old.offset)))?;
+        if let Some(next) = self
+            .directory
+            .regions
+            .iter()
+            .find(|r| r.name != name && r.offset < end && r.end() > old.offset)
+        {
+            return Err(PmemError::NoSpace(format!(
+                "region `{name}` cannot grow to {length} bytes in place: `{}` is at {:#x}",
+                next.name, next.offset
+            )));
+        }
+        if end > self.size() {
+            if !self.growable() {
+                return Err(PmemError::NoSpace(format!(
+                    "region `{name}` cannot grow to {length} bytes: the pool ends at {:#x}",
+                    self.size()
+                )));
+            }
+            self.grow(end)?;
+        }
+        self.medium
+            .back(old.end() as usize, (length - old.length) as usize)?;
+        let region = Region {
+            length,
+            ..old.clone()
+        };
+        let mut regions = self.directory.regions.clone();
+        regions[idx] = region.clone();
         self.update_directory(regions)?;
         Ok(region)
     }
@@ -705,6 +1034,7 @@ impl<M: Medium> Pool<M> {
             member: (self.header.member_index, self.header.member_count),
             format_version: layout::FORMAT_VERSION,
             size: self.size(),
+            growable: self.growable(),
             page_size: PAGE_SIZE as u32,
             created_ns: self.header.created_ns,
             recorded_domain: self.header.domain,

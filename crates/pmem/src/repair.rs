@@ -146,13 +146,14 @@ fn plan(meta: &[u8], len: u64) -> (Plan, Vec<NotRepaired>) {
             return (plan, refused);
         }
     };
-    if header.pool_size != len {
+    let size = survey.pool_size().unwrap_or(header.pool_size);
+    let fits = survey
+        .fits_file(len)
+        .unwrap_or(header.pool_size == len || header.growable() && header.pool_size <= len);
+    if !fits {
         refused.push(NotRepaired {
-            offset: Some(len.min(header.pool_size)),
-            damage: format!(
-                "the header says {} bytes, the file has {len}",
-                header.pool_size
-            ),
+            offset: Some(len.min(size)),
+            damage: format!("the pool is {size} bytes, the file has {len}"),
             reason: "repair never changes a file's size, and trusts no other metadata of a file \
                      whose size is wrong"
                 .into(),

@@ -89,7 +89,7 @@ struct State {
 /// The simulated medium. Cheap to clone images in and out; meant for pools of a few MiB.
 #[derive(Debug)]
 pub struct SimMedium {
-    len: usize,
+    len: std::sync::atomic::AtomicUsize,
     state: Mutex<State>,
 }
 
@@ -209,7 +209,7 @@ impl SimMedium {
             "simulated media are whole cache lines"
         );
         SimMedium {
-            len: image.len(),
+            len: std::sync::atomic::AtomicUsize::new(image.len()),
             state: Mutex::new(State {
                 durable: image.clone(),
                 working: image,
@@ -287,7 +287,7 @@ impl SimMedium {
 
 impl Medium for SimMedium {
     fn len(&self) -> usize {
-        self.len
+        self.len.load(std::sync::atomic::Ordering::Acquire)
     }
     fn domain(&self) -> Domain {
         Domain::Sim
@@ -299,17 +299,17 @@ impl Medium for SimMedium {
         std::path::PathBuf::from("<simulated medium>")
     }
     fn read(&self, offset: usize, buf: &mut [u8]) {
-        check_range(offset, buf.len(), self.len);
+        check_range(offset, buf.len(), self.len());
         buf.copy_from_slice(&self.lock().working[offset..offset + buf.len()]);
     }
     fn write(&self, offset: usize, data: &[u8]) {
-        check_range(offset, data.len(), self.len);
+        check_range(offset, data.len(), self.len());
         let mut st = self.lock();
         st.event(false);
         st.store(offset, data);
     }
     fn write_nontemporal(&self, offset: usize, data: &[u8]) {
-        check_range(offset, data.len(), self.len);
+        check_range(offset, data.len(), self.len());
         let mut st = self.lock();
         let live = st.event(false);
         st.store(offset, data);
@@ -318,18 +318,18 @@ impl Medium for SimMedium {
         }
     }
     fn load_u64(&self, offset: usize) -> u64 {
-        check_word(offset, self.len);
+        check_word(offset, self.len());
         let st = self.lock();
         u64::from_le_bytes(st.working[offset..offset + 8].try_into().expect("word"))
     }
     fn store_u64(&self, offset: usize, value: u64) {
-        check_word(offset, self.len);
+        check_word(offset, self.len());
         let mut st = self.lock();
         st.event(false);
         st.store(offset, &value.to_le_bytes());
     }
     fn flush(&self, offset: usize, len: usize) -> Result<()> {
-        check_range(offset, len, self.len);
+        check_range(offset, len, self.len());
         let mut st = self.lock();
         if !st.event(false) {
             return Err(PmemError::SimulatedCrash);
@@ -348,8 +348,27 @@ impl Medium for SimMedium {
         }
         Ok(())
     }
+    /// Growing counts as a fence (a crash point just before the growth); the new zero bytes
+    /// are durable at once, as a file's new size is once `fsync` returns.
+    fn grow(&self, len: usize) -> Result<()> {
+        let mut st = self.lock();
+        if len <= st.working.len() {
+            return Ok(());
+        }
+        assert!(
+            len % CACHE_LINE == 0,
+            "simulated media are whole cache lines"
+        );
+        if !st.event(true) {
+            return Err(PmemError::SimulatedCrash);
+        }
+        st.working.resize(len, 0);
+        st.durable.resize(len, 0);
+        self.len.store(len, std::sync::atomic::Ordering::Release);
+        Ok(())
+    }
     fn inject(&self, offset: usize, data: &[u8]) -> Result<()> {
-        check_range(offset, data.len(), self.len);
+        check_range(offset, data.len(), self.len());
         let mut st = self.lock();
         st.working[offset..offset + data.len()].copy_from_slice(data);
         st.durable[offset..offset + data.len()].copy_from_slice(data);

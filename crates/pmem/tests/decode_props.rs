@@ -39,6 +39,7 @@ fn state() -> MutableState {
         sequence: 5,
         clean_shutdown: true,
         directory_generation: 3,
+        pool_size: 0,
     }
 }
 
@@ -97,6 +98,7 @@ fn slot_corpus() -> Vec<Vec<u8>> {
         sequence: 8,
         clean_shutdown: false,
         directory_generation: 1,
+        pool_size: 0,
     };
     props::seeds(&props::corpus(
         DIR,
@@ -302,7 +304,7 @@ proptest! {
 
     #[test]
     fn slot_round_trips(sequence in 1u64.., clean_shutdown: bool, directory_generation in 1u64..) {
-        let m = MutableState { sequence, clean_shutdown, directory_generation };
+        let m = MutableState { sequence, clean_shutdown, directory_generation, pool_size: 0 };
         prop_assert_eq!(
             MutableState::decode(&m.encode(&UUID), m.slot_index(), &UUID),
             SlotContent::Valid(m)

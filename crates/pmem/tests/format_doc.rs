@@ -62,6 +62,10 @@ fn code_constants() -> Vec<(&'static str, u64)> {
         ("FEATURES_COMPAT_KNOWN", layout::FEATURES_COMPAT_KNOWN),
         ("FEATURES_RO_COMPAT_KNOWN", layout::FEATURES_RO_COMPAT_KNOWN),
         ("FEATURES_INCOMPAT_KNOWN", layout::FEATURES_INCOMPAT_KNOWN),
+        (
+            "FEATURES_INCOMPAT_GROWABLE",
+            layout::FEATURES_INCOMPAT_GROWABLE,
+        ),
     ]
 }
 

@@ -430,7 +430,8 @@ fn unknown_feature_bits_are_refused_by_class() {
     let mut data = std::fs::read(&t.0).unwrap();
     for copy in 0..2 {
         let at = layout::HEADER_COPY_OFFSETS[copy];
-        data[at + layout::header::FEATURES_INCOMPAT.offset] = 1;
+        // Bit 0 is `FEATURES_INCOMPAT_GROWABLE`; bit 1 is unknown.
+        data[at + layout::header::FEATURES_INCOMPAT.offset] = 2;
         let crc = crc32c(&data[at..at + layout::header::CRC32C.offset]);
         data[at + layout::header::CRC32C.offset..at + layout::HEADER_BYTES]
             .copy_from_slice(&crc.to_le_bytes());
