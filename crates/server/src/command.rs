@@ -175,6 +175,10 @@ pub(crate) struct Session {
     pub(crate) resp3: bool,
     /// The database SELECT chose (0 at connect).
     pub(crate) db: Db,
+    /// CLIENT REPLY OFF: no replies until CLIENT REPLY ON.
+    pub(crate) reply_off: bool,
+    /// CLIENT REPLY SKIP: no reply to the next command.
+    pub(crate) reply_skip_next: bool,
     /// What other connections see of this one.
     pub(crate) handle: Arc<ClientHandle>,
     /// Where other connections leave messages for this one (pub/sub, wake-ups).
@@ -199,6 +203,8 @@ impl Session {
             lib_ver: None,
             resp3: false,
             db: 0,
+            reply_off: false,
+            reply_skip_next: false,
             handle,
             mailbox,
             multi: None,
@@ -640,12 +646,37 @@ fn quote(word: &[u8]) -> String {
     String::from_utf8_lossy(&word[..word.len().min(ERROR_QUOTE_BYTES_MAX)]).into_owned()
 }
 
+/// Executes one request and appends its reply to `out`, unless CLIENT REPLY turned replies off
+/// or asked to skip this one. Pub/sub confirmations in RESP3 are push frames, which Redis sends
+/// whatever CLIENT REPLY says.
+pub(crate) fn execute(
+    shared: &Shared,
+    session: &mut Session,
+    args: &[Vec<u8>],
+    out: &mut Vec<u8>,
+) -> Action {
+    let mark = out.len();
+    let was_off = session.reply_off;
+    let skip = std::mem::take(&mut session.reply_skip_next);
+    let action = execute_one(shared, session, args, out);
+    let push = session.resp3
+        && args.first().is_some_and(|n| {
+            ["subscribe", "unsubscribe", "psubscribe", "punsubscribe"]
+                .iter()
+                .any(|c| is(n, c))
+        });
+    if (skip || (was_off && session.reply_off)) && !push {
+        out.truncate(mark);
+    }
+    action
+}
+
 /// Executes one request and appends its reply to `out`. `args` is not empty.
 ///
 /// Inside MULTI, a request that fails before it runs (unknown command, wrong arity, refused in
 /// this context) makes the EXEC fail with EXECABORT; every other command but EXEC, DISCARD,
 /// MULTI, WATCH, QUIT and RESET is queued and answered `+QUEUED`.
-pub(crate) fn execute(
+fn execute_one(
     shared: &Shared,
     session: &mut Session,
     args: &[Vec<u8>],
@@ -1200,6 +1231,18 @@ fn cmd_client(ctx: &mut Ctx<'_>, args: &[Vec<u8>], out: &mut Vec<u8>) -> Command
             ctx.session.lib_ver = value;
         }
         write_simple(out, b"OK");
+    } else if is(sub, "reply") {
+        sub_arity("client", "reply", 3, args.len())?;
+        if is(&args[2], "on") {
+            ctx.session.reply_off = false;
+            write_simple(out, b"OK");
+        } else if is(&args[2], "off") {
+            ctx.session.reply_off = true;
+        } else if is(&args[2], "skip") {
+            ctx.session.reply_skip_next = true;
+        } else {
+            return Err(CommandError::Syntax);
+        }
     } else if is(sub, "no-evict") || is(sub, "no-touch") {
         // Nothing is evicted and no access times are kept, so both switches are accepted and
         // change nothing.
@@ -1265,6 +1308,7 @@ static SUBCOMMANDS: &[&str] = &[
     "client|list",
     "client|no-evict",
     "client|no-touch",
+    "client|reply",
     "client|setinfo",
     "client|setname",
     "client|unblock",

@@ -242,9 +242,10 @@ impl RequestParser {
                     Ok(None) => return Parse::NeedMore,
                     Err(e) => return Parse::Error(e),
                 };
-                let count = match count {
-                    Some(c) if c >= -1 => c,
-                    _ => return Parse::Error(ProtocolError::InvalidMultibulkLength),
+                // As Redis's processMultibulkBuffer: any count that is an integer is taken, and
+                // zero or less is an empty request (skipped).
+                let Some(count) = count else {
+                    return Parse::Error(ProtocolError::InvalidMultibulkLength);
                 };
                 if count <= 0 {
                     return Parse::Complete(Vec::new(), header_len);
@@ -916,6 +917,8 @@ mod tests {
         assert_eq!(parse_request(b"\r\n", &l), Parse::Complete(vec![], 2));
         assert_eq!(parse_request(b"*0\r\n", &l), Parse::Complete(vec![], 4));
         assert_eq!(parse_request(b"*-1\r\n", &l), Parse::Complete(vec![], 5));
+        // Any negative count is an empty request, as in Redis.
+        assert_eq!(parse_request(b"*-10\r\n", &l), Parse::Complete(vec![], 6));
         assert_eq!(
             parse_request(b"*1\r\n$0\r\n\r\n", &l),
             Parse::Complete(vec![Vec::new()], 10)
@@ -1002,7 +1005,6 @@ mod tests {
         let cases: &[(&[u8], ProtocolError)] = &[
             (b"*x\r\n", InvalidMultibulkLength),
             (b"*\r\n", InvalidMultibulkLength),
-            (b"*-2\r\n", InvalidMultibulkLength),
             (b"*01\r\n", InvalidMultibulkLength),
             (b"*+1\r\n", InvalidMultibulkLength),
             (b"* 1\r\n", InvalidMultibulkLength),
@@ -1396,7 +1398,6 @@ mod tests {
             (b"$-2\r\n", InvalidBulkLength),
             (b"$17\r\n", BulkTooLong { len: 17, max: 16 }),
             (b"$1\r\nab\r\n", MissingBulkTerminator),
-            (b"*-2\r\n", InvalidMultibulkLength),
             (b"*5\r\n", MultibulkTooLong { len: 5, max: 4 }),
         ];
         for (input, want) in cases {

@@ -469,3 +469,25 @@ fn memory_usage_estimates_a_key_and_grows_with_it() {
         "-ERR MEMORY STATS is not supported by Kavach (see docs/server.md)\r\n",
     );
 }
+
+#[test]
+fn client_reply_off_skip_and_on() {
+    let server = TestServer::default_config();
+    let mut c = server.client();
+    // OFF: neither it nor the commands after it answer, until ON (which does).
+    c.send(&support::words("CLIENT REPLY OFF"));
+    c.send(&support::words("INCR a"));
+    c.send(&support::words("GET a"));
+    expect(&mut c, "CLIENT REPLY ON", "+OK\r\n");
+    expect(&mut c, "INCR a", ":2\r\n");
+    // SKIP: it and the next command do not answer; the one after does.
+    c.send(&support::words("CLIENT REPLY SKIP"));
+    c.send(&support::words("INCR b"));
+    expect(&mut c, "INCR b", ":2\r\n");
+    expect(&mut c, "CLIENT REPLY MAYBE", "-ERR syntax error\r\n");
+    expect(
+        &mut c,
+        "CLIENT REPLY",
+        "-ERR wrong number of arguments for 'client|reply' command\r\n",
+    );
+}
