@@ -153,10 +153,16 @@ impl ClientRegistry {
         handle
     }
 
-    /// The open connections, by id.
+    /// The open connections, by id. A connection CLIENT KILL marked is gone already for
+    /// every command, as in Redis, even before its worker has closed the socket.
     fn live(&self) -> Vec<Arc<ClientHandle>> {
         let inner = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
-        inner.clients.values().filter_map(Weak::upgrade).collect()
+        inner
+            .clients
+            .values()
+            .filter_map(Weak::upgrade)
+            .filter(|c| !c.is_killed())
+            .collect()
     }
 }
 
@@ -179,6 +185,8 @@ pub(crate) struct Session {
     pub(crate) reply_off: bool,
     /// CLIENT REPLY SKIP: no reply to the next command.
     pub(crate) reply_skip_next: bool,
+    /// The command runs again because a key it was blocked on was written.
+    pub(crate) rerun: bool,
     /// What other connections see of this one.
     pub(crate) handle: Arc<ClientHandle>,
     /// Where other connections leave messages for this one (pub/sub, wake-ups).
@@ -205,6 +213,7 @@ impl Session {
             db: 0,
             reply_off: false,
             reply_skip_next: false,
+            rerun: false,
             handle,
             mailbox,
             multi: None,
@@ -302,6 +311,30 @@ impl Ctx<'_> {
     /// The database this connection selected.
     fn db(&self) -> Db {
         self.session.db
+    }
+
+    /// For a blocking command run again after a write woke it: the keys of `keys` that now
+    /// hold a value of `kind`, in order. Redis 7.0 serves a blocked client only from a key
+    /// that holds its kind; one that became another kind leaves it blocked (no WRONGTYPE).
+    /// `None` on a first run (every key is tried, and another kind is an error).
+    fn ready_keys(
+        &mut self,
+        keys: &[Vec<u8>],
+        kind: Kind,
+    ) -> Result<Option<Vec<Vec<u8>>>, CommandError> {
+        if !self.session.rerun {
+            return Ok(None);
+        }
+        let db = self.db();
+        let scope: Vec<&[u8]> = keys.iter().map(Vec::as_slice).collect();
+        self.read(&scope, |t| {
+            Ok(Some(
+                keys.iter()
+                    .filter(|k| t.kind(db, k) == Some(kind))
+                    .cloned()
+                    .collect(),
+            ))
+        })
     }
 
     /// Whether the handler runs inside EXEC.

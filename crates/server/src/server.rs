@@ -1103,7 +1103,10 @@ impl Conn {
             return false;
         };
         let args = blocked.args.clone();
-        match command::execute(shared, &mut self.session, &args, &mut self.output) {
+        self.session.rerun = true;
+        let action = command::execute(shared, &mut self.session, &args, &mut self.output);
+        self.session.rerun = false;
+        match action {
             Action::Block { .. } => false,
             action => {
                 self.end_block(shared, true);

@@ -291,3 +291,37 @@ fn many_blocked_clients_and_pushers_lose_no_element() {
     expect(&mut observer, "t.len work", ":0\r\n");
     wait_blocked(&mut observer, 0);
 }
+
+#[test]
+fn a_key_that_becomes_another_kind_leaves_the_client_blocked() {
+    // Redis 7.0 serves a blocked client only from a key of its kind: a list replaced by a
+    // string in one EXEC does not wake it with WRONGTYPE; a later push does serve it.
+    let server = TestServer::default_config();
+    let mut blocked = server.client();
+    let mut other = server.client();
+    blocked.send(&support::words("BLPOP l 0"));
+    wait_blocked(&mut other, 1);
+    expect(&mut other, "MULTI", "+OK\r\n");
+    expect(&mut other, "LPUSH l foo", "+QUEUED\r\n");
+    expect(&mut other, "DEL l", "+QUEUED\r\n");
+    expect(&mut other, "SET l foo", "+QUEUED\r\n");
+    expect(&mut other, "EXEC", "*3\r\n:1\r\n:1\r\n+OK\r\n");
+    wait_blocked(&mut other, 1);
+    expect(&mut other, "DEL l", ":1\r\n");
+    expect(&mut other, "LPUSH l bar", ":1\r\n");
+    assert_eq!(
+        show(&blocked.read_reply_bytes()),
+        show(b"*2\r\n$1\r\nl\r\n$3\r\nbar\r\n")
+    );
+    // The same for a sorted-set pop.
+    blocked.send(&support::words("BZPOPMIN z 0"));
+    wait_blocked(&mut other, 1);
+    expect(&mut other, "SET z x", "+OK\r\n");
+    wait_blocked(&mut other, 1);
+    expect(&mut other, "DEL z", ":1\r\n");
+    expect(&mut other, "ZADD z 1 m", ":1\r\n");
+    assert_eq!(
+        show(&blocked.read_reply_bytes()),
+        show(b"*3\r\n$1\r\nz\r\n$1\r\nm\r\n$1\r\n1\r\n")
+    );
+}

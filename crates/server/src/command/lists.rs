@@ -821,8 +821,12 @@ fn blocking_pop(
 ) -> CommandResult {
     let last = args.len() - 1;
     let timeout_ms = parse_timeout(&args[last])?;
+    let ready = ctx.ready_keys(&args[1..last], Kind::List)?;
+    if ready.as_ref().is_some_and(Vec::is_empty) {
+        return Ok(Waiting::of(ctx).nothing_to_take(&args[1..last], timeout_ms, true, out));
+    }
     let spec = MultiPop {
-        keys: &args[1..last],
+        keys: ready.as_deref().unwrap_or(&args[1..last]),
         left,
         count: 1,
     };
@@ -835,14 +839,22 @@ fn blocking_pop(
             write_bulk(out, elems.first().map_or(&[][..], Vec::as_slice));
             Ok(Action::Continue)
         }
-        None => Ok(Waiting::of(ctx).nothing_to_take(spec.keys, timeout_ms, true, out)),
+        None => Ok(Waiting::of(ctx).nothing_to_take(&args[1..last], timeout_ms, true, out)),
     }
 }
 
 fn cmd_blmpop(ctx: &mut Ctx<'_>, args: &[Vec<u8>], out: &mut Vec<u8>) -> CommandResult {
     // Redis reads the keys and options before the timeout.
-    let spec = parse_multi_pop(args, 2)?;
+    let mut spec = parse_multi_pop(args, 2)?;
     let timeout_ms = parse_timeout(&args[1])?;
+    let all = spec.keys;
+    let ready = ctx.ready_keys(all, Kind::List)?;
+    if ready.as_ref().is_some_and(Vec::is_empty) {
+        return Ok(Waiting::of(ctx).nothing_to_take(all, timeout_ms, true, out));
+    }
+    if let Some(ready) = &ready {
+        spec.keys = ready;
+    }
     let db = ctx.db();
     let keys: Vec<&[u8]> = spec.keys.iter().map(Vec::as_slice).collect();
     match ctx.write(&keys, |t| multi_pop(t, db, &spec))? {
@@ -850,7 +862,7 @@ fn cmd_blmpop(ctx: &mut Ctx<'_>, args: &[Vec<u8>], out: &mut Vec<u8>) -> Command
             write_key_and_elems(out, &key, &elems);
             Ok(Action::Continue)
         }
-        None => Ok(Waiting::of(ctx).nothing_to_take(spec.keys, timeout_ms, true, out)),
+        None => Ok(Waiting::of(ctx).nothing_to_take(all, timeout_ms, true, out)),
     }
 }
 
@@ -874,6 +886,12 @@ fn blocking_move(
     timeout: &[u8],
 ) -> CommandResult {
     let timeout_ms = parse_timeout(timeout)?;
+    if ctx
+        .ready_keys(&args[1..2], Kind::List)?
+        .is_some_and(|r| r.is_empty())
+    {
+        return Ok(Waiting::of(ctx).nothing_to_take(&args[1..2], timeout_ms, false, out));
+    }
     match lmove(ctx, &args[1], &args[2], from_left, to_left)? {
         Some(elem) => {
             write_bulk(out, &elem);

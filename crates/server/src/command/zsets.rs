@@ -1136,12 +1136,17 @@ fn cmd_zpopmax(ctx: &mut Ctx<'_>, args: &[Vec<u8>], out: &mut Vec<u8>) -> Comman
 
 fn bzpop(ctx: &mut Ctx<'_>, args: &[Vec<u8>], out: &mut Vec<u8>, max: bool) -> CommandResult {
     let timeout = parse_timeout(&args[args.len() - 1])?;
-    let keys = &args[1..args.len() - 1];
+    let all = &args[1..args.len() - 1];
     let (db, resp3) = (ctx.db(), ctx.resp3());
+    let ready = ctx.ready_keys(all, Kind::ZSet)?;
+    if ready.as_ref().is_some_and(Vec::is_empty) {
+        return Ok(nothing_to_pop(ctx.in_exec(), resp3, db, all, timeout, out));
+    }
+    let keys = ready.as_deref().unwrap_or(all);
     let scope: Vec<&[u8]> = keys.iter().map(Vec::as_slice).collect();
     let popped = ctx.write(&scope, |t| pop_first(t, db, keys, max, 1))?;
     let Some((i, items)) = popped else {
-        return Ok(nothing_to_pop(ctx.in_exec(), resp3, db, keys, timeout, out));
+        return Ok(nothing_to_pop(ctx.in_exec(), resp3, db, all, timeout, out));
     };
     // `[key, member, score]`, flat in both protocols.
     write_array_header(out, 1 + 2 * items.len());
@@ -1217,13 +1222,18 @@ fn cmd_zmpop(ctx: &mut Ctx<'_>, args: &[Vec<u8>], out: &mut Vec<u8>) -> CommandR
 }
 
 fn cmd_bzmpop(ctx: &mut Ctx<'_>, args: &[Vec<u8>], out: &mut Vec<u8>) -> CommandResult {
-    let (keys, max, count) = parse_mpop(args, 2)?;
+    let (all, max, count) = parse_mpop(args, 2)?;
     let timeout = parse_timeout(&args[1])?;
     let (db, resp3) = (ctx.db(), ctx.resp3());
+    let ready = ctx.ready_keys(all, Kind::ZSet)?;
+    if ready.as_ref().is_some_and(Vec::is_empty) {
+        return Ok(nothing_to_pop(ctx.in_exec(), resp3, db, all, timeout, out));
+    }
+    let keys = ready.as_deref().unwrap_or(all);
     let scope: Vec<&[u8]> = keys.iter().map(Vec::as_slice).collect();
     match ctx.write(&scope, |t| pop_first(t, db, keys, max, count))? {
         Some((i, items)) => write_mpop(out, &keys[i], &items, resp3),
-        None => return Ok(nothing_to_pop(ctx.in_exec(), resp3, db, keys, timeout, out)),
+        None => return Ok(nothing_to_pop(ctx.in_exec(), resp3, db, all, timeout, out)),
     }
     Ok(Action::Continue)
 }
