@@ -284,3 +284,25 @@ fn whole_database_reads_inside_exec_see_the_exec_itself() {
         "*8\r\n+OK\r\n:2\r\n*2\r\n$1\r\na\r\n$1\r\nb\r\n*2\r\n$1\r\n0\r\n*1\r\n$1\r\nb\r\n:1\r\n$1\r\nb\r\n+OK\r\n:0\r\n",
     );
 }
+
+#[test]
+fn smove_writes_the_destination_only_when_it_adds_the_member() {
+    // Redis's "SMOVE only notify dstset when the addition is successful": a WATCH on a
+    // destination that already holds the member survives the SMOVE.
+    let server = TestServer::default_config();
+    let mut c = server.client();
+    let mut other = server.client();
+    expect(&mut c, "SADD src a b", ":2\r\n");
+    expect(&mut c, "SADD dst a", ":1\r\n");
+    expect(&mut c, "WATCH dst", "+OK\r\n");
+    expect(&mut other, "SMOVE src dst a", ":1\r\n");
+    expect(&mut c, "MULTI", "+OK\r\n");
+    expect(&mut c, "SCARD dst", "+QUEUED\r\n");
+    expect(&mut c, "EXEC", "*1\r\n:1\r\n");
+    // Adding the member does write the destination.
+    expect(&mut c, "WATCH dst", "+OK\r\n");
+    expect(&mut other, "SMOVE src dst b", ":1\r\n");
+    expect(&mut c, "MULTI", "+OK\r\n");
+    expect(&mut c, "SCARD dst", "+QUEUED\r\n");
+    expect(&mut c, "EXEC", "*-1\r\n");
+}

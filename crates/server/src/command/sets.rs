@@ -241,18 +241,21 @@ fn cmd_smove(ctx: &mut Ctx<'_>, args: &[Vec<u8>], out: &mut Vec<u8>) -> CommandR
         if src == dst {
             return Ok(true);
         }
-        t.apply(vec![
-            Effect::SRem {
-                db,
-                key: src.to_vec(),
-                members: vec![member.clone()],
-            },
-            Effect::SAdd {
+        let mut effects = vec![Effect::SRem {
+            db,
+            key: src.to_vec(),
+            members: vec![member.clone()],
+        }];
+        // A destination that has the member already is not written (so a WATCH on it stands,
+        // as in Redis).
+        if !t.set_contains(db, dst, member) {
+            effects.push(Effect::SAdd {
                 db,
                 key: dst.to_vec(),
                 members: vec![member.clone()],
-            },
-        ])?;
+            });
+        }
+        t.apply(effects)?;
         Ok(true)
     })?;
     write_integer(out, i64::from(moved));
