@@ -506,6 +506,12 @@ impl View for Recorder<'_> {
 impl Txn for Recorder<'_> {
     fn apply(&mut self, effects: Vec<Effect>) -> ModelResult<()> {
         let notifier = &self.shared.notifier;
+        // No WATCH and no blocked client anywhere: nothing to tell. Both register with the
+        // keys they name locked (WATCH) or look again after registering (a blocked client), and
+        // this transaction holds its keys' locks, so none can slip in between.
+        if !notifier.has_interest() {
+            return self.inner.apply(effects);
+        }
         let mut touched = crate::notify::Touch::of(&effects);
         // Database-wide effects touch the watched and awaited keys that hold a value before
         // (FLUSHDB, SWAPDB) or after (SWAPDB) them.

@@ -311,6 +311,11 @@ impl Notifier {
         self.clock.fetch_add(1, Ordering::Relaxed)
     }
 
+    /// Whether any client watches a key or is blocked on one (else writes need not report).
+    pub(crate) fn has_interest(&self) -> bool {
+        self.interest.load(Ordering::SeqCst) != 0
+    }
+
     /// Effects that wrote `touched` were applied (called with the written keys still locked):
     /// bumps the versions of watched keys and wakes the first client blocked on each key.
     /// Database-wide touches must already be expanded to the keys they affect

@@ -439,6 +439,29 @@ pub fn apply(kv: &Kv, a: &mut Arena, e: &Effect, now: i64, freed: &mut Vec<u32>)
         Effect::Put {
             db,
             key,
+            value: Value::String(s),
+            expire_at_ms,
+        } => {
+            // The common write (SET): a new entry takes the old one's place in its chain,
+            // with one lookup (the database's count does not change when it replaces).
+            let e = table::new_entry(a, kv.hash(key), key, s.len(), aux(TYPE_STRING, *db))?;
+            let at = e.value_at(a);
+            a.write(at, s);
+            a.put_u64(
+                e.off as usize + table::E_EXPIRE,
+                (*expire_at_ms).max(0) as u64,
+            );
+            match find(kv, a, *db, key) {
+                Some(f) => {
+                    super::free_value(a, f.entry);
+                    table::replace(a, f, e);
+                }
+                None => insert(a, *db, e)?,
+            }
+        }
+        Effect::Put {
+            db,
+            key,
             value,
             expire_at_ms,
         } => {

@@ -213,8 +213,8 @@ fn cmd_set(ctx: &mut Ctx<'_>, args: &[Vec<u8>], out: &mut Vec<u8>) -> CommandRes
         let now = t.now_ms();
         let at = deadline.map(|d| d.at(now, "set")).transpose()?;
         let old = if o.get { string_at(t, db, key)? } else { None };
-        let found = t.kind(db, key).is_some();
-        if (o.nx && found) || (o.xx && !found) {
+        // Only NX and XX look at whether the key exists (a plain SET needs no lookup).
+        if (o.nx || o.xx) && (t.kind(db, key).is_some() == o.nx) {
             return Ok((false, old));
         }
         let effect = match at {
