@@ -1,6 +1,8 @@
 //! A store grows from empty to `--data` bytes without a restart and with the default
 //! configuration (no size setting): SETs of `--value-bytes` values under distinct keys,
-//! through `dstore::Store::open_dir` exactly as `kavach serve` opens its store. At each
+//! through `dstore::Store::open_dir` exactly as `kavach serve` opens its store, and written
+//! as `kavach serve` writes (one data-model transaction with a `Put` per SET, which waits for
+//! a checkpoint when the log is full instead of failing). At each
 //! reporting point (every doubling of the data from 1 MiB, and the end) it prints one JSON line:
 //! the data written (keys + values of the live keys), the store's used memory (allocated arena
 //! bytes, INFO's used_memory), the arena bytes, the shadow slots' capacity, and the pool file's
@@ -141,9 +143,16 @@ fn main() -> Result<()> {
     while data < target {
         let k = key(keys);
         let v = value(keys, a.value_bytes);
-        store
-            .set(&k, &v, false, false, None)
-            .map_err(|e| anyhow::anyhow!("SET {keys}: {e}"))?;
+        let put = model::Effect::Put {
+            db: 0,
+            key: k.clone(),
+            value: model::Value::String(v.clone()),
+            expire_at_ms: 0,
+        };
+        model::Keyspace::transact(&store, model::Scope::Keys(&[(0, &k)]), true, &mut |t| {
+            t.apply(vec![put.clone()])
+        })
+        .map_err(|e| anyhow::anyhow!("SET {keys}: {e}"))?;
         data += (k.len() + v.len()) as u64;
         keys += 1;
         if data >= next_report {
