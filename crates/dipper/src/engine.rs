@@ -1136,21 +1136,7 @@ impl<M: Medium + Clone + Send + Sync + 'static, S: Machine> Inner<M, S> {
         if grows {
             self.admit_growth()?;
         }
-        let ids: Vec<u16> = match shards {
-            Some(s) => {
-                assert!(
-                    s.windows(2).all(|w| w[0] < w[1])
-                        && s.iter().all(|&i| (i as usize) < self.shards.len()),
-                    "shard list must be ascending, unique and in range"
-                );
-                s.to_vec()
-            }
-            None => (0..self.shards.len() as u16).collect(),
-        };
-        let mut guards = Vec::with_capacity(ids.len());
-        for &i in &ids {
-            guards.push(self.shards[i as usize].write().map_err(|_| poisoned())?);
-        }
+        let (ids, mut guards) = self.lock_shards(shards)?;
         let op = {
             let refs: Vec<&Arena> = guards.iter().map(|g| &**g).collect();
             match prepare(&refs) {
@@ -1173,12 +1159,13 @@ impl<M: Medium + Clone + Send + Sync + 'static, S: Machine> Inner<M, S> {
         Ok(Ok(out))
     }
 
-    fn apply_then_log<R>(
+    /// The shards `shards` names (ascending, no duplicates; `None`: every shard), each locked
+    /// for writing, in that order.
+    #[allow(clippy::type_complexity)]
+    fn lock_shards(
         &self,
         shards: Option<&[u16]>,
-        body: impl FnOnce(&mut Locked<'_>) -> (R, Option<(Option<Vec<u16>>, Vec<u8>)>),
-    ) -> Result<R> {
-        self.check_open()?;
+    ) -> Result<(Vec<u16>, Vec<RwLockWriteGuard<'_, Arena>>)> {
         let ids: Vec<u16> = match shards {
             Some(s) => {
                 assert!(
@@ -1194,6 +1181,16 @@ impl<M: Medium + Clone + Send + Sync + 'static, S: Machine> Inner<M, S> {
         for &i in &ids {
             guards.push(self.shards[i as usize].write().map_err(|_| poisoned())?);
         }
+        Ok((ids, guards))
+    }
+
+    fn apply_then_log<R>(
+        &self,
+        shards: Option<&[u16]>,
+        body: impl FnOnce(&mut Locked<'_>) -> (R, Option<(Option<Vec<u16>>, Vec<u8>)>),
+    ) -> Result<R> {
+        self.check_open()?;
+        let (ids, guards) = self.lock_shards(shards)?;
         // 1. Locked. A failure latched by another writer while this one waited for the locks
         // must not be built on.
         self.check_open()?;

@@ -532,31 +532,8 @@ fn cmd_sintercard(ctx: &mut Ctx<'_>, args: &[Vec<u8>], out: &mut Vec<u8>) -> Com
 // SSCAN
 // ---------------------------------------------------------------------------------------------
 
-/// Parses a scan cursor as Redis's `parseScanCursorOrReply` (C's strtoul) does: decimal, an
-/// optional sign (a `-` negates modulo 2^64), no leading space, no overflow; the empty string
-/// is 0.
-fn parse_cursor(arg: &[u8]) -> Result<u64, CommandError> {
-    let invalid = || err("ERR invalid cursor");
-    if arg.is_empty() {
-        return Ok(0);
-    }
-    let (negative, digits) = match arg[0] {
-        b'-' => (true, &arg[1..]),
-        b'+' => (false, &arg[1..]),
-        _ => (false, arg),
-    };
-    if digits.is_empty() || !digits.iter().all(u8::is_ascii_digit) {
-        return Err(invalid());
-    }
-    let mut n: u64 = 0;
-    for &d in digits {
-        n = n
-            .checked_mul(10)
-            .and_then(|n| n.checked_add(u64::from(d - b'0')))
-            .ok_or_else(invalid)?;
-    }
-    Ok(if negative { n.wrapping_neg() } else { n })
-}
+// SSCAN's cursor parses as SCAN's (C's strtoul, as Redis's `parseScanCursorOrReply`).
+use super::keys::parse_cursor;
 
 /// Where a member sits in the scan order: a fixed 48-bit hash of its bytes (FNV-1a, then a
 /// mixer), so a member keeps its place while the set changes around it. 48 bits keep cursors
