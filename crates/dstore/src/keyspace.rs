@@ -171,10 +171,23 @@ impl<M: Medium + Clone + Send + Sync + 'static> Txn for StoreTxn<'_, '_, M> {
         if effects.is_empty() {
             return Ok(());
         }
-        // 1. Check every effect against the state the earlier ones leave.
-        let mut sim = Sim::new();
-        for e in &effects {
-            self.check(&mut sim, e)?;
+        // 1. Check every effect against the state the earlier ones leave (a lone string Put,
+        // the common SET, has nothing before it and needs only its own checks).
+        if let [
+            Effect::Put {
+                db,
+                key,
+                value: model::Value::String(s),
+                ..
+            },
+        ] = effects.as_slice()
+        {
+            self.check_lone_put(*db, key, s)?;
+        } else {
+            let mut sim = Sim::new();
+            for e in &effects {
+                self.check(&mut sim, e)?;
+            }
         }
         // 2. Room: in the DRAM state and in one log record.
         let Arenas::Write(locked) = &mut self.arenas else {

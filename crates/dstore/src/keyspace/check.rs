@@ -92,6 +92,42 @@ impl<M: Medium + Clone + Send + Sync + 'static> StoreTxn<'_, '_, M> {
         }
     }
 
+    /// The check of an `apply` call that is one string `Put` (a SET): what [`Self::check`]
+    /// would find, without building the pass's state (a Put replaces any value; only a DStore
+    /// object refuses it). Same errors as the general check.
+    pub(super) fn check_lone_put(&self, db: Db, key: &[u8], value: &[u8]) -> ModelResult<()> {
+        let limit = key_limit(self.store);
+        if db as usize >= DATABASES {
+            return Err(ModelError::Invalid(format!("database {db}")));
+        }
+        if self.arenas.index(self.kv().shard_of(key)).is_none() {
+            return Err(ModelError::Invalid(
+                "an effect on a key the transaction did not lock".into(),
+            ));
+        }
+        if key.len() > limit {
+            return Err(ModelError::TooLarge(format!(
+                "a key of {} bytes is larger than the limit of {limit} bytes",
+                key.len()
+            )));
+        }
+        if value.len() > limit {
+            return Err(ModelError::TooLarge(format!(
+                "a value of {} bytes is larger than the limit of {limit} bytes",
+                value.len()
+            )));
+        }
+        if self
+            .live(db, key)
+            .is_some_and(|(a, e)| effects::type_tag(a, e) == TYPE_OBJECT)
+        {
+            return Err(ModelError::Invalid(
+                "the key holds a DStore object, not a value of the data model".into(),
+            ));
+        }
+        Ok(())
+    }
+
     /// Check one effect against the pass's state and move the state past it.
     pub(super) fn check(&self, sim: &mut Sim, e: &Effect) -> ModelResult<()> {
         let invalid = |m: String| Err(ModelError::Invalid(m));
