@@ -1076,6 +1076,11 @@ impl<M: Medium + Clone + Send + Sync + 'static, S: Machine> Drop for Dipper<M, S
 
 impl<M: Medium + Clone + Send + Sync + 'static, S: Machine> Inner<M, S> {
     fn failure(&self) -> Option<String> {
+        // The flag is set after the reason (latch), so an engine that never failed answers
+        // without taking the lock every write would otherwise take.
+        if !self.failed_flag.load(Ordering::Acquire) {
+            return None;
+        }
         self.failed
             .lock()
             .map(|f| f.clone())

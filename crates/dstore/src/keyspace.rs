@@ -143,13 +143,13 @@ impl<M: Medium + Clone + Send + Sync + 'static> StoreTxn<'_, '_, M> {
     }
 
     /// The record of everything applied (`None` if nothing was).
-    fn record(&self) -> Option<(Option<Vec<u16>>, Vec<u8>)> {
+    fn record(&mut self) -> Option<(Option<Vec<u16>>, Vec<u8>)> {
         if self.count == 0 {
             return None;
         }
         let bytes = op::effects_record(self.now, self.count, &self.encoded);
         let shards = self.kv().shards;
-        let mut touched = self.touched.clone();
+        let mut touched = std::mem::take(&mut self.touched);
         touched.sort_unstable();
         touched.dedup();
         let ids = if self.global || touched.len() == shards {
@@ -209,15 +209,17 @@ impl<M: Medium + Clone + Send + Sync + 'static> Txn for StoreTxn<'_, '_, M> {
         // 3. Apply.
         let kv = self.store.kv().clone();
         for e in &effects {
-            let targets: Vec<usize> = match e.key() {
+            // The locked shard of a keyed effect, or every locked shard.
+            let targets = match e.key() {
                 Some((_, key)) => {
                     let s = kv.shard_of(key);
                     self.touched.push(s);
-                    vec![locked.ids().binary_search(&s).expect("checked: locked")]
+                    let i = locked.ids().binary_search(&s).expect("checked: locked");
+                    i..i + 1
                 }
                 None => {
                     self.global = true;
-                    (0..locked.ids().len()).collect()
+                    0..locked.ids().len()
                 }
             };
             for i in targets {
