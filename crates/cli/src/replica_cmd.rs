@@ -683,42 +683,7 @@ struct Capture<'t> {
     effects: Vec<model::Effect>,
 }
 
-macro_rules! delegate_view {
-    ($($name:ident($($arg:ident: $ty:ty),*) -> $ret:ty;)*) => {
-        impl model::View for Capture<'_> {
-            $(fn $name(&self, $($arg: $ty),*) -> $ret {
-                self.inner.$name($($arg),*)
-            })*
-        }
-    };
-}
-
-delegate_view! {
-    now_ms() -> i64;
-    kind(db: model::Db, key: &[u8]) -> Option<model::Kind>;
-    expire_at(db: model::Db, key: &[u8]) -> Option<i64>;
-    value(db: model::Db, key: &[u8]) -> Option<model::Value>;
-    string(db: model::Db, key: &[u8]) -> Option<Bytes>;
-    string_len(db: model::Db, key: &[u8]) -> u64;
-    hash_get(db: model::Db, key: &[u8], field: &[u8]) -> Option<Bytes>;
-    hash_len(db: model::Db, key: &[u8]) -> u64;
-    hash_all(db: model::Db, key: &[u8]) -> Vec<(Bytes, Bytes)>;
-    list_len(db: model::Db, key: &[u8]) -> u64;
-    list_range(db: model::Db, key: &[u8], start: u64, end: u64) -> Vec<Bytes>;
-    set_len(db: model::Db, key: &[u8]) -> u64;
-    set_contains(db: model::Db, key: &[u8], member: &[u8]) -> bool;
-    set_members(db: model::Db, key: &[u8]) -> Vec<Bytes>;
-    zset_len(db: model::Db, key: &[u8]) -> u64;
-    zset_score(db: model::Db, key: &[u8], member: &[u8]) -> Option<f64>;
-    zset_rank(db: model::Db, key: &[u8], member: &[u8]) -> Option<u64>;
-    zset_range(db: model::Db, key: &[u8], start: u64, end: u64) -> Vec<(Bytes, f64)>;
-    zset_rank_of_score(db: model::Db, key: &[u8], bound: model::ScoreBound) -> u64;
-    zset_rank_above(db: model::Db, key: &[u8], bound: model::ScoreBound) -> u64;
-    zset_rank_of_lex(db: model::Db, key: &[u8], bound: &model::LexBound) -> u64;
-    zset_rank_above_lex(db: model::Db, key: &[u8], bound: &model::LexBound) -> u64;
-    db_len(db: model::Db) -> Option<u64>;
-    db_keys(db: model::Db) -> Option<Vec<model::KeyInfo>>;
-}
+model::forward_view!(Capture<'_>, inner);
 
 impl model::Txn for Capture<'_> {
     fn apply(&mut self, effects: Vec<model::Effect>) -> model::ModelResult<()> {

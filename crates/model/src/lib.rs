@@ -456,6 +456,49 @@ pub trait View {
     }
 }
 
+/// Implements [`View`] for a wrapper type by forwarding every method to one of its fields (a
+/// `&mut dyn Txn` or anything else that is a `View`), for transactions that wrap another to
+/// observe its writes: `model::forward_view!(Recorder<'_>, inner);`.
+#[macro_export]
+macro_rules! forward_view {
+    ($ty:ty, $field:ident) => {
+        $crate::forward_view!(@impl $ty, $field,
+            now_ms() -> i64;
+            kind(db: $crate::Db, key: &[u8]) -> Option<$crate::Kind>;
+            expire_at(db: $crate::Db, key: &[u8]) -> Option<i64>;
+            value(db: $crate::Db, key: &[u8]) -> Option<$crate::Value>;
+            string(db: $crate::Db, key: &[u8]) -> Option<$crate::Bytes>;
+            string_len(db: $crate::Db, key: &[u8]) -> u64;
+            hash_get(db: $crate::Db, key: &[u8], field: &[u8]) -> Option<$crate::Bytes>;
+            hash_len(db: $crate::Db, key: &[u8]) -> u64;
+            hash_all(db: $crate::Db, key: &[u8]) -> Vec<($crate::Bytes, $crate::Bytes)>;
+            list_len(db: $crate::Db, key: &[u8]) -> u64;
+            list_range(db: $crate::Db, key: &[u8], start: u64, end: u64) -> Vec<$crate::Bytes>;
+            set_len(db: $crate::Db, key: &[u8]) -> u64;
+            set_contains(db: $crate::Db, key: &[u8], member: &[u8]) -> bool;
+            set_members(db: $crate::Db, key: &[u8]) -> Vec<$crate::Bytes>;
+            zset_len(db: $crate::Db, key: &[u8]) -> u64;
+            zset_score(db: $crate::Db, key: &[u8], member: &[u8]) -> Option<f64>;
+            zset_rank(db: $crate::Db, key: &[u8], member: &[u8]) -> Option<u64>;
+            zset_range(db: $crate::Db, key: &[u8], start: u64, end: u64)
+                -> Vec<($crate::Bytes, f64)>;
+            zset_rank_of_score(db: $crate::Db, key: &[u8], bound: $crate::ScoreBound) -> u64;
+            zset_rank_above(db: $crate::Db, key: &[u8], bound: $crate::ScoreBound) -> u64;
+            zset_rank_of_lex(db: $crate::Db, key: &[u8], bound: &$crate::LexBound) -> u64;
+            zset_rank_above_lex(db: $crate::Db, key: &[u8], bound: &$crate::LexBound) -> u64;
+            db_len(db: $crate::Db) -> Option<u64>;
+            db_keys(db: $crate::Db) -> Option<Vec<$crate::KeyInfo>>;
+        );
+    };
+    (@impl $ty:ty, $field:ident, $($name:ident($($arg:ident: $argty:ty),*) -> $ret:ty;)*) => {
+        impl $crate::View for $ty {
+            $(fn $name(&self, $($arg: $argty),*) -> $ret {
+                self.$field.$name($($arg),*)
+            })*
+        }
+    };
+}
+
 /// A transaction: a [`View`] plus writes. Effects apply at once (later reads see them) and
 /// become durable together when the transaction ends.
 pub trait Txn: View {

@@ -19,9 +19,7 @@ use crate::resp::{
     write_optional, write_simple, write_verbatim,
 };
 use crate::server::Shared;
-use model::{
-    Bytes, Db, Effect, Keyspace, Kind, LexBound, ModelError, ModelResult, Scope, Txn, Value, View,
-};
+use model::{Bytes, Db, Effect, Keyspace, Kind, ModelError, ModelResult, Scope, Txn};
 
 /// The Redis version the server reports (INFO, HELLO), so tools that check versions work.
 pub const REDIS_VERSION: &str = "7.0.0";
@@ -428,80 +426,7 @@ struct Recorder<'t> {
     by: &'t Arc<crate::notify::Mailbox>,
 }
 
-impl View for Recorder<'_> {
-    fn now_ms(&self) -> i64 {
-        self.inner.now_ms()
-    }
-    fn kind(&self, db: Db, key: &[u8]) -> Option<Kind> {
-        self.inner.kind(db, key)
-    }
-    fn expire_at(&self, db: Db, key: &[u8]) -> Option<i64> {
-        self.inner.expire_at(db, key)
-    }
-    fn value(&self, db: Db, key: &[u8]) -> Option<Value> {
-        self.inner.value(db, key)
-    }
-    fn string(&self, db: Db, key: &[u8]) -> Option<Bytes> {
-        self.inner.string(db, key)
-    }
-    fn string_len(&self, db: Db, key: &[u8]) -> u64 {
-        self.inner.string_len(db, key)
-    }
-    fn hash_get(&self, db: Db, key: &[u8], field: &[u8]) -> Option<Bytes> {
-        self.inner.hash_get(db, key, field)
-    }
-    fn hash_len(&self, db: Db, key: &[u8]) -> u64 {
-        self.inner.hash_len(db, key)
-    }
-    fn hash_all(&self, db: Db, key: &[u8]) -> Vec<(Bytes, Bytes)> {
-        self.inner.hash_all(db, key)
-    }
-    fn list_len(&self, db: Db, key: &[u8]) -> u64 {
-        self.inner.list_len(db, key)
-    }
-    fn list_range(&self, db: Db, key: &[u8], start: u64, end: u64) -> Vec<Bytes> {
-        self.inner.list_range(db, key, start, end)
-    }
-    fn set_len(&self, db: Db, key: &[u8]) -> u64 {
-        self.inner.set_len(db, key)
-    }
-    fn set_contains(&self, db: Db, key: &[u8], member: &[u8]) -> bool {
-        self.inner.set_contains(db, key, member)
-    }
-    fn set_members(&self, db: Db, key: &[u8]) -> Vec<Bytes> {
-        self.inner.set_members(db, key)
-    }
-    fn zset_len(&self, db: Db, key: &[u8]) -> u64 {
-        self.inner.zset_len(db, key)
-    }
-    fn zset_score(&self, db: Db, key: &[u8], member: &[u8]) -> Option<f64> {
-        self.inner.zset_score(db, key, member)
-    }
-    fn zset_rank(&self, db: Db, key: &[u8], member: &[u8]) -> Option<u64> {
-        self.inner.zset_rank(db, key, member)
-    }
-    fn zset_range(&self, db: Db, key: &[u8], start: u64, end: u64) -> Vec<(Bytes, f64)> {
-        self.inner.zset_range(db, key, start, end)
-    }
-    fn zset_rank_of_score(&self, db: Db, key: &[u8], bound: model::ScoreBound) -> u64 {
-        self.inner.zset_rank_of_score(db, key, bound)
-    }
-    fn zset_rank_above(&self, db: Db, key: &[u8], bound: model::ScoreBound) -> u64 {
-        self.inner.zset_rank_above(db, key, bound)
-    }
-    fn zset_rank_of_lex(&self, db: Db, key: &[u8], bound: &LexBound) -> u64 {
-        self.inner.zset_rank_of_lex(db, key, bound)
-    }
-    fn zset_rank_above_lex(&self, db: Db, key: &[u8], bound: &LexBound) -> u64 {
-        self.inner.zset_rank_above_lex(db, key, bound)
-    }
-    fn db_len(&self, db: Db) -> Option<u64> {
-        self.inner.db_len(db)
-    }
-    fn db_keys(&self, db: Db) -> Option<Vec<model::KeyInfo>> {
-        self.inner.db_keys(db)
-    }
-}
+model::forward_view!(Recorder<'_>, inner);
 
 impl Txn for Recorder<'_> {
     fn apply(&mut self, effects: Vec<Effect>) -> ModelResult<()> {
