@@ -25,9 +25,7 @@ use replication::{
     Copy, FlushOrder, Host, Quorum, RecoverOptions, Recovered, Repair, Replicator, Request,
     Response,
 };
-use server::backend::{
-    Backend, BackendError, BackendResult, Bytes, InfoSection, ScoreBound, SetOptions,
-};
+use server::backend::{Backend, BackendError, BackendResult, Bytes, InfoSection, SetOptions};
 use server::oplog::Op;
 
 type M = Arc<Mapping>;
@@ -829,9 +827,6 @@ impl Backend for Replicated {
         // Only when the store has one (a test backend may not).
         self.inner.keyspace().map(|_| self as &dyn model::Keyspace)
     }
-    fn get(&self, key: &[u8]) -> BackendResult<Option<Bytes>> {
-        self.inner.get(key)
-    }
     fn set(&self, key: &[u8], value: &[u8], opts: &SetOptions) -> BackendResult<bool> {
         let op = Op::Set {
             key: key.to_vec(),
@@ -839,9 +834,6 @@ impl Backend for Replicated {
             opts: opts.clone(),
         };
         self.write(op, |b| b.set(key, value, opts))
-    }
-    fn mget(&self, keys: &[&[u8]]) -> BackendResult<Vec<Option<Bytes>>> {
-        self.inner.mget(keys)
     }
     fn mset(&self, pairs: &[(&[u8], &[u8])]) -> BackendResult<()> {
         let op = Op::MSet(
@@ -856,9 +848,6 @@ impl Backend for Replicated {
         let op = Op::Del(keys.iter().map(|k| k.to_vec()).collect());
         self.write(op, |b| b.del(keys))
     }
-    fn exists(&self, keys: &[&[u8]]) -> BackendResult<u64> {
-        self.inner.exists(keys)
-    }
     fn incr_by(&self, key: &[u8], delta: i64) -> BackendResult<i64> {
         self.write(Op::IncrBy(key.to_vec(), delta), |b| b.incr_by(key, delta))
     }
@@ -867,24 +856,12 @@ impl Backend for Replicated {
             b.append(key, value)
         })
     }
-    fn strlen(&self, key: &[u8]) -> BackendResult<u64> {
-        self.inner.strlen(key)
-    }
     fn hset(&self, key: &[u8], pairs: &[(&[u8], &[u8])]) -> BackendResult<u64> {
         let p = pairs
             .iter()
             .map(|(k, v)| (k.to_vec(), v.to_vec()))
             .collect();
         self.write(Op::HSet(key.to_vec(), p), |b| b.hset(key, pairs))
-    }
-    fn hget(&self, key: &[u8], field: &[u8]) -> BackendResult<Option<Bytes>> {
-        self.inner.hget(key, field)
-    }
-    fn hmget(&self, key: &[u8], fields: &[&[u8]]) -> BackendResult<Vec<Option<Bytes>>> {
-        self.inner.hmget(key, fields)
-    }
-    fn hgetall(&self, key: &[u8]) -> BackendResult<Vec<(Bytes, Bytes)>> {
-        self.inner.hgetall(key)
     }
     fn hdel(&self, key: &[u8], fields: &[&[u8]]) -> BackendResult<u64> {
         let f = fields.iter().map(|x| x.to_vec()).collect();
@@ -898,27 +875,8 @@ impl Backend for Replicated {
         let m = members.iter().map(|x| x.to_vec()).collect();
         self.write(Op::ZRem(key.to_vec(), m), |b| b.zrem(key, members))
     }
-    fn zrange_by_score(
-        &self,
-        key: &[u8],
-        min: ScoreBound,
-        max: ScoreBound,
-        offset: usize,
-        count: Option<usize>,
-    ) -> BackendResult<Vec<(Bytes, f64)>> {
-        self.inner.zrange_by_score(key, min, max, offset, count)
-    }
-    fn dbsize(&self) -> BackendResult<u64> {
-        self.inner.dbsize()
-    }
     fn flushall(&self) -> BackendResult<()> {
         self.write(Op::FlushAll, |b| b.flushall())
-    }
-    fn scan(&self, cursor: u64, count: usize) -> BackendResult<(u64, Vec<(Bytes, &'static str)>)> {
-        self.inner.scan(cursor, count)
-    }
-    fn key_type(&self, key: &[u8]) -> BackendResult<&'static str> {
-        self.inner.key_type(key)
     }
     fn save(&self) -> BackendResult<()> {
         self.inner.save()

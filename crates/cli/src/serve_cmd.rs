@@ -9,9 +9,7 @@ use clap::Args;
 use dstore::{Config, Store, StoreError};
 use log::ForcePolicy;
 use pmem::{Mapping, Medium};
-use server::backend::{
-    Backend, BackendError, BackendResult, Bytes, InfoSection, ScoreBound, SetOptions,
-};
+use server::backend::{Backend, BackendError, BackendResult, InfoSection, SetOptions};
 
 use crate::outcome::Outcome;
 
@@ -136,9 +134,6 @@ fn kv(name: &str, value: impl ToString) -> (String, String) {
 }
 
 impl Backend for StoreBackend {
-    fn get(&self, key: &[u8]) -> BackendResult<Option<Bytes>> {
-        self.store.get(key).map_err(be)
-    }
     fn set(&self, key: &[u8], value: &[u8], opts: &SetOptions) -> BackendResult<bool> {
         self.store
             .set(
@@ -150,17 +145,11 @@ impl Backend for StoreBackend {
             )
             .map_err(be)
     }
-    fn mget(&self, keys: &[&[u8]]) -> BackendResult<Vec<Option<Bytes>>> {
-        self.store.mget(keys).map_err(be)
-    }
     fn mset(&self, pairs: &[(&[u8], &[u8])]) -> BackendResult<()> {
         self.store.mset(pairs).map_err(be)
     }
     fn del(&self, keys: &[&[u8]]) -> BackendResult<u64> {
         self.store.del(keys).map_err(be)
-    }
-    fn exists(&self, keys: &[&[u8]]) -> BackendResult<u64> {
-        self.store.exists(keys).map_err(be)
     }
     fn incr_by(&self, key: &[u8], delta: i64) -> BackendResult<i64> {
         self.store.incr_by(key, delta).map_err(be)
@@ -168,20 +157,8 @@ impl Backend for StoreBackend {
     fn append(&self, key: &[u8], value: &[u8]) -> BackendResult<u64> {
         self.store.append(key, value).map_err(be)
     }
-    fn strlen(&self, key: &[u8]) -> BackendResult<u64> {
-        self.store.strlen(key).map_err(be)
-    }
     fn hset(&self, key: &[u8], pairs: &[(&[u8], &[u8])]) -> BackendResult<u64> {
         self.store.hset(key, pairs).map_err(be)
-    }
-    fn hget(&self, key: &[u8], field: &[u8]) -> BackendResult<Option<Bytes>> {
-        self.store.hget(key, field).map_err(be)
-    }
-    fn hmget(&self, key: &[u8], fields: &[&[u8]]) -> BackendResult<Vec<Option<Bytes>>> {
-        self.store.hmget(key, fields).map_err(be)
-    }
-    fn hgetall(&self, key: &[u8]) -> BackendResult<Vec<(Bytes, Bytes)>> {
-        self.store.hgetall(key).map_err(be)
     }
     fn hdel(&self, key: &[u8], fields: &[&[u8]]) -> BackendResult<u64> {
         self.store.hdel(key, fields).map_err(be)
@@ -192,37 +169,8 @@ impl Backend for StoreBackend {
     fn zrem(&self, key: &[u8], members: &[&[u8]]) -> BackendResult<u64> {
         self.store.zrem(key, members).map_err(be)
     }
-    fn zrange_by_score(
-        &self,
-        key: &[u8],
-        min: ScoreBound,
-        max: ScoreBound,
-        offset: usize,
-        count: Option<usize>,
-    ) -> BackendResult<Vec<(Bytes, f64)>> {
-        self.store
-            .zrange_by_score(
-                key,
-                min.score,
-                min.exclusive,
-                max.score,
-                max.exclusive,
-                offset,
-                count,
-            )
-            .map_err(be)
-    }
-    fn dbsize(&self) -> BackendResult<u64> {
-        self.store.dbsize().map_err(be)
-    }
     fn flushall(&self) -> BackendResult<()> {
         self.store.flushall().map_err(be)
-    }
-    fn scan(&self, cursor: u64, count: usize) -> BackendResult<(u64, Vec<(Bytes, &'static str)>)> {
-        self.store.scan(cursor, count).map_err(be)
-    }
-    fn key_type(&self, key: &[u8]) -> BackendResult<&'static str> {
-        self.store.key_type(key).map_err(be)
     }
     fn save(&self) -> BackendResult<()> {
         self.store.save().map(drop).map_err(be)

@@ -1,9 +1,11 @@
 //! The contract between the RESP front end and the store behind it.
 //!
-//! The server parses and validates requests, then calls these methods. Every mutating method
-//! returns only after its change is durable under the store's durability policy (with
-//! `--durability always`, the operation's log record is persistent). Reads never see a change
-//! that is not yet durable under that policy.
+//! The server parses and validates requests, then runs every data command on the store's data
+//! model ([`Backend::keyspace`], `crates/model`). The per-operation write methods (SET, MSET,
+//! DEL, INCRBY, APPEND, HSET, HDEL, ZADD, ZREM, FLUSHALL) remain for one caller: replaying
+//! replication records written before the data model (`oplog`, tags 1 to 10). Every mutating
+//! method returns only after its change is durable under the store's durability policy (with
+//! `--durability always`, the operation's log record is persistent).
 //!
 //! Type rules follow Redis: a string command on a hash key is [`BackendError::WrongType`], and so
 //! on. Expiry is the store's job: a key past its deadline is absent to every method.
@@ -56,73 +58,31 @@ pub struct SetOptions {
     pub only_if_present: bool,
 }
 
-/// One end of a score range (ZRANGEBYSCORE).
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct ScoreBound {
-    /// The score; may be infinite (`-inf`, `+inf`).
-    pub score: f64,
-    /// `(` prefix: the bound itself is excluded.
-    pub exclusive: bool,
-}
-
 /// One section of INFO: a title (e.g. `Persistence`) and its `name:value` lines.
 pub type InfoSection = (String, Vec<(String, String)>);
 
 /// The store behind the server. Implemented by `dstore::Store`; tests may use another.
 pub trait Backend: Send + Sync + 'static {
-    /// GET. `Ok(None)` if absent; `WrongType` if the key is not a string.
-    fn get(&self, key: &[u8]) -> BackendResult<Option<Bytes>>;
     /// SET with options. Returns `false` when NX/XX prevented the write.
     fn set(&self, key: &[u8], value: &[u8], opts: &SetOptions) -> BackendResult<bool>;
-    /// MGET: one entry per key; absent and non-string keys give `None`.
-    fn mget(&self, keys: &[&[u8]]) -> BackendResult<Vec<Option<Bytes>>>;
     /// MSET: all pairs in one atomic, durable operation.
     fn mset(&self, pairs: &[(&[u8], &[u8])]) -> BackendResult<()>;
     /// DEL: number of keys that existed and were removed.
     fn del(&self, keys: &[&[u8]]) -> BackendResult<u64>;
-    /// EXISTS: number of the given keys that exist (a key named twice counts twice).
-    fn exists(&self, keys: &[&[u8]]) -> BackendResult<u64>;
     /// INCRBY (INCR, DECR and DECRBY too): the new value. An absent key counts as 0.
     fn incr_by(&self, key: &[u8], delta: i64) -> BackendResult<i64>;
     /// APPEND: the new length.
     fn append(&self, key: &[u8], value: &[u8]) -> BackendResult<u64>;
-    /// STRLEN: 0 if absent.
-    fn strlen(&self, key: &[u8]) -> BackendResult<u64>;
     /// HSET/HMSET: number of fields that were added (not updated).
     fn hset(&self, key: &[u8], pairs: &[(&[u8], &[u8])]) -> BackendResult<u64>;
-    /// HGET.
-    fn hget(&self, key: &[u8], field: &[u8]) -> BackendResult<Option<Bytes>>;
-    /// HMGET: one entry per field.
-    fn hmget(&self, key: &[u8], fields: &[&[u8]]) -> BackendResult<Vec<Option<Bytes>>>;
-    /// HGETALL: field/value pairs, in no particular order.
-    fn hgetall(&self, key: &[u8]) -> BackendResult<Vec<(Bytes, Bytes)>>;
     /// HDEL: number of fields removed. A hash left empty is deleted.
     fn hdel(&self, key: &[u8], fields: &[&[u8]]) -> BackendResult<u64>;
     /// ZADD (no flags): number of members added (not updated). Scores are never NaN.
     fn zadd(&self, key: &[u8], members: &[(f64, &[u8])]) -> BackendResult<u64>;
     /// ZREM: number of members removed. A sorted set left empty is deleted.
     fn zrem(&self, key: &[u8], members: &[&[u8]]) -> BackendResult<u64>;
-    /// ZRANGEBYSCORE: members with min <= score <= max (bounds may be exclusive), ordered by
-    /// score then member bytes; skip `offset`, return at most `count` (`None`: all).
-    fn zrange_by_score(
-        &self,
-        key: &[u8],
-        min: ScoreBound,
-        max: ScoreBound,
-        offset: usize,
-        count: Option<usize>,
-    ) -> BackendResult<Vec<(Bytes, f64)>>;
-    /// DBSIZE.
-    fn dbsize(&self) -> BackendResult<u64>;
     /// FLUSHALL: remove every key, durably.
     fn flushall(&self) -> BackendResult<()>;
-    /// SCAN step: visit about `count` keys from `cursor` (0 starts). Returns the next cursor
-    /// (0 when done) and the keys seen, each with its type name (`string`, `hash`, `zset`).
-    /// Every key present for the whole scan is returned at least once. MATCH and TYPE filtering
-    /// is the server's job.
-    fn scan(&self, cursor: u64, count: usize) -> BackendResult<(u64, Vec<(Bytes, &'static str)>)>;
-    /// TYPE name of a key (`none` if absent).
-    fn key_type(&self, key: &[u8]) -> BackendResult<&'static str>;
     /// SAVE: take a checkpoint now and return when it is durable.
     fn save(&self) -> BackendResult<()>;
     /// INFO sections the store owns (`Persistence`, `Integrity`, `Keyspace`, and store stats).

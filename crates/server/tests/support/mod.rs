@@ -15,9 +15,7 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use server::backend::{
-    Backend, BackendError, BackendResult, Bytes, InfoSection, ScoreBound, SetOptions,
-};
+use server::backend::{Backend, BackendError, BackendResult, Bytes, InfoSection, SetOptions};
 use server::resp::{Limits, Reply, parse_reply};
 use server::{Config, RunSummary, Server, ShutdownHandle};
 
@@ -130,13 +128,6 @@ impl Backend for ReferenceBackend {
     fn keyspace(&self) -> Option<&dyn model::Keyspace> {
         Some(&self.keyspace)
     }
-    fn get(&self, key: &[u8]) -> BackendResult<Option<Bytes>> {
-        self.with(|m| match m.get(key).map(|e| &e.value) {
-            None => Ok(None),
-            Some(Value::Str(v)) => Ok(Some(v.clone())),
-            Some(_) => Err(BackendError::WrongType),
-        })
-    }
 
     fn set(&self, key: &[u8], value: &[u8], opts: &SetOptions) -> BackendResult<bool> {
         self.with(|m| {
@@ -152,18 +143,6 @@ impl Backend for ReferenceBackend {
                 },
             );
             Ok(true)
-        })
-    }
-
-    fn mget(&self, keys: &[&[u8]]) -> BackendResult<Vec<Option<Bytes>>> {
-        self.with(|m| {
-            Ok(keys
-                .iter()
-                .map(|k| match m.get(*k).map(|e| &e.value) {
-                    Some(Value::Str(v)) => Some(v.clone()),
-                    _ => None,
-                })
-                .collect())
         })
     }
 
@@ -184,10 +163,6 @@ impl Backend for ReferenceBackend {
 
     fn del(&self, keys: &[&[u8]]) -> BackendResult<u64> {
         self.with(|m| Ok(keys.iter().filter(|k| m.remove(**k).is_some()).count() as u64))
-    }
-
-    fn exists(&self, keys: &[&[u8]]) -> BackendResult<u64> {
-        self.with(|m| Ok(keys.iter().filter(|k| m.contains_key(**k)).count() as u64))
     }
 
     fn incr_by(&self, key: &[u8], delta: i64) -> BackendResult<i64> {
@@ -241,14 +216,6 @@ impl Backend for ReferenceBackend {
         })
     }
 
-    fn strlen(&self, key: &[u8]) -> BackendResult<u64> {
-        self.with(|m| match m.get(key).map(|e| &e.value) {
-            None => Ok(0),
-            Some(Value::Str(v)) => Ok(v.len() as u64),
-            Some(_) => Err(BackendError::WrongType),
-        })
-    }
-
     fn hset(&self, key: &[u8], pairs: &[(&[u8], &[u8])]) -> BackendResult<u64> {
         self.with(|m| {
             let entry = m.entry(key.to_vec()).or_insert(Entry {
@@ -262,34 +229,6 @@ impl Backend for ReferenceBackend {
                 .iter()
                 .filter(|(f, v)| h.insert(f.to_vec(), v.to_vec()).is_none())
                 .count() as u64)
-        })
-    }
-
-    fn hget(&self, key: &[u8], field: &[u8]) -> BackendResult<Option<Bytes>> {
-        self.with(|m| match m.get(key).map(|e| &e.value) {
-            None => Ok(None),
-            Some(Value::Hash(h)) => Ok(h.get(field).cloned()),
-            Some(_) => Err(BackendError::WrongType),
-        })
-    }
-
-    fn hmget(&self, key: &[u8], fields: &[&[u8]]) -> BackendResult<Vec<Option<Bytes>>> {
-        self.with(|m| match m.get(key).map(|e| &e.value) {
-            None => Ok(vec![None; fields.len()]),
-            Some(Value::Hash(h)) => Ok(fields.iter().map(|f| h.get(*f).cloned()).collect()),
-            Some(_) => Err(BackendError::WrongType),
-        })
-    }
-
-    fn hgetall(&self, key: &[u8]) -> BackendResult<Vec<(Bytes, Bytes)>> {
-        self.with(|m| match m.get(key).map(|e| &e.value) {
-            None => Ok(vec![]),
-            Some(Value::Hash(h)) => {
-                let mut pairs: Vec<_> = h.iter().map(|(f, v)| (f.clone(), v.clone())).collect();
-                pairs.sort();
-                Ok(pairs)
-            }
-            Some(_) => Err(BackendError::WrongType),
         })
     }
 
@@ -349,78 +288,9 @@ impl Backend for ReferenceBackend {
         })
     }
 
-    fn zrange_by_score(
-        &self,
-        key: &[u8],
-        min: ScoreBound,
-        max: ScoreBound,
-        offset: usize,
-        count: Option<usize>,
-    ) -> BackendResult<Vec<(Bytes, f64)>> {
-        self.on_zset(key, false, |t| {
-            let all = t.zset_range(0, key, 0, u64::MAX);
-            let above = |s: f64| {
-                if min.exclusive {
-                    s > min.score
-                } else {
-                    s >= min.score
-                }
-            };
-            let below = |s: f64| {
-                if max.exclusive {
-                    s < max.score
-                } else {
-                    s <= max.score
-                }
-            };
-            Ok(all
-                .into_iter()
-                .filter(|(_, s)| above(*s) && below(*s))
-                .skip(offset)
-                .take(count.unwrap_or(usize::MAX))
-                .collect())
-        })
-    }
-
-    fn dbsize(&self) -> BackendResult<u64> {
-        self.with(|m| Ok(m.len() as u64))
-    }
-
     fn flushall(&self) -> BackendResult<()> {
         self.with(|m| m.clear());
         Ok(())
-    }
-
-    /// Keys are visited in (FNV hash, key) order; the cursor is the hash to resume from, plus
-    /// one. A step returns every key sharing its last hash, so a key present for the whole scan
-    /// is never skipped.
-    fn scan(&self, cursor: u64, count: usize) -> BackendResult<(u64, Vec<(Bytes, &'static str)>)> {
-        self.with(|m| {
-            let mut keys: Vec<(u64, &Bytes, &'static str)> = m
-                .iter()
-                .map(|(k, e)| (key_hash(k), k, e.value.type_name()))
-                .filter(|(h, _, _)| *h >= cursor)
-                .collect();
-            keys.sort();
-            let mut taken = keys.len().min(count.max(1));
-            while taken > 0 && taken < keys.len() && keys[taken].0 == keys[taken - 1].0 {
-                taken += 1;
-            }
-            let next = if taken == keys.len() {
-                0
-            } else {
-                keys[taken - 1].0.wrapping_add(1)
-            };
-            let out = keys[..taken]
-                .iter()
-                .map(|(_, k, t)| ((*k).clone(), *t))
-                .collect();
-            Ok((next, out))
-        })
-    }
-
-    fn key_type(&self, key: &[u8]) -> BackendResult<&'static str> {
-        self.with(|m| Ok(m.get(key).map_or("none", |e| e.value.type_name())))
     }
 
     fn save(&self) -> BackendResult<()> {
