@@ -623,13 +623,16 @@ pub(crate) fn execute(
     let was_off = session.reply_off;
     let skip = std::mem::take(&mut session.reply_skip_next);
     let action = execute_one(shared, session, args, out);
-    let push = session.resp3
-        && args.first().is_some_and(|n| {
-            ["subscribe", "unsubscribe", "psubscribe", "punsubscribe"]
-                .iter()
-                .any(|c| is(n, c))
-        });
-    if (skip || (was_off && session.reply_off)) && !push {
+    // Asked only when a reply is to be dropped (most commands never get here).
+    let push = || {
+        session.resp3
+            && args.first().is_some_and(|n| {
+                ["subscribe", "unsubscribe", "psubscribe", "punsubscribe"]
+                    .iter()
+                    .any(|c| is(n, c))
+            })
+    };
+    if (skip || (was_off && session.reply_off)) && !push() {
         out.truncate(mark);
     }
     action

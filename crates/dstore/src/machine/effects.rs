@@ -282,19 +282,34 @@ fn zrem(kv: &Kv, a: &mut Arena, v: usize, member: &[u8]) {
     }
 }
 
-/// Store `value` under `key` of `db` (the old value, if any, is already removed).
+/// Replace whatever `key` of `db` holds with `value` and the deadline `expire`.
 fn put(kv: &Kv, a: &mut Arena, db: Db, key: &[u8], value: &Value, expire: i64) -> Result<()> {
+    let old = find(kv, a, db, key);
+    if let Value::String(s) = value {
+        // The common write (SET): a new entry takes the old one's place in its chain, with
+        // one lookup (the database's count does not change when it replaces).
+        let e = table::new_entry(a, kv.hash(key), key, s.len(), aux(TYPE_STRING, db))?;
+        let at = e.value_at(a);
+        a.write(at, s);
+        a.put_u64(e.off as usize + table::E_EXPIRE, expire.max(0) as u64);
+        match old {
+            Some(f) => {
+                super::free_value(a, f.entry);
+                table::replace(a, f, e);
+            }
+            None => insert(a, db, e)?,
+        }
+        return Ok(());
+    }
+    if let Some(f) = old {
+        remove(a, f);
+    }
     if value.is_empty_collection() {
         return Ok(());
     }
     let f = match value {
-        Value::String(s) => {
-            let e = table::new_entry(a, kv.hash(key), key, s.len(), aux(TYPE_STRING, db))?;
-            let at = e.value_at(a);
-            a.write(at, s);
-            insert(a, db, e)?;
-            find(kv, a, db, key).expect("just inserted")
-        }
+        // Handled above.
+        Value::String(_) => return Ok(()),
         Value::Hash(pairs) => {
             let f = create(kv, a, db, key, TYPE_HASH)?;
             let t = a.get_u64(f.entry.value_at(a));
@@ -439,37 +454,9 @@ pub fn apply(kv: &Kv, a: &mut Arena, e: &Effect, now: i64, freed: &mut Vec<u32>)
         Effect::Put {
             db,
             key,
-            value: Value::String(s),
-            expire_at_ms,
-        } => {
-            // The common write (SET): a new entry takes the old one's place in its chain,
-            // with one lookup (the database's count does not change when it replaces).
-            let e = table::new_entry(a, kv.hash(key), key, s.len(), aux(TYPE_STRING, *db))?;
-            let at = e.value_at(a);
-            a.write(at, s);
-            a.put_u64(
-                e.off as usize + table::E_EXPIRE,
-                (*expire_at_ms).max(0) as u64,
-            );
-            match find(kv, a, *db, key) {
-                Some(f) => {
-                    super::free_value(a, f.entry);
-                    table::replace(a, f, e);
-                }
-                None => insert(a, *db, e)?,
-            }
-        }
-        Effect::Put {
-            db,
-            key,
             value,
             expire_at_ms,
-        } => {
-            if let Some(f) = find(kv, a, *db, key) {
-                remove(a, f);
-            }
-            put(kv, a, *db, key, value, *expire_at_ms)?;
-        }
+        } => put(kv, a, *db, key, value, *expire_at_ms)?,
         Effect::Expire { db, key, at_ms } => {
             if let Some(f) = find_for_write(kv, a, *db, key, now) {
                 a.put_u64(
