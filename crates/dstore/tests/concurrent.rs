@@ -116,6 +116,7 @@ fn crashes_at_random_points_lose_no_acknowledged_write() {
                     seed,
                     crash: CrashPlan::AtEvent(1 + pick.below(events)),
                     evict_per_million: [0, 100_000][pick.below(2) as usize],
+                    ..SimConfig::default()
                 },
             ));
             let acked = [AtomicUsize::new(0), AtomicUsize::new(0)];

@@ -64,6 +64,7 @@ fn recover(image: Vec<u8>, plan: CrashPlan, seed: u64) -> (Option<State>, Arc<Si
             seed,
             crash: plan,
             evict_per_million: 100_000,
+            ..SimConfig::default()
         },
     ));
     let cfg = model::config(false);
@@ -160,6 +161,7 @@ fn crash_at_every_fence() {
                 seed: n,
                 crash: CrashPlan::AtFence(n),
                 evict_per_million: 0,
+                ..SimConfig::default()
             },
         ));
         let acked = drive(&sim, &ops);
@@ -196,6 +198,7 @@ fn crash_at_random_points() {
                     seed,
                     crash: CrashPlan::AtEvent(1 + pick.below(events)),
                     evict_per_million: [0, 10_000, 100_000, 500_000][pick.below(4) as usize],
+                    ..SimConfig::default()
                 },
             ));
             let acked = drive(&sim, &ops);

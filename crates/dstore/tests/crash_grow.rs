@@ -125,6 +125,7 @@ fn recover(image: Vec<u8>, plan: CrashPlan, seed: u64) -> (Option<State>, Arc<Si
             seed,
             crash: plan,
             evict_per_million: 100_000,
+            ..SimConfig::default()
         },
     ));
     let state = open(Arc::clone(&sim)).ok().map(|s| {
@@ -251,6 +252,7 @@ fn crash_at_every_fence_of_a_growing_store() {
                 seed: n,
                 crash: CrashPlan::AtFence(n),
                 evict_per_million: 0,
+                ..SimConfig::default()
             },
         ));
         let acked = drive(&sim, &ops);
@@ -310,6 +312,7 @@ fn crash_at_random_points_of_a_growing_store() {
                     seed,
                     crash: CrashPlan::AtEvent(1 + pick.below(events)),
                     evict_per_million: [0, 10_000, 100_000, 500_000][pick.below(4) as usize],
+                    ..SimConfig::default()
                 },
             ));
             let acked = drive(&sim, &ops);

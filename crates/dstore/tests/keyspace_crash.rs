@@ -173,6 +173,7 @@ fn recover(image: Vec<u8>, plan: CrashPlan, seed: u64) -> (Option<Dump>, Arc<Sim
             seed,
             crash: plan,
             evict_per_million: 100_000,
+            ..SimConfig::default()
         },
     ));
     let clock = Arc::new(AtomicI64::new(CHECK_AT));
@@ -299,6 +300,7 @@ fn crash_at_every_fence() {
                 seed: n,
                 crash: CrashPlan::AtFence(n),
                 evict_per_million: 0,
+                ..SimConfig::default()
             },
         ));
         let acked = drive(&sim, &txs);
@@ -334,6 +336,7 @@ fn crash_at_random_points() {
                     seed,
                     crash: CrashPlan::AtEvent(1 + pick.below(events)),
                     evict_per_million: [0, 10_000, 100_000, 500_000][pick.below(4) as usize],
+                    ..SimConfig::default()
                 },
             ));
             let acked = drive(&sim, &txs);
@@ -380,6 +383,7 @@ fn a_record_that_cannot_be_logged_fails_the_store() {
             seed: 1,
             crash: CrashPlan::AtFence(opened + per_tx + 1),
             evict_per_million: 0,
+            ..SimConfig::default()
         },
     ));
     let s = effects::open(Arc::clone(&sim), &cfg, &clock).expect("open");

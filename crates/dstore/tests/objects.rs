@@ -117,6 +117,7 @@ fn open_image(image: Vec<u8>, plan: CrashPlan, seed: u64) -> (Option<Objects>, A
             seed,
             crash: plan,
             evict_per_million: 100_000,
+            ..SimConfig::default()
         },
     ));
     let cfg = model::config(false);
@@ -186,6 +187,7 @@ fn object_writes_crash_at_every_fence() {
                 seed: n,
                 crash: CrashPlan::AtFence(n),
                 evict_per_million: 0,
+                ..SimConfig::default()
             },
         ));
         let acked = drive(&sim, &ops);
@@ -218,6 +220,7 @@ fn object_writes_crash_at_random_points() {
                     seed,
                     crash: CrashPlan::AtEvent(1 + pick.below(events)),
                     evict_per_million: [0, 100_000, 500_000][pick.below(3) as usize],
+                    ..SimConfig::default()
                 },
             ));
             let acked = drive(&sim, &ops);

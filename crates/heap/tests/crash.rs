@@ -35,6 +35,7 @@ fn sim(image: Vec<u8>, crash: CrashPlan, seed: u64, evict: u32) -> Arc<SimMedium
             seed,
             crash,
             evict_per_million: evict,
+            ..SimConfig::default()
         },
     ))
 }

@@ -91,6 +91,7 @@ fn sim_from(image: Vec<u8>, crash: CrashPlan) -> Arc<SimMedium> {
             seed: 7,
             crash,
             evict_per_million: 0,
+            ..SimConfig::default()
         },
     ))
 }
@@ -1152,6 +1153,7 @@ fn a_crash_before_the_commit_point_undoes_the_allocator_entries() {
                     seed,
                     crash: CrashPlan::AtFence(fence),
                     evict_per_million: 0,
+                    ..SimConfig::default()
                 },
             ));
             let h = RawHeap::open(crashed.clone(), 0, LEN).unwrap();

@@ -83,6 +83,7 @@ fn check_second_crash(image: Vec<u8>, mode: Mode, seed: u64, what: &str) {
             seed,
             crash: CrashPlan::AtEvent(1 + rng.below(events)),
             evict_per_million: 100_000,
+            ..SimConfig::default()
         },
     ));
     let _ = open(
@@ -111,6 +112,7 @@ fn every_fence(
                 seed: seed ^ n,
                 crash: CrashPlan::AtFence(n),
                 evict_per_million: 0,
+                ..SimConfig::default()
             },
         ));
         op(sim.clone());
@@ -143,6 +145,7 @@ fn random_points(
                 seed: run_seed,
                 crash: CrashPlan::AtEvent(1 + pick.below(events)),
                 evict_per_million: [0, 10_000, 100_000, 500_000][pick.below(4) as usize],
+                ..SimConfig::default()
             },
         ));
         op(sim.clone());

@@ -139,6 +139,7 @@ fn recover(image: Vec<u8>, plan: CrashPlan) -> Result<Vec<(u64, Vec<u8>)>, Vec<u
             seed: 5,
             crash: plan,
             evict_per_million: 0,
+            ..SimConfig::default()
         },
     );
     let opts = LogOptions {
@@ -235,6 +236,7 @@ fn campaign(policy: ForcePolicy, seed: u64) {
                 seed: seed ^ n,
                 crash: CrashPlan::AtFence(n),
                 evict_per_million: 0,
+                ..SimConfig::default()
             },
         );
         let m = Model::default();
@@ -342,6 +344,7 @@ fn damage_to_a_durable_record_is_refused_at_every_crash_point() {
                 seed: n,
                 crash: CrashPlan::AtFence(n),
                 evict_per_million: 0,
+                ..SimConfig::default()
             },
         );
         workload(&sim, &Model::default(), 7, ForcePolicy::Frequency(3));

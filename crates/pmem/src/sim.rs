@@ -44,6 +44,43 @@ pub struct SimConfig {
     pub crash: CrashPlan,
     /// Chance, per million stores, that a just-written line is evicted (made durable) at once.
     pub evict_per_million: u32,
+    /// The persistence domain simulated (M16 in `docs/media-assumptions.md`).
+    pub domain: SimDomain,
+    /// Crash images to check at each crash point: every outcome when there are at most this
+    /// many, else a covering set plus seeded samples up to this many. 0 means the default
+    /// ([`default_images_per_crash`]).
+    pub images_per_crash: usize,
+    /// `msync` domain: the N-th flush (an msync, 1-based) fails; 0 means never.
+    pub fail_msync_at: u64,
+    /// `msync` domain: the device's write unit, 512 or 4096 bytes: a page write-back may be torn
+    /// between units, never inside one.
+    pub sector: usize,
+}
+
+/// The persistence domain the simulator models.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum SimDomain {
+    /// Cache-line write-back plus a fence of the same thread (M2, M5).
+    #[default]
+    Adr,
+    /// Caches are persistent: every store survives, except non-temporal stores still in a
+    /// thread's write-combining buffers (not yet fenced by that thread).
+    Eadr,
+    /// A page cache: a flush is an `msync` of the pages, durable when it returns; the kernel may
+    /// write back any dirty page at any time, torn between sectors (M7).
+    Msync,
+}
+
+/// Crash images per crash point when the configuration does not say: `KAVACH_SIM_IMAGES`, or 8.
+pub fn default_images_per_crash() -> usize {
+    static N: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *N.get_or_init(|| {
+        std::env::var("KAVACH_SIM_IMAGES")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .filter(|&n: &usize| n > 0)
+            .unwrap_or(8)
+    })
 }
 
 impl Default for SimConfig {
@@ -52,6 +89,10 @@ impl Default for SimConfig {
             seed: 0,
             crash: CrashPlan::Never,
             evict_per_million: 0,
+            domain: SimDomain::Adr,
+            images_per_crash: 0,
+            fail_msync_at: 0,
+            sector: 512,
         }
     }
 }
@@ -86,11 +127,32 @@ struct State {
     cfg: SimConfig,
 }
 
+/// What a thread is about to do to the simulated medium (see [`OpHook`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Op {
+    /// `read` or `load_u64`.
+    Load,
+    /// `write`, `write_nontemporal` or `store_u64`.
+    Store,
+    /// `flush`.
+    Flush,
+    /// `fence` (and `grow`, which counts as one).
+    Fence,
+}
+
+/// Called before every operation a thread issues on a [`SimMedium`], outside the simulator's
+/// lock: the yield point of a deterministic scheduler ([`SimMedium::with_hook`]).
+pub trait OpHook: Send + Sync + std::fmt::Debug {
+    /// The calling thread is about to perform `op`.
+    fn before(&self, op: Op);
+}
+
 /// The simulated medium. Cheap to clone images in and out; meant for pools of a few MiB.
 #[derive(Debug)]
 pub struct SimMedium {
     len: std::sync::atomic::AtomicUsize,
     state: Mutex<State>,
+    hook: Option<std::sync::Arc<dyn OpHook>>,
 }
 
 fn line_of(offset: usize) -> usize {
@@ -220,6 +282,20 @@ impl SimMedium {
                 rng: SplitMix64::new(cfg.seed),
                 cfg,
             }),
+            hook: None,
+        }
+    }
+
+    /// Call `hook` before every operation on this medium (a scheduler's yield point).
+    pub fn with_hook(mut self, hook: std::sync::Arc<dyn OpHook>) -> SimMedium {
+        self.hook = Some(hook);
+        self
+    }
+
+    #[inline]
+    fn before(&self, op: Op) {
+        if let Some(h) = &self.hook {
+            h.before(op);
         }
     }
 
@@ -299,16 +375,19 @@ impl Medium for SimMedium {
         std::path::PathBuf::from("<simulated medium>")
     }
     fn read(&self, offset: usize, buf: &mut [u8]) {
+        self.before(Op::Load);
         check_range(offset, buf.len(), self.len());
         buf.copy_from_slice(&self.lock().working[offset..offset + buf.len()]);
     }
     fn write(&self, offset: usize, data: &[u8]) {
+        self.before(Op::Store);
         check_range(offset, data.len(), self.len());
         let mut st = self.lock();
         st.event(false);
         st.store(offset, data);
     }
     fn write_nontemporal(&self, offset: usize, data: &[u8]) {
+        self.before(Op::Store);
         check_range(offset, data.len(), self.len());
         let mut st = self.lock();
         let live = st.event(false);
@@ -318,17 +397,20 @@ impl Medium for SimMedium {
         }
     }
     fn load_u64(&self, offset: usize) -> u64 {
+        self.before(Op::Load);
         check_word(offset, self.len());
         let st = self.lock();
         u64::from_le_bytes(st.working[offset..offset + 8].try_into().expect("word"))
     }
     fn store_u64(&self, offset: usize, value: u64) {
+        self.before(Op::Store);
         check_word(offset, self.len());
         let mut st = self.lock();
         st.event(false);
         st.store(offset, &value.to_le_bytes());
     }
     fn flush(&self, offset: usize, len: usize) -> Result<()> {
+        self.before(Op::Flush);
         check_range(offset, len, self.len());
         let mut st = self.lock();
         if !st.event(false) {
@@ -338,6 +420,7 @@ impl Medium for SimMedium {
         Ok(())
     }
     fn fence(&self) -> Result<()> {
+        self.before(Op::Fence);
         let mut st = self.lock();
         if !st.event(true) {
             return Err(PmemError::SimulatedCrash);
@@ -351,6 +434,7 @@ impl Medium for SimMedium {
     /// Growing counts as a fence (a crash point just before the growth); the new zero bytes
     /// are durable at once, as a file's new size is once `fsync` returns.
     fn grow(&self, len: usize) -> Result<()> {
+        self.before(Op::Fence);
         let mut st = self.lock();
         if len <= st.working.len() {
             return Ok(());
@@ -397,6 +481,7 @@ pub fn crash_at_every_fence(
             seed: seed ^ n,
             crash: CrashPlan::AtFence(n),
             evict_per_million: 0,
+            ..SimConfig::default()
         };
         let sim = SimMedium::from_image(image.to_vec(), cfg);
         op(&sim);
@@ -429,6 +514,7 @@ pub fn crash_at_random_points(
             seed: run_seed,
             crash: CrashPlan::AtEvent(1 + pick.below(events)),
             evict_per_million: [0, 10_000, 100_000, 500_000][pick.below(4) as usize],
+            ..SimConfig::default()
         };
         let sim = SimMedium::from_image(image.to_vec(), cfg);
         op(&sim);
@@ -540,6 +626,7 @@ mod tests {
                     seed,
                     crash: CrashPlan::AtEvent(40),
                     evict_per_million: 200_000,
+                    ..SimConfig::default()
                 },
             );
             for i in 0..64u8 {

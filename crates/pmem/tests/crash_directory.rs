@@ -220,6 +220,7 @@ fn format_crashed_anywhere_is_either_no_pool_or_a_whole_pool() {
                 seed,
                 crash: CrashPlan::Never,
                 evict_per_million: 300_000,
+                ..SimConfig::default()
             },
         );
         op(&sim);

@@ -599,6 +599,7 @@ impl World {
                     seed: rng.next_u64(),
                     crash: CrashPlan::Never,
                     evict_per_million: p.evict,
+                    ..SimConfig::default()
                 };
                 let m: M = Arc::new(SimMedium::new(LEN, cfg));
                 let copy = if i == 0 || p.all_created {
@@ -1261,6 +1262,7 @@ fn op_restart(sh: &Shared, i: usize) {
             CrashPlan::Never
         },
         evict_per_million: w.p.evict,
+        ..SimConfig::default()
     };
     let m: M = Arc::new(SimMedium::from_image(img, cfg));
     let copy = Copy::new(m, 0, LEN);
