@@ -1712,14 +1712,23 @@ fn etcd_binary() -> &'static str {
         eprintln!("etcd is missing: installing the Debian package etcd-server");
         let install = || {
             Command::new("apt-get")
-                .args(["install", "-y", "-q", "etcd-server"])
+                .args([
+                    "-o",
+                    "DPkg::Lock::Timeout=600",
+                    "install",
+                    "-y",
+                    "-q",
+                    "etcd-server",
+                ])
                 .env("DEBIAN_FRONTEND", "noninteractive")
                 .output()
                 .map(|o| o.status.success())
                 .unwrap_or(false)
         };
         if !install() {
-            let _ = Command::new("apt-get").args(["update", "-q"]).output();
+            let _ = Command::new("apt-get")
+                .args(["-o", "DPkg::Lock::Timeout=600", "update", "-q"])
+                .output();
             install();
         }
         assert!(

@@ -309,9 +309,13 @@ fn python_with_redis_py() -> String {
         let mut o = make_venv();
         if !o.status.success() {
             // Debian splits venv (ensurepip) out of python3: install it, then try again.
-            let _ = Command::new("apt-get").arg("update").output();
+            // Another test binary may be installing at the same time: wait for dpkg's lock.
+            let wait = "DPkg::Lock::Timeout=600";
+            let _ = Command::new("apt-get")
+                .args(["-o", wait, "update"])
+                .output();
             let apt = Command::new("apt-get")
-                .args(["install", "-y", "python3-venv"])
+                .args(["-o", wait, "install", "-y", "python3-venv"])
                 .output()
                 .expect("run apt-get");
             assert!(

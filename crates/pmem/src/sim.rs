@@ -21,8 +21,9 @@ use crate::domain::{Backing, Domain};
 use crate::error::{PmemError, Result};
 use crate::medium::{Medium, check_range, check_word};
 use crate::rng::SplitMix64;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Mutex, MutexGuard};
+use std::thread::ThreadId;
 
 /// When the simulator cuts power.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -115,18 +116,6 @@ pub struct Unpersisted {
     pub state: LineState,
 }
 
-#[derive(Debug)]
-struct State {
-    working: Vec<u8>,
-    durable: Vec<u8>,
-    pending: BTreeMap<usize, [u8; CACHE_LINE]>,
-    fences: u64,
-    events: u64,
-    crash_image: Option<Vec<u8>>,
-    rng: SplitMix64,
-    cfg: SimConfig,
-}
-
 /// What a thread is about to do to the simulated medium (see [`OpHook`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Op {
@@ -155,6 +144,49 @@ pub struct SimMedium {
     hook: Option<std::sync::Arc<dyn OpHook>>,
 }
 
+/// One flush (or non-temporal store) not yet ordered by its thread's fence: the line's contents
+/// when it was issued.
+type Snapshot = [u8; CACHE_LINE];
+
+#[derive(Debug)]
+struct State {
+    working: Vec<u8>,
+    durable: Vec<u8>,
+    /// Per thread: the lines it flushed (or stored non-temporally) since its last fence, each
+    /// with every snapshot in issue order (M16: only that thread's fence drains them).
+    pending: HashMap<ThreadId, BTreeMap<usize, Vec<Snapshot>>>,
+    /// `msync` domain: pages whose write-back failed. The kernel dropped their dirty state, so
+    /// until they are stored to again nothing writes them back.
+    lost_pages: BTreeSet<usize>,
+    /// `msync` domain: a flush failed; every later flush and fence fails.
+    msync_failed: bool,
+    flushes: u64,
+    fences: u64,
+    events: u64,
+    crash: Option<CrashState>,
+    rng: SplitMix64,
+    cfg: SimConfig,
+}
+
+/// What the medium held when the power failed: the durable image plus, for each unit (a cache
+/// line, or in the `msync` domain a sector) whose fate is open, the contents it may have.
+#[derive(Debug, Clone)]
+pub struct CrashState {
+    base: Vec<u8>,
+    unit: usize,
+    /// Word size inside which nothing tears (8 bytes for lines, the whole unit for sectors).
+    word: usize,
+    /// (offset, candidates): candidate 0 is the durable contents, the last the newest.
+    open: Vec<(usize, Vec<Vec<u8>>)>,
+    /// The image chosen by the seeded generator (what [`SimMedium::crash_image`] returns).
+    sampled: Vec<u8>,
+    seed: u64,
+    budget: usize,
+}
+
+/// The page size the `msync` domain writes back.
+const PAGE: usize = crate::layout::PAGE_SIZE;
+
 fn line_of(offset: usize) -> usize {
     offset / CACHE_LINE * CACHE_LINE
 }
@@ -162,7 +194,7 @@ fn line_of(offset: usize) -> usize {
 impl State {
     /// Count one event; crash first if the plan says this is the one. Returns false once crashed.
     fn event(&mut self, is_fence: bool) -> bool {
-        if self.crash_image.is_some() {
+        if self.crash.is_some() {
             return false;
         }
         self.events += 1;
@@ -175,86 +207,406 @@ impl State {
             CrashPlan::AtEvent(n) => self.events == n,
         };
         if hit {
-            self.crash_image = Some(self.power_fail_image());
+            self.crash = Some(self.crash_state());
             return false;
         }
         true
     }
 
+    fn pending_lines(&self) -> BTreeSet<usize> {
+        self.pending
+            .values()
+            .flat_map(|m| m.keys().copied())
+            .collect()
+    }
+
     fn lines_not_durable(&self) -> Vec<usize> {
-        let mut lines: Vec<usize> = (0..self.working.len())
+        let mut lines: BTreeSet<usize> = (0..self.working.len())
             .step_by(CACHE_LINE)
             .filter(|&l| self.working[l..l + CACHE_LINE] != self.durable[l..l + CACHE_LINE])
             .collect();
-        lines.extend(self.pending.keys().copied());
-        lines.sort_unstable();
-        lines.dedup();
-        lines
+        lines.extend(self.pending_lines());
+        if self.cfg.domain == SimDomain::Msync {
+            lines.retain(|l| !self.lost_pages.contains(&(l / PAGE * PAGE)));
+        }
+        lines.into_iter().collect()
     }
 
-    fn power_fail_image(&mut self) -> Vec<u8> {
-        let mut image = self.durable.clone();
-        for l in self.lines_not_durable() {
-            let durable: [u8; CACHE_LINE] =
-                self.durable[l..l + CACHE_LINE].try_into().expect("line");
-            let working: [u8; CACHE_LINE] =
-                self.working[l..l + CACHE_LINE].try_into().expect("line");
-            let mut candidates = vec![durable, working];
-            if let Some(p) = self.pending.get(&l) {
-                candidates.push(*p);
-            }
-            let out = &mut image[l..l + CACHE_LINE];
-            match self.rng.below(3) {
-                // Kept: one of the values the cache could have written back (pending or newest).
-                0 => {
-                    let pick = 1 + self.rng.below(candidates.len() as u64 - 1) as usize;
-                    out.copy_from_slice(&candidates[pick]);
-                }
-                // Dropped: the media keeps what it had.
-                1 => out.copy_from_slice(&durable),
-                // Torn: each aligned 8-byte word independently.
-                _ => {
-                    for w in (0..CACHE_LINE).step_by(8) {
-                        let pick = self.rng.below(candidates.len() as u64) as usize;
-                        out[w..w + 8].copy_from_slice(&candidates[pick][w..w + 8]);
-                    }
-                }
+    /// Every contents a line may hold after a power failure, durable first, newest last.
+    fn line_candidates(&self, l: usize) -> Vec<Vec<u8>> {
+        let mut c: Vec<Vec<u8>> = vec![self.durable[l..l + CACHE_LINE].to_vec()];
+        for snaps in self.pending.values() {
+            if let Some(v) = snaps.get(&l) {
+                c.extend(v.iter().map(|s| s.to_vec()));
             }
         }
-        image
+        c.push(self.working[l..l + CACHE_LINE].to_vec());
+        let mut out: Vec<Vec<u8>> = Vec::with_capacity(c.len());
+        for x in c {
+            if !out.contains(&x) {
+                out.push(x);
+            }
+        }
+        out
+    }
+
+    fn crash_state(&mut self) -> CrashState {
+        let budget = match self.cfg.images_per_crash {
+            0 => default_images_per_crash(),
+            n => n,
+        };
+        let (unit, word, open) = match self.cfg.domain {
+            SimDomain::Adr => {
+                let open = self
+                    .lines_not_durable()
+                    .into_iter()
+                    .map(|l| (l, self.line_candidates(l)))
+                    .filter(|(_, c)| c.len() > 1)
+                    .collect();
+                (CACHE_LINE, 8, open)
+            }
+            SimDomain::Eadr => {
+                // Every store is in the persistence domain (the durable image already has it);
+                // only non-temporal stores not yet fenced by their thread may be lost.
+                let open = self
+                    .pending_lines()
+                    .into_iter()
+                    .map(|l| (l, self.line_candidates(l)))
+                    .filter(|(_, c)| c.len() > 1)
+                    .collect();
+                (CACHE_LINE, 8, open)
+            }
+            SimDomain::Msync => {
+                let sector = self.cfg.sector.clamp(512, PAGE);
+                let mut open = Vec::new();
+                for p in (0..self.working.len()).step_by(PAGE) {
+                    if self.lost_pages.contains(&p) {
+                        continue;
+                    }
+                    let end = (p + PAGE).min(self.working.len());
+                    let mut s = p;
+                    while s < end {
+                        let e = (s + sector).min(end);
+                        if self.working[s..e] != self.durable[s..e] {
+                            open.push((
+                                s,
+                                vec![self.durable[s..e].to_vec(), self.working[s..e].to_vec()],
+                            ));
+                        }
+                        s = e;
+                    }
+                }
+                (sector, sector, open)
+            }
+        };
+        let seed = self.rng.next_u64();
+        let mut st = CrashState {
+            base: self.durable.clone(),
+            unit,
+            word,
+            open,
+            sampled: Vec::new(),
+            seed,
+            budget,
+        };
+        st.sampled = st.sample(&mut self.rng);
+        st
     }
 
     fn store(&mut self, offset: usize, data: &[u8]) {
         self.working[offset..offset + data.len()].copy_from_slice(data);
-        if self.cfg.evict_per_million > 0 && self.crash_image.is_none() && !data.is_empty() {
-            let mut l = line_of(offset);
+        if data.is_empty() {
+            return;
+        }
+        match self.cfg.domain {
+            // The caches are persistent: a store is durable once it is visible.
+            SimDomain::Eadr => {
+                self.durable[offset..offset + data.len()].copy_from_slice(data);
+                return;
+            }
+            SimDomain::Msync => {
+                let (first, last) = (
+                    offset / PAGE * PAGE,
+                    (offset + data.len() - 1) / PAGE * PAGE,
+                );
+                let lost: Vec<usize> = self.lost_pages.range(first..=last).copied().collect();
+                for p in lost {
+                    self.lost_pages.remove(&p);
+                }
+            }
+            SimDomain::Adr => {}
+        }
+        if self.cfg.evict_per_million > 0 && self.crash.is_none() {
+            let (mut l, step) = match self.cfg.domain {
+                SimDomain::Msync => (offset / PAGE * PAGE, PAGE),
+                _ => (line_of(offset), CACHE_LINE),
+            };
             while l < offset + data.len() {
                 if self.rng.chance(self.cfg.evict_per_million) {
-                    let (w, d) = (
-                        &self.working[l..l + CACHE_LINE],
-                        &mut self.durable[l..l + CACHE_LINE],
-                    );
+                    let e = (l + step).min(self.working.len());
+                    let (w, d) = (&self.working[l..e], &mut self.durable[l..e]);
                     d.copy_from_slice(w);
-                    if let Some(p) = self.pending.get_mut(&l) {
-                        p.copy_from_slice(w);
+                    let mut line = l;
+                    while line < e {
+                        let now: Snapshot = self.working[line..line + CACHE_LINE]
+                            .try_into()
+                            .expect("line");
+                        for snaps in self.pending.values_mut() {
+                            if let Some(v) = snaps.get_mut(&line) {
+                                for s in v.iter_mut() {
+                                    *s = now;
+                                }
+                            }
+                        }
+                        line += CACHE_LINE;
                     }
                 }
-                l += CACHE_LINE;
+                l += step;
             }
         }
     }
 
+    /// Record this thread's write-back of the lines of `[offset, offset + len)`.
     fn mark_flushed(&mut self, offset: usize, len: usize) {
         if len == 0 {
             return;
         }
+        let mine = self.pending.entry(std::thread::current().id()).or_default();
         let mut l = line_of(offset);
         while l < offset + len {
-            let snap: [u8; CACHE_LINE] = self.working[l..l + CACHE_LINE].try_into().expect("line");
-            self.pending.insert(l, snap);
+            let snap: Snapshot = self.working[l..l + CACHE_LINE].try_into().expect("line");
+            let v = mine.entry(l).or_default();
+            if v.last() != Some(&snap) {
+                v.push(snap);
+            }
             l += CACHE_LINE;
         }
     }
+
+    /// This thread's fence: its pending write-backs reach the medium, the newest of each line
+    /// last.
+    fn drain_mine(&mut self) {
+        if let Some(mine) = self.pending.remove(&std::thread::current().id()) {
+            for (l, snaps) in mine {
+                if let Some(last) = snaps.last() {
+                    self.durable[l..l + CACHE_LINE].copy_from_slice(last);
+                }
+            }
+        }
+    }
+
+    /// `msync` of the pages under a range: durable at once, or (the planned failure) not at
+    /// all and latched.
+    fn msync(&mut self, offset: usize, len: usize) -> Result<()> {
+        if len == 0 {
+            return Ok(());
+        }
+        let start = offset / PAGE * PAGE;
+        let end = (offset + len).div_ceil(PAGE) * PAGE;
+        let end = end.min(self.working.len());
+        self.flushes += 1;
+        if self.cfg.fail_msync_at != 0 && self.flushes == self.cfg.fail_msync_at {
+            self.msync_failed = true;
+            let mut p = start;
+            while p < end {
+                if self.working[p..(p + PAGE).min(end)] != self.durable[p..(p + PAGE).min(end)] {
+                    self.lost_pages.insert(p);
+                }
+                p += PAGE;
+            }
+            return Err(PmemError::io(
+                "msync failed on",
+                "<simulated medium>",
+                std::io::Error::from_raw_os_error(libc::EIO),
+            ));
+        }
+        let (w, d) = (&self.working[start..end], &mut self.durable[start..end]);
+        d.copy_from_slice(w);
+        Ok(())
+    }
+}
+
+impl CrashState {
+    /// Units (lines or sectors) whose contents after the crash are open.
+    pub fn open_units(&self) -> usize {
+        self.open.len()
+    }
+
+    /// How many distinct whole-unit outcomes there are (saturating).
+    pub fn outcomes(&self) -> u64 {
+        self.open
+            .iter()
+            .fold(1u64, |acc, (_, c)| acc.saturating_mul(c.len() as u64))
+    }
+
+    fn build(&self, choice: &[usize]) -> Vec<u8> {
+        let mut img = self.base.clone();
+        for ((off, cands), &k) in self.open.iter().zip(choice) {
+            let c = &cands[k];
+            img[*off..*off + c.len()].copy_from_slice(c);
+        }
+        img
+    }
+
+    /// One image by the seeded generator: each open unit independently kept (one of its newer
+    /// contents), dropped (durable contents) or torn (each word from any candidate).
+    fn sample(&self, rng: &mut SplitMix64) -> Vec<u8> {
+        let mut img = self.base.clone();
+        for (off, cands) in &self.open {
+            let out = &mut img[*off..*off + cands[0].len()];
+            match rng.below(3) {
+                0 => {
+                    let pick = 1 + rng.below(cands.len() as u64 - 1) as usize;
+                    out.copy_from_slice(&cands[pick]);
+                }
+                1 => out.copy_from_slice(&cands[0]),
+                _ => {
+                    for w in (0..out.len()).step_by(self.word) {
+                        let e = (w + self.word).min(out.len());
+                        let pick = rng.below(cands.len() as u64) as usize;
+                        out[w..e].copy_from_slice(&cands[pick][w..e]);
+                    }
+                }
+            }
+        }
+        img
+    }
+
+    /// The choices to check, as candidate indices per open unit: every combination when there
+    /// are at most `budget`; otherwise a covering set in which every pair of open units is seen
+    /// in all four (durable, newest) combinations, each intermediate snapshot at least once, and
+    /// seeded samples up to the budget.
+    fn choices(&self) -> Vec<Vec<usize>> {
+        let k = self.open.len();
+        let total = self.outcomes();
+        if total <= self.budget as u64 {
+            let mut out = Vec::with_capacity(total as usize);
+            let mut c = vec![0usize; k];
+            loop {
+                out.push(c.clone());
+                // Mixed-radix increment.
+                let mut i = 0;
+                loop {
+                    if i == k {
+                        return out;
+                    }
+                    c[i] += 1;
+                    if c[i] < self.open[i].1.len() {
+                        break;
+                    }
+                    c[i] = 0;
+                    i += 1;
+                }
+            }
+        }
+        let newest = |i: usize| self.open[i].1.len() - 1;
+        let mut out: Vec<Vec<usize>> = Vec::new();
+        // Strength-2 binary covering array: give each unit a distinct n-bit column of weight
+        // n/2 (no column contains another, so every ordered pair of units differs both ways in
+        // some row), plus an all-durable and an all-newest row.
+        let mut n = 2usize;
+        while binomial(n, n / 2) < k as u64 {
+            n += 1;
+        }
+        let cols = weight_columns(n, n / 2, k);
+        out.push(vec![0; k]);
+        out.push((0..k).map(newest).collect());
+        for row in 0..n {
+            out.push(
+                (0..k)
+                    .map(|i| {
+                        if cols[i] >> row & 1 == 1 {
+                            newest(i)
+                        } else {
+                            0
+                        }
+                    })
+                    .collect(),
+            );
+        }
+        // Intermediate snapshots (a line flushed, stored to and flushed again): each once.
+        let most = self.open.iter().map(|(_, c)| c.len()).max().unwrap_or(0);
+        for j in 1..most.saturating_sub(1) {
+            out.push(
+                (0..k)
+                    .map(|i| if j < newest(i) { j } else { newest(i) })
+                    .collect(),
+            );
+        }
+        let mut rng = SplitMix64::new(self.seed);
+        while out.len() < self.budget {
+            out.push(
+                self.open
+                    .iter()
+                    .map(|(_, c)| rng.below(c.len() as u64) as usize)
+                    .collect(),
+            );
+        }
+        out
+    }
+
+    /// Every image to check at this crash point: [`CrashState::choices`] plus the seeded
+    /// generator's image (the only one with torn units), without duplicates.
+    pub fn images(&self) -> Vec<Vec<u8>> {
+        let mut seen = std::collections::HashSet::new();
+        let mut out = Vec::new();
+        for img in std::iter::once(self.sampled.clone())
+            .chain(self.choices().iter().map(|c| self.build(c)))
+        {
+            let h = fingerprint(&img);
+            if seen.insert(h) {
+                out.push(img);
+            }
+        }
+        out
+    }
+
+    /// The sampled image.
+    pub fn sampled(&self) -> &[u8] {
+        &self.sampled
+    }
+
+    /// The unit the open contents come in (64 for lines, the sector size in `msync`).
+    pub fn unit(&self) -> usize {
+        self.unit
+    }
+}
+
+fn binomial(n: usize, k: usize) -> u64 {
+    let mut r = 1u64;
+    for i in 0..k {
+        r = r.saturating_mul((n - i) as u64) / (i as u64 + 1);
+    }
+    r
+}
+
+/// The first `count` n-bit numbers with `w` bits set, in increasing order.
+fn weight_columns(n: usize, w: usize, count: usize) -> Vec<u64> {
+    let mut out = Vec::with_capacity(count);
+    let mut x: u64 = (1u64 << w) - 1;
+    while out.len() < count && x < (1u64 << n) {
+        out.push(x);
+        if x == 0 {
+            break;
+        }
+        // Next number with the same number of set bits (Gosper's hack).
+        let c = x & x.wrapping_neg();
+        let r = x + c;
+        x = (((r ^ x) >> 2) / c) | r;
+    }
+    out
+}
+
+/// A 64-bit FNV-1a hash of an image, to drop duplicate crash images.
+fn fingerprint(b: &[u8]) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for chunk in b.chunks(8) {
+        let mut w = [0u8; 8];
+        w[..chunk.len()].copy_from_slice(chunk);
+        h ^= u64::from_le_bytes(w);
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    h
 }
 
 impl SimMedium {
@@ -275,10 +627,13 @@ impl SimMedium {
             state: Mutex::new(State {
                 durable: image.clone(),
                 working: image,
-                pending: BTreeMap::new(),
+                pending: HashMap::new(),
+                lost_pages: BTreeSet::new(),
+                msync_failed: false,
+                flushes: 0,
                 fences: 0,
                 events: 0,
-                crash_image: None,
+                crash: None,
                 rng: SplitMix64::new(cfg.seed),
                 cfg,
             }),
@@ -304,14 +659,20 @@ impl SimMedium {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// The image frozen at the crash point, if the plan has fired.
+    /// The image frozen at the crash point, if the plan has fired (the seeded generator's
+    /// choice; [`SimMedium::crash_state`] has every image worth checking).
     pub fn crash_image(&self) -> Option<Vec<u8>> {
-        self.lock().crash_image.clone()
+        self.lock().crash.as_ref().map(|c| c.sampled.clone())
+    }
+
+    /// What the medium held when the power failed, if it has.
+    pub fn crash_state(&self) -> Option<CrashState> {
+        self.lock().crash.clone()
     }
 
     /// Has the power failed?
     pub fn crashed(&self) -> bool {
-        self.lock().crash_image.is_some()
+        self.lock().crash.is_some()
     }
 
     /// Fences issued so far (the one that crashed included).
@@ -326,22 +687,32 @@ impl SimMedium {
 
     /// Cut power now (unless it already failed) and return the crash image.
     pub fn power_fail(&self) -> Vec<u8> {
+        self.power_fail_state().sampled
+    }
+
+    /// Cut power now (unless it already failed) and return what the medium held.
+    pub fn power_fail_state(&self) -> CrashState {
         let mut st = self.lock();
-        if st.crash_image.is_none() {
-            let img = st.power_fail_image();
-            st.crash_image = Some(img);
+        if st.crash.is_none() {
+            let c = st.crash_state();
+            st.crash = Some(c);
         }
-        st.crash_image.clone().expect("set above")
+        st.crash.clone().expect("set above")
     }
 
     /// Lines that would not survive a power failure now (checking mode).
     pub fn unpersisted(&self) -> Vec<Unpersisted> {
         let st = self.lock();
-        st.lines_not_durable()
+        let pending = st.pending_lines();
+        let dirty: Vec<usize> = match st.cfg.domain {
+            SimDomain::Eadr => pending.iter().copied().collect(),
+            _ => st.lines_not_durable(),
+        };
+        dirty
             .into_iter()
             .map(|offset| Unpersisted {
                 offset,
-                state: if st.pending.contains_key(&offset) {
+                state: if pending.contains(&offset) {
                     LineState::Flushed
                 } else {
                     LineState::Dirty
@@ -391,9 +762,21 @@ impl Medium for SimMedium {
         check_range(offset, data.len(), self.len());
         let mut st = self.lock();
         let live = st.event(false);
-        st.store(offset, data);
-        if live {
-            st.mark_flushed(offset, data.len());
+        match st.cfg.domain {
+            // Stores that went around the cache wait in this thread's write-combining buffers.
+            SimDomain::Adr | SimDomain::Eadr => {
+                st.working[offset..offset + data.len()].copy_from_slice(data);
+                if live {
+                    st.mark_flushed(offset, data.len());
+                }
+            }
+            // The mapping msyncs a non-temporal copy at once (M7); a failure latches.
+            SimDomain::Msync => {
+                st.store(offset, data);
+                if live && !st.msync_failed {
+                    let _ = st.msync(offset, data.len());
+                }
+            }
         }
     }
     fn load_u64(&self, offset: usize) -> u64 {
@@ -416,7 +799,17 @@ impl Medium for SimMedium {
         if !st.event(false) {
             return Err(PmemError::SimulatedCrash);
         }
-        st.mark_flushed(offset, len);
+        match st.cfg.domain {
+            SimDomain::Adr => st.mark_flushed(offset, len),
+            // Caches are persistent: a write-back changes nothing.
+            SimDomain::Eadr => {}
+            SimDomain::Msync => {
+                if st.msync_failed {
+                    return Err(PmemError::Failed);
+                }
+                st.msync(offset, len)?;
+            }
+        }
         Ok(())
     }
     fn fence(&self) -> Result<()> {
@@ -425,10 +818,11 @@ impl Medium for SimMedium {
         if !st.event(true) {
             return Err(PmemError::SimulatedCrash);
         }
-        let pending = std::mem::take(&mut st.pending);
-        for (l, bytes) in pending {
-            st.durable[l..l + CACHE_LINE].copy_from_slice(&bytes);
+        if st.msync_failed {
+            return Err(PmemError::Failed);
         }
+        // Only this thread's write-backs and non-temporal stores (M16).
+        st.drain_mine();
         Ok(())
     }
     /// Growing counts as a fence (a crash point just before the growth); the new zero bytes
@@ -458,36 +852,84 @@ impl Medium for SimMedium {
         st.durable[offset..offset + data.len()].copy_from_slice(data);
         if !data.is_empty() {
             let (first, last) = (line_of(offset), line_of(offset + data.len() - 1));
-            let lines: Vec<usize> = st.pending.range(first..=last).map(|(l, _)| *l).collect();
-            for l in lines {
-                st.pending.remove(&l);
+            for snaps in st.pending.values_mut() {
+                let lines: Vec<usize> = snaps.range(first..=last).map(|(l, _)| *l).collect();
+                for l in lines {
+                    snaps.remove(&l);
+                }
             }
         }
         Ok(())
     }
 }
 
+static IMAGES_CHECKED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// Crash images the harnesses of this process have handed to a check so far.
+pub fn images_checked() -> u64 {
+    IMAGES_CHECKED.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+fn count_images(n: u64) {
+    IMAGES_CHECKED.fetch_add(n, std::sync::atomic::Ordering::Relaxed);
+}
+
 /// Run `op` from `image` once per fence, crashing just before fence 1, 2, 3, ... and handing
-/// each crash image (with the fence number) to `check`. Stops at the first run that finishes
-/// without reaching its crash point. Returns the number of crash points tried.
+/// every crash image worth checking at that point ([`CrashState::images`]: all outcomes of the
+/// open lines when few, a covering set plus samples otherwise) with the fence number to `check`.
+/// Stops at the first run that finishes without reaching its crash point. Returns the number of
+/// crash points tried.
 pub fn crash_at_every_fence(
     image: &[u8],
     seed: u64,
+    op: impl FnMut(&SimMedium),
+    check: impl FnMut(Vec<u8>, u64),
+) -> u64 {
+    crash_at_every_fence_with(
+        SimConfig {
+            seed,
+            ..SimConfig::default()
+        },
+        image,
+        op,
+        check,
+    )
+}
+
+/// [`crash_at_every_fence`] with a configuration (domain, images per crash point, msync
+/// failure); its `crash` plan is replaced at each point and its seed mixed with the fence
+/// number.
+pub fn crash_at_every_fence_with(
+    cfg: SimConfig,
+    image: &[u8],
     mut op: impl FnMut(&SimMedium),
     mut check: impl FnMut(Vec<u8>, u64),
 ) -> u64 {
+    let mut images = 0u64;
     for n in 1.. {
-        let cfg = SimConfig {
-            seed: seed ^ n,
+        let run = SimConfig {
+            seed: cfg.seed ^ n,
             crash: CrashPlan::AtFence(n),
-            evict_per_million: 0,
-            ..SimConfig::default()
+            ..cfg
         };
-        let sim = SimMedium::from_image(image.to_vec(), cfg);
+        let sim = SimMedium::from_image(image.to_vec(), run);
         op(&sim);
-        match sim.crash_image() {
-            Some(img) => check(img, n),
-            None => return n - 1,
+        match sim.crash_state() {
+            Some(state) => {
+                for img in state.images() {
+                    images += 1;
+                    check(img, n);
+                }
+            }
+            None => {
+                count_images(images);
+                println!(
+                    "crash images checked: {images} at {} fences ({:?})",
+                    n - 1,
+                    cfg.domain
+                );
+                return n - 1;
+            }
         }
     }
     unreachable!("the loop above returns")
@@ -500,27 +942,60 @@ pub fn crash_at_random_points(
     image: &[u8],
     seed: u64,
     count: u64,
+    op: impl FnMut(&SimMedium),
+    check: impl FnMut(Vec<u8>, u64),
+) {
+    crash_at_random_points_with(
+        SimConfig {
+            seed,
+            ..SimConfig::default()
+        },
+        image,
+        count,
+        op,
+        check,
+    )
+}
+
+/// [`crash_at_random_points`] with a configuration (its `crash`, `evict_per_million` and seed
+/// are chosen per run).
+pub fn crash_at_random_points_with(
+    cfg: SimConfig,
+    image: &[u8],
+    count: u64,
     mut op: impl FnMut(&SimMedium),
     mut check: impl FnMut(Vec<u8>, u64),
 ) {
-    let dry = SimMedium::from_image(image.to_vec(), SimConfig::default());
+    let dry = SimMedium::from_image(
+        image.to_vec(),
+        SimConfig {
+            crash: CrashPlan::Never,
+            fail_msync_at: 0,
+            ..cfg
+        },
+    );
     op(&dry);
     let events = dry.events().max(1);
-    let mut rng = SplitMix64::new(seed);
+    let mut rng = SplitMix64::new(cfg.seed);
     for _ in 0..count {
         let run_seed = rng.next_u64();
         let mut pick = SplitMix64::new(run_seed);
-        let cfg = SimConfig {
+        let run = SimConfig {
             seed: run_seed,
             crash: CrashPlan::AtEvent(1 + pick.below(events)),
             evict_per_million: [0, 10_000, 100_000, 500_000][pick.below(4) as usize],
-            ..SimConfig::default()
+            ..cfg
         };
-        let sim = SimMedium::from_image(image.to_vec(), cfg);
+        let sim = SimMedium::from_image(image.to_vec(), run);
         op(&sim);
         let img = sim.crash_image().unwrap_or_else(|| sim.power_fail());
         check(img, run_seed);
     }
+    count_images(count);
+    println!(
+        "crash images checked: {count} at random points ({:?})",
+        cfg.domain
+    );
 }
 
 #[cfg(test)]
@@ -654,7 +1129,9 @@ mod tests {
             for i in 0..(k as usize - 1) {
                 assert_eq!(&img[i * 64..i * 64 + 64], &[1; 64]);
             }
-            seen.push(k);
+            if seen.last() != Some(&k) {
+                seen.push(k);
+            }
         });
         assert_eq!(n, 5);
         assert_eq!(seen, vec![1, 2, 3, 4, 5]);
@@ -669,5 +1146,234 @@ mod tests {
         sim.fence().unwrap();
         assert_eq!(&sim.durable_image()[..8], &[6; 8]);
         assert_eq!(&sim.power_fail()[..8], &[6; 8]);
+    }
+
+    fn sim(len: usize, domain: SimDomain) -> SimMedium {
+        SimMedium::new(
+            len,
+            SimConfig {
+                domain,
+                ..SimConfig::default()
+            },
+        )
+    }
+
+    #[test]
+    fn another_threads_fence_does_not_drain_this_threads_write_backs() {
+        let m = sim(4096, SimDomain::Adr);
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                m.write(0, &[1; 64]);
+                m.flush(0, 64).unwrap();
+                m.write_nontemporal(64, &[2; 64]);
+            });
+        });
+        m.fence().unwrap();
+        assert_eq!(&m.durable_image()[..128], &[0; 128][..]);
+        assert_eq!(
+            m.unpersisted(),
+            vec![
+                Unpersisted {
+                    offset: 0,
+                    state: LineState::Flushed
+                },
+                Unpersisted {
+                    offset: 64,
+                    state: LineState::Flushed
+                }
+            ]
+        );
+        // The same thread's fence does.
+        let m = sim(4096, SimDomain::Adr);
+        m.write(0, &[1; 64]);
+        m.flush(0, 64).unwrap();
+        m.write_nontemporal(64, &[2; 64]);
+        m.fence().unwrap();
+        assert_eq!(&m.durable_image()[..64], &[1; 64][..]);
+        assert_eq!(&m.durable_image()[64..128], &[2; 64][..]);
+        assert!(m.unpersisted().is_empty());
+    }
+
+    #[test]
+    fn a_line_flushed_twice_may_land_with_either_snapshot() {
+        let m = SimMedium::new(
+            128,
+            SimConfig {
+                crash: CrashPlan::AtFence(1),
+                ..SimConfig::default()
+            },
+        );
+        m.write(0, &[1; 64]);
+        m.flush(0, 64).unwrap();
+        m.write(0, &[2; 64]);
+        m.flush(0, 64).unwrap();
+        m.write(0, &[3; 64]);
+        assert!(m.fence().is_err());
+        let lines: Vec<Vec<u8>> = m
+            .crash_state()
+            .unwrap()
+            .images()
+            .iter()
+            .map(|i| i[..64].to_vec())
+            .collect();
+        for v in [0u8, 1, 2, 3] {
+            assert!(lines.contains(&vec![v; 64]), "no image with line {v}");
+        }
+    }
+
+    #[test]
+    fn few_open_lines_are_enumerated_in_every_combination() {
+        let m = SimMedium::new(
+            256,
+            SimConfig {
+                crash: CrashPlan::AtFence(1),
+                images_per_crash: 16,
+                ..SimConfig::default()
+            },
+        );
+        m.write(0, &[1; 64]);
+        m.write(64, &[2; 64]);
+        m.flush(0, 128).unwrap();
+        assert!(m.fence().is_err());
+        let st = m.crash_state().unwrap();
+        assert_eq!((st.open_units(), st.outcomes()), (2, 4));
+        let mut seen: Vec<(u8, u8)> = st.images().iter().map(|i| (i[0], i[64])).collect();
+        seen.sort_unstable();
+        seen.dedup();
+        assert_eq!(seen, vec![(0, 0), (0, 2), (1, 0), (1, 2)]);
+    }
+
+    #[test]
+    fn many_open_lines_are_covered_pairwise() {
+        for k in [3usize, 7, 40, 300] {
+            let m = SimMedium::new(
+                64 * k,
+                SimConfig {
+                    crash: CrashPlan::AtFence(1),
+                    images_per_crash: 4,
+                    ..SimConfig::default()
+                },
+            );
+            for i in 0..k {
+                m.write(64 * i, &[1; 64]);
+            }
+            assert!(m.fence().is_err());
+            let imgs = m.crash_state().unwrap().images();
+            assert!(imgs.len() < 24, "{k} lines: {} images", imgs.len());
+            for a in 0..k {
+                for b in a + 1..k {
+                    for want in [(0, 0), (0, 1), (1, 0), (1, 1)] {
+                        assert!(
+                            imgs.iter().any(|i| (i[64 * a], i[64 * b]) == want),
+                            "{k} lines: pair ({a}, {b}) never {want:?}"
+                        );
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn eadr_keeps_every_store_but_not_unfenced_nontemporal_ones() {
+        let mut lost_nt = false;
+        for seed in 0..40 {
+            let m = SimMedium::new(
+                4096,
+                SimConfig {
+                    seed,
+                    domain: SimDomain::Eadr,
+                    ..SimConfig::default()
+                },
+            );
+            m.write(0, &[1; 64]);
+            m.write_nontemporal(64, &[2; 64]);
+            for img in m.power_fail_state().images() {
+                assert_eq!(&img[..64], &[1; 64][..], "a cached store was lost in eadr");
+                lost_nt |= img[64..128] == [0; 64];
+            }
+        }
+        assert!(lost_nt, "an unfenced non-temporal store always survived");
+        let m = sim(4096, SimDomain::Eadr);
+        m.write_nontemporal(64, &[2; 64]);
+        m.fence().unwrap();
+        assert!(m.unpersisted().is_empty());
+        assert_eq!(&m.power_fail()[64..128], &[2; 64][..]);
+    }
+
+    #[test]
+    fn msync_pages_tear_between_sectors_and_a_failed_msync_latches() {
+        let m = SimMedium::new(
+            8192,
+            SimConfig {
+                sector: 512,
+                domain: SimDomain::Msync,
+                images_per_crash: 64,
+                ..SimConfig::default()
+            },
+        );
+        m.write(0, &[7; 4096]);
+        m.write(4096, &[8; 100]);
+        m.flush(4096, 1).unwrap(); // msync of the whole second page
+        assert_eq!(&m.durable_image()[4096..4196], &[8; 100][..]);
+        let st = m.power_fail_state();
+        assert_eq!(
+            st.open_units(),
+            8,
+            "eight 512-byte sectors of page 0 are open"
+        );
+        let imgs = st.images();
+        assert!(
+            imgs.iter().any(|i| i[0] == 7 && i[512] == 0),
+            "no torn page"
+        );
+        for i in &imgs {
+            for s in (0..4096).step_by(512) {
+                assert!(
+                    i[s..s + 512].iter().all(|&b| b == i[s]),
+                    "torn inside a sector"
+                );
+            }
+        }
+        // The second msync fails: its page is dropped, and every later flush and fence fails.
+        let m = SimMedium::new(
+            8192,
+            SimConfig {
+                domain: SimDomain::Msync,
+                fail_msync_at: 2,
+                ..SimConfig::default()
+            },
+        );
+        m.write(0, &[1; 8]);
+        m.persist(0, 8).unwrap();
+        m.write(4096, &[2; 8]);
+        assert!(m.flush(4096, 8).is_err());
+        assert!(matches!(m.fence(), Err(PmemError::Failed)));
+        assert!(matches!(m.flush(0, 8), Err(PmemError::Failed)));
+        for img in m.power_fail_state().images() {
+            assert_eq!(
+                &img[4096..4104],
+                &[0; 8],
+                "a page whose msync failed was written"
+            );
+            assert_eq!(&img[0..8], &[1; 8]);
+        }
+    }
+
+    #[test]
+    fn covering_columns_are_distinct_and_incomparable() {
+        for k in [1usize, 2, 5, 20, 100, 1000] {
+            let mut n = 2;
+            while binomial(n, n / 2) < k as u64 {
+                n += 1;
+            }
+            let cols = weight_columns(n, n / 2, k);
+            assert_eq!(cols.len(), k);
+            for (i, a) in cols.iter().enumerate() {
+                assert_eq!(a.count_ones() as usize, n / 2);
+                for b in &cols[i + 1..] {
+                    assert!(a & !b != 0 && b & !a != 0, "{a:b} vs {b:b}");
+                }
+            }
+        }
     }
 }

@@ -232,10 +232,17 @@ pub fn ensure_tool(tool: &str, package: &str) {
             .output()
             .is_ok_and(|o| o.status.success())
     };
+    // Tests of one binary run in parallel, and other test binaries may install at the same
+    // time: one install at a time here, and apt waits for another process's dpkg lock.
+    static ONE: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _one = ONE.lock().unwrap_or_else(|p| p.into_inner());
     if !have() {
-        let _ = std::process::Command::new("apt-get").arg("update").output();
+        let wait = "DPkg::Lock::Timeout=600";
+        let _ = std::process::Command::new("apt-get")
+            .args(["-o", wait, "update"])
+            .output();
         let o = std::process::Command::new("apt-get")
-            .args(["install", "-y", package])
+            .args(["-o", wait, "install", "-y", package])
             .output()
             .expect("run apt-get");
         assert!(
