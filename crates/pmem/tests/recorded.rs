@@ -245,7 +245,7 @@ impl Toy {
         assert!(committed <= self.records.len(), "a torn commit word");
         self.records[..committed]
             .iter()
-            .filter(|(offset, data, _)| &image[*offset..*offset + data.len()] != &data[..])
+            .filter(|(offset, data, _)| image[*offset..*offset + data.len()] != data[..])
             .count()
     }
 }
