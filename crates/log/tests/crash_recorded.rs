@@ -237,6 +237,14 @@ fn campaign(policy: ForcePolicy, seed: u64, domain: Domain, random: u64) -> u64 
         "{lines} lines, {msyncs} msyncs, {streams} streams"
     );
     assert_eq!(msyncs > 0, domain == Domain::Msync, "{msyncs} msyncs");
+    // Every store the real code made reached the simulator too: the real file and the
+    // simulator's working image agree byte for byte.
+    let mut real = vec![0; REGION];
+    dry.read(0, &mut real);
+    assert!(
+        real == dry_sim.working_image(),
+        "the real mapping and the simulator's working image differ"
+    );
     drop(dry);
     assert!(
         fences > 30,

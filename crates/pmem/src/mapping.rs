@@ -278,14 +278,16 @@ impl Mapping {
             return Ok(());
         }
         let start = offset & !(crate::layout::PAGE_SIZE - 1);
+        let length = offset + len - start;
+        #[cfg(feature = "canary")]
+        let length =
+            if crate::recorded::canary::active(crate::recorded::canary::Mutation::MsyncShort) {
+                len
+            } else {
+                length
+            };
         // SAFETY: a page-aligned sub-range of our mapping (callers checked the range).
-        let rc = unsafe {
-            libc::msync(
-                self.base.add(start).cast(),
-                offset + len - start,
-                libc::MS_SYNC,
-            )
-        };
+        let rc = unsafe { libc::msync(self.base.add(start).cast(), length, libc::MS_SYNC) };
         if rc != 0 {
             self.failed.store(true, Ordering::Release);
             return Err(last_os_error("msync failed on", &self.path));
@@ -293,7 +295,7 @@ impl Mapping {
         if self.flush == cpu::FlushInstruction::Recorded {
             // The recorded medium: the simulator writes back exactly the pages just synced (and
             // may fail that msync, or cut power there), latching as a real failure would.
-            let synced = crate::recorded::msynced(self.base as usize + start, offset + len - start);
+            let synced = crate::recorded::msynced(self.base as usize + start, length);
             if synced.is_err() {
                 self.failed.store(true, Ordering::Release);
             }

@@ -378,6 +378,9 @@ pub mod canary {
         SkipLastLine,
         /// A non-temporal copy does not write back its unaligned tail.
         TailNotFlushed,
+        /// `msync` is given the range's length from the rounded-down page start, so the end of a
+        /// range that crosses into the next page is not synced.
+        MsyncShort,
     }
 
     thread_local! {

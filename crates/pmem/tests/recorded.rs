@@ -204,19 +204,31 @@ fn msync_domain_reports_the_pages_the_real_code_syncs() {
 /// records and persisted. After a crash, every committed record must be whole.
 struct Toy {
     records: Vec<(usize, Vec<u8>, bool)>,
+    /// Bytes of medium the records need.
+    size: usize,
 }
 
 impl Toy {
+    /// Eight records in the first page, none ending on a cache-line boundary; with
+    /// `nontemporal`, every other one copied with non-temporal stores.
     fn new(nontemporal: bool) -> Toy {
+        Self::laid_out(4096, |i| 256 * (i + 1) + 24 + i, nontemporal)
+    }
+
+    /// Eight records, each crossing from one page into the next.
+    fn across_pages() -> Toy {
+        Self::laid_out(9 * 4096, |i| 4096 * (i + 1) - 60, false)
+    }
+
+    fn laid_out(size: usize, at: impl Fn(usize) -> usize, nontemporal: bool) -> Toy {
         let records = (0..8usize)
             .map(|i| {
-                let offset = 256 * (i + 1) + 24 + i;
                 let len = 100 + 13 * i;
                 let data: Vec<u8> = (0..len).map(|k| (k * 7 + i * 31 + 1) as u8).collect();
-                (offset, data, nontemporal && i % 2 == 0)
+                (at(i), data, nontemporal && i % 2 == 0)
             })
             .collect();
-        Toy { records }
+        Toy { records, size }
     }
 
     fn run(&self, m: &impl Medium) {
@@ -253,6 +265,16 @@ impl Toy {
 /// Crash `toy` at every fence and at its end, `seeds` times each, on the recorded medium (or the
 /// plain simulator) with `mutation` on; returns (images checked, images with a broken record).
 fn campaign(toy: &Toy, recorded_medium: bool, mutation: Mutation, seeds: u64) -> (u64, u64) {
+    campaign_in(Domain::Adr, toy, recorded_medium, mutation, seeds)
+}
+
+fn campaign_in(
+    domain: Domain,
+    toy: &Toy,
+    recorded_medium: bool,
+    mutation: Mutation,
+    seeds: u64,
+) -> (u64, u64) {
     canary::set(mutation);
     let (mut images, mut bad) = (0, 0);
     for seed in 0..seeds {
@@ -260,11 +282,16 @@ fn campaign(toy: &Toy, recorded_medium: bool, mutation: Mutation, seeds: u64) ->
             let cfg = SimConfig {
                 seed: seed * 1000 + n,
                 crash: CrashPlan::AtFence(n),
+                domain: if domain == Domain::Msync {
+                    SimDomain::Msync
+                } else {
+                    SimDomain::Adr
+                },
                 ..SimConfig::default()
             };
-            let sim = Arc::new(SimMedium::new(4096, cfg));
+            let sim = Arc::new(SimMedium::new(toy.size, cfg));
             if recorded_medium {
-                let m = Recorded::create(&path("toy"), sim.clone(), Domain::Adr).expect("create");
+                let m = Recorded::create(&path("toy"), sim.clone(), domain).expect("create");
                 toy.run(&m);
             } else {
                 toy.run(&*sim);
@@ -333,6 +360,34 @@ fn canary_nontemporal_tail_not_written_back_is_caught_only_by_the_recorded_mediu
     assert!(
         rec_bad > 0,
         "the recorded medium must catch the unflushed tail"
+    );
+}
+
+#[test]
+fn canary_msync_short_of_the_last_page_is_caught_only_by_the_recorded_medium() {
+    let toy = Toy::across_pages();
+    let (ok_images, ok_bad) = campaign_in(Domain::Msync, &toy, true, Mutation::None, 20);
+    let (sim_images, sim_bad) = campaign_in(Domain::Msync, &toy, false, Mutation::MsyncShort, 20);
+    let (rec_images, rec_bad) = campaign_in(Domain::Msync, &toy, true, Mutation::MsyncShort, 20);
+    println!(
+        "canary msync-short: recorded medium unmutated {ok_bad} of {ok_images} images broken, \
+         plain simulator {sim_bad} of {sim_images}, recorded medium {rec_bad} of {rec_images}"
+    );
+    println!(
+        "crash images checked: {}",
+        ok_images + sim_images + rec_images
+    );
+    assert_eq!(
+        ok_bad, 0,
+        "the real msync rounding keeps the protocol whole"
+    );
+    assert_eq!(
+        sim_bad, 0,
+        "the plain simulator never runs the msync rounding"
+    );
+    assert!(
+        rec_bad > 0,
+        "the recorded medium must catch the page left unsynced"
     );
 }
 
