@@ -20,6 +20,10 @@ pub enum FlushInstruction {
     Clflushopt,
     /// Write back and invalidate; ordered with other `clflush`es (the fence is then harmless).
     Clflush,
+    /// No instruction: each line the loop would write back, each fence and each store of a
+    /// non-temporal copy is reported to the persistence simulator behind a
+    /// [`crate::recorded::Recorded`] medium. Never chosen by detection.
+    Recorded,
 }
 
 impl FlushInstruction {
@@ -29,6 +33,7 @@ impl FlushInstruction {
             FlushInstruction::Clwb => "clwb",
             FlushInstruction::Clflushopt => "clflushopt",
             FlushInstruction::Clflush => "clflush",
+            FlushInstruction::Recorded => "recorded",
         }
     }
 }
@@ -81,42 +86,51 @@ pub unsafe fn flush_range(addr: *const u8, len: usize) {
 ///
 /// # Safety
 /// As for [`flush_range`]; `kind` must be an instruction this CPU has (one returned by
-/// [`flush_instruction`]).
+/// [`flush_instruction`]), or [`FlushInstruction::Recorded`] inside a recording call.
 #[inline(always)]
 pub unsafe fn flush_range_with(kind: FlushInstruction, addr: *const u8, len: usize) {
+    match kind {
+        FlushInstruction::Clwb => each_line(addr, len, |line| {
+            // SAFETY: `line` is inside the caller's mapping (rounded down to its cache line,
+            // which is mapped too since mappings are page-granular); clwb only writes back.
+            unsafe {
+                std::arch::asm!("clwb [{0}]", in(reg) line, options(nostack, preserves_flags))
+            }
+        }),
+        FlushInstruction::Clflushopt => each_line(addr, len, |line| {
+            // SAFETY: as above; clflushopt writes back and invalidates, contents unchanged.
+            unsafe {
+                std::arch::asm!("clflushopt [{0}]", in(reg) line, options(nostack, preserves_flags))
+            }
+        }),
+        FlushInstruction::Clflush => each_line(addr, len, |line| {
+            // SAFETY: as above; clflush is architecturally always available on x86-64.
+            unsafe { std::arch::x86_64::_mm_clflush(line as *const u8) }
+        }),
+        FlushInstruction::Recorded => each_line(addr, len, crate::recorded::line),
+    }
+}
+
+/// The write-back loop shared by every instruction (and by the recorded medium, so the simulator
+/// sees exactly the lines this rounding produces): `issue` once per cache line overlapping
+/// `[addr, addr + len)`, in address order.
+#[inline(always)]
+fn each_line(addr: *const u8, len: usize, mut issue: impl FnMut(usize)) {
     if len == 0 {
         return;
     }
     let start = addr as usize & !(CACHE_LINE - 1);
     let end = addr as usize + len;
+    #[cfg(feature = "canary")]
+    let end = if crate::recorded::canary::active(crate::recorded::canary::Mutation::SkipLastLine) {
+        end & !(CACHE_LINE - 1)
+    } else {
+        end
+    };
     let mut line = start;
-    match kind {
-        FlushInstruction::Clwb => {
-            while line < end {
-                // SAFETY: `line` is inside the caller's mapping (rounded down to its cache line,
-                // which is mapped too since mappings are page-granular); clwb only writes back.
-                unsafe {
-                    std::arch::asm!("clwb [{0}]", in(reg) line, options(nostack, preserves_flags))
-                };
-                line += CACHE_LINE;
-            }
-        }
-        FlushInstruction::Clflushopt => {
-            while line < end {
-                // SAFETY: as above; clflushopt writes back and invalidates, contents unchanged.
-                unsafe {
-                    std::arch::asm!("clflushopt [{0}]", in(reg) line, options(nostack, preserves_flags))
-                };
-                line += CACHE_LINE;
-            }
-        }
-        FlushInstruction::Clflush => {
-            while line < end {
-                // SAFETY: as above; clflush is architecturally always available on x86-64.
-                unsafe { std::arch::x86_64::_mm_clflush(line as *const u8) };
-                line += CACHE_LINE;
-            }
-        }
+    while line < end {
+        issue(line);
+        line += CACHE_LINE;
     }
 }
 
@@ -127,6 +141,18 @@ pub fn store_fence() {
     unsafe { std::arch::x86_64::_mm_sfence() }
 }
 
+/// [`store_fence`] for a mapping whose write-backs go through `kind`: under
+/// [`FlushInstruction::Recorded`] the fence is also reported to the simulator, whose answer (a
+/// simulated power failure) is returned.
+#[inline(always)]
+pub fn fence_with(kind: FlushInstruction) -> crate::error::Result<()> {
+    store_fence();
+    if kind == FlushInstruction::Recorded {
+        return crate::recorded::fence();
+    }
+    Ok(())
+}
+
 /// Copy `len` bytes from `src` to `dst` with non-temporal stores where alignment allows; the
 /// unaligned head and tail are copied normally and written back. The caller fences.
 ///
@@ -134,13 +160,34 @@ pub fn store_fence() {
 /// `dst..dst+len` must be writable mapped memory and `src..src+len` readable; they must not
 /// overlap.
 pub unsafe fn copy_nontemporal(dst: *mut u8, src: *const u8, len: usize) {
+    // SAFETY: the caller's guarantee is passed on unchanged; the instruction came from detection.
+    unsafe { copy_nontemporal_with(flush_instruction(), dst, src, len) }
+}
+
+/// [`copy_nontemporal`] writing back the head and tail with `kind`. Under
+/// [`FlushInstruction::Recorded`] the ordinary stores of the head and tail and the streamed body
+/// are also reported to the simulator, each right after the real store.
+///
+/// # Safety
+/// As for [`copy_nontemporal`] and [`flush_range_with`].
+pub unsafe fn copy_nontemporal_with(
+    kind: FlushInstruction,
+    dst: *mut u8,
+    src: *const u8,
+    len: usize,
+) {
     const CHUNK: usize = 16;
+    let recorded = kind == FlushInstruction::Recorded;
     let head = (dst as usize).wrapping_neg() & (CHUNK - 1);
     if len < head + CHUNK {
-        // SAFETY: the caller guarantees both ranges; they do not overlap.
+        // SAFETY: the caller guarantees both ranges; they do not overlap. `src..src+len` is
+        // readable and nothing writes it during the call, so it may be viewed as a slice.
         unsafe {
             std::ptr::copy_nonoverlapping(src, dst, len);
-            flush_range(dst, len);
+            if recorded {
+                crate::recorded::stored(dst as usize, std::slice::from_raw_parts(src, len));
+            }
+            flush_range_with(kind, dst, len);
         }
         return;
     }
@@ -148,18 +195,38 @@ pub unsafe fn copy_nontemporal(dst: *mut u8, src: *const u8, len: usize) {
     let tail = len - head - body;
     // SAFETY: head, body and tail partition [0, len), so every access stays inside the ranges the
     // caller vouched for; `dst + head` is 16-byte aligned as `_mm_stream_si128` requires, and
-    // `_mm_loadu_si128` accepts any alignment.
+    // `_mm_loadu_si128` accepts any alignment. The slices handed to the recorder are parts of
+    // `src..src+len`, readable and unchanged during the call.
     unsafe {
         std::ptr::copy_nonoverlapping(src, dst, head);
-        flush_range(dst, head);
+        if recorded {
+            crate::recorded::stored(dst as usize, std::slice::from_raw_parts(src, head));
+        }
+        flush_range_with(kind, dst, head);
         let mut off = head;
         while off < head + body {
             let v = std::arch::x86_64::_mm_loadu_si128(src.add(off).cast());
             std::arch::x86_64::_mm_stream_si128(dst.add(off).cast(), v);
             off += CHUNK;
         }
+        if recorded {
+            crate::recorded::streamed(
+                dst.add(head) as usize,
+                std::slice::from_raw_parts(src.add(head), body),
+            );
+        }
         std::ptr::copy_nonoverlapping(src.add(off), dst.add(off), tail);
-        flush_range(dst.add(off), tail);
+        if recorded {
+            crate::recorded::stored(
+                dst.add(off) as usize,
+                std::slice::from_raw_parts(src.add(off), tail),
+            );
+        }
+        #[cfg(feature = "canary")]
+        if crate::recorded::canary::active(crate::recorded::canary::Mutation::TailNotFlushed) {
+            return;
+        }
+        flush_range_with(kind, dst.add(off), tail);
     }
 }
 

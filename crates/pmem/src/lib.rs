@@ -34,6 +34,7 @@ pub mod layout;
 pub mod mapping;
 pub mod medium;
 pub mod pool;
+pub mod recorded;
 pub mod repair;
 pub mod rng;
 pub mod sim;

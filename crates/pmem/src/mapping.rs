@@ -222,6 +222,12 @@ impl Mapping {
         self.domain = domain;
     }
 
+    /// Send every write-back, fence, non-temporal copy and msync of this mapping to the
+    /// recorded medium's simulator (only [`crate::recorded::Recorded`] does this).
+    pub(crate) fn record(&mut self) {
+        self.flush = cpu::FlushInstruction::Recorded;
+    }
+
     /// The backing file (held open, and locked, for as long as it is mapped).
     pub fn file(&self) -> &File {
         &self.file
@@ -272,17 +278,28 @@ impl Mapping {
             return Ok(());
         }
         let start = offset & !(crate::layout::PAGE_SIZE - 1);
+        let length = offset + len - start;
+        #[cfg(feature = "canary")]
+        let length =
+            if crate::recorded::canary::active(crate::recorded::canary::Mutation::MsyncShort) {
+                len
+            } else {
+                length
+            };
         // SAFETY: a page-aligned sub-range of our mapping (callers checked the range).
-        let rc = unsafe {
-            libc::msync(
-                self.base.add(start).cast(),
-                offset + len - start,
-                libc::MS_SYNC,
-            )
-        };
+        let rc = unsafe { libc::msync(self.base.add(start).cast(), length, libc::MS_SYNC) };
         if rc != 0 {
             self.failed.store(true, Ordering::Release);
             return Err(last_os_error("msync failed on", &self.path));
+        }
+        if self.flush == cpu::FlushInstruction::Recorded {
+            // The recorded medium: the simulator writes back exactly the pages just synced (and
+            // may fail that msync, or cut power there), latching as a real failure would.
+            let synced = crate::recorded::msynced(self.base as usize + start, length);
+            if synced.is_err() {
+                self.failed.store(true, Ordering::Release);
+            }
+            return synced;
         }
         Ok(())
     }
@@ -376,8 +393,11 @@ impl Medium for Mapping {
             "write to a read-only mapping of {}",
             self.path.display()
         );
-        // SAFETY: as for `write`; copy_nontemporal stays inside the two ranges.
-        unsafe { cpu::copy_nontemporal(self.base.add(offset), data.as_ptr(), data.len()) };
+        // SAFETY: as for `write`; copy_nontemporal stays inside the two ranges, and `self.flush`
+        // came from detection (or is the recorded medium's).
+        unsafe {
+            cpu::copy_nontemporal_with(self.flush, self.base.add(offset), data.as_ptr(), data.len())
+        };
         if self.domain == Domain::Msync {
             // Non-temporal stores reach the page cache, not the disk: msync now, so the copy is
             // durable by the next fence as the trait promises. A failure latches the mapping and
@@ -429,7 +449,7 @@ impl Medium for Mapping {
     #[inline]
     fn fence(&self) -> Result<()> {
         match self.domain {
-            Domain::Adr | Domain::Eadr => cpu::store_fence(),
+            Domain::Adr | Domain::Eadr => cpu::fence_with(self.flush)?,
             Domain::Msync | Domain::Sim => {
                 if self.failed.load(Ordering::Acquire) {
                     return Err(PmemError::Failed);
@@ -445,8 +465,7 @@ impl Medium for Mapping {
             check_range(offset, len, self.len());
             // SAFETY: the range is inside the live mapping; `self.flush` came from detection.
             unsafe { cpu::flush_range_with(self.flush, self.base.add(offset), len) };
-            cpu::store_fence();
-            return Ok(());
+            return cpu::fence_with(self.flush);
         }
         self.flush(offset, len)?;
         self.fence()
