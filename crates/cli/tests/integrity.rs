@@ -454,7 +454,11 @@ fn mark_unverified(p: &str, meta: u64) {
     use integrity::layout::{HEADER_BYTES, HEADER_COPY_OFFSETS, flags, header::UUID_AT};
     let mut bytes = std::fs::read(p).unwrap();
     let meta = meta as usize;
-    let uuid = pmem::Uuid(bytes[meta + UUID_AT..meta + UUID_AT + 16].try_into().unwrap());
+    let uuid = pmem::Uuid(
+        bytes[meta + UUID_AT..meta + UUID_AT + 16]
+            .try_into()
+            .unwrap(),
+    );
     let mut h = HEADER_COPY_OFFSETS
         .iter()
         .filter_map(|&off| {
