@@ -453,28 +453,11 @@ fn open_notes(region: &str, data_offset: u64, r: &OpenReport) -> Vec<String> {
              this open replaced the damaged copy ({d})"
         ));
     }
-    if let Some(d) = &r.shadow_damage {
-        let then = if r.resync_pages > 0 {
-            "the resync below recomputed every page's redundancy, so it names nothing any more"
-        } else {
-            "which pages an interrupted update pass was rewriting cannot be known"
-        };
+    if r.trust.basis == integrity::Basis::Unverified {
         notes.push(format!(
-            "the shadow record of `{region}` is damaged ({d}): {then}"
-        ));
-    }
-    if r.marked_unverified {
-        notes.push(format!(
-            "region `{region}` is now marked unverified ({}): nothing was rebuilt, and it stays \
+            "region `{region}` is marked unverified ({}): nothing was rebuilt, and it stays \
              unverified until `kavach repair` proves every stripe",
             r.trust.reason
-        ));
-    }
-    if r.shadow_pages_replayed > 0 {
-        notes.push(format!(
-            "an update pass of `{region}` had been interrupted: the redundancy of its {} pages \
-             was recomputed from the shadow record",
-            r.shadow_pages_replayed
         ));
     }
     if r.resync_pages > 0 {
@@ -530,9 +513,6 @@ fn scrub_notes(region: &str, r: &OpenReport) -> Vec<String> {
             "one copy of the integrity header of `{region}` is damaged; the other is in force \
              ({d})"
         ));
-    }
-    if let Some(d) = &r.shadow_damage {
-        notes.push(format!("the shadow record of `{region}` is damaged ({d})"));
     }
     notes
 }
@@ -1217,7 +1197,7 @@ fn repair(a: &CheckArgs) -> Result<Outcome> {
         if report.proved_all_stripes {
             println!(
                 "every stripe of region `{}` proven (data, parity and checksums agree): the \
-                 region is verified again and its shadow record rewritten",
+                 region is verified again",
                 a.region
             );
         }

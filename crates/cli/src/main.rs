@@ -90,8 +90,8 @@ enum Command {
     /// in eager mode, every cache line against its line checksum). Nothing is written and
     /// nothing is repaired (see `kavach repair`): the pool is opened read-only. If the region
     /// was not closed cleanly (a crash), a mismatch may be a write the redundancy never
-    /// covered or damage, so mismatches are listed as unverifiable. If the region's shadow
-    /// record is damaged, the region is reported unverified until `kavach repair` proves every
+    /// covered or damage, so mismatches are listed as unverifiable. If an earlier version
+    /// marked the region unverified, it is reported so until `kavach repair` proves every
     /// stripe. Each finding names what is damaged (data page, parity page of a stripe,
     /// checksum block, line), its pool byte offset, and the checksum expected and found.
     ///
@@ -110,7 +110,7 @@ enum Command {
     /// pass their checksums and the rebuilt page passes its own; anything else is reported as
     /// not repaired, with the reason, and left as it is (never guessed). A region not closed
     /// cleanly is resynced at open, and each page whose checksum changed is named. An
-    /// unverified region (damaged shadow record) is never resynced: repair proves every stripe
+    /// unverified region (marked by an earlier version) is never resynced: repair proves every stripe
     /// before marking it verified, and names any it cannot prove (exit 1).
     ///
     /// Exit status: 0 everything repaired (or nothing to repair); 1 some damage could not be

@@ -442,8 +442,38 @@ fn flip(p: &str, at: u64, bit: u8) {
     std::fs::write(p, bytes).unwrap();
 }
 
-/// Offset of the shadow record in the integrity region (docs/format/integrity.md).
-const SHADOW_AT: u64 = 4096;
+/// Offset of the reserved page (where earlier versions kept a shadow record) in the integrity
+/// region (docs/format/integrity.md).
+const RETIRED_AT: u64 = 4096;
+
+/// Set the `unverified` flag of the integrity region at `meta`, as an earlier version did when
+/// it found its shadow record damaged: the header copy in force, rewritten as the next header
+/// write would be (the other copy, `seq` + 1).
+fn mark_unverified(p: &str, meta: u64) {
+    use integrity::header::Header;
+    use integrity::layout::{HEADER_BYTES, HEADER_COPY_OFFSETS, flags, header::UUID_AT};
+    let mut bytes = std::fs::read(p).unwrap();
+    let meta = meta as usize;
+    let uuid = pmem::Uuid(
+        bytes[meta + UUID_AT..meta + UUID_AT + 16]
+            .try_into()
+            .unwrap(),
+    );
+    let mut h = HEADER_COPY_OFFSETS
+        .iter()
+        .filter_map(|&off| {
+            let at = meta + off;
+            let b: [u8; HEADER_BYTES] = bytes[at..at + HEADER_BYTES].try_into().unwrap();
+            Header::decode(&b, &uuid, at as u64).ok()
+        })
+        .max_by_key(|h| h.seq)
+        .unwrap();
+    h.flags |= flags::UNVERIFIED;
+    h.seq += 1;
+    let at = meta + HEADER_COPY_OFFSETS[(h.seq % 2) as usize];
+    bytes[at..at + HEADER_BYTES].copy_from_slice(&h.encode());
+    std::fs::write(p, bytes).unwrap();
+}
 
 /// Run `scrub` (JSON and text) on a file made read-only (mode 0444) while this process holds
 /// the pool open read-only (a shared lock: a scrub that opened the file for writing would be
@@ -477,41 +507,47 @@ fn scrub_read_only(p: &str, code: i32) -> serde_json::Value {
 }
 
 /// Case 3 of issue 17: a damaged shadow record made `scrub` rebuild all redundancy from the
-/// data, taking a damaged page for good (exit 0, "clean", damage permanent). Now scrub changes
-/// nothing and reports the region unverified (exit 1) with the damage named; a read-write open
-/// marks it unverified (so passes that rewrite the shadow record cannot erase the fact), and
-/// only a repair that proves every stripe makes it verified again.
+/// data, taking a damaged page for good (exit 0, "clean", damage permanent). The record is
+/// retired now: damage to its bytes decides nothing (scrub changes nothing, reports page 5 as
+/// damage, exit 1). A region an earlier version marked unverified (because it found its record
+/// damaged) is reported unverified with the damage named, and only a repair that proves every
+/// stripe makes it verified again; the repair's open zeroes the legacy bytes.
 #[test]
-fn a_damaged_shadow_record_leaves_the_region_unverified_until_repair_proves_it() {
+fn a_damaged_legacy_shadow_record_decides_nothing_and_an_unverified_mark_holds_until_repair() {
     let s = Scratch::new("shadow");
     let p = filled_pool(&s, "p.pool", "lazy");
     let (_, meta, _) = layout_of(&p);
     let v = run_json(&["inject", "bitflip", &p, "--page", "5", "--bits", "4"], 0);
     let intended = v["digest_intended"].as_str().unwrap().to_string();
-    flip(&p, meta + SHADOW_AT + 20, 3);
-    for _ in 0..2 {
-        let v = scrub_read_only(&p, 1);
-        assert_eq!(v["verified"], false);
-        assert_eq!(v["trust"]["basis"], "unverified");
-        assert!(v["open"]["shadow_damage"].as_str().unwrap().contains("0x"));
-        let pages: Vec<u64> = v["findings"]
+    flip(&p, meta + RETIRED_AT + 20, 3);
+    let pages_of = |v: &serde_json::Value| -> Vec<u64> {
+        v["findings"]
             .as_array()
             .unwrap()
             .iter()
             .map(|f| f["index"].as_u64().unwrap())
-            .collect();
-        assert_eq!(pages, vec![5], "{v}");
+            .collect()
+    };
+    let v = scrub_read_only(&p, 1);
+    assert_eq!(v["trust"]["basis"], "current", "{v}");
+    assert_eq!(pages_of(&v), vec![5], "{v}");
+    mark_unverified(&p, meta);
+    for _ in 0..2 {
+        let v = scrub_read_only(&p, 1);
+        assert_eq!(v["verified"], false);
+        assert_eq!(v["trust"]["basis"], "unverified");
+        assert_eq!(pages_of(&v), vec![5], "{v}");
     }
     let text = run_ok(&["scrub", &p], 1);
     assert!(
-        text.contains("NOT verified") && text.contains("shadow record"),
+        text.contains("NOT verified") && text.contains("marked unverified"),
         "{text}"
     );
     assert!(text.contains("data page 5 at byte 0x"), "{text}");
     assert_ne!(digest(&p), intended, "nothing was repaired or rebuilt");
     let info = run_ok(&["pool", "info", &p], 0);
     assert!(
-        info.contains("redundancy unverified: the shadow record"),
+        info.contains("redundancy unverified: the region is marked unverified"),
         "{info}"
     );
 
@@ -523,29 +559,29 @@ fn a_damaged_shadow_record_leaves_the_region_unverified_until_repair_proves_it()
     assert_eq!(digest(&p), intended);
     let v = scrub_read_only(&p, 0);
     assert_eq!(v["verified"], true);
+    let bytes = std::fs::read(&p).unwrap();
+    let at = (meta + RETIRED_AT) as usize;
     assert!(
-        v["open"]["shadow_damage"].is_null(),
-        "the record was rewritten"
+        bytes[at..at + 128].iter().all(|&b| b == 0),
+        "the legacy bytes were zeroed"
     );
 }
 
-/// The unverified mark survives the update passes of other commands (which rewrite the shadow
-/// record), and a stripe repair cannot prove keeps the region unverified and exits 1.
+/// The unverified mark survives the update passes of other commands, and a stripe repair
+/// cannot prove keeps the region unverified and exits 1.
 #[test]
 fn an_unverified_region_stays_unverified_until_every_stripe_is_proven() {
     let s = Scratch::new("unproven");
     let p = filled_pool(&s, "p.pool", "lazy");
     let (data, meta, _) = layout_of(&p);
-    flip(&p, meta + SHADOW_AT + 40, 0);
-    // A read-write command that runs an update pass: it marks the region, says so, and the
-    // pass rewrites the shadow record.
+    mark_unverified(&p, meta);
+    // A read-write command that runs an update pass: it keeps the mark and says so.
     let text = run_ok(
         &["inject", "lost-write", &p, "--page", "20", "--seed", "4"],
         0,
     );
     assert!(text.contains("marked unverified"), "{text}");
     let v = scrub_read_only(&p, 1);
-    assert!(v["open"]["shadow_damage"].is_null(), "{v}");
     assert_eq!(v["trust"]["basis"], "unverified");
     assert!(
         v["trust"]["reason"]

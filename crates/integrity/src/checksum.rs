@@ -31,7 +31,7 @@ pub enum Tag {
     PageBlock = b'B',
     /// A block of the parity checksum array.
     ParityBlock = b'Q',
-    /// A header copy or the shadow record (number = copy, or 2 for the shadow).
+    /// A header copy (number = copy; 2 was the retired shadow record's).
     Meta = b'M',
 }
 

@@ -8,14 +8,14 @@
 
 use crate::checksum::{Tag, checksum, page_delta, xor_into};
 use crate::error::{IntegrityError, Result};
-use crate::header::{Header, Shadow, decode_shadow, encode_shadow};
+use crate::header::Header;
 use crate::layout::{
-    self, Geometry, HEADER_BYTES, HEADER_COPY_OFFSETS, LINE_BYTES, LINES_PER_PAGE, SHADOW_AT,
-    SHADOW_BYTES, SUM_BLOCK_BYTES, SUMS_PER_BLOCK, flags, state,
+    self, Geometry, HEADER_BYTES, HEADER_COPY_OFFSETS, LINE_BYTES, LINES_PER_PAGE, RETIRED_AT,
+    RETIRED_BYTES, SUM_BLOCK_BYTES, SUMS_PER_BLOCK, flags, state,
 };
 use crate::report::{Finding, PassStats, Stats};
 use crate::tracker::{BATCH_WORDS, BatchBits, Tracker, TrackerKind, explicit::ExplicitTracker};
-use crate::trust::{Basis, ShadowSeen, Trust};
+use crate::trust::{Basis, Trust};
 use pmem::layout::PAGE_SIZE;
 use pmem::{Medium, Uuid};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -131,10 +131,10 @@ pub struct OpenReport {
     pub previous_state: &'static str,
     /// Damage to one header copy (the other was used).
     pub header_damage: Vec<String>,
-    /// Pages of an interrupted update batch recomputed from the shadow record.
-    pub shadow_pages_replayed: u64,
-    /// The shadow record failed its check (see [`crate::trust`] for what follows).
-    pub shadow_damage: Option<String>,
+    /// The retired page of the integrity region (where earlier versions kept a shadow batch
+    /// record) held bytes, and this read-write open wrote zeros there (see
+    /// `docs/format/integrity.md`); its contents were not used for anything.
+    pub retired_bytes_cleared: bool,
     /// Pages whose checksums were rebuilt by a full resync (0 if none was needed; a resync runs
     /// only in a read-write open of an unclean region).
     pub resync_pages: u64,
@@ -149,8 +149,6 @@ pub struct OpenReport {
     /// How far the stored redundancy could be trusted when open read it, before doing
     /// anything (see [`crate::trust`]).
     pub trust: Trust,
-    /// This open found the region unverified and set the header's `unverified` flag.
-    pub marked_unverified: bool,
     /// Pages whose line checksums were computed because they were not current (a switch to
     /// eager mode); only pages that pass their page checksum get them.
     pub lines_rebuilt_pages: u64,
@@ -177,7 +175,6 @@ pub(crate) struct Inner<M: Medium> {
     pub(crate) read_only: bool,
     header: Mutex<Header>,
     trust: Mutex<Trust>,
-    shadow_seq: AtomicU64,
     pub(crate) log: Mutex<Log>,
     pub(crate) eager_writes: AtomicU64,
     pub(crate) repairs_on_read: AtomicU64,
@@ -262,12 +259,11 @@ impl<M: Medium> Inner<M> {
         *self.trust.lock().unwrap_or_else(|e| e.into_inner()) = t;
     }
 
-    /// Every stripe was proven: clear the `unverified` flag and write an empty shadow record
-    /// (the damaged one, if any, goes). The caller holds every group's write lock or is alone.
+    /// Every stripe was proven: clear the `unverified` flag. The caller holds every group's
+    /// write lock or is alone.
     pub(crate) fn mark_verified(&self) -> Result<()> {
         self.check_usable()?;
         self.medium.fence()?;
-        self.write_shadow(0, &[0; BATCH_WORDS])?;
         self.write_header(|h| h.flags &= !flags::UNVERIFIED)?;
         self.set_trust(Trust::current());
         Ok(())
@@ -408,7 +404,7 @@ impl<M: Medium> Inner<M> {
         Ok(())
     }
 
-    // ---------- header and shadow ----------
+    // ---------- header ----------
 
     fn write_header(&self, change: impl FnOnce(&mut Header)) -> Result<()> {
         let mut h = self.header.lock().unwrap_or_else(|e| e.into_inner());
@@ -422,13 +418,20 @@ impl<M: Medium> Inner<M> {
         Ok(())
     }
 
-    fn write_shadow(&self, first: u64, bits: &BatchBits) -> Result<()> {
-        let seq = self.shadow_seq.fetch_add(1, Ordering::Relaxed) + 1;
-        let at = self.meta(SHADOW_AT as u64);
-        self.medium
-            .write(at, &encode_shadow(&self.uuid, seq, first, bits));
-        self.medium.persist(at, SHADOW_BYTES)?;
-        Ok(())
+    /// Zero the bytes where earlier versions kept the shadow batch record, if anything is
+    /// there. Nothing reads them any more; an earlier version that opens the region after this
+    /// one must not take a record left over from its own crash for a batch in flight. Returns
+    /// whether it wrote.
+    fn clear_retired(&self) -> Result<bool> {
+        let at = self.meta(RETIRED_AT as u64);
+        let mut b = [0u8; RETIRED_BYTES];
+        self.medium.read(at, &mut b);
+        if b.iter().all(|&x| x == 0) {
+            return Ok(false);
+        }
+        self.medium.write(at, &[0; RETIRED_BYTES]);
+        self.medium.persist(at, RETIRED_BYTES)?;
+        Ok(true)
     }
 
     // ---------- rebuilding redundancy ----------
@@ -612,9 +615,13 @@ impl<M: Medium> Inner<M> {
         let mut first = 0;
         while first < g.data_pages {
             let count = batch.min(g.data_pages - first) as u32;
-            // Hold every group of the batch from before the collect until the shadow is
-            // cleared: no scrubber can see a page that tracking calls clean while its
-            // redundancy is still old.
+            // Hold every group of the batch from before the collect until its new redundancy
+            // is durable: no scrubber can see a page that tracking calls clean while its
+            // redundancy is still old. (Vilamb also persists the batch's dirty bits before
+            // changing redundancy and clears them after, so that a battery-backed recovery can
+            // finish the batch; here an unclean shutdown resyncs every page, since tracking of
+            // the pages written after the batch is lost anyway, so such a record would name
+            // nothing that recovery needs: see `docs/integrity.md`, "No battery".)
             let locks: Vec<_> = (first / gp..(first + count as u64).div_ceil(gp))
                 .map(|grp| self.lock_write(grp as usize))
                 .collect();
@@ -624,8 +631,6 @@ impl<M: Medium> Inner<M> {
             st.tracking_us += t.elapsed().as_micros() as u64;
             if bits.iter().any(|&w| w != 0) {
                 st.dirty_batches += 1;
-                // Algorithm 1, lines 3-5: the shadow is durable before any redundancy changes.
-                self.write_shadow(first, &bits)?;
                 let mut s = first / k;
                 while s * k < first + count as u64 {
                     let range = g.stripe_pages_range(s);
@@ -641,9 +646,8 @@ impl<M: Medium> Inner<M> {
                     }
                     s += 1;
                 }
-                // Lines 19-20: the redundancy is durable before the shadow is cleared.
+                // The redundancy is durable before the locks are released.
                 self.medium.fence()?;
-                self.write_shadow(0, &[0; BATCH_WORDS])?;
             }
             drop(locks);
             first += count as u64;
@@ -948,7 +952,6 @@ fn build<M: Medium>(
         read_only,
         header: Mutex::new(header),
         trust: Mutex::new(Trust::current()),
-        shadow_seq: AtomicU64::new(0),
         log: Mutex::new(Log::default()),
         eager_writes: AtomicU64::new(0),
         repairs_on_read: AtomicU64::new(0),
@@ -1062,10 +1065,10 @@ pub fn format<M: Medium>(
     inner.write_header(|_| {})?;
     inner
         .medium
-        .write(inner.meta(SHADOW_AT as u64), &[0; SHADOW_BYTES]);
+        .write(inner.meta(RETIRED_AT as u64), &[0; RETIRED_BYTES]);
     inner
         .medium
-        .persist(inner.meta(SHADOW_AT as u64), SHADOW_BYTES)?;
+        .persist(inner.meta(RETIRED_AT as u64), RETIRED_BYTES)?;
     inner.resync(true, progress)?;
     inner.write_header(|h| {
         h.state = state::CLEAN;
@@ -1075,15 +1078,13 @@ pub fn format<M: Medium>(
 }
 
 /// The read-write part of open, by the table of [`crate::trust`]: record the session (state
-/// open, or stale in mode off) and, for an unverified region, the `unverified` flag, before
-/// anything else is written; then recover an unclean region (replay the shadow batch, resync:
-/// the only place damage can be taken as data, and the report names the pages), or, for a
+/// open, or stale in mode off) before anything else is written; then recover an unclean region (a resync: the only place damage
+/// can be taken as data, and the report names the pages), or, for a
 /// region trusted as it is, compute missing line checksums only from pages that pass their
 /// page checksum.
 fn open_read_write<M: Medium>(
     inner: &Inner<M>,
     trust: &Trust,
-    shadow: std::result::Result<Shadow, pmem::Corruption>,
     prior_flags: u32,
     report: &mut OpenReport,
     progress: Progress<'_>,
@@ -1092,7 +1093,6 @@ fn open_read_write<M: Medium>(
     let eager = mode == Mode::Eager;
     let recover = trust.basis == Basis::Unclean && mode != Mode::Off;
     let lines_ok = prior_flags & flags::LINES_VALID != 0 && !recover;
-    let mark = trust.basis == Basis::Unverified && prior_flags & flags::UNVERIFIED == 0;
     inner.write_header(|h| {
         h.mode = mode.code();
         h.period_ms = inner.period_ms;
@@ -1106,41 +1106,15 @@ fn open_read_write<M: Medium>(
         if !(eager && lines_ok) {
             h.flags &= !flags::LINES_VALID;
         }
-        if trust.basis == Basis::Unverified {
-            h.flags |= flags::UNVERIFIED;
-        }
     })?;
-    report.marked_unverified = mark;
+    report.retired_bytes_cleared = inner.clear_retired()?;
     if recover {
-        if let Ok(Shadow::Batch { first, bits }) = shadow {
-            // An update pass stopped mid-batch: redo the batch's stripes.
-            let k = inner.geo.stripe_pages as u64;
-            let mut buf = vec![0u8; PAGE_SIZE];
-            let mut stripes = std::collections::BTreeMap::<u64, u64>::new();
-            for bit in 0..(BATCH_WORDS * 64) as u64 {
-                if bits[(bit / 64) as usize] >> (bit % 64) & 1 == 1 {
-                    let p = first + bit;
-                    let s = p / k;
-                    *stripes.entry(s).or_default() |= 1 << (p - s * k);
-                    report.shadow_pages_replayed += 1;
-                }
-            }
-            for (s, dirty) in stripes {
-                inner.update_stripe(s, dirty, &mut buf, "open")?;
-            }
-            inner.medium.fence()?;
-            inner.write_shadow(0, &[0; BATCH_WORDS])?;
-        }
         let t = Instant::now();
         let (pages, changed, listed) = inner.resync(eager, progress)?;
         report.resync_pages = pages;
         report.resync_pages_changed = changed;
         report.resync_pages_changed_list = listed;
         report.resync_ms = t.elapsed().as_millis() as u64;
-        if report.shadow_damage.is_some() {
-            // Everything was recomputed: the damaged record names nothing any more.
-            inner.write_shadow(0, &[0; BATCH_WORDS])?;
-        }
         inner.write_header(|h| {
             h.flags &= !flags::UNVERIFIED;
             if eager {
@@ -1158,8 +1132,8 @@ fn open_read_write<M: Medium>(
 }
 
 impl<M: Medium + 'static> Protected<M> {
-    /// Open the protected region at `place`: check the header, replay an interrupted update
-    /// batch, resync after an unclean shutdown, switch mode if asked, arm tracking and start the
+    /// Open the protected region at `place`: check the header, resync after an unclean
+    /// shutdown, switch mode if asked, arm tracking and start the
     /// background threads.
     pub fn open(
         medium: M,
@@ -1247,25 +1221,9 @@ impl<M: Medium + 'static> Protected<M> {
                 ),
             ));
         }
-        let shadow_at = place.meta_offset as usize + SHADOW_AT;
-        let mut sb = [0u8; SHADOW_BYTES];
-        medium.read(shadow_at, &mut sb);
-        let shadow = decode_shadow(&sb, &place.uuid, geo.data_pages, shadow_at as u64);
         let prior_flags = header.flags;
-        let shadow_seen = match &shadow {
-            Ok(Shadow::Empty) => ShadowSeen::Empty,
-            Ok(Shadow::Batch { .. }) => ShadowSeen::Batch,
-            Err(c) => {
-                report.shadow_damage = Some(c.to_string());
-                ShadowSeen::Damaged
-            }
-        };
-        let trust = crate::trust::decide(
-            !report.header_damage.is_empty(),
-            header.state,
-            shadow_seen,
-            header.flags,
-        );
+        let trust =
+            crate::trust::decide(!report.header_damage.is_empty(), header.state, header.flags);
         report.trust = trust.clone();
         let inner = build(
             medium,
@@ -1278,7 +1236,7 @@ impl<M: Medium + 'static> Protected<M> {
         );
         inner.set_trust(trust.clone());
         if !opts.read_only {
-            open_read_write(&inner, &trust, shadow, prior_flags, &mut report, progress)?;
+            open_read_write(&inner, &trust, prior_flags, &mut report, progress)?;
             if mode == Mode::Lazy {
                 inner.tracker.arm()?;
             }

@@ -1,11 +1,10 @@
-//! Encoding and validation of the integrity header and the shadow batch record.
+//! Encoding and validation of the integrity header.
 
 use crate::checksum::{Tag, checksum};
 use crate::layout::{
-    self, Geometry, HEADER_BYTES, META_MAGIC, META_VERSION, PERIOD_MS_MAX, PERIOD_MS_MIN,
-    SHADOW_BYTES, flags, header as h, shadow as s, state,
+    self, Geometry, HEADER_BYTES, META_MAGIC, META_VERSION, PERIOD_MS_MAX, PERIOD_MS_MIN, flags,
+    header as h, state,
 };
-use crate::tracker::{BATCH_WORDS, BatchBits};
 use pmem::codec::{FixedWriter, Reader};
 use pmem::{Corruption, Uuid};
 
@@ -200,99 +199,6 @@ impl Header {
     }
 }
 
-/// What the shadow record holds.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Shadow {
-    /// No batch is being updated.
-    Empty,
-    /// An update pass was rewriting the redundancy of these pages.
-    Batch {
-        /// First page of the batch.
-        first: u64,
-        /// Bit `i` is page `first + i`.
-        bits: BatchBits,
-    },
-}
-
-/// Encode a shadow record with sequence number `seq`.
-pub fn encode_shadow(uuid: &Uuid, seq: u64, first: u64, bits: &BatchBits) -> [u8; SHADOW_BYTES] {
-    let mut b = [0u8; SHADOW_BYTES];
-    let mut w = FixedWriter::new(&mut b);
-    w.u64_at(s::SEQ_AT, seq).u64_at(s::FIRST_PAGE_AT, first);
-    for (i, word) in bits.iter().enumerate() {
-        w.u64_at(s::BITS_AT + 8 * i, *word);
-    }
-    let crc = checksum(uuid, Tag::Meta, 2, &b[..s::CRC_AT]);
-    FixedWriter::new(&mut b).u32_at(s::CRC_AT, crc);
-    b
-}
-
-/// Decode the shadow record found at pool offset `at`; pages past `data_pages` are corruption.
-pub fn decode_shadow(
-    b: &[u8; SHADOW_BYTES],
-    uuid: &Uuid,
-    data_pages: u64,
-    at: u64,
-) -> Result<Shadow, Corruption> {
-    if b.iter().all(|&x| x == 0) {
-        return Ok(Shadow::Empty);
-    }
-    let rd = Reader::new("integrity shadow batch", b).at(at);
-    let covered = rd.slice_at("crc-covered bytes", 0, s::CRC_AT)?;
-    let crc = checksum(uuid, Tag::Meta, 2, covered);
-    let stored = rd.u32_at("crc32c", s::CRC_AT)?;
-    if crc != stored {
-        return Err(rd
-            .invalid(
-                "crc32c",
-                s::CRC_AT,
-                format!("{crc:#010x}"),
-                format!("{stored:#010x}"),
-            )
-            .into());
-    }
-    let reserved = rd.slice_at("reserved", s::RESERVED_AT, SHADOW_BYTES - s::RESERVED_AT)?;
-    if let Some(i) = reserved.iter().position(|&x| x != 0) {
-        return Err(rd
-            .invalid(
-                "reserved",
-                s::RESERVED_AT + i,
-                "zero",
-                format!("{:#04x}", reserved[i]),
-            )
-            .into());
-    }
-    let mut bits = [0u64; BATCH_WORDS];
-    for (i, w) in bits.iter_mut().enumerate() {
-        *w = rd.u64_at("bits", s::BITS_AT + 8 * i)?;
-    }
-    if bits.iter().all(|&w| w == 0) {
-        return Ok(Shadow::Empty);
-    }
-    let first = rd.u64_at("first_page", s::FIRST_PAGE_AT)?;
-    let last_bit = (BATCH_WORDS * 64 - 1)
-        - bits
-            .iter()
-            .rev()
-            .flat_map(|w| (0..64).rev().map(move |i| (w >> i) & 1))
-            .position(|x| x == 1)
-            .unwrap_or(0);
-    if first
-        .checked_add(last_bit as u64)
-        .is_none_or(|p| p >= data_pages)
-    {
-        return Err(rd
-            .invalid(
-                "first_page",
-                s::FIRST_PAGE_AT,
-                format!("a batch inside the region's {data_pages} pages"),
-                format!("{first} with bit {last_bit} set"),
-            )
-            .into());
-    }
-    Ok(Shadow::Batch { first, bits })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -382,34 +288,5 @@ mod tests {
             Header::decode(&b, &uuid, 0).unwrap_err().field,
             "data_pages/stripe_pages"
         );
-    }
-
-    #[test]
-    fn shadow_round_trips_and_rejects_damage() {
-        let uuid = Uuid([9; 16]);
-        let mut bits = [0u64; BATCH_WORDS];
-        bits[0] = 0b1011;
-        bits[7] = 1 << 63;
-        let b = encode_shadow(&uuid, 3, 512, &bits);
-        assert_eq!(
-            decode_shadow(&b, &uuid, 1024, 0),
-            Ok(Shadow::Batch { first: 512, bits })
-        );
-        assert_eq!(
-            decode_shadow(&b, &uuid, 1000, 0).unwrap_err().field,
-            "first_page"
-        );
-        let mut bad = b;
-        bad[s::BITS_AT] ^= 4;
-        assert_eq!(
-            decode_shadow(&bad, &uuid, 1024, 0).unwrap_err().field,
-            "crc32c"
-        );
-        assert_eq!(
-            decode_shadow(&[0; SHADOW_BYTES], &uuid, 1024, 0),
-            Ok(Shadow::Empty)
-        );
-        let cleared = encode_shadow(&uuid, 4, 0, &[0; BATCH_WORDS]);
-        assert_eq!(decode_shadow(&cleared, &uuid, 1024, 0), Ok(Shadow::Empty));
     }
 }

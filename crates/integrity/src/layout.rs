@@ -5,7 +5,7 @@
 //!
 //! ```text
 //! page 0      header, two copies (at 0 and 2048), the newer valid one in force
-//! page 1      shadow batch: the pages whose redundancy an update pass is rewriting
+//! page 1      reserved (earlier versions kept a shadow batch record here; ignored)
 //! pagesums    one CRC-32C per data page
 //! pageblocks  one CRC-32C per 64-byte block (16 entries) of `pagesums`
 //! paritysums  one CRC-32C per parity page
@@ -28,11 +28,13 @@ pub const META_VERSION: u32 = 1;
 pub const HEADER_COPY_OFFSETS: [usize; 2] = [0, 2048];
 /// Size of one header copy.
 pub const HEADER_BYTES: usize = 256;
-/// Offset of the shadow batch record.
-pub const SHADOW_AT: usize = PAGE_SIZE;
-/// Size of the shadow batch record.
-pub const SHADOW_BYTES: usize = 128;
-/// Offset of the first section (after the header and shadow pages).
+/// Offset of the retired bytes: page 1 is reserved, and its first [`RETIRED_BYTES`] are where
+/// earlier writers of version 1 kept a shadow batch record. Nothing reads them; a read-write
+/// open zeroes them if they are not zero (`docs/format/integrity.md`, "Reserved page").
+pub const RETIRED_AT: usize = PAGE_SIZE;
+/// Size of the retired shadow batch record.
+pub const RETIRED_BYTES: usize = 128;
+/// Offset of the first section (after the header page and the reserved page).
 pub const SECTIONS_AT: usize = 2 * PAGE_SIZE;
 
 /// Checksum entries per checksum block (one 64-byte cache line of u32s).
@@ -82,10 +84,10 @@ pub mod state {
 pub mod flags {
     /// The line checksums are current (kept only in `eager` mode).
     pub const LINES_VALID: u32 = 1;
-    /// The region is unverified: a read-write open found the header clean but the shadow
-    /// record damaged (or holding a batch, or this flag already set), so redundancy that looks
-    /// right may be half-rewritten by an update pass nobody can locate. Set before anything
-    /// else is written; cleared only by a repair that proves every stripe, or by a resync.
+    /// The region is unverified: set by earlier writers of version 1 when a read-write open
+    /// found the header clean but their shadow batch record damaged (or holding a batch). This
+    /// version never sets it; it honours it (redundancy that looks right proves nothing) until
+    /// a repair proves every stripe, or a resync.
     pub const UNVERIFIED: u32 = 2;
     /// Every flag this version knows.
     pub const KNOWN: u32 = LINES_VALID | UNVERIFIED;
@@ -117,16 +119,6 @@ pub mod header {
     pub const CRC_AT: usize = 252;
 }
 
-/// Shadow record field offsets.
-pub mod shadow {
-    #![allow(missing_docs)]
-    pub const SEQ_AT: usize = 0;
-    pub const FIRST_PAGE_AT: usize = 8;
-    pub const BITS_AT: usize = 16;
-    pub const CRC_AT: usize = 80;
-    pub const RESERVED_AT: usize = 84;
-}
-
 /// Fields of a header copy, as the format document lists them.
 pub const HEADER_FIELDS: &[Field] = &[
     Field::new("magic", header::MAGIC_AT, 8),
@@ -150,15 +142,6 @@ pub const HEADER_FIELDS: &[Field] = &[
     Field::new("parity_device", header::PARITY_DEVICE_AT, 4),
     Field::new("reserved", header::RESERVED_AT, 120),
     Field::new("crc32c", header::CRC_AT, 4),
-];
-
-/// Fields of the shadow record.
-pub const SHADOW_FIELDS: &[Field] = &[
-    Field::new("seq", shadow::SEQ_AT, 8),
-    Field::new("first_page", shadow::FIRST_PAGE_AT, 8),
-    Field::new("bits", shadow::BITS_AT, 64),
-    Field::new("crc32c", shadow::CRC_AT, 4),
-    Field::new("reserved", shadow::RESERVED_AT, 44),
 ];
 
 fn round_page(bytes: u64) -> Option<u64> {

@@ -3,8 +3,8 @@
 //!
 //! A protected data region gets a CRC-32C per 4 KiB page (bound to the page number and the pool
 //! UUID), XOR parity over stripes of K pages kept in a separate integrity region, a checksum
-//! over each 64-byte block of each checksum array, and a persistent shadow record of the batch
-//! being updated. Four modes, chosen per region and switchable at each open:
+//! over each 64-byte block of each checksum array, and a header saying whether it was closed
+//! cleanly (after an unclean shutdown, a read-write open resyncs). Four modes, chosen per region and switchable at each open:
 //!
 //! - `off`: nothing is kept.
 //! - `lazy` (Vilamb): a background pass every period finds the pages written since the last

@@ -2,7 +2,7 @@
 //! can prove, report the rest).
 //!
 //! The rules:
-//! - Scrub writes nothing, ever: not redundancy, not a header, not the shadow record. It runs
+//! - Scrub writes nothing, ever: not redundancy, not a header, not the reserved page. It runs
 //!   on a read-only handle as well as on a read-write one.
 //! - What a mismatch means depends on the trust open found ([`crate::trust`]): damage when
 //!   the region is current or unverified; *unverifiable* (a write never covered, or damage)
@@ -579,7 +579,7 @@ fn prove_stripe<M: Medium>(inner: &Inner<M>, s: u64) -> Result<(), String> {
 
 /// An unverified region: prove every stripe; stripes that cannot be proven (and are not already
 /// named by an unrepaired finding) are added to `outcomes` as not repaired. When every stripe
-/// is proven, the region is marked verified (flag cleared, shadow record rewritten empty).
+/// is proven, the region is marked verified (flag cleared).
 fn prove_every_stripe<M: Medium>(
     inner: &Inner<M>,
     outcomes: &mut Vec<RepairOutcome>,
@@ -609,8 +609,8 @@ fn prove_every_stripe<M: Medium>(
         }
     }
     if all {
-        // Hold every group: no update pass may have a batch in flight while the shadow record
-        // is rewritten.
+        // Hold every group: no update pass may have a batch in flight while the flag is
+        // cleared.
         let _locks: Vec<_> = (0..g.groups())
             .map(|grp| inner.lock_write(grp as usize))
             .collect();

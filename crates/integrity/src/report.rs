@@ -376,7 +376,7 @@ pub struct RepairReport {
     /// One outcome per finding.
     pub outcomes: Vec<RepairOutcome>,
     /// The region was unverified and this repair proved every stripe: the `unverified` flag
-    /// is cleared and the shadow record rewritten empty.
+    /// is cleared.
     pub proved_all_stripes: bool,
     /// How far the redundancy can be trusted after the repair.
     pub trust_after: Option<Trust>,

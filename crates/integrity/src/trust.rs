@@ -1,6 +1,6 @@
 //! What the redundancy of a region can be trusted for, decided at open from the header copies,
-//! the header state, the shadow record and the `unverified` flag. One table, enumerated by the
-//! tests below and written out in `docs/integrity.md` ("What a mismatch means").
+//! the header state and the `unverified` flag. One table, enumerated by the tests below and
+//! written out in `docs/integrity.md` ("What a mismatch means").
 //!
 //! - **current**: closed cleanly, nothing in flight: a page, parity page, checksum block or
 //!   line that does not match its checksum is damage.
@@ -9,26 +9,18 @@
 //!   mismatch may be a write the lost update pass never covered, or damage; nobody can tell.
 //!   Read-only checks report such mismatches as *unverifiable*; a read-write open recovers by
 //!   a resync (the data as it is becomes the truth) and names every page it took as data.
-//! - **unverified**: closed cleanly, but the shadow record is damaged (or names a batch, which
-//!   a clean close never leaves, or an earlier open marked the region): an update pass may have
-//!   been half-way through a batch nobody can locate, so redundancy that matches may still be
-//!   wrong. Mismatches are damage; the region as a whole is not verified until a repair proves
-//!   every stripe (data, parity and all checksums agree, and the XOR of the data equals the
-//!   parity). A read-write open never resyncs it; it sets the header's `unverified` flag first,
-//!   so later passes rewriting the shadow record cannot erase the fact.
+//! - **unverified**: closed cleanly, but the `unverified` flag is set. Earlier writers of
+//!   version 1 set it when they found their shadow batch record damaged (an update pass might
+//!   have left a batch half rewritten where nobody could locate it), so redundancy that
+//!   matches may still be wrong. Mismatches are damage; the region as a whole is not verified
+//!   until a repair proves every stripe (data, parity and all checksums agree, and the XOR of
+//!   the data equals the parity). A read-write open never resyncs it and keeps the flag.
+//!
+//! The page where earlier writers kept the shadow batch record plays no part: a clean close
+//! always left it empty, and after an unclean one the resync recomputes every page, which
+//! covers any batch it could name (`docs/integrity.md`, "No battery").
 
 use crate::layout::{flags, state};
-
-/// What the shadow record held at open.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ShadowSeen {
-    /// All zero, or no bits set.
-    Empty,
-    /// A valid record naming a batch.
-    Batch,
-    /// The record fails its check.
-    Damaged,
-}
 
 /// How far the stored redundancy can be trusted.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
@@ -69,19 +61,10 @@ impl Trust {
 
 /// The decision table. `header_copy_damaged`: one header copy failed its check (the other is
 /// in force). `header_state`: the `state` of the copy in force. `header_flags`: its `flags`.
-pub fn decide(
-    header_copy_damaged: bool,
-    header_state: u32,
-    shadow: ShadowSeen,
-    header_flags: u32,
-) -> Trust {
+pub fn decide(header_copy_damaged: bool, header_state: u32, header_flags: u32) -> Trust {
     let unclean = |reason: String| Trust {
         basis: Basis::Unclean,
         reason,
-    };
-    let unverified = |reason: &str| Trust {
-        basis: Basis::Unverified,
-        reason: reason.into(),
     };
     if header_state != state::CLEAN {
         let name = if header_state == state::OPEN {
@@ -101,53 +84,45 @@ pub fn decide(
                 .into(),
         );
     }
-    match shadow {
-        ShadowSeen::Damaged => unverified(
-            "the shadow record fails its check: an update pass may have left a batch half \
-             rewritten, and which pages it held cannot be known",
-        ),
-        ShadowSeen::Batch => unverified(
-            "the header says closed cleanly but the shadow record names a batch in flight, \
-             which a clean close never leaves",
-        ),
-        ShadowSeen::Empty if header_flags & flags::UNVERIFIED != 0 => unverified(
-            "an earlier open found the region unverified, and no repair has proven every \
-             stripe since",
-        ),
-        ShadowSeen::Empty => Trust::current(),
+    if header_flags & flags::UNVERIFIED != 0 {
+        return Trust {
+            basis: Basis::Unverified,
+            reason: "the region is marked unverified (an earlier open found its shadow batch \
+                     record damaged, so an update pass may have left redundancy half rewritten), \
+                     and no repair has proven every stripe since"
+                .into(),
+        };
     }
+    Trust::current()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    /// Every combination of the four inputs, against the table in `docs/integrity.md`.
+    /// Every combination of the three inputs, against the table in `docs/integrity.md`.
     #[test]
     fn every_case_of_the_table() {
         let states = [state::CLEAN, state::OPEN, state::STALE];
-        let shadows = [ShadowSeen::Empty, ShadowSeen::Batch, ShadowSeen::Damaged];
         let mut seen = 0;
         for copy_damaged in [false, true] {
             for st in states {
-                for sh in shadows {
-                    for fl in [0, flags::UNVERIFIED, flags::LINES_VALID] {
-                        let t = decide(copy_damaged, st, sh, fl);
-                        let want = if st != state::CLEAN || copy_damaged {
-                            Basis::Unclean
-                        } else if sh != ShadowSeen::Empty || fl & flags::UNVERIFIED != 0 {
-                            Basis::Unverified
-                        } else {
-                            Basis::Current
-                        };
-                        assert_eq!(t.basis, want, "{copy_damaged} {st} {sh:?} {fl:#x}");
-                        assert_eq!(t.reason.is_empty(), want == Basis::Current);
-                        seen += 1;
-                    }
+                for fl in [0, flags::UNVERIFIED, flags::LINES_VALID] {
+                    let t = decide(copy_damaged, st, fl);
+                    let want = if st != state::CLEAN || copy_damaged {
+                        Basis::Unclean
+                    } else if fl & flags::UNVERIFIED != 0 {
+                        Basis::Unverified
+                    } else {
+                        Basis::Current
+                    };
+                    assert_eq!(t.basis, want, "{copy_damaged} {st} {fl:#x}");
+                    assert_eq!(t.reason.is_empty(), want == Basis::Current);
+                    seen += 1;
                 }
             }
         }
-        assert_eq!(seen, 2 * 3 * 3 * 3);
+        assert_eq!(seen, 2 * 3 * 3);
     }
 
     #[test]
@@ -163,7 +138,7 @@ mod tests {
         let mut covered = std::collections::HashSet::new();
         for row in rows {
             let cells: Vec<&str> = row.split('|').map(str::trim).collect();
-            // | header copies | state | shadow | unverified flag | basis | ...
+            // | header copies | state | unverified flag | basis | ...
             let damaged = match cells[1] {
                 "both valid" => vec![false],
                 "one damaged" => vec![true],
@@ -176,20 +151,13 @@ mod tests {
                 "any" => vec![state::CLEAN, state::OPEN, state::STALE],
                 c => panic!("state `{c}`"),
             };
-            let shs = match cells[3] {
-                "empty" => vec![ShadowSeen::Empty],
-                "a batch" => vec![ShadowSeen::Batch],
-                "fails its CRC" => vec![ShadowSeen::Damaged],
-                "any" => vec![ShadowSeen::Empty, ShadowSeen::Batch, ShadowSeen::Damaged],
-                c => panic!("shadow `{c}`"),
-            };
-            let fls = match cells[4] {
+            let fls = match cells[3] {
                 "clear" => vec![0],
                 "set" => vec![flags::UNVERIFIED],
                 "any" => vec![0, flags::UNVERIFIED],
                 c => panic!("flag `{c}`"),
             };
-            let basis = match cells[5] {
+            let basis = match cells[4] {
                 "current" => Basis::Current,
                 "unclean" => Basis::Unclean,
                 "unverified" => Basis::Unverified,
@@ -197,17 +165,15 @@ mod tests {
             };
             for &d in &damaged {
                 for &st in &sts {
-                    for &sh in &shs {
-                        for &fl in &fls {
-                            assert_eq!(decide(d, st, sh, fl).basis, basis, "row {row}");
-                            covered.insert((d, st, sh as u8, fl));
-                        }
+                    for &fl in &fls {
+                        assert_eq!(decide(d, st, fl).basis, basis, "row {row}");
+                        covered.insert((d, st, fl));
                     }
                 }
             }
         }
         // Every combination of the inputs is covered by some row (rows may overlap only where
         // they agree, which the assertion above checks).
-        assert_eq!(covered.len(), 2 * 3 * 3 * 2, "the table leaves cases out");
+        assert_eq!(covered.len(), 2 * 3 * 2, "the table leaves cases out");
     }
 }

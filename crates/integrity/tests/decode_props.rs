@@ -1,5 +1,4 @@
-//! Property tests of the integrity region's decoders: the header copies and the shadow batch
-//! record. Arbitrary bytes and damaged real encodings decode to a value or a typed error, never
+//! Property tests of the integrity region's decoder of header copies. Arbitrary bytes and damaged real encodings decode to a value or a typed error, never
 //! a panic; valid values round-trip; an accepted header is exactly the encoding of what it
 //! decoded to.
 
@@ -8,12 +7,11 @@ mod props;
 
 use integrity::Geometry;
 use integrity::checksum::{Tag, checksum};
-use integrity::header::{Header, Shadow, decode_shadow, encode_shadow};
+use integrity::header::Header;
 use integrity::layout::{
-    HEADER_BYTES, PERIOD_MS_MAX, PERIOD_MS_MIN, SHADOW_BYTES, STRIPE_PAGES_MAX, STRIPE_PAGES_MIN,
-    flags, header as h, mode, shadow as s, state,
+    HEADER_BYTES, PERIOD_MS_MAX, PERIOD_MS_MIN, STRIPE_PAGES_MAX, STRIPE_PAGES_MIN, flags,
+    header as h, mode, state,
 };
-use integrity::tracker::BATCH_WORDS;
 use pmem::Uuid;
 use proptest::prelude::*;
 
@@ -54,23 +52,6 @@ fn header_corpus() -> Vec<Vec<u8>> {
     ))
 }
 
-fn shadow_corpus() -> Vec<Vec<u8>> {
-    let mut bits = [0u64; BATCH_WORDS];
-    bits[0] = 0b1011;
-    bits[BATCH_WORDS - 1] = 1 << 63;
-    props::seeds(&props::corpus(
-        DIR,
-        "shadow",
-        &[
-            ("batch", encode_shadow(&UUID, 3, 200, &bits).to_vec()),
-            (
-                "cleared",
-                encode_shadow(&UUID, 4, 0, &[0; BATCH_WORDS]).to_vec(),
-            ),
-        ],
-    ))
-}
-
 fn check_header(b: &[u8], reseal: bool) {
     let mut b: [u8; HEADER_BYTES] = props::fit(b, HEADER_BYTES).try_into().expect("fitted");
     if reseal {
@@ -83,34 +64,10 @@ fn check_header(b: &[u8], reseal: bool) {
     }
 }
 
-fn check_shadow(b: &[u8], reseal: bool) {
-    let mut b: [u8; SHADOW_BYTES] = props::fit(b, SHADOW_BYTES).try_into().expect("fitted");
-    if reseal {
-        let crc = checksum(&UUID, Tag::Meta, 2, &b[..s::CRC_AT]);
-        b[s::CRC_AT..s::CRC_AT + 4].copy_from_slice(&crc.to_le_bytes());
-    }
-    match decode_shadow(&b, &UUID, DATA_PAGES, AT) {
-        Ok(Shadow::Empty) => {}
-        Ok(Shadow::Batch { first, bits }) => {
-            for (w, word) in bits.iter().enumerate() {
-                for i in 0..64 {
-                    if word >> i & 1 == 1 {
-                        assert!(first + ((w * 64 + i) as u64) < DATA_PAGES);
-                    }
-                }
-            }
-        }
-        Err(c) => assert!((AT..AT + SHADOW_BYTES as u64).contains(&c.offset), "{c}"),
-    }
-}
-
 #[test]
 fn every_corpus_file_decodes() {
     for b in header_corpus() {
         check_header(&b, false);
-    }
-    for b in shadow_corpus() {
-        check_shadow(&b, false);
     }
 }
 
@@ -149,34 +106,5 @@ proptest! {
             flags: fl,
         };
         prop_assert_eq!(Header::decode(&hd.encode(), &UUID, 0), Ok(hd));
-    }
-
-    #[test]
-    fn shadow_arbitrary_and_damaged(
-        a in props::exact(SHADOW_BYTES),
-        b in props::mutated(shadow_corpus()),
-        reseal: bool,
-    ) {
-        check_shadow(&a, reseal);
-        check_shadow(&b, reseal);
-    }
-
-    #[test]
-    fn shadow_round_trips(seq: u64, first in 0u64..DATA_PAGES, bits: [u64; BATCH_WORDS]) {
-        let b = encode_shadow(&UUID, seq, first, &bits);
-        let want = if bits.iter().all(|&w| w == 0) {
-            Ok(Shadow::Empty)
-        } else {
-            let last = (0..BATCH_WORDS * 64)
-                .filter(|i| bits[i / 64] >> (i % 64) & 1 == 1)
-                .max()
-                .expect("a bit") as u64;
-            if first + last < DATA_PAGES {
-                Ok(Shadow::Batch { first, bits })
-            } else {
-                return Ok(());
-            }
-        };
-        prop_assert_eq!(decode_shadow(&b, &UUID, DATA_PAGES, 0), want);
     }
 }

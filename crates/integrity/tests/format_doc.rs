@@ -16,13 +16,13 @@ fn doc() -> String {
 fn field_tables_match_the_code() {
     let md = doc();
     let mut errors = Vec::new();
-    for (name, fields) in [("header", HEADER_FIELDS), ("shadow", SHADOW_FIELDS)] {
+    for (name, fields) in [("header", HEADER_FIELDS)] {
         if let Err(e) = check_fields(&md, name, fields) {
             errors.push(e);
         }
     }
     assert!(errors.is_empty(), "{}", errors.join("\n"));
-    for (fields, bytes) in [(HEADER_FIELDS, HEADER_BYTES), (SHADOW_FIELDS, SHADOW_BYTES)] {
+    for (fields, bytes) in [(HEADER_FIELDS, HEADER_BYTES)] {
         let mut at = 0;
         for f in fields {
             assert_eq!(
@@ -48,8 +48,8 @@ fn constants_table_matches_the_code() {
             ConstValue::Numbers(HEADER_COPY_OFFSETS.iter().map(|&o| o as u64).collect()),
         ),
         ("HEADER_BYTES", ConstValue::number(HEADER_BYTES as u64)),
-        ("SHADOW_AT", ConstValue::number(SHADOW_AT as u64)),
-        ("SHADOW_BYTES", ConstValue::number(SHADOW_BYTES as u64)),
+        ("RETIRED_AT", ConstValue::number(RETIRED_AT as u64)),
+        ("RETIRED_BYTES", ConstValue::number(RETIRED_BYTES as u64)),
         ("SECTIONS_AT", ConstValue::number(SECTIONS_AT as u64)),
         ("SUMS_PER_BLOCK", ConstValue::number(SUMS_PER_BLOCK)),
         (

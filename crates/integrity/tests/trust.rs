@@ -3,14 +3,17 @@
 //!
 //! - a read-only open and a scrub: the basis the table gives, page 5 reported as damage or as
 //!   unverifiable, and not one byte of the medium changed;
-//! - a read-write open: a resync (naming page 5) only for an unclean region; the `unverified`
-//!   flag set for an unverified one, and nothing rebuilt;
+//! - a read-write open: a resync (naming page 5) only for an unclean region; nothing rebuilt
+//!   otherwise, and the `unverified` flag kept;
 //! - a repair: page 5 rebuilt from parity unless the resync took it as data, every stripe
 //!   proven for an unverified region, and the region current afterwards.
+//!
+//! Rows that leave a shadow batch record (retired: earlier writers kept one at offset 4096 of
+//! the integrity region) check that it decides nothing, and that a read-write open zeroes it.
 
 mod support;
 
-use integrity::header::encode_shadow;
+use integrity::layout::flags;
 use integrity::{Basis, Mode, OpenOptions};
 use pmem::{Medium, Pool};
 use support::*;
@@ -21,11 +24,25 @@ const DAMAGED: u64 = 5;
 #[derive(Debug, Clone, Copy, PartialEq)]
 enum Row {
     Current,
-    ShadowDamaged,
-    ShadowBatch,
+    /// Clean, with a legacy record whose CRC fails.
+    LegacyRecordDamaged,
+    /// Clean, with a legacy record naming a batch (a clean close never left one).
+    LegacyRecordBatch,
+    /// Clean, the `unverified` flag set by an earlier writer.
     FlagSet,
     Unclean,
+    /// Crashed in an earlier writer's update pass: state open and a legacy batch record.
+    UncleanLegacyBatch,
     HeaderCopyDamaged,
+}
+
+impl Row {
+    fn leaves_record(self) -> bool {
+        matches!(
+            self,
+            Row::LegacyRecordDamaged | Row::LegacyRecordBatch | Row::UncleanLegacyBatch
+        )
+    }
 }
 
 /// (data region offset, integrity region offset, pool UUID) of an image.
@@ -49,25 +66,23 @@ fn read_only_pool() -> pmem::OpenOptions {
 fn image_for(row: Row) -> Vec<u8> {
     let mut img = image(PAGES, 4, Mode::Lazy, 11);
     let (data, meta, uuid) = places(&img);
-    let shadow = meta + 4096;
+    let record = meta + RETIRED_AT;
+    let mut bits = [0u64; 8];
+    bits[0] = 1 << 9;
+    let batch = legacy_shadow_record(&uuid, 7, 0, &bits);
     match row {
         Row::Current => {}
-        Row::ShadowDamaged => img[shadow + 20] ^= 0x08,
-        Row::ShadowBatch => {
-            let mut bits = [0u64; 8];
-            bits[0] = 1 << 9;
-            img[shadow..shadow + 128].copy_from_slice(&encode_shadow(&uuid, 7, 0, &bits));
+        Row::LegacyRecordDamaged => {
+            img[record..record + 128].copy_from_slice(&batch);
+            img[record + 20] ^= 0x08;
         }
-        Row::FlagSet => {
-            // An open found the shadow record damaged and marked the region; a pass rewrote
-            // the record since, and the region was closed cleanly.
-            img[shadow + 20] ^= 0x08;
-            let (pool, prot, report) = open_mode(sim_of(img), Mode::Lazy);
-            assert!(report.marked_unverified);
-            prot.write(30 * PAGE as u64, &[9; 100]).unwrap();
-            prot.run_pass().unwrap();
-            prot.close().unwrap();
-            img = pool.close().unwrap().durable_image();
+        Row::LegacyRecordBatch => img[record..record + 128].copy_from_slice(&batch),
+        Row::FlagSet => rewrite_header(&mut img, meta, &uuid, |h| h.flags |= flags::UNVERIFIED),
+        Row::UncleanLegacyBatch => {
+            rewrite_header(&mut img, meta, &uuid, |h| {
+                h.state = integrity::layout::state::OPEN
+            });
+            img[record..record + 128].copy_from_slice(&batch);
         }
         Row::Unclean => {
             // Written and never closed: a crash.
@@ -94,10 +109,11 @@ fn every_row_of_the_trust_table() {
     use Row::*;
     let rows = [
         (Current, Basis::Current),
-        (ShadowDamaged, Basis::Unverified),
-        (ShadowBatch, Basis::Unverified),
+        (LegacyRecordDamaged, Basis::Current),
+        (LegacyRecordBatch, Basis::Current),
         (FlagSet, Basis::Unverified),
         (Unclean, Basis::Unclean),
+        (UncleanLegacyBatch, Basis::Unclean),
         (HeaderCopyDamaged, Basis::Unclean),
     ];
     for (row, basis) in rows {
@@ -136,7 +152,8 @@ fn every_row_of_the_trust_table() {
             "{row:?}: a read-only scrub wrote"
         );
 
-        // Read-write open: resync only when unclean, and it names page 5; mark when unverified.
+        // Read-write open: resync only when unclean, and it names page 5; a legacy record is
+        // zeroed and nothing else.
         let (pool, prot, report) = open_mode(sim.clone(), Mode::Lazy);
         match basis {
             Basis::Unclean => {
@@ -146,13 +163,14 @@ fn every_row_of_the_trust_table() {
                     "{row:?}: {:?}",
                     report.resync_pages_changed_list
                 );
-                assert!(!report.marked_unverified);
             }
-            _ => {
-                assert_eq!(report.resync_pages, 0, "{row:?}: nothing is rebuilt");
-                assert_eq!(report.marked_unverified, row != FlagSet && row != Current);
-            }
+            _ => assert_eq!(report.resync_pages, 0, "{row:?}: nothing is rebuilt"),
         }
+        assert_eq!(report.retired_bytes_cleared, row.leaves_record(), "{row:?}");
+        let (_, meta, _) = places(&img);
+        let mut rec = [0xffu8; 128];
+        prot.medium().read(meta + RETIRED_AT, &mut rec);
+        assert_eq!(rec, [0u8; 128], "{row:?}: the retired bytes are zero");
 
         // Repair.
         let rep = prot.repair(&mut |_, _| {}).unwrap();

@@ -157,3 +157,49 @@ pub fn redundancy_is_current(pool: &Pool<Sim>, prot: &Protected<Sim>) -> bool {
     let geo = prot.geometry();
     stored_redundancy(pool, &geo) == expected_redundancy(&pool.uuid(), &geo, &data_of(prot))
 }
+
+/// The 128-byte shadow batch record that earlier writers of format version 1 kept at offset
+/// 4096 of the integrity region (`docs/format/integrity.md`, "Reserved page"), encoded here
+/// from that description: `seq`, `first_page`, eight words of bits, a CRC-32C over those 80
+/// bytes seeded with (`M`, 2), zeros.
+pub fn legacy_shadow_record(uuid: &pmem::Uuid, seq: u64, first: u64, bits: &[u64; 8]) -> Vec<u8> {
+    use integrity::checksum::{Tag, checksum};
+    let mut b = vec![0u8; 128];
+    b[0..8].copy_from_slice(&seq.to_le_bytes());
+    b[8..16].copy_from_slice(&first.to_le_bytes());
+    for (i, w) in bits.iter().enumerate() {
+        b[16 + 8 * i..24 + 8 * i].copy_from_slice(&w.to_le_bytes());
+    }
+    let crc = checksum(uuid, Tag::Meta, 2, &b[..80]);
+    b[80..84].copy_from_slice(&crc.to_le_bytes());
+    b
+}
+
+/// Offset of the reserved page (the retired shadow record) in an integrity region.
+pub const RETIRED_AT: usize = 4096;
+
+/// Rewrite the header copy in force of the integrity region at `meta` in `img` with `change`
+/// applied, as the next header write would (the other copy, `seq` + 1): how an earlier writer
+/// left a region it marked unverified.
+pub fn rewrite_header(
+    img: &mut [u8],
+    meta: usize,
+    uuid: &pmem::Uuid,
+    change: impl FnOnce(&mut integrity::header::Header),
+) {
+    use integrity::header::Header;
+    use integrity::layout::{HEADER_BYTES, HEADER_COPY_OFFSETS};
+    let mut h = HEADER_COPY_OFFSETS
+        .iter()
+        .filter_map(|&off| {
+            let at = meta + off;
+            let b: [u8; HEADER_BYTES] = img[at..at + HEADER_BYTES].try_into().unwrap();
+            Header::decode(&b, uuid, at as u64).ok()
+        })
+        .max_by_key(|h| h.seq)
+        .expect("a valid header copy");
+    change(&mut h);
+    h.seq += 1;
+    let at = meta + HEADER_COPY_OFFSETS[(h.seq % 2) as usize];
+    img[at..at + HEADER_BYTES].copy_from_slice(&h.encode());
+}
