@@ -36,6 +36,7 @@ pub mod medium;
 pub mod pool;
 pub mod repair;
 pub mod rng;
+pub mod sched;
 pub mod sim;
 
 pub use directory::{Alignment, Region, RegionKind, kinds};
