@@ -154,6 +154,9 @@ pub struct RunReport {
     /// scheduler could not classify): the yield points were opened and the rest of the run was
     /// not scheduled.
     pub stalled: bool,
+    /// The registered threads ran real-time (`SCHED_FIFO`) on one CPU, so a thread woken by
+    /// the chosen one waits until the chosen one blocks (see the module documentation).
+    pub serialized: bool,
 }
 
 impl RunReport {
@@ -176,6 +179,7 @@ pub struct Scheduler {
     seed: u64,
     spin_cpu: Duration,
     stall: Duration,
+    serialize: bool,
     inner: Mutex<Inner>,
     /// Wakes threads waiting at yield points.
     to_threads: Condvar,
@@ -213,6 +217,37 @@ fn own_tid() -> Option<u32> {
     link.file_name()?.to_str()?.parse().ok()
 }
 
+/// The last CPU this thread may run on, from `/proc/thread-self/status`.
+fn last_allowed_cpu() -> Option<u32> {
+    let status = std::fs::read_to_string("/proc/thread-self/status").ok()?;
+    let list = status
+        .lines()
+        .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))?
+        .trim();
+    let last = list.rsplit([',', '-']).next()?;
+    last.parse().ok()
+}
+
+/// Make the calling thread `SCHED_FIFO` (priority 1) and pin it to one CPU, with the
+/// util-linux `taskset` and `chrt` commands (this crate keeps unsafe code out of its test
+/// machinery, and the standard library has no call for either). Threads it then starts inherit
+/// both. Needs `CAP_SYS_NICE` (root); returns whether both took effect.
+fn serialize_this_thread() -> bool {
+    let (Some(tid), Some(cpu)) = (own_tid(), last_allowed_cpu()) else {
+        return false;
+    };
+    let tid = tid.to_string();
+    let ok = |cmd: &str, args: &[&str]| {
+        std::process::Command::new(cmd)
+            .args(args)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success())
+    };
+    ok("taskset", &["-p", "-c", &cpu.to_string(), &tid]) && ok("chrt", &["-f", "-p", "1", &tid])
+}
+
 /// What the controller knows of a running thread between polls.
 #[derive(Debug, Clone, Copy, Default)]
 struct Probe {
@@ -222,11 +257,14 @@ struct Probe {
     asleep_at: Option<u64>,
 }
 
+type Job<'scope> = Box<dyn FnOnce() + Send + 'scope>;
+
 /// Spawns the registered threads of a run ([`Scheduler::run`]).
 #[derive(Debug)]
 pub struct Spawner<'scope, 'env: 'scope> {
-    scope: &'scope std::thread::Scope<'scope, 'env>,
+    launcher: std::sync::mpsc::Sender<Job<'scope>>,
     sched: &'env Scheduler,
+    _scope: std::marker::PhantomData<&'scope std::thread::Scope<'scope, 'env>>,
 }
 
 impl<'scope, 'env> Spawner<'scope, 'env> {
@@ -244,7 +282,7 @@ impl<'scope, 'env> Spawner<'scope, 'env> {
             });
             g.slots.len() - 1
         };
-        self.scope.spawn(move || {
+        let job: Job<'scope> = Box::new(move || {
             ME.with(|m| m.set(Some((sched.id, index))));
             sched.lock().slots[index].tid = own_tid();
             sched.gate(index, None);
@@ -264,6 +302,8 @@ impl<'scope, 'env> Spawner<'scope, 'env> {
             g.changes += 1;
             sched.to_control.notify_all();
         });
+        // The launcher outlives every send: it reads until the spawner is dropped.
+        let _ = self.launcher.send(job);
     }
 }
 
@@ -286,6 +326,7 @@ impl Scheduler {
             seed,
             spin_cpu: Duration::from_millis(3),
             stall: Duration::from_secs(5),
+            serialize: std::env::var("KAVACH_SCHED_SERIALIZE").map_or(true, |v| v != "0"),
             inner: Mutex::new(Inner::default()),
             to_threads: Condvar::new(),
             to_control: Condvar::new(),
@@ -329,14 +370,31 @@ impl Scheduler {
             assert!(!g.started, "a scheduler runs once; make a new one per run");
             g.started = true;
         }
-        std::thread::scope(|scope| {
+        let serialized = std::thread::scope(|scope| {
             let release = Release(self);
-            body(&Spawner { scope, sched: self });
+            // Registered threads are started by a launcher thread made real-time and pinned
+            // to one CPU first: they inherit both (see `serialize_this_thread`).
+            let (tx, rx) = std::sync::mpsc::channel::<Job<'_>>();
+            let launcher = scope.spawn(move || {
+                let serialized = self.serialize && serialize_this_thread();
+                for job in rx {
+                    scope.spawn(job);
+                }
+                serialized
+            });
+            body(&Spawner {
+                launcher: tx,
+                sched: self,
+                _scope: std::marker::PhantomData,
+            });
+            let serialized = launcher.join().unwrap_or(false);
             self.control();
             drop(release);
+            serialized
         });
         let g = self.lock();
         RunReport {
+            serialized,
             seed: self.seed,
             schedule: Schedule {
                 names: g.slots.iter().map(|s| s.name.clone()).collect(),
@@ -366,6 +424,7 @@ impl Scheduler {
     /// The controller: choose a waiting thread whenever every registered thread is settled.
     fn control(&self) {
         let mut rng = SplitMix64::new(self.seed);
+        let trace = std::env::var_os("KAVACH_SCHED_TRACE").is_some();
         let mut g = self.lock();
         let mut probes: Vec<Probe> = vec![Probe::default(); g.slots.len()];
         let mut seen_changes = u64::MAX;
@@ -439,6 +498,23 @@ impl Scheduler {
                 continue;
             }
             let pick = waiting[rng.below(waiting.len() as u64) as usize];
+            if trace {
+                // W waiting, b blocked, p spinning, d done.
+                let states: String = (0..g.slots.len())
+                    .map(|i| match g.slots[i].status {
+                        Status::Waiting => 'W',
+                        Status::Done => 'd',
+                        Status::Starting => '?',
+                        Status::Running if runnable.iter().any(|&(j, _)| j == i) => 'p',
+                        Status::Running => 'b',
+                    })
+                    .collect();
+                eprintln!(
+                    "sched seed {} step {}: {states} -> {pick}",
+                    self.seed,
+                    g.schedule.len()
+                );
+            }
             let step = Step {
                 thread: pick,
                 op: g.slots[pick].op,
