@@ -15,7 +15,7 @@
 //! `/proc/self/task/<tid>/stat` says it sleeps (`S` or `D`) twice in a row without having run in
 //! between (the run count in `schedstat`). A thread that busy-waits (the log's sequencer spins
 //! with `yield_now` for an earlier record to complete) stays runnable; it counts as *spinning*,
-//! and so blocked, once it has burnt [`Scheduler::with_spin_cpu`] of CPU time (default 3 ms)
+//! and so blocked, once it has burnt [`Scheduler::with_spin_cpu`] of CPU time (default 1 ms)
 //! while no other registered thread changed state. CPU time, not wall time, so a thread merely
 //! preempted by another process on a loaded machine is not taken for a spinner.
 //!
@@ -324,7 +324,7 @@ impl Scheduler {
         Arc::new(Scheduler {
             id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
             seed,
-            spin_cpu: Duration::from_millis(3),
+            spin_cpu: Duration::from_millis(1),
             stall: Duration::from_secs(5),
             serialize: std::env::var("KAVACH_SCHED_SERIALIZE").map_or(true, |v| v != "0"),
             inner: Mutex::new(Inner::default()),
@@ -375,11 +375,16 @@ impl Scheduler {
             // Registered threads are started by a launcher thread made real-time and pinned
             // to one CPU first: they inherit both (see `serialize_this_thread`).
             let (tx, rx) = std::sync::mpsc::channel::<Job<'_>>();
+            // The launcher then is the controller: on the same CPU at the same priority, it
+            // runs only when every registered thread there has blocked or yielded.
             let launcher = scope.spawn(move || {
+                let release = Release(self);
                 let serialized = self.serialize && serialize_this_thread();
                 for job in rx {
                     scope.spawn(job);
                 }
+                self.control();
+                drop(release);
                 serialized
             });
             body(&Spawner {
@@ -387,8 +392,10 @@ impl Scheduler {
                 sched: self,
                 _scope: std::marker::PhantomData,
             });
-            let serialized = launcher.join().unwrap_or(false);
-            self.control();
+            let serialized = match launcher.join() {
+                Ok(s) => s,
+                Err(p) => std::panic::resume_unwind(p),
+            };
             drop(release);
             serialized
         });
