@@ -7,7 +7,9 @@
 //! [`Spawner::spawn`]) so that only one of them at a time proceeds past a yield point. Whenever
 //! every registered thread is settled (waiting at a yield point, finished, or blocked), the
 //! scheduler draws the next thread to run from its seeded generator among the ones waiting at a
-//! yield point, records the choice, and lets that one go on to its next yield point.
+//! yield point, records the choice ([`Schedule`]), and lets that one go on to its next yield
+//! point. Every medium operation is thus issued by one chosen thread at a time, in the order
+//! the seed dictates.
 //!
 //! Threads also block on the code's own mutexes and condition variables (the log's forcer and
 //! appenders do), which the scheduler cannot see. It asks the kernel instead: a registered
@@ -19,24 +21,39 @@
 //! while no other registered thread changed state. CPU time, not wall time, so a thread merely
 //! preempted by another process on a loaded machine is not taken for a spinner.
 //!
+//! *Serialization.* A blocked thread that the chosen one wakes (by unlocking a mutex, notifying
+//! a condition variable, or completing what a spinner waits for) runs until its own next yield
+//! point, and on two CPUs it would run *alongside* the chosen one: if both then reach for the
+//! same lock before their next yield points (the log's forcer releases the force lock and takes
+//! it again for its next force while an appender it woke reaches for it), the kernel decides
+//! who wins, and the run stops being a function of the seed. So the registered threads, and the
+//! controller that makes the choices, are started from a launcher thread made `SCHED_FIFO`
+//! (priority 1) and pinned to one CPU, which they inherit: a woken thread then waits until the
+//! thread running on that CPU blocks or yields, as on a uniprocessor with no preemption among
+//! them. That takes `CAP_SYS_NICE` (root), and is done with the `taskset` and `chrt` commands;
+//! where either fails the run is not serialized ([`RunReport::serialized`]) and only likely to
+//! replay. `KAVACH_SCHED_SERIALIZE=0` turns it off.
+//!
 //! What is and is not reproducible:
-//! - The same seed gives the same schedule, and so the same sequence of medium operations and
-//!   the same crash image, when the code under test waits only on locks, condition variables
-//!   notified by other registered threads, and spins for them.
+//! - Serialized, the same seed gives the same schedule, and so the same sequence of medium
+//!   operations and the same crash image, when the code under test waits only on locks,
+//!   condition variables notified by other registered threads, and spins for them.
 //! - A wait that ends by *timeout* (a `wait_timeout`, a `sleep`) ends when the clock says, not
-//!   when the schedule says: the thread then runs concurrently with the chosen one until its next
-//!   yield point, and the run may differ from the seed's other runs. Keep such waits out of
-//!   scheduled tests (e.g. give the log a ring that never fills).
+//!   when the schedule says: the thread then runs at a moment no seed chose, and the run may
+//!   differ from the seed's other runs. Keep such waits out of scheduled tests (e.g. give the
+//!   log a ring that never fills).
 //! - A thread the code under test spawns itself is not registered: it passes through every
-//!   yield point freely, concurrently with the scheduled ones.
+//!   yield point freely, concurrently with the scheduled ones (it does inherit the priority and
+//!   the CPU).
 //! - A sleep the kernel reports for a reason that is not a wait on another registered thread (a
 //!   page fault, an allocator lock held by an unregistered thread) may, if it outlasts two polls,
 //!   let the next thread start early. Linux only (`/proc`); elsewhere every thread is treated as
 //!   running, so a blocked thread stalls the run until the stall timeout, which then lets every
 //!   thread run freely ([`RunReport::stalled`]).
 //!
-//! [`seeds`] picks the seeds of a test (`KAVACH_SCHED_SEED` replays one); [`explore`] runs a case
-//! per seed and reports the first failing seed with its schedule.
+//! [`seeds`] picks the seeds of a test (`KAVACH_SCHED_SEED` replays one, `KAVACH_SCHED_SEEDS`
+//! sets how many); [`explore`] runs a case per seed and reports the first failing seed with its
+//! schedule. `KAVACH_SCHED_TRACE` prints every decision with the threads' states.
 
 use crate::rng::SplitMix64;
 use crate::sim::{Op, OpHook};

@@ -231,3 +231,59 @@ fn unregistered_threads_pass_through_yield_points() {
     assert_eq!(report.schedule.steps.len(), 3, "{}", report.schedule);
     assert_eq!(sim.load_u64(49 * 8), 49);
 }
+
+/// May this process make threads `SCHED_FIFO` (`CAP_SYS_NICE` in its effective set)?
+fn may_serialize() -> bool {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("CapEff:"))
+        .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
+        .is_some_and(|caps| caps & (1 << 23) != 0)
+        && std::env::var("KAVACH_SCHED_SERIALIZE").map_or(true, |v| v != "0")
+}
+
+#[test]
+fn a_woken_thread_does_not_race_the_thread_that_woke_it() {
+    // Each thread holds a mutex across a medium store, releases it and at once (no yield point
+    // in between) takes it again to note its turn, while others block on it. Unserialized, a
+    // thread woken by the release runs alongside and the kernel picks the next holder;
+    // serialized, the schedule does, so the order of turns replays with the seed.
+    let run = |seed: u64| {
+        let sched = Scheduler::new(seed);
+        let sim = SimMedium::new(LEN, SimConfig::default()).with_hook(sched.clone());
+        let turns = Mutex::new(Vec::new());
+        let report = sched.run(|s| {
+            for t in 0..3u64 {
+                let (sim, turns) = (&sim, &turns);
+                s.spawn(&format!("t{t}"), move || {
+                    for i in 0..4u64 {
+                        let mut g = turns.lock().expect("turns");
+                        g.push(t);
+                        sim.store_u64(t as usize * 8, i);
+                        drop(g);
+                        turns.lock().expect("turns").push(10 + t);
+                        sim.store_u64(64 + t as usize * 8, i);
+                    }
+                });
+            }
+        });
+        assert_eq!(report.verdict(), Ok(()), "seed {seed}");
+        (report, turns.into_inner().expect("turns"))
+    };
+    let privileged = may_serialize();
+    for seed in 0..8 {
+        let (r1, o1) = run(seed);
+        let (r2, o2) = run(seed);
+        assert_eq!(
+            r1.serialized, privileged,
+            "threads should be serialized exactly when the process may (taskset and chrt)"
+        );
+        if !r1.serialized {
+            println!("not serialized (no CAP_SYS_NICE): the order of turns may vary");
+            continue;
+        }
+        assert_eq!(r1.schedule, r2.schedule, "seed {seed}");
+        assert_eq!(o1, o2, "seed {seed}: turns {o1:?} vs {o2:?}");
+    }
+}
