@@ -5,7 +5,8 @@
 //! Three appender threads (sync, frequency:2 and group:2 policies; small records stored and
 //! flushed by the forcer, large ones copied with non-temporal stores and persisted by their
 //! completing thread) and one thread forcing the log's tail run on a simulated medium. Each seed
-//! runs once without a crash, then crashes at seeded fences and events of the same schedule.
+//! runs once without a crash, then crashes at every fence of the same schedule and at one
+//! seeded event.
 //! Every crash image is recovered and must keep the log's promises:
 //!
 //! - recovery opens it (nothing taken for damage);
@@ -220,9 +221,8 @@ fn scheduled_appenders_and_forcer_keep_the_log_promises_at_seeded_crashes() {
         let dry = run(&base, seed, CrashPlan::Never);
         let mut plans = vec![CrashPlan::Never];
         let mut pick = SplitMix64::new(seed ^ 0xc0ff_ee00);
-        for _ in 0..3 {
-            plans.push(CrashPlan::AtFence(1 + pick.below(dry.fences.max(1))));
-        }
+        // Every fence of the schedule (about ten), and one seeded event.
+        plans.extend((1..=dry.fences).map(CrashPlan::AtFence));
         plans.push(CrashPlan::AtEvent(1 + pick.below(dry.events.max(1))));
         for plan in plans {
             let out = if plan == CrashPlan::Never {
