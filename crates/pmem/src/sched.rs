@@ -42,6 +42,9 @@
 //!   when the schedule says: the thread then runs at a moment no seed chose, and the run may
 //!   differ from the seed's other runs. Keep such waits out of scheduled tests (e.g. give the
 //!   log a ring that never fills).
+//! - Serialized, a spin loop must yield (`yield_now`, `sched_yield`), as every one in this
+//!   workspace does after a few rounds: a busy-wait that never yields keeps the CPU the
+//!   registered threads share, and the thread it waits for never runs, as on a uniprocessor.
 //! - A thread the code under test spawns itself is not registered: it passes through every
 //!   yield point freely, concurrently with the scheduled ones (it does inherit the priority and
 //!   the CPU).
