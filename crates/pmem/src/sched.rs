@@ -508,14 +508,12 @@ impl Scheduler {
             {
                 busy = true;
             }
-            if busy {
-                g = self.wait_control(g);
-                continue;
-            }
             let waiting: Vec<usize> = (0..g.slots.len())
                 .filter(|&i| g.slots[i].status == Status::Waiting)
                 .collect();
-            if waiting.is_empty() {
+            if busy || waiting.is_empty() {
+                // Nothing to choose yet. If nothing has changed for the stall time (a deadlock,
+                // or threads it cannot classify, as without /proc), stop scheduling.
                 if quiet_since.elapsed() >= self.stall {
                     g.free = true;
                     g.stalled = true;
