@@ -106,6 +106,7 @@ struct Inner {
     /// Yield points no longer hold anyone (stalled, or the controller is gone).
     free: bool,
     stalled: bool,
+    serialized: bool,
     started: bool,
 }
 
@@ -370,6 +371,11 @@ impl Scheduler {
         self.inner.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// Whether its run was serialized ([`RunReport::serialized`]).
+    pub fn serialized(&self) -> bool {
+        self.lock().serialized
+    }
+
     /// The decisions so far.
     pub fn schedule(&self) -> Schedule {
         let g = self.lock();
@@ -400,6 +406,7 @@ impl Scheduler {
             let launcher = scope.spawn(move || {
                 let release = Release(self);
                 let serialized = self.serialize && serialize_this_thread();
+                self.lock().serialized = serialized;
                 for job in rx {
                     scope.spawn(job);
                 }
@@ -601,6 +608,8 @@ pub struct Failure {
     pub schedule: Schedule,
     /// What the check said.
     pub message: String,
+    /// The run was serialized ([`RunReport::serialized`]), so the seed replays it.
+    pub serialized: bool,
 }
 
 impl std::fmt::Display for Failure {
@@ -640,6 +649,7 @@ pub fn explore(
                     seed,
                     schedule: sched.schedule(),
                     message,
+                    serialized: sched.serialized(),
                 }),
             };
         }
