@@ -37,6 +37,7 @@ pub mod pool;
 pub mod recorded;
 pub mod repair;
 pub mod rng;
+pub mod sched;
 pub mod sim;
 
 pub use directory::{Alignment, Region, RegionKind, kinds};
