@@ -9,7 +9,7 @@
 
 use std::time::Duration;
 
-use log::{ForcePolicy, Log, LogOptions, NONTEMPORAL_BYTES_MIN};
+use log::{Log, LogOptions, NONTEMPORAL_BYTES_MIN};
 use pmem::{CrashPlan, SimConfig, SimMedium};
 
 const REGION: usize = 4096 + 64 * 1024;
