@@ -263,8 +263,17 @@ impl<M: Medium> Log<M> {
                 what: "log region",
                 reason,
             })?;
-        // Superlines first (both, so no stale copy of an earlier log can win), then the
+        // First the old descriptors go, durably: an earlier log in this region (with the same
+        // UUID, as when a backup is re-created from its primary) would otherwise accept the new
+        // superlines below over a ring not yet zeroed, and show its records as the new log's.
+        // Then the superlines (both, so no stale copy can win) and the zeroed ring, then the
         // descriptors: until those are durable, the region is not a log.
+        let desc_end = layout::DESCRIPTOR_COPY_OFFSETS[1] + layout::DESCRIPTOR_BYTES;
+        medium.write(
+            base,
+            &[0u8; layout::DESCRIPTOR_COPY_OFFSETS[1] + layout::DESCRIPTOR_BYTES],
+        );
+        medium.persist(base, desc_end)?;
         let mut meta = [0u8; layout::RING_OFFSET];
         for copy in 0..2 {
             let sl = Superline {
