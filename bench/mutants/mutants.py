@@ -150,7 +150,8 @@ def test_only_ranges(code: str) -> list[tuple[int, int]]:
             continue
         close = code.find("]", end)
         j = close + 1
-        # The item: up to its first top-level `;` or its `{ ... }` body.
+        # The item (or field, or statement): up to its first top-level `;` or `,`, its
+        # `{ ... }` body, or the brace that closes what holds it.
         depth = 0
         while j < len(code):
             c = code[j]
@@ -158,11 +159,13 @@ def test_only_ranges(code: str) -> list[tuple[int, int]]:
                 depth += 1
             elif c in ")]":
                 depth -= 1
-            elif c == ";" and depth == 0:
+            elif c in ";," and depth == 0:
                 j += 1
                 break
             elif c == "{" and depth == 0:
                 j = match_forward(code, j)
+                break
+            elif c == "}" and depth == 0:
                 break
             j += 1
         if j > 0:
@@ -802,6 +805,43 @@ def write_report(path: Path, rows: list[dict], equivalent: dict[str, str],
 # ---------------------------------------------------------------------------------------------
 
 
+SELF_TEST_SRC = """fn a<'x>(m: &'x M) -> Result<()> {
+    let c = '"'; let d = '\\'';
+    let s = r#"m.flush(1, 2)?;"#; // m.fence()?;
+    /* outer /* m.persist(0,1) */ still */
+    m.flush(0, 64)?;
+    m.fence()?;
+    if let Err(e) = m.persist(0, 8) { return Err(e); }
+    unsafe { cpu::flush_range(p, 8) };
+    w.flush()?;
+    Ok(())
+}
+#[cfg(all(test, not(loom)))]
+mod t { fn x(m: &M) { m.fence().unwrap(); } }
+struct S { a: u8, #[cfg(test)] b: u8, }
+fn b(m: &M) -> Result<()> { self.inner
+        .medium.fence() }
+"""
+
+
+def self_test() -> None:
+    """The lexer and site finder on a snippet with the awkward cases (literals, comments,
+    test-only items, expression and statement positions)."""
+    code = mask_rust(SELF_TEST_SRC)
+    got = [(s.name, s.line, SELF_TEST_SRC[s.start:s.end], s.stmt is not None,
+            enclosing_fn(code, s.start))
+           for s in find_sites(SELF_TEST_SRC, code, METHOD_CALLS, FREE_CALLS)]
+    want = [
+        ("flush", 5, "m.flush(0, 64)", True, "a"),
+        ("fence", 6, "m.fence()", True, "a"),
+        ("persist", 7, "m.persist(0, 8)", False, "a"),
+        ("flush_range", 8, "cpu::flush_range(p, 8)", False, "a"),
+        ("fence", 16, "self.inner\n        .medium.fence()", False, "b"),
+    ]
+    assert got == want, f"self-test: got {got}"
+    print("self-test: ok")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--config", type=Path, default=HERE / "config.toml")
@@ -825,7 +865,11 @@ def main() -> int:
     ap.add_argument("--report-only", action="store_true", help="rewrite report.md from the "
                     "results file and equivalent.tsv")
     ap.add_argument("--verbose", action="store_true")
+    ap.add_argument("--self-test", action="store_true", help="check the lexer and site finder")
     a = ap.parse_args()
+    if a.self_test:
+        self_test()
+        return 0
 
     cfg = tomllib.loads(a.config.read_text())
     for c in a.crate or []:
