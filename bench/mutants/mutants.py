@@ -472,17 +472,25 @@ def generate(cfg: dict, crates: list[str] | None = None) -> list[Mutant]:
             continue
         path = ROOT / man["file"]
         src = path.read_text()
-        count = src.count(man["find"])
         sha = hashlib.sha256(src.encode()).hexdigest()
-        at = src.find(man["find"])
-        line = src.count("\n", 0, at) + 1 + (len(man["find"]) - len(man["find"].lstrip("\n")))
+        edits = man.get("edits") or [{"find": man["find"], "replace": man["replace"]}]
+        mutated, problems = src, []
+        for e in edits:
+            count = mutated.count(e["find"])
+            if count != 1:
+                problems.append(f"`find` occurs {count} times (must be once): {one_line(e['find'], 60)}")
+            else:
+                mutated = mutated.replace(e["find"], e["replace"])
+        first = edits[0]["find"]
+        at = max(0, src.find(first))
+        line = src.count("\n", 0, at) + 1 + (len(first) - len(first.lstrip("\n")))
         m = Mutant(id=f"manual:{man['name']}", crate=man["crate"], file=man["file"],
-                   line=line if count == 1 else 0, kind="manual",
-                   fn=enclosing_fn(mask_rust(src), at) if count == 1 else "-",
-                   site=one_line(man["find"]), note=man.get("note", ""), original_sha=sha,
-                   mutated=src.replace(man["find"], man["replace"]) if count == 1 else "")
-        if count != 1:
-            m.note = f"STALE: `find` occurs {count} times in {man['file']} (must be once)"
+                   line=line, kind="manual", fn=enclosing_fn(mask_rust(src), at),
+                   site=" / ".join(one_line(e["find"], 60) for e in edits),
+                   note=man.get("note", ""), original_sha=sha,
+                   mutated="" if problems else mutated)
+        if problems:
+            m.note = f"STALE in {man['file']}: " + "; ".join(problems)
         mutants.append(m)
     return mutants
 
@@ -660,6 +668,26 @@ class Runner:
                 self.log(f"baseline: {t}: {'ok' if ok else 'FAILS'} in {p.seconds:.1f}s")
                 cache.write_text(json.dumps(data, indent=1))
         return data["targets"]
+
+    def check_mutant(self, m: Mutant) -> tuple[str, str, float]:
+        """Only whether the mutant compiles (its crate's library)."""
+        path = self.scratch / m.file
+        original = path.read_text()
+        if not m.mutated or hashlib.sha256(original.encode()).hexdigest() != m.original_sha:
+            return "stale", m.note, 0.0
+        try:
+            path.write_text(m.mutated)
+            pkg = self.cfg["crates"][m.crate]["package"]
+            b = run_cmd(["cargo", "build", "-p", pkg, "--lib"], self.scratch, self.env,
+                        self.cfg["settings"]["build_timeout"])
+        finally:
+            path.write_text(original)
+        if b.rc is None:
+            return "timeout", "", b.seconds
+        if b.rc != 0:
+            err = re.search(r"^error(\[E\d+\])?: .*$", b.out, re.M)
+            return "unviable", err.group(0) if err else "(build failed)", b.seconds
+        return "viable", "", b.seconds
 
     def run_mutant(self, m: Mutant, targets: list[str], test_timeout: float) -> dict:
         row = {"result": "", "caught_by": "", "build_s": "", "test_s": ""}
@@ -864,6 +892,8 @@ def main() -> int:
                     "updating rows by id")
     ap.add_argument("--report-only", action="store_true", help="rewrite report.md from the "
                     "results file and equivalent.tsv")
+    ap.add_argument("--check-only", action="store_true", help="only build each selected mutant's "
+                    "crate (viable / unviable), print it, write nothing but the scratch tree")
     ap.add_argument("--verbose", action="store_true")
     ap.add_argument("--self-test", action="store_true", help="check the lexer and site finder")
     a = ap.parse_args()
@@ -937,11 +967,24 @@ def main() -> int:
     for r in runners:
         source_hash = sync_scratch(r.scratch)
     crates = sorted({m.crate for m in mutants})
-    base = runners[0].baseline(crates, source_hash)
+    base = {} if a.check_only else runners[0].baseline(crates, source_hash)
     bad = [t for t, v in base.items() if not v["ok"]]
     if bad:
         print("test targets that fail on the unmutated tree (they are left out, so they cannot "
               "count as catching anything): " + ", ".join(bad), flush=True)
+
+    if a.check_only:
+        counts: dict[str, int] = {}
+        try:
+            for m in mutants:
+                res, why, secs = runners[0].check_mutant(m)
+                counts[res] = counts.get(res, 0) + 1
+                print(f"{m.id}\t{res}\t{secs:.0f}s\t{why}", flush=True)
+        except (KeyboardInterrupt, Interrupted):
+            print("interrupted; the scratch file was restored", file=sys.stderr)
+            return 130
+        print(" ".join(f"{k}: {v}" for k, v in sorted(counts.items())))
+        return 0
 
     rows_by_id = {r["id"]: r for r in old_rows}
     lock = threading.Lock()
