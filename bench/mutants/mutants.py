@@ -214,6 +214,9 @@ class Mutant:
     note: str
     original_sha: str
     mutated: str = dataclasses.field(repr=False, default="")
+    # Other spellings of the same mutation, tried in order when the first does not compile
+    # (an annotated `Ok::<(), E>(())` where E is the wrong error type, say).
+    alts: list[str] = dataclasses.field(repr=False, default_factory=list)
 
 
 def receiver_start(code: str, dot: int) -> int:
@@ -392,16 +395,18 @@ def generate(cfg: dict, crates: list[str] | None = None) -> list[Mutant]:
             sites = find_sites(src, code, method_calls, free_calls)
             crate_rel = path.relative_to(ROOT / c["dir"]).as_posix()
 
-            def add(kind: str, line: int, pos: int, site_text: str, note: str, mutated: str) -> None:
+            def add(kind: str, line: int, pos: int, site_text: str, note: str, mutated: str,
+                    alts: list[str] | None = None) -> None:
                 mutants.append(Mutant(
                     id=f"{cname}:{crate_rel}:{line}:{kind}", crate=cname, file=rel, line=line,
                     kind=kind, fn=enclosing_fn(code, pos), site=one_line(site_text),
-                    note=note, original_sha=sha, mutated=mutated))
+                    note=note, original_sha=sha, mutated=mutated, alts=alts or []))
 
             err = c["error"]
             for s in sites:
                 call_text = src[s.start:s.end]
                 if "remove" in kinds and s.name != "write_nontemporal":
+                    alts = []
                     if s.stmt:
                         a, b = s.stmt
                         rep = "/* mutant: removed */" + blank_lines_like(src[a:b])
@@ -414,10 +419,14 @@ def generate(cfg: dict, crates: list[str] | None = None) -> list[Mutant]:
                             rep = "Ok::<(), std::io::Error>(())"
                         else:
                             rep = f"Ok::<(), {err}>(())"
+                        if s.ret != "unit":
+                            # the error type left to inference (a layer's own `fence` wrapper
+                            # returns the layer's error, not the medium's)
+                            alts.append(src[:a] + "Ok(())" + blank_lines_like(src[a:b]) + src[b:])
                         rep += blank_lines_like(src[a:b])
                         note = f"call replaced by `{rep.strip()}`"
                     add(f"remove-{s.name}", s.line, s.start, call_text, note,
-                        src[:a] + rep + src[b:])
+                        src[:a] + rep + src[b:], alts)
                 if "nt-to-write" in kinds and s.name == "write_nontemporal":
                     add("nt-to-write", s.line, s.start, call_text,
                         "non-temporal store made a plain store (no implied write-back)",
@@ -525,14 +534,16 @@ def tree_label() -> str:
 def sync_scratch(scratch: Path) -> str:
     """Make `scratch` a copy of the tree (sources only). Unchanged files keep their mtime, so the
     scratch target directory's incremental state stays valid; a changed file (including one a
-    killed run left mutated) is rewritten. Returns a hash of the sources."""
+    killed run left mutated) is rewritten. Returns a hash of what the tests depend on (the crates
+    and the workspace manifest and lock file), which keys the baseline cache."""
     scratch.mkdir(parents=True, exist_ok=True)
     files = tree_files()
     digest = hashlib.sha256()
     keep = set()
     for rel in sorted(files):
         data = (ROOT / rel).read_bytes()
-        digest.update(rel.encode() + b"\0" + hashlib.sha256(data).digest())
+        if rel.startswith("crates/") or rel in ("Cargo.toml", "Cargo.lock"):
+            digest.update(rel.encode() + b"\0" + hashlib.sha256(data).digest())
         dst = scratch / rel
         keep.add(rel)
         if dst.is_file() and dst.read_bytes() == data:
@@ -669,6 +680,19 @@ class Runner:
                 cache.write_text(json.dumps(data, indent=1))
         return data["targets"]
 
+    def apply_and_build(self, m: Mutant, path: Path, pkg: str) -> Proc:
+        """Write the mutant (each spelling in turn until one compiles) and build its crate."""
+        secs, last = 0.0, None
+        for text in [m.mutated, *m.alts]:
+            path.write_text(text)
+            last = run_cmd(["cargo", "build", "-p", pkg, "--lib"], self.scratch, self.env,
+                           self.cfg["settings"]["build_timeout"])
+            secs += last.seconds
+            if last.rc == 0 or last.rc is None:
+                break
+        assert last is not None
+        return Proc(last.rc, last.out, secs)
+
     def check_mutant(self, m: Mutant) -> tuple[str, str, float]:
         """Only whether the mutant compiles (its crate's library)."""
         path = self.scratch / m.file
@@ -676,10 +700,8 @@ class Runner:
         if not m.mutated or hashlib.sha256(original.encode()).hexdigest() != m.original_sha:
             return "stale", m.note, 0.0
         try:
-            path.write_text(m.mutated)
             pkg = self.cfg["crates"][m.crate]["package"]
-            b = run_cmd(["cargo", "build", "-p", pkg, "--lib"], self.scratch, self.env,
-                        self.cfg["settings"]["build_timeout"])
+            b = self.apply_and_build(m, path, pkg)
         finally:
             path.write_text(original)
         if b.rc is None:
@@ -687,6 +709,8 @@ class Runner:
         if b.rc != 0:
             err = re.search(r"^error(\[E\d+\])?: .*$", b.out, re.M)
             return "unviable", err.group(0) if err else "(build failed)", b.seconds
+        if not re.search(rf"^\s*Compiling {re.escape(pkg)} ", b.out, re.M):
+            return "error", f"{pkg} was not recompiled", b.seconds
         return "viable", "", b.seconds
 
     def run_mutant(self, m: Mutant, targets: list[str], test_timeout: float) -> dict:
@@ -704,17 +728,21 @@ class Runner:
         marker = self.scratch / ".mutant-applied"
         try:
             marker.write_text(m.file + "\n")
-            path.write_text(m.mutated)
             settings = self.cfg["settings"]
             pkg = self.cfg["crates"][m.crate]["package"]
-            b = run_cmd(["cargo", "build", "-p", pkg, "--lib"], self.scratch, self.env,
-                        settings["build_timeout"])
+            b = self.apply_and_build(m, path, pkg)
             if b.rc is None:
                 row.update(result="timeout", caught_by="(build)", build_s=f"{b.seconds:.0f}")
                 return row
             if b.rc != 0:
                 err = re.search(r"^error(\[E\d+\])?: .*$", b.out, re.M)
                 row.update(result="unviable", caught_by=err.group(0) if err else "(build failed)",
+                           build_s=f"{b.seconds:.0f}")
+                return row
+            if not re.search(rf"^\s*Compiling {re.escape(pkg)} ", b.out, re.M):
+                # The mutated crate was not rebuilt (a stale build state would make every
+                # mutant "survive"): say so rather than test the unmutated code.
+                row.update(result="error", caught_by=f"{pkg} was not recompiled",
                            build_s=f"{b.seconds:.0f}")
                 return row
             bt = self.build(targets, settings["build_timeout"])
@@ -786,7 +814,7 @@ def md(s: str) -> str:
 
 def write_report(path: Path, rows: list[dict], equivalent: dict[str, str],
                  all_mutants: list[Mutant]) -> None:
-    results = ["caught", "survived", "unviable", "timeout", "stale"]
+    results = ["caught", "survived", "unviable", "timeout", "stale", "error"]
     by_crate: dict[str, dict[str, int]] = {}
     for m in all_mutants:
         by_crate.setdefault(m.crate, {"mutants": 0})["mutants"] += 1
@@ -821,7 +849,8 @@ def write_report(path: Path, rows: list[dict], equivalent: dict[str, str],
                   f"{killed_or_eq} ({100 * killed_or_eq / len(viable):.0f}%)."]
     lines += ["", "| id | fn | site | mutation | result | caught by | build s | test s | equivalent? |",
               "| --- | --- | --- | --- | --- | --- | ---: | ---: | --- |"]
-    order = {r: i for i, r in enumerate(["survived", "timeout", "caught", "unviable", "stale"])}
+    order = {r: i for i, r in enumerate(["survived", "error", "timeout", "caught", "unviable",
+                                         "stale"])}
     for r in sorted(rows, key=lambda r: (order.get(r["result"], 9), r["id"])):
         lines.append(
             f"| `{md(r['id'])}` | {md(r.get('fn', ''))} | `{md(r.get('site', ''))}` | "
