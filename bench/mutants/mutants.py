@@ -523,12 +523,15 @@ def tree_files() -> list[str]:
 
 
 def tree_label() -> str:
-    rev = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short=10", "HEAD"],
-                         capture_output=True, text=True).stdout.strip() or "unknown"
-    dirty = subprocess.run(["git", "-C", str(ROOT), "status", "--porcelain", "--", "crates",
-                            "Cargo.toml", "Cargo.lock"],
-                           capture_output=True, text=True).stdout.strip()
-    return rev + ("+dirty" if dirty else "")
+    """What the results are about: a hash of the crates' sources and the workspace manifest and
+    lock file (the same hash that keys the baseline cache), so commits elsewhere (this tool,
+    docs) do not make earlier rows look stale."""
+    digest = hashlib.sha256()
+    for rel in sorted(tree_files()):
+        if rel.startswith("crates/") or rel in ("Cargo.toml", "Cargo.lock"):
+            data = (ROOT / rel).read_bytes()
+            digest.update(rel.encode() + b"\0" + hashlib.sha256(data).digest())
+    return digest.hexdigest()[:16]
 
 
 def sync_scratch(scratch: Path) -> str:
