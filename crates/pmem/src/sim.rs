@@ -320,8 +320,19 @@ impl State {
         }
         match self.cfg.domain {
             // The caches are persistent: a store is durable once it is visible.
+            // The caches are persistent: a store is durable once it is visible, and a pending
+            // non-temporal snapshot of the same line carries it too (its fence must not undo it).
             SimDomain::Eadr => {
                 self.durable[offset..offset + data.len()].copy_from_slice(data);
+                let end = offset + data.len();
+                for snaps in self.pending.values_mut() {
+                    for (&l, v) in snaps.range_mut(line_of(offset)..end) {
+                        let (from, to) = (offset.max(l), end.min(l + CACHE_LINE));
+                        for s in v.iter_mut() {
+                            s[from - l..to - l].copy_from_slice(&data[from - offset..to - offset]);
+                        }
+                    }
+                }
                 return;
             }
             SimDomain::Msync => {
@@ -1375,5 +1386,22 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn eadr_a_cached_store_after_a_nontemporal_one_is_not_undone_by_the_fence() {
+        let m = sim(4096, SimDomain::Eadr);
+        m.write_nontemporal(32, &[7; 32]);
+        m.write(0, &[9; 8]);
+        for img in m.power_fail_state().images() {
+            assert_eq!(&img[0..8], &[9; 8], "a cached store lost in eadr");
+        }
+        let m = sim(4096, SimDomain::Eadr);
+        m.write_nontemporal(32, &[7; 32]);
+        m.write(0, &[9; 8]);
+        m.flush(0, 64).unwrap();
+        m.fence().unwrap();
+        assert_eq!(&m.durable_image()[0..8], &[9; 8]);
+        assert_eq!(&m.durable_image()[32..64], &[7; 32]);
     }
 }
