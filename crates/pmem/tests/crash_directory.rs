@@ -304,82 +304,144 @@ fn create_and_remove_crashed_at_random_points_in_eadr_and_msync_are_before_or_af
     }
 }
 
+/// The directory update and close on `m`: (the update returned success, some call failed).
+fn create_acked<M: Medium>(m: M) -> (bool, bool) {
+    let Ok(mut pool) = Pool::open_medium(m, &OpenOptions::default()) else {
+        return (false, true);
+    };
+    let ok = pool
+        .create_region("new", kinds::LOG, 3 * 4096, Alignment::Page)
+        .is_ok();
+    let closed = pool.close().is_ok();
+    (ok, !ok || !closed)
+}
+
+fn remove_acked<M: Medium>(m: M) -> (bool, bool) {
+    let Ok(mut pool) = Pool::open_medium(m, &OpenOptions::default()) else {
+        return (false, true);
+    };
+    let ok = pool.remove_region("old").is_ok();
+    let closed = pool.close().is_ok();
+    (ok, !ok || !closed)
+}
+
+type Acked = fn(&SimMedium) -> (bool, bool);
+
+/// Run `op` in `msync` with its k-th msync failing, for every k it reaches (both sector sizes):
+/// it must report an error, and every image the power may leave afterwards must hold the old
+/// directory or the new one, the new one whenever the update returned success. Returns the
+/// images checked.
+fn failed_msyncs(name: &str, op: Acked, plain: Op) -> u64 {
+    let (before, after) = before_and_after(plain);
+    let base = base_image();
+    let mut images = 0u64;
+    let mut fired_any = 0;
+    for k in 1.. {
+        for sector in [512, 4096] {
+            let sim = SimMedium::from_image(
+                base.clone(),
+                SimConfig {
+                    seed: k,
+                    domain: SimDomain::Msync,
+                    sector,
+                    fail_msync_at: k,
+                    ..SimConfig::default()
+                },
+            );
+            let (acked, errored) = op(&sim);
+            // After a failed msync every fence fails: that tells whether the k-th came.
+            let fired = sim.fence().is_err();
+            if !fired {
+                assert!(acked && !errored, "{name}: no failure, yet an error");
+                continue;
+            }
+            fired_any += 1;
+            assert!(
+                errored,
+                "{name}: msync {k} failed but the pool reported success throughout"
+            );
+            for img in sim.power_fail_state().images() {
+                images += 1;
+                let what = format!("{name}, msync {k} failed ({sector} B sectors)");
+                if acked {
+                    assert_eq!(
+                        regions_of(img).as_deref(),
+                        Ok(&after[..]),
+                        "{what}: the update returned success but is not durable"
+                    );
+                } else {
+                    assert_before_or_after(img, &before, &after, &what);
+                }
+            }
+        }
+        if fired_any < 2 * k as usize {
+            break;
+        }
+    }
+    assert!(fired_any >= 8, "{name}: only {fired_any} msyncs to fail");
+    images
+}
+
 /// In `msync`, the `k`-th msync of the operation fails, for every `k` it reaches: the pool
 /// reports an error (from the update or from close), and every image the power may leave
 /// afterwards holds the old directory or the new one, the new one whenever the update returned
 /// success.
 #[test]
 fn a_failed_msync_is_reported_and_leaves_before_or_after() {
-    type Acked = fn(&SimMedium) -> (bool, bool);
-    let create: Acked = |m| {
-        let Ok(mut pool) = Pool::open_medium(m, &OpenOptions::default()) else {
-            return (false, true);
-        };
-        let ok = pool
-            .create_region("new", kinds::LOG, 3 * 4096, Alignment::Page)
-            .is_ok();
-        let closed = pool.close().is_ok();
-        (ok, !ok || !closed)
-    };
-    let remove: Acked = |m| {
-        let Ok(mut pool) = Pool::open_medium(m, &OpenOptions::default()) else {
-            return (false, true);
-        };
-        let ok = pool.remove_region("old").is_ok();
-        let closed = pool.close().is_ok();
-        (ok, !ok || !closed)
-    };
-    let mut images = 0u64;
-    for (name, op, plain) in [
-        ("create", create, create_op as Op),
-        ("remove", remove, remove_op as Op),
-    ] {
-        let (before, after) = before_and_after(plain);
-        let base = base_image();
-        let mut fired_any = 0;
-        for k in 1.. {
-            for sector in [512, 4096] {
-                let sim = SimMedium::from_image(
-                    base.clone(),
-                    SimConfig {
-                        seed: k,
-                        domain: SimDomain::Msync,
-                        sector,
-                        fail_msync_at: k,
-                        ..SimConfig::default()
-                    },
-                );
-                let (acked, errored) = op(&sim);
-                // After a failed msync every fence fails: that tells whether the k-th came.
-                let fired = sim.fence().is_err();
-                if !fired {
-                    assert!(acked && !errored, "{name}: no failure, yet an error");
-                    continue;
-                }
-                fired_any += 1;
-                assert!(
-                    errored,
-                    "{name}: msync {k} failed but the pool reported success throughout"
-                );
-                for img in sim.power_fail_state().images() {
-                    images += 1;
-                    let what = format!("{name}, msync {k} failed ({sector} B sectors)");
-                    if acked {
-                        assert_eq!(
-                            regions_of(img).as_deref(),
-                            Ok(&after[..]),
-                            "{what}: the update returned success but is not durable"
-                        );
-                    } else {
-                        assert_before_or_after(img, &before, &after, &what);
-                    }
-                }
-            }
-            if fired_any < 2 * k as usize {
-                break;
-            }
-        }
-        assert!(fired_any >= 8, "{name}: only {fired_any} msyncs to fail");
-    }
+    let images = failed_msyncs("create", |m| create_acked(m), create_op)
+        + failed_msyncs("remove", |m| remove_acked(m), remove_op);
     println!("crash images checked: {images} after failed msyncs (Msync)");
+}
+
+/// A medium that drops flush and fence errors, as a layer that ignored a failed `fsync` would.
+#[derive(Debug)]
+struct Swallow<'a>(&'a SimMedium);
+
+impl Medium for Swallow<'_> {
+    fn len(&self) -> usize {
+        self.0.len()
+    }
+    fn domain(&self) -> pmem::Domain {
+        self.0.domain()
+    }
+    fn backing(&self) -> pmem::Backing {
+        self.0.backing()
+    }
+    fn read(&self, offset: usize, buf: &mut [u8]) {
+        self.0.read(offset, buf)
+    }
+    fn write(&self, offset: usize, data: &[u8]) {
+        self.0.write(offset, data)
+    }
+    fn write_nontemporal(&self, offset: usize, data: &[u8]) {
+        self.0.write_nontemporal(offset, data)
+    }
+    fn load_u64(&self, offset: usize) -> u64 {
+        self.0.load_u64(offset)
+    }
+    fn store_u64(&self, offset: usize, value: u64) {
+        self.0.store_u64(offset, value)
+    }
+    fn flush(&self, offset: usize, len: usize) -> pmem::Result<()> {
+        let _ = self.0.flush(offset, len);
+        Ok(())
+    }
+    fn fence(&self) -> pmem::Result<()> {
+        let _ = self.0.fence();
+        Ok(())
+    }
+    fn inject(&self, offset: usize, data: &[u8]) -> pmem::Result<()> {
+        self.0.inject(offset, data)
+    }
+}
+
+/// The check above can fail: a pool on a medium that swallows the failed msync claims success.
+#[test]
+#[should_panic(expected = "reported success throughout")]
+fn the_failed_msync_check_catches_a_swallowed_error() {
+    failed_msyncs(
+        "create, errors swallowed",
+        |m| create_acked(Swallow(m)),
+        create_op,
+    );
 }
