@@ -365,8 +365,9 @@ fn scenario(sc: &Scenario, random_points: u64) {
 }
 
 /// The scenario crashed at every fence and at `random_points` random events in the domain of
-/// `cfg`; `all` checks every crash image of each fence ([`pmem::sim::CrashState::images`]),
-/// recovery crashed at each of its fences for the first of them), else the sampled one.
+/// `cfg`. With `all`, every crash image of each fence is checked
+/// ([`pmem::sim::CrashState::images`]; recovery is crashed at each of its fences for the first
+/// of them only), else only the sampled one.
 fn scenario_in(sc: &Scenario, cfg: SimConfig, random_points: u64, all: bool) {
     let domain = cfg.domain;
     let mut images = 0u64;
