@@ -4,7 +4,8 @@
 # Every crash test prints `crash images checked: N ... (Domain)` (the simulator's harnesses do,
 # and so do the tests' own loops). This runs each crate's tests in debug, as CI does, one test at
 # a time so the lines can be attributed to the binary cargo announced last, and prints markdown
-# tables: per binary, and per crate with a total.
+# tables: per binary, and per crate with a total. A line that names no domain (the recorded
+# medium's campaigns, for one) counts as "untagged".
 #
 # Usage: bench/crash-counts.sh [PACKAGE...]     (default: every crate under crates/)
 #        KEEP_LOGS=DIR bench/crash-counts.sh ...  (keep each crate's test output in DIR)
@@ -62,7 +63,7 @@ done
 
 echo "### Crash images checked, per test binary"
 echo
-echo "| crate | test binary | adr | eadr | msync | other | total |"
+echo "| crate | test binary | adr | eadr | msync | untagged | total |"
 echo "|---|---|---:|---:|---:|---:|---:|"
 grep -v $'\t#status\t' "$rows" | sort | awk -F'\t' '
     {
@@ -82,7 +83,7 @@ grep -v $'\t#status\t' "$rows" | sort | awk -F'\t' '
 echo
 echo "### Crash images checked, per crate"
 echo
-echo "| crate | adr | eadr | msync | other | total | tests | seconds |"
+echo "| crate | adr | eadr | msync | untagged | total | tests | seconds |"
 echo "|---|---:|---:|---:|---:|---:|---|---:|"
 awk -F'\t' '
     $2 == "#status" { status[$1] = $3; secs[$1] = $4; if (!($1 in seen)) { seen[$1] = 1; order[++n] = $1 }; next }
