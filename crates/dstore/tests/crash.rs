@@ -22,7 +22,7 @@ use std::sync::Arc;
 
 use model::{Dump, Model, TOp};
 use pmem::rng::SplitMix64;
-use pmem::{CrashPlan, SimConfig, SimMedium};
+use pmem::{CrashPlan, Medium, SimConfig, SimDomain, SimMedium};
 
 const OPS: usize = 70;
 const CHECKPOINT_AFTER: [usize; 3] = [15, 40, 41];
@@ -39,22 +39,27 @@ fn workload(seed: u64) -> Vec<TOp> {
 /// Run the workload on `sim` until it ends or the medium crashes; returns how many operations
 /// were acknowledged.
 fn drive(sim: &Arc<SimMedium>, ops: &[TOp]) -> usize {
+    drive_all(sim, ops).0
+}
+
+/// [`drive`], also telling whether every call (the final close included) succeeded.
+fn drive_all(sim: &Arc<SimMedium>, ops: &[TOp]) -> (usize, bool) {
     let cfg = model::config(false);
     let Ok(store) = model::open(Arc::clone(sim), &cfg) else {
-        return 0;
+        return (0, false);
     };
     let mut acked = 0;
     for (i, op) in ops.iter().enumerate() {
         if model::run(&store, op).is_err() {
-            return acked;
+            return (acked, false);
         }
         acked += 1;
         if CHECKPOINT_AFTER.contains(&(i + 1)) && store.save().is_err() {
-            return acked;
+            return (acked, false);
         }
     }
-    let _ = store.close();
-    acked
+    let closed = store.close().is_ok();
+    (acked, closed)
 }
 
 fn recover(image: Vec<u8>, plan: CrashPlan, seed: u64) -> (Option<State>, Arc<SimMedium>) {
@@ -149,47 +154,175 @@ fn check(image: Vec<u8>, acked: usize, ops: &[TOp], expect: &[State], what: &str
 
 #[test]
 fn crash_at_every_fence() {
+    every_fence(SimConfig::default(), false);
+}
+
+/// `eadr` and `msync` (512 B sectors on one, 4 KiB on the other): every image worth checking
+/// at each fence, not only the sampled one (few are open in these domains).
+#[test]
+fn crash_at_every_fence_in_eadr_and_msync() {
+    for (domain, sector) in [
+        (SimDomain::Eadr, 512),
+        (SimDomain::Msync, 512),
+        (SimDomain::Msync, 4096),
+    ] {
+        every_fence(
+            SimConfig {
+                seed: sector as u64,
+                domain,
+                sector,
+                ..SimConfig::default()
+            },
+            true,
+        );
+    }
+}
+
+/// Crash before every fence in the domain of `sim_cfg`; `all` checks every crash image of each
+/// point ([`pmem::sim::CrashState::images`]), else the sampled one.
+fn every_fence(sim_cfg: SimConfig, all: bool) {
     let cfg = model::config(false);
     let base = model::base_image(&cfg);
     let ops = workload(11);
     let expect = model::prefixes(&ops);
     let mut n = 1;
+    let mut images = 0u64;
     loop {
         let sim = Arc::new(SimMedium::from_image(
             base.clone(),
             SimConfig {
-                seed: n,
+                seed: sim_cfg.seed ^ n,
                 crash: CrashPlan::AtFence(n),
                 evict_per_million: 0,
-                ..SimConfig::default()
+                ..sim_cfg
             },
         ));
         let acked = drive(&sim, &ops);
-        let Some(img) = sim.crash_image() else {
+        let Some(state) = sim.crash_state() else {
             assert_eq!(acked, OPS, "an uncrashed run acknowledges everything");
             break;
         };
-        check(img, acked, &ops, &expect, &format!("fence {n}"), n);
+        let imgs = if all {
+            state.images()
+        } else {
+            vec![state.sampled().to_vec()]
+        };
+        for img in imgs {
+            images += 1;
+            check(
+                img,
+                acked,
+                &ops,
+                &expect,
+                &format!("{:?} fence {n}", sim_cfg.domain),
+                n,
+            );
+        }
         n += 1;
     }
+    println!(
+        "crash images checked: {images} at {} fences ({:?})",
+        n - 1,
+        sim_cfg.domain
+    );
     assert!(
         n > OPS as u64,
         "every operation forces at least once ({n} fences)"
     );
 }
 
+/// In `msync`, the k-th msync fails, for k spread over the whole run (1, 2, 3, 4, 6, 9, ...
+/// until the run issues fewer): the store reports an error (never success for every call), and
+/// every image the power may leave afterwards recovers with every acknowledged operation.
 #[test]
-fn crash_at_random_points() {
+fn a_failed_msync_is_reported_and_loses_no_acknowledged_operation() {
     let cfg = model::config(false);
     let base = model::base_image(&cfg);
-    let mut rng = SplitMix64::new(0x5eed);
-    for round in 0..10u64 {
+    let ops = workload(11);
+    let expect = model::prefixes(&ops);
+    let mut images = 0u64;
+    let mut fired = 0;
+    let mut k = 1u64;
+    loop {
+        let sector = if k % 2 == 0 { 512 } else { 4096 };
+        let sim = Arc::new(SimMedium::from_image(
+            base.clone(),
+            SimConfig {
+                seed: k,
+                domain: SimDomain::Msync,
+                sector,
+                fail_msync_at: k,
+                ..SimConfig::default()
+            },
+        ));
+        let (acked, all_ok) = drive_all(&sim, &ops);
+        // After a failed msync every fence fails: that tells whether the k-th came.
+        if sim.fence().is_ok() {
+            assert!(all_ok && acked == OPS, "no msync failed, yet an error");
+            break;
+        }
+        fired += 1;
+        assert!(
+            !all_ok,
+            "msync {k} failed, yet every operation and the close reported success"
+        );
+        for img in sim.power_fail_state().images() {
+            images += 1;
+            check(
+                img,
+                acked,
+                &ops,
+                &expect,
+                &format!("msync {k} failed ({sector} B sectors), {acked} acknowledged"),
+                k,
+            );
+        }
+        k = k * 3 / 2 + 1;
+    }
+    assert!(fired >= 8, "only {fired} msyncs to fail");
+    println!("crash images checked: {images} after failed msyncs (Msync)");
+}
+
+#[test]
+fn crash_at_random_points() {
+    random_points(SimConfig::default(), 10, 100);
+}
+
+/// Random points in `eadr` and `msync` (both sector sizes): fewer rounds than `adr`.
+#[test]
+fn crash_at_random_points_in_eadr_and_msync() {
+    for (domain, sector) in [
+        (SimDomain::Eadr, 512),
+        (SimDomain::Msync, 512),
+        (SimDomain::Msync, 4096),
+    ] {
+        random_points(
+            SimConfig {
+                seed: sector as u64,
+                domain,
+                sector,
+                ..SimConfig::default()
+            },
+            1,
+            100,
+        );
+    }
+}
+
+/// `rounds` workloads, each crashed at `per_round` seeded random events (with seeded eviction)
+/// in the domain of `sim_cfg`.
+fn random_points(sim_cfg: SimConfig, rounds: u64, per_round: usize) {
+    let cfg = model::config(false);
+    let base = model::base_image(&cfg);
+    let mut rng = SplitMix64::new(0x5eed ^ sim_cfg.seed);
+    let mut images = 0u64;
+    for round in 0..rounds {
         let ops = workload(1000 + round);
         let expect = model::prefixes(&ops);
-        let dry = Arc::new(SimMedium::from_image(base.clone(), SimConfig::default()));
+        let dry = Arc::new(SimMedium::from_image(base.clone(), sim_cfg));
         assert_eq!(drive(&dry, &ops), OPS);
         let events = dry.events();
-        for _ in 0..100 {
+        for _ in 0..per_round {
             let seed = rng.next_u64();
             let mut pick = SplitMix64::new(seed);
             let sim = Arc::new(SimMedium::from_image(
@@ -198,21 +331,26 @@ fn crash_at_random_points() {
                     seed,
                     crash: CrashPlan::AtEvent(1 + pick.below(events)),
                     evict_per_million: [0, 10_000, 100_000, 500_000][pick.below(4) as usize],
-                    ..SimConfig::default()
+                    ..sim_cfg
                 },
             ));
             let acked = drive(&sim, &ops);
             let img = sim.crash_image().unwrap_or_else(|| sim.power_fail());
+            images += 1;
             check(
                 img,
                 acked,
                 &ops,
                 &expect,
-                &format!("round {round} seed {seed:#x}"),
+                &format!("{:?} round {round} seed {seed:#x}", sim_cfg.domain),
                 seed,
             );
         }
     }
+    println!(
+        "crash images checked: {images} at random points ({:?})",
+        sim_cfg.domain
+    );
 }
 
 #[test]

@@ -27,7 +27,7 @@ use std::sync::atomic::{AtomicI64, Ordering};
 use effects::{Dump, START, Tx};
 use model::{Db, Effect, Keyspace, ModelError, Scope, Value};
 use pmem::rng::SplitMix64;
-use pmem::{CrashPlan, SimConfig, SimMedium};
+use pmem::{CrashPlan, Medium, SimConfig, SimDomain, SimMedium};
 
 const KEYS: u64 = 6;
 const DBS: u8 = 4;
@@ -146,24 +146,29 @@ fn prefixes(txs: &[Tx]) -> Vec<Dump> {
 /// Run the workload until it ends or the medium crashes; returns how many transactions were
 /// acknowledged.
 fn drive(sim: &Arc<SimMedium>, txs: &[Tx]) -> usize {
+    drive_all(sim, txs).0
+}
+
+/// [`drive`], also telling whether every call (the final close included) succeeded.
+fn drive_all(sim: &Arc<SimMedium>, txs: &[Tx]) -> (usize, bool) {
     let cfg = effects::config();
     let clock = Arc::new(AtomicI64::new(START));
     let Ok(store) = effects::open(Arc::clone(sim), &cfg, &clock) else {
-        return 0;
+        return (0, false);
     };
     let mut acked = 0;
     for (i, tx) in txs.iter().enumerate() {
         clock.store(clock_for(i), Ordering::SeqCst);
         if effects::run(&store, tx).is_err() {
-            return acked;
+            return (acked, false);
         }
         acked += 1;
         if CHECKPOINT_AFTER.contains(&(i + 1)) && store.save().is_err() {
-            return acked;
+            return (acked, false);
         }
     }
-    let _ = store.close();
-    acked
+    let closed = store.close().is_ok();
+    (acked, closed)
 }
 
 fn recover(image: Vec<u8>, plan: CrashPlan, seed: u64) -> (Option<Dump>, Arc<SimMedium>) {
@@ -289,45 +294,172 @@ fn the_workload_has_every_kind_and_partial_states_would_show() {
 
 #[test]
 fn crash_at_every_fence() {
+    every_fence(SimConfig::default(), false);
+}
+
+/// `eadr` and `msync` (512 B sectors on one, 4 KiB on the other): every image worth checking
+/// at each fence, not only the sampled one (few are open in these domains).
+#[test]
+fn crash_at_every_fence_in_eadr_and_msync() {
+    for (domain, sector) in [
+        (SimDomain::Eadr, 512),
+        (SimDomain::Msync, 512),
+        (SimDomain::Msync, 4096),
+    ] {
+        every_fence(
+            SimConfig {
+                seed: sector as u64,
+                domain,
+                sector,
+                ..SimConfig::default()
+            },
+            true,
+        );
+    }
+}
+
+/// Crash before every fence in the domain of `sim_cfg`; `all` checks every crash image of each
+/// point ([`pmem::sim::CrashState::images`]), else the sampled one.
+fn every_fence(sim_cfg: SimConfig, all: bool) {
     let base = effects::base_image(&effects::config());
     let txs = workload(21, TXS);
     let expect = prefixes(&txs);
     let mut n = 1;
+    let mut images = 0u64;
     loop {
         let sim = Arc::new(SimMedium::from_image(
             base.clone(),
             SimConfig {
-                seed: n,
+                seed: sim_cfg.seed ^ n,
                 crash: CrashPlan::AtFence(n),
                 evict_per_million: 0,
-                ..SimConfig::default()
+                ..sim_cfg
             },
         ));
         let acked = drive(&sim, &txs);
-        let Some(img) = sim.crash_image() else {
+        let Some(state) = sim.crash_state() else {
             assert_eq!(acked, TXS, "an uncrashed run acknowledges everything");
             break;
         };
-        check(img, acked, &txs, &expect, &format!("fence {n}"), n);
+        let imgs = if all {
+            state.images()
+        } else {
+            vec![state.sampled().to_vec()]
+        };
+        for img in imgs {
+            images += 1;
+            check(
+                img,
+                acked,
+                &txs,
+                &expect,
+                &format!("{:?} fence {n}", sim_cfg.domain),
+                n,
+            );
+        }
         n += 1;
     }
+    println!(
+        "crash images checked: {images} at {} fences ({:?})",
+        n - 1,
+        sim_cfg.domain
+    );
     assert!(
         n > TXS as u64,
         "every transaction forces at least once ({n} fences)"
     );
 }
 
+/// In `msync`, the k-th msync fails, for k spread over the whole run (1, 2, 3, 4, 6, 9, ...
+/// until the run issues fewer): the store reports an error (never success for every call), and
+/// every image the power may leave afterwards recovers with every acknowledged transaction.
+#[test]
+fn a_failed_msync_is_reported_and_loses_no_acknowledged_transaction() {
+    let base = effects::base_image(&effects::config());
+    let txs = workload(21, TXS);
+    let expect = prefixes(&txs);
+    let mut images = 0u64;
+    let mut fired = 0;
+    let mut k = 1u64;
+    loop {
+        let sector = if k % 2 == 0 { 512 } else { 4096 };
+        let sim = Arc::new(SimMedium::from_image(
+            base.clone(),
+            SimConfig {
+                seed: k,
+                domain: SimDomain::Msync,
+                sector,
+                fail_msync_at: k,
+                ..SimConfig::default()
+            },
+        ));
+        let (acked, all_ok) = drive_all(&sim, &txs);
+        // After a failed msync every fence fails: that tells whether the k-th came.
+        if sim.fence().is_ok() {
+            assert!(all_ok && acked == TXS, "no msync failed, yet an error");
+            break;
+        }
+        fired += 1;
+        assert!(
+            !all_ok,
+            "msync {k} failed, yet every transaction and the close reported success"
+        );
+        for img in sim.power_fail_state().images() {
+            images += 1;
+            check(
+                img,
+                acked,
+                &txs,
+                &expect,
+                &format!("msync {k} failed ({sector} B sectors), {acked} acknowledged"),
+                k,
+            );
+        }
+        k = k * 3 / 2 + 1;
+    }
+    assert!(fired >= 8, "only {fired} msyncs to fail");
+    println!("crash images checked: {images} after failed msyncs (Msync)");
+}
+
 #[test]
 fn crash_at_random_points() {
+    random_points(SimConfig::default(), 4, 40);
+}
+
+/// Random points in `eadr` and `msync` (both sector sizes): fewer rounds than `adr`.
+#[test]
+fn crash_at_random_points_in_eadr_and_msync() {
+    for (domain, sector) in [
+        (SimDomain::Eadr, 512),
+        (SimDomain::Msync, 512),
+        (SimDomain::Msync, 4096),
+    ] {
+        random_points(
+            SimConfig {
+                seed: sector as u64,
+                domain,
+                sector,
+                ..SimConfig::default()
+            },
+            1,
+            40,
+        );
+    }
+}
+
+/// `rounds` workloads, each crashed at `per_round` seeded random events (with seeded eviction)
+/// in the domain of `sim_cfg`.
+fn random_points(sim_cfg: SimConfig, rounds: u64, per_round: usize) {
     let base = effects::base_image(&effects::config());
-    let mut rng = SplitMix64::new(0x5eed_4b53);
-    for round in 0..4u64 {
+    let mut rng = SplitMix64::new(0x5eed_4b53 ^ sim_cfg.seed);
+    let mut images = 0u64;
+    for round in 0..rounds {
         let txs = workload(500 + round, TXS);
         let expect = prefixes(&txs);
-        let dry = Arc::new(SimMedium::from_image(base.clone(), SimConfig::default()));
+        let dry = Arc::new(SimMedium::from_image(base.clone(), sim_cfg));
         assert_eq!(drive(&dry, &txs), TXS);
         let events = dry.events();
-        for _ in 0..40 {
+        for _ in 0..per_round {
             let seed = rng.next_u64();
             let mut pick = SplitMix64::new(seed);
             let sim = Arc::new(SimMedium::from_image(
@@ -336,21 +468,26 @@ fn crash_at_random_points() {
                     seed,
                     crash: CrashPlan::AtEvent(1 + pick.below(events)),
                     evict_per_million: [0, 10_000, 100_000, 500_000][pick.below(4) as usize],
-                    ..SimConfig::default()
+                    ..sim_cfg
                 },
             ));
             let acked = drive(&sim, &txs);
             let img = sim.crash_image().unwrap_or_else(|| sim.power_fail());
+            images += 1;
             check(
                 img,
                 acked,
                 &txs,
                 &expect,
-                &format!("round {round} seed {seed:#x}"),
+                &format!("{:?} round {round} seed {seed:#x}", sim_cfg.domain),
                 seed,
             );
         }
     }
+    println!(
+        "crash images checked: {images} at random points ({:?})",
+        sim_cfg.domain
+    );
 }
 
 /// The medium fails (the simulator cuts power) while a transaction's record is being forced,

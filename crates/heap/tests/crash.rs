@@ -19,7 +19,7 @@ use heap::check::walk;
 use heap::layout::CHUNK_SIZE;
 use heap::{HeapError, HeapOptions, RawHeap};
 use pmem::rng::SplitMix64;
-use pmem::{CrashPlan, Medium, SimConfig, SimMedium};
+use pmem::{CrashPlan, Medium, SimConfig, SimDomain, SimMedium};
 
 const LEN: u64 = 4 << 20;
 const SLOTS: u64 = 8;
@@ -29,13 +29,24 @@ const SLOT_BYTES: u64 = 32;
 type State = Vec<(u64, u64, u64, u32)>;
 
 fn sim(image: Vec<u8>, crash: CrashPlan, seed: u64, evict: u32) -> Arc<SimMedium> {
+    sim_in(SimConfig::default(), image, crash, seed, evict)
+}
+
+/// [`sim`] in the domain (and sector size, msync failure) of `cfg`.
+fn sim_in(
+    cfg: SimConfig,
+    image: Vec<u8>,
+    crash: CrashPlan,
+    seed: u64,
+    evict: u32,
+) -> Arc<SimMedium> {
     Arc::new(SimMedium::from_image(
         image,
         SimConfig {
             seed,
             crash,
             evict_per_million: evict,
-            ..SimConfig::default()
+            ..cfg
         },
     ))
 }
@@ -350,6 +361,16 @@ fn still_works(img: Vec<u8>, what: &str) {
 }
 
 fn scenario(sc: &Scenario, random_points: u64) {
+    scenario_in(sc, SimConfig::default(), random_points, false);
+}
+
+/// The scenario crashed at every fence and at `random_points` random events in the domain of
+/// `cfg`. With `all`, every crash image of each fence is checked
+/// ([`pmem::sim::CrashState::images`]; recovery is crashed at each of its fences for the first
+/// of them only), else only the sampled one.
+fn scenario_in(sc: &Scenario, cfg: SimConfig, random_points: u64, all: bool) {
+    let domain = cfg.domain;
+    let mut images = 0u64;
     let base = base_image();
     let clean = sim(base.clone(), CrashPlan::Never, 0, 0);
     let h = open(clean.clone()).unwrap();
@@ -359,16 +380,27 @@ fn scenario(sc: &Scenario, random_points: u64) {
     // Every fence.
     let mut fences = 0;
     for n in 1.. {
-        let m = sim(base.clone(), CrashPlan::AtFence(n), n, 0);
+        let m = sim_in(cfg, base.clone(), CrashPlan::AtFence(n), cfg.seed ^ n, 0);
         let h = open(m.clone()).unwrap();
         let r = run(&h, sc.steps);
         drop(h);
-        let Some(img) = m.crash_image() else {
+        let Some(state) = m.crash_state() else {
             r.unwrap();
             break;
         };
         fences = n;
-        let what = format!("{} crash at fence {n}", sc.name);
+        let mut imgs = if all {
+            state.images()
+        } else {
+            vec![state.sampled().to_vec()]
+        };
+        images += imgs.len() as u64;
+        for (i, img) in imgs.drain(1..).enumerate() {
+            let what = format!("{} {domain:?} crash at fence {n}, image {}", sc.name, i + 1);
+            check_crash(img, &allowed, &what);
+        }
+        let img = imgs.pop().expect("one image");
+        let what = format!("{} {domain:?} crash at fence {n}", sc.name);
         let got = check_crash(img.clone(), &allowed, &what);
         for k in 1.. {
             if !crash_recovery(
@@ -389,19 +421,25 @@ fn scenario(sc: &Scenario, random_points: u64) {
         sc.name
     );
     // Random points with eviction.
-    let mut rng = SplitMix64::new(0x4ea9 ^ sc.name.len() as u64);
+    println!("crash images checked: {images} at {fences} fences ({domain:?})");
+    let mut images = 0u64;
+    let mut rng = SplitMix64::new(0x4ea9 ^ sc.name.len() as u64 ^ cfg.seed);
     let mut outcomes = std::collections::BTreeMap::new();
     for _ in 0..random_points {
         let seed = rng.next_u64();
         let mut pick = SplitMix64::new(seed);
         let at = 1 + pick.below(events);
         let evict = [0, 10_000, 100_000, 500_000][pick.below(4) as usize];
-        let m = sim(base.clone(), CrashPlan::AtEvent(at), seed, evict);
+        let m = sim_in(cfg, base.clone(), CrashPlan::AtEvent(at), seed, evict);
         let h = open(m.clone()).unwrap();
         let _ = run(&h, sc.steps);
         drop(h);
         let img = m.crash_image().unwrap_or_else(|| m.power_fail());
-        let what = format!("{} random crash seed {seed:#x} at event {at}", sc.name);
+        images += 1;
+        let what = format!(
+            "{} {domain:?} random crash seed {seed:#x} at event {at}",
+            sc.name
+        );
         let got = check_crash(img.clone(), &allowed, &what);
         *outcomes
             .entry(allowed.iter().position(|s| *s == got).unwrap())
@@ -423,6 +461,7 @@ fn scenario(sc: &Scenario, random_points: u64) {
         "{}: every random crash gave the same prefix: {outcomes:?}",
         sc.name
     );
+    println!("crash images checked: {images} at random points ({domain:?})");
 }
 
 #[test]
@@ -467,4 +506,88 @@ fn aborted_transactions_are_never_visible() {
 #[test]
 fn mixed_sequences_are_atomic() {
     scenario(&SCENARIOS[5], 1000);
+}
+
+/// Every scenario at every fence (every image of each) and 100 random points in `eadr`, and in
+/// `msync` with 512 B sectors for half the scenarios and 4 KiB for the other half.
+#[test]
+fn every_scenario_in_eadr_and_msync() {
+    for (i, sc) in SCENARIOS.iter().enumerate() {
+        let seed = 0x0e_ad00 + i as u64;
+        let eadr = SimConfig {
+            seed,
+            domain: SimDomain::Eadr,
+            ..SimConfig::default()
+        };
+        scenario_in(sc, eadr, 100, true);
+        let msync = SimConfig {
+            seed,
+            domain: SimDomain::Msync,
+            sector: [512, 4096][i % 2],
+            ..SimConfig::default()
+        };
+        scenario_in(sc, msync, 100, true);
+    }
+}
+
+/// In `msync`, the k-th msync fails, for k spread over each scenario (1, 2, 3, 4, 6, 9, ...
+/// until the scenario issues fewer): the transaction in flight reports an error (and none
+/// after it claims success), and every image the power may leave afterwards recovers to the
+/// state after the committed transactions, or after those and the failed one, walking clean.
+#[test]
+fn a_failed_msync_is_reported_and_loses_no_committed_transaction() {
+    let base = base_image();
+    let mut images = 0u64;
+    for (i, sc) in SCENARIOS.iter().enumerate() {
+        let clean = sim(base.clone(), CrashPlan::Never, 0, 0);
+        let allowed = run(&open(clean).unwrap(), sc.steps).unwrap();
+        let (mut k, mut fired) = (1u64, 0);
+        loop {
+            let sector = [512, 4096][(i + k as usize) % 2];
+            let cfg = SimConfig {
+                domain: SimDomain::Msync,
+                sector,
+                fail_msync_at: k,
+                ..SimConfig::default()
+            };
+            let m = sim_in(cfg, base.clone(), CrashPlan::Never, k, 0);
+            let mut done = 0;
+            if let Ok(h) = open(m.clone()) {
+                for step in sc.steps {
+                    if step(&h).is_err() {
+                        break;
+                    }
+                    done += 1;
+                }
+            }
+            // After a failed msync every fence fails: that tells whether the k-th came.
+            if m.fence().is_ok() {
+                assert_eq!(
+                    done,
+                    sc.steps.len(),
+                    "{}: no msync failed, yet an error",
+                    sc.name
+                );
+                break;
+            }
+            fired += 1;
+            assert!(
+                done < sc.steps.len(),
+                "{}: msync {k} failed, yet every transaction committed",
+                sc.name
+            );
+            let may = &allowed[done..(done + 2).min(allowed.len())];
+            for (j, img) in m.power_fail_state().images().into_iter().enumerate() {
+                images += 1;
+                let what = format!(
+                    "{}: msync {k} failed ({sector} B sectors) after {done} transactions, image {j}",
+                    sc.name
+                );
+                check_crash(img, may, &what);
+            }
+            k = k * 3 / 2 + 1;
+        }
+        assert!(fired >= 4, "{}: only {fired} msyncs to fail", sc.name);
+    }
+    println!("crash images checked: {images} after failed msyncs (Msync)");
 }

@@ -20,8 +20,8 @@ use std::time::Duration;
 
 use log::{ForcePolicy, Log, LogOptions};
 use pmem::rng::SplitMix64;
-use pmem::sim::crash_at_random_points;
-use pmem::{CrashPlan, SimConfig, SimMedium};
+use pmem::sim::crash_at_random_points_with;
+use pmem::{CrashPlan, Medium, SimConfig, SimDomain, SimMedium};
 
 const REGION: usize = 4096 + 16 * 1024;
 
@@ -34,6 +34,12 @@ struct Model {
     forced: AtomicU64,
     /// LSNs handed to cleanup (they may be gone after recovery).
     cleaned: Mutex<BTreeSet<u64>>,
+    /// Calls that returned an error.
+    errors: AtomicU64,
+    /// LSNs whose copy or completion failed: the log voids them, so they may be missing from
+    /// the middle of the records read back once later records reach the medium (after a failed
+    /// msync the kernel may still write their pages back; after a crash nothing does).
+    voided: Mutex<BTreeSet<u64>>,
 }
 
 fn payload(thread: u64, i: u64, rng: &mut SplitMix64) -> Vec<u8> {
@@ -76,8 +82,11 @@ fn writer(
     let mut rng = SplitMix64::new(seed ^ thread);
     for i in 0..count {
         let p = payload(thread, i, &mut rng);
+        let failed = || {
+            model.errors.fetch_add(1, Ordering::AcqRel);
+        };
         let Ok(mut r) = log.reserve(p.len()) else {
-            return;
+            return failed();
         };
         model
             .written
@@ -85,16 +94,23 @@ fn writer(
             .expect("model")
             .insert(r.lsn(), p.clone());
         std::thread::yield_now();
+        let reserved = r.lsn();
+        let void = || {
+            model.voided.lock().expect("model").insert(reserved);
+            failed();
+        };
         if r.copy(0, &p).is_err() {
-            return;
+            return void();
         }
-        let Ok(lsn) = r.complete() else { return };
+        let Ok(lsn) = r.complete() else {
+            return void();
+        };
         match log.commit(lsn, policy) {
             Ok(true) => {
                 model.forced.fetch_max(lsn, Ordering::AcqRel);
             }
             Ok(false) => {}
-            Err(_) => return,
+            Err(_) => return failed(),
         }
         if thread == 0 && i % 3 == 2 {
             let old: Vec<u64> = {
@@ -110,7 +126,7 @@ fn writer(
             for l in old {
                 model.cleaned.lock().expect("model").insert(l);
                 if log.cleanup(l).is_err() {
-                    return;
+                    return failed();
                 }
             }
         }
@@ -118,6 +134,11 @@ fn writer(
 }
 
 fn workload(sim: &SimMedium, model: &Model, seed: u64, policy: ForcePolicy) {
+    workload_then(sim, model, seed, policy, false)
+}
+
+/// [`workload`], then (if `close`) a clean close whose failure counts as an error.
+fn workload_then(sim: &SimMedium, model: &Model, seed: u64, policy: ForcePolicy, close: bool) {
     let opts = LogOptions {
         clean_shutdown: true,
         full_wait: Duration::from_millis(1),
@@ -130,6 +151,9 @@ fn workload(sim: &SimMedium, model: &Model, seed: u64, policy: ForcePolicy) {
         s.spawn(|| writer(&log, model, 0, seed, 40, policy));
         s.spawn(|| writer(&log, model, 1, seed, 40, policy));
     });
+    if close && log.close().is_err() {
+        model.errors.fetch_add(1, Ordering::AcqRel);
+    }
 }
 
 fn recover(image: Vec<u8>, plan: CrashPlan) -> Result<Vec<(u64, Vec<u8>)>, Vec<u8>> {
@@ -177,10 +201,15 @@ fn check(image: Vec<u8>, model: &Model, label: &str, twice: bool) {
             "{label}: LSN {lsn} read back with a payload never written under it"
         );
     }
-    // A contiguous run of the written data LSNs.
+    // A contiguous run of the written data LSNs, but for voided ones.
     if let (Some(first), Some(last)) = (records.first(), records.last()) {
-        let run: Vec<u64> = written.range(first.0..=last.0).map(|(l, _)| *l).collect();
+        let voided = model.voided.lock().expect("model");
         let got: Vec<u64> = records.iter().map(|(l, _)| *l).collect();
+        let run: Vec<u64> = written
+            .range(first.0..=last.0)
+            .map(|(l, _)| *l)
+            .filter(|l| got.contains(l) || !voided.contains(l))
+            .collect();
         assert_eq!(
             got, run,
             "{label}: records read back are not a contiguous run"
@@ -215,12 +244,19 @@ fn check(image: Vec<u8>, model: &Model, label: &str, twice: bool) {
 }
 
 fn campaign(policy: ForcePolicy, seed: u64) {
+    campaign_in(SimConfig::default(), policy, seed, 1000, false);
+}
+
+/// The campaign in the domain of `cfg`, with `random` random points; `all` checks every crash
+/// image of each fence ([`pmem::sim::CrashState::images`]), else the sampled one.
+fn campaign_in(cfg: SimConfig, policy: ForcePolicy, seed: u64, random: u64, all: bool) {
+    let domain = cfg.domain;
     let image = base_image();
     let model = Mutex::new(Model::default());
     // Threads interleave differently from run to run, so a run may issue fewer fences than
     // another: try every fence number up to twice what a dry run issued, rather than stopping
     // at the first run that ends before its crash point.
-    let dry = SimMedium::from_image(image.clone(), SimConfig::default());
+    let dry = SimMedium::from_image(image.clone(), cfg);
     workload(&dry, &Model::default(), seed, policy);
     let limit = 2 * dry.fences();
     assert!(
@@ -229,6 +265,7 @@ fn campaign(policy: ForcePolicy, seed: u64) {
         dry.fences()
     );
     let mut crashed = 0;
+    let mut images = 0u64;
     for n in 1..=limit {
         let sim = SimMedium::from_image(
             image.clone(),
@@ -236,25 +273,38 @@ fn campaign(policy: ForcePolicy, seed: u64) {
                 seed: seed ^ n,
                 crash: CrashPlan::AtFence(n),
                 evict_per_million: 0,
-                ..SimConfig::default()
+                ..cfg
             },
         );
         let m = Model::default();
         workload(&sim, &m, seed, policy);
-        if let Some(img) = sim.crash_image() {
+        if let Some(state) = sim.crash_state() {
             crashed += 1;
-            check(img, &m, &format!("{policy} fence {n}"), n % 4 == 0);
+            let imgs = if all {
+                state.images()
+            } else {
+                vec![state.sampled().to_vec()]
+            };
+            for (i, img) in imgs.into_iter().enumerate() {
+                images += 1;
+                let what = format!("{policy} {domain:?} fence {n} image {i}");
+                check(img, &m, &what, i == 0 && n % 4 == 0);
+            }
         }
     }
+    println!("crash images checked: {images} at {crashed} fences ({domain:?})");
     assert!(
         crashed > 20,
         "only {crashed} of {limit} fence numbers were reached"
     );
+    if random == 0 {
+        return;
+    }
     let mut runs = 0;
-    crash_at_random_points(
+    crash_at_random_points_with(
+        SimConfig { seed, ..cfg },
         &image,
-        seed,
-        1000,
+        random,
         |sim| {
             let mut m = model.lock().expect("model");
             *m = Model::default();
@@ -265,12 +315,12 @@ fn campaign(policy: ForcePolicy, seed: u64) {
             check(
                 img,
                 &model.lock().expect("model"),
-                &format!("{policy} random seed {s:#x}"),
+                &format!("{policy} {domain:?} random seed {s:#x}"),
                 runs % 10 == 0,
             )
         },
     );
-    assert_eq!(runs, 1000);
+    assert_eq!(runs, random);
 }
 
 #[test]
@@ -281,6 +331,80 @@ fn concurrent_sync_appends_survive_crashes_at_every_fence_and_1000_random_points
 #[test]
 fn concurrent_frequency_appends_survive_crashes_at_every_fence_and_1000_random_points() {
     campaign(ForcePolicy::Frequency(3), 0x5eed_0002);
+}
+
+/// Every fence (every image of each) and 100 random points in `msync`, 512 B sectors under
+/// the sync policy and 4 KiB under frequency forcing.
+///
+/// Not yet in `eadr`: there the simulator's fence writes back the line snapshot taken at a
+/// non-temporal store, reverting an ordinary store made to the same line after it (the record
+/// header `seal` writes over the first payload line), so every large record reads back torn.
+/// That is the simulator's error, not the log's (with persistent caches the later store is
+/// durable); run it in `SimDomain::Eadr` too once the simulator merges them.
+#[test]
+fn concurrent_appends_survive_crashes_at_every_fence_in_msync() {
+    for (i, policy) in [ForcePolicy::Sync, ForcePolicy::Frequency(3)]
+        .into_iter()
+        .enumerate()
+    {
+        let seed = 0x5eed_0011 + i as u64;
+        let cfg = SimConfig {
+            domain: SimDomain::Msync,
+            sector: [512, 4096][i],
+            ..SimConfig::default()
+        };
+        campaign_in(cfg, policy, seed, 100, true);
+    }
+}
+
+/// In `msync`, the k-th msync fails, for k spread over the run (1, 2, 3, 4, 6, 9, ... until
+/// the run issues fewer): some append, force or the close reports it, and every image the
+/// power may leave afterwards holds every record whose force succeeded, nothing torn.
+#[test]
+fn a_failed_msync_is_reported_and_loses_no_forced_record() {
+    let image = base_image();
+    let (mut k, mut fired, mut images) = (1u64, 0, 0u64);
+    loop {
+        let sector = if k % 2 == 0 { 512 } else { 4096 };
+        let sim = SimMedium::from_image(
+            image.clone(),
+            SimConfig {
+                seed: k,
+                domain: SimDomain::Msync,
+                sector,
+                fail_msync_at: k,
+                ..SimConfig::default()
+            },
+        );
+        let m = Model::default();
+        workload_then(&sim, &m, 0x5eed_0021, ForcePolicy::Sync, true);
+        // After a failed msync every fence fails: that tells whether the k-th came.
+        if sim.fence().is_ok() {
+            assert_eq!(
+                m.errors.load(Ordering::Acquire),
+                0,
+                "no msync failed, yet an error"
+            );
+            break;
+        }
+        fired += 1;
+        assert!(
+            m.errors.load(Ordering::Acquire) > 0,
+            "msync {k} failed, yet every call and the close reported success"
+        );
+        for (i, img) in sim.power_fail_state().images().into_iter().enumerate() {
+            images += 1;
+            check(
+                img,
+                &m,
+                &format!("msync {k} failed ({sector} B sectors), image {i}"),
+                i == 0,
+            );
+        }
+        k = k * 3 / 2 + 1;
+    }
+    assert!(fired >= 8, "only {fired} msyncs to fail");
+    println!("crash images checked: {images} after failed msyncs (Msync)");
 }
 
 /// The checks can fail: a log whose recovery trusted records without their CRC would hand back

@@ -1,8 +1,12 @@
 //! Crash tests: region-directory create and remove, crashed at every fence and at 1,000 seeded
 //! random points on the persistence simulator, reopened, and found either before or after.
+//! The same campaigns run in the `eadr` and `msync` domains (fewer seeds; `msync` with 512 B
+//! and 4 KiB sectors), and in `msync` with each of the operation's msyncs failing in turn.
 
-use pmem::sim::{crash_at_every_fence, crash_at_random_points};
-use pmem::{Alignment, CrashPlan, OpenOptions, Pool, SimConfig, SimMedium, kinds};
+use pmem::sim::{crash_at_every_fence, crash_at_every_fence_with, crash_at_random_points_with};
+use pmem::{
+    Alignment, CrashPlan, Medium, OpenOptions, Pool, SimConfig, SimDomain, SimMedium, kinds,
+};
 
 const POOL: usize = 1 << 20;
 
@@ -101,12 +105,43 @@ fn assert_before_or_after(
 }
 
 fn every_fence(op: Op) {
+    every_fence_in(op, &(0..8).map(adr).collect::<Vec<_>>());
+}
+
+fn adr(seed: u64) -> SimConfig {
+    SimConfig {
+        seed,
+        ..SimConfig::default()
+    }
+}
+
+/// The configurations of the other domains: `eadr`, and `msync` with both sector sizes.
+fn other_domains(seeds: u64) -> Vec<SimConfig> {
+    let mut out = Vec::new();
+    for seed in 0..seeds {
+        out.push(SimConfig {
+            seed,
+            domain: SimDomain::Eadr,
+            ..SimConfig::default()
+        });
+        out.push(SimConfig {
+            seed,
+            domain: SimDomain::Msync,
+            sector: if seed % 2 == 0 { 512 } else { 4096 },
+            ..SimConfig::default()
+        });
+    }
+    out
+}
+
+fn every_fence_in(op: Op, cfgs: &[SimConfig]) {
     let (before, after) = before_and_after(op);
     let base = base_image();
-    for seed in 0..8 {
+    for &cfg in cfgs {
+        let seed = cfg.seed;
         let mut saw_before = false;
         let mut saw_after = false;
-        let points = crash_at_every_fence(&base, seed, op, |img, n| {
+        let points = crash_at_every_fence_with(cfg, &base, op, |img, n| {
             let r = regions_of(img.clone());
             saw_before |= r.as_deref() == Ok(&before[..]);
             saw_after |= r.as_deref() == Ok(&after[..]);
@@ -114,27 +149,33 @@ fn every_fence(op: Op) {
                 img,
                 &before,
                 &after,
-                &format!("seed {seed}, crash at fence {n}"),
+                &format!("{:?} seed {seed}, crash at fence {n}", cfg.domain),
             );
         });
         // open (slot), update (directory page, slot, mirror page), close (slot): five fences.
         assert_eq!(points, 5, "fences in open + update + close");
         assert!(
             saw_before,
-            "no crash point left the old directory (seed {seed})"
+            "no crash point left the old directory ({:?} seed {seed})",
+            cfg.domain
         );
         assert!(
             saw_after,
-            "no crash point left the new directory (seed {seed})"
+            "no crash point left the new directory ({:?} seed {seed})",
+            cfg.domain
         );
     }
 }
 
 fn random_points(op: Op) {
+    random_points_in(op, adr(0x5eed), 1000);
+}
+
+fn random_points_in(op: Op, cfg: SimConfig, count: u64) {
     let (before, after) = before_and_after(op);
     let base = base_image();
     let (mut b, mut a) = (0, 0);
-    crash_at_random_points(&base, 0x5eed, 1000, op, |img, seed| {
+    crash_at_random_points_with(cfg, &base, count, op, |img, seed| {
         match regions_of(img.clone()) {
             Ok(r) if r == before => b += 1,
             Ok(r) if r == after => a += 1,
@@ -149,7 +190,8 @@ fn random_points(op: Op) {
     });
     assert!(
         a > 0 && b > 0,
-        "1,000 random crashes should see both outcomes: before {b}, after {a}"
+        "{count} random crashes ({:?}) should see both outcomes: before {b}, after {a}",
+        cfg.domain
     );
 }
 
@@ -226,4 +268,180 @@ fn format_crashed_anywhere_is_either_no_pool_or_a_whole_pool() {
         op(&sim);
         assert!(sim.unpersisted().is_empty());
     }
+}
+
+#[test]
+fn create_and_remove_crashed_at_every_fence_in_eadr_and_msync_are_before_or_after() {
+    every_fence_in(create_op, &other_domains(3));
+    every_fence_in(remove_op, &other_domains(3));
+}
+
+#[test]
+fn create_and_remove_crashed_at_random_points_in_eadr_and_msync_are_before_or_after() {
+    for (op, seed) in [
+        (create_op as Op, 0x5eed_000e),
+        (remove_op as Op, 0x5eed_000f),
+    ] {
+        random_points_in(
+            op,
+            SimConfig {
+                domain: SimDomain::Eadr,
+                ..adr(seed)
+            },
+            100,
+        );
+        for sector in [512, 4096] {
+            random_points_in(
+                op,
+                SimConfig {
+                    domain: SimDomain::Msync,
+                    sector,
+                    ..adr(seed ^ sector as u64)
+                },
+                100,
+            );
+        }
+    }
+}
+
+/// The directory update and close on `m`: (the update returned success, some call failed).
+fn create_acked<M: Medium>(m: M) -> (bool, bool) {
+    let Ok(mut pool) = Pool::open_medium(m, &OpenOptions::default()) else {
+        return (false, true);
+    };
+    let ok = pool
+        .create_region("new", kinds::LOG, 3 * 4096, Alignment::Page)
+        .is_ok();
+    let closed = pool.close().is_ok();
+    (ok, !ok || !closed)
+}
+
+fn remove_acked<M: Medium>(m: M) -> (bool, bool) {
+    let Ok(mut pool) = Pool::open_medium(m, &OpenOptions::default()) else {
+        return (false, true);
+    };
+    let ok = pool.remove_region("old").is_ok();
+    let closed = pool.close().is_ok();
+    (ok, !ok || !closed)
+}
+
+type Acked = fn(&SimMedium) -> (bool, bool);
+
+/// Run `op` in `msync` with its k-th msync failing, for every k it reaches (both sector sizes):
+/// it must report an error, and every image the power may leave afterwards must hold the old
+/// directory or the new one, the new one whenever the update returned success. Returns the
+/// images checked.
+fn failed_msyncs(name: &str, op: Acked, plain: Op) -> u64 {
+    let (before, after) = before_and_after(plain);
+    let base = base_image();
+    let mut images = 0u64;
+    let mut fired_any = 0;
+    for k in 1.. {
+        for sector in [512, 4096] {
+            let sim = SimMedium::from_image(
+                base.clone(),
+                SimConfig {
+                    seed: k,
+                    domain: SimDomain::Msync,
+                    sector,
+                    fail_msync_at: k,
+                    ..SimConfig::default()
+                },
+            );
+            let (acked, errored) = op(&sim);
+            // After a failed msync every fence fails: that tells whether the k-th came.
+            let fired = sim.fence().is_err();
+            if !fired {
+                assert!(acked && !errored, "{name}: no failure, yet an error");
+                continue;
+            }
+            fired_any += 1;
+            assert!(
+                errored,
+                "{name}: msync {k} failed but the pool reported success throughout"
+            );
+            for img in sim.power_fail_state().images() {
+                images += 1;
+                let what = format!("{name}, msync {k} failed ({sector} B sectors)");
+                if acked {
+                    assert_eq!(
+                        regions_of(img).as_deref(),
+                        Ok(&after[..]),
+                        "{what}: the update returned success but is not durable"
+                    );
+                } else {
+                    assert_before_or_after(img, &before, &after, &what);
+                }
+            }
+        }
+        if fired_any < 2 * k as usize {
+            break;
+        }
+    }
+    assert!(fired_any >= 8, "{name}: only {fired_any} msyncs to fail");
+    images
+}
+
+/// In `msync`, the `k`-th msync of the operation fails, for every `k` it reaches: the pool
+/// reports an error (from the update or from close), and every image the power may leave
+/// afterwards holds the old directory or the new one, the new one whenever the update returned
+/// success.
+#[test]
+fn a_failed_msync_is_reported_and_leaves_before_or_after() {
+    let images = failed_msyncs("create", |m| create_acked(m), create_op)
+        + failed_msyncs("remove", |m| remove_acked(m), remove_op);
+    println!("crash images checked: {images} after failed msyncs (Msync)");
+}
+
+/// A medium that drops flush and fence errors, as a layer that ignored a failed `fsync` would.
+#[derive(Debug)]
+struct Swallow<'a>(&'a SimMedium);
+
+impl Medium for Swallow<'_> {
+    fn len(&self) -> usize {
+        self.0.len()
+    }
+    fn domain(&self) -> pmem::Domain {
+        self.0.domain()
+    }
+    fn backing(&self) -> pmem::Backing {
+        self.0.backing()
+    }
+    fn read(&self, offset: usize, buf: &mut [u8]) {
+        self.0.read(offset, buf)
+    }
+    fn write(&self, offset: usize, data: &[u8]) {
+        self.0.write(offset, data)
+    }
+    fn write_nontemporal(&self, offset: usize, data: &[u8]) {
+        self.0.write_nontemporal(offset, data)
+    }
+    fn load_u64(&self, offset: usize) -> u64 {
+        self.0.load_u64(offset)
+    }
+    fn store_u64(&self, offset: usize, value: u64) {
+        self.0.store_u64(offset, value)
+    }
+    fn flush(&self, offset: usize, len: usize) -> pmem::Result<()> {
+        let _ = self.0.flush(offset, len);
+        Ok(())
+    }
+    fn fence(&self) -> pmem::Result<()> {
+        let _ = self.0.fence();
+        Ok(())
+    }
+    fn inject(&self, offset: usize, data: &[u8]) -> pmem::Result<()> {
+        self.0.inject(offset, data)
+    }
+}
+
+/// The check above can fail: a pool on a medium that swallows the failed msync claims success.
+#[test]
+#[should_panic(expected = "reported success throughout")]
+fn the_failed_msync_check_catches_a_swallowed_error() {
+    failed_msyncs(
+        "create, errors swallowed",
+        |m| create_acked(Swallow(m)),
+        create_op,
+    );
 }
