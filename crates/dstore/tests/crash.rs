@@ -154,7 +154,7 @@ fn check(image: Vec<u8>, acked: usize, ops: &[TOp], expect: &[State], what: &str
 
 #[test]
 fn crash_at_every_fence() {
-    every_fence(SimConfig::default(), false);
+    every_fence(SimConfig::default(), true);
 }
 
 /// `eadr` and `msync` (512 B sectors on one, 4 KiB on the other): every image worth checking

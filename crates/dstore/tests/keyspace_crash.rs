@@ -294,7 +294,7 @@ fn the_workload_has_every_kind_and_partial_states_would_show() {
 
 #[test]
 fn crash_at_every_fence() {
-    every_fence(SimConfig::default(), false);
+    every_fence(SimConfig::default(), true);
 }
 
 /// `eadr` and `msync` (512 B sectors on one, 4 KiB on the other): every image worth checking

@@ -361,7 +361,7 @@ fn still_works(img: Vec<u8>, what: &str) {
 }
 
 fn scenario(sc: &Scenario, random_points: u64) {
-    scenario_in(sc, SimConfig::default(), random_points, false);
+    scenario_in(sc, SimConfig::default(), random_points, true);
 }
 
 /// The scenario crashed at every fence and at `random_points` random events in the domain of
