@@ -28,7 +28,8 @@ use log::{ForcePolicy, Log, LogOptions};
 use pmem::sim::crash_at_every_fence_with;
 use pmem::{Medium, SimConfig, SimMedium, Uuid};
 use replication::mem::{MediumHost, MemPeers};
-use replication::{Copy, CopyInfo, Quorum, RecoverOptions, Response, recover};
+use replication::copy::{FENCE_BYTES, FENCE_COPY_OFFSETS};
+use replication::{Copy, CopyInfo, Fence, Quorum, RecoverOptions, Response, recover};
 
 /// Ring bytes: the smallest the log allows, so that a few hundred records wrap it.
 const RING: usize = 16 << 10;
@@ -99,6 +100,27 @@ fn view(img: &[u8]) -> View {
     }
 }
 
+/// Record a promise of `promised` in the copy's fence the way `promise` lays it out, written
+/// directly (so a broken `promise` cannot spoil the images the tests start from).
+fn set_fence(m: &SimMedium, promised: u64) {
+    let f = Fence {
+        sequence: 1,
+        promised,
+    };
+    let at = FENCE_COPY_OFFSETS[(f.sequence % 2) as usize];
+    m.write(at, &f.encode(&UUID));
+    m.persist(at, FENCE_BYTES).expect("persist");
+}
+
+/// LSNs and history tags of records, for messages.
+fn summary(r: &[(u64, Vec<u8>)]) -> String {
+    let v: Vec<String> = r
+        .iter()
+        .map(|(lsn, p)| format!("{lsn}:{}{}", p[0] as char, p[8]))
+        .collect();
+    format!("[{}]", v.join(" "))
+}
+
 /// The durable image of a medium whose every store was persisted (checked).
 fn settled(m: &SimMedium) -> Vec<u8> {
     assert!(
@@ -121,8 +143,7 @@ fn old_and_new() -> (Vec<u8>, Vec<u8>) {
     for n in 0..5 {
         lsns.push(log.append(&payload(b'A', n), ForcePolicy::Sync).expect("append").lsn);
     }
-    let mut c = Copy::new(&m, 0, LEN);
-    c.promise(2).expect("promise");
+    set_fence(&m, 2);
     let old = settled(&m);
     for n in 5..305 {
         lsns.push(log.append(&payload(b'A', n), ForcePolicy::Sync).expect("append").lsn);
@@ -183,7 +204,11 @@ fn promise_carries_the_live_log_in_every_image() {
                 "fence {fence}: the image carries the promise of epoch {epoch} without the \
                  live log it described"
             );
-            assert_eq!(v.records, want.records, "fence {fence}: records");
+            assert!(
+                v.records == want.records,
+                "fence {fence}: records {}",
+                summary(&v.records)
+            );
         }
     });
     assert!(fences >= 2, "promise fences at least twice (ran {fences})");
@@ -202,7 +227,11 @@ fn promise_carries_the_live_log_in_every_image() {
             "after promise returned: an image lost the promise"
         );
         assert_eq!(v.info.map(without_promise), Some(want_info));
-        assert_eq!(v.records, want.records);
+        assert!(
+            v.records == want.records,
+            "after promise returned: records {}",
+            summary(&v.records)
+        );
     }
     println!(
         "promise: crash images checked: {} at {fences} fences ({promised_images} carrying the \
@@ -225,11 +254,17 @@ fn persist_live_makes_what_the_cpu_sees_durable() {
     let after = m.power_fail_state().images();
     assert!(after.len() > 1, "the first page and the fence area stay open");
     for img in &after {
+        let v = view(img);
         assert_eq!(
-            view(img),
-            want,
+            v.info, want.info,
             "after persist_live returned: an image lost part of the live log"
         );
+        assert!(
+            v.records == want.records,
+            "after persist_live returned: records {}",
+            summary(&v.records)
+        );
+        assert_eq!((v.uuid, v.promised), (want.uuid, want.promised));
     }
     println!(
         "persist_live: crash images checked: {} after it returned",
@@ -284,9 +319,8 @@ fn create_over_an_unreadable_copy_forgets_its_old_promise() {
     // backup does on `Init`) must not bring the old promise back under the same UUID.
     let (_, new) = old_and_new();
     let m = SimMedium::from_image(new, SimConfig::default());
-    let mut c = Copy::new(&m, 0, LEN);
-    c.promise(7).expect("promise");
-    drop(c);
+    set_fence(&m, 7);
+    assert_eq!(Copy::new(&m, 0, LEN).promised(), 7, "setup: promised 7");
     m.write(0, &[0u8; 128]);
     m.persist(0, 128).expect("persist");
     let start = settled(&m);
@@ -342,7 +376,7 @@ fn histories() -> (Vec<u8>, Vec<u8>) {
                 .lsn,
         );
     }
-    Copy::new(&m, 0, LEN).promise(2).expect("promise");
+    set_fence(&m, 2);
     let prefix = settled(&m);
     for n in 0..20 {
         log.append(&payload(b'B', n), ForcePolicy::Sync)
@@ -365,7 +399,7 @@ fn histories() -> (Vec<u8>, Vec<u8>) {
         log.cleanup(l).expect("cleanup");
     }
     drop(log);
-    Copy::new(&s, 0, LEN).promise(3).expect("promise");
+    set_fence(&s, 3);
     let source = settled(&s);
     (local, source)
 }
@@ -444,9 +478,11 @@ fn rebuild_of_the_local_copy_is_whole_or_not_taken() {
                 (si.head, si.start_lsn),
                 "fence {fence}: the source's epoch with another head"
             );
-            assert_eq!(
-                v.records, sv.records,
-                "fence {fence}: the source's epoch over other records"
+            assert!(
+                v.records == sv.records,
+                "fence {fence}: the source's epoch over other records: {} (source {})",
+                summary(&v.records),
+                summary(&sv.records)
             );
             if info.used > si.used {
                 // Recovery opened it (its jump record at the source's tail is durable): the
@@ -468,7 +504,7 @@ fn rebuild_of_the_local_copy_is_whole_or_not_taken() {
     assert_eq!(rec.epoch, epoch);
     let working = m.working_image();
     let wv = view(&working);
-    assert_eq!(wv.records, sv.records);
+    assert!(wv.records == sv.records, "{}", summary(&wv.records));
     assert_eq!(wv.promised, epoch);
     let after = m.power_fail_state().images();
     for img in &after {
