@@ -1,0 +1,369 @@
+//! Targeted crash tests for persistence steps of the integrity engine that the broader crash
+//! campaigns did not pin down. Each drives one operation on the persistence simulator, cuts the
+//! power before every fence it issues and once after it returns, and checks every crash image
+//! the simulator offers at each point against the promise the code makes:
+//!
+//! - `create` over data that is not zero: an image whose header says the region is current
+//!   (clean, verified) holds current redundancy, and every image recovers without damage;
+//! - `open` over a region that still holds an earlier version's shadow batch record: once open
+//!   returns, no image keeps that record (an earlier version must not replay it);
+//! - an eager open that rebuilds the line checksums, then a clean close: once the close
+//!   returns, every image has line checksums that match the data, and no image anywhere shows
+//!   damage;
+//! - an eager read that repairs a damaged page from parity: once the read returns, every image
+//!   holds the repaired page.
+
+mod support;
+
+use integrity::{Basis, CreateOptions, Mode, OpenOptions};
+use pmem::rng::SplitMix64;
+use pmem::{CrashPlan, Domain, Medium, Pool, SimConfig, SimMedium, kinds};
+use std::sync::Arc;
+use support::*;
+
+const PAGES: u64 = 48;
+
+/// Where a crash image was taken.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Point {
+    /// Just before the n-th fence of the operation (1-based).
+    Fence(u64),
+    /// After the operation returned.
+    Returned,
+}
+
+/// Run `op` from `base` once per fence, the power failing just before fence 1, 2, ..., and
+/// once more to the end with the power failing after it returns; every crash image of each
+/// point goes to `check`. Returns the number of images checked.
+fn every_fence(
+    base: &[u8],
+    mut op: impl FnMut(Sim),
+    mut check: impl FnMut(Vec<u8>, Point),
+) -> u64 {
+    let mut images = 0u64;
+    for n in 1.. {
+        let sim = Arc::new(SimMedium::from_image(
+            base.to_vec(),
+            SimConfig {
+                seed: 0x5eed ^ n,
+                crash: CrashPlan::AtFence(n),
+                ..SimConfig::default()
+            },
+        ));
+        op(sim.clone());
+        let (state, point) = match sim.crash_state() {
+            Some(state) => (state, Point::Fence(n)),
+            None => (sim.power_fail_state(), Point::Returned),
+        };
+        for img in state.images() {
+            images += 1;
+            check(img, point);
+        }
+        if point == Point::Returned {
+            println!(
+                "crash images checked: {images} at {} fences and after return",
+                n - 1
+            );
+            return images;
+        }
+    }
+    unreachable!("the loop returns once the operation finishes without crashing")
+}
+
+/// A pool with a `data` region of [`PAGES`] pages of seeded bytes and no protection yet.
+fn unprotected(seed: u64) -> Vec<u8> {
+    let geo = integrity::Geometry::new(PAGES, 4).unwrap();
+    let size = (64 * 1024 + PAGES * PAGE as u64 + geo.meta_bytes).next_multiple_of(4096);
+    let sim = Arc::new(SimMedium::new(size as usize, SimConfig::default()));
+    let sim = Pool::format(sim, Domain::Sim).unwrap();
+    let mut pool = Pool::open_medium(sim, &pmem::OpenOptions::default()).unwrap();
+    let data = pool
+        .create_region(
+            "data",
+            kinds::RAW,
+            PAGES * PAGE as u64,
+            pmem::Alignment::Page,
+        )
+        .unwrap();
+    let mut rng = SplitMix64::new(seed);
+    let mut bytes = vec![0u8; PAGES as usize * PAGE];
+    fill(&mut rng, &mut bytes);
+    pool.medium().write(data.offset as usize, &bytes);
+    pool.medium()
+        .persist(data.offset as usize, bytes.len())
+        .unwrap();
+    pool.close().unwrap().durable_image()
+}
+
+/// Offset of a region in an image.
+fn region_at(img: &[u8], name: &str) -> usize {
+    let pool = Pool::open_medium(sim_of(img.to_vec()), &pmem::OpenOptions::default()).unwrap();
+    pool.region(name).unwrap().offset as usize
+}
+
+/// Open `img` read-only: if the region counts as current, its redundancy must be current and
+/// a scrub must find nothing. Then open it read-write in `mode` (recovery): the redundancy
+/// must be current and a scrub must find nothing.
+fn recovers_without_damage(img: Vec<u8>, mode: Mode, what: &str) {
+    {
+        let (pool, prot, report) = open(
+            sim_of(img.clone()),
+            OpenOptions {
+                read_only: true,
+                ..Default::default()
+            },
+        )
+        .unwrap_or_else(|e| panic!("{what}: read-only open: {e}"));
+        let scrub = prot.scrub(&mut |_, _| {}).unwrap();
+        if report.trust.basis == Basis::Current {
+            assert!(
+                redundancy_is_current(&pool, &prot),
+                "{what}: the region counts as current, but its redundancy is not"
+            );
+            assert!(
+                scrub.findings.is_empty(),
+                "{what}: false damage in a region that counts as current: {:?}",
+                scrub.findings
+            );
+        }
+    }
+    let (pool, prot, _) = open(
+        sim_of(img),
+        OpenOptions {
+            mode: Some(mode),
+            ..Default::default()
+        },
+    )
+    .unwrap_or_else(|e| panic!("{what}: open: {e}"));
+    assert!(
+        redundancy_is_current(&pool, &prot),
+        "{what}: redundancy not current after recovery"
+    );
+    let scrub = prot.scrub(&mut |_, _| {}).unwrap();
+    assert!(
+        scrub.findings.is_empty(),
+        "{what}: false damage after recovery: {:?}",
+        scrub.findings
+    );
+    if mode == Mode::Eager {
+        let mut b = vec![0u8; PAGES as usize * PAGE];
+        prot.read(0, &mut b).unwrap();
+        assert!(prot.findings().is_empty(), "{what}: reads found damage");
+    }
+}
+
+/// `create` over seeded data, crashed before every fence and after it returns: wherever the
+/// header already says the region is current, the redundancy of every group is durable with
+/// it (each group's rebuild ends in a fence), and every image recovers without damage.
+#[test]
+fn a_create_crashed_anywhere_never_vouches_for_missing_redundancy() {
+    for (mode, seed) in [(Mode::Lazy, 1u64), (Mode::Eager, 2)] {
+        let base = unprotected(seed);
+        let opts = CreateOptions {
+            mode,
+            stripe_pages: 4,
+            period_ms: 1000,
+        };
+        let mut created = false;
+        every_fence(
+            &base,
+            |sim| {
+                let Ok(mut pool) = Pool::open_medium(sim, &pmem::OpenOptions::default()) else {
+                    return;
+                };
+                let _ = integrity::create_in_pool(&mut pool, "data", &opts, &mut |_, _| {});
+            },
+            |img, point| {
+                let what = format!("{mode:?} create, {point:?}");
+                let pool = Pool::open_medium(sim_of(img.clone()), &pmem::OpenOptions::default());
+                let protected = pool.ok().and_then(|p| {
+                    let meta = p.region("data.integrity")?.offset as usize;
+                    let placement = integrity::placement(&p, "data").ok()?;
+                    // Either header copy decodes: the create got as far as its first header.
+                    integrity::layout::HEADER_COPY_OFFSETS
+                        .iter()
+                        .any(|&off| {
+                            let at = meta + off;
+                            let b: [u8; integrity::layout::HEADER_BYTES] =
+                                img[at..at + integrity::layout::HEADER_BYTES]
+                                    .try_into()
+                                    .unwrap();
+                            integrity::header::Header::decode(&b, &placement.uuid, at as u64)
+                                .is_ok()
+                        })
+                        .then_some(())
+                });
+                if protected.is_none() {
+                    assert!(
+                        point != Point::Returned,
+                        "{what}: create returned, yet no header"
+                    );
+                    return;
+                }
+                if point == Point::Returned {
+                    created = true;
+                }
+                recovers_without_damage(img, mode, &what);
+            },
+        );
+        assert!(created, "{mode:?}: create never completed");
+    }
+}
+
+/// A region holding an earlier version's shadow batch record is opened read-write: once open
+/// returns, the record is gone from every crash image, and every image recovers.
+#[test]
+fn the_retired_record_is_durably_cleared_once_open_returns() {
+    for (mode, seed) in [(Mode::Lazy, 3u64), (Mode::Eager, 4)] {
+        let mut base = image(PAGES, 4, mode, seed);
+        let meta = region_at(&base, "data.integrity");
+        let uuid = Pool::open_medium(sim_of(base.clone()), &pmem::OpenOptions::default())
+            .unwrap()
+            .uuid();
+        let record = legacy_shadow_record(&uuid, 9, 0, &[u64::MAX; 8]);
+        base[meta + RETIRED_AT..meta + RETIRED_AT + record.len()].copy_from_slice(&record);
+        let mut returned = 0;
+        every_fence(
+            &base,
+            |sim| {
+                let _ = open(
+                    sim,
+                    OpenOptions {
+                        mode: Some(mode),
+                        ..Default::default()
+                    },
+                );
+            },
+            |img, point| {
+                let what = format!("{mode:?} open over a retired record, {point:?}");
+                let kept = &img[meta + RETIRED_AT..meta + RETIRED_AT + record.len()];
+                if point == Point::Returned {
+                    returned += 1;
+                    assert!(
+                        kept.iter().all(|&b| b == 0),
+                        "{what}: open returned, yet the retired record survives the power failure"
+                    );
+                } else {
+                    // Each line of it is either still the record or zeroed.
+                    for (k, r) in kept.chunks(64).zip(record.chunks(64)) {
+                        assert!(
+                            k.iter().all(|&b| b == 0) || k == r,
+                            "{what}: a line of the retired bytes is neither the record nor zero"
+                        );
+                    }
+                }
+                recovers_without_damage(img, mode, &what);
+            },
+        );
+        assert!(returned > 0, "{mode:?}: no image after return");
+    }
+}
+
+/// A lazy session leaves the line checksums invalid; an eager open rebuilds them from the pages
+/// that pass their checksums, and a clean close follows. Crashed before every fence of the
+/// open and the close, and after the close returns: no image shows damage, and after the
+/// close every image that counts as current has line checksums that match every line.
+#[test]
+fn line_checksums_rebuilt_by_an_eager_open_are_durable_by_the_clean_close() {
+    let mut rng = SplitMix64::new(5);
+    let base = {
+        let (pool, prot, _) = open_mode(sim_of(image(PAGES, 4, Mode::Lazy, 5)), Mode::Lazy);
+        for _ in 0..8 {
+            let mut b = vec![0u8; 300];
+            fill(&mut rng, &mut b);
+            let at = rng.below(PAGES * PAGE as u64 - b.len() as u64);
+            prot.write(at, &b).unwrap();
+        }
+        prot.close().unwrap();
+        pool.close().unwrap().durable_image()
+    };
+    let mut after = 0;
+    every_fence(
+        &base,
+        |sim| {
+            if let Ok((pool, prot, report)) = open(
+                sim,
+                OpenOptions {
+                    mode: Some(Mode::Eager),
+                    ..Default::default()
+                },
+            ) {
+                assert_eq!(report.lines_rebuilt_pages, PAGES, "every page passes");
+                let _ = prot.close();
+                drop(pool);
+            }
+        },
+        |img, point| {
+            let what = format!("eager open rebuilding lines then close, {point:?}");
+            if point == Point::Returned {
+                after += 1;
+                let (_pool, prot, report) = open(
+                    sim_of(img.clone()),
+                    OpenOptions {
+                        read_only: true,
+                        ..Default::default()
+                    },
+                )
+                .unwrap();
+                assert_eq!(report.trust.basis, Basis::Current, "{what}: not current");
+                let scrub = prot.scrub(&mut |_, _| {}).unwrap();
+                assert!(scrub.lines_checked > 0, "{what}: no line checked");
+                assert!(
+                    scrub.findings.is_empty(),
+                    "{what}: line checksums do not match: {:?}",
+                    scrub.findings
+                );
+            }
+            recovers_without_damage(img, Mode::Eager, &what);
+        },
+    );
+    assert!(after > 0);
+}
+
+/// An eager region with one damaged data line (its checksums untouched): a read of that line
+/// repairs the page from parity. Once the read returns, every crash image holds the repaired
+/// page, so no recovery can take the damage for data.
+#[test]
+fn a_page_repaired_by_an_eager_read_is_durable_once_the_read_returns() {
+    let clean = image(PAGES, 4, Mode::Eager, 6);
+    let data_at = region_at(&clean, "data");
+    let (page, slot) = (13usize, 5usize);
+    let line_at = data_at + page * PAGE + slot * 64;
+    let good = clean[data_at..data_at + PAGES as usize * PAGE].to_vec();
+    let mut base = clean.clone();
+    for b in &mut base[line_at..line_at + 64] {
+        *b ^= 0xa5;
+    }
+    let mut returned = 0;
+    every_fence(
+        &base,
+        |sim| {
+            if let Ok((_pool, prot, _)) = open(
+                sim,
+                OpenOptions {
+                    mode: Some(Mode::Eager),
+                    ..Default::default()
+                },
+            ) {
+                let mut b = [0u8; 64];
+                if prot.read((page * PAGE + slot * 64) as u64, &mut b).is_ok() {
+                    assert_eq!(b[..], good[page * PAGE + slot * 64..][..64], "repaired");
+                }
+            }
+        },
+        |img, point| {
+            let what = format!("eager read repairing page {page}, {point:?}");
+            let line = &img[line_at..line_at + 64];
+            let want = &good[page * PAGE + slot * 64..][..64];
+            if point == Point::Returned {
+                returned += 1;
+                assert_eq!(
+                    line, want,
+                    "{what}: the read returned repaired bytes, yet the damage survives"
+                );
+                recovers_without_damage(img, Mode::Eager, &what);
+            }
+        },
+    );
+    assert!(returned > 0);
+}
