@@ -367,3 +367,129 @@ fn a_page_repaired_by_an_eager_read_is_durable_once_the_read_returns() {
     );
     assert!(returned > 0);
 }
+
+/// An eager region with one damaged line checksum (its page intact): a read of that line finds
+/// the page right and rewrites the page's line checksums, and a clean close follows. Once the
+/// close returns, every image counts as current and a scrub finds nothing: the rewritten line
+/// checksums were written back with the close, not left in the cache.
+#[test]
+fn a_line_checksum_rewritten_by_an_eager_read_is_durable_by_the_clean_close() {
+    let mut base = image(PAGES, 4, Mode::Eager, 7);
+    let meta = region_at(&base, "data.integrity");
+    let geo = integrity::Geometry::new(PAGES, 4).unwrap();
+    let (page, slot) = (30u64, 2u64);
+    let sum_at = meta + (geo.linesums_at + 4 * (page * 64 + slot)) as usize;
+    for b in &mut base[sum_at..sum_at + 4] {
+        *b ^= 0x3c;
+    }
+    let mut returned = 0;
+    every_fence(
+        &base,
+        |sim| {
+            if let Ok((_pool, prot, _)) = open(
+                sim,
+                OpenOptions {
+                    mode: Some(Mode::Eager),
+                    ..Default::default()
+                },
+            ) {
+                let mut b = [0u8; 64];
+                if prot.read(page * PAGE as u64 + slot * 64, &mut b).is_ok() {
+                    assert_eq!(prot.findings().len(), 1, "the damaged line checksum");
+                    let _ = prot.close();
+                }
+            }
+        },
+        |img, point| {
+            let what = format!("eager read rewriting line checksums, then close, {point:?}");
+            if point == Point::Returned {
+                returned += 1;
+                let (_pool, prot, report) = open(
+                    sim_of(img.clone()),
+                    OpenOptions {
+                        read_only: true,
+                        ..Default::default()
+                    },
+                )
+                .unwrap();
+                assert_eq!(report.trust.basis, Basis::Current, "{what}: not current");
+                let scrub = prot.scrub(&mut |_, _| {}).unwrap();
+                assert!(
+                    scrub.findings.is_empty(),
+                    "{what}: the repaired line checksum did not survive: {:?}",
+                    scrub.findings
+                );
+                // Before the return the injected damage may still be there, rightly reported.
+                recovers_without_damage(img, Mode::Eager, &what);
+            }
+        },
+    );
+    assert!(returned > 0);
+}
+
+/// Mode off keeps no redundancy, but a write that returned is durable: crashed before every
+/// fence of a session of writes and after it, every image holds every write that returned,
+/// and of the write in flight each byte is old or new.
+#[test]
+fn writes_in_mode_off_are_durable_once_they_return() {
+    use std::cell::RefCell;
+    let base = image(PAGES, 4, Mode::Lazy, 8);
+    let data_at = region_at(&base, "data");
+    let len = PAGES as usize * PAGE;
+    let old = base[data_at..data_at + len].to_vec();
+    // (acknowledged data, the write in flight)
+    let seen: RefCell<(Vec<u8>, Option<(usize, Vec<u8>)>)> = RefCell::new((old.clone(), None));
+    let mut returned = 0;
+    every_fence(
+        &base,
+        |sim| {
+            *seen.borrow_mut() = (old.clone(), None);
+            let Ok((_pool, prot, _)) = open(
+                sim,
+                OpenOptions {
+                    mode: Some(Mode::Off),
+                    ..Default::default()
+                },
+            ) else {
+                return;
+            };
+            let mut rng = SplitMix64::new(9);
+            for _ in 0..6 {
+                let n = [8usize, 64, 300, 4096][rng.below(4) as usize];
+                let at = rng.below((len - n) as u64) as usize;
+                let mut b = vec![0u8; n];
+                fill(&mut rng, &mut b);
+                seen.borrow_mut().1 = Some((at, b.clone()));
+                if prot.write(at as u64, &b).is_err() {
+                    return;
+                }
+                let mut s = seen.borrow_mut();
+                s.0[at..at + n].copy_from_slice(&b);
+                s.1 = None;
+            }
+        },
+        |img, point| {
+            let s = seen.borrow();
+            let got = &img[data_at..data_at + len];
+            if point == Point::Returned {
+                returned += 1;
+                assert!(s.1.is_none(), "every write returned");
+            }
+            let (lo, hi, new) = match &s.1 {
+                Some((at, b)) => (*at, at + b.len(), b.as_slice()),
+                None => (0, 0, &[][..]),
+            };
+            for (i, (&g, &a)) in got.iter().zip(&s.0).enumerate() {
+                if (lo..hi).contains(&i) {
+                    assert!(
+                        g == a || g == new[i - lo],
+                        "{point:?}: byte {i} of the write in flight is neither old nor new"
+                    );
+                } else {
+                    assert_eq!(g, a, "{point:?}: byte {i} is not what the writes that returned left");
+                }
+            }
+        },
+    );
+    assert!(returned > 0);
+}
