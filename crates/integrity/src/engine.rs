@@ -827,7 +827,12 @@ impl<M: Medium> Inner<M> {
                     let lo = in_page % LINE_BYTES;
                     let n = (LINE_BYTES - lo).min(data.len() - done);
                     let _g = self.lock_write(self.group_of(page));
-                    self.eager_line(page, slot, lo, &data[done..done + n])?;
+                    if let Err(e) = self.eager_line(page, slot, lo, &data[done..done + n]) {
+                        // The lines before this one were flushed by this thread: fence them
+                        // here, since no other thread's fence (a close's) drains them.
+                        self.medium.fence()?;
+                        return Err(e);
+                    }
                     done += n;
                 }
                 self.medium.fence()?;

@@ -22,6 +22,8 @@ use std::sync::Arc;
 use support::*;
 
 const PAGES: u64 = 48;
+/// Length of the retired shadow record's bytes.
+const RETIRED_BYTES_LEN: usize = 128;
 
 /// Where a crash image was taken.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -35,11 +37,7 @@ enum Point {
 /// Run `op` from `base` once per fence, the power failing just before fence 1, 2, ..., and
 /// once more to the end with the power failing after it returns; every crash image of each
 /// point goes to `check`. Returns the number of images checked.
-fn every_fence(
-    base: &[u8],
-    mut op: impl FnMut(Sim),
-    mut check: impl FnMut(Vec<u8>, Point),
-) -> u64 {
+fn every_fence(base: &[u8], mut op: impl FnMut(Sim), mut check: impl FnMut(Vec<u8>, Point)) -> u64 {
     let mut images = 0u64;
     for n in 1.. {
         let sim = Arc::new(SimMedium::from_image(
@@ -158,12 +156,25 @@ fn recovers_without_damage(img: Vec<u8>, mode: Mode, what: &str) {
 #[test]
 fn a_create_crashed_anywhere_never_vouches_for_missing_redundancy() {
     for (mode, seed) in [(Mode::Lazy, 1u64), (Mode::Eager, 2)] {
-        let base = unprotected(seed);
+        let mut base = unprotected(seed);
         let opts = CreateOptions {
             mode,
             stripe_pages: 4,
             period_ms: 1000,
         };
+        // Where the integrity region will be placed (placement is deterministic), and an old
+        // shadow batch record left in that space by an earlier tenant of it.
+        let meta = {
+            let mut pool =
+                Pool::open_medium(sim_of(base.clone()), &pmem::OpenOptions::default()).unwrap();
+            integrity::create_in_pool(&mut pool, "data", &opts, &mut |_, _| {}).unwrap();
+            pool.region("data.integrity").unwrap().offset as usize
+        };
+        let uuid = Pool::open_medium(sim_of(base.clone()), &pmem::OpenOptions::default())
+            .unwrap()
+            .uuid();
+        let record = legacy_shadow_record(&uuid, 3, 0, &[u64::MAX; 8]);
+        base[meta + RETIRED_AT..meta + RETIRED_AT + record.len()].copy_from_slice(&record);
         let mut created = false;
         every_fence(
             &base,
@@ -184,10 +195,10 @@ fn a_create_crashed_anywhere_never_vouches_for_missing_redundancy() {
                         .iter()
                         .any(|&off| {
                             let at = meta + off;
-                            let b: [u8; integrity::layout::HEADER_BYTES] =
-                                img[at..at + integrity::layout::HEADER_BYTES]
-                                    .try_into()
-                                    .unwrap();
+                            let b: [u8; integrity::layout::HEADER_BYTES] = img
+                                [at..at + integrity::layout::HEADER_BYTES]
+                                .try_into()
+                                .unwrap();
                             integrity::header::Header::decode(&b, &placement.uuid, at as u64)
                                 .is_ok()
                         })
@@ -202,6 +213,12 @@ fn a_create_crashed_anywhere_never_vouches_for_missing_redundancy() {
                 }
                 if point == Point::Returned {
                     created = true;
+                    assert!(
+                        img[meta + RETIRED_AT..meta + RETIRED_AT + RETIRED_BYTES_LEN]
+                            .iter()
+                            .all(|&b| b == 0),
+                        "{what}: create returned, yet an old shadow record survives in its space"
+                    );
                 }
                 recovers_without_damage(img, mode, &what);
             },
@@ -486,10 +503,187 @@ fn writes_in_mode_off_are_durable_once_they_return() {
                         "{point:?}: byte {i} of the write in flight is neither old nor new"
                     );
                 } else {
-                    assert_eq!(g, a, "{point:?}: byte {i} is not what the writes that returned left");
+                    assert_eq!(
+                        g, a,
+                        "{point:?}: byte {i} is not what the writes that returned left"
+                    );
                 }
             }
         },
     );
     assert!(returned > 0);
+}
+
+/// Whether `img` counts as current, and the findings of a read-only scrub of it as
+/// (kind, index), sorted.
+fn scrub_findings(img: Vec<u8>) -> (bool, Vec<String>) {
+    let (_pool, prot, report) = open(
+        sim_of(img),
+        OpenOptions {
+            read_only: true,
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    let mut v: Vec<String> = prot
+        .scrub(&mut |_, _| {})
+        .unwrap()
+        .findings
+        .iter()
+        .map(|f| format!("{:?} {}", f.kind, f.index))
+        .collect();
+    v.sort();
+    (report.trust.basis == Basis::Current, v)
+}
+
+/// An eager write that stops with an error part way (its second line lies in a page that is
+/// damaged beyond repair: two pages of its stripe fail their checksums), then a clean close
+/// on the same thread. The first line's data, parity and checksums were flushed but not
+/// fenced by the failed write; the close must make them durable before its clean header. In
+/// every image that counts as current (crashed anywhere, or after the close returns) a scrub
+/// reports exactly the injected damage, no more.
+#[test]
+fn a_failed_eager_write_leaves_nothing_half_durable_under_the_clean_close() {
+    failed_eager_write_then_close(false);
+}
+
+/// As [`a_failed_eager_write_leaves_nothing_half_durable_under_the_clean_close`], with the
+/// write on another thread than the close: the closing thread's fences do not drain the
+/// writer's flushes, so the failed write itself must fence what it flushed.
+#[test]
+fn a_failed_eager_write_on_another_thread_leaves_nothing_half_durable() {
+    failed_eager_write_then_close(true);
+}
+
+fn failed_eager_write_then_close(other_thread: bool) {
+    let mut base = image(PAGES, 4, Mode::Eager, 10);
+    let data_at = region_at(&base, "data");
+    // Stripe 1 holds pages 4..8: damage page 5 (its first line) and page 6.
+    for (page, slot) in [(5usize, 0usize), (6, 9)] {
+        let at = data_at + page * PAGE + slot * 64;
+        for b in &mut base[at..at + 64] {
+            *b ^= 0x5a;
+        }
+    }
+    let session = |sim: Sim| {
+        if let Ok((_pool, prot, _)) = open(
+            sim,
+            OpenOptions {
+                mode: Some(Mode::Eager),
+                ..Default::default()
+            },
+        ) {
+            // The last 32 bytes of page 4, then the first 32 of page 5.
+            let write = || prot.write(5 * PAGE as u64 - 32, &[0xee; 64]);
+            let r = if other_thread {
+                std::thread::scope(|s| s.spawn(write).join().unwrap())
+            } else {
+                write()
+            };
+            assert!(
+                r.is_err() || prot.medium().crashed(),
+                "page 5 cannot be repaired"
+            );
+            let _ = prot.close();
+        }
+    };
+    // Every line written back: the outcome the close promises.
+    let reference = {
+        let sim = sim_of(base.clone());
+        session(sim.clone());
+        sim.durable_image()
+    };
+    let (current, want) = scrub_findings(reference);
+    assert!(current, "the close recorded a clean shutdown");
+    assert!(
+        want.iter().any(|f| f.ends_with(" 5")),
+        "the injected damage is reported: {want:?}"
+    );
+    let mut returned = 0;
+    every_fence(&base, session, |img, point| {
+        let (current, got) = scrub_findings(img);
+        if point == Point::Returned {
+            returned += 1;
+            assert!(current, "{point:?}: the close returned, yet not clean");
+        }
+        // Before the session's open and from the clean header on, the region counts as
+        // current: then the only damage is the injected one.
+        if current {
+            assert_eq!(
+                got, want,
+                "{point:?}: a region that counts as current reports other than the injected damage"
+            );
+        }
+    });
+    assert!(returned > 0);
+}
+
+/// In the `msync` domain (pages may be written back at any time), the k-th msync fails during a
+/// session of eager or lazy writes, and the application still calls `close`. A close after a
+/// failed msync must not record a clean shutdown, not even in the working image that the page
+/// cache may write back: every image the power may leave then that counts as current holds
+/// current redundancy and scrubs clean.
+#[test]
+fn a_close_after_a_failed_msync_never_leaves_a_clean_header_over_stale_redundancy() {
+    let mut images = 0u64;
+    for (mode, seed) in [(Mode::Eager, 11u64), (Mode::Lazy, 12)] {
+        let base = image(PAGES, 4, mode, seed);
+        let mut fired = 0;
+        for k in 1..=24u64 {
+            let sim = Arc::new(SimMedium::from_image(
+                base.clone(),
+                SimConfig {
+                    seed: k,
+                    domain: pmem::SimDomain::Msync,
+                    sector: if k % 2 == 0 { 512 } else { 4096 },
+                    fail_msync_at: k,
+                    ..SimConfig::default()
+                },
+            ));
+            if let Ok((_pool, prot, _)) = open(
+                sim.clone(),
+                OpenOptions {
+                    mode: Some(mode),
+                    ..Default::default()
+                },
+            ) {
+                let mut rng = SplitMix64::new(seed ^ k);
+                for _ in 0..8 {
+                    let mut b = vec![0u8; [8usize, 64, 300][rng.below(3) as usize]];
+                    fill(&mut rng, &mut b);
+                    let at = rng.below(PAGES * PAGE as u64 - b.len() as u64);
+                    if prot.write(at, &b).is_err() {
+                        break;
+                    }
+                }
+                let _ = prot.close();
+            }
+            if sim.fence().is_ok() {
+                continue;
+            }
+            fired += 1;
+            for img in sim.power_fail_state().images() {
+                images += 1;
+                let what = format!("{mode:?}: msync {k} failed, then close");
+                let (pool, prot, report) = open(
+                    sim_of(img),
+                    OpenOptions {
+                        read_only: true,
+                        ..Default::default()
+                    },
+                )
+                .unwrap_or_else(|e| panic!("{what}: open: {e}"));
+                if report.trust.basis == Basis::Current {
+                    assert!(
+                        redundancy_is_current(&pool, &prot),
+                        "{what}: clean header over stale redundancy"
+                    );
+                    let scrub = prot.scrub(&mut |_, _| {}).unwrap();
+                    assert!(scrub.findings.is_empty(), "{what}: {:?}", scrub.findings);
+                }
+            }
+        }
+        assert!(fired >= 8, "{mode:?}: only {fired} msyncs failed");
+    }
+    println!("crash images checked: {images} after a failed msync and a close (Msync)");
 }
