@@ -455,7 +455,8 @@ fn writes_in_mode_off_are_durable_once_they_return() {
     let len = PAGES as usize * PAGE;
     let old = base[data_at..data_at + len].to_vec();
     // (acknowledged data, the write in flight)
-    let seen: RefCell<(Vec<u8>, Option<(usize, Vec<u8>)>)> = RefCell::new((old.clone(), None));
+    type Seen = (Vec<u8>, Option<(usize, Vec<u8>)>);
+    let seen: RefCell<Seen> = RefCell::new((old.clone(), None));
     let mut returned = 0;
     every_fence(
         &base,
