@@ -41,11 +41,9 @@ fn damage(img: &mut [u8], at: usize) {
 
 fn records(sim: &SimMedium) -> Result<Vec<Vec<u8>>, String> {
     let (log, _) = Log::open(sim, 0, REGION, &opts()).map_err(|e| e.to_string())?;
-    let r = log
-        .records()
+    log.records()
         .map(|r| r.map(|r| r.payload).map_err(|e| e.to_string()))
-        .collect();
-    r
+        .collect()
 }
 
 /// Damage the copy at `first`, open read-write (the repair), power-fail, then damage the copy
