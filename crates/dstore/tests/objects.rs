@@ -180,6 +180,7 @@ fn object_writes_crash_at_every_fence() {
     let base = model::base_image(&cfg);
     let ops = workload(5, 40);
     let expect = models(&ops);
+    let mut images = 0u64;
     for n in 1.. {
         let sim = Arc::new(SimMedium::from_image(
             base.clone(),
@@ -191,12 +192,23 @@ fn object_writes_crash_at_every_fence() {
             },
         ));
         let acked = drive(&sim, &ops);
-        let Some(img) = sim.crash_image() else {
+        let Some(state) = sim.crash_state() else {
             assert_eq!(acked, ops.len());
             assert!(n > 40, "each write persists data and a record");
+            println!("crash images checked: {images} at {} fences (Adr)", n - 1);
             break;
         };
-        check(img, acked, &ops, &expect, &format!("fence {n}"), n);
+        for (i, img) in state.images().into_iter().enumerate() {
+            images += 1;
+            check(
+                img,
+                acked,
+                &ops,
+                &expect,
+                &format!("fence {n} image {i}"),
+                n,
+            );
+        }
     }
 }
 
