@@ -278,13 +278,13 @@ fn random_points_in_close(start: Mode, mode: Mode, seed: u64, count: u64) -> u64
 #[test]
 fn a_lazy_close_crashed_at_any_fence_never_shows_false_damage_or_stale_clean_redundancy() {
     let (fences, images) = every_fence_of_close(Mode::Lazy, Mode::Lazy, 21);
-    println!("lazy close: {fences} fences, {images} crash images checked");
+    println!("lazy close: crash images checked: {images} at {fences} fences (Adr)");
     assert!(
         fences >= 2,
         "the close fences its final pass and its header ({fences})"
     );
     let n = random_points_in_close(Mode::Lazy, Mode::Lazy, 22, 150);
-    println!("lazy close: {n} random crash images checked");
+    println!("lazy close: crash images checked: {n} at random points (Adr)");
 }
 
 #[test]
@@ -294,8 +294,8 @@ fn eager_and_txb_closes_crashed_at_any_fence_recover() {
         (Mode::Lazy, Mode::TxbPage, 24),
     ] {
         let (fences, images) = every_fence_of_close(start, mode, seed);
-        println!("{mode:?} close: {fences} fences, {images} crash images checked");
+        println!("{mode:?} close: crash images checked: {images} at {fences} fences (Adr)");
         let n = random_points_in_close(start, mode, seed, 40);
-        println!("{mode:?} close: {n} random crash images checked");
+        println!("{mode:?} close: crash images checked: {n} at random points (Adr)");
     }
 }

@@ -108,8 +108,8 @@ fn check_second_crash(image: Vec<u8>, mode: Mode, seed: u64, what: &str) {
     check(img, mode, &format!("{what}, second crash {seed}"));
 }
 
-/// Run `op` from `image` once per fence, crashing just before fence 1, 2, 3, ...; hands each
-/// crash image to `check`. Returns the number of crash points.
+/// Run `op` from `image` once per fence, crashing just before fence 1, 2, 3, ...; hands every
+/// crash image of each fence to `check`. Returns the number of crash points.
 fn every_fence(
     image: &[u8],
     seed: u64,
@@ -127,8 +127,12 @@ fn every_fence(
             },
         ));
         op(sim.clone());
-        match sim.crash_image() {
-            Some(img) => check(img, n),
+        match sim.crash_state() {
+            Some(state) => {
+                for img in state.images() {
+                    check(img, n);
+                }
+            }
             None => return n - 1,
         }
     }
@@ -205,8 +209,8 @@ fn campaign(start: Mode, session: Mode, reopen: Mode, seed: u64, random: u64) {
         },
     );
     println!(
-        "{start:?} region, {session:?} session, reopened {reopen:?}: {n} fences, {images} crash \
-         images checked"
+        "{start:?} region, {session:?} session, reopened {reopen:?}: crash images checked: \
+         {images} at {n} fences and {random} random points (Adr)"
     );
 }
 
