@@ -218,15 +218,9 @@ fn crashed_at_random_points_in_every_domain_recovers_the_acknowledged_operations
         let mut outcomes = std::collections::BTreeSet::new();
         for _ in 0..count {
             let seed = rng.next_u64();
-            let mut pick = SplitMix64::new(seed);
             let sim = Arc::new(SimMedium::from_image(
                 base.clone(),
-                SimConfig {
-                    seed,
-                    crash: CrashPlan::AtEvent(1 + pick.below(events)),
-                    evict_per_million: [0, 10_000, 100_000, 500_000][pick.below(4) as usize],
-                    ..cfg
-                },
+                cfg.at_random_event(seed, events),
             ));
             let (acked, _) = drive(&sim);
             outcomes.insert(acked);

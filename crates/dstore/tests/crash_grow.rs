@@ -305,15 +305,9 @@ fn crash_at_random_points_of_a_growing_store() {
         let events = dry.events();
         for _ in 0..100 {
             let seed = rng.next_u64();
-            let mut pick = SplitMix64::new(seed);
             let sim = Arc::new(SimMedium::from_image(
                 base.clone(),
-                SimConfig {
-                    seed,
-                    crash: CrashPlan::AtEvent(1 + pick.below(events)),
-                    evict_per_million: [0, 10_000, 100_000, 500_000][pick.below(4) as usize],
-                    ..SimConfig::default()
-                },
+                SimConfig::default().at_random_event(seed, events),
             ));
             let acked = drive(&sim, &ops);
             let img = sim.crash_image().unwrap_or_else(|| sim.power_fail());

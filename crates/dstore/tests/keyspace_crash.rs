@@ -461,15 +461,9 @@ fn random_points(sim_cfg: SimConfig, rounds: u64, per_round: usize) {
         let events = dry.events();
         for _ in 0..per_round {
             let seed = rng.next_u64();
-            let mut pick = SplitMix64::new(seed);
             let sim = Arc::new(SimMedium::from_image(
                 base.clone(),
-                SimConfig {
-                    seed,
-                    crash: CrashPlan::AtEvent(1 + pick.below(events)),
-                    evict_per_million: [0, 10_000, 100_000, 500_000][pick.below(4) as usize],
-                    ..sim_cfg
-                },
+                sim_cfg.at_random_event(seed, events),
             ));
             let acked = drive(&sim, &txs);
             let img = sim.crash_image().unwrap_or_else(|| sim.power_fail());

@@ -153,15 +153,9 @@ fn random_points(
     let mut rng = SplitMix64::new(seed);
     for _ in 0..count {
         let run_seed = rng.next_u64();
-        let mut pick = SplitMix64::new(run_seed);
         let sim = Arc::new(SimMedium::from_image(
             image.to_vec(),
-            SimConfig {
-                seed: run_seed,
-                crash: CrashPlan::AtEvent(1 + pick.below(events)),
-                evict_per_million: [0, 10_000, 100_000, 500_000][pick.below(4) as usize],
-                ..SimConfig::default()
-            },
+            SimConfig::default().at_random_event(run_seed, events),
         ));
         op(sim.clone());
         let img = sim.crash_image().unwrap_or_else(|| sim.power_fail());

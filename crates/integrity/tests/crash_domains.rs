@@ -147,15 +147,9 @@ fn campaign(cfg: SimConfig, start: Mode, session_mode: Mode, reopen: Mode, rando
     let mut rng = SplitMix64::new(seed.wrapping_mul(31));
     for _ in 0..random {
         let run_seed = rng.next_u64();
-        let mut pick = SplitMix64::new(run_seed);
         let sim = Arc::new(SimMedium::from_image(
             base.clone(),
-            SimConfig {
-                seed: run_seed,
-                crash: CrashPlan::AtEvent(1 + pick.below(events)),
-                evict_per_million: [0, 10_000, 100_000, 500_000][pick.below(4) as usize],
-                ..cfg
-            },
+            cfg.at_random_event(run_seed, events),
         ));
         let mut seen = fresh.clone();
         session(sim.clone(), session_mode, seed, &mut seen);

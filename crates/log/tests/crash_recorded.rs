@@ -276,13 +276,7 @@ fn campaign(policy: ForcePolicy, seed: u64, domain: Domain, random: u64) -> u64 
     let mut rng = SplitMix64::new(seed);
     for _ in 0..random {
         let run_seed = rng.next_u64();
-        let mut pick = SplitMix64::new(run_seed);
-        let cfg = SimConfig {
-            seed: run_seed,
-            crash: CrashPlan::AtEvent(1 + pick.below(events.max(1))),
-            evict_per_million: [0, 10_000, 100_000, 500_000][pick.below(4) as usize],
-            ..SimConfig::default()
-        };
+        let cfg = SimConfig::default().at_random_event(run_seed, events.max(1));
         let (sim, m) = recorded(image.clone(), cfg, domain);
         let model = Model::default();
         workload(&m, &model, seed, policy);

@@ -72,6 +72,21 @@ pub enum SimDomain {
     Msync,
 }
 
+impl SimConfig {
+    /// This configuration crashing at an event drawn from `seed` among the first `events`, with
+    /// an eviction rate drawn from {0, 1%, 10%, 50%} per store and line: one random crash point
+    /// (what [`crash_at_random_points_with`] runs, for tests with their own loops).
+    pub fn at_random_event(self, seed: u64, events: u64) -> SimConfig {
+        let mut pick = SplitMix64::new(seed);
+        SimConfig {
+            seed,
+            crash: CrashPlan::AtEvent(1 + pick.below(events.max(1))),
+            evict_per_million: [0, 10_000, 100_000, 500_000][pick.below(4) as usize],
+            ..self
+        }
+    }
+}
+
 /// Crash images per crash point when the configuration does not say: `KAVACH_SIM_IMAGES`, or 8.
 pub fn default_images_per_crash() -> usize {
     static N: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
@@ -990,13 +1005,7 @@ pub fn crash_at_random_points_with(
     let mut rng = SplitMix64::new(cfg.seed);
     for _ in 0..count {
         let run_seed = rng.next_u64();
-        let mut pick = SplitMix64::new(run_seed);
-        let run = SimConfig {
-            seed: run_seed,
-            crash: CrashPlan::AtEvent(1 + pick.below(events)),
-            evict_per_million: [0, 10_000, 100_000, 500_000][pick.below(4) as usize],
-            ..cfg
-        };
+        let run = cfg.at_random_event(run_seed, events);
         let sim = SimMedium::from_image(image.to_vec(), run);
         op(&sim);
         let img = sim.crash_image().unwrap_or_else(|| sim.power_fail());
