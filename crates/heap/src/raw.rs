@@ -330,8 +330,15 @@ impl RawHeap {
                 ),
             ));
         }
-        // Zero the header area, lanes and chunk table; the zone needs nothing (a zero chunk
-        // word means free).
+        // First the old headers go, durably: a heap formatted in place over an older one would
+        // otherwise, after a crash in the middle, open as that heap over a half-zeroed chunk
+        // table (damage where there was a whole heap or none). Then zero the header area, lanes
+        // and chunk table; the zone needs nothing (a zero chunk word means free).
+        for copy in [HEADER_COPY_0, HEADER_COPY_1] {
+            medium.write((base + copy) as usize, &[0u8; 64]);
+            medium.flush((base + copy) as usize, 64)?;
+        }
+        medium.fence()?;
         let zero = vec![0u8; 1 << 16];
         let mut off = 0;
         while off < geo.zone_off {
