@@ -1746,38 +1746,45 @@ fn free_port() -> u16 {
         .port()
 }
 
-/// A single-member etcd in the harness's scratch directory; its client URL.
+/// A single-member etcd in the harness's scratch directory; its client URL. A port found free
+/// can be taken by another test before etcd binds it: then etcd exits, and it is started again
+/// on other ports.
 fn start_etcd(h: &Harness) -> (Node, String) {
-    let (client_port, peer_port) = (free_port(), free_port());
-    let url = format!("http://127.0.0.1:{client_port}");
-    let peer = format!("http://127.0.0.1:{peer_port}");
-    let args = strings(&[
-        "--name",
-        "kv",
-        "--data-dir",
-        &h.dir("etcd"),
-        "--listen-client-urls",
-        &url,
-        "--advertise-client-urls",
-        &url,
-        "--listen-peer-urls",
-        &peer,
-        "--initial-advertise-peer-urls",
-        &peer,
-        "--initial-cluster",
-        &format!("kv={peer}"),
-    ]);
-    let n = spawn_plain(h, "etcd", etcd_binary(), &args);
-    let until = Instant::now() + START_DEADLINE;
-    while !n.stderr().contains("ready to serve client requests") {
-        assert!(
-            Instant::now() < until,
-            "etcd did not start:\n{}",
-            n.stderr()
-        );
-        thread::sleep(Duration::from_millis(50));
+    for attempt in 0..5 {
+        let (client_port, peer_port) = (free_port(), free_port());
+        let url = format!("http://127.0.0.1:{client_port}");
+        let peer = format!("http://127.0.0.1:{peer_port}");
+        let args = strings(&[
+            "--name",
+            "kv",
+            "--data-dir",
+            &h.dir(&format!("etcd{attempt}")),
+            "--listen-client-urls",
+            &url,
+            "--advertise-client-urls",
+            &url,
+            "--listen-peer-urls",
+            &peer,
+            "--initial-advertise-peer-urls",
+            &peer,
+            "--initial-cluster",
+            &format!("kv={peer}"),
+        ]);
+        let n = spawn_plain(h, "etcd", etcd_binary(), &args);
+        let until = Instant::now() + START_DEADLINE;
+        loop {
+            let err = n.stderr();
+            if err.contains("ready to serve client requests") {
+                return (n, url);
+            }
+            if err.contains("address already in use") {
+                break;
+            }
+            assert!(Instant::now() < until, "etcd did not start:\n{err}");
+            thread::sleep(Duration::from_millis(50));
+        }
     }
-    (n, url)
+    panic!("etcd could not bind free ports in 5 attempts");
 }
 
 /// The RESP ports of the nodes that answer INFO as primary.
