@@ -188,7 +188,6 @@ struct State {
 #[derive(Debug, Clone)]
 pub struct CrashState {
     base: Vec<u8>,
-    unit: usize,
     /// Word size inside which nothing tears (8 bytes for lines, the whole unit for sectors).
     word: usize,
     /// (offset, candidates): candidate 0 is the durable contents, the last the newest.
@@ -270,7 +269,7 @@ impl State {
             0 => default_images_per_crash(),
             n => n,
         };
-        let (unit, word, open) = match self.cfg.domain {
+        let (word, open) = match self.cfg.domain {
             SimDomain::Adr => {
                 let open = self
                     .lines_not_durable()
@@ -278,7 +277,7 @@ impl State {
                     .map(|l| (l, self.line_candidates(l)))
                     .filter(|(_, c)| c.len() > 1)
                     .collect();
-                (CACHE_LINE, 8, open)
+                (8, open)
             }
             SimDomain::Eadr => {
                 // Every store is in the persistence domain (the durable image already has it);
@@ -289,7 +288,7 @@ impl State {
                     .map(|l| (l, self.line_candidates(l)))
                     .filter(|(_, c)| c.len() > 1)
                     .collect();
-                (CACHE_LINE, 8, open)
+                (8, open)
             }
             SimDomain::Msync => {
                 let sector = self.cfg.sector.clamp(512, PAGE);
@@ -311,13 +310,12 @@ impl State {
                         s = e;
                     }
                 }
-                (sector, sector, open)
+                (sector, open)
             }
         };
         let seed = self.rng.next_u64();
         let mut st = CrashState {
             base: self.durable.clone(),
-            unit,
             word,
             open,
             sampled: Vec::new(),
@@ -590,11 +588,6 @@ impl CrashState {
     /// The sampled image.
     pub fn sampled(&self) -> &[u8] {
         &self.sampled
-    }
-
-    /// The unit the open contents come in (64 for lines, the sector size in `msync`).
-    pub fn unit(&self) -> usize {
-        self.unit
     }
 }
 
@@ -889,17 +882,6 @@ impl Medium for SimMedium {
     }
 }
 
-static IMAGES_CHECKED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-
-/// Crash images the harnesses of this process have handed to a check so far.
-pub fn images_checked() -> u64 {
-    IMAGES_CHECKED.load(std::sync::atomic::Ordering::Relaxed)
-}
-
-fn count_images(n: u64) {
-    IMAGES_CHECKED.fetch_add(n, std::sync::atomic::Ordering::Relaxed);
-}
-
 /// Run `op` from `image` once per fence, crashing just before fence 1, 2, 3, ... and handing
 /// every crash image worth checking at that point ([`CrashState::images`]: all outcomes of the
 /// open lines when few, a covering set plus samples otherwise) with the fence number to `check`.
@@ -948,7 +930,6 @@ pub fn crash_at_every_fence_with(
                 }
             }
             None => {
-                count_images(images);
                 println!(
                     "crash images checked: {images} at {} fences ({:?})",
                     n - 1,
@@ -1011,7 +992,6 @@ pub fn crash_at_random_points_with(
         let img = sim.crash_image().unwrap_or_else(|| sim.power_fail());
         check(img, run_seed);
     }
-    count_images(count);
     println!(
         "crash images checked: {count} at random points ({:?})",
         cfg.domain
