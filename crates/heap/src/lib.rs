@@ -16,15 +16,17 @@
 #![deny(unsafe_code)]
 
 pub mod check;
+pub mod ecc;
 pub mod error;
 pub mod file;
 pub mod layout;
 pub mod raw;
+pub mod stm;
 // Unsafe: `unsafe impl Pod` for PPtr, PMutex and PRwLock (their layouts have no padding).
 #[allow(unsafe_code)]
 pub mod typed;
 
 pub use error::{HeapError, Result};
 pub use file::HeapFile;
-pub use raw::{Change, CommitObserver, HeapOptions, RawHeap, RecoveryReport};
+pub use raw::{Change, CommitObserver, HeapOptions, RawHeap, RecoveryReport, TxMode};
 pub use typed::{Heap, PMutex, PPtr, PRwLock, PoolTag, Tx};

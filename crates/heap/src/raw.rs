@@ -126,6 +126,16 @@ impl RangeSet {
     }
 }
 
+/// How a transaction makes its changes atomic.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum TxMode {
+    /// Old bytes go to the lane's undo log in PM before each change (libpmemobj's way).
+    #[default]
+    Undo,
+    /// New bytes go to a redo log in DRAM; commit applies them in place.
+    Redo,
+}
+
 /// Volatile state of one lane.
 #[derive(Debug)]
 pub struct Lane {
@@ -680,6 +690,21 @@ impl RawHeap {
             }
         }
         unreachable!("the loop above returns")
+    }
+
+    /// Begin a transaction in `mode` (a nested level keeps the outer level's mode).
+    ///
+    /// Redo mode is being built (issue 20); until it lands every mode runs as undo.
+    pub fn begin_mode(&self, lane: &mut Lane, mode: TxMode) {
+        let _ = mode;
+        self.begin(lane)
+    }
+
+    /// Read `buf.len()` bytes at `off` as the open transaction sees them (its own writes
+    /// included).
+    pub fn read_tx(&self, lane: &Lane, off: u64, buf: &mut [u8]) -> Result<()> {
+        let _ = lane;
+        self.read(off, buf)
     }
 
     /// Begin a transaction, or a nested level of the open one.
