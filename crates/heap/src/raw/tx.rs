@@ -1,0 +1,222 @@
+//! Transactions: writes, commit, abort and the root object.
+
+#[allow(unused_imports)]
+use super::*;
+
+/// How a transaction makes its changes atomic.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum TxMode {
+    /// Old bytes go to the lane's undo log in PM before each change (libpmemobj's way).
+    #[default]
+    Undo,
+    /// New bytes go to a redo log in DRAM; commit applies them in place.
+    Redo,
+}
+
+/// One range a commit changed, for redundancy maintenance.
+#[derive(Debug, Clone, Copy)]
+pub struct Change<'a> {
+    /// Offset of the range in the medium (not the region).
+    pub medium_offset: u64,
+    /// Length in bytes.
+    pub len: u64,
+    /// The bytes before the transaction (from the undo log), or `None` for a block allocated
+    /// in the transaction (its old contents were free space).
+    pub old: Option<&'a [u8]>,
+}
+
+/// Told of every commit's changed ranges after the commit point (for `eager` redundancy:
+/// the undo log already holds the old bytes, so the diff costs no extra read of the medium).
+pub trait CommitObserver: Send + Sync {
+    /// The ranges of one committed transaction.
+    fn committed(&self, changes: &[Change<'_>]) -> Result<()>;
+}
+
+impl RawHeap {
+    /// Store `data` at `off` after snapshotting it.
+    pub fn write(&self, lane: &mut Lane, off: u64, data: &[u8]) -> Result<()> {
+        self.add_range(lane, off, data.len() as u64)?;
+        self.medium.write(self.m(off), data);
+        Ok(())
+    }
+
+    /// Commit (outermost level) or leave a nested level.
+    pub fn commit(&self, lane: &mut Lane) -> Result<()> {
+        if lane.depth == 0 {
+            return Err(HeapError::TxState("commit without a transaction"));
+        }
+        if lane.depth > 1 {
+            lane.depth -= 1;
+            return if lane.aborted.is_some() {
+                Err(HeapError::Aborted)
+            } else {
+                Ok(())
+            };
+        }
+        if lane.aborted.is_some() {
+            self.abort(lane)?;
+            return Err(HeapError::Aborted);
+        }
+        match self.commit_outer(lane) {
+            Ok(()) => Ok(()),
+            Err(e) if e.is_simulated_crash() => Err(e),
+            Err(e) => {
+                // The commit point was not reached: roll back.
+                lane.aborted = Some(e.to_string());
+                self.abort(lane)?;
+                Err(e)
+            }
+        }
+    }
+
+    pub(super) fn commit_outer(&self, lane: &mut Lane) -> Result<()> {
+        if lane.undo_tail == 0 && lane.allocs.is_empty() && lane.frees.is_empty() {
+            self.finish(lane);
+            return Ok(());
+        }
+        let seq = lane.seq + 1;
+        if lane.unfenced {
+            // Bit entries written since the last snapshot must be durable before the bits.
+            self.fence()?;
+            lane.unfenced = false;
+        }
+        self.apply_blocks(lane)?;
+        for &(s, e) in &lane.ranges.0 {
+            self.medium.flush(self.m(s), (e - s) as usize)?;
+        }
+        for b in &lane.allocs {
+            self.medium.flush(self.m(b.off()), b.len() as usize)?;
+        }
+        self.fence()?; // F1: data and allocator changes durable.
+        let state = self.m(self.geo.lane(lane.idx));
+        self.medium.store_u64(state, seq << 1);
+        self.medium.flush(state, 8)?;
+        self.fence()?; // F2: the commit point.
+        lane.seq = seq;
+        if let Some(obs) = self.observer.read().clone() {
+            self.notify(&*obs, lane)?;
+        }
+        self.publish(lane);
+        self.counters.commits.fetch_add(1, Ordering::Relaxed);
+        self.finish(lane);
+        Ok(())
+    }
+
+    pub(super) fn notify(&self, obs: &dyn CommitObserver, lane: &Lane) -> Result<()> {
+        let mut olds = Vec::new();
+        for &(off, len, pos) in &lane.snapshots {
+            let mut buf = vec![0u8; len as usize];
+            let at = self.geo.undo(lane.idx) + pos + UNDO_HEADER_BYTES;
+            self.medium.read(self.m(at), &mut buf);
+            olds.push((off, buf));
+        }
+        let mut changes: Vec<Change<'_>> = olds
+            .iter()
+            .map(|(off, buf)| Change {
+                medium_offset: self.base + off,
+                len: buf.len() as u64,
+                old: Some(buf),
+            })
+            .collect();
+        for b in &lane.allocs {
+            changes.push(Change {
+                medium_offset: self.base + b.off(),
+                len: b.len(),
+                old: None,
+            });
+        }
+        obs.committed(&changes)
+    }
+
+    pub(super) fn finish(&self, lane: &mut Lane) {
+        for b in std::mem::take(&mut lane.deferred) {
+            self.unreserve(lane, b);
+        }
+        lane.depth = 0;
+        lane.undo_tail = 0;
+        lane.snapshots.clear();
+        lane.ranges.clear();
+        lane.allocs.clear();
+        lane.frees.clear();
+    }
+
+    /// Abort: roll back every snapshot (outermost level), or mark the transaction aborted so
+    /// the outermost commit rolls it back (nested level).
+    pub fn abort(&self, lane: &mut Lane) -> Result<()> {
+        if lane.depth == 0 {
+            return Err(HeapError::TxState("abort without a transaction"));
+        }
+        if lane.aborted.is_none() {
+            lane.aborted = Some("aborted by the caller".into());
+        }
+        if lane.depth > 1 {
+            lane.depth -= 1;
+            return Ok(());
+        }
+        // Whatever the medium says, the lane leaves the transaction: a failed rollback is
+        // finished by recovery at the next open.
+        let rolled = if lane.undo_tail > 0 {
+            self.roll_back(lane)
+        } else {
+            Ok(())
+        };
+        for b in std::mem::take(&mut lane.allocs) {
+            self.unreserve(lane, b);
+        }
+        for b in std::mem::take(&mut lane.frees) {
+            self.clear_pending(b);
+        }
+        self.counters.aborts.fetch_add(1, Ordering::Relaxed);
+        self.finish(lane);
+        rolled
+    }
+
+    /// The root object: `(offset, size)`, allocated zeroed on first use with `size` bytes.
+    pub fn root(&self, size: u64) -> Result<(u64, u64)> {
+        let _g = self.root.lock();
+        let (off, have) = self.root_line();
+        if off != 0 {
+            if size > have {
+                return Err(HeapError::invalid(
+                    "root size",
+                    format!("the root object has {have} bytes; {size} were asked for"),
+                ));
+            }
+            return Ok((off, have));
+        }
+        if size == 0 {
+            return Err(HeapError::invalid("root size", "0 bytes"));
+        }
+        let mut lane = self.lane();
+        self.begin(&mut lane);
+        let r = (|| -> Result<u64> {
+            let off = self.alloc(&mut lane, size, true)?;
+            self.snapshot(&mut lane, ROOT_LINE, 16)?;
+            let mut line = [0u8; 16];
+            line[..8].copy_from_slice(&off.to_le_bytes());
+            line[8..].copy_from_slice(&size.to_le_bytes());
+            self.medium.write(self.m(ROOT_LINE), &line);
+            Ok(off)
+        })();
+        match r {
+            Ok(off) => {
+                self.commit(&mut lane)?;
+                Ok((off, size))
+            }
+            Err(e) => {
+                if !e.is_simulated_crash() {
+                    self.abort(&mut lane)?;
+                }
+                Err(e)
+            }
+        }
+    }
+
+    /// The root line as stored: `(offset, size)`, `(0, 0)` if none.
+    pub fn root_line(&self) -> (u64, u64) {
+        (
+            self.medium.load_u64(self.m(ROOT_LINE)),
+            self.medium.load_u64(self.m(ROOT_LINE + 8)),
+        )
+    }
+}
