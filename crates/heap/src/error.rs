@@ -53,6 +53,15 @@ pub enum HeapError {
     /// An operation that needs a transaction ran outside one, or the reverse.
     #[error("{0}")]
     TxState(&'static str),
+    /// Redo-mode commits relied on a save at a power-failure warning, and no save finished:
+    /// the heap may hold part of a transaction, so it is not opened.
+    #[error(
+        "lane {lane}'s redo area says UNSAVED: durability-on-demand commits ran and no save finished before the heap was last closed or power was lost, so the heap may hold part of a transaction and is not opened"
+    )]
+    NotSaved {
+        /// The first lane found unsaved.
+        lane: usize,
+    },
     /// A lock operation was wrong (unlock of a lock the thread does not hold).
     #[error("lock misuse: {0}")]
     Lock(String),

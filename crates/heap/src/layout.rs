@@ -589,3 +589,46 @@ pub const UNDO_ENTRY_FIELDS: &[pmem::layout::Field] = &[
     pmem::layout::Field::new("len", 16, 4),
     pmem::layout::Field::new("crc32c", 20, 4),
 ];
+
+/// Bytes of a redo log's header line, at the start of a lane's redo area (`redo-log.md`).
+pub const REDO_HEADER_BYTES: u64 = 64;
+/// Bytes of a redo entry's header; its payload follows, padded to 8 bytes.
+pub const REDO_ENTRY_HEADER_BYTES: u64 = 16;
+/// Redo area kinds, the top byte of the header's `state` word.
+/// Empty: nothing to do at open.
+pub const REDO_EMPTY: u8 = 0;
+/// Commits since the last save relied on a save that has not happened (durability on demand).
+pub const REDO_UNSAVED: u8 = 1;
+/// The log of a transaction caught committing, saved on a power-failure warning.
+pub const REDO_SAVED: u8 = 2;
+/// The log of a committed transaction whose in-place writes may not be durable yet.
+pub const REDO_COMMITTED: u8 = 3;
+/// Redo entry tags.
+/// Data: write the payload at `offset`.
+pub const REDO_DATA: u32 = 0;
+/// Set the bits of the 8-byte mask payload in the word at `offset`.
+pub const REDO_BIT_OR: u32 = 1;
+/// Clear the bits of the 8-byte mask payload in the word at `offset`.
+pub const REDO_BIT_ANDNOT: u32 = 2;
+/// Store the 8-byte payload as the word at `offset` (a chunk-table word).
+pub const REDO_WORD: u32 = 3;
+/// A block allocated by the transaction and written directly: the payload is its length
+/// (u64) and the CRC-32C of its bytes (u32, then 4 zero bytes). The log counts only if the
+/// block holds those bytes.
+pub const REDO_FRESH: u32 = 4;
+
+/// A redo log's header line (`redo-log.md`, table `redo header`).
+pub const REDO_HEADER_FIELDS: &[pmem::layout::Field] = &[
+    pmem::layout::Field::new("state", 0, 8),
+    pmem::layout::Field::new("len", 8, 4),
+    pmem::layout::Field::new("count", 12, 4),
+    pmem::layout::Field::new("crc32c", 16, 4),
+    pmem::layout::Field::new("unused", 20, REDO_HEADER_BYTES as usize - 20),
+];
+
+/// A redo entry's header (`redo-log.md`, table `redo entry`).
+pub const REDO_ENTRY_FIELDS: &[pmem::layout::Field] = &[
+    pmem::layout::Field::new("offset", 0, 8),
+    pmem::layout::Field::new("len", 8, 4),
+    pmem::layout::Field::new("tag", 12, 4),
+];

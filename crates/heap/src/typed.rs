@@ -86,7 +86,7 @@ use std::sync::{Arc, Mutex};
 pub use bytemuck::{Pod, Zeroable};
 
 use crate::error::{HeapError, Result};
-use crate::raw::{LaneGuard, RawHeap};
+use crate::raw::{LaneGuard, RawHeap, TxMode};
 
 /// A pool's tag type: declare one per pool with [`pool_tag!`](crate::pool_tag).
 pub trait PoolTag: 'static + Send + Sync {}
@@ -351,8 +351,18 @@ impl<P: PoolTag> Heap<P> {
     /// Run `f` in a transaction: commit if it returns `Ok`, roll back if it returns `Err` (or
     /// panics).
     pub fn transaction<R>(&self, f: impl FnOnce(&mut Tx<'_, P>) -> Result<R>) -> Result<R> {
+        self.transaction_mode(self.raw.default_mode(), f)
+    }
+
+    /// [`Heap::transaction`] asking for `mode` ([`TxMode::Redo`]: new bytes wait in DRAM and
+    /// commit writes them in place; [`Tx::mode`] says which mode the transaction got).
+    pub fn transaction_mode<R>(
+        &self,
+        mode: TxMode,
+        f: impl FnOnce(&mut Tx<'_, P>) -> Result<R>,
+    ) -> Result<R> {
         let mut lane = self.raw.lane();
-        self.raw.begin(&mut lane);
+        self.raw.begin_mode(&mut lane, mode);
         let mut tx = Tx {
             heap: self,
             lane,
@@ -424,7 +434,15 @@ impl<P: PoolTag> Tx<'_, P> {
 
     /// Read the `T` at `p` (as this transaction left it).
     pub fn get<T: Pod>(&self, p: PPtr<T, P>) -> Result<T> {
-        read_value(self.raw(), p.off)
+        let mut v = T::zeroed();
+        self.raw()
+            .read_tx(&self.lane, p.off, bytemuck::bytes_of_mut(&mut v))?;
+        Ok(v)
+    }
+
+    /// The mode this transaction runs in.
+    pub fn mode(&self) -> TxMode {
+        self.raw().tx_mode(&self.lane).unwrap_or_default()
     }
 
     /// Store `v` at `p` (snapshotting it first).

@@ -27,6 +27,14 @@ pub struct Lane {
     pub(super) unfenced: bool,
     /// Blocks reserved and given back within the transaction, released when it ends.
     pub(super) deferred: Vec<Block>,
+    /// The open transaction's mode (set by the outermost begin).
+    pub(super) mode: TxMode,
+    /// A redo transaction of an admitted thread on a heap with durability on demand.
+    pub(super) on_demand: bool,
+    /// A redo transaction's new bytes.
+    pub(super) redo: RedoSet,
+    /// Buffer the redo log is encoded into.
+    pub(super) logbuf: Vec<u8>,
 }
 
 impl Lane {
@@ -88,27 +96,39 @@ impl RawHeap {
         unreachable!("the loop above returns")
     }
 
-    /// Begin a transaction, or a nested level of the open one.
+    /// Begin a transaction in the heap's default mode ([`RawHeap::set_default_mode`]; undo
+    /// unless set), or a nested level of the open one.
     pub fn begin(&self, lane: &mut Lane) {
-        if lane.depth == 0 {
-            lane.aborted = None;
-        }
-        lane.depth += 1;
+        self.begin_mode(lane, self.default_mode());
     }
 
-    /// Begin a transaction in `mode` (a nested level keeps the outer level's mode).
-    ///
-    /// Redo mode is being built (issue 20); until it lands every mode runs as undo.
-    pub fn begin_mode(&self, lane: &mut Lane, mode: TxMode) {
-        let _ = mode;
-        self.begin(lane)
+    /// Begin a transaction asking for `mode`, or a nested level of the open one (which keeps
+    /// the outer level's mode). Returns the mode the transaction runs in: redo asked on a
+    /// heap with durability on demand by a thread admission refused runs in undo mode.
+    pub fn begin_mode(&self, lane: &mut Lane, mode: TxMode) -> TxMode {
+        if lane.depth == 0 {
+            lane.aborted = None;
+            let (m, od) = self.effective_mode(mode);
+            lane.mode = m;
+            lane.on_demand = od;
+        }
+        lane.depth += 1;
+        lane.mode
+    }
+
+    /// The mode of the open transaction on `lane`.
+    pub fn tx_mode(&self, lane: &Lane) -> Option<TxMode> {
+        (lane.depth > 0).then_some(lane.mode)
     }
 
     /// Read `buf.len()` bytes at `off` as the open transaction sees them (its own writes
-    /// included).
+    /// included); outside a transaction, as stored.
     pub fn read_tx(&self, lane: &Lane, off: u64, buf: &mut [u8]) -> Result<()> {
-        let _ = lane;
-        self.read(off, buf)
+        self.read(off, buf)?;
+        if lane.depth > 0 && lane.mode == TxMode::Redo {
+            lane.redo.overlay(off, buf);
+        }
+        Ok(())
     }
 
     pub(super) fn fail<T>(&self, lane: &mut Lane, e: HeapError) -> Result<T> {

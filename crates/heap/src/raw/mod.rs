@@ -24,7 +24,7 @@
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use parking_lot::lock_api::ArcMutexGuard;
 use parking_lot::{Condvar, Mutex, RawMutex, RwLock};
@@ -37,14 +37,19 @@ mod lane;
 mod locks;
 mod open;
 mod palloc;
+mod redo;
 mod tx;
 mod ulog;
 
 #[allow(unused_imports)]
-use self::{lane::*, locks::*, open::*, palloc::*, tx::*, ulog::*};
+use self::{lane::*, locks::*, open::*, palloc::*, redo::*, tx::*, ulog::*};
 
 pub use lane::{Lane, LaneGuard};
 pub use open::{decode_header_copy, read_header};
+pub use redo::{
+    Durability, OnDemandConfig, OnDemandPlan, OnDemandStats, REDO_SEQ_MASK, RedoEntry, SaveBudget,
+    SaveCost, SaveReport, read_redo_log, redo_crc,
+};
 pub use tx::{Change, CommitObserver, TxMode};
 pub use ulog::{UndoEntry, UndoKind, scan_undo};
 
@@ -103,6 +108,10 @@ pub struct RecoveryReport {
     pub rolled_back: usize,
     /// Undo entries applied.
     pub undo_entries: usize,
+    /// Lanes whose redo log (committed, or saved on a power-failure warning) was redone.
+    pub redone: usize,
+    /// Redo entries applied.
+    pub redo_entries: usize,
 }
 
 /// The untyped heap.
@@ -142,6 +151,11 @@ pub struct RawHeap {
     observer: RwLock<Option<Arc<dyn CommitObserver>>>,
     counters: Counters,
     recovery: RecoveryReport,
+    od: OnDemand,
+    /// Lanes whose redo log was retired by a state word not yet flushed.
+    pending_retire: Mutex<Vec<usize>>,
+    retire_pending: AtomicBool,
+    default_mode: std::sync::atomic::AtomicU8,
 }
 
 impl std::fmt::Debug for RawHeap {
@@ -225,14 +239,32 @@ impl RawHeap {
         Ok(())
     }
 
-    /// Flush the medium's view of everything (used at close).
+    /// Check no transaction is open and make durable whatever on-demand commits left
+    /// dirty (used at close).
     pub fn quiesce(&self) -> Result<()> {
-        for l in &self.lanes {
-            match l.try_lock() {
+        let held: Vec<_> = self.lanes.iter().map(|l| l.try_lock()).collect();
+        for g in &held {
+            match g {
                 Some(g) if !g.in_tx() => {}
                 _ => return Err(HeapError::TxState("a transaction is still open")),
             }
         }
-        Ok(())
+        self.make_durable()
+    }
+
+    /// The mode [`RawHeap::begin`] gives transactions (undo unless set).
+    pub fn default_mode(&self) -> TxMode {
+        if self.default_mode.load(Ordering::Relaxed) == 1 {
+            TxMode::Redo
+        } else {
+            TxMode::Undo
+        }
+    }
+
+    /// Set the mode [`RawHeap::begin`] gives transactions (the per-pool choice; a
+    /// transaction may still ask for another with [`RawHeap::begin_mode`]).
+    pub fn set_default_mode(&self, mode: TxMode) {
+        self.default_mode
+            .store(u8::from(mode == TxMode::Redo), Ordering::Relaxed);
     }
 }

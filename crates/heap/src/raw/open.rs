@@ -107,7 +107,16 @@ impl RawHeap {
             observer: RwLock::new(None),
             counters: Counters::default(),
             recovery: RecoveryReport::default(),
+            od: OnDemand::new(geo.lane_count as usize, len),
+            pending_retire: Mutex::new(Vec::new()),
+            retire_pending: AtomicBool::new(false),
+            default_mode: std::sync::atomic::AtomicU8::new(0),
         };
+        // Refuse before changing anything: a lane whose on-demand commits were never saved
+        // (the heap may be torn), an unknown redo kind, or a damaged saved log.
+        for i in 0..geo.lane_count as usize {
+            heap.precheck_redo(i)?;
+        }
         let mut seqs = Vec::new();
         for i in 0..geo.lane_count as usize {
             seqs.push(heap.recover_lane(i)?);
@@ -131,6 +140,10 @@ impl RawHeap {
                     scratch: Vec::new(),
                     unfenced: false,
                     deferred: Vec::new(),
+                    mode: TxMode::Undo,
+                    on_demand: false,
+                    redo: RedoSet::default(),
+                    logbuf: Vec::new(),
                 }))
             })
             .collect();
@@ -150,7 +163,7 @@ impl RawHeap {
                 format!("{state:#018x}"),
             ));
         }
-        let mut seq = state >> 1;
+        let mut seq = self.recover_redo(i, state >> 1)?;
         let entries = scan_undo(&*self.medium, self.base, &g, i, seq + 1);
         if !entries.is_empty() {
             for e in entries.iter().rev() {

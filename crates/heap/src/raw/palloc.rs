@@ -209,7 +209,10 @@ impl RawHeap {
             Ok(b) => b,
             Err(e) => return self.fail(lane, e),
         };
-        if let Err(e) = self.log_block(lane, &block, true) {
+        // Redo mode logs the allocator change at commit, with the rest of the transaction.
+        if lane.mode == TxMode::Undo
+            && let Err(e) = self.log_block(lane, &block, true)
+        {
             // Some of its entries may be in the log: keep it until the transaction ends.
             lane.deferred.push(block);
             return self.fail(lane, e);
@@ -223,6 +226,9 @@ impl RawHeap {
                 self.medium
                     .write(self.m(block.off() + o), &zeros[..n as usize]);
                 o += n;
+            }
+            if lane.on_demand {
+                self.mark_dirty(block.off(), len);
             }
         }
         lane.allocs.push(block);
@@ -357,7 +363,9 @@ impl RawHeap {
             Ok(b) => b,
             Err(e) => return self.fail(lane, e),
         };
-        if let Err(e) = self.log_block(lane, &b, false) {
+        if lane.mode == TxMode::Undo
+            && let Err(e) = self.log_block(lane, &b, false)
+        {
             self.clear_pending(b);
             return self.fail(lane, e);
         }
@@ -472,7 +480,7 @@ impl RawHeap {
     }
 
     /// Make the allocator changes of the transaction in place and flush them.
-    pub(super) fn apply_blocks(&self, lane: &Lane) -> Result<()> {
+    pub(super) fn apply_blocks(&self, lane: &Lane, flush: bool) -> Result<()> {
         let ops = lane
             .allocs
             .iter()
@@ -487,7 +495,9 @@ impl RawHeap {
                     let old = self.medium.load_u64(at);
                     let new = if alloc { old | mask } else { old & !mask };
                     self.medium.store_u64(at, new);
-                    self.medium.flush(at, 8)?;
+                    if flush {
+                        self.medium.flush(at, 8)?;
+                    }
                 }
                 Block::Large { chunk, span, .. } => {
                     let head = self.m(self.geo.chunk_word(u64::from(chunk)));
@@ -497,13 +507,17 @@ impl RawHeap {
                         0
                     };
                     self.medium.store_u64(head, v);
-                    self.medium.flush(head, 8)?;
+                    if flush {
+                        self.medium.flush(head, 8)?;
+                    }
                     if alloc {
                         for c in chunk + 1..chunk + span {
                             let at = self.m(self.geo.chunk_word(u64::from(c)));
                             if self.medium.load_u64(at) != 0 {
                                 self.medium.store_u64(at, 0);
-                                self.medium.flush(at, 8)?;
+                                if flush {
+                                    self.medium.flush(at, 8)?;
+                                }
                             }
                         }
                     }

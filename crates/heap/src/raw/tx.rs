@@ -33,8 +33,12 @@ pub trait CommitObserver: Send + Sync {
 }
 
 impl RawHeap {
-    /// Store `data` at `off` after snapshotting it.
+    /// A transactional store of `data` at `off`: in undo mode after snapshotting the range,
+    /// in redo mode into the transaction's log (read it back with [`RawHeap::read_tx`]).
     pub fn write(&self, lane: &mut Lane, off: u64, data: &[u8]) -> Result<()> {
+        if lane.mode == TxMode::Redo && lane.depth > 0 {
+            return self.redo_write(lane, off, data);
+        }
         self.add_range(lane, off, data.len() as u64)?;
         self.medium.write(self.m(off), data);
         Ok(())
@@ -57,7 +61,12 @@ impl RawHeap {
             self.abort(lane)?;
             return Err(HeapError::Aborted);
         }
-        match self.commit_outer(lane) {
+        let r = if lane.mode == TxMode::Redo {
+            self.commit_redo(lane)
+        } else {
+            self.commit_outer(lane)
+        };
+        match r {
             Ok(()) => Ok(()),
             Err(e) if e.is_simulated_crash() => Err(e),
             Err(e) => {
@@ -80,13 +89,14 @@ impl RawHeap {
             self.fence()?;
             lane.unfenced = false;
         }
-        self.apply_blocks(lane)?;
+        self.apply_blocks(lane, true)?;
         for &(s, e) in &lane.ranges.0 {
             self.medium.flush(self.m(s), (e - s) as usize)?;
         }
         for b in &lane.allocs {
             self.medium.flush(self.m(b.off()), b.len() as usize)?;
         }
+        self.flush_pending_retires()?;
         self.fence()?; // F1: data and allocator changes durable.
         let state = self.m(self.geo.lane(lane.idx));
         self.medium.store_u64(state, seq << 1);
@@ -138,6 +148,7 @@ impl RawHeap {
         lane.ranges.clear();
         lane.allocs.clear();
         lane.frees.clear();
+        lane.redo.clear();
     }
 
     /// Abort: roll back every snapshot (outermost level), or mark the transaction aborted so
@@ -188,7 +199,8 @@ impl RawHeap {
             return Err(HeapError::invalid("root size", "0 bytes"));
         }
         let mut lane = self.lane();
-        self.begin(&mut lane);
+        // The root line is not in the zone a redo log may name: always undo.
+        self.begin_mode(&mut lane, TxMode::Undo);
         let r = (|| -> Result<u64> {
             let off = self.alloc(&mut lane, size, true)?;
             self.snapshot(&mut lane, ROOT_LINE, 16)?;

@@ -1,0 +1,1099 @@
+//! Redo-mode transactions (DNV Memory's way): new bytes wait in a log in DRAM and the commit
+//! writes them in place (`docs/format/redo-log.md`).
+//!
+//! Two guarantees, chosen per heap:
+//!
+//! - **Flush at commit** (no power-failure warning registered): the commit writes the log into
+//!   the lane's redo area and fences (F1, the commit point), then writes the new bytes in
+//!   place, flushes them, retires the log in the lane's state word and fences (F2). Two
+//!   fences where an undo-mode overwrite takes three, and no fence per `write`.
+//! - **Durability on demand** ([`RawHeap::enable_on_demand`], a warning source registered):
+//!   the commit writes the new bytes in place with plain stores: no flush, no fence. Before
+//!   the first such commit of a lane after a save, the lane's redo header says `UNSAVED`
+//!   (persisted once). On a power-failure warning [`RawHeap::save`] stops the writers, copies
+//!   the logs of transactions caught applying into their lanes' redo areas, writes back every
+//!   line those commits dirtied (tracked in a bitmap), fences, and only then marks the lanes
+//!   `SAVED` (a log to redo) or `EMPTY`. A save that runs out of its window leaves `UNSAVED`
+//!   in place, and open refuses such a heap ([`HeapError::NotSaved`]) rather than open a
+//!   state that may be torn.
+//!
+//! Admission: the save has to fit the warning window. Each registered thread may be caught
+//! with one log of up to `redo_bytes` to copy, and the tracked dirty lines are bounded; a
+//! thread whose registration would push the estimate past the window runs its transactions in
+//! undo mode, and [`RawHeap::begin_mode`] returns the mode it got.
+
+use std::cell::RefCell;
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+#[allow(unused_imports)]
+use super::*;
+
+/// The new bytes of a redo transaction: disjoint segments, later writes over earlier ones.
+#[derive(Debug, Default)]
+pub(super) struct RedoSet {
+    segs: BTreeMap<u64, Vec<u8>>,
+    bytes: u64,
+}
+
+impl RedoSet {
+    pub(super) fn is_empty(&self) -> bool {
+        self.segs.is_empty()
+    }
+
+    pub(super) fn clear(&mut self) {
+        self.segs.clear();
+        self.bytes = 0;
+    }
+
+    /// Segments overlapping `[off, end)`, highest first.
+    fn overlapping(&self, off: u64, end: u64) -> impl Iterator<Item = (&u64, &Vec<u8>)> {
+        self.segs
+            .range(..end)
+            .rev()
+            .take_while(move |(s, v)| **s + v.len() as u64 > off)
+    }
+
+    pub(super) fn insert(&mut self, off: u64, data: &[u8]) {
+        if data.is_empty() {
+            return;
+        }
+        if let Some(v) = self.segs.get_mut(&off)
+            && v.len() == data.len()
+        {
+            v.copy_from_slice(data);
+            return;
+        }
+        let end = off + data.len() as u64;
+        let hits: Vec<u64> = self.overlapping(off, end).map(|(s, _)| *s).collect();
+        if hits.is_empty() {
+            self.bytes += data.len() as u64;
+            self.segs.insert(off, data.to_vec());
+            return;
+        }
+        let start = off.min(*hits.last().expect("non-empty"));
+        let first = &self.segs[&hits[0]];
+        let stop = end.max(hits[0] + first.len() as u64);
+        let mut buf = vec![0u8; (stop - start) as usize];
+        for s in hits {
+            let v = self.segs.remove(&s).expect("listed");
+            self.bytes -= v.len() as u64;
+            let at = (s - start) as usize;
+            buf[at..at + v.len()].copy_from_slice(&v);
+        }
+        let at = (off - start) as usize;
+        buf[at..at + data.len()].copy_from_slice(data);
+        self.bytes += buf.len() as u64;
+        self.segs.insert(start, buf);
+    }
+
+    /// Lay the transaction's bytes over `buf`, which holds `[off, off + buf.len())` as stored.
+    pub(super) fn overlay(&self, off: u64, buf: &mut [u8]) {
+        let end = off + buf.len() as u64;
+        for (s, v) in self.overlapping(off, end) {
+            let lo = off.max(*s);
+            let hi = end.min(*s + v.len() as u64);
+            buf[(lo - off) as usize..(hi - off) as usize]
+                .copy_from_slice(&v[(lo - s) as usize..(hi - s) as usize]);
+        }
+    }
+
+    pub(super) fn iter(&self) -> impl Iterator<Item = (u64, &[u8])> {
+        self.segs.iter().map(|(s, v)| (*s, v.as_slice()))
+    }
+
+    /// Bytes the log's data entries take.
+    fn entry_bytes(&self) -> u64 {
+        self.segs
+            .values()
+            .map(|v| REDO_ENTRY_HEADER_BYTES + (v.len() as u64).div_ceil(8) * 8)
+            .sum()
+    }
+}
+
+/// How long a save may take, and how its time is counted.
+#[derive(Debug, Clone, Copy)]
+pub struct SaveBudget {
+    /// The warning window (residual energy) the save must fit in.
+    pub window: Duration,
+    /// Count time with this model instead of the clock (the simulator, where nothing takes
+    /// real time).
+    pub modeled: Option<SaveCost>,
+}
+
+/// The cost of a save: a fixed part, each line written back, each log byte copied.
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
+pub struct SaveCost {
+    /// Nanoseconds whatever the save holds (stopping the writers, the fences).
+    pub fixed_ns: f64,
+    /// Nanoseconds per 64-byte line written back.
+    pub line_ns: f64,
+    /// Nanoseconds per log byte copied into a lane's redo area.
+    pub byte_ns: f64,
+}
+
+impl SaveCost {
+    /// Estimated nanoseconds to write back `lines` lines and copy `bytes` log bytes.
+    pub fn estimate_ns(&self, lines: u64, bytes: u64) -> f64 {
+        self.fixed_ns + lines as f64 * self.line_ns + bytes as f64 * self.byte_ns
+    }
+}
+
+/// Durability on demand, as configured.
+#[derive(Debug, Clone, Copy)]
+pub struct OnDemandConfig {
+    /// The warning window.
+    pub window: Duration,
+    /// Share of the window kept free (0.2: plan for 80 % of it).
+    pub margin: f64,
+    /// The cost model admission plans with.
+    pub cost: SaveCost,
+}
+
+/// What admission allows under an [`OnDemandConfig`].
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
+pub struct OnDemandPlan {
+    /// Threads that may run redo transactions without flushing (each may be caught with one
+    /// log of `redo_bytes`).
+    pub threads: usize,
+    /// Lines commits may leave dirty before one of them writes them back.
+    pub dirty_budget_lines: u64,
+    /// The save's estimate with every admitted thread caught and the dirty set full.
+    pub estimated_save_ns: f64,
+    /// The window planned for (after the margin).
+    pub planned_window_ns: f64,
+}
+
+/// What one save did.
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize)]
+pub struct SaveReport {
+    /// Lanes whose transaction was caught applying and whose log was saved.
+    pub logs_saved: usize,
+    /// Log bytes written into redo areas.
+    pub log_bytes: u64,
+    /// Lines written back.
+    pub lines_written_back: u64,
+    /// Lanes marked (saved or empty) at the end.
+    pub lanes_marked: usize,
+    /// Wall-clock nanoseconds the save took.
+    pub elapsed_ns: u64,
+    /// Nanoseconds by the budget's model, when it has one.
+    pub modeled_ns: Option<f64>,
+    /// Whether the save finished inside its window and marked the lanes. When false, the
+    /// heap still says `UNSAVED` and will refuse to open after a power failure.
+    pub completed: bool,
+}
+
+/// Which guarantee a redo-mode commit gives on this heap now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub enum Durability {
+    /// Every commit is durable when it returns (redo: log, fence, apply, fence).
+    FlushAtCommit,
+    /// Commits are durable if a save runs inside the warning window before power is lost.
+    OnDemand,
+}
+
+static NEXT_UID: AtomicU64 = AtomicU64::new(1);
+
+thread_local! {
+    /// Admission of this thread, per heap: (heap uid, admitted).
+    static REGISTERED: RefCell<Vec<(u64, bool)>> = const { RefCell::new(Vec::new()) };
+}
+
+/// The volatile state of durability on demand.
+#[derive(Debug)]
+pub(super) struct OnDemand {
+    uid: u64,
+    enabled: AtomicBool,
+    /// Set by a save: no commit starts applying until it is lifted.
+    gate: AtomicBool,
+    gate_mx: Mutex<()>,
+    gate_cv: Condvar,
+    /// Per lane: the encoded log of the transaction applying now.
+    slots: Vec<Mutex<Option<Vec<u8>>>>,
+    /// Per lane: its redo header says `UNSAVED` (or `SAVED`) on the medium.
+    marked: Vec<AtomicBool>,
+    /// One bit per line of the region written by on-demand commits and not written back.
+    dirty: Vec<AtomicU64>,
+    dirty_lines: AtomicU64,
+    budget_lines: AtomicU64,
+    admit: AtomicUsize,
+    registered: AtomicUsize,
+    refused: AtomicU64,
+    saves: AtomicU64,
+    config: Mutex<Option<(OnDemandConfig, OnDemandPlan)>>,
+    /// Serialises saves, resumes and write-backs of the whole dirty set.
+    save_mx: Mutex<()>,
+}
+
+impl OnDemand {
+    pub(super) fn new(lanes: usize, region_len: u64) -> Self {
+        let lines = region_len.div_ceil(64);
+        OnDemand {
+            uid: NEXT_UID.fetch_add(1, Ordering::Relaxed),
+            enabled: AtomicBool::new(false),
+            gate: AtomicBool::new(false),
+            gate_mx: Mutex::new(()),
+            gate_cv: Condvar::new(),
+            slots: (0..lanes).map(|_| Mutex::new(None)).collect(),
+            marked: (0..lanes).map(|_| AtomicBool::new(false)).collect(),
+            dirty: (0..lines.div_ceil(64)).map(|_| AtomicU64::new(0)).collect(),
+            dirty_lines: AtomicU64::new(0),
+            budget_lines: AtomicU64::new(0),
+            admit: AtomicUsize::new(0),
+            registered: AtomicUsize::new(0),
+            refused: AtomicU64::new(0),
+            saves: AtomicU64::new(0),
+            config: Mutex::new(None),
+            save_mx: Mutex::new(()),
+        }
+    }
+}
+
+/// Counters of durability on demand.
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize)]
+pub struct OnDemandStats {
+    /// Threads admitted so far.
+    pub threads_admitted: usize,
+    /// Transactions that asked for redo mode and ran in undo mode because their thread was
+    /// refused.
+    pub refused_transactions: u64,
+    /// Lines dirty now (written by on-demand commits, not yet written back).
+    pub dirty_lines: u64,
+    /// Saves run.
+    pub saves: u64,
+}
+
+impl RawHeap {
+    /// The guarantee redo-mode commits give now.
+    pub fn durability(&self) -> Durability {
+        if self.od.enabled.load(Ordering::Acquire) {
+            Durability::OnDemand
+        } else {
+            Durability::FlushAtCommit
+        }
+    }
+
+    /// The admission plan in force, if durability on demand is on.
+    pub fn on_demand_plan(&self) -> Option<(OnDemandConfig, OnDemandPlan)> {
+        *self.od.config.lock()
+    }
+
+    /// Counters of durability on demand.
+    pub fn on_demand_stats(&self) -> OnDemandStats {
+        OnDemandStats {
+            threads_admitted: self.od.registered.load(Ordering::Relaxed),
+            refused_transactions: self.od.refused.load(Ordering::Relaxed),
+            dirty_lines: self.od.dirty_lines.load(Ordering::Relaxed),
+            saves: self.od.saves.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Measure this medium's save costs: write-back of lines of the data zone (their bytes
+    /// are not changed) and copying log bytes, `rounds` times, keeping the slowest.
+    pub fn calibrate_save(&self, rounds: u32) -> Result<SaveCost> {
+        let lines = 4096u64.min((self.geo.zone_end() - self.geo.zone_off) / 64);
+        let (mut line_ns, mut byte_ns, mut fixed_ns) = (0f64, 0f64, 0f64);
+        let src = vec![0x5au8; 1 << 16];
+        let mut dst = vec![0u8; 1 << 16];
+        for _ in 0..rounds.max(1) {
+            let t = Instant::now();
+            self.medium.fence()?;
+            fixed_ns = fixed_ns.max(t.elapsed().as_nanos() as f64);
+            let t = Instant::now();
+            for l in 0..lines {
+                self.medium.flush(self.m(self.geo.zone_off + l * 64), 64)?;
+            }
+            self.medium.fence()?;
+            line_ns = line_ns.max(t.elapsed().as_nanos() as f64 / lines.max(1) as f64);
+            let t = Instant::now();
+            dst.copy_from_slice(std::hint::black_box(&src));
+            std::hint::black_box(&dst);
+            byte_ns = byte_ns.max(t.elapsed().as_nanos() as f64 / src.len() as f64);
+        }
+        Ok(SaveCost {
+            fixed_ns: fixed_ns + 50_000.0,
+            line_ns,
+            byte_ns,
+        })
+    }
+
+    /// Plan what a save inside `cfg.window` can hold (without turning anything on).
+    pub fn plan_on_demand(&self, cfg: &OnDemandConfig) -> OnDemandPlan {
+        let window_ns = cfg.window.as_nanos() as f64;
+        let usable = window_ns * (1.0 - cfg.margin.clamp(0.0, 0.95)) - cfg.cost.fixed_ns;
+        let redo = u64::from(self.geo.redo_bytes);
+        let per_thread = cfg.cost.estimate_ns(redo / 64, redo) - cfg.cost.fixed_ns;
+        let (threads, budget) = if usable <= 0.0 || per_thread <= 0.0 {
+            (0, 0)
+        } else {
+            let threads = ((usable / 2.0) / per_thread).floor() as usize;
+            let threads = threads.min(self.lanes.len());
+            let left = usable - threads as f64 * per_thread;
+            let budget = if cfg.cost.line_ns > 0.0 {
+                (left / cfg.cost.line_ns).floor() as u64
+            } else {
+                u64::MAX / 2
+            };
+            (threads, budget)
+        };
+        OnDemandPlan {
+            threads,
+            dirty_budget_lines: budget,
+            estimated_save_ns: cfg
+                .cost
+                .estimate_ns(budget + threads as u64 * (redo / 64), threads as u64 * redo),
+            planned_window_ns: usable.max(0.0) + cfg.cost.fixed_ns,
+        }
+    }
+
+    /// Turn durability on demand on: from now on, redo commits of admitted threads neither
+    /// flush nor fence, and a [`RawHeap::save`] must run on every power-failure warning.
+    /// Returns the admission plan.
+    pub fn enable_on_demand(&self, cfg: OnDemandConfig) -> OnDemandPlan {
+        let plan = self.plan_on_demand(&cfg);
+        self.od.admit.store(plan.threads, Ordering::Release);
+        self.od
+            .budget_lines
+            .store(plan.dirty_budget_lines, Ordering::Release);
+        *self.od.config.lock() = Some((cfg, plan));
+        self.od.enabled.store(true, Ordering::Release);
+        plan
+    }
+
+    /// Turn durability on demand off: everything it left dirty is written back, the lanes'
+    /// marks are cleared, and redo commits flush again.
+    pub fn disable_on_demand(&self) -> Result<()> {
+        self.od.enabled.store(false, Ordering::Release);
+        let _s = self.od.save_mx.lock();
+        self.wait_appliers();
+        self.make_durable()
+    }
+
+    /// Is this thread admitted to on-demand commits (registering it on first use)?
+    fn admitted(&self) -> bool {
+        let uid = self.od.uid;
+        REGISTERED.with(|r| {
+            let mut r = r.borrow_mut();
+            if let Some(&(_, ok)) = r.iter().find(|(u, _)| *u == uid) {
+                return ok;
+            }
+            let admit = self.od.admit.load(Ordering::Acquire);
+            let ok = self
+                .od
+                .registered
+                .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                    (n < admit).then_some(n + 1)
+                })
+                .is_ok();
+            r.push((uid, ok));
+            ok
+        })
+    }
+
+    /// The mode a transaction asking for `mode` gets on this thread.
+    pub(super) fn effective_mode(&self, mode: TxMode) -> (TxMode, bool) {
+        if mode == TxMode::Undo {
+            return (TxMode::Undo, false);
+        }
+        if !self.od.enabled.load(Ordering::Acquire) {
+            return (TxMode::Redo, false);
+        }
+        if self.admitted() {
+            (TxMode::Redo, true)
+        } else {
+            self.od.refused.fetch_add(1, Ordering::Relaxed);
+            (TxMode::Undo, false)
+        }
+    }
+
+    /// A transactional store in redo mode: into a block allocated by this transaction
+    /// directly (nobody else can see it before commit), anywhere else into the log.
+    pub(super) fn redo_write(&self, lane: &mut Lane, off: u64, data: &[u8]) -> Result<()> {
+        self.need_tx(lane)?;
+        if let Err(e) = self.check_range(off, data.len() as u64) {
+            return self.fail(lane, e);
+        }
+        if in_fresh(lane, off, data.len() as u64) {
+            self.medium.write(self.m(off), data);
+            if lane.on_demand {
+                self.mark_dirty(off, data.len() as u64);
+            }
+            return Ok(());
+        }
+        lane.redo.insert(off, data);
+        Ok(())
+    }
+
+    pub(super) fn mark_dirty(&self, off: u64, len: u64) {
+        if len == 0 {
+            return;
+        }
+        let (first, last) = (off / 64, (off + len - 1) / 64);
+        let mut newly = 0;
+        for l in first..=last {
+            let bit = 1u64 << (l % 64);
+            let old = self.od.dirty[(l / 64) as usize].fetch_or(bit, Ordering::AcqRel);
+            if old & bit == 0 {
+                newly += 1;
+            }
+        }
+        self.od.dirty_lines.fetch_add(newly, Ordering::AcqRel);
+    }
+
+    /// Flush every tracked dirty line (no fence); returns how many.
+    fn flush_dirty(&self) -> Result<u64> {
+        let mut n = 0;
+        for (w, word) in self.od.dirty.iter().enumerate() {
+            if word.load(Ordering::Acquire) == 0 {
+                continue;
+            }
+            let mut bits = word.swap(0, Ordering::AcqRel);
+            let k = u64::from(bits.count_ones());
+            self.od.dirty_lines.fetch_sub(k, Ordering::AcqRel);
+            while bits != 0 {
+                let b = u64::from(bits.trailing_zeros());
+                bits &= bits - 1;
+                let line = w as u64 * 64 + b;
+                self.medium.flush(self.m(line * 64), 64)?;
+                n += 1;
+            }
+        }
+        Ok(n)
+    }
+
+    /// The encoded log of the transaction on `lane` (header line first), or `None` if it
+    /// would not fit the lane's redo area.
+    fn encode_log(&self, lane: &mut Lane, kind: u8, seq: u64) -> Option<Vec<u8>> {
+        if REDO_HEADER_BYTES + lane.redo.entry_bytes() > u64::from(self.geo.redo_bytes) {
+            return None;
+        }
+        let mut out = std::mem::take(&mut lane.logbuf);
+        out.clear();
+        out.resize(REDO_HEADER_BYTES as usize, 0);
+        let mut count = 0u32;
+        let mut entry = |out: &mut Vec<u8>, off: u64, tag: u32, payload: &[u8]| {
+            out.extend_from_slice(&off.to_le_bytes());
+            out.extend_from_slice(&(payload.len() as u32).to_le_bytes());
+            out.extend_from_slice(&tag.to_le_bytes());
+            out.extend_from_slice(payload);
+            out.resize(out.len().div_ceil(8) * 8, 0);
+            count += 1;
+        };
+        for (off, data) in lane.redo.iter() {
+            entry(&mut out, off, REDO_DATA, data);
+        }
+        let ops = lane
+            .allocs
+            .iter()
+            .map(|b| (b, true))
+            .chain(lane.frees.iter().map(|b| (b, false)));
+        let mut tmp = Vec::new();
+        for b in &lane.allocs {
+            tmp.resize(b.len() as usize, 0);
+            self.medium.read(self.m(b.off()), &mut tmp);
+            let mut p = [0u8; 16];
+            p[..8].copy_from_slice(&b.len().to_le_bytes());
+            p[8..12].copy_from_slice(&crc32c::crc32c(&tmp).to_le_bytes());
+            entry(&mut out, b.off(), REDO_FRESH, &p);
+        }
+        for (b, alloc) in ops {
+            match *b {
+                Block::Small { chunk, bit, .. } => {
+                    let word = self.geo.chunk(u64::from(chunk)) + u64::from(bit / 64) * 8;
+                    let mask = 1u64 << (bit % 64);
+                    let tag = if alloc { REDO_BIT_OR } else { REDO_BIT_ANDNOT };
+                    entry(&mut out, word, tag, &mask.to_le_bytes());
+                }
+                Block::Large { chunk, span, .. } => {
+                    let head = self.geo.chunk_word(u64::from(chunk));
+                    let v = if alloc {
+                        ChunkWord::Large(span).encode(u64::from(chunk))
+                    } else {
+                        0
+                    };
+                    entry(&mut out, head, REDO_WORD, &v.to_le_bytes());
+                    if alloc {
+                        for c in chunk + 1..chunk + span {
+                            let at = self.geo.chunk_word(u64::from(c));
+                            if self.medium.load_u64(self.m(at)) != 0 {
+                                entry(&mut out, at, REDO_WORD, &0u64.to_le_bytes());
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        if out.len() as u64 > u64::from(self.geo.redo_bytes) {
+            lane.logbuf = out;
+            return None;
+        }
+        let len = out.len() as u64 - REDO_HEADER_BYTES;
+        let state = (u64::from(kind) << 56) | (seq & REDO_SEQ_MASK);
+        out[0..8].copy_from_slice(&state.to_le_bytes());
+        out[8..12].copy_from_slice(&(len as u32).to_le_bytes());
+        out[12..16].copy_from_slice(&count.to_le_bytes());
+        let crc = redo_crc(&out[..16], &out[REDO_HEADER_BYTES as usize..]);
+        out[16..20].copy_from_slice(&crc.to_le_bytes());
+        Some(out)
+    }
+
+    /// Commit a redo transaction (outermost level, not aborted, something to do).
+    pub(super) fn commit_redo(&self, lane: &mut Lane) -> Result<()> {
+        if lane.redo.is_empty() && lane.allocs.is_empty() && lane.frees.is_empty() {
+            self.finish(lane);
+            return Ok(());
+        }
+        if lane.on_demand && self.od.enabled.load(Ordering::Acquire) {
+            if let Some(log) = self.encode_log(lane, REDO_SAVED, 0) {
+                return self.commit_on_demand(lane, log);
+            }
+        }
+        let seq = lane.seq + 1;
+        let Some(log) = self.encode_log(lane, REDO_COMMITTED, seq) else {
+            return self.commit_redo_as_undo(lane);
+        };
+        // F1: the log (with its state word, under the CRC) and the blocks written directly.
+        let at = self.m(self.geo.redo(lane.idx));
+        self.medium.write(at, &log);
+        self.medium.flush(at, log.len())?;
+        for b in &lane.allocs {
+            self.medium.flush(self.m(b.off()), b.len() as usize)?;
+        }
+        lane.logbuf = log;
+        self.flush_pending_retires()?;
+        self.fence()?;
+        // From here the transaction is committed: recovery redoes the log.
+        let olds = self.olds_for_observer(lane);
+        for (off, data) in lane.redo.iter() {
+            self.medium.write(self.m(off), data);
+            self.medium.flush(self.m(off), data.len())?;
+        }
+        self.apply_blocks(lane, true)?;
+        self.fence()?; // F2: in place.
+        // Retire the log. Not fenced here: the next commit point of any lane (or close)
+        // makes it durable first, so no later transaction can become durable while a crash
+        // could still replay this log over it; until then recovery redoes it, which is
+        // harmless (its bytes are in place).
+        let state = self.m(self.geo.lane(lane.idx));
+        self.medium.store_u64(state, seq << 1);
+        self.pending_retire.lock().push(lane.idx);
+        self.retire_pending.store(true, Ordering::Release);
+        lane.seq = seq;
+        self.after_commit(lane, olds)
+    }
+
+    /// A log too large for the redo area: snapshot the current bytes of every segment into
+    /// the undo log (the bytes in place are still the old ones) and commit as undo.
+    fn commit_redo_as_undo(&self, lane: &mut Lane) -> Result<()> {
+        let segs: Vec<(u64, Vec<u8>)> = lane.redo.iter().map(|(o, d)| (o, d.to_vec())).collect();
+        for b in lane.allocs.clone() {
+            self.log_block(lane, &b, true)?;
+        }
+        for b in lane.frees.clone() {
+            self.log_block(lane, &b, false)?;
+        }
+        for (off, data) in &segs {
+            let len = data.len() as u64;
+            let medium = &self.medium;
+            let base = self.base;
+            let pos = self.log_entry(lane, *off, len as u32, len, |buf| {
+                medium.read((base + off) as usize, buf)
+            })?;
+            lane.snapshots.push((*off, len, pos));
+            lane.ranges.insert(*off, off + len);
+        }
+        self.fence()?;
+        lane.unfenced = false;
+        for (off, data) in &segs {
+            self.medium.write(self.m(*off), data);
+        }
+        lane.redo.clear();
+        self.commit_outer(lane)
+    }
+
+    fn olds_for_observer(&self, lane: &Lane) -> Option<Vec<(u64, Vec<u8>)>> {
+        self.observer.read().as_ref()?;
+        Some(
+            lane.redo
+                .iter()
+                .map(|(off, d)| {
+                    let mut buf = vec![0u8; d.len()];
+                    self.medium.read(self.m(off), &mut buf);
+                    (off, buf)
+                })
+                .collect(),
+        )
+    }
+
+    fn after_commit(&self, lane: &mut Lane, olds: Option<Vec<(u64, Vec<u8>)>>) -> Result<()> {
+        if let (Some(obs), Some(olds)) = (self.observer.read().clone(), olds) {
+            let mut changes: Vec<Change<'_>> = olds
+                .iter()
+                .map(|(off, buf)| Change {
+                    medium_offset: self.base + off,
+                    len: buf.len() as u64,
+                    old: Some(buf),
+                })
+                .collect();
+            for b in &lane.allocs {
+                changes.push(Change {
+                    medium_offset: self.base + b.off(),
+                    len: b.len(),
+                    old: None,
+                });
+            }
+            obs.committed(&changes)?;
+        }
+        self.publish(lane);
+        self.counters.commits.fetch_add(1, Ordering::Relaxed);
+        self.finish(lane);
+        Ok(())
+    }
+
+    /// Wait while a save holds the gate.
+    fn wait_gate(&self) {
+        let mut g = self.od.gate_mx.lock();
+        while self.od.gate.load(Ordering::SeqCst) {
+            self.od.gate_cv.wait(&mut g);
+        }
+    }
+
+    fn commit_on_demand(&self, lane: &mut Lane, log: Vec<u8>) -> Result<()> {
+        let i = lane.idx;
+        if !self.od.marked[i].load(Ordering::Acquire) {
+            self.wait_gate();
+            let at = self.m(self.geo.redo(i));
+            self.medium.store_u64(
+                at,
+                u64::from(REDO_UNSAVED) << 56 | (lane.seq & REDO_SEQ_MASK),
+            );
+            self.medium.flush(at, 8)?;
+            self.fence()?;
+            self.od.marked[i].store(true, Ordering::Release);
+        }
+        // Publish the log, then look at the gate: a save that closed the gate before we
+        // published does not see our log, so we must not apply until it is lifted.
+        let mut log = Some(log);
+        loop {
+            *self.od.slots[i].lock() = log.take();
+            if !self.od.gate.load(Ordering::SeqCst) {
+                break;
+            }
+            log = self.od.slots[i].lock().take();
+            self.wait_gate();
+            if log.is_none() {
+                // A save took it meanwhile? It only copies; the slot keeps it. Unreachable
+                // in practice, but never apply without a published log.
+                return Err(HeapError::TxState("redo log lost while a save ran"));
+            }
+        }
+        let olds = self.olds_for_observer(lane);
+        for (off, data) in lane.redo.iter() {
+            self.medium.write(self.m(off), data);
+            self.mark_dirty(off, data.len() as u64);
+        }
+        self.apply_blocks(lane, false)?;
+        for b in &lane.allocs {
+            self.mark_block_words_dirty(b);
+        }
+        for b in &lane.frees {
+            self.mark_block_words_dirty(b);
+        }
+        if let Some(log) = self.od.slots[i].lock().take() {
+            lane.logbuf = log;
+        }
+        if self.od.dirty_lines.load(Ordering::Acquire)
+            > self.od.budget_lines.load(Ordering::Acquire)
+        {
+            // The dirty set would make the save overrun its window: write it back now.
+            if let Some(_s) = self.od.save_mx.try_lock() {
+                self.flush_dirty()?;
+                self.fence()?;
+            }
+        }
+        self.after_commit(lane, olds)
+    }
+
+    /// Flush the state words of logs retired since the last commit point (no fence: the
+    /// caller's fence follows).
+    pub(super) fn flush_pending_retires(&self) -> Result<()> {
+        if !self.retire_pending.load(Ordering::Acquire) {
+            return Ok(());
+        }
+        let lanes = {
+            let mut p = self.pending_retire.lock();
+            self.retire_pending.store(false, Ordering::Release);
+            std::mem::take(&mut *p)
+        };
+        for i in lanes {
+            self.medium.flush(self.m(self.geo.lane(i)), 8)?;
+        }
+        Ok(())
+    }
+
+    fn mark_block_words_dirty(&self, b: &Block) {
+        match *b {
+            Block::Small { chunk, bit, .. } => {
+                let word = self.geo.chunk(u64::from(chunk)) + u64::from(bit / 64) * 8;
+                self.mark_dirty(word, 8);
+            }
+            Block::Large { chunk, span, .. } => {
+                let first = self.geo.chunk_word(u64::from(chunk));
+                self.mark_dirty(first, u64::from(span) * 8);
+            }
+        }
+    }
+
+    fn wait_appliers(&self) {
+        for s in &self.od.slots {
+            while s.lock().is_some() {
+                std::thread::yield_now();
+            }
+        }
+    }
+
+    /// Everything on-demand commits left dirty is written back and every lane mark cleared
+    /// (close, or turning on-demand off). Call with `save_mx` held and no applier running.
+    pub(super) fn make_durable(&self) -> Result<()> {
+        self.flush_pending_retires()?;
+        self.flush_dirty()?;
+        self.medium.fence()?;
+        let mut any = false;
+        for (i, m) in self.od.marked.iter().enumerate() {
+            if m.load(Ordering::Acquire) {
+                let at = self.m(self.geo.redo(i));
+                self.medium.store_u64(at, 0);
+                self.medium.flush(at, 8)?;
+                any = true;
+            }
+        }
+        if any {
+            self.medium.fence()?;
+            for m in &self.od.marked {
+                m.store(false, Ordering::Release);
+            }
+        }
+        Ok(())
+    }
+
+    /// The bounded save on a power-failure warning: stop commits from starting to apply, copy
+    /// the logs of those caught applying into their lanes' redo areas, write back every dirty
+    /// line, fence, and then mark the lanes (`SAVED` with a log, `EMPTY` without). Writers
+    /// stay stopped until [`RawHeap::resume_writers`]. A save that finds its window exceeded
+    /// before the marks leaves the lanes `UNSAVED` and says so in its report.
+    pub fn save(&self, budget: SaveBudget) -> Result<SaveReport> {
+        let t0 = Instant::now();
+        let _s = self.od.save_mx.lock();
+        self.od.gate.store(true, Ordering::SeqCst);
+        let mut rep = SaveReport::default();
+        let mut saved = Vec::new();
+        for (i, slot) in self.od.slots.iter().enumerate() {
+            let s = slot.lock();
+            if let Some(log) = s.as_ref() {
+                // Everything but the state word now; the state word last, after the fence.
+                let at = self.m(self.geo.redo(i));
+                self.medium.write(at + 8, &log[8..]);
+                self.medium.flush(at + 8, log.len() - 8)?;
+                rep.logs_saved += 1;
+                rep.log_bytes += log.len() as u64;
+                saved.push(i);
+            }
+        }
+        self.flush_pending_retires()?;
+        rep.lines_written_back = self.flush_dirty()?;
+        self.medium.fence()?;
+        rep.modeled_ns = budget
+            .modeled
+            .map(|c| c.estimate_ns(rep.lines_written_back, rep.log_bytes));
+        let used = rep
+            .modeled_ns
+            .unwrap_or_else(|| t0.elapsed().as_nanos() as f64);
+        if used > budget.window.as_nanos() as f64 {
+            rep.elapsed_ns = t0.elapsed().as_nanos() as u64;
+            self.od.saves.fetch_add(1, Ordering::Relaxed);
+            return Ok(rep);
+        }
+        for (i, m) in self.od.marked.iter().enumerate() {
+            let at = self.m(self.geo.redo(i));
+            if saved.contains(&i) {
+                self.medium.store_u64(at, u64::from(REDO_SAVED) << 56);
+            } else if m.load(Ordering::Acquire) {
+                self.medium.store_u64(at, 0);
+            } else {
+                continue;
+            }
+            self.medium.flush(at, 8)?;
+            rep.lanes_marked += 1;
+        }
+        self.medium.fence()?;
+        for (i, m) in self.od.marked.iter().enumerate() {
+            m.store(saved.contains(&i), Ordering::Release);
+        }
+        rep.completed = true;
+        rep.elapsed_ns = t0.elapsed().as_nanos() as u64;
+        self.od.saves.fetch_add(1, Ordering::Relaxed);
+        Ok(rep)
+    }
+
+    /// Let writers go on after a save (a warning that was called off): commits caught
+    /// applying finish, what they wrote is written back, the lanes' marks are cleared, and
+    /// the gate opens.
+    pub fn resume_writers(&self) -> Result<()> {
+        {
+            let _s = self.od.save_mx.lock();
+            self.wait_appliers();
+            self.make_durable()?;
+        }
+        let _g = self.od.gate_mx.lock();
+        self.od.gate.store(false, Ordering::SeqCst);
+        self.od.gate_cv.notify_all();
+        Ok(())
+    }
+
+    /// Recovery of lane `i`'s redo area at open: redo a saved log, or a committed log of the
+    /// lane's next transaction; refuse a lane whose on-demand commits were never saved.
+    /// Returns the lane's sequence number afterwards.
+    pub(super) fn recover_redo(&mut self, i: usize, seq: u64) -> Result<u64> {
+        let at = self.geo.redo(i);
+        let state = self.medium.load_u64(self.m(at));
+        let kind = (state >> 56) as u8;
+        let lseq = state & REDO_SEQ_MASK;
+        match kind {
+            REDO_EMPTY => Ok(seq),
+            REDO_UNSAVED => Err(HeapError::NotSaved { lane: i }),
+            REDO_SAVED | REDO_COMMITTED => {
+                if kind == REDO_COMMITTED && lseq != seq + 1 {
+                    return Ok(seq); // retired, or an older number: dead
+                }
+                let entries = match self.read_log(i) {
+                    Ok(e) => e,
+                    Err(e) if kind == REDO_COMMITTED => {
+                        // A torn log of a commit that never reached its commit point.
+                        let _ = e;
+                        return Ok(seq);
+                    }
+                    Err(e) => return Err(e),
+                };
+                if let Some(bad) = entries
+                    .iter()
+                    .find(|e| e.tag == REDO_FRESH && !self.fresh_holds(e))
+                {
+                    if kind == REDO_COMMITTED {
+                        // The block's bytes did not all reach the medium before the crash,
+                        // so neither did the commit point.
+                        return Ok(seq);
+                    }
+                    return Err(HeapError::corrupt(
+                        format!("lane {i} saved redo log"),
+                        self.base + bad.offset,
+                        "fresh block",
+                        "the bytes whose CRC the log holds",
+                        "other bytes",
+                    ));
+                }
+                for e in &entries {
+                    self.redo_one(i, e)?;
+                }
+                self.medium.fence()?;
+                self.recovery.redone += 1;
+                self.recovery.redo_entries += entries.len();
+                if kind == REDO_SAVED {
+                    self.medium.store_u64(self.m(at), 0);
+                    self.medium.persist(self.m(at), 8)?;
+                    Ok(seq)
+                } else {
+                    let st = self.m(self.geo.lane(i));
+                    self.medium.store_u64(st, lseq << 1);
+                    self.medium.persist(st, 8)?;
+                    Ok(lseq)
+                }
+            }
+            k => Err(HeapError::corrupt(
+                format!("lane {i} redo header"),
+                self.base + at,
+                "state",
+                "kind 0 (empty), 1 (unsaved), 2 (saved) or 3 (committed)",
+                k,
+            )),
+        }
+    }
+
+    /// Lane `i`'s redo area as open finds it, checked without changing anything.
+    pub(super) fn precheck_redo(&self, i: usize) -> Result<()> {
+        let at = self.geo.redo(i);
+        let state = self.medium.load_u64(self.m(at));
+        match (state >> 56) as u8 {
+            REDO_EMPTY | REDO_COMMITTED => Ok(()),
+            REDO_UNSAVED => Err(HeapError::NotSaved { lane: i }),
+            REDO_SAVED => self.read_log(i).map(|_| ()),
+            k => Err(HeapError::corrupt(
+                format!("lane {i} redo header"),
+                self.base + at,
+                "state",
+                "kind 0 (empty), 1 (unsaved), 2 (saved) or 3 (committed)",
+                k,
+            )),
+        }
+    }
+
+    fn read_log(&self, i: usize) -> Result<Vec<RedoEntry>> {
+        read_redo_log(&*self.medium, self.base, &self.geo, i)
+    }
+
+    fn fresh_holds(&self, e: &RedoEntry) -> bool {
+        let len = u64::from_le_bytes(e.data[..8].try_into().expect("16-byte payload"));
+        let crc = u32::from_le_bytes(e.data[8..12].try_into().expect("16-byte payload"));
+        if self.check_range(e.offset, len).is_err() {
+            return false;
+        }
+        let mut buf = vec![0u8; len as usize];
+        self.medium.read(self.m(e.offset), &mut buf);
+        crc32c::crc32c(&buf) == crc
+    }
+
+    fn redo_one(&self, lane: usize, e: &RedoEntry) -> Result<()> {
+        if e.tag == REDO_FRESH {
+            return Ok(());
+        }
+        let g = self.geo;
+        let ok = match e.tag {
+            REDO_DATA => self.check_range(e.offset, e.data.len() as u64).is_ok(),
+            REDO_BIT_OR | REDO_BIT_ANDNOT => {
+                e.data.len() == 8
+                    && e.offset % 8 == 0
+                    && e.offset >= g.zone_off
+                    && e.offset < g.zone_end()
+                    && (e.offset - g.zone_off) % CHUNK_SIZE < RUN_BITMAP_BYTES
+            }
+            _ => {
+                e.data.len() == 8
+                    && e.offset % 8 == 0
+                    && e.offset >= g.chunk_table_off
+                    && e.offset < g.chunk_table_off + g.chunk_count * 8
+            }
+        };
+        if !ok {
+            return Err(HeapError::corrupt(
+                format!("lane {lane} redo entry"),
+                self.base + e.at,
+                "offset",
+                "data in the zone, a run bitmap word or a chunk-table word",
+                format!("tag {} at {:#x} + {}", e.tag, e.offset, e.data.len()),
+            ));
+        }
+        let at = self.m(e.offset);
+        match e.tag {
+            REDO_DATA => self.medium.write(at, &e.data),
+            _ => {
+                let v = u64::from_le_bytes(e.data[..8].try_into().expect("8"));
+                let old = self.medium.load_u64(at);
+                let new = match e.tag {
+                    REDO_BIT_OR => old | v,
+                    REDO_BIT_ANDNOT => old & !v,
+                    _ => v,
+                };
+                self.medium.store_u64(at, new);
+            }
+        }
+        self.medium.flush(at, e.data.len())?;
+        Ok(())
+    }
+}
+
+/// Low 56 bits of a redo header's state word: the transaction number.
+pub const REDO_SEQ_MASK: u64 = (1 << 56) - 1;
+
+/// CRC-32C over a redo header's first 16 bytes ‖ its entries.
+pub fn redo_crc(head: &[u8], entries: &[u8]) -> u32 {
+    crc32c::crc32c_append(crc32c::crc32c(head), entries)
+}
+
+/// One entry of a redo log.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RedoEntry {
+    /// Region offset of the entry's header.
+    pub at: u64,
+    /// Region offset the entry changes.
+    pub offset: u64,
+    /// `REDO_DATA`, `REDO_BIT_OR`, `REDO_BIT_ANDNOT` or `REDO_WORD`.
+    pub tag: u32,
+    /// The payload.
+    pub data: Vec<u8>,
+}
+
+/// Read and check lane `i`'s redo log: header fields in range, CRC over the header's first 16
+/// bytes and the entries, every entry inside the log. A typed error names what failed.
+pub fn read_redo_log(
+    medium: &dyn Medium,
+    base: u64,
+    geo: &Geometry,
+    i: usize,
+) -> Result<Vec<RedoEntry>> {
+    let at = geo.redo(i);
+    let mut head = [0u8; REDO_HEADER_BYTES as usize];
+    medium.read((base + at) as usize, &mut head);
+    let len = u64::from(u32::from_le_bytes(head[8..12].try_into().expect("4")));
+    let count = u32::from_le_bytes(head[12..16].try_into().expect("4"));
+    let crc = u32::from_le_bytes(head[16..20].try_into().expect("4"));
+    let room = u64::from(geo.redo_bytes) - REDO_HEADER_BYTES;
+    if len > room || len % 8 != 0 {
+        return Err(HeapError::corrupt(
+            format!("lane {i} redo header"),
+            base + at + 8,
+            "len",
+            format!("a multiple of 8 up to {room}"),
+            len,
+        ));
+    }
+    let mut body = vec![0u8; len as usize];
+    medium.read((base + at + REDO_HEADER_BYTES) as usize, &mut body);
+    let found = redo_crc(&head[..16], &body);
+    if found != crc {
+        return Err(HeapError::corrupt(
+            format!("lane {i} redo log"),
+            base + at + 16,
+            "crc32c",
+            format!("{crc:#010x}"),
+            format!("{found:#010x}"),
+        ));
+    }
+    let mut out = Vec::with_capacity(count as usize);
+    let mut p = 0usize;
+    for k in 0..count {
+        let bad = |what: String| {
+            HeapError::corrupt(
+                format!("lane {i} redo entry {k}"),
+                base + at + REDO_HEADER_BYTES + p as u64,
+                "len",
+                "an entry inside the log",
+                what,
+            )
+        };
+        if p + REDO_ENTRY_HEADER_BYTES as usize > body.len() {
+            return Err(bad(format!("header at byte {p} of {}", body.len())));
+        }
+        let offset = u64::from_le_bytes(body[p..p + 8].try_into().expect("8"));
+        let n = u32::from_le_bytes(body[p + 8..p + 12].try_into().expect("4")) as usize;
+        let tag = u32::from_le_bytes(body[p + 12..p + 16].try_into().expect("4"));
+        let d = p + REDO_ENTRY_HEADER_BYTES as usize;
+        let size_ok = match tag {
+            REDO_DATA => true,
+            REDO_FRESH => n == 16,
+            REDO_BIT_OR | REDO_BIT_ANDNOT | REDO_WORD => n == 8,
+            _ => false,
+        };
+        if d + n > body.len() || !size_ok {
+            return Err(bad(format!("{n} bytes, tag {tag}")));
+        }
+        out.push(RedoEntry {
+            at: at + REDO_HEADER_BYTES + p as u64,
+            offset,
+            tag,
+            data: body[d..d + n].to_vec(),
+        });
+        p = (d + n).div_ceil(8) * 8;
+    }
+    Ok(out)
+}
