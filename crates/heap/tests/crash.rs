@@ -673,3 +673,206 @@ fn redo_mode_overwrite_takes_two_fences() {
         before
     );
 }
+
+// ------------------------------------------------------------------ durability on demand
+
+use heap::raw::{OnDemandConfig, SaveBudget, SaveCost};
+use std::time::Duration;
+
+/// A cost model of a medium, so that admission and the save's window are deterministic on
+/// the simulator (where nothing takes real time).
+fn cost(line_ns: f64) -> SaveCost {
+    SaveCost {
+        fixed_ns: 20_000.0,
+        line_ns,
+        byte_ns: 0.5,
+    }
+}
+
+fn od(window_ms: f64, line_ns: f64) -> OnDemandConfig {
+    OnDemandConfig {
+        window: Duration::from_secs_f64(window_ms / 1000.0),
+        margin: 0.2,
+        cost: cost(line_ns),
+    }
+}
+
+/// Steps as on-demand commits, then a save, crashed at every fence and at random events, in a
+/// window of 1, 33 and 70 ms. Every image either refuses to open (`NotSaved`, the file left as
+/// it was) or opens to the state before the steps or after all of them (the save finished),
+/// walking clean; none opens to anything else.
+#[test]
+fn on_demand_commits_are_all_or_nothing_around_the_save() {
+    MODE.with(|c| c.set(TxMode::Redo));
+    let base = base_image();
+    let sc = &SCENARIOS[5];
+    for window_ms in [1.0, 33.0, 70.0] {
+        let cfg = od(window_ms, 20.0);
+        let budget = SaveBudget {
+            window: cfg.window,
+            modeled: Some(cfg.cost),
+        };
+        let run_all = |h: &RawHeap| -> heap::Result<(Vec<State>, bool)> {
+            let plan = h.enable_on_demand(cfg);
+            assert!(plan.threads >= 1, "{window_ms} ms: {plan:?}");
+            let states = run(h, sc.steps)?;
+            let rep = h.save(budget)?;
+            Ok((states, rep.completed))
+        };
+        let clean = sim(base.clone(), CrashPlan::Never, 0, 0);
+        let h = open(clean.clone()).unwrap();
+        let before = h
+            .counters()
+            .fences
+            .load(std::sync::atomic::Ordering::Relaxed);
+        let (states, done) = run_all(&h).unwrap();
+        assert!(done, "{window_ms} ms: the save did not fit its window");
+        let _ = before;
+        drop(h);
+        // Overwrites: one fence to mark the lane, none per commit.
+        let h = open(sim(base.clone(), CrashPlan::Never, 0, 0)).unwrap();
+        h.enable_on_demand(cfg);
+        let before = h
+            .counters()
+            .fences
+            .load(std::sync::atomic::Ordering::Relaxed);
+        run(&h, SCENARIOS[2].steps).unwrap();
+        let fences = h
+            .counters()
+            .fences
+            .load(std::sync::atomic::Ordering::Relaxed)
+            - before;
+        assert_eq!(fences, 1, "{window_ms} ms: on-demand commits fenced");
+        drop(h);
+        let allowed = [states[0].clone(), states.last().unwrap().clone()];
+        let events = clean.events();
+        let (mut refused, mut opened, mut images) = (0, 0, 0u64);
+        let mut check = |img: Vec<u8>, what: &str| {
+            images += 1;
+            let m = sim(img.clone(), CrashPlan::Never, 0, 0);
+            match open(m.clone()) {
+                Err(HeapError::NotSaved { .. }) => {
+                    refused += 1;
+                    assert!(m.power_fail() == img, "{what}: a refused open wrote");
+                }
+                Err(e) => panic!("{what}: {e}"),
+                Ok(h) => {
+                    opened += 1;
+                    let got = state(&h);
+                    assert!(allowed.contains(&got), "{what}: torn state {got:?}");
+                    drop(h);
+                    assert_clean(&m, what);
+                }
+            }
+        };
+        for n in 1.. {
+            let m = sim(base.clone(), CrashPlan::AtFence(n), n, 0);
+            let h = open(m.clone()).unwrap();
+            let r = run_all(&h);
+            drop(h);
+            let Some(st) = m.crash_state() else {
+                r.unwrap();
+                break;
+            };
+            for (i, img) in st.images().into_iter().enumerate() {
+                check(
+                    img,
+                    &format!("{window_ms} ms, crash at fence {n}, image {i}"),
+                );
+            }
+        }
+        let mut rng = SplitMix64::new(0x0d0d ^ window_ms as u64);
+        for _ in 0..200 {
+            let seed = rng.next_u64();
+            let at = 1 + SplitMix64::new(seed).below(events);
+            let m = sim(base.clone(), CrashPlan::AtEvent(at), seed, 100_000);
+            let h = open(m.clone()).unwrap();
+            let _ = run_all(&h);
+            drop(h);
+            let img = m.crash_image().unwrap_or_else(|| m.power_fail());
+            check(img, &format!("{window_ms} ms, random crash at event {at}"));
+        }
+        assert!(
+            refused > 0 && opened > 0,
+            "{window_ms} ms: {refused} refused, {opened} opened"
+        );
+        println!("crash images checked: {images} around an on-demand save ({window_ms} ms)");
+    }
+}
+
+/// A save that misses its window leaves the lanes unsaved: the heap is refused at open, never
+/// opened torn. Power lost with no save at all: the same.
+#[test]
+fn a_missed_window_or_no_save_refuses_to_open() {
+    MODE.with(|c| c.set(TxMode::Redo));
+    let base = base_image();
+    for save in [false, true] {
+        let m = sim(base.clone(), CrashPlan::Never, 0, 0);
+        let h = open(m.clone()).unwrap();
+        h.enable_on_demand(od(33.0, 20.0));
+        run(&h, SCENARIOS[2].steps).unwrap();
+        if save {
+            // 1 µs cannot hold even the fixed cost.
+            let rep = h
+                .save(SaveBudget {
+                    window: Duration::from_micros(1),
+                    modeled: Some(cost(20.0)),
+                })
+                .unwrap();
+            assert!(!rep.completed, "{rep:?}");
+            assert!(rep.lines_written_back > 0, "{rep:?}");
+        }
+        drop(h);
+        for (i, img) in m.power_fail_state().images().into_iter().enumerate() {
+            let m2 = sim(img, CrashPlan::Never, 0, 0);
+            match open(m2) {
+                Err(HeapError::NotSaved { .. }) => {}
+                other => panic!("save {save}, image {i}: {:?}", other.map(|_| ())),
+            }
+        }
+    }
+}
+
+/// Admission: a thread whose log could not be saved in the window runs its transactions in
+/// undo mode (and says so); with room, in redo mode. A warning called off (resume) and a
+/// close leave a heap that opens with every commit.
+#[test]
+fn admission_refuses_past_the_window_and_resume_then_close_keeps_everything() {
+    MODE.with(|c| c.set(TxMode::Redo));
+    let base = base_image();
+    // A slow medium: 10 µs per line; 1 ms cannot hold one lane's log.
+    let m = sim(base.clone(), CrashPlan::Never, 0, 0);
+    let h = open(m.clone()).unwrap();
+    let plan = h.enable_on_demand(od(1.0, 10_000.0));
+    assert_eq!(plan.threads, 0, "{plan:?}");
+    let mut lane = h.lane();
+    assert_eq!(h.begin_mode(&mut lane, TxMode::Redo), TxMode::Undo);
+    h.abort(&mut lane).unwrap();
+    drop(lane);
+    assert_eq!(h.on_demand_stats().refused_transactions, 1);
+    run(&h, SCENARIOS[2].steps).unwrap();
+    drop(h);
+    // Refused transactions ran in undo mode: durable without any save.
+    let h2 = open(sim(m.power_fail(), CrashPlan::Never, 0, 0)).unwrap();
+    drop(h2);
+
+    // Room for every lane at 70 ms: commits, a save, a resume, more commits, a close.
+    let m = sim(base, CrashPlan::Never, 0, 0);
+    let h = open(m.clone()).unwrap();
+    let plan = h.enable_on_demand(od(70.0, 20.0));
+    assert_eq!(plan.threads, 4, "{plan:?}");
+    run(&h, SCENARIOS[1].steps).unwrap();
+    let rep = h
+        .save(SaveBudget {
+            window: Duration::from_millis(70),
+            modeled: Some(cost(20.0)),
+        })
+        .unwrap();
+    assert!(rep.completed && rep.lanes_marked >= 1, "{rep:?}");
+    h.resume_writers().unwrap();
+    let states = run(&h, SCENARIOS[0].steps).unwrap();
+    h.quiesce().unwrap();
+    drop(h);
+    let h2 = open(sim(m.power_fail(), CrashPlan::Never, 0, 0)).unwrap();
+    assert_eq!(&state(&h2), states.last().unwrap());
+}

@@ -697,6 +697,8 @@ impl RawHeap {
         self.apply_blocks(lane, false)?;
         for b in &lane.allocs {
             self.mark_block_words_dirty(b);
+            // A fresh block may have been written directly (through a translated pointer).
+            self.mark_dirty(b.off(), b.len());
         }
         for b in &lane.frees {
             self.mark_block_words_dirty(b);
