@@ -50,11 +50,14 @@ fn monotonic_ns() -> u64 {
 /// the time was already taken.
 pub(crate) fn take_signal_instant() -> Instant {
     let at = SIG_AT_NS.swap(0, Ordering::AcqRel);
+    // Read the raw clock before `Instant::now()`: a delay between the two reads then makes the
+    // result later than the signal, never earlier, so it stays between the signal and now.
+    let mono = monotonic_ns();
     let now = Instant::now();
     if at == 0 {
         return now;
     }
-    let ago = monotonic_ns().saturating_sub(at);
+    let ago = mono.saturating_sub(at);
     now.checked_sub(Duration::from_nanos(ago)).unwrap_or(now)
 }
 

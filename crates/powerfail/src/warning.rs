@@ -9,7 +9,7 @@ use std::collections::VecDeque;
 use std::fmt;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::sync::atomic::Ordering;
-use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
+use std::sync::mpsc::{self, Receiver, Sender};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -84,7 +84,7 @@ pub enum Record {
         /// How many further pending warnings this save also answered.
         merged: usize,
         /// The save's report.
-        outcome: SaveOutcome,
+        outcome: Box<SaveOutcome>,
     },
     /// The warning cleared (power is back) and `resumed` targets were let go.
     Cleared {
@@ -302,10 +302,7 @@ impl SaveThread {
     /// The next record, waiting at most `timeout`.
     pub fn recv(&self, timeout: Duration) -> Option<Record> {
         let rx = self.records.lock().unwrap_or_else(|p| p.into_inner());
-        match rx.recv_timeout(timeout) {
-            Ok(r) => Some(r),
-            Err(RecvTimeoutError::Timeout | RecvTimeoutError::Disconnected) => None,
-        }
+        rx.recv_timeout(timeout).ok()
     }
 
     /// The next record if one is ready.
@@ -366,7 +363,7 @@ fn handle(reg: &PowerFail, policy: HoldPolicy, events: Vec<Event>, tx: &Sender<R
     let mut pending: Option<(Warning, usize)> = None;
     let flush = |pending: &mut Option<(Warning, usize)>| {
         if let Some((w, merged)) = pending.take() {
-            let outcome = reg.run_save_from(w.at, w.window, hold);
+            let outcome = Box::new(reg.run_save_from(w.at, w.window, hold));
             let _ = tx.send(Record::Saved {
                 warning: w,
                 merged,

@@ -27,7 +27,7 @@ fn roomy() -> Window {
     Window::deadline_ms(60_000.0).unwrap()
 }
 
-fn saved(r: Option<Record>) -> (powerfail::Warning, usize, powerfail::SaveOutcome) {
+fn saved(r: Option<Record>) -> (powerfail::Warning, usize, Box<powerfail::SaveOutcome>) {
     match r {
         Some(Record::Saved {
             warning,
