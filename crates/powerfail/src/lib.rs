@@ -4,7 +4,8 @@
 //! - [`Window`]: how long the machine lasts after a warning (a deadline, or hold-up energy
 //!   `1/2 C (V0^2 - Vmin^2) / P`), less a safety margin.
 //! - [`SaveTarget`]: what a pool (or a whole-system image) implements: estimate, stop writers,
-//!   save by a deadline, resume writers.
+//!   save by a deadline, resume writers. [`WriterGate`] is a ready-made stop/resume for writers
+//!   that pass safe points.
 //! - [`PowerFail`]: the registry. [`PowerFail::run_save`] stops every target's writers, saves
 //!   each, and reports per-target time and bytes and whether the save ended inside the window
 //!   ([`Verdict::Overrun`] otherwise). [`PowerFail::admit`] refuses work whose estimated save, by
@@ -18,6 +19,7 @@
 
 mod cost;
 mod error;
+mod gate;
 mod registry;
 mod sigpwr;
 mod target;
@@ -27,6 +29,7 @@ mod window;
 
 pub use cost::{SaveCost, SaveEstimate, measure_copy_bandwidth};
 pub use error::PowerFailError;
+pub use gate::{GateGuard, WriterGate};
 pub use registry::{
     Admission, PowerFail, Refused, Registration, SaveOutcome, TargetOutcome, Verdict,
 };

@@ -273,3 +273,85 @@ fn shared_registry_handles_see_the_same_targets() {
     pf.set_window(Window::custom_detector());
     assert_eq!(other.window(), Window::custom_detector());
 }
+
+/// A target whose writers are real threads passing a [`WriterGate`].
+struct Gated {
+    gate: powerfail::WriterGate,
+    counter: std::sync::atomic::AtomicU64,
+    /// Per save: the counter at its start and end, and writers inside the gate meanwhile.
+    seen: std::sync::Mutex<Vec<(u64, u64, usize)>>,
+}
+
+impl powerfail::SaveTarget for Gated {
+    fn name(&self) -> String {
+        "gated".into()
+    }
+    fn estimate(&self) -> SaveEstimate {
+        SaveEstimate::new(64, 1)
+    }
+    fn stop_writers(&self) {
+        self.gate.close();
+    }
+    fn save(&self, _deadline: Instant) -> Result<powerfail::SaveReport, SaveError> {
+        use std::sync::atomic::Ordering;
+        let a = self.counter.load(Ordering::SeqCst);
+        std::thread::sleep(Duration::from_millis(2));
+        let b = self.counter.load(Ordering::SeqCst);
+        self.seen.lock().unwrap().push((a, b, self.gate.inside()));
+        Ok(powerfail::SaveReport {
+            bytes_copied: 64,
+            lines_written_back: 1,
+        })
+    }
+    fn resume_writers(&self) {
+        self.gate.open();
+    }
+}
+
+#[test]
+fn writer_threads_behind_a_gate_make_no_progress_during_a_save_and_continue_after() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let t = Arc::new(Gated {
+        gate: powerfail::WriterGate::new(),
+        counter: Default::default(),
+        seen: Default::default(),
+    });
+    let pf = PowerFail::new(roomy(), cost());
+    let _r = pf.register(t.clone());
+    let stop = Arc::new(AtomicBool::new(false));
+    let writers: Vec<_> = (0..2)
+        .map(|_| {
+            let (t, stop) = (t.clone(), stop.clone());
+            std::thread::spawn(move || {
+                while !stop.load(Ordering::Relaxed) {
+                    let _g = t.gate.enter();
+                    // A two-step update, as a commit applying its log would be.
+                    let v = t.counter.load(Ordering::SeqCst);
+                    std::hint::spin_loop();
+                    t.counter.store(v + 1, Ordering::SeqCst);
+                }
+            })
+        })
+        .collect();
+    for _ in 0..10 {
+        let out = pf.run_save(roomy());
+        assert!(out.is_durable(), "{out}");
+        // After the save the writers move again.
+        let after = t.seen.lock().unwrap().last().unwrap().1;
+        let hang = Instant::now() + Duration::from_secs(20);
+        while t.counter.load(Ordering::SeqCst) <= after {
+            assert!(Instant::now() < hang, "writers did not resume");
+            std::thread::yield_now();
+        }
+    }
+    stop.store(true, Ordering::Relaxed);
+    for w in writers {
+        w.join().unwrap();
+    }
+    let seen = t.seen.lock().unwrap();
+    assert_eq!(seen.len(), 10);
+    for &(a, b, inside) in seen.iter() {
+        assert_eq!((a, inside), (b, 0), "a writer ran during the save");
+    }
+}
