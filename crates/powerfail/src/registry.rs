@@ -6,7 +6,7 @@
 
 use std::fmt;
 use std::panic::{AssertUnwindSafe, catch_unwind};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -39,6 +39,20 @@ pub(crate) struct Inner {
     state: Mutex<State>,
     config: Mutex<(Window, SaveCost)>,
     next_id: AtomicU64,
+    /// Live warning sources: id, description, and whether their save thread still runs.
+    sources: Mutex<Vec<(u64, String, Arc<AtomicBool>)>>,
+}
+
+/// Keeps a warning source listed in [`PowerFail::sources`] while it lives.
+pub(crate) struct SourceToken {
+    inner: Arc<Inner>,
+    id: u64,
+}
+
+impl Drop for SourceToken {
+    fn drop(&mut self) {
+        lock(&self.inner.sources).retain(|(id, _, _)| *id != self.id);
+    }
 }
 
 #[derive(Default)]
@@ -310,6 +324,7 @@ impl PowerFail {
                 state: Mutex::new(State::default()),
                 config: Mutex::new((window, cost)),
                 next_id: AtomicU64::new(1),
+                sources: Mutex::new(Vec::new()),
             }),
         }
     }
@@ -438,6 +453,33 @@ impl PowerFail {
     /// with `hold`, the writers stay stopped until [`PowerFail::clear`].
     pub fn run_save_from(&self, origin: Instant, window: Window, hold: bool) -> SaveOutcome {
         self.inner.save(origin, window, hold)
+    }
+
+    pub(crate) fn arm(&self, name: String, thread_alive: Arc<AtomicBool>) -> SourceToken {
+        let id = self.inner.next_id.fetch_add(1, Ordering::Relaxed);
+        lock(&self.inner.sources).push((id, name, thread_alive));
+        SourceToken {
+            inner: self.inner.clone(),
+            id,
+        }
+    }
+
+    /// The live warning sources feeding this registry, each with whether its save thread still
+    /// runs.
+    pub fn sources(&self) -> Vec<(String, bool)> {
+        lock(&self.inner.sources)
+            .iter()
+            .map(|(_, name, alive)| (name.clone(), alive.load(Ordering::Acquire)))
+            .collect()
+    }
+
+    /// Whether some warning source with a running save thread can start a save. Without one, a
+    /// target relying on a save at power failure (e.g. a heap's redo mode) must make its commits
+    /// durable itself.
+    pub fn armed(&self) -> bool {
+        lock(&self.inner.sources)
+            .iter()
+            .any(|(_, _, alive)| alive.load(Ordering::Acquire))
     }
 
     /// Whether writers are being held stopped after a warning's save.

@@ -15,6 +15,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
+use crate::registry::SourceToken;
 use crate::warning::{SaveThread, Shared, WAKE_SIGNAL};
 use crate::{PowerFailError, Window};
 
@@ -97,6 +98,7 @@ extern "C" fn on_sigpwr(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut 
 /// The installed SIGPWR source; dropping it restores the previous action.
 pub struct Sigpwr {
     shared: Arc<Shared>,
+    _listed: SourceToken,
     old: libc::sigaction,
 }
 
@@ -160,7 +162,12 @@ impl Sigpwr {
             undo(&shared);
             return Err(PowerFailError::io("sigaction(SIGPWR) install", e));
         }
-        Ok(Sigpwr { shared, old })
+        let listed = shared.arm("SIGPWR".into());
+        Ok(Sigpwr {
+            shared,
+            _listed: listed,
+            old,
+        })
     }
 
     /// How many SIGPWR signals this crate's handler has seen in this process.

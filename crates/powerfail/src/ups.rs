@@ -23,6 +23,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use crate::registry::SourceToken;
 use crate::warning::{Source, Warning, WarningSink};
 use crate::{PowerFailError, Window};
 
@@ -196,6 +197,7 @@ pub(crate) enum Action {
 /// The listening socket; dropping it stops listening and removes the socket file.
 pub struct UpsSocket {
     path: PathBuf,
+    _listed: SourceToken,
     stop: Arc<AtomicBool>,
     handle: Option<JoinHandle<()>>,
 }
@@ -237,6 +239,7 @@ impl UpsSocket {
             .map_err(|e| PowerFailError::io(format!("binding {}", path.display()), e))?;
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(config.mode))
             .map_err(|e| PowerFailError::io(format!("chmod {}", path.display()), e))?;
+        let listed = sink.shared.arm(format!("UPS socket {}", path.display()));
         let stop = Arc::new(AtomicBool::new(false));
         let st = stop.clone();
         let config = Arc::new(config);
@@ -246,6 +249,7 @@ impl UpsSocket {
             .map_err(|e| PowerFailError::io("spawning the UPS socket thread", e))?;
         Ok(UpsSocket {
             path,
+            _listed: listed,
             stop,
             handle: Some(handle),
         })

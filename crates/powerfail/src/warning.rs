@@ -8,13 +8,13 @@
 use std::collections::VecDeque;
 use std::fmt;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, Receiver, Sender};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use crate::registry::PowerFail;
+use crate::registry::{PowerFail, SourceToken};
 use crate::sigpwr::{self, SIG_PENDING};
 use crate::ups::UpsEvent;
 use crate::{PowerFailError, SaveOutcome, Window};
@@ -179,6 +179,16 @@ pub(crate) struct Shared {
     /// The window SIGPWR warnings carry, set while a [`crate::Sigpwr`] is installed for this
     /// thread.
     pub(crate) sigpwr_window: Mutex<Option<Window>>,
+    /// The registry the thread saves (sources list themselves in it).
+    pub(crate) registry: PowerFail,
+    /// Whether the save thread still runs.
+    pub(crate) alive: Arc<AtomicBool>,
+}
+
+impl Shared {
+    pub(crate) fn arm(&self, name: String) -> SourceToken {
+        self.registry.arm(name, self.alive.clone())
+    }
 }
 
 /// Where sources deliver warnings. Cheap to clone; usable from any thread (not from a signal
@@ -216,20 +226,33 @@ impl WarningSink {
 }
 
 /// A warning source driven by hand: tests and simulators call [`Manual::raise`].
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct Manual {
     sink: WarningSink,
     label: String,
     window: Window,
+    _listed: Arc<SourceToken>,
+}
+
+impl fmt::Debug for Manual {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Manual")
+            .field("label", &self.label)
+            .field("window", &self.window)
+            .finish()
+    }
 }
 
 impl Manual {
     /// A manual source named `label` whose warnings carry `window`.
     pub fn new(sink: WarningSink, label: impl Into<String>, window: Window) -> Manual {
+        let label = label.into();
+        let listed = Arc::new(sink.shared.arm(format!("manual ({label})")));
         Manual {
             sink,
-            label: label.into(),
+            label,
             window,
+            _listed: listed,
         }
     }
 
@@ -272,6 +295,8 @@ impl SaveThread {
             pipe: WakePipe::new()?,
             queue: Mutex::new(VecDeque::new()),
             sigpwr_window: Mutex::new(None),
+            registry: registry.clone(),
+            alive: Arc::new(AtomicBool::new(true)),
         });
         let (tx, rx) = mpsc::channel();
         let reg = registry.clone();
@@ -321,6 +346,7 @@ impl SaveThread {
 
 impl Drop for SaveThread {
     fn drop(&mut self) {
+        self.shared.alive.store(false, Ordering::Release);
         self.shared.pipe.wake(WAKE_STOP);
         if let Some(h) = self.handle.take() {
             let _ = h.join();

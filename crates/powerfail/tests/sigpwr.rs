@@ -60,11 +60,13 @@ fn sigpwr_wakes_the_save_thread_chains_the_previous_handler_and_restores_it() {
 
     // 1. Over SIG_DFL: nothing to chain, and SIG_DFL is back after drop.
     assert_eq!(current_action().sa_sigaction, libc::SIG_DFL);
+    assert!(!pf.armed());
     let s = Sigpwr::install(&thread, window).unwrap();
     assert!(matches!(
         Sigpwr::install(&thread, window),
         Err(PowerFailError::SigpwrInstalled)
     ));
+    assert_eq!(pf.sources(), [("SIGPWR".to_string(), true)]);
     let seen = Sigpwr::signals_seen();
     let before = Instant::now();
     raise();
@@ -84,6 +86,7 @@ fn sigpwr_wakes_the_save_thread_chains_the_previous_handler_and_restores_it() {
     assert_eq!(count(&l, "save a"), 1);
     drop(s);
     assert_eq!(current_action().sa_sigaction, libc::SIG_DFL);
+    assert!(pf.sources().is_empty());
 
     // 2. Over a previous handler: it is chained, and it is back alone after drop.
     set_action(previous_handler as *const () as usize);

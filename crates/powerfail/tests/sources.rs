@@ -339,3 +339,37 @@ fn ups_socket_replaces_a_stale_socket_and_refuses_a_live_one_or_a_plain_file() {
     assert!(file.exists(), "a plain file is never removed");
     std::fs::remove_file(&file).unwrap();
 }
+
+#[test]
+fn the_registry_knows_whether_a_live_source_can_start_a_save() {
+    let pf = registry();
+    assert!(!pf.armed());
+    let thread = SaveThread::spawn(&pf, HoldPolicy::ResumeAfterSave).unwrap();
+    assert!(
+        !pf.armed(),
+        "a save thread without a source cannot be woken"
+    );
+    let m = thread.manual("sim", roomy());
+    let m2 = m.clone();
+    assert!(pf.armed());
+    assert_eq!(pf.sources(), [("manual (sim)".to_string(), true)]);
+    drop(m);
+    assert!(pf.armed(), "a clone still lives");
+    drop(m2);
+    assert!(!pf.armed());
+    let path = sock_path("armed");
+    let ups = UpsSocket::bind(&path, thread.sink(), UpsConfig::default()).unwrap();
+    assert!(pf.armed());
+    assert_eq!(
+        pf.sources(),
+        [(format!("UPS socket {}", path.display()), true)]
+    );
+    drop(thread);
+    assert!(!pf.armed(), "the socket's save thread is gone");
+    assert_eq!(
+        pf.sources(),
+        [(format!("UPS socket {}", path.display()), false)]
+    );
+    drop(ups);
+    assert!(pf.sources().is_empty());
+}
