@@ -7,14 +7,16 @@
 //! - `OK save EVENT`: a warning was delivered to the save thread;
 //! - `OK clear EVENT`: the warning cleared; held writers are resumed;
 //! - `OK ignored EVENT`: a known event this socket is not configured to act on;
-//! - `ERR <what>`: an empty line, a line longer than [`MAX_LINE`] bytes (the connection is
-//!   then closed), text that is not UTF-8, or an unknown event.
+//! - `ERR <what>`: an empty line, a line longer than [`MAX_LINE`] bytes (the rest of it is
+//!   skipped; the connection is closed if no newline comes within 64 KiB), text that is not
+//!   UTF-8, or an unknown event.
 //!
 //! The reply says the warning was *delivered*, not that the save is done: the save runs on the
 //! save thread.
 
 use std::fmt;
 use std::io::{BufRead, BufReader, ErrorKind, Read, Write};
+use std::os::fd::AsRawFd;
 use std::os::unix::fs::{FileTypeExt, PermissionsExt};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
@@ -29,6 +31,8 @@ use crate::{PowerFailError, Window};
 
 /// Longest accepted line, in bytes, without its newline.
 pub const MAX_LINE: usize = 256;
+/// How much of an over-long line is skipped before the connection is closed.
+const MAX_SKIP: u64 = 64 * 1024;
 /// Connections served at once; more are answered `ERR busy` and closed.
 pub const MAX_CONNECTIONS: usize = 16;
 /// How long a connection may stay silent before it is closed.
@@ -200,6 +204,8 @@ pub struct UpsSocket {
     _listed: SourceToken,
     stop: Arc<AtomicBool>,
     handle: Option<JoinHandle<()>>,
+    /// Shared with the accept thread, so the descriptor stays open until both are done with it.
+    listener: Arc<UnixListener>,
 }
 
 impl fmt::Debug for UpsSocket {
@@ -236,6 +242,7 @@ impl UpsSocket {
                 .map_err(|e| PowerFailError::io(format!("removing stale {}", path.display()), e))?;
         }
         let listener = UnixListener::bind(&path)
+            .map(Arc::new)
             .map_err(|e| PowerFailError::io(format!("binding {}", path.display()), e))?;
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(config.mode))
             .map_err(|e| PowerFailError::io(format!("chmod {}", path.display()), e))?;
@@ -245,13 +252,17 @@ impl UpsSocket {
         let config = Arc::new(config);
         let handle = std::thread::Builder::new()
             .name("powerfail-ups".into())
-            .spawn(move || accept_loop(listener, sink, config, st))
+            .spawn({
+                let listener = listener.clone();
+                move || accept_loop(&listener, sink, config, st)
+            })
             .map_err(|e| PowerFailError::io("spawning the UPS socket thread", e))?;
         Ok(UpsSocket {
             path,
             _listed: listed,
             stop,
             handle: Some(handle),
+            listener,
         })
     }
 
@@ -264,7 +275,11 @@ impl UpsSocket {
 impl Drop for UpsSocket {
     fn drop(&mut self) {
         self.stop.store(true, Ordering::Release);
-        // Wake the accept call; the loop sees `stop` and returns.
+        // Wake the accept call; the loop sees `stop` and returns. On Linux, shutting the
+        // listening socket down makes a blocked accept fail at once; a connection is the
+        // fallback.
+        // SAFETY: the descriptor is open: `self.listener` keeps the listener alive.
+        unsafe { libc::shutdown(self.listener.as_raw_fd(), libc::SHUT_RDWR) };
         let _ = UnixStream::connect(&self.path);
         if let Some(h) = self.handle.take() {
             let _ = h.join();
@@ -274,7 +289,7 @@ impl Drop for UpsSocket {
 }
 
 fn accept_loop(
-    listener: UnixListener,
+    listener: &UnixListener,
     sink: WarningSink,
     config: Arc<UpsConfig>,
     stop: Arc<AtomicBool>,
@@ -284,7 +299,11 @@ fn accept_loop(
         if stop.load(Ordering::Acquire) {
             return;
         }
-        let Ok(mut conn) = conn else { continue };
+        let Ok(mut conn) = conn else {
+            // Out of descriptors or similar: do not spin.
+            std::thread::sleep(Duration::from_millis(10));
+            continue;
+        };
         if live.fetch_add(1, Ordering::AcqRel) >= MAX_CONNECTIONS {
             live.fetch_sub(1, Ordering::AcqRel);
             let _ = conn.write_all(b"ERR busy: too many connections\n");
@@ -330,8 +349,16 @@ fn serve(conn: UnixStream, sink: &WarningSink, config: &UpsConfig) {
                 line.pop();
             }
         } else if n > MAX_LINE {
-            let _ = writeln!(out, "ERR line longer than {MAX_LINE} bytes");
-            return;
+            if writeln!(out, "ERR line longer than {MAX_LINE} bytes").is_err() {
+                return;
+            }
+            // Skip the rest of that line and go on serving; give up on a client that sends
+            // more than MAX_SKIP bytes without a newline.
+            let mut rest = Vec::new();
+            match reader.by_ref().take(MAX_SKIP).read_until(b'\n', &mut rest) {
+                Ok(_) if rest.last() == Some(&b'\n') => continue,
+                _ => return,
+            }
         }
         let (reply, action) = config.answer(&line);
         match action {

@@ -44,7 +44,8 @@ fn raise() {
 }
 
 fn kill_self() {
-    // SAFETY: sending SIGPWR to this process while a non-terminating handler is installed.
+    // SAFETY: sending SIGPWR to this process (any thread may take it) while a non-terminating
+    // handler is installed.
     assert_eq!(unsafe { libc::kill(libc::getpid(), libc::SIGPWR) }, 0);
 }
 
@@ -69,7 +70,7 @@ fn sigpwr_wakes_the_save_thread_chains_the_previous_handler_and_restores_it() {
     assert_eq!(pf.sources(), [("SIGPWR".to_string(), true)]);
     let seen = Sigpwr::signals_seen();
     let before = Instant::now();
-    raise();
+    kill_self();
     let rec = thread.recv(HANG);
     let Some(Record::Saved {
         warning, outcome, ..
@@ -91,7 +92,8 @@ fn sigpwr_wakes_the_save_thread_chains_the_previous_handler_and_restores_it() {
     // 2. Over a previous handler: it is chained, and it is back alone after drop.
     set_action(previous_handler as *const () as usize);
     let s = Sigpwr::install(&thread, window).unwrap();
-    kill_self();
+    // raise() runs the handler, chain included, in this thread before it returns.
+    raise();
     let rec = thread.recv(HANG);
     assert!(
         matches!(

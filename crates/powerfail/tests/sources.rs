@@ -3,7 +3,7 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader, Write};
+use std::io::{BufRead, BufReader, Read, Write};
 use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
 use std::sync::mpsc;
@@ -49,8 +49,10 @@ fn talk(path: &PathBuf, lines: &[&[u8]]) -> Vec<String> {
     let mut r = BufReader::new(s.try_clone().unwrap());
     let mut replies = Vec::new();
     for l in lines {
-        // After the server closes (a line too long), writing or reading fails: stop there.
-        if s.write_all(l).and_then(|_| s.write_all(b"\n")).is_err() {
+        let mut msg = l.to_vec();
+        msg.push(b'\n');
+        // If the server has closed, writing fails: stop there.
+        if s.write_all(&msg).is_err() {
             break;
         }
         let mut reply = String::new();
@@ -286,14 +288,28 @@ fn ups_socket_answers_malformed_lines_with_errors_and_keeps_serving() {
         "{replies:?}"
     );
     assert_eq!(replies[5], "OK ignored COMMBAD");
-    // A line too long is refused and that connection is closed.
+    // A line too long is refused and skipped; the next line on that connection is served.
     let long = vec![b'A'; powerfail::MAX_LINE + 50];
-    let replies = talk(&path, &[&long, b"LOWBATT"]);
-    assert_eq!(replies.len(), 1, "{replies:?}");
+    let replies = talk(&path, &[&long, b"ONBATT"]);
+    assert_eq!(replies.len(), 2, "{replies:?}");
     assert!(
         replies[0].starts_with("ERR line longer than"),
         "{replies:?}"
     );
+    assert_eq!(replies[1], "OK ignored ONBATT");
+    // A client that never ends its line is closed after 64 KiB.
+    {
+        let mut s = UnixStream::connect(&path).unwrap();
+        s.set_read_timeout(Some(HANG)).unwrap();
+        let endless = vec![b'B'; 128 * 1024];
+        let _ = s.write_all(&endless); // fails once the server closes: expected
+        // The reply stays readable even if the close also reports a reset after it.
+        let mut all = Vec::new();
+        let _ = s.read_to_end(&mut all);
+        let all = String::from_utf8_lossy(&all);
+        assert!(all.starts_with("ERR line longer than"), "{all}");
+        assert_eq!(all.lines().count(), 1, "{all}");
+    }
     // A client that sends a partial line and hangs up gets its line judged, then EOF.
     {
         let mut s = UnixStream::connect(&path).unwrap();
