@@ -95,6 +95,27 @@ pub enum Record {
     },
 }
 
+impl fmt::Display for Record {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Record::Saved {
+                warning,
+                merged,
+                outcome,
+            } => {
+                write!(f, "{warning}")?;
+                if *merged > 0 {
+                    write!(f, " (and {merged} more pending)")?;
+                }
+                write!(f, ": {outcome}")
+            }
+            Record::Cleared { source, resumed } => {
+                write!(f, "cleared by {source}: {resumed} targets resumed")
+            }
+        }
+    }
+}
+
 /// What the save thread does with writers after a warning's save.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum HoldPolicy {

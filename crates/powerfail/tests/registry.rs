@@ -355,3 +355,41 @@ fn writer_threads_behind_a_gate_make_no_progress_during_a_save_and_continue_afte
         assert_eq!((a, inside), (b, 0), "a writer ran during the save");
     }
 }
+
+#[test]
+fn a_target_unregistered_during_a_held_save_is_resumed_not_held() {
+    use std::sync::mpsc;
+    let l = log();
+    let pf = PowerFail::new(roomy(), cost());
+    let a = Fake::new("a", &l);
+    let (entered_tx, entered) = mpsc::channel();
+    let (release, release_rx) = mpsc::channel();
+    *a.gate.lock().unwrap() = Some((entered_tx, release_rx));
+    let _ra = pf.register(a.clone());
+    let b = Fake::new("b", &l);
+    let rb = pf.register(b.clone());
+    let saver = {
+        let pf = pf.clone();
+        std::thread::spawn(move || pf.run_save_from(Instant::now(), roomy(), true))
+    };
+    // The save is inside a's save: both writers are stopped, b is not yet on the held list.
+    entered.recv_timeout(Duration::from_secs(20)).unwrap();
+    drop(rb);
+    assert_eq!(
+        count(&l, "resume b"),
+        0,
+        "b must not resume while the save runs"
+    );
+    release.send(()).unwrap();
+    let out = saver.join().unwrap();
+    // b was still saved by the save that had it, then resumed instead of held; a stays held.
+    assert_eq!(out.targets.len(), 2);
+    assert!(out.problems.is_empty(), "{out}");
+    assert_eq!(
+        entries(&l),
+        ["stop a", "stop b", "save a", "save b", "resume b"]
+    );
+    assert!(pf.holding());
+    assert_eq!(pf.clear(), 1);
+    assert_eq!(count(&l, "resume a"), 1);
+}

@@ -110,10 +110,19 @@ fn resume_after_save_policy_resumes_at_once() {
     let _r = pf.register(Fake::new("a", &l));
     let thread = SaveThread::spawn(&pf, HoldPolicy::ResumeAfterSave).unwrap();
     thread.manual("m", roomy()).raise();
-    let (_, _, out) = saved(thread.recv(HANG));
+    let (w, _, out) = saved(thread.recv(HANG));
     assert!(out.resumed);
     assert_eq!(entries(&l), ["stop a", "save a", "resume a"]);
     assert!(!pf.holding());
+    let shown = Record::Saved {
+        warning: w,
+        merged: 2,
+        outcome: out,
+    }
+    .to_string();
+    assert!(shown.starts_with("warning from manual (m)"), "{shown}");
+    assert!(shown.contains("(and 2 more pending)"), "{shown}");
+    assert!(shown.contains("saved inside the budget"), "{shown}");
 }
 
 #[test]
