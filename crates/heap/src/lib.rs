@@ -20,6 +20,7 @@ pub mod ecc;
 pub mod error;
 pub mod file;
 pub mod layout;
+pub mod ondemand;
 pub mod raw;
 pub mod stm;
 // Unsafe: `unsafe impl Pod` for PPtr, PMutex and PRwLock (their layouts have no padding).

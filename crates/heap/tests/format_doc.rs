@@ -1,4 +1,5 @@
-//! `docs/format/heap.md` and `docs/format/undo-log.md` against the code.
+//! `docs/format/heap.md`, `docs/format/undo-log.md` and `docs/format/redo-log.md` against
+//! the code.
 //!
 //! - Their field tables must be the tables of `heap::layout`, and each documented field must
 //!   hold, at its documented offset and size, what the code really writes: a header from
@@ -38,6 +39,10 @@ fn heap_md() -> String {
 
 fn undo_md() -> String {
     read_doc("undo-log.md")
+}
+
+fn redo_md() -> String {
+    read_doc("redo-log.md")
 }
 
 /// The fields the document lists for `structure`.
@@ -105,6 +110,11 @@ const HEAP_TABLES: [(&str, &[pmem::layout::Field]); 4] = [
     ("run header", RUN_HEADER_FIELDS),
 ];
 
+const REDO_TABLES: [(&str, &[pmem::layout::Field]); 2] = [
+    ("redo header", REDO_HEADER_FIELDS),
+    ("redo entry", REDO_ENTRY_FIELDS),
+];
+
 const LANE_TABLES: [(&str, &[pmem::layout::Field]); 2] = [
     ("lane state", LANE_STATE_FIELDS),
     ("undo entry", UNDO_ENTRY_FIELDS),
@@ -113,7 +123,11 @@ const LANE_TABLES: [(&str, &[pmem::layout::Field]); 2] = [
 #[test]
 fn field_tables_match_the_code() {
     let mut errors = Vec::new();
-    for (md, tables) in [(heap_md(), &HEAP_TABLES[..]), (undo_md(), &LANE_TABLES[..])] {
+    for (md, tables) in [
+        (heap_md(), &HEAP_TABLES[..]),
+        (undo_md(), &LANE_TABLES[..]),
+        (redo_md(), &REDO_TABLES[..]),
+    ] {
         for &(name, fields) in tables {
             if let Err(e) = check_fields(&md, name, fields) {
                 errors.push(e);
@@ -132,6 +146,8 @@ fn field_tables_are_contiguous_and_fill_their_structures() {
         (RUN_HEADER_FIELDS, RUN_HEADER),
         (LANE_STATE_FIELDS, LANE_STATE_BYTES),
         (UNDO_ENTRY_FIELDS, UNDO_HEADER_BYTES),
+        (REDO_HEADER_FIELDS, REDO_HEADER_BYTES),
+        (REDO_ENTRY_FIELDS, REDO_ENTRY_HEADER_BYTES),
     ] {
         let mut at = 0;
         for f in fields {
@@ -170,6 +186,7 @@ fn code_constants() -> Vec<(&'static str, ConstValue, &'static str)> {
     let n = ConstValue::number;
     let heap = "heap.md";
     let lane = "undo-log.md";
+    let redo = "redo-log.md";
     vec![
         ("HEAP_MAGIC", n(HEAP_MAGIC), heap),
         ("HEAP_VERSION", n(u64::from(HEAP_VERSION)), heap),
@@ -198,6 +215,17 @@ fn code_constants() -> Vec<(&'static str, ConstValue, &'static str)> {
         ("DEFAULT_LANES", n(u64::from(DEFAULT_LANES)), lane),
         ("DEFAULT_LANE_BYTES", n(u64::from(DEFAULT_LANE_BYTES)), lane),
         ("DEFAULT_REDO_BYTES", n(u64::from(DEFAULT_REDO_BYTES)), lane),
+        ("REDO_HEADER_BYTES", n(REDO_HEADER_BYTES), redo),
+        ("REDO_ENTRY_HEADER_BYTES", n(REDO_ENTRY_HEADER_BYTES), redo),
+        ("REDO_EMPTY", n(u64::from(REDO_EMPTY)), redo),
+        ("REDO_UNSAVED", n(u64::from(REDO_UNSAVED)), redo),
+        ("REDO_SAVED", n(u64::from(REDO_SAVED)), redo),
+        ("REDO_COMMITTED", n(u64::from(REDO_COMMITTED)), redo),
+        ("REDO_DATA", n(u64::from(REDO_DATA)), redo),
+        ("REDO_BIT_OR", n(u64::from(REDO_BIT_OR)), redo),
+        ("REDO_BIT_ANDNOT", n(u64::from(REDO_BIT_ANDNOT)), redo),
+        ("REDO_WORD", n(u64::from(REDO_WORD)), redo),
+        ("REDO_FRESH", n(u64::from(REDO_FRESH)), redo),
     ]
 }
 
@@ -216,7 +244,11 @@ fn constants_tables_match_the_code() {
     );
     let values: Vec<(&str, ConstValue)> = code.iter().map(|(n, v, _)| (*n, v.clone())).collect();
     let mut errors = Vec::new();
-    for (file, md) in [("heap.md", heap_md()), ("undo-log.md", undo_md())] {
+    for (file, md) in [
+        ("heap.md", heap_md()),
+        ("undo-log.md", undo_md()),
+        ("redo-log.md", redo_md()),
+    ] {
         let required: Vec<&str> = code.iter().filter(|c| c.2 == file).map(|c| c.0).collect();
         let doc = doc_constants(&md);
         let mut diff = compare_constants(&doc, &values, &required);
@@ -1274,4 +1306,128 @@ fn a_large_allocation_zeroes_and_logs_stale_words_in_its_span() {
     assert_eq!(r.recovery().undo_entries, 2);
     assert_eq!(m.load_u64(g.chunk_word(0) as usize), 0);
     assert_eq!(m.load_u64(g.chunk_word(1) as usize), stale);
+}
+
+// ------------------------------------------------------------------------ redo logs
+
+/// A redo transaction crashed at its first fence (F1, the log's commit point) leaves a log
+/// whose documented fields hold what the transaction did: kind `COMMITTED` and the lane's next
+/// number in `state`, `len` and `count` of its entries, the documented CRC, a `DATA` entry with
+/// the new bytes, a `FRESH` entry naming the new block by length and CRC, and a `BIT_OR` of its
+/// bitmap bit. Recovery from that image redoes it and retires the lane as documented.
+#[test]
+fn redo_log_fields_hold_what_a_commit_writes() {
+    let md = redo_md();
+    let head = doc_fields(&md, "redo header");
+    let entry = doc_fields(&md, "redo entry");
+    let (m, blk) = heap_with_block(&[1u8; 100]);
+    let image = m.power_fail();
+    let run = |m: &Arc<SimMedium>| -> (u64, u64, u64) {
+        let h = RawHeap::open(m.clone(), 0, LEN).unwrap();
+        let mut lane = h.lane();
+        h.begin_mode(&mut lane, heap::TxMode::Redo);
+        h.write(&mut lane, blk + 8, &[0xabu8; 24]).unwrap();
+        let fresh = h.alloc(&mut lane, 64, false).unwrap();
+        h.write(&mut lane, fresh, &[0xcdu8; 64]).unwrap();
+        let idx = lane.index() as u64;
+        let before = m.fences();
+        let r = h.commit(&mut lane);
+        assert!(r.is_err() == m.crashed(), "{r:?}");
+        (idx, fresh, before)
+    };
+    // The commit's first fence, counted on a run that does not crash.
+    let (_, _, before) = run(&sim_from(image.clone(), CrashPlan::Never));
+    let m = sim_from(image.clone(), CrashPlan::AtFence(before + 1));
+    let (lane_idx, fresh, _) = run(&m);
+    let img = m.crash_image().expect("crashed at F1");
+    let geo = heap::raw::read_header(&*sim_from(img.clone(), CrashPlan::Never), 0, LEN)
+        .unwrap()
+        .geo;
+    // The image where every line of F1 landed.
+    let st = m.crash_state().unwrap();
+    let imgs = st.images();
+    let whole = imgs
+        .iter()
+        .find(|i| {
+            heap::raw::read_redo_log(
+                &*sim_from((*i).clone(), CrashPlan::Never),
+                0,
+                &geo,
+                lane_idx as usize,
+            )
+            .is_ok()
+        })
+        .expect("an image with the whole log");
+    let area = geo.redo(lane_idx as usize);
+    let b = &whole[area as usize..(area + u64::from(geo.redo_bytes)) as usize];
+    let state = num(b, field(&head, "redo header", "state"));
+    let lane_state = u64::from_le_bytes(
+        whole[geo.lane(lane_idx as usize) as usize..][..8]
+            .try_into()
+            .unwrap(),
+    );
+    assert_eq!(state >> 56, u64::from(REDO_COMMITTED));
+    assert_eq!(
+        state & ((1 << 56) - 1),
+        (lane_state >> 1) + 1,
+        "the lane's next number"
+    );
+    let len = num(b, field(&head, "redo header", "len"));
+    let count = num(b, field(&head, "redo header", "count"));
+    let crc = num(b, field(&head, "redo header", "crc32c")) as u32;
+    let body = &b[REDO_HEADER_BYTES as usize..(REDO_HEADER_BYTES + len) as usize];
+    let mut c = crc32c::crc32c(&b[..16]);
+    c = crc32c::crc32c_append(c, body);
+    assert_eq!(crc, c, "the documented CRC");
+    // Walk the entries through the documented fields.
+    let mut p = 0usize;
+    let mut seen = Vec::new();
+    for _ in 0..count {
+        let e = &body[p..];
+        let off = num(e, field(&entry, "redo entry", "offset"));
+        let n = num(e, field(&entry, "redo entry", "len")) as usize;
+        let tag = num(e, field(&entry, "redo entry", "tag")) as u32;
+        let payload = &e[REDO_ENTRY_HEADER_BYTES as usize..][..n];
+        seen.push((tag, off, payload.to_vec()));
+        p += (REDO_ENTRY_HEADER_BYTES as usize + n).div_ceil(8) * 8;
+    }
+    assert_eq!(p as u64, len, "entries fill `len`");
+    assert_eq!(
+        seen[0],
+        (REDO_DATA, blk + 8, vec![0xab; 24]),
+        "the DATA entry"
+    );
+    let fresh_e = seen
+        .iter()
+        .find(|s| s.0 == REDO_FRESH)
+        .expect("a FRESH entry");
+    assert_eq!(fresh_e.1, fresh);
+    assert_eq!(&fresh_e.2[..8], &64u64.to_le_bytes());
+    assert_eq!(
+        &fresh_e.2[8..12],
+        &crc32c::crc32c(&[0xcdu8; 64]).to_le_bytes()
+    );
+    let bit = seen
+        .iter()
+        .find(|s| s.0 == REDO_BIT_OR)
+        .expect("a BIT_OR entry");
+    let chunk = geo.chunk_of(fresh);
+    let k = (fresh - geo.chunk(chunk) - RUN_HEADER) / 64;
+    assert_eq!(bit.1, geo.chunk(chunk) + (k / 64) * 8);
+    assert_eq!(bit.2, (1u64 << (k % 64)).to_le_bytes().to_vec());
+    // Recovery redoes it and retires the lane.
+    let m2 = sim_from(whole.clone(), CrashPlan::Never);
+    let h = RawHeap::open(m2.clone(), 0, LEN).unwrap();
+    assert_eq!(h.recovery().redone, 1);
+    let mut got = [0u8; 24];
+    h.read(blk + 8, &mut got).unwrap();
+    assert_eq!(got, [0xab; 24]);
+    assert_eq!(h.usable_size(fresh), Some(64));
+    let st2 = m2.load_u64(geo.lane(lane_idx as usize) as usize);
+    assert_eq!(
+        st2 >> 1,
+        state & ((1 << 56) - 1),
+        "retired to the log's number"
+    );
+    let _ = img;
 }

@@ -694,7 +694,7 @@ impl RawHeap {
             self.medium.write(self.m(off), data);
             self.mark_dirty(off, data.len() as u64);
         }
-        self.apply_blocks(lane, false)?;
+        let applied = self.apply_blocks(lane, false);
         for b in &lane.allocs {
             self.mark_block_words_dirty(b);
             // A fresh block may have been written directly (through a translated pointer).
@@ -703,9 +703,11 @@ impl RawHeap {
         for b in &lane.frees {
             self.mark_block_words_dirty(b);
         }
+        // Unpublish whatever happened: a save or a close waits for every slot to empty.
         if let Some(log) = self.od.slots[i].lock().take() {
             lane.logbuf = log;
         }
+        applied?;
         if self.od.dirty_lines.load(Ordering::Acquire)
             > self.od.budget_lines.load(Ordering::Acquire)
         {
@@ -837,6 +839,12 @@ impl RawHeap {
         rep.elapsed_ns = t0.elapsed().as_nanos() as u64;
         self.od.saves.fetch_add(1, Ordering::Relaxed);
         Ok(rep)
+    }
+
+    /// Stop commits from starting to apply (the first step of a save; [`RawHeap::save`]
+    /// does it too). Commits caught applying finish.
+    pub fn stop_writers(&self) {
+        self.od.gate.store(true, Ordering::SeqCst);
     }
 
     /// Let writers go on after a save (a warning that was called off): commits caught
