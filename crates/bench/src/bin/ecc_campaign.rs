@@ -1,0 +1,364 @@
+//! Fault-injection campaign for the reliable-word code (`heap::ecc`, `docs/dnv.md`).
+//!
+//! For each flip count k: take a random data word, encode it, flip k distinct random bits of the
+//! 128-bit pair, run the corrector and sort the outcome into corrected (back to the original),
+//! uncorrectable (reported), miscorrected (a different codeword returned: must never happen for
+//! k <= 7) or undetected (the damaged pair passes the check: impossible below 14 flips). The
+//! corrector call is timed one by one (mean, p99, max; the clock read adds some tens of ns).
+//!
+//! Then the clean check: the time to verify a buffer of undamaged pairs, per word, for a buffer
+//! far larger than the caches and one that fits in L1, plus encoding and decoding a buffer.
+//!
+//! Exit codes: 0 ok, 1 a guarantee was broken (a miscorrection or a missed correction at k <= 6,
+//! a miscorrection at k = 7, an undetected pattern), 2 bad arguments.
+
+#![forbid(unsafe_code)]
+
+use clap::Parser;
+use heap::ecc;
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+#[derive(Parser, Debug)]
+#[command(about = "Fault-injection campaign and timing of the reliable-word code")]
+struct Args {
+    /// Injections per flip count.
+    #[arg(long, default_value_t = 10_000_000)]
+    per_k: u64,
+    /// Flip counts: `1..8` (inclusive), `3`, or `1,2,7`.
+    #[arg(long, default_value = "1..8")]
+    k: String,
+    /// Seed of the random words and bit positions.
+    #[arg(long, default_value_t = 2026)]
+    seed: u64,
+    /// Largest number of flips the corrector searches (at most 7).
+    #[arg(long, default_value_t = ecc::MAX_FLIPS)]
+    limit: u32,
+    /// Words in the large buffer of the clean-check measurement (0 skips it).
+    #[arg(long, default_value_t = 1 << 21)]
+    check_words: usize,
+    /// Print one JSON document instead of a table.
+    #[arg(long)]
+    json: bool,
+}
+
+/// SplitMix64.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    /// `k` distinct positions among 128 bits, as (data mask, check mask).
+    fn flips(&mut self, k: u32) -> (u64, u64) {
+        let mut mask = 0u128;
+        while mask.count_ones() < k {
+            mask |= 1u128 << (self.next() % 128);
+        }
+        (mask as u64, (mask >> 64) as u64)
+    }
+}
+
+fn parse_ks(s: &str) -> Result<Vec<u32>, String> {
+    let bad = || format!("--k {s:?}: expected a count, a range a..b or a list a,b,c of counts 1..=128");
+    let ks: Vec<u32> = if let Some((a, b)) = s.split_once("..") {
+        let a: u32 = a.trim().parse().map_err(|_| bad())?;
+        let b: u32 = b.trim().parse().map_err(|_| bad())?;
+        if a > b {
+            return Err(bad());
+        }
+        (a..=b).collect()
+    } else {
+        s.split(',')
+            .map(|p| p.trim().parse().map_err(|_| bad()))
+            .collect::<Result<_, _>>()?
+    };
+    if ks.is_empty() || ks.iter().any(|&k| k == 0 || k > 128) {
+        return Err(bad());
+    }
+    Ok(ks)
+}
+
+#[derive(Default)]
+struct Row {
+    k: u32,
+    injections: u64,
+    corrected: u64,
+    uncorrectable: u64,
+    miscorrected: u64,
+    undetected: u64,
+    mean_ns: f64,
+    p50_ns: u64,
+    p99_ns: u64,
+    max_ns: u64,
+    seconds: f64,
+}
+
+fn run_k(k: u32, n: u64, seed: u64, limit: u32) -> Row {
+    let mut rng = Rng(seed ^ u64::from(k).wrapping_mul(0xA076_1D64_78BD_642F));
+    let mut row = Row {
+        k,
+        injections: n,
+        ..Row::default()
+    };
+    let mut times: Vec<u32> = Vec::with_capacity(n as usize);
+    let start = Instant::now();
+    for _ in 0..n {
+        let w = rng.next();
+        let e = ecc::encode(w);
+        let (dm, cm) = rng.flips(k);
+        let (sw, se) = (w ^ dm, e ^ cm);
+        if ecc::check(sw, se) {
+            row.undetected += 1;
+            continue;
+        }
+        let t0 = Instant::now();
+        let out = ecc::correct_within(sw, se, limit);
+        let ns = t0.elapsed().as_nanos();
+        times.push(u32::try_from(ns).unwrap_or(u32::MAX));
+        match out {
+            Ok(fix) if fix.word == w && fix.check == e => row.corrected += 1,
+            Ok(_) => row.miscorrected += 1,
+            Err(_) => row.uncorrectable += 1,
+        }
+    }
+    row.seconds = start.elapsed().as_secs_f64();
+    if !times.is_empty() {
+        row.mean_ns = times.iter().map(|&t| f64::from(t)).sum::<f64>() / times.len() as f64;
+        times.sort_unstable();
+        let at = |q: f64| times[((times.len() - 1) as f64 * q).round() as usize];
+        row.p50_ns = u64::from(at(0.5));
+        row.p99_ns = u64::from(at(0.99));
+        row.max_ns = u64::from(at(1.0));
+    }
+    row
+}
+
+struct CheckTiming {
+    label: &'static str,
+    words: usize,
+    best_ns_per_word: f64,
+    median_ns_per_word: f64,
+    /// False when some pass did not find the buffer clean (a bug, reported as broken).
+    all_clean: bool,
+}
+
+/// Times `op` over `words` words, repeated until about `budget` has passed (at least 5 times).
+fn time_per_word(
+    label: &'static str,
+    words: usize,
+    budget: Duration,
+    mut op: impl FnMut() -> bool,
+) -> CheckTiming {
+    let mut samples = Vec::new();
+    let mut all_clean = true;
+    let start = Instant::now();
+    while samples.len() < 5 || (start.elapsed() < budget && samples.len() < 100_000) {
+        let t0 = Instant::now();
+        let ok = op();
+        let ns = t0.elapsed().as_nanos() as f64;
+        all_clean &= ok;
+        samples.push(ns / words as f64);
+    }
+    samples.sort_by(f64::total_cmp);
+    CheckTiming {
+        label,
+        words,
+        best_ns_per_word: samples[0],
+        median_ns_per_word: samples[samples.len() / 2],
+        all_clean,
+    }
+}
+
+fn clean_check(words: usize, seed: u64) -> Result<Vec<CheckTiming>, ecc::EccError> {
+    let mut rng = Rng(seed);
+    let mut out = Vec::new();
+    let budget = Duration::from_millis(1500);
+    for (label_check, label_decode, label_encode, n) in [
+        ("check, L1-resident buffer", "decode, L1-resident buffer", "encode, L1-resident buffer", 256usize),
+        ("check, large buffer", "decode, large buffer", "encode, large buffer", words),
+    ] {
+        if n == 0 {
+            continue;
+        }
+        let data: Vec<u8> = (0..n).flat_map(|_| rng.next().to_le_bytes()).collect();
+        let mut pairs = vec![0u8; n * ecc::PAIR_BYTES];
+        ecc::encode_into(&data, &mut pairs)?;
+        let mut back = vec![0u8; data.len()];
+        out.push(time_per_word(label_check, n, budget, || {
+            matches!(ecc::first_damaged(std::hint::black_box(&pairs)), Ok(None))
+        }));
+        out.push(time_per_word(label_decode, n, budget, || {
+            ecc::decode_from(std::hint::black_box(&pairs), &mut back)
+                .is_ok_and(|r| r.repairs.is_empty())
+        }));
+        if let Some(decode) = out.last_mut() {
+            decode.all_clean &= back == data;
+        }
+        out.push(time_per_word(label_encode, n, budget, || {
+            ecc::encode_into(std::hint::black_box(&data), &mut pairs).is_ok()
+        }));
+    }
+    // One pair at a time through the word API, as a transactional read of one word would.
+    let n = 1 << 16;
+    let words: Vec<(u64, u64)> = (0..n)
+        .map(|_| {
+            let w = rng.next();
+            (w, ecc::encode(w))
+        })
+        .collect();
+    out.push(time_per_word("check(word, check), one at a time", n, budget, || {
+        std::hint::black_box(&words)
+            .iter()
+            .all(|&(w, e)| ecc::check(w, e))
+    }));
+    Ok(out)
+}
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    let ks = match parse_ks(&args.k) {
+        Ok(ks) => ks,
+        Err(e) => {
+            eprintln!("{e}");
+            return ExitCode::from(2);
+        }
+    };
+    if args.limit > ecc::MAX_FLIPS {
+        eprintln!("--limit {}: at most {}", args.limit, ecc::MAX_FLIPS);
+        return ExitCode::from(2);
+    }
+    let mut rows = Vec::new();
+    for &k in &ks {
+        let row = run_k(k, args.per_k, args.seed, args.limit);
+        eprintln!(
+            "k={k}: {} injections, {} corrected, {} uncorrectable, {} miscorrected, {} undetected, \
+             mean {:.0} ns, p99 {} ns ({:.1} s)",
+            row.injections,
+            row.corrected,
+            row.uncorrectable,
+            row.miscorrected,
+            row.undetected,
+            row.mean_ns,
+            row.p99_ns,
+            row.seconds
+        );
+        rows.push(row);
+    }
+    let timings = match clean_check(args.check_words, args.seed) {
+        Ok(t) => t,
+        Err(e) => {
+            eprintln!("clean check: {e}");
+            return ExitCode::from(1);
+        }
+    };
+
+    let mut broken = Vec::new();
+    for t in &timings {
+        if !t.all_clean {
+            broken.push(format!("{}: a clean buffer did not pass", t.label));
+        }
+    }
+    for r in &rows {
+        if r.undetected > 0 && r.k < 14 {
+            broken.push(format!("k={}: {} undetected", r.k, r.undetected));
+        }
+        if r.k <= args.limit && r.miscorrected > 0 {
+            broken.push(format!("k={}: {} miscorrected", r.k, r.miscorrected));
+        }
+        if r.k <= args.limit.min(6) && r.corrected != r.injections {
+            broken.push(format!(
+                "k={}: {} of {} corrected",
+                r.k, r.corrected, r.injections
+            ));
+        }
+    }
+
+    if args.json {
+        let doc = serde_json::json!({
+            "per_k": args.per_k,
+            "seed": args.seed,
+            "limit": args.limit,
+            "rows": rows.iter().map(|r| serde_json::json!({
+                "k": r.k,
+                "injections": r.injections,
+                "corrected": r.corrected,
+                "uncorrectable": r.uncorrectable,
+                "miscorrected": r.miscorrected,
+                "undetected": r.undetected,
+                "repair_mean_ns": r.mean_ns,
+                "repair_p50_ns": r.p50_ns,
+                "repair_p99_ns": r.p99_ns,
+                "repair_max_ns": r.max_ns,
+                "seconds": r.seconds,
+            })).collect::<Vec<_>>(),
+            "clean": timings.iter().map(|t| serde_json::json!({
+                "what": t.label,
+                "words": t.words,
+                "best_ns_per_word": t.best_ns_per_word,
+                "median_ns_per_word": t.median_ns_per_word,
+            })).collect::<Vec<_>>(),
+            "broken": broken,
+        });
+        match serde_json::to_string_pretty(&doc) {
+            Ok(s) => println!("{s}"),
+            Err(e) => {
+                eprintln!("json: {e}");
+                return ExitCode::from(1);
+            }
+        }
+    } else {
+        println!(
+            "ecc campaign: {} injections per k, seed {}, search limit {} flips",
+            args.per_k, args.seed, args.limit
+        );
+        println!(
+            "{:>3} {:>12} {:>12} {:>13} {:>12} {:>10} {:>12} {:>10} {:>10} {:>11}",
+            "k",
+            "injections",
+            "corrected",
+            "uncorrectable",
+            "miscorrected",
+            "undetected",
+            "mean_ns",
+            "p50_ns",
+            "p99_ns",
+            "max_ns"
+        );
+        for r in &rows {
+            println!(
+                "{:>3} {:>12} {:>12} {:>13} {:>12} {:>10} {:>12.0} {:>10} {:>10} {:>11}",
+                r.k,
+                r.injections,
+                r.corrected,
+                r.uncorrectable,
+                r.miscorrected,
+                r.undetected,
+                r.mean_ns,
+                r.p50_ns,
+                r.p99_ns,
+                r.max_ns
+            );
+        }
+        println!("clean pairs, ns per word (best / median of repeated passes):");
+        for t in &timings {
+            println!(
+                "  {:<36} {:>9} words  {:>6.2} / {:>6.2}",
+                t.label, t.words, t.best_ns_per_word, t.median_ns_per_word
+            );
+        }
+        for b in &broken {
+            println!("BROKEN: {b}");
+        }
+    }
+    if broken.is_empty() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    }
+}
