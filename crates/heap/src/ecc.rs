@@ -35,9 +35,9 @@
 //! The search deepens level by level: first every pattern of exactly `f` flips, then `f + 2`,
 //! `f + 4`, `f + 6`, never beyond [`MAX_FLIPS`] = 7. At the first level holding any pattern with
 //! the right syndrome the search stops: exactly one such pattern is applied; two or more mean the
-//! pair is ambiguous and is reported as uncorrectable. The last bit column of each candidate is
-//! not enumerated but looked up in a small table keyed by the syndrome still unexplained, which
-//! cuts the work of a 7-flip search by two orders of magnitude.
+//! pair is ambiguous and is reported as uncorrectable. The last one or two bit columns of each
+//! candidate outside `F` are not enumerated but looked up in tables keyed by the syndrome still
+//! unexplained, which cuts the work of a deep search by about three orders of magnitude.
 //!
 //! # What it guarantees, and what it does not
 //!
@@ -423,6 +423,69 @@ const fn lookup_table() -> [Slot; LOOKUP_SLOTS] {
 
 static LOOKUP: [Slot; LOOKUP_SLOTS] = lookup_table();
 
+/// Open-addressed table from syndrome to the ways of placing two pairs of flips in even columns:
+/// two columns with a two-flip pattern each (17,856 ways) or one column with all four flipped
+/// (32 ways). Built on first use (256 KiB).
+const PAIR_SLOTS: usize = 1 << 15;
+
+#[derive(Clone, Copy)]
+struct PairSlot {
+    syndrome: u32,
+    /// First column in bits 0..5, its pattern in bits 8..11 (index into `EVEN_TWO`, or 6 for
+    /// the four-flip pattern), second column in bits 16..21, its pattern in bits 24..27 (the
+    /// second half repeats the first for a four-flip column); `PAIR_EMPTY` when free.
+    entry: u32,
+}
+
+const PAIR_EMPTY: u32 = u32::MAX;
+const FOUR: u32 = 6;
+
+fn pair_slot_of(syndrome: u32) -> usize {
+    (syndrome.wrapping_mul(0x9E37_79B1) >> 17) as usize
+}
+
+fn pattern_of(index: u32) -> usize {
+    if index == FOUR {
+        EVEN_FOUR
+    } else {
+        EVEN_TWO[index as usize]
+    }
+}
+
+fn pair_table() -> &'static [PairSlot] {
+    static TABLE: std::sync::OnceLock<Vec<PairSlot>> = std::sync::OnceLock::new();
+    TABLE.get_or_init(|| {
+        let mut t = vec![
+            PairSlot {
+                syndrome: 0,
+                entry: PAIR_EMPTY,
+            };
+            PAIR_SLOTS
+        ];
+        let mut put = |syndrome: u32, entry: u32| {
+            let mut i = pair_slot_of(syndrome);
+            while t[i].entry != PAIR_EMPTY {
+                i = (i + 1) % PAIR_SLOTS;
+            }
+            t[i] = PairSlot { syndrome, entry };
+        };
+        for c1 in 0..32u32 {
+            let four = FLIPS[c1 as usize][EVEN_FOUR].syndrome;
+            put(four, c1 | FOUR << 8 | c1 << 16 | FOUR << 24);
+            for (k1, &p1) in EVEN_TWO.iter().enumerate() {
+                let s1 = FLIPS[c1 as usize][p1].syndrome;
+                for c2 in c1 + 1..32 {
+                    for (k2, &p2) in EVEN_TWO.iter().enumerate() {
+                        let s2 = FLIPS[c2 as usize][p2].syndrome;
+                        put(s1 ^ s2, c1 | (k1 as u32) << 8 | c2 << 16 | (k2 as u32) << 24);
+                    }
+                }
+            }
+        }
+        t
+    })
+}
+
 /// The search over one level (one total number of flips) of candidate patterns.
 struct Search {
     /// The bit columns where `F` is set, in increasing order.
@@ -529,6 +592,36 @@ impl Search {
                         }
                     }
                     i = (i + 1) % LOOKUP_SLOTS;
+                }
+            }
+            2 => {
+                // Two pairs of flips left: look up the column placements that produce `rest`.
+                let table = pair_table();
+                let mut i = pair_slot_of(rest);
+                loop {
+                    let slot = table[i];
+                    if slot.entry == PAIR_EMPTY {
+                        break;
+                    }
+                    if slot.syndrome == rest {
+                        let c1 = (slot.entry & 0xFF) as usize;
+                        let c2 = (slot.entry >> 16 & 0xFF) as usize;
+                        let free = |c: usize| c >= from && self.odd_mask >> c & 1 == 0;
+                        if free(c1) && free(c2) {
+                            let f1 = FLIPS[c1][pattern_of(slot.entry >> 8 & 0xF)];
+                            let (mut d, mut c) = (data ^ f1.data, check ^ f1.check);
+                            if c2 != c1 {
+                                let f2 = FLIPS[c2][pattern_of(slot.entry >> 24 & 0xF)];
+                                d ^= f2.data;
+                                c ^= f2.check;
+                            }
+                            self.record(d, c);
+                            if self.found >= 2 {
+                                return;
+                            }
+                        }
+                    }
+                    i = (i + 1) % PAIR_SLOTS;
                 }
             }
             _ => {
@@ -828,6 +921,36 @@ mod tests {
                     i = (i + 1) % LOOKUP_SLOTS;
                 }
                 assert!(seen, "column {col} pattern {pat:#b}");
+            }
+        }
+    }
+
+    #[test]
+    fn pair_table_finds_every_placement_of_two_pairs() {
+        let table = pair_table();
+        let present = |syndrome: u32, entry: u32| {
+            let mut i = pair_slot_of(syndrome);
+            while table[i].entry != PAIR_EMPTY {
+                if table[i].syndrome == syndrome && table[i].entry == entry {
+                    return true;
+                }
+                i = (i + 1) % PAIR_SLOTS;
+            }
+            false
+        };
+        let used = table.iter().filter(|s| s.entry != PAIR_EMPTY).count();
+        assert_eq!(used, 32 + 496 * 36);
+        for c1 in 0..32u32 {
+            let four = FLIPS[c1 as usize][EVEN_FOUR].syndrome;
+            assert!(present(four, c1 | FOUR << 8 | c1 << 16 | FOUR << 24));
+            for k1 in 0..6u32 {
+                for c2 in c1 + 1..32 {
+                    for k2 in 0..6u32 {
+                        let s = FLIPS[c1 as usize][pattern_of(k1)].syndrome
+                            ^ FLIPS[c2 as usize][pattern_of(k2)].syndrome;
+                        assert!(present(s, c1 | k1 << 8 | c2 << 16 | k2 << 24));
+                    }
+                }
             }
         }
     }
