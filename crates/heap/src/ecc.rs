@@ -477,7 +477,10 @@ fn pair_table() -> &'static [PairSlot] {
                 for c2 in c1 + 1..32 {
                     for (k2, &p2) in EVEN_TWO.iter().enumerate() {
                         let s2 = FLIPS[c2 as usize][p2].syndrome;
-                        put(s1 ^ s2, c1 | (k1 as u32) << 8 | c2 << 16 | (k2 as u32) << 24);
+                        put(
+                            s1 ^ s2,
+                            c1 | (k1 as u32) << 8 | c2 << 16 | (k2 as u32) << 24,
+                        );
                     }
                 }
             }
@@ -541,7 +544,13 @@ impl Search {
         let col = &FLIPS[self.odd_cols[i] as usize];
         for pat in ODD_ONE {
             let fl = col[pat];
-            self.odd_stage(i + 1, rest ^ fl.syndrome, extra, data ^ fl.data, check ^ fl.check);
+            self.odd_stage(
+                i + 1,
+                rest ^ fl.syndrome,
+                extra,
+                data ^ fl.data,
+                check ^ fl.check,
+            );
             if self.found >= 2 {
                 return;
             }
@@ -625,11 +634,10 @@ impl Search {
                 }
             }
             _ => {
-                for col in from..32 {
+                for (col, column) in FLIPS.iter().enumerate().skip(from) {
                     if self.odd_mask >> col & 1 == 1 {
                         continue;
                     }
-                    let column = &FLIPS[col];
                     for pat in EVEN_TWO {
                         let fl = column[pat];
                         self.even_stage(
@@ -901,7 +909,9 @@ mod tests {
     fn hardware_and_table_agree() {
         let mut x = 0x0123_4567_89AB_CDEFu64;
         for _ in 0..10_000 {
-            x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            x = x
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
             assert_eq!(crc32c_raw(x), crc_portable(x), "word {x:#x}");
         }
         for bit in 0..64 {
@@ -911,9 +921,9 @@ mod tests {
 
     #[test]
     fn lookup_table_finds_every_two_flip_column() {
-        for col in 0..32 {
+        for (col, column) in FLIPS.iter().enumerate() {
             for (k, &pat) in EVEN_TWO.iter().enumerate() {
-                let s = FLIPS[col][pat].syndrome;
+                let s = column[pat].syndrome;
                 let mut i = slot_of(s);
                 let mut seen = false;
                 while LOOKUP[i].entry != EMPTY {

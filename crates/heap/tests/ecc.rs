@@ -3,8 +3,8 @@
 //! the minimum distance that the guarantees rest on, and the buffer helpers.
 
 use heap::ecc::{
-    self, Ambiguity, EccError, MAX_FLIPS, PAIR_BYTES, check, correct, correct_within,
-    crc32c_raw, decode_from, encode, encode_into, first_damaged,
+    self, Ambiguity, EccError, MAX_FLIPS, PAIR_BYTES, check, correct, correct_within, crc32c_raw,
+    decode_from, encode, encode_into, first_damaged,
 };
 
 /// SplitMix64: a small deterministic generator, so every run injects the same patterns.
@@ -97,7 +97,11 @@ fn every_single_and_double_flip_is_corrected() {
     for w in sample_words(&mut rng) {
         let e = encode(w);
         for i in 0..128u32 {
-            let one = if i < 64 { (1u64 << i, 0) } else { (0, 1u64 << (i - 64)) };
+            let one = if i < 64 {
+                (1u64 << i, 0)
+            } else {
+                (0, 1u64 << (i - 64))
+            };
             let (sw, se) = flip(w, e, one);
             assert!(!check(sw, se));
             let fix = correct(sw, se).unwrap_or_else(|err| panic!("bit {i} of {w:#x}: {err}"));
@@ -183,7 +187,11 @@ fn a_lower_limit_never_miscorrects_up_to_thirteen_minus_the_limit() {
     for limit in [3u32, 5] {
         for k in 1..=(13 - limit) {
             let t = campaign(k, 2_000, 200 + u64::from(k), limit);
-            assert_eq!((t.undetected, t.miscorrected), (0, 0), "limit {limit} k {k}: {t:?}");
+            assert_eq!(
+                (t.undetected, t.miscorrected),
+                (0, 0),
+                "limit {limit} k {k}: {t:?}"
+            );
             if k <= limit {
                 assert_eq!(t.corrected, 2_000, "limit {limit} k {k}: {t:?}");
             } else {
@@ -204,7 +212,10 @@ fn uncorrectable_reasons() {
     assert_eq!(err.word, stray);
     assert_eq!(err.check, e);
     assert_eq!(err.expected_check, encode(stray));
-    assert!(matches!(err.reason, Ambiguity::NoPattern { limit: 7 }), "{err}");
+    assert!(
+        matches!(err.reason, Ambiguity::NoPattern { limit: 7 }),
+        "{err}"
+    );
     assert!(err.to_string().contains("no pattern of at most 7"), "{err}");
     // The limit is capped at MAX_FLIPS.
     let err = correct_within(stray, e, 100).unwrap_err();
@@ -243,15 +254,15 @@ fn minimum_distance_is_at_least_fourteen() {
         items.push(per_col);
     }
     let mut groups: Vec<(u32, u64, u64)> = Vec::with_capacity(1_800_000);
-    for c1 in 0..32 {
-        for &x in &items[c1] {
+    for (c1, col1) in items.iter().enumerate() {
+        for &x in col1 {
             groups.push(x);
-            for c2 in c1 + 1..32 {
-                for &y in &items[c2] {
+            for (c2, col2) in items.iter().enumerate().skip(c1 + 1) {
+                for &y in col2 {
                     let xy = (x.0 ^ y.0, x.1 ^ y.1, x.2 ^ y.2);
                     groups.push(xy);
-                    for c3 in c2 + 1..32 {
-                        for &z in &items[c3] {
+                    for col3 in items.iter().skip(c2 + 1) {
+                        for &z in col3 {
                             groups.push((xy.0 ^ z.0, xy.1 ^ z.1, xy.2 ^ z.2));
                         }
                     }
@@ -273,7 +284,10 @@ fn minimum_distance_is_at_least_fourteen() {
             for y in &run[i + 1..] {
                 let (d, c) = (x.1 ^ y.1, x.2 ^ y.2);
                 if (d, c) != (0, 0) {
-                    assert!(check(d, c), "XOR of equal-syndrome groups must be a codeword");
+                    assert!(
+                        check(d, c),
+                        "XOR of equal-syndrome groups must be a codeword"
+                    );
                     lightest = lightest.min(weight(d, c));
                 }
             }

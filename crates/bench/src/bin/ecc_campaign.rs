@@ -40,6 +40,10 @@ struct Args {
     /// Print one JSON document instead of a table.
     #[arg(long)]
     json: bool,
+    /// Instead of injecting: list every codeword of 14 bits (the lightest there are) and derive
+    /// the exact share of 7-bit patterns left uncorrected and of 8-bit patterns miscorrected.
+    #[arg(long)]
+    distance: bool,
 }
 
 /// SplitMix64.
@@ -65,7 +69,8 @@ impl Rng {
 }
 
 fn parse_ks(s: &str) -> Result<Vec<u32>, String> {
-    let bad = || format!("--k {s:?}: expected a count, a range a..b or a list a,b,c of counts 1..=128");
+    let bad =
+        || format!("--k {s:?}: expected a count, a range a..b or a list a,b,c of counts 1..=128");
     let ks: Vec<u32> = if let Some((a, b)) = s.split_once("..") {
         let a: u32 = a.trim().parse().map_err(|_| bad())?;
         let b: u32 = b.trim().parse().map_err(|_| bad())?;
@@ -180,8 +185,18 @@ fn clean_check(words: usize, seed: u64) -> Result<Vec<CheckTiming>, ecc::EccErro
     let mut out = Vec::new();
     let budget = Duration::from_millis(1500);
     for (label_check, label_decode, label_encode, n) in [
-        ("check, L1-resident buffer", "decode, L1-resident buffer", "encode, L1-resident buffer", 256usize),
-        ("check, large buffer", "decode, large buffer", "encode, large buffer", words),
+        (
+            "check, L1-resident buffer",
+            "decode, L1-resident buffer",
+            "encode, L1-resident buffer",
+            256usize,
+        ),
+        (
+            "check, large buffer",
+            "decode, large buffer",
+            "encode, large buffer",
+            words,
+        ),
     ] {
         if n == 0 {
             continue;
@@ -212,16 +227,201 @@ fn clean_check(words: usize, seed: u64) -> Result<Vec<CheckTiming>, ecc::EccErro
             (w, ecc::encode(w))
         })
         .collect();
-    out.push(time_per_word("check(word, check), one at a time", n, budget, || {
-        std::hint::black_box(&words)
-            .iter()
-            .all(|&(w, e)| ecc::check(w, e))
-    }));
+    out.push(time_per_word(
+        "check(word, check), one at a time",
+        n,
+        budget,
+        || {
+            std::hint::black_box(&words)
+                .iter()
+                .all(|&(w, e)| ecc::check(w, e))
+        },
+    ));
     Ok(out)
+}
+
+/// One nonzero even pattern in one bit column: its syndrome and the bits it flips.
+#[derive(Clone, Copy)]
+struct ColumnFlip {
+    syndrome: u32,
+    bits: u128,
+}
+
+/// The seven nonzero even patterns (2 or 4 of the halves A, B, C, D flipped) of each column.
+fn even_column_flips() -> Vec<Vec<ColumnFlip>> {
+    let mut cols = Vec::new();
+    for col in 0..32u32 {
+        let mut v = Vec::new();
+        for pat in 1u32..16 {
+            if pat.count_ones() % 2 == 1 {
+                continue;
+            }
+            let a = u64::from(pat & 1) << (32 + col);
+            let b = u64::from(pat >> 1 & 1) << col;
+            let c = u64::from(pat >> 2 & 1) << (32 + col);
+            let d = u64::from(pat >> 3 & 1) << col;
+            let (data, check) = (a | b, c | d);
+            v.push(ColumnFlip {
+                syndrome: ecc::crc32c_raw(data) ^ check as u32,
+                bits: u128::from(data) | u128::from(check) << 64,
+            });
+        }
+        cols.push(v);
+    }
+    cols
+}
+
+fn binomial(n: u64, k: u64) -> f64 {
+    (0..k).fold(1.0, |acc, i| acc * (n - i) as f64 / (i + 1) as f64)
+}
+
+/// Every `k`-subset of the set bits of `support`, as masks.
+fn subsets(support: u128, k: u32, out: &mut impl FnMut(u128)) {
+    let bits: Vec<u32> = (0..128).filter(|&i| support >> i & 1 == 1).collect();
+    fn walk(bits: &[u32], k: u32, from: usize, acc: u128, out: &mut impl FnMut(u128)) {
+        if k == 0 {
+            out(acc);
+            return;
+        }
+        for i in from..bits.len() {
+            if bits.len() - i < k as usize {
+                break;
+            }
+            walk(bits, k - 1, i + 1, acc | 1u128 << bits[i], out);
+        }
+    }
+    walk(&bits, k, 0, 0, out);
+}
+
+/// Lists the 14-bit codewords by meeting in the middle: a codeword of 14 bits has an even number
+/// of flips in each of at most 7 bit columns, so it is its 3 lowest columns (group X) plus the
+/// rest (group Y, 1 to 4 columns above X), with equal syndromes. Every X of exactly 3 columns
+/// goes in a table by syndrome; every Y is looked up in it.
+fn distance_report(json: bool) -> ExitCode {
+    let start = Instant::now();
+    let cols = even_column_flips();
+    // X groups: (syndrome, bits, highest column).
+    let mut xs: Vec<(u32, u128, u32)> = Vec::with_capacity(4960 * 343);
+    for (c1, col1) in cols.iter().enumerate() {
+        for f1 in col1 {
+            for (c2, col2) in cols.iter().enumerate().skip(c1 + 1) {
+                for f2 in col2 {
+                    for (c3, col3) in cols.iter().enumerate().skip(c2 + 1) {
+                        for f3 in col3 {
+                            xs.push((
+                                f1.syndrome ^ f2.syndrome ^ f3.syndrome,
+                                f1.bits | f2.bits | f3.bits,
+                                c3 as u32,
+                            ));
+                        }
+                    }
+                }
+            }
+        }
+    }
+    xs.sort_unstable_by_key(|x| x.0);
+    // Y groups: 1 to 4 columns above the X group, at most 14 - 6 = 8 bits.
+    struct YWalk<'a> {
+        cols: &'a [Vec<ColumnFlip>],
+        xs: &'a [(u32, u128, u32)],
+        found: Vec<u128>,
+    }
+    impl YWalk<'_> {
+        /// Extends a Y group whose lowest column is `low` and which has `depth` columns.
+        fn walk(&mut self, from: usize, low: usize, depth: u32, syndrome: u32, bits: u128) {
+            if depth > 0 {
+                let weight = bits.count_ones();
+                let first = self.xs.partition_point(|x| x.0 < syndrome);
+                for x in self.xs[first..].iter().take_while(|x| x.0 == syndrome) {
+                    if (x.2 as usize) < low && x.1.count_ones() + weight == 14 {
+                        self.found.push(x.1 | bits);
+                    }
+                }
+            }
+            if depth == 4 {
+                return;
+            }
+            let cols = self.cols;
+            for (c, col) in cols.iter().enumerate().skip(from) {
+                for f in col {
+                    if (bits | f.bits).count_ones() > 8 {
+                        continue;
+                    }
+                    let low = if depth == 0 { c } else { low };
+                    self.walk(c + 1, low, depth + 1, syndrome ^ f.syndrome, bits | f.bits);
+                }
+            }
+        }
+    }
+    let mut y = YWalk {
+        cols: &cols,
+        xs: &xs,
+        found: Vec::new(),
+    };
+    y.walk(3, 0, 0, 0, 0);
+    let mut words14 = y.found;
+    words14.sort_unstable();
+    words14.dedup();
+    let all_codewords = words14
+        .iter()
+        .all(|&c| ecc::check(c as u64, (c >> 64) as u64));
+
+    // 7 flips are left uncorrected exactly when they are half of some 14-bit codeword; 8 flips
+    // are miscorrected exactly when they lie inside exactly one 14-bit codeword (inside two or
+    // more they tie and are reported).
+    let mut sevens: std::collections::HashSet<u128> = std::collections::HashSet::new();
+    let mut eights: std::collections::HashMap<u128, u32> = std::collections::HashMap::new();
+    for &c in &words14 {
+        subsets(c, 7, &mut |s| {
+            sevens.insert(s);
+        });
+        subsets(c, 8, &mut |s| {
+            *eights.entry(s).or_insert(0) += 1;
+        });
+    }
+    let eights_once = eights.values().filter(|&&n| n == 1).count();
+    let r7 = sevens.len() as f64 / binomial(128, 7);
+    let r8 = eights_once as f64 / binomial(128, 8);
+    if json {
+        let doc = serde_json::json!({
+            "codewords_of_14_bits": words14.len(),
+            "all_verified": all_codewords,
+            "seven_bit_patterns_uncorrectable": sevens.len(),
+            "seven_bit_uncorrectable_rate": r7,
+            "eight_bit_patterns_miscorrected": eights_once,
+            "eight_bit_miscorrection_rate": r8,
+            "seconds": start.elapsed().as_secs_f64(),
+        });
+        println!("{doc}");
+    } else {
+        println!(
+            "codewords of 14 bits: {} (all pass the check: {all_codewords})",
+            words14.len()
+        );
+        println!(
+            "7-bit patterns left uncorrected: {} of C(128,7) = {:.4e}, rate {r7:.4e} (per 1e9: {:.0})",
+            sevens.len(),
+            binomial(128, 7),
+            r7 * 1e9
+        );
+        println!(
+            "8-bit patterns miscorrected: {eights_once} of C(128,8) = {:.4e}, rate {r8:.4e}",
+            binomial(128, 8)
+        );
+        println!("({:.1} s)", start.elapsed().as_secs_f64());
+    }
+    if all_codewords {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    }
 }
 
 fn main() -> ExitCode {
     let args = Args::parse();
+    if args.distance {
+        return distance_report(args.json);
+    }
     let ks = match parse_ks(&args.k) {
         Ok(ks) => ks,
         Err(e) => {
