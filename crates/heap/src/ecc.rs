@@ -42,17 +42,19 @@
 //! # What it guarantees, and what it does not
 //!
 //! The lightest nonzero codeword of this code has 14 set bits (an exhaustive search over every
-//! pattern of at most 12 bits finds none; `tests/ecc.rs` repeats that search). From that:
+//! pattern of at most 12 bits finds none; `tests/ecc.rs` repeats that search, and
+//! `ecc_campaign --distance` in kavach-bench lists the 14-bit ones). From that:
 //!
 //! - every pattern of up to 6 flipped bits anywhere in the 128-bit pair is corrected, and a
 //!   correction is never wrong for up to 7 flipped bits;
 //! - 7 flipped bits are corrected except when they form half of a 14-bit codeword; then two
-//!   7-bit patterns explain the pair equally well and it is reported as uncorrectable (about 1
-//!   in 10^5 random 7-bit patterns; the paper saw 12,163 in 10^9);
+//!   7-bit patterns explain the pair equally well and it is reported as uncorrectable. There are
+//!   335 codewords of 14 bits, so this happens to 1,149,720 of the C(128, 7) possible 7-bit
+//!   patterns, 1.2163 in 10^5 (the paper saw 12,163 failures in 10^9 injections);
 //! - every pattern of up to 13 flipped bits is *detected* (the pair fails [`check`]), but with
 //!   the default limit of 7 a pattern of 8 or more flips can sit 6 or 7 bits away from a
 //!   different codeword and is then "corrected" into that wrong codeword. For 8 flips this needs
-//!   all 8 to lie inside one 14-bit codeword (rare: about 1 in 10^6 random 8-bit patterns). It
+//!   all 8 to lie inside one 14-bit codeword: 7.04 in 10^7 of random 8-bit patterns. It
 //!   cannot be avoided while every 6-bit pattern is corrected: the two patterns are the same
 //!   stored pair. A caller that prefers certain detection over correction passes a lower limit
 //!   to [`correct_within`]: with limit `t`, every pattern of up to `13 - t` flips is either
