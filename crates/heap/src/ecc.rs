@@ -72,10 +72,6 @@
 //! endian), its check word (8 bytes, little endian), data word 1, its check word, and so on, 16
 //! bytes per pair. A 64-byte cache line holds four data words and their check words.
 
-// The hardware CRC is a `#[target_feature(enable = "sse4.2")]` function; calling it needs an
-// unsafe block after a run-time check that the CPU has SSE4.2. Nothing else here is unsafe.
-#![allow(unsafe_code)]
-
 use std::fmt;
 
 /// Bytes in a data word.
@@ -121,16 +117,72 @@ const fn crc_portable(word: u64) -> u32 {
     crc_bytes(0, &word.to_le_bytes())
 }
 
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "sse4.2")]
-fn crc_hw(word: u64) -> u32 {
-    // The instruction's result fits in 32 bits; the upper half is always zero.
-    std::arch::x86_64::_mm_crc32_u64(0, word) as u32
-}
+// Calling a `#[target_feature(enable = "sse4.2")]` function takes an unsafe block, after a
+// run-time check that the CPU has SSE4.2. Nothing else in this file is unsafe.
+#[allow(unsafe_code)]
+mod hw {
+    //! The SSE4.2 `crc32` instruction, behind a run-time check of the CPU. Each function returns
+    //! `None` (or `false`) when the instruction is not available, and the caller falls back to
+    //! the table.
 
-#[cfg(target_arch = "x86_64")]
-fn have_sse42() -> bool {
-    std::arch::is_x86_feature_detected!("sse4.2")
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "sse4.2")]
+    fn crc_sse42(word: u64) -> u32 {
+        // The instruction's result fits in 32 bits; the upper half is always zero.
+        std::arch::x86_64::_mm_crc32_u64(0, word) as u32
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "sse4.2")]
+    fn scan_sse42(pairs: &[u8], from: usize) -> Option<usize> {
+        super::scan_with(pairs, from, |w| crc_sse42(w))
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "sse4.2")]
+    fn encode_sse42(data: &[u8], out: &mut [u8]) {
+        super::encode_with(data, out, |w| crc_sse42(w))
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    fn available() -> bool {
+        std::arch::is_x86_feature_detected!("sse4.2")
+    }
+
+    /// The raw CRC of `word`, if the CPU has the instruction.
+    #[inline]
+    pub(super) fn crc(word: u64) -> Option<u32> {
+        #[cfg(target_arch = "x86_64")]
+        if available() {
+            // SAFETY: crc_sse42 needs only SSE4.2, which the CPU was just found to have.
+            return Some(unsafe { crc_sse42(word) });
+        }
+        let _ = word;
+        None
+    }
+
+    /// `super::scan_with` with the instruction, if the CPU has it.
+    pub(super) fn scan(pairs: &[u8], from: usize) -> Option<Option<usize>> {
+        #[cfg(target_arch = "x86_64")]
+        if available() {
+            // SAFETY: scan_sse42 needs only SSE4.2, which the CPU was just found to have.
+            return Some(unsafe { scan_sse42(pairs, from) });
+        }
+        let _ = (pairs, from);
+        None
+    }
+
+    /// `super::encode_with` with the instruction, if the CPU has it; `false` when not done.
+    pub(super) fn encode(data: &[u8], out: &mut [u8]) -> bool {
+        #[cfg(target_arch = "x86_64")]
+        if available() {
+            // SAFETY: encode_sse42 needs only SSE4.2, which the CPU was just found to have.
+            unsafe { encode_sse42(data, out) };
+            return true;
+        }
+        let _ = (data, out);
+        false
+    }
 }
 
 /// The CRC-32C of the eight little-endian bytes of `word`, from a zero start and without the
@@ -138,12 +190,7 @@ fn have_sse42() -> bool {
 /// XOR the standard CRC-32C of eight zero bytes). Uses the SSE4.2 instruction when the CPU has
 /// it, a table otherwise; both give the same value.
 pub fn crc32c_raw(word: u64) -> u32 {
-    #[cfg(target_arch = "x86_64")]
-    if have_sse42() {
-        // SAFETY: crc_hw only needs SSE4.2, which the CPU was just found to have.
-        return unsafe { crc_hw(word) };
-    }
-    crc_portable(word)
+    hw::crc(word).unwrap_or_else(|| crc_portable(word))
 }
 
 /// The portable CRC, exposed so tests can compare it with the hardware one.
@@ -761,13 +808,9 @@ fn read_u64(bytes: &[u8], at: usize) -> u64 {
 /// `data.len()` must be a multiple of 8 and `out.len()` exactly twice `data.len()`.
 pub fn encode_into(data: &[u8], out: &mut [u8]) -> Result<(), EccError> {
     check_lengths(data.len(), out.len())?;
-    #[cfg(target_arch = "x86_64")]
-    if have_sse42() {
-        // SAFETY: encode_hw only needs SSE4.2, which the CPU was just found to have.
-        unsafe { encode_hw(data, out) };
-        return Ok(());
+    if !hw::encode(data, out) {
+        encode_with(data, out, crc_portable);
     }
-    encode_with(data, out, crc_portable);
     Ok(())
 }
 
@@ -843,12 +886,7 @@ fn check_lengths(data_len: usize, pairs_len: usize) -> Result<(), EccError> {
 
 /// First failing pair at or after pair `from` (the buffer length is a multiple of 16).
 fn scan(pairs: &[u8], from: usize) -> Option<usize> {
-    #[cfg(target_arch = "x86_64")]
-    if have_sse42() {
-        // SAFETY: scan_hw only needs SSE4.2, which the CPU was just found to have.
-        return unsafe { scan_hw(pairs, from) };
-    }
-    scan_with(pairs, from, crc_portable)
+    hw::scan(pairs, from).unwrap_or_else(|| scan_with(pairs, from, crc_portable))
 }
 
 #[inline(always)]
@@ -874,18 +912,6 @@ fn encode_with(data: &[u8], out: &mut [u8], crc: impl Fn(u64) -> u32) {
         pair[..WORD_BYTES].copy_from_slice(word);
         pair[WORD_BYTES..].copy_from_slice(&assemble(w, crc(w)).to_le_bytes());
     }
-}
-
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "sse4.2")]
-fn scan_hw(pairs: &[u8], from: usize) -> Option<usize> {
-    scan_with(pairs, from, |w| crc_hw(w))
-}
-
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "sse4.2")]
-fn encode_hw(data: &[u8], out: &mut [u8]) {
-    encode_with(data, out, |w| crc_hw(w))
 }
 
 #[cfg(test)]
