@@ -60,8 +60,8 @@
 //!   to [`correct_within`]: with limit `t`, every pattern of up to `13 - t` flips is either
 //!   corrected (when it has at most `t` flips) or reported, never miscorrected (limit 5: corrects
 //!   5, detects all of 8);
-//! - a stray whole-word write is almost always detected: it would have to land within 7 bits of
-//!   some codeword (odds about 10^-8).
+//! - a stray whole-word write is almost always reported: to be miscorrected the damaged pair
+//!   would have to land within 7 bits of some codeword (odds about 5 in 10^9).
 //!
 //! Repair time grows steeply with the number of flips (see the table in `docs/dnv.md`); the
 //! clean check is one `crc32` instruction and a compare.
