@@ -540,7 +540,7 @@ fn pair_table() -> &'static [PairSlot] {
 
 /// Levels with one flip per odd column and nothing else are searched by meeting in the middle
 /// when there are this many odd columns (fewer are cheap to enumerate; more exceed the limit).
-const MEET_FROM: usize = 4;
+const MEET_FROM: usize = 3;
 const MEET_UP_TO: usize = MAX_FLIPS as usize;
 
 /// The search over one level (one total number of flips) of candidate patterns.
@@ -1052,9 +1052,9 @@ mod tests {
         };
         let mut hits = 0;
         for trial in 0..20_000 {
-            // A parity with 4 to 7 ones; half the time a syndrome that some pattern explains.
+            // A parity with 3 to 7 ones; half the time a syndrome that some pattern explains.
             let mut parity = 0u32;
-            let f = 4 + (trial % 4);
+            let f = 3 + (trial % 5);
             while parity.count_ones() < f {
                 parity |= 1 << (next() % 32);
             }
