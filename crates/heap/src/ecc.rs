@@ -35,9 +35,10 @@
 //! The search deepens level by level: first every pattern of exactly `f` flips, then `f + 2`,
 //! `f + 4`, `f + 6`, never beyond [`MAX_FLIPS`] = 7. At the first level holding any pattern with
 //! the right syndrome the search stops: exactly one such pattern is applied; two or more mean the
-//! pair is ambiguous and is reported as uncorrectable. The last one or two bit columns of each
-//! candidate outside `F` are not enumerated but looked up in tables keyed by the syndrome still
-//! unexplained, which cuts the work of a deep search by about three orders of magnitude.
+//! pair is ambiguous and is reported as uncorrectable. Two shortcuts keep the search short
+//! without changing what it finds: the last one or two columns outside `F` are not enumerated
+//! but looked up in tables keyed by the syndrome still unexplained, and the first level (one
+//! flip in each column of `F`) splits those columns in two halves that meet in the middle.
 //!
 //! # What it guarantees, and what it does not
 //!
