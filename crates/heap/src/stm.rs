@@ -1048,6 +1048,34 @@ mod tests {
         assert_eq!(s.stripes[2].load(Ordering::Relaxed), 2 << 1);
     }
 
+    /// A stripe of the read set that another committer holds locked, still over the version
+    /// this transaction saw, fails validation: the other may be writing it right now.
+    #[test]
+    fn validation_rejects_a_read_stripe_locked_by_another() {
+        let s = stm(16);
+        let mut t1 = StmTx::new();
+        let mut t2 = StmTx::new();
+        s.begin(&mut t1);
+        s.begin(&mut t2);
+        s.read_word(&mut t1, 0, || ()).unwrap();
+        s.note_write(&mut t1, 8, 8).unwrap();
+        s.note_write(&mut t2, 0, 8).unwrap();
+        // t2 takes wv 1 and holds stripe 0; inside its apply, t1 commits with wv 2 != rv + 1.
+        let inner = s.commit(&mut t2, || s.commit(&mut t1, || ())).unwrap();
+        assert_eq!(
+            inner,
+            Err(StmError::Conflict(Conflict {
+                reason: ConflictReason::Validate,
+                off: 0
+            }))
+        );
+        assert_eq!(
+            s.stripes[1].load(Ordering::Relaxed),
+            0,
+            "t1's lock not given back"
+        );
+    }
+
     #[test]
     fn read_during_a_commit_sees_the_lock() {
         let s = stm(16);
@@ -1073,26 +1101,26 @@ mod tests {
         let mut w = StmTx::new();
         let mut v = StmTx::new();
         s.begin(&mut w);
-        s.note_write(&mut w, 0, 16).unwrap();
+        s.note_write(&mut w, 8, 16).unwrap(); // stripes 1 and 2
         s.begin(&mut v);
-        s.note_write(&mut v, 8, 8).unwrap();
-        s.note_write(&mut v, 40, 8).unwrap();
+        s.note_write(&mut v, 40, 8).unwrap(); // stripe 5
+        s.note_write(&mut v, 0, 8).unwrap(); // stripe 0
+        s.note_write(&mut v, 16, 8).unwrap(); // stripe 2, held by w
         let inner = s.commit(&mut w, || s.commit(&mut v, || ())).unwrap();
         assert_eq!(
             inner,
             Err(StmError::Conflict(Conflict {
                 reason: ConflictReason::LockBusy,
-                off: 8
+                off: 16
             }))
         );
-        // v's own lock on stripe 5 was not kept, and w released its stripes.
-        for i in 0..16 {
-            assert_eq!(
-                s.stripes[i].load(Ordering::Relaxed) & LOCKED,
-                0,
-                "stripe {i}"
-            );
-        }
+        // v had locked stripe 0 (lower) and gave it back with its old word; stripe 5 (higher)
+        // it never reached; w released its own.
+        assert_eq!(s.stripes[0].load(Ordering::Relaxed), 0);
+        assert_eq!(s.stripes[5].load(Ordering::Relaxed), 0);
+        assert_eq!(s.stripes[1].load(Ordering::Relaxed), 1 << 1);
+        assert_eq!(s.stripes[2].load(Ordering::Relaxed), 1 << 1);
+        assert_eq!(s.stats().lock_busy, 1);
     }
 
     #[test]
