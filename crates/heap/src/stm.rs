@@ -69,7 +69,10 @@
 //! - The `load` closure of a read may run concurrently with a writer's `apply`; it must read the
 //!   memory with atomic (or volatile-like) loads and must not act on what it loaded (no pointer
 //!   chasing, no allocation sized by it): the value is only trustworthy after the read returns
-//!   `Ok`. The caller reads its own buffered writes from its buffer, not through this module.
+//!   `Ok`. The caller reads its own buffered writes from its buffer, not through this module;
+//!   a read that only partly overlaps the buffer reads the range through [`Stm::read`] and lays
+//!   the buffered bytes over the result. Locks are taken only at commit, so a transaction never
+//!   holds a stripe while it reads, and needs no read-through of its own locks.
 //! - `apply` runs with the write stripes locked. It must not start, read in or commit another
 //!   transaction of the same [`Stm`] (that could wait on stripes it holds; with the bounded spin
 //!   it would conflict rather than deadlock, but it is a misuse).
@@ -85,6 +88,21 @@
 //! is no deadlock even if that order were broken. Callers must not hold a stripe (be inside
 //! `apply`) while taking a lock that another thread may hold while it waits in a commit; the
 //! heap's lane lock is held around a whole transaction and is per-thread, which is fine.
+//!
+//! # Counters
+//!
+//! [`Stm::stats`]: update and read-only commits, commits that skipped validation, snapshot
+//! extensions, conflicts by [`ConflictReason`], voluntary aborts, and [`Stm::run`] calls that
+//! gave up. The clock equals update commits plus validation failures (each took a `wv`).
+//!
+//! # Tests
+//!
+//! Interleavings driven from one thread (a read or commit run inside another transaction's
+//! `load` or `apply`) are the unit tests below; `crates/heap/tests/stm_model.rs` checks random
+//! interleavings of three transactions against the definitions of opacity and
+//! serializability; `crates/heap/tests/stm.rs` runs threads over an in-DRAM word array (bank
+//! transfers with snapshots, exact counters, write skew, torn records, disjoint writers, the
+//! retry bound).
 //!
 //! # Progress
 //!
