@@ -36,7 +36,9 @@
 //!   transaction over that word), which can be skipped when `wv == rv + 1`, because then no
 //!   other transaction committed since the snapshot; run the caller's `apply`, which stores the
 //!   buffered words in place; release every write stripe with version `wv`.
-//! - **Abort** ([`Stm::abort`]): forget the sets and release whatever is still held.
+//! - **Abort** ([`Stm::abort`]): forget the sets and release whatever is still held. A
+//!   transaction that conflicted is doomed: until it is aborted (or begun again), every read,
+//!   write note, validation and commit returns that same conflict.
 //!
 //! # Why it is correct
 //!
@@ -365,7 +367,8 @@ pub struct StmTx {
     /// Scratch of a multi-stripe read: (stripe, offset, word seen before the load).
     scratch: Vec<(u32, u64, u64)>,
     rng: u64,
-    conflicted: bool,
+    /// The conflict that doomed the open transaction: every later operation but abort repeats it.
+    conflicted: Option<Conflict>,
 }
 
 impl Default for StmTx {
@@ -388,7 +391,7 @@ impl StmTx {
             locked: Vec::new(),
             scratch: Vec::new(),
             rng: h.finish() | 1,
-            conflicted: false,
+            conflicted: None,
         }
     }
 
@@ -533,7 +536,7 @@ impl Stm {
         tx.writes.clear();
         tx.locked.clear();
         tx.scratch.clear();
-        tx.conflicted = false;
+        tx.conflicted = None;
         tx.stm_id = self.id;
         tx.rv = self.clock.load(Ordering::Acquire);
         tx.phase = Phase::Active;
@@ -550,7 +553,10 @@ impl Stm {
                 found: tx.stm_id,
             });
         }
-        Ok(())
+        match tx.conflicted {
+            Some(c) => Err(StmError::Conflict(c)),
+            None => Ok(()),
+        }
     }
 
     fn conflict(&self, tx: &mut StmTx, reason: ConflictReason, off: u64) -> StmError {
@@ -562,8 +568,9 @@ impl Stm {
             ConflictReason::LockBusy => &c.lock_busy,
             ConflictReason::Validate => &c.validate,
         });
-        tx.conflicted = true;
-        StmError::Conflict(Conflict { reason, off })
+        let c = Conflict { reason, off };
+        tx.conflicted = Some(c);
+        StmError::Conflict(c)
     }
 
     /// The words of `[off, off + len)`, at most one full lap of the stripe table: (first word
@@ -794,7 +801,7 @@ impl Stm {
         match tx.phase {
             Phase::Idle => return,
             Phase::Active => {
-                if !tx.conflicted {
+                if tx.conflicted.is_none() {
                     bump(&self.counters.user_aborts);
                 }
             }
@@ -1228,6 +1235,38 @@ mod tests {
             }))
         );
         assert_eq!(s.stats().read_changed, 2);
+    }
+
+    /// A transaction that conflicted is doomed: a caller that ignores the error cannot commit
+    /// it (not even as read-only), and gets the same conflict again, without a second count.
+    #[test]
+    fn a_conflicted_transaction_cannot_go_on() {
+        let s = stm(16);
+        let mut r = StmTx::new();
+        let mut w = StmTx::new();
+        s.begin(&mut r);
+        s.read_word(&mut r, 0, || ()).unwrap();
+        s.begin(&mut w);
+        s.note_write(&mut w, 0, 16).unwrap();
+        s.commit(&mut w, || ()).unwrap();
+        let first = s.read_word(&mut r, 8, || ()).unwrap_err();
+        assert!(matches!(
+            first,
+            StmError::Conflict(Conflict {
+                reason: ConflictReason::ReadTooNew,
+                off: 8
+            })
+        ));
+        assert_eq!(s.read_word(&mut r, 64, || ()), Err(first.clone()));
+        assert_eq!(s.note_write(&mut r, 64, 8), Err(first.clone()));
+        let mut applied = false;
+        assert_eq!(s.commit(&mut r, || applied = true), Err(first.clone()));
+        assert!(!applied);
+        assert_eq!(s.stats().conflicts(), 1);
+        s.abort(&mut r);
+        assert_eq!(s.stats().user_aborts, 0);
+        s.begin(&mut r);
+        assert_eq!(s.read_word(&mut r, 8, || 1), Ok(1));
     }
 
     #[test]
