@@ -1,4 +1,5 @@
-//! The C interface from C: compile `tests/c/api_test.c` and `examples/c/list.c` with the
+//! The C interface from C: compile `tests/c/api_test.c`, `tests/c/redo_trap_test.c` and
+//! `examples/c/list.c` with the
 //! system C compiler against this crate's `libkavach.a` and `libkavach.so`, by path and through
 //! the pkg-config files `kavach-static.pc` and `kavach.pc` (as the README's "Using Kavach from
 //! C" does), run them on pools in `/dev/shm` (or the temporary directory) and check their exit
@@ -158,6 +159,33 @@ fn api_test_shared() {
     let so = library("libkavach.so");
     let rpath = format!("-Wl,-rpath,{}", so.parent().expect("a directory").display());
     api_test(&so, &[&rpath]);
+}
+
+/// `tests/c/redo_trap_test.c`: the redo-mode calls, and the usage trap's death tests (its
+/// children must die of SIGSEGV with the library's message; it checks that itself).
+fn redo_trap_test(lib: &Path, extra: &[&str]) {
+    let work = Scratch::new("redo-trap");
+    let bin = work.0.join("redo_trap_test");
+    compile("tests/c/redo_trap_test.c", &bin, lib, extra);
+    let pools = work.0.join("pools");
+    std::fs::create_dir(&pools).expect("mkdir");
+    let out = stdout(&run(&bin, &[&pools]));
+    assert!(
+        out.starts_with("redo_trap_test: ") && out.contains(", 0 failed"),
+        "unexpected output: {out}"
+    );
+}
+
+#[test]
+fn redo_and_trap_static() {
+    redo_trap_test(&library("libkavach.a"), &[]);
+}
+
+#[test]
+fn redo_and_trap_shared() {
+    let so = library("libkavach.so");
+    let rpath = format!("-Wl,-rpath,{}", so.parent().expect("a directory").display());
+    redo_trap_test(&so, &[&rpath]);
 }
 
 /// Push, pop and print with `examples/c/list.c` built as `bin`, checking every output.
