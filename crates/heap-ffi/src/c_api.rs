@@ -68,10 +68,9 @@ pub unsafe extern "C" fn kv_pool_create_flags(
     guard(ptr::null_mut(), || {
         // SAFETY: this function's contract.
         match unsafe { c_path(path) }.and_then(|path| Ok((path, open_flags(flags)?))) {
-            Ok((path, flags)) => handle(
-                HeapFile::create(path, size, &HeapOptions::default()),
-                flags,
-            ),
+            Ok((path, flags)) => {
+                handle(HeapFile::create(path, size, &HeapOptions::default()), flags)
+            }
             Err(e) => {
                 fail(e);
                 ptr::null_mut()
@@ -436,7 +435,10 @@ pub unsafe extern "C" fn kv_tx_read(
                 )
             })?;
             if dst.is_null() {
-                return Err(KvError::new(KV_EINVAL, "kv_tx_read: the destination is null"));
+                return Err(KvError::new(
+                    KV_EINVAL,
+                    "kv_tx_read: the destination is null",
+                ));
             }
             if p.overlaps(dst.addr(), len) {
                 return Err(KvError::new(

@@ -558,7 +558,10 @@ impl KvPool {
     /// staging range?
     fn overlaps(&self, addr: usize, len: usize) -> bool {
         let hits = |base: usize| {
-            let (zs, ze) = (base + self.zone_start as usize, base + self.zone_end as usize);
+            let (zs, ze) = (
+                base + self.zone_start as usize,
+                base + self.zone_end as usize,
+            );
             addr < ze && addr.saturating_add(len) > zs
         };
         hits(self.base) || self.staging.as_ref().is_some_and(|s| hits(s.start()))

@@ -131,7 +131,9 @@ fn rust_functions(src: &str) -> Result<BTreeMap<String, Prototype>, String> {
             .trim_end();
         if NOT_EXPORTED.contains(&name.as_str()) {
             if head.trim_start().starts_with("pub") || attrs.ends_with("#[unsafe(no_mangle)]") {
-                return Err(format!("{name}: a signal handler must be private, not exported"));
+                return Err(format!(
+                    "{name}: a signal handler must be private, not exported"
+                ));
             }
             rest = &after[body..];
             continue;
