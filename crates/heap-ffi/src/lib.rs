@@ -772,10 +772,42 @@ mod tests {
             assert!(kv_direct(ptr::null(), KvOid { pool_id: 1, off: 1 }).is_null());
             assert_eq!(kv_root(ptr::null_mut(), 8), KvOid::NULL);
             assert_eq!(kv_tx_active(ptr::null()), 0);
+            assert!(kv_pool_create_flags(ptr::null(), 1 << 30, KV_OPEN_TRAP).is_null());
+            assert!(kv_pool_open_flags(ptr::null(), 0).is_null());
+            assert_eq!(kv_tx_begin_mode(ptr::null_mut(), KV_TX_REDO), KV_EINVAL);
+            assert_eq!(kv_tx_mode(ptr::null()), -1);
+            let mut word = 0u64;
+            let at = (&raw mut word).cast::<c_void>();
+            assert_eq!(kv_tx_write(ptr::null_mut(), at, at, 8), KV_EINVAL);
+            assert_eq!(kv_tx_read(ptr::null_mut(), at, at, 8), KV_EINVAL);
         }
         // SAFETY: kv_errormsg returns a NUL-terminated string valid until the next failure.
         let msg = unsafe { CStr::from_ptr(kv_errormsg()) };
         assert_eq!(msg.to_str().unwrap(), "the pool pointer is null");
+    }
+
+    #[test]
+    fn modes_and_flags_are_checked() {
+        assert!(matches!(tx_mode(KV_TX_UNDO), Ok(TxMode::Undo)));
+        assert!(matches!(tx_mode(KV_TX_REDO), Ok(TxMode::Redo)));
+        let e = tx_mode(2).expect_err("mode 2");
+        assert_eq!(e.code, KV_EINVAL);
+        assert!(e.msg.contains("mode 2"), "{}", e.msg);
+        assert_eq!(open_flags(0).map_err(|e| e.code), Ok(env_trap()));
+        assert_eq!(
+            open_flags(KV_OPEN_TRAP).map_err(|e| e.code),
+            Ok(KV_OPEN_TRAP)
+        );
+        assert_eq!(open_flags(4).map_err(|e| e.code), Err(KV_EINVAL));
+    }
+
+    /// `KV_OPEN_TRAP` if the environment of this test process asks for it.
+    fn env_trap() -> c_int {
+        if std::env::var_os("KAVACH_TRAP").is_some_and(|v| v == "1") {
+            KV_OPEN_TRAP
+        } else {
+            0
+        }
     }
 
     #[test]
