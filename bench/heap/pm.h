@@ -19,6 +19,22 @@
  * Durability is the same on both sides: plain add_range (no NO_FLUSH / NO_SNAPSHOT flags), so
  * every snapshotted range and every block allocated in the transaction is flushed and fenced
  * by the outermost commit.
+ *
+ * Kavach has a second build, -DKV_BACKEND_KAVACH -DKV_KAVACH_REDO ("kavach-redo"), whose
+ * PM_TX_MODE is redo. Code that should run in the build's mode begins with
+ * pm_tx_begin_mode(pop, PM_TX_MODE) and touches persistent memory in that transaction only
+ * with pm_write / pm_write_fresh / pm_read (plain pm_tx_begin stays undo on every build, for
+ * set-up code and the maps, which store directly):
+ *
+ *   pm_write(pop, dst, src, len)        store into persistent memory
+ *       pmemobj, kavach: add_range_direct(dst, len) + memcpy (the same work as before)
+ *       kavach-redo:     kv_tx_write
+ *   pm_write_fresh(pop, dst, src, len)  store into a block allocated in this transaction
+ *       pmemobj, kavach: memcpy (no snapshot: the commit flushes the block)
+ *       kavach-redo:     kv_tx_write (a redo transaction logs every store)
+ *   pm_read(pop, dst, src, len)         load from persistent memory
+ *       pmemobj, kavach: memcpy
+ *       kavach-redo:     kv_tx_read (sees the transaction's own writes)
  */
 #ifndef KV_BENCH_PM_H
 #define KV_BENCH_PM_H
@@ -29,6 +45,9 @@
 
 #if defined(KV_BACKEND_PMEMOBJ) == defined(KV_BACKEND_KAVACH)
 #error "define exactly one of KV_BACKEND_PMEMOBJ and KV_BACKEND_KAVACH"
+#endif
+#if defined(KV_KAVACH_REDO) && !defined(KV_BACKEND_KAVACH)
+#error "KV_KAVACH_REDO goes with KV_BACKEND_KAVACH"
 #endif
 
 /* ------------------------------------------------------------------------------------------ */
@@ -148,12 +167,50 @@ static inline int pm_tx_active(pm_pool *pop)
 	return pmemobj_tx_stage() != TX_STAGE_NONE;
 }
 
+#define PM_TX_UNDO 0
+#define PM_TX_REDO 1
+#define PM_TX_MODE PM_TX_UNDO
+
+/* libpmemobj has one mode (undo): a plain begin. */
+static inline int pm_tx_begin_mode(pm_pool *pop, int mode)
+{
+	(void)mode;
+	return pm_tx_begin(pop);
+}
+
+static inline int pm_write(pm_pool *pop, void *dst, const void *src, size_t len)
+{
+	(void)pop;
+	int err = pmemobj_tx_add_range_direct(dst, len);
+	if (err == 0)
+		memcpy(dst, src, len);
+	return err;
+}
+
+static inline int pm_write_fresh(pm_pool *pop, void *dst, const void *src, size_t len)
+{
+	(void)pop;
+	memcpy(dst, src, len);
+	return 0;
+}
+
+static inline int pm_read(pm_pool *pop, void *dst, const void *src, size_t len)
+{
+	(void)pop;
+	memcpy(dst, src, len);
+	return 0;
+}
+
 /* ------------------------------------------------------------------------------------------ */
 #elif defined(KV_BACKEND_KAVACH)
 
 #include "kavach.h"
 
+#if defined(KV_KAVACH_REDO)
+#define PM_BACKEND "kavach-redo"
+#else
 #define PM_BACKEND "kavach"
+#endif
 
 typedef kv_pool pm_pool;
 typedef kv_oid pm_oid;
@@ -244,6 +301,57 @@ static inline int pm_tx_active(pm_pool *pop)
 {
 	return kv_tx_active(pop);
 }
+
+#define PM_TX_UNDO KV_TX_UNDO
+#define PM_TX_REDO KV_TX_REDO
+
+static inline int pm_tx_begin_mode(pm_pool *pop, int mode)
+{
+	return kv_tx_begin_mode(pop, mode);
+}
+
+#if defined(KV_KAVACH_REDO)
+#define PM_TX_MODE PM_TX_REDO
+
+static inline int pm_write(pm_pool *pop, void *dst, const void *src, size_t len)
+{
+	return kv_tx_write(pop, dst, src, len);
+}
+
+static inline int pm_write_fresh(pm_pool *pop, void *dst, const void *src, size_t len)
+{
+	return kv_tx_write(pop, dst, src, len);
+}
+
+static inline int pm_read(pm_pool *pop, void *dst, const void *src, size_t len)
+{
+	return kv_tx_read(pop, dst, src, len);
+}
+#else
+#define PM_TX_MODE PM_TX_UNDO
+
+static inline int pm_write(pm_pool *pop, void *dst, const void *src, size_t len)
+{
+	int err = kv_tx_add_direct(pop, dst, len);
+	if (err == 0)
+		memcpy(dst, src, len);
+	return err;
+}
+
+static inline int pm_write_fresh(pm_pool *pop, void *dst, const void *src, size_t len)
+{
+	(void)pop;
+	memcpy(dst, src, len);
+	return 0;
+}
+
+static inline int pm_read(pm_pool *pop, void *dst, const void *src, size_t len)
+{
+	(void)pop;
+	memcpy(dst, src, len);
+	return 0;
+}
+#endif
 
 #endif
 

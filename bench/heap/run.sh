@@ -1,22 +1,35 @@
 #!/usr/bin/env bash
 # Persistent heap benchmark: Kavach's heap (kavach.h, crate kavach-heap-ffi) vs libpmemobj 1.12.
 #
-#   bench/heap/run.sh [--quick] [--rounds R] [--only tx|maps] [--keys K] [--sizes LIST]
-#                     [--tx-n N] [--alloc-n N] [--threads LIST] [--maps LIST] [--out DIR]
+#   bench/heap/run.sh [--quick] [--rounds R] [--only tx|words|list|maps] [--keys K] [--sizes LIST]
+#                     [--tx-n N] [--alloc-n N] [--threads LIST] [--maps LIST] [--words LIST]
+#                     [--elements LIST] [--list-ops N] [--visits V] [--no-redo] [--out DIR]
 #                     [--pmemobj-only] [--wait-idle SECS]
 #
-#   --quick         smoke run: 1 round, 20,000 overwrites, 10,000 allocs, 50,000 keys
-#   --rounds R      rounds (default 3; --quick: 1); within a round every cell runs both
-#                   libraries back to back, the first one alternating by cell and by round
-#   --only tx|maps  run only the transaction microbenchmarks or only the maps
+#   --quick         smoke run: 1 round, 20,000 overwrites, 10,000 allocs, 50,000 keys, lists of
+#                   10..1,000 elements with 2,000 push/pop and 20,000 visits
+#   --rounds R      rounds (default 3; --quick: 1); within a round every cell runs every
+#                   library back to back, the first one rotating by cell and by round
+#   --only X        run only one group: tx (overwrite, alloc/free, pair), words (the
+#                   transaction-size sweep), list (the doubly-linked list) or maps
 #   --keys K        map keys (default 1,000,000), split between the threads
 #   --sizes LIST    tx sizes in bytes (default 64,256,1024,4096)
 #   --tx-n N        overwrite transactions per size (default 200,000)
 #   --alloc-n N     alloc / free / pair transactions per size (default 100,000)
 #   --threads LIST  map thread counts (default 1,2)
 #   --maps LIST     maps (default btree,rbtree,hash)
+#   --words LIST    words written per transaction in the size sweep (default 1,2,4,8,16,32,64;
+#                   n = --tx-n transactions per point)
+#   --elements LIST list lengths (default 10,100,1000,10000,100000)
+#   --list-ops N    push_back / pop_front transactions per list length (default 100,000)
+#   --visits V      element visits per iterate op (default 1,000,000; at least one transaction)
+#   --no-redo       do not build or run the kavach-redo library (Kavach's redo mode)
 #   --out DIR       report directory (default target/bench/heap-<UTC date-time>)
 #   --pmemobj-only  do not build or run Kavach (to check the harness while it does not build)
+#
+# Libraries: pmemobj (libpmemobj), kavach (Kavach, undo mode, the same calls as pmemobj) and
+# kavach-redo (Kavach in redo mode: kv_tx_begin_mode(KV_TX_REDO), kv_tx_write, kv_tx_read; not
+# for the maps, which store directly). See pm.h.
 #   --wait-idle S   before every cell, wait up to S seconds (default 600; 0: do not wait) while
 #                   cargo or rustc runs or another process uses more than 20% of a CPU; cells
 #                   that ran with such a process anyway are marked in the report
@@ -50,6 +63,11 @@ TX_N=""
 ALLOC_N=""
 THREADS="1,2"
 MAPS="btree,rbtree,hash"
+WORDS="1,2,4,8,16,32,64"
+ELEMENTS=""
+LIST_OPS=""
+VISITS=""
+REDO=1
 OUTDIR=""
 PMEMOBJ_ONLY=0
 WAIT_IDLE=600
@@ -67,6 +85,11 @@ while [ $# -gt 0 ]; do
     --alloc-n) need "$@"; ALLOC_N="$2"; shift ;;
     --threads) need "$@"; THREADS="$2"; shift ;;
     --maps) need "$@"; MAPS="$2"; shift ;;
+    --words) need "$@"; WORDS="$2"; shift ;;
+    --elements) need "$@"; ELEMENTS="$2"; shift ;;
+    --list-ops) need "$@"; LIST_OPS="$2"; shift ;;
+    --visits) need "$@"; VISITS="$2"; shift ;;
+    --no-redo) REDO=0 ;;
     --out) need "$@"; OUTDIR="$2"; shift ;;
     --pmemobj-only) PMEMOBJ_ONLY=1 ;;
     --wait-idle) need "$@"; WAIT_IDLE="$2"; shift ;;
@@ -75,19 +98,25 @@ while [ $# -gt 0 ]; do
   esac
   shift
 done
-case "$ONLY" in ""|tx|maps) ;; *) die "--only takes tx or maps" ;; esac
+case "$ONLY" in ""|tx|words|list|maps) ;; *) die "--only takes tx, words, list or maps" ;; esac
 if [ "$QUICK" = 1 ]; then
   : "${ROUNDS:=1}" "${KEYS:=50000}" "${TX_N:=20000}" "${ALLOC_N:=10000}"
+  : "${ELEMENTS:=10,100,1000}" "${LIST_OPS:=2000}" "${VISITS:=20000}"
 else
   : "${ROUNDS:=3}" "${KEYS:=1000000}" "${TX_N:=200000}" "${ALLOC_N:=100000}"
+  : "${ELEMENTS:=10,100,1000,10000,100000}" "${LIST_OPS:=100000}" "${VISITS:=1000000}"
 fi
 [[ "$WAIT_IDLE" =~ ^[0-9]+$ ]] || die "--wait-idle takes seconds"
-for v in "$ROUNDS" "$KEYS" "$TX_N" "$ALLOC_N"; do
+for v in "$ROUNDS" "$KEYS" "$TX_N" "$ALLOC_N" "$LIST_OPS" "$VISITS"; do
   [[ "$v" =~ ^[1-9][0-9]*$ ]] || die "'$v' is not a positive integer"
 done
 IFS=, read -r -a SIZE_LIST <<< "$SIZES"
 IFS=, read -r -a THREAD_LIST <<< "$THREADS"
 IFS=, read -r -a MAP_LIST <<< "$MAPS"
+IFS=, read -r -a WORD_LIST <<< "$WORDS"
+IFS=, read -r -a ELEMENT_LIST <<< "$ELEMENTS"
+for v in "${WORD_LIST[@]}"; do [[ "$v" =~ ^[1-9][0-9]*$ ]] && (( v <= 64 )) || die "--words: '$v' is not in 1..64"; done
+for v in "${ELEMENT_LIST[@]}"; do [[ "$v" =~ ^[1-9][0-9]*$ ]] || die "--elements: '$v' is not a positive integer"; done
 
 STAMP="$(date -u +%Y%m%d-%H%M%S)"
 OUT="${OUTDIR:-$ROOT/target/bench/heap-$STAMP}"
@@ -119,6 +148,7 @@ build_side() { # build_side BACKEND_DEFINE SUFFIX EXTRA_CFLAGS... -- LIBS...
   libs=("$@")
   log "compiling $sfx harnesses"
   gcc "${CFLAGS[@]}" -D"$def" "${extra[@]}" -o "$BIN/txbench-$sfx" "$HERE/txbench.c" "${libs[@]}"
+  gcc "${CFLAGS[@]}" -D"$def" "${extra[@]}" -o "$BIN/listbench-$sfx" "$HERE/listbench.c" "${libs[@]}"
   gcc "${CFLAGS[@]}" -D"$def" "${extra[@]}" -o "$BIN/mapbench-$sfx" "$HERE/mapbench.c" \
     "${MAP_SRCS[@]}" "${libs[@]}"
   gcc "${CFLAGS[@]}" -D"$def" -DHM_LOG=6 "${extra[@]}" -o "$BIN/selftest-$sfx" \
@@ -143,10 +173,15 @@ if [ "$PMEMOBJ_ONLY" = 0 ]; then
   cp "$LIB" "$BIN/libkavach.a"
   build_side KV_BACKEND_KAVACH kavach -I"$ROOT/crates/heap-ffi/include" -- \
     "$BIN/libkavach.a" -lpthread -ldl -lm
+  if [ "$REDO" = 1 ]; then
+    build_side KV_BACKEND_KAVACH kavach-redo -DKV_KAVACH_REDO -I"$ROOT/crates/heap-ffi/include" -- \
+      "$BIN/libkavach.a" -lpthread -ldl -lm
+  fi
   REV="$(cd "$ROOT" && git rev-parse --short HEAD 2>/dev/null || echo unknown)"
   DIRTY="$(cd "$ROOT" && git status --porcelain -- crates/heap crates/heap-ffi crates/pmem 2>/dev/null | wc -l)"
   KAVACH_DESC="git $REV$( [ "$DIRTY" != 0 ] && echo " + $DIRTY uncommitted/untracked paths in crates/heap, crates/heap-ffi, crates/pmem"), libkavach.a sha256 $(sha256sum "$BIN/libkavach.a" | cut -c1-16), built $(date -u -r "$BIN/libkavach.a" '+%Y-%m-%dT%H:%M:%SZ')"
   BACKENDS=(kavach pmemobj)
+  [ "$REDO" = 1 ] && BACKENDS=(kavach kavach-redo pmemobj)
 fi
 
 # --- pools ------------------------------------------------------------------------------------
@@ -190,8 +225,9 @@ for be in "${BACKENDS[@]}"; do
   run_one "selftest-$be" "$be" 0 selftest selftest --dir "$SHM_DIR"
 done
 [ "$FAILED" = 0 ] || die "selftest failed (see $OUT/raw/selftest-*.err); not timing anything"
-if [ "$ONLY" != tx ]; then
+if [ -z "$ONLY" ] || [ "$ONLY" = maps ]; then
   for be in "${BACKENDS[@]}"; do
+    [ "$be" = kavach-redo ] && continue # the maps store directly: undo mode only
     for m in "${MAP_LIST[@]}"; do
       for t in "${THREAD_LIST[@]}"; do
         log "validate $be $m T=$t (20,000 keys, close + reopen between phases)"
@@ -207,12 +243,18 @@ VALIDATE_FAILED=$FAILED
 
 # --- timed cells ------------------------------------------------------------------------------
 CELLS=()
-if [ "$ONLY" != maps ]; then
+if [ -z "$ONLY" ] || [ "$ONLY" = tx ]; then
   for s in "${SIZE_LIST[@]}"; do
     CELLS+=("tx overwrite $s" "tx allocfree $s" "tx pair $s")
   done
 fi
-if [ "$ONLY" != tx ]; then
+if [ -z "$ONLY" ] || [ "$ONLY" = words ]; then
+  for w in "${WORD_LIST[@]}"; do CELLS+=("tx words $w"); done
+fi
+if [ -z "$ONLY" ] || [ "$ONLY" = list ]; then
+  for e in "${ELEMENT_LIST[@]}"; do CELLS+=("list $e -"); done
+fi
+if [ -z "$ONLY" ] || [ "$ONLY" = maps ]; then
   for m in "${MAP_LIST[@]}"; do
     for t in "${THREAD_LIST[@]}"; do CELLS+=("map $m $t"); done
   done
@@ -224,14 +266,23 @@ for ((r = 1; r <= ROUNDS; r++)); do
   for ((c = 0; c < ${#CELLS[@]}; c++)); do
     read -r kind a b <<< "${CELLS[$c]}"
     BUSY="$(wait_idle "round $r cell ${CELLS[$c]}")"
-    if [ "${#BACKENDS[@]}" = 2 ] && (( (r + c) % 2 == 1 )); then
-      order=(pmemobj kavach)
-    else
-      order=("${BACKENDS[@]}")
-    fi
+    # The libraries of this cell, the first one rotating by cell and by round.
+    cell_be=()
+    for be in "${BACKENDS[@]}"; do
+      [ "$kind" = map ] && [ "$be" = kavach-redo ] && continue
+      cell_be+=("$be")
+    done
+    order=()
+    for ((k = 0; k < ${#cell_be[@]}; k++)); do
+      order+=("${cell_be[$(( (k + r + c) % ${#cell_be[@]} ))]}")
+    done
     for be in "${order[@]}"; do
-      if [ "$kind" = tx ]; then
-        n="$ALLOC_N"; [ "$a" = overwrite ] && n="$TX_N"
+      if [ "$kind" = list ]; then
+        log "round $r/$ROUNDS cell $((c + 1))/${#CELLS[@]}: list of $a elements, $be"
+        run_one "r$r-list-$a-$be" "$be" "$r" "list-$a" listbench --elements "$a" \
+          --ops "$LIST_OPS" --visits "$VISITS" --dir "$SHM_DIR"
+      elif [ "$kind" = tx ]; then
+        n="$ALLOC_N"; { [ "$a" = overwrite ] || [ "$a" = words ]; } && n="$TX_N"
         log "round $r/$ROUNDS cell $((c + 1))/${#CELLS[@]}: tx $a ${b} B, $be"
         run_one "r$r-tx-$a-$b-$be" "$be" "$r" "tx-$a-$b" txbench --op "$a" --size "$b" \
           --n "$n" --dir "$SHM_DIR"
@@ -254,7 +305,7 @@ MEM_GIB="$(awk '/MemTotal/ { printf "%.1f", $2 / 1048576 }' /proc/meminfo)"
 python3 "$HERE/summarize.py" "$OUT" \
   --meta "date=$(date -u '+%Y-%m-%dT%H:%M:%SZ') (started $STAMP UTC)" \
   --meta "command=bench/heap/run.sh $ARGS_ORIG" \
-  --meta "rounds=$ROUNDS; tx sizes $SIZES; overwrite n=$TX_N, alloc/free/pair n=$ALLOC_N (warm-up n/10); map keys $KEYS, threads $THREADS; $ELAPSED s of timed cells" \
+  --meta "rounds=$ROUNDS; tx sizes $SIZES; overwrite and words n=$TX_N, alloc/free/pair n=$ALLOC_N (warm-up n/10); words per tx $WORDS; list elements $ELEMENTS, push/pop n=$LIST_OPS, $VISITS visits per iterate op; map keys $KEYS, threads $THREADS; $ELAPSED s of timed cells" \
   --meta "kernel=$(uname -r)" \
   --meta "cpu=${CPU_MODEL:-unknown} ($(nproc) cpus online, ${MEM_GIB} GiB RAM; cpuinfo flags: ${FLUSH_INSNS:-none of clwb/clflushopt})" \
   --meta "medium=pool files in $SHM_BASE ($FS_TYPE): persistent memory emulated in DRAM, not durable across reboot" \

@@ -188,6 +188,47 @@ static void part1(const char *path)
 		CHECK(r->counter[t][0] == 20000, "thread %d counter %" PRIu64, t, r->counter[t][0]);
 	}
 
+	/* the build's mode (pm.h): pm_write / pm_write_fresh / pm_read, commit, abort, free */
+	{
+		unsigned char buf[64], got[64];
+		memset(buf, 0x5a, sizeof(buf));
+		CHECK((err = pm_tx_begin_mode(pop, PM_TX_MODE)) == 0, "begin_mode: %d", err);
+		CHECK((err = pm_write(pop, r->bytes + 256, buf, 64)) == 0, "pm_write: %d", err);
+		memset(got, 0, sizeof(got));
+		CHECK((err = pm_read(pop, got, r->bytes + 256, 64)) == 0, "pm_read: %d", err);
+		CHECK(all_bytes(got, 64, 0x5a), "pm_read does not see the transaction's write");
+		pm_oid b = pm_tx_alloc(pop, 64);
+		CHECK(!PM_OID_IS_NULL(b), "alloc failed");
+		if (!PM_OID_IS_NULL(b)) {
+			CHECK((err = pm_write_fresh(pop, pm_direct(pop, b), buf, 64)) == 0,
+			      "pm_write_fresh: %d", err);
+			CHECK((err = pm_write(pop, &r->slot[1], &b, sizeof(b))) == 0, "pm_write: %d",
+			      err);
+		}
+		CHECK((err = pm_tx_commit(pop)) == 0, "commit: %d", err);
+		CHECK(all_bytes(r->bytes + 256, 64, 0x5a), "committed pm_write lost");
+		CHECK(PM_OID_EQ(r->slot[1], b) && all_bytes(pm_direct(pop, r->slot[1]), 64, 0x5a),
+		      "committed fresh block lost");
+
+		memset(buf, 0x33, sizeof(buf));
+		CHECK((err = pm_tx_begin_mode(pop, PM_TX_MODE)) == 0, "begin_mode: %d", err);
+		CHECK((err = pm_write(pop, r->bytes + 256, buf, 64)) == 0, "pm_write: %d", err);
+		CHECK((err = pm_read(pop, got, r->bytes + 256, 64)) == 0 && all_bytes(got, 64, 0x33),
+		      "pm_read does not see the transaction's write");
+		pm_tx_abort(pop, PM_EBENCH);
+		CHECK(!pm_tx_active(pop), "still active after abort");
+		CHECK(all_bytes(r->bytes + 256, 64, 0x5a), "abort did not roll back a pm_write");
+
+		pm_oid s, null = PM_OID_NULL;
+		CHECK((err = pm_tx_begin_mode(pop, PM_TX_MODE)) == 0, "begin_mode: %d", err);
+		CHECK((err = pm_read(pop, &s, &r->slot[1], sizeof(s))) == 0, "pm_read: %d", err);
+		CHECK((err = pm_tx_free(pop, s)) == 0, "free: %d", err);
+		CHECK((err = pm_write(pop, &r->slot[1], &null, sizeof(null))) == 0, "pm_write: %d",
+		      err);
+		CHECK((err = pm_tx_commit(pop)) == 0, "commit: %d", err);
+		CHECK(PM_OID_IS_NULL(r->slot[1]), "freed slot not null");
+	}
+
 	/* close + open */
 	CHECK((err = pm_pool_close(pop)) == 0, "close: %d", err);
 	pop = pm_pool_open(path);
@@ -200,6 +241,7 @@ static void part1(const char *path)
 		CHECK(all_bytes(r->bytes, 64, 0xaa), "bytes 0..63 after reopen");
 		CHECK(all_bytes(r->bytes + 64, 64, 0), "bytes 64..127 after reopen");
 		CHECK(all_bytes(r->bytes + 128, 64, 0xdd), "bytes 128..191 after reopen");
+		CHECK(all_bytes(r->bytes + 256, 64, 0x5a), "bytes 256..319 after reopen");
 		CHECK(!PM_OID_IS_NULL(r->slot[0]) && all_bytes(pm_direct(pop, r->slot[0]), 256, 0xee),
 		      "allocated block after reopen");
 		CHECK(r->counter[0][0] == 20000 && r->counter[1][0] == 20000, "counters after reopen");

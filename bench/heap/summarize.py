@@ -4,10 +4,12 @@
     summarize.py DIR [--meta key=value ...]
 
 Reads DIR/runs.jsonl (one line per process run.sh started) and the JSON lines each process
-printed (DIR/raw/NAME.out). Per cell and library: the median over rounds (and min, max) of
-ns/op and ops/s; the ratio "speedup = pmemobj ns/op / Kavach ns/op" of the medians (above 1:
-Kavach is faster), and the range of the same ratio computed round by round (each round runs the
-two libraries back to back).
+printed (DIR/raw/NAME.out). Per cell and library (pmemobj, kavach = Kavach in undo mode,
+kavach-redo = Kavach in redo mode): the median over rounds (and min, max) of ns/op and ops/s;
+the ratio "speedup = pmemobj ns/op / Kavach ns/op" of the medians for each Kavach library
+(above 1: Kavach is faster), and the range of the same ratio computed round by round (each
+round runs the libraries back to back). Lines with an "error" field (a transaction a library
+refused, e.g. as too large for its log) are listed, not averaged.
 """
 import json
 import os
@@ -45,9 +47,15 @@ def load(outdir):
     return runs, meas
 
 
+KAVACHS = ("kavach", "kavach-redo")
+BACKENDS = ("kavach", "kavach-redo", "pmemobj")
+
+
 def key_of(m):
     if m["bench"] == "tx":
         return ("tx", m["op"], m["size"], 1)
+    if m["bench"] == "list":
+        return ("list", m["op"], m["elements"], m["payload"])
     return ("map", m["map"], m["op"], m["threads"])
 
 
@@ -86,6 +94,8 @@ def main():
         else:
             sys.exit(f"unknown argument {args[i]}")
     runs, meas = load(outdir)
+    errors = [m for m in meas if "error" in m]
+    meas = [m for m in meas if "error" not in m]
 
     groups = {}
     order = []
@@ -102,9 +112,11 @@ def main():
         row = {"bench": k[0]}
         if k[0] == "tx":
             row.update(op=k[1], size=k[2])
+        elif k[0] == "list":
+            row.update(op=k[1], elements=k[2], payload=k[3])
         else:
             row.update(map=k[1], op=k[2], threads=k[3])
-        for be in ("kavach", "pmemobj"):
+        for be in BACKENDS:
             ms = g.get(be, [])
             if not ms:
                 row[be] = None
@@ -122,25 +134,31 @@ def main():
             if k[0] == "map":
                 d["total_s_median"] = statistics.median(m["total_s"] for m in ms)
                 d["thread_ns_per_op_median"] = statistics.median(m["thread_ns_per_op"] for m in ms)
+            if k[0] == "list" and all("ns_per_element" in m for m in ms):
+                d["ns_per_element_median"] = statistics.median(m["ns_per_element"] for m in ms)
             row[be] = d
-        if row.get("kavach") and row.get("pmemobj"):
-            kv, pm = row["kavach"], row["pmemobj"]
-            row["speedup"] = pm["ns_per_op_median"] / kv["ns_per_op_median"]
-            per = []
-            for r, kns in kv["per_round_ns_per_op"].items():
-                pns = pm["per_round_ns_per_op"].get(r)
-                if pns:
-                    per.append(pns / kns)
-            row["speedup_per_round"] = per
-        else:
-            row["speedup"] = None
-            row["speedup_per_round"] = []
+        # "speedup" / "speedup_per_round": kavach (undo); "speedup_redo" / ...: kavach-redo.
+        for be, sfx in (("kavach", ""), ("kavach-redo", "_redo")):
+            kv, pm = row.get(be), row.get("pmemobj")
+            if kv and pm:
+                row["speedup" + sfx] = pm["ns_per_op_median"] / kv["ns_per_op_median"]
+                per = []
+                for r, kns in kv["per_round_ns_per_op"].items():
+                    pns = pm["per_round_ns_per_op"].get(r)
+                    if pns:
+                        per.append(pns / kns)
+                row["speedup_per_round" + sfx] = per
+            else:
+                row["speedup" + sfx] = None
+                row["speedup_per_round" + sfx] = []
         summary.append(row)
 
     def cell_of(row):
         if row["bench"] == "tx":
             grp = "allocfree" if row["op"] in ("alloc", "free", "realloc") else row["op"]
             return f"tx-{grp}-{row['size']}"
+        if row["bench"] == "list":
+            return f"list-{row['elements']}"
         return f"map-{row['map']}-t{row['threads']}"
 
     busy_runs = [r for r in runs if r["round"] > 0 and (r.get("busy_before") or r.get("busy_after"))]
@@ -152,7 +170,7 @@ def main():
     checks = [r for r in runs if r["round"] == 0]
 
     with open(os.path.join(outdir, "results.json"), "w") as f:
-        json.dump({"meta": dict(meta), "summary": summary, "measurements": meas,
+        json.dump({"meta": dict(meta), "summary": summary, "measurements": meas, "errors": errors,
                    "runs": [{k: v for k, v in r.items() if k != "lines"} for r in runs]},
                   f, indent=1)
 
@@ -165,7 +183,9 @@ def main():
     w("**How to read:** times are means per operation (the whole loop's time / N), the median over")
     w("rounds. **speedup = pmemobj ns/op ÷ Kavach ns/op**: above 1 Kavach is faster, below 1")
     w("libpmemobj is. \"per-round\" is the smallest and largest of the same ratio computed round by")
-    w("round (each round runs the two libraries back to back, alternating which goes first).")
+    w("round (each round runs the libraries back to back, rotating which goes first). Kavach runs")
+    w("as two libraries: \"undo\" (kavach: the same calls as libpmemobj) and \"redo\" (kavach-redo:")
+    w("kv_tx_begin_mode(KV_TX_REDO), kv_tx_write, kv_tx_read).")
     w("")
     if failed:
         w("## Failures\n")
@@ -196,31 +216,91 @@ def main():
     def mark(row):
         return " †" if row.get("disturbed") else ""
 
-    def rounds_str(row):
-        p = row["speedup_per_round"]
+    def rounds_str(row, sfx=""):
+        p = row["speedup_per_round" + sfx]
         return "-" if not p else f"{min(p):.2f}–{max(p):.2f}"
 
+    def ns_of(row, be, field="ns_per_op_median"):
+        d = row.get(be)
+        return fmt_ns(d and d.get(field))
+
+    def err_of(kind, op, x, be):
+        for e in errors:
+            if e["bench"] == kind and e["op"] == op and e.get("elements", e.get("size")) == x \
+                    and e["backend"] == be:
+                return "refused‡"
+        return None
+
+    three = ("| pmemobj ns | Kavach undo ns | Kavach redo ns | undo speedup | redo speedup | "
+             "undo per-round | redo per-round |")
+
     tx = [r for r in summary if r["bench"] == "tx"]
-    if tx:
+    if any(r["op"] != "words" for r in tx):
         w("## Transactions (one thread)\n")
-        w("| op | size B | Kavach ns/op | pmemobj ns/op | Kavach ops/s | pmemobj ops/s | speedup | per-round |")
-        w("| --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |")
+        w("ns per transaction (mean over the loop, median over rounds); speedup = pmemobj ÷ Kavach.\n")
+        w("| op | size B " + three)
+        w("| --- | ---: | ---: | ---: | ---: | ---: | ---: | --- | --- |")
         for op in ("overwrite", "alloc", "free", "realloc", "pair"):
             for r in sorted((r for r in tx if r["op"] == op), key=lambda r: r["size"]):
-                kv, pm = r.get("kavach"), r.get("pmemobj")
-                w(f"| {op}{mark(r)} | {r['size']} | {fmt_ns(kv and kv['ns_per_op_median'])} | "
-                  f"{fmt_ns(pm and pm['ns_per_op_median'])} | {fmt_rate(kv and kv['ops_per_s_median'])} | "
-                  f"{fmt_rate(pm and pm['ops_per_s_median'])} | {fmt_ratio(r['speedup'])} | {rounds_str(r)} |")
+                w(f"| {op}{mark(r)} | {r['size']} | {ns_of(r, 'pmemobj')} | {ns_of(r, 'kavach')} | "
+                  f"{ns_of(r, 'kavach-redo')} | {fmt_ratio(r['speedup'])} | "
+                  f"{fmt_ratio(r['speedup_redo'])} | {rounds_str(r)} | {rounds_str(r, '_redo')} |")
         w("")
-        w("overwrite: add_range of the whole object + memset + commit. alloc: alloc + add_range of a")
-        w("16-byte slot + link + commit. free: add_range of the slot + free + unlink + commit (random")
-        w("order). realloc: the same allocations again after all were freed (memory touched before;")
+        w("overwrite: write the whole object + commit. alloc: alloc + write a 16-byte slot (the link) +")
+        w("commit. free: read the slot + write it null + free + commit (random order). realloc: the same allocations again after all were freed (memory touched before;")
         w("alloc on a fresh pool includes the kernel's first-touch page faults of the pool's pages).")
-        w("pair: one alloc transaction and one free transaction; time per pair.")
+        w("pair: one alloc transaction and one free transaction; time per pair. Undo builds store with")
+        w("add_range + memcpy; the redo build with kv_tx_write (pm.h).")
         w("")
+    words = sorted((r for r in tx if r["op"] == "words"), key=lambda r: r["size"])
+    if words:
+        w("## Transaction-size sweep (one thread)\n")
+        w("One transaction writes W 8-byte words, each in its own cache line of one object (W")
+        w("pm_writes: snapshot + store on the undo builds, kv_tx_write on the redo build).\n")
+        w("| words per tx " + three)
+        w("| ---: | ---: | ---: | ---: | ---: | ---: | --- | --- |")
+        for r in words:
+            w(f"| {r['size']}{mark(r)} | {ns_of(r, 'pmemobj')} | {ns_of(r, 'kavach')} | "
+              f"{ns_of(r, 'kavach-redo')} | {fmt_ratio(r['speedup'])} | "
+              f"{fmt_ratio(r['speedup_redo'])} | {rounds_str(r)} | {rounds_str(r, '_redo')} |")
+        w("")
+    lists = [r for r in summary if r["bench"] == "list"]
+    if lists or any(e["bench"] == "list" for e in errors):
+        w("## Doubly-linked list (DNV Memory's microbenchmark, one thread)\n")
+        w("A circular doubly-linked list of nodes with a 128-byte payload (unless the payload column")
+        w("says otherwise). push_back: allocate, fill and link at the tail, one transaction; pop_front:")
+        w("unlink the head and free it, one transaction; iterate_read / iterate_write: one transaction")
+        w("walks the whole list and reads / writes 8 bytes of every element. ns per transaction;")
+        w("speedup = pmemobj ÷ Kavach. \"refused‡\": the library refused the transaction (its log")
+        w("cannot hold it; see the list below).\n")
+        w("| op | elements | payload B " + three)
+        w("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | --- |")
+        keys = sorted({(r["op"], r["elements"], r["payload"]) for r in lists}
+                      | {(e["op"], e["elements"], e["payload"]) for e in errors if e["bench"] == "list"},
+                      key=lambda k: (["push_back", "pop_front", "iterate_read", "iterate_write"].index(k[0])
+                                     if k[0] in ("push_back", "pop_front", "iterate_read", "iterate_write")
+                                     else 9, k[1], k[2]))
+        for op, n, pl in keys:
+            r = next((r for r in lists if (r["op"], r["elements"], r["payload"]) == (op, n, pl)), None)
+            if r is None:
+                r = {"speedup": None, "speedup_redo": None, "speedup_per_round": [],
+                     "speedup_per_round_redo": []}
+            cells = []
+            for be in ("pmemobj", "kavach", "kavach-redo"):
+                cells.append(err_of("list", op, n, be) or ns_of(r, be))
+            w(f"| {op}{mark(r) if 'bench' in r else ''} | {n} | {pl} | {cells[0]} | {cells[1]} | {cells[2]} | "
+              f"{fmt_ratio(r['speedup'])} | {fmt_ratio(r['speedup_redo'])} | {rounds_str(r)} | "
+              f"{rounds_str(r, '_redo')} |")
+        w("")
+        if errors:
+            w("Refused transactions (one line per run):\n")
+            for e in errors:
+                w(f"- {e['backend']} {e['op']} ({e.get('elements', e.get('size'))}): {e['error']}")
+            w("")
     mp = [r for r in summary if r["bench"] == "map"]
     if mp:
         w("## Maps (one transaction per operation)\n")
+        w("(pmemobj and Kavach's undo mode only: the maps' code stores directly.)\n")
         w("| map | op | threads | Kavach s | pmemobj s | Kavach ops/s | pmemobj ops/s | Kavach ns/op | pmemobj ns/op | speedup | per-round |")
         w("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |")
         for r in sorted(mp, key=lambda r: (["btree", "rbtree", "hash"].index(r["map"])
@@ -244,9 +324,11 @@ def main():
     w("| cell | library | ns/op by round |")
     w("| --- | --- | --- |")
     for r in summary:
-        name = (f"tx {r['op']} {r['size']} B" if r["bench"] == "tx"
+        name = (f"tx words {r['size']} per tx" if r["bench"] == "tx" and r["op"] == "words"
+                else f"tx {r['op']} {r['size']} B" if r["bench"] == "tx"
+                else f"list {r['op']} N={r['elements']}" if r["bench"] == "list"
                 else f"{r['map']} {r['op']} T={r['threads']}")
-        for be in ("kavach", "pmemobj"):
+        for be in BACKENDS:
             d = r.get(be)
             if d:
                 vals = ", ".join(f"r{k}: {fmt_ns(v)}" for k, v in sorted(d["per_round_ns_per_op"].items(),

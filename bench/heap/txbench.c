@@ -1,7 +1,7 @@
 /*
  * txbench.c: transaction latency microbenchmarks, compiled once per backend (see pm.h).
  *
- *   txbench --op overwrite|allocfree|pair --size S [--n N] [--warmup W] [--dir DIR]
+ *   txbench --op overwrite|allocfree|pair|words --size S [--n N] [--warmup W] [--dir DIR]
  *           [--pool-mib M] [--seed X]
  *
  * Each run creates a fresh pool DIR/txbench-<backend>-<pid>.pool, measures one group on one
@@ -9,8 +9,12 @@
  * operations (clock_gettime(CLOCK_MONOTONIC) before and after) divided by N, after W untimed
  * warm-up operations of the same kind.
  *
- *   overwrite   per op: begin; add_range(the whole S-byte object); memset it with a new byte;
- *               commit. One object, allocated before the warm-up.
+ * Every timed transaction is begun in the build's mode (pm_tx_begin_mode(pop, PM_TX_MODE):
+ * redo for kavach-redo, undo otherwise) and stores with pm_write (add_range + memcpy on the undo
+ * builds, kv_tx_write on kavach-redo); see pm.h.
+ *
+ *   overwrite   per op: begin; pm_write(the whole S-byte object, from a buffer memset with a
+ *               new byte); commit. One object, allocated before the warm-up.
  *   allocfree   "alloc" per op: begin; alloc(S); add_range(16-byte slot i); slot i = block;
  *               commit. Then "free" per op, slots in a random order: begin; add_range(slot);
  *               free(block); slot = null; commit. The warm-up allocates and frees W blocks
@@ -21,6 +25,9 @@
  *               if the allocator reuses it); then they are freed, untimed.
  *   pair        per op: the alloc transaction into slot 0, then the free transaction of it
  *               (two transactions; the time reported is per pair).
+ *   words       the transaction-size sweep, S = words per transaction (1..64): per op: begin;
+ *               S pm_writes of one 8-byte word each, in S different cache lines of one 4 KiB
+ *               object (word j at byte 64 j); commit. Checked: every word holds the last value.
  *
  * Output: one JSON line per measured operation on stdout.
  */
@@ -64,21 +71,25 @@ static void bench_overwrite(struct tx_root *r, uint64_t size, uint64_t n, uint64
 	if ((err = pm_tx_commit(pop)) != 0)
 		die_pm("pm_tx_commit", err);
 
+	unsigned char *buf = malloc(size);
+	if (!buf)
+		die("out of memory");
 	uint64_t t0 = 0, total = warmup + n;
 	for (uint64_t i = 0; i < total; i++) {
 		if (i == warmup)
 			t0 = now_ns();
-		if ((err = pm_tx_begin(pop)) != 0)
-			die_pm("pm_tx_begin", err);
-		if ((err = pm_tx_add_range(pop, r->obj, 0, size)) != 0) {
+		memset(buf, (int)(i & 0xff), size);
+		if ((err = pm_tx_begin_mode(pop, PM_TX_MODE)) != 0)
+			die_pm("pm_tx_begin_mode", err);
+		if ((err = pm_write(pop, pm_direct(pop, r->obj), buf, size)) != 0) {
 			pm_tx_commit(pop);
-			die_pm("pm_tx_add_range(object)", err);
+			die_pm("pm_write(object)", err);
 		}
-		memset(pm_direct(pop, r->obj), (int)(i & 0xff), size);
 		if ((err = pm_tx_commit(pop)) != 0)
 			die_pm("pm_tx_commit", err);
 	}
 	uint64_t t1 = now_ns();
+	free(buf);
 	/* The object holds the last pattern. */
 	const unsigned char *p = pm_direct(pop, r->obj);
 	unsigned char want = (unsigned char)((total - 1) & 0xff);
@@ -93,20 +104,18 @@ static void bench_overwrite(struct tx_root *r, uint64_t size, uint64_t n, uint64
 static inline void tx_alloc_into(const struct parray *d, uint64_t i, uint64_t size)
 {
 	int err;
-	pm_oid seg;
-	pm_oid *slot = parray_slot(pop, d, i, &seg);
-	if ((err = pm_tx_begin(pop)) != 0)
-		die_pm("pm_tx_begin", err);
+	pm_oid *slot = parray_slot(pop, d, i, NULL);
+	if ((err = pm_tx_begin_mode(pop, PM_TX_MODE)) != 0)
+		die_pm("pm_tx_begin_mode", err);
 	pm_oid b = pm_tx_alloc(pop, size);
 	if (PM_OID_IS_NULL(b)) {
 		err = pm_tx_commit(pop);
 		die_pm("pm_tx_alloc", err);
 	}
-	if ((err = pm_tx_add_range(pop, seg, parray_slot_off(i), sizeof(pm_oid))) != 0) {
+	if ((err = pm_write(pop, slot, &b, sizeof(b))) != 0) {
 		pm_tx_commit(pop);
-		die_pm("pm_tx_add_range(slot)", err);
+		die_pm("pm_write(slot)", err);
 	}
-	*slot = b;
 	if ((err = pm_tx_commit(pop)) != 0)
 		die_pm("pm_tx_commit(alloc)", err);
 }
@@ -114,19 +123,22 @@ static inline void tx_alloc_into(const struct parray *d, uint64_t i, uint64_t si
 static inline void tx_free_from(const struct parray *d, uint64_t i)
 {
 	int err;
-	pm_oid seg;
-	pm_oid *slot = parray_slot(pop, d, i, &seg);
-	if ((err = pm_tx_begin(pop)) != 0)
-		die_pm("pm_tx_begin", err);
-	if ((err = pm_tx_add_range(pop, seg, parray_slot_off(i), sizeof(pm_oid))) != 0) {
+	pm_oid *slot = parray_slot(pop, d, i, NULL);
+	pm_oid b, null = PM_OID_NULL;
+	if ((err = pm_tx_begin_mode(pop, PM_TX_MODE)) != 0)
+		die_pm("pm_tx_begin_mode", err);
+	if ((err = pm_read(pop, &b, slot, sizeof(b))) != 0) {
 		pm_tx_commit(pop);
-		die_pm("pm_tx_add_range(slot)", err);
+		die_pm("pm_read(slot)", err);
 	}
-	if ((err = pm_tx_free(pop, *slot)) != 0) {
+	if ((err = pm_write(pop, slot, &null, sizeof(null))) != 0) {
+		pm_tx_commit(pop);
+		die_pm("pm_write(slot)", err);
+	}
+	if ((err = pm_tx_free(pop, b)) != 0) {
 		pm_tx_commit(pop);
 		die_pm("pm_tx_free", err);
 	}
-	*slot = PM_OID_NULL;
 	if ((err = pm_tx_commit(pop)) != 0)
 		die_pm("pm_tx_commit(free)", err);
 }
@@ -242,9 +254,60 @@ static void bench_pair(struct tx_root *r, uint64_t size, uint64_t n, uint64_t wa
 	report("pair", size, n, warmup, t1 - t0);
 }
 
+/* ---- words: the transaction-size sweep ---------------------------------------------------- */
+
+#define WORDS_MAX 64
+
+static void bench_words(struct tx_root *r, uint64_t words, uint64_t n, uint64_t warmup)
+{
+	int err;
+	if (words > WORDS_MAX)
+		die("--op words: --size is the number of words per transaction, 1..%d", WORDS_MAX);
+	if ((err = pm_tx_begin(pop)) != 0)
+		die_pm("pm_tx_begin", err);
+	pm_oid o = pm_tx_zalloc(pop, WORDS_MAX * 64);
+	if (PM_OID_IS_NULL(o)) {
+		err = pm_tx_commit(pop);
+		die_pm("pm_tx_zalloc(object)", err);
+	}
+	if ((err = pm_tx_add_direct(pop, &r->obj, sizeof(r->obj))) != 0) {
+		pm_tx_commit(pop);
+		die_pm("pm_tx_add_direct(root)", err);
+	}
+	r->obj = o;
+	if ((err = pm_tx_commit(pop)) != 0)
+		die_pm("pm_tx_commit", err);
+	unsigned char *base = pm_direct(pop, o);
+
+	uint64_t t0 = 0, total = warmup + n;
+	for (uint64_t i = 0; i < total; i++) {
+		if (i == warmup)
+			t0 = now_ns();
+		if ((err = pm_tx_begin_mode(pop, PM_TX_MODE)) != 0)
+			die_pm("pm_tx_begin_mode", err);
+		for (uint64_t j = 0; j < words; j++) {
+			uint64_t v = i * WORDS_MAX + j;
+			if ((err = pm_write(pop, base + 64 * j, &v, sizeof(v))) != 0) {
+				pm_tx_commit(pop);
+				die_pm("pm_write(word)", err);
+			}
+		}
+		if ((err = pm_tx_commit(pop)) != 0)
+			die_pm("pm_tx_commit", err);
+	}
+	uint64_t t1 = now_ns();
+	for (uint64_t j = 0; j < WORDS_MAX; j++) {
+		uint64_t v, want = j < words ? (total - 1) * WORDS_MAX + j : 0;
+		memcpy(&v, base + 64 * j, sizeof(v));
+		if (v != want)
+			die("words: word %" PRIu64 " is %" PRIu64 ", expected %" PRIu64, j, v, want);
+	}
+	report("words", words, n, warmup, t1 - t0);
+}
+
 static void usage(void)
 {
-	fprintf(stderr, "usage: txbench --op overwrite|allocfree|pair --size S [--n N] [--warmup W]\n"
+	fprintf(stderr, "usage: txbench --op overwrite|allocfree|pair|words --size S [--n N] [--warmup W]\n"
 			"               [--dir DIR] [--pool-mib M] [--seed X]\n");
 	exit(2);
 }
@@ -277,11 +340,11 @@ int main(int argc, char **argv)
 	if (op == NULL || size == 0)
 		usage();
 	int is_ow = !strcmp(op, "overwrite"), is_af = !strcmp(op, "allocfree"),
-	    is_pair = !strcmp(op, "pair");
-	if (!is_ow && !is_af && !is_pair)
+	    is_pair = !strcmp(op, "pair"), is_words = !strcmp(op, "words");
+	if (!is_ow && !is_af && !is_pair && !is_words)
 		usage();
 	if (n == 0)
-		n = is_ow ? 200000 : 100000;
+		n = is_ow || is_words ? 200000 : 100000;
 	if (warmup == UINT64_MAX)
 		warmup = n / 10;
 	if (pool_mib == 0) {
@@ -310,6 +373,8 @@ int main(int argc, char **argv)
 		bench_overwrite(r, size, n, warmup);
 	else if (is_af)
 		bench_allocfree(r, size, n, warmup, seed);
+	else if (is_words)
+		bench_words(r, size, n, warmup);
 	else
 		bench_pair(r, size, n, warmup);
 

@@ -5,10 +5,18 @@
  * region. Persistent pointers are `kv_oid` values: the pool's 64-bit id and a byte offset inside
  * the heap. `kv_direct` turns one into an address valid while the pool stays open.
  *
- * Transactions are undo-logged: call kv_tx_add_range (or kv_tx_add_direct) on every range
- * before its first change in a transaction, then store to it directly. kv_tx_commit makes every
- * added range and every block allocated in the transaction durable (flush and fence) before it
- * returns. Allocation and free inside a transaction take effect only at commit. Transactions
+ * Transactions run in one of two modes, chosen when the outermost level begins:
+ *  - undo (kv_tx_begin, or kv_tx_begin_mode with KV_TX_UNDO): call kv_tx_add_range (or
+ *    kv_tx_add_direct) on every range before its first change in a transaction, then store to
+ *    it directly; or store with kv_tx_write, which does both. kv_tx_commit makes every added
+ *    range and every block allocated in the transaction durable (flush and fence) before it
+ *    returns.
+ *  - redo (kv_tx_begin_mode with KV_TX_REDO): change persistent memory only with kv_tx_write
+ *    and read what the transaction wrote with kv_tx_read; the new bytes are kept in a log in
+ *    DRAM and applied in place by kv_tx_commit. A direct store is not part of a redo
+ *    transaction, and a direct load sees the committed bytes, not the transaction's writes.
+ *    (The library as built may still run redo transactions as undo ones; code written to the
+ *    redo rules is correct either way.) Allocation and free inside a transaction take effect only at commit. Transactions
  * nest by flattening: only the outermost commit commits, and an abort anywhere aborts all.
  * A transaction belongs to the thread that began it; threads run transactions in parallel,
  * each on its own lane (log), up to the pool's lane count.
@@ -26,6 +34,16 @@
  * transaction per pool. A thread that ends inside a transaction has it rolled back when it
  * exits (by its thread-exit handlers); a process that exits inside one has it rolled back by
  * the next kv_pool_open.
+ *
+ * Usage trap: a pool opened or created with KV_OPEN_TRAP (or with KAVACH_TRAP=1 in the
+ * environment, for any open or create) hands out addresses from kv_direct in a reserved range
+ * with no access, of the pool's size, instead of addresses in its mapping. The library
+ * translates them (kv_tx_write, kv_tx_read, kv_tx_add_direct, kv_oid_of, kv_mutex_*), so a
+ * program that follows the redo rules runs unchanged; a direct load or store through one
+ * faults at once, and the library's SIGSEGV handler (installed when the first trapped pool
+ * opens, passing other faults to the handler that was there before) prints a message naming
+ * the rule and the address to stderr, then the process dies of SIGSEGV. A debugging aid: a
+ * trapped pool's addresses are valid only until it is closed, like any others.
  */
 #ifndef KAVACH_H
 #define KAVACH_H
@@ -50,6 +68,13 @@ extern "C" {
 #define KV_EEXIST 9      /* kv_pool_create: the file exists */
 #define KV_EBUSY 10      /* the pool is locked by another process */
 
+/* Transaction modes (kv_tx_begin_mode, kv_tx_mode). */
+#define KV_TX_UNDO 0     /* old bytes logged in PM before each change (kv_tx_begin's mode) */
+#define KV_TX_REDO 1     /* new bytes logged in DRAM, applied at commit */
+
+/* Flags of kv_pool_create_flags and kv_pool_open_flags. */
+#define KV_OPEN_TRAP 1   /* the usage trap (see above) */
+
 typedef struct kv_pool kv_pool;
 
 /* A persistent pointer. The null oid is {0, 0}. */
@@ -67,6 +92,10 @@ kv_pool *kv_pool_create(const char *path, uint64_t size);
 /* Open the pool at `path` and recover it (roll back or finish interrupted transactions).
  * NULL on failure, also while the pool is open (in this process or another). */
 kv_pool *kv_pool_open(const char *path);
+/* kv_pool_create and kv_pool_open with flags (KV_OPEN_TRAP, or 0). Unknown flags: NULL,
+ * KV_EINVAL. */
+kv_pool *kv_pool_create_flags(const char *path, uint64_t size, int flags);
+kv_pool *kv_pool_open_flags(const char *path, int flags);
 /* Close the pool. The calling thread must have no open transaction: if it has one, the call
  * fails with KV_EINVAL and changes nothing (the pool and the transaction stay open).
  * Otherwise the pool is closed and `pop` is invalid, also when an error is returned (the pool
@@ -82,7 +111,8 @@ uint64_t kv_pool_id(const kv_pool *pop);
 kv_oid kv_root(kv_pool *pop, size_t size);
 
 /* Address of `oid` in this process, or NULL for the null oid, an oid of another pool or an
- * offset outside the heap's data zone. No locks, no allocation. */
+ * offset outside the heap's data zone. No locks, no allocation. In a trapped pool the address
+ * is in the staging range: pass it to the kv_* calls, never dereference it. */
 void *kv_direct(const kv_pool *pop, kv_oid oid);
 /* The oid of an address inside the pool's heap (the offset of that byte, not necessarily
  * the start of a block), or the null oid. */
@@ -95,6 +125,23 @@ size_t kv_usable_size(kv_pool *pop, kv_oid oid);
 /* Begin a transaction, or a nested level of the open one. In an aborted transaction it
  * returns KV_EABORTED and opens no level. */
 int kv_tx_begin(kv_pool *pop);
+/* Begin a transaction in `mode` (KV_TX_UNDO or KV_TX_REDO; anything else is KV_EINVAL, which
+ * inside a transaction aborts it). A nested level keeps the outer level's mode whatever `mode`
+ * says. kv_tx_begin(pop) is kv_tx_begin_mode(pop, KV_TX_UNDO). */
+int kv_tx_begin_mode(kv_pool *pop, int mode);
+/* The mode of the calling thread's open transaction on `pop` (KV_TX_UNDO or KV_TX_REDO), or -1
+ * if it has none. */
+int kv_tx_mode(const kv_pool *pop);
+/* Store `len` bytes from `src` at `dst`, an address of the pool's heap (from kv_direct, plus
+ * an offset), in the calling thread's transaction: undo mode snapshots the range and stores,
+ * redo mode logs the new bytes (applied at commit). The range must lie in the heap's data zone.
+ * `src` may itself point into the pool (it is then read as the transaction sees it, and the
+ * ranges may overlap). len 0: nothing. Outside a transaction: KV_ENOTX. */
+int kv_tx_write(kv_pool *pop, void *dst, const void *src, size_t len);
+/* Copy `len` bytes at `src`, an address of the pool's heap, to `dst` (ordinary memory, not in
+ * the pool: KV_EINVAL), as the calling thread's transaction sees them (its own writes
+ * included). Outside a transaction it reads the committed bytes. len 0: nothing. */
+int kv_tx_read(kv_pool *pop, void *dst, const void *src, size_t len);
 /* Snapshot [oid.off + off, oid.off + off + len) before changing it (len 0: nothing). The
  * range must lie in the heap's data zone; a range added before, or inside a block allocated
  * in this transaction, needs no new snapshot and costs nothing. */

@@ -50,10 +50,27 @@ unsafe fn c_path<'a>(path: *const c_char) -> Result<&'a Path, KvError> {
 /// `path` is null or a NUL-terminated string.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn kv_pool_create(path: *const c_char, size: u64) -> *mut KvPool {
+    // SAFETY: this function's contract.
+    unsafe { kv_pool_create_flags(path, size, 0) }
+}
+
+/// `kv_pool_create_flags`: `kv_pool_create` with `KV_OPEN_*` flags.
+///
+/// # Safety
+///
+/// `path` is null or a NUL-terminated string.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn kv_pool_create_flags(
+    path: *const c_char,
+    size: u64,
+    flags: c_int,
+) -> *mut KvPool {
     guard(ptr::null_mut(), || {
         // SAFETY: this function's contract.
-        match unsafe { c_path(path) } {
-            Ok(path) => handle(HeapFile::create(path, size, &HeapOptions::default())),
+        match unsafe { c_path(path) }.and_then(|path| Ok((path, open_flags(flags)?))) {
+            Ok((path, flags)) => {
+                handle(HeapFile::create(path, size, &HeapOptions::default()), flags)
+            }
             Err(e) => {
                 fail(e);
                 ptr::null_mut()
@@ -69,10 +86,21 @@ pub unsafe extern "C" fn kv_pool_create(path: *const c_char, size: u64) -> *mut 
 /// `path` is null or a NUL-terminated string.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn kv_pool_open(path: *const c_char) -> *mut KvPool {
+    // SAFETY: this function's contract.
+    unsafe { kv_pool_open_flags(path, 0) }
+}
+
+/// `kv_pool_open_flags`: `kv_pool_open` with `KV_OPEN_*` flags.
+///
+/// # Safety
+///
+/// `path` is null or a NUL-terminated string.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn kv_pool_open_flags(path: *const c_char, flags: c_int) -> *mut KvPool {
     guard(ptr::null_mut(), || {
         // SAFETY: this function's contract.
-        match unsafe { c_path(path) } {
-            Ok(path) => handle(HeapFile::open(path, DEFAULT_REGION)),
+        match unsafe { c_path(path) }.and_then(|path| Ok((path, open_flags(flags)?))) {
+            Ok((path, flags)) => handle(HeapFile::open(path, DEFAULT_REGION), flags),
             Err(e) => {
                 fail(e);
                 ptr::null_mut()
@@ -221,8 +249,8 @@ pub unsafe extern "C" fn kv_direct(pop: *const KvPool, oid: KvOid) -> *mut c_voi
         if oid.pool_id != p.pool_id || oid.off < p.zone_start || oid.off >= p.zone_end {
             return direct_fail(p, oid);
         }
-        // In the zone, so inside the mapping: no overflow.
-        ptr::with_exposed_provenance_mut(p.base + oid.off as usize)
+        // In the zone, so inside the mapping (or the staging range): no overflow.
+        ptr::with_exposed_provenance_mut(p.addr_of(oid.off))
     })
 }
 
@@ -242,15 +270,16 @@ pub unsafe extern "C" fn kv_oid_of(pop: *const KvPool, addr: *const c_void) -> K
                 return KvOid::NULL;
             }
         };
-        let off = p.offset_of(addr.addr());
-        if addr.is_null() || !p.in_zone(off, 1) {
-            fail(KvError::new(
-                KV_EINVAL,
-                format!("address {addr:p} is not inside the pool's heap"),
-            ));
-            return KvOid::NULL;
+        match p.locate(addr.addr(), 1) {
+            Some(off) => p.oid(off),
+            None => {
+                fail(KvError::new(
+                    KV_EINVAL,
+                    format!("address {addr:p} is not inside the pool's heap"),
+                ));
+                KvOid::NULL
+            }
         }
-        p.oid(off)
     })
 }
 
@@ -292,7 +321,150 @@ pub unsafe extern "C" fn kv_usable_size(pop: *mut KvPool, oid: KvOid) -> usize {
 pub unsafe extern "C" fn kv_tx_begin(pop: *mut KvPool) -> c_int {
     guard(KV_EIO, || {
         // SAFETY: this function's contract.
-        status(unsafe { pool(pop) }.and_then(tx_begin))
+        status(unsafe { pool(pop) }.and_then(|p| tx_begin(p, KV_TX_UNDO)))
+    })
+}
+
+/// `kv_tx_begin_mode`: `kv_tx_begin` in mode `KV_TX_UNDO` or `KV_TX_REDO` (a nested level
+/// keeps the outer level's mode).
+///
+/// # Safety
+///
+/// `pop` is null or an open pool.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn kv_tx_begin_mode(pop: *mut KvPool, mode: c_int) -> c_int {
+    guard(KV_EIO, || {
+        // SAFETY: this function's contract.
+        status(unsafe { pool(pop) }.and_then(|p| tx_begin(p, mode)))
+    })
+}
+
+/// `kv_tx_mode`: the mode of the calling thread's open transaction on `pop`, -1 without one.
+///
+/// # Safety
+///
+/// `pop` is null or an open pool.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn kv_tx_mode(pop: *const KvPool) -> c_int {
+    guard(-1, || {
+        // SAFETY: this function's contract.
+        match unsafe { pool(pop) } {
+            Ok(p) => tx_mode_of(p).unwrap_or(-1),
+            Err(e) => {
+                fail(e);
+                -1
+            }
+        }
+    })
+}
+
+/// `kv_tx_write`: store `len` bytes from `src` at `dst` (an address of the pool's heap, staged
+/// or not) in the calling thread's transaction.
+///
+/// # Safety
+///
+/// `pop` is null or an open pool. `dst` is only compared. `src` is null, or an address in the
+/// pool (read through the engine, as the transaction sees it), or points to `len` readable
+/// bytes that nothing changes during the call.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn kv_tx_write(
+    pop: *mut KvPool,
+    dst: *mut c_void,
+    src: *const c_void,
+    len: usize,
+) -> c_int {
+    guard(KV_EIO, || {
+        // SAFETY: this function's contract.
+        status(unsafe { pool(pop) }.and_then(|p| {
+            tx_op(p, "kv_tx_write", |raw, lane| {
+                if len == 0 {
+                    return Ok(());
+                }
+                let off = p.locate(dst.addr(), len as u64).ok_or_else(|| {
+                    KvError::new(
+                        KV_EINVAL,
+                        format!("kv_tx_write: [{dst:p}, +{len}) is not inside the pool's heap"),
+                    )
+                })?;
+                if src.is_null() {
+                    return Err(KvError::new(KV_EINVAL, "kv_tx_write: the source is null"));
+                }
+                if let Some(from) = p.locate(src.addr(), len as u64) {
+                    // A copy inside the pool: read it as the transaction sees it.
+                    let mut buf = vec![0u8; len];
+                    raw.read_tx(lane, from, &mut buf)?;
+                    return Ok(raw.write(lane, off, &buf)?);
+                }
+                // SAFETY: not in the pool, so by this function's contract `len` readable bytes
+                // that stay unchanged during the call.
+                let data = unsafe { std::slice::from_raw_parts(src.cast::<u8>(), len) };
+                Ok(raw.write(lane, off, data)?)
+            })
+        }))
+    })
+}
+
+/// `kv_tx_read`: copy `len` bytes at `src` (an address of the pool's heap, staged or not) to
+/// `dst`, as the calling thread's transaction sees them, or the committed bytes without one.
+///
+/// # Safety
+///
+/// `pop` is null or an open pool. `src` is only compared. `dst` is null, or points to `len`
+/// writable bytes outside the pool that nothing else accesses during the call.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn kv_tx_read(
+    pop: *mut KvPool,
+    dst: *mut c_void,
+    src: *const c_void,
+    len: usize,
+) -> c_int {
+    guard(KV_EIO, || {
+        // SAFETY: this function's contract.
+        let p = match unsafe { pool(pop) } {
+            Ok(p) => p,
+            Err(e) => return fail(e),
+        };
+        let check = || -> Result<Option<u64>, KvError> {
+            if len == 0 {
+                return Ok(None);
+            }
+            let from = p.locate(src.addr(), len as u64).ok_or_else(|| {
+                KvError::new(
+                    KV_EINVAL,
+                    format!("kv_tx_read: [{src:p}, +{len}) is not inside the pool's heap"),
+                )
+            })?;
+            if dst.is_null() {
+                return Err(KvError::new(
+                    KV_EINVAL,
+                    "kv_tx_read: the destination is null",
+                ));
+            }
+            if p.overlaps(dst.addr(), len) {
+                return Err(KvError::new(
+                    KV_EINVAL,
+                    format!(
+                        "kv_tx_read: the destination [{dst:p}, +{len}) is inside the pool \
+                         (store into the pool with kv_tx_write)"
+                    ),
+                ));
+            }
+            Ok(Some(from))
+        };
+        // SAFETY: called only after `check` passed: `dst` is non-null and outside the pool, so
+        // by this function's contract `len` writable bytes nothing else accesses now.
+        let buf = || unsafe { std::slice::from_raw_parts_mut(dst.cast::<u8>(), len) };
+        status(tx_or_not(
+            p,
+            |raw, lane| match check()? {
+                Some(from) => Ok(raw.read_tx(lane, from, buf())?),
+                None => Ok(()),
+            },
+            |raw| match check()? {
+                Some(from) => Ok(raw.read(from, buf())?),
+                None => Ok(()),
+            },
+        ))
     })
 }
 

@@ -30,7 +30,7 @@ use std::sync::{Arc, Mutex, Weak};
 
 use heap::file::DEFAULT_REGION;
 use heap::raw::LaneGuard;
-use heap::{HeapError, HeapFile, HeapOptions, RawHeap};
+use heap::{HeapError, HeapFile, HeapOptions, RawHeap, TxMode};
 use pmem::PmemError;
 
 /// Success.
@@ -56,6 +56,16 @@ pub const KV_EEXIST: c_int = 9;
 /// The pool is locked by another process (or another open handle).
 pub const KV_EBUSY: c_int = 10;
 
+/// `kv_tx_begin_mode`: undo logging (old bytes to the lane's log in PM before each change).
+pub const KV_TX_UNDO: c_int = 0;
+/// `kv_tx_begin_mode`: redo logging (new bytes to a log in DRAM, applied at commit).
+pub const KV_TX_REDO: c_int = 1;
+/// `kv_pool_open_flags` / `kv_pool_create_flags`: the usage trap (see [`trap`]).
+pub const KV_OPEN_TRAP: c_int = 1;
+
+/// The flags `kv_pool_*_flags` knows.
+const OPEN_FLAGS: c_int = KV_OPEN_TRAP;
+
 /// Bytes of a `kv_mutex`.
 const MUTEX_BYTES: u64 = std::mem::size_of::<KvMutex>() as u64;
 
@@ -77,6 +87,8 @@ pub struct KvPool {
     /// the thread-local transaction slots.
     key: u64,
     raw: Arc<RawHeap>,
+    /// `KV_OPEN_TRAP`: the staging range `kv_direct` hands addresses in.
+    staging: Option<trap::Staging>,
     file: HeapFile,
 }
 
@@ -244,6 +256,8 @@ struct Slot {
     lane: Option<LaneGuard>,
     /// The first error of the open transaction: once set, the transaction is aborted.
     failed: Option<KvError>,
+    /// The mode the outermost level of the open transaction was begun in.
+    mode: TxMode,
 }
 
 impl Drop for Slot {
@@ -316,7 +330,25 @@ fn tx_op<T>(
     })
 }
 
-fn tx_begin(p: &KvPool) -> Result<(), KvError> {
+/// The `TxMode` of a `KV_TX_*` value.
+fn tx_mode(mode: c_int) -> Result<TxMode, KvError> {
+    match mode {
+        KV_TX_UNDO => Ok(TxMode::Undo),
+        KV_TX_REDO => Ok(TxMode::Redo),
+        _ => Err(KvError::new(
+            KV_EINVAL,
+            format!(
+                "kv_tx_begin_mode: mode {mode} is neither KV_TX_UNDO ({KV_TX_UNDO}) nor \
+                 KV_TX_REDO ({KV_TX_REDO})"
+            ),
+        )),
+    }
+}
+
+/// Begin a transaction in `mode` (a `KV_TX_*` value), or a nested level of the open one (which
+/// keeps the outer level's mode). A bad mode inside a transaction aborts it, like every failed
+/// call there.
+fn tx_begin(p: &KvPool, mode: c_int) -> Result<(), KvError> {
     with_slots(|slots| {
         let slot = match slots.iter().position(|s| s.key == p.key) {
             Some(i) => &mut slots[i],
@@ -328,8 +360,19 @@ fn tx_begin(p: &KvPool) -> Result<(), KvError> {
                     heap: Arc::downgrade(&p.raw),
                     lane: None,
                     failed: None,
+                    mode: TxMode::Undo,
                 });
                 slots.last_mut().expect("just pushed")
+            }
+        };
+        let mode = match (tx_mode(mode), &slot.lane) {
+            (Ok(m), _) => m,
+            (Err(e), None) => return Err(e),
+            (Err(e), Some(_)) => {
+                if slot.failed.is_none() {
+                    slot.failed = Some(e.clone());
+                }
+                return Err(e);
             }
         };
         let lane = match &mut slot.lane {
@@ -342,10 +385,12 @@ fn tx_begin(p: &KvPool) -> Result<(), KvError> {
             }
             None => {
                 slot.failed = None;
+                slot.mode = mode;
                 slot.lane.insert(p.raw.lane())
             }
         };
-        p.raw.begin(lane);
+        // A nested level keeps the outer level's mode.
+        p.raw.begin_mode(lane, slot.mode);
         Ok(())
     })
 }
@@ -423,6 +468,43 @@ fn tx_abort(p: &KvPool, err: c_int) -> Result<(), KvError> {
     })
 }
 
+/// The `KV_TX_*` mode of the calling thread's open transaction on `p`, `None` without one.
+fn tx_mode_of(p: &KvPool) -> Option<c_int> {
+    with_slots(|slots| {
+        Ok(slots
+            .iter()
+            .find(|s| s.key == p.key && s.lane.as_ref().is_some_and(|l| l.in_tx()))
+            .map(|s| match s.mode {
+                TxMode::Undo => KV_TX_UNDO,
+                TxMode::Redo => KV_TX_REDO,
+            }))
+    })
+    .unwrap_or(None)
+}
+
+/// Run `op` with the calling thread's open transaction on `p` if it has one (as `tx_op`: a
+/// failure aborts it, an aborted one runs nothing), else `outside`.
+fn tx_or_not<T>(
+    p: &KvPool,
+    op: impl FnOnce(&RawHeap, &mut LaneGuard) -> Result<T, KvError>,
+    outside: impl FnOnce(&RawHeap) -> Result<T, KvError>,
+) -> Result<T, KvError> {
+    with_slots(|slots| {
+        let Some(Slot {
+            lane: Some(lane),
+            failed,
+            ..
+        }) = slots.iter_mut().find(|s| s.key == p.key)
+        else {
+            return outside(&p.raw);
+        };
+        if let Some(first) = failed {
+            return Err(aborted(first));
+        }
+        op(&p.raw, lane).inspect_err(|e| *failed = Some(e.clone()))
+    })
+}
+
 fn tx_active(p: &KvPool) -> bool {
     with_slots(|slots| {
         Ok(slots
@@ -433,10 +515,24 @@ fn tx_active(p: &KvPool) -> bool {
 }
 
 impl KvPool {
-    fn new(file: HeapFile) -> KvPool {
+    /// The handle of an open pool; with `KV_OPEN_TRAP` in `flags`, its staging range is
+    /// reserved (if that fails, the pool is closed again).
+    fn new(file: HeapFile, flags: c_int) -> Result<KvPool, KvError> {
         let raw = Arc::clone(file.raw());
         let geo = raw.geometry();
-        KvPool {
+        let staging = if flags & KV_OPEN_TRAP != 0 {
+            match trap::Staging::reserve(geo.zone_end()) {
+                Ok(s) => Some(s),
+                Err(e) => {
+                    drop(raw);
+                    let _ = file.close();
+                    return Err(e);
+                }
+            }
+        } else {
+            None
+        };
+        Ok(KvPool {
             magic: POOL_MAGIC,
             pool_id: raw.pool_id(),
             base: file.base_ptr().expose_provenance(),
@@ -444,8 +540,38 @@ impl KvPool {
             zone_end: geo.zone_end(),
             key: NEXT_KEY.fetch_add(1, Ordering::Relaxed),
             raw,
+            staging,
             file,
+        })
+    }
+
+    /// The address C sees for region offset `off` (in the zone): in the staging range for a
+    /// trapped pool, else in the mapping.
+    fn addr_of(&self, off: u64) -> usize {
+        match &self.staging {
+            Some(s) => s.start() + off as usize,
+            None => self.base + off as usize,
         }
+    }
+
+    /// Does `[addr, addr + len)` share a byte with the data zone, through the mapping or the
+    /// staging range?
+    fn overlaps(&self, addr: usize, len: usize) -> bool {
+        let hits = |base: usize| {
+            let (zs, ze) = (
+                base + self.zone_start as usize,
+                base + self.zone_end as usize,
+            );
+            addr < ze && addr.saturating_add(len) > zs
+        };
+        hits(self.base) || self.staging.as_ref().is_some_and(|s| hits(s.start()))
+    }
+
+    /// `[addr, addr + len)` as a region offset if it lies in the data zone (through the
+    /// staging range of a trapped pool, or the mapping).
+    fn locate(&self, addr: usize, len: u64) -> Option<u64> {
+        let off = self.offset_of(addr);
+        (addr != 0 && self.in_zone(off, len)).then_some(off)
     }
 
     /// `[off, off + len)` lies in the data zone.
@@ -453,9 +579,13 @@ impl KvPool {
         off >= self.zone_start && off.checked_add(len).is_some_and(|end| end <= self.zone_end)
     }
 
-    /// The region offset of address `addr` (wrapping: check it with `in_zone`).
+    /// The region offset of address `addr` (wrapping: check it with `in_zone`). For a trapped
+    /// pool, an address in its staging range translates from there.
     fn offset_of(&self, addr: usize) -> u64 {
-        addr.wrapping_sub(self.base) as u64
+        match &self.staging {
+            Some(s) if addr.wrapping_sub(s.start()) < s.len() => (addr - s.start()) as u64,
+            _ => addr.wrapping_sub(self.base) as u64,
+        }
     }
 
     fn oid(&self, off: u64) -> KvOid {
@@ -498,15 +628,31 @@ impl KvPool {
     }
 }
 
-fn handle(made: Result<HeapFile, HeapError>) -> *mut KvPool {
-    match made {
-        Ok(file) => {
-            let p = Box::into_raw(Box::new(KvPool::new(file)));
+/// The flags of a `kv_pool_*_flags` call, with `KAVACH_TRAP=1` in the environment adding
+/// `KV_OPEN_TRAP`.
+fn open_flags(flags: c_int) -> Result<c_int, KvError> {
+    if flags & !OPEN_FLAGS != 0 {
+        return Err(KvError::new(
+            KV_EINVAL,
+            format!("unknown pool flags {flags:#x} (known: KV_OPEN_TRAP = {KV_OPEN_TRAP:#x})"),
+        ));
+    }
+    let env = std::env::var_os("KAVACH_TRAP").is_some_and(|v| v == "1");
+    Ok(if env { flags | KV_OPEN_TRAP } else { flags })
+}
+
+fn handle(made: Result<HeapFile, HeapError>, flags: c_int) -> *mut KvPool {
+    match made
+        .map_err(KvError::from)
+        .and_then(|file| KvPool::new(file, flags))
+    {
+        Ok(pool) => {
+            let p = Box::into_raw(Box::new(pool));
             live_pools().push(p.addr());
             p
         }
         Err(e) => {
-            fail(KvError::from(e));
+            fail(e);
             ptr::null_mut()
         }
     }
@@ -515,6 +661,9 @@ fn handle(made: Result<HeapFile, HeapError>) -> *mut KvPool {
 // The exported functions are in `c_api.rs`; `docs/unsafe.md` argues their soundness.
 #[allow(unsafe_code)] // Unsafe: the FFI boundary (pointers and strings from C, no_mangle).
 mod c_api;
+// `docs/unsafe.md`, "The usage trap", argues its soundness.
+#[allow(unsafe_code)] // Unsafe: mmap/munmap of the staging ranges and the SIGSEGV handler.
+mod trap;
 pub use c_api::*;
 
 #[cfg(test)]
@@ -623,10 +772,42 @@ mod tests {
             assert!(kv_direct(ptr::null(), KvOid { pool_id: 1, off: 1 }).is_null());
             assert_eq!(kv_root(ptr::null_mut(), 8), KvOid::NULL);
             assert_eq!(kv_tx_active(ptr::null()), 0);
+            assert!(kv_pool_create_flags(ptr::null(), 1 << 30, KV_OPEN_TRAP).is_null());
+            assert!(kv_pool_open_flags(ptr::null(), 0).is_null());
+            assert_eq!(kv_tx_begin_mode(ptr::null_mut(), KV_TX_REDO), KV_EINVAL);
+            assert_eq!(kv_tx_mode(ptr::null()), -1);
+            let mut word = 0u64;
+            let at = (&raw mut word).cast::<c_void>();
+            assert_eq!(kv_tx_write(ptr::null_mut(), at, at, 8), KV_EINVAL);
+            assert_eq!(kv_tx_read(ptr::null_mut(), at, at, 8), KV_EINVAL);
         }
         // SAFETY: kv_errormsg returns a NUL-terminated string valid until the next failure.
         let msg = unsafe { CStr::from_ptr(kv_errormsg()) };
         assert_eq!(msg.to_str().unwrap(), "the pool pointer is null");
+    }
+
+    #[test]
+    fn modes_and_flags_are_checked() {
+        assert!(matches!(tx_mode(KV_TX_UNDO), Ok(TxMode::Undo)));
+        assert!(matches!(tx_mode(KV_TX_REDO), Ok(TxMode::Redo)));
+        let e = tx_mode(2).expect_err("mode 2");
+        assert_eq!(e.code, KV_EINVAL);
+        assert!(e.msg.contains("mode 2"), "{}", e.msg);
+        assert_eq!(open_flags(0).map_err(|e| e.code), Ok(env_trap()));
+        assert_eq!(
+            open_flags(KV_OPEN_TRAP).map_err(|e| e.code),
+            Ok(KV_OPEN_TRAP)
+        );
+        assert_eq!(open_flags(4).map_err(|e| e.code), Err(KV_EINVAL));
+    }
+
+    /// `KV_OPEN_TRAP` if the environment of this test process asks for it.
+    fn env_trap() -> c_int {
+        if std::env::var_os("KAVACH_TRAP").is_some_and(|v| v == "1") {
+            KV_OPEN_TRAP
+        } else {
+            0
+        }
     }
 
     #[test]

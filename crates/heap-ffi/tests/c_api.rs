@@ -1,5 +1,5 @@
-//! The C interface from C: compile `tests/c/api_test.c` and `examples/c/list.c` with the
-//! system C compiler against this crate's `libkavach.a` and `libkavach.so`, by path and through
+//! The C interface from C: compile `tests/c/api_test.c`, `tests/c/redo_trap_test.c`,
+//! `examples/c/list.c` and `examples/c/redo_list.c` with the system C compiler against this crate's `libkavach.a` and `libkavach.so`, by path and through
 //! the pkg-config files `kavach-static.pc` and `kavach.pc` (as the README's "Using Kavach from
 //! C" does), run them on pools in `/dev/shm` (or the temporary directory) and check their exit
 //! status and output.
@@ -160,6 +160,33 @@ fn api_test_shared() {
     api_test(&so, &[&rpath]);
 }
 
+/// `tests/c/redo_trap_test.c`: the redo-mode calls, and the usage trap's death tests (its
+/// children must die of SIGSEGV with the library's message; it checks that itself).
+fn redo_trap_test(lib: &Path, extra: &[&str]) {
+    let work = Scratch::new("redo-trap");
+    let bin = work.0.join("redo_trap_test");
+    compile("tests/c/redo_trap_test.c", &bin, lib, extra);
+    let pools = work.0.join("pools");
+    std::fs::create_dir(&pools).expect("mkdir");
+    let out = stdout(&run(&bin, &[&pools]));
+    assert!(
+        out.starts_with("redo_trap_test: ") && out.contains(", 0 failed"),
+        "unexpected output: {out}"
+    );
+}
+
+#[test]
+fn redo_and_trap_static() {
+    redo_trap_test(&library("libkavach.a"), &[]);
+}
+
+#[test]
+fn redo_and_trap_shared() {
+    let so = library("libkavach.so");
+    let rpath = format!("-Wl,-rpath,{}", so.parent().expect("a directory").display());
+    redo_trap_test(&so, &[&rpath]);
+}
+
 /// Push, pop and print with `examples/c/list.c` built as `bin`, checking every output.
 fn list_session(bin: &Path, work: &Scratch) {
     let pool = work.0.join("list.pool");
@@ -193,6 +220,41 @@ fn list_example() {
     let bin = work.0.join("list");
     compile("examples/c/list.c", &bin, &library("libkavach.a"), &[]);
     list_session(&bin, &work);
+}
+
+/// `examples/c/redo_list.c`, the list written to the redo-mode rules on a trapped pool, gives
+/// the same session as `list.c` (a load or store through a pointer would kill it), and the two
+/// read each other's pools.
+#[test]
+fn redo_list_example() {
+    let work = Scratch::new("redo-list");
+    let lib = library("libkavach.a");
+    let redo = work.0.join("redo_list");
+    compile("examples/c/redo_list.c", &redo, &lib, &[]);
+    list_session(&redo, &work);
+
+    let undo = work.0.join("list");
+    compile("examples/c/list.c", &undo, &lib, &[]);
+    let pool = work.0.join("mixed.pool");
+    let step = |bin: &Path, args: &[&str]| {
+        let mut all: Vec<&Path> = vec![&pool];
+        all.extend(args.iter().map(Path::new));
+        stdout(&run(bin, &all))
+    };
+    assert_eq!(
+        step(&undo, &["push", "3"]),
+        "count 3: [item 2] [item 1] [item 0]\n"
+    );
+    assert_eq!(
+        step(&redo, &["push", "2"]),
+        "count 5: [item 4] [item 3] [item 2] [item 1] [item 0]\n"
+    );
+    assert_eq!(
+        step(&undo, &["pop", "1"]),
+        "count 4: [item 3] [item 2] [item 1] [item 0]\n"
+    );
+    assert_eq!(step(&redo, &["pop", "3"]), "count 1: [item 0]\n");
+    assert_eq!(step(&undo, &["print"]), "count 1: [item 0]\n");
 }
 
 // ------------------------------------------------------------------------------- pkg-config

@@ -107,8 +107,12 @@ fn header() -> String {
         .join("\n")
 }
 
+/// The `extern "C" fn`s of `src/` that are not part of the C API: signal handlers, passed to
+/// `sigaction` by address. Each must be private and not `no_mangle` (so it is not exported).
+const NOT_EXPORTED: [&str; 1] = ["on_sigsegv"];
+
 /// Every `extern "C" fn` of the sources, translated to C. Each must be `#[unsafe(no_mangle)]`
-/// and `pub`, or it is not what C links against.
+/// and `pub`, or it is not what C links against (except the private ones of [`NOT_EXPORTED`]).
 fn rust_functions(src: &str) -> Result<BTreeMap<String, Prototype>, String> {
     let mut out = BTreeMap::new();
     let mut rest = src;
@@ -125,6 +129,15 @@ fn rust_functions(src: &str) -> Result<BTreeMap<String, Prototype>, String> {
             .strip_suffix(head.trim())
             .unwrap_or(before)
             .trim_end();
+        if NOT_EXPORTED.contains(&name.as_str()) {
+            if head.trim_start().starts_with("pub") || attrs.ends_with("#[unsafe(no_mangle)]") {
+                return Err(format!(
+                    "{name}: a signal handler must be private, not exported"
+                ));
+            }
+            rest = &after[body..];
+            continue;
+        }
         if !head.trim_start().starts_with("pub ") || !attrs.ends_with("#[unsafe(no_mangle)]") {
             return Err(format!(
                 "{name}: an extern \"C\" fn must be `pub` and `#[unsafe(no_mangle)]`"

@@ -17,13 +17,21 @@
 //! Nothing here knows about heaps; see `README.md` for what a user-space save can and cannot
 //! promise.
 
+#![deny(unsafe_code)]
+
 mod cost;
 mod error;
 mod gate;
 mod registry;
+// Unsafe: sigaction and the async-signal-safe handler (clock read, pipe write, chaining).
+#[allow(unsafe_code)]
 mod sigpwr;
 mod target;
+// Unsafe: one shutdown(2) on the listening socket to wake its accept loop at drop.
+#[allow(unsafe_code)]
 mod ups;
+// Unsafe: pipe2, read and write of the save thread's wake-up pipe.
+#[allow(unsafe_code)]
 mod warning;
 mod window;
 
