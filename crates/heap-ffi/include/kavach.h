@@ -15,8 +15,11 @@
  *    and read what the transaction wrote with kv_tx_read; the new bytes are kept in a log in
  *    DRAM and applied in place by kv_tx_commit. A direct store is not part of a redo
  *    transaction, and a direct load sees the committed bytes, not the transaction's writes.
- *    (The library as built may still run redo transactions as undo ones; code written to the
- *    redo rules is correct either way.) Allocation and free inside a transaction take effect only at commit. Transactions
+ *    On a heap with durability on demand, a thread that admission refused runs its redo
+ *    transactions as undo ones (kv_tx_mode says so); code written to the redo rules is correct
+ *    either way. KV_TX_ISOLATED is redo mode whose reads and writes also pass the heap's STM:
+ *    no user lock is needed, and a conflict with a concurrent commit fails the transaction
+ *    with KV_ECONFLICT (abort it and run it again). Allocation and free inside a transaction take effect only at commit. Transactions
  * nest by flattening: only the outermost commit commits, and an abort anywhere aborts all.
  * A transaction belongs to the thread that began it; threads run transactions in parallel,
  * each on its own lane (log), up to the pool's lane count.
@@ -67,10 +70,13 @@ extern "C" {
 #define KV_EBADFREE 8    /* free of something that is not an allocated block */
 #define KV_EEXIST 9      /* kv_pool_create: the file exists */
 #define KV_EBUSY 10      /* the pool is locked by another process */
+#define KV_ENOTSAVED 12  /* open: on-demand commits were never saved; the heap may be torn */
+#define KV_ECONFLICT 13  /* an isolated transaction met a concurrent commit: run it again */
 
 /* Transaction modes (kv_tx_begin_mode, kv_tx_mode). */
 #define KV_TX_UNDO 0     /* old bytes logged in PM before each change (kv_tx_begin's mode) */
 #define KV_TX_REDO 1     /* new bytes logged in DRAM, applied at commit */
+#define KV_TX_ISOLATED 2 /* redo, isolated by an STM: no user locks; KV_ECONFLICT: run again */
 
 /* Flags of kv_pool_create_flags and kv_pool_open_flags. */
 #define KV_OPEN_TRAP 1   /* the usage trap (see above) */

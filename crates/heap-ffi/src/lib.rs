@@ -55,11 +55,18 @@ pub const KV_EBADFREE: c_int = 8;
 pub const KV_EEXIST: c_int = 9;
 /// The pool is locked by another process (or another open handle).
 pub const KV_EBUSY: c_int = 10;
+/// Open: on-demand commits ran and no save finished; the heap may be torn and is not opened.
+pub const KV_ENOTSAVED: c_int = 12;
+/// An isolated transaction met a concurrent commit (abort it and run it again).
+pub const KV_ECONFLICT: c_int = 13;
 
 /// `kv_tx_begin_mode`: undo logging (old bytes to the lane's log in PM before each change).
 pub const KV_TX_UNDO: c_int = 0;
 /// `kv_tx_begin_mode`: redo logging (new bytes to a log in DRAM, applied at commit).
 pub const KV_TX_REDO: c_int = 1;
+/// `kv_tx_begin_mode`: redo logging isolated by the heap's STM (no user locks; a conflict
+/// fails the transaction with `KV_ECONFLICT`: run it again).
+pub const KV_TX_ISOLATED: c_int = 2;
 /// `kv_pool_open_flags` / `kv_pool_create_flags`: the usage trap (see [`trap`]).
 pub const KV_OPEN_TRAP: c_int = 1;
 
@@ -170,6 +177,8 @@ fn heap_code(e: &HeapError) -> c_int {
         HeapError::TxTooLarge(_) => KV_ETXTOOBIG,
         HeapError::Aborted => KV_EABORTED,
         HeapError::TxState(_) => KV_ENOTX,
+        HeapError::NotSaved { .. } => KV_ENOTSAVED,
+        HeapError::Conflict(_) => KV_ECONFLICT,
     }
 }
 
@@ -335,11 +344,12 @@ fn tx_mode(mode: c_int) -> Result<TxMode, KvError> {
     match mode {
         KV_TX_UNDO => Ok(TxMode::Undo),
         KV_TX_REDO => Ok(TxMode::Redo),
+        KV_TX_ISOLATED => Ok(TxMode::Isolated),
         _ => Err(KvError::new(
             KV_EINVAL,
             format!(
-                "kv_tx_begin_mode: mode {mode} is neither KV_TX_UNDO ({KV_TX_UNDO}) nor \
-                 KV_TX_REDO ({KV_TX_REDO})"
+                "kv_tx_begin_mode: mode {mode} is not KV_TX_UNDO ({KV_TX_UNDO}), \
+                 KV_TX_REDO ({KV_TX_REDO}) or KV_TX_ISOLATED ({KV_TX_ISOLATED})"
             ),
         )),
     }
@@ -477,6 +487,7 @@ fn tx_mode_of(p: &KvPool) -> Option<c_int> {
             .map(|s| match s.mode {
                 TxMode::Undo => KV_TX_UNDO,
                 TxMode::Redo => KV_TX_REDO,
+                TxMode::Isolated => KV_TX_ISOLATED,
             }))
     })
     .unwrap_or(None)
@@ -687,6 +698,8 @@ mod tests {
             ("KV_EBADFREE", KV_EBADFREE),
             ("KV_EEXIST", KV_EEXIST),
             ("KV_EBUSY", KV_EBUSY),
+            ("KV_ENOTSAVED", KV_ENOTSAVED),
+            ("KV_ECONFLICT", KV_ECONFLICT),
         ];
         let mut found = 0;
         for line in h.lines() {

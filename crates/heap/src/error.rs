@@ -62,6 +62,10 @@ pub enum HeapError {
         /// The first lane found unsaved.
         lane: usize,
     },
+    /// An isolated transaction met a concurrent commit (run it again), or gave up after its
+    /// retries.
+    #[error("transaction conflict: {0}")]
+    Conflict(crate::stm::StmError),
     /// A lock operation was wrong (unlock of a lock the thread does not hold).
     #[error("lock misuse: {0}")]
     Lock(String),

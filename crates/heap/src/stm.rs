@@ -123,6 +123,10 @@ pub const DEFAULT_STRIPES: usize = 1 << 16;
 /// The most stripes a table may have (2^26, 512 MiB of lock words).
 pub const MAX_STRIPES: usize = 1 << 26;
 /// How many times a commit tries a busy stripe before it gives up with a conflict.
+/// How many times a read re-checks a stripe a committer holds (yielding every 64th) before it
+/// reports [`ConflictReason::ReadLocked`].
+pub const READ_WAIT: u32 = 512;
+
 pub const LOCK_SPINS: u32 = 128;
 
 /// Bytes per guarded word (the shift of the stripe hash).
@@ -653,9 +657,21 @@ impl Stm {
 
     /// The stripe word of `s`, unlocked and no newer than the snapshot (extending it if needed).
     fn stable_word(&self, tx: &mut StmTx, s: usize, off: u64) -> Result<u64, StmError> {
+        let mut waited = 0u32;
         loop {
             let w = self.stripes[s].load(Ordering::Acquire);
             if w & LOCKED != 0 {
+                // A committer holds it for the length of its apply: wait a little (it holds no
+                // lock a reader could be holding, so this cannot deadlock), then give up.
+                if waited < READ_WAIT {
+                    waited += 1;
+                    if waited % 64 == 0 {
+                        std::thread::yield_now();
+                    } else {
+                        std::hint::spin_loop();
+                    }
+                    continue;
+                }
                 return Err(self.conflict(tx, ConflictReason::ReadLocked, off));
             }
             if w >> 1 <= tx.rv {

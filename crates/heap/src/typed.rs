@@ -354,6 +354,54 @@ impl<P: PoolTag> Heap<P> {
         self.transaction_mode(self.raw.default_mode(), f)
     }
 
+    /// Run `f` as an isolated transaction ([`TxMode::Isolated`]): no user lock is needed; a
+    /// conflict with a concurrent isolated commit rolls it back and runs `f` again (after a
+    /// randomised backoff), up to `retry.max_retries` times, then fails with
+    /// [`HeapError::Conflict`] holding [`crate::stm::StmError::TooManyConflicts`]. `f` may run
+    /// several times, so it must not have effects outside the transaction.
+    pub fn atomically<R>(
+        &self,
+        retry: &crate::stm::Retry,
+        mut f: impl FnMut(&mut Tx<'_, P>) -> Result<R>,
+    ) -> Result<R> {
+        let mut attempts: u32 = 0;
+        let mut seed = 0x9e37_79b9_7f4a_7c15u64 ^ (self as *const Self as u64);
+        loop {
+            attempts = attempts.saturating_add(1);
+            let c = match self.transaction_mode(TxMode::Isolated, &mut f) {
+                Err(HeapError::Conflict(crate::stm::StmError::Conflict(c))) => c,
+                other => return other,
+            };
+            if attempts > retry.max_retries {
+                return Err(HeapError::Conflict(
+                    crate::stm::StmError::TooManyConflicts {
+                        attempts,
+                        last_conflict_at: c.off,
+                        last_reason: c.reason,
+                    },
+                ));
+            }
+            let window = u64::from(retry.min_spins.max(1))
+                .checked_shl((attempts - 1).min(32))
+                .unwrap_or(u64::MAX)
+                .min(u64::from(retry.max_spins.max(1)));
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            for _ in 0..seed % window {
+                std::hint::spin_loop();
+            }
+            if attempts > retry.yield_after.saturating_mul(4) {
+                // The committer in the way may have lost its core: give it time, not spins.
+                std::thread::sleep(std::time::Duration::from_micros(
+                    10 * u64::from(attempts.min(100)),
+                ));
+            } else if attempts > retry.yield_after {
+                std::thread::yield_now();
+            }
+        }
+    }
+
     /// [`Heap::transaction`] asking for `mode` ([`TxMode::Redo`]: new bytes wait in DRAM and
     /// commit writes them in place; [`Tx::mode`] says which mode the transaction got).
     pub fn transaction_mode<R>(

@@ -427,7 +427,7 @@ fn scenario_in(sc: &Scenario, cfg: SimConfig, random_points: u64, all: bool) {
         // Redo mode: two fences per commit and none for an abort.
         fences
             >= sc.steps.len() as u64
-                * if MODE.with(|c| c.get()) == TxMode::Redo {
+                * if MODE.with(|c| c.get()).is_redo() {
                     1
                 } else {
                     2
@@ -875,4 +875,22 @@ fn admission_refuses_past_the_window_and_resume_then_close_keeps_everything() {
     drop(h);
     let h2 = open(sim(m.power_fail(), CrashPlan::Never, 0, 0)).unwrap();
     assert_eq!(&state(&h2), states.last().unwrap());
+}
+
+/// Every scenario with isolated transactions (redo mode under the STM): every image of every
+/// fence and 100 random points in `adr`.
+#[test]
+fn every_scenario_in_isolated_mode() {
+    MODE.with(|c| c.set(TxMode::Isolated));
+    for (i, sc) in SCENARIOS.iter().enumerate() {
+        scenario_in(
+            sc,
+            SimConfig {
+                seed: 0x150 + i as u64,
+                ..SimConfig::default()
+            },
+            100,
+            true,
+        );
+    }
 }

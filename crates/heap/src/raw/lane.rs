@@ -35,6 +35,8 @@ pub struct Lane {
     pub(super) redo: RedoSet,
     /// Buffer the redo log is encoded into.
     pub(super) logbuf: Vec<u8>,
+    /// The STM state of an isolated transaction (borrowed by reads, which take `&Lane`).
+    pub(super) stm_tx: std::cell::RefCell<crate::stm::StmTx>,
 }
 
 impl Lane {
@@ -111,6 +113,9 @@ impl RawHeap {
             let (m, od) = self.effective_mode(mode);
             lane.mode = m;
             lane.on_demand = od;
+            if m == TxMode::Isolated {
+                self.stm.begin(lane.stm_tx.get_mut());
+            }
         }
         lane.depth += 1;
         lane.mode
@@ -124,8 +129,17 @@ impl RawHeap {
     /// Read `buf.len()` bytes at `off` as the open transaction sees them (its own writes
     /// included); outside a transaction, as stored.
     pub fn read_tx(&self, lane: &Lane, off: u64, buf: &mut [u8]) -> Result<()> {
-        self.read(off, buf)?;
-        if lane.depth > 0 && lane.mode == TxMode::Redo {
+        if lane.depth > 0 && lane.mode == TxMode::Isolated {
+            self.check_range(off, buf.len() as u64)?;
+            let mut stx = lane.stm_tx.borrow_mut();
+            let (medium, at) = (&self.medium, self.m(off));
+            self.stm
+                .read(&mut stx, off, buf.len() as u64, || medium.read(at, buf))
+                .map_err(HeapError::Conflict)?;
+        } else {
+            self.read(off, buf)?;
+        }
+        if lane.depth > 0 && lane.mode.is_redo() {
             lane.redo.overlay(off, buf);
         }
         Ok(())

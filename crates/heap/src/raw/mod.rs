@@ -156,6 +156,8 @@ pub struct RawHeap {
     pending_retire: Mutex<Vec<usize>>,
     retire_pending: AtomicBool,
     default_mode: std::sync::atomic::AtomicU8,
+    /// Concurrency control of isolated transactions.
+    stm: crate::stm::Stm,
 }
 
 impl std::fmt::Debug for RawHeap {
@@ -254,17 +256,26 @@ impl RawHeap {
 
     /// The mode [`RawHeap::begin`] gives transactions (undo unless set).
     pub fn default_mode(&self) -> TxMode {
-        if self.default_mode.load(Ordering::Relaxed) == 1 {
-            TxMode::Redo
-        } else {
-            TxMode::Undo
+        match self.default_mode.load(Ordering::Relaxed) {
+            1 => TxMode::Redo,
+            2 => TxMode::Isolated,
+            _ => TxMode::Undo,
         }
     }
 
     /// Set the mode [`RawHeap::begin`] gives transactions (the per-pool choice; a
     /// transaction may still ask for another with [`RawHeap::begin_mode`]).
     pub fn set_default_mode(&self, mode: TxMode) {
-        self.default_mode
-            .store(u8::from(mode == TxMode::Redo), Ordering::Relaxed);
+        let v = match mode {
+            TxMode::Undo => 0,
+            TxMode::Redo => 1,
+            TxMode::Isolated => 2,
+        };
+        self.default_mode.store(v, Ordering::Relaxed);
+    }
+
+    /// Counters of the STM behind isolated transactions.
+    pub fn stm_stats(&self) -> crate::stm::StmStats {
+        self.stm.stats()
     }
 }

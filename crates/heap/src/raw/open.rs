@@ -111,6 +111,7 @@ impl RawHeap {
             pending_retire: Mutex::new(Vec::new()),
             retire_pending: AtomicBool::new(false),
             default_mode: std::sync::atomic::AtomicU8::new(0),
+            stm: crate::stm::Stm::with_default_stripes(),
         };
         // Refuse before changing anything: a lane whose on-demand commits were never saved
         // (the heap may be torn), an unknown redo kind, or a damaged saved log.
@@ -144,6 +145,7 @@ impl RawHeap {
                     on_demand: false,
                     redo: RedoSet::default(),
                     logbuf: Vec::new(),
+                    stm_tx: Default::default(),
                 }))
             })
             .collect();

@@ -210,7 +210,7 @@ impl RawHeap {
             Err(e) => return self.fail(lane, e),
         };
         // Redo mode logs the allocator change at commit, with the rest of the transaction.
-        if lane.mode == TxMode::Undo
+        if !lane.mode.is_redo()
             && let Err(e) = self.log_block(lane, &block, true)
         {
             // Some of its entries may be in the log: keep it until the transaction ends.
@@ -363,7 +363,7 @@ impl RawHeap {
             Ok(b) => b,
             Err(e) => return self.fail(lane, e),
         };
-        if lane.mode == TxMode::Undo
+        if !lane.mode.is_redo()
             && let Err(e) = self.log_block(lane, &b, false)
         {
             self.clear_pending(b);

@@ -398,13 +398,16 @@ impl RawHeap {
             return (TxMode::Undo, false);
         }
         if !self.od.enabled.load(Ordering::Acquire) {
-            return (TxMode::Redo, false);
+            return (mode, false);
         }
-        if self.admitted() {
-            (TxMode::Redo, true)
-        } else {
-            self.od.refused.fetch_add(1, Ordering::Relaxed);
-            (TxMode::Undo, false)
+        match (self.admitted(), mode) {
+            (true, m) => (m, true),
+            // Isolation is kept: a refused isolated transaction flushes at commit instead.
+            (false, TxMode::Isolated) => (TxMode::Isolated, false),
+            (false, _) => {
+                self.od.refused.fetch_add(1, Ordering::Relaxed);
+                (TxMode::Undo, false)
+            }
         }
     }
 
@@ -541,6 +544,7 @@ impl RawHeap {
 
     /// Commit a redo transaction (outermost level, not aborted, something to do).
     pub(super) fn commit_redo(&self, lane: &mut Lane) -> Result<()> {
+        // (An isolated transaction gets here inside the STM's commit, its stripes held.)
         if lane.redo.is_empty() && lane.allocs.is_empty() && lane.frees.is_empty() {
             self.finish(lane);
             return Ok(());

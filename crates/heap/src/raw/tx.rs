@@ -11,6 +11,18 @@ pub enum TxMode {
     Undo,
     /// New bytes go to a redo log in DRAM; commit applies them in place.
     Redo,
+    /// Redo mode isolated by the heap's word-based STM ([`crate::stm`]): reads are validated
+    /// against concurrent commits, a conflict fails the transaction with
+    /// [`HeapError::Conflict`] (run it again; [`crate::Heap::atomically`] does), and no user
+    /// lock is needed. Isolation holds among isolated transactions only.
+    Isolated,
+}
+
+impl TxMode {
+    /// Does a transaction in this mode keep its new bytes in a redo log?
+    pub fn is_redo(self) -> bool {
+        matches!(self, TxMode::Redo | TxMode::Isolated)
+    }
 }
 
 /// One range a commit changed, for redundancy maintenance.
@@ -36,7 +48,15 @@ impl RawHeap {
     /// A transactional store of `data` at `off`: in undo mode after snapshotting the range,
     /// in redo mode into the transaction's log (read it back with [`RawHeap::read_tx`]).
     pub fn write(&self, lane: &mut Lane, off: u64, data: &[u8]) -> Result<()> {
-        if lane.mode == TxMode::Redo && lane.depth > 0 {
+        if lane.mode.is_redo() && lane.depth > 0 {
+            if lane.mode == TxMode::Isolated {
+                let r = self
+                    .stm
+                    .note_write(lane.stm_tx.get_mut(), off, data.len() as u64);
+                if let Err(e) = r {
+                    return self.fail(lane, HeapError::Conflict(e));
+                }
+            }
             return self.redo_write(lane, off, data);
         }
         self.add_range(lane, off, data.len() as u64)?;
@@ -61,7 +81,19 @@ impl RawHeap {
             self.abort(lane)?;
             return Err(HeapError::Aborted);
         }
-        let r = if lane.mode == TxMode::Redo {
+        let r = if lane.mode == TxMode::Isolated {
+            let mut stx = std::mem::take(lane.stm_tx.get_mut());
+            let r = self.stm.commit(&mut stx, || self.commit_redo(lane));
+            *lane.stm_tx.get_mut() = stx;
+            match r {
+                Ok(inner) => inner,
+                Err(e) => {
+                    lane.aborted = Some(e.to_string());
+                    self.abort(lane)?;
+                    return Err(HeapError::Conflict(e));
+                }
+            }
+        } else if lane.mode == TxMode::Redo {
             self.commit_redo(lane)
         } else {
             self.commit_outer(lane)
@@ -163,6 +195,9 @@ impl RawHeap {
         if lane.depth > 1 {
             lane.depth -= 1;
             return Ok(());
+        }
+        if lane.stm_tx.get_mut().is_active() {
+            self.stm.abort(lane.stm_tx.get_mut());
         }
         // Whatever the medium says, the lane leaves the transaction: a failed rollback is
         // finished by recovery at the next open.
