@@ -42,6 +42,8 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
+#include <stdio.h>
+#include <stdlib.h>
 
 #if defined(KV_BACKEND_PMEMOBJ) == defined(KV_BACKEND_KAVACH)
 #error "define exactly one of KV_BACKEND_PMEMOBJ and KV_BACKEND_KAVACH"
@@ -218,14 +220,32 @@ typedef kv_oid pm_oid;
 #define PM_OID_NULL ((kv_oid){0, 0})
 #define PM_OID_IS_NULL(o) KV_OID_IS_NULL(o)
 
+/* KAVACH_ON_DEMAND_MS=W (kavach-redo only): durability on demand, saved on SIGPWR within W ms
+ * (kv_pool_on_demand); without it, redo commits flush at commit. A pool where it cannot be
+ * turned on is closed and NULL returned (the run fails rather than measure the other mode). */
+static inline pm_pool *pm_kavach_mode(pm_pool *pop)
+{
+#if defined(KV_KAVACH_REDO)
+	const char *w = getenv("KAVACH_ON_DEMAND_MS");
+	if (pop && w && *w) {
+		if (kv_pool_on_demand(pop, atof(w)) != KV_OK || kv_pool_durability(pop) != 1) {
+			fprintf(stderr, "kv_pool_on_demand(%s ms): %s\n", w, kv_errormsg());
+			kv_pool_close(pop);
+			return NULL;
+		}
+	}
+#endif
+	return pop;
+}
+
 static inline pm_pool *pm_pool_create(const char *path, uint64_t size)
 {
-	return kv_pool_create(path, size);
+	return pm_kavach_mode(kv_pool_create(path, size));
 }
 
 static inline pm_pool *pm_pool_open(const char *path)
 {
-	return kv_pool_open(path);
+	return pm_kavach_mode(kv_pool_open(path));
 }
 
 static inline int pm_pool_close(pm_pool *pop)

@@ -184,6 +184,19 @@ typedef struct kv_mutex {
 int kv_mutex_lock(kv_pool *pop, kv_mutex *m);
 int kv_mutex_unlock(kv_pool *pop, kv_mutex *m);
 
+/* Durability on demand (DNV Memory): from now on, redo (and isolated) commits on `pop` write in
+ * place with no flush and no fence, and a save on SIGPWR makes them durable: it stops the
+ * writers, saves the logs of commits caught in flight, writes back every line they dirtied and
+ * marks the heap saved, within `window_ms` (33 is the usual forecast of a power supply; 1 is
+ * ATX PWR_OK's). The process gets one save thread and one SIGPWR handler (chained to a previous
+ * handler). After power is lost without a finished save, kv_pool_open fails with KV_ENOTSAVED
+ * rather than open a heap that may hold part of a transaction. Threads beyond what the window
+ * can save run their redo transactions in undo mode (kv_tx_mode says so). KV_EINVAL for a bad
+ * window. kv_pool_close makes everything durable and turns it off. */
+int kv_pool_on_demand(kv_pool *pop, double window_ms);
+/* 1 if redo commits on `pop` are durable on demand, 0 if they flush at commit, -1 on error. */
+int kv_pool_durability(const kv_pool *pop);
+
 /* Text of the calling thread's last error ("" if none). Valid until the next kv_* call. */
 const char *kv_errormsg(void);
 

@@ -155,7 +155,13 @@ pub unsafe extern "C" fn kv_pool_close(pop: *mut KvPool) -> c_int {
             // no other close can free it again; the caller guarantees no other use.
             unsafe { Box::from_raw(pop) }
         };
-        let KvPool { raw, file, .. } = *p;
+        let KvPool {
+            raw,
+            file,
+            on_demand,
+            ..
+        } = *p;
+        drop(on_demand);
         drop(raw);
         status(file.close().map_err(|e| match e {
             // Only from the check that no lane is inside a transaction: one was left open (a
@@ -663,5 +669,39 @@ pub extern "C" fn kv_errormsg() -> *const c_char {
                 _ => EMPTY.as_ptr(),
             })
             .unwrap_or(EMPTY.as_ptr())
+    })
+}
+
+/// `kv_pool_on_demand`: durability on demand for redo transactions, saved on SIGPWR within
+/// `window_ms`.
+///
+/// # Safety
+///
+/// `pop` is null or an open pool.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn kv_pool_on_demand(pop: *mut KvPool, window_ms: f64) -> c_int {
+    guard(KV_EIO, || {
+        // SAFETY: this function's contract.
+        status(unsafe { pool(pop) }.and_then(|p| p.on_demand(window_ms)))
+    })
+}
+
+/// `kv_pool_durability`: 1 if redo commits are durable on demand, 0 if they flush at commit,
+/// -1 for a bad pool.
+///
+/// # Safety
+///
+/// `pop` is null or an open pool.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn kv_pool_durability(pop: *const KvPool) -> c_int {
+    guard(-1, || {
+        // SAFETY: this function's contract.
+        match unsafe { pool(pop) } {
+            Ok(p) => c_int::from(p.raw.durability() == heap::raw::Durability::OnDemand),
+            Err(e) => {
+                fail(e);
+                -1
+            }
+        }
     })
 }

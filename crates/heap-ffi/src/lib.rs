@@ -96,6 +96,8 @@ pub struct KvPool {
     raw: Arc<RawHeap>,
     /// `KV_OPEN_TRAP`: the staging range `kv_direct` hands addresses in.
     staging: Option<trap::Staging>,
+    /// Durability on demand, once `kv_pool_on_demand` turned it on (dropped before close).
+    on_demand: std::sync::Mutex<Option<heap::ondemand::OnDemand>>,
     file: HeapFile,
 }
 
@@ -552,8 +554,39 @@ impl KvPool {
             key: NEXT_KEY.fetch_add(1, Ordering::Relaxed),
             raw,
             staging,
+            on_demand: std::sync::Mutex::new(None),
             file,
         })
+    }
+
+    /// Turn durability on demand on, saved on SIGPWR within `window_ms` by the process's one
+    /// save thread (started, with its SIGPWR source, on first use).
+    fn on_demand(&self, window_ms: f64) -> Result<(), KvError> {
+        use powerfail::{HoldPolicy, PowerFail, SaveCost, SaveThread, Sigpwr, Window};
+        type Saver = (PowerFail, SaveThread, Sigpwr);
+        static SAVER: std::sync::Mutex<Option<Saver>> = std::sync::Mutex::new(None);
+        let bad =
+            |e: &dyn std::fmt::Display| KvError::new(KV_EINVAL, format!("kv_pool_on_demand: {e}"));
+        let window = Window::deadline_ms(window_ms).map_err(|e| bad(&e))?;
+        let mut g = SAVER.lock().unwrap_or_else(|p| p.into_inner());
+        if g.is_none() {
+            let cost = SaveCost::measure(
+                1 << 20,
+                std::time::Duration::from_nanos(100),
+                std::time::Duration::from_micros(50),
+            )
+            .map_err(|e| bad(&e))?;
+            let pf = PowerFail::new(window, cost);
+            let saver = SaveThread::spawn(&pf, HoldPolicy::HoldUntilClear).map_err(|e| bad(&e))?;
+            let sig = Sigpwr::install(&saver, window).map_err(|e| bad(&e))?;
+            *g = Some((pf, saver, sig));
+        }
+        let (pf, _, _) = g.as_ref().expect("set above");
+        pf.set_window(window);
+        let od = heap::ondemand::enable(&self.raw, pf)
+            .map_err(|e| KvError::new(heap_code(&e), format!("kv_pool_on_demand: {e}")))?;
+        *self.on_demand.lock().unwrap_or_else(|p| p.into_inner()) = Some(od);
+        Ok(())
     }
 
     /// The address C sees for region offset `off` (in the zone): in the staging range for a

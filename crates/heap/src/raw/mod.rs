@@ -149,6 +149,8 @@ pub struct RawHeap {
     locks: Mutex<HashMap<u64, Arc<LockCell>>>,
     root: Mutex<()>,
     observer: RwLock<Option<Arc<dyn CommitObserver>>>,
+    /// `observer` is set (read without its lock on every redo commit).
+    has_observer: AtomicBool,
     counters: Counters,
     recovery: RecoveryReport,
     od: OnDemand,
@@ -207,7 +209,10 @@ impl RawHeap {
 
     /// Install (or remove) the commit observer.
     pub fn set_observer(&self, observer: Option<Arc<dyn CommitObserver>>) {
-        *self.observer.write() = observer;
+        let mut o = self.observer.write();
+        self.has_observer
+            .store(observer.is_some(), Ordering::Release);
+        *o = observer;
     }
 
     fn m(&self, off: u64) -> usize {

@@ -105,6 +105,7 @@ impl RawHeap {
             locks: Mutex::new(HashMap::new()),
             root: Mutex::new(()),
             observer: RwLock::new(None),
+            has_observer: AtomicBool::new(false),
             counters: Counters::default(),
             recovery: RecoveryReport::default(),
             od: OnDemand::new(geo.lane_count as usize, len),
