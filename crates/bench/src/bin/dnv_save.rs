@@ -232,6 +232,80 @@ fn fill(h: &RawHeap, w: &Writers, lines: u64) -> anyhow::Result<()> {
     Ok(())
 }
 
+#[derive(Debug, Clone, Copy)]
+enum LinePattern {
+    /// One run of lines, stored to by this thread.
+    Contiguous,
+    /// Lines at random places of the object, stored to by this thread.
+    Random,
+    /// Lines at random places of the object, stored to by another thread.
+    RandomOtherThread,
+    /// As `Random`, with an atomic swap of a word after each line's write-back (the save
+    /// swaps one word of its dirty bitmap per 64 lines; when the dirty set is sparse that is
+    /// one swap per line, and a locked instruction waits for earlier write-backs).
+    RandomSwapEach,
+}
+
+impl LinePattern {
+    fn describe(self) -> &'static str {
+        match self {
+            LinePattern::Contiguous => "one run, this thread",
+            LinePattern::Random => "random places, this thread",
+            LinePattern::RandomOtherThread => "random places, another thread",
+            LinePattern::RandomSwapEach => "random places, an atomic swap after each",
+        }
+    }
+}
+
+/// Store to `n` lines of the object at medium offset `at` (`len` bytes) as `pattern` says, then
+/// write them back one line at a time in address order (as a save does) and fence: nanoseconds
+/// per line, the median of 5 rounds.
+fn dirtied_write_back(
+    medium: &Arc<dyn pmem::Medium>,
+    at: u64,
+    len: u64,
+    n: u64,
+    pattern: LinePattern,
+) -> anyhow::Result<f64> {
+    let mut per_line = Vec::new();
+    let mut rng = 0xfeed_u64;
+    for round in 0..5u8 {
+        let mut lines: Vec<u64> = match pattern {
+            LinePattern::Contiguous => (0..n).collect(),
+            _ => (0..n).map(|_| next(&mut rng) % (len / 64)).collect(),
+        };
+        lines.sort_unstable();
+        lines.dedup();
+        let store = move |m: &Arc<dyn pmem::Medium>, lines: &[u64]| {
+            for &l in lines {
+                m.write((at + l * 64) as usize, &[round; 8]);
+            }
+        };
+        match pattern {
+            LinePattern::RandomOtherThread => {
+                let (m, ls) = (medium.clone(), lines.clone());
+                std::thread::spawn(move || store(&m, &ls))
+                    .join()
+                    .map_err(|_| anyhow::anyhow!("the storing thread panicked"))?;
+            }
+            _ => store(medium, &lines),
+        }
+        let word = AtomicU64::new(0);
+        let swap = matches!(pattern, LinePattern::RandomSwapEach);
+        let t = Instant::now();
+        for &l in &lines {
+            medium.flush((at + l * 64) as usize, 64)?;
+            if swap {
+                std::hint::black_box(word.swap(l, Ordering::AcqRel));
+            }
+        }
+        medium.fence()?;
+        per_line.push(t.elapsed().as_nanos() as f64 / lines.len().max(1) as f64);
+    }
+    per_line.sort_by(f64::total_cmp);
+    Ok(per_line[per_line.len() / 2])
+}
+
 /// Park every writer and wait until none is inside a transaction (the commit counter stands
 /// still for 2 ms, longer than a parked writer's 200 us nap).
 fn park(w: &Writers) -> anyhow::Result<()> {
@@ -342,6 +416,23 @@ fn main() -> anyhow::Result<()> {
     let backing = format!("{:?}", medium.backing());
 
     let cost: SaveCost = h.calibrate_save(5)?;
+    // The calibration writes back lines it did not change. A save writes back lines commits
+    // just stored to, at random places, from other threads: time those cases too.
+    let mut dirty_line_ns = Vec::new();
+    for (n, pattern) in [
+        (4096u64, LinePattern::Contiguous),
+        (65536, LinePattern::Contiguous),
+        (4096, LinePattern::Random),
+        (65536, LinePattern::Random),
+        (4096, LinePattern::RandomOtherThread),
+        (65536, LinePattern::RandomOtherThread),
+        (4096, LinePattern::RandomSwapEach),
+        (65536, LinePattern::RandomSwapEach),
+    ] {
+        let n = n.min(obj_len / 64 / 4);
+        let ns = dirtied_write_back(&medium, region_off as u64 + obj, obj_len, n, pattern)?;
+        dirty_line_ns.push((n, pattern, ns));
+    }
     let plans: Vec<_> = [1u64, 33, 70]
         .iter()
         .map(|&w| {
@@ -479,6 +570,7 @@ fn main() -> anyhow::Result<()> {
         "loadavg_after": load_after,
         "seconds": started.elapsed().as_secs_f64(),
         "save_cost": cost,
+        "dirtied_line_write_back_ns": dirty_line_ns.iter().map(|(n, p, ns)| json!({"lines": n, "pattern": format!("{p:?}"), "ns_per_line": ns})).collect::<Vec<_>>(),
         "plans": plans.iter().map(|(w, p)| json!({"window_ms": w, "margin": 0.2, "plan": p})).collect::<Vec<_>>(),
         "refused_transactions": stats.refused_transactions,
         "cells": cells,
@@ -502,6 +594,12 @@ fn main() -> anyhow::Result<()> {
         cost.line_ns,
         cost.byte_ns
     );
+    for (n, p, ns) in &dirty_line_ns {
+        println!(
+            "write-back of {n} lines just stored to ({}): {ns:.2} ns/line (median of 5)",
+            p.describe()
+        );
+    }
     for (w, p) in &plans {
         println!(
             "plan for {w} ms (20% margin): {} threads, {} dirty lines ({}), estimate {:.2} ms",
