@@ -77,6 +77,9 @@ struct Args {
     /// Print JSON instead of a table.
     #[arg(long)]
     json: bool,
+    /// Also write the JSON (with every sample) to this file.
+    #[arg(long)]
+    json_file: Option<PathBuf>,
 }
 
 fn parse_size(s: &str) -> anyhow::Result<u64> {
@@ -575,6 +578,10 @@ fn main() -> anyhow::Result<()> {
         "refused_transactions": stats.refused_transactions,
         "cells": cells,
     });
+    if let Some(f) = &a.json_file {
+        std::fs::write(f, serde_json::to_string_pretty(&out)?)
+            .with_context(|| format!("writing {}", f.display()))?;
+    }
     if a.json {
         println!("{}", serde_json::to_string_pretty(&out)?);
         return Ok(());
