@@ -21,9 +21,14 @@
 //! at D, writers running): stop the writers, flush the whole heap region with the medium's
 //! `flush`, fence. Then a real save and a resume put the heap back in order (not timed).
 //!
+//! W = 0 is a baseline: one writer fills the dirty set and is parked before the save, so no
+//! commit runs beside it.
+//!
 //! Also reported: the calibrated `SaveCost` (`RawHeap::calibrate_save`), the model's estimate
-//! for each cell's median save, and the admission plan (`plan_on_demand`) for 1, 33 and 70 ms
-//! windows with a 20 % margin.
+//! for each cell's median save, the admission plan (`plan_on_demand`) for 1, 33 and 70 ms
+//! windows with a 20 % margin, and the write-back cost per line of lines just stored to, in
+//! one run, at random places, from another thread, and with an atomic swap after each line
+//! (what the save's dirty bitmap costs when it is sparse).
 
 #![forbid(unsafe_code)]
 
