@@ -529,6 +529,9 @@ impl RawHeap {
 
     /// After F4: the volatile allocator state takes the committed allocations and frees.
     pub(super) fn publish(&self, lane: &mut Lane) {
+        if lane.allocs.is_empty() && lane.frees.is_empty() {
+            return;
+        }
         let allocs = std::mem::take(&mut lane.allocs);
         for b in &allocs {
             match *b {

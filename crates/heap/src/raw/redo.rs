@@ -307,23 +307,33 @@ impl RawHeap {
         }
     }
 
-    /// Measure this medium's save costs: write-back of lines of the data zone (their bytes
-    /// are not changed) and copying log bytes, `rounds` times, keeping the slowest.
+    /// Measure this medium's save costs, `rounds` times, keeping the slowest: write-back of
+    /// lines dirtied at scattered places of the data zone (each line's first word is stored
+    /// back unchanged; every lane is held meanwhile, so no transaction runs: call it with no
+    /// lane held), a fence, and copying log bytes.
     pub fn calibrate_save(&self, rounds: u32) -> Result<SaveCost> {
-        let lines = 4096u64.min((self.geo.zone_end() - self.geo.zone_off) / 64);
+        let _held: Vec<_> = self.lanes.iter().map(|l| l.lock()).collect();
+        let zone_lines = (self.geo.zone_end() - self.geo.zone_off) / 64;
+        let lines = 4096u64.min(zone_lines);
         let (mut line_ns, mut byte_ns, mut fixed_ns) = (0f64, 0f64, 0f64);
         let src = vec![0x5au8; 1 << 16];
         let mut dst = vec![0u8; 1 << 16];
+        let at = |k: u64| self.geo.zone_off + (k.wrapping_mul(2_654_435_761) % zone_lines) * 64;
         for _ in 0..rounds.max(1) {
+            for k in 0..lines {
+                let off = self.m(at(k));
+                let v = self.medium.load_u64(off);
+                self.medium.store_u64(off, v);
+            }
             let t = Instant::now();
-            self.medium.fence()?;
-            fixed_ns = fixed_ns.max(t.elapsed().as_nanos() as f64);
-            let t = Instant::now();
-            for l in 0..lines {
-                self.medium.flush(self.m(self.geo.zone_off + l * 64), 64)?;
+            for k in 0..lines {
+                self.medium.flush(self.m(at(k)), 64)?;
             }
             self.medium.fence()?;
             line_ns = line_ns.max(t.elapsed().as_nanos() as f64 / lines.max(1) as f64);
+            let t = Instant::now();
+            self.medium.fence()?;
+            fixed_ns = fixed_ns.max(t.elapsed().as_nanos() as f64);
             let t = Instant::now();
             dst.copy_from_slice(std::hint::black_box(&src));
             std::hint::black_box(&dst);
@@ -454,32 +464,48 @@ impl RawHeap {
         let mut newly = 0;
         for l in first..=last {
             let bit = 1u64 << (l % 64);
-            let old = self.od.dirty[(l / 64) as usize].fetch_or(bit, Ordering::AcqRel);
-            if old & bit == 0 {
+            let word = &self.od.dirty[(l / 64) as usize];
+            // A line written again before a write-back is marked already: no locked RMW.
+            if word.load(Ordering::Acquire) & bit != 0 {
+                continue;
+            }
+            if word.fetch_or(bit, Ordering::AcqRel) & bit == 0 {
                 newly += 1;
             }
         }
-        self.od.dirty_lines.fetch_add(newly, Ordering::AcqRel);
+        if newly > 0 {
+            self.od.dirty_lines.fetch_add(newly, Ordering::AcqRel);
+        }
     }
 
     /// Flush every tracked dirty line (no fence); returns how many.
+    ///
+    /// All bitmap words are taken first and the lines written back after: a locked swap
+    /// between write-backs waits for the write-backs before it, which made a sparse dirty set
+    /// cost a round trip per line (134-160 ns against 10-15 ns, `docs/dnv.md`, "Save time").
+    /// A line a committer marks again after its word was taken stays marked for the next
+    /// write-back; what it wrote before the mark was taken is written back here.
     fn flush_dirty(&self) -> Result<u64> {
-        let mut n = 0;
+        let mut taken = Vec::new();
         for (w, word) in self.od.dirty.iter().enumerate() {
             if word.load(Ordering::Acquire) == 0 {
                 continue;
             }
-            let mut bits = word.swap(0, Ordering::AcqRel);
-            let k = u64::from(bits.count_ones());
-            self.od.dirty_lines.fetch_sub(k, Ordering::AcqRel);
+            let bits = word.swap(0, Ordering::AcqRel);
+            if bits != 0 {
+                taken.push((w as u64, bits));
+            }
+        }
+        let mut n = 0;
+        for (w, mut bits) in taken {
             while bits != 0 {
                 let b = u64::from(bits.trailing_zeros());
                 bits &= bits - 1;
-                let line = w as u64 * 64 + b;
-                self.medium.flush(self.m(line * 64), 64)?;
+                self.medium.flush(self.m((w * 64 + b) * 64), 64)?;
                 n += 1;
             }
         }
+        self.od.dirty_lines.fetch_sub(n, Ordering::AcqRel);
         Ok(n)
     }
 
