@@ -12,7 +12,7 @@ use serde::Serialize;
 
 use crate::error::{HeapError, Result};
 use crate::layout::*;
-use crate::raw::{decode_header_copy, read_header, scan_undo};
+use crate::raw::{REDO_SEQ_MASK, decode_header_copy, read_header, read_redo_log, scan_undo};
 
 /// One allocated block.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -43,6 +43,9 @@ pub struct PendingLane {
     pub lane: usize,
     /// Undo entries that would be rolled back.
     pub undo_entries: usize,
+    /// Redo entries that would be redone (a committed log not yet retired, or a log saved on
+    /// a power-failure warning).
+    pub redo_entries: usize,
 }
 
 /// What the walk found.
@@ -68,6 +71,9 @@ pub struct HeapReport {
     pub lanes: u32,
     /// Lanes waiting for recovery.
     pub pending: Vec<PendingLane>,
+    /// Lanes whose redo area says `UNSAVED`: durability-on-demand commits ran and no save
+    /// finished, so the heap may be torn and open refuses it (`docs/format/redo-log.md`).
+    pub unsaved: Vec<usize>,
     /// Size classes with at least one run.
     pub classes: Vec<ClassStats>,
     /// Damaged metadata.
@@ -91,7 +97,10 @@ fn ser_damage<S: serde::Serializer>(
 impl HeapReport {
     /// No damage, no double allocation, no leak.
     pub fn is_clean(&self) -> bool {
-        self.damage.is_empty() && self.double_allocated.is_empty() && self.leaked.is_empty()
+        self.damage.is_empty()
+            && self.double_allocated.is_empty()
+            && self.leaked.is_empty()
+            && self.unsaved.is_empty()
     }
 }
 
@@ -124,11 +133,42 @@ pub fn walk(medium: &dyn Medium, base: u64, len: u64, reachability: bool) -> Res
                 found: format!("{state:#018x}"),
             });
         }
-        let undo = scan_undo(medium, base, &g, i, (state >> 1) + 1).len();
-        if undo > 0 {
+        let mut seq = state >> 1;
+        let redo_state = medium.load_u64((base + g.redo(i)) as usize);
+        let (kind, lseq) = ((redo_state >> 56) as u8, redo_state & REDO_SEQ_MASK);
+        let mut redo = 0;
+        match kind {
+            REDO_EMPTY => {}
+            REDO_UNSAVED => r.unsaved.push(i),
+            REDO_SAVED | REDO_COMMITTED if kind == REDO_SAVED || lseq == seq + 1 => {
+                match read_redo_log(medium, base, &g, i) {
+                    Ok(e) => {
+                        redo = e.len();
+                        if kind == REDO_COMMITTED {
+                            seq += 1;
+                        }
+                    }
+                    // A torn committed log is a commit that never happened; a saved one is
+                    // damage.
+                    Err(HeapError::Corrupt(c)) if kind == REDO_SAVED => r.damage.push(c),
+                    Err(_) => {}
+                }
+            }
+            REDO_SAVED | REDO_COMMITTED => {}
+            k => r.damage.push(Corruption {
+                structure: format!("lane {i} redo header"),
+                offset: base + g.redo(i),
+                field: "state",
+                expected: "kind 0 (empty), 1 (unsaved), 2 (saved) or 3 (committed)".into(),
+                found: k.to_string(),
+            }),
+        }
+        let undo = scan_undo(medium, base, &g, i, seq + 1).len();
+        if undo > 0 || redo > 0 {
             r.pending.push(PendingLane {
                 lane: i,
                 undo_entries: undo,
+                redo_entries: redo,
             });
         }
     }

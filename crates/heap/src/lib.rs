@@ -1,17 +1,25 @@
-//! `heap`: Kavach's persistent heap, the libpmemobj role.
+//! `heap`: Kavach's persistent heap, the libpmemobj role, with DNV Memory's transactions.
 //!
-//! - [`raw::RawHeap`]: the engine. A size-class allocator (runs of 64 B to 64 KiB blocks with
-//!   persistent bitmaps, whole 256 KiB chunks above that) with per-lane caches, undo-logged
-//!   transactions on per-lane logs, an allocator redo log per lane, and recovery.
+//! - [`raw::RawHeap`]: the engine, one module per concern (`raw/`: open and recovery, lanes,
+//!   the undo log, the redo log, the allocator, transactions, the lock table; the lock order is
+//!   written beside `RawHeap`). A size-class allocator (runs of 64 B to 64 KiB blocks with
+//!   persistent bitmaps, whole 256 KiB chunks above that) with per-lane caches; transactions in
+//!   undo mode (old bytes to the lane's undo log), redo mode (new bytes in DRAM, applied at
+//!   commit: two fences, or none with durability on demand) or isolated mode (redo under
+//!   [`stm`]); recovery of both logs.
+//! - [`ondemand`]: durability on demand driven by `powerfail`'s warnings and bounded save.
+//! - [`ecc`]: the reliable-word code (an 8-byte check word per 8-byte word).
+//! - [`stm`]: the word-based STM behind isolated transactions.
 //! - [`typed`]: the Rust API. Persistent pointers carry their pool's type, values are plain
 //!   bytes ([`bytemuck::Pod`]), and persistent data changes only through a transaction.
 //! - [`file`]: heaps in pool files.
 //! - [`check`]: the walk behind `kavach heap check` and `kavach heap stats`.
 //!
-//! Formats: `docs/format/heap.md`, `docs/format/undo-log.md`.
+//! Formats: `docs/format/heap.md`, `docs/format/undo-log.md`, `docs/format/redo-log.md`.
+//! DNV Memory's parts and their measurements: `docs/dnv.md`.
 //!
-//! The only unsafe code is the `Pod` implementations of [`typed`]'s persistent pointer and lock
-//! types (`docs/unsafe.md`, "Typed access to the heap").
+//! Unsafe code: the `Pod` implementations of [`typed`]'s persistent pointer and lock types,
+//! and the SSE4.2 CRC instruction in `ecc::hw` (`docs/unsafe.md`).
 
 #![deny(unsafe_code)]
 

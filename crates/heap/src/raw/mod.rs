@@ -60,8 +60,7 @@ pub struct HeapOptions {
     pub lanes: u32,
     /// Bytes per lane (state line, redo and undo areas).
     pub lane_bytes: u32,
-    /// Bytes of each lane's redo area, reserved for redo-mode (DNV) transactions; undo mode
-    /// does not use it.
+    /// Bytes of each lane's redo area (redo-mode transactions, `docs/format/redo-log.md`).
     pub redo_bytes: u32,
 }
 

@@ -227,8 +227,12 @@ pub(super) struct OnDemand {
     gate: AtomicBool,
     gate_mx: Mutex<()>,
     gate_cv: Condvar,
-    /// Per lane: the encoded log of the transaction applying now.
-    slots: Vec<Mutex<Option<Vec<u8>>>>,
+    /// Per lane: the encoded log of the lane's last on-demand commit. A save reads it (under
+    /// the lock) only while `applying` says that commit is still applying.
+    slots: Vec<Mutex<Vec<u8>>>,
+    /// Per lane: set under the slot's lock when a commit publishes its log and finds the gate
+    /// open; cleared when its apply is done.
+    applying: Vec<AtomicBool>,
     /// Per lane: its redo header says `UNSAVED` (or `SAVED`) on the medium.
     marked: Vec<AtomicBool>,
     /// One bit per line of the region written by on-demand commits and not written back.
@@ -253,7 +257,8 @@ impl OnDemand {
             gate: AtomicBool::new(false),
             gate_mx: Mutex::new(()),
             gate_cv: Condvar::new(),
-            slots: (0..lanes).map(|_| Mutex::new(None)).collect(),
+            slots: (0..lanes).map(|_| Mutex::new(Vec::new())).collect(),
+            applying: (0..lanes).map(|_| AtomicBool::new(false)).collect(),
             marked: (0..lanes).map(|_| AtomicBool::new(false)).collect(),
             dirty: (0..lines.div_ceil(64)).map(|_| AtomicU64::new(0)).collect(),
             dirty_lines: AtomicU64::new(0),
@@ -728,22 +733,28 @@ impl RawHeap {
             self.fence()?;
             self.od.marked[i].store(true, Ordering::Release);
         }
-        // Publish the log, then look at the gate: a save that closed the gate before we
-        // published does not see our log, so we must not apply until it is lifted.
-        let mut log = Some(log);
+        // Publish the log and look at the gate under the slot's lock. A save closes the gate
+        // before it takes any slot's lock: if it took ours first, we see the gate closed and
+        // wait; if we took it first, the save finds `applying` set and copies our log.
+        let mut log = log;
         loop {
-            *self.od.slots[i].lock() = log.take();
-            if !self.od.gate.load(Ordering::SeqCst) {
+            let open = {
+                let mut slot = self.od.slots[i].lock();
+                std::mem::swap(&mut *slot, &mut log);
+                if self.od.gate.load(Ordering::SeqCst) {
+                    std::mem::swap(&mut *slot, &mut log);
+                    false
+                } else {
+                    self.od.applying[i].store(true, Ordering::Relaxed);
+                    true
+                }
+            };
+            if open {
                 break;
             }
-            log = self.od.slots[i].lock().take();
             self.wait_gate();
-            if log.is_none() {
-                // A save took it meanwhile? It only copies; the slot keeps it. Unreachable
-                // in practice, but never apply without a published log.
-                return Err(HeapError::TxState("redo log lost while a save ran"));
-            }
         }
+        lane.logbuf = log;
         let olds = self.olds_for_observer(lane);
         for (off, data) in lane.redo.iter() {
             self.medium.write(self.m(off), data);
@@ -758,10 +769,8 @@ impl RawHeap {
         for b in &lane.frees {
             self.mark_block_words_dirty(b);
         }
-        // Unpublish whatever happened: a save or a close waits for every slot to empty.
-        if let Some(log) = self.od.slots[i].lock().take() {
-            lane.logbuf = log;
-        }
+        // Done applying, whatever happened: a save or a close waits for this.
+        self.od.applying[i].store(false, Ordering::Release);
         applied?;
         if self.od.dirty_lines.load(Ordering::Acquire)
             > self.od.budget_lines.load(Ordering::Acquire)
@@ -806,8 +815,8 @@ impl RawHeap {
     }
 
     fn wait_appliers(&self) {
-        for s in &self.od.slots {
-            while s.lock().is_some() {
+        for a in &self.od.applying {
+            while a.load(Ordering::Acquire) {
                 std::thread::yield_now();
             }
         }
@@ -850,7 +859,8 @@ impl RawHeap {
         let mut saved = Vec::new();
         for (i, slot) in self.od.slots.iter().enumerate() {
             let s = slot.lock();
-            if let Some(log) = s.as_ref() {
+            if self.od.applying[i].load(Ordering::Acquire) {
+                let log = &*s;
                 // Everything but the state word now; the state word last, after the fence.
                 let h = REDO_HEADER_BYTES as usize;
                 let mut head = [0u8; REDO_HEADER_BYTES as usize];
