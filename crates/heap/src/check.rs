@@ -12,7 +12,9 @@ use serde::Serialize;
 
 use crate::error::{HeapError, Result};
 use crate::layout::*;
-use crate::raw::{REDO_SEQ_MASK, decode_header_copy, read_header, read_redo_log, scan_undo};
+use crate::raw::{
+    REDO_SEQ_MASK, decode_header_copy, fresh_holds, read_header, read_redo_log, scan_undo,
+};
 
 /// One allocated block.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -142,6 +144,11 @@ pub fn walk(medium: &dyn Medium, base: u64, len: u64, reachability: bool) -> Res
             REDO_UNSAVED => r.unsaved.push(i),
             REDO_SAVED | REDO_COMMITTED if kind == REDO_SAVED || lseq == seq + 1 => {
                 match read_redo_log(medium, base, &g, i) {
+                    // A committed log whose fresh blocks do not hold their bytes is a commit
+                    // that never happened (open clears it).
+                    Ok(e)
+                        if kind == REDO_COMMITTED
+                            && !e.iter().all(|x| fresh_holds(medium, base, &g, x)) => {}
                     Ok(e) => {
                         redo = e.len();
                         if kind == REDO_COMMITTED {

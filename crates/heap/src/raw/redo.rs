@@ -950,20 +950,25 @@ impl RawHeap {
                 }
                 let entries = match self.read_log(i) {
                     Ok(e) => e,
-                    Err(e) if kind == REDO_COMMITTED => {
-                        // A torn log of a commit that never reached its commit point.
-                        let _ = e;
+                    Err(_) if kind == REDO_COMMITTED => {
+                        // A torn log of a commit that never reached its commit point: clear
+                        // it, or the lane's next transaction (which gets the same number)
+                        // could one day find it whole.
+                        self.medium.store_u64(self.m(at), 0);
+                        self.medium.persist(self.m(at), 8)?;
                         return Ok(seq);
                     }
                     Err(e) => return Err(e),
                 };
                 if let Some(bad) = entries
                     .iter()
-                    .find(|e| e.tag == REDO_FRESH && !self.fresh_holds(e))
+                    .find(|e| !fresh_holds(&*self.medium, self.base, &self.geo, e))
                 {
                     if kind == REDO_COMMITTED {
                         // The block's bytes did not all reach the medium before the crash,
-                        // so neither did the commit point.
+                        // so neither did the commit point. Cleared as above.
+                        self.medium.store_u64(self.m(at), 0);
+                        self.medium.persist(self.m(at), 8)?;
                         return Ok(seq);
                     }
                     return Err(HeapError::corrupt(
@@ -1023,17 +1028,6 @@ impl RawHeap {
         read_redo_log(&*self.medium, self.base, &self.geo, i)
     }
 
-    fn fresh_holds(&self, e: &RedoEntry) -> bool {
-        let len = u64::from_le_bytes(e.data[..8].try_into().expect("16-byte payload"));
-        let crc = u32::from_le_bytes(e.data[8..12].try_into().expect("16-byte payload"));
-        if self.check_range(e.offset, len).is_err() {
-            return false;
-        }
-        let mut buf = vec![0u8; len as usize];
-        self.medium.read(self.m(e.offset), &mut buf);
-        crc32c::crc32c(&buf) == crc
-    }
-
     fn redo_one(&self, lane: usize, e: &RedoEntry) -> Result<()> {
         if e.tag == REDO_FRESH {
             return Ok(());
@@ -1089,6 +1083,26 @@ pub const REDO_SEQ_MASK: u64 = (1 << 56) - 1;
 /// CRC-32C over a redo header's first 16 bytes ‖ its entries.
 pub fn redo_crc(head: &[u8], entries: &[u8]) -> u32 {
     crc32c::crc32c_append(crc32c::crc32c(head), entries)
+}
+
+/// Does a `FRESH` entry's block hold the bytes whose CRC it names (any other entry: true)?
+/// A committed log counts only if every one does.
+pub fn fresh_holds(medium: &dyn Medium, base: u64, geo: &Geometry, e: &RedoEntry) -> bool {
+    if e.tag != REDO_FRESH {
+        return true;
+    }
+    let len = u64::from_le_bytes(e.data[..8].try_into().expect("16-byte payload"));
+    let crc = u32::from_le_bytes(e.data[8..12].try_into().expect("16-byte payload"));
+    if e.offset < geo.zone_off
+        || e.offset
+            .checked_add(len)
+            .is_none_or(|end| end > geo.zone_end())
+    {
+        return false;
+    }
+    let mut buf = vec![0u8; len as usize];
+    medium.read((base + e.offset) as usize, &mut buf);
+    crc32c::crc32c(&buf) == crc
 }
 
 /// One entry of a redo log.
