@@ -22,6 +22,7 @@ pub mod file;
 pub mod layout;
 pub mod ondemand;
 pub mod raw;
+pub mod reliable;
 pub mod stm;
 // Unsafe: `unsafe impl Pod` for PPtr, PMutex and PRwLock (their layouts have no padding).
 #[allow(unsafe_code)]
