@@ -31,4 +31,4 @@ pub mod typed;
 pub use error::{HeapError, Result};
 pub use file::HeapFile;
 pub use raw::{Change, CommitObserver, HeapOptions, RawHeap, RecoveryReport, TxMode};
-pub use typed::{Heap, PMutex, PPtr, PRwLock, PoolTag, Tx};
+pub use typed::{Heap, PMutex, PPtr, PRwLock, PoolTag, RPtr, Tx};

@@ -153,13 +153,13 @@ fn is_magic(pair: &[u8]) -> Option<Option<ecc::Corrected>> {
 /// The header of the object at `obj` as the transaction sees it: its logical length. Header
 /// pairs that were corrected are written back through the transaction.
 fn object_len(heap: &RawHeap, lane: &mut Lane, obj: u64) -> Result<u64> {
-    let Some(size) = heap.usable_size(obj) else {
-        return Err(HeapError::invalid(
-            "reliable object",
-            format!("offset {obj:#x} is not the start of an allocated block"),
-        ));
-    };
-    if size < HEADER_BYTES + PAIR {
+    // The block's size, when the allocator knows it: a block allocated by this very
+    // transaction is not published yet, and then only the zone bounds the object.
+    let size = heap.usable_size(obj);
+    heap.check_range(obj, HEADER_BYTES + PAIR)?;
+    if let Some(size) = size
+        && size < HEADER_BYTES + PAIR
+    {
         return Err(HeapError::invalid(
             "reliable object",
             format!(
@@ -205,15 +205,20 @@ fn object_len(heap: &RawHeap, lane: &mut Lane, obj: u64) -> Result<u64> {
     if magic_fix.is_some() {
         heap.write(lane, obj, &header_bytes(len)[..16])?;
     }
-    if len == 0 || len > MAX_LEN || block_bytes(len) > size {
+    let fits = match size {
+        Some(size) => block_bytes(len) <= size,
+        None => heap.check_range(obj, block_bytes(len)).is_ok(),
+    };
+    if len == 0 || len > MAX_LEN || !fits {
+        let room = match size {
+            Some(size) => format!("the block holds {size} bytes"),
+            None => "the object must end inside the data zone".to_string(),
+        };
         return Err(HeapError::corrupt(
             format!("reliable object at {obj:#x}"),
             heap.base() + obj + 16,
             "length",
-            format!(
-                "1 to {} bytes (the block holds {size} bytes)",
-                (size - HEADER_BYTES) / PAIR * 8
-            ),
+            format!("1 to {MAX_LEN} bytes, stored in {room}"),
             len,
         ));
     }
