@@ -170,6 +170,9 @@ fn heap_code(e: &HeapError) -> c_int {
         HeapError::TxTooLarge(_) => KV_ETXTOOBIG,
         HeapError::Aborted => KV_EABORTED,
         HeapError::TxState(_) => KV_ENOTX,
+        HeapError::Uncorrectable { .. } => KV_EUNCORRECTABLE,
+        // The heap may hold part of a transaction: it is refused as damaged.
+        HeapError::NotSaved { .. } => KV_ECORRUPT,
     }
 }
 
