@@ -253,34 +253,47 @@ fn uncorrectable(heap: &RawHeap, obj: u64, word: u64, detail: String) -> HeapErr
     }
 }
 
-/// Decode logical words `first .. first + count` of `obj` as the transaction sees them,
-/// writing corrected pairs back through it. Returns the words and how many were corrected.
+/// Run `f` on a zeroed scratch buffer of `n` bytes: on the stack when small (the common case,
+/// objects of a few words), on the heap otherwise.
+fn scratch<R>(n: usize, f: impl FnOnce(&mut [u8]) -> R) -> R {
+    const SMALL: usize = 512;
+    if n <= SMALL {
+        let mut b = [0u8; SMALL];
+        f(&mut b[..n])
+    } else {
+        f(&mut vec![0u8; n])
+    }
+}
+
+/// Decode logical words `first .. first + data.len() / 8` of `obj` into `data`, as the
+/// transaction sees them, writing corrected pairs back through it. Returns how many words were
+/// corrected.
 fn read_words(
     heap: &RawHeap,
     lane: &mut Lane,
     obj: u64,
     first: u64,
-    count: u64,
-) -> Result<(Vec<u8>, usize)> {
-    let mut pairs = vec![0u8; (count * PAIR) as usize];
-    heap.read_tx(lane, pair_offset(obj, first), &mut pairs)?;
-    let mut data = vec![0u8; (count * 8) as usize];
-    match ecc::decode_from(&pairs, &mut data) {
-        Ok(rep) => {
-            for r in &rep.repairs {
-                let at = pair_offset(obj, first + r.index as u64);
-                heap.write(lane, at, &r.pair_bytes())?;
+    data: &mut [u8],
+) -> Result<usize> {
+    scratch(data.len() * 2, |pairs| {
+        heap.read_tx(lane, pair_offset(obj, first), pairs)?;
+        match ecc::decode_from(pairs, data) {
+            Ok(rep) => {
+                for r in &rep.repairs {
+                    let at = pair_offset(obj, first + r.index as u64);
+                    heap.write(lane, at, &r.pair_bytes())?;
+                }
+                Ok(rep.repairs.len())
             }
-            Ok((data, rep.repairs.len()))
+            Err(EccError::Uncorrectable { index, source, .. }) => Err(uncorrectable(
+                heap,
+                obj,
+                first + index as u64,
+                source.to_string(),
+            )),
+            Err(e) => Err(HeapError::invalid("reliable read", e.to_string())),
         }
-        Err(EccError::Uncorrectable { index, source, .. }) => Err(uncorrectable(
-            heap,
-            obj,
-            first + index as u64,
-            source.to_string(),
-        )),
-        Err(e) => Err(HeapError::invalid("reliable read", e.to_string())),
-    }
+    })
 }
 
 /// Read `buf.len()` logical bytes at byte `off` of the reliable object at `obj`, as the open
@@ -302,10 +315,16 @@ pub fn read_reliable(
     }
     let first = off / 8;
     let last = (off + buf.len() as u64 - 1) / 8;
-    let (data, fixed) = read_words(heap, lane, obj, first, last - first + 1)?;
-    let skip = (off - first * 8) as usize;
-    buf.copy_from_slice(&data[skip..skip + buf.len()]);
-    Ok(fixed)
+    let count = last - first + 1;
+    if off % 8 == 0 && buf.len() % 8 == 0 {
+        return read_words(heap, lane, obj, first, buf);
+    }
+    scratch((count * 8) as usize, |data| {
+        let fixed = read_words(heap, lane, obj, first, data)?;
+        let skip = (off - first * 8) as usize;
+        buf.copy_from_slice(&data[skip..skip + buf.len()]);
+        Ok(fixed)
+    })
 }
 
 /// Write `data` at logical byte `off` of the reliable object at `obj` in the open transaction
@@ -328,22 +347,21 @@ pub fn write_reliable(
     let first = off / 8;
     let last = (end - 1) / 8;
     let count = last - first + 1;
-    let mut words_buf = vec![0u8; (count * 8) as usize];
-    if off % 8 != 0 {
-        let (w, _) = read_words(heap, lane, obj, first, 1)?;
-        words_buf[..8].copy_from_slice(&w);
-    }
-    if end % 8 != 0 && (last != first || off % 8 == 0) {
-        let (w, _) = read_words(heap, lane, obj, last, 1)?;
-        let at = ((last - first) * 8) as usize;
-        words_buf[at..at + 8].copy_from_slice(&w);
-    }
-    let skip = (off - first * 8) as usize;
-    words_buf[skip..skip + data.len()].copy_from_slice(data);
-    let mut pairs = vec![0u8; words_buf.len() * 2];
-    ecc::encode_into(&words_buf, &mut pairs)
-        .map_err(|e| HeapError::invalid("reliable write", e.to_string()))?;
-    heap.write(lane, pair_offset(obj, first), &pairs)
+    let n = (count * 8) as usize;
+    scratch(n * 3, |b| {
+        let (words_buf, pairs) = b.split_at_mut(n);
+        if off % 8 != 0 {
+            read_words(heap, lane, obj, first, &mut words_buf[..8])?;
+        }
+        if end % 8 != 0 && (last != first || off % 8 == 0) {
+            read_words(heap, lane, obj, last, &mut words_buf[n - 8..])?;
+        }
+        let skip = (off - first * 8) as usize;
+        words_buf[skip..skip + data.len()].copy_from_slice(data);
+        ecc::encode_into(words_buf, pairs)
+            .map_err(|e| HeapError::invalid("reliable write", e.to_string()))?;
+        heap.write(lane, pair_offset(obj, first), pairs)
+    })
 }
 
 /// Free the reliable object at `obj` at commit (after checking it is one).
