@@ -972,11 +972,7 @@ fn print_scrub(a: &ScrubArgs, region: &Region, r: &heap::reliable::ScrubReport, 
     for c in &r.corrected {
         println!(
             "{verb}: object at heap offset {:#x}, {}: pair at pool byte {:#x}, {} flipped bit(s) in the data word, {} in the check word",
-            c.object,
-            c.part,
-            c.medium_offset,
-            c.data_flips,
-            c.check_flips
+            c.object, c.part, c.medium_offset, c.data_flips, c.check_flips
         );
     }
     for d in &r.uncorrectable {
@@ -1000,10 +996,7 @@ fn print_scrub(a: &ScrubArgs, region: &Region, r: &heap::reliable::ScrubReport, 
         println!("clean: every pair checks");
     } else {
         let left = if a.repair {
-            format!(
-                "{} pair(s) corrected and written back",
-                r.corrected.len()
-            )
+            format!("{} pair(s) corrected and written back", r.corrected.len())
         } else {
             format!(
                 "{} pair(s) correctable (run with --repair to write the corrections)",

@@ -117,13 +117,22 @@ fn damage_is_named_and_repaired() {
     assert_code(&o, 1);
     let text = common::stdout(&o);
     assert!(
-        text.contains(&format!("object at heap offset {b:#x}, word 70 (bytes 560..568)")),
+        text.contains(&format!(
+            "object at heap offset {b:#x}, word 70 (bytes 560..568)"
+        )),
         "{text}"
     );
-    assert!(text.contains("2 flipped bit(s) in the data word, 1 in the check word"), "{text}");
+    assert!(
+        text.contains("2 flipped bit(s) in the data word, 1 in the check word"),
+        "{text}"
+    );
     assert!(text.contains("header length"), "{text}");
     assert!(text.contains("--repair"), "{text}");
-    assert_eq!(std::fs::read(&p).unwrap(), damaged, "a scrub without --repair wrote");
+    assert_eq!(
+        std::fs::read(&p).unwrap(),
+        damaged,
+        "a scrub without --repair wrote"
+    );
     let v = run_json(&["heap", "scrub", &p], 1);
     let fixes = v["corrected"].as_array().unwrap();
     assert_eq!(fixes.len(), 2);
@@ -140,12 +149,19 @@ fn damage_is_named_and_repaired() {
     );
     let v = run_json(&["heap", "scrub", &p], 0);
     assert_eq!(v["clean"], true);
-    assert_eq!(peek(&p, base + plain, 128), vec![0xC3u8; 128], "plain block untouched");
+    assert_eq!(
+        peek(&p, base + plain, 128),
+        vec![0xC3u8; 128],
+        "plain block untouched"
+    );
     // A stray whole-word write into a's word 2: uncorrectable, exit 1 with or without repair,
     // and the word is left as it is.
     let a2 = base + pair_offset(a, 2);
     poke(&p, a2, &0x0123_4567_89AB_CDEFu64.to_le_bytes());
-    for args in [&["heap", "scrub", &p][..], &["heap", "scrub", &p, "--repair"]] {
+    for args in [
+        &["heap", "scrub", &p][..],
+        &["heap", "scrub", &p, "--repair"],
+    ] {
         let o = kavach(args);
         assert_code(&o, 1);
         let text = common::stdout(&o);

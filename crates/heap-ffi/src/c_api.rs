@@ -687,14 +687,14 @@ pub unsafe extern "C" fn kv_tx_alloc_flags(pop: *mut KvPool, size: usize, flags:
         let r = unsafe { pool(pop) }.and_then(|p| {
             tx_op(p, "kv_tx_alloc_flags", |raw, lane| match flags {
                 0 => Ok(p.oid(raw.alloc(lane, size as u64, false)?)),
-                KV_ALLOC_RELIABLE => Ok(p.oid(heap::reliable::alloc_reliable(
-                    raw,
-                    lane,
-                    size as u64,
-                )?)),
+                KV_ALLOC_RELIABLE => {
+                    Ok(p.oid(heap::reliable::alloc_reliable(raw, lane, size as u64)?))
+                }
                 f => Err(KvError::new(
                     KV_EINVAL,
-                    format!("kv_tx_alloc_flags: unknown flags {f:#x} (known: KV_ALLOC_RELIABLE = 1)"),
+                    format!(
+                        "kv_tx_alloc_flags: unknown flags {f:#x} (known: KV_ALLOC_RELIABLE = 1)"
+                    ),
                 )),
             })
         });
@@ -729,12 +729,17 @@ pub unsafe extern "C" fn kv_rtx_read(
                     return Ok(());
                 }
                 if dst.is_null() {
-                    return Err(KvError::new(KV_EINVAL, "kv_rtx_read: the destination is null"));
+                    return Err(KvError::new(
+                        KV_EINVAL,
+                        "kv_rtx_read: the destination is null",
+                    ));
                 }
                 if p.overlaps(dst.addr(), len) {
                     return Err(KvError::new(
                         KV_EINVAL,
-                        format!("kv_rtx_read: the destination [{dst:p}, +{len}) is inside the pool"),
+                        format!(
+                            "kv_rtx_read: the destination [{dst:p}, +{len}) is inside the pool"
+                        ),
                     ));
                 }
                 let mut buf = vec![0u8; len];

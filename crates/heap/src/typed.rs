@@ -658,7 +658,13 @@ impl<P: PoolTag> Tx<'_, P> {
         let heap = Arc::clone(&self.heap.raw);
         self.hold_reliable(p.off)?;
         let mut v = T::zeroed();
-        crate::reliable::read_reliable(&heap, &mut self.lane, p.off, 0, bytemuck::bytes_of_mut(&mut v))?;
+        crate::reliable::read_reliable(
+            &heap,
+            &mut self.lane,
+            p.off,
+            0,
+            bytemuck::bytes_of_mut(&mut v),
+        )?;
         Ok(v)
     }
 

@@ -292,7 +292,10 @@ fn uncorrectable_words_are_typed_errors_naming_object_and_word() {
         want[24..32].copy_from_slice(&[7u8; 8]);
         assert_eq!(read_all(&h, obj, 80).unwrap().0, want);
         // A stray whole-word write into the data word of word 9.
-        m.write(pair_offset(obj, 9) as usize, &0xDEAD_BEEF_0BAD_F00Du64.to_le_bytes());
+        m.write(
+            pair_offset(obj, 9) as usize,
+            &0xDEAD_BEEF_0BAD_F00Du64.to_le_bytes(),
+        );
         let err = read_all(&h, obj, 80).unwrap_err();
         assert!(
             matches!(err, HeapError::Uncorrectable { object, word: 9, .. } if object == obj),
@@ -370,7 +373,11 @@ fn scrub_finds_and_repairs_and_never_touches_other_blocks() {
     m.write(pair_offset(c, 0) as usize, &42u64.to_le_bytes());
     let damaged = snap(&m, 0, LEN);
     let rep = scrub(&h, false).unwrap();
-    assert_eq!(snap(&m, 0, LEN), damaged, "a scrub without repair writes nothing");
+    assert_eq!(
+        snap(&m, 0, LEN),
+        damaged,
+        "a scrub without repair writes nothing"
+    );
     let fixes: Vec<_> = rep.corrected.iter().map(|c| (c.object, c.part)).collect();
     assert_eq!(fixes, vec![(a, Part::Length), (b, Part::Word(100))]);
     assert_eq!(
@@ -515,12 +522,17 @@ fn crash_state(h: &RawHeap, m: &SimMedium, what: &str) -> (Vec<u8>, Option<Vec<u
     h.read(root, &mut r).unwrap();
     let a = u64::from_le_bytes(r[..8].try_into().unwrap());
     let b = u64::from_le_bytes(r[8..].try_into().unwrap());
-    assert!(all_pairs_clean(m, a, OBJ_LEN as u64), "{what}: A has a torn pair");
+    assert!(
+        all_pairs_clean(m, a, OBJ_LEN as u64),
+        "{what}: A has a torn pair"
+    );
     let (av, fixed) = read_all(h, a, OBJ_LEN).unwrap_or_else(|e| panic!("{what}: {e}"));
     assert_eq!(fixed, 0, "{what}");
     let bv = (b != 0).then(|| {
         assert!(all_pairs_clean(m, b, 40), "{what}: B has a torn pair");
-        read_all(h, b, 40).unwrap_or_else(|e| panic!("{what}: {e}")).0
+        read_all(h, b, 40)
+            .unwrap_or_else(|e| panic!("{what}: {e}"))
+            .0
     });
     (av, bv)
 }

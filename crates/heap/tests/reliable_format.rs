@@ -36,9 +36,15 @@ fn the_documented_layout_is_what_the_code_writes() {
     let md = doc();
     let pair = fields(&md, "reliable pair");
     let obj = fields(&md, "reliable object");
-    let names: Vec<_> = pair.iter().map(|f| (f.name.as_str(), f.offset, f.size)).collect();
+    let names: Vec<_> = pair
+        .iter()
+        .map(|f| (f.name.as_str(), f.offset, f.size))
+        .collect();
     assert_eq!(names, [("data", 0, 8), ("check", 8, 8)]);
-    let names: Vec<_> = obj.iter().map(|f| (f.name.as_str(), f.offset, f.size)).collect();
+    let names: Vec<_> = obj
+        .iter()
+        .map(|f| (f.name.as_str(), f.offset, f.size))
+        .collect();
     assert_eq!(
         names,
         [
@@ -87,7 +93,11 @@ fn the_documented_layout_is_what_the_code_writes() {
         let p = at("word_0") + i * stride;
         let w = u64_at(&m, p + field(&pair, "data").offset);
         let e = u64_at(&m, p + field(&pair, "check").offset);
-        let want = u64::from_le_bytes(padded[(i * 8) as usize..(i * 8 + 8) as usize].try_into().unwrap());
+        let want = u64::from_le_bytes(
+            padded[(i * 8) as usize..(i * 8 + 8) as usize]
+                .try_into()
+                .unwrap(),
+        );
         assert_eq!(w, want, "word {i}");
         assert_eq!(e, ecc::encode(w), "check word {i}");
         // The check word's halves, as the document defines them.
