@@ -302,6 +302,13 @@ impl<T: Pod> PRwLock<T> {
 /// heap::pool_tag!(A);
 /// fn f(h: &Heap<A>, p: RPtr<u64, A>) -> heap::Result<u64> { h.transaction(|tx| tx.get(p)) }
 /// ```
+///
+/// ```
+/// // Through the transaction's reliable calls it is read (and corrected if need be).
+/// # use heap::{Heap, RPtr};
+/// heap::pool_tag!(A);
+/// fn f(h: &Heap<A>, p: RPtr<u64, A>) -> heap::Result<u64> { h.transaction(|tx| tx.rget(p)) }
+/// ```
 #[repr(transparent)]
 pub struct RPtr<T, P: PoolTag> {
     off: u64,
