@@ -7,6 +7,7 @@
 //!   bytes ([`bytemuck::Pod`]), and persistent data changes only through a transaction.
 //! - [`file`]: heaps in pool files.
 //! - [`check`]: the walk behind `kavach heap check` and `kavach heap stats`.
+//! - [`reliable`]: reliable objects (every word beside an ECC check word) and their scrubber.
 //!
 //! Formats: `docs/format/heap.md`, `docs/format/undo-log.md`.
 //!
@@ -24,7 +25,7 @@ pub mod ondemand;
 pub mod raw;
 pub mod reliable;
 pub mod stm;
-// Unsafe: `unsafe impl Pod` for PPtr, PMutex and PRwLock (their layouts have no padding).
+// Unsafe: `unsafe impl Pod` for PPtr, RPtr, PMutex and PRwLock (their layouts have no padding).
 #[allow(unsafe_code)]
 pub mod typed;
 

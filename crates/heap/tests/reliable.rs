@@ -582,3 +582,46 @@ fn reliable_writes_are_crash_consistent_at_every_fence() {
         println!("{mode:?}: {images} crash images checked");
     }
 }
+
+#[test]
+fn the_scrubber_never_sees_a_typed_transaction_half_done() {
+    heap::pool_tag!(S);
+    for mode in [TxMode::Undo, TxMode::Redo] {
+        let (_m, raw) = fresh(mode);
+        let raw = Arc::new(raw);
+        let hp: Heap<S> = Heap::new(Arc::clone(&raw)).unwrap();
+        let objs: Vec<_> = (0..4u64)
+            .map(|i| hp.transaction(|tx| tx.alloc_reliable([i; 16])).unwrap())
+            .collect();
+        let s = reliable::Scrubber::spawn(Arc::clone(&raw), Duration::ZERO);
+        std::thread::scope(|sc| {
+            for t in 0..2u64 {
+                let (hp, objs) = (&hp, &objs);
+                sc.spawn(move || {
+                    let mut r = SplitMix64::new(t);
+                    for _ in 0..300 {
+                        let p = objs[r.below(4) as usize];
+                        let v = r.next_u64();
+                        hp.transaction(|tx| {
+                            let old = tx.rget(p)?;
+                            // Every word of an object always holds the same value.
+                            assert!(old.iter().all(|w| *w == old[0]), "{old:?}");
+                            tx.rset(p, [v; 16])
+                        })
+                        .unwrap();
+                    }
+                });
+            }
+        });
+        let rounds = s.rounds();
+        let (fixed, bad) = (s.corrected(), s.uncorrectable());
+        s.stop();
+        assert!(rounds > 0, "{mode:?}: the scrubber ran");
+        assert_eq!(
+            (fixed, bad),
+            (0, 0),
+            "{mode:?}: a scrub saw a half-written pair"
+        );
+        drop(hp);
+    }
+}
