@@ -126,6 +126,8 @@ fn table() -> Vec<Row> {
         row(&["heap", "create"], &["P", "--size", "64MiB"], EXISTING),
         row(&["heap", "check"], &["P"], ALL),
         row(&["heap", "stats"], &["P"], ALL),
+        row(&["heap", "scrub"], &["P"], ALL),
+        row(&["heap", "scrub"], &["P", "--repair"], ALL),
         row(&["fault", "flip"], &["P", "--offset", "0"], FAULT),
         row(
             &["fault", "snapshot"],

@@ -70,6 +70,8 @@ extern "C" {
 #define KV_EBADFREE 8    /* free of something that is not an allocated block */
 #define KV_EEXIST 9      /* kv_pool_create: the file exists */
 #define KV_EBUSY 10      /* the pool is locked by another process */
+#define KV_EUNCORRECTABLE 11 /* a word of a reliable object cannot be corrected (kv_errormsg
+                              * names the object and the word) */
 #define KV_ENOTSAVED 12  /* open: on-demand commits were never saved; the heap may be torn */
 #define KV_ECONFLICT 13  /* an isolated transaction met a concurrent commit: run it again */
 
@@ -157,6 +159,24 @@ int kv_tx_add_direct(kv_pool *pop, void *ptr, size_t len);
 /* Allocate `size` bytes (contents undefined / zeroed). Null oid on failure (tx aborted). */
 kv_oid kv_tx_alloc(kv_pool *pop, size_t size);
 kv_oid kv_tx_zalloc(kv_pool *pop, size_t size);
+/* Allocate `size` bytes with `flags`: 0 is kv_tx_alloc; KV_ALLOC_RELIABLE makes a reliable
+ * object of `size` logical bytes, all zero: each 8-byte word is stored beside an 8-byte check
+ * word (the block is about twice `size` plus 32 bytes), checked on every kv_rtx_read, which
+ * corrects up to 6 flipped bits per word (and most patterns of 7) and writes the correction
+ * back with the transaction, and re-encoded by every kv_rtx_write. A word that cannot be
+ * corrected is KV_EUNCORRECTABLE, never a wrong value. Reach a reliable object only through
+ * kv_rtx_read / kv_rtx_write (its bytes in the pool are interleaved with check words); free
+ * it with kv_tx_free. Unknown flags: KV_EINVAL. Null oid on failure (tx aborted). */
+#define KV_ALLOC_RELIABLE 1
+kv_oid kv_tx_alloc_flags(kv_pool *pop, size_t size, int flags);
+/* Copy `len` logical bytes at byte `off` of reliable object `oid` to `dst` (ordinary memory),
+ * in the calling thread's transaction (outside one: KV_ENOTX). A range past the object's end,
+ * or an oid that is not a reliable object: KV_EINVAL / KV_ECORRUPT. */
+int kv_rtx_read(kv_pool *pop, kv_oid oid, uint64_t off, void *dst, size_t len);
+/* Store `len` bytes from `src` at logical byte `off` of reliable object `oid` in the calling
+ * thread's transaction. A write covering part of a word reads that word first: if it cannot
+ * be corrected, KV_EUNCORRECTABLE (a write of the whole word replaces it). */
+int kv_rtx_write(kv_pool *pop, kv_oid oid, uint64_t off, const void *src, size_t len);
 /* Free an allocated block at commit. Freeing the null oid does nothing. */
 int kv_tx_free(kv_pool *pop, kv_oid oid);
 /* Commit (outermost) or leave a nested level. 0, or the error that aborted the tx: in an

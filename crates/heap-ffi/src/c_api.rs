@@ -672,6 +672,137 @@ pub extern "C" fn kv_errormsg() -> *const c_char {
     })
 }
 
+// ---------------------------------------------------------------------------- reliable objects
+
+/// A word of a reliable object failed its check and could not be corrected (`kv_errormsg`
+/// names the object and the word).
+pub const KV_EUNCORRECTABLE: c_int = 11;
+/// `kv_tx_alloc_flags`: a reliable object (every 8-byte word stored beside a check word).
+pub const KV_ALLOC_RELIABLE: c_int = 1;
+
+/// `kv_tx_alloc_flags`: allocate `size` bytes; with `KV_ALLOC_RELIABLE`, a reliable object of
+/// `size` zero bytes, read and written only with `kv_rtx_read` / `kv_rtx_write`.
+///
+/// # Safety
+///
+/// `pop` is null or an open pool.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn kv_tx_alloc_flags(pop: *mut KvPool, size: usize, flags: c_int) -> KvOid {
+    guard(KvOid::NULL, || {
+        // SAFETY: this function's contract.
+        let r = unsafe { pool(pop) }.and_then(|p| {
+            tx_op(p, "kv_tx_alloc_flags", |raw, lane| match flags {
+                0 => Ok(p.oid(raw.alloc(lane, size as u64, false)?)),
+                KV_ALLOC_RELIABLE => {
+                    Ok(p.oid(heap::reliable::alloc_reliable(raw, lane, size as u64)?))
+                }
+                f => Err(KvError::new(
+                    KV_EINVAL,
+                    format!(
+                        "kv_tx_alloc_flags: unknown flags {f:#x} (known: KV_ALLOC_RELIABLE = 1)"
+                    ),
+                )),
+            })
+        });
+        r.unwrap_or_else(|e| {
+            fail(e);
+            KvOid::NULL
+        })
+    })
+}
+
+/// `kv_rtx_read`: copy `len` logical bytes at byte `off` of reliable object `oid` to `dst`, in
+/// the calling thread's transaction, checking (and correcting) every word read.
+///
+/// # Safety
+///
+/// `pop` is null or an open pool. `dst` is null, or points to `len` writable bytes outside the
+/// pool that nothing else accesses during the call.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn kv_rtx_read(
+    pop: *mut KvPool,
+    oid: KvOid,
+    off: u64,
+    dst: *mut c_void,
+    len: usize,
+) -> c_int {
+    guard(KV_EIO, || {
+        // SAFETY: this function's contract.
+        status(unsafe { pool(pop) }.and_then(|p| {
+            tx_op(p, "kv_rtx_read", |raw, lane| {
+                let obj = p.own(oid)?;
+                if len == 0 {
+                    return Ok(());
+                }
+                if dst.is_null() {
+                    return Err(KvError::new(
+                        KV_EINVAL,
+                        "kv_rtx_read: the destination is null",
+                    ));
+                }
+                if p.overlaps(dst.addr(), len) {
+                    return Err(KvError::new(
+                        KV_EINVAL,
+                        format!(
+                            "kv_rtx_read: the destination [{dst:p}, +{len}) is inside the pool"
+                        ),
+                    ));
+                }
+                let mut buf = vec![0u8; len];
+                heap::reliable::read_reliable(raw, lane, obj, off, &mut buf)?;
+                // SAFETY: `dst` is non-null and outside the pool, so by this function's
+                // contract `len` writable bytes nothing else accesses now.
+                unsafe { std::slice::from_raw_parts_mut(dst.cast::<u8>(), len) }
+                    .copy_from_slice(&buf);
+                Ok(())
+            })
+        }))
+    })
+}
+
+/// `kv_rtx_write`: store `len` bytes from `src` at logical byte `off` of reliable object `oid`
+/// in the calling thread's transaction, re-encoding the check words.
+///
+/// # Safety
+///
+/// `pop` is null or an open pool. `src` is null, or an address in the pool (read as the
+/// transaction sees it), or points to `len` readable bytes that nothing changes during the
+/// call.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn kv_rtx_write(
+    pop: *mut KvPool,
+    oid: KvOid,
+    off: u64,
+    src: *const c_void,
+    len: usize,
+) -> c_int {
+    guard(KV_EIO, || {
+        // SAFETY: this function's contract.
+        status(unsafe { pool(pop) }.and_then(|p| {
+            tx_op(p, "kv_rtx_write", |raw, lane| {
+                let obj = p.own(oid)?;
+                if len == 0 {
+                    return Ok(());
+                }
+                if src.is_null() {
+                    return Err(KvError::new(KV_EINVAL, "kv_rtx_write: the source is null"));
+                }
+                let data = match p.locate(src.addr(), len as u64) {
+                    Some(from) => {
+                        let mut buf = vec![0u8; len];
+                        raw.read_tx(lane, from, &mut buf)?;
+                        buf
+                    }
+                    // SAFETY: not in the pool, so by this function's contract `len` readable
+                    // bytes that stay unchanged during the call.
+                    None => unsafe { std::slice::from_raw_parts(src.cast::<u8>(), len) }.to_vec(),
+                };
+                Ok(heap::reliable::write_reliable(raw, lane, obj, off, &data)?)
+            })
+        }))
+    })
+}
+
 /// `kv_pool_on_demand`: durability on demand for redo transactions, saved on SIGPWR within
 /// `window_ms`.
 ///

@@ -179,6 +179,7 @@ fn heap_code(e: &HeapError) -> c_int {
         HeapError::TxTooLarge(_) => KV_ETXTOOBIG,
         HeapError::Aborted => KV_EABORTED,
         HeapError::TxState(_) => KV_ENOTX,
+        HeapError::Uncorrectable { .. } => KV_EUNCORRECTABLE,
         HeapError::NotSaved { .. } => KV_ENOTSAVED,
         HeapError::Conflict(_) => KV_ECONFLICT,
     }
@@ -486,10 +487,19 @@ fn tx_mode_of(p: &KvPool) -> Option<c_int> {
         Ok(slots
             .iter()
             .find(|s| s.key == p.key && s.lane.as_ref().is_some_and(|l| l.in_tx()))
-            .map(|s| match s.mode {
-                TxMode::Undo => KV_TX_UNDO,
-                TxMode::Redo => KV_TX_REDO,
-                TxMode::Isolated => KV_TX_ISOLATED,
+            // The mode the heap gave the transaction (admission may have turned redo into
+            // undo), else the one asked for.
+            .map(|s| {
+                match s
+                    .lane
+                    .as_ref()
+                    .and_then(|l| p.raw.tx_mode(l))
+                    .unwrap_or(s.mode)
+                {
+                    TxMode::Undo => KV_TX_UNDO,
+                    TxMode::Redo => KV_TX_REDO,
+                    TxMode::Isolated => KV_TX_ISOLATED,
+                }
             }))
     })
     .unwrap_or(None)
@@ -836,9 +846,10 @@ mod tests {
     fn modes_and_flags_are_checked() {
         assert!(matches!(tx_mode(KV_TX_UNDO), Ok(TxMode::Undo)));
         assert!(matches!(tx_mode(KV_TX_REDO), Ok(TxMode::Redo)));
-        let e = tx_mode(2).expect_err("mode 2");
+        assert!(matches!(tx_mode(KV_TX_ISOLATED), Ok(TxMode::Isolated)));
+        let e = tx_mode(3).expect_err("mode 3");
         assert_eq!(e.code, KV_EINVAL);
-        assert!(e.msg.contains("mode 2"), "{}", e.msg);
+        assert!(e.msg.contains("mode 3"), "{}", e.msg);
         assert_eq!(open_flags(0).map_err(|e| e.code), Ok(env_trap()));
         assert_eq!(
             open_flags(KV_OPEN_TRAP).map_err(|e| e.code),

@@ -1,4 +1,5 @@
 //! The C interface from C: compile `tests/c/api_test.c`, `tests/c/redo_trap_test.c`,
+//! `tests/c/reliable_test.c`,
 //! `examples/c/list.c` and `examples/c/redo_list.c` with the system C compiler against this crate's `libkavach.a` and `libkavach.so`, by path and through
 //! the pkg-config files `kavach-static.pc` and `kavach.pc` (as the README's "Using Kavach from
 //! C" does), run them on pools in `/dev/shm` (or the temporary directory) and check their exit
@@ -173,6 +174,24 @@ fn redo_trap_test(lib: &Path, extra: &[&str]) {
         out.starts_with("redo_trap_test: ") && out.contains(", 0 failed"),
         "unexpected output: {out}"
     );
+}
+
+/// `tests/c/reliable_test.c`: reliable objects from C (allocation flag, checked reads that
+/// correct flipped bits, re-encoding writes, `KV_EUNCORRECTABLE`).
+fn reliable_test(lib: &Path, extra: &[&str]) {
+    let work = Scratch::new("reliable");
+    let bin = work.0.join("reliable_test");
+    compile("tests/c/reliable_test.c", &bin, lib, extra);
+    let out = stdout(&run(&bin, &[&work.0]));
+    assert!(
+        out.starts_with("reliable_test: ") && out.contains(", 0 failed"),
+        "{out}"
+    );
+}
+
+#[test]
+fn reliable_objects_static() {
+    reliable_test(&library("libkavach.a"), &[]);
 }
 
 #[test]

@@ -22,6 +22,7 @@ fn c_type(rust: &str) -> Result<String, String> {
     } else {
         let scalar = match rust.as_str() {
             "u64" => "uint64_t",
+            "f64" => "double",
             "u32" => "uint32_t",
             "usize" => "size_t",
             "c_int" => "int",

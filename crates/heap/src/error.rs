@@ -50,6 +50,22 @@ pub enum HeapError {
     /// The transaction was aborted (explicitly or by an earlier error), and rolled back.
     #[error("transaction aborted")]
     Aborted,
+    /// A word of a reliable object failed its check and could not be corrected (`reliable`).
+    #[error(
+        "uncorrectable word {word} (bytes {}..{}) of the reliable object at {object:#x} (pair at medium offset {medium_offset:#x}): {detail}",
+        word * 8,
+        word * 8 + 8
+    )]
+    Uncorrectable {
+        /// Offset of the object (its block) in the heap region.
+        object: u64,
+        /// Index of the word in the object's logical bytes (byte `8 * word`).
+        word: u64,
+        /// Medium offset of the stored pair (data word, then check word).
+        medium_offset: u64,
+        /// The stored pair and why it cannot be corrected.
+        detail: String,
+    },
     /// An operation that needs a transaction ran outside one, or the reverse.
     #[error("{0}")]
     TxState(&'static str),

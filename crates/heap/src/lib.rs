@@ -14,6 +14,7 @@
 //!   bytes ([`bytemuck::Pod`]), and persistent data changes only through a transaction.
 //! - [`file`]: heaps in pool files.
 //! - [`check`]: the walk behind `kavach heap check` and `kavach heap stats`.
+//! - [`reliable`]: reliable objects (every word beside an ECC check word) and their scrubber.
 //!
 //! Formats: `docs/format/heap.md`, `docs/format/undo-log.md`, `docs/format/redo-log.md`.
 //! DNV Memory's parts and their measurements: `docs/dnv.md`.
@@ -30,12 +31,13 @@ pub mod file;
 pub mod layout;
 pub mod ondemand;
 pub mod raw;
+pub mod reliable;
 pub mod stm;
-// Unsafe: `unsafe impl Pod` for PPtr, PMutex and PRwLock (their layouts have no padding).
+// Unsafe: `unsafe impl Pod` for PPtr, RPtr, PMutex and PRwLock (their layouts have no padding).
 #[allow(unsafe_code)]
 pub mod typed;
 
 pub use error::{HeapError, Result};
 pub use file::HeapFile;
 pub use raw::{Change, CommitObserver, HeapOptions, RawHeap, RecoveryReport, TxMode};
-pub use typed::{Heap, PMutex, PPtr, PRwLock, PoolTag, Tx};
+pub use typed::{Heap, PMutex, PPtr, PRwLock, PoolTag, RPtr, Tx};

@@ -286,6 +286,87 @@ impl<T: Pod> PRwLock<T> {
     }
 }
 
+/// A reliable object holding one `T` in the heap of pool `P`: every 8-byte word of the value is
+/// stored beside a check word that corrects flipped bits (`heap::reliable`). It is a type of
+/// its own, so it cannot be read with [`Heap::get`] or [`Tx::get`], which would see the
+/// interleaved check words; only [`Tx::rget`] and [`Tx::rset`] reach the value.
+///
+/// ```compile_fail
+/// # use heap::{Heap, RPtr};
+/// heap::pool_tag!(A);
+/// fn f(h: &Heap<A>, p: RPtr<u64, A>) -> heap::Result<u64> { h.get(p) }
+/// ```
+///
+/// ```compile_fail
+/// # use heap::{Heap, RPtr};
+/// heap::pool_tag!(A);
+/// fn f(h: &Heap<A>, p: RPtr<u64, A>) -> heap::Result<u64> { h.transaction(|tx| tx.get(p)) }
+/// ```
+///
+/// ```
+/// // Through the transaction's reliable calls it is read (and corrected if need be).
+/// # use heap::{Heap, RPtr};
+/// heap::pool_tag!(A);
+/// fn f(h: &Heap<A>, p: RPtr<u64, A>) -> heap::Result<u64> { h.transaction(|tx| tx.rget(p)) }
+/// ```
+#[repr(transparent)]
+pub struct RPtr<T, P: PoolTag> {
+    off: u64,
+    _m: PhantomData<fn() -> (T, P)>,
+}
+
+impl<T, P: PoolTag> Clone for RPtr<T, P> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+impl<T, P: PoolTag> Copy for RPtr<T, P> {}
+impl<T, P: PoolTag> PartialEq for RPtr<T, P> {
+    fn eq(&self, o: &Self) -> bool {
+        self.off == o.off
+    }
+}
+impl<T, P: PoolTag> Eq for RPtr<T, P> {}
+impl<T, P: PoolTag> std::fmt::Debug for RPtr<T, P> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "RPtr({:#x})", self.off)
+    }
+}
+// SAFETY: RPtr is a transparent u64 (PhantomData is a zero-sized, field-less marker): any bit
+// pattern is a valid value, zero included, and there is no padding or interior mutability.
+unsafe impl<T: 'static, P: PoolTag> Zeroable for RPtr<T, P> {}
+// SAFETY: as above.
+unsafe impl<T: 'static, P: PoolTag> Pod for RPtr<T, P> {}
+
+impl<T, P: PoolTag> RPtr<T, P> {
+    /// The null pointer.
+    pub const fn null() -> Self {
+        RPtr {
+            off: 0,
+            _m: PhantomData,
+        }
+    }
+
+    /// Is it null?
+    pub fn is_null(&self) -> bool {
+        self.off == 0
+    }
+
+    /// The object's offset in the heap region.
+    pub fn offset(&self) -> u64 {
+        self.off
+    }
+
+    /// A pointer to the reliable object at `off` (checked when used: the object's header must
+    /// say it is a reliable object holding at least a `T`).
+    pub fn from_offset(off: u64) -> Self {
+        RPtr {
+            off,
+            _m: PhantomData,
+        }
+    }
+}
+
 static OPEN_TAGS: Mutex<Vec<TypeId>> = Mutex::new(Vec::new());
 
 /// A heap whose pointers carry tag `P`.
@@ -600,5 +681,62 @@ impl<P: PoolTag> Tx<'_, P> {
                 Err(e)
             }
         }
+    }
+
+    /// Hold the heap lock keyed by reliable object `off` until the transaction ends (the
+    /// scrubber takes it too, so it never sees this transaction's half-written pairs).
+    fn hold_reliable(&mut self, off: u64) -> Result<()> {
+        if !self.held.iter().any(|h| h.0 == off) {
+            self.heap.raw.lock_exclusive(off)?;
+            self.held.push((off, true));
+        }
+        Ok(())
+    }
+
+    /// Allocate a reliable object holding `v` (see [`RPtr`]); the allocation takes effect at
+    /// commit.
+    pub fn alloc_reliable<T: Pod>(&mut self, v: T) -> Result<RPtr<T, P>> {
+        let heap = Arc::clone(&self.heap.raw);
+        let len = std::mem::size_of::<T>().max(1) as u64;
+        let off = crate::reliable::alloc_reliable(&heap, &mut self.lane, len)?;
+        self.hold_reliable(off)?;
+        if std::mem::size_of::<T>() > 0 {
+            crate::reliable::write_reliable(&heap, &mut self.lane, off, 0, bytemuck::bytes_of(&v))?;
+        }
+        Ok(RPtr::from_offset(off))
+    }
+
+    /// Read the `T` of reliable object `p`, checking every word and correcting flipped bits
+    /// (the corrections are written back with this transaction). A word that cannot be
+    /// corrected is [`HeapError::Uncorrectable`], naming the object and the word.
+    pub fn rget<T: Pod>(&mut self, p: RPtr<T, P>) -> Result<T> {
+        let heap = Arc::clone(&self.heap.raw);
+        self.hold_reliable(p.off)?;
+        let mut v = T::zeroed();
+        crate::reliable::read_reliable(
+            &heap,
+            &mut self.lane,
+            p.off,
+            0,
+            bytemuck::bytes_of_mut(&mut v),
+        )?;
+        Ok(v)
+    }
+
+    /// Store `v` in reliable object `p`, re-encoding its check words.
+    pub fn rset<T: Pod>(&mut self, p: RPtr<T, P>, v: T) -> Result<()> {
+        let heap = Arc::clone(&self.heap.raw);
+        self.hold_reliable(p.off)?;
+        crate::reliable::write_reliable(&heap, &mut self.lane, p.off, 0, bytemuck::bytes_of(&v))
+    }
+
+    /// Free reliable object `p` at commit.
+    pub fn free_reliable<T>(&mut self, p: RPtr<T, P>) -> Result<()> {
+        if p.is_null() {
+            return Ok(());
+        }
+        let heap = Arc::clone(&self.heap.raw);
+        self.hold_reliable(p.off)?;
+        crate::reliable::free_reliable(&heap, &mut self.lane, p.off)
     }
 }
