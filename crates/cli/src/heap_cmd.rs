@@ -53,12 +53,18 @@ pub enum HeapCommand {
     /// a pointer can hide one. Leaks are checked only when the metadata is sound and no lane
     /// waits for recovery (--no-leaks skips them).
     ///
-    /// Recovery pending: a lane with an interrupted transaction (a crash in the middle of one).
-    /// That is not damage: open the pool with a program that uses the heap and it rolls the
-    /// transaction back; leaks are not checked until then.
+    /// Recovery pending: a lane with an interrupted undo transaction, or a redo transaction
+    /// that reached its commit point before its bytes were all in place (a crash in the
+    /// middle of either). That is not damage: open the pool with a program that uses the heap
+    /// and it rolls the first back and the second forward; leaks are not checked until then.
+    ///
+    /// Unsaved: a lane whose redo area says UNSAVED (docs/format/redo-log.md): transactions
+    /// committed with durability on demand and no save finished before power was lost or the
+    /// program ended without closing the heap. The heap may hold part of a transaction and
+    /// does not open; this counts as damage.
     ///
     /// Exit status: 0 no problem found (possibly with recovery pending; the output says so);
-    /// 1 problems found (damage, double allocation or leaks); 2 the check could not run (no
+    /// 1 problems found (damage, an unsaved lane, double allocation or leaks); 2 the check could not run (no
     /// such file, not a pool, pool truncated or in use, no heap region, region not a heap).
     #[command(after_help = "Examples:\n  \
         kavach heap check /dev/shm/app.heap\n  \
@@ -584,10 +590,29 @@ fn print_check(a: &CheckArgs, region: &Region, r: &HeapReport, walked: bool) {
         );
     }
     for p in &r.pending {
-        let s = if p.undo_entries == 1 { "y" } else { "ies" };
+        let plural = |n: usize| if n == 1 { "y" } else { "ies" };
+        if p.redo_entries > 0 {
+            println!(
+                "pending: lane {} has a committed redo log ({} redo entr{} to apply)",
+                p.lane,
+                p.redo_entries,
+                plural(p.redo_entries)
+            );
+        }
+        if p.undo_entries > 0 {
+            println!(
+                "pending: lane {} has an interrupted transaction ({} undo entr{} to roll back)",
+                p.lane,
+                p.undo_entries,
+                plural(p.undo_entries)
+            );
+        }
+    }
+    for l in &r.unsaved {
         println!(
-            "pending: lane {} has an interrupted transaction ({} undo entr{s} to roll back)",
-            p.lane, p.undo_entries
+            "damage: lane {l}'s redo area says UNSAVED: durability-on-demand commits ran and no \
+             save finished before the heap was last closed or power was lost; the heap may hold \
+             part of a transaction and does not open"
         );
     }
     if !r.pending.is_empty() {

@@ -344,8 +344,16 @@ impl RawHeap {
             std::hint::black_box(&dst);
             byte_ns = byte_ns.max(t.elapsed().as_nanos() as f64 / src.len() as f64);
         }
+        // A save also reads every word of the dirty bitmap, dirty or not.
+        let t = Instant::now();
+        let mut any = 0u64;
+        for w in &self.od.dirty {
+            any |= w.load(Ordering::Acquire);
+        }
+        std::hint::black_box(any);
+        let scan_ns = t.elapsed().as_nanos() as f64;
         Ok(SaveCost {
-            fixed_ns: fixed_ns + 50_000.0,
+            fixed_ns: fixed_ns + scan_ns + 50_000.0,
             line_ns,
             byte_ns,
         })
@@ -541,7 +549,14 @@ impl RawHeap {
             .map(|b| (b, true))
             .chain(lane.frees.iter().map(|b| (b, false)));
         let mut tmp = Vec::new();
-        for b in &lane.allocs {
+        // A saved log needs no FRESH entries: a save writes back every line of a fresh block
+        // before it marks the lane, so the block's bytes are there whenever the log counts.
+        let fresh = if kind == REDO_SAVED {
+            &[][..]
+        } else {
+            &lane.allocs[..]
+        };
+        for b in fresh {
             tmp.resize(b.len() as usize, 0);
             self.medium.read(self.m(b.off()), &mut tmp);
             let mut p = [0u8; 16];
@@ -609,8 +624,19 @@ impl RawHeap {
         let Some(log) = self.encode_log(lane, REDO_COMMITTED, seq) else {
             return self.commit_redo_as_undo(lane);
         };
+        if self.od.marked[lane.idx].load(Ordering::Acquire) {
+            // This lane's redo area says UNSAVED for on-demand commits made on it before; the
+            // log below replaces that mark, so what those commits left dirty goes first (under
+            // the save lock: a save must not mark this lane EMPTY over the log).
+            let _s = self.od.save_mx.lock();
+            self.flush_dirty()?;
+            self.fence()?;
+            self.od.marked[lane.idx].store(false, Ordering::Release);
+        }
         // F1: the log (with its state word, under the CRC) and the blocks written directly.
         let at = self.m(self.geo.redo(lane.idx));
+        // Cached stores and a write-back: non-temporal stores were measured slower here for a
+        // log of a few lines (985 against 663 ns per 64 B overwrite, Intel Xeon VM).
         self.medium.write(at, &log);
         self.medium.flush(at, log.len())?;
         for b in &lane.allocs {
