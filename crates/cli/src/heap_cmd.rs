@@ -652,6 +652,9 @@ fn print_check(a: &CheckArgs, region: &Region, r: &HeapReport, walked: bool) {
         if !r.damage.is_empty() {
             parts.push(format!("{} damaged", r.damage.len()));
         }
+        if !r.unsaved.is_empty() {
+            parts.push(format!("{} lane(s) unsaved", r.unsaved.len()));
+        }
         if !r.double_allocated.is_empty() {
             parts.push(format!("{} double allocated", r.double_allocated.len()));
         }

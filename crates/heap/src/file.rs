@@ -57,18 +57,42 @@ impl HeapFile {
             },
         )?;
         let pool = pool.map_medium(Arc::new);
-        let region = find_region(&pool, name)?;
+        // A refusal found before the heap writes anything (no such region, a bad header, a
+        // lane left UNSAVED, a damaged saved log) puts the pool back byte for byte.
+        let refuse = |pool: Pool<Arc<_>>, e: HeapError| {
+            let _ = pool.close_unchanged();
+            Err(e)
+        };
+        let region = match find_region(&pool, name) {
+            Ok(r) => r,
+            Err(e) => return refuse(pool, e),
+        };
         let medium: Arc<dyn Medium> = pool.medium().clone();
-        if pool.uuid().0 != crate::raw::read_header(&*medium, region.offset, region.length)?.uuid {
-            return Err(HeapError::corrupt(
-                "heap header",
-                region.offset + 16,
-                "uuid",
-                "the pool's UUID",
-                "another pool's UUID (a copied region?)",
-            ));
+        let header = match crate::raw::read_header(&*medium, region.offset, region.length) {
+            Ok(h) => h,
+            Err(e) => {
+                drop(medium);
+                return refuse(pool, e);
+            }
+        };
+        if pool.uuid().0 != header.uuid {
+            drop(medium);
+            return refuse(
+                pool,
+                HeapError::corrupt(
+                    "heap header",
+                    region.offset + 16,
+                    "uuid",
+                    "the pool's UUID",
+                    "another pool's UUID (a copied region?)",
+                ),
+            );
         }
-        let raw = RawHeap::open(medium, region.offset, region.length)?;
+        let raw = match RawHeap::open(medium, region.offset, region.length) {
+            Ok(r) => r,
+            Err(e @ HeapError::NotSaved { .. }) => return refuse(pool, e),
+            Err(e) => return Err(e),
+        };
         Ok(HeapFile {
             pool,
             raw: Arc::new(raw),
