@@ -274,3 +274,29 @@ fn a_transaction_caught_applying_is_redone_from_its_saved_log() {
         }
     }
 }
+
+/// A pool file whose heap has a lane left `UNSAVED` is refused at open with `NotSaved`, and the
+/// refusal leaves the file byte for byte as it was (the pool's in-use state put back too).
+#[test]
+fn an_unsaved_heap_file_is_refused_and_left_unchanged() {
+    let dir = std::env::temp_dir().join(format!("kavach-unsaved-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("h.pool");
+    let f = heap::HeapFile::create(&path, 8 << 20, &HeapOptions::small()).unwrap();
+    let (region, geo) = (f.region().offset, f.raw().geometry());
+    f.close().unwrap();
+    let mut bytes = std::fs::read(&path).unwrap();
+    let at = (region + geo.redo(1)) as usize;
+    bytes[at..at + 8]
+        .copy_from_slice(&((u64::from(heap::layout::REDO_UNSAVED) << 56) | 3).to_le_bytes());
+    std::fs::write(&path, &bytes).unwrap();
+    match heap::HeapFile::open(&path, "heap") {
+        Err(HeapError::NotSaved { lane }) => assert_eq!(lane, 1),
+        other => panic!("{:?}", other.map(|_| ())),
+    }
+    assert!(
+        std::fs::read(&path).unwrap() == bytes,
+        "the refused open changed the file"
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
