@@ -46,15 +46,7 @@ impl RawHeap {
         opts: &HeapOptions,
     ) -> Result<Geometry> {
         let geo = Geometry::plan(len, opts.lanes, opts.lane_bytes, opts.redo_bytes)?;
-        if base + len > medium.len() as u64 || base % 4096 != 0 {
-            return Err(HeapError::invalid(
-                "heap region",
-                format!(
-                    "[{base:#x}, +{len:#x}) is not a page-aligned range of the {}-byte medium",
-                    medium.len()
-                ),
-            ));
-        }
+        check_region(medium.len() as u64, base, len)?;
         // First the old headers go, durably: a heap formatted in place over an older one would
         // otherwise, after a crash in the middle, open as that heap over a half-zeroed chunk
         // table (damage where there was a whole heap or none). Then zero the header area, lanes
@@ -83,15 +75,7 @@ impl RawHeap {
     /// Open the heap in `[base, base + len)`: validate the header, recover every lane, and
     /// rebuild the allocator's volatile state.
     pub fn open(medium: Arc<dyn Medium>, base: u64, len: u64) -> Result<RawHeap> {
-        if base + len > medium.len() as u64 || base % 4096 != 0 {
-            return Err(HeapError::invalid(
-                "heap region",
-                format!(
-                    "[{base:#x}, +{len:#x}) is not a page-aligned range of the {}-byte medium",
-                    medium.len()
-                ),
-            ));
-        }
+        check_region(medium.len() as u64, base, len)?;
         let header = read_header(&*medium, base, len)?;
         let geo = header.geo;
         let mut heap = RawHeap {
@@ -182,4 +166,17 @@ impl RawHeap {
         }
         Ok(seq)
     }
+}
+
+/// A heap region must be a page-aligned range inside the medium.
+fn check_region(medium_len: u64, base: u64, len: u64) -> Result<()> {
+    if base.checked_add(len).is_none_or(|end| end > medium_len) || base % 4096 != 0 {
+        return Err(HeapError::invalid(
+            "heap region",
+            format!(
+                "[{base:#x}, +{len:#x}) is not a page-aligned range of the {medium_len}-byte medium"
+            ),
+        ));
+    }
+    Ok(())
 }

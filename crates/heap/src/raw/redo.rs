@@ -715,22 +715,7 @@ impl RawHeap {
         if let Some(olds) = olds
             && let Some(obs) = self.observer.read().clone()
         {
-            let mut changes: Vec<Change<'_>> = olds
-                .iter()
-                .map(|(off, buf)| Change {
-                    medium_offset: self.base + off,
-                    len: buf.len() as u64,
-                    old: Some(buf),
-                })
-                .collect();
-            for b in &lane.allocs {
-                changes.push(Change {
-                    medium_offset: self.base + b.off(),
-                    len: b.len(),
-                    old: None,
-                });
-            }
-            obs.committed(&changes)?;
+            self.tell(&*obs, &olds, lane)?;
         }
         self.publish(lane);
         self.counters.commits.fetch_add(1, Ordering::Relaxed);

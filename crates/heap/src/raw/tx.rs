@@ -45,6 +45,32 @@ pub trait CommitObserver: Send + Sync {
 }
 
 impl RawHeap {
+    /// Tell `obs` what a commit changed: the ranges whose old bytes are in `olds`, and every
+    /// block the transaction allocated (old bytes: free space).
+    pub(super) fn tell(
+        &self,
+        obs: &dyn CommitObserver,
+        olds: &[(u64, Vec<u8>)],
+        lane: &Lane,
+    ) -> Result<()> {
+        let mut changes: Vec<Change<'_>> = olds
+            .iter()
+            .map(|(off, buf)| Change {
+                medium_offset: self.base + off,
+                len: buf.len() as u64,
+                old: Some(buf),
+            })
+            .collect();
+        for b in &lane.allocs {
+            changes.push(Change {
+                medium_offset: self.base + b.off(),
+                len: b.len(),
+                old: None,
+            });
+        }
+        obs.committed(&changes)
+    }
+
     /// A transactional store of `data` at `off`: in undo mode after snapshotting the range,
     /// in redo mode into the transaction's log (read it back with [`RawHeap::read_tx`]).
     pub fn write(&self, lane: &mut Lane, off: u64, data: &[u8]) -> Result<()> {
@@ -152,22 +178,7 @@ impl RawHeap {
             self.medium.read(self.m(at), &mut buf);
             olds.push((off, buf));
         }
-        let mut changes: Vec<Change<'_>> = olds
-            .iter()
-            .map(|(off, buf)| Change {
-                medium_offset: self.base + off,
-                len: buf.len() as u64,
-                old: Some(buf),
-            })
-            .collect();
-        for b in &lane.allocs {
-            changes.push(Change {
-                medium_offset: self.base + b.off(),
-                len: b.len(),
-                old: None,
-            });
-        }
-        obs.committed(&changes)
+        self.tell(obs, &olds, lane)
     }
 
     pub(super) fn finish(&self, lane: &mut Lane) {
