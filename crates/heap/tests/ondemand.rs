@@ -300,3 +300,73 @@ fn an_unsaved_heap_file_is_refused_and_left_unchanged() {
     );
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// One lane, two threads: the first (admitted) commits on demand and leaves the lane UNSAVED;
+/// the second (refused by admission) commits an isolated transaction, which flushes at commit
+/// and so replaces the lane's UNSAVED mark with its log. What the first left dirty must be
+/// written back before the mark goes: every image the power leaves opens with both commits.
+#[test]
+fn a_flush_commit_on_a_lane_left_unsaved_keeps_the_on_demand_commit() {
+    let m = Arc::new(SimMedium::new(LEN as usize, SimConfig::default()));
+    let opts = HeapOptions {
+        lanes: 1,
+        ..HeapOptions::small()
+    };
+    RawHeap::format(&*m, 0, LEN, [4; 16], &opts).unwrap();
+    let h = Arc::new(RawHeap::open(m.clone(), 0, LEN).unwrap());
+    let (root, _) = h.root((WORDS + 1) * STRIDE).unwrap();
+    h.quiesce().unwrap();
+    let plan = h.enable_on_demand(heap::raw::OnDemandConfig {
+        window: Duration::from_millis(70),
+        margin: 0.2,
+        cost: heap::raw::SaveCost {
+            fixed_ns: 20_000.0,
+            line_ns: 20.0,
+            byte_ns: 0.5,
+        },
+    });
+    assert_eq!(plan.threads, 1, "{plan:?}");
+    let fences = |h: &RawHeap| h.counters().fences.load(Ordering::Relaxed);
+    {
+        let h = h.clone();
+        std::thread::spawn(move || {
+            let mut lane = h.lane();
+            assert_eq!(h.begin_mode(&mut lane, TxMode::Redo), TxMode::Redo);
+            for j in 0..WORDS {
+                h.write(&mut lane, root + j * STRIDE, &7u64.to_le_bytes())
+                    .unwrap();
+            }
+            h.commit(&mut lane).unwrap();
+        })
+        .join()
+        .unwrap();
+    }
+    let before = fences(&h);
+    {
+        let h = h.clone();
+        std::thread::spawn(move || {
+            let mut lane = h.lane();
+            assert_eq!(h.begin_mode(&mut lane, TxMode::Isolated), TxMode::Isolated);
+            h.write(&mut lane, root + WORDS * STRIDE, &9u64.to_le_bytes())
+                .unwrap();
+            h.commit(&mut lane).unwrap();
+        })
+        .join()
+        .unwrap();
+    }
+    assert!(fences(&h) > before, "the isolated commit did not flush");
+    for (i, img) in m.power_fail_state().images().into_iter().enumerate() {
+        let h2 = RawHeap::open(
+            Arc::new(SimMedium::from_image(img, SimConfig::default())),
+            0,
+            LEN,
+        )
+        .unwrap_or_else(|e| panic!("image {i}: {e}"));
+        let w = words(&h2, root);
+        assert!(
+            w[..WORDS as usize].iter().all(|x| *x == 7),
+            "image {i}: {w:?}"
+        );
+        assert_eq!(w[WORDS as usize], 9, "image {i}");
+    }
+}
