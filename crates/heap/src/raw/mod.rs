@@ -48,7 +48,7 @@ pub use lane::{Lane, LaneGuard};
 pub use open::{decode_header_copy, read_header};
 pub use redo::{
     Durability, OnDemandConfig, OnDemandPlan, OnDemandStats, REDO_SEQ_MASK, RedoEntry, SaveBudget,
-    SaveCost, SaveReport, fresh_holds, read_redo_log, redo_crc,
+    SaveCost, SaveReport, fresh_holds, read_redo_log, redo_crc, redo_state,
 };
 pub use tx::{Change, CommitObserver, TxMode};
 pub use ulog::{UndoEntry, UndoKind, scan_undo};

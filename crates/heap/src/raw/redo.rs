@@ -37,8 +37,6 @@ pub(super) struct RedoSet {
     /// (offset, position in `data`, length), sorted by offset, disjoint.
     segs: Vec<(u64, usize, usize)>,
     data: Vec<u8>,
-    /// Bytes of the live segments (the arena also holds the dead bytes of merged ones).
-    bytes: u64,
 }
 
 impl RedoSet {
@@ -49,7 +47,6 @@ impl RedoSet {
     pub(super) fn clear(&mut self) {
         self.segs.clear();
         self.data.clear();
-        self.bytes = 0;
     }
 
     /// Index of the first segment that ends after `off`.
@@ -72,7 +69,6 @@ impl RedoSet {
             let pos = self.data.len();
             self.data.extend_from_slice(data);
             self.segs.insert(i, (off, pos, data.len()));
-            self.bytes += data.len() as u64;
             return;
         }
         if k == i + 1 {
@@ -93,13 +89,11 @@ impl RedoSet {
             let (s, p, l) = self.segs[j];
             let at = pos + (s - start) as usize;
             self.data.copy_within(p..p + l, at);
-            self.bytes -= l as u64;
         }
         let at = pos + (off - start) as usize;
         self.data[at..at + data.len()].copy_from_slice(data);
         self.segs.drain(i + 1..k);
         self.segs[i] = (start, pos, (stop - start) as usize);
-        self.bytes += stop - start;
     }
 
     /// Lay the transaction's bytes over `buf`, which holds `[off, off + buf.len())` as stored.
@@ -949,11 +943,9 @@ impl RawHeap {
     /// Returns the lane's sequence number afterwards.
     pub(super) fn recover_redo(&mut self, i: usize, seq: u64) -> Result<u64> {
         let at = self.geo.redo(i);
-        let state = self.medium.load_u64(self.m(at));
-        let kind = (state >> 56) as u8;
-        let lseq = state & REDO_SEQ_MASK;
+        let (kind, lseq) = redo_state(&*self.medium, self.base, &self.geo, i)?;
         match kind {
-            REDO_EMPTY => Ok(seq),
+            // (`redo_state` returns kinds 0 to 3 only.)
             REDO_UNSAVED => Err(HeapError::NotSaved { lane: i }),
             REDO_SAVED | REDO_COMMITTED => {
                 if kind == REDO_COMMITTED && lseq != seq + 1 {
@@ -1007,31 +999,16 @@ impl RawHeap {
                     Ok(lseq)
                 }
             }
-            k => Err(HeapError::corrupt(
-                format!("lane {i} redo header"),
-                self.base + at,
-                "state",
-                "kind 0 (empty), 1 (unsaved), 2 (saved) or 3 (committed)",
-                k,
-            )),
+            _ => Ok(seq), // empty
         }
     }
 
     /// Lane `i`'s redo area as open finds it, checked without changing anything.
     pub(super) fn precheck_redo(&self, i: usize) -> Result<()> {
-        let at = self.geo.redo(i);
-        let state = self.medium.load_u64(self.m(at));
-        match (state >> 56) as u8 {
-            REDO_EMPTY | REDO_COMMITTED => Ok(()),
+        match redo_state(&*self.medium, self.base, &self.geo, i)?.0 {
             REDO_UNSAVED => Err(HeapError::NotSaved { lane: i }),
             REDO_SAVED => self.read_log(i).map(|_| ()),
-            k => Err(HeapError::corrupt(
-                format!("lane {i} redo header"),
-                self.base + at,
-                "state",
-                "kind 0 (empty), 1 (unsaved), 2 (saved) or 3 (committed)",
-                k,
-            )),
+            _ => Ok(()), // empty or committed
         }
     }
 
@@ -1094,6 +1071,24 @@ pub const REDO_SEQ_MASK: u64 = (1 << 56) - 1;
 /// CRC-32C over a redo header's first 16 bytes ‖ its entries.
 pub fn redo_crc(head: &[u8], entries: &[u8]) -> u32 {
     crc32c::crc32c_append(crc32c::crc32c(head), entries)
+}
+
+/// Lane `i`'s redo header state word as (kind, transaction number); an unknown kind is damage
+/// naming the word.
+pub fn redo_state(medium: &dyn Medium, base: u64, geo: &Geometry, i: usize) -> Result<(u8, u64)> {
+    let at = geo.redo(i);
+    let state = medium.load_u64((base + at) as usize);
+    let kind = (state >> 56) as u8;
+    if kind > REDO_COMMITTED {
+        return Err(HeapError::corrupt(
+            format!("lane {i} redo header"),
+            base + at,
+            "state",
+            "kind 0 (empty), 1 (unsaved), 2 (saved) or 3 (committed)",
+            kind,
+        ));
+    }
+    Ok((kind, state & REDO_SEQ_MASK))
 }
 
 /// Does a `FRESH` entry's block hold the bytes whose CRC it names (any other entry: true)?
