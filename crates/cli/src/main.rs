@@ -18,6 +18,7 @@ mod progress;
 mod replica_cmd;
 mod serve_cmd;
 mod units;
+mod wsp_cmd;
 
 use clap::{Parser, Subcommand};
 use outcome::Outcome;
@@ -73,6 +74,10 @@ enum Command {
     /// Inject media faults into a pool file (for testing detection and repair).
     #[command(subcommand)]
     Fault(fault_cmd::FaultCommand),
+    /// Whole-process persistence: run an unmodified static program with its writable memory in
+    /// a pool file, save its threads at a power-failure warning, resume it after the outage.
+    #[command(subcommand)]
+    Wsp(wsp_cmd::WspCommand),
     /// Damage a page of a protected region as faulty media do: bit flips, lost and misdirected
     /// writes.
     ///
@@ -189,6 +194,7 @@ fn dispatch(cli: Cli) -> anyhow::Result<Outcome> {
         Command::Debug(c) => integrity_cmd::run_debug(c),
         Command::Log(c) => log_cmd::run(c),
         Command::Heap(c) => heap_cmd::run(c),
+        Command::Wsp(c) => wsp_cmd::run(c),
         Command::Demo(a) => demo::run(&a),
         Command::Serve(a) => serve_cmd::run(&a),
         Command::Promote(a) => replica_cmd::run_promote(&a),
