@@ -47,4 +47,4 @@ pub use header::Uuid;
 pub use mapping::Mapping;
 pub use medium::Medium;
 pub use pool::{CreateOptions, OpenOptions, Pool, PoolInfo};
-pub use sim::{CrashPlan, SimConfig, SimDomain, SimMedium};
+pub use sim::{CrashPlan, Fate, SimConfig, SimDomain, SimMedium};

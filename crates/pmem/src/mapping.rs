@@ -446,6 +446,25 @@ impl Medium for Mapping {
         }
         Ok(())
     }
+    fn write_back(&self, offset: usize, len: usize) -> Result<()> {
+        check_range(offset, len, self.len());
+        match self.domain {
+            // The write-back the critical path skips in eadr (flush on fail): the save path and
+            // its marker need the lines in the medium even when the caches' energy runs out.
+            Domain::Adr | Domain::Eadr => {
+                // SAFETY: the range is inside the live mapping; `self.flush` came from detection.
+                unsafe { cpu::flush_range_with(self.flush, self.base.add(offset), len) }
+            }
+            Domain::Sim => {}
+            Domain::Msync => {
+                if self.failed.load(Ordering::Acquire) {
+                    return Err(PmemError::Failed);
+                }
+                self.msync_range(offset, len)?;
+            }
+        }
+        Ok(())
+    }
     #[inline]
     fn fence(&self) -> Result<()> {
         match self.domain {

@@ -40,6 +40,15 @@ pub trait Medium: Send + Sync + std::fmt::Debug {
     fn store_u64(&self, offset: usize, value: u64);
     /// Start writing back the cache lines of a range. Durable after the next fence.
     fn flush(&self, offset: usize, len: usize) -> Result<()>;
+    /// Write back the cache lines of a range whatever the domain says: unlike
+    /// [`Medium::flush`], which a domain with persistent caches (or flush on fail) skips, this
+    /// always issues the write-back (clwb/clflushopt; `msync` in the msync domain). Durable
+    /// after the next fence. The save path of flush-on-fail and the records it relies on (its
+    /// marker) use it, so that they are durable even if the window is missed. The default
+    /// is `flush`, right for media whose `flush` is never skipped.
+    fn write_back(&self, offset: usize, len: usize) -> Result<()> {
+        self.flush(offset, len)
+    }
     /// Order earlier flushes and non-temporal stores: after it returns they are durable.
     fn fence(&self) -> Result<()>;
     /// `flush` then `fence`.
@@ -90,6 +99,7 @@ macro_rules! forward_medium {
             fn load_u64(&self, o: usize) -> u64 { (**self).load_u64(o) }
             fn store_u64(&self, o: usize, v: u64) { (**self).store_u64(o, v) }
             fn flush(&self, o: usize, l: usize) -> Result<()> { (**self).flush(o, l) }
+            fn write_back(&self, o: usize, l: usize) -> Result<()> { (**self).write_back(o, l) }
             fn fence(&self) -> Result<()> { (**self).fence() }
             fn persist(&self, o: usize, l: usize) -> Result<()> { (**self).persist(o, l) }
             fn grow(&self, l: usize) -> Result<()> { (**self).grow(l) }

@@ -135,7 +135,9 @@ pub(crate) fn line(line: usize) {
         let offset = line - s.base;
         s.note(Event::Line(offset));
         if s.domain != Domain::Msync {
-            keep_error(s.sim.flush(offset, CACHE_LINE));
+            // An executed write-back instruction: durable at the fence in every simulated
+            // domain that has caches (the flush-on-fail domain skips only `flush` calls).
+            keep_error(s.sim.write_back(offset, CACHE_LINE));
         }
     })
 }
@@ -341,6 +343,9 @@ impl Medium for Recorded {
     }
     fn flush(&self, offset: usize, len: usize) -> Result<()> {
         self.call_result(|m| m.flush(offset, len))
+    }
+    fn write_back(&self, offset: usize, len: usize) -> Result<()> {
+        self.call_result(|m| m.write_back(offset, len))
     }
     fn fence(&self) -> Result<()> {
         self.call_result(|m| m.fence())

@@ -13,6 +13,11 @@
 //! [`PmemError::SimulatedCrash`], so the code under test unwinds through its ordinary error path;
 //! the frozen crash image is then reopened by the harness.
 //!
+//! Flush on fail ([`SimDomain::FlushOnFail`]): `flush` is skipped as in eadr, only
+//! [`Medium::write_back`] (plus the fence) makes a line durable, and a crash has two fates
+//! ([`Fate`]): a completed save (every store kept) or a missed window (an ADR power failure).
+//! The harness ([`crash_at_every_fence_fates`], [`crash_at_random_points_fates`]) checks both.
+//!
 //! Checking mode ([`SimMedium::unpersisted`]) lists the lines still not durable, as pmemcheck does
 //! at exit: a clean close with a non-empty list is a missing flush or fence.
 
@@ -70,6 +75,24 @@ pub enum SimDomain {
     /// A page cache: a flush is an `msync` of the pages, durable when it returns; the kernel may
     /// write back any dirty page at any time, torn between sectors (M7).
     Msync,
+    /// Flush on fail (WSP): the critical path's flushes are no-ops (as in `eadr`), and only an
+    /// explicit [`Medium::write_back`] (clwb plus the fence of the same thread) makes a line
+    /// durable on the spot. A power failure has two fates ([`Fate`]): the save completed in the
+    /// window (every store is kept, non-temporal ones too: the save stops the threads and
+    /// writes every line back), or the window was missed (an ordinary ADR power failure: every
+    /// line not written back may be kept, dropped or torn).
+    FlushOnFail,
+}
+
+/// Which of the two outcomes of a power failure in the [`SimDomain::FlushOnFail`] domain an
+/// image shows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Fate {
+    /// The save finished inside the window: every store the threads made is in the image.
+    Saved,
+    /// The save did not finish (or the domain has no save): what the domain's ordinary power
+    /// failure leaves. The only fate outside `FlushOnFail`.
+    MissedWindow,
 }
 
 impl SimConfig {
@@ -192,8 +215,12 @@ pub struct CrashState {
     word: usize,
     /// (offset, candidates): candidate 0 is the durable contents, the last the newest.
     open: Vec<(usize, Vec<Vec<u8>>)>,
-    /// The image chosen by the seeded generator (what [`SimMedium::crash_image`] returns).
+    /// The image chosen by the seeded generator (what [`SimMedium::crash_image`] returns): in
+    /// `FlushOnFail`, a missed-window image.
     sampled: Vec<u8>,
+    /// `FlushOnFail`: the completed-save image (the working image at the crash point, every
+    /// store and every non-temporal store kept).
+    saved: Option<Vec<u8>>,
     seed: u64,
     budget: usize,
 }
@@ -270,7 +297,9 @@ impl State {
             n => n,
         };
         let (word, open) = match self.cfg.domain {
-            SimDomain::Adr => {
+            // A missed window in flush-on-fail is an ordinary ADR power failure: what was not
+            // written back (clwb + fence) is open.
+            SimDomain::Adr | SimDomain::FlushOnFail => {
                 let open = self
                     .lines_not_durable()
                     .into_iter()
@@ -314,11 +343,13 @@ impl State {
             }
         };
         let seed = self.rng.next_u64();
+        let saved = (self.cfg.domain == SimDomain::FlushOnFail).then(|| self.working.clone());
         let mut st = CrashState {
             base: self.durable.clone(),
             word,
             open,
             sampled: Vec::new(),
+            saved,
             seed,
             budget,
         };
@@ -358,7 +389,7 @@ impl State {
                     self.lost_pages.remove(&p);
                 }
             }
-            SimDomain::Adr => {}
+            SimDomain::Adr | SimDomain::FlushOnFail => {}
         }
         if self.cfg.evict_per_million > 0 && self.crash.is_none() {
             let (mut l, step) = match self.cfg.domain {
@@ -569,20 +600,36 @@ impl CrashState {
         out
     }
 
-    /// Every image to check at this crash point: [`CrashState::choices`] plus the seeded
-    /// generator's image (the only one with torn units), without duplicates.
+    /// Every image to check at this crash point: in `FlushOnFail` the completed-save image
+    /// first, then [`CrashState::choices`] plus the seeded generator's image (the only one with
+    /// torn units), without duplicates.
     pub fn images(&self) -> Vec<Vec<u8>> {
+        self.fates().into_iter().map(|(_, img)| img).collect()
+    }
+
+    /// [`CrashState::images`], each with its fate. An image both fates can leave (nothing was
+    /// open) is listed once, as [`Fate::Saved`].
+    pub fn fates(&self) -> Vec<(Fate, Vec<u8>)> {
         let mut seen = std::collections::HashSet::new();
         let mut out = Vec::new();
+        if let Some(saved) = &self.saved {
+            seen.insert(fingerprint(saved));
+            out.push((Fate::Saved, saved.clone()));
+        }
         for img in std::iter::once(self.sampled.clone())
             .chain(self.choices().iter().map(|c| self.build(c)))
         {
             let h = fingerprint(&img);
             if seen.insert(h) {
-                out.push(img);
+                out.push((Fate::MissedWindow, img));
             }
         }
         out
+    }
+
+    /// `FlushOnFail`: the completed-save image (every store kept).
+    pub fn saved(&self) -> Option<&[u8]> {
+        self.saved.as_deref()
     }
 
     /// The sampled image.
@@ -783,7 +830,7 @@ impl Medium for SimMedium {
         let live = st.event(false);
         match st.cfg.domain {
             // Stores that went around the cache wait in this thread's write-combining buffers.
-            SimDomain::Adr | SimDomain::Eadr => {
+            SimDomain::Adr | SimDomain::Eadr | SimDomain::FlushOnFail => {
                 st.working[offset..offset + data.len()].copy_from_slice(data);
                 if live {
                     st.mark_flushed(offset, data.len());
@@ -820,7 +867,28 @@ impl Medium for SimMedium {
         }
         match st.cfg.domain {
             SimDomain::Adr => st.mark_flushed(offset, len),
-            // Caches are persistent: a write-back changes nothing.
+            // Caches are persistent: a write-back changes nothing. In flush-on-fail the
+            // critical path's flushes are skipped as in eadr (the save writes lines back).
+            SimDomain::Eadr | SimDomain::FlushOnFail => {}
+            SimDomain::Msync => {
+                if st.msync_failed {
+                    return Err(PmemError::Failed);
+                }
+                st.msync(offset, len)?;
+            }
+        }
+        Ok(())
+    }
+    fn write_back(&self, offset: usize, len: usize) -> Result<()> {
+        self.before(Op::Flush);
+        check_range(offset, len, self.len());
+        let mut st = self.lock();
+        if !st.event(false) {
+            return Err(PmemError::SimulatedCrash);
+        }
+        match st.cfg.domain {
+            // A real write-back in every domain that has caches to write back.
+            SimDomain::Adr | SimDomain::FlushOnFail => st.mark_flushed(offset, len),
             SimDomain::Eadr => {}
             SimDomain::Msync => {
                 if st.msync_failed {
@@ -906,14 +974,26 @@ pub fn crash_at_every_fence(
 
 /// [`crash_at_every_fence`] with a configuration (domain, images per crash point, msync
 /// failure); its `crash` plan is replaced at each point and its seed mixed with the fence
-/// number.
+/// number. In `FlushOnFail` both fates are checked at every point (the completed-save image
+/// first); [`crash_at_every_fence_fates`] says which is which.
 pub fn crash_at_every_fence_with(
     cfg: SimConfig,
     image: &[u8],
-    mut op: impl FnMut(&SimMedium),
+    op: impl FnMut(&SimMedium),
     mut check: impl FnMut(Vec<u8>, u64),
 ) -> u64 {
+    crash_at_every_fence_fates(cfg, image, op, |img, _, n| check(img, n))
+}
+
+/// [`crash_at_every_fence_with`], handing `check` each image's [`Fate`] as well.
+pub fn crash_at_every_fence_fates(
+    cfg: SimConfig,
+    image: &[u8],
+    mut op: impl FnMut(&SimMedium),
+    mut check: impl FnMut(Vec<u8>, Fate, u64),
+) -> u64 {
     let mut images = 0u64;
+    let mut saved = 0u64;
     for n in 1.. {
         let run = SimConfig {
             seed: cfg.seed ^ n,
@@ -924,17 +1004,28 @@ pub fn crash_at_every_fence_with(
         op(&sim);
         match sim.crash_state() {
             Some(state) => {
-                for img in state.images() {
+                for (fate, img) in state.fates() {
                     images += 1;
-                    check(img, n);
+                    saved += u64::from(fate == Fate::Saved);
+                    check(img, fate, n);
                 }
             }
             None => {
-                println!(
-                    "crash images checked: {images} at {} fences ({:?})",
-                    n - 1,
-                    cfg.domain
-                );
+                if cfg.domain == SimDomain::FlushOnFail {
+                    println!(
+                        "crash images checked: {images} at {} fences ({:?}: {saved} saved, {} \
+                         missed-window)",
+                        n - 1,
+                        cfg.domain,
+                        images - saved
+                    );
+                } else {
+                    println!(
+                        "crash images checked: {images} at {} fences ({:?})",
+                        n - 1,
+                        cfg.domain
+                    );
+                }
                 return n - 1;
             }
         }
@@ -965,13 +1056,25 @@ pub fn crash_at_random_points(
 }
 
 /// [`crash_at_random_points`] with a configuration (its `crash`, `evict_per_million` and seed
-/// are chosen per run).
+/// are chosen per run). In `FlushOnFail` each run hands over two images: the completed save's
+/// and the sampled missed window's ([`crash_at_random_points_fates`] says which is which).
 pub fn crash_at_random_points_with(
     cfg: SimConfig,
     image: &[u8],
     count: u64,
-    mut op: impl FnMut(&SimMedium),
+    op: impl FnMut(&SimMedium),
     mut check: impl FnMut(Vec<u8>, u64),
+) {
+    crash_at_random_points_fates(cfg, image, count, op, |img, _, seed| check(img, seed))
+}
+
+/// [`crash_at_random_points_with`], handing `check` each image's [`Fate`] as well.
+pub fn crash_at_random_points_fates(
+    cfg: SimConfig,
+    image: &[u8],
+    count: u64,
+    mut op: impl FnMut(&SimMedium),
+    mut check: impl FnMut(Vec<u8>, Fate, u64),
 ) {
     let dry = SimMedium::from_image(
         image.to_vec(),
@@ -984,16 +1087,22 @@ pub fn crash_at_random_points_with(
     op(&dry);
     let events = dry.events().max(1);
     let mut rng = SplitMix64::new(cfg.seed);
+    let mut images = 0u64;
     for _ in 0..count {
         let run_seed = rng.next_u64();
         let run = cfg.at_random_event(run_seed, events);
         let sim = SimMedium::from_image(image.to_vec(), run);
         op(&sim);
-        let img = sim.crash_image().unwrap_or_else(|| sim.power_fail());
-        check(img, run_seed);
+        let state = sim.power_fail_state();
+        if let Some(saved) = state.saved() {
+            images += 1;
+            check(saved.to_vec(), Fate::Saved, run_seed);
+        }
+        images += 1;
+        check(state.sampled().to_vec(), Fate::MissedWindow, run_seed);
     }
     println!(
-        "crash images checked: {count} at random points ({:?})",
+        "crash images checked: {images} at {count} random points ({:?})",
         cfg.domain
     );
 }
@@ -1392,5 +1501,156 @@ mod tests {
         m.fence().unwrap();
         assert_eq!(&m.durable_image()[0..8], &[9; 8]);
         assert_eq!(&m.durable_image()[32..64], &[7; 32]);
+    }
+
+    #[test]
+    fn flush_on_fail_skips_flushes_but_not_write_backs() {
+        let m = sim(4096, SimDomain::FlushOnFail);
+        m.write(0, &[1; 64]);
+        m.flush(0, 64).unwrap();
+        m.fence().unwrap();
+        assert_eq!(
+            &m.durable_image()[..64],
+            &[0; 64][..],
+            "a skipped flush made a line durable"
+        );
+        assert_eq!(
+            m.unpersisted(),
+            vec![Unpersisted {
+                offset: 0,
+                state: LineState::Dirty
+            }]
+        );
+        m.write_back(0, 64).unwrap();
+        assert_eq!(
+            &m.durable_image()[..64],
+            &[0; 64][..],
+            "durable before the fence"
+        );
+        m.fence().unwrap();
+        assert_eq!(&m.durable_image()[..64], &[1; 64][..]);
+        assert!(m.unpersisted().is_empty());
+        // In every other domain a write-back is at least what a flush is.
+        for d in [SimDomain::Adr, SimDomain::Eadr, SimDomain::Msync] {
+            let m = sim(8192, d);
+            m.write(4096, &[3; 64]);
+            m.write_back(4096, 64).unwrap();
+            m.fence().unwrap();
+            assert_eq!(&m.durable_image()[4096..4160], &[3; 64][..], "{d:?}");
+        }
+    }
+
+    #[test]
+    fn flush_on_fail_crash_has_a_saved_and_a_missed_window_fate() {
+        let (mut dropped, mut nt_lost) = (false, false);
+        for seed in 0..30 {
+            let m = SimMedium::new(
+                4096,
+                SimConfig {
+                    seed,
+                    domain: SimDomain::FlushOnFail,
+                    images_per_crash: 16,
+                    ..SimConfig::default()
+                },
+            );
+            m.write(0, &[1; 64]);
+            m.write_back(0, 64).unwrap();
+            m.fence().unwrap(); // line 0: written back, durable in both fates
+            m.write(64, &[2; 64]);
+            m.flush(64, 64).unwrap(); // line 1: only the skipped flush
+            m.write_nontemporal(128, &[3; 64]); // line 2: non-temporal, never fenced
+            m.write(192, &[4; 64]);
+            m.write_back(192, 64).unwrap(); // line 3: written back, never fenced
+            let st = m.power_fail_state();
+            let fates = st.fates();
+            assert_eq!(fates[0].0, Fate::Saved, "the completed save comes first");
+            let saved = &fates[0].1;
+            for (k, v) in [1u8, 2, 3, 4].into_iter().enumerate() {
+                assert_eq!(&saved[64 * k..64 * k + 64], &[v; 64][..], "saved line {k}");
+            }
+            assert_eq!(st.saved(), Some(&saved[..]));
+            assert!(fates.len() > 1, "no missed-window image");
+            assert_eq!(
+                fates.iter().filter(|(f, _)| *f == Fate::Saved).count(),
+                1,
+                "one saved image per crash"
+            );
+            for (_, img) in fates.iter().filter(|(f, _)| *f == Fate::MissedWindow) {
+                assert_eq!(&img[0..64], &[1; 64][..], "a written-back line was lost");
+                for w in (64..256).step_by(8) {
+                    let word = img[w];
+                    assert!(
+                        img[w..w + 8].iter().all(|&b| b == word),
+                        "torn inside a word"
+                    );
+                }
+                dropped |= img[64..128] == [0; 64];
+                nt_lost |= img[128..192] == [0; 64];
+            }
+            assert_eq!(
+                st.sampled(),
+                &m.power_fail()[..],
+                "power_fail gives the sampled missed window"
+            );
+        }
+        assert!(
+            dropped,
+            "a line whose flush was skipped always survived a missed window"
+        );
+        assert!(
+            nt_lost,
+            "an unfenced non-temporal store always survived a missed window"
+        );
+        // Outside flush-on-fail there is one fate.
+        let m = sim(4096, SimDomain::Adr);
+        m.write(0, &[1; 64]);
+        let st = m.power_fail_state();
+        assert!(st.saved().is_none());
+        assert!(st.fates().iter().all(|(f, _)| *f == Fate::MissedWindow));
+    }
+
+    #[test]
+    fn the_harness_checks_both_fates_at_every_fence() {
+        let op = |m: &SimMedium| {
+            for i in 0..4 {
+                m.write(i * 64, &[1 + i as u8; 64]);
+                // The critical path: no write-back, only the fence.
+                if m.persist(i * 64, 64).is_err() {
+                    return;
+                }
+            }
+        };
+        let cfg = SimConfig {
+            domain: SimDomain::FlushOnFail,
+            images_per_crash: 8,
+            ..SimConfig::default()
+        };
+        let mut per_fence: BTreeMap<u64, (u32, u32)> = BTreeMap::new();
+        let n = crash_at_every_fence_fates(cfg, &[0; 512], op, |img, fate, k| {
+            let e = per_fence.entry(k).or_default();
+            match fate {
+                Fate::Saved => {
+                    e.0 += 1;
+                    // Every store before the crash point (fence k) is there.
+                    for i in 0..k as usize {
+                        assert_eq!(img[i * 64], 1 + i as u8, "fence {k}: saved line {i}");
+                    }
+                }
+                Fate::MissedWindow => e.1 += 1,
+            }
+        });
+        assert_eq!(n, 4);
+        assert_eq!(per_fence.len(), 4);
+        for (k, (saved, missed)) in per_fence {
+            assert_eq!(saved, 1, "fence {k}");
+            assert!(missed >= 2, "fence {k}: {missed} missed-window images");
+        }
+        // The random harness hands both fates per run.
+        let (mut saved, mut missed) = (0, 0);
+        crash_at_random_points_fates(cfg, &[0; 512], 10, op, |_, fate, _| match fate {
+            Fate::Saved => saved += 1,
+            Fate::MissedWindow => missed += 1,
+        });
+        assert_eq!((saved, missed), (10, 10));
     }
 }
