@@ -28,6 +28,8 @@ pub mod kinds {
     pub const LOG: RegionKind = 4;
     /// DIPPER shadow data.
     pub const DIPPER: RegionKind = 5;
+    /// The flush-on-fail record (`docs/format/fof.md`).
+    pub const FOF: RegionKind = 6;
 
     /// A human name for a kind tag.
     pub fn name(kind: RegionKind) -> &'static str {
@@ -37,6 +39,7 @@ pub mod kinds {
             HEAP => "heap",
             LOG => "log",
             DIPPER => "dipper",
+            FOF => "fof",
             _ => "other",
         }
     }

@@ -26,6 +26,7 @@ pub mod directory;
 pub mod domain;
 pub mod error;
 pub mod fault;
+pub mod fof;
 pub mod format_doc;
 pub mod header;
 pub mod layout;
