@@ -362,6 +362,82 @@ pub fn pool_record<M: Medium>(pool: &mut crate::Pool<M>) -> Result<usize> {
     Ok(r.offset as usize)
 }
 
+/// An explicit write tracker: one bit per page of a medium, set by the layers for every page
+/// they store to while running flush on fail, taken (and cleared) by the save, which then
+/// writes back only those pages. Marking is one atomic OR per page touched.
+#[derive(Debug)]
+pub struct DirtyPages {
+    words: Vec<std::sync::atomic::AtomicU64>,
+    pages: usize,
+}
+
+impl DirtyPages {
+    /// A clean tracker for a medium of `len` bytes.
+    pub fn new(len: usize) -> DirtyPages {
+        let pages = len.div_ceil(crate::layout::PAGE_SIZE);
+        DirtyPages {
+            words: (0..pages.div_ceil(64))
+                .map(|_| std::sync::atomic::AtomicU64::new(0))
+                .collect(),
+            pages,
+        }
+    }
+
+    /// Pages tracked.
+    pub fn pages(&self) -> usize {
+        self.pages
+    }
+
+    /// Bitmap words (what a save scans).
+    pub fn words(&self) -> usize {
+        self.words.len()
+    }
+
+    /// Mark the pages under `[offset, offset + len)` dirty (a range past the end is clipped).
+    pub fn mark(&self, offset: usize, len: usize) {
+        if len == 0 {
+            return;
+        }
+        let first = offset / crate::layout::PAGE_SIZE;
+        let last =
+            ((offset + len - 1) / crate::layout::PAGE_SIZE).min(self.pages.saturating_sub(1));
+        for p in first..=last {
+            self.words[p / 64].fetch_or(1 << (p % 64), std::sync::atomic::Ordering::AcqRel);
+        }
+    }
+
+    /// Dirty pages now (a scan of the bitmap, nothing cleared).
+    pub fn count(&self) -> usize {
+        self.words
+            .iter()
+            .map(|w| w.load(std::sync::atomic::Ordering::Acquire).count_ones() as usize)
+            .sum()
+    }
+
+    /// Take the dirty pages (their indices, ascending) and clear their bits.
+    pub fn take(&self) -> Vec<usize> {
+        let mut out = Vec::new();
+        for (i, w) in self.words.iter().enumerate() {
+            if w.load(std::sync::atomic::Ordering::Acquire) == 0 {
+                continue;
+            }
+            let mut bits = w.swap(0, std::sync::atomic::Ordering::AcqRel);
+            while bits != 0 {
+                out.push(i * 64 + bits.trailing_zeros() as usize);
+                bits &= bits - 1;
+            }
+        }
+        out
+    }
+
+    /// Mark `pages` (indices) dirty again (a save that did not finish puts back what it took).
+    pub fn put_back(&self, pages: &[usize]) {
+        for &p in pages.iter().filter(|&&p| p < self.pages) {
+            self.words[p / 64].fetch_or(1 << (p % 64), std::sync::atomic::Ordering::AcqRel);
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -455,5 +531,21 @@ mod tests {
         let d = SimMedium::from_image(img, SimConfig::default());
         let e = read(&d, 0).unwrap_err();
         assert_eq!(e.corruption().unwrap().structure, "flush-on-fail record");
+    }
+
+    #[test]
+    fn dirty_pages_mark_take_and_put_back() {
+        let d = DirtyPages::new(100 * 4096 + 1);
+        assert_eq!((d.pages(), d.words()), (101, 2));
+        d.mark(4095, 2); // pages 0 and 1
+        d.mark(70 * 4096, 1);
+        d.mark(100 * 4096, 4096); // clipped to the last page
+        d.mark(5, 0);
+        assert_eq!(d.count(), 4);
+        let t = d.take();
+        assert_eq!(t, vec![0, 1, 70, 100]);
+        assert_eq!(d.count(), 0);
+        d.put_back(&t);
+        assert_eq!(d.take(), t);
     }
 }

@@ -14,6 +14,8 @@
 //!   [`UpsSocket`] (a Unix socket for NUT's `upsmon` NOTIFYCMD), and [`Manual`]. Each delivers
 //!   a [`Warning`] to a [`SaveThread`], which runs the save.
 //!
+//! [`PoolTarget`] is the save target of a pool running flush on fail (`docs/format/fof.md`).
+//!
 //! Nothing here knows about heaps; see `README.md` for what a user-space save can and cannot
 //! promise.
 
@@ -22,6 +24,7 @@
 mod cost;
 mod error;
 mod gate;
+mod pool;
 mod registry;
 // Unsafe: sigaction and the async-signal-safe handler (clock read, pipe write, chaining).
 #[allow(unsafe_code)]
@@ -38,6 +41,7 @@ mod window;
 pub use cost::{SaveCost, SaveEstimate, measure_copy_bandwidth};
 pub use error::PowerFailError;
 pub use gate::{GateGuard, WriterGate};
+pub use pool::{LayerHook, Plan, PoolTarget, WriteBack, WriteBackCost};
 pub use registry::{
     Admission, PowerFail, Refused, Registration, SaveOutcome, TargetOutcome, Verdict,
 };
