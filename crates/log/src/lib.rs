@@ -15,6 +15,9 @@
 //! - [`Log::cleanup`] frees the reclaimable prefix; [`Log::records`] is the recovery iterator.
 //! - [`LogFile`] keeps a log in a pool file.
 //!
+//! - [`fof`]: the log in a pool running flush on fail (resume from a save's hints, or recover
+//!   the checksummed prefix after a missed window).
+//!
 //! `docs/format/log.md` documents the bytes; the crate README says what is guaranteed.
 
 #![forbid(unsafe_code)]
@@ -22,6 +25,7 @@
 pub mod checksum;
 pub mod error;
 pub mod file;
+pub mod fof;
 pub mod format;
 pub mod layout;
 #[allow(clippy::module_inception)]

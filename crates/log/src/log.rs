@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use crate::error::{LogError, Result};
 use crate::format::{Descriptor, LSN_MAX, RecordHeader, Superline, crc_seed, crc_start};
-use crate::layout::{self, kinds, record_footprint};
+use crate::layout::{self, kinds, record as r, record_footprint};
 use crate::mirror::{Extent, Mirror};
 use crate::scan::{Found, Geometry, Judged, Stop, Verdict, Walker, judge};
 use crate::sequencer::{Cursor, Sequencer};
@@ -323,6 +323,20 @@ impl<M: Medium> Log<M> {
         len: usize,
         opts: &LogOptions,
     ) -> Result<(Log<M>, Recovery)> {
+        Self::open_inner(medium, base, len, opts, false)
+    }
+
+    /// [`Log::open`]; with `void_durable`, the superline's `durable_lsn` is not trusted (a
+    /// flush-on-fail log after a missed window: it may have reached the medium before the
+    /// records it names) and the log ends at the first record failing its checks, the
+    /// checksummed prefix; the superline's claim is then brought down to what was found.
+    pub(crate) fn open_inner(
+        medium: M,
+        base: usize,
+        len: usize,
+        opts: &LogOptions,
+        void_durable: bool,
+    ) -> Result<(Log<M>, Recovery)> {
         check_region(&medium, base, len)?;
         // Read the metadata without writing: a bad copy is rewritten only once the walk has not
         // refused the log (a refused open writes nothing).
@@ -346,7 +360,7 @@ impl<M: Medium> Log<M> {
         // Where the walk stopped, and what recovery makes of it (see `judge`).
         let expected = walker.expected;
         let stop_at = geo.at(walker.pos);
-        let durable_known = if desc.keeps_durable_lsn() {
+        let durable_known = if desc.keeps_durable_lsn() && !void_durable {
             superline.durable_lsn
         } else {
             0
@@ -414,7 +428,37 @@ impl<M: Medium> Log<M> {
             recovery.jumped_to = Some(to);
             recovery.next_lsn = to;
         }
-        let log = Log {
+        let log = Self::assemble(medium, base, desc, geo, superline, tail_pos, next_lsn, opts);
+        if void_durable && !opts.read_only && superline.durable_lsn >= next_lsn {
+            // The claim named records the missed window lost: bring it down to the prefix.
+            let mut h = lock(&log.head);
+            let sl = Superline {
+                durable_lsn: next_lsn - 1,
+                ..h.superline
+            };
+            log.write_superline(&mut h, sl)?;
+        }
+        // Every record the walk accepted (and the jump) is durable: say so in the superline, so
+        // that damage to any of them is never taken for a tail torn by a later crash.
+        if !opts.read_only && next_lsn > 1 {
+            log.record_durable(next_lsn - 1)?;
+        }
+        Ok((log, recovery))
+    }
+
+    /// The log object over a recovered (or resumed) state; writes nothing.
+    #[allow(clippy::too_many_arguments)]
+    fn assemble(
+        medium: M,
+        base: usize,
+        desc: Descriptor,
+        geo: Geometry,
+        superline: Superline,
+        tail_pos: u64,
+        next_lsn: u64,
+        opts: &LogOptions,
+    ) -> Log<M> {
+        Log {
             seq: Sequencer::new(
                 desc.ring_bytes / layout::RECORD_ALIGN as u64,
                 next_lsn,
@@ -443,13 +487,69 @@ impl<M: Medium> Log<M> {
             group_pending: AtomicU64::new(0),
             full_wait: opts.full_wait,
             mirror: RwLock::new(None),
-        };
-        // Every record the walk accepted (and the jump) is durable: say so in the superline, so
-        // that damage to any of them is never taken for a tail torn by a later crash.
-        if !opts.read_only && next_lsn > 1 {
-            log.record_durable(next_lsn - 1)?;
         }
-        Ok((log, recovery))
+    }
+
+    /// Resume a log from a flush-on-fail image whose save completed: the tail comes from the
+    /// save's hints (`tail_pos`, `next_lsn`), the ring is not walked, nothing is written.
+    /// The medium back when the hints do not fit the log found (the caller walks instead): the next
+    /// LSN below the head's (or past the largest), a tail outside one ring from the head or
+    /// not record-aligned, or a record with the next LSN already at the tail.
+    pub(crate) fn open_resumed(
+        medium: M,
+        base: usize,
+        len: usize,
+        opts: &LogOptions,
+        tail_pos: u64,
+        next_lsn: u64,
+    ) -> Result<std::result::Result<Log<M>, M>> {
+        check_region(&medium, base, len)?;
+        let mut repaired = Vec::new();
+        let desc = read_descriptor(&medium, base, len as u64, true, &mut repaired)?;
+        let superline = read_superline(&medium, base, &desc, true, &mut repaired)?;
+        if !repaired.is_empty() {
+            // A bad copy in a saved image is damage: let the walk (and its checks) decide.
+            return Ok(Err(medium));
+        }
+        let geo = Geometry {
+            ring: base + desc.ring_offset as usize,
+            ring_bytes: desc.ring_bytes,
+            payload_max: desc.payload_bytes_max,
+            seed: crc_seed(&desc.log_uuid),
+        };
+        let used = tail_pos.wrapping_sub(superline.head);
+        let fits = next_lsn >= superline.start_lsn
+            && tail_pos >= superline.head
+            && used <= desc.ring_bytes
+            && tail_pos % layout::RECORD_ALIGN as u64 == 0
+            && next_lsn <= LSN_MAX;
+        if !fits {
+            return Ok(Err(medium));
+        }
+        if used < desc.ring_bytes {
+            let mut lsn = [0u8; 8];
+            medium.read(geo.at(tail_pos) + r::LSN.offset, &mut lsn);
+            if u64::from_le_bytes(lsn) == next_lsn {
+                return Ok(Err(medium));
+            }
+        }
+        Ok(Ok(Self::assemble(
+            medium, base, desc, geo, superline, tail_pos, next_lsn, opts,
+        )))
+    }
+
+    /// The save's resume hints: the tail's ring position and the next LSN. Refused unless the
+    /// log is at a safe point: every reserved record complete (no append between `reserve`
+    /// and `complete`, which the writers' gate guarantees).
+    pub fn resume_hints(&self) -> std::result::Result<[u64; 2], String> {
+        let t = lock(&self.tail);
+        if !self.seq.complete_through(t.next_lsn) {
+            return Err(format!(
+                "not at a safe point: a record below LSN {} is reserved but not complete",
+                t.next_lsn
+            ));
+        }
+        Ok([t.pos, t.next_lsn])
     }
 
     /// The medium.
@@ -811,8 +911,15 @@ impl<M: Medium> Log<M> {
             Some(_) => vec![self.extent(at, layout::SUPERLINE_BYTES)],
             None => Vec::new(),
         };
+        // Written back even where the domain skips flushes (flush on fail): with both copies
+        // only in the caches, a missed window could tear both and leave no head to walk from.
+        // One line per head move (cleanup, open, close); the same as `persist` elsewhere.
         self.persist_through_mirror(&extents, 0, &mut || {
-            self.latch(self.medium.persist(at, layout::SUPERLINE_BYTES))
+            self.latch(
+                self.medium
+                    .write_back(at, layout::SUPERLINE_BYTES)
+                    .and_then(|()| self.medium.fence()),
+            )
         })?;
         h.superline = sl;
         Ok(())

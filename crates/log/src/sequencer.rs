@@ -123,6 +123,19 @@ impl Sequencer {
         Ok(true)
     }
 
+    /// Whether every LSN below `next` is complete (persisted, or its bit set and not yet
+    /// consumed): no record below `next` is between reserve and complete. Consumes nothing.
+    pub fn complete_through(&self, next: u64) -> bool {
+        let cursor = self.cursor.lock().unwrap_or_else(|p| p.into_inner());
+        if next > cursor.next + self.window() {
+            return false;
+        }
+        (cursor.next..next).all(|l| {
+            let (word, bit) = self.slot(l);
+            word.load(Ordering::Acquire) & bit != 0
+        })
+    }
+
     /// The cursor (for tests and recovery bookkeeping).
     pub fn cursor(&self) -> Cursor {
         *self.cursor.lock().unwrap_or_else(|p| p.into_inner())
