@@ -11,6 +11,7 @@
 pub mod arena;
 pub mod engine;
 pub mod error;
+pub mod fof;
 pub mod frames;
 pub mod layout;
 pub mod root;

@@ -8,12 +8,18 @@
 //! msync failing for k spread over the run. After each crash the engine is reopened and its
 //! counters must be those after the acknowledged operations, or after those and the one in
 //! flight; after a failed msync the engine must have reported an error.
+//!
+//! In `FlushOnFail` each crash point has two fates: a completed save (every store kept; the
+//! test adds the save's marker) reopens through `dipper::fof::open` with every acknowledged
+//! operation, and a missed window is refused with the typed error and left unchanged (the
+//! test also counts the images an ordinary open would have shown inconsistent).
 
 use std::sync::Arc;
 
 use dipper::arena::Arena;
 use dipper::{Dipper, DipperError, Layout, Machine, Options, Result};
 use pmem::rng::SplitMix64;
+use pmem::sim::Fate;
 use pmem::{CrashPlan, Domain, Medium, OpenOptions, Pool, SimConfig, SimDomain, SimMedium};
 
 #[derive(Debug, Clone)]
@@ -68,6 +74,32 @@ fn base_image() -> Vec<u8> {
     sim.durable_image()
 }
 
+/// A closed, empty engine in a pool with an armed flush-on-fail record, as an image.
+fn fof_base_image() -> Vec<u8> {
+    let sim = Arc::new(SimMedium::new(4 << 20, SimConfig::default()));
+    let m = Pool::format(Arc::clone(&sim), Domain::Sim).expect("format");
+    let mut pool = Pool::open_medium(m, &OpenOptions::default()).expect("open");
+    let record = pmem::fof::pool_record(&mut pool).expect("record region");
+    let layout = Layout {
+        log_bytes: 32 * 1024,
+        slot_bytes: 1 << 20,
+        shards: SHARDS,
+    };
+    let (engine, _) = Dipper::create(pool, &layout, Counter, options()).expect("create");
+    engine.close().expect("close");
+    drop(engine);
+    pmem::fof::arm(&*sim, record).expect("arm");
+    sim.durable_image()
+}
+
+fn base_for(cfg: &SimConfig) -> Vec<u8> {
+    if cfg.domain == SimDomain::FlushOnFail {
+        fof_base_image()
+    } else {
+        base_image()
+    }
+}
+
 /// Operation `i`: the shards it touches (`None`: all) and what it adds.
 fn op(i: usize) -> (Option<Vec<u16>>, u64) {
     let ids = match i % 4 {
@@ -112,10 +144,18 @@ fn run_op(e: &Engine, i: usize) -> Result<()> {
 /// Run the operations until they end or a call fails: (operations acknowledged, every call
 /// including the checkpoints and the close succeeded).
 fn drive(sim: &Arc<SimMedium>) -> (usize, bool) {
-    let Ok(pool) = Pool::open_medium(Arc::clone(sim), &OpenOptions::default()) else {
-        return (0, false);
+    let opened = if sim.crash_state().is_none() && is_fof(sim) {
+        // The run starts from an armed record over a clean close: open it as a saved one
+        // would (the same ordinary recovery); the engine then runs in flush on fail.
+        Pool::open_medium(Arc::clone(sim), &OpenOptions::default())
+            .map_err(DipperError::from)
+            .and_then(|pool| Dipper::open(pool, Counter, options()).map(|(e, _)| e))
+    } else {
+        Pool::open_medium(Arc::clone(sim), &OpenOptions::default())
+            .map_err(DipperError::from)
+            .and_then(|pool| Dipper::open(pool, Counter, options()).map(|(e, _)| e))
     };
-    let Ok((e, _)) = Dipper::open(pool, Counter, options()) else {
+    let Ok(e) = opened else {
         return (0, false);
     };
     let mut acked = 0;
@@ -150,7 +190,93 @@ fn check(image: Vec<u8>, acked: usize, expect: &[Vec<u64>], what: &str) {
     );
 }
 
-fn configs() -> [SimConfig; 4] {
+/// Whether the pool on `sim` has a flush-on-fail record (region `fof`).
+fn is_fof(sim: &Arc<SimMedium>) -> bool {
+    Pool::open_medium(
+        Arc::new(pmem::fof::Scratch::new(Arc::clone(sim))),
+        &OpenOptions {
+            read_only: true,
+            ..OpenOptions::default()
+        },
+    )
+    .is_ok_and(|p| p.region(pmem::fof::REGION_NAME).is_some())
+}
+
+/// The flush-on-fail record of the pool in `image`.
+fn record_of(image: &[u8]) -> usize {
+    let sim = Arc::new(SimMedium::from_image(image.to_vec(), SimConfig::default()));
+    let pool = Pool::open_medium(
+        Arc::new(pmem::fof::Scratch::new(sim)),
+        &OpenOptions {
+            read_only: true,
+            ..OpenOptions::default()
+        },
+    )
+    .expect("pool");
+    pool.region(pmem::fof::REGION_NAME)
+        .expect("fof region")
+        .offset as usize
+}
+
+/// A completed save of flush on fail: every store kept, then the save's marker: the store
+/// opens (ordinary recovery over a whole image) with every acknowledged operation.
+fn check_saved(image: Vec<u8>, acked: usize, expect: &[Vec<u64>], what: &str) {
+    let record = record_of(&image);
+    let image = pmem::fof::with_saved_marker(image, record, &[]).expect("marker");
+    let sim = Arc::new(SimMedium::from_image(image, SimConfig::default()));
+    let (e, _, how) = dipper::fof::open(Arc::clone(&sim), Counter, options())
+        .unwrap_or_else(|e| panic!("{what}: a completed save does not reopen: {e}"));
+    assert_eq!(how, dipper::fof::FofOpened::Saved, "{what}");
+    let got: Vec<u64> = (0..SHARDS)
+        .map(|s| e.read(s, |a| a.user(0)).expect("read"))
+        .collect();
+    let ok = got == expect[acked] || (acked < OPS && got == expect[acked + 1]);
+    assert!(
+        ok,
+        "{what}: counters {got:?} are neither after {acked} operations {:?} nor after one more",
+        expect[acked]
+    );
+    let durable = SimMedium::from_image(sim.durable_image(), SimConfig::default());
+    assert_eq!(
+        pmem::fof::read(&durable, record).expect("record").state(),
+        pmem::fof::FofState::Armed,
+        "{what}: not armed again after the open"
+    );
+}
+
+/// A missed window of flush on fail: the open is refused with the typed error, nothing
+/// written. Returns whether an ordinary open (no record consulted) would have shown counters
+/// of no prefix of the operations: why the refusal.
+fn check_missed(image: Vec<u8>, acked: usize, expect: &[Vec<u64>], what: &str) -> bool {
+    let sim = Arc::new(SimMedium::from_image(image.clone(), SimConfig::default()));
+    match dipper::fof::open(Arc::clone(&sim), Counter, options()) {
+        Ok(_) => panic!("{what}: a missed window opened"),
+        Err(DipperError::Corrupt {
+            structure, field, ..
+        }) => assert_eq!(
+            (structure, field),
+            ("flush-on-fail record", "state"),
+            "{what}"
+        ),
+        Err(e) => panic!("{what}: refused with an unexpected error: {e}"),
+    }
+    assert!(
+        sim.durable_image() == image,
+        "{what}: the refused open wrote"
+    );
+    let plain = Arc::new(SimMedium::from_image(image, SimConfig::default()));
+    Pool::open_medium(plain, &OpenOptions::default())
+        .map_err(DipperError::from)
+        .and_then(|pool| Dipper::open(pool, Counter, options()))
+        .is_ok_and(|(e, _)| {
+            let got: Vec<u64> = (0..SHARDS)
+                .map(|s| e.read(s, |a| a.user(0)).expect("read"))
+                .collect();
+            !expect[..=(acked + 1).min(OPS)].contains(&got)
+        })
+}
+
+fn configs() -> [SimConfig; 5] {
     let d = |domain, sector| SimConfig {
         domain,
         sector,
@@ -161,19 +287,20 @@ fn configs() -> [SimConfig; 4] {
         d(SimDomain::Eadr, 512),
         d(SimDomain::Msync, 512),
         d(SimDomain::Msync, 4096),
+        d(SimDomain::FlushOnFail, 512),
     ]
 }
 
 #[test]
 fn crashed_before_every_fence_in_every_domain_recovers_the_acknowledged_operations() {
-    let base = base_image();
     let expect = prefixes();
     assert!(
         expect.windows(2).all(|w| w[0] != w[1]),
         "every operation shows"
     );
     for cfg in configs() {
-        let mut images = 0u64;
+        let base = base_for(&cfg);
+        let (mut images, mut saved, mut refused, mut inconsistent) = (0u64, 0u64, 0u64, 0u64);
         let mut n = 1;
         loop {
             let sim = Arc::new(SimMedium::from_image(
@@ -189,27 +316,57 @@ fn crashed_before_every_fence_in_every_domain_recovers_the_acknowledged_operatio
                 assert!(all_ok && acked == OPS, "an uncrashed run succeeds");
                 break;
             };
-            for (i, img) in state.images().into_iter().enumerate() {
+            for (i, (fate, img)) in state.fates().into_iter().enumerate() {
                 images += 1;
-                let what = format!("{:?} fence {n} image {i}", cfg.domain);
-                check(img, acked, &expect, &what);
+                let what = format!("{:?} fence {n} {fate:?} image {i}", cfg.domain);
+                match fate {
+                    // A completed save (flush on fail) keeps every store: as any other domain.
+                    Fate::Saved => {
+                        saved += 1;
+                        check_saved(img, acked, &expect, &what)
+                    }
+                    Fate::MissedWindow if cfg.domain == SimDomain::FlushOnFail => {
+                        refused += 1;
+                        if check_missed(img, acked, &expect, &what) {
+                            inconsistent += 1;
+                        }
+                    }
+                    Fate::MissedWindow => check(img, acked, &expect, &what),
+                }
             }
             n += 1;
         }
         assert!(n > OPS as u64, "every operation forces ({n} fences)");
-        println!(
-            "crash images checked: {images} at {} fences ({:?})",
-            n - 1,
-            cfg.domain
-        );
+        if cfg.domain == SimDomain::FlushOnFail {
+            assert!(saved == n - 1, "one completed-save image per fence");
+            assert!(
+                inconsistent > 0,
+                "no missed-window image would have opened inconsistent: is the refusal needed?"
+            );
+        }
+        if cfg.domain == SimDomain::FlushOnFail {
+            println!(
+                "crash images checked: {images} at {} fences ({:?}: {saved} saved, {refused} \
+                 missed-window refused, of which an ordinary open would show no prefix in \
+                 {inconsistent})",
+                n - 1,
+                cfg.domain
+            );
+        } else {
+            println!(
+                "crash images checked: {images} at {} fences ({:?})",
+                n - 1,
+                cfg.domain
+            );
+        }
     }
 }
 
 #[test]
 fn crashed_at_random_points_in_every_domain_recovers_the_acknowledged_operations() {
-    let base = base_image();
     let expect = prefixes();
     for cfg in configs() {
+        let base = base_for(&cfg);
         let dry = Arc::new(SimMedium::from_image(base.clone(), cfg));
         assert_eq!(drive(&dry), (OPS, true));
         let events = dry.events();
@@ -224,9 +381,14 @@ fn crashed_at_random_points_in_every_domain_recovers_the_acknowledged_operations
             ));
             let (acked, _) = drive(&sim);
             outcomes.insert(acked);
-            let img = sim.crash_image().unwrap_or_else(|| sim.power_fail());
+            let state = sim.power_fail_state();
             let what = format!("{:?} random crash seed {seed:#x}", cfg.domain);
-            check(img, acked, &expect, &what);
+            if let Some(saved) = state.saved() {
+                check_saved(saved.to_vec(), acked, &expect, &format!("{what} Saved"));
+                check_missed(state.sampled().to_vec(), acked, &expect, &what);
+            } else {
+                check(state.sampled().to_vec(), acked, &expect, &what);
+            }
         }
         assert!(
             outcomes.len() > 5,

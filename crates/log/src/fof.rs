@@ -119,6 +119,22 @@ fn finish<M: Medium>(
     Ok((log, opened))
 }
 
+/// The missed-window open alone, for a layer that keeps its own record handling (e.g. a
+/// DIPPER store): [`Log::open`] after a crash with the superline's durable claim not trusted,
+/// the log ending at the first record failing its checksums.
+pub fn open_missed_window<M: Medium>(
+    medium: M,
+    base: usize,
+    len: usize,
+    opts: &LogOptions,
+) -> Result<(Log<M>, Recovery)> {
+    let walk = LogOptions {
+        clean_shutdown: false,
+        ..*opts
+    };
+    Log::open_inner(medium, base, len, &walk, true)
+}
+
 /// Write the log's region back and arm the record (durably): the log may append in
 /// flush-on-fail mode from now on. Also how a log opened without flush on fail starts it.
 pub fn rearm<M: Medium>(log: &Log<M>, len: usize, record: usize) -> Result<()> {

@@ -338,6 +338,26 @@ pub fn now_ns() -> u64 {
         .map_or(0, |d| d.as_nanos() as u64)
 }
 
+/// The simulator's completed-save image with the save's last step applied: the record at
+/// `record` marked saved (with `hints`), as `powerfail::PoolTarget` does after its write-back.
+/// A crash image of the [`crate::sim::Fate::Saved`] fate keeps every store (the write-back);
+/// this adds the marker. Refused (typed) unless the record there is armed.
+pub fn with_saved_marker(image: Vec<u8>, record: usize, hints: &[u64]) -> Result<Vec<u8>> {
+    let m = crate::sim::SimMedium::from_image(image, crate::sim::SimConfig::default());
+    let found = read(&m, record)?;
+    if found.state() != FofState::Armed {
+        return Err(PmemError::Invalid {
+            what: "flush-on-fail marker",
+            reason: format!(
+                "a save marks an armed record; this one is {}",
+                found.state().name()
+            ),
+        });
+    }
+    mark_saved(&m, record, now_ns(), hints)?;
+    Ok(m.durable_image())
+}
+
 /// The name of the pool region that holds the record.
 pub const REGION_NAME: &str = "fof";
 
@@ -438,6 +458,111 @@ impl DirtyPages {
     }
 }
 
+/// A scratch view of a medium for a dry run: reads see the medium under whatever was written
+/// through the view; writes stay in the view (in memory, by cache line) and never reach the
+/// medium; flushes and fences do nothing. A layer that must refuse a missed-window image
+/// without writing to it opens the image through a view first, and opens it for real only if
+/// that succeeded.
+#[derive(Debug)]
+pub struct Scratch<M: Medium> {
+    base: M,
+    lines: std::sync::Mutex<std::collections::BTreeMap<usize, [u8; crate::cpu::CACHE_LINE]>>,
+}
+
+impl<M: Medium> Scratch<M> {
+    /// A view of `base` with nothing written yet.
+    pub fn new(base: M) -> Scratch<M> {
+        Scratch {
+            base,
+            lines: std::sync::Mutex::new(std::collections::BTreeMap::new()),
+        }
+    }
+
+    /// Lines written through the view.
+    pub fn lines_written(&self) -> usize {
+        self.lock().len()
+    }
+
+    /// The offsets of the lines written through the view, ascending.
+    pub fn written_lines(&self) -> Vec<usize> {
+        self.lock().keys().copied().collect()
+    }
+
+    fn lock(
+        &self,
+    ) -> std::sync::MutexGuard<'_, std::collections::BTreeMap<usize, [u8; crate::cpu::CACHE_LINE]>>
+    {
+        self.lines.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+impl<M: Medium> Medium for Scratch<M> {
+    fn len(&self) -> usize {
+        self.base.len()
+    }
+    fn domain(&self) -> crate::Domain {
+        self.base.domain()
+    }
+    fn backing(&self) -> crate::Backing {
+        self.base.backing()
+    }
+    fn label(&self) -> std::path::PathBuf {
+        self.base.label()
+    }
+    fn read(&self, offset: usize, buf: &mut [u8]) {
+        crate::medium::check_range(offset, buf.len(), self.len());
+        self.base.read(offset, buf);
+        let lines = self.lock();
+        const L: usize = crate::cpu::CACHE_LINE;
+        for (&l, bytes) in lines.range(offset / L * L..offset + buf.len()) {
+            let (from, to) = (l.max(offset), (l + L).min(offset + buf.len()));
+            buf[from - offset..to - offset].copy_from_slice(&bytes[from - l..to - l]);
+        }
+    }
+    fn write(&self, offset: usize, data: &[u8]) {
+        crate::medium::check_range(offset, data.len(), self.len());
+        const L: usize = crate::cpu::CACHE_LINE;
+        let mut at = offset;
+        while at < offset + data.len() {
+            let l = at / L * L;
+            let mut line = [0u8; L];
+            self.read(l, &mut line);
+            let to = (l + L).min(offset + data.len());
+            line[at - l..to - l].copy_from_slice(&data[at - offset..to - offset]);
+            self.lock().insert(l, line);
+            at = to;
+        }
+    }
+    fn write_nontemporal(&self, offset: usize, data: &[u8]) {
+        self.write(offset, data)
+    }
+    fn load_u64(&self, offset: usize) -> u64 {
+        crate::medium::check_word(offset, self.len());
+        let mut b = [0u8; 8];
+        self.read(offset, &mut b);
+        u64::from_le_bytes(b)
+    }
+    fn store_u64(&self, offset: usize, value: u64) {
+        crate::medium::check_word(offset, self.len());
+        self.write(offset, &value.to_le_bytes())
+    }
+    fn flush(&self, offset: usize, len: usize) -> Result<()> {
+        crate::medium::check_range(offset, len, self.len());
+        Ok(())
+    }
+    fn write_back(&self, offset: usize, len: usize) -> Result<()> {
+        crate::medium::check_range(offset, len, self.len());
+        Ok(())
+    }
+    fn fence(&self) -> Result<()> {
+        Ok(())
+    }
+    fn inject(&self, offset: usize, data: &[u8]) -> Result<()> {
+        self.write(offset, data);
+        Ok(())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -531,6 +656,26 @@ mod tests {
         let d = SimMedium::from_image(img, SimConfig::default());
         let e = read(&d, 0).unwrap_err();
         assert_eq!(e.corruption().unwrap().structure, "flush-on-fail record");
+    }
+
+    #[test]
+    fn a_scratch_view_reads_its_writes_and_never_writes_through() {
+        let m = SimMedium::new(4096, SimConfig::default());
+        m.write(0, &[1; 300]);
+        let v = Scratch::new(&m);
+        v.write(60, &[2; 10]); // across a line boundary
+        v.store_u64(128, 7);
+        let mut b = [0u8; 80];
+        v.read(0, &mut b);
+        assert_eq!(&b[..60], &[1; 60][..]);
+        assert_eq!(&b[60..70], &[2; 10][..]);
+        assert_eq!(&b[70..80], &[1; 10][..]);
+        assert_eq!(v.load_u64(128), 7);
+        v.persist(0, 4096).unwrap();
+        assert_eq!(v.lines_written(), 3);
+        let mut w = [0u8; 300];
+        m.read(0, &mut w);
+        assert_eq!(w, [1; 300], "the view wrote through");
     }
 
     #[test]
