@@ -15,9 +15,11 @@
 //! opened; it is the back end's to restore (WSP's fallback).
 //!
 //! A `saved` open first runs the recovery over a [`Scratch`] view (writes stay in memory): a
-//! refusal there returns before anything touches the pool. Otherwise the real open follows,
-//! the lines it wrote (the dry run's, the same recovery) are written back, and the record is
-//! armed again, durably, before the store takes writes.
+//! refusal there returns before anything touches the pool. Otherwise the record is armed again,
+//! durably, before the first write (WSP clears its marker at startup: a power failure during
+//! the recovery is then a missed window, refused at the next open), the real open follows, and
+//! the lines it wrote (the dry run's, the same recovery) are written back before the store
+//! takes writes.
 
 use std::sync::Arc;
 
@@ -90,6 +92,10 @@ where
     let (dry, _) = Dipper::open(dry_pool, machine.clone(), dry_opts)?;
     drop(dry);
     let written = view.written_lines();
+    // The marker is cleared (armed) before the first write, as WSP clears it at startup: a
+    // power failure during the recovery below is a missed window, never a `saved` record over
+    // bytes the recovery left half written.
+    fof::arm(&medium, record)?;
     let pool = Pool::open_medium(medium.clone(), &OpenOptions::default())?;
     let (d, rep) = Dipper::open(pool, machine, opts)?;
     for l in written {
@@ -97,6 +103,5 @@ where
     }
     medium.write_back(0, pmem::layout::METADATA_BYTES.min(medium.len()))?;
     medium.fence()?;
-    fof::arm(&medium, record)?;
     Ok((d, rep, FofOpened::Saved))
 }

@@ -249,6 +249,9 @@ pub struct Store<M: Medium + Clone + Send + Sync + 'static> {
     report: RecoveryReport,
     opened: Instant,
     path: Option<PathBuf>,
+    /// Flush on fail: the medium, the pool's ranges (regions and metadata) and the record's
+    /// offset, for the clean close's write-back and marker.
+    fof: Option<(M, Vec<(usize, usize)>, usize)>,
 }
 
 impl<M: Medium + Clone + Send + Sync + 'static> std::fmt::Debug for Store<M> {
@@ -383,6 +386,34 @@ impl<M: Medium + Clone + Send + Sync + 'static> Store<M> {
         // Checks that read only: a pool that is not a store, or whose root is damaged, is handed
         // back exactly as it was found (clean-shutdown flag included) before the error returns.
         let checked = (|| {
+            // Flush on fail (`docs/format/fof.md`): a missed window is refused here, before
+            // anything is written. The store rests on the order of DIPPER's persists, which a
+            // missed window does not keep (see `dipper::fof`); its checksums cannot show that
+            // the surviving lines form a prefix of its operations.
+            let fof = match pool.region(pmem::fof::REGION_NAME) {
+                Some(f) => {
+                    let at = f.offset as usize;
+                    match pmem::fof::read(pool.medium(), at)
+                        .map_err(DipperError::from)?
+                        .state()
+                    {
+                        pmem::fof::FofState::Armed => {
+                            return Err(StoreError::Corrupt(Corruption {
+                                structure: "flush-on-fail record".into(),
+                                offset: at as u64,
+                                field: "state",
+                                expected: "saved (a save completed in the window)".into(),
+                                found: "armed-unsaved: the window was missed; restore the store \
+                                        from its back end"
+                                    .into(),
+                            }));
+                        }
+                        pmem::fof::FofState::Saved => Some(at),
+                        pmem::fof::FofState::None => None,
+                    }
+                }
+                None => None,
+            };
             let r = pool.region(dipper::layout::ROOT_REGION).ok_or_else(|| {
                 StoreError::Failed("the pool holds no DStore (no dipper.root region)".into())
             })?;
@@ -390,9 +421,9 @@ impl<M: Medium + Clone + Send + Sync + 'static> Store<M> {
             let data = pool.region(DATA_REGION).ok_or_else(|| {
                 StoreError::Failed(format!("the pool has no `{DATA_REGION}` region"))
             })?;
-            Ok::<_, StoreError>((root.shards as usize, data))
+            Ok::<_, StoreError>((root.shards as usize, data, fof))
         })();
-        let (shards, r) = match checked {
+        let (shards, r, fof) = match checked {
             Ok(found) => found,
             Err(e) => {
                 // Nothing was written since the open; if putting it back fails, the error that
@@ -406,9 +437,48 @@ impl<M: Medium + Clone + Send + Sync + 'static> Store<M> {
             shards,
         };
         let zone = Zone::new(r.offset as usize, r.length / BLOCK_BYTES);
+        // A saved flush-on-fail image: the recovery is first run over a scratch view (a
+        // refusal there leaves the pool as found), then the record is armed again before the
+        // first write (a power failure during the recovery is a missed window), the ordinary
+        // recovery runs over the whole bytes, and every region is written back before the
+        // store takes writes.
+        let rearm = match fof {
+            Some(at) => {
+                let mut ranges: Vec<(usize, usize)> = pool
+                    .regions()
+                    .iter()
+                    .map(|g| (g.offset as usize, g.length as usize))
+                    .collect();
+                ranges.push((0, pmem::layout::METADATA_BYTES));
+                let medium = pool.medium().clone();
+                let dry = Pool::open_medium(
+                    Arc::new(pmem::fof::Scratch::new(medium.clone())),
+                    &OpenOptions::default(),
+                )
+                .map_err(DipperError::from)
+                .and_then(|p| {
+                    let opts = Options {
+                        background: false,
+                        ..config.options()
+                    };
+                    Dipper::open(p, kv.clone(), opts)
+                });
+                if let Err(e) = dry {
+                    let _ = pool.close_unchanged();
+                    return Err(e.into());
+                }
+                pmem::fof::arm(&medium, at).map_err(DipperError::from)?;
+                Some((medium, ranges, at))
+            }
+            None => None,
+        };
         let (engine, report) = Dipper::open(pool, kv.clone(), config.options())?;
+        if let Some((medium, ranges, _)) = &rearm {
+            write_back_all(medium, ranges).map_err(DipperError::from)?;
+        }
         let config = Config { shards, ..config };
-        let store = Self::assemble(engine, zone, kv, config, report);
+        let mut store = Self::assemble(engine, zone, kv, config, report);
+        store.fof = rearm;
         // Which blocks are in use follows from the recovered objects.
         for s in 0..store.engine.shards() {
             let blocks = store.engine.read(s, |a| {
@@ -444,6 +514,7 @@ impl<M: Medium + Clone + Send + Sync + 'static> Store<M> {
             report,
             opened: Instant::now(),
             path: None,
+            fof: None,
         }
     }
 
@@ -1050,8 +1121,26 @@ impl<M: Medium + Clone + Send + Sync + 'static> Store<M> {
 
     /// Close cleanly.
     pub fn close(&self) -> StoreResult<()> {
-        Ok(self.engine.close()?)
+        self.engine.close()?;
+        // Flush on fail: a clean close writes every line back, then marks the record saved
+        // (the image is whole), last.
+        if let Some((medium, ranges, at)) = &self.fof {
+            write_back_all(medium, ranges)
+                .and_then(|()| {
+                    pmem::fof::mark_saved(medium, *at, pmem::fof::now_ns(), &[]).map(|_| ())
+                })
+                .map_err(DipperError::from)?;
+        }
+        Ok(())
     }
+}
+
+/// Write back every range (clipped to the medium) and fence.
+fn write_back_all<M: Medium>(medium: &M, ranges: &[(usize, usize)]) -> pmem::Result<()> {
+    for &(o, l) in ranges {
+        medium.write_back(o, l.min(medium.len().saturating_sub(o)))?;
+    }
+    medium.fence()
 }
 
 use dipper::Arena;

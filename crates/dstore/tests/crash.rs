@@ -368,3 +368,137 @@ fn a_clean_close_and_reopen_keeps_everything_without_replay() {
     );
     assert_eq!(model::dump(&s), expect[OPS]);
 }
+
+// ---------------------------------------------------------------------------------------------
+// Flush on fail.
+
+/// A store in a pool with a flush-on-fail record, closed cleanly (so the record says saved), as
+/// an image; and the record's offset.
+fn fof_base_image(cfg: &dstore::Config) -> (Vec<u8>, usize) {
+    use pmem::{Domain, OpenOptions, Pool};
+    let sim = Arc::new(SimMedium::new(model::POOL_BYTES, SimConfig::default()));
+    let m = Pool::format(Arc::clone(&sim), Domain::Sim).expect("format");
+    let mut pool = Pool::open_medium(m, &OpenOptions::default()).expect("open");
+    let record = pmem::fof::pool_record(&mut pool).expect("record region");
+    let store = dstore::Store::create(pool, cfg.clone()).expect("create");
+    store.close().expect("close");
+    drop(store);
+    pmem::fof::arm(&*sim, record).expect("arm");
+    pmem::fof::mark_saved(&*sim, record, 1, &[]).expect("saved");
+    (sim.durable_image(), record)
+}
+
+/// The typed refusal of a missed window; the image is left as it was.
+fn assert_refused(image: Vec<u8>, what: &str) {
+    let sim = Arc::new(SimMedium::from_image(image.clone(), SimConfig::default()));
+    match model::open(Arc::clone(&sim), &model::config(false)) {
+        Ok(_) => panic!("{what}: a missed window opened"),
+        Err(dstore::StoreError::Corrupt(c)) => {
+            assert_eq!(
+                (c.structure.as_str(), c.field),
+                ("flush-on-fail record", "state"),
+                "{what}"
+            )
+        }
+        Err(e) => panic!("{what}: refused with an unexpected error: {e}"),
+    }
+    assert!(
+        sim.durable_image() == image,
+        "{what}: the refused open wrote"
+    );
+}
+
+/// Every fence of the workload in `FlushOnFail`, both fates: a completed save (every store kept,
+/// plus the save's marker) recovers the acknowledged operations and carries on (its clean close
+/// marks the record saved again); a missed window is refused, unchanged. A crash while a saved
+/// image is recovered leaves it saved (the same outcome) or, once the open re-armed the record,
+/// armed (refused: a power failure after the re-arm is a missed window).
+#[test]
+fn crash_at_every_fence_in_flush_on_fail() {
+    let cfg = model::config(false);
+    let (base, record) = fof_base_image(&cfg);
+    let ops = workload(11);
+    let expect = model::prefixes(&ops);
+    let (mut n, mut saved, mut missed) = (1u64, 0u64, 0u64);
+    loop {
+        let sim = Arc::new(SimMedium::from_image(
+            base.clone(),
+            SimConfig {
+                seed: n,
+                crash: CrashPlan::AtFence(n),
+                domain: SimDomain::FlushOnFail,
+                images_per_crash: 4,
+                ..SimConfig::default()
+            },
+        ));
+        let acked = drive(&sim, &ops);
+        let Some(state) = sim.crash_state() else {
+            assert_eq!(acked, OPS, "an uncrashed run acknowledges everything");
+            break;
+        };
+        for (fate, img) in state.fates() {
+            let what = format!("FlushOnFail fence {n} {fate:?}");
+            let probe = SimMedium::from_image(img.clone(), SimConfig::default());
+            let armed = pmem::fof::read(&probe, record).expect("record").state()
+                == pmem::fof::FofState::Armed;
+            match fate {
+                pmem::sim::Fate::Saved => {
+                    saved += 1;
+                    // The save's marker over the kept stores (a crash before the open re-armed
+                    // the record finds it saved already).
+                    let img = if armed {
+                        pmem::fof::with_saved_marker(img, record, &[]).expect("marker")
+                    } else {
+                        img
+                    };
+                    let (got, _) = recover(img.clone(), CrashPlan::Never, n);
+                    let got = got.unwrap_or_else(|| panic!("{what}: a completed save refused"));
+                    let ok = got == expect[acked]
+                        || (acked + 1 < expect.len() && got == expect[acked + 1]);
+                    assert!(ok, "{what}: neither {acked} nor {} operations", acked + 1);
+                    if n % 4 == 0 {
+                        let done = if got == expect[acked] {
+                            acked
+                        } else {
+                            acked + 1
+                        };
+                        carry_on(img.clone(), &ops, done.min(ops.len()), &what);
+                        let (_, c) = recover(img, CrashPlan::AtFence(3), n);
+                        if let Some(again) = c.crash_image() {
+                            let probe = SimMedium::from_image(again.clone(), SimConfig::default());
+                            match pmem::fof::read(&probe, record).expect("record").state() {
+                                pmem::fof::FofState::Saved => assert_eq!(
+                                    recover(again, CrashPlan::Never, n).0.as_ref(),
+                                    Some(&got),
+                                    "{what}: a crash during recovery changed the outcome"
+                                ),
+                                _ => assert_refused(again, &what),
+                            }
+                        }
+                    }
+                }
+                // Before the open re-armed the record nothing was written (the arm is its
+                // first write), so the image is the saved base.
+                pmem::sim::Fate::MissedWindow if !armed => {
+                    assert_eq!(acked, 0, "{what}");
+                    assert_eq!(
+                        recover(img, CrashPlan::Never, n).0.as_ref(),
+                        Some(&expect[0])
+                    );
+                }
+                pmem::sim::Fate::MissedWindow => {
+                    missed += 1;
+                    assert_refused(img, &what);
+                }
+            }
+        }
+        n += 1;
+    }
+    println!(
+        "crash images checked: {} at {} fences (FlushOnFail: {saved} saved, {missed} \
+         missed-window refused)",
+        saved + missed,
+        n - 1
+    );
+    assert!(n > OPS as u64 && saved == n - 1 && missed > 0);
+}
