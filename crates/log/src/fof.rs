@@ -8,13 +8,15 @@
 //! | record at open | what [`open`] does | what is skipped |
 //! | --- | --- | --- |
 //! | `saved`, hints fit | resumes: tail and next LSN from the record's hints | the walk of the ring from the head, the jump record, the superline's durable-LSN update |
-//! | `saved`, hints do not fit | the ordinary walk, as after a clean shutdown (damage refuses) | nothing |
+//! | `saved`, hints do not fit (a sanity check: `next_lsn` not below the head's, the tail record-aligned and within one ring of the head, no record with `next_lsn` at the tail) | the ordinary walk, as after a clean shutdown (damage refuses): first read-only, then the record is armed, then the writable walk | nothing |
 //! | `armed-unsaved` (missed window) | the ordinary walk after a crash with the superline's `durable_lsn` not trusted: the log ends at the first record failing its checksums (a checksummed prefix, possibly short of records whose force returned), and the claim is brought down to it | nothing; acknowledged records may be lost, which [`Opened::MissedWindow`] says |
 //! | `none` | [`Log::open`] as asked | nothing |
 //!
-//! A writable open in flush-on-fail mode (the first two rows) then writes the log's region back
-//! and arms the record again, durably, before it returns, so no append lands on a `saved`
-//! image. A refused open (a damaged record in a whole image, a descriptor or superline with no
+//! A writable open in flush-on-fail mode (the first three rows) then writes the log's region
+//! back and arms the record again, durably, before it returns, so no append lands on a `saved`
+//! image. No open writes anything while the record still says `saved` (the resume writes
+//! nothing before the re-arm; the walk of a saved image arms first), so a power failure during
+//! an open never leaves a `saved` record over half-written recovery. A refused open (a damaged record in a whole image, a descriptor or superline with no
 //! good copy, a record with no good copy) writes nothing.
 
 use std::sync::Arc;
@@ -62,11 +64,7 @@ pub fn open<M: Medium>(
     let (log, opened) = match (found.state(), found.record) {
         (FofState::Saved, Some(r)) => {
             let Some(&[tail, next_lsn]) = r.hints.get(hint_at..hint_at + 2) else {
-                let whole = LogOptions {
-                    clean_shutdown: true,
-                    ..*opts
-                };
-                let (log, rec) = Log::open(medium, base, len, &whole)?;
+                let (log, rec) = walk_saved(medium, base, len, record, opts)?;
                 return finish(log, Opened::SavedWalked(rec), len, record, opts);
             };
             match Log::open_resumed(medium, base, len, opts, tail, next_lsn)? {
@@ -79,13 +77,7 @@ pub fn open<M: Medium>(
                     },
                 ),
                 Err(medium) => {
-                    // The image is whole (the save completed): walk it as after a clean
-                    // shutdown, so damage refuses.
-                    let whole = LogOptions {
-                        clean_shutdown: true,
-                        ..*opts
-                    };
-                    let (log, rec) = Log::open(medium, base, len, &whole)?;
+                    let (log, rec) = walk_saved(medium, base, len, record, opts)?;
                     (log, Opened::SavedWalked(rec))
                 }
             }
@@ -104,6 +96,37 @@ pub fn open<M: Medium>(
         }
     };
     finish(log, opened, len, record, opts)
+}
+
+/// A saved image whose hints do not fit: the image is whole (the save completed), so it is
+/// walked as after a clean shutdown (damage refuses). The walk is first made read-only (a
+/// refusal writes nothing), then the record is armed before the first write (a power failure
+/// during the recovery is then a missed window, never a `saved` record over half-written
+/// recovery), then the real open.
+fn walk_saved<M: Medium>(
+    medium: M,
+    base: usize,
+    len: usize,
+    record: usize,
+    opts: &LogOptions,
+) -> Result<(Log<M>, Recovery)> {
+    let whole = LogOptions {
+        clean_shutdown: true,
+        ..*opts
+    };
+    if !opts.read_only {
+        let look = LogOptions {
+            read_only: true,
+            ..whole
+        };
+        let (probe, rec) = Log::open(&medium, base, len, &look)?;
+        drop(probe);
+        if let Some(c) = rec.damaged.filter(|_| !opts.truncate_damaged) {
+            return Err(crate::error::LogError::Corrupt(c));
+        }
+        fof::arm(&medium, record)?;
+    }
+    Log::open(medium, base, len, &whole)
 }
 
 fn finish<M: Medium>(

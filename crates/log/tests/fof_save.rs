@@ -43,10 +43,11 @@ fn payload(t: u64, i: u64) -> Vec<u8> {
 }
 
 /// Open (missed-window path over the armed base), wire a pool target with the log's hook,
-/// and append `per_thread` records from two threads, each append inside the writers' gate.
+/// and append `per_thread` records from each of `threads` threads, each append inside the writers' gate.
 fn run(
     sim: &Arc<SimMedium>,
     per_thread: u64,
+    threads: u64,
 ) -> (
     Arc<Log<Arc<SimMedium>>>,
     Arc<PoolTarget<Arc<SimMedium>>>,
@@ -68,7 +69,7 @@ fn run(
     .expect("target");
     t.add_hook(Arc::new(LogHook::new(log.clone())));
     let written = std::thread::scope(|s| {
-        let hs: Vec<_> = (0..2u64)
+        let hs: Vec<_> = (0..threads)
             .map(|th| {
                 let (log, gate) = (&log, &gate);
                 s.spawn(move || {
@@ -161,7 +162,7 @@ fn a_saved_log_resumes_from_its_hints_without_a_walk() {
             ..SimConfig::default()
         },
     ));
-    let (log, target, written) = run(&sim, 30);
+    let (log, target, written) = run(&sim, 30, 2);
     let pf = PowerFail::new(
         Window::deadline_ms(60_000.0).unwrap(),
         SaveCost::new(1e9, Duration::from_nanos(10), Duration::ZERO).unwrap(),
@@ -185,7 +186,8 @@ fn a_saved_log_resumes_from_its_hints_without_a_walk() {
 fn a_power_failure_at_every_fence_of_the_save_resumes_or_recovers_a_prefix() {
     let (mut resumed, mut missed) = (0, 0);
     for n in 1u64.. {
-        // The same appends, then the save; the medium crashes at the save's n-th fence.
+        // The same appends (one thread: the same fences every run), then the save; the medium
+        // crashes at the save's n-th fence.
         let dry = Arc::new(SimMedium::from_image(
             base_image(),
             SimConfig {
@@ -193,7 +195,7 @@ fn a_power_failure_at_every_fence_of_the_save_resumes_or_recovers_a_prefix() {
                 ..SimConfig::default()
             },
         ));
-        run(&dry, 12);
+        run(&dry, 24, 1);
         let before = dry.fences();
         let sim = Arc::new(SimMedium::from_image(
             base_image(),
@@ -205,7 +207,7 @@ fn a_power_failure_at_every_fence_of_the_save_resumes_or_recovers_a_prefix() {
                 ..SimConfig::default()
             },
         ));
-        let (log, target, written) = run(&sim, 12);
+        let (log, target, written) = run(&sim, 24, 1);
         assert_eq!(
             sim.fences(),
             before,
@@ -269,4 +271,85 @@ fn the_hook_refuses_hints_while_an_append_is_between_reserve_and_complete() {
     assert!(e.contains("not at a safe point"), "{e}");
     r.complete().expect("complete");
     assert_eq!(log.resume_hints().expect("safe again")[1], log.next_lsn());
+}
+
+/// A saved image whose hints do not fit is walked as after a clean shutdown (same records);
+/// damage to a record in a saved image is refused with the typed error, and the refused open
+/// writes nothing (the record stays saved).
+#[test]
+fn hints_that_do_not_fit_walk_and_damage_in_a_saved_image_refuses() {
+    let sim = Arc::new(SimMedium::from_image(
+        base_image(),
+        SimConfig {
+            domain: SimDomain::FlushOnFail,
+            ..SimConfig::default()
+        },
+    ));
+    let (log, target, written) = run(&sim, 10, 2);
+    target.stop_writers();
+    target.save(Instant::now() + HANG).expect("save");
+    let next = log.next_lsn();
+    let saved = sim.power_fail();
+    // Hints that do not fit (a tail off the record grid, as a torn hint would give if the
+    // record's CRC passed): the log is walked instead.
+    let probe = SimMedium::from_image(saved.clone(), SimConfig::default());
+    let hints = pmem::fof::read(&probe, RECORD)
+        .unwrap()
+        .record
+        .unwrap()
+        .hints;
+    let mut bad = saved.clone();
+    let at = RECORD
+        + (pmem::fof::read(&probe, RECORD)
+            .unwrap()
+            .record
+            .unwrap()
+            .sequence
+            % 2) as usize
+            * pmem::fof::COPY_BYTES;
+    let rec = pmem::fof::FofRecord {
+        hints: vec![hints[0] + 1, hints[1]],
+        ..pmem::fof::read(&probe, RECORD).unwrap().record.unwrap()
+    };
+    bad[at..at + pmem::fof::COPY_BYTES].copy_from_slice(&rec.encode());
+    let (l, how) = log::fof::open(
+        SimMedium::from_image(bad, SimConfig::default()),
+        0,
+        REGION,
+        RECORD,
+        0,
+        &opts(),
+    )
+    .expect("walk");
+    assert!(matches!(how, Opened::SavedWalked(_)), "{how:?}");
+    assert_eq!(read_all(&l), written);
+    assert_eq!(l.next_lsn(), next);
+    // A damaged payload byte of the last record: refused, nothing written.
+    let walk = SimMedium::from_image(saved.clone(), SimConfig::default());
+    let (wl, _) = Log::open(
+        &walk,
+        0,
+        REGION,
+        &LogOptions {
+            read_only: true,
+            clean_shutdown: true,
+            ..opts()
+        },
+    )
+    .expect("walk");
+    let victim = wl
+        .entries()
+        .filter(|e| e.kind == "data")
+        .last()
+        .expect("a record");
+    let mut damaged = saved;
+    damaged[victim.offset as usize + 40] ^= 0x10;
+    // Force the walk: hints that do not fit.
+    damaged[at..at + pmem::fof::COPY_BYTES].copy_from_slice(&rec.encode());
+    let m = SimMedium::from_image(damaged.clone(), SimConfig::default());
+    let err = log::fof::open(&m, 0, REGION, RECORD, 0, &opts())
+        .map(|_| ())
+        .expect_err("damage in a whole image");
+    assert!(err.corruption().is_some(), "{err}");
+    assert!(m.durable_image() == damaged, "the refused open wrote");
 }
