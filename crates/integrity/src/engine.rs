@@ -413,7 +413,11 @@ impl<M: Medium> Inner<M> {
         next.seq = h.seq + 1;
         let at = self.meta(HEADER_COPY_OFFSETS[(next.seq % 2) as usize] as u64);
         self.medium.write(at, &next.encode());
-        self.medium.persist(at, HEADER_BYTES)?;
+        // Written back even where the domain skips flushes (eadr run as flush on fail, whose
+        // save may miss its window): the `open` state must be durable before any data write,
+        // or a missed window could leave `clean` over data the passes never covered.
+        self.medium.write_back(at, HEADER_BYTES)?;
+        self.medium.fence()?;
         *h = next;
         Ok(())
     }
@@ -1362,6 +1366,18 @@ impl<M: Medium + 'static> Protected<M> {
         }
         self.inner.run_pass()?;
         if self.inner.mode != Mode::Off {
+            // Where flushes may be skipped (eadr, which flush on fail runs as, and the
+            // simulator), the `clean` state must not be durable before the redundancy the
+            // final pass wrote: write the region back first.
+            if matches!(
+                self.inner.medium.domain(),
+                pmem::Domain::Eadr | pmem::Domain::Sim
+            ) {
+                let i = &self.inner;
+                i.medium
+                    .write_back(i.data_at, (i.geo.data_pages * PAGE) as usize)?;
+                i.medium.write_back(i.meta_at, i.geo.meta_bytes as usize)?;
+            }
             self.inner.medium.fence()?;
             self.inner.write_header(|h| h.state = state::CLEAN)?;
         }

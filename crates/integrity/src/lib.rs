@@ -26,6 +26,7 @@
 pub mod checksum;
 pub mod engine;
 pub mod error;
+pub mod fof;
 pub mod header;
 pub mod layout;
 mod pool;

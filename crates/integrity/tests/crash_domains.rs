@@ -17,6 +17,7 @@ mod support;
 
 use integrity::{Mode, OpenOptions};
 use pmem::rng::SplitMix64;
+use pmem::sim::Fate;
 use pmem::{CrashPlan, Medium, SimConfig, SimDomain, SimMedium};
 use std::sync::Arc;
 use support::*;
@@ -32,6 +33,8 @@ struct Seen {
     inflight: Option<(usize, Vec<u8>)>,
     /// Calls that returned an error.
     errors: u32,
+    /// Every write issued (acknowledged or not), in order.
+    writes: Vec<(usize, Vec<u8>)>,
 }
 
 fn session(sim: Arc<SimMedium>, mode: Mode, seed: u64, seen: &mut Seen) {
@@ -56,6 +59,7 @@ fn run(sim: Arc<SimMedium>, mode: Mode, seed: u64, seen: &mut Seen) -> integrity
             let mut b = vec![0u8; len];
             fill(&mut rng, &mut b);
             seen.inflight = Some((at as usize, b.clone()));
+            seen.writes.push((at as usize, b.clone()));
             prot.write(at, &b)?;
             seen.acked[at as usize..at as usize + len].copy_from_slice(&b);
             seen.inflight = None;
@@ -102,6 +106,33 @@ fn check(image: Vec<u8>, mode: Mode, seen: &Seen, what: &str) {
     }
 }
 
+/// A missed window of flush on fail: any write may be lost, whole or in part (nothing was
+/// written back), so the data is checked byte by byte against what some write (or the base)
+/// put there; the redundancy must be current over whatever data survived (the header's `open`
+/// state was written back before the first data write, so the open resyncs), and a scrub
+/// finds nothing.
+fn check_missed(image: Vec<u8>, mode: Mode, base: &[u8], seen: &Seen, what: &str) {
+    let (pool, prot, report) = open_mode(sim_of(image), mode);
+    assert!(
+        redundancy_is_current(&pool, &prot),
+        "{what}: stale redundancy after recovery ({report:?})"
+    );
+    let scrub = prot.scrub(&mut |_, _| {}).unwrap();
+    assert!(scrub.findings.is_empty(), "{what}: {:?}", scrub.findings);
+    let data = data_of(&prot);
+    for (i, &got) in data.iter().enumerate() {
+        let ok = got == base[i]
+            || seen
+                .writes
+                .iter()
+                .any(|(at, b)| *at <= i && i < at + b.len() && b[i - at] == got);
+        assert!(
+            ok,
+            "{what}: data byte {i} is {got:#04x}, which no write put there"
+        );
+    }
+}
+
 /// The session from a clean region of `start` mode, run in `session` mode and reopened in
 /// `reopen` mode, crashed before every fence and at `random` random points in the domain of
 /// `cfg`. Returns the crash images checked.
@@ -112,9 +143,12 @@ fn campaign(cfg: SimConfig, start: Mode, session_mode: Mode, reopen: Mode, rando
         acked: data_of(&open_mode(sim_of(base.clone()), reopen).1),
         inflight: None,
         errors: 0,
+        writes: Vec::new(),
     };
+    let base_data = fresh.acked.clone();
     let domain = cfg.domain;
     let mut images = 0u64;
+    let mut missed = 0u64;
     let mut fences = 0;
     for n in 1.. {
         let sim = Arc::new(SimMedium::from_image(
@@ -133,14 +167,27 @@ fn campaign(cfg: SimConfig, start: Mode, session_mode: Mode, reopen: Mode, rando
             break;
         };
         fences = n;
-        for (i, img) in state.images().into_iter().enumerate() {
+        for (i, (fate, img)) in state.fates().into_iter().enumerate() {
             images += 1;
-            let what = format!("{domain:?} {session_mode:?} session, fence {n}, image {i}");
-            check(img, reopen, &seen, &what);
+            let what = format!("{domain:?} {session_mode:?} session, fence {n}, {fate:?} {i}");
+            if fate == Fate::MissedWindow && domain == SimDomain::FlushOnFail {
+                missed += 1;
+                check_missed(img, reopen, &base_data, &seen, &what);
+            } else {
+                check(img, reopen, &seen, &what);
+            }
         }
     }
     assert!(fences > 20, "the session issues fences ({fences})");
-    println!("crash images checked: {images} at {fences} fences ({domain:?})");
+    if domain == SimDomain::FlushOnFail {
+        println!(
+            "crash images checked: {images} at {fences} fences ({domain:?}: {} saved, {missed} \
+             missed-window)",
+            images - missed
+        );
+    } else {
+        println!("crash images checked: {images} at {fences} fences ({domain:?})");
+    }
     let dry = Arc::new(SimMedium::from_image(base.clone(), cfg));
     session(dry.clone(), session_mode, seed, &mut fresh.clone());
     let events = dry.events().max(1);
@@ -153,16 +200,27 @@ fn campaign(cfg: SimConfig, start: Mode, session_mode: Mode, reopen: Mode, rando
         ));
         let mut seen = fresh.clone();
         session(sim.clone(), session_mode, seed, &mut seen);
-        let img = sim.crash_image().unwrap_or_else(|| sim.power_fail());
+        let state = sim.power_fail_state();
         let what = format!("{domain:?} {session_mode:?} session, random crash {run_seed:#x}");
-        check(img, reopen, &seen, &what);
+        if let Some(saved) = state.saved() {
+            check(saved.to_vec(), reopen, &seen, &format!("{what} Saved"));
+            check_missed(state.sampled().to_vec(), reopen, &base_data, &seen, &what);
+        } else {
+            check(state.sampled().to_vec(), reopen, &seen, &what);
+        }
     }
     println!("crash images checked: {random} at random points ({domain:?})");
     images + random
 }
 
-fn domains(seed: u64) -> [SimConfig; 3] {
+fn domains(seed: u64) -> [SimConfig; 4] {
     [
+        SimConfig {
+            seed,
+            domain: SimDomain::FlushOnFail,
+            images_per_crash: 4,
+            ..SimConfig::default()
+        },
         SimConfig {
             seed,
             domain: SimDomain::Eadr,
@@ -209,6 +267,7 @@ fn a_failed_msync_is_reported_and_loses_no_acknowledged_write() {
             acked: data_of(&open_mode(sim_of(base.clone()), mode).1),
             inflight: None,
             errors: 0,
+            writes: Vec::new(),
         };
         let (mut k, mut fired) = (1u64, 0);
         loop {

@@ -2,10 +2,10 @@
 //!
 //! The pool's layers store without writing lines back (the `eadr` domain of a mapping, the
 //! simulator's `FlushOnFail`) and pass a [`WriterGate`] at their safe points. At a warning the
-//! target closes the gate (and asks each [`LayerHook`] to stop), writes back every dirty line
-//! (all lines of the pool's ranges, or only the pages a [`DirtyPages`] tracker marked, whichever
-//! the measured cost says is cheaper), runs the hooks' save steps (which return resume hints),
-//! fences, and LAST writes the pool's flush-on-fail record `saved` with the hints
+//! target closes the gate (and asks each [`LayerHook`] to stop), runs the hooks' save steps (an
+//! integrity pass, a heap's save; they return resume hints), writes back every dirty line (all
+//! lines of the pool's ranges, or only the pages a [`DirtyPages`] tracker marked, whichever
+//! the measured cost says is cheaper), fences, and LAST writes the pool's flush-on-fail record `saved` with the hints
 //! (`docs/format/fof.md`), unless the deadline has passed: a save that overruns leaves the
 //! record `armed-unsaved`, so the next open treats the image as a missed window. When writers
 //! resume (the warning cleared), the record goes back to `armed`, durably, before the gate
@@ -33,8 +33,10 @@ pub trait LayerHook: Send + Sync {
     fn stop(&self) {}
     /// The writers may run again (the record is armed again).
     fn resume(&self) {}
-    /// Runs after the write-back, before the record: make the layer's own state durable
-    /// (with [`Medium::write_back`]), and return its resume hints (empty if none).
+    /// Runs with the writers stopped, before the pool's write-back (then the record): bring
+    /// the layer's own state up to date, mark what it wrote in the target's tracker (or write
+    /// it back itself with [`Medium::write_back`]), and return its resume hints (empty if
+    /// none). A hook that errs fails the save (the record stays armed).
     fn save(&self, deadline: Instant) -> Result<Vec<u64>, String>;
 }
 
@@ -404,10 +406,8 @@ impl<M: Medium + 'static> SaveTarget for PoolTarget<M> {
     }
 
     fn save(&self, deadline: Instant) -> Result<SaveReport, SaveError> {
-        let plan = self.plan();
-        *lock(&self.last) = Some(plan);
-        let mut lines = self.write_back_dirty(&plan, deadline)?;
-        self.medium.fence().map_err(failed)?;
+        // The hooks first (an integrity pass, a heap's on-demand save write lines the
+        // write-back must then cover; they mark them in the tracker or write them back).
         let hooks: Vec<Arc<dyn LayerHook>> = lock(&self.hooks).clone();
         let mut hints = Vec::new();
         for h in &hooks {
@@ -416,6 +416,9 @@ impl<M: Medium + 'static> SaveTarget for PoolTarget<M> {
             })?;
             hints.extend(mine);
         }
+        let plan = self.plan();
+        *lock(&self.last) = Some(plan);
+        let mut lines = self.write_back_dirty(&plan, deadline)?;
         self.medium.fence().map_err(failed)?;
         // The marker, last, and never after the deadline: an overrun leaves it armed.
         if Instant::now() >= deadline {
