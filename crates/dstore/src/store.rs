@@ -251,8 +251,11 @@ pub struct Store<M: Medium + Clone + Send + Sync + 'static> {
     path: Option<PathBuf>,
     /// Flush on fail: the medium, the pool's ranges (regions and metadata) and the record's
     /// offset, for the clean close's write-back and marker.
-    fof: Option<(M, Vec<(usize, usize)>, usize)>,
+    fof: Option<FofPool<M>>,
 }
+
+/// A flush-on-fail pool: its medium, its ranges (offset, length) and its record's offset.
+type FofPool<M> = (M, Vec<(usize, usize)>, usize);
 
 impl<M: Medium + Clone + Send + Sync + 'static> std::fmt::Debug for Store<M> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {

@@ -579,12 +579,12 @@ fn fof_workload(sim: &SimMedium, model: &Model, seed: u64, policy: ForcePolicy) 
     });
 }
 
+/// The records read back (LSN, payload) and what the flush-on-fail open said.
+type FofRecovered = (Vec<(u64, Vec<u8>)>, log::fof::Opened);
+
 /// Open a flush-on-fail image (optionally crashing the open at a fence); the records and what
 /// the open said, or the crash image.
-fn fof_recover(
-    image: Vec<u8>,
-    plan: CrashPlan,
-) -> Result<(Vec<(u64, Vec<u8>)>, log::fof::Opened), Vec<u8>> {
+fn fof_recover(image: Vec<u8>, plan: CrashPlan) -> Result<FofRecovered, Vec<u8>> {
     let sim = SimMedium::from_image(
         image,
         SimConfig {

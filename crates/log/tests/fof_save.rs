@@ -28,6 +28,13 @@ fn opts() -> LogOptions {
     }
 }
 
+/// The log, its pool's save target, and what was appended (LSN, payload), by LSN.
+type Run = (
+    Arc<Log<Arc<SimMedium>>>,
+    Arc<PoolTarget<Arc<SimMedium>>>,
+    Vec<(u64, Vec<u8>)>,
+);
+
 fn base_image() -> Vec<u8> {
     let sim = SimMedium::new(LEN, SimConfig::default());
     let log = Log::create(&sim, 0, REGION, Duration::from_millis(1)).expect("create");
@@ -44,15 +51,7 @@ fn payload(t: u64, i: u64) -> Vec<u8> {
 
 /// Open (missed-window path over the armed base), wire a pool target with the log's hook,
 /// and append `per_thread` records from each of `threads` threads, each append inside the writers' gate.
-fn run(
-    sim: &Arc<SimMedium>,
-    per_thread: u64,
-    threads: u64,
-) -> (
-    Arc<Log<Arc<SimMedium>>>,
-    Arc<PoolTarget<Arc<SimMedium>>>,
-    Vec<(u64, Vec<u8>)>,
-) {
+fn run(sim: &Arc<SimMedium>, per_thread: u64, threads: u64) -> Run {
     let (log, how) = log::fof::open(sim.clone(), 0, REGION, RECORD, 0, &opts()).expect("open");
     assert!(matches!(how, Opened::MissedWindow(_)));
     let log = Arc::new(log);
