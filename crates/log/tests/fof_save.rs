@@ -352,3 +352,53 @@ fn hints_that_do_not_fit_walk_and_damage_in_a_saved_image_refuses() {
     assert!(err.corruption().is_some(), "{err}");
     assert!(m.durable_image() == damaged, "the refused open wrote");
 }
+
+/// The log opened on a `pmem::fof::Tracked` medium feeds the save's page tracker: a tracked
+/// write-back (fewer lines than the whole region) saves every record, and the image resumes.
+#[test]
+fn a_tracked_write_back_saves_a_log_on_a_tracked_medium() {
+    let sim = Arc::new(SimMedium::from_image(
+        base_image(),
+        SimConfig {
+            domain: SimDomain::FlushOnFail,
+            ..SimConfig::default()
+        },
+    ));
+    let dirty = Arc::new(pmem::fof::DirtyPages::new(LEN));
+    let tracked = Arc::new(pmem::fof::Tracked::new(sim.clone(), dirty.clone()));
+    let (log, _) = log::fof::open(tracked, 0, REGION, RECORD, 0, &opts()).expect("open");
+    let log = Arc::new(log);
+    let gate = Arc::new(WriterGate::new());
+    let target = PoolTarget::new(
+        "tracked log pool",
+        sim.clone(),
+        vec![(0, REGION)],
+        RECORD,
+        gate.clone(),
+        Some(dirty.clone()),
+        WriteBack::Tracked,
+    )
+    .expect("target");
+    target.add_hook(Arc::new(LogHook::new(log.clone())));
+    target.arm().expect("arm");
+    let mut written = Vec::new();
+    for i in 0..6 {
+        let _g = gate.enter();
+        let p = payload(0, i);
+        let a = log.append(&p, ForcePolicy::Sync).expect("append");
+        written.push((a.lsn, p));
+    }
+    target.stop_writers();
+    let r = target.save(Instant::now() + HANG).expect("save");
+    let plan = target.last_plan().expect("plan");
+    assert_eq!(plan.mode, WriteBack::Tracked);
+    assert!(
+        r.lines_written_back < (REGION / 64) as u64,
+        "{} lines: not fewer than the region's",
+        r.lines_written_back
+    );
+    let next = log.next_lsn();
+    for (fate, img) in sim.power_fail_state().fates() {
+        assert_resumes(img, &written, next, &format!("tracked {fate:?}"));
+    }
+}

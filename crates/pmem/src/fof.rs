@@ -458,6 +458,85 @@ impl DirtyPages {
     }
 }
 
+/// A medium that marks every page it stores to in a [`DirtyPages`] tracker, and forwards
+/// everything to the medium under it: a layer opened on it feeds a pool save's tracked
+/// write-back without knowing about it (one atomic OR per page a store touches).
+#[derive(Debug)]
+pub struct Tracked<M: Medium> {
+    inner: M,
+    dirty: std::sync::Arc<DirtyPages>,
+}
+
+impl<M: Medium> Tracked<M> {
+    /// `inner`, marking its stores in `dirty`.
+    pub fn new(inner: M, dirty: std::sync::Arc<DirtyPages>) -> Tracked<M> {
+        Tracked { inner, dirty }
+    }
+
+    /// The medium under the tracking.
+    pub fn inner(&self) -> &M {
+        &self.inner
+    }
+}
+
+impl<M: Medium> Medium for Tracked<M> {
+    fn len(&self) -> usize {
+        self.inner.len()
+    }
+    fn domain(&self) -> crate::Domain {
+        self.inner.domain()
+    }
+    fn backing(&self) -> crate::Backing {
+        self.inner.backing()
+    }
+    fn label(&self) -> std::path::PathBuf {
+        self.inner.label()
+    }
+    fn read(&self, offset: usize, buf: &mut [u8]) {
+        self.inner.read(offset, buf)
+    }
+    fn write(&self, offset: usize, data: &[u8]) {
+        self.inner.write(offset, data);
+        self.dirty.mark(offset, data.len());
+    }
+    fn write_nontemporal(&self, offset: usize, data: &[u8]) {
+        self.inner.write_nontemporal(offset, data);
+        self.dirty.mark(offset, data.len());
+    }
+    fn load_u64(&self, offset: usize) -> u64 {
+        self.inner.load_u64(offset)
+    }
+    fn store_u64(&self, offset: usize, value: u64) {
+        self.inner.store_u64(offset, value);
+        self.dirty.mark(offset, 8);
+    }
+    fn flush(&self, offset: usize, len: usize) -> Result<()> {
+        self.inner.flush(offset, len)
+    }
+    fn write_back(&self, offset: usize, len: usize) -> Result<()> {
+        self.inner.write_back(offset, len)
+    }
+    fn fence(&self) -> Result<()> {
+        self.inner.fence()
+    }
+    fn persist(&self, offset: usize, len: usize) -> Result<()> {
+        self.inner.persist(offset, len)
+    }
+    fn grow(&self, len: usize) -> Result<()> {
+        self.inner.grow(len)
+    }
+    fn discard(&self, offset: usize, len: usize) -> Result<()> {
+        self.inner.discard(offset, len)
+    }
+    fn back(&self, offset: usize, len: usize) -> Result<()> {
+        self.inner.back(offset, len)
+    }
+    fn inject(&self, offset: usize, data: &[u8]) -> Result<()> {
+        // Behind every layer's back: not tracked, as a firmware fault would not be.
+        self.inner.inject(offset, data)
+    }
+}
+
 /// A scratch view of a medium for a dry run: reads see the medium under whatever was written
 /// through the view; writes stay in the view (in memory, by cache line) and never reach the
 /// medium; flushes and fences do nothing. A layer that must refuse a missed-window image
@@ -676,6 +755,20 @@ mod tests {
         let mut w = [0u8; 300];
         m.read(0, &mut w);
         assert_eq!(w, [1; 300], "the view wrote through");
+    }
+
+    #[test]
+    fn a_tracked_medium_marks_the_pages_of_every_store() {
+        let m = SimMedium::new(8 * 4096, SimConfig::default());
+        let d = std::sync::Arc::new(DirtyPages::new(m.len()));
+        let t = Tracked::new(&m, d.clone());
+        t.write(4090, &[1; 10]); // pages 0 and 1
+        t.store_u64(3 * 4096, 5);
+        t.write_nontemporal(6 * 4096, &[2; 64]);
+        t.inject(7 * 4096, &[3; 8]).unwrap();
+        t.persist(0, 64).unwrap();
+        assert_eq!(d.take(), vec![0, 1, 3, 6]);
+        assert_eq!(m.load_u64(3 * 4096), 5, "forwarded");
     }
 
     #[test]
