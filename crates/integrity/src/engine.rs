@@ -1328,6 +1328,34 @@ impl<M: Medium + 'static> Protected<M> {
     pub fn final_pass(&self) -> Result<PassStats> {
         self.inner.run_pass()
     }
+    /// The layer's part in a flush-on-fail save, with the writers stopped: the final pass,
+    /// every line of the data and the redundancy written back and fenced, then the header's
+    /// state `clean`, as a clean close leaves it. Whatever the pool's record says afterwards,
+    /// the header is true: the next open trusts the redundancy and skips the resync. Call
+    /// [`Protected::unseal`] before a writer stores again.
+    pub fn seal(&self) -> Result<PassStats> {
+        if self.inner.read_only {
+            return Ok(PassStats::default());
+        }
+        let stats = self.inner.run_pass()?;
+        if self.inner.mode != Mode::Off {
+            let i = &self.inner;
+            i.medium
+                .write_back(i.data_at, (i.geo.data_pages * PAGE) as usize)?;
+            i.medium.write_back(i.meta_at, i.geo.meta_bytes as usize)?;
+            i.medium.fence()?;
+            i.write_header(|h| h.state = state::CLEAN)?;
+        }
+        Ok(stats)
+    }
+    /// Writers may store again after [`Protected::seal`]: the header's state goes back to
+    /// `open`, durably, first.
+    pub fn unseal(&self) -> Result<()> {
+        if self.inner.read_only || self.inner.mode == Mode::Off {
+            return Ok(());
+        }
+        self.inner.write_header(|h| h.state = state::OPEN)
+    }
     /// Verify every clean page, checksum block, parity page and (when current) line checksum;
     /// change nothing, on a read-only handle as on a read-write one. Whether a mismatch is
     /// damage or unverifiable, and whether the region can count as verified, follows the trust

@@ -6,12 +6,13 @@
 //!   always opens as an unclean shutdown: the resync makes the redundancy current over the data
 //!   that survived (the data as it is becomes the truth), which the layer's own checksums then
 //!   verify. Nothing is refused for the missed window itself.
-//! - [`FinalPassHook`]: the layer's part in a pool save: the final lazy pass (every written
-//!   page's redundancy brought up to date) runs while the writers are stopped, before the
-//!   pool's write-back, and its pages are marked in the save's tracker so a tracked write-back
-//!   covers them. A saved image's redundancy is then current (the resync at open changes
-//!   nothing, which the tests check); the open still runs it (skipping it on a `saved` record
-//!   is left for later).
+//! - [`FinalPassHook`]: the layer's part in a pool save, with the writers stopped:
+//!   [`Protected::seal`] runs the final lazy pass (every written page's redundancy brought up
+//!   to date), writes the region back and then sets the header `clean`, as a clean close does.
+//!   A saved image therefore opens without the resync (its redundancy is trusted as after a
+//!   clean close, and the tests check it is current); this holds whatever the pool's record
+//!   says, since `clean` is written only over a durable region. When the writers resume,
+//!   [`Protected::unseal`] sets the header back to `open`, durably, first.
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -53,10 +54,14 @@ impl<M: Medium + 'static> powerfail::LayerHook for FinalPassHook<M> {
         "integrity final pass".into()
     }
     fn save(&self, _deadline: Instant) -> Result<Vec<u64>, String> {
-        self.prot.final_pass().map_err(|e| e.to_string())?;
+        self.prot.seal().map_err(|e| e.to_string())?;
         if let Some(d) = &self.dirty {
             d.mark(self.meta.0, self.meta.1);
         }
         Ok(Vec::new())
+    }
+    fn resume(&self) {
+        // A failure here is latched by the medium; the next write reports it.
+        let _ = self.prot.unseal();
     }
 }

@@ -1,8 +1,9 @@
 //! The integrity layer's final pass as part of a flush-on-fail pool save: writes through the
 //! API in lazy mode with no update pass, then a save by `powerfail::PoolTarget` with the
-//! integrity hook. After a power failure (either fate) the image's redundancy is already
-//! current: the open's resync changes no page, and the data holds every write. Without the
-//! hook it is not (the resync changes pages), which is what the hook is for.
+//! integrity hook. After a power failure (either fate) the image opens as after a clean close
+//! (no resync) and its redundancy is current, and the data holds every write. Without the hook
+//! the open resyncs and changes pages, which is what the hook saves. When the writers resume,
+//! the header goes back to `open` before they store.
 
 mod support;
 
@@ -119,11 +120,14 @@ fn a_save_with_the_final_pass_leaves_current_redundancy() {
                 FofState::Saved
             );
             let (pool, prot, report) = open_mode(sim_of(img), Mode::Lazy);
-            assert_eq!(
-                report.resync_pages_changed, 0,
-                "{policy:?}: the saved redundancy was stale: {report:?}"
+            assert!(
+                report.clean_at_open && report.resync_pages == 0,
+                "{policy:?}: a saved image was not opened as clean: {report:?}"
             );
-            assert!(redundancy_is_current(&pool, &prot));
+            assert!(
+                redundancy_is_current(&pool, &prot),
+                "{policy:?}: the trusted redundancy is stale"
+            );
             assert_eq!(data_of(&prot), data, "{policy:?}: a write lost");
         }
     }
@@ -136,5 +140,41 @@ fn without_the_final_pass_the_saved_redundancy_is_stale() {
         let (_, prot, report) = open_mode(sim_of(img), Mode::Lazy);
         assert!(report.resync_pages_changed > 0, "{report:?}");
         assert_eq!(data_of(&prot), data);
+    }
+}
+
+#[test]
+fn resuming_writers_sets_the_header_open_again() {
+    let (images, _, _) = saved_images(true, WriteBack::All);
+    // Reopen the saved image in flush on fail, seal and unseal as a save and a resume would:
+    // a missed window after the unseal opens as unclean (a resync), not as clean.
+    let sim = Arc::new(SimMedium::from_image(
+        images[0].clone(),
+        SimConfig {
+            domain: SimDomain::FlushOnFail,
+            ..SimConfig::default()
+        },
+    ));
+    let pool = Pool::open_medium(Arc::clone(&sim), &pmem::OpenOptions::default()).unwrap();
+    let (prot, report) = integrity::open_in_pool(
+        &pool,
+        "data",
+        OpenOptions {
+            mode: Some(Mode::Lazy),
+            ..Default::default()
+        },
+        &mut |_, _| {},
+    )
+    .unwrap();
+    assert!(report.clean_at_open);
+    prot.seal().unwrap();
+    prot.unseal().unwrap();
+    prot.write(100, &[7; 64]).unwrap();
+    for (fate, img) in sim.power_fail_state().fates() {
+        let (_, _, report) = open_mode(sim_of(img), Mode::Lazy);
+        assert!(
+            !report.clean_at_open,
+            "{fate:?}: clean after the unseal: {report:?}"
+        );
     }
 }
