@@ -41,7 +41,7 @@ mod window;
 pub use cost::{SaveCost, SaveEstimate, measure_copy_bandwidth};
 pub use error::PowerFailError;
 pub use gate::{GateGuard, WriterGate};
-pub use pool::{LayerHook, Plan, PoolTarget, WriteBack, WriteBackCost};
+pub use pool::{LayerHook, Plan, PoolTarget, TargetHook, WriteBack, WriteBackCost};
 pub use registry::{
     Admission, PowerFail, Refused, Registration, SaveOutcome, TargetOutcome, Verdict,
 };

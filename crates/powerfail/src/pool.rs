@@ -40,6 +40,37 @@ pub trait LayerHook: Send + Sync {
     fn save(&self, deadline: Instant) -> Result<Vec<u64>, String>;
 }
 
+/// Any [`SaveTarget`] run as a layer hook of a pool's save (e.g. a heap's on-demand target,
+/// `heap::ondemand::HeapTarget`, when its heap lives in the pool): its writers are stopped with
+/// the pool's, its save runs before the pool's write-back and marker (so the marker covers
+/// it), and it is resumed with the pool. Register it here instead of with the registry, or it
+/// would be saved twice.
+pub struct TargetHook(pub Arc<dyn SaveTarget>);
+
+impl fmt::Debug for TargetHook {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "TargetHook({})", self.0.name())
+    }
+}
+
+impl LayerHook for TargetHook {
+    fn name(&self) -> String {
+        self.0.name()
+    }
+    fn stop(&self) {
+        self.0.stop_writers();
+    }
+    fn resume(&self) {
+        self.0.resume_writers();
+    }
+    fn save(&self, deadline: Instant) -> Result<Vec<u64>, String> {
+        self.0
+            .save(deadline)
+            .map(|_| Vec::new())
+            .map_err(|e| e.to_string())
+    }
+}
+
 /// How the save finds the lines to write back.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum WriteBack {

@@ -311,3 +311,60 @@ fn the_marker_is_written_last_at_every_crash_point_of_the_save() {
         );
     }
 }
+
+/// A save target run as a hook of the pool's save (a heap's on-demand target would be one):
+/// stopped and resumed with the pool, saved before the marker, and what it wrote (here with
+/// plain stores, covered by the pool's write-back) is durable whenever the marker is.
+#[test]
+fn a_save_target_runs_as_a_hook_before_the_marker() {
+    #[derive(Debug, Default)]
+    struct Inner {
+        stops: AtomicU64,
+        resumes: AtomicU64,
+    }
+    struct Fake(Arc<SimMedium>, Arc<Inner>);
+    impl SaveTarget for Fake {
+        fn name(&self) -> String {
+            "fake".into()
+        }
+        fn estimate(&self) -> powerfail::SaveEstimate {
+            powerfail::SaveEstimate::new(0, 1)
+        }
+        fn stop_writers(&self) {
+            self.1.stops.fetch_add(1, Ordering::AcqRel);
+        }
+        fn save(&self, _deadline: Instant) -> Result<powerfail::SaveReport, powerfail::SaveError> {
+            // A store only: the pool's write-back, after the hooks, makes it durable.
+            self.0.store_u64(4096 * 40 + 8, 0xabcd);
+            Ok(powerfail::SaveReport::default())
+        }
+        fn resume_writers(&self) {
+            self.1.resumes.fetch_add(1, Ordering::AcqRel);
+        }
+    }
+    let m = fof_sim(SimConfig::default());
+    let dirty = Arc::new(DirtyPages::new(LEN));
+    let (t, _gate) = target(&m, &dirty, WriteBack::All, Duration::ZERO);
+    let inner = Arc::new(Inner::default());
+    t.add_hook(Arc::new(powerfail::TargetHook(Arc::new(Fake(
+        m.clone(),
+        inner.clone(),
+    )))));
+    let pf = PowerFail::new(
+        Window::deadline_ms(60_000.0).unwrap(),
+        SaveCost::new(1e9, Duration::from_nanos(10), Duration::ZERO).unwrap(),
+    );
+    let _reg = pf.register(t.clone());
+    let outcome = pf.run_save(Window::deadline_ms(60_000.0).unwrap());
+    assert!(outcome.is_durable(), "{outcome}");
+    assert_eq!(inner.stops.load(Ordering::Acquire), 1);
+    assert_eq!(
+        inner.resumes.load(Ordering::Acquire),
+        1,
+        "run_save resumes writers"
+    );
+    // After the resume the record is armed again, and the hook's store is durable.
+    let durable = m.durable_image();
+    assert_eq!(value_at(&durable, 4096 * 40 + 8), 0xabcd);
+    assert_eq!(state_of(durable).state(), FofState::Armed);
+}
