@@ -894,3 +894,82 @@ fn every_scenario_in_isolated_mode() {
         );
     }
 }
+
+/// The heap in the flush-on-fail domain (`eadr` with a save path: `flush` skipped on the
+/// critical path, a missed window an ordinary power failure). Durability on demand is its
+/// flush-on-fail mode, and a thread the window cannot admit commits in undo mode with a
+/// write-back no domain skips. Crashed at every fence of steps plus a save, both fates of each
+/// crash point: every image either opens to the state before or after the steps (admitted:
+/// nothing in between is visible; refused: any prefix, as flush-on-commit) and walks clean, or
+/// is refused with `NotSaved`, the file left as it was. A refused thread's image is never
+/// refused: its commits did not wait for the save.
+#[test]
+fn on_demand_in_the_flush_on_fail_domain_both_fates() {
+    MODE.with(|c| c.set(TxMode::Redo));
+    let base = base_image();
+    let sc = &SCENARIOS[5];
+    let cfg = SimConfig {
+        domain: SimDomain::FlushOnFail,
+        ..SimConfig::default()
+    };
+    // 33 ms admits the thread; 1 ms at 10 µs a line admits none (undo commits).
+    for (window_ms, line_ns, admitted) in [(33.0, 20.0, true), (1.0, 10_000.0, false)] {
+        let odc = od(window_ms, line_ns);
+        let budget = SaveBudget {
+            window: odc.window,
+            modeled: Some(odc.cost),
+        };
+        let run_all = |h: &RawHeap| -> heap::Result<Vec<State>> {
+            let plan = h.enable_on_demand(odc);
+            assert_eq!(plan.threads >= 1, admitted, "{window_ms} ms: {plan:?}");
+            let states = run(h, sc.steps)?;
+            h.save(budget)?;
+            Ok(states)
+        };
+        let clean = sim_in(cfg, base.clone(), CrashPlan::Never, 0, 0);
+        let states = run_all(&open(clean.clone()).unwrap()).unwrap();
+        let allowed: Vec<State> = if admitted {
+            vec![states[0].clone(), states.last().unwrap().clone()]
+        } else {
+            states.clone()
+        };
+        let (mut refused, mut opened, mut by_fate) = (0, 0, [0u32; 2]);
+        for n in 1.. {
+            let m = sim_in(cfg, base.clone(), CrashPlan::AtFence(n), n, 0);
+            let r = open(m.clone()).and_then(|h| run_all(&h));
+            let Some(st) = m.crash_state() else {
+                r.unwrap();
+                break;
+            };
+            for (fate, img) in st.fates() {
+                let what = format!("{window_ms} ms, fence {n}, {fate:?}");
+                by_fate[usize::from(fate != pmem::Fate::Saved)] += 1;
+                let m2 = sim(img.clone(), CrashPlan::Never, 0, 0);
+                match open(m2.clone()) {
+                    Err(HeapError::NotSaved { .. }) if admitted => {
+                        refused += 1;
+                        assert!(m2.power_fail() == img, "{what}: a refused open wrote");
+                    }
+                    Err(e) => panic!("{what}: {e}"),
+                    Ok(h) => {
+                        opened += 1;
+                        let got = state(&h);
+                        assert!(allowed.contains(&got), "{what}: torn state {got:?}");
+                        drop(h);
+                        assert_clean(&m2, &what);
+                    }
+                }
+            }
+        }
+        assert!(opened > 0, "{window_ms} ms: no image opened");
+        assert!(
+            !admitted || refused > 0,
+            "{window_ms} ms: no missed window was refused"
+        );
+        assert!(by_fate[0] > 0 && by_fate[1] > 0, "{by_fate:?}");
+        println!(
+            "flush-on-fail, {window_ms} ms: {} saved and {} missed-window images, {opened} opened, {refused} refused",
+            by_fate[0], by_fate[1]
+        );
+    }
+}

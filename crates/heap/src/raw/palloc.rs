@@ -300,12 +300,12 @@ impl RawHeap {
         let at = self.geo.chunk(u64::from(c));
         self.medium
             .write(self.m(at), &[0u8; RUN_BITMAP_BYTES as usize]);
-        self.medium.flush(self.m(at), RUN_BITMAP_BYTES as usize)?;
+        self.pflush(self.m(at), RUN_BITMAP_BYTES as usize)?;
         self.fence()?;
         let w = self.geo.chunk_word(u64::from(c));
         self.medium
             .store_u64(self.m(w), ChunkWord::Run(class).encode(u64::from(c)));
-        self.medium.flush(self.m(w), 8)?;
+        self.pflush(self.m(w), 8)?;
         self.fence()?;
         let words = (RUN_BITMAP_BYTES / 8) as usize;
         let mut sh = self.shadows[c as usize].lock();
@@ -496,7 +496,7 @@ impl RawHeap {
                     let new = if alloc { old | mask } else { old & !mask };
                     self.medium.store_u64(at, new);
                     if flush {
-                        self.medium.flush(at, 8)?;
+                        self.pflush(at, 8)?;
                     }
                 }
                 Block::Large { chunk, span, .. } => {
@@ -508,7 +508,7 @@ impl RawHeap {
                     };
                     self.medium.store_u64(head, v);
                     if flush {
-                        self.medium.flush(head, 8)?;
+                        self.pflush(head, 8)?;
                     }
                     if alloc {
                         for c in chunk + 1..chunk + span {
@@ -516,7 +516,7 @@ impl RawHeap {
                             if self.medium.load_u64(at) != 0 {
                                 self.medium.store_u64(at, 0);
                                 if flush {
-                                    self.medium.flush(at, 8)?;
+                                    self.pflush(at, 8)?;
                                 }
                             }
                         }

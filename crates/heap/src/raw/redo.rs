@@ -326,7 +326,7 @@ impl RawHeap {
             }
             let t = Instant::now();
             for k in 0..lines {
-                self.medium.flush(self.m(at(k)), 64)?;
+                self.medium.write_back(self.m(at(k)), 64)?;
             }
             self.medium.fence()?;
             line_ns = line_ns.max(t.elapsed().as_nanos() as f64 / lines.max(1) as f64);
@@ -508,7 +508,7 @@ impl RawHeap {
             while bits != 0 {
                 let b = u64::from(bits.trailing_zeros());
                 bits &= bits - 1;
-                self.medium.flush(self.m((w * 64 + b) * 64), 64)?;
+                self.medium.write_back(self.m((w * 64 + b) * 64), 64)?;
                 n += 1;
             }
         }
@@ -632,9 +632,9 @@ impl RawHeap {
         // Cached stores and a write-back: non-temporal stores were measured slower here for a
         // log of a few lines (985 against 663 ns per 64 B overwrite, Intel Xeon VM).
         self.medium.write(at, &log);
-        self.medium.flush(at, log.len())?;
+        self.pflush(at, log.len())?;
         for b in &lane.allocs {
-            self.medium.flush(self.m(b.off()), b.len() as usize)?;
+            self.pflush(self.m(b.off()), b.len() as usize)?;
         }
         lane.logbuf = log;
         self.flush_pending_retires()?;
@@ -643,7 +643,7 @@ impl RawHeap {
         let olds = self.olds_for_observer(lane);
         for (off, data) in lane.redo.iter() {
             self.medium.write(self.m(off), data);
-            self.medium.flush(self.m(off), data.len())?;
+            self.pflush(self.m(off), data.len())?;
         }
         self.apply_blocks(lane, true)?;
         self.fence()?; // F2: in place.
@@ -734,7 +734,7 @@ impl RawHeap {
                 at,
                 u64::from(REDO_UNSAVED) << 56 | (lane.seq & REDO_SEQ_MASK),
             );
-            self.medium.flush(at, 8)?;
+            self.medium.write_back(at, 8)?;
             self.fence()?;
             self.od.marked[i].store(true, Ordering::Release);
         }
@@ -789,9 +789,34 @@ impl RawHeap {
         self.after_commit(lane, olds)
     }
 
+    /// The write-back of a commit that does not go through durability on demand (undo, and redo
+    /// flushed at commit). While on-demand mode is on, a save path is registered and the pool
+    /// may be running flush on fail (domain `eadr` with that save path): then a refused
+    /// thread's commit must not rely on the save, which writes back only the lines on-demand
+    /// commits marked, so it uses the write-back no domain skips. Otherwise the domain's
+    /// `flush` (skipped in `eadr`, where the caches are persistent).
+    pub(super) fn pflush(&self, off: usize, len: usize) -> Result<()> {
+        if self.od.enabled.load(Ordering::Acquire) {
+            self.medium.write_back(off, len)?;
+        } else {
+            self.medium.flush(off, len)?;
+        }
+        Ok(())
+    }
+
     /// Flush the state words of logs retired since the last commit point (no fence: the
     /// caller's fence follows).
     pub(super) fn flush_pending_retires(&self) -> Result<()> {
+        self.retire_words(false)
+    }
+
+    /// [`Self::flush_pending_retires`] with a write-back no domain skips: the save and the
+    /// close of on-demand mode, which a flush-on-fail pool relies on.
+    fn write_back_pending_retires(&self) -> Result<()> {
+        self.retire_words(true)
+    }
+
+    fn retire_words(&self, always: bool) -> Result<()> {
         if !self.retire_pending.load(Ordering::Acquire) {
             return Ok(());
         }
@@ -801,7 +826,12 @@ impl RawHeap {
             std::mem::take(&mut *p)
         };
         for i in lanes {
-            self.medium.flush(self.m(self.geo.lane(i)), 8)?;
+            let at = self.m(self.geo.lane(i));
+            if always {
+                self.medium.write_back(at, 8)?;
+            } else {
+                self.pflush(at, 8)?;
+            }
         }
         Ok(())
     }
@@ -830,7 +860,7 @@ impl RawHeap {
     /// Everything on-demand commits left dirty is written back and every lane mark cleared
     /// (close, or turning on-demand off). Call with `save_mx` held and no applier running.
     pub(super) fn make_durable(&self) -> Result<()> {
-        self.flush_pending_retires()?;
+        self.write_back_pending_retires()?;
         self.flush_dirty()?;
         self.medium.fence()?;
         let mut any = false;
@@ -838,7 +868,7 @@ impl RawHeap {
             if m.load(Ordering::Acquire) {
                 let at = self.m(self.geo.redo(i));
                 self.medium.store_u64(at, 0);
-                self.medium.flush(at, 8)?;
+                self.medium.write_back(at, 8)?;
                 any = true;
             }
         }
@@ -875,13 +905,13 @@ impl RawHeap {
                 let at = self.m(self.geo.redo(i));
                 self.medium.write(at + 8, &head[8..]);
                 self.medium.write(at + h, &log[h..]);
-                self.medium.flush(at + 8, log.len() - 8)?;
+                self.medium.write_back(at + 8, log.len() - 8)?;
                 rep.logs_saved += 1;
                 rep.log_bytes += log.len() as u64;
                 saved.push(i);
             }
         }
-        self.flush_pending_retires()?;
+        self.write_back_pending_retires()?;
         rep.lines_written_back = self.flush_dirty()?;
         self.medium.fence()?;
         rep.modeled_ns = budget
@@ -904,7 +934,7 @@ impl RawHeap {
             } else {
                 continue;
             }
-            self.medium.flush(at, 8)?;
+            self.medium.write_back(at, 8)?;
             rep.lanes_marked += 1;
         }
         self.medium.fence()?;
@@ -1060,7 +1090,7 @@ impl RawHeap {
                 self.medium.store_u64(at, new);
             }
         }
-        self.medium.flush(at, e.data.len())?;
+        self.pflush(at, e.data.len())?;
         Ok(())
     }
 }

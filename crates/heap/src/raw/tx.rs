@@ -149,16 +149,16 @@ impl RawHeap {
         }
         self.apply_blocks(lane, true)?;
         for &(s, e) in &lane.ranges.0 {
-            self.medium.flush(self.m(s), (e - s) as usize)?;
+            self.pflush(self.m(s), (e - s) as usize)?;
         }
         for b in &lane.allocs {
-            self.medium.flush(self.m(b.off()), b.len() as usize)?;
+            self.pflush(self.m(b.off()), b.len() as usize)?;
         }
         self.flush_pending_retires()?;
         self.fence()?; // F1: data and allocator changes durable.
         let state = self.m(self.geo.lane(lane.idx));
         self.medium.store_u64(state, seq << 1);
-        self.medium.flush(state, 8)?;
+        self.pflush(state, 8)?;
         self.fence()?; // F2: the commit point.
         lane.seq = seq;
         if let Some(obs) = self.observer.read().clone() {

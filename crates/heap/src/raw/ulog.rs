@@ -187,7 +187,7 @@ impl RawHeap {
         let at = self.m(self.geo.undo(lane.idx) + pos);
         self.medium.write(at, &buf);
         lane.scratch = buf;
-        self.medium.flush(at, entry as usize)?;
+        self.pflush(at, entry as usize)?;
         lane.undo_tail += padded;
         lane.unfenced = true;
         Ok(pos)
@@ -227,7 +227,7 @@ impl RawHeap {
                 let mut buf = vec![0u8; e.len as usize];
                 self.medium.read(self.m(e.data_at), &mut buf);
                 self.medium.write(self.m(e.offset), &buf);
-                self.medium.flush(self.m(e.offset), e.len as usize)?;
+                self.pflush(self.m(e.offset), e.len as usize)?;
             }
             UndoKind::BitOr | UndoKind::BitAndNot => {
                 let mask = self.medium.load_u64(self.m(e.data_at));
@@ -241,7 +241,7 @@ impl RawHeap {
                 if new != old {
                     self.medium.store_u64(at, new);
                 }
-                self.medium.flush(at, 8)?;
+                self.pflush(at, 8)?;
             }
         }
         Ok(())
@@ -289,7 +289,7 @@ impl RawHeap {
         let seq = lane.seq + 1;
         let state = self.m(self.geo.lane(lane.idx));
         self.medium.store_u64(state, seq << 1);
-        self.medium.flush(state, 8)?;
+        self.pflush(state, 8)?;
         self.fence()?;
         lane.seq = seq;
         lane.unfenced = false;
