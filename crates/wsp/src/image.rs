@@ -83,6 +83,10 @@ pub(crate) struct ThreadCtx {
     pub rseq_len: u32,
     pub rseq_sig: u32,
     pub clone_flags: u64,
+    /// Words the kernel overwrites when the saved process dies (the clear_child_tid word and the
+    /// futex words of the robust list), with their values at the save: written back on resume.
+    #[serde(default)]
+    pub exit_words: Vec<(u64, u32)>,
 }
 
 /// A handler the program installed with rt_sigaction.
@@ -351,6 +355,25 @@ fn map_file(file: &File, len: u64, path: &Path) -> Result<*mut u8> {
     Ok(p.cast())
 }
 
+/// Take the image's exclusive lock. The traced program shares the lock's open file (its
+/// descriptor 1000 is a dup), so the lock is free only once the previous program is entirely
+/// gone, after the kernel's last writes into its memory at exit. A dying program gets a few
+/// seconds; a live one makes this fail.
+fn lock(file: &File, path: &Path) -> Result<()> {
+    for _ in 0..500 {
+        // SAFETY: flock on our own descriptor.
+        if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0 {
+            return Ok(());
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    Err(WspError::io(
+        "lock image (another runner or a live program holds it)",
+        path,
+        std::io::Error::last_os_error(),
+    ))
+}
+
 impl Image {
     /// Create a new image of `size` bytes (sparse), header in state running.
     pub fn create(path: &Path, size: u64, mode: u32) -> Result<Image> {
@@ -399,6 +422,7 @@ impl Image {
             .custom_flags(libc::O_CLOEXEC)
             .open(path)
             .map_err(|e| WspError::io("open image", path, e))?;
+        lock(&file, path)?;
         let len = file
             .metadata()
             .map_err(|e| WspError::io("stat image", path, e))?
@@ -521,6 +545,34 @@ impl Image {
                 self.segs.insert(cut_e, (a + l - cut_e, o + (cut_e - a)));
             }
             self.release(o + (cut_a - a), cut_e - cut_a, true);
+        }
+    }
+
+    /// Make the image-backed pages of `[addr, addr+len)` read as zeros again (what
+    /// MADV_DONTNEED does to anonymous memory), keeping them mapped.
+    pub fn zero_range(&mut self, addr: u64, len: u64) {
+        let end = addr + len;
+        let hit: Vec<(u64, u64, u64)> = self
+            .segs
+            .range(..end)
+            .filter(|&(&a, &(l, _))| a + l > addr)
+            .map(|(&a, &(l, o))| (a, l, o))
+            .collect();
+        for (a, l, o) in hit {
+            let (cut_a, cut_e) = (a.max(addr), (a + l).min(end));
+            let (off, n) = (o + (cut_a - a), cut_e - cut_a);
+            // SAFETY: fallocate on our own descriptor; on failure the bytes are zeroed by hand.
+            let r = unsafe {
+                libc::fallocate(
+                    self.file.as_raw_fd(),
+                    libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
+                    off as i64,
+                    n as i64,
+                )
+            };
+            if r != 0 {
+                self.bytes_mut(off, n).fill(0);
+            }
         }
     }
 

@@ -12,6 +12,7 @@ pub(crate) mod nr {
     pub const BRK: u64 = 12;
     pub const RT_SIGACTION: u64 = 13;
     pub const MREMAP: u64 = 25;
+    pub const MADVISE: u64 = 28;
     pub const CLONE: u64 = 56;
     pub const FORK: u64 = 57;
     pub const VFORK: u64 = 58;

@@ -43,6 +43,7 @@ enum Stop {
 enum Pending {
     Mmap { len: u64, prot: u64, flags: u64 },
     Munmap { addr: u64, len: u64 },
+    Madvise { addr: u64, len: u64 },
     Brk,
 }
 
@@ -141,8 +142,9 @@ fn filter() -> Vec<libc::sock_filter> {
         bpf(RET, ALLOW, 0, 0),
         bpf(LD_ABS, 0, 0, 0),
     ];
-    let rules: [(u64, u32); 13] = [
+    let rules: [(u64, u32); 14] = [
         (nr::MMAP, TRACE),
+        (nr::MADVISE, TRACE),
         (nr::MUNMAP, TRACE),
         (nr::BRK, TRACE),
         (nr::RT_SIGACTION, TRACE),
@@ -873,6 +875,14 @@ impl<'a> Runner<'a> {
                     len: regs.rsi,
                 });
             }
+            nr::MADVISE if image && matches!(regs.rdx, 4 | 9) => {
+                // MADV_DONTNEED / MADV_REMOVE: anonymous memory reads as zeros afterwards; a
+                // shared mapping would show the old bytes, so the image pages are punched out.
+                trace_exit = Some(Pending::Madvise {
+                    addr: regs.rdi,
+                    len: regs.rsi,
+                });
+            }
             nr::BRK => trace_exit = Some(Pending::Brk),
             nr::RT_SIGACTION => {
                 let sig = regs.rdi as i32;
@@ -951,6 +961,12 @@ impl<'a> Runner<'a> {
                 if res == 0 {
                     self.img
                         .unmap_range(sys::page_down(addr), sys::page_up(len + (addr & 4095)));
+                }
+            }
+            Pending::Madvise { addr, len } => {
+                if res == 0 {
+                    self.img
+                        .zero_range(sys::page_down(addr), sys::page_up(len + (addr & 4095)));
                 }
             }
             Pending::Brk => {
@@ -1096,6 +1112,7 @@ impl<'a> Runner<'a> {
                 rseq_len: th.rseq.1,
                 rseq_sig: th.rseq.2,
                 clone_flags: th.clone_flags,
+                exit_words: self.exit_words(th.clear_child_tid, th.robust.0),
             });
         }
         threads.sort_by_key(|t| t.tid);
@@ -1201,6 +1218,44 @@ impl<'a> Runner<'a> {
             not_restorable,
             copied_bytes: copied,
         })
+    }
+
+    /// The words a dying thread's exit writes: its clear_child_tid word, and the futex word of
+    /// every robust-list entry and of the pending one (at most 256 entries).
+    fn exit_words(&self, clear_child_tid: u64, robust_head: u64) -> Vec<(u64, u32)> {
+        let mut out = Vec::new();
+        let word = |addr: u64, out: &mut Vec<(u64, u32)>| {
+            let mut b = [0u8; 4];
+            if addr != 0 && self.mem.read(addr, &mut b).is_ok() {
+                out.push((addr, u32::from_le_bytes(b)));
+            }
+        };
+        word(clear_child_tid, &mut out);
+        if robust_head == 0 {
+            return out;
+        }
+        let mut h = [0u8; 24];
+        if self.mem.read(robust_head, &mut h).is_err() {
+            return out;
+        }
+        let u = |b: &[u8], i: usize| {
+            u64::from_le_bytes(b[i * 8..i * 8 + 8].try_into().unwrap_or([0; 8]))
+        };
+        let (mut next, offset, pending) = (u(&h, 0), u(&h, 1) as i64, u(&h, 2));
+        let mut n = 0;
+        while next != robust_head && next != 0 && n < 256 {
+            word(next.wrapping_add_signed(offset), &mut out);
+            let mut e = [0u8; 8];
+            if self.mem.read(next, &mut e).is_err() {
+                break;
+            }
+            next = u64::from_le_bytes(e);
+            n += 1;
+        }
+        if pending != 0 {
+            word(pending.wrapping_add_signed(offset), &mut out);
+        }
+        out
     }
 
     /// The descriptor table from /proc/PID/fd and fdinfo.
@@ -1397,6 +1452,12 @@ impl<'a> Runner<'a> {
                         )?;
                     }
                 }
+            }
+        }
+        // Undo what the saved process's death wrote into its (shared) memory.
+        for t in &meta.threads {
+            for &(addr, v) in &t.exit_words {
+                self.mem.write(addr, &v.to_le_bytes())?;
             }
         }
         // A scratch page for the structures the injected calls read.
