@@ -791,11 +791,9 @@ impl<'a> Runner<'a> {
     }
 
     fn thread(&mut self, tid: i32) -> &mut Thread {
-        if !self.threads.contains_key(&tid) {
-            let ltid = sys::ns_tid(tid).unwrap_or(0);
-            self.threads.insert(tid, Thread::new(ltid));
-        }
-        self.threads.get_mut(&tid).expect("inserted above")
+        self.threads
+            .entry(tid)
+            .or_insert_with(|| Thread::new(sys::ns_tid(tid).unwrap_or(0)))
     }
 
     /// One wait status. `stopping`: a save is gathering the threads, so stops are kept.
@@ -1784,8 +1782,8 @@ mod tests {
         // Every jump lands inside the program.
         for (i, ins) in f.iter().enumerate() {
             if ins.code & 0x07 == 0x05 {
-                assert!(i + 1 + ins.jt as usize <= f.len() - 1);
-                assert!(i + 1 + ins.jf as usize <= f.len() - 1);
+                assert!(i + 1 + (ins.jt as usize) < f.len());
+                assert!(i + 1 + (ins.jf as usize) < f.len());
             }
         }
     }
