@@ -472,3 +472,60 @@ fn a_crash_is_reported_as_the_signal_and_sigpwr_saves() {
     assert_eq!(sources, vec!["sigpwr".to_string()]);
     let _ = std::fs::remove_dir_all(&d);
 }
+
+#[test]
+fn kernel_objects_are_named_and_resume_refuses_them_unless_dropped() {
+    let d = dir("objects");
+    // A pipe held open (never used again) while it computes; the result goes to argv[1].
+    let src = r#"
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
+int main(int argc, char **argv) {
+    int p[2];
+    if (pipe(p) != 0) return 7;
+    size_t n = 16 << 17; uint64_t *a = malloc(n * 8), h = 7;
+    for (size_t i = 0; i < n; i++) a[i] = i;
+    for (int r = 0; r < 120; r++) for (size_t i = 0; i < n; i++) { h = (h ^ a[i]) * 1099511628211ull; a[i] = h; }
+    FILE *f = fopen(argv[1], "w"); fprintf(f, "%016llx\n", (unsigned long long)h); fclose(f);
+    return 0;
+}
+"#;
+    let exe = build(&d, "pipe", src);
+    let r_out = d.join("ref");
+    reference(&exe, &[r_out.to_str().unwrap()]);
+    let out = d.join("out");
+    let img = d.join("img");
+    let r = saved(
+        wsp::run(&cfg(&img, &exe, &[out.to_str().unwrap()], 150), &mut |_| {}).unwrap(),
+        1,
+    );
+    assert_eq!(r.not_restorable.len(), 2, "{:?}", r.not_restorable);
+    assert!(
+        r.not_restorable.iter().all(|o| o.contains("pipe:[")),
+        "{:?}",
+        r.not_restorable
+    );
+    assert!(
+        r.not_restorable[0].starts_with("fd 3: "),
+        "{:?}",
+        r.not_restorable
+    );
+    assert_eq!(wsp::info(&img).unwrap().not_restorable, r.not_restorable);
+    match wsp::resume(&img, &resume_opts(None), &mut |_| {}) {
+        Err(WspError::NotRestorable { objects }) => assert_eq!(objects, r.not_restorable),
+        other => panic!("expected NotRestorable, got {other:?}"),
+    }
+    // The refusal changed nothing: dropping the pipe, the program finishes as it would have.
+    let opts = ResumeOptions {
+        drop_not_restorable: true,
+        ..resume_opts(None)
+    };
+    assert_eq!(
+        wsp::resume(&img, &opts, &mut |_| {}).unwrap(),
+        RunEnd::Exited(0)
+    );
+    assert_eq!(std::fs::read(&out).unwrap(), std::fs::read(&r_out).unwrap());
+    let _ = std::fs::remove_dir_all(&d);
+}
