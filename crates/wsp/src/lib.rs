@@ -292,8 +292,10 @@ pub fn info(image: &Path) -> Result<ImageInfo> {
         program: m.program.path.clone(),
         program_id: m.program,
         args: m.args,
+        // A header that says saved without its marker is a save cut short (the power went
+        // before the marker): it is reported as missed, like a save that overran its window.
         state: if l.header.state == layout::STATE_SAVED && !l.marker_valid {
-            "saved-invalid".into()
+            "missed".into()
         } else {
             state_name(l.header.state).into()
         },

@@ -529,3 +529,51 @@ int main(int argc, char **argv) {
     assert_eq!(std::fs::read(&out).unwrap(), std::fs::read(&r_out).unwrap());
     let _ = std::fs::remove_dir_all(&d);
 }
+
+#[test]
+fn held_after_a_save_until_killed_from_outside_and_a_save_cut_short_is_refused() {
+    let d = dir("hold");
+    let exe = build(&d, "chain", CHAIN);
+    let img = d.join("img");
+    let (out, log) = (d.join("o"), d.join("l"));
+    let mut c = cfg(
+        &img,
+        &exe,
+        &["16", "400", out.to_str().unwrap(), log.to_str().unwrap()],
+        150,
+    );
+    c.after_save = AfterSave::Hold;
+    let mut pid = 0;
+    let mut killed = false;
+    let end = wsp::run(&c, &mut |e| match e {
+        wsp::Event::Started { pid: p } => pid = *p,
+        wsp::Event::Saved(_) => {
+            // The power goes: the held program is killed by someone else.
+            // SAFETY: a signal to the program this run started.
+            killed = unsafe { libc::kill(pid, libc::SIGKILL) } == 0;
+        }
+        _ => {}
+    })
+    .unwrap();
+    assert!(killed);
+    saved(end, 1);
+    // A copy whose marker never made it (the power went between the header and the marker).
+    let cut = d.join("cut");
+    std::fs::copy(&img, &cut).unwrap();
+    let mut bytes = std::fs::read(&cut).unwrap();
+    let m = wsp::layout::MARKER_OFFSET as usize;
+    bytes[m..m + wsp::layout::MARKER_SIZE].fill(0);
+    std::fs::write(&cut, &bytes).unwrap();
+    let info = wsp::info(&cut).unwrap();
+    assert_eq!((info.state.as_str(), info.marker_valid), ("missed", false));
+    match wsp::resume(&cut, &resume_opts(None), &mut |_| {}) {
+        Err(WspError::NotSaved { state, .. }) => assert_eq!(state, "missed"),
+        other => panic!("expected NotSaved, got {other:?}"),
+    }
+    // The intact image still resumes to the right end.
+    assert_eq!(
+        wsp::resume(&img, &resume_opts(None), &mut |_| {}).unwrap(),
+        RunEnd::Exited(0)
+    );
+    let _ = std::fs::remove_dir_all(&d);
+}
