@@ -129,6 +129,8 @@ fn resume_opts(warn_ms: Option<u64>) -> ResumeOptions {
         window: Some(powerfail::Window::deadline_ms(2000.0).unwrap()),
         after_save: AfterSave::Kill,
         warn_after: warn_ms.map(Duration::from_millis),
+        // Another test sends this process a real SIGPWR; only that test's run listens.
+        sigpwr: false,
         ..ResumeOptions::default()
     }
 }
@@ -575,5 +577,24 @@ fn held_after_a_save_until_killed_from_outside_and_a_save_cut_short_is_refused()
         wsp::resume(&img, &resume_opts(None), &mut |_| {}).unwrap(),
         RunEnd::Exited(0)
     );
+    let _ = std::fs::remove_dir_all(&d);
+}
+
+#[test]
+fn threads_resume_bit_identically_from_the_hibernate_baseline() {
+    let d = dir("threads-hibernate");
+    let exe = build(&d, "threads", THREADS);
+    let r_out = d.join("ref.out");
+    reference(&exe, &["2", "8", "80", r_out.to_str().unwrap()]);
+    let out = d.join("wsp.out");
+    let img = d.join("img");
+    let mut c = cfg(&img, &exe, &["2", "8", "80", out.to_str().unwrap()], 150);
+    c.save = SaveMode::Hibernate;
+    let r = saved(wsp::run(&c, &mut |_| {}).unwrap(), 1);
+    assert_eq!(r.threads, 3);
+    assert!(r.copied_bytes >= 16 << 20, "{}", r.copied_bytes);
+    let end = wsp::resume(&img, &resume_opts(None), &mut |_| {}).unwrap();
+    assert_eq!(end, RunEnd::Exited(0));
+    assert_eq!(std::fs::read(&out).unwrap(), std::fs::read(&r_out).unwrap());
     let _ = std::fs::remove_dir_all(&d);
 }
