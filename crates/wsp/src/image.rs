@@ -437,6 +437,20 @@ impl Image {
             segs: BTreeMap::new(),
             mode,
         };
+        // Every extent the metadata names must lie in the data area of this file: the mapping
+        // and the program's MAP_FIXED mappings are made from these offsets.
+        for &(a, l, o) in used {
+            if o < DATA_OFFSET || o.checked_add(l).is_none_or(|end| end > len) {
+                return Err(WspError::Damaged {
+                    what: "segment extent",
+                    offset: DATA_OFFSET,
+                    expected: format!(
+                        "an extent inside the data area [{DATA_OFFSET}, {len}) of the image"
+                    ),
+                    found: format!("{l} bytes at offset {o} for address {a:#x}"),
+                });
+            }
+        }
         // Free = the data area less the used extents.
         let mut ext: Vec<(u64, u64)> = used.iter().map(|&(_, l, o)| (o, l)).collect();
         ext.sort();

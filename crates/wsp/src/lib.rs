@@ -18,13 +18,29 @@
 //! The image format is `docs/format/wsp-image.md`; the limits are listed there and in
 //! [`LIMITS`].
 
+#![deny(unsafe_code)]
+
 mod elf;
 mod error;
+// Unsafe: the runner's shared mapping of the image (mmap, reads and writes through its pointer,
+// the clwb write-back), flock and fallocate on the image file.
+#[allow(unsafe_code)]
 mod image;
 pub mod layout;
+// Unsafe: sigaction for SIGPWR and the handler, which only writes a byte to a pipe.
+#[allow(unsafe_code)]
 mod signals;
+// Unsafe: ptrace requests and the register structures they fill (read as plain words),
+// waitpid, clock_gettime.
+#[allow(unsafe_code)]
 mod sys;
+// Unsafe: the fork into a new pid namespace and the child between fork and exec (personality,
+// seccomp filter, PTRACE_TRACEME, execve); kill, tgkill, pipe2, process_vm_readv.
+#[allow(unsafe_code)]
 mod tracer;
+// Unsafe: pidfd_open and pidfd_getfd to adopt the program's userfaultfd, its ioctls and the
+// PAGEMAP_SCAN ioctl on the program's pagemap.
+#[allow(unsafe_code)]
 mod track;
 
 pub use error::{Result, WspError};
