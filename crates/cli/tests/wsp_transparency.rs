@@ -1,0 +1,267 @@
+//! Transparency of whole-process persistence: a computing program interrupted by injected power
+//! failures (SIGPWR to `kavach wsp run`, the window, SIGKILL of the process group) and resumed
+//! each time with `kavach wsp resume` gives output bit-identical to an uninterrupted run; a save
+//! that misses its window leaves an image resume refuses (and does not change), and the program
+//! run again from scratch still gives the right output; kernel objects a program holds are named
+//! as not restorable.
+
+mod wsp_support;
+
+use std::ffi::OsStr;
+use std::time::Duration;
+
+use wsp_support::*;
+
+/// Three to five failures.
+fn failures(rng: &mut Rng) -> usize {
+    3 + (rng.next() % 3) as usize
+}
+
+/// Run `name args-before-OUT OUT` uninterrupted and then interrupted, compare stdout and OUT
+/// (and the extra files `also`, written by the program, relative to the scratch directory).
+fn transparent(tag: &str, name: &str, args: &[&str], also: &[&str]) {
+    let _serial = serial();
+    let mut rng = Rng::from_env_or_clock(tag);
+    let prog = program(name);
+    let scratch = Scratch::new(tag);
+    // Arguments with `@` standing for the scratch directory.
+    let with = |sub: &str| -> Vec<std::ffi::OsString> {
+        args.iter()
+            .map(|a| {
+                a.replace('@', scratch.dir.join(sub).to_str().unwrap())
+                    .into()
+            })
+            .collect()
+    };
+    std::fs::create_dir_all(scratch.path("ref")).unwrap();
+    std::fs::create_dir_all(scratch.path("wsp")).unwrap();
+    let ref_args = with("ref");
+    let ref_refs: Vec<&OsStr> = ref_args.iter().map(|a| a.as_os_str()).collect();
+    let (ref_stdout, work) = reference(&prog, &ref_refs);
+    assert!(
+        ref_stdout.contains("digest="),
+        "the reference printed no digest: {ref_stdout}"
+    );
+    let n = failures(&mut rng);
+    let run_args = with("wsp");
+    let run_refs: Vec<&OsStr> = run_args.iter().map(|a| a.as_os_str()).collect();
+    let pool = scratch.path("image.wsp");
+    let got = interrupted_run(&pool, &prog, &run_refs, n, work, &mut rng);
+    assert_eq!(
+        got.failures, n,
+        "the program ended after {} of {n} failures (reference time {work:?})",
+        got.failures
+    );
+    assert_eq!(
+        got.stdout, ref_stdout,
+        "stdout differs from the uninterrupted run"
+    );
+    for f in std::iter::once("out.txt").chain(also.iter().copied()) {
+        let want = std::fs::read(scratch.path("ref").join(f)).unwrap();
+        let have = std::fs::read(scratch.path("wsp").join(f)).unwrap();
+        assert!(
+            want == have,
+            "{f} differs from the uninterrupted run's:\n{}\nvs\n{}",
+            String::from_utf8_lossy(&want),
+            String::from_utf8_lossy(&have)
+        );
+    }
+    // Each save reported itself inside the window, with the counter counting up.
+    for (i, s) in got.saves.iter().enumerate() {
+        assert_eq!(s["counter"], (i + 1) as u64, "{s}");
+        assert_eq!(s["in_window"], true, "{s}");
+    }
+    eprintln!(
+        "{tag}: {n} power failures, {} saves, output identical ({})",
+        got.saves.len(),
+        ref_stdout.trim()
+    );
+}
+
+#[test]
+fn a_single_threaded_hash_chain_survives_power_failures_bit_identically() {
+    // The pass log is written through a descriptor opened at the start: a resume must reopen
+    // it at its offset for the log to come out the same.
+    transparent(
+        "chain1",
+        "hashchain",
+        &["-m", "32", "-r", "60", "-l", "@/log.txt", "@/out.txt"],
+        &["log.txt"],
+    );
+}
+
+#[test]
+fn a_multi_threaded_hash_chain_survives_power_failures_bit_identically() {
+    transparent(
+        "chain4",
+        "hashchain_mt",
+        &["-t", "4", "-m", "32", "-r", "60", "@/out.txt"],
+        &[],
+    );
+}
+
+#[test]
+fn a_sort_survives_power_failures_bit_identically() {
+    transparent("sort", "sortsum", &["-n", "2", "-r", "3", "@/out.txt"], &[]);
+}
+
+#[test]
+fn a_missed_window_is_refused_and_a_fresh_run_is_still_right() {
+    let _serial = serial();
+    let prog = program("hashchain_mt");
+    let scratch = Scratch::new("missed");
+    let out_ref = scratch.path("ref.txt");
+    let (ref_stdout, _) = reference(
+        &prog,
+        &[
+            "-t".as_ref(),
+            "2".as_ref(),
+            "-m".as_ref(),
+            "16".as_ref(),
+            "-r".as_ref(),
+            "30".as_ref(),
+            out_ref.as_os_str(),
+        ],
+    );
+    let pool = scratch.path("image.wsp");
+    let out = scratch.path("out.txt");
+    let args: Vec<&OsStr> = vec![
+        "wsp".as_ref(),
+        "run".as_ref(),
+        "--json".as_ref(),
+        "--size".as_ref(),
+        "256MiB".as_ref(),
+        "--window-ms".as_ref(),
+        "0".as_ref(),
+        "--pool".as_ref(),
+        pool.as_os_str(),
+        "--".as_ref(),
+        prog.as_os_str(),
+        "-t".as_ref(),
+        "2".as_ref(),
+        "-m".as_ref(),
+        "16".as_ref(),
+        "-r".as_ref(),
+        "30".as_ref(),
+        out.as_os_str(),
+    ];
+    let mut runner = Runner::spawn(&args);
+    assert!(
+        runner.wait_for_stderr("\"event\":\"started\"", Duration::from_secs(30)),
+        "{}",
+        runner.stderr_now()
+    );
+    std::thread::sleep(Duration::from_millis(100));
+    assert!(!runner.exited(), "the program ended before the warning");
+    runner.signal(libc::SIGPWR);
+    std::thread::sleep(Duration::from_millis(200));
+    runner.kill_group();
+    let (_, _, err) = runner.finish(Duration::from_secs(30));
+    assert!(
+        !json_lines(&err, "event")
+            .iter()
+            .any(|e| e["event"] == "saved"),
+        "a zero window cannot hold a save; stderr:\n{err}"
+    );
+    assert!(!out.exists(), "the program cannot have finished");
+
+    // info: not resumable (exit 1), state not `saved`.
+    let (c, v, ierr) = info(&pool);
+    assert_eq!(c, 1, "info on a missed image: {v}\n{ierr}");
+    assert_ne!(v["state"], "saved", "{v}");
+
+    // resume: refused, exit 2, naming the marker, the file left as it was.
+    let before = std::fs::read(&pool).unwrap();
+    let (c, rout, rerr) = kavach(&[
+        "wsp".as_ref(),
+        "resume".as_ref(),
+        "--pool".as_ref(),
+        pool.as_os_str(),
+    ]);
+    assert_eq!(
+        c, 2,
+        "resume of a missed image: stdout {rout}\nstderr {rerr}"
+    );
+    assert!(
+        rerr.contains("valid marker is not set"),
+        "the refusal names the marker: {rerr}"
+    );
+    assert!(
+        std::fs::read(&pool).unwrap() == before,
+        "resume changed the image it refused"
+    );
+
+    // The program's own restart logic: run from scratch, it recomputes the same result.
+    std::fs::remove_file(&pool).unwrap();
+    let (c, sout, serr) = kavach(
+        &args
+            .iter()
+            .map(|a| {
+                if *a == OsStr::new("0") {
+                    OsStr::new("250")
+                } else {
+                    a
+                }
+            })
+            .collect::<Vec<_>>(),
+    );
+    assert_eq!(c, 0, "the fresh run: {serr}");
+    assert_eq!(program_lines(&sout), ref_stdout);
+    assert_eq!(
+        std::fs::read(&out).unwrap(),
+        std::fs::read(&out_ref).unwrap()
+    );
+}
+
+#[test]
+fn pipes_and_sockets_are_named_not_restorable() {
+    let _serial = serial();
+    let prog = program("holdfd");
+    let scratch = Scratch::new("holdfd");
+    let pool = scratch.path("image.wsp");
+    let out = scratch.path("out.txt");
+    let window = TEST_WINDOW_MS.to_string();
+    let args: Vec<&OsStr> = vec![
+        "wsp".as_ref(),
+        "run".as_ref(),
+        "--json".as_ref(),
+        "--size".as_ref(),
+        "64MiB".as_ref(),
+        "--window-ms".as_ref(),
+        window.as_ref(),
+        "--pool".as_ref(),
+        pool.as_os_str(),
+        "--".as_ref(),
+        prog.as_os_str(),
+        "-k".as_ref(),
+        "both".as_ref(),
+        "-s".as_ref(),
+        "5".as_ref(),
+        out.as_os_str(),
+    ];
+    let mut runner = Runner::spawn(&args);
+    assert!(
+        runner.wait_for_stderr("\"event\":\"started\"", Duration::from_secs(30)),
+        "{}",
+        runner.stderr_now()
+    );
+    std::thread::sleep(Duration::from_millis(300));
+    runner.signal(libc::SIGPWR);
+    std::thread::sleep(Duration::from_millis(TEST_WINDOW_MS));
+    runner.kill_group();
+    let (_, _, err) = runner.finish(Duration::from_secs(30));
+    let saved: Vec<_> = json_lines(&err, "event")
+        .into_iter()
+        .filter(|e| e["event"] == "saved")
+        .collect();
+    assert_eq!(saved.len(), 1, "stderr:\n{err}");
+    let named = saved[0]["not_restorable"].to_string();
+    assert!(named.contains("pipe"), "the pipe is named: {named}");
+    assert!(named.contains("socket"), "the socket is named: {named}");
+    let (_, v, _) = info(&pool);
+    let listed = v["not_restorable"].to_string();
+    assert!(
+        listed.contains("pipe") && listed.contains("socket"),
+        "info lists them: {v}"
+    );
+}
