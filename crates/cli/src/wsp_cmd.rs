@@ -38,6 +38,8 @@ Examples:
   kavach wsp run --pool p.wsp --hold-up-farads 0.0022 --volts 12 --watts 300 -- ./prog
   # The hibernate baseline (memory stays anonymous; copied and fsynced at the warning):
   kavach wsp run --pool p.wsp --save hibernate -- ./prog
+  # For scripts: a warning injected after 500 ms, return as soon as the save is over:
+  kavach wsp run --pool p.wsp --warn-after-ms 500 --after-save kill --json -- ./prog
 
 The program must be a statically linked, non-PIE ELF (gcc -static -no-pie). Its standard input,
 output and error are the command's. Events (started, warning, saved, missed, resumed, exited)
@@ -56,8 +58,9 @@ Examples:
   kavach wsp resume --pool /dev/shm/sort.wsp --window-ms 10 --json
 
 Resume refuses (exit 2, and leaves the pool file as it was) an image whose valid marker is not
-set (the save missed its window, or the run was killed with no save), a damaged image, and an
-image whose program changed since `run`. A resumed program is a run again: a later warning saves
+set (the save missed its window, or the run was killed with no save), a damaged image, an image
+whose program or kernel changed since `run`, and an image that names kernel objects it cannot
+recreate (sockets, pipes; see --drop-not-restorable). A resumed program is a run again: a later warning saves
 it again. Exit statuses as for `kavach wsp run`.";
 
 const INFO_EXAMPLES: &str = "\
@@ -105,6 +108,40 @@ pub enum WriteBackArg {
     All,
     /// Only the pages written since the last save.
     Tracked,
+}
+
+/// What the runner does once a save is over.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum AfterSaveArg {
+    /// Keep the program stopped until the power goes (a SIGKILL to the process group).
+    Hold,
+    /// Kill the program at once and return, printing the save's result (for scripts).
+    Kill,
+}
+
+/// What the runner does after a save and the injected warning, shared by `run` and `resume`.
+#[derive(Debug, Args)]
+pub struct RunnerArgs {
+    /// After a save: hold the program stopped until the group is killed, or kill it and return.
+    #[arg(long, value_enum, default_value_t = AfterSaveArg::Hold)]
+    after_save: AfterSaveArg,
+    /// Inject a power-failure warning this many milliseconds after the start (for tests and
+    /// measurements; the real source is SIGPWR to this command).
+    #[arg(long, value_name = "MS")]
+    warn_after_ms: Option<u64>,
+}
+
+impl RunnerArgs {
+    fn after_save(&self) -> wsp::AfterSave {
+        match self.after_save {
+            AfterSaveArg::Hold => wsp::AfterSave::Hold,
+            AfterSaveArg::Kill => wsp::AfterSave::Kill,
+        }
+    }
+
+    fn warn_after(&self) -> Option<std::time::Duration> {
+        self.warn_after_ms.map(std::time::Duration::from_millis)
+    }
 }
 
 /// The window after a warning: a deadline, or hold-up energy.
@@ -168,6 +205,8 @@ pub struct RunArgs {
     /// What the save writes back before the marker.
     #[arg(long, value_enum, default_value_t = WriteBackArg::None)]
     write_back: WriteBackArg,
+    #[command(flatten)]
+    runner: RunnerArgs,
     /// Events as JSON lines on stderr, the result as one JSON line (the last line) on stdout.
     #[arg(long)]
     json: bool,
@@ -189,9 +228,15 @@ pub struct ResumeArgs {
     pool: PathBuf,
     #[command(flatten)]
     window: WindowArgs,
-    /// What later saves write back before the marker [default: as the run said].
+    /// What later saves write back before the marker [default: none].
     #[arg(long, value_enum)]
     write_back: Option<WriteBackArg>,
+    /// Resume even though the image names kernel objects it cannot recreate (sockets,
+    /// pipes, ...): their descriptors stay closed and the program gets EBADF on them.
+    #[arg(long)]
+    drop_not_restorable: bool,
+    #[command(flatten)]
+    runner: RunnerArgs,
     /// Events as JSON lines on stderr, the result as one JSON line (the last line) on stdout.
     #[arg(long)]
     json: bool,
@@ -256,15 +301,14 @@ fn cmd_run(a: &RunArgs) -> Result<Outcome> {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
         Err(e) => return Err(e).with_context(|| format!("pool {}", a.pool.display())),
     }
-    let cfg = wsp::RunConfig {
-        image: a.pool.clone(),
-        image_size: a.size,
-        program,
-        args: args.to_vec(),
-        window,
-        save: save_mode(a.save),
-        write_back: write_back(a.write_back),
-    };
+    let mut cfg = wsp::RunConfig::new(a.pool.clone(), program, args.to_vec());
+    cfg.image_size = a.size;
+    cfg.window = window;
+    cfg.save = save_mode(a.save);
+    cfg.write_back = write_back(a.write_back);
+    cfg.after_save = a.runner.after_save();
+    cfg.warn_after = a.runner.warn_after();
+    cfg.sigpwr = true;
     let mut printer = EventPrinter { json: a.json };
     let end = wsp::run(&cfg, &mut |e| printer.event(e))
         .with_context(|| format!("kavach wsp run --pool {}", a.pool.display()))?;
@@ -276,6 +320,10 @@ fn cmd_resume(a: &ResumeArgs) -> Result<Outcome> {
     let opts = wsp::ResumeOptions {
         window: a.window.window()?,
         write_back: a.write_back.map(write_back),
+        after_save: a.runner.after_save(),
+        warn_after: a.runner.warn_after(),
+        sigpwr: true,
+        drop_not_restorable: a.drop_not_restorable,
     };
     let mut printer = EventPrinter { json: a.json };
     let end = match wsp::resume(&a.pool, &opts, &mut |e| printer.event(e)) {
@@ -284,6 +332,11 @@ fn cmd_resume(a: &ResumeArgs) -> Result<Outcome> {
             "kavach wsp resume --pool {}: the image's valid marker is not set, so there is no \
              saved state to continue ({e}); the pool file is left as it was; run the program \
              again from scratch",
+            a.pool.display()
+        ),
+        Err(e @ wsp::WspError::NotRestorable { .. }) => bail!(
+            "kavach wsp resume --pool {}: {e}; the pool file is left as it was (with \
+             --drop-not-restorable the program continues and finds those descriptors closed)",
             a.pool.display()
         ),
         Err(e) => {
@@ -300,38 +353,18 @@ fn cmd_info(a: &InfoArgs) -> Result<Outcome> {
         Ok(info) => info,
         Err(e) => return info_error(&a.pool, e, a.json),
     };
-    let state = info.state.to_string();
-    let resumable = state == "saved" || state == "ended";
+    let state = info.state.clone();
+    let resumable = info.marker_valid || state == "ended";
     if a.json {
         let mut v = serde_json::to_value(&info)?;
         if let Value::Object(m) = &mut v {
             m.insert("pool".into(), json!(a.pool));
             m.insert("damaged".into(), json!(false));
+            m.insert("resumable".into(), json!(info.marker_valid));
         }
         println!("{}", serde_json::to_string_pretty(&v)?);
     } else {
-        let mut out = std::io::stdout().lock();
-        let seg_bytes: u64 = info.segments.iter().map(|s| s.len).sum();
-        writeln!(out, "pool:       {}", a.pool.display())?;
-        writeln!(out, "program:    {}", info.program.display())?;
-        writeln!(out, "args:       {:?}", info.args)?;
-        writeln!(out, "state:      {state}")?;
-        writeln!(out, "saves:      {}", info.counter)?;
-        writeln!(out, "threads:    {}", info.threads)?;
-        writeln!(
-            out,
-            "segments:   {} ({})",
-            info.segments.len(),
-            format_size(seg_bytes)
-        )?;
-        writeln!(out, "open files: {}", info.files.len())?;
-        if !info.not_restorable.is_empty() {
-            writeln!(
-                out,
-                "not restorable: {} (a resumed program finds them closed)",
-                info.not_restorable.join(", ")
-            )?;
-        }
+        print_info(&a.pool, &info)?;
     }
     if !resumable {
         eprintln!(
@@ -342,6 +375,72 @@ fn cmd_info(a: &InfoArgs) -> Result<Outcome> {
         return Ok(Outcome::Damage);
     }
     Ok(Outcome::Ok)
+}
+
+fn print_info(pool: &Path, info: &wsp::ImageInfo) -> Result<()> {
+    let mut out = std::io::stdout().lock();
+    let seg_bytes: u64 = info.segments.iter().map(|s| s.len).sum();
+    writeln!(
+        out,
+        "pool:       {} ({})",
+        pool.display(),
+        format_size(info.file_bytes)
+    )?;
+    writeln!(
+        out,
+        "program:    {} ({} bytes, crc32c {:08x})",
+        info.program, info.program_id.size, info.program_id.crc32c
+    )?;
+    writeln!(out, "args:       {:?}", info.args)?;
+    writeln!(
+        out,
+        "state:      {} (marker {})",
+        info.state,
+        if info.marker_valid {
+            "valid"
+        } else {
+            "not valid"
+        }
+    )?;
+    if let Some(s) = info.exit_status {
+        writeln!(out, "exit:       {s}")?;
+    }
+    writeln!(out, "mode:       {}", info.mode)?;
+    writeln!(out, "saves:      {}", info.counter)?;
+    writeln!(out, "threads:    {} {:?}", info.threads, info.tids)?;
+    writeln!(out, "kernel:     {}", info.kernel)?;
+    writeln!(
+        out,
+        "segments:   {} ({})",
+        info.segments.len(),
+        format_size(seg_bytes)
+    )?;
+    for s in &info.segments {
+        writeln!(
+            out,
+            "  {:#014x} {:>10} {} {:?} {}",
+            s.addr,
+            format_size(s.len),
+            s.prot,
+            s.kind,
+            s.name
+        )?;
+    }
+    writeln!(out, "files:      {}", info.files.len())?;
+    for f in &info.files {
+        writeln!(
+            out,
+            "  fd {:<3} {} {} at offset {}",
+            f.fd, f.kind, f.path, f.offset
+        )?;
+    }
+    if !info.not_restorable.is_empty() {
+        writeln!(out, "not restorable:")?;
+        for o in &info.not_restorable {
+            writeln!(out, "  {o}")?;
+        }
+    }
+    Ok(())
 }
 
 /// `info` on an image the runtime refused: damage is exit 1 (after saying what and where),

@@ -219,7 +219,8 @@ fn pipes_and_sockets_are_named_not_restorable() {
     let prog = program("holdfd");
     let scratch = Scratch::new("holdfd");
     let pool = scratch.path("image.wsp");
-    let out = scratch.path("out.txt");
+    let out_file = scratch.path("out.txt");
+    let out = out_file.as_path();
     let window = TEST_WINDOW_MS.to_string();
     let args: Vec<&OsStr> = vec![
         "wsp".as_ref(),
@@ -258,10 +259,43 @@ fn pipes_and_sockets_are_named_not_restorable() {
     let named = saved[0]["not_restorable"].to_string();
     assert!(named.contains("pipe"), "the pipe is named: {named}");
     assert!(named.contains("socket"), "the socket is named: {named}");
-    let (_, v, _) = info(&pool);
+    let (c, v, _) = info(&pool);
+    assert_eq!(c, 0, "{v}");
     let listed = v["not_restorable"].to_string();
     assert!(
         listed.contains("pipe") && listed.contains("socket"),
         "info lists them: {v}"
     );
+
+    // Resume refuses them by default, naming them, and changes nothing.
+    let before = std::fs::read(&pool).unwrap();
+    let resume: Vec<&OsStr> = vec![
+        "wsp".as_ref(),
+        "resume".as_ref(),
+        "--json".as_ref(),
+        "--pool".as_ref(),
+        pool.as_os_str(),
+    ];
+    let (c, _, err) = kavach(&resume);
+    assert_eq!(c, 2, "{err}");
+    assert!(
+        err.contains("not restorable") && err.contains("pipe") && err.contains("socket"),
+        "{err}"
+    );
+    assert!(
+        std::fs::read(&pool).unwrap() == before,
+        "a refused resume changed the image"
+    );
+
+    // Told to drop them, the program continues (it never touches them again) and ends well.
+    let mut dropping = resume.clone();
+    dropping.push("--drop-not-restorable".as_ref());
+    let (c, out, err) = kavach(&dropping);
+    assert_eq!(c, 0, "{err}");
+    let end = json_lines(&out, "command");
+    assert_eq!(end.len(), 1, "{out}");
+    assert_eq!(end[0]["end"], "exited", "{out}");
+    let line = std::fs::read_to_string(&out_file).unwrap();
+    assert!(line.starts_with("holdfd kind=both"), "{line}");
+    assert_eq!(program_lines(&out), line);
 }
