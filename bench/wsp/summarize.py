@@ -1,0 +1,122 @@
+#!/usr/bin/env python3
+"""Markdown tables from bench/wsp/results-*/<experiment>.jsonl (written by savetime.sh).
+
+    summarize.py bench/wsp/results-YYYYMMDD > summary.md
+
+Latencies are medians (and min..max) over the repetitions of each configuration, in
+microseconds, from the runner's save report: stop = warning -> every thread stopped,
+context = -> every context written, marker = -> marker persisted (the handler latency).
+"""
+
+import json
+import os
+import statistics
+import sys
+from collections import defaultdict
+
+
+def load(d, name):
+    p = os.path.join(d, name + ".jsonl")
+    if not os.path.exists(p):
+        return []
+    out = []
+    with open(p) as f:
+        for line in f:
+            line = line.strip()
+            if line:
+                out.append(json.loads(line))
+    return out
+
+
+def report(r):
+    return r.get("save") or (r.get("result") or {}).get("report")
+
+
+def us(v):
+    return "%.0f" % (v / 1e3) if v >= 1e5 else "%.1f" % (v / 1e3)
+
+
+def cell(values):
+    if not values:
+        return "-"
+    m = statistics.median(values)
+    if len(values) == 1:
+        return us(m)
+    return "%s (%s..%s)" % (us(m), us(min(values)), us(max(values)))
+
+
+def latency_table(rows, key, keys_name, title):
+    groups = defaultdict(list)
+    errors = defaultdict(list)
+    for r in rows:
+        k = (r["mib"], r[key])
+        s = report(r)
+        if s is None:
+            errors[k].append(r.get("error") or ("exit %s" % r.get("exit")))
+        else:
+            groups[k].append(s)
+    mibs = sorted({k[0] for k in list(groups) + list(errors)})
+    cols = sorted({k[1] for k in list(groups) + list(errors)}, key=str)
+    print("### %s\n" % title)
+    print("| dirty MiB | %s | n | stop us | context us | marker us | written back MiB | image MiB |"
+          % keys_name)
+    print("| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: |")
+    for m in mibs:
+        for c in cols:
+            g = groups.get((m, c), [])
+            if not g:
+                if errors.get((m, c)):
+                    print("| %s | %s | 0 | %s | | | | |" % (m, c, errors[(m, c)][0][:120].replace("|", "/").replace("\n", " ")))
+                continue
+            print("| %s | %s | %d | %s | %s | %s | %.0f | %.0f |" % (
+                m, c, len(g),
+                cell([s["stop_ns"] for s in g]),
+                cell([s["context_ns"] for s in g]),
+                cell([s["marker_ns"] for s in g]),
+                statistics.median([s["written_back_bytes"] for s in g]) / 2**20,
+                statistics.median([s["image_bytes"] for s in g]) / 2**20))
+    print()
+
+
+def window_table(rows):
+    groups = defaultdict(list)
+    for r in rows:
+        groups[(r["mode"], r["mib"], r["window_ms"])].append(r)
+    print("### Success rate against the window (CPU hog running; 2 threads; SIGKILL of the "
+          "group at the window's end, timed from the SIGPWR)\n")
+    print("| mode | MiB | window ms | trials | marker valid | success | median marker us "
+          "(reports seen) | runner verdict in_window |")
+    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    for (mode, mib, w) in sorted(groups):
+        g = groups[(mode, mib, w)]
+        ok = sum(1 for r in g if r.get("marker_valid"))
+        saves = [report(r) for r in g if report(r)]
+        inw = sum(1 for s in saves if s.get("in_window"))
+        print("| %s | %s | %g | %d | %d | %.0f%% | %s (%d) | %d of %d |" % (
+            mode, mib, w, len(g), ok, 100.0 * ok / len(g),
+            cell([s["marker_ns"] for s in saves]), len(saves), inw, len(saves)))
+    print()
+
+
+def main():
+    d = sys.argv[1]
+    with open(os.path.join(d, "machine.txt")) as f:
+        print("```\n" + f.read().strip() + "\n```\n")
+    lat = load(d, "latency")
+    if lat:
+        latency_table(lat, "threads", "threads",
+                      "Handler latency against dirty bytes and threads (image mode, no write-back)")
+    wb = load(d, "writeback")
+    if wb:
+        latency_table(wb, "write_back", "write-back",
+                      "Write-back before the marker: none, all lines, tracked pages (1 thread)")
+    hib = load(d, "hibernate")
+    if hib:
+        latency_table(hib, "mode", "mode", "Hibernate baseline (1 thread)")
+    win = load(d, "window")
+    if win:
+        window_table(win)
+
+
+if __name__ == "__main__":
+    main()
