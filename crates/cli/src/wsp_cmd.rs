@@ -495,7 +495,8 @@ fn finish(command: &str, pool: &Path, end: &wsp::RunEnd, json: bool) -> Result<O
         out.flush()?;
     } else {
         match end {
-            wsp::RunEnd::Exited(s) => eprintln!("kavach wsp: the program exited with status {s}"),
+            // The runtime's `exited` event has said it.
+            wsp::RunEnd::Exited(_) => {}
             wsp::RunEnd::Killed(s) => {
                 eprintln!("kavach wsp: the program was killed by signal {s}")
             }

@@ -1,6 +1,6 @@
 /* hashchain: a single-threaded hash chain over a buffer, a WSP test workload.
  *
- *   hashchain [-m MIB] [-r ROUNDS] [-l LOG] [-p] OUT
+ *   hashchain [-m MIB] [-r ROUNDS] [-l LOG] [-p] [-s STARTS] OUT
  *
  * Fills MIB MiB (default 16) from a fixed seed, then runs ROUNDS (default 64) passes of a hash
  * chain over it: every 64-bit word is folded into the running value, which is written back
@@ -8,32 +8,37 @@
  * ROUNDS 0 runs until killed (for save-time measurements). The result line goes to stdout and
  * to OUT. With -l, one line per pass is written to LOG through a descriptor opened at the start
  * (so a resume must reopen it at its offset). -p prints progress on stderr.
+ * With -s, a line "start" is appended to STARTS when main begins (a resumed program does
+ * not begin again).
  * Exit: 0 done, 1 output error, 2 bad arguments or no memory. */
 #include "wl.h"
 
 static const char *PROG = "hashchain";
 
 static void usage(void) {
-    fprintf(stderr, "usage: %s [-m MIB] [-r ROUNDS] [-l LOG] [-p] OUT\n", PROG);
+    fprintf(stderr, "usage: %s [-m MIB] [-r ROUNDS] [-l LOG] [-p] [-s STARTS] OUT\n", PROG);
     exit(2);
 }
 
 int main(int argc, char **argv) {
+    const char *starts = NULL;
     uint64_t mib = 16, rounds = 64;
     const char *log = NULL;
     int progress = 0, opt;
-    while ((opt = getopt(argc, argv, "m:r:l:p")) != -1) {
+    while ((opt = getopt(argc, argv, "m:r:l:ps:")) != -1) {
         switch (opt) {
         case 'm': mib = wl_num(PROG, "-m", optarg, 1, 65536); break;
         case 'r': rounds = wl_num(PROG, "-r", optarg, 0, 1000000000); break;
         case 'l': log = optarg; break;
         case 'p': progress = 1; break;
+        case 's': starts = optarg; break;
         default: usage();
         }
     }
     if (optind != argc - 1)
         usage();
     const char *out = argv[optind];
+    wl_mark_start(PROG, starts);
     int logfd = -1;
     if (log != NULL) {
         logfd = open(log, O_WRONLY | O_CREAT | O_TRUNC, 0644);

@@ -1,12 +1,14 @@
 /* hashchain_mt: the hash chain split across T pthreads, a WSP test workload.
  *
- *   hashchain_mt [-t THREADS] [-m MIB] [-r ROUNDS] [-p] OUT
+ *   hashchain_mt [-t THREADS] [-m MIB] [-r ROUNDS] [-p] [-s STARTS] OUT
  *
  * The buffer (MIB MiB, default 16) is cut into THREADS (default 4) slices. In every round each
  * thread chains over its own slice, starting from its own and its right neighbour's digests of
  * the round before; a barrier ends the round. After ROUNDS (default 64) rounds the threads are
  * joined and their digests combined in thread order, so the result does not depend on the
  * scheduling. ROUNDS 0 runs until killed. The result line goes to stdout and to OUT.
+ * With -s, a line "start" is appended to STARTS when main begins (a resumed program does
+ * not begin again).
  * Exit: 0 done, 1 output error, 2 bad arguments or no memory/threads. */
 #include <pthread.h>
 
@@ -43,27 +45,30 @@ static void *worker(void *arg) {
 }
 
 static void usage(void) {
-    fprintf(stderr, "usage: %s [-t THREADS] [-m MIB] [-r ROUNDS] [-p] OUT\n", PROG);
+    fprintf(stderr, "usage: %s [-t THREADS] [-m MIB] [-r ROUNDS] [-p] [-s STARTS] OUT\n", PROG);
     exit(2);
 }
 
 int main(int argc, char **argv) {
+    const char *starts = NULL;
     uint64_t mib = 16;
     int opt;
     nthreads = 4;
     rounds = 64;
-    while ((opt = getopt(argc, argv, "t:m:r:p")) != -1) {
+    while ((opt = getopt(argc, argv, "t:m:r:ps:")) != -1) {
         switch (opt) {
         case 't': nthreads = wl_num(PROG, "-t", optarg, 1, MAX_THREADS); break;
         case 'm': mib = wl_num(PROG, "-m", optarg, 1, 65536); break;
         case 'r': rounds = wl_num(PROG, "-r", optarg, 0, 1000000000); break;
         case 'p': progress = 1; break;
+        case 's': starts = optarg; break;
         default: usage();
         }
     }
     if (optind != argc - 1)
         usage();
     const char *out = argv[optind];
+    wl_mark_start(PROG, starts);
     slice_words = (size_t)(mib << 20) / sizeof(uint64_t) / nthreads;
     if (slice_words == 0)
         wl_die(PROG, "the buffer is smaller than one word per thread", NULL);

@@ -1,12 +1,14 @@
 /* sortsum: sort a large pseudo-random array, a WSP test workload.
  *
- *   sortsum [-n MILLIONS] [-r ROUNDS] [-p] OUT
+ *   sortsum [-n MILLIONS] [-r ROUNDS] [-p] [-s STARTS] OUT
  *
  * Fills MILLIONS x 2^20 (default 4) 64-bit keys from a fixed seed and sorts them with a
  * bottom-up merge sort (its own, over a second buffer of the same size). Each further round
  * scrambles the sorted keys with a round-dependent mix and sorts again. The digest folds the
  * sorted keys of every round; the program checks the order itself. The result line goes to
  * stdout and to OUT.
+ * With -s, a line "start" is appended to STARTS when main begins (a resumed program does
+ * not begin again).
  * Exit: 0 done, 1 output error or a sort that is out of order, 2 bad arguments or no memory. */
 #include "wl.h"
 
@@ -35,24 +37,27 @@ static void merge_sort(uint64_t *a, uint64_t *tmp, size_t n) {
 }
 
 static void usage(void) {
-    fprintf(stderr, "usage: %s [-n MILLIONS] [-r ROUNDS] [-p] OUT\n", PROG);
+    fprintf(stderr, "usage: %s [-n MILLIONS] [-r ROUNDS] [-p] [-s STARTS] OUT\n", PROG);
     exit(2);
 }
 
 int main(int argc, char **argv) {
+    const char *starts = NULL;
     uint64_t millions = 4, rounds = 3;
     int progress = 0, opt;
-    while ((opt = getopt(argc, argv, "n:r:p")) != -1) {
+    while ((opt = getopt(argc, argv, "n:r:ps:")) != -1) {
         switch (opt) {
         case 'n': millions = wl_num(PROG, "-n", optarg, 1, 4096); break;
         case 'r': rounds = wl_num(PROG, "-r", optarg, 1, 1000000); break;
         case 'p': progress = 1; break;
+        case 's': starts = optarg; break;
         default: usage();
         }
     }
     if (optind != argc - 1)
         usage();
     const char *out = argv[optind];
+    wl_mark_start(PROG, starts);
     size_t n = (size_t)(millions << 20);
     uint64_t *a = malloc(n * sizeof(uint64_t));
     uint64_t *tmp = malloc(n * sizeof(uint64_t));

@@ -92,6 +92,18 @@ __attribute__((unused)) static int wl_report(const char *prog, const char *out, 
     return 0;
 }
 
+/* Append a line "start" to `path`: a program that is resumed (not restarted) writes it once,
+ * whatever the number of power failures. */
+__attribute__((unused)) static void wl_mark_start(const char *prog, const char *path) {
+    if (path == NULL)
+        return;
+    int fd = open(path, O_WRONLY | O_CREAT | O_APPEND, 0644);
+    if (fd < 0 || wl_write_all(fd, "start\n", 6) != 0 || close(fd) != 0) {
+        fprintf(stderr, "%s: %s: %s\n", prog, path, strerror(errno));
+        exit(1);
+    }
+}
+
 /* A line on stderr, with raw write (no stdio buffer that a resume could replay). */
 __attribute__((unused)) static void wl_progress(const char *prog, const char *what, uint64_t done, uint64_t total) {
     char line[160];
