@@ -80,8 +80,10 @@ def trial(a, prog, mode="image", wb="none", window_ms=1000.0, external=False, si
             os.killpg(p.pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
-        p.wait()
-        rec["error"] = "no progress line: " + "".join(err_lines)[-600:]
+        rc = p.wait()
+        what = "kavach exited %d before the workload's first pass" % rc if rc >= 0 \
+            else "no progress line"
+        rec["error"] = what + ": " + "".join(err_lines).strip()[-600:]
         return rec
     t0 = time.monotonic()
     os.kill(p.pid, signal.SIGPWR)

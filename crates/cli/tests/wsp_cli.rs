@@ -320,3 +320,120 @@ fn resume_and_info_refuse_missing_and_damaged_images_and_change_nothing() {
         assert!(std::fs::read(&p).unwrap() == bytes, "{name} was changed");
     }
 }
+
+#[test]
+fn run_exits_with_the_programs_own_status() {
+    let _serial = serial();
+    let s = Scratch::new("cli-status");
+    let prog = program("hashchain");
+    let prog = prog.to_str().unwrap();
+    // Bad arguments to the program: it exits 2 by itself.
+    let pool = s.path("a.wsp");
+    let (c, out, err) = kavach(&args(&[
+        "wsp",
+        "run",
+        "--json",
+        "--size",
+        "64MiB",
+        "--pool",
+        pool.to_str().unwrap(),
+        "--",
+        prog,
+        "-m",
+        "0",
+        "o",
+    ]));
+    assert_eq!(c, 2, "{out}\n{err}");
+    let end = json_lines(&out, "command");
+    assert_eq!(end.len(), 1, "{out}");
+    assert_eq!(end[0]["end"], "exited", "{out}");
+    assert_eq!(end[0]["status"], 2, "{out}");
+    assert!(err.contains("-m expects a number"), "{err}");
+    // An output file it cannot create: it exits 1.
+    let pool = s.path("b.wsp");
+    let bad_out = s.path("no/such/dir/out.txt");
+    let (c, out, err) = kavach(&args(&[
+        "wsp",
+        "run",
+        "--json",
+        "--size",
+        "64MiB",
+        "--pool",
+        pool.to_str().unwrap(),
+        "--",
+        prog,
+        "-m",
+        "1",
+        "-r",
+        "1",
+        bad_out.to_str().unwrap(),
+    ]));
+    assert_eq!(c, 1, "{out}\n{err}");
+    assert_eq!(json_lines(&out, "command")[0]["status"], 1, "{out}");
+    // The ended image: info exits 0 and says so.
+    let (c, v, err) = info(&pool);
+    assert_eq!(c, 0, "{v}\n{err}");
+    assert_eq!(v["state"], "ended", "{v}");
+    assert_eq!(v["exit_status"], 1, "{v}");
+}
+
+#[test]
+fn an_injected_warning_with_after_save_kill_returns_the_save_and_resume_finishes() {
+    let _serial = serial();
+    let s = Scratch::new("cli-inject");
+    let prog = program("hashchain");
+    let reference_out = s.path("ref.txt");
+    let (want, _) = reference(
+        &prog,
+        &args(&["-m", "8", "-r", "200", reference_out.to_str().unwrap()]),
+    );
+    let pool = s.path("p.wsp");
+    let out = s.path("out.txt");
+    let (c, stdout, err) = kavach(&args(&[
+        "wsp",
+        "run",
+        "--json",
+        "--size",
+        "128MiB",
+        "--window-ms",
+        "500",
+        "--warn-after-ms",
+        "300",
+        "--after-save",
+        "kill",
+        "--pool",
+        pool.to_str().unwrap(),
+        "--",
+        prog.to_str().unwrap(),
+        "-m",
+        "8",
+        "-r",
+        "200",
+        out.to_str().unwrap(),
+    ]));
+    assert_eq!(c, 0, "{stdout}\n{err}");
+    let end = json_lines(&stdout, "command");
+    assert_eq!(end[0]["end"], "saved", "{stdout}");
+    assert_eq!(end[0]["report"]["counter"], 1, "{stdout}");
+    assert_eq!(end[0]["report"]["in_window"], true, "{stdout}");
+    assert!(!out.exists(), "the program cannot have finished in 300 ms");
+    assert!(
+        json_lines(&err, "event")
+            .iter()
+            .any(|e| e["event"] == "warning"),
+        "the warning is an event: {err}"
+    );
+    // The text form of info names the state and the marker.
+    let (c, text, err) = kavach(&args(&["wsp", "info", "--pool", pool.to_str().unwrap()]));
+    assert_eq!(c, 0, "{err}");
+    assert!(text.contains("saved (marker valid)"), "{text}");
+    assert!(text.contains("threads:    1"), "{text}");
+    let (c, stdout, err) = kavach(&args(&["wsp", "resume", "--pool", pool.to_str().unwrap()]));
+    assert_eq!(c, 0, "{err}");
+    assert!(err.contains("resumed save 1"), "{err}");
+    assert_eq!(stdout, want);
+    assert_eq!(
+        std::fs::read(&out).unwrap(),
+        std::fs::read(&reference_out).unwrap()
+    );
+}
