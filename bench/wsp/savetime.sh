@@ -56,7 +56,7 @@ cat "$OUT/machine.txt" >&2
 for e in "${ONLY[@]}"; do
   log "experiment $e"
   python3 "$HERE/savetime.py" --kavach "$KAVACH" --bin "$OUT/bin" --shm "$SHM" \
-    --experiment "$e" "${QUICK[@]}" > "$OUT/$e.jsonl"
+    --experiment "$e" --reps 5 "${QUICK[@]}" > "$OUT/$e.jsonl"
 done
 echo "load after: $(cut -d' ' -f1-3 /proc/loadavg)" >> "$OUT/machine.txt"
 python3 "$HERE/summarize.py" "$OUT" > "$OUT/summary.md"

@@ -437,3 +437,49 @@ fn an_injected_warning_with_after_save_kill_returns_the_save_and_resume_finishes
         std::fs::read(&reference_out).unwrap()
     );
 }
+
+#[test]
+fn resume_refuses_a_program_that_changed_and_leaves_the_image_alone() {
+    let _serial = serial();
+    let s = Scratch::new("cli-changed");
+    let prog = s.path("hashchain");
+    std::fs::copy(program("hashchain"), &prog).unwrap();
+    let pool = s.path("p.wsp");
+    let out = s.path("out.txt");
+    let (c, stdout, err) = kavach(&args(&[
+        "wsp",
+        "run",
+        "--json",
+        "--size",
+        "128MiB",
+        "--window-ms",
+        "500",
+        "--warn-after-ms",
+        "200",
+        "--after-save",
+        "kill",
+        "--pool",
+        pool.to_str().unwrap(),
+        "--",
+        prog.to_str().unwrap(),
+        "-m",
+        "8",
+        "-r",
+        "200",
+        out.to_str().unwrap(),
+    ]));
+    assert_eq!(c, 0, "{stdout}\n{err}");
+    // The program file gains a byte (a rebuild, an upgrade): its identity no longer matches.
+    let mut bytes = std::fs::read(&prog).unwrap();
+    bytes.push(0);
+    std::fs::write(&prog, &bytes).unwrap();
+    let before = std::fs::read(&pool).unwrap();
+    let (c, _, err) = kavach(&args(&["wsp", "resume", "--pool", pool.to_str().unwrap()]));
+    assert_eq!(c, 2, "{err}");
+    assert!(err.contains("program changed"), "{err}");
+    assert!(
+        std::fs::read(&pool).unwrap() == before,
+        "a refused resume changed the image"
+    );
+    assert!(!out.exists());
+}
