@@ -149,7 +149,7 @@ fn a_missed_window_is_refused_and_a_fresh_run_is_still_right() {
             "-m".as_ref(),
             "16".as_ref(),
             "-r".as_ref(),
-            "30".as_ref(),
+            "100".as_ref(),
             out_ref.as_os_str(),
         ],
     );
@@ -172,7 +172,7 @@ fn a_missed_window_is_refused_and_a_fresh_run_is_still_right() {
         "-m".as_ref(),
         "16".as_ref(),
         "-r".as_ref(),
-        "30".as_ref(),
+        "100".as_ref(),
         out.as_os_str(),
     ];
     let mut runner = Runner::spawn(&args);
@@ -193,12 +193,19 @@ fn a_missed_window_is_refused_and_a_fresh_run_is_still_right() {
             .any(|e| e["event"] == "saved"),
         "a zero window cannot hold a save; stderr:\n{err}"
     );
+    let missed: Vec<_> = json_lines(&err, "event")
+        .into_iter()
+        .filter(|e| e["event"] == "missed")
+        .collect();
+    assert_eq!(missed.len(), 1, "one `missed` event; stderr:\n{err}");
+    assert_eq!(missed[0]["in_window"], false, "{}", missed[0]);
     assert!(!out.exists(), "the program cannot have finished");
 
     // info: not resumable (exit 1), state not `saved`.
     let (c, v, ierr) = info(&pool);
     assert_eq!(c, 1, "info on a missed image: {v}\n{ierr}");
-    assert_ne!(v["state"], "saved", "{v}");
+    assert_eq!(v["state"], "missed", "{v}");
+    assert_eq!(v["marker_valid"], false, "{v}");
 
     // resume: refused, exit 2, naming the marker, the file left as it was.
     let before = std::fs::read(&pool).unwrap();
@@ -267,7 +274,7 @@ fn pipes_and_sockets_are_named_not_restorable() {
         "-k".as_ref(),
         "both".as_ref(),
         "-s".as_ref(),
-        "5".as_ref(),
+        "2".as_ref(),
         out.as_os_str(),
     ];
     let mut runner = Runner::spawn(&args);
