@@ -336,3 +336,103 @@ fn pipes_and_sockets_are_named_not_restorable() {
     assert!(line.starts_with("holdfd kind=both"), "{line}");
     assert_eq!(program_lines(&out), line);
 }
+
+#[test]
+fn power_lost_during_the_save_gives_either_a_valid_image_or_a_refusal_never_a_torn_resume() {
+    let _serial = serial();
+    let prog = program("hashchain");
+    let scratch = Scratch::new("torn");
+    let ref_out = scratch.path("ref.txt");
+    let (want, _) = reference(
+        &prog,
+        &[
+            "-m".as_ref(),
+            "16".as_ref(),
+            "-r".as_ref(),
+            "80".as_ref(),
+            ref_out.as_os_str(),
+        ],
+    );
+    let window = TEST_WINDOW_MS.to_string();
+    let (mut saved, mut refused) = (0, 0);
+    // The power goes this long after the warning: from "at once" to "after a typical save".
+    for (i, after_us) in [0u64, 100, 300, 1000, 3000].into_iter().enumerate() {
+        let pool = scratch.path(&format!("p{i}.wsp"));
+        let out = scratch.path(&format!("out{i}.txt"));
+        let starts = scratch.path(&format!("starts{i}.txt"));
+        let mut run_args: Vec<&OsStr> = vec![
+            "wsp".as_ref(),
+            "run".as_ref(),
+            "--json".as_ref(),
+            "--size".as_ref(),
+            "256MiB".as_ref(),
+            "--window-ms".as_ref(),
+            window.as_ref(),
+            "--pool".as_ref(),
+            pool.as_os_str(),
+            "--".as_ref(),
+            prog.as_os_str(),
+        ];
+        let prog_args: Vec<&OsStr> = vec![
+            "-m".as_ref(),
+            "16".as_ref(),
+            "-r".as_ref(),
+            "80".as_ref(),
+            "-s".as_ref(),
+            starts.as_os_str(),
+            out.as_os_str(),
+        ];
+        run_args.extend_from_slice(&prog_args);
+        let mut runner = Runner::spawn(&run_args);
+        assert!(
+            runner.wait_for_stderr("\"event\":\"started\"", Duration::from_secs(30)),
+            "{}",
+            runner.stderr_now()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+        assert!(!runner.exited(), "the program ended before the warning");
+        runner.signal(libc::SIGPWR);
+        std::thread::sleep(Duration::from_micros(after_us));
+        runner.kill_group();
+        let _ = runner.finish(Duration::from_secs(30));
+        let (c, v, ierr) = info(&pool);
+        let resume: Vec<&OsStr> = vec![
+            "wsp".as_ref(),
+            "resume".as_ref(),
+            "--json".as_ref(),
+            "--pool".as_ref(),
+            pool.as_os_str(),
+        ];
+        if v["marker_valid"] == true {
+            // The save beat the power: the image must resume to the right result.
+            assert_eq!(c, 0, "{v}\n{ierr}");
+            assert_eq!(v["state"], "saved", "{v}");
+            saved += 1;
+            let (c, rout, rerr) = kavach(&resume);
+            assert_eq!(c, 0, "kill {after_us} us after the warning: {rerr}");
+            assert_eq!(program_lines(&rout), want);
+        } else {
+            // It did not: info says not resumable, resume refuses and changes nothing, and
+            // the program run again from scratch is right.
+            assert_eq!(c, 1, "kill {after_us} us after the warning: {v}\n{ierr}");
+            assert_ne!(v["state"], "saved", "{v}");
+            refused += 1;
+            let before = std::fs::read(&pool).unwrap();
+            let (c, _, rerr) = kavach(&resume);
+            assert_eq!(c, 2, "{rerr}");
+            assert!(rerr.contains("valid marker is not set"), "{rerr}");
+            assert!(std::fs::read(&pool).unwrap() == before);
+            std::fs::remove_file(&pool).unwrap();
+            std::fs::remove_file(&starts).unwrap();
+            let (c, rout, rerr) = kavach(&run_args);
+            assert_eq!(c, 0, "{rerr}");
+            assert_eq!(program_lines(&rout), want);
+        }
+        assert_eq!(
+            std::fs::read(&out).unwrap(),
+            std::fs::read(&ref_out).unwrap()
+        );
+        assert_eq!(std::fs::read_to_string(&starts).unwrap(), "start\n");
+    }
+    eprintln!("power lost during the save: {saved} saved in time, {refused} refused");
+}
