@@ -104,9 +104,16 @@ struct Runner<'a> {
     after_save: AfterSave,
     prog_inode: u64,
     img_inode: u64,
+    /// The program's read-only mappings as exec made them (text, rodata): a later save skips
+    /// exactly these, since every exec recreates them.
+    fresh_ro: Vec<(u64, u64)>,
+    /// A fatal signal the runner turned into SIGKILL (the program is pid 1 of its namespace,
+    /// which the kernel would otherwise keep alive).
+    fatal: Option<i32>,
     on_event: &'a mut dyn FnMut(&Event),
     waker: Waker,
-    pwr_base: u64,
+    /// SIGPWR count at the start, or None when this run does not listen for SIGPWR.
+    pwr_base: Option<u64>,
     warn_at: Option<u64>,
     guard: Guard,
 }
@@ -414,7 +421,7 @@ pub(crate) fn run(cfg: &RunConfig, on_event: &mut dyn FnMut(&Event)) -> Result<R
     img.commit(&meta, STATE_RUNNING, 0)?;
     let plan = plan_for(&meta, &img, vec![])?;
     let waker = Waker::new(cfg.sigpwr).map_err(|e| WspError::io("wake pipe", "pipe2", e))?;
-    let pwr_base = signals::pwr_seen().0;
+    let pwr_base = cfg.sigpwr.then(|| signals::pwr_seen().0);
     let pid = spawn(&plan)?;
     let mut r = Runner::new(
         pid,
@@ -542,7 +549,7 @@ pub(crate) fn resume(
     let img = Image::open(path, loaded.header.mode, &used)?;
     let plan = plan_for(&meta, &img, files)?;
     let waker = Waker::new(opts.sigpwr).map_err(|e| WspError::io("wake pipe", "pipe2", e))?;
-    let pwr_base = signals::pwr_seen().0;
+    let pwr_base = opts.sigpwr.then(|| signals::pwr_seen().0);
     let pid = spawn(&plan)?;
     let mut r = Runner::new(
         pid,
@@ -594,7 +601,7 @@ impl<'a> Runner<'a> {
         after_save: AfterSave,
         on_event: &'a mut dyn FnMut(&Event),
         waker: Waker,
-        pwr_base: u64,
+        pwr_base: Option<u64>,
     ) -> Result<Runner<'a>> {
         let guard = Guard { pid, armed: true };
         let mem = Mem::open(pid)?;
@@ -625,6 +632,12 @@ impl<'a> Runner<'a> {
             after_save,
             prog_inode,
             img_inode,
+            fresh_ro: sys::read_maps(pid)?
+                .iter()
+                .filter(|m| !m.write && !m.shared && !m.special() && m.inode == prog_inode)
+                .map(|m| (m.start, m.end))
+                .collect(),
+            fatal: None,
             on_event,
             waker,
             pwr_base,
@@ -748,7 +761,7 @@ impl<'a> Runner<'a> {
 
     fn warning_due(&self) -> Option<(u64, &'static str)> {
         let (n, at) = signals::pwr_seen();
-        if n > self.pwr_base {
+        if self.pwr_base.is_some_and(|base| n > base) {
             return Some((at, "sigpwr"));
         }
         if let Some(w) = self.warn_at
@@ -778,11 +791,9 @@ impl<'a> Runner<'a> {
     }
 
     fn thread(&mut self, tid: i32) -> &mut Thread {
-        if !self.threads.contains_key(&tid) {
-            let ltid = sys::ns_tid(tid).unwrap_or(0);
-            self.threads.insert(tid, Thread::new(ltid));
-        }
-        self.threads.get_mut(&tid).expect("inserted above")
+        self.threads
+            .entry(tid)
+            .or_insert_with(|| Thread::new(sys::ns_tid(tid).unwrap_or(0)))
     }
 
     /// One wait status. `stopping`: a save is gathering the threads, so stops are kept.
@@ -797,6 +808,7 @@ impl<'a> Runner<'a> {
             Status::Signaled(s) => {
                 self.threads.remove(&tid);
                 if tid == self.pid {
+                    let s = self.fatal.unwrap_or(s);
                     return self.ended(RunEnd::Killed(s), 128 + s).map(Some);
                 }
             }
@@ -838,6 +850,14 @@ impl<'a> Runner<'a> {
                             sys::cont(tid, 0)?;
                         }
                     }
+                    0 if self.kills(sig) => {
+                        // What the kernel does to an ordinary process; pid 1 of a namespace would
+                        // survive it (and a fault would repeat for ever).
+                        self.fatal = Some(sig);
+                        // SAFETY: killing our own tracee.
+                        unsafe { libc::kill(self.pid, libc::SIGKILL) };
+                        let _ = sys::cont(tid, 0);
+                    }
                     0 => {
                         sys::cont(tid, sig)?;
                         if stopping {
@@ -855,6 +875,28 @@ impl<'a> Runner<'a> {
             }
         }
         Ok(None)
+    }
+
+    /// Whether `sig`, delivered now, ends the program: its default action is to terminate and
+    /// the program installed no handler (faults end it even when ignored).
+    fn kills(&self, sig: i32) -> bool {
+        let handler = self.sigactions.get(&sig).map_or(0, |a| a.handler);
+        let fault = matches!(
+            sig,
+            libc::SIGSEGV | libc::SIGBUS | libc::SIGILL | libc::SIGFPE
+        );
+        let default_ignores = matches!(
+            sig,
+            libc::SIGCHLD
+                | libc::SIGCONT
+                | libc::SIGSTOP
+                | libc::SIGTSTP
+                | libc::SIGTTIN
+                | libc::SIGTTOU
+                | libc::SIGURG
+                | libc::SIGWINCH
+        );
+        (handler == 0 && !default_ignores) || (fault && handler == 1)
     }
 
     fn on_seccomp(&mut self, tid: i32) -> Result<()> {
@@ -1140,7 +1182,14 @@ impl<'a> Runner<'a> {
                 image_bytes += len;
                 continue;
             }
-            if m.inode == self.prog_inode && m.inode != 0 && !m.write && !m.shared {
+            if m.inode == self.prog_inode
+                && !m.write
+                && !m.shared
+                && self
+                    .fresh_ro
+                    .iter()
+                    .any(|&(a, b)| a <= m.start && m.end <= b)
+            {
                 continue;
             }
             if m.shared {
@@ -1733,8 +1782,8 @@ mod tests {
         // Every jump lands inside the program.
         for (i, ins) in f.iter().enumerate() {
             if ins.code & 0x07 == 0x05 {
-                assert!(i + 1 + ins.jt as usize <= f.len() - 1);
-                assert!(i + 1 + ins.jf as usize <= f.len() - 1);
+                assert!(i + 1 + (ins.jt as usize) < f.len());
+                assert!(i + 1 + (ins.jf as usize) < f.len());
             }
         }
     }

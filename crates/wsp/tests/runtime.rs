@@ -1,0 +1,474 @@
+//! The runtime end to end: small C programs, built static and non-PIE at test time, run under
+//! `wsp::run`, saved at an injected warning, killed, resumed (possibly several times), and
+//! compared with an uninterrupted run of the same program.
+
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Duration;
+use wsp::{AfterSave, ResumeOptions, RunConfig, RunEnd, SaveMode, WriteBack, WspError};
+
+/// A hash chain over a buffer of `argv[1]` MiB, `argv[2]` rounds; the result goes to `argv[3]`,
+/// and one line per round to `argv[4]` (a file held open, written with write(2)).
+const CHAIN: &str = r#"
+#include <fcntl.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+int main(int argc, char **argv) {
+    size_t n = strtoul(argv[1], 0, 10) << 17;
+    long rounds = strtol(argv[2], 0, 10);
+    int log = open(argv[4], O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (log < 0) return 9;
+    uint64_t *a = malloc(n * sizeof *a), h = 1469598103934665603ull;
+    double f = 1.0;
+    for (size_t i = 0; i < n; i++) a[i] = i * 0x9e3779b97f4a7c15ull;
+    for (long r = 0; r < rounds; r++) {
+        for (size_t i = 0; i < n; i++) { h = (h ^ a[i]) * 1099511628211ull; a[i] = h; }
+        f = f * 1.0000001 + (double)(h & 0xff);
+        char line[64];
+        int k = snprintf(line, sizeof line, "%ld %016llx\n", r, (unsigned long long)h);
+        if (write(log, line, k) != k) return 8;
+    }
+    FILE *out = fopen(argv[3], "w");
+    fprintf(out, "%016llx %.6f\n", (unsigned long long)h, f);
+    fclose(out);
+    return 0;
+}
+"#;
+
+/// `argv[1]` threads each hash a private buffer of `argv[2]` MiB for `argv[3]` rounds, with a
+/// mutex-protected shared value; the main thread joins them and writes the result to `argv[4]`.
+const THREADS: &str = r#"
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+static size_t words; static long rounds;
+static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER; static uint64_t shared;
+static void *work(void *arg) {
+    uint64_t id = (uintptr_t)arg, h = 1469598103934665603ull ^ id;
+    uint64_t *a = malloc(words * 8);
+    for (size_t i = 0; i < words; i++) a[i] = (i + id) * 0x9e3779b97f4a7c15ull;
+    for (long r = 0; r < rounds; r++) {
+        for (size_t i = 0; i < words; i++) { h = (h ^ a[i]) * 1099511628211ull; a[i] = h; }
+        pthread_mutex_lock(&mu); shared = shared * 31 + (h & 0xff); pthread_mutex_unlock(&mu);
+    }
+    free(a);
+    return (void *)(uintptr_t)h;
+}
+int main(int argc, char **argv) {
+    int t = atoi(argv[1]); words = strtoul(argv[2], 0, 10) << 17; rounds = atol(argv[3]);
+    pthread_t th[16]; uint64_t acc = 0;
+    for (int i = 0; i < t; i++) pthread_create(&th[i], 0, work, (void *)(uintptr_t)i);
+    for (int i = 0; i < t; i++) { void *r; pthread_join(th[i], &r); acc = acc * 1000003 ^ (uintptr_t)r; }
+    FILE *f = fopen(argv[4], "w");
+    /* shared depends on the interleaving; only its presence is printed. */
+    fprintf(f, "%016llx %d\n", (unsigned long long)acc, shared != 0);
+    fclose(f);
+    return 0;
+}
+"#;
+
+static N: AtomicU32 = AtomicU32::new(0);
+
+/// A fresh directory on /dev/shm for one test.
+fn dir(tag: &str) -> PathBuf {
+    let d = PathBuf::from(format!(
+        "/dev/shm/wsp-test-{}-{tag}-{}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::SeqCst)
+    ));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+fn build(d: &Path, name: &str, src: &str) -> PathBuf {
+    let c = d.join(format!("{name}.c"));
+    let exe = d.join(name);
+    std::fs::write(&c, src).unwrap();
+    let out = Command::new("gcc")
+        .args(["-O2", "-static", "-no-pie", "-pthread", "-o"])
+        .arg(&exe)
+        .arg(&c)
+        .output()
+        .expect("gcc runs");
+    assert!(
+        out.status.success(),
+        "gcc: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    exe
+}
+
+fn os(v: &[&str]) -> Vec<OsString> {
+    v.iter().map(OsString::from).collect()
+}
+
+fn reference(exe: &Path, args: &[&str]) {
+    let st = Command::new(exe).args(args).status().unwrap();
+    assert!(st.success(), "reference run: {st}");
+}
+
+fn cfg(image: &Path, exe: &Path, args: &[&str], warn_ms: u64) -> RunConfig {
+    let mut c = RunConfig::new(image, exe, os(args));
+    c.image_size = 256 << 20;
+    c.window = powerfail::Window::deadline_ms(2000.0).unwrap();
+    c.after_save = AfterSave::Kill;
+    c.warn_after = Some(Duration::from_millis(warn_ms));
+    c.sigpwr = false;
+    c
+}
+
+fn resume_opts(warn_ms: Option<u64>) -> ResumeOptions {
+    ResumeOptions {
+        window: Some(powerfail::Window::deadline_ms(2000.0).unwrap()),
+        after_save: AfterSave::Kill,
+        warn_after: warn_ms.map(Duration::from_millis),
+        ..ResumeOptions::default()
+    }
+}
+
+fn saved(end: RunEnd, counter: u64) -> wsp::SaveReport {
+    match end {
+        RunEnd::Saved(r) => {
+            assert_eq!(r.counter, counter);
+            assert!(r.in_window);
+            assert!(r.marker_ns >= r.context_ns && r.context_ns >= r.stop_ns);
+            r
+        }
+        other => panic!("expected a completed save, got {other:?}"),
+    }
+}
+
+/// Run with a warning at `first_ms`, then resume with warnings at each of `later_ms`, then
+/// resume to the end; returns the number of saves.
+fn interrupted(
+    image: &Path,
+    exe: &Path,
+    args: &[&str],
+    mode: SaveMode,
+    first_ms: u64,
+    later_ms: &[u64],
+) -> u64 {
+    let mut c = cfg(image, exe, args, first_ms);
+    c.save = mode;
+    let mut events = Vec::new();
+    let end = wsp::run(&c, &mut |e| events.push(e.clone())).unwrap();
+    saved(end, 1);
+    assert!(
+        matches!(events.first(), Some(wsp::Event::Started { .. })),
+        "{events:?}"
+    );
+    let info = wsp::info(image).unwrap();
+    assert_eq!(
+        (info.state.as_str(), info.marker_valid, info.counter),
+        ("saved", true, 1)
+    );
+    let mut n = 1;
+    for &ms in later_ms {
+        let end = wsp::resume(image, &resume_opts(Some(ms)), &mut |_| {}).unwrap();
+        n += 1;
+        saved(end, n);
+    }
+    let mut resumed = 0;
+    let end = wsp::resume(image, &resume_opts(None), &mut |e| {
+        if let wsp::Event::Resumed { counter, .. } = e {
+            assert_eq!(*counter, n);
+            resumed += 1;
+        }
+    })
+    .unwrap();
+    assert_eq!(end, RunEnd::Exited(0));
+    assert_eq!(resumed, 1);
+    let info = wsp::info(image).unwrap();
+    assert_eq!((info.state.as_str(), info.exit_status), ("ended", Some(0)));
+    n
+}
+
+#[test]
+fn single_thread_resumes_bit_identically_after_three_failures() {
+    let d = dir("single");
+    let exe = build(&d, "chain", CHAIN);
+    let (r_out, r_log) = (d.join("ref.out"), d.join("ref.log"));
+    reference(
+        &exe,
+        &["48", "40", r_out.to_str().unwrap(), r_log.to_str().unwrap()],
+    );
+    let (out, log) = (d.join("wsp.out"), d.join("wsp.log"));
+    let img = d.join("img");
+    let saves = interrupted(
+        &img,
+        &exe,
+        &["48", "40", out.to_str().unwrap(), log.to_str().unwrap()],
+        SaveMode::Image,
+        150,
+        &[100, 100],
+    );
+    assert_eq!(saves, 3);
+    assert_eq!(std::fs::read(&out).unwrap(), std::fs::read(&r_out).unwrap());
+    // The log was open across every save: reopened at its offset each time, so no line is lost
+    // or repeated.
+    assert_eq!(std::fs::read(&log).unwrap(), std::fs::read(&r_log).unwrap());
+    let _ = std::fs::remove_dir_all(&d);
+}
+
+#[test]
+fn threads_resume_bit_identically() {
+    let d = dir("threads");
+    let exe = build(&d, "threads", THREADS);
+    let r_out = d.join("ref.out");
+    reference(&exe, &["3", "12", "60", r_out.to_str().unwrap()]);
+    let out = d.join("wsp.out");
+    let img = d.join("img");
+    let mut c = cfg(&img, &exe, &["3", "12", "60", out.to_str().unwrap()], 150);
+    c.write_back = WriteBack::All;
+    let r = saved(wsp::run(&c, &mut |_| {}).unwrap(), 1);
+    assert_eq!(r.threads, 4, "main and three workers");
+    assert!(
+        r.written_back_bytes > 0,
+        "write-back all reports the bytes it wrote back"
+    );
+    let info = wsp::info(&img).unwrap();
+    assert_eq!(
+        info.tids,
+        vec![1, 2, 3, 4],
+        "thread ids are small and reproducible"
+    );
+    let r = saved(
+        wsp::resume(&img, &resume_opts(Some(80)), &mut |_| {}).unwrap(),
+        2,
+    );
+    assert!(r.threads >= 2);
+    let end = wsp::resume(&img, &resume_opts(None), &mut |_| {}).unwrap();
+    assert_eq!(end, RunEnd::Exited(0));
+    assert_eq!(std::fs::read(&out).unwrap(), std::fs::read(&r_out).unwrap());
+    let _ = std::fs::remove_dir_all(&d);
+}
+
+#[test]
+fn hibernate_baseline_resumes_bit_identically() {
+    let d = dir("hibernate");
+    let exe = build(&d, "chain", CHAIN);
+    let (r_out, r_log) = (d.join("ref.out"), d.join("ref.log"));
+    reference(
+        &exe,
+        &["32", "40", r_out.to_str().unwrap(), r_log.to_str().unwrap()],
+    );
+    let (out, log) = (d.join("wsp.out"), d.join("wsp.log"));
+    let img = d.join("img");
+    let mut c = cfg(
+        &img,
+        &exe,
+        &["32", "40", out.to_str().unwrap(), log.to_str().unwrap()],
+        150,
+    );
+    c.save = SaveMode::Hibernate;
+    let r = saved(wsp::run(&c, &mut |_| {}).unwrap(), 1);
+    assert!(
+        r.copied_bytes >= 32 << 20,
+        "the baseline copies all memory: {}",
+        r.copied_bytes
+    );
+    assert_eq!(wsp::info(&img).unwrap().mode, "hibernate");
+    saved(
+        wsp::resume(&img, &resume_opts(Some(100)), &mut |_| {}).unwrap(),
+        2,
+    );
+    let end = wsp::resume(&img, &resume_opts(None), &mut |_| {}).unwrap();
+    assert_eq!(end, RunEnd::Exited(0));
+    assert_eq!(std::fs::read(&out).unwrap(), std::fs::read(&r_out).unwrap());
+    assert_eq!(std::fs::read(&log).unwrap(), std::fs::read(&r_log).unwrap());
+    let _ = std::fs::remove_dir_all(&d);
+}
+
+#[test]
+fn a_missed_window_leaves_the_marker_invalid_and_resume_refuses() {
+    let d = dir("missed");
+    let exe = build(&d, "chain", CHAIN);
+    let img = d.join("img");
+    let (out, log) = (d.join("o"), d.join("l"));
+    let mut c = cfg(
+        &img,
+        &exe,
+        &["16", "400", out.to_str().unwrap(), log.to_str().unwrap()],
+        100,
+    );
+    c.window = powerfail::Window::deadline_ms(0.0).unwrap();
+    match wsp::run(&c, &mut |_| {}).unwrap() {
+        RunEnd::Missed(r) => {
+            assert!(!r.in_window);
+            assert_eq!(r.window_ns, 0);
+        }
+        other => panic!("expected a missed save, got {other:?}"),
+    }
+    let info = wsp::info(&img).unwrap();
+    assert_eq!((info.state.as_str(), info.marker_valid), ("missed", false));
+    match wsp::resume(&img, &resume_opts(None), &mut |_| {}) {
+        Err(WspError::NotSaved { state, .. }) => assert_eq!(state, "missed"),
+        other => panic!("expected NotSaved, got {other:?}"),
+    }
+    let _ = std::fs::remove_dir_all(&d);
+}
+
+#[test]
+fn resume_refuses_a_changed_program_and_a_damaged_image() {
+    let d = dir("refuse");
+    let exe = build(&d, "chain", CHAIN);
+    let img = d.join("img");
+    let (out, log) = (d.join("o"), d.join("l"));
+    let c = cfg(
+        &img,
+        &exe,
+        &["16", "400", out.to_str().unwrap(), log.to_str().unwrap()],
+        100,
+    );
+    saved(wsp::run(&c, &mut |_| {}).unwrap(), 1);
+    // A copy of the valid image, damaged in its metadata.
+    let bad = d.join("bad");
+    std::fs::copy(&img, &bad).unwrap();
+    let mut bytes = std::fs::read(&bad).unwrap();
+    bytes[wsp::layout::META_OFFSET as usize + 10] ^= 0x20;
+    std::fs::write(&bad, &bytes).unwrap();
+    match wsp::info(&bad) {
+        Err(WspError::Damaged { what, offset, .. }) => {
+            assert_eq!((what, offset), ("metadata crc", wsp::layout::META_OFFSET));
+        }
+        other => panic!("expected Damaged, got {other:?}"),
+    }
+    assert!(matches!(
+        wsp::resume(&bad, &resume_opts(None), &mut |_| {}),
+        Err(WspError::Damaged { .. })
+    ));
+    // The program file changes: same size, one byte different (rebuilt with another constant
+    // would change the size too; this keeps the size so the later checks are exercised).
+    let mut prog = std::fs::read(&exe).unwrap();
+    let last = prog.len() - 1;
+    prog[last] ^= 0xff;
+    std::fs::write(&exe, &prog).unwrap();
+    match wsp::resume(&img, &resume_opts(None), &mut |_| {}) {
+        Err(WspError::ProgramChanged { what, .. }) => {
+            assert!(what == "mtime_ns" || what == "crc32c", "{what}")
+        }
+        other => panic!("expected ProgramChanged, got {other:?}"),
+    }
+    let _ = std::fs::remove_dir_all(&d);
+}
+
+#[test]
+fn run_refuses_dynamic_programs_and_existing_images() {
+    let d = dir("static");
+    let img = d.join("img");
+    match wsp::run(&cfg(&img, Path::new("/bin/sh"), &[], 100), &mut |_| {}) {
+        Err(WspError::NotStatic { why, .. }) => assert!(
+            why.contains("ET_EXEC") || why.contains("PT_INTERP"),
+            "{why}"
+        ),
+        other => panic!("expected NotStatic, got {other:?}"),
+    }
+    let exe = build(&d, "chain", CHAIN);
+    std::fs::write(&img, b"x").unwrap();
+    assert!(matches!(
+        wsp::run(
+            &cfg(&img, &exe, &["1", "1", "/dev/null", "/dev/null"], 100),
+            &mut |_| {}
+        ),
+        Err(WspError::Exists { .. })
+    ));
+    let mut c = cfg(
+        &d.join("img2"),
+        &exe,
+        &["1", "1", "/dev/null", "/dev/null"],
+        100,
+    );
+    c.write_back = WriteBack::Tracked;
+    assert!(matches!(
+        wsp::run(&c, &mut |_| {}),
+        Err(WspError::Unsupported { .. })
+    ));
+    let _ = std::fs::remove_dir_all(&d);
+}
+
+#[test]
+fn a_program_that_ends_before_the_warning_reports_its_status() {
+    let d = dir("ends");
+    let exe = build(&d, "chain", CHAIN);
+    let img = d.join("img");
+    let (out, log) = (d.join("o"), d.join("l"));
+    let mut c = cfg(
+        &img,
+        &exe,
+        &["1", "2", out.to_str().unwrap(), log.to_str().unwrap()],
+        100,
+    );
+    c.warn_after = None;
+    assert_eq!(wsp::run(&c, &mut |_| {}).unwrap(), RunEnd::Exited(0));
+    let info = wsp::info(&img).unwrap();
+    assert_eq!(
+        (info.state.as_str(), info.exit_status, info.marker_valid),
+        ("ended", Some(0), false)
+    );
+    assert!(matches!(
+        wsp::resume(&img, &resume_opts(None), &mut |_| {}),
+        Err(WspError::NotSaved { .. })
+    ));
+    // The log path was not writable: the program's own status comes back.
+    let mut c = cfg(
+        &d.join("img2"),
+        &exe,
+        &["1", "2", "/dev/null", "/nonexistent/dir/log"],
+        100,
+    );
+    c.warn_after = None;
+    assert_eq!(wsp::run(&c, &mut |_| {}).unwrap(), RunEnd::Exited(9));
+    let _ = std::fs::remove_dir_all(&d);
+}
+
+#[test]
+fn a_crash_is_reported_as_the_signal_and_sigpwr_saves() {
+    let d = dir("crash");
+    let segv = build(
+        &d,
+        "segv",
+        "#include <stdio.h>\nint main(void){ volatile int *p = 0; *p = 1; return 0; }\n",
+    );
+    let mut c = cfg(&d.join("img"), &segv, &[], 100);
+    c.warn_after = None;
+    // As pid 1 of its namespace the program would survive its own fault; the runner ends it
+    // as the kernel ends an ordinary process.
+    assert_eq!(
+        wsp::run(&c, &mut |_| {}).unwrap(),
+        RunEnd::Killed(libc::SIGSEGV)
+    );
+    // A real SIGPWR to this process is a warning for a run that listens for it.
+    let exe = build(&d, "chain", CHAIN);
+    let (out, log) = (d.join("o"), d.join("l"));
+    let mut c = cfg(
+        &d.join("img2"),
+        &exe,
+        &["16", "400", out.to_str().unwrap(), log.to_str().unwrap()],
+        100,
+    );
+    c.warn_after = None;
+    c.sigpwr = true;
+    let sender = std::thread::spawn(|| {
+        std::thread::sleep(Duration::from_millis(300));
+        // SAFETY: a signal to this process; the runtime installed its SIGPWR handler.
+        unsafe { libc::kill(libc::getpid(), libc::SIGPWR) };
+    });
+    let mut sources = Vec::new();
+    let end = wsp::run(&c, &mut |e| {
+        if let wsp::Event::Warning { source } = e {
+            sources.push(source.clone());
+        }
+    })
+    .unwrap();
+    sender.join().unwrap();
+    saved(end, 1);
+    assert_eq!(sources, vec!["sigpwr".to_string()]);
+    let _ = std::fs::remove_dir_all(&d);
+}
