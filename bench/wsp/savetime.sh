@@ -28,7 +28,8 @@ done
 [ ${#ONLY[@]} -gt 0 ] || ONLY=(latency writeback hibernate window)
 
 OUT="$HERE/results-$(date -u +%Y%m%d)"
-mkdir -p "$OUT/bin"
+BIN="${CARGO_TARGET_DIR:-$ROOT/target}/wsp-bench-bin"
+mkdir -p "$OUT" "$BIN"
 SHM=/dev/shm/kavach-wsp-bench-$$
 trap 'rm -rf "$SHM"' EXIT
 
@@ -38,7 +39,7 @@ KAVACH="${CARGO_TARGET_DIR:-$ROOT/target}/release/kavach"
 [ -x "$KAVACH" ] || die "no $KAVACH"
 
 for p in hashchain hashchain_mt; do
-  gcc -O2 -Wall -Wextra -static -no-pie -pthread -o "$OUT/bin/$p" \
+  gcc -O2 -Wall -Wextra -static -no-pie -pthread -o "$BIN/$p" \
     "$ROOT/crates/wsp/tests/programs/$p.c" || die "gcc $p"
 done
 
@@ -55,7 +56,7 @@ cat "$OUT/machine.txt" >&2
 
 for e in "${ONLY[@]}"; do
   log "experiment $e"
-  python3 "$HERE/savetime.py" --kavach "$KAVACH" --bin "$OUT/bin" --shm "$SHM" \
+  python3 "$HERE/savetime.py" --kavach "$KAVACH" --bin "$BIN" --shm "$SHM" \
     --experiment "$e" --reps 5 "${QUICK[@]}" > "$OUT/$e.jsonl"
 done
 echo "load after: $(cut -d' ' -f1-3 /proc/loadavg)" >> "$OUT/machine.txt"

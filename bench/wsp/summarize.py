@@ -66,7 +66,11 @@ def latency_table(rows, key, keys_name, title):
             g = groups.get((m, c), [])
             if not g:
                 if errors.get((m, c)):
-                    print("| %s | %s | 0 | %s | | | | |" % (m, c, errors[(m, c)][0][:120].replace("|", "/").replace("\n", " ")))
+                    e = errors[(m, c)][0]
+                    if "not supported" in e:
+                        e = "refused: " + e[e.index("not supported"):]
+                    e = e[:110].replace("|", "/").replace("\n", " ")
+                    print("| %s | %s | 0 | %s | | | | |" % (m, c, e))
                 continue
             print("| %s | %s | %d | %s | %s | %s | %.0f | %.0f |" % (
                 m, c, len(g),
