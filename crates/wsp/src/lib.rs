@@ -132,8 +132,9 @@ impl RunConfig {
     }
 }
 
-/// Options of a resume (defaults: the window of 33 ms, no write-back).
-#[derive(Debug, Clone, Default)]
+/// Options of a resume (defaults: the window of 33 ms, no write-back, hold after a save,
+/// SIGPWR on, like [`RunConfig::new`]).
+#[derive(Debug, Clone)]
 pub struct ResumeOptions {
     /// The window for later warnings.
     pub window: Option<powerfail::Window>,
@@ -143,11 +144,24 @@ pub struct ResumeOptions {
     pub after_save: AfterSave,
     /// A warning injected this long after the resume.
     pub warn_after: Option<Duration>,
-    /// Listen for SIGPWR (default false here; the CLI sets it).
+    /// Listen for SIGPWR to this process (installs a handler).
     pub sigpwr: bool,
     /// Resume even though the image lists not-restorable objects (their descriptors are left
     /// closed, so the program sees EBADF: the "fail" policy of the paper).
     pub drop_not_restorable: bool,
+}
+
+impl Default for ResumeOptions {
+    fn default() -> Self {
+        ResumeOptions {
+            window: None,
+            write_back: None,
+            after_save: AfterSave::Hold,
+            warn_after: None,
+            sigpwr: true,
+            drop_not_restorable: false,
+        }
+    }
 }
 
 /// How a run or a resume ended.
@@ -195,7 +209,7 @@ pub struct SaveReport {
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Event {
-    /// The program started (pid in the runner's namespace).
+    /// The program started, by a run or a resume (its pid in the runner's namespace).
     Started {
         /// Its pid.
         pid: i32,
@@ -292,8 +306,10 @@ pub fn info(image: &Path) -> Result<ImageInfo> {
         program: m.program.path.clone(),
         program_id: m.program,
         args: m.args,
+        // A header that says saved without its marker is a save cut short (the power went
+        // before the marker): it is reported as missed, like a save that overran its window.
         state: if l.header.state == layout::STATE_SAVED && !l.marker_valid {
-            "saved-invalid".into()
+            "missed".into()
         } else {
             state_name(l.header.state).into()
         },

@@ -371,6 +371,44 @@ fn copy_out(mem: &Mem, addr: u64, dst: &mut [u8]) {
     }
 }
 
+/// Copy `[addr, addr+len)` of process `pid` into the image file at `off`: process_vm_readv
+/// into a bounce buffer, then pwrite (no page faults in the runner's mapping), falling back to
+/// `copy_out` for a chunk that does not read in one go.
+fn copy_to_image(
+    pid: i32,
+    mem: &Mem,
+    addr: u64,
+    len: u64,
+    img: &mut Image,
+    off: u64,
+) -> Result<()> {
+    use std::os::unix::fs::FileExt;
+    const CHUNK: u64 = 4 << 20;
+    let mut buf = vec![0u8; CHUNK.min(len) as usize];
+    let mut done = 0;
+    while done < len {
+        let n = CHUNK.min(len - done) as usize;
+        let local = libc::iovec {
+            iov_base: buf.as_mut_ptr().cast(),
+            iov_len: n,
+        };
+        let remote = libc::iovec {
+            iov_base: (addr + done) as *mut libc::c_void,
+            iov_len: n,
+        };
+        // SAFETY: reads another process's memory into our buffer of at least n bytes.
+        let got = unsafe { libc::process_vm_readv(pid, &local, 1, &remote, 1, 0) };
+        if got != n as isize {
+            copy_out(mem, addr + done, &mut buf[..n]);
+        }
+        img.file
+            .write_all_at(&buf[..n], off + done)
+            .map_err(|e| WspError::io("write image", &img.path, e))?;
+        done += n as u64;
+    }
+    Ok(())
+}
+
 pub(crate) fn run(cfg: &RunConfig, on_event: &mut dyn FnMut(&Event)) -> Result<RunEnd> {
     if cfg.write_back == WriteBack::Tracked {
         return Err(WspError::Unsupported {
@@ -484,8 +522,9 @@ pub(crate) fn resume(
     }
     let loaded = image::load(path)?;
     if !loaded.marker_valid {
+        // A header saying saved without its marker: the save was cut short, i.e. missed.
         let state = if loaded.header.state == STATE_SAVED {
-            "saved, but the marker does not match the header".to_string()
+            "missed".to_string()
         } else {
             crate::state_name(loaded.header.state).to_string()
         };
@@ -581,6 +620,7 @@ pub(crate) fn resume(
             th.stop = Stop::Running;
         }
     }
+    (r.on_event)(&Event::Started { pid });
     (r.on_event)(&Event::Resumed {
         counter,
         threads: nthreads,
@@ -1207,11 +1247,7 @@ impl<'a> Runner<'a> {
             }
             if m.read {
                 let off = self.img.alloc(len)?;
-                let dst = self.img.bytes_mut(off, len);
-                copy_out(&self.mem, m.start, dst);
-                if self.mode == SaveMode::Hibernate {
-                    self.img.flush(off, len);
-                }
+                copy_to_image(self.pid, &self.mem, m.start, len, &mut self.img, off)?;
                 copied += len;
                 image_bytes += len;
                 segments.push(Segment {

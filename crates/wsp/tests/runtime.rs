@@ -129,6 +129,8 @@ fn resume_opts(warn_ms: Option<u64>) -> ResumeOptions {
         window: Some(powerfail::Window::deadline_ms(2000.0).unwrap()),
         after_save: AfterSave::Kill,
         warn_after: warn_ms.map(Duration::from_millis),
+        // Another test sends this process a real SIGPWR; only that test's run listens.
+        sigpwr: false,
         ..ResumeOptions::default()
     }
 }
@@ -470,5 +472,129 @@ fn a_crash_is_reported_as_the_signal_and_sigpwr_saves() {
     sender.join().unwrap();
     saved(end, 1);
     assert_eq!(sources, vec!["sigpwr".to_string()]);
+    let _ = std::fs::remove_dir_all(&d);
+}
+
+#[test]
+fn kernel_objects_are_named_and_resume_refuses_them_unless_dropped() {
+    let d = dir("objects");
+    // A pipe held open (never used again) while it computes; the result goes to argv[1].
+    let src = r#"
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
+int main(int argc, char **argv) {
+    int p[2];
+    if (pipe(p) != 0) return 7;
+    size_t n = 16 << 17; uint64_t *a = malloc(n * 8), h = 7;
+    for (size_t i = 0; i < n; i++) a[i] = i;
+    for (int r = 0; r < 120; r++) for (size_t i = 0; i < n; i++) { h = (h ^ a[i]) * 1099511628211ull; a[i] = h; }
+    FILE *f = fopen(argv[1], "w"); fprintf(f, "%016llx\n", (unsigned long long)h); fclose(f);
+    return 0;
+}
+"#;
+    let exe = build(&d, "pipe", src);
+    let r_out = d.join("ref");
+    reference(&exe, &[r_out.to_str().unwrap()]);
+    let out = d.join("out");
+    let img = d.join("img");
+    let r = saved(
+        wsp::run(&cfg(&img, &exe, &[out.to_str().unwrap()], 150), &mut |_| {}).unwrap(),
+        1,
+    );
+    assert_eq!(r.not_restorable.len(), 2, "{:?}", r.not_restorable);
+    assert!(
+        r.not_restorable.iter().all(|o| o.contains("pipe:[")),
+        "{:?}",
+        r.not_restorable
+    );
+    assert!(
+        r.not_restorable[0].starts_with("fd 3: "),
+        "{:?}",
+        r.not_restorable
+    );
+    assert_eq!(wsp::info(&img).unwrap().not_restorable, r.not_restorable);
+    match wsp::resume(&img, &resume_opts(None), &mut |_| {}) {
+        Err(WspError::NotRestorable { objects }) => assert_eq!(objects, r.not_restorable),
+        other => panic!("expected NotRestorable, got {other:?}"),
+    }
+    // The refusal changed nothing: dropping the pipe, the program finishes as it would have.
+    let opts = ResumeOptions {
+        drop_not_restorable: true,
+        ..resume_opts(None)
+    };
+    assert_eq!(
+        wsp::resume(&img, &opts, &mut |_| {}).unwrap(),
+        RunEnd::Exited(0)
+    );
+    assert_eq!(std::fs::read(&out).unwrap(), std::fs::read(&r_out).unwrap());
+    let _ = std::fs::remove_dir_all(&d);
+}
+
+#[test]
+fn held_after_a_save_until_killed_from_outside_and_a_save_cut_short_is_refused() {
+    let d = dir("hold");
+    let exe = build(&d, "chain", CHAIN);
+    let img = d.join("img");
+    let (out, log) = (d.join("o"), d.join("l"));
+    let mut c = cfg(
+        &img,
+        &exe,
+        &["16", "400", out.to_str().unwrap(), log.to_str().unwrap()],
+        150,
+    );
+    c.after_save = AfterSave::Hold;
+    let mut pid = 0;
+    let mut killed = false;
+    let end = wsp::run(&c, &mut |e| match e {
+        wsp::Event::Started { pid: p } => pid = *p,
+        wsp::Event::Saved(_) => {
+            // The power goes: the held program is killed by someone else.
+            // SAFETY: a signal to the program this run started.
+            killed = unsafe { libc::kill(pid, libc::SIGKILL) } == 0;
+        }
+        _ => {}
+    })
+    .unwrap();
+    assert!(killed);
+    saved(end, 1);
+    // A copy whose marker never made it (the power went between the header and the marker).
+    let cut = d.join("cut");
+    std::fs::copy(&img, &cut).unwrap();
+    let mut bytes = std::fs::read(&cut).unwrap();
+    let m = wsp::layout::MARKER_OFFSET as usize;
+    bytes[m..m + wsp::layout::MARKER_SIZE].fill(0);
+    std::fs::write(&cut, &bytes).unwrap();
+    let info = wsp::info(&cut).unwrap();
+    assert_eq!((info.state.as_str(), info.marker_valid), ("missed", false));
+    match wsp::resume(&cut, &resume_opts(None), &mut |_| {}) {
+        Err(WspError::NotSaved { state, .. }) => assert_eq!(state, "missed"),
+        other => panic!("expected NotSaved, got {other:?}"),
+    }
+    // The intact image still resumes to the right end.
+    assert_eq!(
+        wsp::resume(&img, &resume_opts(None), &mut |_| {}).unwrap(),
+        RunEnd::Exited(0)
+    );
+    let _ = std::fs::remove_dir_all(&d);
+}
+
+#[test]
+fn threads_resume_bit_identically_from_the_hibernate_baseline() {
+    let d = dir("threads-hibernate");
+    let exe = build(&d, "threads", THREADS);
+    let r_out = d.join("ref.out");
+    reference(&exe, &["2", "8", "80", r_out.to_str().unwrap()]);
+    let out = d.join("wsp.out");
+    let img = d.join("img");
+    let mut c = cfg(&img, &exe, &["2", "8", "80", out.to_str().unwrap()], 150);
+    c.save = SaveMode::Hibernate;
+    let r = saved(wsp::run(&c, &mut |_| {}).unwrap(), 1);
+    assert_eq!(r.threads, 3);
+    assert!(r.copied_bytes >= 16 << 20, "{}", r.copied_bytes);
+    let end = wsp::resume(&img, &resume_opts(None), &mut |_| {}).unwrap();
+    assert_eq!(end, RunEnd::Exited(0));
+    assert_eq!(std::fs::read(&out).unwrap(), std::fs::read(&r_out).unwrap());
     let _ = std::fs::remove_dir_all(&d);
 }
