@@ -87,8 +87,25 @@ def trial(a, prog, mode="image", wb="none", window_ms=1000.0, external=False, si
         return rec
     t0 = time.monotonic()
     os.kill(p.pid, signal.SIGPWR)
+    # Watch stderr for the runner's save report: the time from our SIGPWR to reading it is the
+    # save as an outsider sees it (signal delivery, scheduling, the save, the report's write).
+    until = t0 + (window_ms / 1000.0 if external else 120.0)
+    while True:
+        left = until - time.monotonic()
+        if left <= 0:
+            break
+        try:
+            line = eq.get(timeout=left)
+        except queue.Empty:
+            break
+        if line is None:
+            break
+        err_lines.append(line)
+        if line.startswith("{") and ('"event":"saved"' in line or '"event":"missed"' in line):
+            rec["observed_ms"] = (time.monotonic() - t0) * 1000.0
+            break
     if external:
-        left = t0 + window_ms / 1000.0 - time.monotonic()
+        left = until - time.monotonic()
         if left > 0:
             time.sleep(left)
         rec["late_ms"] = (time.monotonic() - t0) * 1000.0 - window_ms
