@@ -217,10 +217,11 @@ def main():
                                 os.path.join(a.shm, "hog.txt")],
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         try:
-            for mode, mib in (("image", 64), ("hibernate", 64)):
+            for mode, wb, mib in (("image", "none", 64), ("image", "all", 64),
+                                  ("hibernate", "none", 64)):
                 for w in (1, 5, 10, 33, 100):
                     for r in range(a.trials):
-                        emit(trial(a, workload(a.bin, 2, mib), mode=mode, window_ms=w,
+                        emit(trial(a, workload(a.bin, 2, mib), mode=mode, wb=wb, window_ms=w,
                                    external=True),
                              experiment="window", threads=2, mib=mib, rep=r, hog=True)
         finally:

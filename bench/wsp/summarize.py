@@ -88,20 +88,20 @@ def latency_table(rows, key, keys_name, title):
 def window_table(rows):
     groups = defaultdict(list)
     for r in rows:
-        groups[(r["mode"], r["mib"], r["window_ms"])].append(r)
+        groups[(r["mode"], r["write_back"], r["mib"], r["window_ms"])].append(r)
     print("### Success rate against the window (CPU hog running; 2 threads; SIGKILL of the "
           "group at the window's end, timed from the SIGPWR)\n")
-    print("| mode | MiB | window ms | trials | marker valid | success | marker us "
+    print("| mode | write-back | MiB | window ms | trials | marker valid | success | marker us "
           "(reports seen) | SIGPWR to report seen us | runner verdict in_window |")
-    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
-    for (mode, mib, w) in sorted(groups):
-        g = groups[(mode, mib, w)]
+    print("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    for (mode, wb, mib, w) in sorted(groups):
+        g = groups[(mode, wb, mib, w)]
         ok = sum(1 for r in g if r.get("marker_valid"))
         saves = [report(r) for r in g if report(r)]
         inw = sum(1 for s in saves if s.get("in_window"))
         seen = [r["observed_ms"] * 1e6 for r in g if "observed_ms" in r]
-        print("| %s | %s | %g | %d | %d | %.0f%% | %s (%d) | %s | %d of %d |" % (
-            mode, mib, w, len(g), ok, 100.0 * ok / len(g),
+        print("| %s | %s | %s | %g | %d | %d | %.0f%% | %s (%d) | %s | %d of %d |" % (
+            mode, wb, mib, w, len(g), ok, 100.0 * ok / len(g),
             cell([s["marker_ns"] for s in saves]), len(saves), cell(seen), inw, len(saves)))
     print()
 
