@@ -3,9 +3,10 @@
 #   - handler latency (marker_ns) against dirty bytes (16 MiB .. 1 GiB) and threads (1, 2, 4, 8);
 #   - write-back none / all / tracked lines before the marker;
 #   - the hibernate baseline (copy all writable memory into the image at the warning);
-#   - success rate against windows of 1, 5, 10, 33 and 100 ms with a CPU hog running.
+#   - success rate against windows of 1, 5, 10, 33 and 100 ms with a CPU hog running;
+#   - the transparency oracle at a few hundred MiB (transparency.py: 5 power failures each).
 #
-# Usage: bench/wsp/savetime.sh [--quick] [--only latency|writeback|hibernate|window]...
+# Usage: bench/wsp/savetime.sh [--quick] [--only latency|writeback|hibernate|window|transparency]...
 # Results: bench/wsp/results-YYYYMMDD/{machine.txt,<experiment>.jsonl,summary.md}.
 # The images live on /dev/shm (tmpfs: the persistence domain of these figures).
 set -euo pipefail
@@ -25,7 +26,7 @@ while [ $# -gt 0 ]; do
   esac
   shift
 done
-[ ${#ONLY[@]} -gt 0 ] || ONLY=(latency writeback hibernate window)
+[ ${#ONLY[@]} -gt 0 ] || ONLY=(latency writeback hibernate window transparency)
 
 OUT="$HERE/results-$(date -u +%Y%m%d)"
 BIN="${CARGO_TARGET_DIR:-$ROOT/target}/wsp-bench-bin"
@@ -38,7 +39,7 @@ log "cargo build --release -p kavach"
 KAVACH="${CARGO_TARGET_DIR:-$ROOT/target}/release/kavach"
 [ -x "$KAVACH" ] || die "no $KAVACH"
 
-for p in hashchain hashchain_mt; do
+for p in hashchain hashchain_mt sortsum; do
   gcc -O2 -Wall -Wextra -static -no-pie -pthread -o "$BIN/$p" \
     "$ROOT/crates/wsp/tests/programs/$p.c" || die "gcc $p"
 done
@@ -56,8 +57,13 @@ cat "$OUT/machine.txt" >&2
 
 for e in "${ONLY[@]}"; do
   log "experiment $e"
-  python3 "$HERE/savetime.py" --kavach "$KAVACH" --bin "$BIN" --shm "$SHM" \
-    --experiment "$e" --reps 5 "${QUICK[@]}" > "$OUT/$e.jsonl"
+  if [ "$e" = transparency ]; then
+    python3 "$HERE/transparency.py" --kavach "$KAVACH" --bin "$BIN" --shm "$SHM" \
+      --failures 5 > "$OUT/$e.jsonl"
+  else
+    python3 "$HERE/savetime.py" --kavach "$KAVACH" --bin "$BIN" --shm "$SHM" \
+      --experiment "$e" --reps 5 "${QUICK[@]}" > "$OUT/$e.jsonl"
+  fi
 done
 echo "load after: $(cut -d' ' -f1-3 /proc/loadavg)" >> "$OUT/machine.txt"
 python3 "$HERE/summarize.py" "$OUT" > "$OUT/summary.md"

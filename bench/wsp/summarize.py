@@ -106,6 +106,21 @@ def window_table(rows):
     print()
 
 
+def transparency_table(rows):
+    print("### Transparency at a few hundred MiB (5 power failures each, 250 ms window)\n")
+    print("| workload | args | failures | saves | stdout | output file | starts file | "
+          "reference s | interrupted total s | resume us (median) |")
+    print("| --- | --- | ---: | ---: | --- | --- | --- | ---: | ---: | ---: |")
+    for r in rows:
+        res = [x["ns"] for x in r.get("resumes", [])]
+        ident = lambda k: "identical" if r.get(k) else "DIFFERS"
+        print("| %s | `%s` | %d | %d | %s | %s | %s | %.2f | %.2f | %s |" % (
+            r["workload"], " ".join(r["args"]), r["failures"], len(r["saves"]),
+            ident("stdout_identical"), ident("output_identical"), ident("starts_identical"),
+            r["reference_s"], r["total_s"], cell(res)))
+    print()
+
+
 def main():
     d = sys.argv[1]
     with open(os.path.join(d, "machine.txt")) as f:
@@ -124,6 +139,9 @@ def main():
     win = load(d, "window")
     if win:
         window_table(win)
+    tr = load(d, "transparency")
+    if tr:
+        transparency_table(tr)
 
 
 if __name__ == "__main__":
