@@ -526,8 +526,12 @@ impl Image {
         self.free.insert(o, l);
     }
 
-    /// Forget the image-backed ranges overlapping `[addr, addr+len)` and free their extents.
-    pub fn unmap_range(&mut self, addr: u64, len: u64) {
+    /// Take the image-backed pieces of `[addr, addr+len)` out of the table without freeing
+    /// their extents: (address, length, offset) each. A system call that is about to unmap
+    /// them takes them at its entry and frees them ([`Image::release_taken`]) at its exit, or
+    /// puts them back ([`Image::restore_taken`]) if it failed; so another thread's mapping made
+    /// in between can never be freed by mistake, nor be given an extent still mapped.
+    pub fn take_range(&mut self, addr: u64, len: u64) -> Vec<(u64, u64, u64)> {
         let end = addr + len;
         let hit: Vec<(u64, u64, u64)> = self
             .segs
@@ -535,6 +539,7 @@ impl Image {
             .filter(|&(&a, &(l, _))| a + l > addr)
             .map(|(&a, &(l, o))| (a, l, o))
             .collect();
+        let mut taken = Vec::new();
         for (a, l, o) in hit {
             self.segs.remove(&a);
             let (cut_a, cut_e) = (a.max(addr), (a + l).min(end));
@@ -544,7 +549,28 @@ impl Image {
             if cut_e < a + l {
                 self.segs.insert(cut_e, (a + l - cut_e, o + (cut_e - a)));
             }
-            self.release(o + (cut_a - a), cut_e - cut_a, true);
+            taken.push((cut_a, cut_e - cut_a, o + (cut_a - a)));
+        }
+        taken
+    }
+
+    /// Drop table entries overlapping `[addr, addr+len)` without freeing their extents (a
+    /// leak at worst, never an extent handed out twice).
+    pub fn forget_range(&mut self, addr: u64, len: u64) {
+        let _ = self.take_range(addr, len);
+    }
+
+    /// Free pieces taken by [`Image::take_range`] (their pages are punched out).
+    pub fn release_taken(&mut self, taken: &[(u64, u64, u64)]) {
+        for &(_, l, o) in taken {
+            self.release(o, l, true);
+        }
+    }
+
+    /// Put pieces taken by [`Image::take_range`] back into the table.
+    pub fn restore_taken(&mut self, taken: &[(u64, u64, u64)]) {
+        for &(a, l, o) in taken {
+            self.segs.insert(a, (l, o));
         }
     }
 
@@ -783,6 +809,36 @@ mod tests {
         }
         .encode();
         assert!(!marker_matches(&m, &h2, 5));
+    }
+
+    #[test]
+    fn extents_are_never_handed_out_twice() {
+        let path = std::env::temp_dir().join(format!("wsp-extents-{}", std::process::id()));
+        let _ = std::fs::remove_file(&path);
+        let mut img = Image::create(&path, DATA_OFFSET + (16 << 20), MODE_IMAGE).unwrap();
+        let a = img.alloc(3 * 4096).unwrap();
+        let b = img.alloc(4096).unwrap();
+        assert_eq!((a, b), (DATA_OFFSET, DATA_OFFSET + 3 * 4096));
+        img.segs.insert(0x10000, (3 * 4096, a));
+        img.segs.insert(0x20000, (4096, b));
+        // Unmapping the middle page of the first segment splits it.
+        let taken = img.take_range(0x11000, 4096);
+        assert_eq!(taken, vec![(0x11000, 4096, a + 4096)]);
+        assert_eq!(img.segs.get(&0x10000), Some(&(4096, a)));
+        assert_eq!(img.segs.get(&0x12000), Some(&(4096, a + 2 * 4096)));
+        // Taken but not yet released: not reusable.
+        let c = img.alloc(4096).unwrap();
+        assert_ne!(c, a + 4096);
+        img.restore_taken(&taken);
+        assert_eq!(img.segs.len(), 4);
+        let taken = img.take_range(0x11000, 4096);
+        img.release_taken(&taken);
+        assert_eq!(img.alloc(4096).unwrap(), a + 4096, "released, then reused");
+        // Growing past the file.
+        let big = img.alloc(32 << 20).unwrap();
+        assert!(big + (32 << 20) <= img.len());
+        drop(img);
+        let _ = std::fs::remove_file(&path);
     }
 
     #[test]

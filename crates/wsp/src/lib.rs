@@ -47,6 +47,7 @@ pub const LIMITS: &[&str] = &[
     "the program runs as pid 1 of its own pid namespace (signals without a handler from outside the namespace are ignored, except SIGKILL and SIGSTOP)",
     "the same kernel release (the vdso), the same CPU features (the XSAVE layout) and the same program file are required",
     "write_back=tracked is not provided (no dirty tracking): use all or none",
+    "at most about 150 threads: the metadata area is 1 MiB (a save that does not fit fails and leaves the marker invalid)",
 ];
 
 /// Where the program's memory lives during the run.

@@ -39,12 +39,27 @@ enum Stop {
     Plain,
 }
 
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 enum Pending {
-    Mmap { len: u64, prot: u64, flags: u64 },
-    Munmap { addr: u64, len: u64 },
-    Madvise { addr: u64, len: u64 },
-    Brk,
+    /// `taken`: image pieces a MAP_FIXED mapping replaces (see `Image::take_range`).
+    Mmap {
+        len: u64,
+        prot: u64,
+        flags: u64,
+        taken: Vec<(u64, u64, u64)>,
+    },
+    Munmap {
+        taken: Vec<(u64, u64, u64)>,
+    },
+    Madvise {
+        addr: u64,
+        len: u64,
+    },
+    /// `req`: the break asked for; `taken`: the pieces a shrink unmaps.
+    Brk {
+        req: u64,
+        taken: Vec<(u64, u64, u64)>,
+    },
 }
 
 #[derive(Debug, Clone)]
@@ -945,16 +960,25 @@ impl<'a> Runner<'a> {
         let mut trace_exit = None;
         match regs.orig_rax {
             nr::MMAP if image => {
+                let fixed = regs.r10 as i32 & libc::MAP_FIXED != 0;
                 trace_exit = Some(Pending::Mmap {
                     len: regs.rsi,
                     prot: regs.rdx,
                     flags: regs.r10,
+                    taken: if fixed {
+                        self.img
+                            .take_range(sys::page_down(regs.rdi), sys::page_up(regs.rsi))
+                    } else {
+                        vec![]
+                    },
                 });
             }
             nr::MUNMAP if image => {
+                let (addr, len) = (regs.rdi, regs.rsi);
                 trace_exit = Some(Pending::Munmap {
-                    addr: regs.rdi,
-                    len: regs.rsi,
+                    taken: self
+                        .img
+                        .take_range(sys::page_down(addr), sys::page_up(len + (addr & 4095))),
                 });
             }
             nr::MADVISE if image && matches!(regs.rdx, 4 | 9) => {
@@ -965,7 +989,20 @@ impl<'a> Runner<'a> {
                     len: regs.rsi,
                 });
             }
-            nr::BRK => trace_exit = Some(Pending::Brk),
+            nr::BRK => {
+                let req = regs.rdi;
+                let taken = if image && req != 0 && self.brk != 0 && req < self.brk {
+                    let (a, b) = (sys::page_up(req), sys::page_up(self.brk));
+                    if b > a {
+                        self.img.take_range(a, b - a)
+                    } else {
+                        vec![]
+                    }
+                } else {
+                    vec![]
+                };
+                trace_exit = Some(Pending::Brk { req, taken });
+            }
             nr::RT_SIGACTION => {
                 let sig = regs.rdi as i32;
                 if regs.rsi != 0 && (1..=64).contains(&sig) {
@@ -1020,16 +1057,25 @@ impl<'a> Runner<'a> {
         let regs = sys::get_regs(tid)?;
         let res = regs.rax as i64;
         match p {
-            Pending::Mmap { len, prot, flags } => {
+            Pending::Mmap {
+                len,
+                prot,
+                flags,
+                taken,
+            } => {
                 if (-4095..0).contains(&res) {
+                    self.img.restore_taken(&taken);
                     return Ok(());
                 }
+                self.img.release_taken(&taken);
                 let addr = res as u64;
                 let len = sys::page_up(len);
                 let flags = flags as i32;
                 let anon = flags & libc::MAP_ANONYMOUS != 0;
                 let shared = flags & libc::MAP_SHARED != 0;
-                self.img.unmap_range(addr, len);
+                // Nothing of ours can be here (the kernel found the range free, or a MAP_FIXED
+                // took it above); an entry would be stale: dropped, its extent never reused.
+                self.img.forget_range(addr, len);
                 if anon || (!shared && prot as i32 & libc::PROT_WRITE != 0) {
                     // Best effort: a mapping left anonymous is copied by the save instead.
                     match self.rehome(tid, addr, len, prot as i32, !anon) {
@@ -1039,10 +1085,11 @@ impl<'a> Runner<'a> {
                     }
                 }
             }
-            Pending::Munmap { addr, len } => {
+            Pending::Munmap { taken } => {
                 if res == 0 {
-                    self.img
-                        .unmap_range(sys::page_down(addr), sys::page_up(len + (addr & 4095)));
+                    self.img.release_taken(&taken);
+                } else {
+                    self.img.restore_taken(&taken);
                 }
             }
             Pending::Madvise { addr, len } => {
@@ -1051,9 +1098,16 @@ impl<'a> Runner<'a> {
                         .zero_range(sys::page_down(addr), sys::page_up(len + (addr & 4095)));
                 }
             }
-            Pending::Brk => {
+            Pending::Brk { req, taken } => {
                 let new = res as u64;
                 let old = self.brk;
+                if !taken.is_empty() {
+                    if new == req {
+                        self.img.release_taken(&taken);
+                    } else {
+                        self.img.restore_taken(&taken);
+                    }
+                }
                 if self.mode == SaveMode::Image && old != 0 {
                     let (a, b) = (sys::page_up(old), sys::page_up(new));
                     if b > a {
@@ -1063,8 +1117,6 @@ impl<'a> Runner<'a> {
                             Err(e @ WspError::Gone { .. }) => return Err(e),
                             Err(_) => {}
                         }
-                    } else if a > b {
-                        self.img.unmap_range(b, a - b);
                     }
                 }
                 self.brk = new;
@@ -1270,6 +1322,22 @@ impl<'a> Runner<'a> {
             }
         }
         let _ = img_path;
+        // No two segments may share image bytes: if they did, the run has gone wrong and a
+        // resume would corrupt the program, so the save names it and resume refuses.
+        let mut by_off: Vec<(u64, u64, u64)> = segments
+            .iter()
+            .filter(|s| s.kind != SegmentKind::Reserve)
+            .map(|s| (s.offset, s.len, s.addr))
+            .collect();
+        by_off.sort();
+        for w in by_off.windows(2) {
+            if w[0].0 + w[0].1 > w[1].0 {
+                not_restorable.push(format!(
+                    "image bytes at {:#x} are mapped at both {:#x} and {:#x}",
+                    w[1].0, w[0].2, w[1].2
+                ));
+            }
+        }
         if copied > 0 && self.mode == SaveMode::Hibernate {
             pmem::cpu::store_fence();
             // The baseline's fsync (a no-op on tmpfs, a real write on a disk file).

@@ -231,6 +231,7 @@ fn threads_resume_bit_identically() {
     c.write_back = WriteBack::All;
     let r = saved(wsp::run(&c, &mut |_| {}).unwrap(), 1);
     assert_eq!(r.threads, 4, "main and three workers");
+    assert!(r.not_restorable.is_empty(), "{:?}", r.not_restorable);
     assert!(
         r.written_back_bytes > 0,
         "write-back all reports the bytes it wrote back"
@@ -592,6 +593,7 @@ fn threads_resume_bit_identically_from_the_hibernate_baseline() {
     c.save = SaveMode::Hibernate;
     let r = saved(wsp::run(&c, &mut |_| {}).unwrap(), 1);
     assert_eq!(r.threads, 3);
+    assert!(r.not_restorable.is_empty(), "{:?}", r.not_restorable);
     assert!(r.copied_bytes >= 16 << 20, "{}", r.copied_bytes);
     let end = wsp::resume(&img, &resume_opts(None), &mut |_| {}).unwrap();
     assert_eq!(end, RunEnd::Exited(0));
