@@ -436,3 +436,111 @@ fn power_lost_during_the_save_gives_either_a_valid_image_or_a_refusal_never_a_to
     }
     eprintln!("power lost during the save: {saved} saved in time, {refused} refused");
 }
+
+#[test]
+fn power_lost_during_a_resume_never_gives_a_torn_resume() {
+    let _serial = serial();
+    let prog = program("hashchain");
+    let scratch = Scratch::new("during-resume");
+    let ref_out = scratch.path("ref.txt");
+    let (want, _) = reference(
+        &prog,
+        &[
+            "-m".as_ref(),
+            "16".as_ref(),
+            "-r".as_ref(),
+            "150".as_ref(),
+            ref_out.as_os_str(),
+        ],
+    );
+    let pool = scratch.path("p.wsp");
+    let out = scratch.path("out.txt");
+    let starts = scratch.path("starts.txt");
+    let window = TEST_WINDOW_MS.to_string();
+    let run_args: Vec<&OsStr> = vec![
+        "wsp".as_ref(),
+        "run".as_ref(),
+        "--json".as_ref(),
+        "--size".as_ref(),
+        "256MiB".as_ref(),
+        "--window-ms".as_ref(),
+        window.as_ref(),
+        "--warn-after-ms".as_ref(),
+        "300".as_ref(),
+        "--after-save".as_ref(),
+        "kill".as_ref(),
+        "--pool".as_ref(),
+        pool.as_os_str(),
+        "--".as_ref(),
+        prog.as_os_str(),
+        "-m".as_ref(),
+        "16".as_ref(),
+        "-r".as_ref(),
+        "150".as_ref(),
+        "-s".as_ref(),
+        starts.as_os_str(),
+        out.as_os_str(),
+    ];
+    let (c, _, err) = kavach(&run_args);
+    assert_eq!(c, 0, "the first save: {err}");
+    let resume: Vec<&OsStr> = vec![
+        "wsp".as_ref(),
+        "resume".as_ref(),
+        "--json".as_ref(),
+        "--window-ms".as_ref(),
+        window.as_ref(),
+        "--pool".as_ref(),
+        pool.as_os_str(),
+    ];
+    let mut outcomes = Vec::new();
+    let mut restarted = false;
+    // The warning reaches `kavach wsp resume` this long after it was started: before it
+    // listens for SIGPWR (the default action ends it), while it maps and recreates the
+    // program, and once the program runs again.
+    for after_us in [0u64, 300, 1000, 3000, 20000] {
+        let (_, before, _) = info(&pool);
+        let mut runner = Runner::spawn(&resume);
+        std::thread::sleep(Duration::from_micros(after_us));
+        runner.signal(libc::SIGPWR);
+        std::thread::sleep(Duration::from_millis(TEST_WINDOW_MS));
+        runner.kill_group();
+        let (_, _, err) = runner.finish(Duration::from_secs(30));
+        let (c, v, ierr) = info(&pool);
+        if v["marker_valid"] == true {
+            // Either untouched (the resume died before it began) or saved again.
+            assert_eq!(c, 0, "{v}\n{ierr}");
+            let counter = v["counter"].as_u64().unwrap();
+            let was = before["counter"].as_u64().unwrap();
+            assert!(
+                counter == was || counter == was + 1,
+                "counter {was} -> {counter}; stderr:\n{err}"
+            );
+            outcomes.push(format!("{after_us} us: valid, save {counter}"));
+        } else {
+            // The resume had begun and no new save completed: refused, and the program is
+            // run again from scratch.
+            assert_eq!(c, 1, "{v}\n{ierr}");
+            let image = std::fs::read(&pool).unwrap();
+            let (c, _, rerr) = kavach(&resume);
+            assert_eq!(c, 2, "{rerr}");
+            assert!(std::fs::read(&pool).unwrap() == image);
+            outcomes.push(format!("{after_us} us: not valid ({}), rerun", v["state"]));
+            std::fs::remove_file(&pool).unwrap();
+            restarted = true;
+            let (c, _, err) = kavach(&run_args);
+            assert_eq!(c, 0, "the rerun's save: {err}");
+        }
+    }
+    let (c, rout, rerr) = kavach(&resume);
+    assert_eq!(c, 0, "{rerr}");
+    assert_eq!(program_lines(&rout), want);
+    assert_eq!(
+        std::fs::read(&out).unwrap(),
+        std::fs::read(&ref_out).unwrap()
+    );
+    let n_starts = std::fs::read_to_string(&starts).unwrap().lines().count();
+    if !restarted {
+        assert_eq!(n_starts, 1, "resumed, never restarted");
+    }
+    eprintln!("power lost during a resume: {}", outcomes.join("; "));
+}
