@@ -499,7 +499,7 @@ fn power_lost_during_a_resume_never_gives_a_torn_resume() {
     // program, and once the program runs again.
     for after_us in [0u64, 300, 1000, 3000, 20000] {
         let (_, before, _) = info(&pool);
-        let mut runner = Runner::spawn(&resume);
+        let runner = Runner::spawn(&resume);
         std::thread::sleep(Duration::from_micros(after_us));
         runner.signal(libc::SIGPWR);
         std::thread::sleep(Duration::from_millis(TEST_WINDOW_MS));
