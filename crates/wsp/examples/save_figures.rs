@@ -1,6 +1,7 @@
 //! Save-time figures: the handler latency (warning -> every thread stopped -> contexts written
-//! -> marker persisted) against threads and dirty memory, for the image mode without and with
-//! write-back of all lines, and for the hibernate baseline.
+//! -> marker persisted) against threads and dirty memory, for the image mode without write-back,
+//! with write-back of all lines and of the tracked (written) pages, and for the hibernate
+//! baseline. The workers rewrite their whole buffer continually, so tracked ~ all here.
 //!
 //! `cargo run --release -p kavach-wsp --example save_figures [REPS]` (needs gcc; about 30 s).
 
@@ -67,6 +68,7 @@ fn main() {
     for (mode, wb) in [
         (SaveMode::Image, WriteBack::None),
         (SaveMode::Image, WriteBack::All),
+        (SaveMode::Image, WriteBack::Tracked),
         (SaveMode::Hibernate, WriteBack::None),
     ] {
         let mut all = Vec::new();

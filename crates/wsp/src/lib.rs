@@ -25,6 +25,7 @@ pub mod layout;
 mod signals;
 mod sys;
 mod tracer;
+mod track;
 
 pub use error::{Result, WspError};
 pub use image::{FileEntry, ProgramId, Segment, SegmentKind};
@@ -46,7 +47,7 @@ pub const LIMITS: &[&str] = &[
     "the main thread's stack is a fixed 8 MiB (the usual limit) mapping: it cannot grow further",
     "the program runs as pid 1 of its own pid namespace (signals without a handler from outside the namespace are ignored, except SIGKILL and SIGSTOP)",
     "the same kernel release (the vdso), the same CPU features (the XSAVE layout) and the same program file are required",
-    "write_back=tracked is not provided (no dirty tracking): use all or none",
+    "write_back=tracked needs image mode (in hibernate mode it writes back nothing more than none): it tracks writes with a userfaultfd in asynchronous write-protect mode and PAGEMAP_SCAN (Linux 6.7 or later)",
     "at most about 150 threads: the metadata area is 1 MiB (a save that does not fit fails and leaves the marker invalid)",
 ];
 
@@ -70,7 +71,9 @@ pub enum WriteBack {
     None,
     /// Every populated line of every image segment.
     All,
-    /// Only pages written since the last save (not provided: refused with `Unsupported`).
+    /// Only pages written since the program (re)started, as a userfaultfd in asynchronous
+    /// write-protect mode records them (read with PAGEMAP_SCAN), plus what the runner itself
+    /// wrote into the image. Image mode only.
     Tracked,
 }
 

@@ -131,6 +131,11 @@ struct Runner<'a> {
     pwr_base: Option<u64>,
     warn_at: Option<u64>,
     guard: Guard,
+    /// Write tracking (write_back = tracked, image mode).
+    tracker: Option<crate::track::Tracker>,
+    /// Image ranges the runner itself wrote since the program started (not seen by the
+    /// tracker): written back by the first tracked save.
+    runner_wrote: Vec<(u64, u64)>,
 }
 
 /// Everything the child needs, built before the fork (the child may not allocate).
@@ -425,12 +430,6 @@ fn copy_to_image(
 }
 
 pub(crate) fn run(cfg: &RunConfig, on_event: &mut dyn FnMut(&Event)) -> Result<RunEnd> {
-    if cfg.write_back == WriteBack::Tracked {
-        return Err(WspError::Unsupported {
-            what: "write_back=tracked (no dirty-page tracking in this build; use all or none)"
-                .into(),
-        });
-    }
     let program = elf::identify(&cfg.program)?;
     let mut args = Vec::new();
     for a in &cfg.args {
@@ -496,6 +495,9 @@ pub(crate) fn run(cfg: &RunConfig, on_event: &mut dyn FnMut(&Event)) -> Result<R
     r.brk = start_brk(pid)?;
     if mode == SaveMode::Image {
         r.rehome_initial()?;
+        if cfg.write_back == WriteBack::Tracked {
+            r.start_tracking()?;
+        }
     }
     (r.on_event)(&Event::Started { pid });
     sys::cont(pid, 0)?;
@@ -529,12 +531,6 @@ pub(crate) fn resume(
     on_event: &mut dyn FnMut(&Event),
 ) -> Result<RunEnd> {
     let t0 = sys::monotonic_ns();
-    if opts.write_back == Some(WriteBack::Tracked) {
-        return Err(WspError::Unsupported {
-            what: "write_back=tracked (no dirty-page tracking in this build; use all or none)"
-                .into(),
-        });
-    }
     let loaded = image::load(path)?;
     if !loaded.marker_valid {
         // A header saying saved without its marker: the save was cut short, i.e. missed.
@@ -620,6 +616,9 @@ pub(crate) fn resume(
     let regs = sys::get_regs(pid)?;
     r.stub = regs.rip;
     let nthreads = r.restore(pid)?;
+    if mode == SaveMode::Image && r.write_back == WriteBack::Tracked {
+        r.start_tracking()?;
+    }
     r.warn_at = opts
         .warn_after
         .map(|d| sys::monotonic_ns() + d.as_nanos() as u64);
@@ -698,6 +697,8 @@ impl<'a> Runner<'a> {
             pwr_base,
             warn_at: None,
             guard,
+            tracker: None,
+            runner_wrote: Vec::new(),
         })
     }
 
@@ -750,6 +751,12 @@ impl<'a> Runner<'a> {
         match res {
             Ok(a) if a == addr => {
                 self.img.segs.insert(addr, (len, off));
+                if copy {
+                    self.runner_wrote.push((off, len));
+                }
+                if let Some(t) = &self.tracker {
+                    t.watch(addr, len)?;
+                }
                 Ok(())
             }
             Ok(a) => Err(WspError::ptrace(
@@ -807,10 +814,39 @@ impl<'a> Runner<'a> {
                     ));
                 }
                 self.img.segs.insert(start, (end - start, off));
+                self.runner_wrote.push((off + (m.start - start), live));
                 continue;
             }
             self.rehome(self.pid, start, end - start, m.prot(), true)?;
         }
+        Ok(())
+    }
+
+    /// Start write tracking of every image segment (write_back = tracked, image mode).
+    fn start_tracking(&mut self) -> Result<()> {
+        let pid = self.pid;
+        let remote = self.with_stub(|r| {
+            r.inject(
+                pid,
+                "userfaultfd",
+                323,
+                [
+                    (libc::O_CLOEXEC | libc::O_NONBLOCK | 1) as u64,
+                    0,
+                    0,
+                    0,
+                    0,
+                    0,
+                ],
+            )
+        })? as i32;
+        let t = crate::track::Tracker::adopt(pid, remote);
+        self.with_stub(|r| r.inject(pid, "close", 3, [remote as u64, 0, 0, 0, 0, 0]))?;
+        let t = t?;
+        for (&a, &(l, _)) in &self.img.segs {
+            t.watch(a, l)?;
+        }
+        self.tracker = Some(t);
         Ok(())
     }
 
@@ -1166,6 +1202,21 @@ impl<'a> Runner<'a> {
         report.context_ns = elapsed(t0);
         // Write-back of the program's memory (image mode; hibernate copies were flushed below).
         let mut wb = report.written_back_bytes;
+        if self.write_back == WriteBack::Tracked && self.tracker.is_some() {
+            let mut ranges = std::mem::take(&mut self.runner_wrote);
+            if let Some(t) = &self.tracker {
+                for (&a, &(l, o)) in &self.img.segs {
+                    for (wa, wl) in t.written(a, l)? {
+                        ranges.push((o + (wa - a), wl));
+                    }
+                }
+            }
+            for (o, l) in ranges {
+                self.img.flush(o, l);
+                wb += l;
+            }
+            pmem::cpu::store_fence();
+        }
         if self.write_back == WriteBack::All {
             for s in &self.meta.segments {
                 if s.kind == SegmentKind::Reserve {
@@ -1611,6 +1662,11 @@ impl<'a> Runner<'a> {
         for t in &meta.threads {
             for &(addr, v) in &t.exit_words {
                 self.mem.write(addr, &v.to_le_bytes())?;
+                if let Some((&a, &(l, o))) = self.img.segs.range(..=addr).next_back()
+                    && addr + 4 <= a + l
+                {
+                    self.runner_wrote.push((o + (addr - a), 4));
+                }
             }
         }
         // A scratch page for the structures the injected calls read.
