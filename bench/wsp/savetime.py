@@ -218,7 +218,7 @@ def main():
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         try:
             for mode, wb, mib in (("image", "none", 64), ("image", "all", 64),
-                                  ("hibernate", "none", 64)):
+                                  ("image", "tracked", 64), ("hibernate", "none", 64)):
                 for w in (1, 5, 10, 33, 100):
                     for r in range(a.trials):
                         emit(trial(a, workload(a.bin, 2, mib), mode=mode, wb=wb, window_ms=w,

@@ -44,6 +44,8 @@ for p in hashchain hashchain_mt sortsum; do
     "$ROOT/crates/wsp/tests/programs/$p.c" || die "gcc $p"
 done
 
+# A later run into the same day's directory (e.g. --only one experiment) adds its own block.
+[ -s "$OUT/machine.txt" ] && echo "--- a later run ---" >> "$OUT/machine.txt"
 {
   echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
   echo "command: bench/wsp/savetime.sh ${QUICK[*]:-} ${ONLY[*]}"
@@ -52,7 +54,7 @@ done
   lscpu | grep -E '^(Model name|CPU\(s\)|Thread|L1d|L2|L3)' | sed 's/  */ /g'
   echo "persistence domain: tmpfs $(df -h /dev/shm | awk 'NR==2 {print $1, $2}') at /dev/shm"
   echo "load before: $(cut -d' ' -f1-3 /proc/loadavg)"
-} > "$OUT/machine.txt"
+} >> "$OUT/machine.txt"
 cat "$OUT/machine.txt" >&2
 
 for e in "${ONLY[@]}"; do
