@@ -168,6 +168,80 @@ def trial(a, prog, mode="image", wb="none", window_ms=1000.0, external=False, si
     return rec
 
 
+def start(cmd):
+    p = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, start_new_session=True)
+    eq, oq = queue.Queue(), queue.Queue()
+    threading.Thread(target=reader, args=(p.stderr, eq), daemon=True).start()
+    threading.Thread(target=reader, args=(p.stdout, oq), daemon=True).start()
+    return p, eq, oq
+
+
+def wait_lines(q, needle, count, timeout=120):
+    """Wait until `count` stderr lines holding `needle` came; False on EOF or timeout."""
+    end = time.monotonic() + timeout
+    seen = 0
+    while time.monotonic() < end:
+        try:
+            line = q.get(timeout=0.5)
+        except queue.Empty:
+            continue
+        if line is None:
+            return False
+        if needle in line:
+            seen += 1
+            if seen >= count:
+                return True
+    return False
+
+
+def pwr_and_result(p, oq):
+    """SIGPWR to a runner started with --after-save kill; its result line's report."""
+    os.kill(p.pid, signal.SIGPWR)
+    p.wait(timeout=120)
+    try:
+        os.killpg(p.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    while True:
+        line = oq.get(timeout=5)
+        if line is None:
+            return None
+        if line.startswith("{"):
+            return json.loads(line).get("report")
+
+
+def second_save(a, mib, work, wb):
+    """Save 1 after the fill (everything dirty), resume, let the program make passes over its
+    working set only, then save 2: the dirty set since save 1 is the working set."""
+    pool = os.path.join(a.shm, "trial.wsp")
+    out = os.path.join(a.shm, "out.txt")
+    for f in (pool, out):
+        if os.path.exists(f):
+            os.remove(f)
+    rec = {"mode": "image", "write_back": wb, "window_ms": 1000.0, "external": False,
+           "program": "hashchain", "args": ["-m", str(mib), "-w", str(work)]}
+    common = ["--json", "--pool", pool, "--window-ms", "1000", "--write-back", wb,
+              "--after-save", "kill"]
+    p, eq, oq = start([a.kavach, "wsp", "run", "--size", "2GiB"] + common +
+                      ["--", os.path.join(a.bin, "hashchain"), "-p", "-m", str(mib),
+                       "-w", str(work), "-r", "0", out])
+    if not wait_lines(eq, "round 1/", 1):
+        p.kill()
+        rec["error"] = "no first pass"
+        return rec
+    rec["first"] = pwr_and_result(p, oq)
+    p, eq, oq = start([a.kavach, "wsp", "resume"] + common)
+    if not wait_lines(eq, '"event":"resumed"', 1) or not wait_lines(eq, "round ", 3):
+        p.kill()
+        rec["error"] = "no passes after the resume"
+        return rec
+    rec["save"] = pwr_and_result(p, oq)
+    if os.path.exists(pool):
+        os.remove(pool)
+    return rec
+
+
 def emit(rec, **extra):
     rec.update(extra)
     print(json.dumps(rec), flush=True)
@@ -187,7 +261,7 @@ def main():
     ap.add_argument("--bin", required=True)
     ap.add_argument("--shm", required=True)
     ap.add_argument("--experiment", required=True,
-                    choices=["latency", "writeback", "hibernate", "window"])
+                    choices=["latency", "writeback", "hibernate", "window", "tracked"])
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--trials", type=int, default=20)
@@ -211,6 +285,12 @@ def main():
             for r in range(a.reps):
                 emit(trial(a, workload(a.bin, 1, mib), mode="hibernate"),
                      experiment="hibernate", threads=1, mib=mib, rep=r)
+    elif a.experiment == "tracked":
+        for mib in ([256] if a.quick else [256, 1024]):
+            for wb in ("none", "all", "tracked"):
+                for r in range(a.reps):
+                    emit(second_save(a, mib, 16, wb), experiment="tracked", threads=1,
+                         mib=mib, rep=r)
     elif a.experiment == "window":
         # A CPU hog on the side for the whole experiment (the machine has two CPUs).
         hog = subprocess.Popen([os.path.join(a.bin, "hashchain"), "-m", "8", "-r", "0",

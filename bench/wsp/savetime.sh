@@ -4,9 +4,10 @@
 #   - write-back none / all / tracked lines before the marker;
 #   - the hibernate baseline (copy all writable memory into the image at the warning);
 #   - success rate against windows of 1, 5, 10, 33 and 100 ms with a CPU hog running;
+#   - write-back of tracked pages at a second save, when only a 16 MiB working set was written;
 #   - the transparency oracle at a few hundred MiB (transparency.py: 5 power failures each).
 #
-# Usage: bench/wsp/savetime.sh [--quick] [--only latency|writeback|hibernate|window|transparency]...
+# Usage: bench/wsp/savetime.sh [--quick] [--only latency|writeback|hibernate|tracked|window|transparency]...
 # Results: bench/wsp/results-YYYYMMDD/{machine.txt,<experiment>.jsonl,summary.md}.
 # The images live on /dev/shm (tmpfs: the persistence domain of these figures).
 set -euo pipefail
@@ -26,7 +27,7 @@ while [ $# -gt 0 ]; do
   esac
   shift
 done
-[ ${#ONLY[@]} -gt 0 ] || ONLY=(latency writeback hibernate window transparency)
+[ ${#ONLY[@]} -gt 0 ] || ONLY=(latency writeback hibernate tracked window transparency)
 
 OUT="$HERE/results-$(date -u +%Y%m%d)"
 BIN="${CARGO_TARGET_DIR:-$ROOT/target}/wsp-bench-bin"

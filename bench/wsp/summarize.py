@@ -136,6 +136,11 @@ def main():
     hib = load(d, "hibernate")
     if hib:
         latency_table(hib, "mode", "mode", "Hibernate baseline (1 thread)")
+    tr2 = load(d, "tracked")
+    if tr2:
+        latency_table(tr2, "write_back", "write-back",
+                      "The second save: 16 MiB working set written since the first save, in a "
+                      "buffer of the given size (1 thread)")
     win = load(d, "window")
     if win:
         window_table(win)

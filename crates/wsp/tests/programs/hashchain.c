@@ -1,12 +1,13 @@
 /* hashchain: a single-threaded hash chain over a buffer, a WSP test workload.
  *
- *   hashchain [-m MIB] [-r ROUNDS] [-l LOG] [-p] [-s STARTS] OUT
+ *   hashchain [-m MIB] [-w MIB] [-r ROUNDS] [-l LOG] [-p] [-s STARTS] OUT
  *
  * Fills MIB MiB (default 16) from a fixed seed, then runs ROUNDS (default 64) passes of a hash
  * chain over it: every 64-bit word is folded into the running value, which is written back
  * into the word, so each pass dirties the whole buffer and depends on the pass before.
- * ROUNDS 0 runs until killed (for save-time measurements). The result line goes to stdout and
- * to OUT. With -l, one line per pass is written to LOG through a descriptor opened at the start
+ * ROUNDS 0 runs until killed (for save-time measurements). With -w, the passes cover only the
+ * first W MiB (the working set); the fill still writes all of the buffer. The result line
+ * goes to stdout and to OUT. With -l, one line per pass is written to LOG through a descriptor opened at the start
  * (so a resume must reopen it at its offset). -p prints progress on stderr.
  * With -s, a line "start" is appended to STARTS when main begins (a resumed program does
  * not begin again).
@@ -16,18 +17,19 @@
 static const char *PROG = "hashchain";
 
 static void usage(void) {
-    fprintf(stderr, "usage: %s [-m MIB] [-r ROUNDS] [-l LOG] [-p] [-s STARTS] OUT\n", PROG);
+    fprintf(stderr, "usage: %s [-m MIB] [-w MIB] [-r ROUNDS] [-l LOG] [-p] [-s STARTS] OUT\n", PROG);
     exit(2);
 }
 
 int main(int argc, char **argv) {
     const char *starts = NULL;
-    uint64_t mib = 16, rounds = 64;
+    uint64_t mib = 16, rounds = 64, work_mib = 0;
     const char *log = NULL;
     int progress = 0, opt;
-    while ((opt = getopt(argc, argv, "m:r:l:ps:")) != -1) {
+    while ((opt = getopt(argc, argv, "m:w:r:l:ps:")) != -1) {
         switch (opt) {
         case 'm': mib = wl_num(PROG, "-m", optarg, 1, 65536); break;
+        case 'w': work_mib = wl_num(PROG, "-w", optarg, 1, 65536); break;
         case 'r': rounds = wl_num(PROG, "-r", optarg, 0, 1000000000); break;
         case 'l': log = optarg; break;
         case 'p': progress = 1; break;
@@ -47,7 +49,10 @@ int main(int argc, char **argv) {
             return 1;
         }
     }
+    if (work_mib > mib)
+        wl_die(PROG, "-w (the working set) is larger than -m (the buffer)", NULL);
     size_t words = (size_t)(mib << 20) / sizeof(uint64_t);
+    size_t work = work_mib ? (size_t)(work_mib << 20) / sizeof(uint64_t) : words;
     uint64_t *buf = malloc(words * sizeof(uint64_t));
     if (buf == NULL)
         wl_die(PROG, "out of memory for the buffer", NULL);
@@ -58,7 +63,7 @@ int main(int argc, char **argv) {
     uint64_t step = rounds >= 10 ? rounds / 10 : 1;
     for (uint64_t r = 0; rounds == 0 || r < rounds; r++) {
         h = wl_mix(h ^ r);
-        for (size_t i = 0; i < words; i++) {
+        for (size_t i = 0; i < work; i++) {
             h = wl_mix(h ^ buf[i]);
             buf[i] ^= h;
         }
@@ -82,7 +87,7 @@ int main(int argc, char **argv) {
     }
     char line[160];
     snprintf(line, sizeof line,
-             "hashchain mib=%" PRIu64 " rounds=%" PRIu64 " digest=%016" PRIx64 "%016" PRIx64 "\n",
-             mib, rounds, h, fold);
+             "hashchain mib=%" PRIu64 "%s rounds=%" PRIu64 " digest=%016" PRIx64 "%016" PRIx64 "\n",
+             mib, work_mib ? " (working set part)" : "", rounds, h, fold);
     return wl_report(PROG, out, line);
 }
