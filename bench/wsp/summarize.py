@@ -45,7 +45,7 @@ def cell(values):
     return "%s (%s..%s)" % (us(m), us(min(values)), us(max(values)))
 
 
-def latency_table(rows, key, keys_name, title):
+def latency_table(rows, key, keys_name, title, first="dirty MiB"):
     groups = defaultdict(list)
     errors = defaultdict(list)
     for r in rows:
@@ -60,8 +60,8 @@ def latency_table(rows, key, keys_name, title):
     mibs = sorted({k[0] for k in list(groups) + list(errors)})
     cols = sorted({k[1] for k in list(groups) + list(errors)}, key=str)
     print("### %s\n" % title)
-    print("| dirty MiB | %s | n | stop us | context us | marker us | SIGPWR to report seen us "
-          "| written back MiB | image MiB |" % keys_name)
+    print("| %s | %s | n | stop us | context us | marker us | SIGPWR to report seen us "
+          "| written back MiB | image MiB |" % (first, keys_name))
     print("| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
     for m in mibs:
         for c in cols:
@@ -140,7 +140,7 @@ def main():
     if tr2:
         latency_table(tr2, "write_back", "write-back",
                       "The second save: 16 MiB working set written since the first save, in a "
-                      "buffer of the given size (1 thread)")
+                      "buffer of the given size (1 thread)", first="buffer MiB")
     win = load(d, "window")
     if win:
         window_table(win)
