@@ -397,7 +397,7 @@ int main(int argc, char **argv)
 {
 	const char *workload = NULL, *dir = "/dev/shm";
 	uint64_t entries = 100000, ops = 1000000, upct = 0, inserts = 100000, seed = 1;
-	uint64_t pool_mib = 256;
+	uint64_t pool_mib = 64;
 	int lookup_tx = 0;
 	for (int i = 1; i < argc; i++) {
 		const char *a = argv[i];
