@@ -34,7 +34,7 @@
 #   volatile     the same code on malloc'd DRAM: no transactions, no log, no flush (static,
 #                non-PIE binary)
 #   wsp          (only with WSP_WRAP) the volatile binary run as: $WSP_WRAP BINARY ARGS, e.g.
-#                WSP_WRAP="target/release/kavach wsp run --pool /dev/shm/x --"
+#                WSP_WRAP=bench/fof/wsp-wrap.sh (a fresh image per run, removed after it)
 #   X+ltx        hash cells below 100% updates: X with every lookup in a transaction of its own
 #
 # Environment: KAVACH_LIB=path/libkavach.a (skip `cargo build --release -p kavach-heap-ffi`),
