@@ -455,7 +455,7 @@ fn info_error(pool: &Path, e: wsp::WspError, json: bool) -> Result<Outcome> {
                 )?
             );
         }
-        eprintln!("kavach: pool {}: damaged image: {e}", pool.display());
+        eprintln!("kavach: pool {}: {e}", pool.display());
         return Ok(Outcome::Damage);
     }
     Err(anyhow::Error::new(e).context(format!("kavach wsp info --pool {}", pool.display())))
@@ -618,6 +618,13 @@ fn find_program(name: &OsStr) -> Result<PathBuf> {
     let as_path = Path::new(name);
     if name.is_empty() {
         bail!("PROGRAM: expected a path or a name, found an empty string");
+    }
+    if name.as_encoded_bytes().starts_with(b"-") && !as_path.exists() {
+        bail!(
+            "unknown option `{}` (options go before `--`, the program and its arguments after it; \
+             see `kavach wsp run --help`)",
+            as_path.display()
+        );
     }
     let candidate = if name.as_encoded_bytes().contains(&b'/') {
         as_path.to_path_buf()

@@ -202,6 +202,19 @@ fn a_missing_program_is_refused() {
     ]));
     assert_eq!(c, 2, "{err}");
     assert!(err.contains("not found in PATH"), "{err}");
+    // A misspelt option before `--` is not taken for the program's name.
+    let (c, _, err) = kavach(&args(&[
+        "wsp",
+        "run",
+        "--pool",
+        pool,
+        "--windw-ms",
+        "10",
+        "--",
+        "./prog",
+    ]));
+    assert_eq!(c, 2, "{err}");
+    assert!(err.contains("unknown option `--windw-ms`"), "{err}");
     let (c, _, err) = kavach(&args(&["wsp", "run", "--pool", pool, "--", "/dev/shm"]));
     assert_eq!(c, 2, "{err}");
     assert!(err.contains("not a regular file"), "{err}");

@@ -168,7 +168,8 @@ impl Header {
             });
         }
         if f(0) != MAGIC {
-            return Err(damaged(0, format!("{MAGIC:?}"), format!("{:?}", f(0))));
+            let shown = |b: &[u8]| format!("\"{}\"", b.escape_ascii());
+            return Err(damaged(0, shown(&MAGIC[..]), shown(f(0))));
         }
         if u32_at(1) != VERSION {
             return Err(damaged(1, VERSION.to_string(), u32_at(1).to_string()));
