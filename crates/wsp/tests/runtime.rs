@@ -135,6 +135,71 @@ fn resume_opts(warn_ms: Option<u64>) -> ResumeOptions {
     }
 }
 
+/// The chain program built in a scratch directory of its own (removed on drop), with the paths
+/// of a run under WSP (`wsp.out`, `wsp.log`, `img`) and, when asked for, of an uninterrupted
+/// reference run (`ref.out`, `ref.log`) already made.
+struct Chain {
+    d: PathBuf,
+    exe: PathBuf,
+    mib: &'static str,
+    rounds: &'static str,
+    img: PathBuf,
+    out: PathBuf,
+    log: PathBuf,
+    reference: bool,
+}
+
+impl Chain {
+    fn new(tag: &str, mib: &'static str, rounds: &'static str, with_reference: bool) -> Chain {
+        let d = dir(tag);
+        let exe = build(&d, "chain", CHAIN);
+        if with_reference {
+            let (o, l) = (d.join("ref.out"), d.join("ref.log"));
+            reference(
+                &exe,
+                &[mib, rounds, o.to_str().unwrap(), l.to_str().unwrap()],
+            );
+        }
+        Chain {
+            img: d.join("img"),
+            out: d.join("wsp.out"),
+            log: d.join("wsp.log"),
+            d,
+            exe,
+            mib,
+            rounds,
+            reference: with_reference,
+        }
+    }
+
+    /// A run of the chain into `wsp.out` / `wsp.log`, warned at `warn_ms`.
+    fn cfg(&self, warn_ms: u64) -> RunConfig {
+        let (o, l) = (self.out.to_str().unwrap(), self.log.to_str().unwrap());
+        cfg(
+            &self.img,
+            &self.exe,
+            &[self.mib, self.rounds, o, l],
+            warn_ms,
+        )
+    }
+
+    /// The run's output and log are byte for byte the reference's.
+    fn assert_same_as_reference(&self) {
+        assert!(self.reference, "no reference run was made");
+        let read = |n: &str| std::fs::read(self.d.join(n)).unwrap();
+        assert_eq!(read("wsp.out"), read("ref.out"));
+        // The log was open across every save: reopened at its offset each time, so no line is
+        // lost or repeated.
+        assert_eq!(read("wsp.log"), read("ref.log"));
+    }
+}
+
+impl Drop for Chain {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.d);
+    }
+}
+
 fn saved(end: RunEnd, counter: u64) -> wsp::SaveReport {
     match end {
         RunEnd::Saved(r) => {
@@ -194,29 +259,18 @@ fn interrupted(
 
 #[test]
 fn single_thread_resumes_bit_identically_after_three_failures() {
-    let d = dir("single");
-    let exe = build(&d, "chain", CHAIN);
-    let (r_out, r_log) = (d.join("ref.out"), d.join("ref.log"));
-    reference(
-        &exe,
-        &["48", "40", r_out.to_str().unwrap(), r_log.to_str().unwrap()],
-    );
-    let (out, log) = (d.join("wsp.out"), d.join("wsp.log"));
-    let img = d.join("img");
+    let ch = Chain::new("single", "48", "40", true);
+    let (o, l) = (ch.out.to_str().unwrap(), ch.log.to_str().unwrap());
     let saves = interrupted(
-        &img,
-        &exe,
-        &["48", "40", out.to_str().unwrap(), log.to_str().unwrap()],
+        &ch.img,
+        &ch.exe,
+        &[ch.mib, ch.rounds, o, l],
         SaveMode::Image,
         150,
         &[100, 100],
     );
     assert_eq!(saves, 3);
-    assert_eq!(std::fs::read(&out).unwrap(), std::fs::read(&r_out).unwrap());
-    // The log was open across every save: reopened at its offset each time, so no line is lost
-    // or repeated.
-    assert_eq!(std::fs::read(&log).unwrap(), std::fs::read(&r_log).unwrap());
-    let _ = std::fs::remove_dir_all(&d);
+    ch.assert_same_as_reference();
 }
 
 #[test]
@@ -255,21 +309,9 @@ fn threads_resume_bit_identically() {
 
 #[test]
 fn hibernate_baseline_resumes_bit_identically() {
-    let d = dir("hibernate");
-    let exe = build(&d, "chain", CHAIN);
-    let (r_out, r_log) = (d.join("ref.out"), d.join("ref.log"));
-    reference(
-        &exe,
-        &["32", "40", r_out.to_str().unwrap(), r_log.to_str().unwrap()],
-    );
-    let (out, log) = (d.join("wsp.out"), d.join("wsp.log"));
-    let img = d.join("img");
-    let mut c = cfg(
-        &img,
-        &exe,
-        &["32", "40", out.to_str().unwrap(), log.to_str().unwrap()],
-        150,
-    );
+    let ch = Chain::new("hibernate", "32", "40", true);
+    let img = &ch.img;
+    let mut c = ch.cfg(150);
     c.save = SaveMode::Hibernate;
     let r = saved(wsp::run(&c, &mut |_| {}).unwrap(), 1);
     assert!(
@@ -277,30 +319,21 @@ fn hibernate_baseline_resumes_bit_identically() {
         "the baseline copies all memory: {}",
         r.copied_bytes
     );
-    assert_eq!(wsp::info(&img).unwrap().mode, "hibernate");
+    assert_eq!(wsp::info(img).unwrap().mode, "hibernate");
     saved(
-        wsp::resume(&img, &resume_opts(Some(100)), &mut |_| {}).unwrap(),
+        wsp::resume(img, &resume_opts(Some(100)), &mut |_| {}).unwrap(),
         2,
     );
-    let end = wsp::resume(&img, &resume_opts(None), &mut |_| {}).unwrap();
+    let end = wsp::resume(img, &resume_opts(None), &mut |_| {}).unwrap();
     assert_eq!(end, RunEnd::Exited(0));
-    assert_eq!(std::fs::read(&out).unwrap(), std::fs::read(&r_out).unwrap());
-    assert_eq!(std::fs::read(&log).unwrap(), std::fs::read(&r_log).unwrap());
-    let _ = std::fs::remove_dir_all(&d);
+    ch.assert_same_as_reference();
 }
 
 #[test]
 fn a_missed_window_leaves_the_marker_invalid_and_resume_refuses() {
-    let d = dir("missed");
-    let exe = build(&d, "chain", CHAIN);
-    let img = d.join("img");
-    let (out, log) = (d.join("o"), d.join("l"));
-    let mut c = cfg(
-        &img,
-        &exe,
-        &["16", "400", out.to_str().unwrap(), log.to_str().unwrap()],
-        100,
-    );
+    let ch = Chain::new("missed", "16", "400", false);
+    let img = &ch.img;
+    let mut c = ch.cfg(100);
     c.window = powerfail::Window::deadline_ms(0.0).unwrap();
     match wsp::run(&c, &mut |_| {}).unwrap() {
         RunEnd::Missed(r) => {
@@ -309,13 +342,12 @@ fn a_missed_window_leaves_the_marker_invalid_and_resume_refuses() {
         }
         other => panic!("expected a missed save, got {other:?}"),
     }
-    let info = wsp::info(&img).unwrap();
+    let info = wsp::info(img).unwrap();
     assert_eq!((info.state.as_str(), info.marker_valid), ("missed", false));
-    match wsp::resume(&img, &resume_opts(None), &mut |_| {}) {
+    match wsp::resume(img, &resume_opts(None), &mut |_| {}) {
         Err(WspError::NotSaved { state, .. }) => assert_eq!(state, "missed"),
         other => panic!("expected NotSaved, got {other:?}"),
     }
-    let _ = std::fs::remove_dir_all(&d);
 }
 
 #[test]
@@ -592,21 +624,9 @@ fn threads_resume_bit_identically_from_the_hibernate_baseline() {
 
 #[test]
 fn tracked_write_back_writes_back_what_was_written_and_resumes() {
-    let d = dir("tracked");
-    let exe = build(&d, "chain", CHAIN);
-    let (r_out, r_log) = (d.join("ref.out"), d.join("ref.log"));
-    reference(
-        &exe,
-        &["32", "60", r_out.to_str().unwrap(), r_log.to_str().unwrap()],
-    );
-    let (out, log) = (d.join("wsp.out"), d.join("wsp.log"));
-    let img = d.join("img");
-    let mut c = cfg(
-        &img,
-        &exe,
-        &["32", "60", out.to_str().unwrap(), log.to_str().unwrap()],
-        150,
-    );
+    let ch = Chain::new("tracked", "32", "60", true);
+    let img = &ch.img;
+    let mut c = ch.cfg(150);
     c.write_back = WriteBack::Tracked;
     let r = saved(wsp::run(&c, &mut |_| {}).unwrap(), 1);
     // The chain rewrites its whole 32 MiB buffer every round: all of it was written, while the
@@ -622,15 +642,13 @@ fn tracked_write_back_writes_back_what_was_written_and_resumes() {
         write_back: Some(WriteBack::Tracked),
         ..resume_opts(Some(100))
     };
-    let r = saved(wsp::resume(&img, &opts, &mut |_| {}).unwrap(), 2);
+    let r = saved(wsp::resume(img, &opts, &mut |_| {}).unwrap(), 2);
     assert!(r.written_back_bytes >= 32 << 20, "{}", r.written_back_bytes);
     assert_eq!(
-        wsp::resume(&img, &resume_opts(None), &mut |_| {}).unwrap(),
+        wsp::resume(img, &resume_opts(None), &mut |_| {}).unwrap(),
         RunEnd::Exited(0)
     );
-    assert_eq!(std::fs::read(&out).unwrap(), std::fs::read(&r_out).unwrap());
-    assert_eq!(std::fs::read(&log).unwrap(), std::fs::read(&r_log).unwrap());
-    let _ = std::fs::remove_dir_all(&d);
+    ch.assert_same_as_reference();
 }
 
 #[test]
