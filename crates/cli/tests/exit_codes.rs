@@ -153,6 +153,22 @@ fn table() -> Vec<Row> {
         ),
         row(&["scrub"], &["P"], ALL),
         row(&["repair"], &["P"], ALL),
+        // A dynamic program: refused whatever the pool, and an existing pool is never touched.
+        row(&["wsp", "run"], &["--pool", "P", "--", "/bin/true"], ALL),
+        row(&["wsp", "resume"], &["--pool", "P"], ALL),
+        Row {
+            words: &["wsp", "info"],
+            args: &["--pool", "P"],
+            inputs: ALL,
+            // A file that is not an image is a damaged image: info runs and names the damage.
+            damage: &[
+                Input::Empty,
+                Input::Random,
+                Input::Text,
+                Input::Truncated,
+                Input::PlainPool,
+            ],
+        },
         row(&["debug", "fill"], &["P"], ALL),
         row(&["debug", "digest"], &["P"], ALL),
         // Serving and the demo take a directory: a file where it should be is refused.
