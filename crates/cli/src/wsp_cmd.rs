@@ -309,7 +309,10 @@ fn cmd_run(a: &RunArgs) -> Result<Outcome> {
     cfg.after_save = a.runner.after_save();
     cfg.warn_after = a.runner.warn_after();
     cfg.sigpwr = true;
-    let mut printer = EventPrinter { json: a.json };
+    let mut printer = EventPrinter {
+        json: a.json,
+        held: (cfg.after_save == wsp::AfterSave::Hold).then(|| a.pool.clone()),
+    };
     let end = wsp::run(&cfg, &mut |e| printer.event(e))
         .with_context(|| format!("kavach wsp run --pool {}", a.pool.display()))?;
     finish("run", &a.pool, &end, a.json)
@@ -325,7 +328,10 @@ fn cmd_resume(a: &ResumeArgs) -> Result<Outcome> {
         sigpwr: true,
         drop_not_restorable: a.drop_not_restorable,
     };
-    let mut printer = EventPrinter { json: a.json };
+    let mut printer = EventPrinter {
+        json: a.json,
+        held: (opts.after_save == wsp::AfterSave::Hold).then(|| a.pool.clone()),
+    };
     let end = match wsp::resume(&a.pool, &opts, &mut |e| printer.event(e)) {
         Ok(end) => end,
         Err(e @ wsp::WspError::NotSaved { .. }) => bail!(
@@ -526,6 +532,8 @@ fn finish(command: &str, pool: &Path, end: &wsp::RunEnd, json: bool) -> Result<O
 /// Prints the runtime's events on stderr, as text or JSON lines.
 struct EventPrinter {
     json: bool,
+    /// The pool, when a completed save holds the program stopped (`--after-save hold`).
+    held: Option<PathBuf>,
 }
 
 impl EventPrinter {
@@ -537,6 +545,14 @@ impl EventPrinter {
         };
         let mut err = std::io::stderr().lock();
         let _ = writeln!(err, "{line}");
+        if let (false, Some(pool), wsp::Event::Saved(_)) = (self.json, &self.held, e) {
+            let _ = writeln!(
+                err,
+                "kavach wsp: the program is held stopped until the power goes (SIGKILL to this \
+                 command's process group, or Ctrl-C); then `kavach wsp resume --pool {}`",
+                pool.display()
+            );
+        }
     }
 }
 

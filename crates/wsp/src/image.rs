@@ -399,6 +399,10 @@ impl Image {
                     WspError::io("create image", path, e)
                 }
             })?;
+        // Held by this runner and, through its descriptor, by the program: a resume of the
+        // image waits until both are gone (a held program killed later would otherwise write
+        // its exit words into a resumed one's memory).
+        lock(&file, path)?;
         file.set_len(size)
             .map_err(|e| WspError::io("size image", path, e))?;
         let map = map_file(&file, size, path)?;

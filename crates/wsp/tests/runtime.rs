@@ -572,6 +572,12 @@ fn held_after_a_save_until_killed_from_outside_and_a_save_cut_short_is_refused()
     let end = wsp::run(&c, &mut |e| match e {
         wsp::Event::Started { pid: p } => pid = *p,
         wsp::Event::Saved(_) => {
+            // While the runner holds the program, a resume of the image is refused: the held
+            // program, killed later, would write its exit words into the resumed one's memory.
+            match wsp::resume(&img, &resume_opts(None), &mut |_| {}) {
+                Err(WspError::Io { what, .. }) => assert!(what.contains("lock image"), "{what}"),
+                other => panic!("a resume while the run holds its program: {other:?}"),
+            }
             // The power goes: the held program is killed by someone else.
             // SAFETY: a signal to the program this run started.
             killed = unsafe { libc::kill(pid, libc::SIGKILL) } == 0;
