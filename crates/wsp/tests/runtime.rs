@@ -114,6 +114,10 @@ fn reference(exe: &Path, args: &[&str]) {
     assert!(st.success(), "reference run: {st}");
 }
 
+/// A run warned `warn_ms` after its start. The workloads are sized to run well over a second
+/// on an idle machine (about four times the warnings they must still be running for: a run
+/// warned at 150 ms, then resumes warned at 100 ms each), so a fast, quiet machine cannot end
+/// the program before its warning; under load they only take longer.
 fn cfg(image: &Path, exe: &Path, args: &[&str], warn_ms: u64) -> RunConfig {
     let mut c = RunConfig::new(image, exe, os(args));
     c.image_size = 256 << 20;
@@ -259,7 +263,7 @@ fn interrupted(
 
 #[test]
 fn single_thread_resumes_bit_identically_after_three_failures() {
-    let ch = Chain::new("single", "48", "40", true);
+    let ch = Chain::new("single", "48", "120", true);
     let (o, l) = (ch.out.to_str().unwrap(), ch.log.to_str().unwrap());
     let saves = interrupted(
         &ch.img,
@@ -278,10 +282,10 @@ fn threads_resume_bit_identically() {
     let d = dir("threads");
     let exe = build(&d, "threads", THREADS);
     let r_out = d.join("ref.out");
-    reference(&exe, &["3", "12", "60", r_out.to_str().unwrap()]);
+    reference(&exe, &["3", "12", "400", r_out.to_str().unwrap()]);
     let out = d.join("wsp.out");
     let img = d.join("img");
-    let mut c = cfg(&img, &exe, &["3", "12", "60", out.to_str().unwrap()], 150);
+    let mut c = cfg(&img, &exe, &["3", "12", "400", out.to_str().unwrap()], 150);
     c.write_back = WriteBack::All;
     let r = saved(wsp::run(&c, &mut |_| {}).unwrap(), 1);
     assert_eq!(r.threads, 4, "main and three workers");
@@ -309,7 +313,7 @@ fn threads_resume_bit_identically() {
 
 #[test]
 fn hibernate_baseline_resumes_bit_identically() {
-    let ch = Chain::new("hibernate", "32", "40", true);
+    let ch = Chain::new("hibernate", "32", "160", true);
     let img = &ch.img;
     let mut c = ch.cfg(150);
     c.save = SaveMode::Hibernate;
@@ -511,7 +515,7 @@ int main(int argc, char **argv) {
     if (pipe(p) != 0) return 7;
     size_t n = 16 << 17; uint64_t *a = malloc(n * 8), h = 7;
     for (size_t i = 0; i < n; i++) a[i] = i;
-    for (int r = 0; r < 120; r++) for (size_t i = 0; i < n; i++) { h = (h ^ a[i]) * 1099511628211ull; a[i] = h; }
+    for (int r = 0; r < 600; r++) for (size_t i = 0; i < n; i++) { h = (h ^ a[i]) * 1099511628211ull; a[i] = h; }
     FILE *f = fopen(argv[1], "w"); fprintf(f, "%016llx\n", (unsigned long long)h); fclose(f);
     return 0;
 }
@@ -613,10 +617,10 @@ fn threads_resume_bit_identically_from_the_hibernate_baseline() {
     let d = dir("threads-hibernate");
     let exe = build(&d, "threads", THREADS);
     let r_out = d.join("ref.out");
-    reference(&exe, &["2", "8", "80", r_out.to_str().unwrap()]);
+    reference(&exe, &["2", "8", "800", r_out.to_str().unwrap()]);
     let out = d.join("wsp.out");
     let img = d.join("img");
-    let mut c = cfg(&img, &exe, &["2", "8", "80", out.to_str().unwrap()], 150);
+    let mut c = cfg(&img, &exe, &["2", "8", "800", out.to_str().unwrap()], 150);
     c.save = SaveMode::Hibernate;
     let r = saved(wsp::run(&c, &mut |_| {}).unwrap(), 1);
     assert_eq!(r.threads, 3);
@@ -630,7 +634,7 @@ fn threads_resume_bit_identically_from_the_hibernate_baseline() {
 
 #[test]
 fn tracked_write_back_writes_back_what_was_written_and_resumes() {
-    let ch = Chain::new("tracked", "32", "60", true);
+    let ch = Chain::new("tracked", "32", "200", true);
     let img = &ch.img;
     let mut c = ch.cfg(150);
     c.write_back = WriteBack::Tracked;
