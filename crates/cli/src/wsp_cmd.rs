@@ -464,6 +464,25 @@ fn info_error(pool: &Path, e: wsp::WspError, json: bool) -> Result<Outcome> {
         eprintln!("kavach: pool {}: {e}", pool.display());
         return Ok(Outcome::Damage);
     }
+    if let wsp::WspError::NotSaved { state, .. } = &e {
+        // A save cut short while it wrote the tables: nothing to describe, nothing to resume.
+        if json {
+            println!(
+                "{}",
+                serde_json::to_string_pretty(&json!({
+                    "pool": pool, "damaged": false, "resumable": false,
+                    "marker_valid": false, "state": state,
+                }))?
+            );
+        }
+        eprintln!(
+            "kavach: pool {}: the image's valid marker is not set (state {state}; its tables were \
+             being written when the power went): it cannot be resumed; run the program again \
+             from scratch",
+            pool.display()
+        );
+        return Ok(Outcome::Damage);
+    }
     Err(anyhow::Error::new(e).context(format!("kavach wsp info --pool {}", pool.display())))
 }
 

@@ -280,6 +280,18 @@ pub(crate) fn load(path: &Path) -> Result<Loaded> {
         });
     }
     let crc = crc32c::crc32c(&meta);
+    if crc != header.meta_crc && !marker_valid {
+        // No valid marker: the tables were being written when the power went (a save cut
+        // short), not damaged. There is no saved state, which is all a reader needs to know.
+        return Err(WspError::NotSaved {
+            image: path.into(),
+            state: if header.state == STATE_SAVED {
+                "missed".into()
+            } else {
+                crate::state_name(header.state).into()
+            },
+        });
+    }
     if crc != header.meta_crc {
         return Err(WspError::Damaged {
             what: "metadata crc",

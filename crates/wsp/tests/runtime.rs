@@ -604,6 +604,20 @@ fn held_after_a_save_until_killed_from_outside_and_a_save_cut_short_is_refused()
         Err(WspError::NotSaved { state, .. }) => assert_eq!(state, "missed"),
         other => panic!("expected NotSaved, got {other:?}"),
     }
+    // Cut shorter: the tables half written too (their CRC fails). Without a valid marker that
+    // is a save that did not finish, not damage: no saved state, for info and resume alike.
+    let meta = wsp::layout::META_OFFSET as usize;
+    bytes[meta] ^= 0xff;
+    std::fs::write(&cut, &bytes).unwrap();
+    for r in [
+        wsp::info(&cut).map(|_| ()),
+        wsp::resume(&cut, &resume_opts(None), &mut |_| {}).map(|_| ()),
+    ] {
+        match r {
+            Err(WspError::NotSaved { state, .. }) => assert_eq!(state, "missed"),
+            other => panic!("expected NotSaved, got {other:?}"),
+        }
+    }
     // The intact image still resumes to the right end.
     assert_eq!(
         wsp::resume(&img, &resume_opts(None), &mut |_| {}).unwrap(),
