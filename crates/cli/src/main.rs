@@ -5,6 +5,7 @@
 
 #![forbid(unsafe_code)]
 
+mod cr_cmd;
 mod demo;
 mod elect_cmd;
 mod etcd;
@@ -17,6 +18,7 @@ mod pool_cmd;
 mod progress;
 mod replica_cmd;
 mod serve_cmd;
+mod target_cmd;
 mod units;
 mod wsp_cmd;
 
@@ -78,6 +80,14 @@ enum Command {
     /// a pool file, save its threads at a power-failure warning, resume it after the outage.
     #[command(subcommand)]
     Wsp(wsp_cmd::WspCommand),
+    /// Checkpoint/restart storage (microfs): list, read, copy out and check what a job wrote
+    /// to a device through the LD_PRELOAD runtime (libkavach_cr.so).
+    #[command(subcommand)]
+    Cr(cr_cmd::CrCommand),
+    /// A block target over TCP: serves a namespace per job to checkpoint/restart runtimes on
+    /// other machines (NVMe-oF's role).
+    #[command(subcommand)]
+    Target(target_cmd::TargetCommand),
     /// Damage a page of a protected region as faulty media do: bit flips, lost and misdirected
     /// writes.
     ///
@@ -195,6 +205,8 @@ fn dispatch(cli: Cli) -> anyhow::Result<Outcome> {
         Command::Log(c) => log_cmd::run(c),
         Command::Heap(c) => heap_cmd::run(c),
         Command::Wsp(c) => wsp_cmd::run(c),
+        Command::Cr(c) => cr_cmd::run(c),
+        Command::Target(c) => target_cmd::run(c),
         Command::Demo(a) => demo::run(&a),
         Command::Serve(a) => serve_cmd::run(&a),
         Command::Promote(a) => replica_cmd::run_promote(&a),

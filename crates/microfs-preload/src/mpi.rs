@@ -1,0 +1,1 @@
+//! PMPI wrappers of MPI_Init and MPI_Finalize.

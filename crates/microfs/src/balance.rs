@@ -1,0 +1,1 @@
+//! The storage balancer: devices for ranks from a topology file.
