@@ -1271,17 +1271,20 @@ pub unsafe extern "C" fn linkat(
 // ---------------------------------------------------------------------------------------------
 // times
 
+/// One time of utimensat: None = omit, Some(None) = now, Some(Some(ns)) = that time.
+type TimeArg = Option<Option<i64>>;
+
 /// Reads utimensat's times argument: (atime, mtime), each None = omit, Some(None) = now.
 ///
 /// # Safety
 /// `times` is null or points to two timespecs.
-unsafe fn times_arg(times: *const libc::timespec) -> R<(Option<Option<i64>>, Option<Option<i64>>)> {
+unsafe fn times_arg(times: *const libc::timespec) -> R<(TimeArg, TimeArg)> {
     if times.is_null() {
         return Ok((Some(None), Some(None)));
     }
     // SAFETY: two timespecs (the caller's promise).
     let t = unsafe { std::slice::from_raw_parts(times, 2) };
-    let one = |ts: &libc::timespec| -> R<Option<Option<i64>>> {
+    let one = |ts: &libc::timespec| -> R<TimeArg> {
         match ts.tv_nsec {
             libc::UTIME_OMIT => Ok(None),
             libc::UTIME_NOW => Ok(Some(None)),
