@@ -14,7 +14,7 @@ fn opts() -> FsOptions {
     }
 }
 
-fn fresh(len: u64) -> (Arc<dyn Device>, Fs) {
+fn fresh(len: usize) -> (Arc<dyn Device>, Fs) {
     let dev: Arc<dyn Device> = Arc::new(MemDevice::new(len));
     let id = NamespaceId { job: "job".into(), rank: 3 };
     let fs = Fs::format(dev.clone(), &opts(), &id).unwrap();
