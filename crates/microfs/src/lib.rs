@@ -13,6 +13,8 @@ mod codec;
 pub mod device;
 mod error;
 mod fs;
+pub mod instance;
+pub mod label;
 pub mod layout;
 mod logdev;
 mod state;
