@@ -188,7 +188,9 @@ impl RemoteDevice {
                 true,
             )
         };
-        if rh.id != id || rh.op != opcode {
+        // A server too busy to read the HELLO answers it with id 0 (REFUSED) and closes.
+        let refused_early = opcode == op::HELLO && rh.id == 0 && rh.status == status::REFUSED;
+        if (rh.id != id && !refused_early) || rh.op != opcode {
             return Err(mismatch(
                 "id/op",
                 format!("id {id} op {opcode}"),
