@@ -347,7 +347,8 @@ int main(int argc, char **argv) {
     T("dup3 cloexec", dup3(fd, 201, O_CLOEXEC));
     T("F_GETFD dup3", fcntl(201, F_GETFD));
     T("dup3 same", dup3(fd, fd, 0));
-    T("dup2 same", dup2(fd, fd));
+    TFD(fd3, "dup2 same", dup2(fd, fd));
+    fd3 = 200;
     T("close 201", close(201));
     T("F_GETFL", fcntl(fd, F_GETFL) & (O_ACCMODE | O_APPEND | O_NONBLOCK));
     T("F_SETFL append", fcntl(fd, F_SETFL, O_APPEND));
