@@ -19,8 +19,10 @@ use crate::core::{self, Loc, R, Target};
 use crate::sys::{self, Sym};
 use libc::{c_char, c_int, c_uint, c_void, mode_t, off_t, size_t, ssize_t};
 use std::cell::Cell;
+use std::collections::BTreeSet;
 use std::ffi::{CStr, CString};
 use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::{Mutex, OnceLock};
 
 thread_local! {
     static BUSY: Cell<bool> = const { Cell::new(false) };
@@ -53,15 +55,32 @@ enum Go<T> {
 }
 
 /// Runs `f` inside the shim (guard set, panics caught).
-fn run<T>(f: impl FnOnce() -> R<Go<T>>) -> Go<T> {
+fn run<T, F: FnOnce() -> R<Go<T>>>(f: F) -> Go<T> {
     if busy() {
         return Go::Kernel(None);
     }
     let _g = Guard::enter();
-    match catch_unwind(AssertUnwindSafe(f)) {
+    let go = match catch_unwind(AssertUnwindSafe(f)) {
         Ok(Ok(g)) => g,
         Ok(Err(e)) => Go::Done(Err(e)),
         Err(_) => Go::Done(Err(libc::EIO)),
+    };
+    if matches!(go, Go::Done(_)) {
+        trace(std::any::type_name::<F>());
+    }
+    go
+}
+
+/// With KAVACH_CR_TRACE set, the first call of each entry that the shim served (not passed to
+/// libc) is named on standard error: which calls a program needs.
+pub(crate) fn trace(closure: &'static str) {
+    static ON: OnceLock<bool> = OnceLock::new();
+    static SEEN: Mutex<BTreeSet<&'static str>> = Mutex::new(BTreeSet::new());
+    if !*ON.get_or_init(|| std::env::var_os("KAVACH_CR_TRACE").is_some()) {
+        return;
+    }
+    if SEEN.lock().is_ok_and(|mut s| s.insert(closure)) {
+        sys::warn(&format!("served {closure}"));
     }
 }
 
@@ -276,6 +295,7 @@ pub unsafe extern "C" fn creat64(path: *const c_char, mode: mode_t) -> c_int {
 pub unsafe extern "C" fn close(fd: c_int) -> c_int {
     if core::is_ours(fd) && !busy() {
         let _g = Guard::enter();
+        trace("close");
         let _ = catch_unwind(|| {
             core::file_forget_fd(fd);
             core::forget(fd)
@@ -665,6 +685,7 @@ pub unsafe extern "C" fn copy_file_range(
     flags: c_uint,
 ) -> ssize_t {
     if core::is_ours(fd_in) || core::is_ours(fd_out) {
+        trace("copy_file_range");
         sys::set_errno(libc::EXDEV);
         return -1;
     }
@@ -689,6 +710,7 @@ pub unsafe extern "C" fn sendfile(
     count: size_t,
 ) -> ssize_t {
     if core::is_ours(out) || core::is_ours(inp) {
+        trace("sendfile");
         sys::set_errno(libc::EINVAL);
         return -1;
     }
@@ -1380,6 +1402,7 @@ fn do_dup3(old: c_int, new: c_int, flags: c_int, is_dup2: bool) -> c_int {
     }
     let cloexec = flags & libc::O_CLOEXEC != 0;
     if core::is_ours(old) {
+        trace("dup2/dup3");
         return match run(|| Ok(Go::Done(core::dup_onto(old, new, cloexec)))) {
             Go::Done(r) => ret_int(r),
             Go::Kernel(_) => {
@@ -1701,6 +1724,9 @@ pub unsafe extern "C" fn getcwd(buf: *mut c_char, size: size_t) -> *mut c_char {
         let _g = Guard::enter();
         catch_unwind(core::virtual_cwd).ok().flatten()
     };
+    if v.is_some() {
+        trace("getcwd");
+    }
     let Some(cwd) = v else {
         let f = real!(
             "getcwd",

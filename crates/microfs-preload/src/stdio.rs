@@ -119,6 +119,7 @@ fn do_fopen(path: *const c_char, mode: *const c_char) -> *mut libc::FILE {
             match core::locate(libc::AT_FDCWD, p)? {
                 core::Loc::Kernel(_) => Ok(None),
                 core::Loc::Ours(rel) => {
+                    crate::ffi::trace("fopen");
                     let fd = core::open(&rel, core::fopen_flags(m)?, 0o666)?;
                     match stream(fd, mode) {
                         Ok(f) => Ok(Some(f)),
@@ -190,6 +191,7 @@ pub unsafe extern "C" fn fdopen(fd: c_int, mode: *const c_char) -> *mut libc::FI
     static REAL: Sym = Sym::new();
     if core::is_ours(fd) && !mode.is_null() {
         let _g = Guard::enter();
+        crate::ffi::trace("fdopen");
         return match catch_unwind(|| stream(fd, mode)).unwrap_or(Err(libc::EIO)) {
             Ok(f) => f,
             Err(e) => {
@@ -216,6 +218,8 @@ fn do_fileno(f: *mut libc::FILE, unlocked: bool) -> c_int {
     static REAL: Sym = Sym::new();
     static REAL_U: Sym = Sym::new();
     if let Some(fd) = core::file_fd(f as usize) {
+        let _g = Guard::enter();
+        crate::ffi::trace("fileno");
         return fd;
     }
     let r = if unlocked {
