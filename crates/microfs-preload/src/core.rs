@@ -5,9 +5,9 @@
 use crate::sys;
 use microfs::{Fs, Ino, Kind};
 use std::collections::BTreeMap;
-use std::ffi::CString;
-use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock, RwLock};
+use std::ffi::{CStr, CString};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, Once, OnceLock, RwLock};
 
 pub(crate) type R<T> = Result<T, i32>;
 
@@ -111,9 +111,59 @@ fn kernel_cwd() -> R<String> {
     c.clone().ok_or(libc::ENOENT)
 }
 
+/// The environment variables that hand a working directory inside the namespace to programs
+/// started with exec: the namespace path, and the kernel's working directory it applies to
+/// (a program whose kernel working directory differs ignores them).
+const ENV_CWD: &CStr = c"KAVACH_CR_CWD";
+const ENV_CWD_BASE: &CStr = c"KAVACH_CR_CWD_BASE";
+static VCWD_INIT: Once = Once::new();
+
+/// Takes over the working directory inside the namespace from the program that exec'ed us.
+fn vcwd_init() {
+    VCWD_INIT.call_once(|| {
+        let (Ok(rel), Ok(base)) = (
+            std::env::var("KAVACH_CR_CWD"),
+            std::env::var("KAVACH_CR_CWD_BASE"),
+        ) else {
+            return;
+        };
+        if root().is_some() && kernel_cwd().is_ok_and(|c| c == base) {
+            *lock(&VCWD) = Some(normalise(&rel).join("/"));
+        }
+    });
+}
+
 pub(crate) fn forget_cwd() {
+    vcwd_init();
     *lock(&CWD) = None;
-    *lock(&VCWD) = None;
+    if lock(&VCWD).take().is_some() {
+        sys::unsetenv(ENV_CWD);
+        sys::unsetenv(ENV_CWD_BASE);
+    }
+}
+
+fn set_vcwd(rel: &str) -> R<()> {
+    vcwd_init();
+    let base = kernel_cwd()?;
+    let (Ok(r), Ok(b)) = (CString::new(rel), CString::new(base)) else {
+        return Err(libc::EINVAL);
+    };
+    *lock(&VCWD) = Some(rel.to_string());
+    sys::setenv(ENV_CWD, &r);
+    sys::setenv(ENV_CWD_BASE, &b);
+    Ok(())
+}
+
+/// The entries to add to the environment of an exec while the working directory is inside
+/// the namespace ("NAME=value").
+pub(crate) fn exec_env() -> Option<Vec<CString>> {
+    vcwd_init();
+    let rel = lock(&VCWD).clone()?;
+    let base = kernel_cwd().ok()?;
+    Some(vec![
+        CString::new(format!("KAVACH_CR_CWD={rel}")).ok()?,
+        CString::new(format!("KAVACH_CR_CWD_BASE={base}")).ok()?,
+    ])
 }
 
 /// Resolves `path` (relative to `dirfd` or the working directory) to ours or the kernel's.
@@ -125,6 +175,7 @@ pub(crate) fn locate(dirfd: i32, path: &[u8]) -> R<Loc> {
         return Ok(Loc::Kernel(None));
     }
     let path = String::from_utf8_lossy(path);
+    vcwd_init();
     let mut via_vcwd = false;
     let full = if path.starts_with('/') {
         path.to_string()
@@ -172,8 +223,7 @@ pub(crate) fn chdir_ours(rel: &str) -> R<()> {
     if inst.stat(ino)?.kind != Kind::Dir {
         return Err(libc::ENOTDIR);
     }
-    *lock(&VCWD) = Some(rel.to_string());
-    Ok(())
+    set_vcwd(rel)
 }
 
 pub(crate) fn fchdir_ours(fd: i32) -> R<()> {
@@ -181,12 +231,12 @@ pub(crate) fn fchdir_ours(fd: i32) -> R<()> {
     if !o.dir {
         return Err(libc::ENOTDIR);
     }
-    *lock(&VCWD) = Some(o.path.clone());
-    Ok(())
+    set_vcwd(&o.path)
 }
 
 /// The working directory when it is inside the checkpoint directory.
 pub(crate) fn virtual_cwd() -> Option<String> {
+    vcwd_init();
     let rel = lock(&VCWD).clone()?;
     let root = root()?;
     Some(if rel.is_empty() {
@@ -203,6 +253,9 @@ pub(crate) fn virtual_cwd() -> Option<String> {
 pub(crate) struct Inst {
     pub(crate) fs: Fs,
     pid: u32,
+    /// Opened lazily from the environment (not by MPI_Init): closed again before a fork when
+    /// idle, so that the child can open it.
+    lazy: bool,
 }
 
 impl std::fmt::Debug for Inst {
@@ -221,6 +274,22 @@ impl Inst {
 }
 
 static INST: Mutex<Option<Arc<Inst>>> = Mutex::new(None);
+
+/// The process the library was loaded into (set by the library's constructor; a child of
+/// fork() inherits its parent's value until it calls exec).
+static LOADED_IN: AtomicU32 = AtomicU32::new(0);
+
+pub(crate) fn loaded() {
+    LOADED_IN.store(std::process::id(), Ordering::Relaxed);
+}
+
+/// True in a child of fork() that has not called exec: it never opens a namespace (the parent
+/// may hold it, or open it again; a child that is only on its way to exec must not take it
+/// from its siblings).
+fn forked_child() -> bool {
+    let l = LOADED_IN.load(Ordering::Relaxed);
+    l != 0 && l != std::process::id()
+}
 static WARNED: AtomicBool = AtomicBool::new(false);
 
 /// This process's instance, opened from the environment at the first use. A child of fork()
@@ -233,6 +302,9 @@ pub(crate) fn inst() -> R<Arc<Inst>> {
         } else {
             Err(libc::EBUSY)
         };
+    }
+    if forked_child() {
+        return Err(libc::EBUSY);
     }
     let cfg = match microfs::instance::Config::from_env() {
         Ok(Some(cfg)) => cfg,
@@ -255,10 +327,15 @@ fn warn_once(msg: &str) {
 
 fn open_inst(cfg: &microfs::instance::Config) -> R<Arc<Inst>> {
     match microfs::instance::open(cfg) {
-        Ok((fs, _recovery)) => Ok(Arc::new(Inst {
-            fs,
-            pid: std::process::id(),
-        })),
+        Ok((fs, _recovery)) => {
+            static HOOK: Once = Once::new();
+            HOOK.call_once(|| sys::at_fork(before_fork));
+            Ok(Arc::new(Inst {
+                fs,
+                pid: std::process::id(),
+                lazy: true,
+            }))
+        }
         Err(e) => {
             warn_once(&format!(
                 "cannot open the checkpoint namespace of {}: {e}",
@@ -267,6 +344,36 @@ fn open_inst(cfg: &microfs::instance::Config) -> R<Arc<Inst>> {
             Err(e.errno())
         }
     }
+}
+
+/// Runs in the parent before fork(): a lazily opened instance with no descriptor or directory
+/// stream open is checkpointed and closed, releasing its claim on the device, so that the
+/// child (a command run by a shell that did `cd` into the checkpoint directory, say) can open
+/// the namespace. The parent opens it again at its next call. An instance with open files
+/// stays; the child then gets EBUSY.
+extern "C" fn before_fork() {
+    let _g = crate::ffi::Guard::enter();
+    let _ = std::panic::catch_unwind(|| {
+        if !lock(&FDS).is_empty() || ANY_DIRS.load(Ordering::Relaxed) > 0 {
+            return;
+        }
+        let mut g = lock(&INST);
+        let Some(i) = g.take() else {
+            return;
+        };
+        if !i.owned() || !i.lazy {
+            *g = Some(i);
+            return;
+        }
+        match Arc::try_unwrap(i) {
+            Ok(inst) => {
+                if let Err(e) = inst.fs.checkpoint().and_then(|()| inst.fs.close()) {
+                    warn_once(&format!("closing the namespace before fork: {e}"));
+                }
+            }
+            Err(shared) => *g = Some(shared),
+        }
+    });
 }
 
 /// Replaces the instance by one opened from `cfg` (the MPI wrapper's MPI_Init).
@@ -282,6 +389,7 @@ pub(crate) fn instance_start(cfg: microfs::instance::Config) -> Result<(), Strin
         Ok((fs, _)) => Arc::new(Inst {
             fs,
             pid: std::process::id(),
+            lazy: false,
         }),
         Err(e) => return Err(format!("cannot open the namespace of {dir}: {e}")),
     };

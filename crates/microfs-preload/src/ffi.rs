@@ -1291,6 +1291,92 @@ pub unsafe extern "C" fn linkat(
 }
 
 // ---------------------------------------------------------------------------------------------
+// extended attributes: the namespace has none (ls -l asks for ACLs and SELinux labels, cp -a
+// and tar --xattrs copy them). Reads answer "no such attribute" / an empty list, writes
+// "not supported", which is what callers expect of a file system without them.
+
+fn no_xattr(rel: &str) -> R<usize> {
+    core::stat(rel).and(Err(libc::ENODATA))
+}
+
+fn no_xattr_fd(fd: c_int) -> R<usize> {
+    core::fstat(fd).and(Err(libc::ENODATA))
+}
+
+fn xattr_list(rel: &str) -> R<usize> {
+    core::stat(rel).map(|_| 0)
+}
+
+fn xattr_list_fd(fd: c_int) -> R<usize> {
+    core::fstat(fd).map(|_| 0)
+}
+
+fn xattr_unsupported(rel: &str) -> R<usize> {
+    core::stat(rel).and(Err(libc::EOPNOTSUPP))
+}
+
+fn xattr_unsupported_fd(fd: c_int) -> R<usize> {
+    core::fstat(fd).and(Err(libc::EOPNOTSUPP))
+}
+
+/// A path-based xattr call (ssize_t for get/list, int for set/remove; our results are 0 or -1).
+macro_rules! xattr_path {
+    ($name:ident, $lit:literal, ($($a:ident : $t:ty),*) -> $ret:ty, $op:expr) => {
+        /// # Safety
+        /// C's contract for this function.
+        #[unsafe(no_mangle)]
+        pub unsafe extern "C" fn $name(path: *const c_char $(, $a: $t)*) -> $ret {
+            // SAFETY: path is the caller's C string.
+            let p = unsafe { cstr(path) };
+            match on_path(libc::AT_FDCWD, p, $op) {
+                Go::Kernel(sub) => {
+                    let f = real!($lit, unsafe extern "C" fn(*const c_char $(, $t)*) -> $ret);
+                    // SAFETY: libc's function with the caller's arguments.
+                    unsafe { f(sub_or(path, &sub) $(, $a)*) }
+                }
+                Go::Done(r) => ret_size(r) as $ret,
+            }
+        }
+    };
+}
+
+/// A descriptor-based xattr call, the same way.
+macro_rules! xattr_fd {
+    ($name:ident, $lit:literal, ($($a:ident : $t:ty),*) -> $ret:ty, $op:expr) => {
+        /// # Safety
+        /// C's contract for this function.
+        #[unsafe(no_mangle)]
+        pub unsafe extern "C" fn $name(fd: c_int $(, $a: $t)*) -> $ret {
+            match on_fd(fd, || $op(fd)) {
+                Go::Kernel(_) => {
+                    let f = real!($lit, unsafe extern "C" fn(c_int $(, $t)*) -> $ret);
+                    // SAFETY: libc's function with the caller's arguments.
+                    unsafe { f(fd $(, $a)*) }
+                }
+                Go::Done(r) => ret_size(r) as $ret,
+            }
+        }
+    };
+}
+
+type Name = *const c_char;
+type Buf = *mut c_void;
+type Val = *const c_void;
+
+xattr_path!(getxattr, "getxattr", (name: Name, value: Buf, size: size_t) -> ssize_t, no_xattr);
+xattr_path!(lgetxattr, "lgetxattr", (name: Name, value: Buf, size: size_t) -> ssize_t, no_xattr);
+xattr_fd!(fgetxattr, "fgetxattr", (name: Name, value: Buf, size: size_t) -> ssize_t, no_xattr_fd);
+xattr_path!(listxattr, "listxattr", (list: *mut c_char, size: size_t) -> ssize_t, xattr_list);
+xattr_path!(llistxattr, "llistxattr", (list: *mut c_char, size: size_t) -> ssize_t, xattr_list);
+xattr_fd!(flistxattr, "flistxattr", (list: *mut c_char, size: size_t) -> ssize_t, xattr_list_fd);
+xattr_path!(setxattr, "setxattr", (name: Name, value: Val, size: size_t, flags: c_int) -> c_int, xattr_unsupported);
+xattr_path!(lsetxattr, "lsetxattr", (name: Name, value: Val, size: size_t, flags: c_int) -> c_int, xattr_unsupported);
+xattr_fd!(fsetxattr, "fsetxattr", (name: Name, value: Val, size: size_t, flags: c_int) -> c_int, xattr_unsupported_fd);
+xattr_path!(removexattr, "removexattr", (name: Name) -> c_int, xattr_unsupported);
+xattr_path!(lremovexattr, "lremovexattr", (name: Name) -> c_int, xattr_unsupported);
+xattr_fd!(fremovexattr, "fremovexattr", (name: Name) -> c_int, xattr_unsupported_fd);
+
+// ---------------------------------------------------------------------------------------------
 // times
 
 /// One time of utimensat: None = omit, Some(None) = now, Some(Some(ns)) = that time.
@@ -1766,4 +1852,82 @@ pub unsafe extern "C" fn getcwd(buf: *mut c_char, size: size_t) -> *mut c_char {
         *out.add(cwd.len()) = 0;
     }
     out
+}
+
+// ---------------------------------------------------------------------------------------------
+// exec
+
+/// execve: while the working directory is inside the namespace, the new program is told so in
+/// its environment (KAVACH_CR_CWD and KAVACH_CR_CWD_BASE), so that a shell's `cd` into the
+/// checkpoint directory carries over to the commands it runs. glibc's own exec functions
+/// (execvp, execl, posix_spawn) call the kernel directly and see the environment as chdir left
+/// it (chdir sets the same variables with setenv).
+///
+/// # Safety
+/// C's contract for execve.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn execve(
+    path: *const c_char,
+    argv: *const *const c_char,
+    envp: *const *const c_char,
+) -> c_int {
+    type ExecFn =
+        unsafe extern "C" fn(*const c_char, *const *const c_char, *const *const c_char) -> c_int;
+    let f = real!("execve", ExecFn);
+    let extra = if busy() {
+        None
+    } else {
+        let _g = Guard::enter();
+        catch_unwind(core::exec_env).ok().flatten()
+    };
+    let Some(extra) = extra else {
+        // SAFETY: libc's execve with the caller's arguments.
+        return unsafe { f(path, argv, envp) };
+    };
+    let mut env: Vec<*const c_char> = Vec::new();
+    if !envp.is_null() {
+        let mut i = 0;
+        loop {
+            // SAFETY: envp is a null-terminated array of C strings (execve's contract).
+            let e = unsafe { *envp.add(i) };
+            if e.is_null() {
+                break;
+            }
+            // SAFETY: a C string of that array.
+            let b = unsafe { CStr::from_ptr(e) }.to_bytes();
+            if !b.starts_with(b"KAVACH_CR_CWD=") && !b.starts_with(b"KAVACH_CR_CWD_BASE=") {
+                env.push(e);
+            }
+            i += 1;
+        }
+    }
+    env.extend(extra.iter().map(|c| c.as_ptr()));
+    env.push(std::ptr::null());
+    // SAFETY: libc's execve; env is a null-terminated array of C strings that live until the
+    // call returns (it returns only on failure).
+    unsafe { f(path, argv, env.as_ptr()) }
+}
+
+/// The library's constructor: remembers which process loaded it (see `core::loaded`).
+extern "C" fn on_load() {
+    core::loaded();
+}
+
+// SAFETY: .init_array holds plain function pointers that the dynamic loader calls once, with no
+// arguments, when the library is loaded; on_load only stores the process id.
+#[used]
+#[unsafe(link_section = ".init_array")]
+static ON_LOAD: extern "C" fn() = on_load;
+
+/// vfork is served by fork: fork runs the shim's fork hook (an idle namespace is closed so
+/// that the child can open it), vfork would not. POSIX allows vfork to be fork; the child of a
+/// vfork may only exec or _exit, which it can do as well after a fork.
+///
+/// # Safety
+/// C's contract for vfork.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn vfork() -> libc::pid_t {
+    let f = real!("fork", unsafe extern "C" fn() -> libc::pid_t);
+    // SAFETY: libc's fork.
+    unsafe { f() }
 }

@@ -193,3 +193,22 @@ pub(crate) fn warn(msg: &str) {
         }
     }
 }
+
+/// setenv(3) on this process's environment (other threads reading it at the same moment is the
+/// usual hazard of setenv; the shim calls it only from chdir).
+pub(crate) fn setenv(key: &CStr, value: &CStr) {
+    // SAFETY: both are NUL-terminated strings; setenv copies them.
+    unsafe { libc::setenv(key.as_ptr(), value.as_ptr(), 1) };
+}
+
+/// unsetenv(3), with the same hazard.
+pub(crate) fn unsetenv(key: &CStr) {
+    // SAFETY: a NUL-terminated name.
+    unsafe { libc::unsetenv(key.as_ptr()) };
+}
+
+/// Registers `prepare` to run in the parent before every fork() (pthread_atfork).
+pub(crate) fn at_fork(prepare: extern "C" fn()) {
+    // SAFETY: prepare is a plain function that lives as long as the library.
+    unsafe { libc::pthread_atfork(Some(prepare), None, None) };
+}
