@@ -37,7 +37,7 @@ pub const ROOT_INO: u64 = 1;
 /// `active_slot` when no checkpoint was taken yet.
 pub const NO_SLOT: u8 = 0xff;
 /// Smallest log area.
-pub const LOG_BYTES_MIN: u64 = 64 * 1024;
+pub const LOG_BYTES_MIN: u64 = 20 * 1024;
 /// Default log area: 4 MiB.
 pub const LOG_BYTES_DEFAULT: u64 = 4 << 20;
 
@@ -162,7 +162,8 @@ impl Superblock {
                 bytes.len().to_string(),
             ));
         }
-        if bytes.iter().all(|&b| b == 0) {
+        // Blank, or a format that did not get to write the magic (it goes last, in one word).
+        if bytes[..8].iter().all(|&b| b == 0) {
             return Ok(None);
         }
         if bytes[..8] != SUPERBLOCK_MAGIC {
@@ -261,7 +262,10 @@ impl Superblock {
                 self.capacity.to_string(),
             );
         }
-        if self.log_offset != LOG_OFFSET || self.log_bytes < LOG_BYTES_MIN || self.log_bytes % 4096 != 0 {
+        if self.log_offset != LOG_OFFSET
+            || self.log_bytes < LOG_BYTES_MIN
+            || self.log_bytes % 4096 != 0
+        {
             return bad(
                 "log area",
                 format!("offset {LOG_OFFSET}, at least {LOG_BYTES_MIN} bytes in pages"),
@@ -271,7 +275,8 @@ impl Superblock {
         let log_end = LOG_OFFSET.saturating_add(self.log_bytes);
         let s0_end = self.slot_offsets[0].saturating_add(self.slot_bytes);
         let s1_end = self.slot_offsets[1].saturating_add(self.slot_bytes);
-        if self.slot_offsets[0] != log_end || self.slot_offsets[1] != s0_end || self.slot_bytes == 0 {
+        if self.slot_offsets[0] != log_end || self.slot_offsets[1] != s0_end || self.slot_bytes == 0
+        {
             return bad(
                 "slots",
                 format!("slot 0 at {log_end}, slot 1 right after it"),
@@ -300,7 +305,11 @@ impl Superblock {
             );
         }
         if self.active_slot > 1 && self.active_slot != NO_SLOT {
-            return bad("active slot", "0, 1 or 255".into(), self.active_slot.to_string());
+            return bad(
+                "active slot",
+                "0, 1 or 255".into(),
+                self.active_slot.to_string(),
+            );
         }
         if self.active_slot != NO_SLOT && self.checkpoint_len > self.slot_bytes {
             return bad(
