@@ -413,19 +413,6 @@ fn lock(m: &Mutex<Mut>) -> MutexGuard<'_, Mut> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-fn dirent_bytes(op: u8, kind: Kind, name: &str, ino: u64) -> Vec<u8> {
-    let mut e = Enc::new();
-    e.u8(op)
-        .u8(kind.code())
-        .u16(name.len() as u16)
-        .u32(0)
-        .u64(ino)
-        .bytes(name.as_bytes());
-    let crc = crc32c::crc32c(&e.buf);
-    e.buf[4..8].copy_from_slice(&crc.to_le_bytes());
-    e.buf
-}
-
 /// Parse a directory file into its entries; errors name the byte of the file.
 pub(crate) fn parse_dir_file(
     bytes: &[u8],
@@ -871,7 +858,11 @@ impl Fs {
         inner.fold_all(&mut m)?;
         let ino = m.st.next_ino;
         let time = now_ns();
-        let dir = inner.append_dir(&mut m, parent, &dirent_bytes(dirent::ADD, kind, name, ino))?;
+        let dir = inner.append_dir(
+            &mut m,
+            parent,
+            &layout::dirent_bytes(dirent::ADD, kind, name, ino),
+        )?;
         let op = Op::Create {
             parent,
             ino,
@@ -920,7 +911,11 @@ impl Fs {
         }
         let kind = i.kind;
         inner.fold_all(&mut m)?;
-        let dir = inner.append_dir(&mut m, parent, &dirent_bytes(dirent::DEL, kind, name, ino))?;
+        let dir = inner.append_dir(
+            &mut m,
+            parent,
+            &layout::dirent_bytes(dirent::DEL, kind, name, ino),
+        )?;
         let op = Op::Remove {
             parent,
             name: name.to_string(),
@@ -986,10 +981,10 @@ impl Fs {
         let okind = old.and_then(|o| m.st.get(o).map(|i| i.kind));
         let mut to_bytes = Vec::new();
         if let (Some(o), Some(k)) = (old, okind) {
-            to_bytes.extend(dirent_bytes(dirent::DEL, k, tname, o));
+            to_bytes.extend(layout::dirent_bytes(dirent::DEL, k, tname, o));
         }
-        to_bytes.extend(dirent_bytes(dirent::ADD, skind, tname, src));
-        let from_bytes = dirent_bytes(dirent::DEL, skind, fname, src);
+        to_bytes.extend(layout::dirent_bytes(dirent::ADD, skind, tname, src));
+        let from_bytes = layout::dirent_bytes(dirent::DEL, skind, fname, src);
         let dirs = if fp == tp {
             let mut b = from_bytes;
             b.extend(to_bytes);

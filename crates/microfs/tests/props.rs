@@ -40,10 +40,18 @@ fn call() -> impl Strategy<Value = Call> {
 
 /// Directory 3 is the root.
 fn dir(d: u8) -> String {
-    if d == 3 { String::new() } else { format!("d{d}") }
+    if d == 3 {
+        String::new()
+    } else {
+        format!("d{d}")
+    }
 }
 fn file(d: u8, f: u8) -> String {
-    if d == 3 { format!("f{f}") } else { format!("d{d}/f{f}") }
+    if d == 3 {
+        format!("f{f}")
+    } else {
+        format!("d{d}/f{f}")
+    }
 }
 
 type Model = BTreeMap<String, Option<Vec<u8>>>;
@@ -53,7 +61,11 @@ fn snapshot(fs: &Fs) -> Model {
     let mut stack = vec![(String::new(), fs.lookup("").unwrap())];
     while let Some((path, ino)) = stack.pop() {
         for e in fs.readdir(ino).unwrap() {
-            let p = if path.is_empty() { e.name.clone() } else { format!("{path}/{}", e.name) };
+            let p = if path.is_empty() {
+                e.name.clone()
+            } else {
+                format!("{path}/{}", e.name)
+            };
             if e.kind == Kind::Dir {
                 out.insert(p.clone(), None);
                 stack.push((p, e.ino));
@@ -73,7 +85,13 @@ fn exists_dir(m: &Model, d: u8) -> bool {
 }
 
 fn opts() -> FsOptions {
-    FsOptions { hugeblock: 4096, log_bytes: 20 << 10, window: 2, background_checkpoint: false, ..FsOptions::default() }
+    FsOptions {
+        hugeblock: 4096,
+        log_bytes: 20 << 10,
+        window: 2,
+        background_checkpoint: false,
+        ..FsOptions::default()
+    }
 }
 
 proptest! {
