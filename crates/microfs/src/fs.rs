@@ -413,10 +413,11 @@ fn lock(m: &Mutex<Mut>) -> MutexGuard<'_, Mut> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
+/// A directory's names as its directory file says: name -> (inode, kind).
+pub(crate) type DirMap = std::collections::BTreeMap<String, (u64, Kind)>;
+
 /// Parse a directory file into its entries; errors name the byte of the file.
-pub(crate) fn parse_dir_file(
-    bytes: &[u8],
-) -> std::result::Result<std::collections::BTreeMap<String, (u64, Kind)>, (u64, String, String)> {
+pub(crate) fn parse_dir_file(bytes: &[u8]) -> std::result::Result<DirMap, (u64, String, String)> {
     let mut map = std::collections::BTreeMap::new();
     let mut pos = 0usize;
     while pos < bytes.len() {
@@ -1689,7 +1690,7 @@ impl Inner {
                     let mut next = idx + 1;
                     let mut nb = b;
                     while pos + len < buf.len() && i.blocks.get(&next) == Some(&(nb + 1)) {
-                        len += ((hb as usize).min(buf.len() - pos - len)) as usize;
+                        len += (hb as usize).min(buf.len() - pos - len);
                         next += 1;
                         nb += 1;
                     }
@@ -1841,9 +1842,9 @@ pub(crate) fn read_superblock(dev: &dyn Device) -> Result<(Superblock, usize, Ve
     let mut best: Option<(Superblock, usize)> = None;
     let mut bad = Vec::new();
     let mut errs = Vec::new();
-    for copy in 0..2 {
+    for (copy, &at) in SUPERBLOCK_OFFSETS.iter().enumerate() {
         let mut b = vec![0u8; SUPERBLOCK_BYTES];
-        dev.read_at(SUPERBLOCK_OFFSETS[copy], &mut b)?;
+        dev.read_at(at, &mut b)?;
         match Superblock::decode(&b, copy) {
             Ok(Some(sb)) => {
                 if best.as_ref().is_none_or(|(x, _)| sb.sequence > x.sequence) {
