@@ -214,10 +214,32 @@ struct Run {
     end: u64,
     size: u64,
     mtime: i64,
-    blocks: Vec<(u64, u32)>,
+    /// New hugeblocks as extents (index, block, count): a sequential run stays one extent,
+    /// so updating the slot costs the same at the 2000th write as at the first.
+    extents: Vec<(u64, u32, u32)>,
 }
 
 impl Run {
+    fn blocks(&self) -> Vec<(u64, u32)> {
+        self.extents
+            .iter()
+            .flat_map(|&(i, b, n)| (0..n).map(move |k| (i + k as u64, b + k)))
+            .collect()
+    }
+
+    fn add(&mut self, new: &[(u64, u32)]) {
+        for &(i, b) in new {
+            if let Some((si, sb, n)) = self.extents.last_mut()
+                && *si + *n as u64 == i
+                && *sb as u64 + *n as u64 == b as u64
+            {
+                *n += 1;
+            } else {
+                self.extents.push((i, b, 1));
+            }
+        }
+    }
+
     fn op(&self) -> Op {
         Op::Write {
             run: self.id,
@@ -227,7 +249,7 @@ impl Run {
             grow: Grow {
                 ino: self.ino,
                 size: self.size,
-                blocks: self.blocks.clone(),
+                blocks: self.blocks(),
             },
         }
     }
@@ -243,9 +265,8 @@ fn encode_runs(seq: u64, runs: &[Run]) -> Vec<u8> {
             .u64(r.end)
             .u64(r.size)
             .i64(r.mtime);
-        let ext = crate::state::to_extents(&r.blocks);
-        body.u32(ext.len() as u32);
-        for (i, b, n) in ext {
+        body.u32(r.extents.len() as u32);
+        for &(i, b, n) in &r.extents {
             body.u64(i).u32(b).u32(n);
         }
     }
@@ -327,15 +348,17 @@ fn decode_runs(bytes: &[u8], at: u64) -> Result<Option<(u64, Vec<Run>)>> {
                 blocks.push((i + k as u64, b + k));
             }
         }
-        runs.push(Run {
+        let mut run = Run {
             id,
             ino,
             start,
             end,
             size,
             mtime,
-            blocks,
-        });
+            extents: Vec::new(),
+        };
+        run.add(&blocks);
+        runs.push(run);
     }
     d.expect_end()?;
     Ok(Some((seq, runs)))
@@ -1727,7 +1750,7 @@ impl Inner {
                 r.end = r.end.max(end);
                 r.size = r.size.max(size);
                 r.mtime = mtime;
-                r.blocks.extend_from_slice(new);
+                r.add(new);
                 coalesced = true;
             }
             Some(_) => {
@@ -1750,8 +1773,11 @@ impl Inner {
                 end,
                 size,
                 mtime,
-                blocks: new.to_vec(),
+                extents: Vec::new(),
             });
+            if let Some(r) = runs.last_mut() {
+                r.add(new);
+            }
             m.next_run += 1;
         }
         loop {
