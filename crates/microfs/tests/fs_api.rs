@@ -274,3 +274,45 @@ fn blank_and_damaged_devices_are_errors_not_panics() {
         other => panic!("{other:?}"),
     }
 }
+
+#[test]
+fn background_checkpoint_waits_for_no_open_file() {
+    let dev: Arc<dyn Device> = Arc::new(MemDevice::new(16 << 20));
+    let o = FsOptions {
+        log_bytes: 64 << 10,
+        background_checkpoint: true,
+        checkpoint_log_fill: 0.3,
+        coalesce: false,
+        ..FsOptions::default()
+    };
+    let fs = Fs::format(dev.clone(), &o, &NamespaceId::default()).unwrap();
+    let ino = fs.create("f", 0o644, true, false).unwrap();
+    fs.opened(ino);
+    // Past the threshold (0.3 of the ring) but under the forced level (0.85).
+    while (fs.stats().log_used_bytes as f64) < 0.5 * fs.stats().log_ring_bytes as f64 {
+        fs.write_at(ino, 0, b"x").unwrap();
+    }
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    assert_eq!(
+        fs.stats().checkpoints,
+        0,
+        "a checkpoint ran while a file was open"
+    );
+    fs.closed(ino);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while fs.stats().checkpoints == 0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no background checkpoint: {:?}",
+            fs.stats()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    assert!(fs.stats().log_used_bytes < fs.stats().log_ring_bytes / 10);
+    drop(fs);
+    let (fs, rec) = Fs::open(dev, &o).unwrap();
+    assert!(rec.checkpoint_slot.is_some());
+    let mut b = [0u8; 1];
+    fs.read_at(ino, 0, &mut b).unwrap();
+    assert_eq!(&b, b"x");
+}
