@@ -947,8 +947,8 @@ impl Fs {
             time: now_ns(),
             dir,
         };
+        // An open count of the removed file stays until `closed`: the runtime closes it later.
         inner.commit(&mut m, op)?;
-        m.open.remove(&ino);
         Ok(())
     }
 
@@ -1032,9 +1032,6 @@ impl Fs {
             dirs,
         };
         inner.commit(&mut m, op)?;
-        if let Some(o) = old {
-            m.open.remove(&o);
-        }
         Ok(())
     }
 

@@ -316,3 +316,22 @@ fn background_checkpoint_waits_for_no_open_file() {
     fs.read_at(ino, 0, &mut b).unwrap();
     assert_eq!(&b, b"x");
 }
+
+#[test]
+fn open_counts_survive_unlink_and_fs_is_send_sync() {
+    fn send_sync<T: Send + Sync>() {}
+    send_sync::<Fs>();
+    let (_d, fs) = fresh(8 << 20);
+    let ino = fs.create("f", 0o644, true, false).unwrap();
+    fs.opened(ino);
+    fs.unlink("f").unwrap();
+    assert_eq!(fs.stats().open_files, 1);
+    fs.closed(ino);
+    assert_eq!(fs.stats().open_files, 0);
+    fs.closed(ino);
+    assert_eq!(
+        fs.stats().open_files,
+        0,
+        "a close without an open does not go below zero"
+    );
+}
