@@ -472,7 +472,11 @@ fn random_steps(seed: u64, n: usize) -> (Vec<Step>, Vec<Step>) {
     };
     let names: &[&'static str] = &["a", "b", "d/c", "d/e", "d2/f", "d/sub/g"];
     let dirs: &[&'static str] = &["d", "d2", "d/sub"];
-    let setup = vec![Step::Mkdir("d"), Step::Create("a"), Step::Write("a", 0, bytes(9000, 3))];
+    let setup = vec![
+        Step::Mkdir("d"),
+        Step::Create("a"),
+        Step::Write("a", 0, bytes(9000, 3)),
+    ];
     let mut m = Model::new();
     for s in &setup {
         apply(&mut m, s);
@@ -526,8 +530,15 @@ fn random_steps(seed: u64, n: usize) -> (Vec<Step>, Vec<Step>) {
                 Step::Rmdir(d)
             }
             6 | 7 => {
-                let (a, b) = (names[next(names.len() as u64) as usize], names[next(names.len() as u64) as usize]);
-                if a == b || !matches!(m.get(a), Some(Some(_))) || m.get(b) == Some(&None) || !parent_ok(&m, b) {
+                let (a, b) = (
+                    names[next(names.len() as u64) as usize],
+                    names[next(names.len() as u64) as usize],
+                );
+                if a == b
+                    || !matches!(m.get(a), Some(Some(_)))
+                    || m.get(b) == Some(&None)
+                    || !parent_ok(&m, b)
+                {
                     continue;
                 }
                 Step::Rename(a, b)
@@ -544,7 +555,10 @@ fn random_steps(seed: u64, n: usize) -> (Vec<Step>, Vec<Step>) {
 fn random_sequences_crash_everywhere() {
     for seed in 1..=4u64 {
         let (setup, steps) = random_steps(seed, 14);
-        let o = FsOptions { window: 1 + (seed as usize % 3), ..opts(4096, 20 << 10, 1) };
+        let o = FsOptions {
+            window: 1 + (seed as usize % 3),
+            ..opts(4096, 20 << 10, 1)
+        };
         crash_everywhere(&o, &setup, &steps);
     }
 }
