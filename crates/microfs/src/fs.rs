@@ -148,6 +148,8 @@ pub struct FsStats {
     pub slot_writes: u64,
     /// Metadata checkpoints taken.
     pub checkpoints: u64,
+    /// Directory files rewritten without their removed names (at checkpoints).
+    pub dirs_compacted: u64,
     /// Log ring bytes in use and in all.
     pub log_used_bytes: u64,
     /// Log ring bytes.
@@ -1822,6 +1824,118 @@ impl Inner {
     /// the log emptied.
     fn checkpoint(&self, m: &mut Mut) -> Result<()> {
         self.fold_all(m)?;
+        let undo = self.compact_dirs(m)?;
+        match self.write_checkpoint(m) {
+            Ok(()) => {
+                // The old directory-file blocks are free only now that no state names them.
+                for (_, old, _, _) in undo {
+                    for &b in old.values() {
+                        m.st.free.push_back(b);
+                    }
+                }
+                m.stats.checkpoints += 1;
+                // The records are all in the checkpoint now; if emptying the log fails, the
+                // next recovery skips them by their LSN.
+                self.log.cleanup_all()?;
+                Ok(())
+            }
+            Err(e) => {
+                for (ino, old, size, new) in undo.into_iter().rev() {
+                    for &b in new.values() {
+                        m.st.owner[b as usize] = 0;
+                        m.st.free.push_front(b);
+                    }
+                    for &b in old.values() {
+                        m.st.owner[b as usize] = ino;
+                    }
+                    if let Some(i) = m.st.inodes.get_mut(&ino) {
+                        i.blocks = old;
+                        i.size = size;
+                    }
+                }
+                Err(e)
+            }
+        }
+    }
+
+    /// Rewrite every directory file that is mostly removed names (over a hugeblock, at least
+    /// twice its live entries) into fresh hugeblocks, holding only its live entries. Only
+    /// DRAM and free blocks change: the checkpoint that follows makes it durable, and until
+    /// its superblock is written the old blocks stay as they were. Returns what to undo (or,
+    /// once the checkpoint is durable, the old blocks to free): (ino, old blocks, old size,
+    /// new blocks).
+    #[allow(clippy::type_complexity)]
+    fn compact_dirs(
+        &self,
+        m: &mut Mut,
+    ) -> Result<
+        Vec<(
+            u64,
+            std::collections::BTreeMap<u64, u32>,
+            u64,
+            std::collections::BTreeMap<u64, u32>,
+        )>,
+    > {
+        let hb = m.st.hugeblock as u64;
+        let mut dirs: Vec<u64> =
+            m.st.inodes
+                .iter()
+                .filter(|(_, i)| i.kind == Kind::Dir && i.size > hb)
+                .map(|(&n, _)| n)
+                .collect();
+        dirs.sort_unstable();
+        let mut undo = Vec::new();
+        for ino in dirs {
+            let i = &m.st.inodes[&ino];
+            let mut bytes = Vec::new();
+            for (name, &child) in &i.entries {
+                let kind = m.st.get(child).map(|c| c.kind).unwrap_or(Kind::File);
+                bytes.extend(layout::dirent_bytes(dirent::ADD, kind, name, child));
+            }
+            if (bytes.len() as u64) * 2 > i.size {
+                continue;
+            }
+            let need = (bytes.len() as u64).div_ceil(hb) as usize;
+            if m.st.free.len() < need {
+                continue;
+            }
+            let new: std::collections::BTreeMap<u64, u32> = (0..need as u64)
+                .map(|idx| (idx, m.st.free.pop_front().unwrap_or(0)))
+                .collect();
+            let mut res = Ok(());
+            for (&idx, &b) in &new {
+                let s = (idx * hb) as usize;
+                let e = (s + hb as usize).min(bytes.len());
+                res = self
+                    .dev
+                    .write_at(m.sb.data_offset + b as u64 * hb, &bytes[s..e])
+                    .map_err(FsError::from);
+                if res.is_err() {
+                    break;
+                }
+            }
+            if let Err(e) = res {
+                for &b in new.values().rev() {
+                    m.st.free.push_front(b);
+                }
+                return Err(e);
+            }
+            for &b in new.values() {
+                m.st.owner[b as usize] = ino;
+            }
+            let i = m.st.inodes.get_mut(&ino).expect("listed above");
+            for &b in i.blocks.values() {
+                m.st.owner[b as usize] = 0;
+            }
+            let old = std::mem::replace(&mut i.blocks, new.clone());
+            let size = std::mem::replace(&mut i.size, bytes.len() as u64);
+            undo.push((ino, old, size, new));
+            m.stats.dirs_compacted += 1;
+        }
+        Ok(undo)
+    }
+
+    fn write_checkpoint(&self, m: &mut Mut) -> Result<()> {
         let lsn = self.log.next_lsn().saturating_sub(1);
         let body = m.st.encode();
         let mut e = Enc::new();
@@ -1852,10 +1966,7 @@ impl Inner {
         sb.checkpoint_len = bytes.len() as u64;
         sb.checkpoint_crc = crc32c::crc32c(&bytes);
         sb.epoch = sb.epoch.max(self.opts.provenance.epoch);
-        self.write_sb(m, sb)?;
-        self.log.cleanup_all()?;
-        m.stats.checkpoints += 1;
-        Ok(())
+        self.write_sb(m, sb)
     }
 }
 

@@ -562,3 +562,28 @@ fn random_sequences_crash_everywhere() {
         crash_everywhere(&o, &setup, &steps);
     }
 }
+
+#[test]
+fn crash_while_a_checkpoint_compacts_a_directory_file() {
+    // A large log, so that the setup takes no checkpoint: the first is the one under test.
+    let o = opts(4096, 256 << 10, 1);
+    let mut setup = vec![Step::Mkdir("d")];
+    for i in 0..160 {
+        let name: &'static str = Box::leak(format!("d/ckpt-step-{i:04}").into_boxed_str());
+        setup.push(Step::Create(name));
+        if i % 40 != 0 {
+            setup.push(Step::Unlink(name));
+        }
+    }
+    crash_everywhere(
+        &o,
+        &setup,
+        &[
+            Step::Checkpoint,
+            Step::Create("d/after"),
+            Step::Write("d/after", 0, bytes(5000, 1)),
+            Step::Unlink("d/ckpt-step-0040"),
+            Step::Checkpoint,
+        ],
+    );
+}

@@ -335,3 +335,45 @@ fn open_counts_survive_unlink_and_fs_is_send_sync() {
         "a close without an open does not go below zero"
     );
 }
+
+#[test]
+fn directory_files_are_compacted_at_checkpoints() {
+    let o = FsOptions {
+        hugeblock: 4096,
+        ..opts()
+    };
+    let dev: Arc<dyn Device> = Arc::new(MemDevice::new(16 << 20));
+    let fs = Fs::format(dev.clone(), &o, &NamespaceId::default()).unwrap();
+    fs.mkdir("d", 0o755).unwrap();
+    for i in 0..300 {
+        fs.create(&format!("d/step-{i:04}"), 0o644, true, false)
+            .unwrap();
+        if i >= 2 {
+            fs.unlink(&format!("d/step-{:04}", i - 2)).unwrap();
+        }
+    }
+    let d = fs.lookup("d").unwrap();
+    let before = fs.stat(d).unwrap().size;
+    assert!(before > 3 * 4096, "{before}");
+    let free = fs.stats().blocks_free;
+    fs.checkpoint().unwrap();
+    let after = fs.stat(d).unwrap().size;
+    assert!(
+        after < 100,
+        "two live names left, directory file of {after} bytes"
+    );
+    assert!(fs.stats().dirs_compacted >= 1);
+    assert_eq!(fs.stats().blocks_free, free + before.div_ceil(4096) - 1);
+    assert!(fs.check().unwrap().findings.is_empty());
+    fs.create("d/new", 0o644, true, false).unwrap();
+    drop(fs);
+    let (fs, _) = Fs::open(dev, &o).unwrap();
+    let names: Vec<String> = fs
+        .readdir(fs.lookup("d").unwrap())
+        .unwrap()
+        .into_iter()
+        .map(|e| e.name)
+        .collect();
+    assert_eq!(names, vec!["new", "step-0298", "step-0299"]);
+    assert!(fs.check().unwrap().findings.is_empty());
+}
