@@ -1330,6 +1330,18 @@ impl Fs {
                 }
             }
             if i.kind == Kind::Dir {
+                if i.size > i.blocks.len() as u64 * hb {
+                    r.findings.push(Finding {
+                        what: format!("directory file of inode {ino}"),
+                        at: 0,
+                        expected: format!(
+                            "at most {} bytes in its hugeblocks",
+                            i.blocks.len() as u64 * hb
+                        ),
+                        found: i.size.to_string(),
+                    });
+                    continue;
+                }
                 let mut bytes = vec![0u8; i.size as usize];
                 if let Err(e) = inner.read_blocks(&m.sb, i, 0, &mut bytes) {
                     r.findings.push(Finding {
