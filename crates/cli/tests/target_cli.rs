@@ -1,6 +1,7 @@
 //! `kavach target serve` as a process: clients write through `target::RemoteDevice`, the server
 //! is killed with SIGKILL, restarted, and every acknowledged write is read back; SIGTERM stops
-//! it cleanly (the listening and stopped lines on stdout, text or JSON); a second server on the same directory is refused.
+//! it cleanly (the listening and stopped lines on stdout, text or JSON); a second server on the
+//! same directory is refused.
 
 mod common;
 
