@@ -52,3 +52,95 @@ impl Rng {
         (0..n).map(|_| self.next() as u8).collect()
     }
 }
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use target::proto::{HEADER_BYTES, ReplyHeader, RequestHeader};
+
+/// A raw connection for tests that speak the protocol by hand.
+pub struct Raw(pub TcpStream);
+
+/// What came back for a raw request.
+#[derive(Debug)]
+pub enum Answer {
+    /// A well-formed reply: its header, message and data.
+    Reply(ReplyHeader, String, Vec<u8>),
+    /// The server closed the connection (or reset it) without a reply.
+    Closed,
+}
+
+impl Raw {
+    pub fn connect(addr: std::net::SocketAddr) -> Raw {
+        let s = TcpStream::connect(addr).expect("connect");
+        s.set_read_timeout(Some(std::time::Duration::from_secs(20)))
+            .unwrap();
+        Raw(s)
+    }
+
+    pub fn send_bytes(&mut self, bytes: &[u8]) -> bool {
+        self.0.write_all(bytes).is_ok()
+    }
+
+    pub fn request(&mut self, h: &RequestHeader, body: &[u8]) -> Answer {
+        let mut out = h.encode().to_vec();
+        out.extend_from_slice(body);
+        if !self.send_bytes(&out) {
+            return Answer::Closed;
+        }
+        self.answer()
+    }
+
+    /// Read one reply, checking everything a client checks; panics on a malformed reply (the
+    /// server must never send one).
+    pub fn answer(&mut self) -> Answer {
+        let mut hb = [0u8; HEADER_BYTES];
+        match self.0.read_exact(&mut hb) {
+            Ok(()) => {}
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::UnexpectedEof
+                        | std::io::ErrorKind::ConnectionReset
+                        | std::io::ErrorKind::BrokenPipe
+                ) =>
+            {
+                return Answer::Closed;
+            }
+            Err(e) => panic!("reading a reply: {e}"),
+        }
+        let h = ReplyHeader::decode(&hb).expect("the server sent a malformed reply header");
+        let mut msg = vec![0u8; h.message_len as usize];
+        self.0.read_exact(&mut msg).expect("the reply's message");
+        let mut data = vec![0u8; h.data_len as usize];
+        self.0.read_exact(&mut data).expect("the reply's data");
+        let crc = crc32c::crc32c_append(crc32c::crc32c(&msg), &data);
+        assert_eq!(crc, h.body_crc, "reply body CRC");
+        Answer::Reply(h, String::from_utf8(msg).expect("UTF-8 message"), data)
+    }
+}
+
+/// A HELLO request for `job`.
+pub fn hello_frame(job: &str, len: u64, create: bool) -> (RequestHeader, Vec<u8>) {
+    let body = target::proto::encode_hello(&target::Hello {
+        job: job.into(),
+        len,
+        create,
+        tenant: target::Tenant::default(),
+    });
+    (
+        RequestHeader {
+            op: target::proto::op::HELLO,
+            flags: if create {
+                target::proto::FLAG_CREATE
+            } else {
+                0
+            },
+            id: 1,
+            offset: 0,
+            length: len,
+            body_len: body.len() as u32,
+            body_crc: crc32c::crc32c(&body),
+        },
+        body,
+    )
+}
