@@ -13,7 +13,10 @@
  *
  * Modes (all ranks take the same arguments):
  *   comd_cr run DIR [--atoms N] [--steps S] [--every K] [--chunk B] [--restart] [--stop-after S]
- *   comd_cr bench DIR --bytes B [--reps R] [--chunk B]   write then read B bytes per rank, timed
+ *   comd_cr bench DIR --bytes B [--reps R] [--chunk B] [--drop-caches]
+ *                                       write (then fsync) and read B bytes per rank, timed;
+ *                                       --drop-caches: rank 0 empties the kernel's page cache
+ *                                       between the two (untimed)
  *   comd_cr create DIR --files K [--shared]              K creates per rank, timed
  * bench and create print one line from rank 0: "bench write_s X read_s Y bytes Z ranks P" and
  * "create seconds X files Z ranks P". Exit status: 0 ok, 1 a checkpoint failed to verify,
@@ -312,10 +315,12 @@ static int run(const char *dir, int argc, char **argv) {
 
 static int bench(const char *dir, int argc, char **argv) {
     uint64_t bytes = 1 << 20, reps = 1, chunk = 1 << 20;
+    int drop = 0;
     for (int i = 0; i < argc; i++) {
         if (i + 1 < argc && !strcmp(argv[i], "--bytes")) bytes = u64arg(argv[++i], "--bytes");
         else if (i + 1 < argc && !strcmp(argv[i], "--reps")) reps = u64arg(argv[++i], "--reps");
         else if (i + 1 < argc && !strcmp(argv[i], "--chunk")) chunk = u64arg(argv[++i], "--chunk");
+        else if (!strcmp(argv[i], "--drop-caches")) drop = 1;
         else {
             if (rank == 0) fprintf(stderr, "comd_cr: unknown argument %s\n", argv[i]);
             return 2;
@@ -346,6 +351,17 @@ static int bench(const char *dir, int argc, char **argv) {
         if (close(fd) != 0) die("close", p);
         MPI_Barrier(MPI_COMM_WORLD);
         double t1 = MPI_Wtime();
+        if (drop) {
+            /* Untimed: the kernel's page cache must not serve the read. */
+            if (rank == 0) {
+                sync();
+                int dc = open("/proc/sys/vm/drop_caches", O_WRONLY);
+                if (dc < 0 || write(dc, "3", 1) != 1) die("write", "/proc/sys/vm/drop_caches");
+                close(dc);
+            }
+            MPI_Barrier(MPI_COMM_WORLD);
+        }
+        double t1r = MPI_Wtime();
         fd = open(p, O_RDONLY);
         if (fd < 0) die("open", p);
         for (uint64_t done = 0; done < bytes;) {
@@ -357,7 +373,7 @@ static int bench(const char *dir, int argc, char **argv) {
         MPI_Barrier(MPI_COMM_WORLD);
         double t2 = MPI_Wtime();
         wsum += t1 - t0;
-        rsum += t2 - t1;
+        rsum += t2 - t1r;
         if (unlink(p) != 0) die("unlink", p);
     }
     int anybad;
