@@ -182,6 +182,19 @@ fn table() -> Vec<Row> {
             &["--dir", "P"],
             &[Input::Empty, Input::Random, Input::Text, Input::PlainPool],
         ),
+        // The block target serves a directory that must exist: a missing one is not created.
+        row(
+            &["target", "serve"],
+            &["--dir", "P", "--listen", "127.0.0.1:0"],
+            &[
+                Input::Missing,
+                Input::Empty,
+                Input::Random,
+                Input::Text,
+                Input::Truncated,
+                Input::PlainPool,
+            ],
+        ),
     ]
 }
 
@@ -470,4 +483,33 @@ fn serve_refuses_a_store_file_that_is_not_a_store_and_changes_nothing() {
             "{what}: the directory or the pool was changed"
         );
     }
+}
+
+#[test]
+fn target_serve_refuses_bad_options_and_creates_nothing() {
+    let s = Scratch::new("target");
+    let dir = s.path("ns");
+    std::fs::create_dir(&dir).unwrap();
+    // A port in use: held by this test for the command's lifetime.
+    let held = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let in_use = held.local_addr().unwrap().to_string();
+    for bad in [
+        vec!["--listen", "nonsense"],
+        vec!["--listen", "127.0.0.1:99999"],
+        vec!["--listen", "300.1.1.1:7420"],
+        vec!["--listen", &in_use],
+        vec!["--listen", "127.0.0.1:0", "--max-connections", "0"],
+        vec!["--listen", "127.0.0.1:0", "--direct", "sometimes"],
+    ] {
+        let mut args = vec!["target", "serve", "--dir", &dir];
+        args.extend(bad);
+        let o = kavach(&args);
+        assert_could_not_run(&o, &args.join(" "));
+        assert_eq!(
+            snapshot(Path::new(&dir)),
+            Snapshot::Directory(BTreeSet::new()),
+            "{args:?} changed the directory"
+        );
+    }
+    drop(held);
 }

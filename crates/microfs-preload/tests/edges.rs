@@ -1,0 +1,130 @@
+//! The shim's edges: without KAVACH_CR_DIR every call passes through to libc unchanged; threads
+//! share one namespace; a namespace that cannot be opened, or that another process holds, gives
+//! an error (and one message) instead of touching the kernel's file system; a directory of many
+//! entries lists completely.
+
+mod common;
+use common::*;
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+
+#[test]
+fn without_the_variable_every_call_goes_to_libc() {
+    let s = Scratch::new("pass");
+    let prog = s.compile("calls");
+    let plain = s.k.join("plain");
+    let preloaded = s.k.join("preloaded");
+    std::fs::create_dir(&plain).unwrap();
+    std::fs::create_dir(&preloaded).unwrap();
+    let want = ok(Command::new(&prog).arg(&plain));
+    let mut c = Command::new(&prog);
+    s.shim(&mut c).env_remove("KAVACH_CR_DIR");
+    let got = ok(c.arg(&preloaded));
+    assert_eq!(want, got);
+    assert!(want.ends_with("== end\n"));
+    assert!(!s.dev.exists(), "a device was made without KAVACH_CR_DIR");
+    same_tree(&plain, &preloaded);
+}
+
+#[test]
+fn threads_share_the_namespace() {
+    let s = Scratch::new("threads");
+    let prog = s.compile("threads");
+    let w = ok(s
+        .shim(&mut Command::new(&prog))
+        .arg("write")
+        .arg(&s.cr)
+        .arg("6"));
+    assert_eq!(w.trim(), "6 files verified");
+    let r = ok(s
+        .shim(&mut Command::new(&prog))
+        .arg("verify")
+        .arg(&s.cr)
+        .arg("6"));
+    assert_eq!(r.trim(), "6 files verified");
+}
+
+#[test]
+fn a_namespace_that_cannot_be_opened_is_an_error_named_once() {
+    let s = Scratch::new("noopen");
+    let mut c = Command::new("ls");
+    s.shim(&mut c)
+        .env("KAVACH_CR_DEVICE", s.root.join("no/such/dir/dev"));
+    let o = c.arg(&s.cr).arg(s.cr.join("x")).output().expect("ls");
+    assert_eq!(o.status.code(), Some(2), "{o:?}");
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(
+        err.matches("kavach-cr: cannot open the checkpoint namespace")
+            .count(),
+        1,
+        "{err}"
+    );
+    assert!(!s.cr.exists());
+    // A bad setting is named too.
+    let mut c = Command::new("ls");
+    s.shim(&mut c).env("KAVACH_CR_SIZE", "lots");
+    let o = c.arg(&s.cr).output().expect("ls");
+    assert_eq!(o.status.code(), Some(2), "{o:?}");
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("kavach-cr: "),
+        "{o:?}"
+    );
+}
+
+#[test]
+fn a_namespace_held_by_another_process_is_busy() {
+    let s = Scratch::new("busy");
+    let ckpt = s.compile("ckpt");
+    ok(s.shim(&mut Command::new("mkdir")).arg(s.cr.join("run")));
+    let mut writer = s
+        .shim(&mut Command::new(&ckpt))
+        .arg("loop")
+        .arg(s.cr.join("run"))
+        .arg("4096")
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    let mut lines = BufReader::new(writer.stdout.take().unwrap()).lines();
+    let first = lines.next().expect("a line").expect("read");
+    assert_eq!(first, "synced 0");
+    let o = s
+        .shim(&mut Command::new("ls"))
+        .arg(s.cr.join("run"))
+        .output()
+        .expect("ls");
+    writer.kill().expect("kill");
+    writer.wait().expect("wait");
+    assert_eq!(o.status.code(), Some(2), "{o:?}");
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("Device or resource busy"), "{err}");
+    // Once the holder is gone, the namespace opens again.
+    let o = ok(s.shim(&mut Command::new("ls")).arg(s.cr.join("run")));
+    assert!(o.lines().any(|l| l == "step.0"), "{o}");
+}
+
+#[test]
+fn a_directory_of_many_entries_lists_completely() {
+    let s = Scratch::new("many");
+    let src = s.k.join("many");
+    std::fs::create_dir(&src).unwrap();
+    for i in 0..1500 {
+        std::fs::write(src.join(format!("entry-{i:05}")), i.to_string()).unwrap();
+    }
+    ok(s.shim(&mut Command::new("cp"))
+        .arg("-r")
+        .arg(&src)
+        .arg(s.cr.join("many")));
+    let listing = ok(s
+        .shim(&mut Command::new("ls"))
+        .arg("-1")
+        .arg(s.cr.join("many")));
+    let got: Vec<&str> = listing.lines().collect();
+    let want: Vec<String> = (0..1500).map(|i| format!("entry-{i:05}")).collect();
+    assert_eq!(got.len(), want.len(), "entries listed");
+    assert!(got.iter().zip(&want).all(|(g, w)| g == w), "names differ");
+    ok(s.shim(&mut Command::new("rm"))
+        .arg("-r")
+        .arg(s.cr.join("many")));
+    let after = ok(s.shim(&mut Command::new("ls")).arg("-a").arg(&s.cr));
+    assert_eq!(after, ".\n..\n", "the namespace root is empty again");
+}
