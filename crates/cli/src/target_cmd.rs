@@ -20,9 +20,11 @@ pub enum TargetCommand {
     ///
     /// DIR must exist and be a directory (it is not created, so that a mistyped path is an
     /// error); a lock file in it (.kavach-target.lock) keeps a second server out. When the
-    /// server is up it prints `kavach: listening on ADDR` on stderr (with --json, also a
-    /// JSON line on stdout). SIGTERM or SIGINT stop it cleanly; kill -9 loses nothing that
-    /// was acknowledged. There is no authentication: listen on a trusted network only.
+    /// server is up it prints one line on stdout, `kavach: listening on ADDR (...)`, or with
+    /// --json a JSON object {"event":"listening","listen":ADDR,"dir":DIR}; when it stops, one
+    /// more line (`kavach: target stopped after ...`, or {"event":"stopped",...}). Errors go
+    /// to stderr. SIGTERM or SIGINT stop it cleanly; kill -9 loses nothing that was
+    /// acknowledged. There is no authentication: listen on a trusted network only.
     #[command(after_help = "Examples:\n  \
         mkdir -p /srv/cr && kavach target serve --dir /srv/cr\n  \
         kavach target serve --dir /srv/cr --listen 0.0.0.0:7420 --json\n  \
@@ -48,8 +50,8 @@ pub struct ServeArgs {
     /// Directory holding one file per namespace (must exist).
     #[arg(long)]
     dir: PathBuf,
-    /// Address to listen on, HOST:PORT (port 0: any free port; the line `listening on`
-    /// says which).
+    /// Address to listen on, HOST:PORT (port 0: any free port; the first line on stdout says
+    /// which).
     #[arg(long, default_value = "127.0.0.1:7420")]
     listen: String,
     /// O_DIRECT for the namespace files.
@@ -58,7 +60,7 @@ pub struct ServeArgs {
     /// Most connections served at once (at least 1); one more is refused.
     #[arg(long, default_value_t = 256)]
     max_connections: usize,
-    /// Also print a JSON line on stdout when listening and when stopped.
+    /// Print the lines on stdout (listening, stopped) as JSON objects.
     #[arg(long)]
     json: bool,
 }
@@ -96,22 +98,18 @@ fn serve(a: &ServeArgs) -> Result<Outcome> {
     install_signal_handlers(&srv.handle())
         .map_err(|e| refused(format!("cannot install signal handlers: {e}")))?;
     let addr = srv.local_addr();
-    server::say!(
-        "kavach: listening on {addr} (namespaces in {}); stop with Ctrl-C or SIGTERM",
-        a.dir.display()
-    );
     if a.json {
         server::say_out!(
             "{}",
             serde_json::json!({ "event": "listening", "listen": addr.to_string(), "dir": a.dir })
         );
+    } else {
+        server::say_out!(
+            "kavach: listening on {addr} (namespaces in {}); stop with Ctrl-C or SIGTERM",
+            a.dir.display()
+        );
     }
     let summary = srv.run().context("the target failed")?;
-    server::say!(
-        "kavach: target stopped after {} requests on {} connections",
-        summary.requests,
-        summary.connections
-    );
     if a.json {
         server::say_out!(
             "{}",
@@ -120,6 +118,12 @@ fn serve(a: &ServeArgs) -> Result<Outcome> {
                 "requests": summary.requests,
                 "connections": summary.connections,
             })
+        );
+    } else {
+        server::say_out!(
+            "kavach: target stopped after {} requests on {} connections",
+            summary.requests,
+            summary.connections
         );
     }
     Ok(Outcome::Ok)

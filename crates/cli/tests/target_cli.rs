@@ -1,6 +1,7 @@
 //! `kavach target serve` as a process: clients write through `target::RemoteDevice`, the server
 //! is killed with SIGKILL, restarted, and every acknowledged write is read back; SIGTERM stops
-//! it cleanly; a second server on the same directory is refused.
+//! it cleanly (the listening and stopped lines on stdout, text or JSON); a second server on the
+//! same directory is refused.
 
 mod common;
 
@@ -12,43 +13,43 @@ use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::{Duration, Instant};
 use target::{Device, Hello, RemoteDevice, Tenant};
 
-/// Start `kavach target serve --dir DIR --listen 127.0.0.1:0 --json`; the child, the address
-/// from its `listening on` line (stderr), and its first stdout line (the JSON event).
-fn start(dir: &str) -> (Child, String, serde_json::Value) {
+/// Start `kavach target serve --dir DIR --listen 127.0.0.1:0` (with `--json` if `json`); the
+/// child (its stdout open after the first line) and the address its first stdout line names.
+fn start_with(dir: &str, json: bool) -> (Child, String) {
     let mut child = Command::new(env!("CARGO_BIN_EXE_kavach"))
-        .args([
-            "target",
-            "serve",
-            "--dir",
-            dir,
-            "--listen",
-            "127.0.0.1:0",
-            "--json",
-        ])
+        .args(["target", "serve", "--dir", dir, "--listen", "127.0.0.1:0"])
+        .args(if json { &["--json"][..] } else { &[] })
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
         .expect("start kavach target serve");
     let err = child.stderr.take().unwrap();
-    let mut lines = BufReader::new(err).lines();
-    let mut seen = Vec::new();
-    let addr = loop {
-        let Some(Ok(line)) = lines.next() else {
-            panic!("kavach target serve exited before listening: {seen:?}");
-        };
-        if let Some(rest) = line.split("listening on ").nth(1) {
-            break rest.split_whitespace().next().unwrap().to_string();
-        }
-        seen.push(line);
-    };
-    std::thread::spawn(move || for _ in lines {});
+    std::thread::spawn(move || for _ in BufReader::new(err).lines() {});
     let mut out = BufReader::new(child.stdout.take().unwrap());
     let mut first = String::new();
     out.read_line(&mut first).unwrap();
-    let event: serde_json::Value = serde_json::from_str(&first).expect("a JSON line");
+    let addr = if json {
+        let event: serde_json::Value = serde_json::from_str(&first).expect("a JSON line");
+        assert_eq!(event["event"], "listening", "{first}");
+        event["listen"].as_str().expect("listen").to_string()
+    } else {
+        let rest = first
+            .split("listening on ")
+            .nth(1)
+            .unwrap_or_else(|| panic!("no `listening on` in {first:?}"));
+        rest.split_whitespace().next().unwrap().to_string()
+    };
+    assert!(
+        addr.starts_with("127.0.0.1:") && !addr.ends_with(":0"),
+        "{addr}"
+    );
     child.stdout = Some(out.into_inner());
-    (child, addr, event)
+    (child, addr)
+}
+
+fn start(dir: &str) -> (Child, String) {
+    start_with(dir, true)
 }
 
 fn hello(job: &str, len: u64, create: bool) -> Hello {
@@ -73,9 +74,7 @@ fn acknowledged_writes_survive_kill_9_of_the_server() {
     let s = Scratch::new("kill9");
     let dir = s.path("ns");
     std::fs::create_dir(&dir).unwrap();
-    let (mut child, addr, event) = start(&dir);
-    assert_eq!(event["event"], "listening");
-    assert_eq!(event["listen"], addr.as_str());
+    let (mut child, addr) = start(&dir);
     let blocks = 512u64;
     let dev = RemoteDevice::connect(&addr, &hello("kill9", blocks * BLOCK as u64, true))
         .expect("connect");
@@ -115,7 +114,7 @@ fn acknowledged_writes_survive_kill_9_of_the_server() {
     let last = acked.load(Ordering::SeqCst);
     assert!(last >= 40);
     // Restart on the same directory: the lock died with the process.
-    let (mut child, addr, _) = start(&dir);
+    let (mut child, addr) = start_with(&dir, false);
     let dev = RemoteDevice::connect(&addr, &hello("kill9", 0, false)).expect("reconnect");
     assert!(!dev.created());
     assert_eq!(dev.capacity(), blocks * BLOCK as u64);
@@ -141,11 +140,11 @@ fn acknowledged_writes_survive_kill_9_of_the_server() {
         assert!(got.iter().all(|&b| b == 0), "block {i} was never written");
     }
     drop(dev);
-    stop(&mut child);
+    stop(&mut child, false);
 }
 
-/// SIGTERM, then the exit status and the JSON line of a clean stop.
-fn stop(child: &mut Child) {
+/// SIGTERM, then the exit status and the last line of a clean stop (JSON or text).
+fn stop(child: &mut Child, json: bool) {
     let st = Command::new("kill")
         .args(["-TERM", &child.id().to_string()])
         .status()
@@ -162,8 +161,15 @@ fn stop(child: &mut Child) {
     assert_eq!(status.code(), Some(0));
     let mut rest = String::new();
     std::io::Read::read_to_string(child.stdout.as_mut().unwrap(), &mut rest).unwrap();
-    let event: serde_json::Value = serde_json::from_str(rest.trim()).expect("a JSON line");
-    assert_eq!(event["event"], "stopped");
+    if json {
+        let event: serde_json::Value = serde_json::from_str(rest.trim()).expect("a JSON line");
+        assert_eq!(event["event"], "stopped");
+    } else {
+        assert!(
+            rest.starts_with("kavach: target stopped after "),
+            "{rest:?}"
+        );
+    }
 }
 
 #[test]
@@ -171,7 +177,7 @@ fn sigterm_stops_it_cleanly_with_clients_connected_and_a_second_server_is_refuse
     let s = Scratch::new("term");
     let dir = s.path("ns");
     std::fs::create_dir(&dir).unwrap();
-    let (mut child, addr, _) = start(&dir);
+    let (mut child, addr) = start(&dir);
     let dev = RemoteDevice::connect(&addr, &hello("t", 1 << 20, true)).unwrap();
     dev.write_at(0, b"before the stop").unwrap();
     let second = Command::new(env!("CARGO_BIN_EXE_kavach"))
@@ -184,7 +190,7 @@ fn sigterm_stops_it_cleanly_with_clients_connected_and_a_second_server_is_refuse
         "{}",
         stderr(&second)
     );
-    stop(&mut child);
+    stop(&mut child, true);
     // The connected client sees its connection end.
     assert!(dev.read_at(0, &mut [0u8; 4]).is_err());
     let names: Vec<String> = std::fs::read_dir(&dir)

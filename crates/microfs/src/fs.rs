@@ -19,8 +19,8 @@ use crate::layout::{
     NAME_MAX, NO_SLOT, ROOT_INO, SUPERBLOCK_BYTES, SUPERBLOCK_OFFSETS, Superblock, dirent,
 };
 use crate::logdev::LogMedium;
-pub use crate::state::{Kind, Provenance};
 use crate::state::{Grow, Inode, Op, State};
+pub use crate::state::{Kind, Provenance};
 
 /// An inode number.
 pub type Ino = u64;
@@ -266,18 +266,33 @@ fn decode_runs(bytes: &[u8], at: u64) -> Result<Option<(u64, Vec<Run>)>> {
     let mut d = Dec::new(bytes, at, "write-extent slot");
     let magic = d.bytes(8, "magic")?;
     if magic != EXTENT_SLOT_MAGIC {
-        return Err(FsError::damage("write-extent slot (magic)", at, "KVCRRUNS", format!("{magic:02x?}")));
+        return Err(FsError::damage(
+            "write-extent slot (magic)",
+            at,
+            "KVCRRUNS",
+            format!("{magic:02x?}"),
+        ));
     }
     let seq = d.u64("sequence")?;
     let len = d.u32("length")? as usize;
     let crc = d.u32("crc32c")?;
     if len > d.remaining() {
-        return Err(FsError::damage("write-extent slot (length)", at + 16, format!("at most {}", d.remaining()), len.to_string()));
+        return Err(FsError::damage(
+            "write-extent slot (length)",
+            at + 16,
+            format!("at most {}", d.remaining()),
+            len.to_string(),
+        ));
     }
     let body = d.bytes(len, "body")?;
     let found = crc32c::crc32c(body);
     if found != crc {
-        return Err(FsError::damage("write-extent slot (crc32c)", at + 20, format!("{found:#010x}"), format!("{crc:#010x}")));
+        return Err(FsError::damage(
+            "write-extent slot (crc32c)",
+            at + 20,
+            format!("{found:#010x}"),
+            format!("{crc:#010x}"),
+        ));
     }
     let mut d = Dec::new(body, at + 24, "write-extent slot");
     let n = d.count("runs", 52)?;
@@ -296,14 +311,31 @@ fn decode_runs(bytes: &[u8], at: u64) -> Result<Option<(u64, Vec<Run>)>> {
             let i = d.u64("extent index")?;
             let b = d.u32("extent block")?;
             let c = d.u32("extent length")?;
-            if c == 0 || i.checked_add(c as u64).is_none() || b as u64 + c as u64 > u32::MAX as u64 || blocks.len() + c as usize > 1 << 20 {
-                return Err(FsError::damage("write-extent slot (extent)", eat, "a valid extent", format!("{i}/{b}/{c}")));
+            if c == 0
+                || i.checked_add(c as u64).is_none()
+                || b as u64 + c as u64 > u32::MAX as u64
+                || blocks.len() + c as usize > 1 << 20
+            {
+                return Err(FsError::damage(
+                    "write-extent slot (extent)",
+                    eat,
+                    "a valid extent",
+                    format!("{i}/{b}/{c}"),
+                ));
             }
             for k in 0..c {
                 blocks.push((i + k as u64, b + k));
             }
         }
-        runs.push(Run { id, ino, start, end, size, mtime, blocks });
+        runs.push(Run {
+            id,
+            ino,
+            start,
+            end,
+            size,
+            mtime,
+            blocks,
+        });
     }
     d.expect_end()?;
     Ok(Some((seq, runs)))
@@ -381,21 +413,19 @@ fn lock(m: &Mutex<Mut>) -> MutexGuard<'_, Mut> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-fn dirent_bytes(op: u8, kind: Kind, name: &str, ino: u64) -> Vec<u8> {
-    let mut e = Enc::new();
-    e.u8(op).u8(kind.code()).u16(name.len() as u16).u32(0).u64(ino).bytes(name.as_bytes());
-    let crc = crc32c::crc32c(&e.buf);
-    e.buf[4..8].copy_from_slice(&crc.to_le_bytes());
-    e.buf
-}
-
 /// Parse a directory file into its entries; errors name the byte of the file.
-pub(crate) fn parse_dir_file(bytes: &[u8]) -> std::result::Result<std::collections::BTreeMap<String, (u64, Kind)>, (u64, String, String)> {
+pub(crate) fn parse_dir_file(
+    bytes: &[u8],
+) -> std::result::Result<std::collections::BTreeMap<String, (u64, Kind)>, (u64, String, String)> {
     let mut map = std::collections::BTreeMap::new();
     let mut pos = 0usize;
     while pos < bytes.len() {
         if bytes.len() - pos < dirent::HEADER_BYTES {
-            return Err((pos as u64, "a whole entry header".into(), format!("{} bytes", bytes.len() - pos)));
+            return Err((
+                pos as u64,
+                "a whole entry header".into(),
+                format!("{} bytes", bytes.len() - pos),
+            ));
         }
         let h = &bytes[pos..pos + dirent::HEADER_BYTES];
         let op = h[0];
@@ -409,25 +439,43 @@ pub(crate) fn parse_dir_file(bytes: &[u8]) -> std::result::Result<std::collectio
         let ino = u64::from_le_bytes(h[8..16].try_into().unwrap_or([0; 8]));
         let end = pos + dirent::HEADER_BYTES + nlen;
         if end > bytes.len() {
-            return Err((pos as u64, format!("{nlen} name bytes"), format!("{}", bytes.len() - pos - dirent::HEADER_BYTES)));
+            return Err((
+                pos as u64,
+                format!("{nlen} name bytes"),
+                format!("{}", bytes.len() - pos - dirent::HEADER_BYTES),
+            ));
         }
         let mut copy = bytes[pos..end].to_vec();
         copy[4..8].fill(0);
         let want = crc32c::crc32c(&copy);
         if want != crc {
-            return Err((pos as u64 + 4, format!("crc32c {want:#010x}"), format!("{crc:#010x}")));
+            return Err((
+                pos as u64 + 4,
+                format!("crc32c {want:#010x}"),
+                format!("{crc:#010x}"),
+            ));
         }
         let name = std::str::from_utf8(&bytes[pos + dirent::HEADER_BYTES..end])
             .ok()
             .filter(|n| valid_name(n))
-            .ok_or_else(|| (pos as u64, "a valid name".to_string(), "bytes that are not one".to_string()))?;
+            .ok_or_else(|| {
+                (
+                    pos as u64,
+                    "a valid name".to_string(),
+                    "bytes that are not one".to_string(),
+                )
+            })?;
         match op {
             dirent::ADD => {
                 map.insert(name.to_string(), (ino, kind));
             }
             dirent::DEL => {
                 if map.remove(name).is_none() {
-                    return Err((pos as u64, format!("{name:?} present before its removal"), "absent".into()));
+                    return Err((
+                        pos as u64,
+                        format!("{name:?} present before its removal"),
+                        "absent".into(),
+                    ));
                 }
             }
             o => return Err((pos as u64, "op 1 (add) or 2 (remove)".into(), o.to_string())),
@@ -442,10 +490,16 @@ impl Fs {
     pub fn format(dev: Arc<dyn Device>, opts: &FsOptions, id: &NamespaceId) -> Result<Fs> {
         let hb = opts.hugeblock;
         if !hb.is_power_of_two() || !(layout::HUGEBLOCK_MIN..=layout::HUGEBLOCK_MAX).contains(&hb) {
-            return Err(FsError::invalid("hugeblock", format!("{hb}: a power of two from 4096 to 1048576 bytes")));
+            return Err(FsError::invalid(
+                "hugeblock",
+                format!("{hb}: a power of two from 4096 to 1048576 bytes"),
+            ));
         }
         if id.job.len() > layout::JOB_MAX {
-            return Err(FsError::invalid("job name", format!("{} bytes, at most {}", id.job.len(), layout::JOB_MAX)));
+            return Err(FsError::invalid(
+                "job name",
+                format!("{} bytes, at most {}", id.job.len(), layout::JOB_MAX),
+            ));
         }
         check_opts(opts)?;
         let log_bytes = opts.log_bytes.max(layout::LOG_BYTES_MIN).div_ceil(4096) * 4096;
@@ -488,9 +542,25 @@ impl Fs {
             checkpoint_crc: 0,
             clean: 0,
         };
-        dev.write_at(SUPERBLOCK_OFFSETS[1], &sb.encode())?;
+        // The magic last, in one 8-byte write: a format cut short leaves a copy without it,
+        // which reads as no namespace (not as damage).
+        let bytes = sb.encode();
+        dev.write_at(SUPERBLOCK_OFFSETS[1] + 8, &bytes[8..])?;
+        dev.write_at(SUPERBLOCK_OFFSETS[1], &bytes[..8])?;
         let st = State::new(blocks, hb, now_ns());
-        Ok(Self::assemble(dev, log, st, sb, opts, false, 1, 1, Vec::new(), Vec::new(), None))
+        Ok(Self::assemble(
+            dev,
+            log,
+            st,
+            sb,
+            opts,
+            false,
+            1,
+            1,
+            Vec::new(),
+            Vec::new(),
+            None,
+        ))
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -559,19 +629,42 @@ impl Fs {
         Self::open_inner(dev, &opts, true)
     }
 
-    fn open_inner(dev: Arc<dyn Device>, opts: &FsOptions, read_only: bool) -> Result<(Fs, Recovery)> {
+    fn open_inner(
+        dev: Arc<dyn Device>,
+        opts: &FsOptions,
+        read_only: bool,
+    ) -> Result<(Fs, Recovery)> {
         check_opts(opts)?;
         let mut rec = Recovery::default();
         let cap = dev.capacity();
         if cap < LOG_OFFSET + layout::LOG_BYTES_MIN {
-            return Err(FsError::invalid("device", format!("{}: {cap} bytes is too small to hold a namespace", dev.label())));
+            return Err(FsError::invalid(
+                "device",
+                format!(
+                    "{}: {cap} bytes is too small to hold a namespace",
+                    dev.label()
+                ),
+            ));
         }
         let (sb, copy, sb_notes) = read_superblock(dev.as_ref())?;
         sb.validate(cap)?;
         rec.superblock_copy = copy;
         rec.superblock_sequence = sb.sequence;
         rec.clean = sb.clean == 1;
-        rec.notes.extend(sb_notes.iter().map(|f| format!("superblock copy passed over: {} at {}: expected {}, found {}", f.what, f.at, f.expected, f.found)));
+        rec.notes.extend(sb_notes.iter().map(|f| {
+            format!(
+                "superblock copy passed over: {} at {}: expected {}, found {}",
+                f.what, f.at, f.expected, f.found
+            )
+        }));
+        // After an unclean end, a bad copy is the one a crash tore while it was written; after
+        // a clean close both copies were whole, so a bad one is damage. A writable open
+        // rewrites it (the next sequence goes to that copy).
+        let sb_notes = if sb.clean == 1 && read_only {
+            sb_notes
+        } else {
+            Vec::new()
+        };
         let mut st = if sb.active_slot == NO_SLOT {
             State::new(sb.blocks, sb.hugeblock, 0)
         } else {
@@ -580,7 +673,12 @@ impl Fs {
             rec.checkpoint_lsn = sb.checkpoint_lsn;
             load_checkpoint(dev.as_ref(), &sb)?
         };
-        let medium = LogMedium::load(dev.clone(), sb.log_offset, sb.log_bytes as usize, !read_only)?;
+        let medium = LogMedium::load(
+            dev.clone(),
+            sb.log_offset,
+            sb.log_bytes as usize,
+            !read_only,
+        )?;
         let lopts = LogOptions {
             read_only,
             clean_shutdown: sb.clean == 1,
@@ -591,7 +689,10 @@ impl Fs {
         let mut log_notes = Vec::new();
         let mut log_damage = None;
         if let Some(c) = &lrec.dropped {
-            let s = format!("log record at byte {} of the log area ({}): expected {}, found {}", c.offset, c.field, c.expected, c.found);
+            let s = format!(
+                "log record at byte {} of the log area ({}): expected {}, found {}",
+                c.offset, c.field, c.expected, c.found
+            );
             rec.torn_tail = Some(s.clone());
             log_notes.push(format!("the log ends at a record a crash tore: {s}"));
         }
@@ -613,7 +714,12 @@ impl Fs {
             let at = sb.log_offset + r.offset;
             let (prov, op) = Op::decode(&r.payload, at)?;
             st.apply(&op).map_err(|e| match e {
-                FsError::Damage { what, expected, found, .. } => FsError::Damage {
+                FsError::Damage {
+                    what,
+                    expected,
+                    found,
+                    ..
+                } => FsError::Damage {
                     what: format!("log record {} ({what})", r.lsn),
                     at,
                     expected,
@@ -640,7 +746,12 @@ impl Fs {
         pending.sort_by_key(|r| r.id);
         for r in &pending {
             st.apply(&r.op()).map_err(|e| match e {
-                FsError::Damage { what, expected, found, .. } => FsError::Damage {
+                FsError::Damage {
+                    what,
+                    expected,
+                    found,
+                    ..
+                } => FsError::Damage {
                     what: format!("write run {} ({what})", r.id),
                     at: EXTENT_SLOT_OFFSETS[(slot_seq % 2) as usize],
                     expected,
@@ -653,7 +764,19 @@ impl Fs {
         st.replaying = false;
         st.rebuild_free();
         let mut sb = sb;
-        let fs = Self::assemble(dev, log, st, sb.clone(), opts, read_only, max_run + 1, slot_seq + 1, sb_notes, log_notes, log_damage);
+        let fs = Self::assemble(
+            dev,
+            log,
+            st,
+            sb.clone(),
+            opts,
+            read_only,
+            max_run + 1,
+            slot_seq + 1,
+            sb_notes,
+            log_notes,
+            log_damage,
+        );
         if !read_only {
             let inner = &fs.inner;
             let mut m = lock(&inner.m);
@@ -723,7 +846,11 @@ impl Fs {
             }
             if truncate && m.st.get(existing).is_some_and(|i| i.size > 0) {
                 inner.fold_all(&mut m)?;
-                let op = Op::Truncate { ino: existing, len: 0, time: now_ns() };
+                let op = Op::Truncate {
+                    ino: existing,
+                    len: 0,
+                    time: now_ns(),
+                };
                 inner.commit(&mut m, op)?;
             }
             return Ok(existing);
@@ -731,8 +858,20 @@ impl Fs {
         inner.fold_all(&mut m)?;
         let ino = m.st.next_ino;
         let time = now_ns();
-        let dir = inner.append_dir(&mut m, parent, &dirent_bytes(dirent::ADD, kind, name, ino))?;
-        let op = Op::Create { parent, ino, kind, mode: mode & 0o7777, time, name: name.to_string(), dir };
+        let dir = inner.append_dir(
+            &mut m,
+            parent,
+            &layout::dirent_bytes(dirent::ADD, kind, name, ino),
+        )?;
+        let op = Op::Create {
+            parent,
+            ino,
+            kind,
+            mode: mode & 0o7777,
+            time,
+            name: name.to_string(),
+            dir,
+        };
         inner.commit(&mut m, op)?;
         Ok(ino)
     }
@@ -751,7 +890,9 @@ impl Fs {
         let inner = &*self.inner;
         let mut m = inner.writable()?;
         if path.is_empty() {
-            return Err(FsError::Busy { what: "the root directory cannot be removed".into() });
+            return Err(FsError::Busy {
+                what: "the root directory cannot be removed".into(),
+            });
         }
         let (parent, name) = parent_of(&m.st, path)?;
         let ino = *m
@@ -770,8 +911,18 @@ impl Fs {
         }
         let kind = i.kind;
         inner.fold_all(&mut m)?;
-        let dir = inner.append_dir(&mut m, parent, &dirent_bytes(dirent::DEL, kind, name, ino))?;
-        let op = Op::Remove { parent, name: name.to_string(), ino, time: now_ns(), dir };
+        let dir = inner.append_dir(
+            &mut m,
+            parent,
+            &layout::dirent_bytes(dirent::DEL, kind, name, ino),
+        )?;
+        let op = Op::Remove {
+            parent,
+            name: name.to_string(),
+            ino,
+            time: now_ns(),
+            dir,
+        };
         inner.commit(&mut m, op)?;
         m.open.remove(&ino);
         Ok(())
@@ -783,7 +934,9 @@ impl Fs {
         let inner = &*self.inner;
         let mut m = inner.writable()?;
         if from.is_empty() || to.is_empty() {
-            return Err(FsError::Busy { what: "the root directory cannot be renamed".into() });
+            return Err(FsError::Busy {
+                what: "the root directory cannot be renamed".into(),
+            });
         }
         let (fp, fname) = parent_of(&m.st, from)?;
         let src = *m
@@ -813,7 +966,10 @@ impl Fs {
             let mut d = tp;
             for _ in 0..=m.st.inodes.len() {
                 if d == src {
-                    return Err(FsError::invalid("rename", format!("{from:?} into its own subtree {to:?}")));
+                    return Err(FsError::invalid(
+                        "rename",
+                        format!("{from:?} into its own subtree {to:?}"),
+                    ));
                 }
                 if d == ROOT_INO {
                     break;
@@ -825,10 +981,10 @@ impl Fs {
         let okind = old.and_then(|o| m.st.get(o).map(|i| i.kind));
         let mut to_bytes = Vec::new();
         if let (Some(o), Some(k)) = (old, okind) {
-            to_bytes.extend(dirent_bytes(dirent::DEL, k, tname, o));
+            to_bytes.extend(layout::dirent_bytes(dirent::DEL, k, tname, o));
         }
-        to_bytes.extend(dirent_bytes(dirent::ADD, skind, tname, src));
-        let from_bytes = dirent_bytes(dirent::DEL, skind, fname, src);
+        to_bytes.extend(layout::dirent_bytes(dirent::ADD, skind, tname, src));
+        let from_bytes = layout::dirent_bytes(dirent::DEL, skind, fname, src);
         let dirs = if fp == tp {
             let mut b = from_bytes;
             b.extend(to_bytes);
@@ -865,7 +1021,9 @@ impl Fs {
         let mut m = lock(&inner.m);
         let i = inode(&m.st, ino)?;
         if i.kind == Kind::Dir {
-            return Err(FsError::IsDir { path: format!("inode {ino}") });
+            return Err(FsError::IsDir {
+                path: format!("inode {ino}"),
+            });
         }
         if off >= i.size || buf.is_empty() {
             return Ok(0);
@@ -883,22 +1041,46 @@ impl Fs {
         let mut m = inner.writable()?;
         let i = inode(&m.st, ino)?;
         if i.kind == Kind::Dir {
-            return Err(FsError::IsDir { path: format!("inode {ino}") });
+            return Err(FsError::IsDir {
+                path: format!("inode {ino}"),
+            });
         }
         if data.is_empty() {
             return Ok(0);
         }
-        let end = off.checked_add(data.len() as u64).filter(|e| e / m.st.hugeblock as u64 <= u32::MAX as u64 * 16).ok_or_else(|| {
-            FsError::invalid("write", format!("offset {off} + {} bytes is past the largest file", data.len()))
-        })?;
+        let end = off
+            .checked_add(data.len() as u64)
+            .filter(|e| e / m.st.hugeblock as u64 <= u32::MAX as u64 * 16)
+            .ok_or_else(|| {
+                FsError::invalid(
+                    "write",
+                    format!(
+                        "offset {off} + {} bytes is past the largest file",
+                        data.len()
+                    ),
+                )
+            })?;
         let size = i.size.max(end);
+        if off > i.size {
+            inner.clear_tail(&m, ino, off)?;
+        }
         let new = inner.place(&mut m, ino, off, data, true)?;
         let mtime = now_ns();
         let res = if inner.opts.coalesce {
             inner.coalesce(&mut m, ino, off, end, size, mtime, &new)
         } else {
             let id = m.next_run;
-            let op = Op::Write { run: id, start: off, end, mtime, grow: Grow { ino, size, blocks: new.clone() } };
+            let op = Op::Write {
+                run: id,
+                start: off,
+                end,
+                mtime,
+                grow: Grow {
+                    ino,
+                    size,
+                    blocks: new.clone(),
+                },
+            };
             inner.log_op(&mut m, &op).map(|()| {
                 m.next_run += 1;
                 m.st.folded_run = id;
@@ -909,7 +1091,11 @@ impl Fs {
             unpop(&mut m.st, &new);
             return Err(e);
         }
-        let grow = Grow { ino, size, blocks: new };
+        let grow = Grow {
+            ino,
+            size,
+            blocks: new,
+        };
         m.st.apply_write(&grow, mtime);
         m.stats.writes += 1;
         m.stats.bytes_written += data.len() as u64;
@@ -923,24 +1109,31 @@ impl Fs {
         let mut m = inner.writable()?;
         let i = inode(&m.st, ino)?;
         if i.kind == Kind::Dir {
-            return Err(FsError::IsDir { path: format!("inode {ino}") });
+            return Err(FsError::IsDir {
+                path: format!("inode {ino}"),
+            });
         }
         if len / m.st.hugeblock as u64 > u32::MAX as u64 * 16 {
-            return Err(FsError::invalid("length", format!("{len} is past the largest file")));
+            return Err(FsError::invalid(
+                "length",
+                format!("{len} is past the largest file"),
+            ));
         }
-        let hb = m.st.hugeblock as u64;
-        // The bytes of the last kept block past the new end read as zeros if the file grows
-        // again: clear them on the device first.
-        if len < i.size && len % hb != 0 {
-            let idx = len / hb;
-            if let Some(&blk) = i.blocks.get(&idx) {
-                let upto = ((idx + 1) * hb).min(i.size);
-                let zeros = vec![0u8; (upto - len) as usize];
-                inner.dev.write_at(m.sb.data_offset + blk as u64 * hb + len % hb, &zeros)?;
-            }
+        // Shrinking leaves the bytes past the new end in its last block as they are: whatever
+        // extends the file again clears them first (`clear_tail`), so a crash between the
+        // clearing and the record cannot show a shorter file's bytes as zeros.
+        if len > i.size {
+            inner.clear_tail(&m, ino, len)?;
         }
         inner.fold_all(&mut m)?;
-        inner.commit(&mut m, Op::Truncate { ino, len, time: now_ns() })
+        inner.commit(
+            &mut m,
+            Op::Truncate {
+                ino,
+                len,
+                time: now_ns(),
+            },
+        )
     }
 
     /// Everything is durable when each call returns: this only checks the inode.
@@ -954,7 +1147,9 @@ impl Fs {
         let m = lock(&self.inner.m);
         let i = inode(&m.st, ino)?;
         if i.kind != Kind::Dir {
-            return Err(FsError::NotDir { path: format!("inode {ino}") });
+            return Err(FsError::NotDir {
+                path: format!("inode {ino}"),
+            });
         }
         Ok(i.entries
             .iter()
@@ -976,12 +1171,27 @@ impl Fs {
         self.setattr(ino, None, atime_ns, mtime_ns)
     }
 
-    fn setattr(&self, ino: Ino, mode: Option<u32>, atime: Option<i64>, mtime: Option<i64>) -> Result<()> {
+    fn setattr(
+        &self,
+        ino: Ino,
+        mode: Option<u32>,
+        atime: Option<i64>,
+        mtime: Option<i64>,
+    ) -> Result<()> {
         let inner = &*self.inner;
         let mut m = inner.writable()?;
         inode(&m.st, ino)?;
         inner.fold_all(&mut m)?;
-        inner.commit(&mut m, Op::SetAttr { ino, mode, atime, mtime, time: now_ns() })
+        inner.commit(
+            &mut m,
+            Op::SetAttr {
+                ino,
+                mode,
+                atime,
+                mtime,
+                time: now_ns(),
+            },
+        )
     }
 
     /// A file was opened (the count drives the background checkpoint).
@@ -1070,42 +1280,83 @@ impl Fs {
             }
             for (&idx, &blk) in &i.blocks {
                 let Some(o) = owned.get_mut(blk as usize) else {
-                    r.findings.push(Finding { what: format!("inode {ino} block {idx}"), at: 0, expected: format!("a hugeblock below {}", m.st.blocks()), found: blk.to_string() });
+                    r.findings.push(Finding {
+                        what: format!("inode {ino} block {idx}"),
+                        at: 0,
+                        expected: format!("a hugeblock below {}", m.st.blocks()),
+                        found: blk.to_string(),
+                    });
                     continue;
                 };
                 if *o != 0 {
-                    r.findings.push(Finding { what: format!("hugeblock {blk}"), at: m.sb.data_offset + blk as u64 * hb, expected: "one owner".into(), found: format!("inodes {} and {ino}", *o) });
+                    r.findings.push(Finding {
+                        what: format!("hugeblock {blk}"),
+                        at: m.sb.data_offset + blk as u64 * hb,
+                        expected: "one owner".into(),
+                        found: format!("inodes {} and {ino}", *o),
+                    });
                 }
                 *o = ino;
                 if idx.saturating_mul(hb) >= i.size.max(1) {
-                    r.findings.push(Finding { what: format!("inode {ino} block {idx}"), at: 0, expected: format!("blocks only below the size {}", i.size), found: format!("hugeblock {blk} at index {idx}") });
+                    r.findings.push(Finding {
+                        what: format!("inode {ino} block {idx}"),
+                        at: 0,
+                        expected: format!("blocks only below the size {}", i.size),
+                        found: format!("hugeblock {blk} at index {idx}"),
+                    });
                 }
             }
             if i.kind == Kind::Dir {
                 let mut bytes = vec![0u8; i.size as usize];
                 if let Err(e) = inner.read_blocks(&m.sb, i, 0, &mut bytes) {
-                    r.findings.push(Finding { what: format!("directory file of inode {ino}"), at: 0, expected: "readable".into(), found: e.to_string() });
+                    r.findings.push(Finding {
+                        what: format!("directory file of inode {ino}"),
+                        at: 0,
+                        expected: "readable".into(),
+                        found: e.to_string(),
+                    });
                     continue;
                 }
                 for (idx, _) in (0..i.size.div_ceil(hb)).map(|x| (x, ())) {
                     if !i.blocks.contains_key(&idx) {
-                        r.findings.push(Finding { what: format!("directory file of inode {ino}"), at: 0, expected: format!("block {idx} mapped"), found: "a hole".into() });
+                        r.findings.push(Finding {
+                            what: format!("directory file of inode {ino}"),
+                            at: 0,
+                            expected: format!("block {idx} mapped"),
+                            found: "a hole".into(),
+                        });
                     }
                 }
                 match parse_dir_file(&bytes) {
                     Err((pos, exp, found)) => {
-                        let at = i.blocks.get(&(pos / hb)).map(|&b| m.sb.data_offset + b as u64 * hb + pos % hb).unwrap_or(0);
-                        r.findings.push(Finding { what: format!("directory file of inode {ino}, entry at byte {pos}"), at, expected: exp, found });
+                        let at = i
+                            .blocks
+                            .get(&(pos / hb))
+                            .map(|&b| m.sb.data_offset + b as u64 * hb + pos % hb)
+                            .unwrap_or(0);
+                        r.findings.push(Finding {
+                            what: format!("directory file of inode {ino}, entry at byte {pos}"),
+                            at,
+                            expected: exp,
+                            found,
+                        });
                     }
                     Ok(map) => {
                         let want: std::collections::BTreeMap<String, (u64, Kind)> = i
                             .entries
                             .iter()
-                            .map(|(n, &c)| (n.clone(), (c, m.st.get(c).map(|x| x.kind).unwrap_or(Kind::File))))
+                            .map(|(n, &c)| {
+                                (
+                                    n.clone(),
+                                    (c, m.st.get(c).map(|x| x.kind).unwrap_or(Kind::File)),
+                                )
+                            })
                             .collect();
                         if map != want {
-                            let missing: Vec<&String> = want.keys().filter(|k| !map.contains_key(*k)).collect();
-                            let extra: Vec<&String> = map.keys().filter(|k| !want.contains_key(*k)).collect();
+                            let missing: Vec<&String> =
+                                want.keys().filter(|k| !map.contains_key(*k)).collect();
+                            let extra: Vec<&String> =
+                                map.keys().filter(|k| !want.contains_key(*k)).collect();
                             r.findings.push(Finding {
                                 what: format!("directory file of inode {ino}"),
                                 at: i.blocks.get(&0).map(|&b| m.sb.data_offset + b as u64 * hb).unwrap_or(0),
@@ -1119,19 +1370,34 @@ impl Fs {
         }
         for (b, (&o, &own)) in owned.iter().zip(m.st.owner.iter()).enumerate() {
             if o != own {
-                r.findings.push(Finding { what: format!("hugeblock {b} ownership"), at: 0, expected: format!("owner {o} (from the inodes)"), found: format!("owner {own}") });
+                r.findings.push(Finding {
+                    what: format!("hugeblock {b} ownership"),
+                    at: 0,
+                    expected: format!("owner {o} (from the inodes)"),
+                    found: format!("owner {own}"),
+                });
             }
         }
         let mut in_ring = vec![false; owned.len()];
         for &b in &m.st.free {
             match in_ring.get_mut(b as usize) {
                 Some(x) if !*x && owned[b as usize] == 0 => *x = true,
-                _ => r.findings.push(Finding { what: format!("free pool entry {b}"), at: 0, expected: "a free hugeblock, once".into(), found: "used, repeated or out of range".into() }),
+                _ => r.findings.push(Finding {
+                    what: format!("free pool entry {b}"),
+                    at: 0,
+                    expected: "a free hugeblock, once".into(),
+                    found: "used, repeated or out of range".into(),
+                }),
             }
         }
         let free = owned.iter().filter(|&&o| o == 0).count() as u64;
         if free != m.st.free.len() as u64 {
-            r.findings.push(Finding { what: "free pool".into(), at: 0, expected: format!("{free} free hugeblocks"), found: m.st.free.len().to_string() });
+            r.findings.push(Finding {
+                what: "free pool".into(),
+                at: 0,
+                expected: format!("{free} free hugeblocks"),
+                found: m.st.free.len().to_string(),
+            });
         }
         r.blocks_free = free;
         r.blocks_used = owned.len() as u64 - free;
@@ -1174,16 +1440,24 @@ fn background(inner: Arc<Inner>) {
 
 fn check_opts(opts: &FsOptions) -> Result<()> {
     if !(1..=16).contains(&opts.window) {
-        return Err(FsError::invalid("window", format!("{}: 1..=16 open write runs", opts.window)));
+        return Err(FsError::invalid(
+            "window",
+            format!("{}: 1..=16 open write runs", opts.window),
+        ));
     }
     if !(opts.checkpoint_log_fill > 0.0 && opts.checkpoint_log_fill <= 1.0) {
-        return Err(FsError::invalid("checkpoint_log_fill", format!("{}: a fraction in (0, 1]", opts.checkpoint_log_fill)));
+        return Err(FsError::invalid(
+            "checkpoint_log_fill",
+            format!("{}: a fraction in (0, 1]", opts.checkpoint_log_fill),
+        ));
     }
     Ok(())
 }
 
 fn inode(st: &State, ino: Ino) -> Result<&Inode> {
-    st.get(ino).ok_or_else(|| FsError::NotFound { path: format!("inode {ino}") })
+    st.get(ino).ok_or_else(|| FsError::NotFound {
+        path: format!("inode {ino}"),
+    })
 }
 
 fn lookup(st: &State, path: &str) -> Result<Ino> {
@@ -1193,7 +1467,10 @@ fn lookup(st: &State, path: &str) -> Result<Ino> {
         if i.kind != Kind::Dir {
             return Err(FsError::NotDir { path: path.into() });
         }
-        cur = *i.entries.get(c).ok_or_else(|| FsError::NotFound { path: path.into() })?;
+        cur = *i
+            .entries
+            .get(c)
+            .ok_or_else(|| FsError::NotFound { path: path.into() })?;
     }
     Ok(cur)
 }
@@ -1206,7 +1483,10 @@ fn parent_of<'p>(st: &State, path: &'p str) -> Result<(Ino, &'p str)> {
     };
     let mut cur = ROOT_INO;
     for c in dirs {
-        cur = *inode(st, cur)?.entries.get(*c).ok_or_else(|| FsError::NotFound { path: path.into() })?;
+        cur = *inode(st, cur)?
+            .entries
+            .get(*c)
+            .ok_or_else(|| FsError::NotFound { path: path.into() })?;
     }
     if inode(st, cur)?.kind != Kind::Dir {
         return Err(FsError::NotDir { path: path.into() });
@@ -1267,7 +1547,8 @@ impl Inner {
     fn after_op(&self, m: &mut Mut) {
         let fill = self.fill();
         let idle = self.open_count.load(Ordering::Acquire) == 0;
-        let due = fill >= 0.85 || (!self.opts.background_checkpoint && idle && fill >= self.opts.checkpoint_log_fill);
+        let due = fill >= 0.85
+            || (!self.opts.background_checkpoint && idle && fill >= self.opts.checkpoint_log_fill);
         if due && let Err(e) = self.checkpoint(m) {
             m.stats.last_error = Some(e.to_string());
         }
@@ -1275,7 +1556,14 @@ impl Inner {
 
     /// Pop hugeblocks for the unmapped indices of `[off, off + data.len())` of `ino` and write
     /// the data (a new block whole: zeros around the data, so holes read as zeros).
-    fn place(&self, m: &mut Mut, ino: u64, off: u64, data: &[u8], zero_new: bool) -> Result<Vec<(u64, u32)>> {
+    fn place(
+        &self,
+        m: &mut Mut,
+        ino: u64,
+        off: u64,
+        data: &[u8],
+        zero_new: bool,
+    ) -> Result<Vec<(u64, u32)>> {
         let hb = m.st.hugeblock as u64;
         let end = off + data.len() as u64;
         let (first, last) = (off / hb, (end - 1) / hb);
@@ -1292,7 +1580,13 @@ impl Inner {
                     }
                     None => {
                         unpop(&mut m.st, &new);
-                        return Err(FsError::NoSpace { what: format!("no free hugeblock on {} ({} in all)", self.dev.label(), m.st.blocks()) });
+                        return Err(FsError::NoSpace {
+                            what: format!(
+                                "no free hugeblock on {} ({} in all)",
+                                self.dev.label(),
+                                m.st.blocks()
+                            ),
+                        });
                     }
                 },
             };
@@ -1317,7 +1611,9 @@ impl Inner {
                 let whole = s == bstart && e == bstart + hb;
                 if whole {
                     match &mut run {
-                        Some((at, rs, rn)) if *at + *rn as u64 == dev_at && *rs + *rn == ds => *rn += n,
+                        Some((at, rs, rn)) if *at + *rn as u64 == dev_at && *rs + *rn == ds => {
+                            *rn += n
+                        }
                         _ => {
                             flush(&mut run)?;
                             run = Some((dev_at, ds, n));
@@ -1328,10 +1624,12 @@ impl Inner {
                 flush(&mut run)?;
                 if fresh && zero_new {
                     let mut b = vec![0u8; hb as usize];
-                    b[(s - bstart) as usize..(e - bstart) as usize].copy_from_slice(&data[ds..ds + n]);
+                    b[(s - bstart) as usize..(e - bstart) as usize]
+                        .copy_from_slice(&data[ds..ds + n]);
                     self.dev.write_at(dev_at, &b)?;
                 } else {
-                    self.dev.write_at(dev_at + (s - bstart), &data[ds..ds + n])?;
+                    self.dev
+                        .write_at(dev_at + (s - bstart), &data[ds..ds + n])?;
                 }
             }
             flush(&mut run)
@@ -1343,11 +1641,37 @@ impl Inner {
         Ok(new)
     }
 
+    /// Before a file grows from its size to `to`: zero the bytes past the size in the block
+    /// that holds the end (a truncate left them as they were).
+    fn clear_tail(&self, m: &Mut, ino: u64, to: u64) -> Result<()> {
+        let hb = m.st.hugeblock as u64;
+        let Some(i) = m.st.get(ino) else {
+            return Ok(());
+        };
+        if i.size % hb == 0 {
+            return Ok(());
+        }
+        let idx = i.size / hb;
+        if let Some(&blk) = i.blocks.get(&idx) {
+            let upto = ((idx + 1) * hb).min(to);
+            if upto > i.size {
+                let zeros = vec![0u8; (upto - i.size) as usize];
+                self.dev
+                    .write_at(m.sb.data_offset + blk as u64 * hb + i.size % hb, &zeros)?;
+            }
+        }
+        Ok(())
+    }
+
     /// Append bytes to a directory file; the grow goes into the caller's record.
     fn append_dir(&self, m: &mut Mut, dir: u64, bytes: &[u8]) -> Result<Grow> {
         let off = inode(&m.st, dir)?.size;
         let new = self.place(m, dir, off, bytes, false)?;
-        Ok(Grow { ino: dir, size: off + bytes.len() as u64, blocks: new })
+        Ok(Grow {
+            ino: dir,
+            size: off + bytes.len() as u64,
+            blocks: new,
+        })
     }
 
     fn read_blocks(&self, sb: &Superblock, i: &Inode, off: u64, buf: &mut [u8]) -> Result<()> {
@@ -1369,7 +1693,10 @@ impl Inner {
                         next += 1;
                         nb += 1;
                     }
-                    self.dev.read_at(sb.data_offset + b as u64 * hb + within, &mut buf[pos..pos + len])?;
+                    self.dev.read_at(
+                        sb.data_offset + b as u64 * hb + within,
+                        &mut buf[pos..pos + len],
+                    )?;
                 }
                 None => buf[pos..pos + n].fill(0),
             }
@@ -1380,7 +1707,16 @@ impl Inner {
 
     /// Coalescing: add a write to an open run (or open one) and rewrite the write-extent slot.
     #[allow(clippy::too_many_arguments)]
-    fn coalesce(&self, m: &mut Mut, ino: u64, off: u64, end: u64, size: u64, mtime: i64, new: &[(u64, u32)]) -> Result<()> {
+    fn coalesce(
+        &self,
+        m: &mut Mut,
+        ino: u64,
+        off: u64,
+        end: u64,
+        size: u64,
+        mtime: i64,
+        new: &[(u64, u32)],
+    ) -> Result<()> {
         let mut runs = m.runs.clone();
         let mut coalesced = false;
         match runs.iter().position(|r| r.ino == ino) {
@@ -1406,13 +1742,22 @@ impl Inner {
                 self.fold(m, &r)?;
                 m.runs.retain(|x| x.id != r.id);
             }
-            runs.push(Run { id: m.next_run, ino, start: off, end, size, mtime, blocks: new.to_vec() });
+            runs.push(Run {
+                id: m.next_run,
+                ino,
+                start: off,
+                end,
+                size,
+                mtime,
+                blocks: new.to_vec(),
+            });
             m.next_run += 1;
         }
         loop {
             let bytes = encode_runs(m.slot_seq, &runs);
             if bytes.len() <= EXTENT_SLOT_BYTES {
-                self.dev.write_at(EXTENT_SLOT_OFFSETS[(m.slot_seq % 2) as usize], &bytes)?;
+                self.dev
+                    .write_at(EXTENT_SLOT_OFFSETS[(m.slot_seq % 2) as usize], &bytes)?;
                 m.slot_seq += 1;
                 m.stats.slot_writes += 1;
                 break;
@@ -1464,10 +1809,17 @@ impl Inner {
             .bytes(&body);
         let bytes = e.buf;
         if bytes.len() as u64 > m.sb.slot_bytes {
-            return Err(FsError::NoSpace { what: format!("the metadata checkpoint takes {} bytes, a slot holds {}", bytes.len(), m.sb.slot_bytes) });
+            return Err(FsError::NoSpace {
+                what: format!(
+                    "the metadata checkpoint takes {} bytes, a slot holds {}",
+                    bytes.len(),
+                    m.sb.slot_bytes
+                ),
+            });
         }
         let slot = if m.sb.active_slot == 0 { 1u8 } else { 0u8 };
-        self.dev.write_at(m.sb.slot_offsets[slot as usize], &bytes)?;
+        self.dev
+            .write_at(m.sb.slot_offsets[slot as usize], &bytes)?;
         let mut sb = m.sb.clone();
         sb.sequence += 1;
         sb.active_slot = slot;
@@ -1499,16 +1851,33 @@ pub(crate) fn read_superblock(dev: &dyn Device) -> Result<(Superblock, usize, Ve
                 }
             }
             Ok(None) => {}
-            Err(FsError::Damage { what, at, expected, found }) => {
-                bad.push(Finding { what: what.clone(), at, expected: expected.clone(), found: found.clone() });
-                errs.push(FsError::Damage { what, at, expected, found });
+            Err(FsError::Damage {
+                what,
+                at,
+                expected,
+                found,
+            }) => {
+                bad.push(Finding {
+                    what: what.clone(),
+                    at,
+                    expected: expected.clone(),
+                    found: found.clone(),
+                });
+                errs.push(FsError::Damage {
+                    what,
+                    at,
+                    expected,
+                    found,
+                });
             }
             Err(e) => return Err(e),
         }
     }
     match best {
         Some((sb, copy)) => Ok((sb, copy, bad)),
-        None if errs.is_empty() => Err(FsError::Unformatted { device: dev.label() }),
+        None if errs.is_empty() => Err(FsError::Unformatted {
+            device: dev.label(),
+        }),
         None => Err(errs.remove(0)),
     }
 }
@@ -1520,7 +1889,10 @@ fn load_checkpoint(dev: &dyn Device, sb: &Superblock) -> Result<State> {
     let crc = crc32c::crc32c(&b);
     if crc != sb.checkpoint_crc {
         return Err(FsError::damage(
-            format!("metadata checkpoint in slot {} (crc32c named by the superblock)", sb.active_slot),
+            format!(
+                "metadata checkpoint in slot {} (crc32c named by the superblock)",
+                sb.active_slot
+            ),
             at,
             format!("{:#010x}", sb.checkpoint_crc),
             format!("{crc:#010x}"),
@@ -1529,7 +1901,12 @@ fn load_checkpoint(dev: &dyn Device, sb: &Superblock) -> Result<State> {
     let mut d = Dec::new(&b, at, "metadata checkpoint");
     let magic = d.bytes(8, "magic")?;
     if magic != CHECKPOINT_MAGIC {
-        return Err(FsError::damage("metadata checkpoint (magic)", at, "KVCRCKPT", format!("{magic:02x?}")));
+        return Err(FsError::damage(
+            "metadata checkpoint (magic)",
+            at,
+            "KVCRCKPT",
+            format!("{magic:02x?}"),
+        ));
     }
     let seq = d.u64("sequence")?;
     let lsn = d.u64("lsn")?;
@@ -1537,7 +1914,10 @@ fn load_checkpoint(dev: &dyn Device, sb: &Superblock) -> Result<State> {
         return Err(FsError::damage(
             "metadata checkpoint (sequence, lsn)",
             at + 8,
-            format!("{}, {} (the superblock's)", sb.checkpoint_seq, sb.checkpoint_lsn),
+            format!(
+                "{}, {} (the superblock's)",
+                sb.checkpoint_seq, sb.checkpoint_lsn
+            ),
             format!("{seq}, {lsn}"),
         ));
     }
@@ -1545,11 +1925,21 @@ fn load_checkpoint(dev: &dyn Device, sb: &Superblock) -> Result<State> {
     let bcrc = d.u32("crc32c")?;
     let body_at = d.at();
     if len != d.remaining() as u64 {
-        return Err(FsError::damage("metadata checkpoint (length)", at + 24, d.remaining().to_string(), len.to_string()));
+        return Err(FsError::damage(
+            "metadata checkpoint (length)",
+            at + 24,
+            d.remaining().to_string(),
+            len.to_string(),
+        ));
     }
     let body = d.bytes(len as usize, "body")?;
     if crc32c::crc32c(body) != bcrc {
-        return Err(FsError::damage("metadata checkpoint (body crc32c)", at + 32, format!("{bcrc:#010x}"), format!("{:#010x}", crc32c::crc32c(body))));
+        return Err(FsError::damage(
+            "metadata checkpoint (body crc32c)",
+            at + 32,
+            format!("{bcrc:#010x}"),
+            format!("{:#010x}", crc32c::crc32c(body)),
+        ));
     }
     State::decode(body, body_at, sb.blocks, sb.hugeblock)
 }
@@ -1568,8 +1958,12 @@ fn read_extent_slot(dev: &dyn Device) -> Result<(u64, Vec<Run>, Vec<String>)> {
                 }
             }
             Ok(None) => {}
-            Err(e) => notes.push(format!("write-extent slot copy {copy} passed over (torn by a crash, or damaged): {e}")),
+            Err(e) => notes.push(format!(
+                "write-extent slot copy {copy} passed over (torn by a crash, or damaged): {e}"
+            )),
         }
     }
-    Ok(best.map(|(s, r)| (s, r, notes.clone())).unwrap_or((0, Vec::new(), notes)))
+    Ok(best
+        .map(|(s, r)| (s, r, notes.clone()))
+        .unwrap_or((0, Vec::new(), notes)))
 }

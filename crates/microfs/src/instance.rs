@@ -59,21 +59,32 @@ pub fn parse_size(what: &str, s: &str) -> Result<u64> {
         .ok()
         .filter(|_| mul != 0)
         .and_then(|n| n.checked_mul(mul))
-        .ok_or_else(|| FsError::invalid(what, format!("expected a byte count like 1G, 512M or 4096, found {s:?}")))
+        .ok_or_else(|| {
+            FsError::invalid(
+                what,
+                format!("expected a byte count like 1G, 512M or 4096, found {s:?}"),
+            )
+        })
 }
 
 fn parse_u32(what: &str, s: &str) -> Result<u32> {
-    s.trim().parse::<u32>().map_err(|_| FsError::invalid(what, format!("expected a whole number, found {s:?}")))
+    s.trim()
+        .parse::<u32>()
+        .map_err(|_| FsError::invalid(what, format!("expected a whole number, found {s:?}")))
 }
 
 /// FNV-1a, 64 bits: a hash that stays the same across builds (the default device name).
 fn fnv1a(bytes: &[u8]) -> u64 {
-    bytes.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &b| (h ^ b as u64).wrapping_mul(0x100_0000_01b3))
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &b| {
+        (h ^ b as u64).wrapping_mul(0x100_0000_01b3)
+    })
 }
 
 fn uid() -> u32 {
     use std::os::unix::fs::MetadataExt;
-    std::fs::metadata("/proc/self").map(|m| m.uid()).unwrap_or(0)
+    std::fs::metadata("/proc/self")
+        .map(|m| m.uid())
+        .unwrap_or(0)
 }
 
 /// Make `dir` absolute and drop `.`, empty and trailing components (`..` is resolved
@@ -83,7 +94,15 @@ pub fn normalise_dir(dir: &Path) -> Result<PathBuf> {
         dir.to_path_buf()
     } else {
         std::env::current_dir()
-            .map_err(|e| FsError::invalid("KAVACH_CR_DIR", format!("{}: relative, and the working directory is unknown: {e}", dir.display())))?
+            .map_err(|e| {
+                FsError::invalid(
+                    "KAVACH_CR_DIR",
+                    format!(
+                        "{}: relative, and the working directory is unknown: {e}",
+                        dir.display()
+                    ),
+                )
+            })?
             .join(dir)
     };
     let mut out = PathBuf::from("/");
@@ -111,11 +130,19 @@ impl Config {
             return Ok(None);
         };
         if dir.trim().is_empty() {
-            return Err(FsError::invalid("KAVACH_CR_DIR", "expected a directory path, found an empty value"));
+            return Err(FsError::invalid(
+                "KAVACH_CR_DIR",
+                "expected a directory path, found an empty value",
+            ));
         }
         let dir = normalise_dir(Path::new(&dir))?;
         let device = match var("KAVACH_CR_DEVICE") {
-            Some(d) if d.trim().is_empty() => return Err(FsError::invalid("KAVACH_CR_DEVICE", "expected a device spec, found an empty value")),
+            Some(d) if d.trim().is_empty() => {
+                return Err(FsError::invalid(
+                    "KAVACH_CR_DEVICE",
+                    "expected a device spec, found an empty value",
+                ));
+            }
             Some(d) => d,
             None => Config::default_device(&dir),
         };
@@ -124,45 +151,87 @@ impl Config {
             None => 1 << 30,
         };
         if size < 4 << 20 {
-            return Err(FsError::invalid("KAVACH_CR_SIZE", format!("expected at least 4M, found {:?} ({size} bytes)", var("KAVACH_CR_SIZE").unwrap_or_default())));
+            return Err(FsError::invalid(
+                "KAVACH_CR_SIZE",
+                format!(
+                    "expected at least 4M, found {:?} ({size} bytes)",
+                    var("KAVACH_CR_SIZE").unwrap_or_default()
+                ),
+            ));
         }
         let mut fs = FsOptions::default();
         if let Some(h) = var("KAVACH_CR_HUGEBLOCK") {
             let hb = parse_size("KAVACH_CR_HUGEBLOCK", &h)?;
             if !hb.is_power_of_two() || !(4096..=1 << 20).contains(&hb) {
-                return Err(FsError::invalid("KAVACH_CR_HUGEBLOCK", format!("expected a power of two from 4K to 1M, found {h:?}")));
+                return Err(FsError::invalid(
+                    "KAVACH_CR_HUGEBLOCK",
+                    format!("expected a power of two from 4K to 1M, found {h:?}"),
+                ));
             }
             fs.hugeblock = hb as u32;
         }
         let job = var("KAVACH_CR_JOB").unwrap_or_else(|| "cr".into());
         if job.is_empty() || job.len() > crate::layout::JOB_MAX || !crate::fs::valid_name(&job) {
-            return Err(FsError::invalid("KAVACH_CR_JOB", format!("expected 1..=63 bytes without '/', found {job:?}")));
+            return Err(FsError::invalid(
+                "KAVACH_CR_JOB",
+                format!("expected 1..=63 bytes without '/', found {job:?}"),
+            ));
         }
-        let partition = var("KAVACH_CR_PARTITION").map(|s| parse_u32("KAVACH_CR_PARTITION", &s)).transpose()?;
-        let parts = var("KAVACH_CR_PARTS").map(|s| parse_u32("KAVACH_CR_PARTS", &s)).transpose()?;
+        let partition = var("KAVACH_CR_PARTITION")
+            .map(|s| parse_u32("KAVACH_CR_PARTITION", &s))
+            .transpose()?;
+        let parts = var("KAVACH_CR_PARTS")
+            .map(|s| parse_u32("KAVACH_CR_PARTS", &s))
+            .transpose()?;
         if let Some(n) = parts
             && !(1..=label::PARTS_MAX).contains(&n)
         {
-            return Err(FsError::invalid("KAVACH_CR_PARTS", format!("expected 1..={}, found {n}", label::PARTS_MAX)));
+            return Err(FsError::invalid(
+                "KAVACH_CR_PARTS",
+                format!("expected 1..={}, found {n}", label::PARTS_MAX),
+            ));
         }
         if let (Some(p), Some(n)) = (partition, parts)
             && p >= n
         {
-            return Err(FsError::invalid("KAVACH_CR_PARTITION", format!("expected below KAVACH_CR_PARTS ({n}), found {p}")));
+            return Err(FsError::invalid(
+                "KAVACH_CR_PARTITION",
+                format!("expected below KAVACH_CR_PARTS ({n}), found {p}"),
+            ));
         }
         fs.provenance.rank = partition.unwrap_or(0);
         fs.provenance.epoch = match var("KAVACH_CR_EPOCH") {
-            Some(e) => e.trim().parse::<u64>().map_err(|_| FsError::invalid("KAVACH_CR_EPOCH", format!("expected a whole number, found {e:?}")))?,
-            None => std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0),
+            Some(e) => e.trim().parse::<u64>().map_err(|_| {
+                FsError::invalid(
+                    "KAVACH_CR_EPOCH",
+                    format!("expected a whole number, found {e:?}"),
+                )
+            })?,
+            None => std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_secs())
+                .unwrap_or(0),
         };
-        Ok(Some(Config { dir, device, partition, parts, job, size, fs }))
+        Ok(Some(Config {
+            dir,
+            device,
+            partition,
+            parts,
+            job,
+            size,
+            fs,
+        }))
     }
 
     /// The device of a namespace with no device named: one per user and checkpoint directory,
     /// `/dev/shm/kavach-cr-<uid>-<16 hex digits of a hash of the directory>.dev`.
     pub fn default_device(dir: &Path) -> String {
         let d = normalise_dir(dir).unwrap_or_else(|_| dir.to_path_buf());
-        format!("/dev/shm/kavach-cr-{}-{:016x}.dev", uid(), fnv1a(d.as_os_str().as_encoded_bytes()))
+        format!(
+            "/dev/shm/kavach-cr-{}-{:016x}.dev",
+            uid(),
+            fnv1a(d.as_os_str().as_encoded_bytes())
+        )
     }
 }
 
@@ -191,7 +260,10 @@ pub fn locate(dev: &dyn Device, cfg: &Config) -> Result<(u64, u64, u32)> {
             None => {
                 return Err(FsError::invalid(
                     "KAVACH_CR_PARTITION",
-                    format!("{} has no partition label; set KAVACH_CR_PARTS to cut it", dev.label()),
+                    format!(
+                        "{} has no partition label; set KAVACH_CR_PARTS to cut it",
+                        dev.label()
+                    ),
                 ));
             }
         },
@@ -199,11 +271,24 @@ pub fn locate(dev: &dyn Device, cfg: &Config) -> Result<(u64, u64, u32)> {
     if let Some(n) = cfg.parts
         && n != l.parts
     {
-        return Err(FsError::invalid("KAVACH_CR_PARTS", format!("{} is cut into {} partitions, found {n} asked", dev.label(), l.parts)));
+        return Err(FsError::invalid(
+            "KAVACH_CR_PARTS",
+            format!(
+                "{} is cut into {} partitions, found {n} asked",
+                dev.label(),
+                l.parts
+            ),
+        ));
     }
     let i = cfg.partition.unwrap_or(0);
     if i >= l.parts {
-        return Err(FsError::invalid("KAVACH_CR_PARTITION", format!("expected below {} (the label's partitions), found {i}", l.parts)));
+        return Err(FsError::invalid(
+            "KAVACH_CR_PARTITION",
+            format!(
+                "expected below {} (the label's partitions), found {i}",
+                l.parts
+            ),
+        ));
     }
     let (b, n) = l.partition(i);
     Ok((b, n, i))
@@ -225,9 +310,18 @@ pub fn open(cfg: &Config) -> Result<(Fs, Recovery)> {
     fs_opts.provenance.rank = rank;
     match Fs::open(part.clone(), &fs_opts) {
         Err(FsError::Unformatted { .. }) => {
-            let id = NamespaceId { job: cfg.job.clone(), rank };
+            let id = NamespaceId {
+                job: cfg.job.clone(),
+                rank,
+            };
             let fs = Fs::format(part, &fs_opts, &id)?;
-            Ok((fs, Recovery { formatted: true, ..Recovery::default() }))
+            Ok((
+                fs,
+                Recovery {
+                    formatted: true,
+                    ..Recovery::default()
+                },
+            ))
         }
         r => r,
     }

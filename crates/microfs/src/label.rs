@@ -57,10 +57,16 @@ impl Label {
 /// Cut `dev` into `parts` partitions for `job` and write the label (durable on return).
 pub fn write(dev: &dyn Device, job: &str, parts: u32) -> Result<Label> {
     if !(1..=PARTS_MAX).contains(&parts) {
-        return Err(FsError::invalid("partitions", format!("{parts}: 1..={PARTS_MAX}")));
+        return Err(FsError::invalid(
+            "partitions",
+            format!("{parts}: 1..={PARTS_MAX}"),
+        ));
     }
     if job.is_empty() || job.len() > crate::layout::JOB_MAX || !crate::fs::valid_name(job) {
-        return Err(FsError::invalid("job name", format!("{job:?}: 1..=63 bytes, no '/' or NUL")));
+        return Err(FsError::invalid(
+            "job name",
+            format!("{job:?}: 1..=63 bytes, no '/' or NUL"),
+        ));
     }
     let cap = dev.capacity();
     let segment = cap.saturating_sub(LABEL_AREA) / parts as u64 / PARTITION_ALIGN * PARTITION_ALIGN;
@@ -73,7 +79,12 @@ pub fn write(dev: &dyn Device, job: &str, parts: u32) -> Result<Label> {
             ),
         });
     }
-    let label = Label { job: job.to_string(), parts, segment, first: LABEL_AREA };
+    let label = Label {
+        job: job.to_string(),
+        parts,
+        segment,
+        first: LABEL_AREA,
+    };
     dev.write_at(0, &label.encode())?;
     Ok(label)
 }
@@ -92,25 +103,51 @@ pub fn read(dev: &dyn Device) -> Result<Option<Label>> {
     let stored = u32::from_le_bytes(b[LABEL_BYTES - 4..].try_into().unwrap_or([0; 4]));
     let crc = crc32c::crc32c(&b[..LABEL_BYTES - 4]);
     if stored != crc {
-        return Err(FsError::damage("device label (crc32c)", LABEL_BYTES as u64 - 4, format!("{crc:#010x}"), format!("{stored:#010x}")));
+        return Err(FsError::damage(
+            "device label (crc32c)",
+            LABEL_BYTES as u64 - 4,
+            format!("{crc:#010x}"),
+            format!("{stored:#010x}"),
+        ));
     }
     let mut d = Dec::new(&b[8..LABEL_BYTES - 4], 8, "device label");
     let version = d.u32("version")?;
     if version != LABEL_VERSION {
-        return Err(FsError::damage("device label (version)", 8, LABEL_VERSION.to_string(), version.to_string()));
+        return Err(FsError::damage(
+            "device label (version)",
+            8,
+            LABEL_VERSION.to_string(),
+            version.to_string(),
+        ));
     }
     let parts = d.u32("parts")?;
     let segment = d.u64("segment")?;
     let first = d.u64("first")?;
     let job = d.name("job")?;
-    let end = (parts as u64).checked_mul(segment).and_then(|x| x.checked_add(first));
-    if parts == 0 || parts > PARTS_MAX || first < LABEL_AREA || segment % PARTITION_ALIGN != 0 || segment == 0 || end.is_none_or(|e| e > dev.capacity()) {
+    let end = (parts as u64)
+        .checked_mul(segment)
+        .and_then(|x| x.checked_add(first));
+    if parts == 0
+        || parts > PARTS_MAX
+        || first < LABEL_AREA
+        || segment % PARTITION_ALIGN != 0
+        || segment == 0
+        || end.is_none_or(|e| e > dev.capacity())
+    {
         return Err(FsError::damage(
             "device label (geometry)",
             12,
-            format!("1..={PARTS_MAX} partitions of whole MiB after the label, inside {} bytes", dev.capacity()),
+            format!(
+                "1..={PARTS_MAX} partitions of whole MiB after the label, inside {} bytes",
+                dev.capacity()
+            ),
             format!("{parts} x {segment} bytes from {first}"),
         ));
     }
-    Ok(Some(Label { job, parts, segment, first }))
+    Ok(Some(Label {
+        job,
+        parts,
+        segment,
+        first,
+    }))
 }

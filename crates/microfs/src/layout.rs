@@ -37,7 +37,7 @@ pub const ROOT_INO: u64 = 1;
 /// `active_slot` when no checkpoint was taken yet.
 pub const NO_SLOT: u8 = 0xff;
 /// Smallest log area.
-pub const LOG_BYTES_MIN: u64 = 64 * 1024;
+pub const LOG_BYTES_MIN: u64 = 20 * 1024;
 /// Default log area: 4 MiB.
 pub const LOG_BYTES_DEFAULT: u64 = 4 << 20;
 
@@ -162,7 +162,8 @@ impl Superblock {
                 bytes.len().to_string(),
             ));
         }
-        if bytes.iter().all(|&b| b == 0) {
+        // Blank, or a format that did not get to write the magic (it goes last, in one word).
+        if bytes[..8].iter().all(|&b| b == 0) {
             return Ok(None);
         }
         if bytes[..8] != SUPERBLOCK_MAGIC {
@@ -261,7 +262,10 @@ impl Superblock {
                 self.capacity.to_string(),
             );
         }
-        if self.log_offset != LOG_OFFSET || self.log_bytes < LOG_BYTES_MIN || self.log_bytes % 4096 != 0 {
+        if self.log_offset != LOG_OFFSET
+            || self.log_bytes < LOG_BYTES_MIN
+            || self.log_bytes % 4096 != 0
+        {
             return bad(
                 "log area",
                 format!("offset {LOG_OFFSET}, at least {LOG_BYTES_MIN} bytes in pages"),
@@ -271,7 +275,8 @@ impl Superblock {
         let log_end = LOG_OFFSET.saturating_add(self.log_bytes);
         let s0_end = self.slot_offsets[0].saturating_add(self.slot_bytes);
         let s1_end = self.slot_offsets[1].saturating_add(self.slot_bytes);
-        if self.slot_offsets[0] != log_end || self.slot_offsets[1] != s0_end || self.slot_bytes == 0 {
+        if self.slot_offsets[0] != log_end || self.slot_offsets[1] != s0_end || self.slot_bytes == 0
+        {
             return bad(
                 "slots",
                 format!("slot 0 at {log_end}, slot 1 right after it"),
@@ -300,7 +305,11 @@ impl Superblock {
             );
         }
         if self.active_slot > 1 && self.active_slot != NO_SLOT {
-            return bad("active slot", "0, 1 or 255".into(), self.active_slot.to_string());
+            return bad(
+                "active slot",
+                "0, 1 or 255".into(),
+                self.active_slot.to_string(),
+            );
         }
         if self.active_slot != NO_SLOT && self.checkpoint_len > self.slot_bytes {
             return bad(
@@ -319,4 +328,91 @@ pub fn slot_bytes_for(capacity: u64, hb: u32) -> u64 {
     // in the inode and its directory of up to 100), plus 256 KiB for empty files and directories.
     let blocks = capacity / hb as u64;
     (blocks * 176 + (256 << 10)).div_ceil(4096) * 4096
+}
+
+pub use pmem::layout::Field;
+
+/// The superblock's fields (`docs/format/microfs.md`, table `superblock`).
+pub const SUPERBLOCK_FIELDS: &[Field] = &[
+    Field::new("magic", 0, 8),
+    Field::new("version", 8, 4),
+    Field::new("hugeblock", 12, 4),
+    Field::new("sequence", 16, 8),
+    Field::new("job", 24, 64),
+    Field::new("rank", 88, 4),
+    Field::new("epoch", 92, 8),
+    Field::new("capacity", 100, 8),
+    Field::new("log_offset", 108, 8),
+    Field::new("log_bytes", 116, 8),
+    Field::new("slot0_offset", 124, 8),
+    Field::new("slot1_offset", 132, 8),
+    Field::new("slot_bytes", 140, 8),
+    Field::new("data_offset", 148, 8),
+    Field::new("blocks", 156, 8),
+    Field::new("active_slot", 164, 1),
+    Field::new("clean", 165, 1),
+    Field::new("checkpoint_seq", 166, 8),
+    Field::new("checkpoint_lsn", 174, 8),
+    Field::new("checkpoint_len", 182, 8),
+    Field::new("checkpoint_crc", 190, 4),
+    Field::new("reserved", 194, 314),
+    Field::new("crc32c", 508, 4),
+];
+
+/// The write-extent slot copy's header (table `extent-slot`); the body follows.
+pub const EXTENT_SLOT_FIELDS: &[Field] = &[
+    Field::new("magic", 0, 8),
+    Field::new("sequence", 8, 8),
+    Field::new("length", 16, 4),
+    Field::new("crc32c", 20, 4),
+];
+
+/// A metadata checkpoint's header (table `checkpoint`); the body follows.
+pub const CHECKPOINT_FIELDS: &[Field] = &[
+    Field::new("magic", 0, 8),
+    Field::new("sequence", 8, 8),
+    Field::new("lsn", 16, 8),
+    Field::new("length", 24, 8),
+    Field::new("crc32c", 32, 4),
+];
+
+/// A directory-file entry's fixed part (table `dirent`); the name follows.
+pub const DIRENT_FIELDS: &[Field] = &[
+    Field::new("op", 0, 1),
+    Field::new("kind", 1, 1),
+    Field::new("name_len", 2, 2),
+    Field::new("crc32c", 4, 4),
+    Field::new("ino", 8, 8),
+];
+
+/// The start of every log record payload (table `record`); the kind's fields follow.
+pub const RECORD_FIELDS: &[Field] = &[
+    Field::new("kind", 0, 1),
+    Field::new("rank", 1, 4),
+    Field::new("epoch", 5, 8),
+];
+
+/// The device label's fixed part (table `label`); the job name follows at 32.
+pub const LABEL_FIELDS: &[Field] = &[
+    Field::new("magic", 0, 8),
+    Field::new("version", 8, 4),
+    Field::new("parts", 12, 4),
+    Field::new("segment", 16, 8),
+    Field::new("first", 24, 8),
+    Field::new("job_len", 32, 2),
+    Field::new("crc32c", 508, 4),
+];
+
+/// A directory-file entry: the fixed part (table `dirent`) and the name.
+pub fn dirent_bytes(op: u8, kind: crate::Kind, name: &str, ino: u64) -> Vec<u8> {
+    let mut e = Enc::new();
+    e.u8(op)
+        .u8(kind.code())
+        .u16(name.len() as u16)
+        .u32(0)
+        .u64(ino)
+        .bytes(name.as_bytes());
+    let crc = crc32c::crc32c(&e.buf);
+    e.buf[4..8].copy_from_slice(&crc.to_le_bytes());
+    e.buf
 }

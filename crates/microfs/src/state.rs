@@ -172,7 +172,10 @@ fn get_extents(d: &mut Dec<'_>) -> Result<Vec<(u64, u32)>> {
         let idx = d.u64("extent index")?;
         let blk = d.u32("extent block")?;
         let cnt = d.u32("extent length")?;
-        if cnt == 0 || idx.checked_add(cnt as u64).is_none() || (blk as u64) + cnt as u64 > u32::MAX as u64 {
+        if cnt == 0
+            || idx.checked_add(cnt as u64).is_none()
+            || (blk as u64) + cnt as u64 > u32::MAX as u64
+        {
             return Err(FsError::damage(
                 "extent",
                 at,
@@ -181,7 +184,12 @@ fn get_extents(d: &mut Dec<'_>) -> Result<Vec<(u64, u32)>> {
             ));
         }
         if out.len() + cnt as usize > (1 << 26) {
-            return Err(FsError::damage("extent list", at, "at most 2^26 blocks", "more"));
+            return Err(FsError::damage(
+                "extent list",
+                at,
+                "at most 2^26 blocks",
+                "more",
+            ));
         }
         for k in 0..cnt {
             out.push((idx + k as u64, blk + k));
@@ -247,7 +255,12 @@ impl Op {
                 name,
                 dir,
             } => {
-                e.u64(*parent).u64(*ino).u8(kind.code()).u32(*mode).i64(*time).name(name);
+                e.u64(*parent)
+                    .u64(*ino)
+                    .u8(kind.code())
+                    .u32(*mode)
+                    .i64(*time)
+                    .name(name);
                 put_grow(&mut e, dir);
             }
             Op::Write {
@@ -452,8 +465,16 @@ impl State {
     fn dir(&self, ino: u64) -> Result<&Inode> {
         match self.inodes.get(&ino) {
             Some(i) if i.kind == Kind::Dir => Ok(i),
-            Some(_) => Err(dmg("directory", format!("inode {ino} a directory"), "a file")),
-            None => Err(dmg("directory", format!("inode {ino} to exist"), "no such inode")),
+            Some(_) => Err(dmg(
+                "directory",
+                format!("inode {ino} a directory"),
+                "a file",
+            )),
+            None => Err(dmg(
+                "directory",
+                format!("inode {ino} to exist"),
+                "no such inode",
+            )),
         }
     }
 
@@ -467,15 +488,27 @@ impl State {
         if let Some(k) = kind
             && inode.kind != k
         {
-            return Err(dmg("grow", format!("inode {} a {k:?}", g.ino), format!("{:?}", inode.kind)));
+            return Err(dmg(
+                "grow",
+                format!("inode {} a {k:?}", g.ino),
+                format!("{:?}", inode.kind),
+            ));
         }
         let mut seen = std::collections::HashSet::new();
         for &(idx, blk) in &g.blocks {
             if blk as u64 >= self.blocks() {
-                return Err(dmg("hugeblock", format!("below {}", self.blocks()), blk.to_string()));
+                return Err(dmg(
+                    "hugeblock",
+                    format!("below {}", self.blocks()),
+                    blk.to_string(),
+                ));
             }
             if !seen.insert(blk) {
-                return Err(dmg("hugeblock", "named once in a record", format!("{blk} twice")));
+                return Err(dmg(
+                    "hugeblock",
+                    "named once in a record",
+                    format!("{blk} twice"),
+                ));
             }
             let own = self.owner[blk as usize];
             let mine = own == g.ino && inode.blocks.get(&idx) == Some(&blk);
@@ -494,7 +527,11 @@ impl State {
                 ));
             }
             if idx.checked_mul(self.hugeblock as u64).is_none() {
-                return Err(dmg("file block index", "below 2^64 / hugeblock", idx.to_string()));
+                return Err(dmg(
+                    "file block index",
+                    "below 2^64 / hugeblock",
+                    idx.to_string(),
+                ));
             }
         }
         Ok(())
@@ -588,7 +625,11 @@ impl State {
                     return Err(dmg("create", format!("inode {ino} unused"), "in use"));
                 }
                 if dir.ino != *parent {
-                    return Err(dmg("create", format!("directory update of {parent}"), dir.ino.to_string()));
+                    return Err(dmg(
+                        "create",
+                        format!("directory update of {parent}"),
+                        dir.ino.to_string(),
+                    ));
                 }
                 self.check_grow(dir, Some(Kind::Dir))?;
                 self.apply_grow(dir);
@@ -601,10 +642,7 @@ impl State {
                 self.next_ino = self.next_ino.max(ino + 1);
             }
             Op::Write {
-                run,
-                mtime,
-                grow,
-                ..
+                run, mtime, grow, ..
             } => {
                 self.check_grow(grow, Some(Kind::File))?;
                 self.apply_grow(grow);
@@ -634,14 +672,25 @@ impl State {
             } => {
                 let p = self.dir(*parent)?;
                 if p.entries.get(name) != Some(ino) {
-                    return Err(dmg("remove", format!("{name:?} -> {ino} in {parent}"), "missing"));
+                    return Err(dmg(
+                        "remove",
+                        format!("{name:?} -> {ino} in {parent}"),
+                        "missing",
+                    ));
                 }
-                let victim = self.inodes.get(ino).ok_or_else(|| dmg("remove", "inode", "none"))?;
+                let victim = self
+                    .inodes
+                    .get(ino)
+                    .ok_or_else(|| dmg("remove", "inode", "none"))?;
                 if victim.kind == Kind::Dir && !victim.entries.is_empty() {
                     return Err(dmg("rmdir", "an empty directory", "entries"));
                 }
                 if dir.ino != *parent {
-                    return Err(dmg("remove", format!("directory update of {parent}"), dir.ino.to_string()));
+                    return Err(dmg(
+                        "remove",
+                        format!("directory update of {parent}"),
+                        dir.ino.to_string(),
+                    ));
                 }
                 self.check_grow(dir, Some(Kind::Dir))?;
                 self.apply_grow(dir);
@@ -663,29 +712,50 @@ impl State {
                     .dir(*from_parent)?
                     .entries
                     .get(from_name)
-                    .ok_or_else(|| dmg("rename", format!("{from_name:?} in {from_parent}"), "missing"))?;
+                    .ok_or_else(|| {
+                        dmg(
+                            "rename",
+                            format!("{from_name:?} in {from_parent}"),
+                            "missing",
+                        )
+                    })?;
                 let to_dir = self.dir(*to_parent)?;
                 let old = to_dir.entries.get(to_name).copied();
                 let skind = self.inodes.get(&src).map(|i| i.kind);
                 if let Some(o) = old
                     && o != src
                 {
-                    let oi = self.inodes.get(&o).ok_or_else(|| dmg("rename", "target inode", "none"))?;
+                    let oi = self
+                        .inodes
+                        .get(&o)
+                        .ok_or_else(|| dmg("rename", "target inode", "none"))?;
                     let ok = match (skind, oi.kind) {
                         (Some(Kind::Dir), Kind::Dir) => oi.entries.is_empty(),
                         (Some(Kind::File), Kind::File) => true,
                         _ => false,
                     };
                     if !ok {
-                        return Err(dmg("rename", "a replaceable target", "kind mismatch or not empty"));
+                        return Err(dmg(
+                            "rename",
+                            "a replaceable target",
+                            "kind mismatch or not empty",
+                        ));
                     }
                 }
                 if skind == Some(Kind::Dir) && self.is_ancestor(src, *to_parent) {
-                    return Err(dmg("rename", "a directory not moved under itself", "a loop"));
+                    return Err(dmg(
+                        "rename",
+                        "a directory not moved under itself",
+                        "a loop",
+                    ));
                 }
                 for g in dirs {
                     if g.ino != *from_parent && g.ino != *to_parent {
-                        return Err(dmg("rename", "updates of the two directories", g.ino.to_string()));
+                        return Err(dmg(
+                            "rename",
+                            "updates of the two directories",
+                            g.ino.to_string(),
+                        ));
                     }
                     self.check_grow(g, Some(Kind::Dir))?;
                 }
@@ -712,7 +782,11 @@ impl State {
                 tp.mtime = *time;
                 tp.ctime = *time;
                 if let Some(s) = self.inodes.get_mut(&src) {
-                    s.parent = if s.kind == Kind::Dir { *to_parent } else { s.parent };
+                    s.parent = if s.kind == Kind::Dir {
+                        *to_parent
+                    } else {
+                        s.parent
+                    };
                     s.ctime = *time;
                 }
             }
@@ -745,7 +819,9 @@ impl State {
     /// The checkpoint body (without its header).
     pub(crate) fn encode(&self) -> Vec<u8> {
         let mut e = Enc::new();
-        e.u64(self.next_ino).u64(self.folded_run).u32(self.inodes.len() as u32);
+        e.u64(self.next_ino)
+            .u64(self.folded_run)
+            .u32(self.inodes.len() as u32);
         let mut inos: Vec<&u64> = self.inodes.keys().collect();
         inos.sort_unstable();
         for ino in inos {
@@ -789,7 +865,10 @@ impl State {
             i.ctime = d.i64("ctime")?;
             i.parent = d.u64("parent")?;
             for (idx, blk) in get_extents(&mut d)? {
-                if blk as u64 >= blocks || st.owner[blk as usize] != 0 || i.blocks.insert(idx, blk).is_some() {
+                if blk as u64 >= blocks
+                    || st.owner[blk as usize] != 0
+                    || i.blocks.insert(idx, blk).is_some()
+                {
                     return Err(FsError::damage(
                         "metadata checkpoint (block)",
                         iat,
@@ -819,15 +898,30 @@ impl State {
         // parent if it is a directory.
         match st.inodes.get(&ROOT_INO) {
             Some(r) if r.kind == Kind::Dir => {}
-            _ => return Err(FsError::damage("metadata checkpoint (root)", at, "a root directory", "none")),
+            _ => {
+                return Err(FsError::damage(
+                    "metadata checkpoint (root)",
+                    at,
+                    "a root directory",
+                    "none",
+                ));
+            }
         }
         let mut named: HashMap<u64, u64> = HashMap::new();
         for (&dino, i) in &st.inodes {
             if i.kind != Kind::Dir && !i.entries.is_empty() {
-                return Err(FsError::damage("metadata checkpoint (entries)", at, "entries only in directories", format!("file {dino} has some")));
+                return Err(FsError::damage(
+                    "metadata checkpoint (entries)",
+                    at,
+                    "entries only in directories",
+                    format!("file {dino} has some"),
+                ));
             }
             for &child in i.entries.values() {
-                let ok = st.inodes.get(&child).is_some_and(|c| c.kind == Kind::File || c.parent == dino);
+                let ok = st
+                    .inodes
+                    .get(&child)
+                    .is_some_and(|c| c.kind == Kind::File || c.parent == dino);
                 if child == ROOT_INO || !ok || named.insert(child, dino).is_some() {
                     return Err(FsError::damage(
                         "metadata checkpoint (directory entry)",

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use microfs::device::{Device, MemDevice};
-use microfs::{FsError, Fs, FsOptions, Kind, NamespaceId};
+use microfs::{Fs, FsError, FsOptions, Kind, NamespaceId};
 
 fn opts() -> FsOptions {
     FsOptions {
@@ -16,7 +16,10 @@ fn opts() -> FsOptions {
 
 fn fresh(len: usize) -> (Arc<dyn Device>, Fs) {
     let dev: Arc<dyn Device> = Arc::new(MemDevice::new(len));
-    let id = NamespaceId { job: "job".into(), rank: 3 };
+    let id = NamespaceId {
+        job: "job".into(),
+        rank: 3,
+    };
     let fs = Fs::format(dev.clone(), &opts(), &id).unwrap();
     (dev, fs)
 }
@@ -29,7 +32,9 @@ fn read_all(fs: &Fs, ino: u64) -> Vec<u8> {
 }
 
 fn pattern(n: usize, seed: u8) -> Vec<u8> {
-    (0..n).map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed)).collect()
+    (0..n)
+        .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed))
+        .collect()
 }
 
 #[test]
@@ -46,7 +51,10 @@ fn create_write_read_reopen() {
     assert!(s.writes_coalesced >= 5, "{s:?}");
     drop(fs); // a crash: no close
     let (fs, rec) = Fs::open(dev.clone(), &opts()).unwrap();
-    assert!(rec.runs_applied == 1 || rec.records_replayed >= 3, "{rec:?}");
+    assert!(
+        rec.runs_applied == 1 || rec.records_replayed >= 3,
+        "{rec:?}"
+    );
     let ino2 = fs.lookup("ckpt/rank0.dat").unwrap();
     assert_eq!(ino2, ino);
     assert_eq!(read_all(&fs, ino), data);
@@ -55,7 +63,10 @@ fn create_write_read_reopen() {
     assert!(r.findings.is_empty(), "{r:?}");
     fs.close().unwrap();
     let (fs, rec) = Fs::open(dev, &opts()).unwrap();
-    assert!(rec.clean && rec.checkpoint_slot.is_some() && rec.records_replayed == 0, "{rec:?}");
+    assert!(
+        rec.clean && rec.checkpoint_slot.is_some() && rec.records_replayed == 0,
+        "{rec:?}"
+    );
     assert_eq!(read_all(&fs, ino), data);
 }
 
@@ -77,7 +88,10 @@ fn holes_sparse_and_truncate() {
     fs.truncate(ino, 50_000).unwrap();
     let b = read_all(&fs, ino);
     assert_eq!(&b[..40_000], &pattern(70_000, 1)[..40_000]);
-    assert!(b[40_000..].iter().all(|&x| x == 0), "truncated bytes read back as zeros");
+    assert!(
+        b[40_000..].iter().all(|&x| x == 0),
+        "truncated bytes read back as zeros"
+    );
     assert!(fs.check().unwrap().findings.is_empty());
 }
 
@@ -96,20 +110,31 @@ fn posix_errors() {
     assert_eq!(fs.rmdir("d").unwrap_err().errno(), libc::ENOTEMPTY);
     assert_eq!(fs.unlink("d").unwrap_err().errno(), libc::EISDIR);
     assert_eq!(fs.rmdir("d/f").unwrap_err().errno(), libc::ENOTDIR);
-    assert_eq!(e(fs.create(&"x".repeat(256), 0o644, true, false)), libc::ENAMETOOLONG);
+    assert_eq!(
+        e(fs.create(&"x".repeat(256), 0o644, true, false)),
+        libc::ENAMETOOLONG
+    );
     assert_eq!(e(fs.lookup("a//b")), libc::EINVAL);
     assert_eq!(fs.rename("d", "d/sub").unwrap_err().errno(), libc::EINVAL);
     fs.mkdir("e", 0o755).unwrap();
     assert_eq!(fs.rename("d/f", "e").unwrap_err().errno(), libc::EISDIR);
     assert_eq!(fs.rename("e", "d/f").unwrap_err().errno(), libc::ENOTDIR);
     assert_eq!(fs.rename("e", "d").unwrap_err().errno(), libc::ENOTEMPTY);
-    assert_eq!(fs.read_at(fs.lookup("d").unwrap(), 0, &mut [0u8; 4]).unwrap_err().errno(), libc::EISDIR);
+    assert_eq!(
+        fs.read_at(fs.lookup("d").unwrap(), 0, &mut [0u8; 4])
+            .unwrap_err()
+            .errno(),
+        libc::EISDIR
+    );
     // Same name is a no-op; open with truncate cuts the file.
     fs.write_at(f, 0, b"hello").unwrap();
     fs.rename("d/f", "d/f").unwrap();
     assert_eq!(fs.create("d/f", 0o644, false, true).unwrap(), f);
     assert_eq!(fs.stat(f).unwrap().size, 0);
-    assert!(matches!(fs.lookup("missing"), Err(FsError::NotFound { .. })));
+    assert!(matches!(
+        fs.lookup("missing"),
+        Err(FsError::NotFound { .. })
+    ));
 }
 
 #[test]
@@ -123,7 +148,11 @@ fn rename_replaces_and_survives_reopen() {
     fs.write_at(y, 0, &pattern(100_000, 2)).unwrap();
     let free = fs.stats().blocks_free;
     fs.rename("a/x", "b/y").unwrap();
-    assert_eq!(fs.stats().blocks_free, free + 4, "the replaced file's blocks are free");
+    assert_eq!(
+        fs.stats().blocks_free,
+        free + 4,
+        "the replaced file's blocks are free"
+    );
     assert_eq!(fs.lookup("b/y").unwrap(), x);
     assert!(fs.lookup("a/x").is_err());
     fs.rename("b", "a/b2").unwrap();
@@ -138,9 +167,17 @@ fn rename_replaces_and_survives_reopen() {
     let (fs, _) = Fs::open(dev, &opts()).unwrap();
     assert_eq!(fs.lookup("a/b2/y").unwrap(), x);
     let st = fs.stat(x).unwrap();
-    assert_eq!((st.mode, st.atime_ns, st.mtime_ns, st.size), (0o600, 5, 7, 3));
+    assert_eq!(
+        (st.mode, st.atime_ns, st.mtime_ns, st.size),
+        (0o600, 5, 7, 3)
+    );
     assert!(fs.lookup("c").is_err());
-    let names: Vec<String> = fs.readdir(fs.lookup("a").unwrap()).unwrap().into_iter().map(|e| e.name).collect();
+    let names: Vec<String> = fs
+        .readdir(fs.lookup("a").unwrap())
+        .unwrap()
+        .into_iter()
+        .map(|e| e.name)
+        .collect();
     assert_eq!(names, vec!["b2".to_string()]);
     let r = fs.check().unwrap();
     assert!(r.findings.is_empty(), "{r:?}");
@@ -182,7 +219,10 @@ fn coalescing_counts_and_off_switch() {
     assert_eq!(s.writes, 64);
     assert_eq!(s.writes_coalesced, 63);
     let dev: Arc<dyn Device> = Arc::new(MemDevice::new(16 << 20));
-    let o = FsOptions { coalesce: false, ..opts() };
+    let o = FsOptions {
+        coalesce: false,
+        ..opts()
+    };
     let fs = Fs::format(dev, &o, &NamespaceId::default()).unwrap();
     let ino = fs.create("f", 0o644, true, false).unwrap();
     for k in 0..64u64 {
@@ -203,7 +243,10 @@ fn read_only_open_writes_nothing() {
     dev.read_at(0, &mut before).unwrap();
     let (fs, _) = Fs::open_read_only(dev.clone(), &opts()).unwrap();
     assert_eq!(read_all(&fs, ino), b"abc");
-    assert_eq!(fs.create("g", 0o644, true, false).unwrap_err().errno(), libc::EROFS);
+    assert_eq!(
+        fs.create("g", 0o644, true, false).unwrap_err().errno(),
+        libc::EROFS
+    );
     fs.close().unwrap();
     let mut after = vec![0u8; dev.capacity() as usize];
     dev.read_at(0, &mut after).unwrap();
@@ -213,7 +256,10 @@ fn read_only_open_writes_nothing() {
 #[test]
 fn blank_and_damaged_devices_are_errors_not_panics() {
     let dev: Arc<dyn Device> = Arc::new(MemDevice::new(8 << 20));
-    assert!(matches!(Fs::open(dev.clone(), &opts()), Err(FsError::Unformatted { .. })));
+    assert!(matches!(
+        Fs::open(dev.clone(), &opts()),
+        Err(FsError::Unformatted { .. })
+    ));
     let fs = Fs::format(dev.clone(), &opts(), &NamespaceId::default()).unwrap();
     fs.create("f", 0o644, true, false).unwrap();
     fs.close().unwrap();

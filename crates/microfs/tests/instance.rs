@@ -8,7 +8,10 @@ use microfs::instance::{self, Config};
 use microfs::label;
 
 fn cfg(vars: &[(&str, &str)]) -> microfs::Result<Option<Config>> {
-    let m: HashMap<String, String> = vars.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+    let m: HashMap<String, String> = vars
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
     Config::from_vars(|k| m.get(k).cloned())
 }
 
@@ -22,14 +25,47 @@ fn scratch(name: &str) -> std::path::PathBuf {
 #[test]
 fn env_parsing() {
     assert!(cfg(&[]).unwrap().is_none());
-    let c = cfg(&[("KAVACH_CR_DIR", "/tmp/ck/./a/"), ("KAVACH_CR_EPOCH", "9")]).unwrap().unwrap();
+    let c = cfg(&[("KAVACH_CR_DIR", "/tmp/ck/./a/"), ("KAVACH_CR_EPOCH", "9")])
+        .unwrap()
+        .unwrap();
     assert_eq!(c.dir, std::path::PathBuf::from("/tmp/ck/a"));
-    assert_eq!(c.device, Config::default_device(std::path::Path::new("/tmp/ck/a")));
-    assert_ne!(c.device, Config::default_device(std::path::Path::new("/tmp/ck/b")));
+    assert_eq!(
+        c.device,
+        Config::default_device(std::path::Path::new("/tmp/ck/a"))
+    );
+    assert_ne!(
+        c.device,
+        Config::default_device(std::path::Path::new("/tmp/ck/b"))
+    );
     assert!(c.device.starts_with("/dev/shm/kavach-cr-") && c.device.ends_with(".dev"));
-    assert_eq!((c.size, c.fs.hugeblock, c.job.as_str(), c.fs.provenance.epoch), (1 << 30, 32768, "cr", 9));
-    let c = cfg(&[("KAVACH_CR_DIR", "/x"), ("KAVACH_CR_SIZE", "64M"), ("KAVACH_CR_HUGEBLOCK", "4k"), ("KAVACH_CR_PARTITION", "2"), ("KAVACH_CR_PARTS", "4")]).unwrap().unwrap();
-    assert_eq!((c.size, c.fs.hugeblock, c.partition, c.parts, c.fs.provenance.rank), (64 << 20, 4096, Some(2), Some(4), 2));
+    assert_eq!(
+        (
+            c.size,
+            c.fs.hugeblock,
+            c.job.as_str(),
+            c.fs.provenance.epoch
+        ),
+        (1 << 30, 32768, "cr", 9)
+    );
+    let c = cfg(&[
+        ("KAVACH_CR_DIR", "/x"),
+        ("KAVACH_CR_SIZE", "64M"),
+        ("KAVACH_CR_HUGEBLOCK", "4k"),
+        ("KAVACH_CR_PARTITION", "2"),
+        ("KAVACH_CR_PARTS", "4"),
+    ])
+    .unwrap()
+    .unwrap();
+    assert_eq!(
+        (
+            c.size,
+            c.fs.hugeblock,
+            c.partition,
+            c.parts,
+            c.fs.provenance.rank
+        ),
+        (64 << 20, 4096, Some(2), Some(4), 2)
+    );
     for (k, v, needle) in [
         ("KAVACH_CR_SIZE", "lots", "KAVACH_CR_SIZE"),
         ("KAVACH_CR_SIZE", "1k", "at least 4M"),
@@ -41,10 +77,17 @@ fn env_parsing() {
         ("KAVACH_CR_DEVICE", "", "KAVACH_CR_DEVICE"),
         ("KAVACH_CR_EPOCH", "x", "KAVACH_CR_EPOCH"),
     ] {
-        let e = cfg(&[("KAVACH_CR_DIR", "/x"), (k, v)]).unwrap_err().to_string();
+        let e = cfg(&[("KAVACH_CR_DIR", "/x"), (k, v)])
+            .unwrap_err()
+            .to_string();
         assert!(e.contains(needle) && e.contains(v), "{k}={v}: {e}");
     }
-    let e = cfg(&[("KAVACH_CR_DIR", "/x"), ("KAVACH_CR_PARTITION", "4"), ("KAVACH_CR_PARTS", "4")]).unwrap_err();
+    let e = cfg(&[
+        ("KAVACH_CR_DIR", "/x"),
+        ("KAVACH_CR_PARTITION", "4"),
+        ("KAVACH_CR_PARTS", "4"),
+    ])
+    .unwrap_err();
     assert!(e.to_string().contains("below"), "{e}");
     assert!(cfg(&[("KAVACH_CR_DIR", "")]).is_err());
 }
@@ -59,7 +102,10 @@ fn label_round_trip_and_damage() {
     assert!(l.partition(2).0 + l.segment <= 64 << 20);
     assert_eq!(label::read(&dev).unwrap(), Some(l));
     dev.write_at(20, &[0xee]).unwrap();
-    assert!(matches!(label::read(&dev), Err(microfs::FsError::Damage { .. })));
+    assert!(matches!(
+        label::read(&dev),
+        Err(microfs::FsError::Damage { .. })
+    ));
     assert!(label::write(&MemDevice::new(4 << 20), "j", 8).is_err());
     assert!(label::write(&dev, "j", 0).is_err());
 }
@@ -106,6 +152,12 @@ fn open_makes_then_reopens_a_namespace_per_partition() {
 #[test]
 fn whole_device_without_partitions() {
     let dev: Arc<dyn Device> = Arc::new(MemDevice::new(16 << 20));
-    let c = Config { device: "unused".into(), ..cfg(&[("KAVACH_CR_DIR", "/x")]).unwrap().unwrap() };
-    assert_eq!(instance::locate(dev.as_ref(), &c).unwrap(), (0, 16 << 20, 0));
+    let c = Config {
+        device: "unused".into(),
+        ..cfg(&[("KAVACH_CR_DIR", "/x")]).unwrap().unwrap()
+    };
+    assert_eq!(
+        instance::locate(dev.as_ref(), &c).unwrap(),
+        (0, 16 << 20, 0)
+    );
 }

@@ -91,6 +91,17 @@ impl RemoteDevice {
         Ok(dev)
     }
 
+    /// Fail a request whose reply takes longer than `timeout` (`None`, the default: wait as
+    /// long as TCP keeps the connection). A request that times out breaks the connection, as
+    /// its reply may still come.
+    pub fn set_timeout(&self, timeout: Option<std::time::Duration>) -> Result<()> {
+        let conn = self.conn.lock().unwrap_or_else(|p| p.into_inner());
+        conn.stream
+            .set_read_timeout(timeout)
+            .and_then(|()| conn.stream.set_write_timeout(timeout))
+            .map_err(|e| DeviceError::io(format!("cannot set a timeout on {}", self.label), e))
+    }
+
     /// Whether the HELLO created the namespace.
     pub fn created(&self) -> bool {
         self.created

@@ -18,7 +18,7 @@ use crate::proto::{
 };
 use std::collections::HashMap;
 use std::fs::File;
-use std::io::{BufReader, ErrorKind, Read, Write};
+use std::io::{BufReader, ErrorKind, IoSlice, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -412,11 +412,21 @@ fn send_reply(
         body_crc: crc,
     }
     .encode();
-    let mut out = Vec::with_capacity(HEADER_BYTES + message.len() + data.len());
-    out.extend_from_slice(&hdr);
-    out.extend_from_slice(message.as_bytes());
-    out.extend_from_slice(data);
-    s.write_all(&out)
+    let mut parts = [
+        IoSlice::new(&hdr),
+        IoSlice::new(message.as_bytes()),
+        IoSlice::new(data),
+    ];
+    let mut bufs = &mut parts[..];
+    while !bufs.is_empty() {
+        match s.write_vectored(bufs) {
+            Ok(0) => return Err(ErrorKind::WriteZero.into()),
+            Ok(n) => IoSlice::advance_slices(&mut bufs, n),
+            Err(e) if e.kind() == ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
 }
 
 struct Connection {

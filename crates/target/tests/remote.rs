@@ -316,3 +316,47 @@ fn requests_that_break_the_protocol_get_typed_answers() {
     assert!(m.contains("magic"), "{m}");
     assert_eq!(srv.shutdown().unwrap().panics, 0);
 }
+
+#[test]
+fn a_reply_that_never_comes_times_out_and_breaks_the_connection() {
+    use std::io::{Read, Write};
+    // A fake target: answers the HELLO, then reads requests and never answers.
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap().to_string();
+    let fake = std::thread::spawn(move || {
+        let (mut s, _) = l.accept().unwrap();
+        let mut hb = [0u8; proto::HEADER_BYTES];
+        s.read_exact(&mut hb).unwrap();
+        let h = RequestHeader::decode(&hb).unwrap();
+        let mut body = vec![0u8; h.body_len as usize];
+        s.read_exact(&mut body).unwrap();
+        let info = proto::Info {
+            flags: 0,
+            block_size: 512,
+            capacity: 1 << 20,
+        }
+        .encode();
+        let r = proto::ReplyHeader {
+            op: op::HELLO,
+            status: status::OK,
+            id: h.id,
+            code: 0,
+            message_len: 0,
+            data_len: info.len() as u32,
+            body_crc: crc32c::crc32c(&info),
+        };
+        s.write_all(&r.encode()).unwrap();
+        s.write_all(&info).unwrap();
+        let mut sink = Vec::new();
+        let _ = s.read_to_end(&mut sink);
+    });
+    let dev = RemoteDevice::connect(&addr, &hello("slow", 0, false)).unwrap();
+    assert_eq!(dev.capacity(), 1 << 20);
+    dev.set_timeout(Some(Duration::from_millis(200))).unwrap();
+    let e = dev.read_at(0, &mut [0u8; 8]).unwrap_err();
+    assert!(matches!(e, DeviceError::Io { .. }), "{e}");
+    let e = dev.read_at(0, &mut [0u8; 8]).unwrap_err();
+    assert!(e.to_string().contains("lost earlier"), "{e}");
+    drop(dev);
+    fake.join().unwrap();
+}
