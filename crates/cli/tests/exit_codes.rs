@@ -171,6 +171,12 @@ fn table() -> Vec<Row> {
         },
         row(&["debug", "fill"], &["P"], ALL),
         row(&["debug", "digest"], &["P"], ALL),
+        // Checkpoint/restart devices: anything that is not a microfs device is refused, and
+        // the device is never written (export's destination S must not appear).
+        row(&["cr", "ls"], &["P"], ALL),
+        row(&["cr", "cat"], &["P", "f"], ALL),
+        row(&["cr", "export"], &["P", "S"], ALL),
+        row(&["cr", "check"], &["P"], ALL),
         // Serving and the demo take a directory: a file where it should be is refused.
         row(
             &["serve"],
