@@ -25,7 +25,8 @@
 //!    none, then everyone waits at a barrier;
 //! 5. each rank starts its instance on partition = its rank in that communicator, parts = its
 //!    size, provenance rank = world rank, epoch = `KAVACH_CR_EPOCH`, else Open MPI's job id,
-//!    else the time in seconds (world rank 0's value, broadcast).
+//!    else the time in seconds (world rank 0's value, broadcast). `KAVACH_CR_COALESCE=0` turns
+//!    the log's write coalescing off (for measurements; default on).
 //!
 //! `MPI_Finalize` checkpoints and closes the instance, frees the communicator, then calls
 //! `PMPI_Finalize`.
@@ -437,6 +438,15 @@ fn setup(mpi: &pmpi::Mpi, rank: i32, host: &str) -> Result<Option<Running>, Stri
     }
     cfg.partition = Some(mine.partition);
     cfg.parts = Some(mine.parts);
+    if let Some(c) = env_opt("KAVACH_CR_COALESCE")? {
+        cfg.fs.coalesce = match c.trim() {
+            "1" => true,
+            "0" => false,
+            other => {
+                return Err(format!("KAVACH_CR_COALESCE {other:?}: expected 0 or 1"));
+            }
+        };
+    }
     cfg.fs.provenance = microfs::Provenance {
         rank: rank as u32,
         epoch,

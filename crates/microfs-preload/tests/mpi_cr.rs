@@ -347,18 +347,23 @@ fn assert_ls_shows_ranks(spec: &str, np: u32, size: u64) {
                 "kavach cr ls {spec} partition {r} lacks {want}:\n{out}"
             );
         }
-        for other in (0..np).filter(|&o| o != r) {
-            let not = format!("rank.{other}\n");
+        // Every checkpoint file of the partition is this rank's.
+        let files: Vec<&str> = out
+            .split_whitespace()
+            .filter(|w| w.contains("/rank."))
+            .collect();
+        assert_eq!(files.len(), 6, "partition {r}: {out}");
+        for f in files {
             assert!(
-                !out.contains(&not),
-                "partition {r} holds rank {other}'s file:\n{out}"
+                f.ends_with(&format!("/rank.{r}")),
+                "partition {r} holds {f}:\n{out}"
             );
         }
     }
 }
 
 fn cr_ls_partition_args(r: u32, _np: u32, _size: u64) -> Vec<String> {
-    vec!["--partition".into(), r.to_string(), "-r".into()]
+    vec!["--partition".into(), r.to_string()]
 }
 
 fn local(np: u32) {
@@ -458,14 +463,15 @@ fn mpirun_two_nodes(per_node: u32, env: &[(&str, String)], args: &[&str]) -> Out
     let b = built();
     let mut cmd = Command::new("mpirun");
     cmd.args(["--allow-run-as-root", "--oversubscribe"]);
-    cmd.arg("-x")
-        .arg(format!("LD_PRELOAD={}", b.preload.display()));
-    for (k, v) in env {
-        cmd.arg("-x").arg(format!("{k}={v}"));
-    }
     for (i, node) in ["c1", "c2"].iter().enumerate() {
         if i > 0 {
             cmd.arg(":");
+        }
+        // -x applies to its own application context only.
+        cmd.arg("-x")
+            .arg(format!("LD_PRELOAD={}", b.preload.display()));
+        for (k, v) in env {
+            cmd.arg("-x").arg(format!("{k}={v}"));
         }
         cmd.args(["-np", &per_node.to_string(), "env"])
             .arg(format!("KAVACH_CR_NODE={node}"))
