@@ -13,6 +13,7 @@
  *
  * Modes (all ranks take the same arguments):
  *   comd_cr run DIR [--atoms N] [--steps S] [--every K] [--chunk B] [--restart] [--stop-after S]
+ *               [--kill-at S --kill-rank R]   (rank R dies by SIGKILL halfway through checkpoint S)
  *   comd_cr bench DIR --bytes B [--reps R] [--chunk B] [--drop-caches]
  *                                       write (then fsync) and read B bytes per rank, timed;
  *                                       --drop-caches: rank 0 empties the kernel's page cache
@@ -30,6 +31,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <signal.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -51,6 +53,9 @@ struct header {
 };
 
 static int rank, ranks;
+/* --kill-at S --kill-rank R: rank R dies by SIGKILL halfway through writing checkpoint S. */
+static uint64_t kill_at = 0;
+static int kill_rank = -1;
 
 static void die(const char *what, const char *path) {
     fprintf(stderr, "comd_cr: rank %d: %s %s: %s\n", rank, what, path ? path : "",
@@ -174,6 +179,12 @@ static void write_ckpt(const char *dir, struct state *s, size_t chunk) {
     int fd = open(p, O_CREAT | O_WRONLY | O_TRUNC, 0644);
     if (fd < 0) die("open", p);
     write_all(fd, &h, sizeof h, chunk, p);
+    if (s->step == kill_at && rank == kill_rank) {
+        write_all(fd, s->buf, payload / 2, chunk, p);
+        fprintf(stderr, "comd_cr: rank %d: killing myself halfway through checkpoint %llu\n",
+                rank, (unsigned long long)s->step);
+        raise(SIGKILL);
+    }
     write_all(fd, s->buf, payload, chunk, p);
     if (fsync(fd) != 0) die("fsync", p);
     if (close(fd) != 0) die("close", p);
@@ -255,6 +266,9 @@ static int run(const char *dir, int argc, char **argv) {
         else if (i + 1 < argc && !strcmp(argv[i], "--chunk")) chunk = u64arg(argv[++i], "--chunk");
         else if (i + 1 < argc && !strcmp(argv[i], "--stop-after"))
             stop_after = u64arg(argv[++i], "--stop-after");
+        else if (i + 1 < argc && !strcmp(argv[i], "--kill-at")) kill_at = u64arg(argv[++i], "--kill-at");
+        else if (i + 1 < argc && !strcmp(argv[i], "--kill-rank"))
+            kill_rank = (int)u64arg(argv[++i], "--kill-rank");
         else {
             if (rank == 0) fprintf(stderr, "comd_cr: unknown argument %s\n", argv[i]);
             return 2;
@@ -421,7 +435,14 @@ static int create(const char *dir, int argc, char **argv) {
 }
 
 int main(int argc, char **argv) {
-    MPI_Init(&argc, &argv);
+    /* COMD_CR_INIT_THREAD=1: start with MPI_Init_thread (both entry points are wrapped). */
+    const char *it = getenv("COMD_CR_INIT_THREAD");
+    if (it && !strcmp(it, "1")) {
+        int provided;
+        MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided);
+    } else {
+        MPI_Init(&argc, &argv);
+    }
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &ranks);
     int rc = 2;
