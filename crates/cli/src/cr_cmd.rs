@@ -128,7 +128,7 @@ fn open_device(spec: &str) -> Result<Arc<dyn Device>> {
 
 /// The namespaces a device holds (a label's partitions, or the whole device), or an error
 /// when it holds none. A damaged label is `FsError::Damage`.
-fn places(args: &DeviceArgs) -> Result<(Arc<dyn Device>, Option<label::Label>, Vec<Place>)> {
+fn places(args: &DeviceArgs) -> Result<(Option<label::Label>, Vec<Place>)> {
     let dev = open_device(&args.device)?;
     let lab = label::read(dev.as_ref()).map_err(anyhow::Error::new)?;
     let mut out = Vec::new();
@@ -176,7 +176,7 @@ fn places(args: &DeviceArgs) -> Result<(Arc<dyn Device>, Option<label::Label>, V
             }
         }
     }
-    Ok((dev, lab, out))
+    Ok((lab, out))
 }
 
 /// Whether either superblock copy starts with the magic (else: not a namespace, or blank).
@@ -264,7 +264,7 @@ struct LsNamespace {
 }
 
 fn ls(args: &DeviceArgs, long: bool, json: bool) -> Result<Outcome> {
-    let (_dev, lab, places) = places(args)?;
+    let (lab, places) = places(args)?;
     let mut out = Vec::new();
     for p in &places {
         let mut ns = LsNamespace {
@@ -388,7 +388,7 @@ fn ls(args: &DeviceArgs, long: bool, json: bool) -> Result<Outcome> {
 
 /// The one namespace a command that reads a file works on.
 fn one_place(args: &DeviceArgs) -> Result<(Fs, Place)> {
-    let (_dev, lab, mut places) = places(args)?;
+    let (lab, mut places) = places(args)?;
     if places.len() > 1 {
         bail!(
             "{} has {} partitions: say which with --partition N",
@@ -429,7 +429,7 @@ fn cat(args: &DeviceArgs, path: &str) -> Result<Outcome> {
 
 fn export(args: &DeviceArgs, dest: &Path, path: Option<&str>, force: bool) -> Result<Outcome> {
     let sub = path.map(normalise).transpose()?.unwrap_or_default();
-    let (_dev, _lab, places) = places(args)?;
+    let (_lab, places) = places(args)?;
     let several = places.len() > 1;
     // Plan everything first: open every namespace, list what to copy, refuse conflicts, all
     // before writing a byte.
@@ -543,7 +543,7 @@ struct CheckOut {
 }
 
 fn check(args: &DeviceArgs, json: bool) -> Result<Outcome> {
-    let (_dev, lab, places) = match places(args) {
+    let (lab, places) = match places(args) {
         Ok(x) => x,
         Err(e) => match e.downcast_ref::<FsError>() {
             Some(FsError::Damage {

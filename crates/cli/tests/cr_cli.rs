@@ -266,3 +266,59 @@ fn help_has_examples() {
         );
     }
 }
+
+/// A namespace on a remote target (`kavach target serve`), read back with `kavach cr`.
+#[test]
+fn a_namespace_on_a_remote_target() {
+    use std::io::{BufRead, BufReader};
+    use std::process::{Command, Stdio};
+    let s = Scratch::new("remote");
+    let dir = s.path("served");
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_kavach"))
+        .args(["target", "serve", "--dir", &dir, "--listen", "127.0.0.1:0"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut first = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut first)
+        .unwrap();
+    let addr = first
+        .split("listening on ")
+        .nth(1)
+        .and_then(|r| r.split_whitespace().next())
+        .unwrap_or_else(|| panic!("{first:?}"))
+        .to_string();
+    let spec = format!("tcp://{addr}/jobR");
+    let mut c = config(&spec, &s.path("ck"), 0, 1);
+    c.partition = None;
+    c.parts = None;
+    let (fs, rec) = instance::open(&c).unwrap();
+    assert!(rec.formatted);
+    let f = fs.create("rank0.ckpt", 0o644, true, false).unwrap();
+    for (k, piece) in data(200_000, 9).chunks(32 << 10).enumerate() {
+        fs.write_at(f, (k * (32 << 10)) as u64, piece).unwrap();
+    }
+    fs.close().unwrap();
+    let o = kavach(&["cr", "cat", &spec, "rank0.ckpt"]);
+    assert_code(&o, 0);
+    assert!(
+        o.stdout == data(200_000, 9),
+        "remote cat is not byte-identical"
+    );
+    let o = kavach(&["cr", "check", &spec]);
+    assert_code(&o, 0);
+    // Reopened by a later process: the same namespace.
+    let (fs, rec) = instance::open(&c).unwrap();
+    assert!(!rec.formatted && rec.clean);
+    assert_eq!(
+        fs.stat(fs.lookup("rank0.ckpt").unwrap()).unwrap().size,
+        200_000
+    );
+    drop(fs);
+    let _ = child.kill();
+    let _ = child.wait();
+}

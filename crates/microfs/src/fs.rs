@@ -148,6 +148,8 @@ pub struct FsStats {
     pub slot_writes: u64,
     /// Metadata checkpoints taken.
     pub checkpoints: u64,
+    /// Directory files rewritten without their removed names (at checkpoints).
+    pub dirs_compacted: u64,
     /// Log ring bytes in use and in all.
     pub log_used_bytes: u64,
     /// Log ring bytes.
@@ -214,10 +216,32 @@ struct Run {
     end: u64,
     size: u64,
     mtime: i64,
-    blocks: Vec<(u64, u32)>,
+    /// New hugeblocks as extents (index, block, count): a sequential run stays one extent,
+    /// so updating the slot costs the same at the 2000th write as at the first.
+    extents: Vec<(u64, u32, u32)>,
 }
 
 impl Run {
+    fn blocks(&self) -> Vec<(u64, u32)> {
+        self.extents
+            .iter()
+            .flat_map(|&(i, b, n)| (0..n).map(move |k| (i + k as u64, b + k)))
+            .collect()
+    }
+
+    fn add(&mut self, new: &[(u64, u32)]) {
+        for &(i, b) in new {
+            if let Some((si, sb, n)) = self.extents.last_mut()
+                && *si + *n as u64 == i
+                && *sb as u64 + *n as u64 == b as u64
+            {
+                *n += 1;
+            } else {
+                self.extents.push((i, b, 1));
+            }
+        }
+    }
+
     fn op(&self) -> Op {
         Op::Write {
             run: self.id,
@@ -227,7 +251,7 @@ impl Run {
             grow: Grow {
                 ino: self.ino,
                 size: self.size,
-                blocks: self.blocks.clone(),
+                blocks: self.blocks(),
             },
         }
     }
@@ -243,9 +267,8 @@ fn encode_runs(seq: u64, runs: &[Run]) -> Vec<u8> {
             .u64(r.end)
             .u64(r.size)
             .i64(r.mtime);
-        let ext = crate::state::to_extents(&r.blocks);
-        body.u32(ext.len() as u32);
-        for (i, b, n) in ext {
+        body.u32(r.extents.len() as u32);
+        for &(i, b, n) in &r.extents {
             body.u64(i).u32(b).u32(n);
         }
     }
@@ -327,15 +350,17 @@ fn decode_runs(bytes: &[u8], at: u64) -> Result<Option<(u64, Vec<Run>)>> {
                 blocks.push((i + k as u64, b + k));
             }
         }
-        runs.push(Run {
+        let mut run = Run {
             id,
             ino,
             start,
             end,
             size,
             mtime,
-            blocks,
-        });
+            extents: Vec::new(),
+        };
+        run.add(&blocks);
+        runs.push(run);
     }
     d.expect_end()?;
     Ok(Some((seq, runs)))
@@ -413,10 +438,11 @@ fn lock(m: &Mutex<Mut>) -> MutexGuard<'_, Mut> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
+/// A directory's names as its directory file says: name -> (inode, kind).
+pub(crate) type DirMap = std::collections::BTreeMap<String, (u64, Kind)>;
+
 /// Parse a directory file into its entries; errors name the byte of the file.
-pub(crate) fn parse_dir_file(
-    bytes: &[u8],
-) -> std::result::Result<std::collections::BTreeMap<String, (u64, Kind)>, (u64, String, String)> {
+pub(crate) fn parse_dir_file(bytes: &[u8]) -> std::result::Result<DirMap, (u64, String, String)> {
     let mut map = std::collections::BTreeMap::new();
     let mut pos = 0usize;
     while pos < bytes.len() {
@@ -923,8 +949,8 @@ impl Fs {
             time: now_ns(),
             dir,
         };
+        // An open count of the removed file stays until `closed`: the runtime closes it later.
         inner.commit(&mut m, op)?;
-        m.open.remove(&ino);
         Ok(())
     }
 
@@ -1008,9 +1034,6 @@ impl Fs {
             dirs,
         };
         inner.commit(&mut m, op)?;
-        if let Some(o) = old {
-            m.open.remove(&o);
-        }
         Ok(())
     }
 
@@ -1307,6 +1330,18 @@ impl Fs {
                 }
             }
             if i.kind == Kind::Dir {
+                if i.size > i.blocks.len() as u64 * hb {
+                    r.findings.push(Finding {
+                        what: format!("directory file of inode {ino}"),
+                        at: 0,
+                        expected: format!(
+                            "at most {} bytes in its hugeblocks",
+                            i.blocks.len() as u64 * hb
+                        ),
+                        found: i.size.to_string(),
+                    });
+                    continue;
+                }
                 let mut bytes = vec![0u8; i.size as usize];
                 if let Err(e) = inner.read_blocks(&m.sb, i, 0, &mut bytes) {
                     r.findings.push(Finding {
@@ -1689,7 +1724,7 @@ impl Inner {
                     let mut next = idx + 1;
                     let mut nb = b;
                     while pos + len < buf.len() && i.blocks.get(&next) == Some(&(nb + 1)) {
-                        len += ((hb as usize).min(buf.len() - pos - len)) as usize;
+                        len += (hb as usize).min(buf.len() - pos - len);
                         next += 1;
                         nb += 1;
                     }
@@ -1726,7 +1761,7 @@ impl Inner {
                 r.end = r.end.max(end);
                 r.size = r.size.max(size);
                 r.mtime = mtime;
-                r.blocks.extend_from_slice(new);
+                r.add(new);
                 coalesced = true;
             }
             Some(_) => {
@@ -1749,8 +1784,11 @@ impl Inner {
                 end,
                 size,
                 mtime,
-                blocks: new.to_vec(),
+                extents: Vec::new(),
             });
+            if let Some(r) = runs.last_mut() {
+                r.add(new);
+            }
             m.next_run += 1;
         }
         loop {
@@ -1798,6 +1836,118 @@ impl Inner {
     /// the log emptied.
     fn checkpoint(&self, m: &mut Mut) -> Result<()> {
         self.fold_all(m)?;
+        let undo = self.compact_dirs(m)?;
+        match self.write_checkpoint(m) {
+            Ok(()) => {
+                // The old directory-file blocks are free only now that no state names them.
+                for (_, old, _, _) in undo {
+                    for &b in old.values() {
+                        m.st.free.push_back(b);
+                    }
+                }
+                m.stats.checkpoints += 1;
+                // The records are all in the checkpoint now; if emptying the log fails, the
+                // next recovery skips them by their LSN.
+                self.log.cleanup_all()?;
+                Ok(())
+            }
+            Err(e) => {
+                for (ino, old, size, new) in undo.into_iter().rev() {
+                    for &b in new.values() {
+                        m.st.owner[b as usize] = 0;
+                        m.st.free.push_front(b);
+                    }
+                    for &b in old.values() {
+                        m.st.owner[b as usize] = ino;
+                    }
+                    if let Some(i) = m.st.inodes.get_mut(&ino) {
+                        i.blocks = old;
+                        i.size = size;
+                    }
+                }
+                Err(e)
+            }
+        }
+    }
+
+    /// Rewrite every directory file that is mostly removed names (over a hugeblock, at least
+    /// twice its live entries) into fresh hugeblocks, holding only its live entries. Only
+    /// DRAM and free blocks change: the checkpoint that follows makes it durable, and until
+    /// its superblock is written the old blocks stay as they were. Returns what to undo (or,
+    /// once the checkpoint is durable, the old blocks to free): (ino, old blocks, old size,
+    /// new blocks).
+    #[allow(clippy::type_complexity)]
+    fn compact_dirs(
+        &self,
+        m: &mut Mut,
+    ) -> Result<
+        Vec<(
+            u64,
+            std::collections::BTreeMap<u64, u32>,
+            u64,
+            std::collections::BTreeMap<u64, u32>,
+        )>,
+    > {
+        let hb = m.st.hugeblock as u64;
+        let mut dirs: Vec<u64> =
+            m.st.inodes
+                .iter()
+                .filter(|(_, i)| i.kind == Kind::Dir && i.size > hb)
+                .map(|(&n, _)| n)
+                .collect();
+        dirs.sort_unstable();
+        let mut undo = Vec::new();
+        for ino in dirs {
+            let i = &m.st.inodes[&ino];
+            let mut bytes = Vec::new();
+            for (name, &child) in &i.entries {
+                let kind = m.st.get(child).map(|c| c.kind).unwrap_or(Kind::File);
+                bytes.extend(layout::dirent_bytes(dirent::ADD, kind, name, child));
+            }
+            if (bytes.len() as u64) * 2 > i.size {
+                continue;
+            }
+            let need = (bytes.len() as u64).div_ceil(hb) as usize;
+            if m.st.free.len() < need {
+                continue;
+            }
+            let new: std::collections::BTreeMap<u64, u32> = (0..need as u64)
+                .map(|idx| (idx, m.st.free.pop_front().unwrap_or(0)))
+                .collect();
+            let mut res = Ok(());
+            for (&idx, &b) in &new {
+                let s = (idx * hb) as usize;
+                let e = (s + hb as usize).min(bytes.len());
+                res = self
+                    .dev
+                    .write_at(m.sb.data_offset + b as u64 * hb, &bytes[s..e])
+                    .map_err(FsError::from);
+                if res.is_err() {
+                    break;
+                }
+            }
+            if let Err(e) = res {
+                for &b in new.values().rev() {
+                    m.st.free.push_front(b);
+                }
+                return Err(e);
+            }
+            for &b in new.values() {
+                m.st.owner[b as usize] = ino;
+            }
+            let i = m.st.inodes.get_mut(&ino).expect("listed above");
+            for &b in i.blocks.values() {
+                m.st.owner[b as usize] = 0;
+            }
+            let old = std::mem::replace(&mut i.blocks, new.clone());
+            let size = std::mem::replace(&mut i.size, bytes.len() as u64);
+            undo.push((ino, old, size, new));
+            m.stats.dirs_compacted += 1;
+        }
+        Ok(undo)
+    }
+
+    fn write_checkpoint(&self, m: &mut Mut) -> Result<()> {
         let lsn = self.log.next_lsn().saturating_sub(1);
         let body = m.st.encode();
         let mut e = Enc::new();
@@ -1828,10 +1978,7 @@ impl Inner {
         sb.checkpoint_len = bytes.len() as u64;
         sb.checkpoint_crc = crc32c::crc32c(&bytes);
         sb.epoch = sb.epoch.max(self.opts.provenance.epoch);
-        self.write_sb(m, sb)?;
-        self.log.cleanup_all()?;
-        m.stats.checkpoints += 1;
-        Ok(())
+        self.write_sb(m, sb)
     }
 }
 
@@ -1841,9 +1988,9 @@ pub(crate) fn read_superblock(dev: &dyn Device) -> Result<(Superblock, usize, Ve
     let mut best: Option<(Superblock, usize)> = None;
     let mut bad = Vec::new();
     let mut errs = Vec::new();
-    for copy in 0..2 {
+    for (copy, &at) in SUPERBLOCK_OFFSETS.iter().enumerate() {
         let mut b = vec![0u8; SUPERBLOCK_BYTES];
-        dev.read_at(SUPERBLOCK_OFFSETS[copy], &mut b)?;
+        dev.read_at(at, &mut b)?;
         match Superblock::decode(&b, copy) {
             Ok(Some(sb)) => {
                 if best.as_ref().is_none_or(|(x, _)| sb.sequence > x.sequence) {

@@ -256,7 +256,21 @@ pub fn locate(dev: &dyn Device, cfg: &Config) -> Result<(u64, u64, u32)> {
     let l = match label::read(dev)? {
         Some(l) => l,
         None => match cfg.parts {
-            Some(n) => label::write(dev, &cfg.job, n)?,
+            Some(n) => {
+                // Only a blank device is cut: whatever else is there stays.
+                let mut head = vec![0u8; 8192.min(dev.capacity() as usize)];
+                dev.read_at(0, &mut head)?;
+                if head.iter().any(|&b| b != 0) {
+                    return Err(FsError::invalid(
+                        "KAVACH_CR_PARTS",
+                        format!(
+                            "{} is not blank and has no partition label: it is not cut (a namespace without partitions, or not a microfs device)",
+                            dev.label()
+                        ),
+                    ));
+                }
+                label::write(dev, &cfg.job, n)?
+            }
             None => {
                 return Err(FsError::invalid(
                     "KAVACH_CR_PARTITION",

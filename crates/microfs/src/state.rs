@@ -447,6 +447,11 @@ impl State {
         }
     }
 
+    /// The largest file size: 2^36 - 16 hugeblocks.
+    pub(crate) fn max_file(&self) -> u64 {
+        (u32::MAX as u64 * 16).saturating_mul(self.hugeblock as u64)
+    }
+
     pub(crate) fn blocks(&self) -> u64 {
         self.owner.len() as u64
     }
@@ -493,6 +498,23 @@ impl State {
                 format!("inode {} a {k:?}", g.ino),
                 format!("{:?}", inode.kind),
             ));
+        }
+        if g.size > self.max_file() {
+            return Err(dmg(
+                "size",
+                format!("at most {}", self.max_file()),
+                g.size.to_string(),
+            ));
+        }
+        if inode.kind == Kind::Dir {
+            let mapped = inode.blocks.len() as u64 + g.blocks.len() as u64;
+            if g.size > mapped * self.hugeblock as u64 {
+                return Err(dmg(
+                    "directory file size",
+                    format!("at most its {mapped} hugeblocks"),
+                    g.size.to_string(),
+                ));
+            }
         }
         let mut seen = std::collections::HashSet::new();
         for &(idx, blk) in &g.blocks {
@@ -652,6 +674,13 @@ impl State {
                 self.folded_run = self.folded_run.max(*run);
             }
             Op::Truncate { ino, len, time } => {
+                if *len > self.max_file() {
+                    return Err(dmg(
+                        "truncate length",
+                        format!("at most {}", self.max_file()),
+                        len.to_string(),
+                    ));
+                }
                 match self.inodes.get(ino) {
                     Some(i) if i.kind == Kind::File => {}
                     _ => return Err(dmg("truncate", format!("file inode {ino}"), "none")),
@@ -877,6 +906,18 @@ impl State {
                     ));
                 }
                 st.owner[blk as usize] = ino;
+            }
+            let limit = match kind {
+                Kind::Dir => i.blocks.len() as u64 * hugeblock as u64,
+                Kind::File => st.max_file(),
+            };
+            if i.size > limit {
+                return Err(FsError::damage(
+                    "metadata checkpoint (size)",
+                    iat,
+                    format!("at most {limit} bytes"),
+                    i.size.to_string(),
+                ));
             }
             let ne = d.count("entry count", 11)?;
             for _ in 0..ne {

@@ -460,3 +460,130 @@ fn format_interrupted_is_blank_or_whole() {
         }
     }
 }
+
+/// A valid random sequence of steps (checked against the model as it is made), from `seed`.
+fn random_steps(seed: u64, n: usize) -> (Vec<Step>, Vec<Step>) {
+    let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+    let mut next = move |m: u64| {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x % m
+    };
+    let names: &[&'static str] = &["a", "b", "d/c", "d/e", "d2/f", "d/sub/g"];
+    let dirs: &[&'static str] = &["d", "d2", "d/sub"];
+    let setup = vec![
+        Step::Mkdir("d"),
+        Step::Create("a"),
+        Step::Write("a", 0, bytes(9000, 3)),
+    ];
+    let mut m = Model::new();
+    for s in &setup {
+        apply(&mut m, s);
+    }
+    let parent_ok = |m: &Model, p: &str| match p.rsplit_once('/') {
+        None => true,
+        Some((d, _)) => m.get(d) == Some(&None),
+    };
+    let mut steps = Vec::new();
+    while steps.len() < n {
+        let s = match next(9) {
+            0 => {
+                let d = dirs[next(dirs.len() as u64) as usize];
+                if m.contains_key(d) || !parent_ok(&m, d) {
+                    continue;
+                }
+                Step::Mkdir(d)
+            }
+            1 | 2 => {
+                let f = names[next(names.len() as u64) as usize];
+                if m.get(f) == Some(&None) || !parent_ok(&m, f) {
+                    continue;
+                }
+                if !m.contains_key(f) {
+                    Step::Create(f)
+                } else {
+                    let off = next(20000);
+                    Step::Write(f, off, bytes(1 + next(9000) as usize, next(250) as u8))
+                }
+            }
+            3 => {
+                let f = names[next(names.len() as u64) as usize];
+                if !matches!(m.get(f), Some(Some(_))) {
+                    continue;
+                }
+                Step::Truncate(f, next(16000))
+            }
+            4 => {
+                let f = names[next(names.len() as u64) as usize];
+                if !matches!(m.get(f), Some(Some(_))) {
+                    continue;
+                }
+                Step::Unlink(f)
+            }
+            5 => {
+                let d = dirs[next(dirs.len() as u64) as usize];
+                let empty = !m.keys().any(|k| k.starts_with(&format!("{d}/")));
+                if m.get(d) != Some(&None) || !empty {
+                    continue;
+                }
+                Step::Rmdir(d)
+            }
+            6 | 7 => {
+                let (a, b) = (
+                    names[next(names.len() as u64) as usize],
+                    names[next(names.len() as u64) as usize],
+                );
+                if a == b
+                    || !matches!(m.get(a), Some(Some(_)))
+                    || m.get(b) == Some(&None)
+                    || !parent_ok(&m, b)
+                {
+                    continue;
+                }
+                Step::Rename(a, b)
+            }
+            _ => Step::Checkpoint,
+        };
+        apply(&mut m, &s);
+        steps.push(s);
+    }
+    (setup, steps)
+}
+
+#[test]
+fn random_sequences_crash_everywhere() {
+    for seed in 1..=4u64 {
+        let (setup, steps) = random_steps(seed, 14);
+        let o = FsOptions {
+            window: 1 + (seed as usize % 3),
+            ..opts(4096, 20 << 10, 1)
+        };
+        crash_everywhere(&o, &setup, &steps);
+    }
+}
+
+#[test]
+fn crash_while_a_checkpoint_compacts_a_directory_file() {
+    // A large log, so that the setup takes no checkpoint: the first is the one under test.
+    let o = opts(4096, 256 << 10, 1);
+    let mut setup = vec![Step::Mkdir("d")];
+    for i in 0..160 {
+        let name: &'static str = Box::leak(format!("d/ckpt-step-{i:04}").into_boxed_str());
+        setup.push(Step::Create(name));
+        if i % 40 != 0 {
+            setup.push(Step::Unlink(name));
+        }
+    }
+    crash_everywhere(
+        &o,
+        &setup,
+        &[
+            Step::Checkpoint,
+            Step::Create("d/after"),
+            Step::Write("d/after", 0, bytes(5000, 1)),
+            Step::Unlink("d/ckpt-step-0040"),
+            Step::Checkpoint,
+        ],
+    );
+}

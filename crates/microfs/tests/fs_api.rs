@@ -274,3 +274,106 @@ fn blank_and_damaged_devices_are_errors_not_panics() {
         other => panic!("{other:?}"),
     }
 }
+
+#[test]
+fn background_checkpoint_waits_for_no_open_file() {
+    let dev: Arc<dyn Device> = Arc::new(MemDevice::new(16 << 20));
+    let o = FsOptions {
+        log_bytes: 64 << 10,
+        background_checkpoint: true,
+        checkpoint_log_fill: 0.3,
+        coalesce: false,
+        ..FsOptions::default()
+    };
+    let fs = Fs::format(dev.clone(), &o, &NamespaceId::default()).unwrap();
+    let ino = fs.create("f", 0o644, true, false).unwrap();
+    fs.opened(ino);
+    // Past the threshold (0.3 of the ring) but under the forced level (0.85).
+    while (fs.stats().log_used_bytes as f64) < 0.5 * fs.stats().log_ring_bytes as f64 {
+        fs.write_at(ino, 0, b"x").unwrap();
+    }
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    assert_eq!(
+        fs.stats().checkpoints,
+        0,
+        "a checkpoint ran while a file was open"
+    );
+    fs.closed(ino);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while fs.stats().checkpoints == 0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no background checkpoint: {:?}",
+            fs.stats()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    assert!(fs.stats().log_used_bytes < fs.stats().log_ring_bytes / 10);
+    drop(fs);
+    let (fs, rec) = Fs::open(dev, &o).unwrap();
+    assert!(rec.checkpoint_slot.is_some());
+    let mut b = [0u8; 1];
+    fs.read_at(ino, 0, &mut b).unwrap();
+    assert_eq!(&b, b"x");
+}
+
+#[test]
+fn open_counts_survive_unlink_and_fs_is_send_sync() {
+    fn send_sync<T: Send + Sync>() {}
+    send_sync::<Fs>();
+    let (_d, fs) = fresh(8 << 20);
+    let ino = fs.create("f", 0o644, true, false).unwrap();
+    fs.opened(ino);
+    fs.unlink("f").unwrap();
+    assert_eq!(fs.stats().open_files, 1);
+    fs.closed(ino);
+    assert_eq!(fs.stats().open_files, 0);
+    fs.closed(ino);
+    assert_eq!(
+        fs.stats().open_files,
+        0,
+        "a close without an open does not go below zero"
+    );
+}
+
+#[test]
+fn directory_files_are_compacted_at_checkpoints() {
+    let o = FsOptions {
+        hugeblock: 4096,
+        ..opts()
+    };
+    let dev: Arc<dyn Device> = Arc::new(MemDevice::new(16 << 20));
+    let fs = Fs::format(dev.clone(), &o, &NamespaceId::default()).unwrap();
+    fs.mkdir("d", 0o755).unwrap();
+    for i in 0..300 {
+        fs.create(&format!("d/step-{i:04}"), 0o644, true, false)
+            .unwrap();
+        if i >= 2 {
+            fs.unlink(&format!("d/step-{:04}", i - 2)).unwrap();
+        }
+    }
+    let d = fs.lookup("d").unwrap();
+    let before = fs.stat(d).unwrap().size;
+    assert!(before > 3 * 4096, "{before}");
+    let free = fs.stats().blocks_free;
+    fs.checkpoint().unwrap();
+    let after = fs.stat(d).unwrap().size;
+    assert!(
+        after < 100,
+        "two live names left, directory file of {after} bytes"
+    );
+    assert!(fs.stats().dirs_compacted >= 1);
+    assert_eq!(fs.stats().blocks_free, free + before.div_ceil(4096) - 1);
+    assert!(fs.check().unwrap().findings.is_empty());
+    fs.create("d/new", 0o644, true, false).unwrap();
+    drop(fs);
+    let (fs, _) = Fs::open(dev, &o).unwrap();
+    let names: Vec<String> = fs
+        .readdir(fs.lookup("d").unwrap())
+        .unwrap()
+        .into_iter()
+        .map(|e| e.name)
+        .collect();
+    assert_eq!(names, vec!["new", "step-0298", "step-0299"]);
+    assert!(fs.check().unwrap().findings.is_empty());
+}

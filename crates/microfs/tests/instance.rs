@@ -150,6 +150,34 @@ fn open_makes_then_reopens_a_namespace_per_partition() {
 }
 
 #[test]
+fn a_device_that_is_not_blank_is_never_cut_or_formatted() {
+    let d = scratch("notblank");
+    let dev = d.join("other.dev");
+    let junk: Vec<u8> = (0..(8u32 << 20))
+        .map(|i| (i.wrapping_mul(2654435761) >> 13) as u8)
+        .collect();
+    std::fs::write(&dev, &junk).unwrap();
+    let base = [
+        ("KAVACH_CR_DIR", d.to_str().unwrap()),
+        ("KAVACH_CR_DEVICE", dev.to_str().unwrap()),
+        ("KAVACH_CR_SIZE", "8M"),
+    ];
+    let with_parts: Vec<(&str, &str)> = base
+        .iter()
+        .copied()
+        .chain([("KAVACH_CR_PARTS", "2"), ("KAVACH_CR_PARTITION", "0")])
+        .collect();
+    assert!(instance::open(&cfg(&with_parts).unwrap().unwrap()).is_err());
+    let e = instance::open(&cfg(&base).unwrap().unwrap()).unwrap_err();
+    assert!(matches!(e, microfs::FsError::Damage { .. }), "{e}");
+    assert!(
+        std::fs::read(&dev).unwrap() == junk,
+        "a foreign device was written"
+    );
+    let _ = std::fs::remove_dir_all(&d);
+}
+
+#[test]
 fn whole_device_without_partitions() {
     let dev: Arc<dyn Device> = Arc::new(MemDevice::new(16 << 20));
     let c = Config {

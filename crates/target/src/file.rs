@@ -7,7 +7,7 @@ use std::fs::{File, OpenOptions};
 use std::io::{Seek, SeekFrom};
 use std::os::unix::fs::{FileExt, FileTypeExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
+use std::sync::RwLock;
 
 /// The alignment of offsets, lengths and memory for `O_DIRECT` IO (a multiple of every
 /// logical block size in use, and the page size).
@@ -43,14 +43,17 @@ pub struct FileOptions {
 /// A file (or block device) as a device. Every write is durable when it returns: the file is
 /// opened with `O_DSYNC`, and with `O_DIRECT` where the file system allows it (then unaligned
 /// requests go through aligned bounce buffers, partial blocks read, modified and written).
-/// Writes through one handle are serialised; reads are not.
+/// Threads may share a handle: aligned writes and all reads run in parallel, a write that has
+/// to read-modify-write partial blocks runs alone.
 #[derive(Debug)]
 pub struct FileDevice {
     file: File,
     path: PathBuf,
     capacity: u64,
     direct: bool,
-    writes: Mutex<()>,
+    /// Aligned direct writes take it shared, read-modify-writes exclusive: a partial block
+    /// rewritten from a stale copy would undo a concurrent aligned write to that block.
+    rmw: RwLock<()>,
 }
 
 /// A zeroed buffer of `len` bytes whose start is aligned to `align`, made by over-allocating.
@@ -164,7 +167,7 @@ impl FileDevice {
             path: path.to_path_buf(),
             capacity,
             direct: false,
-            writes: Mutex::new(()),
+            rmw: RwLock::new(()),
         };
         if opts.direct == Direct::Off {
             return Ok(dev);
@@ -309,15 +312,32 @@ impl Device for FileDevice {
         if data.is_empty() {
             return Ok(());
         }
-        let _queue = self.writes.lock().unwrap_or_else(|p| p.into_inner());
-        if !self.direct
-            || (aligned(offset) && aligned(data.len() as u64) && ptr_aligned(data.as_ptr()))
-        {
+        if !self.direct {
             return self
                 .file
                 .write_all_at(data, offset)
                 .map_err(|e| self.err("write", offset, data.len(), e));
         }
+        if aligned(offset) && aligned(data.len() as u64) && ptr_aligned(data.as_ptr()) {
+            let _shared = self.rmw.read().unwrap_or_else(|p| p.into_inner());
+            return self
+                .file
+                .write_all_at(data, offset)
+                .map_err(|e| self.err("write", offset, data.len(), e));
+        }
+        let partial = !aligned(offset) || !aligned(offset + data.len() as u64);
+        let _guard = if partial {
+            (
+                None,
+                Some(self.rmw.write().unwrap_or_else(|p| p.into_inner())),
+            )
+        } else {
+            // Whole blocks from unaligned memory: bounced, nothing read back.
+            (
+                Some(self.rmw.read().unwrap_or_else(|p| p.into_inner())),
+                None,
+            )
+        };
         let b = DIRECT_ALIGN as u64;
         let end = offset + data.len() as u64;
         let (a0, a1) = (offset / b * b, end.div_ceil(b) * b);

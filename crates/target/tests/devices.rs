@@ -434,3 +434,73 @@ fn specs_parse_and_open() {
     let e = open_spec("tcp://127.0.0.1:1/job", Some(1 << 20)).unwrap_err();
     assert!(matches!(e, DeviceError::Io { .. }), "{e}");
 }
+
+#[test]
+fn threads_sharing_a_direct_handle_do_not_undo_each_others_writes() {
+    // Four threads rewrite their own 250-byte pieces of the same two 4 KiB blocks (so each
+    // write reads, modifies and writes blocks the others are rewriting too), and write whole
+    // aligned blocks of their own; in the end every piece holds its thread's last write.
+    let d = TempDir::under("/dev/shm");
+    let dev =
+        Arc::new(FileDevice::open(&d.path().join("dev"), &opts(8 << 20, Direct::Auto)).unwrap());
+    // tmpfs takes O_DIRECT since Linux 6.6; the test needs it (the bounce path).
+    assert!(dev.direct());
+    const ROUNDS: usize = 20_000;
+    const SLOTS: usize = 8;
+    let piece = |t: usize, i: usize| vec![(t * 60 + i % 59) as u8 + 1; 250];
+    let at = |t: usize, i: usize| ((i % SLOTS) * 1000 + t * 250) as u64;
+    let block_at = |t: usize, i: usize| ((1 << 20) + (t * ROUNDS + i) / 100 * 4096) as u64;
+    let start = Arc::new(std::sync::Barrier::new(4));
+    let threads: Vec<_> = (0..4)
+        .map(|t| {
+            let dev = dev.clone();
+            let start = start.clone();
+            std::thread::spawn(move || {
+                start.wait();
+                // Only this thread writes its slots: reading one back must always give what
+                // this thread last wrote there.
+                let mut last: [Option<usize>; SLOTS] = [None; SLOTS];
+                let mut undone = 0;
+                let mut back = vec![0u8; 250];
+                for i in 0..ROUNDS {
+                    dev.write_at(at(t, i), &piece(t, i)).unwrap();
+                    last[i % SLOTS] = Some(i);
+                    if let Some(j) = last[(i + 1) % SLOTS] {
+                        dev.read_at(at(t, j), &mut back).unwrap();
+                        if back != piece(t, j) {
+                            undone += 1;
+                        }
+                    }
+                    if i % 100 == 0 {
+                        dev.write_at(block_at(t, i), &vec![t as u8 + 1; 4096])
+                            .unwrap();
+                    }
+                }
+                undone
+            })
+        })
+        .collect();
+    for (t, th) in threads.into_iter().enumerate() {
+        let undone = th.join().unwrap();
+        assert_eq!(undone, 0, "thread {t} saw {undone} of its writes undone");
+    }
+    let mut got = vec![0u8; 250];
+    let mut block = vec![0u8; 4096];
+    for t in 0..4 {
+        for i in ROUNDS - SLOTS..ROUNDS {
+            dev.read_at(at(t, i), &mut got).unwrap();
+            assert!(
+                got == piece(t, i),
+                "thread {t}: its last write of slot {} was undone",
+                i % SLOTS
+            );
+        }
+        for i in (0..ROUNDS).step_by(100) {
+            dev.read_at(block_at(t, i), &mut block).unwrap();
+            assert!(
+                block.iter().all(|&b| b == t as u8 + 1),
+                "thread {t} block {i}"
+            );
+        }
+    }
+}
