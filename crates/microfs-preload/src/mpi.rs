@@ -400,7 +400,11 @@ fn setup(mpi: &pmpi::Mpi, rank: i32, host: &str) -> Result<Option<Running>, Stri
              KAVACH_CR_DEVICES and KAVACH_CR_DEVICE the same on every rank?)"
         ));
     }
-    let mine = plan.ranks[rank as usize].clone();
+    let mine = plan
+        .ranks
+        .get(rank as usize)
+        .cloned()
+        .ok_or_else(|| format!("the plan has {} ranks, not rank {rank}", plan.ranks.len()))?;
     let device = &plan.devices[mine.device];
     if rank == 0 && std::env::var_os("KAVACH_CR_VERBOSE").is_some() {
         eprint!("kavach-cr: device plan for {size} ranks:\n{plan}");
@@ -506,7 +510,15 @@ fn after_init() {
         eprintln!("kavach-cr: {e}; aborting the job");
         mpi.abort(2)
     });
-    let rank = mpi.rank(mpi.world()).unwrap_or(-1);
+    let rank = match mpi.rank(mpi.world()) {
+        Ok(r) if r >= 0 => r,
+        other => {
+            eprintln!(
+                "kavach-cr: on {host}: no rank in MPI_COMM_WORLD ({other:?}); aborting the job"
+            );
+            mpi.abort(2)
+        }
+    };
     match setup(&mpi, rank, &host) {
         Ok(running) => {
             *RUNNING.lock().unwrap_or_else(|p| p.into_inner()) = running;
