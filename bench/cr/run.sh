@@ -76,7 +76,7 @@ mount "$LOOP" "$MNT"
   echo "sizes per process (MiB): $SIZES, capped at $((MAX_TOTAL / MiB)) MiB written per point; processes: $NPS"
 } | tee "$OUT/machine.txt" | tee -a "$LOG"
 
-echo "section,variant,opts,np,bytes_per_proc,hugeblock,write_s,read_s,creates_s,files" >"$CSV"
+echo "section,variant,opts,np,bytes_per_proc,hugeblock,write_s,read_s,creates_s,files,user_s,sys_s" >"$CSV"
 
 # One device file per point, sized for np partitions of `bytes` plus room for the logs.
 dev_size() { # np bytes
@@ -124,10 +124,12 @@ bench_point() {
     kernel-*) rm -rf "$dir" ;;
     shim-*) leak_check "$dir" "$section $variant np=$np" || return 0 ;;
   esac
-  local w r
+  local w r us ss
   w=$(echo "$out" | awk '/^bench/{print $3}')
   r=$(echo "$out" | awk '/^bench/{print $5}')
-  echo "$section,$variant,$opts,$np,$bytes,$hb,$w,$r,," >>"$CSV"
+  us=$(echo "$out" | awk '/^bench/{print $13}')
+  ss=$(echo "$out" | awk '/^bench/{print $15}')
+  echo "$section,$variant,$opts,$np,$bytes,$hb,$w,$r,,,$us,$ss" >>"$CSV"
   say "$section $variant $opts np=$np size=$((bytes / 1024))KiB hb=$hb write ${w}s read ${r}s"
 }
 
@@ -164,7 +166,7 @@ create_point() { # VARIANT NP
   local s f
   s=$(echo "$out" | awk '/^create/{print $3}')
   f=$(echo "$out" | awk '/^create/{print $5}')
-  echo "create,$variant,-,$np,0,-,,,$s,$f" >>"$CSV"
+  echo "create,$variant,-,$np,0,-,,,$s,$f,," >>"$CSV"
   say "create $variant np=$np files=$f in ${s}s"
 }
 

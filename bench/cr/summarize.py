@@ -54,6 +54,27 @@ for kind, key in (("write (+fsync)", "write_s"), ("read", "read_s")):
         print(f"| {np_} | {size(b)} | {fmt(a)} | {fmt(s)} | {ratio(s, a)} | {fmt(e)} | {fmt(se)} | {ratio(se, e)} |")
     print()
 
+# 1b. Where the CPU time of the writers went.
+kt = [r for r in rows if r["section"] == "bw" and r.get("sys_s")]
+if kt:
+    sizes = {int(r["bytes_per_proc"]) for r in kt}
+    big = 256 * MiB if 256 * MiB in sizes else max(sizes)
+    print(f"## CPU time of the writing processes, {size(big)} per process: kernel (system) share of user + system\n")
+    print("| procs | kernel tmpfs | shim, /dev/shm | kernel ext4 | shim, ext4 |")
+    print("| ---: | ---: | ---: | ---: | ---: |")
+    for np_ in sorted({int(r["np"]) for r in kt if int(r["bytes_per_proc"]) == big}):
+        v = idx[("bw", str(np_), str(big), "-", "-")]
+        cells = []
+        for name in ("kernel-tmpfs", "shim-shm", "kernel-ext4", "shim-ext4"):
+            r = v.get(name)
+            if r and r["sys_s"] and r["user_s"]:
+                u, k = float(r["user_s"]), float(r["sys_s"])
+                cells.append(f"{100 * k / (u + k):.0f}% of {u + k:.2f} s" if u + k > 0 else "n/a")
+            else:
+                cells.append("n/a")
+        print(f"| {np_} | " + " | ".join(cells) + " |")
+    print()
+
 # 2. Hugeblock sweep.
 sw = [r for r in rows if r["section"] == "sweep"]
 if sw:

@@ -33,6 +33,7 @@
 #include <stdlib.h>
 #include <signal.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -345,7 +346,7 @@ static int bench(const char *dir, int argc, char **argv) {
     unsigned char *buf = malloc(bufsz), *back = malloc(bufsz);
     if (!buf || !back) die("malloc", NULL);
     for (size_t i = 0; i < bufsz; i++) buf[i] = (unsigned char)(i * 131 + rank);
-    double wsum = 0, rsum = 0;
+    double wsum = 0, rsum = 0, usum = 0, ssum = 0;
     int bad = 0;
     for (uint64_t rep = 0; rep < reps; rep++) {
         char d[4096], p[4096];
@@ -353,6 +354,8 @@ static int bench(const char *dir, int argc, char **argv) {
         mkdir_p(d);
         ckpt_path(p, sizeof p, dir, rep, rank);
         MPI_Barrier(MPI_COMM_WORLD);
+        struct rusage ru0, ru1;
+        getrusage(RUSAGE_SELF, &ru0);
         double t0 = MPI_Wtime();
         int fd = open(p, O_CREAT | O_WRONLY | O_TRUNC, 0644);
         if (fd < 0) die("open", p);
@@ -363,8 +366,13 @@ static int bench(const char *dir, int argc, char **argv) {
         }
         if (fsync(fd) != 0) die("fsync", p);
         if (close(fd) != 0) die("close", p);
+        getrusage(RUSAGE_SELF, &ru1);
         MPI_Barrier(MPI_COMM_WORLD);
         double t1 = MPI_Wtime();
+        usum += (ru1.ru_utime.tv_sec - ru0.ru_utime.tv_sec) +
+                (ru1.ru_utime.tv_usec - ru0.ru_utime.tv_usec) / 1e6;
+        ssum += (ru1.ru_stime.tv_sec - ru0.ru_stime.tv_sec) +
+                (ru1.ru_stime.tv_usec - ru0.ru_stime.tv_usec) / 1e6;
         if (drop) {
             /* Untimed: the kernel's page cache must not serve the read. */
             if (rank == 0) {
@@ -392,9 +400,14 @@ static int bench(const char *dir, int argc, char **argv) {
     }
     int anybad;
     MPI_Allreduce(&bad, &anybad, 1, MPI_INT, MPI_LOR, MPI_COMM_WORLD);
+    double cpu[2] = {usum, ssum}, all[2];
+    MPI_Reduce(cpu, all, 2, MPI_DOUBLE, MPI_SUM, 0, MPI_COMM_WORLD);
+    /* user_s and sys_s: CPU time of all ranks while they wrote (up to their close), per rep. */
     if (rank == 0)
-        printf("bench write_s %.6f read_s %.6f bytes %llu ranks %d reps %llu\n", wsum / reps,
-               rsum / reps, (unsigned long long)bytes, ranks, (unsigned long long)reps);
+        printf("bench write_s %.6f read_s %.6f bytes %llu ranks %d reps %llu user_s %.6f "
+               "sys_s %.6f\n",
+               wsum / reps, rsum / reps, (unsigned long long)bytes, ranks,
+               (unsigned long long)reps, all[0] / reps, all[1] / reps);
     free(buf);
     free(back);
     if (anybad && rank == 0) fprintf(stderr, "comd_cr: data read back differs\n");
