@@ -25,7 +25,8 @@
 //!    none, then everyone waits at a barrier;
 //! 5. each rank starts its instance on partition = its rank in that communicator, parts = its
 //!    size, provenance rank = world rank, epoch = `KAVACH_CR_EPOCH`, else Open MPI's job id,
-//!    else the time in seconds (world rank 0's value, broadcast).
+//!    else the time in seconds (world rank 0's value, broadcast). `KAVACH_CR_COALESCE=0` turns
+//!    the log's write coalescing off (for measurements; default on).
 //!
 //! `MPI_Finalize` checkpoints and closes the instance, frees the communicator, then calls
 //! `PMPI_Finalize`.
@@ -399,7 +400,11 @@ fn setup(mpi: &pmpi::Mpi, rank: i32, host: &str) -> Result<Option<Running>, Stri
              KAVACH_CR_DEVICES and KAVACH_CR_DEVICE the same on every rank?)"
         ));
     }
-    let mine = plan.ranks[rank as usize].clone();
+    let mine = plan
+        .ranks
+        .get(rank as usize)
+        .cloned()
+        .ok_or_else(|| format!("the plan has {} ranks, not rank {rank}", plan.ranks.len()))?;
     let device = &plan.devices[mine.device];
     if rank == 0 && std::env::var_os("KAVACH_CR_VERBOSE").is_some() {
         eprint!("kavach-cr: device plan for {size} ranks:\n{plan}");
@@ -437,6 +442,15 @@ fn setup(mpi: &pmpi::Mpi, rank: i32, host: &str) -> Result<Option<Running>, Stri
     }
     cfg.partition = Some(mine.partition);
     cfg.parts = Some(mine.parts);
+    if let Some(c) = env_opt("KAVACH_CR_COALESCE")? {
+        cfg.fs.coalesce = match c.trim() {
+            "1" => true,
+            "0" => false,
+            other => {
+                return Err(format!("KAVACH_CR_COALESCE {other:?}: expected 0 or 1"));
+            }
+        };
+    }
     cfg.fs.provenance = microfs::Provenance {
         rank: rank as u32,
         epoch,
@@ -496,7 +510,15 @@ fn after_init() {
         eprintln!("kavach-cr: {e}; aborting the job");
         mpi.abort(2)
     });
-    let rank = mpi.rank(mpi.world()).unwrap_or(-1);
+    let rank = match mpi.rank(mpi.world()) {
+        Ok(r) if r >= 0 => r,
+        other => {
+            eprintln!(
+                "kavach-cr: on {host}: no rank in MPI_COMM_WORLD ({other:?}); aborting the job"
+            );
+            mpi.abort(2)
+        }
+    };
     match setup(&mpi, rank, &host) {
         Ok(running) => {
             *RUNNING.lock().unwrap_or_else(|p| p.into_inner()) = running;

@@ -347,18 +347,23 @@ fn assert_ls_shows_ranks(spec: &str, np: u32, size: u64) {
                 "kavach cr ls {spec} partition {r} lacks {want}:\n{out}"
             );
         }
-        for other in (0..np).filter(|&o| o != r) {
-            let not = format!("rank.{other}\n");
+        // Every checkpoint file of the partition is this rank's.
+        let files: Vec<&str> = out
+            .split_whitespace()
+            .filter(|w| w.contains("/rank."))
+            .collect();
+        assert_eq!(files.len(), 6, "partition {r}: {out}");
+        for f in files {
             assert!(
-                !out.contains(&not),
-                "partition {r} holds rank {other}'s file:\n{out}"
+                f.ends_with(&format!("/rank.{r}")),
+                "partition {r} holds {f}:\n{out}"
             );
         }
     }
 }
 
 fn cr_ls_partition_args(r: u32, _np: u32, _size: u64) -> Vec<String> {
-    vec!["--partition".into(), r.to_string(), "-r".into()]
+    vec!["--partition".into(), r.to_string()]
 }
 
 fn local(np: u32) {
@@ -458,14 +463,15 @@ fn mpirun_two_nodes(per_node: u32, env: &[(&str, String)], args: &[&str]) -> Out
     let b = built();
     let mut cmd = Command::new("mpirun");
     cmd.args(["--allow-run-as-root", "--oversubscribe"]);
-    cmd.arg("-x")
-        .arg(format!("LD_PRELOAD={}", b.preload.display()));
-    for (k, v) in env {
-        cmd.arg("-x").arg(format!("{k}={v}"));
-    }
     for (i, node) in ["c1", "c2"].iter().enumerate() {
         if i > 0 {
             cmd.arg(":");
+        }
+        // -x applies to its own application context only.
+        cmd.arg("-x")
+            .arg(format!("LD_PRELOAD={}", b.preload.display()));
+        for (k, v) in env {
+            cmd.arg("-x").arg(format!("{k}={v}"));
         }
         cmd.args(["-np", &per_node.to_string(), "env"])
             .arg(format!("KAVACH_CR_NODE={node}"))
@@ -603,4 +609,118 @@ fn without_kavach_cr_dir_the_wrappers_change_nothing() {
         dir.join("ckpt.2/rank.1").is_file(),
         "the kernel did not get the files"
     );
+}
+
+/// The files `kavach cr ls DEVICE --partition P` lists (words with "ckpt.").
+fn ls_files(dev: &str, part: u32) -> Vec<String> {
+    let o = Command::new(&built().kavach)
+        .args(["cr", "ls", dev])
+        .args(cr_ls_partition_args(part, 0, 0))
+        .output()
+        .expect("run kavach cr ls");
+    assert!(
+        o.status.success(),
+        "kavach cr ls {dev} --partition {part}: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    String::from_utf8_lossy(&o.stdout)
+        .split_whitespace()
+        .filter(|w| w.contains("/rank."))
+        .map(str::to_string)
+        .collect()
+}
+
+#[test]
+fn a_rank_killed_mid_checkpoint_restarts_everyone_from_the_last_whole_one() {
+    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let mut s = Scratch::new("kill");
+    let dev = s.device("kill");
+    let want = reference(&s, 4, 6);
+    let cr = s.dir.join("cr");
+    std::fs::create_dir_all(&cr).unwrap();
+    let cr = cr.to_str().unwrap().to_string();
+    let env = vec![
+        ("KAVACH_CR_DIR", cr.clone()),
+        ("KAVACH_CR_DEVICE", dev.display().to_string()),
+        ("KAVACH_CR_SIZE", (128u64 << 20).to_string()),
+    ];
+    // Rank 2 dies by SIGKILL halfway through checkpoint 4; mpirun then ends the others.
+    let o = mpirun(
+        4,
+        Some(&env),
+        &[
+            "run",
+            &cr,
+            "--atoms",
+            ATOMS,
+            "--steps",
+            "6",
+            "--kill-at",
+            "4",
+            "--kill-rank",
+            "2",
+        ],
+    );
+    assert!(!o.status.success(), "{}", text(&o));
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("rank 2: killing myself"),
+        "{}",
+        text(&o)
+    );
+    // Rank 2's namespace recovers with the half-written checkpoint 4 in it.
+    assert!(
+        ls_files(dev.to_str().unwrap(), 2).contains(&"ckpt.4/rank.2".to_string()),
+        "the killed rank's partial file is not on the device"
+    );
+    let o = mpirun(
+        4,
+        Some(&env),
+        &["run", &cr, "--atoms", ATOMS, "--steps", "6", "--restart"],
+    );
+    assert!(o.status.success(), "{}", text(&o));
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(out.contains("restart from step 3"), "{}", text(&o));
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("ckpt.4/rank.2: short payload"),
+        "the torn checkpoint was not refused: {}",
+        text(&o)
+    );
+    assert_eq!(digests(&o), want);
+}
+
+#[test]
+fn ranks_take_the_devices_of_kavach_cr_devices_round_robin() {
+    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let mut s = Scratch::new("devices");
+    let a = s.device("devices-a");
+    let b = s.device("devices-b");
+    let cr = s.dir.join("cr");
+    std::fs::create_dir_all(&cr).unwrap();
+    let cr = cr.to_str().unwrap().to_string();
+    let env = vec![
+        ("KAVACH_CR_DIR", cr.clone()),
+        (
+            "KAVACH_CR_DEVICES",
+            format!("{},{}", a.display(), b.display()),
+        ),
+        ("KAVACH_CR_SIZE", (64u64 << 20).to_string()),
+        // The other entry point: MPI_Init_thread.
+        ("COMD_CR_INIT_THREAD", "1".to_string()),
+    ];
+    let o = mpirun(
+        4,
+        Some(&env),
+        &["run", &cr, "--atoms", "300", "--steps", "1"],
+    );
+    assert!(o.status.success(), "{}", text(&o));
+    assert_eq!(digests(&o).len(), 4);
+    // One node: ranks 0 and 2 on the first device, 1 and 3 on the second, in rank order.
+    for (dev, part, rank) in [(&a, 0, 0), (&a, 1, 2), (&b, 0, 1), (&b, 1, 3)] {
+        assert_eq!(
+            ls_files(dev.to_str().unwrap(), part),
+            vec![format!("ckpt.1/rank.{rank}")],
+            "{} partition {part}",
+            dev.display()
+        );
+    }
 }

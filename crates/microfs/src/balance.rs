@@ -788,6 +788,28 @@ device s2 /mnt/ssd2 512M
         assert!(p.ranks.iter().all(|a| !a.same_domain));
     }
 
+    /// The example of docs/cr.md.
+    #[test]
+    fn the_documented_example() {
+        let text = "\
+node cn01 rackA pdu1
+node cn02 rackB pdu2
+node st01 rackC pdu3
+node st02 rackD pdu4
+hops rackA rackC 1
+hops rackA rackD 3
+hops rackB rackD 1
+hops rackB rackC 3
+device st01 tcp://st01:7420/jobA 1T
+device st02 tcp://st02:7420/jobA 1T
+";
+        let t = Topology::parse(text, "docs").unwrap();
+        let p = plan(&t, &hosts(&["cn01", "cn02", "cn01", "cn02"])).unwrap();
+        assert_eq!(p.devices[0].ranks, vec![0, 2]);
+        assert_eq!(p.devices[1].ranks, vec![1, 3]);
+        assert_eq!(cov(&p.bytes_per_used_device(1 << 30)), 0.0);
+    }
+
     #[test]
     fn single_domain_falls_back_to_its_own_devices_and_says_so() {
         let t = Topology::parse("node a r1\ndevice a /dev/shm/x\n", "t").unwrap();

@@ -13,7 +13,11 @@
  *
  * Modes (all ranks take the same arguments):
  *   comd_cr run DIR [--atoms N] [--steps S] [--every K] [--chunk B] [--restart] [--stop-after S]
- *   comd_cr bench DIR --bytes B [--reps R] [--chunk B]   write then read B bytes per rank, timed
+ *               [--kill-at S --kill-rank R]   (rank R dies by SIGKILL halfway through checkpoint S)
+ *   comd_cr bench DIR --bytes B [--reps R] [--chunk B] [--drop-caches]
+ *                                       write (then fsync) and read B bytes per rank, timed;
+ *                                       --drop-caches: rank 0 empties the kernel's page cache
+ *                                       between the two (untimed)
  *   comd_cr create DIR --files K [--shared]              K creates per rank, timed
  * bench and create print one line from rank 0: "bench write_s X read_s Y bytes Z ranks P" and
  * "create seconds X files Z ranks P". Exit status: 0 ok, 1 a checkpoint failed to verify,
@@ -27,7 +31,9 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <signal.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -48,6 +54,9 @@ struct header {
 };
 
 static int rank, ranks;
+/* --kill-at S --kill-rank R: rank R dies by SIGKILL halfway through writing checkpoint S. */
+static uint64_t kill_at = 0;
+static int kill_rank = -1;
 
 static void die(const char *what, const char *path) {
     fprintf(stderr, "comd_cr: rank %d: %s %s: %s\n", rank, what, path ? path : "",
@@ -171,6 +180,12 @@ static void write_ckpt(const char *dir, struct state *s, size_t chunk) {
     int fd = open(p, O_CREAT | O_WRONLY | O_TRUNC, 0644);
     if (fd < 0) die("open", p);
     write_all(fd, &h, sizeof h, chunk, p);
+    if (s->step == kill_at && rank == kill_rank) {
+        write_all(fd, s->buf, payload / 2, chunk, p);
+        fprintf(stderr, "comd_cr: rank %d: killing myself halfway through checkpoint %llu\n",
+                rank, (unsigned long long)s->step);
+        raise(SIGKILL);
+    }
     write_all(fd, s->buf, payload, chunk, p);
     if (fsync(fd) != 0) die("fsync", p);
     if (close(fd) != 0) die("close", p);
@@ -252,6 +267,9 @@ static int run(const char *dir, int argc, char **argv) {
         else if (i + 1 < argc && !strcmp(argv[i], "--chunk")) chunk = u64arg(argv[++i], "--chunk");
         else if (i + 1 < argc && !strcmp(argv[i], "--stop-after"))
             stop_after = u64arg(argv[++i], "--stop-after");
+        else if (i + 1 < argc && !strcmp(argv[i], "--kill-at")) kill_at = u64arg(argv[++i], "--kill-at");
+        else if (i + 1 < argc && !strcmp(argv[i], "--kill-rank"))
+            kill_rank = (int)u64arg(argv[++i], "--kill-rank");
         else {
             if (rank == 0) fprintf(stderr, "comd_cr: unknown argument %s\n", argv[i]);
             return 2;
@@ -312,10 +330,12 @@ static int run(const char *dir, int argc, char **argv) {
 
 static int bench(const char *dir, int argc, char **argv) {
     uint64_t bytes = 1 << 20, reps = 1, chunk = 1 << 20;
+    int drop = 0;
     for (int i = 0; i < argc; i++) {
         if (i + 1 < argc && !strcmp(argv[i], "--bytes")) bytes = u64arg(argv[++i], "--bytes");
         else if (i + 1 < argc && !strcmp(argv[i], "--reps")) reps = u64arg(argv[++i], "--reps");
         else if (i + 1 < argc && !strcmp(argv[i], "--chunk")) chunk = u64arg(argv[++i], "--chunk");
+        else if (!strcmp(argv[i], "--drop-caches")) drop = 1;
         else {
             if (rank == 0) fprintf(stderr, "comd_cr: unknown argument %s\n", argv[i]);
             return 2;
@@ -326,7 +346,7 @@ static int bench(const char *dir, int argc, char **argv) {
     unsigned char *buf = malloc(bufsz), *back = malloc(bufsz);
     if (!buf || !back) die("malloc", NULL);
     for (size_t i = 0; i < bufsz; i++) buf[i] = (unsigned char)(i * 131 + rank);
-    double wsum = 0, rsum = 0;
+    double wsum = 0, rsum = 0, usum = 0, ssum = 0;
     int bad = 0;
     for (uint64_t rep = 0; rep < reps; rep++) {
         char d[4096], p[4096];
@@ -334,6 +354,8 @@ static int bench(const char *dir, int argc, char **argv) {
         mkdir_p(d);
         ckpt_path(p, sizeof p, dir, rep, rank);
         MPI_Barrier(MPI_COMM_WORLD);
+        struct rusage ru0, ru1;
+        getrusage(RUSAGE_SELF, &ru0);
         double t0 = MPI_Wtime();
         int fd = open(p, O_CREAT | O_WRONLY | O_TRUNC, 0644);
         if (fd < 0) die("open", p);
@@ -344,8 +366,24 @@ static int bench(const char *dir, int argc, char **argv) {
         }
         if (fsync(fd) != 0) die("fsync", p);
         if (close(fd) != 0) die("close", p);
+        getrusage(RUSAGE_SELF, &ru1);
         MPI_Barrier(MPI_COMM_WORLD);
         double t1 = MPI_Wtime();
+        usum += (ru1.ru_utime.tv_sec - ru0.ru_utime.tv_sec) +
+                (ru1.ru_utime.tv_usec - ru0.ru_utime.tv_usec) / 1e6;
+        ssum += (ru1.ru_stime.tv_sec - ru0.ru_stime.tv_sec) +
+                (ru1.ru_stime.tv_usec - ru0.ru_stime.tv_usec) / 1e6;
+        if (drop) {
+            /* Untimed: the kernel's page cache must not serve the read. */
+            if (rank == 0) {
+                sync();
+                int dc = open("/proc/sys/vm/drop_caches", O_WRONLY);
+                if (dc < 0 || write(dc, "3", 1) != 1) die("write", "/proc/sys/vm/drop_caches");
+                close(dc);
+            }
+            MPI_Barrier(MPI_COMM_WORLD);
+        }
+        double t1r = MPI_Wtime();
         fd = open(p, O_RDONLY);
         if (fd < 0) die("open", p);
         for (uint64_t done = 0; done < bytes;) {
@@ -357,14 +395,19 @@ static int bench(const char *dir, int argc, char **argv) {
         MPI_Barrier(MPI_COMM_WORLD);
         double t2 = MPI_Wtime();
         wsum += t1 - t0;
-        rsum += t2 - t1;
+        rsum += t2 - t1r;
         if (unlink(p) != 0) die("unlink", p);
     }
     int anybad;
     MPI_Allreduce(&bad, &anybad, 1, MPI_INT, MPI_LOR, MPI_COMM_WORLD);
+    double cpu[2] = {usum, ssum}, all[2];
+    MPI_Reduce(cpu, all, 2, MPI_DOUBLE, MPI_SUM, 0, MPI_COMM_WORLD);
+    /* user_s and sys_s: CPU time of all ranks while they wrote (up to their close), per rep. */
     if (rank == 0)
-        printf("bench write_s %.6f read_s %.6f bytes %llu ranks %d reps %llu\n", wsum / reps,
-               rsum / reps, (unsigned long long)bytes, ranks, (unsigned long long)reps);
+        printf("bench write_s %.6f read_s %.6f bytes %llu ranks %d reps %llu user_s %.6f "
+               "sys_s %.6f\n",
+               wsum / reps, rsum / reps, (unsigned long long)bytes, ranks,
+               (unsigned long long)reps, all[0] / reps, all[1] / reps);
     free(buf);
     free(back);
     if (anybad && rank == 0) fprintf(stderr, "comd_cr: data read back differs\n");
@@ -405,7 +448,14 @@ static int create(const char *dir, int argc, char **argv) {
 }
 
 int main(int argc, char **argv) {
-    MPI_Init(&argc, &argv);
+    /* COMD_CR_INIT_THREAD=1: start with MPI_Init_thread (both entry points are wrapped). */
+    const char *it = getenv("COMD_CR_INIT_THREAD");
+    if (it && !strcmp(it, "1")) {
+        int provided;
+        MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided);
+    } else {
+        MPI_Init(&argc, &argv);
+    }
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &ranks);
     int rc = 2;
