@@ -129,6 +129,10 @@ fn vcwd_init() {
         };
         if root().is_some() && kernel_cwd().is_ok_and(|c| c == base) {
             *lock(&VCWD) = Some(normalise(&rel).join("/"));
+        } else {
+            // Stale (the kernel working directory moved on): not for our children either.
+            sys::unsetenv(ENV_CWD);
+            sys::unsetenv(ENV_CWD_BASE);
         }
     });
 }
