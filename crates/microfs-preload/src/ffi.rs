@@ -1931,3 +1931,74 @@ pub unsafe extern "C" fn vfork() -> libc::pid_t {
     // SAFETY: libc's fork.
     unsafe { f() }
 }
+
+// ---------------------------------------------------------------------------------------------
+// realpath
+
+/// The absolute name of an existing file of ours (the namespace has no symbolic links, so the
+/// normalised path is the real one).
+fn our_realpath(rel: &str) -> R<CString> {
+    core::stat(rel)?;
+    let root = core::root().ok_or(libc::ENOENT)?;
+    let p = if rel.is_empty() {
+        root.dir.clone()
+    } else {
+        format!("{}/{rel}", root.dir)
+    };
+    if p.len() >= libc::PATH_MAX as usize {
+        return Err(libc::ENAMETOOLONG);
+    }
+    CString::new(p).map_err(|_| libc::EINVAL)
+}
+
+fn do_realpath(path: *const c_char, resolved: *mut c_char) -> *mut c_char {
+    // SAFETY: path is the caller's C string.
+    let p = unsafe { cstr(path) };
+    match on_path(libc::AT_FDCWD, p, our_realpath) {
+        Go::Kernel(sub) => {
+            let f = real!(
+                "realpath",
+                unsafe extern "C" fn(*const c_char, *mut c_char) -> *mut c_char
+            );
+            // SAFETY: libc's realpath with the caller's arguments.
+            unsafe { f(sub_or(path, &sub), resolved) }
+        }
+        Go::Done(Err(e)) => {
+            sys::set_errno(e);
+            std::ptr::null_mut()
+        }
+        Go::Done(Ok(c)) => {
+            let b = c.as_bytes_with_nul();
+            let out = if resolved.is_null() {
+                // SAFETY: malloc of the string's length; the caller frees it (realpath's
+                // contract for a null buffer).
+                let m = unsafe { libc::malloc(b.len()) }.cast::<c_char>();
+                if m.is_null() {
+                    sys::set_errno(libc::ENOMEM);
+                    return m;
+                }
+                m
+            } else {
+                resolved
+            };
+            // SAFETY: out has room for PATH_MAX bytes (the caller's buffer, by realpath's
+            // contract) or b.len() (ours); b.len() <= PATH_MAX was checked.
+            unsafe { std::ptr::copy_nonoverlapping(b.as_ptr().cast::<c_char>(), out, b.len()) };
+            out
+        }
+    }
+}
+
+/// # Safety
+/// C's contract for realpath.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn realpath(path: *const c_char, resolved: *mut c_char) -> *mut c_char {
+    do_realpath(path, resolved)
+}
+
+/// # Safety
+/// C's contract for canonicalize_file_name.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn canonicalize_file_name(path: *const c_char) -> *mut c_char {
+    do_realpath(path, std::ptr::null_mut())
+}

@@ -5,6 +5,7 @@
  * same transcript when the shim behaves as the kernel does. */
 #define _GNU_SOURCE
 #include <dirent.h>
+#include <limits.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -497,6 +498,18 @@ int main(int argc, char **argv) {
         printf("fdopen fread: %s\n", line);
         T("fclose", fclose(f));
         T("fd closed by fclose", fcntl(fd4, F_GETFD));
+    }
+
+    printf("== realpath\n");
+    {
+        char rp[PATH_MAX];
+        char *r = realpath(P("d/../d/./moved"), rp);
+        printf("realpath: %s\n", r && strncmp(r, base, strlen(base)) == 0 ? r + strlen(base) : "?");
+        r = realpath(P("nope/x"), rp);
+        printf("realpath missing: %s\n", r ? "found" : ename(errno));
+        r = canonicalize_file_name(P("d//"));
+        printf("canonicalize_file_name: %s\n", r && strncmp(r, base, strlen(base)) == 0 ? r + strlen(base) : "?");
+        free(r);
     }
 
     printf("== working directory\n");
