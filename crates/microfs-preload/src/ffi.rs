@@ -2002,3 +2002,138 @@ pub unsafe extern "C" fn realpath(path: *const c_char, resolved: *mut c_char) ->
 pub unsafe extern "C" fn canonicalize_file_name(path: *const c_char) -> *mut c_char {
     do_realpath(path, std::ptr::null_mut())
 }
+
+// ---------------------------------------------------------------------------------------------
+// statfs and statvfs: the namespace's own capacity (df, and programs that check free space
+// before a checkpoint). glibc's statvfs calls the kernel's statfs internally, so both are here.
+
+/// "KCRF": the f_type of the namespace.
+const KCR_MAGIC: i64 = 0x4b43_5246;
+
+fn fs_stats(t: Target) -> R<microfs::FsStats> {
+    match t {
+        Target::Path(rel) => {
+            core::stat(rel)?;
+            Ok(core::inst()?.fs.stats())
+        }
+        Target::Fd(fd) => {
+            core::fstat(fd)?;
+            Ok(core::ofd(fd)?.inst.fs.stats())
+        }
+    }
+}
+
+fn fill_statfs(st: &microfs::FsStats, out: *mut libc::statfs) -> R<()> {
+    if out.is_null() {
+        return Err(libc::EFAULT);
+    }
+    // SAFETY: struct statfs is plain integers; all-zero is a valid value.
+    let mut s: libc::statfs = unsafe { std::mem::zeroed() };
+    s.f_type = KCR_MAGIC;
+    s.f_bsize = st.hugeblock as i64;
+    s.f_frsize = st.hugeblock as i64;
+    s.f_blocks = st.blocks_total;
+    s.f_bfree = st.blocks_free;
+    s.f_bavail = st.blocks_free;
+    s.f_files = st.files + st.blocks_free;
+    s.f_ffree = st.blocks_free;
+    s.f_namelen = 255;
+    // SAFETY: out is the caller's non-null struct statfs.
+    unsafe { out.write(s) };
+    Ok(())
+}
+
+fn fill_statvfs(st: &microfs::FsStats, out: *mut libc::statvfs) -> R<()> {
+    if out.is_null() {
+        return Err(libc::EFAULT);
+    }
+    let dev = core::root().map_or(0, |r| r.dev);
+    // SAFETY: struct statvfs is plain integers; all-zero is a valid value.
+    let mut s: libc::statvfs = unsafe { std::mem::zeroed() };
+    s.f_bsize = st.hugeblock as u64;
+    s.f_frsize = st.hugeblock as u64;
+    s.f_blocks = st.blocks_total;
+    s.f_bfree = st.blocks_free;
+    s.f_bavail = st.blocks_free;
+    s.f_files = st.files + st.blocks_free;
+    s.f_ffree = st.blocks_free;
+    s.f_favail = st.blocks_free;
+    s.f_fsid = dev;
+    s.f_namemax = 255;
+    // SAFETY: out is the caller's non-null struct statvfs.
+    unsafe { out.write(s) };
+    Ok(())
+}
+
+macro_rules! statfs_fns {
+    ($path_fn:ident, $path64:ident, $fd_fn:ident, $fd64:ident, $lit:literal, $fdlit:literal, $ty:ty, $fill:ident) => {
+        /// # Safety
+        /// C's contract for this function.
+        #[unsafe(no_mangle)]
+        pub unsafe extern "C" fn $path_fn(path: *const c_char, buf: *mut $ty) -> c_int {
+            // SAFETY: path is the caller's C string.
+            let p = unsafe { cstr(path) };
+            match on_path(libc::AT_FDCWD, p, |rel| {
+                $fill(&fs_stats(Target::Path(rel))?, buf)
+            }) {
+                Go::Kernel(sub) => {
+                    let f = real!($lit, unsafe extern "C" fn(*const c_char, *mut $ty) -> c_int);
+                    // SAFETY: libc's function with the caller's arguments.
+                    unsafe { f(sub_or(path, &sub), buf) }
+                }
+                Go::Done(r) => ret0(r),
+            }
+        }
+
+        /// # Safety
+        /// C's contract for this function.
+        #[unsafe(no_mangle)]
+        pub unsafe extern "C" fn $path64(path: *const c_char, buf: *mut $ty) -> c_int {
+            // SAFETY: the same contract.
+            unsafe { $path_fn(path, buf) }
+        }
+
+        /// # Safety
+        /// C's contract for this function.
+        #[unsafe(no_mangle)]
+        pub unsafe extern "C" fn $fd_fn(fd: c_int, buf: *mut $ty) -> c_int {
+            match on_fd(fd, || $fill(&fs_stats(Target::Fd(fd))?, buf)) {
+                Go::Kernel(_) => {
+                    let f = real!($fdlit, unsafe extern "C" fn(c_int, *mut $ty) -> c_int);
+                    // SAFETY: libc's function with the caller's arguments.
+                    unsafe { f(fd, buf) }
+                }
+                Go::Done(r) => ret0(r),
+            }
+        }
+
+        /// # Safety
+        /// C's contract for this function.
+        #[unsafe(no_mangle)]
+        pub unsafe extern "C" fn $fd64(fd: c_int, buf: *mut $ty) -> c_int {
+            // SAFETY: the same contract.
+            unsafe { $fd_fn(fd, buf) }
+        }
+    };
+}
+
+statfs_fns!(
+    statfs,
+    statfs64,
+    fstatfs,
+    fstatfs64,
+    "statfs",
+    "fstatfs",
+    libc::statfs,
+    fill_statfs
+);
+statfs_fns!(
+    statvfs,
+    statvfs64,
+    fstatvfs,
+    fstatvfs64,
+    "statvfs",
+    "fstatvfs",
+    libc::statvfs,
+    fill_statvfs
+);

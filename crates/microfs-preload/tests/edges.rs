@@ -128,3 +128,37 @@ fn a_directory_of_many_entries_lists_completely() {
     let after = ok(s.shim(&mut Command::new("ls")).arg("-a").arg(&s.cr));
     assert_eq!(after, ".\n..\n", "the namespace root is empty again");
 }
+
+/// `df -B1 PATH` under the shim: (size, available) of the namespace.
+fn df(s: &Scratch) -> (u64, u64) {
+    let out = ok(s.shim(&mut Command::new("df")).arg("-B1").arg(&s.cr));
+    let line = out.lines().nth(1).expect("a line after the header");
+    let f: Vec<u64> = line
+        .split_whitespace()
+        .skip(1)
+        .take(3)
+        .map(|x| x.parse().expect("number"))
+        .collect();
+    (f[0], f[2])
+}
+
+#[test]
+fn df_reports_the_namespace_s_capacity_and_what_a_write_used() {
+    let s = Scratch::new("df");
+    let (size, before) = df(&s);
+    assert!(
+        size > (200 << 20) && size <= 256 << 20,
+        "size {size} of a 256 MiB device"
+    );
+    assert_eq!(before, size, "an empty namespace");
+    ok(s.shim(&mut Command::new("dd"))
+        .arg("if=/dev/zero")
+        .arg(format!("of={}", s.cr.join("f").display()))
+        .args(["bs=1M", "count=10", "status=none"]));
+    let (size2, after) = df(&s);
+    assert_eq!(size2, size);
+    assert!(
+        before - after >= 10 << 20 && before - after < 11 << 20,
+        "{before} -> {after}"
+    );
+}
