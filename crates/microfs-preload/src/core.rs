@@ -945,7 +945,7 @@ pub(crate) fn entries(fd: i32) -> R<Vec<Ent>> {
 /// Opens a directory stream on our directory descriptor `fd`; returns its handle address.
 pub(crate) fn dir_open(fd: i32) -> R<usize> {
     let ents = entries(fd)?;
-    // SAFETY-free: dirent64 is plain data; an all-zero one is valid.
+    // Filled in by dir_next before C sees it.
     let dirent = libc::dirent64 {
         d_ino: 0,
         d_off: 0,
