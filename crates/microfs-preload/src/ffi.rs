@@ -2137,3 +2137,136 @@ statfs_fns!(
     libc::statvfs,
     fill_statvfs
 );
+
+// ---------------------------------------------------------------------------------------------
+// mmap of our files: a private copy. The bytes are read into anonymous memory at mmap time;
+// a MAP_PRIVATE mapping behaves as the kernel's (writes stay private), a read-only MAP_SHARED
+// mapping does not see later writes to the file, and a writable MAP_SHARED mapping is refused
+// (ENODEV), since nothing would carry its stores to the file.
+
+type MmapFn = unsafe extern "C" fn(*mut c_void, size_t, c_int, c_int, c_int, off_t) -> *mut c_void;
+
+fn our_mmap(
+    addr: *mut c_void,
+    len: size_t,
+    prot: c_int,
+    flags: c_int,
+    fd: c_int,
+    off: off_t,
+) -> R<usize> {
+    // The mapping type is the low bits (MAP_TYPE): MAP_SHARED 1, MAP_PRIVATE 2,
+    // MAP_SHARED_VALIDATE 3.
+    const MAP_TYPE: c_int = 0x0f;
+    let kind = flags & MAP_TYPE;
+    let shared = kind == libc::MAP_SHARED || kind == libc::MAP_SHARED_VALIDATE;
+    if shared && prot & libc::PROT_WRITE != 0 {
+        return Err(libc::ENODEV);
+    }
+    if len == 0 || off < 0 || off % 4096 != 0 {
+        return Err(libc::EINVAL);
+    }
+    let st = core::fstat(fd)?;
+    if st.kind == microfs::Kind::Dir {
+        return Err(libc::ENODEV);
+    }
+    if core::getfl(fd)? & libc::O_ACCMODE == libc::O_WRONLY {
+        return Err(libc::EACCES);
+    }
+    let anon_flags = (flags & !MAP_TYPE) | libc::MAP_PRIVATE | libc::MAP_ANONYMOUS;
+    let f = real!("mmap", MmapFn);
+    // SAFETY: an anonymous mapping with the caller's address hint and flags (MAP_FIXED
+    // included: the caller asked to replace what is there).
+    let p = unsafe {
+        f(
+            addr,
+            len,
+            prot | libc::PROT_READ | libc::PROT_WRITE,
+            anon_flags,
+            -1,
+            0,
+        )
+    };
+    if p == libc::MAP_FAILED {
+        return Err(sys::errno());
+    }
+    let n = (st.size.saturating_sub(off as u64)).min(len as u64) as usize;
+    // SAFETY: p is a fresh writable mapping of len >= n bytes.
+    let dst = unsafe { slice_mut(p, n) };
+    let mut done = 0;
+    while done < n {
+        match core::read(fd, &mut dst[done..], Some(off + done as i64)) {
+            Ok(0) => break,
+            Ok(k) => done += k,
+            Err(e) => {
+                // SAFETY: our own mapping, made above.
+                unsafe { libc::munmap(p, len) };
+                return Err(e);
+            }
+        }
+    }
+    if prot & libc::PROT_WRITE == 0 {
+        // SAFETY: our own mapping; narrowing its protection to what the caller asked.
+        if unsafe { libc::mprotect(p, len, prot) } != 0 {
+            let e = sys::errno();
+            // SAFETY: our own mapping.
+            unsafe { libc::munmap(p, len) };
+            return Err(e);
+        }
+    }
+    Ok(p as usize)
+}
+
+fn do_mmap(
+    addr: *mut c_void,
+    len: size_t,
+    prot: c_int,
+    flags: c_int,
+    fd: c_int,
+    off: off_t,
+) -> *mut c_void {
+    if flags & libc::MAP_ANONYMOUS != 0 {
+        let f = real!("mmap", MmapFn);
+        // SAFETY: libc's mmap with the caller's arguments.
+        return unsafe { f(addr, len, prot, flags, fd, off) };
+    }
+    match on_fd(fd, || our_mmap(addr, len, prot, flags, fd, off)) {
+        Go::Kernel(_) => {
+            let f = real!("mmap", MmapFn);
+            // SAFETY: libc's mmap with the caller's arguments.
+            unsafe { f(addr, len, prot, flags, fd, off) }
+        }
+        Go::Done(Ok(p)) => p as *mut c_void,
+        Go::Done(Err(e)) => {
+            sys::set_errno(e);
+            libc::MAP_FAILED
+        }
+    }
+}
+
+/// # Safety
+/// C's contract for mmap.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn mmap(
+    addr: *mut c_void,
+    len: size_t,
+    prot: c_int,
+    flags: c_int,
+    fd: c_int,
+    off: off_t,
+) -> *mut c_void {
+    do_mmap(addr, len, prot, flags, fd, off)
+}
+
+/// # Safety
+/// C's contract for mmap64.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn mmap64(
+    addr: *mut c_void,
+    len: size_t,
+    prot: c_int,
+    flags: c_int,
+    fd: c_int,
+    off: off_t,
+) -> *mut c_void {
+    do_mmap(addr, len, prot, flags, fd, off)
+}

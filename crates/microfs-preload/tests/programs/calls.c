@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/sendfile.h>
 #include <sys/stat.h>
 #include <sys/types.h>
@@ -498,6 +499,34 @@ int main(int argc, char **argv) {
         printf("fdopen fread: %s\n", line);
         T("fclose", fclose(f));
         T("fd closed by fclose", fcntl(fd4, F_GETFD));
+    }
+
+    printf("== mmap\n");
+    {
+        int mf = open(P("c"), O_RDONLY);
+        struct stat ms;
+        fstat(mf, &ms);
+        char *m = mmap(NULL, ms.st_size, PROT_READ, MAP_PRIVATE, mf, 0);
+        printf("mmap private read: %s\n", m == MAP_FAILED ? ename(errno) : "ok");
+        if (m != MAP_FAILED) {
+            printf("mmap data: %.*s\n", (int)ms.st_size, m);
+            munmap(m, ms.st_size);
+        }
+        m = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE, mf, 0);
+        printf("mmap private write: %s\n", m == MAP_FAILED ? ename(errno) : "ok");
+        if (m != MAP_FAILED) {
+            m[0] = '#';
+            printf("mmap past the end of the file reads zero: %s\n", m[ms.st_size] == 0 && m[4095] == 0 ? "yes" : "no");
+            munmap(m, 4096);
+        }
+        cat("c unchanged by a private mapping", P("c"));
+        m = mmap(NULL, 4096, PROT_READ, MAP_PRIVATE, mf, 100);
+        printf("mmap unaligned offset: %s\n", m == MAP_FAILED ? ename(errno) : "ok");
+        close(mf);
+        int wf = open(P("c"), O_WRONLY);
+        m = mmap(NULL, 4096, PROT_READ, MAP_PRIVATE, wf, 0);
+        printf("mmap of a write-only descriptor: %s\n", m == MAP_FAILED ? ename(errno) : "ok");
+        close(wf);
     }
 
     printf("== realpath\n");

@@ -1,12 +1,14 @@
 /* What a child of fork() may do with the parent's checkpoint namespace: nothing (EBUSY), while
  * the parent goes on. Also: a call the shim does not intercept, on one of its descriptors, fails
- * with EBADF and touches nothing. Prints a transcript. */
+ * with EBADF and touches nothing, and a writable shared mapping of one of our files is refused.
+ * Prints a transcript. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/ioctl.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -23,6 +25,9 @@ int main(int argc, char **argv) {
     errno = 0;
     int r = ioctl(fd, FIONREAD, &n);
     printf("ioctl FIONREAD on our fd: %d %s\n", r, strerror(errno));
+    errno = 0;
+    void *m = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    printf("writable shared mmap of our file: %s\n", m == MAP_FAILED ? strerror(errno) : "mapped");
     fflush(stdout);
     pid_t pid = fork();
     if (pid == 0) {
