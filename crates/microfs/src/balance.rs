@@ -874,6 +874,18 @@ device st02 tcp://st02:7420/jobA 1T
     }
 
     #[test]
+    fn guidance_names_devices_outside_56_to_112_ranks() {
+        let t = Topology::parse("node a r1\nnode s r2\ndevice s /x\ndevice s /y\n", "t").unwrap();
+        let p = plan(&t, &vec!["a".to_string(); 120]).unwrap();
+        assert!(p.ratio_outside_guidance().is_empty(), "60 ranks each");
+        let p = plan(&t, &vec!["a".to_string(); 4]).unwrap();
+        assert_eq!(
+            p.ratio_outside_guidance(),
+            vec![("/x".to_string(), 2), ("/y".to_string(), 2)]
+        );
+    }
+
+    #[test]
     fn sizes() {
         assert_eq!(parse_size("4K"), Some(4096));
         assert_eq!(parse_size("3"), Some(3));
@@ -973,6 +985,37 @@ device st02 tcp://st02:7420/jobA 1T
                         prop_assert_eq!(a.parts as usize, p.devices[a.device].ranks.len());
                     }
                 }
+            }
+        }
+
+        #[test]
+        fn local_plans_round_robin_each_node_s_ranks(
+            nodes in prop::collection::vec(0usize..4, 1..40),
+            devs in prop::collection::vec(prop::bool::ANY, 1..5),
+        ) {
+            // devs[i]: true = a tcp spec (shared by every node), false = a path (per node).
+            let specs: Vec<String> = devs.iter().enumerate().map(|(i, &tcp)| {
+                if tcp { format!("tcp://s:{i}/j") } else { format!("/dev/shm/d{i}") }
+            }).collect();
+            let hosts: Vec<String> = nodes.iter().map(|n| format!("n{n}")).collect();
+            let p = plan_local(&hosts, &specs).unwrap();
+            let mut seen_on_node: BTreeMap<&str, usize> = BTreeMap::new();
+            for (r, a) in p.ranks.iter().enumerate() {
+                let lr = seen_on_node.entry(hosts[r].as_str()).or_insert(0);
+                let d = &p.devices[a.device];
+                prop_assert_eq!(&d.spec, &specs[*lr % specs.len()]);
+                *lr += 1;
+                match &d.host {
+                    Some(h) => prop_assert_eq!(h, &hosts[r]),
+                    None => prop_assert!(d.spec.starts_with("tcp://")),
+                }
+                prop_assert_eq!(d.ranks.iter().position(|&x| x as usize == r), Some(a.partition as usize));
+                prop_assert_eq!(a.parts as usize, d.ranks.len());
+            }
+            // A spec appears once per node for paths, once in all for tcp.
+            let mut keys = BTreeSet::new();
+            for d in &p.devices {
+                prop_assert!(keys.insert((d.host.clone(), d.spec.clone())), "device listed twice");
             }
         }
 
