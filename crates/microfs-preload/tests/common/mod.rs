@@ -8,30 +8,35 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-/// The shim built with this test's profile (target/<profile>/libkavach_cr.so), built first if
-/// cargo has not done so.
+/// The shim built with this test's profile (target/<profile>/libkavach_cr.so). Cargo does not
+/// rebuild a cdylib-only package's library for its integration tests, so a library left by an
+/// earlier build could be stale: every test binary runs `cargo build -p kavach-cr-preload` once
+/// (a no-op when it is up to date).
 pub fn shim_so() -> PathBuf {
-    let exe = std::env::current_exe().expect("test executable");
-    let profile_dir = exe
-        .parent()
-        .and_then(Path::parent)
-        .expect("target/<profile>/deps/<test>");
-    let so = profile_dir.join("libkavach_cr.so");
-    if !so.is_file() {
-        let release = profile_dir.file_name().is_some_and(|n| n == "release");
-        let mut c = Command::new(env!("CARGO"));
-        c.args(["build", "-p", "kavach-cr-preload"]);
-        if release {
-            c.arg("--release");
-        }
-        let st = c
-            .current_dir(env!("CARGO_MANIFEST_DIR"))
-            .status()
-            .expect("run cargo build");
-        assert!(st.success(), "cargo build -p kavach-cr-preload failed");
-    }
-    assert!(so.is_file(), "{} was not built", so.display());
-    so
+    static BUILT: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    BUILT
+        .get_or_init(|| {
+            let exe = std::env::current_exe().expect("test executable");
+            let profile_dir = exe
+                .parent()
+                .and_then(Path::parent)
+                .expect("target/<profile>/deps/<test>");
+            let release = profile_dir.file_name().is_some_and(|n| n == "release");
+            let mut c = Command::new(env!("CARGO"));
+            c.args(["build", "-q", "-p", "kavach-cr-preload"]);
+            if release {
+                c.arg("--release");
+            }
+            let st = c
+                .current_dir(env!("CARGO_MANIFEST_DIR"))
+                .status()
+                .expect("run cargo build");
+            assert!(st.success(), "cargo build -p kavach-cr-preload failed");
+            let so = profile_dir.join("libkavach_cr.so");
+            assert!(so.is_file(), "{} was not built", so.display());
+            so
+        })
+        .clone()
 }
 
 static N: AtomicUsize = AtomicUsize::new(0);
