@@ -333,7 +333,10 @@ fn open_inst(cfg: &microfs::instance::Config) -> R<Arc<Inst>> {
     match microfs::instance::open(cfg) {
         Ok((fs, _recovery)) => {
             static HOOK: Once = Once::new();
-            HOOK.call_once(|| sys::at_fork(before_fork));
+            HOOK.call_once(|| {
+                sys::at_fork(before_fork);
+                sys::at_exit(at_exit_close);
+            });
             Ok(Arc::new(Inst {
                 fs,
                 pid: std::process::id(),
@@ -376,6 +379,26 @@ extern "C" fn before_fork() {
                 }
             }
             Err(shared) => *g = Some(shared),
+        }
+    });
+}
+
+/// Runs at a normal exit of a process that opened a namespace lazily: streams of ours are
+/// flushed, descriptors still open are dropped (the process is ending; the kernel closes their
+/// placeholders), and the namespace is checkpointed and closed, so the next process opens a
+/// cleanly closed namespace without replaying a log. A process killed by a signal skips this;
+/// its next opener recovers from the log as after any crash.
+extern "C" fn at_exit_close() {
+    let _g = crate::ffi::Guard::enter();
+    let _ = std::panic::catch_unwind(|| {
+        let owned_lazy = lock(&INST).as_ref().is_some_and(|i| i.owned() && i.lazy);
+        if !owned_lazy {
+            return;
+        }
+        sys::flush_all_streams();
+        lock(&FDS).clear();
+        if let Err(e) = instance_finish() {
+            warn_once(&format!("closing the namespace at exit: {e}"));
         }
     });
 }

@@ -208,6 +208,19 @@ pub(crate) fn unsetenv(key: &CStr) {
 }
 
 /// Registers `prepare` to run in the parent before every fork() (pthread_atfork).
+/// Registers `f` to run at a normal process exit (`exit` or a return from `main`), before
+/// glibc flushes and closes its streams.
+pub(crate) fn at_exit(f: extern "C" fn()) {
+    // SAFETY: f is a plain function that lives as long as the library (never unloaded).
+    unsafe { libc::atexit(f) };
+}
+
+/// Flushes every stdio stream of the process (`fflush(NULL)`).
+pub(crate) fn flush_all_streams() {
+    // SAFETY: fflush with a null stream flushes all open output streams; no pointer is kept.
+    unsafe { libc::fflush(std::ptr::null_mut()) };
+}
+
 pub(crate) fn at_fork(prepare: extern "C" fn()) {
     // SAFETY: prepare is a plain function that lives as long as the library.
     unsafe { libc::pthread_atfork(Some(prepare), None, None) };

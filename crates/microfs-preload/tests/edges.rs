@@ -162,3 +162,24 @@ fn df_reports_the_namespace_s_capacity_and_what_a_write_used() {
         "{before} -> {after}"
     );
 }
+
+/// A process that ends normally closes its namespace: a stream it never closed is flushed
+/// into it first, and the next opener finds it closed cleanly (no log to replay).
+#[test]
+fn a_normal_exit_flushes_streams_and_closes_the_namespace_cleanly() {
+    let s = Scratch::new("exit");
+    let prog = s.compile("unclosed");
+    ok(s.shim(&mut Command::new(&prog)).arg(s.cr.join("u.txt")));
+    let dev = target::open_spec(s.dev.to_str().unwrap(), None).expect("device");
+    let (fs, recovery) =
+        microfs::Fs::open_read_only(dev, &microfs::FsOptions::default()).expect("open");
+    assert!(recovery.clean, "{recovery:?}");
+    assert_eq!(recovery.records_replayed, 0, "{recovery:?}");
+    let ino = fs.lookup("u.txt").expect("u.txt");
+    let mut buf = vec![0u8; 8192];
+    let n = fs.read_at(ino, 0, &mut buf).expect("read");
+    let want: String = (0..100)
+        .map(|i| format!("line {i} of a stream never closed\n"))
+        .collect();
+    assert_eq!(String::from_utf8_lossy(&buf[..n]), want);
+}
