@@ -17,6 +17,7 @@ use microfs::{Fs, FsError, FsOptions, Kind, label};
 use crate::outcome::{CouldNotRun, Outcome, print_json};
 
 const EXAMPLES_LS: &str = "Examples:
+  kavach cr ls dir:/scratch/ckpt        (the default device of KAVACH_CR_DIR=/scratch/ckpt)
   kavach cr ls /dev/shm/kavach-cr-1000-0123456789abcdef.dev
   kavach cr ls -l job.dev --partition 2
   kavach cr ls tcp://storage1:7420/jobA --json";
@@ -86,14 +87,48 @@ pub enum CrCommand {
 
 #[derive(Debug, Args)]
 pub struct DeviceArgs {
-    /// The device: a file (as KAVACH_CR_DEVICE names it), pmem:PATH or tcp://HOST:PORT/JOB.
+    /// The device: a file (as KAVACH_CR_DEVICE names it), pmem:PATH, tcp://HOST:PORT/JOB, or
+    /// dir:KAVACH_CR_DIR for the default device of a checkpoint directory (one per user and
+    /// directory, under /dev/shm, found as the runtime finds it).
     device: String,
     /// Only this partition of a labelled device.
     #[arg(long)]
     partition: Option<u32>,
 }
 
-pub fn run(c: CrCommand) -> Result<Outcome> {
+impl DeviceArgs {
+    /// Turns `dir:KAVACH_CR_DIR` into that directory's default device (which must exist).
+    fn resolve(&mut self) -> Result<()> {
+        if let Some(dir) = self.device.strip_prefix("dir:") {
+            let dir = Path::new(dir);
+            let dev = microfs::instance::Config::default_device(dir);
+            if !Path::new(&dev).exists() {
+                bail!(
+                    "no checkpoint device for {}: the default device of that directory, {dev}, \
+                     does not exist (nothing was written with KAVACH_CR_DIR={} and no \
+                     KAVACH_CR_DEVICE, or it was removed or written by another user)",
+                    dir.display(),
+                    dir.display()
+                );
+            }
+            self.device = dev;
+        }
+        Ok(())
+    }
+
+    /// The device spec (after [`DeviceArgs::resolve`]).
+    fn device(&self) -> &str {
+        &self.device
+    }
+}
+
+pub fn run(mut c: CrCommand) -> Result<Outcome> {
+    match &mut c {
+        CrCommand::Ls { dev, .. }
+        | CrCommand::Cat { dev, .. }
+        | CrCommand::Export { dev, .. }
+        | CrCommand::Check { dev, .. } => dev.resolve()?,
+    }
     match c {
         CrCommand::Ls { dev, long, json } => ls(&dev, long, json),
         CrCommand::Cat { dev, path } => cat(&dev, &path),
@@ -129,7 +164,7 @@ fn open_device(spec: &str) -> Result<Arc<dyn Device>> {
 /// The namespaces a device holds (a label's partitions, or the whole device), or an error
 /// when it holds none. A damaged label is `FsError::Damage`.
 fn places(args: &DeviceArgs) -> Result<(Option<label::Label>, Vec<Place>)> {
-    let dev = open_device(&args.device)?;
+    let dev = open_device(&args.device())?;
     let lab = label::read(dev.as_ref()).map_err(anyhow::Error::new)?;
     let mut out = Vec::new();
     match &lab {
@@ -139,13 +174,13 @@ fn places(args: &DeviceArgs) -> Result<(Option<label::Label>, Vec<Place>)> {
             {
                 bail!(
                     "{} has no partition label: it holds one namespace (partition 0), not {p}",
-                    args.device
+                    args.device()
                 );
             }
             if !has_magic(dev.as_ref()) {
                 bail!(
                     "{} holds no microfs namespace (no label, no superblock)",
-                    args.device
+                    args.device()
                 );
             }
             out.push(Place {
@@ -158,7 +193,7 @@ fn places(args: &DeviceArgs) -> Result<(Option<label::Label>, Vec<Place>)> {
             let range: Vec<u32> = match args.partition {
                 Some(p) if p >= l.parts => bail!(
                     "{} has {} partitions (0..{}), not {p}",
-                    args.device,
+                    args.device(),
                     l.parts,
                     l.parts - 1
                 ),
@@ -318,14 +353,16 @@ fn ls(args: &DeviceArgs, long: bool, json: bool) -> Result<Outcome> {
                 return Err(anyhow!(e).context(format!(
                     "cannot open {} of {}",
                     name(p),
-                    args.device
+                    args.device()
                 )));
             }
         }
         out.push(ns);
     }
     if json {
-        print_json(&serde_json::json!({ "device": args.device, "label": lab, "namespaces": out }))?;
+        print_json(
+            &serde_json::json!({ "device": args.device(), "label": lab, "namespaces": out }),
+        )?;
         return Ok(Outcome::Ok);
     }
     let mut o = std::io::stdout().lock();
@@ -333,12 +370,12 @@ fn ls(args: &DeviceArgs, long: bool, json: bool) -> Result<Outcome> {
         Some(l) => writeln!(
             o,
             "{}: job {}, {} partitions of {} MiB",
-            args.device,
+            args.device(),
             l.job,
             l.parts,
             l.segment >> 20
         )?,
-        None => writeln!(o, "{}: one namespace (no partition label)", args.device)?,
+        None => writeln!(o, "{}: one namespace (no partition label)", args.device())?,
     }
     for ns in &out {
         let what = match ns.partition {
@@ -392,15 +429,16 @@ fn one_place(args: &DeviceArgs) -> Result<(Fs, Place)> {
     if places.len() > 1 {
         bail!(
             "{} has {} partitions: say which with --partition N",
-            args.device,
+            args.device(),
             lab.map(|l| l.parts).unwrap_or(0)
         );
     }
     let p = places
         .pop()
-        .ok_or_else(|| anyhow!("{} holds no namespace", args.device))?;
-    let (fs, _) = open_ro(&p)
-        .map_err(|e| anyhow!(e).context(format!("cannot open {} of {}", name(&p), args.device)))?;
+        .ok_or_else(|| anyhow!("{} holds no namespace", args.device()))?;
+    let (fs, _) = open_ro(&p).map_err(|e| {
+        anyhow!(e).context(format!("cannot open {} of {}", name(&p), args.device()))
+    })?;
     Ok((fs, p))
 }
 
@@ -443,7 +481,7 @@ fn export(args: &DeviceArgs, dest: &Path, path: Option<&str>, force: bool) -> Re
                 return Err(anyhow!(e).context(format!(
                     "cannot open {} of {}",
                     name(p),
-                    args.device
+                    args.device()
                 )));
             }
         };
@@ -559,11 +597,11 @@ fn check(args: &DeviceArgs, json: bool) -> Result<Outcome> {
                     found: found.clone(),
                 };
                 if json {
-                    print_json(&serde_json::json!({ "device": args.device, "findings": [f] }))?;
+                    print_json(&serde_json::json!({ "device": args.device(), "findings": [f] }))?;
                 } else {
                     println!(
                         "{}: DAMAGE: {what} at byte {at}: expected {expected}, found {found}",
-                        args.device
+                        args.device()
                     );
                 }
                 return Ok(Outcome::Damage);
@@ -609,7 +647,7 @@ fn check(args: &DeviceArgs, json: bool) -> Result<Outcome> {
             }),
             Err(e) => {
                 return Err(anyhow!(e)
-                    .context(format!("cannot open {} of {}", name(p), args.device))
+                    .context(format!("cannot open {} of {}", name(p), args.device()))
                     .context(CouldNotRun));
             }
         }
@@ -627,7 +665,7 @@ fn check(args: &DeviceArgs, json: bool) -> Result<Outcome> {
     let damaged = out.iter().any(|c| !c.findings.is_empty());
     if json {
         print_json(
-            &serde_json::json!({ "device": args.device, "label": lab, "namespaces": out, "damaged": damaged }),
+            &serde_json::json!({ "device": args.device(), "label": lab, "namespaces": out, "damaged": damaged }),
         )?;
     } else {
         for c in &out {
@@ -638,20 +676,29 @@ fn check(args: &DeviceArgs, json: bool) -> Result<Outcome> {
             match &c.report {
                 Some(r) if c.findings.is_empty() => println!(
                     "{}: {what}: ok: {} files, {} directories, {} bytes, {} hugeblocks used, {} free",
-                    args.device, r.files, r.dirs, r.bytes, r.blocks_used, r.blocks_free
+                    args.device(),
+                    r.files,
+                    r.dirs,
+                    r.bytes,
+                    r.blocks_used,
+                    r.blocks_free
                 ),
-                _ if c.findings.is_empty() => println!("{}: {what}: {}", args.device, c.state),
+                _ if c.findings.is_empty() => println!("{}: {what}: {}", args.device(), c.state),
                 _ => {
                     for f in &c.findings {
                         println!(
                             "{}: {what}: DAMAGE: {} at byte {}: expected {}, found {}",
-                            args.device, f.what, f.at, f.expected, f.found
+                            args.device(),
+                            f.what,
+                            f.at,
+                            f.expected,
+                            f.found
                         );
                     }
                 }
             }
             for n in &c.notes {
-                println!("{}: {what}: note: {n}", args.device);
+                println!("{}: {what}: note: {n}", args.device());
             }
         }
     }

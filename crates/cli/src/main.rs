@@ -184,6 +184,15 @@ fn main() -> ExitCode {
     match result {
         Ok(Outcome::Ok) => ExitCode::SUCCESS,
         Ok(Outcome::Damage) => ExitCode::from(1),
+        Err(e)
+            if e.chain().any(|c| {
+                c.downcast_ref::<std::io::Error>()
+                    .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+            }) =>
+        {
+            // A reader that went away (`kavach cr ls DEVICE | head`), as in the panic hook.
+            ExitCode::from(141)
+        }
         Err(e) => {
             // A closed or full stderr must not turn "could not run" into a panic.
             let _ = writeln!(std::io::stderr(), "kavach: error: {e:#}");

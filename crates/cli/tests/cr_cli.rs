@@ -322,3 +322,32 @@ fn a_namespace_on_a_remote_target() {
     let _ = child.kill();
     let _ = child.wait();
 }
+
+/// `dir:KAVACH_CR_DIR` finds the default device of a checkpoint directory as the runtime does; a
+/// directory nothing was written under is named in the error (exit 2).
+#[test]
+fn dir_finds_the_default_device() {
+    let s = Scratch::new("bydir");
+    let dir = s.path("ckpt-by-dir");
+    let dev = Config::default_device(std::path::Path::new(&dir));
+    let _ = std::fs::remove_file(&dev);
+    let o = kavach(&["cr", "ls", &format!("dir:{dir}")]);
+    assert_code(&o, 2);
+    assert!(
+        stderr(&o).contains("no checkpoint device for"),
+        "{}",
+        stderr(&o)
+    );
+    assert!(!std::path::Path::new(&dev).exists());
+    let mut c = config(&dev, &dir, 0, 1);
+    c.partition = None;
+    c.parts = None;
+    let (fs, _) = instance::open(&c).unwrap();
+    let ino = fs.create("found.txt", 0o644, true, false).unwrap();
+    fs.write_at(ino, 0, b"by dir").unwrap();
+    fs.close().unwrap();
+    let o = kavach(&["cr", "cat", &format!("dir:{dir}"), "found.txt"]);
+    let _ = std::fs::remove_file(&dev);
+    assert_code(&o, 0);
+    assert_eq!(stdout(&o), "by dir");
+}
