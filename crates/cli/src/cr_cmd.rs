@@ -164,7 +164,7 @@ fn open_device(spec: &str) -> Result<Arc<dyn Device>> {
 /// The namespaces a device holds (a label's partitions, or the whole device), or an error
 /// when it holds none. A damaged label is `FsError::Damage`.
 fn places(args: &DeviceArgs) -> Result<(Option<label::Label>, Vec<Place>)> {
-    let dev = open_device(&args.device())?;
+    let dev = open_device(args.device())?;
     let lab = label::read(dev.as_ref()).map_err(anyhow::Error::new)?;
     let mut out = Vec::new();
     match &lab {
