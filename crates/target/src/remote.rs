@@ -53,8 +53,9 @@ enum Sink<'a> {
 
 impl RemoteDevice {
     /// Connect to the target at `addr` (`HOST:PORT`) and open the namespace `hello.job`
-    /// (created with `hello.len` bytes if `hello.create` and absent). `Refused` if it does not
-    /// exist and `create` is false, or if it is smaller than `hello.len`.
+    /// (created with `hello.len` bytes if `hello.create` and absent; an existing one opens at its
+    /// own size). `Refused` if it does not exist and `create` is false, or if `create` is false
+    /// and it is smaller than `hello.len`.
     pub fn connect(addr: &str, hello: &Hello) -> Result<RemoteDevice> {
         crate::validate_job(&hello.job)?;
         let label = format!("tcp://{addr}/{}", hello.job);

@@ -664,8 +664,11 @@ impl Connection {
                 hello.job, hello.len
             ),
         };
+        // With the create flag, `len` is only the size of a namespace this HELLO makes: an
+        // existing one opens at its own size (a restart need not know the size the first run
+        // chose). Without it, `len` is the least size the client needs.
         if let Some(ns) = table.get(&hello.job).and_then(Weak::upgrade) {
-            if hello.len > ns.dev.capacity() {
+            if !hello.create && hello.len > ns.dev.capacity() {
                 return Err(too_small(ns.dev.capacity()));
             }
             return Ok((ns, false));
@@ -704,7 +707,7 @@ impl Connection {
                 direct: self.shared.opts.direct,
             },
         )?;
-        if hello.len > dev.capacity() {
+        if !hello.create && hello.len > dev.capacity() {
             return Err(too_small(dev.capacity()));
         }
         let ns = Arc::new(Namespace {

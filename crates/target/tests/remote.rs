@@ -62,14 +62,15 @@ fn a_remote_namespace_reads_what_was_written_after_reconnect_and_restart() {
     ));
     dev.flush().unwrap();
     assert_eq!(dev.stat().unwrap().0, 32 << 20);
-    // A second connection sees the same bytes; a bigger size than the namespace is refused.
+    // A second connection sees the same bytes; a bigger size than the namespace, asked for
+    // as a requirement (no create flag), is refused.
     let other = RemoteDevice::connect(&addr, &hello("job1", 0, false)).unwrap();
     assert!(!other.created());
     let mut all = vec![0u8; model.len()];
     other.read_at(0, &mut all).unwrap();
     assert!(all == model);
     assert!(matches!(
-        RemoteDevice::connect(&addr, &hello("job1", 64 << 20, true)),
+        RemoteDevice::connect(&addr, &hello("job1", 64 << 20, false)),
         Err(DeviceError::Refused { .. })
     ));
     drop(other);
@@ -103,6 +104,18 @@ fn namespaces_are_separate_files_with_checked_names() {
     b.read_at(0, &mut got).unwrap();
     assert_eq!(got, [0u8; 6]);
     assert_eq!(b.capacity(), 2 << 20);
+    // A create HELLO for an existing namespace opens it at its own size (a restart with
+    // another default size); without the create flag a larger size is a requirement, refused.
+    let a2 = RemoteDevice::connect(&addr.to_string(), &hello("a", 1 << 30, true)).unwrap();
+    assert_eq!(a2.capacity(), 1 << 20);
+    assert!(!a2.created());
+    a2.read_at(0, &mut got).unwrap();
+    assert_eq!(&got, b"from a");
+    drop(a2);
+    assert!(matches!(
+        RemoteDevice::connect(&addr.to_string(), &hello("a", 1 << 30, false)),
+        Err(DeviceError::Refused { .. })
+    ));
     // On ext4 the namespace is O_DIRECT: block size 4096.
     assert_eq!(a.block_size(), 4096);
     // Names that would escape the directory: refused by the client, and by the server when
