@@ -312,7 +312,15 @@ pub fn locate(dev: &dyn Device, cfg: &Config) -> Result<(u64, u64, u32)> {
 /// label if the device has none and `parts` is given), claim it, open its namespace, or format
 /// one if the partition is blank. A damaged namespace is an error, never reformatted.
 pub fn open(cfg: &Config) -> Result<(Fs, Recovery)> {
-    let dev = target::open_spec(&cfg.device, Some(cfg.size)).map_err(busy)?;
+    // The size is only for a device made now: an existing device file keeps its size (a later
+    // run with another KAVACH_CR_SIZE, or none, must not grow it; a target opens an existing
+    // namespace at its own size whatever the HELLO asks).
+    let exists = match target::parse_spec(&cfg.device).map_err(busy)? {
+        target::Spec::File(p) | target::Spec::Pmem(p) => p.exists(),
+        target::Spec::Remote { .. } => false,
+    };
+    let create_len = if exists { None } else { Some(cfg.size) };
+    let dev = target::open_spec(&cfg.device, create_len).map_err(busy)?;
     let (base, len, rank) = locate(dev.as_ref(), cfg)?;
     let part: Arc<dyn Device> = if base == 0 && len == dev.capacity() {
         dev

@@ -189,3 +189,38 @@ fn whole_device_without_partitions() {
         (0, 16 << 20, 0)
     );
 }
+
+/// KAVACH_CR_SIZE sizes a device made now; a later run with another size (or the default)
+/// opens the existing device as it is and does not grow the file.
+#[test]
+fn an_existing_device_keeps_its_size() {
+    let d = scratch("keepsize");
+    let dev = d.join("d.dev");
+    let dev_s = dev.to_str().unwrap();
+    let first = cfg(&[
+        ("KAVACH_CR_DIR", "/ck"),
+        ("KAVACH_CR_DEVICE", dev_s),
+        ("KAVACH_CR_SIZE", "8M"),
+    ])
+    .unwrap()
+    .unwrap();
+    let (fs, rec) = instance::open(&first).unwrap();
+    assert!(rec.formatted);
+    let ino = fs.create("f", 0o644, true, false).unwrap();
+    fs.write_at(ino, 0, b"kept").unwrap();
+    fs.close().unwrap();
+    assert_eq!(std::fs::metadata(&dev).unwrap().len(), 8 << 20);
+    let later = cfg(&[("KAVACH_CR_DIR", "/ck"), ("KAVACH_CR_DEVICE", dev_s)])
+        .unwrap()
+        .unwrap();
+    assert!(later.size > 8 << 20);
+    let (fs, rec) = instance::open(&later).unwrap();
+    assert!(!rec.formatted);
+    let mut got = [0u8; 4];
+    let ino = fs.lookup("f").unwrap();
+    assert_eq!(fs.read_at(ino, 0, &mut got).unwrap(), 4);
+    assert_eq!(&got, b"kept");
+    fs.close().unwrap();
+    assert_eq!(std::fs::metadata(&dev).unwrap().len(), 8 << 20);
+    let _ = std::fs::remove_dir_all(&d);
+}
