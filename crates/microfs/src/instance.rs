@@ -11,6 +11,7 @@
 //! | `KAVACH_CR_PARTITION` | this process's partition of a labelled device | whole device, or 0 |
 //! | `KAVACH_CR_PARTS` | partitions to cut an unlabelled device into | |
 //! | `KAVACH_CR_EPOCH` | the epoch named in log records | seconds since 1970 at start |
+//! | `KAVACH_CR_COALESCE` | `0` turns off the coalescing of consecutive writes (for measurements) | `1` |
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -199,6 +200,18 @@ impl Config {
                 format!("expected below KAVACH_CR_PARTS ({n}), found {p}"),
             ));
         }
+        if let Some(c) = var("KAVACH_CR_COALESCE") {
+            fs.coalesce = match c.trim() {
+                "1" => true,
+                "0" => false,
+                other => {
+                    return Err(FsError::invalid(
+                        "KAVACH_CR_COALESCE",
+                        format!("expected 0 or 1, found {other:?}"),
+                    ));
+                }
+            };
+        }
         fs.provenance.rank = partition.unwrap_or(0);
         fs.provenance.epoch = match var("KAVACH_CR_EPOCH") {
             Some(e) => e.trim().parse::<u64>().map_err(|_| {
@@ -328,8 +341,10 @@ pub fn open(cfg: &Config) -> Result<(Fs, Recovery)> {
         Arc::new(Partition::new(dev, base, len)?)
     };
     part.claim(0, len).map_err(busy)?;
-    let mut fs_opts = cfg.fs.clone();
-    fs_opts.provenance.rank = rank;
+    // The writer named in log records is the caller's (`cfg.fs.provenance`: the partition
+    // from the environment, the world rank under MPI); the namespace's identity is the
+    // partition it lives in.
+    let fs_opts = cfg.fs.clone();
     match Fs::open(part.clone(), &fs_opts) {
         Err(FsError::Unformatted { .. }) => {
             let id = NamespaceId {

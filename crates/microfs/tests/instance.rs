@@ -224,3 +224,40 @@ fn an_existing_device_keeps_its_size() {
     assert_eq!(std::fs::metadata(&dev).unwrap().len(), 8 << 20);
     let _ = std::fs::remove_dir_all(&d);
 }
+
+/// Log records name the writer the caller gave (the world rank under MPI), not the partition
+/// index; KAVACH_CR_COALESCE is read from the environment.
+#[test]
+fn records_name_the_callers_writer() {
+    let d = scratch("writer");
+    let dev = d.join("w.dev");
+    let mut c = cfg(&[
+        ("KAVACH_CR_DIR", "/ck"),
+        ("KAVACH_CR_DEVICE", dev.to_str().unwrap()),
+        ("KAVACH_CR_SIZE", "8M"),
+        ("KAVACH_CR_EPOCH", "5"),
+        ("KAVACH_CR_COALESCE", "0"),
+    ])
+    .unwrap()
+    .unwrap();
+    assert!(!c.fs.coalesce);
+    assert!(cfg(&[("KAVACH_CR_DIR", "/ck"), ("KAVACH_CR_COALESCE", "yes")]).is_err());
+    c.fs.provenance.rank = 7;
+    c.fs.background_checkpoint = false;
+    let (fs, _) = instance::open(&c).unwrap();
+    let ino = fs.create("f", 0o644, true, false).unwrap();
+    fs.write_at(ino, 0, b"seven").unwrap();
+    drop(fs); // no close: the next open replays the log
+    let spec = dev.to_str().unwrap();
+    let (_, rec) = microfs::Fs::open_read_only(
+        target::open_spec(spec, None).unwrap(),
+        &microfs::FsOptions::default(),
+    )
+    .unwrap();
+    assert!(rec.records_replayed > 0, "{rec:?}");
+    assert!(
+        rec.writers.iter().all(|w| w.rank == 7 && w.epoch == 5),
+        "{rec:?}"
+    );
+    let _ = std::fs::remove_dir_all(&d);
+}
