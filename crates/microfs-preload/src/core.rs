@@ -15,6 +15,32 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
+thread_local! {
+    static BUSY: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Marks this thread as inside the shim until dropped: while it is set, every intercepted call
+/// (the shim's own device IO through Rust std, say) goes straight to libc.
+#[derive(Debug)]
+pub(crate) struct Guard(bool);
+
+impl Guard {
+    pub(crate) fn enter() -> Guard {
+        Guard(BUSY.with(|b| b.replace(true)))
+    }
+}
+
+impl Drop for Guard {
+    fn drop(&mut self) {
+        BUSY.with(|b| b.set(self.0));
+    }
+}
+
+/// True while this thread is inside the shim.
+pub(crate) fn busy() -> bool {
+    BUSY.with(|b| b.get())
+}
+
 // ---------------------------------------------------------------------------------------------
 // The checkpoint directory
 
@@ -359,7 +385,7 @@ fn open_inst(cfg: &microfs::instance::Config) -> R<Arc<Inst>> {
 /// the namespace. The parent opens it again at its next call. An instance with open files
 /// stays; the child then gets EBUSY.
 extern "C" fn before_fork() {
-    let _g = crate::ffi::Guard::enter();
+    let _g = Guard::enter();
     let _ = std::panic::catch_unwind(|| {
         if !lock(&FDS).is_empty() || ANY_DIRS.load(Ordering::Relaxed) > 0 {
             return;
@@ -389,7 +415,7 @@ extern "C" fn before_fork() {
 /// cleanly closed namespace without replaying a log. A process killed by a signal skips this;
 /// its next opener recovers from the log as after any crash.
 extern "C" fn at_exit_close() {
-    let _g = crate::ffi::Guard::enter();
+    let _g = Guard::enter();
     let _ = std::panic::catch_unwind(|| {
         let owned_lazy = lock(&INST).as_ref().is_some_and(|i| i.owned() && i.lazy);
         if !owned_lazy {
@@ -405,7 +431,7 @@ extern "C" fn at_exit_close() {
 
 /// Replaces the instance by one opened from `cfg` (the MPI wrapper's MPI_Init).
 pub(crate) fn instance_start(cfg: microfs::instance::Config) -> Result<(), String> {
-    let _guard = crate::ffi::Guard::enter();
+    let _guard = Guard::enter();
     instance_finish()?;
     let dir = cfg
         .dir
@@ -428,7 +454,7 @@ pub(crate) fn instance_start(cfg: microfs::instance::Config) -> Result<(), Strin
 /// Checkpoints and closes the instance (MPI_Finalize). Descriptors still open keep it alive:
 /// then it is only checkpointed.
 pub(crate) fn instance_finish() -> Result<(), String> {
-    let _guard = crate::ffi::Guard::enter();
+    let _guard = Guard::enter();
     let Some(i) = lock(&INST).take() else {
         return Ok(());
     };

@@ -15,38 +15,13 @@
 //! works; any call made while it is set goes straight to libc. No panic crosses into C: each
 //! entry runs under `catch_unwind` and a panic becomes EIO.
 
-use crate::core::{self, Loc, R, Target};
+use crate::core::{self, Guard, Loc, R, Target, busy};
 use crate::sys::{self, Sym};
 use libc::{c_char, c_int, c_uint, c_void, mode_t, off_t, size_t, ssize_t};
-use std::cell::Cell;
 use std::collections::BTreeSet;
 use std::ffi::{CStr, CString};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::{Mutex, OnceLock};
-
-thread_local! {
-    static BUSY: Cell<bool> = const { Cell::new(false) };
-}
-
-/// Marks this thread as inside the shim until dropped.
-#[derive(Debug)]
-pub(crate) struct Guard(bool);
-
-impl Guard {
-    pub(crate) fn enter() -> Guard {
-        Guard(BUSY.with(|b| b.replace(true)))
-    }
-}
-
-impl Drop for Guard {
-    fn drop(&mut self) {
-        BUSY.with(|b| b.set(self.0));
-    }
-}
-
-fn busy() -> bool {
-    BUSY.with(|b| b.get())
-}
 
 /// What an entry decided: the kernel's (with a rewritten path, perhaps) or done by us.
 enum Go<T> {

@@ -5,7 +5,7 @@
 //! would say -1 for a cookie stream), so fsync(fileno(f)) works.
 
 use crate::core;
-use crate::ffi::Guard;
+use crate::core::Guard;
 use crate::sys::{self, Sym};
 use libc::{c_char, c_int, c_void, size_t, ssize_t};
 use std::ffi::CStr;

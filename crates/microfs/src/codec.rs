@@ -3,6 +3,14 @@
 
 use crate::error::{FsError, Result};
 
+/// Longest name component, in bytes.
+pub const NAME_MAX: usize = 255;
+
+/// A name component microfs accepts: 1..=255 bytes, no `/` or NUL, not `.` or `..`.
+pub(crate) fn valid_name(s: &str) -> bool {
+    !s.is_empty() && s.len() <= NAME_MAX && !s.contains(['/', '\0']) && s != "." && s != ".."
+}
+
 /// An encoder into a byte vector.
 #[derive(Debug, Default)]
 pub(crate) struct Enc {
@@ -116,7 +124,7 @@ impl<'a> Dec<'a> {
                 format!("{len} bytes that are not UTF-8"),
             )
         })?;
-        if !crate::fs::valid_name(s) {
+        if !valid_name(s) {
             return Err(FsError::damage(
                 format!("{} ({field})", self.what),
                 at,

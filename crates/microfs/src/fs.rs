@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use log::{ForcePolicy, Log, LogOptions};
 
-use crate::codec::{Dec, Enc};
+use crate::codec::{Dec, Enc, valid_name};
 use crate::device::Device;
 use crate::error::{FsError, Result};
 use crate::layout::{
@@ -406,11 +406,6 @@ pub(crate) fn now_ns() -> i64 {
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_nanos() as i64)
         .unwrap_or(0)
-}
-
-/// A name component microfs accepts: 1..=255 bytes, no `/` or NUL, not `.` or `..`.
-pub(crate) fn valid_name(s: &str) -> bool {
-    !s.is_empty() && s.len() <= NAME_MAX && !s.contains(['/', '\0']) && s != "." && s != ".."
 }
 
 fn components(path: &str) -> Result<Vec<&str>> {

@@ -172,7 +172,7 @@ impl Config {
             fs.hugeblock = hb as u32;
         }
         let job = var("KAVACH_CR_JOB").unwrap_or_else(|| "cr".into());
-        if job.is_empty() || job.len() > crate::layout::JOB_MAX || !crate::fs::valid_name(&job) {
+        if job.is_empty() || job.len() > crate::layout::JOB_MAX || !crate::codec::valid_name(&job) {
             return Err(FsError::invalid(
                 "KAVACH_CR_JOB",
                 format!("expected 1..=63 bytes without '/', found {job:?}"),

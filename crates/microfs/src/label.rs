@@ -62,7 +62,7 @@ pub fn write(dev: &dyn Device, job: &str, parts: u32) -> Result<Label> {
             format!("{parts}: 1..={PARTS_MAX}"),
         ));
     }
-    if job.is_empty() || job.len() > crate::layout::JOB_MAX || !crate::fs::valid_name(job) {
+    if job.is_empty() || job.len() > crate::layout::JOB_MAX || !crate::codec::valid_name(job) {
         return Err(FsError::invalid(
             "job name",
             format!("{job:?}: 1..=63 bytes, no '/' or NUL"),

@@ -30,8 +30,8 @@ pub const HUGEBLOCK_DEFAULT: u32 = 32 * 1024;
 pub const HUGEBLOCK_MAX: u32 = 1 << 20;
 /// Longest job name in the superblock.
 pub const JOB_MAX: usize = 63;
-/// Longest name component.
-pub const NAME_MAX: usize = 255;
+/// Longest name component, in bytes (the rules are `codec::valid_name`'s).
+pub use crate::codec::NAME_MAX;
 /// The root directory's inode number.
 pub const ROOT_INO: u64 = 1;
 /// `active_slot` when no checkpoint was taken yet.
