@@ -463,13 +463,8 @@ fn format_interrupted_is_blank_or_whole() {
 
 /// A valid random sequence of steps (checked against the model as it is made), from `seed`.
 fn random_steps(seed: u64, n: usize) -> (Vec<Step>, Vec<Step>) {
-    let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
-    let mut next = move |m: u64| {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        x % m
-    };
+    let mut rng = pmem::rng::SplitMix64::new(seed);
+    let mut next = move |m: u64| rng.below(m);
     let names: &[&'static str] = &["a", "b", "d/c", "d/e", "d2/f", "d/sub/g"];
     let dirs: &[&'static str] = &["d", "d2", "d/sub"];
     let setup = vec![

@@ -31,22 +31,18 @@ impl Drop for TempDir {
     }
 }
 
-/// A deterministic byte stream (splitmix64).
-pub struct Rng(u64);
+/// A deterministic stream for the tests: pmem's seeded generator plus a byte helper.
+pub struct Rng(pmem::rng::SplitMix64);
 
 impl Rng {
     pub fn new(seed: u64) -> Rng {
-        Rng(seed)
+        Rng(pmem::rng::SplitMix64::new(seed))
     }
     pub fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
+        self.0.next_u64()
     }
     pub fn below(&mut self, n: u64) -> u64 {
-        self.next() % n.max(1)
+        self.0.below(n.max(1))
     }
     pub fn bytes(&mut self, n: usize) -> Vec<u8> {
         (0..n).map(|_| self.next() as u8).collect()
