@@ -10,6 +10,7 @@ mod demo;
 mod elect_cmd;
 mod etcd;
 mod fault_cmd;
+mod haq_cmd;
 mod heap_cmd;
 mod integrity_cmd;
 mod log_cmd;
@@ -88,6 +89,10 @@ enum Command {
     /// other machines (NVMe-oF's role).
     #[command(subcommand)]
     Target(target_cmd::TargetCommand),
+    /// Quality of service between tenants sharing a device (HAQ): the arbitration model, its
+    /// scenarios and the simulator.
+    #[command(subcommand)]
+    Haq(haq_cmd::HaqCommand),
     /// Damage a page of a protected region as faulty media do: bit flips, lost and misdirected
     /// writes.
     ///
@@ -216,6 +221,7 @@ fn dispatch(cli: Cli) -> anyhow::Result<Outcome> {
         Command::Wsp(c) => wsp_cmd::run(c),
         Command::Cr(c) => cr_cmd::run(c),
         Command::Target(c) => target_cmd::run(c),
+        Command::Haq(c) => haq_cmd::run(c),
         Command::Demo(a) => demo::run(&a),
         Command::Serve(a) => serve_cmd::run(&a),
         Command::Promote(a) => replica_cmd::run_promote(&a),
