@@ -25,7 +25,7 @@ pub use device::{Device, MediumDevice, MemDevice, Partition};
 pub use error::{DeviceError, Result};
 pub use file::{BUFFERED_BLOCK, DIRECT_ALIGN, Direct, FileDevice, FileOptions};
 pub use proto::{Hello, Tenant};
-pub use remote::RemoteDevice;
+pub use remote::{RemoteDevice, fetch_stats};
 pub use spec::{Spec, open_spec, parse_spec};
 
 /// The longest job (namespace) name.

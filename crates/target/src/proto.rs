@@ -23,6 +23,13 @@ pub const MAX_MESSAGE: u32 = 1024;
 pub const HELLO_FIXED_BYTES: usize = 8;
 /// The body of a successful HELLO or STAT reply.
 pub const INFO_BYTES: usize = 16;
+/// The largest tenant class in a HELLO: Linux's I/O priority classes are 0 (none), 1
+/// (realtime), 2 (best effort) and 3 (idle).
+pub const TENANT_CLASS_MAX: u8 = 3;
+/// The largest tenant level in a HELLO (Linux's I/O priority levels are 0 to 7).
+pub const TENANT_LEVEL_MAX: u8 = 7;
+/// The largest data of a STATS reply (a JSON document).
+pub const MAX_STATS: u32 = 1 << 20;
 /// HELLO flag: create the namespace if it does not exist.
 pub const FLAG_CREATE: u16 = 1;
 /// Info flag: this HELLO created the namespace.
@@ -42,14 +49,17 @@ pub mod op {
     pub const FLUSH: u16 = 5;
     /// The namespace's size and block size.
     pub const STAT: u16 = 6;
+    /// The server's quality-of-service statistics, as JSON; allowed before HELLO.
+    pub const STATS: u16 = 7;
     /// Every operation, with its name.
-    pub const ALL: [(&str, u16); 6] = [
+    pub const ALL: [(&str, u16); 7] = [
         ("HELLO", HELLO),
         ("READ", READ),
         ("WRITE", WRITE),
         ("CLAIM", CLAIM),
         ("FLUSH", FLUSH),
         ("STAT", STAT),
+        ("STATS", STATS),
     ];
 }
 
@@ -153,9 +163,9 @@ pub mod hello {
     use super::Field;
     /// `PROTOCOL_VERSION`.
     pub const VERSION: Field = Field::new("version", 0, 2);
-    /// Tenant class (for QoS; carried, not acted on yet).
+    /// Tenant class: a Linux I/O priority class, 0 to `TENANT_CLASS_MAX`.
     pub const TENANT_CLASS: Field = Field::new("tenant_class", 2, 1);
-    /// Tenant level.
+    /// Tenant level: a Linux I/O priority level, 0 to `TENANT_LEVEL_MAX`.
     pub const TENANT_LEVEL: Field = Field::new("tenant_level", 3, 1);
     /// Bytes of job name after the fixed part.
     pub const JOB_LEN: Field = Field::new("job_len", 4, 1);
@@ -180,14 +190,62 @@ pub mod info {
     pub const FIELDS: [Field; 4] = [VERSION, FLAGS, BLOCK_SIZE, CAPACITY];
 }
 
-/// The tenant a connection works for: carried in HELLO for a QoS scheduler to come; the
-/// target accepts any value and does not act on it yet.
+/// The tenant a connection works for, in Linux's I/O priority terms (what `ionice` sets): a
+/// class (0 none, 1 realtime, 2 best effort, 3 idle) and a level within it (0 to 7). A target
+/// serving with quality of service maps the class to its own (`haq::class::Class::from_ioprio`:
+/// 1 high, 2 medium, 3 low, 0 medium); the level is carried and checked, not used.
+///
+/// [`RemoteDevice::connect`](crate::RemoteDevice::connect) treats class 0 (the default) as
+/// "not set" and sends the calling thread's own I/O priority instead (see
+/// [`Tenant::resolve`]), so a program run under `ionice -c1` is served as high without
+/// knowing about tenants.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Tenant {
-    /// Tenant class.
+    /// I/O priority class, 0 to [`TENANT_CLASS_MAX`].
     pub class: u8,
-    /// Level within the class.
+    /// Level within the class, 0 to [`TENANT_LEVEL_MAX`].
     pub level: u8,
+}
+
+impl Tenant {
+    /// The tenant a HELLO carries for this one: itself if its class is set (not 0), else the
+    /// calling thread's I/O priority ([`Tenant::from_process`]); if that cannot be read, class
+    /// 0 (served like best effort).
+    pub fn resolve(self) -> Tenant {
+        if self.class != 0 {
+            return self;
+        }
+        Tenant::from_process().unwrap_or(self)
+    }
+
+    /// The calling thread's I/O priority (`ioprio_get(IOPRIO_WHO_PROCESS, 0)`: what `ionice`
+    /// set for the process, inherited by its threads).
+    pub fn from_process() -> std::io::Result<Tenant> {
+        // Until haq::ioprio exists: nothing to read.
+        Ok(Tenant::default())
+    }
+
+    /// Check the class and level ranges; the error names the field, the range and the value.
+    pub fn validate(&self) -> Result<(), BadFrame> {
+        if self.class > TENANT_CLASS_MAX {
+            return Err(BadFrame {
+                what: "HELLO tenant_class",
+                expected: format!(
+                    "0 to {TENANT_CLASS_MAX} (I/O priority class: 0 none, 1 realtime, 2 best \
+                     effort, 3 idle)"
+                ),
+                found: self.class.to_string(),
+            });
+        }
+        if self.level > TENANT_LEVEL_MAX {
+            return Err(BadFrame {
+                what: "HELLO tenant_level",
+                expected: format!("0 to {TENANT_LEVEL_MAX} (I/O priority level)"),
+                found: self.level.to_string(),
+            });
+        }
+        Ok(())
+    }
 }
 
 /// What a client says when it connects.

@@ -3,8 +3,8 @@
 use crate::device::Device;
 use crate::error::{DeviceError, Result, check_range};
 use crate::proto::{
-    self, FLAG_CREATE, HEADER_BYTES, Hello, INFO_CREATED, Info, MAX_PAYLOAD, ReplyHeader,
-    RequestHeader, op, status,
+    self, FLAG_CREATE, HEADER_BYTES, Hello, INFO_CREATED, Info, MAX_PAYLOAD, MAX_STATS,
+    ReplyHeader, RequestHeader, op, status,
 };
 use std::io::{IoSlice, Read, Write};
 use std::net::TcpStream;
@@ -56,26 +56,19 @@ impl RemoteDevice {
     /// (created with `hello.len` bytes if `hello.create` and absent; an existing one opens at its
     /// own size). `Refused` if it does not exist and `create` is false, or if `create` is false
     /// and it is smaller than `hello.len`.
+    ///
+    /// The tenant: a `hello.tenant` of class 0 (`Tenant::default()`) means "not set", and
+    /// the HELLO carries the calling thread's I/O priority instead ([`Tenant::resolve`]); any
+    /// other class is sent as given. The target refuses (INVALID) a class above 3 or a level
+    /// above 7.
     pub fn connect(addr: &str, hello: &Hello) -> Result<RemoteDevice> {
         crate::validate_job(&hello.job)?;
-        let label = format!("tcp://{addr}/{}", hello.job);
-        let stream = TcpStream::connect(addr)
-            .map_err(|e| DeviceError::io(format!("cannot connect to {label}"), e))?;
-        stream
-            .set_nodelay(true)
-            .map_err(|e| DeviceError::io(format!("cannot set TCP_NODELAY on {label}"), e))?;
-        let mut dev = RemoteDevice {
-            conn: Mutex::new(Conn {
-                stream,
-                next_id: 1,
-                broken: None,
-            }),
-            label,
-            capacity: 0,
-            block_size: 512,
-            created: false,
+        let mut dev = RemoteDevice::open_stream(addr, format!("tcp://{addr}/{}", hello.job))?;
+        let hello = Hello {
+            tenant: hello.tenant.resolve(),
+            ..hello.clone()
         };
-        let body = proto::encode_hello(hello);
+        let body = proto::encode_hello(&hello);
         let mut data = Vec::new();
         dev.call(
             op::HELLO,
@@ -90,6 +83,54 @@ impl RemoteDevice {
         dev.block_size = info.block_size;
         dev.created = info.flags & INFO_CREATED != 0;
         Ok(dev)
+    }
+
+    fn open_stream(addr: &str, label: String) -> Result<RemoteDevice> {
+        let stream = TcpStream::connect(addr)
+            .map_err(|e| DeviceError::io(format!("cannot connect to {label}"), e))?;
+        stream
+            .set_nodelay(true)
+            .map_err(|e| DeviceError::io(format!("cannot set TCP_NODELAY on {label}"), e))?;
+        Ok(RemoteDevice {
+            conn: Mutex::new(Conn {
+                stream,
+                next_id: 1,
+                broken: None,
+            }),
+            label,
+            capacity: 0,
+            block_size: 512,
+            created: false,
+        })
+    }
+
+    /// The target's quality-of-service statistics (the STATS request): a JSON object whose
+    /// `qos` is `"off"` (and nothing else) or `"on"` (with the fields of
+    /// `haq::stats::ControllerStats`: `policy`, `weights`, `tenants`, `uptime_s`). See
+    /// `docs/format/target-protocol.md`.
+    pub fn stats(&self) -> Result<serde_json::Value> {
+        let mut data = Vec::new();
+        self.call(op::STATS, 0, 0, 0, &[], Sink::Vec(&mut data))?;
+        let bad = |expected: &str, found: String| DeviceError::Protocol {
+            what: format!("STATS reply from {}", self.label),
+            expected: expected.into(),
+            found,
+        };
+        if data.len() > MAX_STATS as usize {
+            return Err(bad(
+                &format!("at most {MAX_STATS} bytes"),
+                format!("{} bytes", data.len()),
+            ));
+        }
+        let v: serde_json::Value =
+            serde_json::from_slice(&data).map_err(|e| bad("a JSON document", format!("{e}")))?;
+        match v.get("qos").and_then(|q| q.as_str()) {
+            Some("off") | Some("on") => Ok(v),
+            _ => Err(bad(
+                "a JSON object with \"qos\": \"on\" or \"off\"",
+                format!("{:.200}", v.to_string()),
+            )),
+        }
     }
 
     /// Fail a request whose reply takes longer than `timeout` (`None`, the default: wait as
@@ -288,6 +329,13 @@ impl RemoteDevice {
         };
         Err((e, false))
     }
+}
+
+/// Ask the target at `addr` (`HOST:PORT`) for its statistics ([`RemoteDevice::stats`]) on a
+/// connection of its own that opens no namespace (STATS is allowed before HELLO).
+pub fn fetch_stats(addr: &str) -> Result<serde_json::Value> {
+    let dev = RemoteDevice::open_stream(addr, format!("tcp://{addr}"))?;
+    dev.stats()
 }
 
 impl Device for RemoteDevice {

@@ -26,6 +26,8 @@ use std::sync::{Arc, Mutex, Weak};
 use std::thread::{self, JoinHandle};
 use std::time::Duration;
 
+pub use crate::remote::fetch_stats;
+
 /// The file name suffix of a namespace.
 pub const NAMESPACE_SUFFIX: &str = ".ns";
 /// The lock file that keeps a second server out of a directory.
@@ -78,6 +80,14 @@ struct Shared {
     namespaces: Mutex<HashMap<String, Weak<Namespace>>>,
     requests: AtomicU64,
     panics: AtomicU64,
+}
+
+impl Shared {
+    /// The data of a STATS reply: a JSON object whose `qos` says whether quality of service
+    /// is on.
+    fn stats_json(&self) -> Vec<u8> {
+        serde_json::to_vec(&serde_json::json!({ "qos": "off" })).expect("a JSON value serializes")
+    }
 }
 
 /// Stops a running server: from another thread or a signal handler thread.
@@ -367,6 +377,13 @@ impl Failure {
             format!("{}: expected {}, found {}", b.what, b.expected, b.found),
         )
     }
+    fn invalid(b: BadFrame) -> Failure {
+        Failure::new(
+            status::INVALID,
+            libc::EINVAL,
+            format!("{}: expected {}, found {}", b.what, b.expected, b.found),
+        )
+    }
     fn from_device(e: DeviceError) -> Failure {
         let st = match &e {
             DeviceError::Io { .. } => status::IO,
@@ -527,6 +544,7 @@ impl Connection {
                 return protocol("op", "no second HELLO".into(), "HELLO".into());
             }
             let hello = proto::decode_hello(h, body).map_err(Failure::protocol)?;
+            hello.tenant.validate().map_err(Failure::invalid)?;
             let (ns, created) = self.open(&hello).map_err(Failure::from_device)?;
             let info = Info {
                 flags: if created { INFO_CREATED } else { 0 },
@@ -535,6 +553,24 @@ impl Connection {
             };
             data.extend_from_slice(&info.encode());
             self.ns = Some(ns);
+            return Ok(());
+        }
+        if h.op == op::STATS {
+            // Allowed before HELLO: a monitor needs no namespace.
+            if h.flags != 0 || h.offset != 0 || h.length != 0 || !body.is_empty() {
+                return protocol(
+                    "STATS request",
+                    "flags, offset, length and body all 0".into(),
+                    format!(
+                        "flags {:#x}, offset {}, length {}, {} bytes of body",
+                        h.flags,
+                        h.offset,
+                        h.length,
+                        body.len()
+                    ),
+                );
+            }
+            data.extend_from_slice(&self.shared.stats_json());
             return Ok(());
         }
         let Some(ns) = self.ns.clone() else {
@@ -607,7 +643,7 @@ impl Connection {
             }
             other => protocol(
                 "op",
-                "HELLO, READ, WRITE, CLAIM, FLUSH or STAT (1 to 6)".into(),
+                "HELLO, READ, WRITE, CLAIM, FLUSH, STAT or STATS (1 to 7)".into(),
                 other.to_string(),
             ),
         }

@@ -84,6 +84,9 @@ fn constants_ops_and_statuses_match_the_code() {
         ("INFO_BYTES", n(proto::INFO_BYTES as u64)),
         ("FLAG_CREATE", n(proto::FLAG_CREATE)),
         ("INFO_CREATED", n(proto::INFO_CREATED)),
+        ("TENANT_CLASS_MAX", n(proto::TENANT_CLASS_MAX)),
+        ("TENANT_LEVEL_MAX", n(proto::TENANT_LEVEL_MAX)),
+        ("MAX_STATS", n(proto::MAX_STATS)),
     ];
     let ops: Vec<(&str, Value)> = op::ALL.iter().map(|&(s, v)| (s, n(v))).collect();
     let statuses: Vec<(&str, Value)> = status::ALL.iter().map(|&(s, v)| (s, n(v))).collect();
