@@ -32,6 +32,107 @@ pub enum TargetCommand {
         LD_PRELOAD=libkavach_cr.so ./app\n\n\
         Exit status: 0 stopped by a signal, 2 could not start (or failed while serving).")]
     Serve(ServeArgs),
+    /// Print a target's per-tenant quality-of-service statistics (the STATS request).
+    ///
+    /// One row per tenant queue (a job and its class): bandwidth and IOPS over the last
+    /// second, requests queued now and at most, the wait in the queue (50th and 99th
+    /// percentile, from queueing to start) and the 99th percentile of the whole latency, then
+    /// the commands and bytes served since the queue was made. A target serving without
+    /// --qos says so. Opens no namespace.
+    #[command(after_help = "Examples:\n  \
+        kavach target stats 127.0.0.1:7420\n  \
+        watch -n1 kavach target stats 127.0.0.1:7420\n  \
+        kavach target stats server:7420 --json | jq '.tenants[] | {name, class, bandwidth_bps}'\n\n\
+        Exit status: 0 printed, 2 could not reach the target (or it answered nonsense).")]
+    Stats(StatsArgs),
+    /// Load a target's namespace with back-to-back reads or writes and report bandwidth,
+    /// IOPS and latency: a load generator for quality of service.
+    ///
+    /// Opens DEPTH connections to namespace JOB (creating it with --span bytes if it is
+    /// missing), each with one request outstanding at a time, at random offsets aligned to
+    /// --size, for --seconds; then prints the totals (bytes, requests, bandwidth, IOPS, and
+    /// the 50th and 99th percentile and the maximum of the request latency). Like any client
+    /// (and the LD_PRELOAD runtime) it tells the target its tenant class from its own I/O
+    /// priority, so run it under ionice to load as another class. Writes are durable when
+    /// answered, so write loads overwrite the namespace's bytes with a pattern.
+    #[command(after_help = "Examples:\n  \
+        kavach target load 127.0.0.1:7420 --job bench --read\n  \
+        ionice -c1 kavach target load 127.0.0.1:7420 --job gold --size 4k --depth 16 --seconds 10\n  \
+        ionice -c3 kavach target load 127.0.0.1:7420 --job batch --size 128k --json\n\n\
+        Exit status: 0 the load ran, 2 could not run (bad arguments, the target unreachable or \
+        refusing, a request failed).")]
+    Load(LoadArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct StatsArgs {
+    /// The target, HOST:PORT.
+    addr: String,
+    /// Print the target's JSON document as it came (docs/format/target-protocol.md).
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct LoadArgs {
+    /// The target, HOST:PORT.
+    addr: String,
+    /// The namespace to load (1 to 64 characters of [A-Za-z0-9._-]).
+    #[arg(long, value_parser = parse_job)]
+    job: String,
+    /// Bytes per request (1 byte to 8 MiB; 4k, 128KiB, ...).
+    #[arg(long, default_value = "4k", value_parser = parse_request_size)]
+    size: u64,
+    /// Connections, each with one request outstanding (1 to 256).
+    #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u32).range(1..=256))]
+    depth: u32,
+    /// How long to load, in seconds (above 0, at most 3600; decimals allowed).
+    #[arg(long, default_value = "10", value_parser = parse_seconds)]
+    seconds: f64,
+    /// Read instead of write.
+    #[arg(long)]
+    read: bool,
+    /// The size of the namespace if this creates it (at least --size).
+    #[arg(long, default_value = "64MiB", value_parser = parse_span)]
+    span: u64,
+    /// Print the report as a JSON object.
+    #[arg(long)]
+    json: bool,
+}
+
+fn parse_job(s: &str) -> std::result::Result<String, String> {
+    target::validate_job(s).map_err(|e| e.to_string())?;
+    Ok(s.to_string())
+}
+
+fn parse_request_size(s: &str) -> std::result::Result<u64, String> {
+    let n = crate::units::parse_size(s)?;
+    let max = u64::from(target::proto::MAX_PAYLOAD);
+    if n == 0 || n > max {
+        return Err(format!("expected 1 to {max} bytes, found {n}"));
+    }
+    Ok(n)
+}
+
+fn parse_span(s: &str) -> std::result::Result<u64, String> {
+    let n = crate::units::parse_size(s)?;
+    if n == 0 {
+        return Err("expected more than 0 bytes, found 0".into());
+    }
+    Ok(n)
+}
+
+fn parse_seconds(s: &str) -> std::result::Result<f64, String> {
+    let v: f64 = s
+        .trim()
+        .parse()
+        .map_err(|_| format!("expected a number of seconds, found `{s}`"))?;
+    if !(v > 0.0 && v <= 3600.0) {
+        return Err(format!(
+            "expected above 0 and at most 3600 seconds, found {s}"
+        ));
+    }
+    Ok(v)
 }
 
 /// Whether namespace files use O_DIRECT.
@@ -72,6 +173,8 @@ fn refused(e: impl std::fmt::Display) -> anyhow::Error {
 pub fn run(c: TargetCommand) -> Result<Outcome> {
     match c {
         TargetCommand::Serve(a) => serve(&a),
+        TargetCommand::Stats(a) => stats(&a),
+        TargetCommand::Load(a) => load(&a),
     }
 }
 
@@ -124,6 +227,258 @@ fn serve(a: &ServeArgs) -> Result<Outcome> {
             "kavach: target stopped after {} requests on {} connections",
             summary.requests,
             summary.connections
+        );
+    }
+    Ok(Outcome::Ok)
+}
+
+fn stats(a: &StatsArgs) -> Result<Outcome> {
+    let v = target::fetch_stats(&a.addr)
+        .map_err(|e| refused(format!("kavach target stats {}: {e}", a.addr)))?;
+    if a.json {
+        crate::outcome::print_json(&v)?;
+        return Ok(Outcome::Ok);
+    }
+    if v["qos"] != "on" {
+        println!(
+            "{}: quality of service is off (start the target with --qos drr|wrr|rr)",
+            a.addr
+        );
+        return Ok(Outcome::Ok);
+    }
+    print!("{}", stats_table(&a.addr, &v));
+    Ok(Outcome::Ok)
+}
+
+/// The text form of a STATS document with QoS on.
+fn stats_table(addr: &str, v: &serde_json::Value) -> String {
+    use std::fmt::Write as _;
+    let f = |x: &serde_json::Value| x.as_f64().unwrap_or(f64::NAN);
+    let text = |x: &serde_json::Value| match x {
+        serde_json::Value::String(s) => s.to_ascii_lowercase(),
+        serde_json::Value::Null => "-".into(),
+        other => other.to_string(),
+    };
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "{addr}: policy {}, weights {}, up {:.0} s",
+        text(&v["policy"]),
+        v["weights"],
+        f(&v["uptime_s"])
+    );
+    let _ = writeln!(
+        out,
+        "{:<20} {:<7} {:>10} {:>8} {:>6} {:>6} {:>9} {:>9} {:>9} {:>10} {:>10}",
+        "TENANT",
+        "CLASS",
+        "MB/S",
+        "IOPS",
+        "QUEUED",
+        "MAX-Q",
+        "WAIT-P50",
+        "WAIT-P99",
+        "LAT-P99",
+        "COMMANDS",
+        "BYTES"
+    );
+    let empty = Vec::new();
+    let tenants = v["tenants"].as_array().unwrap_or(&empty);
+    if tenants.is_empty() {
+        let _ = writeln!(out, "(no tenant has sent a request yet)");
+    }
+    let ms = |us: f64| format!("{:.2}ms", us / 1000.0);
+    for t in tenants {
+        let _ = writeln!(
+            out,
+            "{:<20} {:<7} {:>10.2} {:>8.0} {:>6} {:>6} {:>9} {:>9} {:>9} {:>10} {:>10}",
+            text(&t["name"]),
+            text(&t["class"]),
+            f(&t["bandwidth_bps"]) / 1e6,
+            f(&t["iops"]),
+            text(&t["queued"]),
+            text(&t["max_queued"]),
+            ms(f(&t["wait_p50_us"])),
+            ms(f(&t["wait_p99_us"])),
+            ms(f(&t["latency_p99_us"])),
+            text(&t["commands"]),
+            crate::units::format_size(t["bytes"].as_u64().unwrap_or(0)),
+        );
+    }
+    out
+}
+
+/// What one load connection did.
+#[derive(Default)]
+struct Worker {
+    ops: u64,
+    bytes: u64,
+    latencies_us: Vec<u32>,
+    error: Option<String>,
+}
+
+/// The name of a Linux I/O priority class.
+fn ioprio_class_name(class: u8) -> &'static str {
+    match class {
+        0 => "none",
+        1 => "realtime",
+        2 => "best-effort",
+        3 => "idle",
+        _ => "unknown",
+    }
+}
+
+fn percentile(sorted: &[u32], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return 0.0;
+    }
+    let rank = ((p / 100.0) * sorted.len() as f64).ceil() as usize;
+    f64::from(sorted[rank.clamp(1, sorted.len()) - 1])
+}
+
+fn load(a: &LoadArgs) -> Result<Outcome> {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::{Arc, Barrier};
+    use std::time::{Duration, Instant};
+    use target::{Device, Hello, RemoteDevice, Tenant};
+
+    if a.span < a.size {
+        return Err(refused(format!(
+            "--span ({}) must be at least --size ({})",
+            a.span, a.size
+        )));
+    }
+    let tenant = Tenant::default().resolve();
+    let hello = Hello {
+        job: a.job.clone(),
+        len: a.span,
+        create: true,
+        tenant,
+    };
+    let what = format!("kavach target load {} --job {}", a.addr, a.job);
+    // Every connection first, so that the load starts at once on all of them.
+    let mut devs = Vec::new();
+    for _ in 0..a.depth {
+        let dev =
+            RemoteDevice::connect(&a.addr, &hello).map_err(|e| refused(format!("{what}: {e}")))?;
+        devs.push(dev);
+    }
+    let capacity = devs[0].capacity();
+    if capacity < a.size {
+        return Err(refused(format!(
+            "{what}: namespace {} has {capacity} bytes, less than one request of {}",
+            a.job, a.size
+        )));
+    }
+    let slots = capacity / a.size;
+    let stop = Arc::new(AtomicBool::new(false));
+    let start = Arc::new(Barrier::new(devs.len() + 1));
+    let size = a.size as usize;
+    let read = a.read;
+    let mut threads = Vec::new();
+    for (i, dev) in devs.into_iter().enumerate() {
+        let stop = stop.clone();
+        let start = start.clone();
+        let t = std::thread::Builder::new()
+            .name(format!("load-{i}"))
+            .spawn(move || {
+                let mut w = Worker::default();
+                let mut rng = pmem::rng::SplitMix64::new(0x10ad ^ ((i as u64) << 32));
+                let mut buf = vec![(i as u8) ^ 0x5a; size];
+                start.wait();
+                while !stop.load(Ordering::Relaxed) {
+                    let at = rng.below(slots) * size as u64;
+                    let t0 = Instant::now();
+                    let r = if read {
+                        dev.read_at(at, &mut buf)
+                    } else {
+                        dev.write_at(at, &buf)
+                    };
+                    if let Err(e) = r {
+                        w.error = Some(e.to_string());
+                        stop.store(true, Ordering::Relaxed);
+                        break;
+                    }
+                    let us = t0.elapsed().as_micros().min(u128::from(u32::MAX)) as u32;
+                    w.latencies_us.push(us);
+                    w.ops += 1;
+                    w.bytes += size as u64;
+                }
+                w
+            })
+            .map_err(|e| refused(format!("{what}: cannot start a thread: {e}")))?;
+        threads.push(t);
+    }
+    start.wait();
+    let t0 = Instant::now();
+    let deadline = t0 + Duration::from_secs_f64(a.seconds);
+    while !stop.load(Ordering::Relaxed) {
+        let now = Instant::now();
+        if now >= deadline {
+            break;
+        }
+        std::thread::sleep((deadline - now).min(Duration::from_millis(50)));
+    }
+    stop.store(true, Ordering::Relaxed);
+    let mut total = Worker::default();
+    for t in threads {
+        let w = t
+            .join()
+            .map_err(|_| refused(format!("{what}: a load thread panicked")))?;
+        total.ops += w.ops;
+        total.bytes += w.bytes;
+        total.latencies_us.extend(w.latencies_us);
+        if total.error.is_none() {
+            total.error = w.error;
+        }
+    }
+    let elapsed = t0.elapsed().as_secs_f64();
+    if let Some(e) = total.error {
+        return Err(refused(format!("{what}: a request failed: {e}")));
+    }
+    total.latencies_us.sort_unstable();
+    let p50 = percentile(&total.latencies_us, 50.0);
+    let p99 = percentile(&total.latencies_us, 99.0);
+    let max = total.latencies_us.last().copied().unwrap_or(0);
+    let bw = total.bytes as f64 / elapsed;
+    let iops = total.ops as f64 / elapsed;
+    if a.json {
+        crate::outcome::print_json(&serde_json::json!({
+            "addr": a.addr,
+            "job": a.job,
+            "ioprio_class": tenant.class,
+            "ioprio_level": tenant.level,
+            "depth": a.depth,
+            "size": a.size,
+            "read": a.read,
+            "seconds": elapsed,
+            "ops": total.ops,
+            "bytes": total.bytes,
+            "bandwidth_bps": bw,
+            "iops": iops,
+            "latency_p50_us": p50,
+            "latency_p99_us": p99,
+            "latency_max_us": max,
+        }))?;
+    } else {
+        println!(
+            "kavach: {} {} of {} on {} connections to {}/{} in {elapsed:.1} s, as I/O \
+             priority {}/{}",
+            total.ops,
+            if a.read { "reads" } else { "writes" },
+            crate::units::format_size(a.size),
+            a.depth,
+            a.addr,
+            a.job,
+            ioprio_class_name(tenant.class),
+            tenant.level
+        );
+        println!(
+            "  bandwidth {:.2} MB/s, {iops:.0} IOPS; latency p50 {:.2} ms, p99 {:.2} ms, max {:.2} ms",
+            bw / 1e6,
+            p50 / 1000.0,
+            p99 / 1000.0,
+            f64::from(max) / 1000.0
         );
     }
     Ok(Outcome::Ok)

@@ -403,6 +403,8 @@ fn every_subcommand_is_in_the_table() {
     // Commands that talk to a running server or etcd have their own rows below.
     in_table.insert("promote".into());
     in_table.insert("elect".into());
+    in_table.insert("target stats".into());
+    in_table.insert("target load".into());
     let missing: Vec<&String> = leaves.difference(&in_table).collect();
     assert!(
         missing.is_empty(),
@@ -518,4 +520,62 @@ fn target_serve_refuses_bad_options_and_creates_nothing() {
         );
     }
     drop(held);
+}
+
+#[test]
+fn target_stats_and_load_exit_2_when_they_cannot_and_create_nothing() {
+    // A port nothing listens on: bind one, note it, close it.
+    let closed = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().to_string()
+    };
+    for bad in [
+        vec!["target", "stats", &closed],
+        vec!["target", "stats", &closed, "--json"],
+        vec!["target", "stats", "nonsense"],
+        vec!["target", "load", &closed, "--job", "j", "--seconds", "1"],
+    ] {
+        let o = kavach(&bad);
+        assert_could_not_run(&o, &bad.join(" "));
+    }
+    // Against a running target: bad arguments are refused before any namespace is made.
+    let s = Scratch::new("target-load");
+    let dir = s.path("ns");
+    std::fs::create_dir(&dir).unwrap();
+    let srv = target::server::TargetServer::bind(
+        "127.0.0.1:0",
+        Path::new(&dir),
+        target::server::ServerOptions::default(),
+    )
+    .unwrap()
+    .spawn()
+    .unwrap();
+    let addr = srv.local_addr().to_string();
+    let before = snapshot(Path::new(&dir));
+    for extra in [
+        &["--job", "../escape"][..],
+        &["--job", ""],
+        &["--job", "j", "--size", "0"],
+        &["--job", "j", "--size", "9MiB"],
+        &["--job", "j", "--size", "lots"],
+        &["--job", "j", "--depth", "0"],
+        &["--job", "j", "--depth", "257"],
+        &["--job", "j", "--seconds", "0"],
+        &["--job", "j", "--seconds", "-1"],
+        &["--job", "j", "--seconds", "NaN"],
+        &["--job", "j", "--seconds", "4000"],
+        &["--job", "j", "--span", "0"],
+        &["--job", "j", "--size", "8k", "--span", "4k"],
+    ] {
+        let mut args = vec!["target", "load", addr.as_str()];
+        args.extend_from_slice(extra);
+        let o = kavach(&args);
+        assert_could_not_run(&o, &args.join(" "));
+        assert_eq!(
+            snapshot(Path::new(&dir)),
+            before,
+            "{args:?} changed the target's directory"
+        );
+    }
+    srv.shutdown().unwrap();
 }
