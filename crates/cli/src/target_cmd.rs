@@ -355,6 +355,10 @@ fn load(a: &LoadArgs) -> Result<Outcome> {
         create: true,
         tenant,
     };
+    // The class a target with quality of service gives this tenant (urgent only by grant).
+    let class = haq::class::Class::from_ioprio(tenant.class, tenant.level)
+        .map(|c| c.name())
+        .unwrap_or("unknown");
     let what = format!("kavach target load {} --job {}", a.addr, a.job);
     // Every connection first, so that the load starts at once on all of them.
     let mut devs = Vec::new();
@@ -448,6 +452,7 @@ fn load(a: &LoadArgs) -> Result<Outcome> {
             "job": a.job,
             "ioprio_class": tenant.class,
             "ioprio_level": tenant.level,
+            "class": class,
             "depth": a.depth,
             "size": a.size,
             "read": a.read,
@@ -463,7 +468,7 @@ fn load(a: &LoadArgs) -> Result<Outcome> {
     } else {
         println!(
             "kavach: {} {} of {} on {} connections to {}/{} in {elapsed:.1} s, as I/O \
-             priority {}/{}",
+             priority {}/{} (class {class})",
             total.ops,
             if a.read { "reads" } else { "writes" },
             crate::units::format_size(a.size),

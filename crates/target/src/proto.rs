@@ -221,8 +221,17 @@ impl Tenant {
     /// The calling thread's I/O priority (`ioprio_get(IOPRIO_WHO_PROCESS, 0)`: what `ionice`
     /// set for the process, inherited by its threads).
     pub fn from_process() -> std::io::Result<Tenant> {
-        // Until haq::ioprio exists: nothing to read.
-        Ok(Tenant::default())
+        let p = haq::ioprio::ioprio_get_self()?;
+        let t = Tenant {
+            class: p.class,
+            level: p.level,
+        };
+        // A kernel class this protocol has no room for (none exists today) is sent as 0.
+        Ok(if t.validate().is_ok() {
+            t
+        } else {
+            Tenant::default()
+        })
     }
 
     /// Check the class and level ranges; the error names the field, the range and the value.

@@ -58,7 +58,8 @@ pub fn parse_spec(spec: &str) -> Result<Spec> {
 
 /// Open the device `spec` names:
 /// - `tcp://HOST:PORT/JOB`: a [`RemoteDevice`] on namespace JOB, created with `create_len`
-///   bytes if given and absent (tenant class and level 0);
+///   bytes if given and absent; its tenant is the calling thread's I/O priority (what `ionice`
+///   set; [`Tenant::resolve`](crate::Tenant::resolve));
 /// - `pmem:PATH`: a [`MediumDevice`] over the whole file mapped (created with `create_len`
 ///   bytes if given and absent), claims as OFD locks on it;
 /// - anything else: a [`FileDevice`] (`Direct::Auto`), created or extended to `create_len`.

@@ -146,3 +146,40 @@ fn stats_answers_before_and_after_hello_and_says_when_qos_is_off() {
     }
     srv.shutdown().unwrap();
 }
+
+/// The id of the calling thread, from `/proc/thread-self` (`PID/task/TID`).
+fn thread_id() -> String {
+    let link = std::fs::read_link("/proc/thread-self").expect("read /proc/thread-self");
+    link.file_name().unwrap().to_string_lossy().into_owned()
+}
+
+#[test]
+fn a_tenant_left_unset_is_the_calling_threads_io_priority() {
+    // On a thread of its own, so that no other test runs with the priority set here.
+    std::thread::spawn(|| {
+        assert_eq!(
+            Tenant { class: 3, level: 1 }.resolve(),
+            Tenant { class: 3, level: 1 },
+            "a set class is sent as given"
+        );
+        let tid = thread_id();
+        let o = std::process::Command::new("ionice")
+            .args(["-c1", "-n3", "-p", &tid])
+            .output()
+            .expect("run ionice");
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        assert_eq!(
+            Tenant::from_process().unwrap(),
+            Tenant { class: 1, level: 3 }
+        );
+        assert_eq!(Tenant::default().resolve(), Tenant { class: 1, level: 3 });
+        let o = std::process::Command::new("ionice")
+            .args(["-c3", "-p", &tid])
+            .output()
+            .expect("run ionice");
+        assert!(o.status.success());
+        assert_eq!(Tenant::default().resolve().class, 3);
+    })
+    .join()
+    .unwrap();
+}
