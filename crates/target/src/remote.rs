@@ -58,7 +58,7 @@ impl RemoteDevice {
     /// and it is smaller than `hello.len`.
     ///
     /// The tenant: a `hello.tenant` of class 0 (`Tenant::default()`) means "not set", and
-    /// the HELLO carries the calling thread's I/O priority instead ([`Tenant::resolve`]); any
+    /// the HELLO carries the calling thread's I/O priority instead ([`Tenant::resolve`](crate::Tenant::resolve)); any
     /// other class is sent as given. The target refuses (INVALID) a class above 3 or a level
     /// above 7.
     pub fn connect(addr: &str, hello: &Hello) -> Result<RemoteDevice> {
