@@ -375,7 +375,7 @@ impl Chart {
             top += TEXT_H + 10;
         }
         if !self.y_label.is_empty() {
-            top += TEXT_H + 10;
+            top += TEXT_H + 14; // clear of the top tick's number
         }
         top = top.max(MARGIN + TEXT_H); // room for the top tick's number
         let mut below = MARGIN + TICK_LEN + 4 + TEXT_H;
@@ -644,7 +644,7 @@ impl Chart {
         }
         if !self.y_label.is_empty() {
             let t = fit_text(&self.y_label, self.width - 2 * MARGIN);
-            let y = top as i64 - 10 - TEXT_H as i64;
+            let y = top as i64 - 14 - TEXT_H as i64;
             c.text(MARGIN as i64, y, &t, TEXT);
         }
         if !self.x_label.is_empty() {
@@ -823,7 +823,7 @@ fn tick_labels(ticks: &[f64], step: f64) -> Vec<String> {
 }
 
 const LEGEND_PAD: u32 = 6;
-const LEGEND_ROW: u32 = TEXT_H + 4;
+const LEGEND_ROW: u32 = TEXT_H + 6;
 const LEGEND_SAMPLE: u32 = 24;
 
 struct Legend {
@@ -871,7 +871,7 @@ fn legend_layout(
     }
     let text_w = rows.iter().map(|(_, t)| text_width(t)).max().unwrap_or(0);
     let w = fixed_w + text_w;
-    let h = 2 * LEGEND_PAD + rows.len() as u32 * LEGEND_ROW - 4;
+    let h = 2 * LEGEND_PAD + rows.len() as u32 * LEGEND_ROW - 2; // the last row's gap, less the descent
     Some(Legend { w, h, rows })
 }
 
@@ -931,6 +931,11 @@ impl Canvas {
             if gx >= self.w as i64 {
                 break;
             }
+            let y = if descends(ch) {
+                y + (DESCENT * TEXT_SCALE) as i64
+            } else {
+                y
+            };
             for (r, bits) in glyph(ch).iter().enumerate() {
                 for col in 0..GLYPH_W {
                     if bits & (1 << (GLYPH_W - 1 - col)) != 0 {
@@ -1121,6 +1126,7 @@ fn clip_segment(a: (f64, f64), b: (f64, f64), r: &ClipRect) -> Option<(f64, f64)
 
 // ---------------------------------------------------------------------------------------------
 // Font: 5 x 7 glyphs for ASCII 32..=126, one byte a row, top row first, bit 4 = leftmost column.
+// Text is TEXT_H pixels high above its baseline; g, p, q and y reach DESCENT font rows below.
 
 const GLYPH_W: u32 = 5;
 const TEXT_SCALE: u32 = 2;
@@ -1150,6 +1156,14 @@ fn fit_text(s: &str, max_px: u32) -> String {
     let mut t: String = s.chars().take(room - 3).collect();
     t.push_str("...");
     t
+}
+
+/// Font rows that the lower case letters with a tail (g, p, q, y) are drawn below the others:
+/// their glyphs hold the body in rows 0..5 and the tail in rows 5..7.
+const DESCENT: u32 = 2;
+
+fn descends(c: char) -> bool {
+    matches!(c, 'g' | 'p' | 'q' | 'y')
 }
 
 fn glyph(c: char) -> &'static [u8; 7] {
@@ -1234,7 +1248,7 @@ const FONT: [[u8; 7]; 95] = [
     [0x01, 0x01, 0x0D, 0x13, 0x11, 0x11, 0x0F], // d
     [0x00, 0x00, 0x0E, 0x11, 0x1F, 0x10, 0x0E], // e
     [0x06, 0x09, 0x08, 0x1C, 0x08, 0x08, 0x08], // f
-    [0x00, 0x0F, 0x11, 0x11, 0x0F, 0x01, 0x0E], // g
+    [0x0F, 0x11, 0x11, 0x11, 0x0F, 0x01, 0x0E], // g (descends)
     [0x10, 0x10, 0x16, 0x19, 0x11, 0x11, 0x11], // h
     [0x04, 0x00, 0x0C, 0x04, 0x04, 0x04, 0x0E], // i
     [0x02, 0x00, 0x06, 0x02, 0x02, 0x12, 0x0C], // j
@@ -1243,8 +1257,8 @@ const FONT: [[u8; 7]; 95] = [
     [0x00, 0x00, 0x1A, 0x15, 0x15, 0x11, 0x11], // m
     [0x00, 0x00, 0x16, 0x19, 0x11, 0x11, 0x11], // n
     [0x00, 0x00, 0x0E, 0x11, 0x11, 0x11, 0x0E], // o
-    [0x00, 0x00, 0x1E, 0x11, 0x1E, 0x10, 0x10], // p
-    [0x00, 0x00, 0x0D, 0x13, 0x0F, 0x01, 0x01], // q
+    [0x1E, 0x11, 0x11, 0x11, 0x1E, 0x10, 0x10], // p (descends)
+    [0x0F, 0x11, 0x11, 0x11, 0x0F, 0x01, 0x01], // q (descends)
     [0x00, 0x00, 0x16, 0x19, 0x10, 0x10, 0x10], // r
     [0x00, 0x00, 0x0E, 0x10, 0x0E, 0x01, 0x1E], // s
     [0x08, 0x08, 0x1C, 0x08, 0x08, 0x09, 0x06], // t
@@ -1252,7 +1266,7 @@ const FONT: [[u8; 7]; 95] = [
     [0x00, 0x00, 0x11, 0x11, 0x11, 0x0A, 0x04], // v
     [0x00, 0x00, 0x11, 0x11, 0x15, 0x15, 0x0A], // w
     [0x00, 0x00, 0x11, 0x0A, 0x04, 0x0A, 0x11], // x
-    [0x00, 0x00, 0x11, 0x11, 0x0F, 0x01, 0x0E], // y
+    [0x11, 0x11, 0x11, 0x11, 0x0F, 0x01, 0x0E], // y (descends)
     [0x00, 0x00, 0x1F, 0x02, 0x04, 0x08, 0x1F], // z
     [0x02, 0x04, 0x04, 0x08, 0x04, 0x04, 0x02], // {
     [0x04, 0x04, 0x04, 0x04, 0x04, 0x04, 0x04], // |
