@@ -28,7 +28,10 @@
 //! clipped at the plot area's edge.
 //!
 //! The cost of drawing is proportional to the pixel length of the lines drawn (each segment
-//! visits only the pixels near it), plus the image size.
+//! visits only the pixels near it), plus the image size. A series whose x values never
+//! decrease is first thinned to at most 32 points a pixel column (see `Frame::pixel_path`),
+//! so dense time series cost no more than the image's width allows; a series that goes back
+//! and forth in x is drawn point by point.
 
 use std::path::{Path, PathBuf};
 
@@ -181,6 +184,60 @@ impl Frame {
         let py = self.bottom as f64
             - (y - self.y_min) / (self.y_max - self.y_min) * (self.bottom - self.top) as f64;
         (px, py)
+    }
+}
+
+impl Frame {
+    /// `points` in image coordinates. When the x values never decrease and there are more than
+    /// four points per eighth of a pixel column, each eighth keeps only its first, lowest,
+    /// highest and last point (in their order): the same pixels get covered, up to the shade
+    /// of some edge pixels (an edge moves by less than an eighth of a pixel), at a cost
+    /// bounded by the width instead of the number of points.
+    fn pixel_path(&self, points: &[(f64, f64)]) -> Vec<(f64, f64)> {
+        const SLICES: f64 = 8.0;
+        let mapped = points.iter().map(|&(x, y)| self.to_pixel(x, y));
+        let columns = ((self.right - self.left) as usize + 1) * SLICES as usize;
+        let sorted = points.windows(2).all(|w| w[0].0 <= w[1].0);
+        if points.len() <= 4 * columns || !sorted {
+            return mapped.collect();
+        }
+        let mut out = Vec::with_capacity(4 * columns + 4);
+        let mut bucket: Vec<(f64, f64)> = Vec::new();
+        let flush = |bucket: &mut Vec<(f64, f64)>, out: &mut Vec<(f64, f64)>| {
+            if bucket.is_empty() {
+                return;
+            }
+            let (mut lo, mut hi) = (0, 0);
+            for (i, p) in bucket.iter().enumerate() {
+                if p.1 < bucket[lo].1 {
+                    lo = i;
+                }
+                if p.1 > bucket[hi].1 {
+                    hi = i;
+                }
+            }
+            let mut keep = [0, lo, hi, bucket.len() - 1];
+            keep.sort_unstable();
+            let mut last = usize::MAX;
+            for k in keep {
+                if k != last {
+                    out.push(bucket[k]);
+                    last = k;
+                }
+            }
+            bucket.clear();
+        };
+        let mut column = f64::NAN;
+        for p in mapped {
+            let c = (p.0 * SLICES).floor();
+            if c != column {
+                flush(&mut bucket, &mut out);
+                column = c;
+            }
+            bucket.push(p);
+        }
+        flush(&mut bucket, &mut out);
+        out
     }
 }
 
@@ -471,7 +528,7 @@ impl Chart {
             }
         };
         for s in &self.series {
-            let pts: Vec<(f64, f64)> = s.points.iter().map(|&(x, y)| f.to_pixel(x, y)).collect();
+            let pts = f.pixel_path(&s.points);
             if pts.len() == 1 {
                 count(pts[0].0, pts[0].1);
             }
@@ -555,10 +612,8 @@ impl Chart {
         }
 
         // The data.
-        let mut pts = Vec::new();
         for (i, s) in self.series.iter().enumerate() {
-            pts.clear();
-            pts.extend(s.points.iter().map(|&(x, y)| f.to_pixel(x, y)));
+            let pts = f.pixel_path(&s.points);
             if pts.len() == 1 {
                 c.dot(pts[0], 3.0, &clip);
             } else {

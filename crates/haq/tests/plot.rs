@@ -462,3 +462,37 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn dense_sorted_series_draws_like_the_full_path() {
+    // 40 000 points over ~800 columns, with noise: drawn in x order the series is thinned
+    // (each eighth of a pixel column keeps four points); drawn backwards (x decreasing) every
+    // segment is drawn. The pictures agree up to the shade of some edge pixels.
+    let pts: Vec<(f64, f64)> = (0..40_000)
+        .map(|i| {
+            let x = i as f64 * 0.001;
+            (x, (x * 3.0).sin() + ((i * 7919) % 101) as f64 * 0.004)
+        })
+        .collect();
+    let mut backwards = pts.clone();
+    backwards.reverse();
+    let draw = |p: Vec<(f64, f64)>| {
+        let c = Chart::new("dense", "x", "y")
+            .with_size(900, 500)
+            .with_series(Series::new("", p));
+        decode(&c.to_png().unwrap())
+    };
+    let (a, b) = (draw(pts), draw(backwards));
+    let inked = a.count_in(0, 0, a.w, a.h, series_colour(0));
+    assert!(inked > 5_000, "{inked} pixels of the series colour");
+    let mut differ = 0;
+    for (p, q) in a.rgb.chunks(3).zip(b.rgb.chunks(3)) {
+        if p != q {
+            differ += 1;
+        }
+        for (u, v) in p.iter().zip(q) {
+            assert!(u.abs_diff(*v) < 32, "{p:?} against {q:?}");
+        }
+    }
+    assert!(differ * 5 < inked, "{differ} pixels differ, {inked} inked");
+}
