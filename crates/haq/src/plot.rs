@@ -172,6 +172,9 @@ pub struct Frame {
     /// The distance between two ticks (1, 2 or 5 times a power of ten).
     pub x_step: f64,
     pub y_step: f64,
+    /// The numbers written at the ticks, one per tick.
+    pub x_labels: Vec<String>,
+    pub y_labels: Vec<String>,
     /// The legend box, if any series has a label.
     pub legend: Option<Rect>,
 }
@@ -469,19 +472,29 @@ impl Chart {
             if plot_w < 40 {
                 return Err(too_small(plot_w, plot_h as i64));
             }
-            let x_target = (plot_w as u32 / 100).clamp(2, 10);
-            let axis = nice_axis(x_lo, x_hi, None, None, x_target, "x axis")?;
-            let labels = tick_labels(&axis.ticks, axis.step);
+            // Fewer ticks until their numbers stand apart (or only two or three are left:
+            // a target of one tick step over the data gives at most three ticks).
+            let mut x_target = (plot_w as u32 / 100).clamp(2, 10);
+            let (axis, labels) = loop {
+                let axis = nice_axis(x_lo, x_hi, None, None, x_target, "x axis")?;
+                let labels = tick_labels(&axis.ticks, axis.step);
+                let widest = labels.iter().map(|s| text_width(s)).max().unwrap_or(0);
+                let spacing = plot_w as f64 * axis.step / (axis.max - axis.min);
+                if x_target == 1 || widest as f64 + 2.0 * ADVANCE as f64 <= spacing {
+                    break (axis, labels);
+                }
+                x_target -= 1;
+            };
             let last_w = labels.last().map(|s| text_width(s)).unwrap_or(0);
             right_margin = right_margin.max(MARGIN + last_w / 2 + 2);
-            x_axis = Some(axis);
+            x_axis = Some((axis, labels));
         }
         let plot_w = w as i64 - left as i64 - right_margin as i64;
         if plot_w < 40 {
             return Err(too_small(plot_w, plot_h as i64));
         }
         let right = w - right_margin;
-        let x_axis = x_axis.ok_or_else(|| invalid("x axis", "ticks", "none"))?;
+        let (x_axis, x_labels) = x_axis.ok_or_else(|| invalid("x axis", "ticks", "none"))?;
 
         let mut frame = Frame {
             left,
@@ -496,6 +509,8 @@ impl Chart {
             y_ticks: y_axis.ticks,
             x_step: x_axis.step,
             y_step: y_axis.step,
+            x_labels,
+            y_labels,
             legend: None,
         };
         if let Some(l) = legend_layout(&self.series, left, top, right, bottom) {
@@ -560,8 +575,7 @@ impl Chart {
         let (left, top, right, bottom) = (f.left, f.top, f.right, f.bottom);
 
         // Grid and tick numbers.
-        let y_labels = tick_labels(&f.y_ticks, f.y_step);
-        for (&v, label) in f.y_ticks.iter().zip(&y_labels) {
+        for (&v, label) in f.y_ticks.iter().zip(&f.y_labels) {
             let row = f.to_pixel(f.x_min, v).1.floor() as i64;
             let row = row.clamp(top as i64, bottom as i64);
             c.fill(left as i64, row, right as i64, row + 1, GRID);
@@ -576,8 +590,7 @@ impl Chart {
             let tx = left as i64 - 1 - TICK_LEN as i64 - 4 - tw;
             c.text(tx, row - TEXT_H as i64 / 2, label, TEXT);
         }
-        let x_labels = tick_labels(&f.x_ticks, f.x_step);
-        for (&v, label) in f.x_ticks.iter().zip(&x_labels) {
+        for (&v, label) in f.x_ticks.iter().zip(&f.x_labels) {
             let col = f.to_pixel(v, f.y_min).0.floor() as i64;
             let col = col.clamp(left as i64 - 1, right as i64);
             c.fill(col, top as i64, col + 1, bottom as i64, GRID);
@@ -843,7 +856,7 @@ fn nice_axis(
 }
 
 /// The numbers written at the ticks: enough decimals to tell neighbours apart, an SI suffix
-/// from ten thousand up, exponent notation below 1e-4.
+/// from ten thousand up, exponent notation when the step is below 1e-4.
 fn tick_labels(ticks: &[f64], step: f64) -> Vec<String> {
     const SUFFIX: [&str; 7] = ["", "k", "M", "G", "T", "P", "E"];
     let mag = ticks.iter().fold(0f64, |m, t| m.max(t.abs()));
@@ -867,7 +880,9 @@ fn tick_labels(ticks: &[f64], step: f64) -> Vec<String> {
             } else if mag == 0.0 || step >= 1e-4 {
                 format!("{:.*}", decimals(step), t)
             } else {
-                format!("{t:.1e}")
+                // Enough digits after the mantissa's point to tell steps apart.
+                let digits = ((mag / step).log10() - 1e-9).ceil().clamp(1.0, 12.0) as usize;
+                format!("{t:.digits$e}")
             };
             match s.strip_prefix('-') {
                 Some(rest) if rest.chars().all(|c| matches!(c, '0' | '.')) => rest.to_string(),
@@ -1189,8 +1204,9 @@ const TEXT_H: u32 = 7 * TEXT_SCALE;
 /// Horizontal distance between two characters' left edges.
 const ADVANCE: u32 = (GLYPH_W + 1) * TEXT_SCALE;
 
-/// The width in pixels of `s` drawn by the canvas.
-fn text_width(s: &str) -> u32 {
+/// The width in pixels of `s` as the chart writes it (every character, even one drawn as `?`,
+/// takes the same room).
+pub fn text_width(s: &str) -> u32 {
     let n = s.chars().count() as u32;
     if n == 0 {
         0

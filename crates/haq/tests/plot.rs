@@ -1,7 +1,9 @@
 //! The chart renderer: decode its PNG and check that the series, reference lines, ticks and
 //! legend land where the layout says, and that bad input is refused with a typed error.
 
-use haq::plot::{Chart, HLINE_COLOUR, MAX_SIDE, PlotError, Series, series_colour};
+use haq::plot::{
+    Chart, Frame, HLINE_COLOUR, MAX_SIDE, PlotError, Series, series_colour, text_width,
+};
 use proptest::prelude::*;
 
 struct Image {
@@ -422,6 +424,46 @@ fn example_chart_renders() {
     }
 }
 
+/// Tick numbers are distinct, and the x axis's do not overlap.
+fn check_tick_numbers(f: &Frame) -> Result<(), String> {
+    for (ticks, labels) in [(&f.x_ticks, &f.x_labels), (&f.y_ticks, &f.y_labels)] {
+        if ticks.len() != labels.len() {
+            return Err(format!("{ticks:?} against {labels:?}"));
+        }
+        for pair in labels.windows(2) {
+            if pair[0] == pair[1] {
+                return Err(format!("repeated tick number in {labels:?}"));
+            }
+        }
+    }
+    if f.x_ticks.len() > 3 {
+        for k in 1..f.x_ticks.len() {
+            let gap = f.to_pixel(f.x_ticks[k], 0.0).0 - f.to_pixel(f.x_ticks[k - 1], 0.0).0;
+            let need = (text_width(&f.x_labels[k]) + text_width(&f.x_labels[k - 1])) as f64 / 2.0;
+            if gap <= need {
+                return Err(format!("x numbers overlap: {:?}", f.x_labels));
+            }
+        }
+    }
+    Ok(())
+}
+
+#[test]
+fn tick_numbers_are_distinct_and_readable() {
+    for (lo, hi) in [
+        (1.00001e-5, 1.00002e-5),
+        (1e9, 1e9 + 100.0),
+        (-1.5e-7, 2.5e-7),
+        (123456.0, 123457.0),
+        (0.0, 1e18),
+    ] {
+        let c = Chart::new("t", "x", "y").with_series(Series::new("", vec![(lo, lo), (hi, hi)]));
+        let f = c.frame().unwrap();
+        check_tick_numbers(&f).unwrap();
+        assert!(c.to_png().is_ok());
+    }
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(64))]
 
@@ -443,6 +485,35 @@ proptest! {
         }
         let img = decode(&chart.to_png().unwrap());
         prop_assert_eq!((img.w, img.h), (w, h));
+    }
+
+    /// Values of any magnitude within the limits, near each other or far apart, draw, with
+    /// readable tick numbers.
+    #[test]
+    fn values_of_any_scale_draw(
+        pts in prop::collection::vec(
+            ((any::<bool>(), -30f64..18.0), (any::<bool>(), -30f64..18.0)), 1..20),
+        offset in prop::option::of(-30f64..17.0),
+    ) {
+        let v = |(neg, e): (bool, f64)| if neg { -(10f64.powf(e)) } else { 10f64.powf(e) };
+        // With an offset, all points lie within a millionth of it: a narrow range far from
+        // zero (or, where that is below the 1e-9 relative limit, a single value).
+        let base = offset.map(|e| 10f64.powf(e)).unwrap_or(0.0);
+        let pts: Vec<(f64, f64)> = pts
+            .into_iter()
+            .map(|(x, y)| match offset {
+                Some(_) => (
+                    base * (1.0 + v(x) * 1e-24),
+                    base * (1.0 + v(y) * 1e-24),
+                ),
+                None => (v(x), v(y)),
+            })
+            .collect();
+        let chart = Chart::new("scale", "x", "y").with_size(640, 400)
+            .with_series(Series::new("s", pts));
+        let f = chart.frame().unwrap();
+        prop_assert!(check_tick_numbers(&f).is_ok(), "{:?}", check_tick_numbers(&f));
+        prop_assert_eq!(decode(&chart.to_png().unwrap()).w, 640);
     }
 
     /// Any finite values at all (up to f64::MAX) never panic: they draw or are refused.
