@@ -15,7 +15,7 @@
 //!   the palette's seven colours the colours repeat with a dashed line. A series of one point is
 //!   drawn as a dot;
 //! - reference lines dashed in grey, under the data, with their label above the line's left
-//!   end (on a white patch that may hide a little data);
+//!   end (over the data, with a thin white halo);
 //! - a legend box in the corner of the plot area where it hides the least of the lines (it
 //!   may still hide some).
 //!
@@ -559,6 +559,19 @@ impl Chart {
                 }
             }
         }
+        // A reference line's label under the legend would be lost: weigh it heavily.
+        for hl in &self.hlines {
+            if let Some((label, tx, ty)) = hline_label(f, hl) {
+                let (tx1, ty1) = (tx + text_width(&label) as i64, ty + TEXT_H as i64);
+                for (k, &(cx, cy)) in corners.iter().enumerate() {
+                    let (cx, cy) = (cx as i64, cy as i64);
+                    let (cx1, cy1) = (cx + w as i64, cy + h as i64);
+                    if tx < cx1 && cx < tx1 && ty < cy1 && cy < ty1 {
+                        hidden[k] += 1 << 32;
+                    }
+                }
+            }
+        }
         let best = (0..4).min_by_key(|&k| (hidden[k], k)).unwrap_or(0);
         Rect {
             x: corners[best].0,
@@ -602,12 +615,9 @@ impl Chart {
                 AXIS,
             );
             let tw = text_width(label) as i64;
-            c.text(
-                col - tw / 2,
-                (bottom + 1 + TICK_LEN + 4) as i64,
-                label,
-                TEXT,
-            );
+            // Centred under the tick, but kept inside the image.
+            let tx = (col - tw / 2).min(self.width as i64 - 2 - tw).max(2);
+            c.text(tx, (bottom + 1 + TICK_LEN + 4) as i64, label, TEXT);
         }
 
         let clip = ClipRect {
@@ -620,7 +630,7 @@ impl Chart {
         // Reference lines, under the data.
         for hl in &self.hlines {
             let y = f.to_pixel(f.x_min, hl.value).1;
-            c.polyline(&[(clip.x0, y), (clip.x1, y)], 1.5, &clip, true);
+            c.polyline(&[(clip.x0, y), (clip.x1, y)], LINE_WIDTH / 2.0, &clip, true);
             c.flush(HLINE_COLOUR);
         }
 
@@ -637,17 +647,20 @@ impl Chart {
 
         // Reference lines' labels, over the data.
         for hl in &self.hlines {
-            let y = f.to_pixel(f.x_min, hl.value).1;
-            // A line outside a fixed y range is not drawn, nor its label.
-            if !hl.label.is_empty() && y >= top as f64 && y <= bottom as f64 {
-                let label = fit_text(&hl.label, (right - left).saturating_sub(8));
-                let tw = text_width(&label) as i64;
-                let mut ty = y.floor() as i64 - 4 - TEXT_H as i64;
-                if ty < top as i64 + 2 {
-                    ty = y.floor() as i64 + 5;
+            if let Some((label, tx, ty)) = hline_label(&f, hl) {
+                // A white halo keeps the text legible over the lines and hides little of them.
+                for (dx, dy) in [
+                    (-1, 0),
+                    (1, 0),
+                    (0, -1),
+                    (0, 1),
+                    (-1, -1),
+                    (1, 1),
+                    (-1, 1),
+                    (1, -1),
+                ] {
+                    c.text(tx + dx, ty + dy, &label, WHITE);
                 }
-                let tx = left as i64 + 6;
-                c.fill(tx - 2, ty - 2, tx + tw + 2, ty + TEXT_H as i64 + 2, WHITE);
                 c.text(tx, ty, &label, HLINE_COLOUR);
             }
         }
@@ -756,6 +769,22 @@ impl Chart {
             source,
         })
     }
+}
+
+/// A reference line's label as written (cut to fit) and its top left corner: above the
+/// line's left end, or below it when there is no room above. None when the line has no label
+/// or lies outside the plot area (a fixed y range).
+fn hline_label(f: &Frame, hl: &HLine) -> Option<(String, i64, i64)> {
+    let y = f.to_pixel(f.x_min, hl.value).1;
+    if hl.label.is_empty() || !(y >= f.top as f64 && y <= f.bottom as f64) {
+        return None;
+    }
+    let label = fit_text(&hl.label, (f.right - f.left).saturating_sub(12));
+    let mut ty = y.floor() as i64 - 4 - TEXT_H as i64;
+    if ty < f.top as i64 + 2 {
+        ty = y.floor() as i64 + 5;
+    }
+    Some((label, f.left as i64 + 6, ty))
 }
 
 /// Whether `lo..hi` is too narrow (or reversed) to put ticks on.

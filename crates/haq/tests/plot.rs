@@ -244,6 +244,20 @@ fn legend_goes_where_it_hides_no_line() {
 }
 
 #[test]
+fn legend_keeps_off_a_reference_lines_label() {
+    // A rising line leaves the top left and bottom right corners free; the label of a line
+    // near the top sits at its left end, so the legend goes bottom right.
+    let chart = diagonal().hline(9.5, "expected");
+    let f = chart.frame().unwrap();
+    let l = f.legend.expect("a legend");
+    let (mid_x, mid_y) = ((f.left + f.right) / 2, (f.top + f.bottom) / 2);
+    assert!(l.x > mid_x && l.y > mid_y, "legend at {l:?}, plot {f:?}");
+    // Without the reference line, the first free corner in order is the top left.
+    let l = diagonal().frame().unwrap().legend.unwrap();
+    assert!(l.x < mid_x && l.y < mid_y, "legend at {l:?}");
+}
+
+#[test]
 fn title_is_drawn_in_the_top_band() {
     // Dark pixels in rows 0..24 (the title's band) between the y axis and the right edge of
     // the plot area (the top tick's number sits left of the axis).
