@@ -1122,6 +1122,7 @@ impl Canvas {
         let len2 = dx * dx + dy * dy;
         let len = len2.sqrt();
         let r = half_w + 1.0;
+        let reach2 = (half_w + 0.5) * (half_w + 0.5);
         // Iterate along the major axis, and across it only near the line.
         let steep = dy.abs() > dx.abs();
         let (ma, mi_a, dmaj, dmin) = if steep {
@@ -1168,6 +1169,12 @@ impl Canvas {
             let mut n = n0;
             while n <= n1 {
                 let (x, y) = if steep { (n, m) } else { (m, n) };
+                n += 1.0;
+                // (x, y) lies inside the image here: the clip rectangle is within it.
+                let idx = y as usize * self.w as usize + x as usize;
+                if self.cov.get(idx) == Some(&255) {
+                    continue; // already fully covered by this shape
+                }
                 let (cx, cy) = (x + 0.5, y + 0.5);
                 let u = if len2 > 0.0 {
                     (((cx - a.0) * dx + (cy - a.1) * dy) / len2).clamp(0.0, 1.0)
@@ -1175,17 +1182,16 @@ impl Canvas {
                     0.0
                 };
                 let (qx, qy) = (a.0 + u * dx, a.1 + u * dy);
-                let d = ((cx - qx).powi(2) + (cy - qy).powi(2)).sqrt();
-                let mut cov = half_w + 0.5 - d;
+                let d2 = (cx - qx).powi(2) + (cy - qy).powi(2);
+                if d2 >= reach2 {
+                    continue;
+                }
                 if let Some(s0) = dash {
                     if (s0 + u * len).rem_euclid(DASH_PERIOD) >= DASH_ON {
-                        cov = 0.0;
+                        continue;
                     }
                 }
-                if cov > 0.0 {
-                    self.cover(x as i64, y as i64, cov);
-                }
-                n += 1.0;
+                self.cover(x as i64, y as i64, half_w + 0.5 - d2.sqrt());
             }
             m += 1.0;
         }
