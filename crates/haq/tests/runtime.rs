@@ -371,3 +371,57 @@ fn emulated_service_time_holds_each_unit() {
     // Every command but the first waited behind others; the last behind 99 of them.
     assert!(st.tenants[0].latency_p99_us >= 1000.0 * 90.0 * 15.0 / 16.0);
 }
+
+#[test]
+fn a_queue_dropped_with_jobs_in_it_still_runs_them_and_so_does_a_dropped_controller() {
+    // One unit of 1 ms per command, so jobs are still queued when the handles go.
+    let service = ServiceModel {
+        units: 1,
+        base_us: 1000.0,
+        bytes_per_us: 1e6,
+    };
+    let ran = Arc::new(AtomicU64::new(0));
+    let ctl = Controller::start(options(
+        ArbiterConfig::dissertation_wrr(),
+        Some(service),
+        64,
+    ))
+    .unwrap();
+    let q = ctl.queue("gone", Class::High);
+    for _ in 0..20 {
+        let r = ran.clone();
+        q.submit(
+            1,
+            Box::new(move || {
+                r.fetch_add(1, Ordering::SeqCst);
+            }),
+        )
+        .unwrap();
+    }
+    assert!(q.queued() > 0);
+    drop(q);
+    wait_until("the orphaned queue to drain", || {
+        ran.load(Ordering::SeqCst) == 20
+    });
+    wait_until("its statistics", || {
+        ctl.stats().tenants.iter().map(|t| t.commands).sum::<u64>() == 20
+    });
+    let st = ctl.stats();
+    assert_eq!(st.tenants.len(), 1);
+    assert_eq!(st.tenants[0].queued, 0);
+    // Dropping the last controller handle with jobs queued runs them before it returns.
+    let q = ctl.queue("later", Class::Low);
+    for _ in 0..10 {
+        let r = ran.clone();
+        q.submit(
+            1,
+            Box::new(move || {
+                r.fetch_add(1, Ordering::SeqCst);
+            }),
+        )
+        .unwrap();
+    }
+    drop(ctl);
+    assert_eq!(ran.load(Ordering::SeqCst), 30);
+    assert!(q.submit(1, Box::new(|| {})).is_err());
+}
