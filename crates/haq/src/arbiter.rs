@@ -84,7 +84,7 @@ use std::str::FromStr;
 use crate::class::{Class, HaqError};
 
 /// The arbitration policy.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 pub enum Policy {
     /// Round robin over all non-urgent queues, one command per visit.
     #[serde(rename = "rr")]
@@ -133,7 +133,7 @@ impl FromStr for Policy {
 
 /// The class weights as NVMe's 8-bit, 0's-based registers: each holds `count - 1`, so each
 /// weight is 1..=256 units (commands under WRR, `drr_unit` bytes under DRR).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 pub struct Weights {
     /// High's register (count - 1).
     pub high: u8,
@@ -208,7 +208,7 @@ impl FromStr for Weights {
 }
 
 /// The arbiter's configuration.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct ArbiterConfig {
     /// The policy.
     pub policy: Policy,
@@ -318,7 +318,9 @@ impl ArbiterConfig {
 
 /// A queue's identity. Identities are not reused while the arbiter lives (short of 2^32
 /// queues created).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
+)]
 pub struct QueueId(pub u32);
 
 /// A submission refused: the queue holds its depth of commands (or does not exist). The

@@ -21,7 +21,7 @@ use crate::arbiter::{Policy, Weights};
 use crate::class::Class;
 
 /// One tenant's statistics, as reported.
-#[derive(Debug, Clone, serde::Serialize)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct TenantStats {
     /// The tenant's name (the target's job name).
     pub name: String,
@@ -48,7 +48,7 @@ pub struct TenantStats {
 }
 
 /// The controller's statistics.
-#[derive(Debug, Clone, serde::Serialize)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct ControllerStats {
     /// The arbitration policy.
     pub policy: Policy,
