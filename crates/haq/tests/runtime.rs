@@ -161,9 +161,10 @@ fn a_flooding_low_tenant_is_held_to_its_share() {
     assert_eq!(flood.max_queued, 256);
     assert!(stats.tenants.iter().all(|t| t.max_queued <= 256));
     assert_eq!(stats.tenants.len(), 3);
-    // Statistics count what ran: at least the measured commands, in 4 KiB commands.
+    // Statistics count what completed: every job that had run when they were read, but for
+    // those still holding one of the two units.
     let total: u64 = stats.tenants.iter().map(|t| t.commands).sum();
-    assert!(total >= 9000, "{total}");
+    assert!(total >= 9000 - 2, "{total}");
     assert!(stats.tenants.iter().all(|t| t.bytes == t.commands * 4096));
 }
 
