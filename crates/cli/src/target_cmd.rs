@@ -4,6 +4,8 @@ use std::path::PathBuf;
 
 use anyhow::{Context, Result, anyhow};
 use clap::{Args, Subcommand, ValueEnum};
+use haq::arbiter::{ArbiterConfig, Weights};
+use haq::runtime::{ControllerOptions, ServiceModel};
 use target::Direct;
 use target::server::{ServerOptions, TargetServer, install_signal_handlers};
 
@@ -25,9 +27,17 @@ pub enum TargetCommand {
     /// more line (`kavach: target stopped after ...`, or {"event":"stopped",...}). Errors go
     /// to stderr. SIGTERM or SIGINT stop it cleanly; kill -9 loses nothing that was
     /// acknowledged. There is no authentication: listen on a trusted network only.
+    ///
+    /// With --qos, tenants share the target by weight: a client's class is its I/O priority
+    /// (ionice -c1 realtime: high, -c2 best effort or none: medium, -c3 idle: low; --urgent
+    /// jobs: urgent), and `kavach target stats` shows each tenant's bandwidth and waits.
     #[command(after_help = "Examples:\n  \
         mkdir -p /srv/cr && kavach target serve --dir /srv/cr\n  \
         kavach target serve --dir /srv/cr --listen 0.0.0.0:7420 --json\n  \
+        kavach target serve --dir /srv/cr --qos drr --weights 128k,64k,32k --urgent admin\n  \
+        kavach target serve --dir /dev/shm/t --qos drr --emulate units=4,base-us=500,mbps=400\n  \
+        ionice -c1 kavach target load 127.0.0.1:7420 --job gold   (served as high)\n  \
+        kavach target stats 127.0.0.1:7420\n  \
         KAVACH_CR_DIR=/ckpt KAVACH_CR_DEVICE=tcp://server:7420/job42 \\\n      \
         LD_PRELOAD=libkavach_cr.so ./app\n\n\
         Exit status: 0 stopped by a signal, 2 could not start (or failed while serving).")]
@@ -164,6 +174,158 @@ pub struct ServeArgs {
     /// Print the lines on stdout (listening, stopped) as JSON objects.
     #[arg(long)]
     json: bool,
+    /// Quality of service between tenants: every READ, WRITE and FLUSH waits in its tenant's
+    /// queue (one per job and class; the class from the client's ionice) and an arbiter
+    /// starts them by this policy: drr (deficit round robin, each class's weight in bytes
+    /// per round: bandwidth shares whatever the request sizes), wrr (NVMe weighted round
+    /// robin, its weight in requests per round), rr (plain round robin between queues) or
+    /// off (no arbiter: every request runs on its connection's thread at once). Off by
+    /// default: the arbiter adds a hand-off between threads to every request, and without
+    /// it the target serves as it always did.
+    #[arg(long, value_enum, default_value_t = QosArg::Off)]
+    qos: QosArg,
+    /// Class weights HIGH,MEDIUM,LOW (each 1 to 256 units): request counts for wrr (default
+    /// 32,16,8), byte sizes for drr, multiples of 512 up to 128k (default 128k,64k,32k). The
+    /// same 4:2:1 as the dissertation. Not for rr.
+    #[arg(long, value_name = "H,M,L")]
+    weights: Option<String>,
+    /// Arbitration burst (0 to 7): at most 2^N requests from one queue per turn; 7 means no
+    /// limit (the default).
+    #[arg(long, value_parser = clap::value_parser!(u8).range(0..=7))]
+    burst: Option<u8>,
+    /// Requests executed at once by the arbiter's workers (1 to 1024; default 4). With
+    /// --emulate the emulated units are the workers, so the two do not go together.
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=1024), conflicts_with = "emulate")]
+    workers: Option<u32>,
+    /// Requests a tenant queue holds (1 to 65536); a tenant with more outstanding requests
+    /// waits for room, so a tenant that floods fills only its own queue.
+    #[arg(long, default_value_t = 32, value_parser = clap::value_parser!(u32).range(1..=65536))]
+    queue_depth: u32,
+    /// Emulate a device's service time, units=U,base-us=B,mbps=M: a request holds one of U
+    /// units for at least B microseconds plus its bytes at M MB/s (the data is still read
+    /// and written). For measuring shares on a machine whose storage is faster than its CPU
+    /// can drive, as the dissertation emulated its SSD: the emulated device, not the CPU,
+    /// is then the bottleneck the arbiter divides.
+    #[arg(long, value_name = "SPEC")]
+    emulate: Option<String>,
+    /// A job served in the urgent class (strict priority over all others); repeatable. The
+    /// urgent class is granted here only, never taken from a client.
+    #[arg(long, value_name = "JOB", value_parser = parse_job)]
+    urgent: Vec<String>,
+}
+
+/// The arbiter's policy, or none.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum QosArg {
+    /// Deficit round robin: weights in bytes.
+    Drr,
+    /// NVMe weighted round robin: weights in requests.
+    Wrr,
+    /// Plain round robin between tenant queues.
+    Rr,
+    /// No arbiter.
+    Off,
+}
+
+/// One line for the settings: policy, weights, workers, emulation.
+fn qos_summary(q: &ControllerOptions) -> String {
+    use haq::class::Class;
+    let a = &q.arbiter;
+    let w = |c: Class| a.weight_cost(c).to_string();
+    let mut s = a.policy.name().to_string();
+    if a.policy != haq::arbiter::Policy::RoundRobin {
+        s += &format!(
+            " weights {},{},{}",
+            w(Class::High),
+            w(Class::Medium),
+            w(Class::Low)
+        );
+    }
+    s += &format!(", {} workers, queue depth {}", q.workers, q.queue_depth);
+    if let Some(m) = &q.service {
+        s += &format!(", emulating {m}");
+    }
+    s
+}
+
+/// The quality-of-service settings the options ask for (`None`: off).
+fn qos_options(a: &ServeArgs) -> std::result::Result<Option<ControllerOptions>, String> {
+    let qos_only = |what: &str| format!("{what} needs --qos drr, wrr or rr");
+    if a.qos == QosArg::Off {
+        if a.weights.is_some() {
+            return Err(qos_only("--weights"));
+        }
+        if a.burst.is_some() {
+            return Err(qos_only("--burst"));
+        }
+        if a.workers.is_some() {
+            return Err(qos_only("--workers"));
+        }
+        if a.emulate.is_some() {
+            return Err(qos_only("--emulate"));
+        }
+        if !a.urgent.is_empty() {
+            return Err(qos_only("--urgent"));
+        }
+        return Ok(None);
+    }
+    let mut arbiter = match a.qos {
+        QosArg::Drr => ArbiterConfig::dissertation_drr(),
+        QosArg::Wrr => ArbiterConfig::dissertation_wrr(),
+        QosArg::Rr | QosArg::Off => ArbiterConfig::round_robin(),
+    };
+    if let Some(w) = &a.weights {
+        let parts: Vec<&str> = w.split(',').map(str::trim).collect();
+        if parts.len() != 3 {
+            return Err(format!(
+                "--weights: expected three weights HIGH,MEDIUM,LOW, found `{w}`"
+            ));
+        }
+        let mut counts = [0u32; 3];
+        for (c, p) in counts.iter_mut().zip(&parts) {
+            *c = match a.qos {
+                QosArg::Wrr => p.parse::<u32>().map_err(|_| {
+                    format!("--weights: expected a request count 1 to 256, found `{p}`")
+                })?,
+                QosArg::Drr => {
+                    let unit = u64::from(arbiter.drr_unit);
+                    let bytes =
+                        crate::units::parse_size(p).map_err(|e| format!("--weights: {e}"))?;
+                    if bytes == 0 || bytes % unit != 0 || bytes / unit > 256 {
+                        return Err(format!(
+                            "--weights: expected a byte size, a multiple of {unit} from {unit} \
+                             to {}, found `{p}`",
+                            unit * 256
+                        ));
+                    }
+                    (bytes / unit) as u32
+                }
+                QosArg::Rr | QosArg::Off => {
+                    return Err("--weights: round robin has no weights".into());
+                }
+            };
+        }
+        arbiter.weights = Weights::from_counts(counts[0], counts[1], counts[2])
+            .map_err(|e| format!("--weights: {e}"))?;
+    }
+    if let Some(b) = a.burst {
+        arbiter.burst = b;
+    }
+    arbiter.validate().map_err(|e| e.to_string())?;
+    let service = match &a.emulate {
+        None => None,
+        Some(spec) => Some(
+            spec.parse::<ServiceModel>()
+                .map_err(|e| format!("--emulate: {e}"))?,
+        ),
+    };
+    let workers = a.workers.or(service.map(|s| s.units)).unwrap_or(4);
+    Ok(Some(ControllerOptions {
+        arbiter,
+        workers,
+        service,
+        queue_depth: a.queue_depth,
+    }))
 }
 
 fn refused(e: impl std::fmt::Display) -> anyhow::Error {
@@ -182,7 +344,14 @@ fn serve(a: &ServeArgs) -> Result<Outcome> {
     if a.max_connections == 0 {
         return Err(refused("--max-connections must be at least 1"));
     }
+    let qos = qos_options(a).map_err(|e| refused(format!("kavach target serve: {e}")))?;
+    let qos_name = match &qos {
+        None => "off".to_string(),
+        Some(q) => qos_summary(q),
+    };
     let opts = ServerOptions {
+        qos,
+        urgent_jobs: a.urgent.clone(),
         max_connections: a.max_connections,
         direct: match a.direct {
             DirectArg::Auto => Direct::Auto,
@@ -204,11 +373,17 @@ fn serve(a: &ServeArgs) -> Result<Outcome> {
     if a.json {
         server::say_out!(
             "{}",
-            serde_json::json!({ "event": "listening", "listen": addr.to_string(), "dir": a.dir })
+            serde_json::json!({
+                "event": "listening",
+                "listen": addr.to_string(),
+                "dir": a.dir,
+                "qos": qos_name,
+            })
         );
     } else {
         server::say_out!(
-            "kavach: listening on {addr} (namespaces in {}); stop with Ctrl-C or SIGTERM",
+            "kavach: listening on {addr} (namespaces in {}, qos {qos_name}); stop with Ctrl-C \
+             or SIGTERM",
             a.dir.display()
         );
     }

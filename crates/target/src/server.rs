@@ -13,9 +13,11 @@ use crate::device::Device;
 use crate::error::{DeviceError, Result, check_range};
 use crate::file::{Direct, FileDevice, FileOptions};
 use crate::proto::{
-    self, BadFrame, HEADER_BYTES, INFO_CREATED, Info, MAX_MESSAGE, MAX_PAYLOAD, ReplyHeader,
-    RequestHeader, op, status,
+    self, BadFrame, HEADER_BYTES, INFO_CREATED, Info, MAX_MESSAGE, MAX_PAYLOAD, MAX_STATS,
+    ReplyHeader, RequestHeader, op, status,
 };
+use haq::class::Class;
+use haq::runtime::{Controller, ControllerOptions, TenantQueue};
 use std::collections::HashMap;
 use std::fs::File;
 use std::io::{BufReader, ErrorKind, IoSlice, Read, Write};
@@ -42,6 +44,13 @@ pub struct ServerOptions {
     pub direct: Direct,
     /// How long a new connection may take to send its HELLO.
     pub hello_timeout: Duration,
+    /// Quality of service: `None` (the default) runs every request on its connection's
+    /// thread; `Some` runs every READ, WRITE and FLUSH through an arbiter between tenant
+    /// queues (`haq::runtime::Controller`), one queue per job and class.
+    pub qos: Option<ControllerOptions>,
+    /// Jobs served in the urgent class (strict priority) whatever their HELLO says; only
+    /// with `qos`.
+    pub urgent_jobs: Vec<String>,
 }
 
 impl Default for ServerOptions {
@@ -50,6 +59,8 @@ impl Default for ServerOptions {
             max_connections: 256,
             direct: Direct::Auto,
             hello_timeout: Duration::from_secs(10),
+            qos: None,
+            urgent_jobs: Vec::new(),
         }
     }
 }
@@ -80,13 +91,36 @@ struct Shared {
     namespaces: Mutex<HashMap<String, Weak<Namespace>>>,
     requests: AtomicU64,
     panics: AtomicU64,
+    /// The arbiter, with quality of service on.
+    controller: Option<Controller>,
 }
 
 impl Shared {
     /// The data of a STATS reply: a JSON object whose `qos` says whether quality of service
     /// is on.
     fn stats_json(&self) -> Vec<u8> {
-        serde_json::to_vec(&serde_json::json!({ "qos": "off" })).expect("a JSON value serializes")
+        let Some(c) = &self.controller else {
+            return br#"{"qos":"off"}"#.to_vec();
+        };
+        let mut v = match serde_json::to_value(c.stats()) {
+            Ok(serde_json::Value::Object(m)) => m,
+            // ControllerStats is a struct: it always serializes to an object.
+            _ => serde_json::Map::new(),
+        };
+        v.insert("qos".into(), "on".into());
+        let mut out = serde_json::to_vec(&v).unwrap_or_default();
+        // Stay under the limit clients take: drop tenants from the end, and say so.
+        while out.len() > MAX_STATS as usize {
+            let Some(serde_json::Value::Array(t)) = v.get_mut("tenants") else {
+                break;
+            };
+            if t.pop().is_none() {
+                break;
+            }
+            v.insert("truncated".into(), true.into());
+            out = serde_json::to_vec(&v).unwrap_or_default();
+        }
+        out
     }
 }
 
@@ -207,6 +241,19 @@ impl TargetServer {
         listener
             .set_nonblocking(true)
             .map_err(|e| DeviceError::io("cannot make the listener non-blocking", e))?;
+        for job in &opts.urgent_jobs {
+            crate::validate_job(job)?;
+        }
+        let controller = match &opts.qos {
+            None => None,
+            Some(q) => Some(
+                Controller::start(q.clone()).map_err(|e| DeviceError::Invalid {
+                    what: "quality of service settings".into(),
+                    expected: "settings the arbiter accepts".into(),
+                    found: e.to_string(),
+                })?,
+            ),
+        };
         Ok(TargetServer {
             listener,
             shared: Arc::new(Shared {
@@ -217,6 +264,7 @@ impl TargetServer {
                 namespaces: Mutex::new(HashMap::new()),
                 requests: AtomicU64::new(0),
                 panics: AtomicU64::new(0),
+                controller,
             }),
             _lock: lock,
         })
@@ -279,6 +327,9 @@ impl TargetServer {
                 self.shared.panics.fetch_add(1, Ordering::SeqCst);
             }
         }
+        if let Some(c) = &self.shared.controller {
+            c.shutdown();
+        }
         Ok(Summary {
             connections: accepted,
             requests: self.shared.requests.load(Ordering::SeqCst),
@@ -329,6 +380,7 @@ impl TargetServer {
                     shared: shared.clone(),
                     id,
                     ns: None,
+                    queue: None,
                 };
                 c.serve(stream);
                 c.release();
@@ -450,6 +502,8 @@ struct Connection {
     shared: Arc<Shared>,
     id: u64,
     ns: Option<Arc<Namespace>>,
+    /// With quality of service: the queue of this connection's job and class.
+    queue: Option<TenantQueue>,
 }
 
 /// Read exactly `buf.len()` bytes. `Ok(false)` on a clean end of stream before the first byte.
@@ -509,7 +563,7 @@ impl Connection {
                     found: format!("{:#010x}", h.body_crc),
                 }))
             } else {
-                self.execute(&h, &body, &mut data)
+                self.execute(&h, &mut body, &mut data)
             };
             let fatal = h.op == op::HELLO && self.ns.is_none();
             if send_reply(&mut w, h.op, h.id, outcome, &data).is_err() {
@@ -529,9 +583,10 @@ impl Connection {
     fn execute(
         &mut self,
         h: &RequestHeader,
-        body: &[u8],
+        body_buf: &mut Vec<u8>,
         data: &mut Vec<u8>,
     ) -> std::result::Result<(), Failure> {
+        let body = &body_buf[..];
         let protocol = |what: &'static str, expected: String, found: String| {
             Err(Failure::protocol(BadFrame {
                 what,
@@ -545,7 +600,21 @@ impl Connection {
             }
             let hello = proto::decode_hello(h, body).map_err(Failure::protocol)?;
             hello.tenant.validate().map_err(Failure::invalid)?;
+            let queue = match &self.shared.controller {
+                None => None,
+                Some(c) => {
+                    let class = if self.shared.opts.urgent_jobs.contains(&hello.job) {
+                        Class::Urgent
+                    } else {
+                        Class::from_ioprio(hello.tenant.class, hello.tenant.level).map_err(|e| {
+                            Failure::new(status::INVALID, libc::EINVAL, e.to_string())
+                        })?
+                    };
+                    Some((c, class))
+                }
+            };
             let (ns, created) = self.open(&hello).map_err(Failure::from_device)?;
+            self.queue = queue.map(|(c, class)| c.queue(&hello.job, class));
             let info = Info {
                 flags: if created { INFO_CREATED } else { 0 },
                 block_size: ns.dev.block_size(),
@@ -587,6 +656,13 @@ impl Connection {
             }
         };
         let dev_err = Failure::from_device;
+        let stopping = |e: haq::HaqError| {
+            Failure::new(
+                status::REFUSED,
+                libc::ESHUTDOWN,
+                format!("the target's arbiter is stopping: {e}"),
+            )
+        };
         match h.op {
             op::READ => {
                 no_body("READ body")?;
@@ -599,7 +675,22 @@ impl Connection {
                 }
                 check_range(h.offset, h.length, ns.dev.capacity()).map_err(dev_err)?;
                 data.resize(h.length as usize, 0);
-                let r = ns.dev.read_at(h.offset, data);
+                let r = match &self.queue {
+                    None => ns.dev.read_at(h.offset, data),
+                    Some(q) => {
+                        // The buffer goes to the worker and comes back.
+                        let mut buf = std::mem::take(data);
+                        let offset = h.offset;
+                        let (buf, r) = q
+                            .run(h.length as u32, move || {
+                                let r = ns.dev.read_at(offset, &mut buf);
+                                (buf, r)
+                            })
+                            .map_err(stopping)?;
+                        *data = buf;
+                        r
+                    }
+                };
                 if r.is_err() {
                     data.clear();
                 }
@@ -613,7 +704,21 @@ impl Connection {
                         h.length.to_string(),
                     );
                 }
-                ns.dev.write_at(h.offset, body).map_err(dev_err)
+                match &self.queue {
+                    None => ns.dev.write_at(h.offset, body).map_err(dev_err),
+                    Some(q) => {
+                        let buf = std::mem::take(body_buf);
+                        let offset = h.offset;
+                        let (buf, r) = q
+                            .run(h.body_len, move || {
+                                let r = ns.dev.write_at(offset, &buf);
+                                (buf, r)
+                            })
+                            .map_err(stopping)?;
+                        *body_buf = buf;
+                        r.map_err(dev_err)
+                    }
+                }
             }
             op::CLAIM => {
                 no_body("CLAIM body")?;
@@ -629,7 +734,14 @@ impl Connection {
                         format!("{} and {}", h.offset, h.length),
                     );
                 }
-                ns.dev.flush().map_err(dev_err)
+                match &self.queue {
+                    None => ns.dev.flush().map_err(dev_err),
+                    // A FLUSH costs one block: the arbiter charges every command something.
+                    Some(q) => q
+                        .run(ns.dev.block_size(), move || ns.dev.flush())
+                        .map_err(stopping)?
+                        .map_err(dev_err),
+                }
             }
             op::STAT => {
                 no_body("STAT body")?;

@@ -183,3 +183,180 @@ fn a_tenant_left_unset_is_the_calling_threads_io_priority() {
     .join()
     .unwrap();
 }
+
+use haq::arbiter::ArbiterConfig;
+use haq::runtime::{ControllerOptions, ServiceModel};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
+
+/// A device emulated slow enough (2 units of about 2 ms a request, some 1000 requests a
+/// second) that it, and not two busy CPUs, is what the tenants share.
+fn emulated(arbiter: ArbiterConfig) -> ServerOptions {
+    ServerOptions {
+        qos: Some(ControllerOptions {
+            arbiter,
+            workers: 2,
+            service: Some(ServiceModel {
+                units: 2,
+                base_us: 2000.0,
+                bytes_per_us: 100.0,
+            }),
+            queue_depth: 8,
+        }),
+        urgent_jobs: vec!["admin".into()],
+        ..ServerOptions::default()
+    }
+}
+
+/// Tenants: (job, ioprio class, connections). Each connection writes 4 KiB back to back;
+/// returns the bytes each tenant had acknowledged in a window after a warm-up, and the
+/// target's STATS at the end.
+fn run_tenants(
+    opts: ServerOptions,
+    tenants: &[(&str, u8, usize)],
+    window: Duration,
+) -> (Vec<u64>, serde_json::Value) {
+    let d = TempDir::under("/dev/shm");
+    let srv = serve(d.path(), opts);
+    let addr = srv.local_addr().to_string();
+    let stop = Arc::new(AtomicBool::new(false));
+    let counters: Vec<Arc<AtomicU64>> = tenants.iter().map(|_| Arc::default()).collect();
+    let mut threads = Vec::new();
+    for ((job, class, conns), counter) in tenants.iter().zip(&counters) {
+        for c in 0..*conns {
+            let dev = RemoteDevice::connect(
+                &addr,
+                &Hello {
+                    job: (*job).into(),
+                    len: 16 << 20,
+                    create: true,
+                    tenant: Tenant {
+                        class: *class,
+                        level: 4,
+                    },
+                },
+            )
+            .unwrap_or_else(|e| panic!("{job} connection {c}: {e}"));
+            let (stop, counter) = (stop.clone(), counter.clone());
+            threads.push(std::thread::spawn(move || {
+                let block = vec![c as u8; 4096];
+                let mut at = (c as u64 * 4096 * 64) % (16 << 20);
+                while !stop.load(Ordering::Relaxed) {
+                    dev.write_at(at, &block).expect("write");
+                    counter.fetch_add(4096, Ordering::Relaxed);
+                    at = (at + 4096) % (16 << 20);
+                }
+            }));
+        }
+    }
+    let snapshot = || -> Vec<u64> { counters.iter().map(|c| c.load(Ordering::Relaxed)).collect() };
+    // Warm up until every queue is full, then measure.
+    std::thread::sleep(Duration::from_millis(600));
+    let before = snapshot();
+    std::thread::sleep(window);
+    let after = snapshot();
+    let stats = target::fetch_stats(&addr).expect("stats");
+    stop.store(true, Ordering::Relaxed);
+    for t in threads {
+        t.join().unwrap();
+    }
+    srv.shutdown().unwrap();
+    let bytes = before.iter().zip(&after).map(|(b, a)| a - b).collect();
+    (bytes, stats)
+}
+
+fn ratio(a: u64, b: u64) -> f64 {
+    a as f64 / b.max(1) as f64
+}
+
+/// The tenant named `name` in a STATS document.
+fn tenant<'a>(stats: &'a serde_json::Value, name: &str) -> &'a serde_json::Value {
+    stats["tenants"]
+        .as_array()
+        .expect("tenants")
+        .iter()
+        .find(|t| t["name"] == name)
+        .unwrap_or_else(|| panic!("no tenant {name} in {stats}"))
+}
+
+#[test]
+fn a_flooding_tenant_is_held_to_its_share_and_the_others_keep_theirs() {
+    // gold (high, 4 connections), silver (medium, 4) and flood (medium, 32 connections).
+    // DRR 128k:64k:32k: high gets 4/6 of the device, medium 2/6, split evenly between the two
+    // medium queues whatever their connection counts. Without the arbiter flood's 32
+    // connections would take most of it.
+    let tenants = [("gold", 1, 4), ("silver", 2, 4), ("flood", 2, 32)];
+    let (b, stats) = run_tenants(
+        emulated(ArbiterConfig::dissertation_drr()),
+        &tenants,
+        Duration::from_secs(3),
+    );
+    let total: u64 = b.iter().sum();
+    let report = format!("bytes {b:?}, stats {stats}");
+    assert!(total > 0, "{report}");
+    let flood_share = b[2] as f64 / total as f64;
+    assert!(
+        (flood_share - 1.0 / 6.0).abs() < 0.025,
+        "flood's share {flood_share:.3}, expected 1/6: {report}"
+    );
+    let fs = ratio(b[2], b[1]);
+    assert!(
+        (0.85..=1.15).contains(&fs),
+        "flood:silver {fs:.3}, expected 1: {report}"
+    );
+    let gs = ratio(b[0], b[1]);
+    assert!(
+        (3.4..=4.6).contains(&gs),
+        "gold:silver {gs:.3}, expected 4: {report}"
+    );
+    // STATS names every tenant with its class; the flooder waited in its own queue, which
+    // never held more than its depth.
+    assert_eq!(stats["qos"], "on");
+    assert_eq!(tenant(&stats, "gold")["class"], "high");
+    assert_eq!(tenant(&stats, "silver")["class"], "medium");
+    let flood = tenant(&stats, "flood");
+    assert_eq!(flood["class"], "medium");
+    assert!(flood["max_queued"].as_u64().unwrap() <= 8, "{flood}");
+    assert!(
+        flood["wait_p99_us"].as_f64().unwrap()
+            > tenant(&stats, "gold")["wait_p99_us"].as_f64().unwrap(),
+        "{report}"
+    );
+}
+
+#[test]
+fn round_robin_ignores_classes_and_urgent_jobs_go_first() {
+    // The same tenants under plain round robin: every queue gets the same share, gold's class
+    // counts for nothing (so the DRR test above measures the weights, not the setup).
+    let tenants = [("gold", 1, 4), ("silver", 2, 4), ("flood", 2, 32)];
+    let (b, stats) = run_tenants(
+        emulated(ArbiterConfig::round_robin()),
+        &tenants,
+        Duration::from_secs(2),
+    );
+    let report = format!("bytes {b:?}, stats {stats}");
+    for (i, name) in ["gold", "flood"].iter().enumerate() {
+        let r = ratio(b[i * 2], b[1]);
+        assert!(
+            (0.85..=1.15).contains(&r),
+            "{name}:silver {r:.3}, expected 1: {report}"
+        );
+    }
+    // admin is granted urgent (its HELLO says idle): strict priority over everyone, and with
+    // more connections than the device has units it always has a request waiting, so the
+    // 32-connection flooder gets only what admin leaves.
+    let tenants = [("admin", 3, 6), ("flood", 2, 32)];
+    let (b, stats) = run_tenants(
+        emulated(ArbiterConfig::dissertation_drr()),
+        &tenants,
+        Duration::from_secs(2),
+    );
+    assert_eq!(tenant(&stats, "admin")["class"], "urgent", "{stats}");
+    assert!(
+        b[0] > 3 * b[1],
+        "admin {} bytes, flood {}: {stats}",
+        b[0],
+        b[1]
+    );
+}

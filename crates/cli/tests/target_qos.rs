@@ -1,0 +1,195 @@
+//! Quality of service through the target, as processes: `kavach target serve --qos drr` with an
+//! emulated device, and three `kavach target load` processes under `ionice -c1`, `-c2 -n0` and
+//! `-c3`, which know nothing of tenants: their bandwidth comes out in the weights' ratio 4:2:1.
+//! `kavach target stats` names the tenants and their classes.
+
+mod common;
+
+use common::{Scratch, ensure_tool};
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// Start `kavach target serve --dir DIR --listen 127.0.0.1:0 --json ARGS`: the child and its
+/// address.
+fn start(dir: &str, args: &[&str]) -> (Child, String) {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_kavach"))
+        .args([
+            "target",
+            "serve",
+            "--dir",
+            dir,
+            "--listen",
+            "127.0.0.1:0",
+            "--json",
+        ])
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start kavach target serve");
+    let err = child.stderr.take().unwrap();
+    std::thread::spawn(move || for _ in BufReader::new(err).lines() {});
+    let mut out = BufReader::new(child.stdout.take().unwrap());
+    let mut first = String::new();
+    out.read_line(&mut first).unwrap();
+    let event: serde_json::Value =
+        serde_json::from_str(&first).unwrap_or_else(|e| panic!("{e}: {first:?}"));
+    assert_eq!(event["event"], "listening", "{first}");
+    let addr = event["listen"].as_str().expect("listen").to_string();
+    child.stdout = Some(out.into_inner());
+    (child, addr)
+}
+
+/// SIGTERM and wait for a clean exit.
+fn stop(mut child: Child) {
+    let st = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let status = loop {
+        if let Some(st) = child.try_wait().unwrap() {
+            break st;
+        }
+        assert!(Instant::now() < deadline, "SIGTERM did not stop the target");
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    assert_eq!(status.code(), Some(0));
+}
+
+/// `ionice IONICE kavach target load ADDR --job JOB ... --json`, started (not waited for).
+fn load(ionice: &[&str], addr: &str, job: &str, seconds: &str) -> Child {
+    Command::new("ionice")
+        .args(ionice)
+        .arg(env!("CARGO_BIN_EXE_kavach"))
+        .args(["target", "load", addr, "--job", job, "--size", "4k"])
+        .args(["--depth", "8", "--seconds", seconds, "--read", "--json"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start ionice kavach target load")
+}
+
+fn report(child: Child, what: &str) -> serde_json::Value {
+    let o = child.wait_with_output().unwrap();
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{what}: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    serde_json::from_slice(&o.stdout)
+        .unwrap_or_else(|e| panic!("{what}: {e}: {}", String::from_utf8_lossy(&o.stdout)))
+}
+
+#[test]
+fn ionice_classes_get_bandwidth_in_the_configured_ratio_through_the_target() {
+    ensure_tool("ionice", "util-linux");
+    let s = Scratch::new("qos");
+    let dir = s.path("ns");
+    std::fs::create_dir(&dir).unwrap();
+    // Two units of some 2 ms a request: about 1000 requests a second, far below what the
+    // CPUs can carry, so the emulated device is the bottleneck the arbiter divides.
+    let (server, addr) = start(
+        &dir,
+        &[
+            "--qos",
+            "drr",
+            "--weights",
+            "128k,64k,32k",
+            "--emulate",
+            "units=2,base-us=2000,mbps=100",
+        ],
+    );
+    let seconds = "5";
+    let hi = load(&["-c1"], &addr, "hi", seconds);
+    let mid = load(&["-c2", "-n0"], &addr, "mid", seconds);
+    let lo = load(&["-c3"], &addr, "lo", seconds);
+    // While they run: the stats name the three tenants with their classes.
+    std::thread::sleep(Duration::from_secs(2));
+    let o = Command::new(env!("CARGO_BIN_EXE_kavach"))
+        .args(["target", "stats", &addr, "--json"])
+        .output()
+        .unwrap();
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let stats: serde_json::Value = serde_json::from_slice(&o.stdout).expect("stats JSON");
+    assert_eq!(stats["qos"], "on", "{stats}");
+    assert_eq!(stats["policy"], "drr", "{stats}");
+    let class_of = |name: &str| {
+        stats["tenants"]
+            .as_array()
+            .expect("tenants")
+            .iter()
+            .find(|t| t["name"] == name)
+            .unwrap_or_else(|| panic!("no tenant {name}: {stats}"))["class"]
+            .clone()
+    };
+    assert_eq!(class_of("hi"), "high");
+    assert_eq!(class_of("mid"), "medium");
+    assert_eq!(class_of("lo"), "low");
+    let o = Command::new(env!("CARGO_BIN_EXE_kavach"))
+        .args(["target", "stats", &addr])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(0));
+    let text = String::from_utf8_lossy(&o.stdout);
+    for needle in ["policy drr", "TENANT", "WAIT-P99", "hi ", "mid ", "lo "] {
+        assert!(text.contains(needle), "{needle:?} not in {text}");
+    }
+    let (hi, mid, lo) = (
+        report(hi, "ionice -c1 load"),
+        report(mid, "ionice -c2 load"),
+        report(lo, "ionice -c3 load"),
+    );
+    stop(server);
+    assert_eq!(hi["class"], "high");
+    assert_eq!(mid["class"], "medium");
+    assert_eq!(lo["class"], "low");
+    let bw = |r: &serde_json::Value| r["bandwidth_bps"].as_f64().expect("bandwidth_bps");
+    let (h, m, l) = (bw(&hi), bw(&mid), bw(&lo));
+    let why = format!("high {h:.0} B/s, medium {m:.0} B/s, low {l:.0} B/s");
+    eprintln!("{why}: high:medium {:.3}, medium:low {:.3}", h / m, m / l);
+    assert!(l > 0.0, "{why}");
+    assert!(
+        (1.7..=2.3).contains(&(h / m)),
+        "high:medium, expected 2: {why}"
+    );
+    assert!(
+        (1.7..=2.3).contains(&(m / l)),
+        "medium:low, expected 2: {why}"
+    );
+}
+
+#[test]
+fn stats_says_when_qos_is_off_and_serve_names_its_policy() {
+    let s = Scratch::new("qos-off");
+    let dir = s.path("ns");
+    std::fs::create_dir(&dir).unwrap();
+    let (server, addr) = start(&dir, &[]);
+    let o = Command::new(env!("CARGO_BIN_EXE_kavach"))
+        .args(["target", "stats", &addr])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(0));
+    assert!(
+        String::from_utf8_lossy(&o.stdout).contains("quality of service is off"),
+        "{}",
+        String::from_utf8_lossy(&o.stdout)
+    );
+    let o = Command::new(env!("CARGO_BIN_EXE_kavach"))
+        .args(["target", "stats", &addr, "--json"])
+        .output()
+        .unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v, serde_json::json!({ "qos": "off" }));
+    stop(server);
+}
