@@ -296,6 +296,15 @@ fn a_flooding_tenant_is_held_to_its_share_and_the_others_keep_theirs() {
     let report = format!("bytes {b:?}, stats {stats}");
     assert!(total > 0, "{report}");
     let flood_share = b[2] as f64 / total as f64;
+    eprintln!(
+        "DRR: gold {} silver {} flood {} bytes: flood share {flood_share:.4} (1/6 = 0.1667), \
+         flood:silver {:.3}, gold:silver {:.3}",
+        b[0],
+        b[1],
+        b[2],
+        ratio(b[2], b[1]),
+        ratio(b[0], b[1])
+    );
     assert!(
         (flood_share - 1.0 / 6.0).abs() < 0.025,
         "flood's share {flood_share:.3}, expected 1/6: {report}"
@@ -336,6 +345,7 @@ fn round_robin_ignores_classes_and_urgent_jobs_go_first() {
         Duration::from_secs(2),
     );
     let report = format!("bytes {b:?}, stats {stats}");
+    eprintln!("RR: gold {} silver {} flood {} bytes", b[0], b[1], b[2]);
     for (i, name) in ["gold", "flood"].iter().enumerate() {
         let r = ratio(b[i * 2], b[1]);
         assert!(
