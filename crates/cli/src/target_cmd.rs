@@ -439,9 +439,18 @@ fn stats_table(addr: &str, v: &serde_json::Value) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "{addr}: policy {}, weights {}, up {:.0} s",
+        "{addr}: policy {}, weights high,medium,low {} (units of the policy's cost), up {:.0} s",
         text(&v["policy"]),
-        v["weights"],
+        ["high", "medium", "low"]
+            .iter()
+            .map(|c| {
+                // The registers are 0's-based: the count is one more.
+                v["weights"][c]
+                    .as_u64()
+                    .map_or("-".to_string(), |r| (r + 1).to_string())
+            })
+            .collect::<Vec<_>>()
+            .join(","),
         f(&v["uptime_s"])
     );
     let _ = writeln!(

@@ -157,3 +157,67 @@ fn the_documented_checksums_are_the_ones_on_the_wire() {
         crc32c::crc32c(&r[..44])
     );
 }
+
+#[test]
+fn the_documented_stats_fields_are_the_ones_the_controller_sends() {
+    // Every key of a STATS document with QoS on must be named (in backticks) in the section
+    // "Quality of service".
+    let md = doc();
+    let start = md
+        .find("## Quality of service")
+        .expect("a section \"Quality of service\"");
+    let end = md[start + 3..]
+        .find("\n## ")
+        .map_or(md.len(), |e| start + 3 + e);
+    let section = &md[start..end];
+    let stats = haq::stats::ControllerStats {
+        policy: haq::arbiter::Policy::Drr,
+        weights: haq::arbiter::ArbiterConfig::dissertation_drr().weights,
+        tenants: vec![haq::stats::TenantStats {
+            name: "job".into(),
+            class: haq::class::Class::High,
+            commands: 1,
+            bytes: 2,
+            queued: 3,
+            max_queued: 4,
+            bandwidth_bps: 5.0,
+            iops: 6.0,
+            wait_p50_us: 7.0,
+            wait_p99_us: 8.0,
+            latency_p99_us: 9.0,
+        }],
+        uptime_s: 10.0,
+    };
+    let v = serde_json::to_value(&stats).unwrap();
+    let mut keys = vec!["qos".to_string()];
+    let mut collect = |o: &serde_json::Value| {
+        for k in o.as_object().expect("an object").keys() {
+            keys.push(k.clone());
+        }
+    };
+    collect(&v);
+    collect(&v["weights"]);
+    collect(&v["tenants"][0]);
+    let missing: Vec<&String> = keys
+        .iter()
+        .filter(|k| !section.contains(&format!("`{k}`")))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "STATS fields not documented: {missing:?}"
+    );
+    // And the values of the enumerations, as they are written.
+    for (what, text) in [
+        (
+            "policy",
+            serde_json::to_value(haq::arbiter::Policy::Wrr).unwrap(),
+        ),
+        (
+            "class",
+            serde_json::to_value(haq::class::Class::Urgent).unwrap(),
+        ),
+    ] {
+        let t = format!("`{text}`");
+        assert!(section.contains(&t), "{what} value {t} not documented");
+    }
+}
