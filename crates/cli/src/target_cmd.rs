@@ -23,9 +23,10 @@ pub enum TargetCommand {
     /// DIR must exist and be a directory (it is not created, so that a mistyped path is an
     /// error); a lock file in it (.kavach-target.lock) keeps a second server out. When the
     /// server is up it prints one line on stdout, `kavach: listening on ADDR (...)`, or with
-    /// --json a JSON object {"event":"listening","listen":ADDR,"dir":DIR}; when it stops, one
-    /// more line (`kavach: target stopped after ...`, or {"event":"stopped",...}). Errors go
-    /// to stderr. SIGTERM or SIGINT stop it cleanly; kill -9 loses nothing that was
+    /// --json a JSON object {"event":"listening","listen":ADDR,"dir":DIR,"qos":SETTINGS}
+    /// (SETTINGS: "off" or the policy, weights and emulation in one string); when it stops,
+    /// one more line (`kavach: target stopped after ...`, or {"event":"stopped",...}). Errors
+    /// go to stderr. SIGTERM or SIGINT stop it cleanly; kill -9 loses nothing that was
     /// acknowledged. There is no authentication: listen on a trusted network only.
     ///
     /// With --qos, tenants share the target by weight: a client's class is its I/O priority
@@ -78,7 +79,8 @@ pub enum TargetCommand {
 pub struct StatsArgs {
     /// The target, HOST:PORT.
     addr: String,
-    /// Print the target's JSON document as it came (docs/format/target-protocol.md).
+    /// Print the target's JSON document, pretty-printed (its fields are in
+    /// docs/format/target-protocol.md, section "Quality of service").
     #[arg(long)]
     json: bool,
 }
@@ -105,7 +107,9 @@ pub struct LoadArgs {
     /// The size of the namespace if this creates it (at least --size).
     #[arg(long, default_value = "64MiB", value_parser = parse_span)]
     span: u64,
-    /// Print the report as a JSON object.
+    /// Print the report as a JSON object: addr, job, ioprio_class, ioprio_level, class (the
+    /// class a target with --qos serves it as), depth, size, read, seconds, ops, bytes,
+    /// bandwidth_bps, iops, latency_p50_us, latency_p99_us, latency_max_us.
     #[arg(long)]
     json: bool,
 }
