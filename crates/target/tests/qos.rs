@@ -373,3 +373,94 @@ fn round_robin_ignores_classes_and_urgent_jobs_go_first() {
         b[1]
     );
 }
+
+#[test]
+fn with_qos_on_reads_return_what_was_written_and_every_op_still_works() {
+    let d = TempDir::under("/dev/shm");
+    let opts = ServerOptions {
+        qos: Some(ControllerOptions {
+            arbiter: ArbiterConfig::dissertation_wrr(),
+            workers: 2,
+            service: None,
+            queue_depth: 4,
+        }),
+        ..ServerOptions::default()
+    };
+    let srv = serve(d.path(), opts);
+    let addr = srv.local_addr().to_string();
+    let len = 24u64 << 20;
+    let a = RemoteDevice::connect(
+        &addr,
+        &Hello {
+            job: "data".into(),
+            len,
+            create: true,
+            tenant: Tenant { class: 1, level: 0 },
+        },
+    )
+    .unwrap();
+    let b = RemoteDevice::connect(
+        &addr,
+        &Hello {
+            job: "data".into(),
+            len: 0,
+            create: false,
+            tenant: Tenant { class: 3, level: 7 },
+        },
+    )
+    .unwrap();
+    let mut rng = common::Rng::new(7);
+    let mut model = vec![0u8; len as usize];
+    for i in 0..40 {
+        // Sizes from 1 byte to more than one request's payload (split by the client).
+        let n = if i % 13 == 0 {
+            (9 << 20) + rng.below(4096) as usize
+        } else {
+            1 + rng.below(200_000) as usize
+        };
+        let at = rng.below(len - n as u64) as usize;
+        let data = rng.bytes(n);
+        let (w, r) = if i % 2 == 0 { (&a, &b) } else { (&b, &a) };
+        w.write_at(at as u64, &data).unwrap();
+        model[at..at + n].copy_from_slice(&data);
+        let mut back = vec![0u8; n];
+        r.read_at(at as u64, &mut back).unwrap();
+        assert!(
+            back == data,
+            "request {i}: {n} bytes at {at} read back differently"
+        );
+    }
+    a.flush().unwrap();
+    a.claim(0, 4096).unwrap();
+    assert!(matches!(b.claim(0, 1), Err(DeviceError::Busy { .. })));
+    assert_eq!(b.stat().unwrap(), (len, a.block_size()));
+    assert!(matches!(
+        a.read_at(len - 1, &mut [0u8; 2]),
+        Err(DeviceError::Range { .. })
+    ));
+    let mut all = vec![0u8; len as usize];
+    b.read_at(0, &mut all).unwrap();
+    assert!(all == model, "the namespace differs from what was written");
+    // Both connections' queues are in the statistics, by class.
+    let stats = a.stats().unwrap();
+    let classes: Vec<_> = stats["tenants"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| {
+            (
+                t["name"].as_str().unwrap().to_string(),
+                t["class"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    assert!(classes.contains(&("data".into(), "high".into())), "{stats}");
+    assert!(classes.contains(&("data".into(), "low".into())), "{stats}");
+    // And the requests went through them.
+    for t in stats["tenants"].as_array().unwrap() {
+        assert!(t["commands"].as_u64().unwrap() >= 20, "{stats}");
+    }
+    drop((a, b));
+    let summary = srv.shutdown().unwrap();
+    assert_eq!(summary.panics, 0);
+}
