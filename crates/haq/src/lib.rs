@@ -20,3 +20,7 @@ pub mod runtime;
 pub mod scenario;
 pub mod sim;
 pub mod stats;
+
+pub use arbiter::{Arbiter, ArbiterConfig, Full, Grant, Policy, QueueId, Weights};
+pub use class::{Class, HaqError};
+pub use ioprio::IoPrio;
