@@ -425,7 +425,13 @@ fn model_cmd(a: &ModelArgs) -> Result<Outcome> {
     );
     println!(
         "{:<7} {:>8} {:>5} {:>22} {:>20} {:>14} {:>14}",
-        "class", "weight", "rho", "guaranteed (Eq 6.1)", "throughput (Eq 6.2)", "at its rho", "t_max (Eq 6.3)"
+        "class",
+        "weight",
+        "rho",
+        "guaranteed (Eq 6.1)",
+        "throughput (Eq 6.2)",
+        "at its rho",
+        "t_max (Eq 6.3)"
     );
     for c in &out.classes {
         println!(
@@ -478,7 +484,11 @@ fn parse_tenant(text: &str) -> Result<TenantDemand> {
         "high" => Class::High,
         "medium" => Class::Medium,
         "low" => Class::Low,
-        other => return Err(usage(format!("class `{other}` is not urgent, high, medium or low"))),
+        other => {
+            return Err(usage(format!(
+                "class `{other}` is not urgent, high, medium or low"
+            )));
+        }
     };
     let required = parse_rate("REQUIRED", parts[2]).map_err(|e| usage(format!("{e:#}")))?;
     let size = match parts.get(3) {
@@ -576,7 +586,11 @@ fn admit_cmd(a: &AdmitArgs) -> Result<Outcome> {
     }
     println!(
         "{}: {} {}",
-        if out.admitted { "admitted" } else { "not admitted" },
+        if out.admitted {
+            "admitted"
+        } else {
+            "not admitted"
+        },
         new.name,
         if out.admitted {
             "fits with every SLA met"
@@ -646,7 +660,10 @@ fn run_cmd(a: &RunArgs) -> Result<Outcome> {
         print_json(&runs)?;
         return Ok(Outcome::Ok);
     }
-    println!("{} ({}), {} simulated seconds", sc.name, sc.description, a.seconds);
+    println!(
+        "{} ({}), {} simulated seconds",
+        sc.name, sc.description, a.seconds
+    );
     for r in &runs {
         println!("{:?}:", r.policy);
         println!(
@@ -711,7 +728,13 @@ fn scenario_chart(sc: &Scenario, runs: &[ScenarioRun]) -> Chart {
                 .map(|(k, &b)| ((k as f64 + 0.5) * r.report.bucket_s, b / 1e6))
                 .collect();
             let label = if runs.len() > 1 {
-                format!("{} {} {} ({})", t.name, t.class.name(), sizes_label(spec), policy_name(r.policy))
+                format!(
+                    "{} {} {} ({})",
+                    t.name,
+                    t.class.name(),
+                    sizes_label(spec),
+                    policy_name(r.policy)
+                )
             } else {
                 format!("{} {} {}", t.name, t.class.name(), sizes_label(spec))
             };
@@ -722,7 +745,10 @@ fn scenario_chart(sc: &Scenario, runs: &[ScenarioRun]) -> Chart {
         title: format!(
             "{}: bandwidth over time ({})",
             sc.name,
-            runs.iter().map(|r| policy_name(r.policy)).collect::<Vec<_>>().join(", ")
+            runs.iter()
+                .map(|r| policy_name(r.policy))
+                .collect::<Vec<_>>()
+                .join(", ")
         ),
         x_label: "time (s)".into(),
         y_label: "MB/s".into(),
@@ -779,7 +805,10 @@ fn rho_cmd(a: &RunArgs, policies: &[Policy]) -> Result<Outcome> {
             if latency {
                 series.push(Series::new(
                     format!("max wait, simulated ({name})"),
-                    s.points.iter().map(|p| (p.rho_l, p.sim_wait_max_us)).collect(),
+                    s.points
+                        .iter()
+                        .map(|p| (p.rho_l, p.sim_wait_max_us))
+                        .collect(),
                 ));
             }
         }
@@ -799,10 +828,14 @@ fn rho_cmd(a: &RunArgs, policies: &[Policy]) -> Result<Outcome> {
         }
     };
     if let Some(p) = &a.png {
-        chart(false).write_png(p).map_err(|e| refused(format!("{e}")))?;
+        chart(false)
+            .write_png(p)
+            .map_err(|e| refused(format!("{e}")))?;
     }
     if let Some(p) = &a.latency_png {
-        chart(true).write_png(p).map_err(|e| refused(format!("{e}")))?;
+        chart(true)
+            .write_png(p)
+            .map_err(|e| refused(format!("{e}")))?;
     }
     if a.json {
         print_json(&studies)?;
@@ -823,8 +856,16 @@ fn rho_cmd(a: &RunArgs, policies: &[Policy]) -> Result<Outcome> {
         );
         println!(
             "  {:>5} {:>10} {:>11} {:>11} {:>6} {:>10} {:>10} {:>6} {:>10} {:>10}",
-            "rho_l", "low cmd/s", "model MB/s", "sim MB/s", "err", "t_max us", "lat us", "err",
-            "max wait", "bound"
+            "rho_l",
+            "low cmd/s",
+            "model MB/s",
+            "sim MB/s",
+            "err",
+            "t_max us",
+            "lat us",
+            "err",
+            "max wait",
+            "bound"
         );
         for p in &s.points {
             println!(
@@ -867,7 +908,10 @@ fn calibrate_cmd(a: &CalibrateArgs) -> Result<Outcome> {
         }
     };
     if a.threads == 0 || a.threads > 1024 {
-        return Err(refused(format!("--threads: expected 1..1024, found {}", a.threads)));
+        return Err(refused(format!(
+            "--threads: expected 1..1024, found {}",
+            a.threads
+        )));
     }
     if !(a.seconds.is_finite() && a.seconds > 0.0 && a.seconds <= 3600.0) {
         return Err(refused(format!(
@@ -879,7 +923,10 @@ fn calibrate_cmd(a: &CalibrateArgs) -> Result<Outcome> {
         target::parse_spec(&a.device).map_err(|e| refused(format!("{e}")))?
     {
         if p.is_dir() {
-            return Err(refused(format!("{}: is a directory, expected a device", p.display())));
+            return Err(refused(format!(
+                "{}: is a directory, expected a device",
+                p.display()
+            )));
         }
     }
     let dev = target::open_spec(&a.device, None).map_err(|e| refused(format!("{e}")))?;

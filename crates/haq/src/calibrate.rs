@@ -130,15 +130,18 @@ struct Tally {
 
 /// Run `make(t)`'s executor on each of `opts.threads` threads for `opts.duration` and
 /// measure γ and a/p.
-pub fn calibrate<E, F, M>(opts: &CalibrateOptions, make: M) -> Result<Calibration, CalibrateError<E>>
+pub fn calibrate<E, F, M>(
+    opts: &CalibrateOptions,
+    make: M,
+) -> Result<Calibration, CalibrateError<E>>
 where
     E: Send,
     F: FnMut(u64, u32) -> Result<(), E> + Send,
     M: Fn(u32) -> F,
 {
-    let bad = |what: &str, expected: &str, found: String| {
-        CalibrateError::Invalid(HaqError::Invalid {
-            what: what.into(),
+    let bad = |what: &'static str, expected: &str, found: String| {
+        CalibrateError::Invalid(HaqError::InvalidConfig {
+            what,
             expected: expected.into(),
             found,
         })
@@ -272,7 +275,10 @@ mod tests {
             assert!(b >= last, "{ns}");
             last = b;
             assert!(bucket_top_ns(b) >= ns as f64, "{ns} above its bucket's top");
-            assert!(bucket_top_ns(b) <= ns as f64 * 1.126 + 1.0, "{ns}: bucket too coarse");
+            assert!(
+                bucket_top_ns(b) <= ns as f64 * 1.126 + 1.0,
+                "{ns}: bucket too coarse"
+            );
         }
     }
 
@@ -312,9 +318,11 @@ mod tests {
             span: 4096,
             seed: 1,
         };
-        let e = calibrate(&opts, |_| |_: u64, _: u32| -> Result<(), &str> { Err("media error") })
-            .unwrap_err()
-            .to_string();
+        let e = calibrate(&opts, |_| {
+            |_: u64, _: u32| -> Result<(), &str> { Err("media error") }
+        })
+        .unwrap_err()
+        .to_string();
         assert!(e.contains("media error") && e.contains("512 bytes"), "{e}");
     }
 
@@ -333,7 +341,10 @@ mod tests {
         assert!(run(CalibrateOptions { threads: 0, ..ok }));
         assert!(run(CalibrateOptions { bytes: 0, ..ok }));
         assert!(run(CalibrateOptions { span: 4095, ..ok }));
-        assert!(run(CalibrateOptions { duration: Duration::ZERO, ..ok }));
+        assert!(run(CalibrateOptions {
+            duration: Duration::ZERO,
+            ..ok
+        }));
         assert!(!run(ok));
     }
 }

@@ -69,9 +69,13 @@ impl ClassLoad {
     }
 }
 
-fn invalid(what: impl Into<String>, expected: impl Into<String>, found: impl ToString) -> HaqError {
-    HaqError::Invalid {
-        what: what.into(),
+pub(crate) fn invalid(
+    what: &'static str,
+    expected: impl Into<String>,
+    found: impl ToString,
+) -> HaqError {
+    HaqError::InvalidConfig {
+        what,
         expected: expected.into(),
         found: found.to_string(),
     }
@@ -90,24 +94,24 @@ pub fn validate(loads: &[ClassLoad], class: Class) -> Result<(), HaqError> {
         }
         if !(l.weight.is_finite() && l.weight > 0.0) {
             return Err(invalid(
-                format!("weight of {}", l.class.name()),
+                "class weight",
                 "a finite number > 0",
-                l.weight,
+                format!("{} for {}", l.weight, l.class.name()),
             ));
         }
         if !(0.0..=1.0).contains(&l.rho) {
             return Err(invalid(
-                format!("utilisation (rho) of {}", l.class.name()),
+                "class utilisation (rho)",
                 "a number in 0..=1",
-                l.rho,
+                format!("{} for {}", l.rho, l.class.name()),
             ));
         }
         if let Some(x) = l.lambda {
             if !(x.is_finite() && x >= 0.0) {
                 return Err(invalid(
-                    format!("input rate of {}", l.class.name()),
+                    "class input rate",
                     "a finite number >= 0",
-                    x,
+                    format!("{x} for {}", l.class.name()),
                 ));
             }
         }
@@ -426,16 +430,16 @@ pub fn choose_weights(
         })?;
         if !(r.bandwidth_bps.is_finite() && r.bandwidth_bps >= 0.0) {
             return Err(invalid(
-                format!("bandwidth required by {}", r.class.name()),
+                "bandwidth required",
                 "a finite number >= 0",
-                r.bandwidth_bps,
+                format!("{} for {}", r.bandwidth_bps, r.class.name()),
             ));
         }
         if !(r.request_bytes.is_finite() && r.request_bytes >= 1.0) {
             return Err(invalid(
-                format!("request size of {}", r.class.name()),
+                "request size",
                 ">= 1 byte",
-                r.request_bytes,
+                format!("{} for {}", r.request_bytes, r.class.name()),
             ));
         }
         frac[k] += r.bandwidth_bps / gamma_bps;

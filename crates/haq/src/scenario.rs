@@ -139,8 +139,8 @@ impl Scenario {
                 }
             }
             _ => {
-                return Err(HaqError::Invalid {
-                    what: "scenario".into(),
+                return Err(HaqError::InvalidConfig {
+                    what: "scenario",
                     expected: "S1, S2, S3, S4, S5, rogue or rho-study".into(),
                     found: name.into(),
                 });
@@ -156,8 +156,8 @@ impl Scenario {
     /// The byte shares the model predicts under `cfg` (every job as it submits: back to back
     /// jobs backlogged, open-loop jobs at their rate on a device of the scenario's speed).
     pub fn predicted_shares(&self, cfg: &ArbiterConfig) -> Vec<f64> {
-        let mean: f64 = self.tenants.iter().map(|t| t.sizes.mean()).sum::<f64>()
-            / self.tenants.len() as f64;
+        let mean: f64 =
+            self.tenants.iter().map(|t| t.sizes.mean()).sum::<f64>() / self.tenants.len() as f64;
         let (_, gamma) = sim::saturated(&device(), mean);
         let demands: Vec<TenantDemand> = self
             .tenants
@@ -191,13 +191,24 @@ impl Scenario {
     }
 
     /// Run it under `cfg`.
-    pub fn run(&self, cfg: &ArbiterConfig, seconds: f64, seed: u64) -> Result<ScenarioRun, HaqError> {
+    pub fn run(
+        &self,
+        cfg: &ArbiterConfig,
+        seconds: f64,
+        seed: u64,
+    ) -> Result<ScenarioRun, HaqError> {
         let report = sim::simulate(&self.config(cfg, seconds, seed))?;
         let total = report.total_bps();
         let shares: Vec<f64> = report
             .tenants
             .iter()
-            .map(|t| if total > 0.0 { t.bandwidth_bps / total } else { 0.0 })
+            .map(|t| {
+                if total > 0.0 {
+                    t.bandwidth_bps / total
+                } else {
+                    0.0
+                }
+            })
             .collect();
         let cmds = |i: usize| report.tenants[i].commands as f64;
         let predicted = self.predicted_shares(cfg);
@@ -314,8 +325,8 @@ pub fn rho_study(
     seed: u64,
 ) -> Result<RhoStudy, HaqError> {
     if cfg.policy == Policy::RoundRobin {
-        return Err(HaqError::Invalid {
-            what: "policy of the rho study".into(),
+        return Err(HaqError::InvalidConfig {
+            what: "policy of the rho study",
             expected: "wrr or drr (the model is of weighted arbitration)".into(),
             found: "rr".into(),
         });
@@ -325,7 +336,11 @@ pub fn rho_study(
     let (gamma_iops, gamma_bps) = sim::saturated(&dev, f64::from(size));
     // Weights in commands of 4 KiB for WRR, in bytes for DRR: either way the ratios Eq. 6.2
     // needs; throughput in the same unit then converts to bytes.
-    let unit = if cfg.policy == Policy::Wrr { f64::from(size) } else { 1.0 };
+    let unit = if cfg.policy == Policy::Wrr {
+        f64::from(size)
+    } else {
+        1.0
+    };
     let loads = |rho: f64| {
         vec![
             ClassLoad::backlogged(Class::High, cfg.weight_cost(Class::High) as f64 * unit),
@@ -345,8 +360,8 @@ pub fn rho_study(
     let mut bucket_s = 0.0;
     for &rho in rhos {
         if !(0.0..=1.0).contains(&rho) {
-            return Err(HaqError::Invalid {
-                what: "rho_l".into(),
+            return Err(HaqError::InvalidConfig {
+                what: "rho_l",
                 expected: "0..=1".into(),
                 found: rho.to_string(),
             });

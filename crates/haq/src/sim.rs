@@ -98,10 +98,10 @@ impl SizeMix {
                 .any(|&(b, w)| b == 0 || w == 0 || b > 1 << 30)
             || self.sizes.iter().map(|&(_, w)| u64::from(w)).sum::<u64>() > u64::from(u32::MAX)
         {
-            return Err(HaqError::Invalid {
-                what: format!("request sizes of {who}"),
+            return Err(HaqError::InvalidConfig {
+                what: "request sizes",
                 expected: "one or more sizes of 1 byte..1 GiB with weights >= 1".into(),
-                found: format!("{:?}", self.sizes),
+                found: format!("{:?} for tenant {who}", self.sizes),
             });
         }
         Ok(())
@@ -272,9 +272,9 @@ struct Cmd {
     queued: u64,
 }
 
-fn bad(what: &str, expected: &str, found: impl ToString) -> HaqError {
-    HaqError::Invalid {
-        what: what.into(),
+fn bad(what: &'static str, expected: &str, found: impl ToString) -> HaqError {
+    HaqError::InvalidConfig {
+        what,
         expected: expected.into(),
         found: found.to_string(),
     }
@@ -323,13 +323,17 @@ fn validate(cfg: &SimConfig) -> Result<(), HaqError> {
         t.sizes.validate(&t.name)?;
         match t.rate {
             Some(r) if !(r.is_finite() && (0.0..=1e9).contains(&r)) => {
-                return Err(bad(&format!("rate of {}", t.name), "0..=1e9 commands/s", r));
+                return Err(bad(
+                    "open-loop rate",
+                    "0..=1e9 commands/s",
+                    format!("{r} for tenant {}", t.name),
+                ));
             }
             None if t.depth == 0 || t.depth > 1 << 20 => {
                 return Err(bad(
-                    &format!("outstanding commands of {}", t.name),
+                    "outstanding commands",
                     "1..=1048576",
-                    t.depth,
+                    format!("{} for tenant {}", t.depth, t.name),
                 ));
             }
             _ => {}
@@ -730,7 +734,7 @@ mod tests {
         assert!(simulate(&c).is_err());
         let mut c = good.clone();
         c.tenants[0].sizes = SizeMix { sizes: vec![] };
-        assert!(simulate(&c).unwrap_err().to_string().contains("sizes of a"));
+        assert!(simulate(&c).unwrap_err().to_string().contains("tenant a"));
         let mut c = good.clone();
         c.tenants[0].rate = Some(-1.0);
         assert!(simulate(&c).is_err());

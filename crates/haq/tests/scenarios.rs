@@ -29,7 +29,11 @@ fn drr_is_within_5_percent_of_the_expected_byte_ratio_in_all_five() {
         );
         // Both jobs were served all along: no bucket after the warm-up is empty.
         for t in &r.report.tenants {
-            assert!(t.buckets[10..].iter().all(|&b| b > 0.0), "{s}: {} starved", t.name);
+            assert!(
+                t.buckets[10..].iter().all(|&b| b > 0.0),
+                "{s}: {} starved",
+                t.name
+            );
         }
     }
 }
@@ -37,10 +41,20 @@ fn drr_is_within_5_percent_of_the_expected_byte_ratio_in_all_five() {
 #[test]
 fn wrr_matches_its_prediction_and_misses_the_expected_ratio_except_in_s2() {
     // The WRR predictions by hand: 32×4k:16×8k, 1:1, 32×4k:8×8k, 32×8k:8×4k, 6k:12k.
-    let by_hand = [("S1", 1.0), ("S2", 1.0), ("S3", 2.0), ("S4", 8.0), ("S5", 0.5)];
+    let by_hand = [
+        ("S1", 1.0),
+        ("S2", 1.0),
+        ("S3", 2.0),
+        ("S4", 8.0),
+        ("S5", 0.5),
+    ];
     for (s, hand) in by_hand {
         let r = run(s, Policy::Wrr);
-        assert!(rel(r.wrr_prediction, hand) < 1e-9, "{s}: model says {}", r.wrr_prediction);
+        assert!(
+            rel(r.wrr_prediction, hand) < 1e-9,
+            "{s}: model says {}",
+            r.wrr_prediction
+        );
         assert!(
             rel(r.ratio, hand) < 0.05,
             "{s}: WRR ratio {:.3}, predicted {hand}",
@@ -48,9 +62,18 @@ fn wrr_matches_its_prediction_and_misses_the_expected_ratio_except_in_s2() {
         );
         let off = rel(r.ratio, r.expected_ratio);
         if s == "S2" {
-            assert!(off < 0.05, "S2: WRR {:.3} should be the expected 1:1", r.ratio);
+            assert!(
+                off < 0.05,
+                "S2: WRR {:.3} should be the expected 1:1",
+                r.ratio
+            );
         } else {
-            assert!(off > 0.05, "{s}: WRR {:.3} should miss the expected {:.3}", r.ratio, r.expected_ratio);
+            assert!(
+                off > 0.05,
+                "{s}: WRR {:.3} should miss the expected {:.3}",
+                r.ratio,
+                r.expected_ratio
+            );
         }
     }
 }
@@ -65,7 +88,12 @@ fn round_robin_splits_commands_evenly_whatever_the_classes() {
             r.command_ratio
         );
         // Bytes then follow the sizes, as the model predicts.
-        assert!(rel(r.ratio, r.predicted_ratio) < 0.05, "{s}: {} vs {}", r.ratio, r.predicted_ratio);
+        assert!(
+            rel(r.ratio, r.predicted_ratio) < 0.05,
+            "{s}: {} vs {}",
+            r.ratio,
+            r.predicted_ratio
+        );
     }
 }
 
@@ -83,7 +111,10 @@ fn a_flooding_tenant_is_held_to_its_share_and_the_others_keep_theirs() {
     }
     let rogue = r.report.tenant("rogue").unwrap();
     // It offered ten times the device and most of it was refused at its full queue.
-    assert!(rogue.dropped as f64 > 0.9 * rogue.offered as f64, "{rogue:?}");
+    assert!(
+        rogue.dropped as f64 > 0.9 * rogue.offered as f64,
+        "{rogue:?}"
+    );
     // The device stayed busy: the flood cost no capacity.
     assert!(r.report.utilisation > 0.99, "{}", r.report.utilisation);
 }
