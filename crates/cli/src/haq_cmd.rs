@@ -16,9 +16,6 @@ use haq::scenario::{self, RhoStudy, Scenario, ScenarioRun};
 use crate::outcome::{CommandFailed, Outcome, print_json};
 use crate::units::{format_size, parse_size};
 
-const EXIT: &str = "Exit status: 0 done; 2 could not run (a bad argument, a device that cannot be \
-    opened or read, a PNG that cannot be written). Nothing is written but the PNG asked for.";
-
 #[derive(Debug, Subcommand)]
 pub enum HaqCommand {
     /// Print the model's prediction per class: guaranteed share (Eq. 6.1), average
@@ -62,9 +59,9 @@ pub enum HaqCommand {
     /// 4k+8k vs 8k+16k (1:1). Weights: WRR (32,16,8), DRR (128k,64k,32k). `rogue` adds a low
     /// job flooding at 10x the device to a high and a medium job (expected 4:2:1).
     /// `rho-study` is the model validation (Fig. 6.2): the high class's throughput and
-    /// latency, simulated and by Eq. 6.2/6.3, as the low class's utilisation goes from 0 to
-    /// 1. The device: 4 units, 20 us + 1 byte/ns a command. --png writes bandwidth over time
-    /// (for rho-study: throughput against rho_l).
+    /// latency, simulated and by Eq. 6.2/6.3, as the low class's utilisation goes from 0
+    /// to 1. The device: 4 units, 20 us + 1 byte/ns a command. --png writes bandwidth over
+    /// time (for rho-study: throughput against rho_l).
     #[command(after_help = "Examples:\n  \
         kavach haq run S1 --policy all --png s1.png\n  \
         kavach haq run S5 --policy wrr --seconds 2 --json\n  \
@@ -833,9 +830,14 @@ fn rho_cmd(a: &RunArgs, policies: &[Policy]) -> Result<Outcome> {
             .map_err(|e| refused(format!("{e}")))?;
     }
     if let Some(p) = &a.latency_png {
-        chart(true)
-            .write_png(p)
-            .map_err(|e| refused(format!("{e}")))?;
+        let mut c = chart(true);
+        if let Some(s) = studies.first() {
+            c = c.hline(
+                s.points.first().map_or(0.0, |p| p.bound_us),
+                "Eq. 6.3 at every rho = 1: the bound on a wait",
+            );
+        }
+        c.write_png(p).map_err(|e| refused(format!("{e}")))?;
     }
     if a.json {
         print_json(&studies)?;

@@ -185,7 +185,7 @@ where
                         hist: vec![0; 64 * SUB as usize],
                     };
                     loop {
-                        let offset = (rng.next() % slots) * u64::from(bytes);
+                        let offset = (rng.next_u64() % slots) * u64::from(bytes);
                         let t0 = Instant::now();
                         if t0 >= deadline {
                             return Ok(tally);

@@ -112,7 +112,7 @@ impl SizeMix {
             return self.sizes[0].0;
         }
         let total: u64 = self.sizes.iter().map(|&(_, w)| u64::from(w)).sum();
-        let mut x = rng.next() % total;
+        let mut x = rng.next_u64() % total;
         for &(b, w) in &self.sizes {
             if x < u64::from(w) {
                 return b;
@@ -238,7 +238,7 @@ impl SplitMix {
     }
 
     /// The next 64 bits.
-    pub fn next(&mut self) -> u64 {
+    pub fn next_u64(&mut self) -> u64 {
         self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
         let mut z = self.0;
         z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
@@ -248,7 +248,7 @@ impl SplitMix {
 
     /// Uniform in (0, 1].
     pub fn unit(&mut self) -> f64 {
-        ((self.next() >> 11) + 1) as f64 / (1u64 << 53) as f64
+        ((self.next_u64() >> 11) + 1) as f64 / (1u64 << 53) as f64
     }
 }
 
