@@ -15,7 +15,7 @@
 //!   the palette's seven colours the colours repeat with a dashed line. A series of one point is
 //!   drawn as a dot;
 //! - reference lines dashed in grey, under the data, with their label above the line's left
-//!   end (on a white patch that may hide a little data);
+//!   end (over the data, with a thin white halo);
 //! - a legend box in the corner of the plot area where it hides the least of the lines (it
 //!   may still hide some).
 //!
@@ -28,7 +28,10 @@
 //! clipped at the plot area's edge.
 //!
 //! The cost of drawing is proportional to the pixel length of the lines drawn (each segment
-//! visits only the pixels near it), plus the image size.
+//! visits only the pixels near it), plus the image size. A series whose x values never
+//! decrease is first thinned to at most 32 points a pixel column (see `Frame::pixel_path`),
+//! so dense time series cost no more than the image's width allows; a series that goes back
+//! and forth in x is drawn point by point.
 
 use std::path::{Path, PathBuf};
 
@@ -169,6 +172,9 @@ pub struct Frame {
     /// The distance between two ticks (1, 2 or 5 times a power of ten).
     pub x_step: f64,
     pub y_step: f64,
+    /// The numbers written at the ticks, one per tick.
+    pub x_labels: Vec<String>,
+    pub y_labels: Vec<String>,
     /// The legend box, if any series has a label.
     pub legend: Option<Rect>,
 }
@@ -181,6 +187,60 @@ impl Frame {
         let py = self.bottom as f64
             - (y - self.y_min) / (self.y_max - self.y_min) * (self.bottom - self.top) as f64;
         (px, py)
+    }
+}
+
+impl Frame {
+    /// `points` in image coordinates. When the x values never decrease and there are more than
+    /// four points per eighth of a pixel column, each eighth keeps only its first, lowest,
+    /// highest and last point (in their order): the same pixels get covered, up to the shade
+    /// of some edge pixels (an edge moves by less than an eighth of a pixel), at a cost
+    /// bounded by the width instead of the number of points.
+    fn pixel_path(&self, points: &[(f64, f64)]) -> Vec<(f64, f64)> {
+        const SLICES: f64 = 8.0;
+        let mapped = points.iter().map(|&(x, y)| self.to_pixel(x, y));
+        let columns = ((self.right - self.left) as usize + 1) * SLICES as usize;
+        let sorted = points.windows(2).all(|w| w[0].0 <= w[1].0);
+        if points.len() <= 4 * columns || !sorted {
+            return mapped.collect();
+        }
+        let mut out = Vec::with_capacity(4 * columns + 4);
+        let mut bucket: Vec<(f64, f64)> = Vec::new();
+        let flush = |bucket: &mut Vec<(f64, f64)>, out: &mut Vec<(f64, f64)>| {
+            if bucket.is_empty() {
+                return;
+            }
+            let (mut lo, mut hi) = (0, 0);
+            for (i, p) in bucket.iter().enumerate() {
+                if p.1 < bucket[lo].1 {
+                    lo = i;
+                }
+                if p.1 > bucket[hi].1 {
+                    hi = i;
+                }
+            }
+            let mut keep = [0, lo, hi, bucket.len() - 1];
+            keep.sort_unstable();
+            let mut last = usize::MAX;
+            for k in keep {
+                if k != last {
+                    out.push(bucket[k]);
+                    last = k;
+                }
+            }
+            bucket.clear();
+        };
+        let mut column = f64::NAN;
+        for p in mapped {
+            let c = (p.0 * SLICES).floor();
+            if c != column {
+                flush(&mut bucket, &mut out);
+                column = c;
+            }
+            bucket.push(p);
+        }
+        flush(&mut bucket, &mut out);
+        out
     }
 }
 
@@ -375,7 +435,7 @@ impl Chart {
             top += TEXT_H + 10;
         }
         if !self.y_label.is_empty() {
-            top += TEXT_H + 10;
+            top += TEXT_H + 14; // clear of the top tick's number
         }
         top = top.max(MARGIN + TEXT_H); // room for the top tick's number
         let mut below = MARGIN + TICK_LEN + 4 + TEXT_H;
@@ -412,19 +472,29 @@ impl Chart {
             if plot_w < 40 {
                 return Err(too_small(plot_w, plot_h as i64));
             }
-            let x_target = (plot_w as u32 / 100).clamp(2, 10);
-            let axis = nice_axis(x_lo, x_hi, None, None, x_target, "x axis")?;
-            let labels = tick_labels(&axis.ticks, axis.step);
+            // Fewer ticks until their numbers stand apart (or only two or three are left:
+            // a target of one tick step over the data gives at most three ticks).
+            let mut x_target = (plot_w as u32 / 100).clamp(2, 10);
+            let (axis, labels) = loop {
+                let axis = nice_axis(x_lo, x_hi, None, None, x_target, "x axis")?;
+                let labels = tick_labels(&axis.ticks, axis.step);
+                let widest = labels.iter().map(|s| text_width(s)).max().unwrap_or(0);
+                let spacing = plot_w as f64 * axis.step / (axis.max - axis.min);
+                if x_target == 1 || widest as f64 + 2.0 * ADVANCE as f64 <= spacing {
+                    break (axis, labels);
+                }
+                x_target -= 1;
+            };
             let last_w = labels.last().map(|s| text_width(s)).unwrap_or(0);
             right_margin = right_margin.max(MARGIN + last_w / 2 + 2);
-            x_axis = Some(axis);
+            x_axis = Some((axis, labels));
         }
         let plot_w = w as i64 - left as i64 - right_margin as i64;
         if plot_w < 40 {
             return Err(too_small(plot_w, plot_h as i64));
         }
         let right = w - right_margin;
-        let x_axis = x_axis.ok_or_else(|| invalid("x axis", "ticks", "none"))?;
+        let (x_axis, x_labels) = x_axis.ok_or_else(|| invalid("x axis", "ticks", "none"))?;
 
         let mut frame = Frame {
             left,
@@ -439,6 +509,8 @@ impl Chart {
             y_ticks: y_axis.ticks,
             x_step: x_axis.step,
             y_step: y_axis.step,
+            x_labels,
+            y_labels,
             legend: None,
         };
         if let Some(l) = legend_layout(&self.series, left, top, right, bottom) {
@@ -471,7 +543,7 @@ impl Chart {
             }
         };
         for s in &self.series {
-            let pts: Vec<(f64, f64)> = s.points.iter().map(|&(x, y)| f.to_pixel(x, y)).collect();
+            let pts = f.pixel_path(&s.points);
             if pts.len() == 1 {
                 count(pts[0].0, pts[0].1);
             }
@@ -483,6 +555,19 @@ impl Chart {
                     for k in 0..=n {
                         let t = t0 + (t1 - t0) * k as f64 / n as f64;
                         count(a.0 + t * (b.0 - a.0), a.1 + t * (b.1 - a.1));
+                    }
+                }
+            }
+        }
+        // A reference line's label under the legend would be lost: weigh it heavily.
+        for hl in &self.hlines {
+            if let Some((label, tx, ty)) = hline_label(f, hl) {
+                let (tx1, ty1) = (tx + text_width(&label) as i64, ty + TEXT_H as i64);
+                for (k, &(cx, cy)) in corners.iter().enumerate() {
+                    let (cx, cy) = (cx as i64, cy as i64);
+                    let (cx1, cy1) = (cx + w as i64, cy + h as i64);
+                    if tx < cx1 && cx < tx1 && ty < cy1 && cy < ty1 {
+                        hidden[k] += 1 << 32;
                     }
                 }
             }
@@ -503,8 +588,7 @@ impl Chart {
         let (left, top, right, bottom) = (f.left, f.top, f.right, f.bottom);
 
         // Grid and tick numbers.
-        let y_labels = tick_labels(&f.y_ticks, f.y_step);
-        for (&v, label) in f.y_ticks.iter().zip(&y_labels) {
+        for (&v, label) in f.y_ticks.iter().zip(&f.y_labels) {
             let row = f.to_pixel(f.x_min, v).1.floor() as i64;
             let row = row.clamp(top as i64, bottom as i64);
             c.fill(left as i64, row, right as i64, row + 1, GRID);
@@ -519,8 +603,7 @@ impl Chart {
             let tx = left as i64 - 1 - TICK_LEN as i64 - 4 - tw;
             c.text(tx, row - TEXT_H as i64 / 2, label, TEXT);
         }
-        let x_labels = tick_labels(&f.x_ticks, f.x_step);
-        for (&v, label) in f.x_ticks.iter().zip(&x_labels) {
+        for (&v, label) in f.x_ticks.iter().zip(&f.x_labels) {
             let col = f.to_pixel(v, f.y_min).0.floor() as i64;
             let col = col.clamp(left as i64 - 1, right as i64);
             c.fill(col, top as i64, col + 1, bottom as i64, GRID);
@@ -532,12 +615,9 @@ impl Chart {
                 AXIS,
             );
             let tw = text_width(label) as i64;
-            c.text(
-                col - tw / 2,
-                (bottom + 1 + TICK_LEN + 4) as i64,
-                label,
-                TEXT,
-            );
+            // Centred under the tick, but kept inside the image.
+            let tx = (col - tw / 2).min(self.width as i64 - 2 - tw).max(2);
+            c.text(tx, (bottom + 1 + TICK_LEN + 4) as i64, label, TEXT);
         }
 
         let clip = ClipRect {
@@ -550,15 +630,13 @@ impl Chart {
         // Reference lines, under the data.
         for hl in &self.hlines {
             let y = f.to_pixel(f.x_min, hl.value).1;
-            c.polyline(&[(clip.x0, y), (clip.x1, y)], 1.5, &clip, true);
+            c.polyline(&[(clip.x0, y), (clip.x1, y)], LINE_WIDTH / 2.0, &clip, true);
             c.flush(HLINE_COLOUR);
         }
 
         // The data.
-        let mut pts = Vec::new();
         for (i, s) in self.series.iter().enumerate() {
-            pts.clear();
-            pts.extend(s.points.iter().map(|&(x, y)| f.to_pixel(x, y)));
+            let pts = f.pixel_path(&s.points);
             if pts.len() == 1 {
                 c.dot(pts[0], 3.0, &clip);
             } else {
@@ -569,17 +647,20 @@ impl Chart {
 
         // Reference lines' labels, over the data.
         for hl in &self.hlines {
-            let y = f.to_pixel(f.x_min, hl.value).1;
-            // A line outside a fixed y range is not drawn, nor its label.
-            if !hl.label.is_empty() && y >= top as f64 && y <= bottom as f64 {
-                let label = fit_text(&hl.label, (right - left).saturating_sub(8));
-                let tw = text_width(&label) as i64;
-                let mut ty = y.floor() as i64 - 4 - TEXT_H as i64;
-                if ty < top as i64 + 2 {
-                    ty = y.floor() as i64 + 5;
+            if let Some((label, tx, ty)) = hline_label(&f, hl) {
+                // A white halo keeps the text legible over the lines and hides little of them.
+                for (dx, dy) in [
+                    (-1, 0),
+                    (1, 0),
+                    (0, -1),
+                    (0, 1),
+                    (-1, -1),
+                    (1, 1),
+                    (-1, 1),
+                    (1, -1),
+                ] {
+                    c.text(tx + dx, ty + dy, &label, WHITE);
                 }
-                let tx = left as i64 + 6;
-                c.fill(tx - 2, ty - 2, tx + tw + 2, ty + TEXT_H as i64 + 2, WHITE);
                 c.text(tx, ty, &label, HLINE_COLOUR);
             }
         }
@@ -644,7 +725,7 @@ impl Chart {
         }
         if !self.y_label.is_empty() {
             let t = fit_text(&self.y_label, self.width - 2 * MARGIN);
-            let y = top as i64 - 10 - TEXT_H as i64;
+            let y = top as i64 - 14 - TEXT_H as i64;
             c.text(MARGIN as i64, y, &t, TEXT);
         }
         if !self.x_label.is_empty() {
@@ -688,6 +769,22 @@ impl Chart {
             source,
         })
     }
+}
+
+/// A reference line's label as written (cut to fit) and its top left corner: above the
+/// line's left end, or below it when there is no room above. None when the line has no label
+/// or lies outside the plot area (a fixed y range).
+fn hline_label(f: &Frame, hl: &HLine) -> Option<(String, i64, i64)> {
+    let y = f.to_pixel(f.x_min, hl.value).1;
+    if hl.label.is_empty() || !(y >= f.top as f64 && y <= f.bottom as f64) {
+        return None;
+    }
+    let label = fit_text(&hl.label, (f.right - f.left).saturating_sub(12));
+    let mut ty = y.floor() as i64 - 4 - TEXT_H as i64;
+    if ty < f.top as i64 + 2 {
+        ty = y.floor() as i64 + 5;
+    }
+    Some((label, f.left as i64 + 6, ty))
 }
 
 /// Whether `lo..hi` is too narrow (or reversed) to put ticks on.
@@ -788,7 +885,7 @@ fn nice_axis(
 }
 
 /// The numbers written at the ticks: enough decimals to tell neighbours apart, an SI suffix
-/// from ten thousand up, exponent notation below 1e-4.
+/// from ten thousand up, exponent notation when the step is below 1e-4.
 fn tick_labels(ticks: &[f64], step: f64) -> Vec<String> {
     const SUFFIX: [&str; 7] = ["", "k", "M", "G", "T", "P", "E"];
     let mag = ticks.iter().fold(0f64, |m, t| m.max(t.abs()));
@@ -812,7 +909,9 @@ fn tick_labels(ticks: &[f64], step: f64) -> Vec<String> {
             } else if mag == 0.0 || step >= 1e-4 {
                 format!("{:.*}", decimals(step), t)
             } else {
-                format!("{t:.1e}")
+                // Enough digits after the mantissa's point to tell steps apart.
+                let digits = ((mag / step).log10() - 1e-9).ceil().clamp(1.0, 12.0) as usize;
+                format!("{t:.digits$e}")
             };
             match s.strip_prefix('-') {
                 Some(rest) if rest.chars().all(|c| matches!(c, '0' | '.')) => rest.to_string(),
@@ -823,7 +922,7 @@ fn tick_labels(ticks: &[f64], step: f64) -> Vec<String> {
 }
 
 const LEGEND_PAD: u32 = 6;
-const LEGEND_ROW: u32 = TEXT_H + 4;
+const LEGEND_ROW: u32 = TEXT_H + 6;
 const LEGEND_SAMPLE: u32 = 24;
 
 struct Legend {
@@ -871,7 +970,7 @@ fn legend_layout(
     }
     let text_w = rows.iter().map(|(_, t)| text_width(t)).max().unwrap_or(0);
     let w = fixed_w + text_w;
-    let h = 2 * LEGEND_PAD + rows.len() as u32 * LEGEND_ROW - 4;
+    let h = 2 * LEGEND_PAD + rows.len() as u32 * LEGEND_ROW - 2; // the last row's gap, less the descent
     Some(Legend { w, h, rows })
 }
 
@@ -931,6 +1030,11 @@ impl Canvas {
             if gx >= self.w as i64 {
                 break;
             }
+            let y = if descends(ch) {
+                y + (DESCENT * TEXT_SCALE) as i64
+            } else {
+                y
+            };
             for (r, bits) in glyph(ch).iter().enumerate() {
                 for col in 0..GLYPH_W {
                     if bits & (1 << (GLYPH_W - 1 - col)) != 0 {
@@ -1018,6 +1122,7 @@ impl Canvas {
         let len2 = dx * dx + dy * dy;
         let len = len2.sqrt();
         let r = half_w + 1.0;
+        let reach2 = (half_w + 0.5) * (half_w + 0.5);
         // Iterate along the major axis, and across it only near the line.
         let steep = dy.abs() > dx.abs();
         let (ma, mi_a, dmaj, dmin) = if steep {
@@ -1064,6 +1169,12 @@ impl Canvas {
             let mut n = n0;
             while n <= n1 {
                 let (x, y) = if steep { (n, m) } else { (m, n) };
+                n += 1.0;
+                // (x, y) lies inside the image here: the clip rectangle is within it.
+                let idx = y as usize * self.w as usize + x as usize;
+                if self.cov.get(idx) == Some(&255) {
+                    continue; // already fully covered by this shape
+                }
                 let (cx, cy) = (x + 0.5, y + 0.5);
                 let u = if len2 > 0.0 {
                     (((cx - a.0) * dx + (cy - a.1) * dy) / len2).clamp(0.0, 1.0)
@@ -1071,17 +1182,16 @@ impl Canvas {
                     0.0
                 };
                 let (qx, qy) = (a.0 + u * dx, a.1 + u * dy);
-                let d = ((cx - qx).powi(2) + (cy - qy).powi(2)).sqrt();
-                let mut cov = half_w + 0.5 - d;
+                let d2 = (cx - qx).powi(2) + (cy - qy).powi(2);
+                if d2 >= reach2 {
+                    continue;
+                }
                 if let Some(s0) = dash {
                     if (s0 + u * len).rem_euclid(DASH_PERIOD) >= DASH_ON {
-                        cov = 0.0;
+                        continue;
                     }
                 }
-                if cov > 0.0 {
-                    self.cover(x as i64, y as i64, cov);
-                }
-                n += 1.0;
+                self.cover(x as i64, y as i64, half_w + 0.5 - d2.sqrt());
             }
             m += 1.0;
         }
@@ -1121,6 +1231,7 @@ fn clip_segment(a: (f64, f64), b: (f64, f64), r: &ClipRect) -> Option<(f64, f64)
 
 // ---------------------------------------------------------------------------------------------
 // Font: 5 x 7 glyphs for ASCII 32..=126, one byte a row, top row first, bit 4 = leftmost column.
+// Text is TEXT_H pixels high above its baseline; g, p, q and y reach DESCENT font rows below.
 
 const GLYPH_W: u32 = 5;
 const TEXT_SCALE: u32 = 2;
@@ -1128,8 +1239,9 @@ const TEXT_H: u32 = 7 * TEXT_SCALE;
 /// Horizontal distance between two characters' left edges.
 const ADVANCE: u32 = (GLYPH_W + 1) * TEXT_SCALE;
 
-/// The width in pixels of `s` drawn by the canvas.
-fn text_width(s: &str) -> u32 {
+/// The width in pixels of `s` as the chart writes it (every character, even one drawn as `?`,
+/// takes the same room).
+pub fn text_width(s: &str) -> u32 {
     let n = s.chars().count() as u32;
     if n == 0 {
         0
@@ -1150,6 +1262,14 @@ fn fit_text(s: &str, max_px: u32) -> String {
     let mut t: String = s.chars().take(room - 3).collect();
     t.push_str("...");
     t
+}
+
+/// Font rows that the lower case letters with a tail (g, p, q, y) are drawn below the others:
+/// their glyphs hold the body in rows 0..5 and the tail in rows 5..7.
+const DESCENT: u32 = 2;
+
+fn descends(c: char) -> bool {
+    matches!(c, 'g' | 'p' | 'q' | 'y')
 }
 
 fn glyph(c: char) -> &'static [u8; 7] {
@@ -1234,7 +1354,7 @@ const FONT: [[u8; 7]; 95] = [
     [0x01, 0x01, 0x0D, 0x13, 0x11, 0x11, 0x0F], // d
     [0x00, 0x00, 0x0E, 0x11, 0x1F, 0x10, 0x0E], // e
     [0x06, 0x09, 0x08, 0x1C, 0x08, 0x08, 0x08], // f
-    [0x00, 0x0F, 0x11, 0x11, 0x0F, 0x01, 0x0E], // g
+    [0x0F, 0x11, 0x11, 0x11, 0x0F, 0x01, 0x0E], // g (descends)
     [0x10, 0x10, 0x16, 0x19, 0x11, 0x11, 0x11], // h
     [0x04, 0x00, 0x0C, 0x04, 0x04, 0x04, 0x0E], // i
     [0x02, 0x00, 0x06, 0x02, 0x02, 0x12, 0x0C], // j
@@ -1243,8 +1363,8 @@ const FONT: [[u8; 7]; 95] = [
     [0x00, 0x00, 0x1A, 0x15, 0x15, 0x11, 0x11], // m
     [0x00, 0x00, 0x16, 0x19, 0x11, 0x11, 0x11], // n
     [0x00, 0x00, 0x0E, 0x11, 0x11, 0x11, 0x0E], // o
-    [0x00, 0x00, 0x1E, 0x11, 0x1E, 0x10, 0x10], // p
-    [0x00, 0x00, 0x0D, 0x13, 0x0F, 0x01, 0x01], // q
+    [0x1E, 0x11, 0x11, 0x11, 0x1E, 0x10, 0x10], // p (descends)
+    [0x0F, 0x11, 0x11, 0x11, 0x0F, 0x01, 0x01], // q (descends)
     [0x00, 0x00, 0x16, 0x19, 0x10, 0x10, 0x10], // r
     [0x00, 0x00, 0x0E, 0x10, 0x0E, 0x01, 0x1E], // s
     [0x08, 0x08, 0x1C, 0x08, 0x08, 0x09, 0x06], // t
@@ -1252,7 +1372,7 @@ const FONT: [[u8; 7]; 95] = [
     [0x00, 0x00, 0x11, 0x11, 0x11, 0x0A, 0x04], // v
     [0x00, 0x00, 0x11, 0x11, 0x15, 0x15, 0x0A], // w
     [0x00, 0x00, 0x11, 0x0A, 0x04, 0x0A, 0x11], // x
-    [0x00, 0x00, 0x11, 0x11, 0x0F, 0x01, 0x0E], // y
+    [0x11, 0x11, 0x11, 0x11, 0x0F, 0x01, 0x0E], // y (descends)
     [0x00, 0x00, 0x1F, 0x02, 0x04, 0x08, 0x1F], // z
     [0x02, 0x04, 0x04, 0x08, 0x04, 0x04, 0x02], // {
     [0x04, 0x04, 0x04, 0x04, 0x04, 0x04, 0x04], // |

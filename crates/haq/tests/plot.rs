@@ -1,7 +1,9 @@
 //! The chart renderer: decode its PNG and check that the series, reference lines, ticks and
 //! legend land where the layout says, and that bad input is refused with a typed error.
 
-use haq::plot::{Chart, HLINE_COLOUR, MAX_SIDE, PlotError, Series, series_colour};
+use haq::plot::{
+    Chart, Frame, HLINE_COLOUR, MAX_SIDE, PlotError, Series, series_colour, text_width,
+};
 use proptest::prelude::*;
 
 struct Image {
@@ -242,6 +244,20 @@ fn legend_goes_where_it_hides_no_line() {
 }
 
 #[test]
+fn legend_keeps_off_a_reference_lines_label() {
+    // A rising line leaves the top left and bottom right corners free; the label of a line
+    // near the top sits at its left end, so the legend goes bottom right.
+    let chart = diagonal().hline(9.5, "expected");
+    let f = chart.frame().unwrap();
+    let l = f.legend.expect("a legend");
+    let (mid_x, mid_y) = ((f.left + f.right) / 2, (f.top + f.bottom) / 2);
+    assert!(l.x > mid_x && l.y > mid_y, "legend at {l:?}, plot {f:?}");
+    // Without the reference line, the first free corner in order is the top left.
+    let l = diagonal().frame().unwrap().legend.unwrap();
+    assert!(l.x < mid_x && l.y < mid_y, "legend at {l:?}");
+}
+
+#[test]
 fn title_is_drawn_in_the_top_band() {
     // Dark pixels in rows 0..24 (the title's band) between the y axis and the right edge of
     // the plot area (the top tick's number sits left of the axis).
@@ -422,6 +438,46 @@ fn example_chart_renders() {
     }
 }
 
+/// Tick numbers are distinct, and the x axis's do not overlap.
+fn check_tick_numbers(f: &Frame) -> Result<(), String> {
+    for (ticks, labels) in [(&f.x_ticks, &f.x_labels), (&f.y_ticks, &f.y_labels)] {
+        if ticks.len() != labels.len() {
+            return Err(format!("{ticks:?} against {labels:?}"));
+        }
+        for pair in labels.windows(2) {
+            if pair[0] == pair[1] {
+                return Err(format!("repeated tick number in {labels:?}"));
+            }
+        }
+    }
+    if f.x_ticks.len() > 3 {
+        for k in 1..f.x_ticks.len() {
+            let gap = f.to_pixel(f.x_ticks[k], 0.0).0 - f.to_pixel(f.x_ticks[k - 1], 0.0).0;
+            let need = (text_width(&f.x_labels[k]) + text_width(&f.x_labels[k - 1])) as f64 / 2.0;
+            if gap <= need {
+                return Err(format!("x numbers overlap: {:?}", f.x_labels));
+            }
+        }
+    }
+    Ok(())
+}
+
+#[test]
+fn tick_numbers_are_distinct_and_readable() {
+    for (lo, hi) in [
+        (1.00001e-5, 1.00002e-5),
+        (1e9, 1e9 + 100.0),
+        (-1.5e-7, 2.5e-7),
+        (123456.0, 123457.0),
+        (0.0, 1e18),
+    ] {
+        let c = Chart::new("t", "x", "y").with_series(Series::new("", vec![(lo, lo), (hi, hi)]));
+        let f = c.frame().unwrap();
+        check_tick_numbers(&f).unwrap();
+        assert!(c.to_png().is_ok());
+    }
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(64))]
 
@@ -445,6 +501,35 @@ proptest! {
         prop_assert_eq!((img.w, img.h), (w, h));
     }
 
+    /// Values of any magnitude within the limits, near each other or far apart, draw, with
+    /// readable tick numbers.
+    #[test]
+    fn values_of_any_scale_draw(
+        pts in prop::collection::vec(
+            ((any::<bool>(), -30f64..18.0), (any::<bool>(), -30f64..18.0)), 1..20),
+        offset in prop::option::of(-30f64..17.0),
+    ) {
+        let v = |(neg, e): (bool, f64)| if neg { -(10f64.powf(e)) } else { 10f64.powf(e) };
+        // With an offset, all points lie within a millionth of it: a narrow range far from
+        // zero (or, where that is below the 1e-9 relative limit, a single value).
+        let base = offset.map(|e| 10f64.powf(e)).unwrap_or(0.0);
+        let pts: Vec<(f64, f64)> = pts
+            .into_iter()
+            .map(|(x, y)| match offset {
+                Some(_) => (
+                    base * (1.0 + v(x) * 1e-24),
+                    base * (1.0 + v(y) * 1e-24),
+                ),
+                None => (v(x), v(y)),
+            })
+            .collect();
+        let chart = Chart::new("scale", "x", "y").with_size(640, 400)
+            .with_series(Series::new("s", pts));
+        let f = chart.frame().unwrap();
+        prop_assert!(check_tick_numbers(&f).is_ok(), "{:?}", check_tick_numbers(&f));
+        prop_assert_eq!(decode(&chart.to_png().unwrap()).w, 640);
+    }
+
     /// Any finite values at all (up to f64::MAX) never panic: they draw or are refused.
     #[test]
     fn any_finite_values_never_panic(
@@ -461,4 +546,38 @@ proptest! {
             Err(e) => prop_assert!(false, "unexpected error {e}"),
         }
     }
+}
+
+#[test]
+fn dense_sorted_series_draws_like_the_full_path() {
+    // 40 000 points over ~800 columns, with noise: drawn in x order the series is thinned
+    // (each eighth of a pixel column keeps four points); drawn backwards (x decreasing) every
+    // segment is drawn. The pictures agree up to the shade of some edge pixels.
+    let pts: Vec<(f64, f64)> = (0..40_000)
+        .map(|i| {
+            let x = i as f64 * 0.001;
+            (x, (x * 3.0).sin() + ((i * 7919) % 101) as f64 * 0.004)
+        })
+        .collect();
+    let mut backwards = pts.clone();
+    backwards.reverse();
+    let draw = |p: Vec<(f64, f64)>| {
+        let c = Chart::new("dense", "x", "y")
+            .with_size(900, 500)
+            .with_series(Series::new("", p));
+        decode(&c.to_png().unwrap())
+    };
+    let (a, b) = (draw(pts), draw(backwards));
+    let inked = a.count_in(0, 0, a.w, a.h, series_colour(0));
+    assert!(inked > 5_000, "{inked} pixels of the series colour");
+    let mut differ = 0;
+    for (p, q) in a.rgb.chunks(3).zip(b.rgb.chunks(3)) {
+        if p != q {
+            differ += 1;
+        }
+        for (u, v) in p.iter().zip(q) {
+            assert!(u.abs_diff(*v) < 32, "{p:?} against {q:?}");
+        }
+    }
+    assert!(differ * 5 < inked, "{differ} pixels differ, {inked} inked");
 }
