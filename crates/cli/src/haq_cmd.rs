@@ -414,14 +414,14 @@ fn model_cmd(a: &ModelArgs) -> Result<Outcome> {
         return Ok(Outcome::Ok);
     }
     println!(
-        "{:?}, weights in {weight_unit}, gamma {} {rate_unit}, q {}{}",
+        "{}, weights in {weight_unit}, gamma {} {rate_unit}, q {}{}",
         cfg.policy,
         fmt_num(gamma),
         a.queue_depth,
         a_over_p.map_or(String::new(), |v| format!(", a/p {v} us"))
     );
     println!(
-        "{:<7} {:>8} {:>5} {:>22} {:>20} {:>14} {:>14}",
+        "{:<7} {:>8} {:>5} {:>21} {:>20} {:>14} {:>14}",
         "class",
         "weight",
         "rho",
@@ -432,7 +432,7 @@ fn model_cmd(a: &ModelArgs) -> Result<Outcome> {
     );
     for c in &out.classes {
         println!(
-            "{:<7} {:>8} {:>5.2} {:>7.1}% {:>13} {:>20} {:>14} {:>14}",
+            "{:<7} {:>8} {:>5.2} {:>6.1}% = {:>11} {:>20} {:>14} {:>14}",
             c.class.name(),
             c.weight,
             c.rho,
@@ -662,7 +662,7 @@ fn run_cmd(a: &RunArgs) -> Result<Outcome> {
         sc.name, sc.description, a.seconds
     );
     for r in &runs {
-        println!("{:?}:", r.policy);
+        println!("{}:", r.policy);
         println!(
             "  {:<6} {:<7} {:>11} {:>7} {:>8} {:>10} {:>10} {:>9}",
             "job", "class", "MB/s", "share", "expected", "kIOPS", "wait p99", "dropped"
@@ -681,7 +681,7 @@ fn run_cmd(a: &RunArgs) -> Result<Outcome> {
             );
         }
         println!(
-            "  A:B bytes {:.3} (expected {:.3}, model for {:?} {:.3}, WRR prediction {:.3}); \
+            "  A:B bytes {:.3} (expected {:.3}, model for {} {:.3}, WRR prediction {:.3}); \
              A:B commands {:.3}",
             r.ratio,
             r.expected_ratio,
@@ -695,14 +695,6 @@ fn run_cmd(a: &RunArgs) -> Result<Outcome> {
         println!("bandwidth over time: {}", png.display());
     }
     Ok(Outcome::Ok)
-}
-
-fn policy_name(p: Policy) -> &'static str {
-    match p {
-        Policy::Drr => "drr",
-        Policy::Wrr => "wrr",
-        Policy::RoundRobin => "rr",
-    }
 }
 
 fn sizes_label(t: &haq::sim::TenantSpec) -> String {
@@ -730,7 +722,7 @@ fn scenario_chart(sc: &Scenario, runs: &[ScenarioRun]) -> Chart {
                     t.name,
                     t.class.name(),
                     sizes_label(spec),
-                    policy_name(r.policy)
+                    r.policy.name()
                 )
             } else {
                 format!("{} {} {}", t.name, t.class.name(), sizes_label(spec))
@@ -743,7 +735,7 @@ fn scenario_chart(sc: &Scenario, runs: &[ScenarioRun]) -> Chart {
             "{}: bandwidth over time ({})",
             sc.name,
             runs.iter()
-                .map(|r| policy_name(r.policy))
+                .map(|r| r.policy.name())
                 .collect::<Vec<_>>()
                 .join(", ")
         ),
@@ -784,7 +776,7 @@ fn rho_cmd(a: &RunArgs, policies: &[Policy]) -> Result<Outcome> {
     let chart = |latency: bool| {
         let mut series = Vec::new();
         for s in &studies {
-            let name = policy_name(s.arbiter.policy);
+            let name = s.arbiter.policy.name();
             let pick = |p: &scenario::RhoPoint, model: bool| match (latency, model) {
                 (false, false) => p.sim_high_bps / 1e6,
                 (false, true) => p.model_high_bps / 1e6,
@@ -845,7 +837,7 @@ fn rho_cmd(a: &RunArgs, policies: &[Policy]) -> Result<Outcome> {
     }
     for s in &studies {
         println!(
-            "{:?} weights (h,m,l) = {} {} {}; gamma {:.0} commands/s = {:.1} MB/s (4 KiB); \
+            "{} weights (h,m,l) = {} {} {}; gamma {:.0} commands/s = {:.1} MB/s (4 KiB); \
              q {}; a/p = 1/gamma = {:.3} us",
             s.arbiter.policy,
             s.arbiter.weight_cost(Class::High),
