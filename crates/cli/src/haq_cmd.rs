@@ -69,6 +69,20 @@ pub enum HaqCommand {
         kavach haq run rho-study --png rho.png --latency-png rho-latency.png\n\n\
         Exit status: 0 ran; 2 could not run (a bad argument, a PNG that cannot be written).")]
     Run(RunArgs),
+    /// Choose 8-bit class weights that give each class the bandwidth it needs.
+    ///
+    /// Each --need is CLASS=BANDWIDTH[:SIZE] (class high, medium or low; bandwidth in bytes/s,
+    /// k, M, G powers of 1000; the class's request size, default 4k, which WRR needs since it
+    /// weighs commands). The weights are the finest (largest counts up to 256) under which
+    /// every class's guaranteed share (Eq. 6.1, every class backlogged) of a device of GAMMA
+    /// bytes/s is at least what it needs; capacity left over goes to the classes in
+    /// proportion to their needs. A class not named gets weight 1.
+    #[command(after_help = "Examples:\n  \
+        kavach haq weights --gamma 680M --need high=300M --need medium=150M --need low=50M\n  \
+        kavach haq weights --policy wrr --gamma 680M --need high=300M:4k --need low=100M:64k --json\n\n\
+        Exit status: 0 printed; 2 could not run (a bad argument, needs beyond the device or \
+        beyond what 8-bit weights can express).")]
+    Weights(WeightsArgs),
     /// Measure a device's saturated throughput (gamma) and the model's a/p by reading it flat
     /// out from several threads.
     ///
@@ -167,6 +181,10 @@ pub struct RunArgs {
     /// The arbitration (all: DRR, WRR and RR).
     #[arg(long, value_enum, default_value_t = RunPolicyArg::Drr)]
     policy: RunPolicyArg,
+    /// Weights high,medium,low for --policy drr or wrr (default: the dissertation's); the
+    /// expected shares follow them.
+    #[arg(long)]
+    weights: Option<String>,
     /// Simulated seconds per run (0 < N <= 3600).
     #[arg(long, default_value_t = 10.0)]
     seconds: f64,
@@ -180,6 +198,22 @@ pub struct RunArgs {
     #[arg(long)]
     latency_png: Option<PathBuf>,
     /// Print JSON (the simulator's full reports).
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct WeightsArgs {
+    /// The arbitration (wrr or drr).
+    #[arg(long, value_enum, default_value_t = PolicyArg::Drr)]
+    policy: PolicyArg,
+    /// Device bandwidth, bytes/s.
+    #[arg(long)]
+    gamma: String,
+    /// What a class needs, CLASS=BANDWIDTH[:SIZE] (repeatable, at least one).
+    #[arg(long, required = true)]
+    need: Vec<String>,
+    /// Print JSON.
     #[arg(long)]
     json: bool,
 }
@@ -211,6 +245,7 @@ pub fn run(c: HaqCommand) -> Result<Outcome> {
         HaqCommand::Model(a) => model_cmd(&a),
         HaqCommand::Admit(a) => admit_cmd(&a),
         HaqCommand::Run(a) => run_cmd(&a),
+        HaqCommand::Weights(a) => weights_cmd(&a),
         HaqCommand::Calibrate(a) => calibrate_cmd(&a),
     }
 }
@@ -628,6 +663,18 @@ fn run_cmd(a: &RunArgs) -> Result<Outcome> {
     for p in a.png.iter().chain(a.latency_png.iter()) {
         check_png_target(p)?;
     }
+    let custom = match (a.weights.as_deref(), a.policy) {
+        (None, _) => None,
+        (Some(w), RunPolicyArg::Drr) => Some(arbiter(PolicyArg::Drr, Some(w))?),
+        (Some(w), RunPolicyArg::Wrr) => Some(arbiter(PolicyArg::Wrr, Some(w))?),
+        (Some(_), _) => {
+            return Err(refused(
+                "--weights: give --policy drr or wrr with them (rr has none, and all would \
+                 need two kinds)",
+            ));
+        }
+    };
+    let config = |p: Policy| custom.unwrap_or_else(|| scenario::dissertation_config(p));
     let policies: Vec<Policy> = match a.policy {
         RunPolicyArg::Drr => vec![Policy::Drr],
         RunPolicyArg::Wrr => vec![Policy::Wrr],
@@ -635,16 +682,19 @@ fn run_cmd(a: &RunArgs) -> Result<Outcome> {
         RunPolicyArg::All => vec![Policy::Drr, Policy::Wrr, Policy::RoundRobin],
     };
     if a.scenario.eq_ignore_ascii_case("rho-study") {
-        return rho_cmd(a, &policies);
+        return rho_cmd(a, &policies, &config);
     }
     if a.latency_png.is_some() {
         return Err(refused("--latency-png: only rho-study has a latency plot"));
     }
-    let sc = Scenario::get(&a.scenario).map_err(|e| refused(format!("{e}")))?;
+    let mut sc = Scenario::get(&a.scenario).map_err(|e| refused(format!("{e}")))?;
+    if let Some(c) = &custom {
+        sc.promised_by(c.weights);
+    }
     let mut runs = Vec::new();
     for &p in &policies {
         runs.push(
-            sc.run(&scenario::dissertation_config(p), a.seconds, a.seed)
+            sc.run(&config(p), a.seconds, a.seed)
                 .map_err(|e| refused(format!("{e}")))?,
         );
     }
@@ -756,7 +806,11 @@ fn scenario_chart(sc: &Scenario, runs: &[ScenarioRun]) -> Chart {
     chart
 }
 
-fn rho_cmd(a: &RunArgs, policies: &[Policy]) -> Result<Outcome> {
+fn rho_cmd(
+    a: &RunArgs,
+    policies: &[Policy],
+    config: &dyn Fn(Policy) -> ArbiterConfig,
+) -> Result<Outcome> {
     let rhos: Vec<f64> = (0..=10).map(|k| k as f64 / 10.0).collect();
     let mut studies: Vec<RhoStudy> = Vec::new();
     for &p in policies {
@@ -769,7 +823,7 @@ fn rho_cmd(a: &RunArgs, policies: &[Policy]) -> Result<Outcome> {
             continue;
         }
         studies.push(
-            scenario::rho_study(&scenario::dissertation_config(p), &rhos, a.seconds, a.seed)
+            scenario::rho_study(&config(p), &rhos, a.seconds, a.seed)
                 .map_err(|e| refused(format!("{e}")))?,
         );
     }
@@ -880,6 +934,139 @@ fn rho_cmd(a: &RunArgs, policies: &[Policy]) -> Result<Outcome> {
     for p in a.png.iter().chain(a.latency_png.iter()) {
         println!("plot: {}", p.display());
     }
+    Ok(Outcome::Ok)
+}
+
+#[derive(Debug, serde::Serialize)]
+struct WeightRow {
+    class: Class,
+    count: u32,
+    weight: u64,
+    needed_bps: f64,
+    guaranteed_bps: f64,
+}
+
+#[derive(Debug, serde::Serialize)]
+struct WeightsOut {
+    policy: Policy,
+    gamma_bps: f64,
+    weights: String,
+    classes: Vec<WeightRow>,
+}
+
+fn weights_cmd(a: &WeightsArgs) -> Result<Outcome> {
+    if a.policy == PolicyArg::Rr {
+        return Err(refused(
+            "--policy rr: round robin has no weights; use wrr or drr",
+        ));
+    }
+    let gamma = parse_rate("--gamma", &a.gamma)?;
+    if gamma <= 0.0 {
+        return Err(refused("--gamma: expected a bandwidth above 0, found 0"));
+    }
+    let mut reqs: Vec<model::ClassRequirement> = Vec::new();
+    for n in &a.need {
+        let usage = |why: String| {
+            refused(format!(
+                "--need `{n}`: {why} (expected CLASS=BANDWIDTH[:SIZE], e.g. high=300M:4k)"
+            ))
+        };
+        let (class, rest) = n.split_once('=').ok_or_else(|| usage("no `=`".into()))?;
+        let class = match class.to_ascii_lowercase().as_str() {
+            "high" => Class::High,
+            "medium" => Class::Medium,
+            "low" => Class::Low,
+            other => return Err(usage(format!("class `{other}` is not high, medium or low"))),
+        };
+        if reqs.iter().any(|r| r.class == class) {
+            return Err(usage(format!("class {} is named twice", class.name())));
+        }
+        let (bw, size) = match rest.split_once(':') {
+            Some((b, s)) => (b, Some(s)),
+            None => (rest, None),
+        };
+        let bandwidth_bps = parse_rate("BANDWIDTH", bw).map_err(|e| usage(format!("{e:#}")))?;
+        let request_bytes = match size {
+            Some(s) => match parse_size(s) {
+                Ok(b) if (1..=1 << 30).contains(&b) => b as f64,
+                _ => return Err(usage(format!("SIZE `{s}` is not 1 byte..1 GiB"))),
+            },
+            None => 4096.0,
+        };
+        reqs.push(model::ClassRequirement {
+            class,
+            bandwidth_bps,
+            request_bytes,
+        });
+    }
+    let policy = a.policy.policy();
+    let w = model::choose_weights(&reqs, policy, gamma).map_err(|e| refused(format!("{e}")))?;
+    let mut cfg = scenario::dissertation_config(policy);
+    cfg.weights = w;
+    // The guarantee, every class backlogged: byte weights per round (WRR: count × size).
+    let size_of = |c: Class| {
+        reqs.iter().find(|r| r.class == c).map_or_else(
+            || reqs.iter().map(|r| r.request_bytes).fold(1.0, f64::max),
+            |r| r.request_bytes,
+        )
+    };
+    let eff = |c: Class| match policy {
+        Policy::Wrr => f64::from(w.count(c)) * size_of(c),
+        _ => cfg.weight_cost(c) as f64,
+    };
+    let total: f64 = CLASSES.iter().map(|&c| eff(c)).sum();
+    let classes: Vec<WeightRow> = CLASSES
+        .iter()
+        .map(|&c| WeightRow {
+            class: c,
+            count: w.count(c),
+            weight: cfg.weight_cost(c),
+            needed_bps: reqs
+                .iter()
+                .find(|r| r.class == c)
+                .map_or(0.0, |r| r.bandwidth_bps),
+            guaranteed_bps: eff(c) / total * gamma,
+        })
+        .collect();
+    let weights = match policy {
+        Policy::Wrr => format!(
+            "{},{},{}",
+            classes[0].count, classes[1].count, classes[2].count
+        ),
+        _ => format!(
+            "{},{},{}",
+            classes[0].weight, classes[1].weight, classes[2].weight
+        ),
+    };
+    let out = WeightsOut {
+        policy,
+        gamma_bps: gamma,
+        weights,
+        classes,
+    };
+    if a.json {
+        print_json(&out)?;
+        return Ok(Outcome::Ok);
+    }
+    println!(
+        "{:<7} {:>6} {:>10} {:>14} {:>16}",
+        "class", "count", "weight", "needed B/s", "guaranteed B/s"
+    );
+    for c in &out.classes {
+        println!(
+            "{:<7} {:>6} {:>10} {:>14} {:>16}",
+            c.class.name(),
+            c.count,
+            c.weight,
+            fmt_num(c.needed_bps),
+            fmt_num(c.guaranteed_bps)
+        );
+    }
+    println!(
+        "--policy {} --weights {} (guaranteed: every class backlogged, Eq. 6.1)",
+        policy.name(),
+        out.weights
+    );
     Ok(Outcome::Ok)
 }
 

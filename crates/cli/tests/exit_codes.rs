@@ -218,6 +218,7 @@ fn table() -> Vec<Row> {
             &["S1", "--seconds", "0.1", "--png", "P"],
             &[Input::Directory],
         ),
+        row(&["haq", "weights"], &["--gamma", "1G", "--need", "P"], ALL),
         row(
             &["haq", "calibrate"],
             &["P", "--seconds", "0.1"],

@@ -175,6 +175,61 @@ fn admit_says_yes_within_the_shares_and_no_beyond_them() {
 }
 
 #[test]
+fn weights_are_chosen_to_meet_the_needs_and_a_run_with_them_delivers() {
+    let j = run_json(
+        &[
+            "haq",
+            "weights",
+            "--gamma",
+            "680M",
+            "--need",
+            "high=300M",
+            "--need",
+            "medium=150M",
+            "--need",
+            "low=50M",
+        ],
+        0,
+    );
+    for c in j["classes"].as_array().unwrap() {
+        assert!(f(&c["guaranteed_bps"]) >= f(&c["needed_bps"]), "{c}");
+        let n = c["count"].as_u64().unwrap();
+        assert!((1..=256).contains(&n), "{c}");
+    }
+    // The weights it prints are accepted by run, and the shares follow them.
+    let w = j["weights"].as_str().unwrap().to_owned();
+    let r = run_json(
+        &[
+            "haq",
+            "run",
+            "S1",
+            "--policy",
+            "drr",
+            "--weights",
+            &w,
+            "--seconds",
+            "0.5",
+        ],
+        0,
+    );
+    let high = f(&j["classes"][0]["weight"]);
+    let medium = f(&j["classes"][1]["weight"]);
+    assert!(
+        rel(f(&r[0]["expected_ratio"]), high / medium) < 1e-9,
+        "{}",
+        r[0]["expected_ratio"]
+    );
+    assert!(
+        rel(f(&r[0]["ratio"]), high / medium) < 0.05,
+        "{}",
+        r[0]["ratio"]
+    );
+    // Needs beyond the device are refused.
+    let o = kavach(&["haq", "weights", "--gamma", "100M", "--need", "high=300M"]);
+    assert_refused(&o, 2, "bandwidth required in total");
+}
+
+#[test]
 fn calibrate_measures_a_file_and_changes_nothing() {
     let s = Scratch::new("haq-cal");
     let dev = s.path("dev.img");
@@ -300,6 +355,26 @@ fn bad_arguments_exit_2_with_one_line_naming_them() {
         ),
         (vec!["haq", "run", "S1", "--latency-png", &png], "rho-study"),
         (vec!["haq", "run", "rho-study", "--policy", "rr"], "rr"),
+        (
+            vec!["haq", "run", "S1", "--policy", "all", "--weights", "1,1,1"],
+            "--weights",
+        ),
+        (
+            vec!["haq", "weights", "--gamma", "1G", "--need", "vip=1M"],
+            "vip",
+        ),
+        (
+            vec![
+                "haq", "weights", "--gamma", "1G", "--need", "high=1M", "--need", "high=2M",
+            ],
+            "twice",
+        ),
+        (
+            vec![
+                "haq", "weights", "--policy", "rr", "--gamma", "1G", "--need", "high=1M",
+            ],
+            "rr",
+        ),
         (
             vec!["haq", "calibrate", "/nonexistent/device"],
             "nonexistent",

@@ -148,6 +148,14 @@ impl Scenario {
         })
     }
 
+    /// Make the expected shares the ones `weights` promise (as byte weights, the way the
+    /// dissertation reads them: counts in the 4:2:1 of WRR (32,16,8) and DRR (128k,64k,32k)).
+    pub fn promised_by(&mut self, weights: crate::arbiter::Weights) {
+        let mut cfg = ArbiterConfig::dissertation_drr();
+        cfg.weights = weights;
+        self.expected_shares = self.predicted_shares(&cfg);
+    }
+
     /// The ratio of job A's bytes to job B's the weights promise.
     pub fn expected_ratio(&self) -> f64 {
         self.expected_shares[0] / self.expected_shares[1]

@@ -1,7 +1,7 @@
 //! The dissertation's findings, reproduced on the simulator: S1-S5 under DRR, WRR and RR, a
 //! flooding tenant, and the model against the simulation as the low class's utilisation varies.
 
-use haq::arbiter::Policy;
+use haq::arbiter::{ArbiterConfig, Policy, Weights};
 use haq::scenario::{Scenario, dissertation_config, rho_study};
 
 const SECONDS: f64 = 2.0;
@@ -157,4 +157,22 @@ fn the_model_is_within_5_percent_of_the_simulation_as_rho_l_varies() {
         // At rho_l = 0 the high class gets h/(h+m) = 2/3 of the device.
         assert!(rel(first.model_high_bps, study.gamma_bps * 2.0 / 3.0) < 1e-9);
     }
+}
+
+#[test]
+fn the_model_holds_with_the_validation_weight_order_too() {
+    // §6.3.2 lists DRR weights (32k, 64k, 128k): the high class is the lightest, so its
+    // throughput falls from 1/3 of the device to 1/7 and its latency grows 2.33x.
+    let mut cfg = ArbiterConfig::dissertation_drr();
+    cfg.weights = Weights::from_counts(64, 128, 256).unwrap();
+    let study = rho_study(&cfg, &[0.0, 0.5, 1.0], SECONDS, 5).unwrap();
+    for p in &study.points {
+        assert!(p.throughput_error < 0.05, "rho_l {}: {p:?}", p.rho_l);
+        assert!(p.latency_error < 0.05, "rho_l {}: {p:?}", p.rho_l);
+        assert!(p.sim_wait_max_us <= p.bound_us, "rho_l {}: {p:?}", p.rho_l);
+    }
+    assert!(rel(study.points[0].model_high_bps, study.gamma_bps / 3.0) < 1e-9);
+    assert!(rel(study.points[2].model_high_bps, study.gamma_bps / 7.0) < 1e-9);
+    let growth = study.points[2].model_t_max_us / study.points[0].model_t_max_us;
+    assert!(rel(growth, 7.0 / 3.0) < 1e-9, "{growth}");
 }
