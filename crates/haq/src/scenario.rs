@@ -206,6 +206,11 @@ impl Scenario {
         seed: u64,
     ) -> Result<ScenarioRun, HaqError> {
         let report = sim::simulate(&self.config(cfg, seconds, seed))?;
+        Ok(self.finish(cfg, report))
+    }
+
+    /// The ratios and predictions around a run's report.
+    fn finish(&self, cfg: &ArbiterConfig, report: SimReport) -> ScenarioRun {
         let total = report.total_bps();
         let shares: Vec<f64> = report
             .tenants
@@ -220,7 +225,7 @@ impl Scenario {
             .collect();
         let cmds = |i: usize| report.tenants[i].commands as f64;
         let predicted = self.predicted_shares(cfg);
-        Ok(ScenarioRun {
+        ScenarioRun {
             scenario: self.name.clone(),
             policy: cfg.policy,
             ratio: shares[0] / shares[1],
@@ -235,7 +240,7 @@ impl Scenario {
             expected_shares: self.expected_shares.clone(),
             predicted_shares: predicted,
             report,
-        })
+        }
     }
 }
 

@@ -107,7 +107,8 @@ impl SizeMix {
         Ok(())
     }
 
-    fn pick(&self, rng: &mut SplitMix) -> u32 {
+    /// Draw a size.
+    pub fn pick(&self, rng: &mut SplitMix) -> u32 {
         if self.sizes.len() == 1 {
             return self.sizes[0].0;
         }
