@@ -24,3 +24,5 @@ pub mod stats;
 pub use arbiter::{Arbiter, ArbiterConfig, Full, Grant, Policy, QueueId, Weights};
 pub use class::{Class, HaqError};
 pub use ioprio::IoPrio;
+pub use runtime::{Controller, ControllerOptions, Job, ServiceModel, TenantQueue};
+pub use stats::{ControllerStats, Histogram, TenantStats};
