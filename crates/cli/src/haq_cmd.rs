@@ -66,6 +66,7 @@ pub enum HaqCommand {
         kavach haq run S1 --policy all --png s1.png\n  \
         kavach haq run S5 --policy wrr --seconds 2 --json\n  \
         kavach haq run rogue\n  \
+        kavach haq run S3 --engine live --seconds 5 --policy all --png s3-live.png\n  \
         kavach haq run rho-study --png rho.png --latency-png rho-latency.png\n\n\
         Exit status: 0 ran; 2 could not run (a bad argument, a PNG that cannot be written).")]
     Run(RunArgs),
@@ -127,6 +128,14 @@ pub enum RunPolicyArg {
     All,
 }
 
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum EngineArg {
+    /// The discrete-event simulator (deterministic, fast).
+    Sim,
+    /// The real-time controller (runtime::Controller) with an emulated device.
+    Live,
+}
+
 #[derive(Debug, Args)]
 pub struct ModelArgs {
     /// The arbitration (WRR or DRR: round robin has no weights).
@@ -185,7 +194,12 @@ pub struct RunArgs {
     /// expected shares follow them.
     #[arg(long)]
     weights: Option<String>,
-    /// Simulated seconds per run (0 < N <= 3600).
+    /// sim: the discrete-event simulator; live: the real-time controller with an emulated
+    /// device (4 units, 500 us + 50 bytes/us a command) and in-process tenants, for
+    /// --seconds of wall-clock time per policy.
+    #[arg(long, value_enum, default_value_t = EngineArg::Sim)]
+    engine: EngineArg,
+    /// Seconds per run (0 < N <= 3600): simulated, or wall-clock with --engine live.
     #[arg(long, default_value_t = 10.0)]
     seconds: f64,
     /// Seed of the simulation's random sizes and arrivals.
@@ -682,6 +696,11 @@ fn run_cmd(a: &RunArgs) -> Result<Outcome> {
         RunPolicyArg::All => vec![Policy::Drr, Policy::Wrr, Policy::RoundRobin],
     };
     if a.scenario.eq_ignore_ascii_case("rho-study") {
+        if a.engine == EngineArg::Live {
+            return Err(refused(
+                "rho-study --engine live: the study runs on the simulator only",
+            ));
+        }
         return rho_cmd(a, &policies, &config);
     }
     if a.latency_png.is_some() {
@@ -694,8 +713,11 @@ fn run_cmd(a: &RunArgs) -> Result<Outcome> {
     let mut runs = Vec::new();
     for &p in &policies {
         runs.push(
-            sc.run(&config(p), a.seconds, a.seed)
-                .map_err(|e| refused(format!("{e}")))?,
+            match a.engine {
+                EngineArg::Sim => sc.run(&config(p), a.seconds, a.seed),
+                EngineArg::Live => sc.run_live(&config(p), a.seconds, a.seed),
+            }
+            .map_err(|e| refused(format!("{e}")))?,
         );
     }
     if let Some(png) = &a.png {
@@ -707,10 +729,19 @@ fn run_cmd(a: &RunArgs) -> Result<Outcome> {
         print_json(&runs)?;
         return Ok(Outcome::Ok);
     }
-    println!(
-        "{} ({}), {} simulated seconds",
-        sc.name, sc.description, a.seconds
-    );
+    match a.engine {
+        EngineArg::Sim => println!(
+            "{} ({}), {} simulated seconds",
+            sc.name, sc.description, a.seconds
+        ),
+        EngineArg::Live => println!(
+            "{} ({}), {} s live on the controller, device {}",
+            sc.name,
+            sc.description,
+            a.seconds,
+            scenario::live_device()
+        ),
+    }
     for r in &runs {
         println!("{}:", r.policy);
         println!(

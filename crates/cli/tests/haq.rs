@@ -356,6 +356,14 @@ fn bad_arguments_exit_2_with_one_line_naming_them() {
         (vec!["haq", "run", "S1", "--latency-png", &png], "rho-study"),
         (vec!["haq", "run", "rho-study", "--policy", "rr"], "rr"),
         (
+            vec!["haq", "run", "rho-study", "--engine", "live"],
+            "simulator only",
+        ),
+        (
+            vec!["haq", "run", "S1", "--engine", "live", "--seconds", "0"],
+            "--seconds",
+        ),
+        (
             vec!["haq", "run", "S1", "--policy", "all", "--weights", "1,1,1"],
             "--weights",
         ),
@@ -400,4 +408,50 @@ fn bad_arguments_exit_2_with_one_line_naming_them() {
             "`kavach {what}` wrote the PNG"
         );
     }
+}
+
+#[test]
+fn the_live_controller_reproduces_s1_and_holds_the_flooding_tenant() {
+    // Real time on the controller with its emulated device: the ratios, not the speeds.
+    let j = run_json(
+        &[
+            "haq",
+            "run",
+            "S1",
+            "--engine",
+            "live",
+            "--policy",
+            "all",
+            "--seconds",
+            "2",
+        ],
+        0,
+    );
+    let runs = j.as_array().unwrap();
+    let by = |p: &str| runs.iter().find(|r| r["policy"] == p).unwrap();
+    assert!(
+        rel(f(&by("drr")["ratio"]), 2.0) < 0.05,
+        "drr {}",
+        by("drr")["ratio"]
+    );
+    assert!(
+        rel(f(&by("wrr")["ratio"]), 1.0) < 0.05,
+        "wrr {}",
+        by("wrr")["ratio"]
+    );
+    assert!(
+        rel(f(&by("rr")["command_ratio"]), 1.0) < 0.05,
+        "rr {}",
+        by("rr")["command_ratio"]
+    );
+    let r = run_json(
+        &["haq", "run", "rogue", "--engine", "live", "--seconds", "2"],
+        0,
+    );
+    let shares = r[0]["shares"].as_array().unwrap();
+    for (s, e) in shares.iter().zip([4.0 / 7.0, 2.0 / 7.0, 1.0 / 7.0]) {
+        assert!(rel(f(s), e) < 0.05, "{shares:?}");
+    }
+    // The controller's own statistics were read: the waits are there.
+    assert!(f(&r[0]["report"]["tenants"][2]["wait_p99_us"]) > 0.0);
 }

@@ -32,7 +32,9 @@
 use crate::arbiter::{ArbiterConfig, Policy};
 use crate::class::{Class, HaqError};
 use crate::model::{self, ClassLoad, TenantDemand};
-use crate::sim::{self, ServiceModel, SimConfig, SimReport, SizeMix, TenantSpec};
+use crate::sim::{
+    self, ServiceModel, SimConfig, SimReport, SizeMix, SplitMix, TenantReport, TenantSpec,
+};
 
 /// Commands each back-to-back job keeps outstanding, and the depth of every queue.
 pub const DEPTH: u32 = 32;
@@ -428,4 +430,183 @@ pub fn rho_study(
         buckets,
         bucket_s,
     })
+}
+
+/// The device of live runs: 4 units, 500 us + 50 bytes/us a command (4 KiB: 582 us, about
+/// 6.9k commands/s in all). Slower than the simulator's so that the controller's wake-up
+/// delays (tens of microseconds) are small against a service time, and so that the tenants'
+/// threads keep up on a small machine.
+pub fn live_device() -> ServiceModel {
+    ServiceModel {
+        units: 4,
+        base_us: 500.0,
+        bytes_per_us: 50.0,
+    }
+}
+
+#[derive(Debug, Default)]
+struct LiveAcc {
+    commands: u64,
+    bytes: u64,
+    busy_us: f64,
+    latency_sum_us: f64,
+    latencies_us: Vec<f64>,
+    buckets: Vec<u64>,
+}
+
+impl Scenario {
+    /// Run it in real time on the controller ([`crate::runtime::Controller`]) with the
+    /// emulated [`live_device`], for `seconds` of wall-clock time (a tenth of it, at most one
+    /// second, is warm-up). Each back-to-back job is [`DEPTH`] threads, each with one command
+    /// outstanding (`TenantQueue::run`, which returns at the command's emulated completion);
+    /// a flooding job has twice as many threads, the extra ones blocked on its full queue
+    /// (the controller's backpressure stands in for the simulator's dropped submissions, so
+    /// its `dropped` is 0). The commands do no work: the controller's service model makes
+    /// them take their time. Queue waits come from the controller's statistics
+    /// (`wait_max_us` is not measured live and is 0).
+    pub fn run_live(
+        &self,
+        cfg: &ArbiterConfig,
+        seconds: f64,
+        seed: u64,
+    ) -> Result<ScenarioRun, HaqError> {
+        use crate::runtime::{Controller, ControllerOptions};
+        use std::sync::{Arc, Mutex};
+        use std::time::{Duration, Instant};
+        if !(seconds.is_finite() && seconds > 0.0 && seconds <= 3600.0) {
+            return Err(HaqError::InvalidConfig {
+                what: "seconds",
+                expected: "0 < seconds <= 3600".into(),
+                found: seconds.to_string(),
+            });
+        }
+        let dev = live_device();
+        let ctl = Controller::start(ControllerOptions {
+            arbiter: *cfg,
+            workers: dev.units,
+            service: Some(dev),
+            queue_depth: DEPTH,
+        })?;
+        let bucket_s = (seconds / 100.0).clamp(0.01, 1.0);
+        let nbuckets = (seconds / bucket_s).ceil() as usize;
+        let warm = (seconds / 10.0).min(1.0);
+        let accs: Vec<Arc<Mutex<LiveAcc>>> = self
+            .tenants
+            .iter()
+            .map(|_| {
+                Arc::new(Mutex::new(LiveAcc {
+                    buckets: vec![0; nbuckets],
+                    ..LiveAcc::default()
+                }))
+            })
+            .collect();
+        let start = Instant::now();
+        let deadline = start + Duration::from_secs_f64(seconds);
+        let failure: Mutex<Option<HaqError>> = Mutex::new(None);
+        std::thread::scope(|s| {
+            for (i, t) in self.tenants.iter().enumerate() {
+                let threads = if t.rate.is_some() {
+                    2 * DEPTH
+                } else {
+                    t.depth.min(DEPTH)
+                };
+                for k in 0..threads {
+                    let q = ctl.queue(&t.name, t.class);
+                    let acc = accs[i].clone();
+                    let sizes = t.sizes.clone();
+                    let failure = &failure;
+                    let mut rng = SplitMix::new(seed ^ ((i as u64) << 32) ^ u64::from(k));
+                    s.spawn(move || {
+                        while Instant::now() < deadline {
+                            let bytes = sizes.pick(&mut rng);
+                            let t0 = Instant::now();
+                            if let Err(e) = q.run(bytes, || ()) {
+                                // Shut down at the end, or a real failure: keep the first.
+                                let mut f = failure.lock().unwrap_or_else(|p| p.into_inner());
+                                if f.is_none() && Instant::now() < deadline {
+                                    *f = Some(e);
+                                }
+                                return;
+                            }
+                            let done = start.elapsed().as_secs_f64();
+                            if done > seconds {
+                                return;
+                            }
+                            let mut a = acc.lock().unwrap_or_else(|p| p.into_inner());
+                            let b = ((done / bucket_s) as usize).min(nbuckets - 1);
+                            a.buckets[b] += u64::from(bytes);
+                            if done >= warm {
+                                let lat = t0.elapsed().as_secs_f64() * 1e6;
+                                a.commands += 1;
+                                a.bytes += u64::from(bytes);
+                                a.busy_us += dev.service_us(bytes);
+                                a.latency_sum_us += lat;
+                                a.latencies_us.push(lat);
+                            }
+                        }
+                    });
+                }
+            }
+        });
+        let stats = ctl.stats();
+        ctl.shutdown();
+        if let Some(e) = failure.into_inner().unwrap_or_else(|p| p.into_inner()) {
+            return Err(e);
+        }
+        let measured = seconds - warm;
+        let mut busy = 0.0;
+        let tenants: Vec<TenantReport> = self
+            .tenants
+            .iter()
+            .zip(&accs)
+            .map(|(t, acc)| {
+                let mut a = acc.lock().unwrap_or_else(|p| p.into_inner());
+                busy += a.busy_us;
+                a.latencies_us.sort_by(f64::total_cmp);
+                let pct = |v: &[f64], p: f64| {
+                    if v.is_empty() {
+                        0.0
+                    } else {
+                        v[((p * v.len() as f64).ceil() as usize).clamp(1, v.len()) - 1]
+                    }
+                };
+                let st = stats
+                    .tenants
+                    .iter()
+                    .find(|s| s.name == t.name && s.class == t.class);
+                TenantReport {
+                    name: t.name.clone(),
+                    class: t.class,
+                    commands: a.commands,
+                    bytes: a.bytes,
+                    dropped: 0,
+                    offered: 0,
+                    bandwidth_bps: a.bytes as f64 / measured,
+                    iops: a.commands as f64 / measured,
+                    buckets: a.buckets.iter().map(|&b| b as f64 / bucket_s).collect(),
+                    wait_p50_us: st.map_or(0.0, |s| s.wait_p50_us),
+                    wait_p99_us: st.map_or(0.0, |s| s.wait_p99_us),
+                    wait_max_us: 0.0,
+                    latency_mean_us: if a.commands == 0 {
+                        0.0
+                    } else {
+                        a.latency_sum_us / a.commands as f64
+                    },
+                    latency_p99_us: pct(&a.latencies_us, 0.99),
+                    latency_max_us: a.latencies_us.last().copied().unwrap_or(0.0),
+                }
+            })
+            .collect();
+        let report = SimReport {
+            policy: cfg.policy,
+            weights: cfg.weights,
+            duration_s: seconds,
+            measured_s: measured,
+            bucket_s,
+            utilisation: busy / 1e6 / measured / f64::from(dev.units),
+            tenants,
+            events: 0,
+        };
+        Ok(self.finish(cfg, report))
+    }
 }

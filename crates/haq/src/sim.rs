@@ -30,18 +30,7 @@ use crate::class::{Class, HaqError};
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
 
-/// A device's service time, emulated: `units` in parallel, each command holds a unit for
-/// `base_us + bytes / bytes_per_us` microseconds.
-// Stands in for `runtime::ServiceModel` (same fields) until the controller lands.
-#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
-pub struct ServiceModel {
-    /// Units serving commands in parallel (p).
-    pub units: u32,
-    /// Fixed time per command, microseconds.
-    pub base_us: f64,
-    /// Transfer speed of one unit, bytes per microsecond (= MB/s).
-    pub bytes_per_us: f64,
-}
+pub use crate::runtime::ServiceModel;
 
 /// The device a simulation runs on.
 pub type DeviceModel = ServiceModel;
@@ -283,24 +272,7 @@ fn bad(what: &'static str, expected: &str, found: impl ToString) -> HaqError {
 
 fn validate(cfg: &SimConfig) -> Result<(), HaqError> {
     cfg.arbiter.validate()?;
-    let d = &cfg.device;
-    if d.units == 0 || d.units > 4096 {
-        return Err(bad("device units", "1..=4096", d.units));
-    }
-    if !(d.base_us.is_finite() && d.base_us >= 0.0) {
-        return Err(bad(
-            "device base time (us)",
-            "a finite number >= 0",
-            d.base_us,
-        ));
-    }
-    if !(d.bytes_per_us.is_finite() && d.bytes_per_us > 0.0) {
-        return Err(bad(
-            "device speed (bytes/us)",
-            "a finite number > 0",
-            d.bytes_per_us,
-        ));
-    }
+    cfg.device.validate()?;
     if !(cfg.duration_s.is_finite() && cfg.duration_s > 0.0 && cfg.duration_s <= 1e6) {
         return Err(bad("duration (s)", "0 < seconds <= 1e6", cfg.duration_s));
     }
