@@ -60,7 +60,7 @@ pub enum HaqCommand {
     /// job flooding at 10x the device to a high and a medium job (expected 4:2:1).
     /// `rho-study` is the model validation (Fig. 6.2): the high class's throughput and
     /// latency, simulated and by Eq. 6.2/6.3, as the low class's utilisation goes from 0
-    /// to 1. The device: 4 units, 20 us + 1 byte/ns a command. --png writes bandwidth over
+    /// to 1. The device (--device): 4 units, 20 us + 1 byte/ns a command. --png writes bandwidth over
     /// time (for rho-study: throughput against rho_l).
     #[command(after_help = "Examples:\n  \
         kavach haq run S1 --policy all --png s1.png\n  \
@@ -199,6 +199,10 @@ pub struct RunArgs {
     /// --seconds of wall-clock time per policy.
     #[arg(long, value_enum, default_value_t = EngineArg::Sim)]
     engine: EngineArg,
+    /// The emulated device, units=N,base-us=F,mbps=F (default: sim units=4,base-us=20,
+    /// mbps=1000; live units=4,base-us=500,mbps=50).
+    #[arg(long)]
+    device: Option<String>,
     /// Seconds per run (0 < N <= 3600): simulated, or wall-clock with --engine live.
     #[arg(long, default_value_t = 10.0)]
     seconds: f64,
@@ -688,6 +692,13 @@ fn run_cmd(a: &RunArgs) -> Result<Outcome> {
             ));
         }
     };
+    let dev = match &a.device {
+        Some(d) => d
+            .parse::<haq::runtime::ServiceModel>()
+            .map_err(|e| refused(format!("--device: {e}")))?,
+        None if a.engine == EngineArg::Live => scenario::live_device(),
+        None => scenario::device(),
+    };
     let config = |p: Policy| custom.unwrap_or_else(|| scenario::dissertation_config(p));
     let policies: Vec<Policy> = match a.policy {
         RunPolicyArg::Drr => vec![Policy::Drr],
@@ -701,12 +712,14 @@ fn run_cmd(a: &RunArgs) -> Result<Outcome> {
                 "rho-study --engine live: the study runs on the simulator only",
             ));
         }
-        return rho_cmd(a, &policies, &config);
+        return rho_cmd(a, &policies, &config, &dev);
     }
     if a.latency_png.is_some() {
         return Err(refused("--latency-png: only rho-study has a latency plot"));
     }
-    let mut sc = Scenario::get(&a.scenario).map_err(|e| refused(format!("{e}")))?;
+    let mut sc = Scenario::get(&a.scenario)
+        .map_err(|e| refused(format!("{e}")))?
+        .on_device(dev);
     if let Some(c) = &custom {
         sc.promised_by(c.weights);
     }
@@ -715,7 +728,7 @@ fn run_cmd(a: &RunArgs) -> Result<Outcome> {
         runs.push(
             match a.engine {
                 EngineArg::Sim => sc.run(&config(p), a.seconds, a.seed),
-                EngineArg::Live => sc.run_live(&config(p), a.seconds, a.seed),
+                EngineArg::Live => sc.run_live(&config(p), &dev, a.seconds, a.seed),
             }
             .map_err(|e| refused(format!("{e}")))?,
         );
@@ -731,15 +744,12 @@ fn run_cmd(a: &RunArgs) -> Result<Outcome> {
     }
     match a.engine {
         EngineArg::Sim => println!(
-            "{} ({}), {} simulated seconds",
+            "{} ({}), {} simulated seconds, device {dev}",
             sc.name, sc.description, a.seconds
         ),
         EngineArg::Live => println!(
             "{} ({}), {} s live on the controller, device {}",
-            sc.name,
-            sc.description,
-            a.seconds,
-            scenario::live_device()
+            sc.name, sc.description, a.seconds, dev
         ),
     }
     for r in &runs {
@@ -841,6 +851,7 @@ fn rho_cmd(
     a: &RunArgs,
     policies: &[Policy],
     config: &dyn Fn(Policy) -> ArbiterConfig,
+    dev: &haq::runtime::ServiceModel,
 ) -> Result<Outcome> {
     let rhos: Vec<f64> = (0..=10).map(|k| k as f64 / 10.0).collect();
     let mut studies: Vec<RhoStudy> = Vec::new();
@@ -854,7 +865,7 @@ fn rho_cmd(
             continue;
         }
         studies.push(
-            scenario::rho_study(&config(p), &rhos, a.seconds, a.seed)
+            scenario::rho_study(&config(p), dev, &rhos, a.seconds, a.seed)
                 .map_err(|e| refused(format!("{e}")))?,
         );
     }

@@ -100,6 +100,20 @@ fn run_s1_reproduces_drr_2_to_1_wrr_1_to_1_and_round_robin_and_plots_it() {
     assert!(rel(f(&by("drr")["wrr_prediction"]), 1.0) < 1e-9);
     let bytes = std::fs::read(&png).unwrap();
     assert_eq!(&bytes[..8], b"\x89PNG\r\n\x1a\n");
+    // Another device, one slow unit with a large fixed cost: DRR still gives S3 its 4:1.
+    let j = run_json(
+        &[
+            "haq",
+            "run",
+            "S3",
+            "--device",
+            "units=1,base-us=100,mbps=200",
+            "--seconds",
+            "2",
+        ],
+        0,
+    );
+    assert!(rel(f(&j[0]["ratio"]), 4.0) < 0.05, "{}", j[0]["ratio"]);
     // The text form prints the ratio and the expectation.
     let text = run_ok(&["haq", "run", "S3", "--seconds", "0.5"], 0);
     assert!(
@@ -355,6 +369,11 @@ fn bad_arguments_exit_2_with_one_line_naming_them() {
         ),
         (vec!["haq", "run", "S1", "--latency-png", &png], "rho-study"),
         (vec!["haq", "run", "rho-study", "--policy", "rr"], "rr"),
+        (
+            vec!["haq", "run", "S1", "--device", "units=0,mbps=1"],
+            "--device",
+        ),
+        (vec!["haq", "run", "S1", "--device", "fast"], "--device"),
         (
             vec!["haq", "run", "rho-study", "--engine", "live"],
             "simulator only",

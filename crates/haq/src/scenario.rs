@@ -63,6 +63,8 @@ pub struct Scenario {
     pub tenants: Vec<TenantSpec>,
     /// The share of the bytes each job is expected to get by the weights.
     pub expected_shares: Vec<f64>,
+    /// The simulated device ([`device`] unless [`Scenario::on_device`] changed it).
+    pub device: ServiceModel,
 }
 
 fn job(name: &str, class: Class, sizes: &[u32]) -> TenantSpec {
@@ -85,6 +87,7 @@ impl Scenario {
             description: d.into(),
             tenants: vec![a, b],
             expected_shares: vec![ratio / (ratio + 1.0), 1.0 / (ratio + 1.0)],
+            device: device(),
         };
         Ok(match name.to_ascii_lowercase().as_str() {
             "s1" => two(
@@ -138,6 +141,7 @@ impl Scenario {
                         },
                     ],
                     expected_shares: vec![4.0 / 7.0, 2.0 / 7.0, 1.0 / 7.0],
+                    device: device(),
                 }
             }
             _ => {
@@ -148,6 +152,18 @@ impl Scenario {
                 });
             }
         })
+    }
+
+    /// The same scenario on `dev` (simulated): a flooding job floods at ten times what `dev`
+    /// can do with its request size.
+    pub fn on_device(mut self, dev: ServiceModel) -> Scenario {
+        self.device = dev;
+        for t in &mut self.tenants {
+            if t.rate.is_some() {
+                t.rate = Some(10.0 * sim::saturated(&dev, t.sizes.mean()).0);
+            }
+        }
+        self
     }
 
     /// Make the expected shares the ones `weights` promise (as byte weights, the way the
@@ -168,7 +184,7 @@ impl Scenario {
     pub fn predicted_shares(&self, cfg: &ArbiterConfig) -> Vec<f64> {
         let mean: f64 =
             self.tenants.iter().map(|t| t.sizes.mean()).sum::<f64>() / self.tenants.len() as f64;
-        let (_, gamma) = sim::saturated(&device(), mean);
+        let (_, gamma) = sim::saturated(&self.device, mean);
         let demands: Vec<TenantDemand> = self
             .tenants
             .iter()
@@ -190,7 +206,7 @@ impl Scenario {
     pub fn config(&self, cfg: &ArbiterConfig, seconds: f64, seed: u64) -> SimConfig {
         SimConfig {
             arbiter: *cfg,
-            device: device(),
+            device: self.device,
             tenants: self.tenants.clone(),
             duration_s: seconds,
             bucket_s: (seconds / 100.0).clamp(0.01, 1.0),
@@ -331,10 +347,12 @@ pub struct RhoStudy {
     pub bucket_s: f64,
 }
 
-/// The Fig. 6.2 study under `cfg` (WRR or DRR; all requests 4 KiB so both apply): for each
-/// ρ_l in `rhos`, simulate `seconds` and compare with Eq. 6.2 and 6.3.
+/// The Fig. 6.2 study under `cfg` (WRR or DRR; all requests 4 KiB so both apply) on `dev`
+/// (e.g. [`device`]): for each ρ_l in `rhos`, simulate `seconds` and compare with Eq. 6.2
+/// and 6.3.
 pub fn rho_study(
     cfg: &ArbiterConfig,
+    dev: &ServiceModel,
     rhos: &[f64],
     seconds: f64,
     seed: u64,
@@ -347,7 +365,8 @@ pub fn rho_study(
         });
     }
     let size = 4 * K;
-    let dev = device();
+    dev.validate()?;
+    let dev = *dev;
     let (gamma_iops, gamma_bps) = sim::saturated(&dev, f64::from(size));
     // Weights in commands of 4 KiB for WRR, in bytes for DRR: either way the ratios Eq. 6.2
     // needs; throughput in the same unit then converts to bytes.
@@ -456,7 +475,7 @@ struct LiveAcc {
 
 impl Scenario {
     /// Run it in real time on the controller ([`crate::runtime::Controller`]) with the
-    /// emulated [`live_device`], for `seconds` of wall-clock time (a tenth of it, at most one
+    /// emulated device `dev` (e.g. [`live_device`]), for `seconds` of wall-clock time (a tenth of it, at most one
     /// second, is warm-up). Each back-to-back job is [`DEPTH`] threads, each with one command
     /// outstanding (`TenantQueue::run`, which returns at the command's emulated completion);
     /// a flooding job has twice as many threads, the extra ones blocked on its full queue
@@ -467,6 +486,7 @@ impl Scenario {
     pub fn run_live(
         &self,
         cfg: &ArbiterConfig,
+        dev: &ServiceModel,
         seconds: f64,
         seed: u64,
     ) -> Result<ScenarioRun, HaqError> {
@@ -480,7 +500,7 @@ impl Scenario {
                 found: seconds.to_string(),
             });
         }
-        let dev = live_device();
+        let dev = *dev;
         let ctl = Controller::start(ControllerOptions {
             arbiter: *cfg,
             workers: dev.units,

@@ -2,7 +2,7 @@
 //! flooding tenant, and the model against the simulation as the low class's utilisation varies.
 
 use haq::arbiter::{ArbiterConfig, Policy, Weights};
-use haq::scenario::{Scenario, dissertation_config, rho_study};
+use haq::scenario::{Scenario, device, dissertation_config, rho_study};
 
 const SECONDS: f64 = 2.0;
 
@@ -123,7 +123,7 @@ fn a_flooding_tenant_is_held_to_its_share_and_the_others_keep_theirs() {
 fn the_model_is_within_5_percent_of_the_simulation_as_rho_l_varies() {
     let rhos = [0.0, 0.25, 0.5, 0.75, 1.0];
     for policy in [Policy::Drr, Policy::Wrr] {
-        let study = rho_study(&dissertation_config(policy), &rhos, SECONDS, 3).unwrap();
+        let study = rho_study(&dissertation_config(policy), &device(), &rhos, SECONDS, 3).unwrap();
         for p in &study.points {
             assert!(
                 p.throughput_error < 0.05,
@@ -165,7 +165,7 @@ fn the_model_holds_with_the_validation_weight_order_too() {
     // throughput falls from 1/3 of the device to 1/7 and its latency grows 2.33x.
     let mut cfg = ArbiterConfig::dissertation_drr();
     cfg.weights = Weights::from_counts(64, 128, 256).unwrap();
-    let study = rho_study(&cfg, &[0.0, 0.5, 1.0], SECONDS, 5).unwrap();
+    let study = rho_study(&cfg, &device(), &[0.0, 0.5, 1.0], SECONDS, 5).unwrap();
     for p in &study.points {
         assert!(p.throughput_error < 0.05, "rho_l {}: {p:?}", p.rho_l);
         assert!(p.latency_error < 0.05, "rho_l {}: {p:?}", p.rho_l);
