@@ -215,7 +215,8 @@ pub struct RunArgs {
     /// rho-study only: write latency against rho_l as a PNG.
     #[arg(long)]
     latency_png: Option<PathBuf>,
-    /// Print JSON (the simulator's full reports).
+    /// Print JSON: an array with one object per policy run (ratios, predictions and the
+    /// full report with per-bucket bandwidth); for rho-study one object per policy.
     #[arg(long)]
     json: bool,
 }

@@ -34,8 +34,9 @@
 //!   weights (DRR) and command weights give the same value. With `a/p = 1/γ` (commands/s,
 //!   Little's law at saturation) Eq. 6.3 equals `q / γ_i`: by Little's law the *mean*
 //!   latency of a class that keeps `q` commands outstanding. Evaluated with every `ρ_j = 1`
-//!   it bounds the wait of any command of a class with at most `q` outstanding (the
-//!   simulator's tests check this).
+//!   (the fullest round) it is the one-round worst case; it is not proven here to bound
+//!   every single wait, but in the simulated Fig. 6.2 study (one request size, q
+//!   outstanding) no wait exceeded it, and the scenario tests check that.
 //!
 //! Tenants ([`allocate`], [`admit`]): within a class, DRR gives each backlogged queue equal
 //! bytes and WRR equal commands (round robin by command), RR ignores classes and gives every
