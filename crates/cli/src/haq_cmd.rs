@@ -46,6 +46,7 @@ pub enum HaqCommand {
     /// the exit status is 0 either way.
     #[command(after_help = "Examples:\n  \
         kavach haq admit --gamma 700M --tenant web:high:300M --new batch:low:100M\n  \
+        kavach haq admit --gamma 700M --tenant web:high:300M --new b:medium:100M:8k:120M --verify 2\n  \
         kavach haq admit --policy wrr --weights 32,16,8 --gamma 700M \\\n      \
         --tenant a:high:200M:4k --new b:medium:200M:64k --json\n\n\
         Exit status: 0 answered (admitted or not: see the output); 2 could not run (a bad \
@@ -178,6 +179,12 @@ pub struct AdmitArgs {
     /// The tenant asking to be admitted, NAME:CLASS:REQUIRED[:SIZE[:OFFERED]].
     #[arg(long)]
     new: String,
+    /// Also run every tenant, the new one included, for this many simulated seconds on a
+    /// device of 4 units whose bandwidth is GAMMA whatever the request size (no fixed cost
+    /// per command), and print what each got: backlogged tenants keep 32 commands
+    /// outstanding, the others submit Poisson arrivals at their offered rate.
+    #[arg(long)]
+    verify: Option<f64>,
     /// Print JSON.
     #[arg(long)]
     json: bool,
@@ -569,6 +576,7 @@ struct AdmitRow {
     predicted_bps: f64,
     required_bps: f64,
     met: bool,
+    simulated_bps: Option<f64>,
 }
 
 #[derive(Debug, serde::Serialize)]
@@ -598,7 +606,46 @@ fn admit_cmd(a: &AdmitArgs) -> Result<Outcome> {
             return Err(refused(format!("tenant `{n}` is named twice")));
         }
     }
+    if let Some(v) = a.verify {
+        if !(v.is_finite() && v > 0.0 && v <= 3600.0) {
+            return Err(refused(format!(
+                "--verify: expected 0 < seconds <= 3600, found {v}"
+            )));
+        }
+    }
     let adm = model::admit(&existing, &new, &cfg, gamma);
+    let simulated: Option<Vec<f64>> = match a.verify {
+        None => None,
+        Some(seconds) => {
+            let specs = existing
+                .iter()
+                .chain([&new])
+                .map(|t| haq::sim::TenantSpec {
+                    name: t.name.clone(),
+                    class: t.class,
+                    sizes: haq::sim::SizeMix::fixed(t.request_bytes as u32),
+                    depth: scenario::DEPTH,
+                    rate: t.offered_bps.map(|o| o / t.request_bytes),
+                })
+                .collect();
+            let r = haq::sim::simulate(&haq::sim::SimConfig {
+                arbiter: cfg,
+                device: haq::runtime::ServiceModel {
+                    units: 4,
+                    base_us: 0.0,
+                    bytes_per_us: gamma / 4.0 / 1e6,
+                },
+                tenants: specs,
+                duration_s: seconds,
+                bucket_s: (seconds / 100.0).clamp(0.01, 1.0),
+                seed: 1,
+                queue_depth: scenario::DEPTH,
+                warmup_s: (seconds / 10.0).min(1.0),
+            })
+            .map_err(|e| refused(format!("--verify: {e}")))?;
+            Some(r.tenants.iter().map(|t| t.bandwidth_bps).collect())
+        }
+    };
     let classes: Vec<Class> = existing.iter().chain([&new]).map(|t| t.class).collect();
     let out = AdmitOut {
         admitted: adm.admitted,
@@ -608,12 +655,14 @@ fn admit_cmd(a: &AdmitArgs) -> Result<Outcome> {
             .per_tenant
             .iter()
             .zip(classes)
-            .map(|((n, p, r), class)| AdmitRow {
+            .enumerate()
+            .map(|(i, ((n, p, r), class))| AdmitRow {
                 name: n.clone(),
                 class,
                 predicted_bps: *p,
                 required_bps: *r,
                 met: *p >= *r * (1.0 - 1e-9),
+                simulated_bps: simulated.as_ref().map(|s| s[i]),
             })
             .collect(),
     };
@@ -622,17 +671,18 @@ fn admit_cmd(a: &AdmitArgs) -> Result<Outcome> {
         return Ok(Outcome::Ok);
     }
     println!(
-        "{:<16} {:<7} {:>14} {:>14}  SLA",
-        "tenant", "class", "predicted B/s", "required B/s"
+        "{:<16} {:<7} {:>14} {:>14}  {:<6} {:>14}",
+        "tenant", "class", "predicted B/s", "required B/s", "SLA", "simulated B/s"
     );
     for t in &out.tenants {
         println!(
-            "{:<16} {:<7} {:>14} {:>14}  {}",
+            "{:<16} {:<7} {:>14} {:>14}  {:<6} {:>14}",
             t.name,
             t.class.name(),
             fmt_num(t.predicted_bps),
             fmt_num(t.required_bps),
-            if t.met { "met" } else { "BROKEN" }
+            if t.met { "met" } else { "BROKEN" },
+            t.simulated_bps.map_or("-".into(), fmt_num)
         );
     }
     println!(

@@ -186,6 +186,36 @@ fn admit_says_yes_within_the_shares_and_no_beyond_them() {
         0,
     );
     assert!(text.contains("not admitted"), "{text}");
+    // --verify runs them: the simulation agrees with the prediction, and the refusal was
+    // right. Hand: m takes the 80M it offers; the two high tenants split the other 620M,
+    // 310M each, less than the 320M web needs.
+    let v = run_json(
+        &[
+            "haq",
+            "admit",
+            "--gamma",
+            "700M",
+            "--tenant",
+            "web:high:320M",
+            "--tenant",
+            "m:medium:50M:8k:80M",
+            "--new",
+            "big:high:100M",
+            "--verify",
+            "2",
+        ],
+        0,
+    );
+    assert_eq!(v["admitted"], false, "{v}");
+    assert!(
+        rel(f(&v["tenants"][0]["predicted_bps"]), 310e6) < 1e-9,
+        "{v}"
+    );
+    for t in v["tenants"].as_array().unwrap() {
+        let (p, s) = (f(&t["predicted_bps"]), f(&t["simulated_bps"]));
+        assert!(rel(s, p) < 0.05, "{t}");
+    }
+    assert!(f(&v["tenants"][0]["simulated_bps"]) < 320e6, "{v}");
 }
 
 #[test]
@@ -339,6 +369,12 @@ fn bad_arguments_exit_2_with_one_line_naming_them() {
         (
             vec!["haq", "admit", "--gamma", "1G", "--new", "x:vip:1M"],
             "vip",
+        ),
+        (
+            vec![
+                "haq", "admit", "--gamma", "1G", "--new", "x:low:1M", "--verify", "0",
+            ],
+            "--verify",
         ),
         (
             vec!["haq", "admit", "--gamma", "1G", "--new", "x:high"],
