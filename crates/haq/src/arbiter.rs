@@ -19,8 +19,9 @@
 //!
 //! **Urgent** queues come first under every policy: whenever one holds a command, an urgent
 //! command is granted (strict priority). Among urgent queues: round robin, a visit serving up
-//! to `2^burst` commands. Urgent traffic can starve every other class; the operator grants the
-//! class and answers for it.
+//! to `2^burst` commands, or [`URGENT_VISIT_UNLIMITED`] (256) when the burst is unlimited, so
+//! one backlogged urgent queue cannot shut out another. Urgent traffic can starve every other
+//! class; the operator grants the class and answers for it.
 //!
 //! **RR** ignores the classes high/medium/low and the weights: one circular list of all
 //! non-urgent queues, one command per visit (burst 1), so backlogged queues get equal numbers
@@ -83,7 +84,7 @@ use std::str::FromStr;
 use crate::class::{Class, HaqError};
 
 /// The arbitration policy.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 pub enum Policy {
     /// Round robin over all non-urgent queues, one command per visit.
     #[serde(rename = "rr")]
@@ -132,7 +133,7 @@ impl FromStr for Policy {
 
 /// The class weights as NVMe's 8-bit, 0's-based registers: each holds `count - 1`, so each
 /// weight is 1..=256 units (commands under WRR, `drr_unit` bytes under DRR).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 pub struct Weights {
     /// High's register (count - 1).
     pub high: u8,
@@ -207,7 +208,7 @@ impl FromStr for Weights {
 }
 
 /// The arbiter's configuration.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct ArbiterConfig {
     /// The policy.
     pub policy: Policy,
@@ -222,6 +223,10 @@ pub struct ArbiterConfig {
 
 /// The burst value meaning "no limit".
 pub const BURST_UNLIMITED: u8 = 7;
+
+/// The most commands one visit of an urgent queue serves when the burst is unlimited (the
+/// largest count an 8-bit 0's-based weight holds).
+pub const URGENT_VISIT_UNLIMITED: u32 = 256;
 
 impl ArbiterConfig {
     /// WRR with weights (32, 16, 8) and unlimited burst, as in the dissertation's scenarios.
@@ -313,7 +318,9 @@ impl ArbiterConfig {
 
 /// A queue's identity. Identities are not reused while the arbiter lives (short of 2^32
 /// queues created).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
+)]
 pub struct QueueId(pub u32);
 
 /// A submission refused: the queue holds its depth of commands (or does not exist). The
@@ -576,8 +583,8 @@ impl<T> Arbiter<T> {
             return None;
         }
         if self.rings[0].pending > 0 {
-            let limit = self.cfg.burst_limit();
-            return self.serve_plain(0, limit);
+            let limit = self.cfg.burst_limit().unwrap_or(URGENT_VISIT_UNLIMITED);
+            return self.serve_plain(0, Some(limit));
         }
         match self.cfg.policy {
             Policy::RoundRobin => self.serve_plain(1, Some(1)),
@@ -938,6 +945,23 @@ mod tests {
         assert_eq!(a.next().unwrap().class, Class::Urgent);
         assert_eq!(a.next().unwrap().class, Class::Urgent);
         assert_eq!(a.next().unwrap().item, 'h');
+    }
+
+    #[test]
+    fn urgent_queues_take_turns_even_with_unlimited_burst() {
+        let mut a = Arbiter::new(ArbiterConfig::dissertation_drr()).unwrap();
+        let u1 = a.add_queue(Class::Urgent, 1000);
+        let u2 = a.add_queue(Class::Urgent, 1000);
+        for _ in 0..600 {
+            a.submit(u1, 4096, 1).unwrap();
+            a.submit(u2, 4096, 2).unwrap();
+        }
+        let seq: Vec<u8> = (0..1024).map(|_| a.next().unwrap().item).collect();
+        let first = seq[0];
+        for (i, chunk) in seq.chunks(256).enumerate() {
+            let want = if i % 2 == 0 { first } else { 3 - first };
+            assert!(chunk.iter().all(|&x| x == want), "visit {i}");
+        }
     }
 
     #[test]

@@ -72,7 +72,9 @@ pub enum HaqError {
 }
 
 /// A queue's priority class. The order of the variants is the priority order.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum Class {
     /// Strict priority over every other class; granted by the operator.

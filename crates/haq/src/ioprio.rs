@@ -17,7 +17,7 @@ const IOPRIO_CLASS_SHIFT: u32 = 13;
 const IOPRIO_LEVEL_MASK: libc::c_long = 0x7;
 
 /// A Linux I/O priority: `class` 0 (NONE), 1 (RT), 2 (BE) or 3 (IDLE), `level` 0..=7.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct IoPrio {
     /// The scheduling class.
     pub class: u8,

@@ -30,8 +30,10 @@
 //! The cost of drawing is proportional to the pixel length of the lines drawn (each segment
 //! visits only the pixels near it), plus the image size. A series whose x values never
 //! decrease is first thinned to at most 32 points a pixel column (see `Frame::pixel_path`),
-//! so dense time series cost no more than the image's width allows; a series that goes back
-//! and forth in x is drawn point by point.
+//! so dense time series cost no more than the image's width allows (a million-point zigzag on
+//! 900 x 520: about 0.7 s in an optimised build); a series that goes back and forth in x is
+//! drawn segment by segment (100 000 random points on 900 x 520: about 2 s). Drawing is
+//! deterministic: the same chart gives the same bytes.
 
 use std::path::{Path, PathBuf};
 

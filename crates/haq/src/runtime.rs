@@ -59,7 +59,7 @@ use crate::stats::{ControllerStats, TenantAcc};
 
 /// A device's service time, emulated: `units` units in parallel, each command holds a unit for
 /// `base_us + bytes / bytes_per_us` microseconds (at least as long as the real work took).
-#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct ServiceModel {
     /// Units working in parallel (at least 1).
     pub units: u32,
@@ -166,7 +166,7 @@ impl FromStr for ServiceModel {
 }
 
 /// How a controller runs.
-#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct ControllerOptions {
     /// The arbitration.
     pub arbiter: ArbiterConfig,

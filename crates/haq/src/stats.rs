@@ -21,7 +21,7 @@ use crate::arbiter::{Policy, Weights};
 use crate::class::Class;
 
 /// One tenant's statistics, as reported.
-#[derive(Debug, Clone, serde::Serialize)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct TenantStats {
     /// The tenant's name (the target's job name).
     pub name: String,
@@ -48,7 +48,7 @@ pub struct TenantStats {
 }
 
 /// The controller's statistics.
-#[derive(Debug, Clone, serde::Serialize)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct ControllerStats {
     /// The arbitration policy.
     pub policy: Policy,
@@ -357,6 +357,28 @@ mod tests {
         small.record(3);
         assert_eq!(small.p50(), 3.0);
         assert_eq!(small.quantile(f64::NAN), 3.0);
+    }
+
+    proptest::proptest! {
+        /// Any quantile is within 1/16 of the exact value of its rank (the middle of a bucket
+        /// 1/8 of its value wide), and quantiles never decrease with q.
+        #[test]
+        fn quantiles_are_close_to_exact(
+            mut vs in proptest::collection::vec(0u64..10_000_000, 1..300),
+            q in 0.0f64..=1.0,
+        ) {
+            let mut h = Histogram::new();
+            for &v in &vs {
+                h.record(v);
+            }
+            vs.sort_unstable();
+            let rank = ((q * vs.len() as f64).ceil() as usize).clamp(1, vs.len());
+            let exact = vs[rank - 1] as f64;
+            let got = h.quantile(q);
+            proptest::prop_assert!((got - exact).abs() <= exact / 16.0 + 0.5, "q {} got {} exact {}", q, got, exact);
+            proptest::prop_assert!(h.quantile(q) <= h.quantile((q + 0.1).min(1.0)));
+            proptest::prop_assert_eq!(h.max(), *vs.last().unwrap());
+        }
     }
 
     #[test]

@@ -62,6 +62,17 @@ fn diagonal() -> Chart {
 }
 
 #[test]
+fn drawing_is_deterministic() {
+    let a = example_chart().to_png().unwrap();
+    let b = example_chart().to_png().unwrap();
+    assert_eq!(a, b);
+    // And the bytes depend on the data.
+    let mut c = example_chart();
+    c.series[1].points[3].1 *= 1.2;
+    assert_ne!(a, c.to_png().unwrap());
+}
+
+#[test]
 fn png_has_the_requested_size() {
     for (w, h) in [(640, 400), (300, 200), (1000, 700)] {
         let img = decode(&diagonal().with_size(w, h).to_png().unwrap());

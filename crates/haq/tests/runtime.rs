@@ -161,9 +161,10 @@ fn a_flooding_low_tenant_is_held_to_its_share() {
     assert_eq!(flood.max_queued, 256);
     assert!(stats.tenants.iter().all(|t| t.max_queued <= 256));
     assert_eq!(stats.tenants.len(), 3);
-    // Statistics count what ran: at least the measured commands, in 4 KiB commands.
+    // Statistics count what completed: every job that had run when they were read, but for
+    // those still holding one of the two units.
     let total: u64 = stats.tenants.iter().map(|t| t.commands).sum();
-    assert!(total >= 9000, "{total}");
+    assert!(total >= 9000 - 2, "{total}");
     assert!(stats.tenants.iter().all(|t| t.bytes == t.commands * 4096));
 }
 
@@ -368,6 +369,62 @@ fn emulated_service_time_holds_each_unit() {
         t0.elapsed()
     );
     let st = ctl.stats();
-    // Every command but the first waited behind others; the last behind 99 of them.
-    assert!(st.tenants[0].latency_p99_us >= 1000.0 * 90.0 * 15.0 / 16.0);
+    // Every command held the unit for 1 ms, so no latency is shorter (the histogram reports
+    // within 1/16).
+    assert!(st.tenants[0].latency_p99_us >= 1000.0 * 15.0 / 16.0);
+    assert_eq!(st.tenants[0].commands, 100);
+}
+
+#[test]
+fn a_queue_dropped_with_jobs_in_it_still_runs_them_and_so_does_a_dropped_controller() {
+    // One unit of 1 ms per command, so jobs are still queued when the handles go.
+    let service = ServiceModel {
+        units: 1,
+        base_us: 1000.0,
+        bytes_per_us: 1e6,
+    };
+    let ran = Arc::new(AtomicU64::new(0));
+    let ctl = Controller::start(options(
+        ArbiterConfig::dissertation_wrr(),
+        Some(service),
+        64,
+    ))
+    .unwrap();
+    let q = ctl.queue("gone", Class::High);
+    for _ in 0..20 {
+        let r = ran.clone();
+        q.submit(
+            1,
+            Box::new(move || {
+                r.fetch_add(1, Ordering::SeqCst);
+            }),
+        )
+        .unwrap();
+    }
+    assert!(q.queued() > 0);
+    drop(q);
+    wait_until("the orphaned queue to drain", || {
+        ran.load(Ordering::SeqCst) == 20
+    });
+    wait_until("its statistics", || {
+        ctl.stats().tenants.iter().map(|t| t.commands).sum::<u64>() == 20
+    });
+    let st = ctl.stats();
+    assert_eq!(st.tenants.len(), 1);
+    assert_eq!(st.tenants[0].queued, 0);
+    // Dropping the last controller handle with jobs queued runs them before it returns.
+    let q = ctl.queue("later", Class::Low);
+    for _ in 0..10 {
+        let r = ran.clone();
+        q.submit(
+            1,
+            Box::new(move || {
+                r.fetch_add(1, Ordering::SeqCst);
+            }),
+        )
+        .unwrap();
+    }
+    drop(ctl);
+    assert_eq!(ran.load(Ordering::SeqCst), 30);
+    assert!(q.submit(1, Box::new(|| {})).is_err());
 }
