@@ -210,6 +210,9 @@ pub struct RunArgs {
     /// mbps=1000; live units=4,base-us=500,mbps=50).
     #[arg(long)]
     device: Option<String>,
+    /// Simulator only: each service time times a factor drawn from 1-J..1+J (0 <= J < 1).
+    #[arg(long, default_value_t = 0.0)]
+    jitter: f64,
     /// Seconds per run (0 < N <= 3600): simulated, or wall-clock with --engine live.
     #[arg(long, default_value_t = 10.0)]
     seconds: f64,
@@ -641,6 +644,7 @@ fn admit_cmd(a: &AdmitArgs) -> Result<Outcome> {
                 seed: 1,
                 queue_depth: scenario::DEPTH,
                 warmup_s: (seconds / 10.0).min(1.0),
+                jitter: 0.0,
             })
             .map_err(|e| refused(format!("--verify: {e}")))?;
             Some(r.tenants.iter().map(|t| t.bandwidth_bps).collect())
@@ -743,6 +747,17 @@ fn run_cmd(a: &RunArgs) -> Result<Outcome> {
             ));
         }
     };
+    if !(a.jitter.is_finite() && (0.0..1.0).contains(&a.jitter)) {
+        return Err(refused(format!(
+            "--jitter: expected 0 <= J < 1, found {}",
+            a.jitter
+        )));
+    }
+    if a.jitter > 0.0 && a.engine == EngineArg::Live {
+        return Err(refused(
+            "--jitter: only the simulator (--engine sim) has it",
+        ));
+    }
     let dev = match &a.device {
         Some(d) => d
             .parse::<haq::runtime::ServiceModel>()
@@ -771,6 +786,7 @@ fn run_cmd(a: &RunArgs) -> Result<Outcome> {
     let mut sc = Scenario::get(&a.scenario)
         .map_err(|e| refused(format!("{e}")))?
         .on_device(dev);
+    sc.jitter = a.jitter;
     if let Some(c) = &custom {
         sc.promised_by(c.weights);
     }
@@ -916,7 +932,7 @@ fn rho_cmd(
             continue;
         }
         studies.push(
-            scenario::rho_study(&config(p), dev, &rhos, a.seconds, a.seed)
+            scenario::rho_study(&config(p), dev, a.jitter, &rhos, a.seconds, a.seed)
                 .map_err(|e| refused(format!("{e}")))?,
         );
     }

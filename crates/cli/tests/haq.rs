@@ -410,6 +410,11 @@ fn bad_arguments_exit_2_with_one_line_naming_them() {
             "--device",
         ),
         (vec!["haq", "run", "S1", "--device", "fast"], "--device"),
+        (vec!["haq", "run", "S1", "--jitter", "1"], "--jitter"),
+        (
+            vec!["haq", "run", "S1", "--engine", "live", "--jitter", "0.1"],
+            "--jitter",
+        ),
         (
             vec!["haq", "run", "rho-study", "--engine", "live"],
             "simulator only",

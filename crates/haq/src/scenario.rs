@@ -65,6 +65,8 @@ pub struct Scenario {
     pub expected_shares: Vec<f64>,
     /// The simulated device ([`device`] unless [`Scenario::on_device`] changed it).
     pub device: ServiceModel,
+    /// The simulated service-time jitter ([`SimConfig::jitter`]), 0 unless set.
+    pub jitter: f64,
 }
 
 fn job(name: &str, class: Class, sizes: &[u32]) -> TenantSpec {
@@ -88,6 +90,7 @@ impl Scenario {
             tenants: vec![a, b],
             expected_shares: vec![ratio / (ratio + 1.0), 1.0 / (ratio + 1.0)],
             device: device(),
+            jitter: 0.0,
         };
         Ok(match name.to_ascii_lowercase().as_str() {
             "s1" => two(
@@ -142,6 +145,7 @@ impl Scenario {
                     ],
                     expected_shares: vec![4.0 / 7.0, 2.0 / 7.0, 1.0 / 7.0],
                     device: device(),
+                    jitter: 0.0,
                 }
             }
             _ => {
@@ -213,6 +217,7 @@ impl Scenario {
             seed,
             queue_depth: DEPTH,
             warmup_s: (seconds / 10.0).min(1.0),
+            jitter: self.jitter,
         }
     }
 
@@ -348,11 +353,12 @@ pub struct RhoStudy {
 }
 
 /// The Fig. 6.2 study under `cfg` (WRR or DRR; all requests 4 KiB so both apply) on `dev`
-/// (e.g. [`device`]): for each ρ_l in `rhos`, simulate `seconds` and compare with Eq. 6.2
-/// and 6.3.
+/// (e.g. [`device`]) with service-time `jitter` ([`SimConfig::jitter`]): for each ρ_l in
+/// `rhos`, simulate `seconds` and compare with Eq. 6.2 and 6.3.
 pub fn rho_study(
     cfg: &ArbiterConfig,
     dev: &ServiceModel,
+    jitter: f64,
     rhos: &[f64],
     seconds: f64,
     seed: u64,
@@ -418,6 +424,7 @@ pub fn rho_study(
             seed,
             queue_depth: DEPTH,
             warmup_s: (seconds / 10.0).min(1.0),
+            jitter,
         };
         let r = sim::simulate(&sc)?;
         bucket_s = r.bucket_s;

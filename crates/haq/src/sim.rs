@@ -15,7 +15,8 @@
 //!   dropped and counted in [`TenantReport::dropped`] (no retry: a flooding tenant's excess
 //!   is simply lost, which is what holds it to its share).
 //! - **The device** has `units` identical units; a command holds one for
-//!   `base_us + bytes / bytes_per_us` microseconds. The arbiter is asked for the next command
+//!   `base_us + bytes / bytes_per_us` microseconds (times a random factor of mean 1 when
+//!   `jitter` is set). The arbiter is asked for the next command
 //!   whenever a unit is free and some queue holds one, so a grant is a start.
 //! - **Time** is kept in integer nanoseconds and events at the same instant are handled in
 //!   the order they were scheduled, so a run is a pure function of its [`SimConfig`] (the
@@ -147,6 +148,10 @@ pub struct SimConfig {
     pub queue_depth: u32,
     /// Time at the start left out of the totals, seconds (0 ..= duration).
     pub warmup_s: f64,
+    /// Service-time variation: each command's service time is multiplied by a factor drawn
+    /// uniformly from `1 - jitter ..= 1 + jitter` (mean 1, so γ is unchanged); 0: every
+    /// command of a size takes the same time. `0..1`.
+    pub jitter: f64,
 }
 
 /// What one tenant got.
@@ -286,6 +291,9 @@ fn validate(cfg: &SimConfig) -> Result<(), HaqError> {
     if !(cfg.warmup_s.is_finite() && cfg.warmup_s >= 0.0 && cfg.warmup_s < cfg.duration_s) {
         return Err(bad("warm-up (s)", "0 <= warm-up < duration", cfg.warmup_s));
     }
+    if !(cfg.jitter.is_finite() && (0.0..1.0).contains(&cfg.jitter)) {
+        return Err(bad("service jitter", "0 <= jitter < 1", cfg.jitter));
+    }
     if cfg.queue_depth == 0 || cfg.queue_depth > 65536 {
         return Err(bad("queue depth", "1..=65536", cfg.queue_depth));
     }
@@ -409,7 +417,12 @@ pub fn simulate(cfg: &SimConfig) -> Result<SimReport, HaqError> {
             if now >= warm {
                 st.waits.push(now - c.queued);
             }
-            let s = service_ns(c.bytes);
+            let s = if cfg.jitter > 0.0 {
+                let f = 1.0 + cfg.jitter * (2.0 * rng.unit() - 1.0);
+                ((service_ns(c.bytes) as f64 * f).round() as u64).max(1)
+            } else {
+                service_ns(c.bytes)
+            };
             let done = now + s;
             // Busy time inside the measured window.
             let from = now.max(warm);
@@ -590,6 +603,7 @@ mod tests {
             seed: 7,
             queue_depth: 32,
             warmup_s: 0.05,
+            jitter: 0.0,
         }
     }
 
@@ -714,6 +728,31 @@ mod tests {
         let mut c = good;
         c.queue_depth = 0;
         assert!(simulate(&c).is_err());
+    }
+
+    #[test]
+    fn jitter_varies_service_times_around_the_same_mean() {
+        let mut cfg = config(
+            ArbiterConfig::round_robin(),
+            vec![closed("a", Class::High, 4096)],
+        );
+        cfg.jitter = 0.5;
+        let r = simulate(&cfg).unwrap();
+        let (iops, _) = saturated(&cfg.device, 4096.0);
+        let a = &r.tenants[0];
+        // The mean service time is unchanged: ~75k commands, the rate within 1%.
+        assert!((a.iops - iops).abs() / iops < 0.01, "{} vs {iops}", a.iops);
+        // But waits now vary: without jitter every wait is the same 7 service slots.
+        let fixed = simulate(&SimConfig {
+            jitter: 0.0,
+            ..cfg.clone()
+        })
+        .unwrap();
+        let f = &fixed.tenants[0];
+        assert!(f.wait_max_us - f.wait_p50_us < 1.0, "{f:?}");
+        assert!(a.wait_max_us - a.wait_p50_us > 10.0, "{a:?}");
+        cfg.jitter = 1.0;
+        assert!(simulate(&cfg).unwrap_err().to_string().contains("jitter"));
     }
 
     #[test]

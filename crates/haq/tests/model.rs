@@ -45,6 +45,7 @@ fn simulate(cfg: &ArbiterConfig, tenants: &[TenantDemand]) -> Vec<f64> {
         seed: 11,
         queue_depth: DEPTH,
         warmup_s: 0.2,
+        jitter: 0.0,
     })
     .unwrap();
     r.tenants.iter().map(|t| t.bandwidth_bps).collect()
