@@ -52,8 +52,8 @@ pub enum HaqCommand {
         Exit status: 0 answered (admitted or not: see the output); 2 could not run (a bad \
         argument).")]
     Admit(AdmitArgs),
-    /// Run a scenario on the discrete-event simulator and print each job's bandwidth, the
-    /// ratio, the expected ratio and the model's predictions.
+    /// Run a scenario on the simulator (or live on the controller) and print each job's
+    /// bandwidth, the ratio, the expected ratio and the model's predictions.
     ///
     /// S1-S5 are the dissertation's (§6.4.4): S1 high 4k vs medium 8k (expected 2:1), S2 two
     /// high 4k (1:1), S3 high 4k vs low 8k (4:1), S4 high 8k vs low 4k (4:1), S5 two high,
