@@ -201,6 +201,29 @@ fn table() -> Vec<Row> {
                 Input::PlainPool,
             ],
         ),
+        // HAQ: the path under test stands where a value is expected (a rate, a tenant, a
+        // scenario) and is refused whatever it holds; calibrate reads a device, so only a
+        // path that cannot be one is refused, and it never writes; a run refused for a bad
+        // argument writes no PNG, and a directory is never taken for the PNG.
+        row(&["haq", "model"], &["--gamma", "P"], ALL),
+        row(&["haq", "admit"], &["--gamma", "1G", "--new", "P"], ALL),
+        row(&["haq", "run"], &["P", "--seconds", "0.1"], ALL),
+        row(
+            &["haq", "run"],
+            &["S1", "--seconds", "0", "--png", "P"],
+            ALL,
+        ),
+        row(
+            &["haq", "run"],
+            &["S1", "--seconds", "0.1", "--png", "P"],
+            &[Input::Directory],
+        ),
+        row(&["haq", "weights"], &["--gamma", "1G", "--need", "P"], ALL),
+        row(
+            &["haq", "calibrate"],
+            &["P", "--seconds", "0.1"],
+            &[Input::Missing, Input::Empty, Input::Directory],
+        ),
     ]
 }
 
