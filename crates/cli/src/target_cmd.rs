@@ -36,7 +36,7 @@ pub enum TargetCommand {
         mkdir -p /srv/cr && kavach target serve --dir /srv/cr\n  \
         kavach target serve --dir /srv/cr --listen 0.0.0.0:7420 --json\n  \
         kavach target serve --dir /srv/cr --qos drr --weights 128k,64k,32k --urgent admin\n  \
-        kavach target serve --dir /dev/shm/t --qos drr --emulate units=4,base-us=500,mbps=400\n  \
+        kavach target serve --dir /dev/shm/t --qos drr --emulate units=2,base-us=2000,mbps=100\n  \
         ionice -c1 kavach target load 127.0.0.1:7420 --job gold   (served as high)\n  \
         kavach target stats 127.0.0.1:7420\n  \
         KAVACH_CR_DIR=/ckpt KAVACH_CR_DEVICE=tcp://server:7420/job42 \\\n      \
@@ -211,7 +211,10 @@ pub struct ServeArgs {
     /// units for at least B microseconds plus its bytes at M MB/s (the data is still read
     /// and written). For measuring shares on a machine whose storage is faster than its CPU
     /// can drive, as the dissertation emulated its SSD: the emulated device, not the CPU,
-    /// is then the bottleneck the arbiter divides.
+    /// is then the bottleneck the arbiter divides. Choose it slow enough that the tenants'
+    /// queues stay non-empty (QUEUED in `kavach target stats`): on 2 busy cores
+    /// units=2,base-us=2000,mbps=100 (about 1000 requests a second) holds 4:2:1 to 1%,
+    /// units=4,base-us=50,mbps=400 divides nothing.
     #[arg(long, value_name = "SPEC")]
     emulate: Option<String>,
     /// A job served in the urgent class (strict priority over all others); repeatable. The
