@@ -69,7 +69,9 @@ pub enum TargetCommand {
     #[command(after_help = "Examples:\n  \
         kavach target load 127.0.0.1:7420 --job bench --read\n  \
         ionice -c1 kavach target load 127.0.0.1:7420 --job gold --size 4k --depth 16 --seconds 10\n  \
-        ionice -c3 kavach target load 127.0.0.1:7420 --job batch --size 128k --json\n\n\
+        ionice -c3 kavach target load 127.0.0.1:7420 --job batch --size 128k --json\n  \
+        at=$(( $(date +%s) + 2 )); for c in 1 2 3; do ionice -c$c kavach target load \\\n      \
+        127.0.0.1:7420 --job j$c --read --start-at $at --json & done; wait\n\n\
         Exit status: 0 the load ran, 2 could not run (bad arguments, the target unreachable or \
         refusing, a request failed).")]
     Load(LoadArgs),
@@ -101,6 +103,11 @@ pub struct LoadArgs {
     /// How long to load, in seconds (above 0, at most 3600; decimals allowed).
     #[arg(long, default_value = "10", value_parser = parse_seconds)]
     seconds: f64,
+    /// Start at this time (seconds since 1970, decimals allowed) once every connection is
+    /// open, so that several load processes start together; a time already past starts at
+    /// once. Without it, the load starts as soon as its connections are open.
+    #[arg(long, value_name = "UNIX_SECONDS", value_parser = parse_start_at)]
+    start_at: Option<f64>,
     /// Read instead of write.
     #[arg(long)]
     read: bool,
@@ -134,6 +141,22 @@ fn parse_span(s: &str) -> std::result::Result<u64, String> {
         return Err("expected more than 0 bytes, found 0".into());
     }
     Ok(n)
+}
+
+fn parse_start_at(s: &str) -> std::result::Result<f64, String> {
+    let v: f64 = s
+        .trim()
+        .parse()
+        .map_err(|_| format!("expected seconds since 1970, found `{s}`"))?;
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64());
+    if !(v.is_finite() && v >= 0.0 && v <= now + 3600.0) {
+        return Err(format!(
+            "expected a time at most an hour from now ({now:.0}), found {s}"
+        ));
+    }
+    Ok(v)
 }
 
 fn parse_seconds(s: &str) -> std::result::Result<f64, String> {
@@ -605,6 +628,14 @@ fn load(a: &LoadArgs) -> Result<Outcome> {
             })
             .map_err(|e| refused(format!("{what}: cannot start a thread: {e}")))?;
         threads.push(t);
+    }
+    if let Some(at) = a.start_at {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0.0, |d| d.as_secs_f64());
+        if at > now {
+            std::thread::sleep(Duration::from_secs_f64(at - now));
+        }
     }
     start.wait();
     let t0 = Instant::now();

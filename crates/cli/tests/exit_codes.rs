@@ -716,6 +716,9 @@ fn target_stats_and_load_exit_2_when_they_cannot_and_create_nothing() {
         &["--job", "j", "--seconds", "4000"],
         &["--job", "j", "--span", "0"],
         &["--job", "j", "--size", "8k", "--span", "4k"],
+        &["--job", "j", "--start-at", "soon"],
+        &["--job", "j", "--start-at", "99999999999"],
+        &["--job", "j", "--start-at", "-5"],
     ] {
         let mut args = vec!["target", "load", addr.as_str()];
         args.extend_from_slice(extra);

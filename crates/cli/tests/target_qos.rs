@@ -60,18 +60,45 @@ fn stop(mut child: Child) {
     assert_eq!(status.code(), Some(0));
 }
 
-/// `ionice IONICE kavach target load ADDR --job JOB ... --json`, started (not waited for).
-fn load(ionice: &[&str], addr: &str, job: &str, seconds: &str) -> Child {
+/// `ionice IONICE kavach target load ADDR --job JOB ... --start-at AT --json`, started (not
+/// waited for).
+fn load(ionice: &[&str], addr: &str, job: &str, seconds: &str, at: &str) -> Child {
     Command::new("ionice")
         .args(ionice)
         .arg(env!("CARGO_BIN_EXE_kavach"))
         .args(["target", "load", addr, "--job", job, "--size", "4k"])
         .args(["--depth", "8", "--seconds", seconds, "--read", "--json"])
+        .args(["--start-at", at])
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
         .expect("start ionice kavach target load")
+}
+
+/// `kavach target stats ADDR --json`.
+fn stats(addr: &str) -> serde_json::Value {
+    let o = Command::new(env!("CARGO_BIN_EXE_kavach"))
+        .args(["target", "stats", addr, "--json"])
+        .output()
+        .unwrap();
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    serde_json::from_slice(&o.stdout).expect("stats JSON")
+}
+
+/// The tenant `name` of a STATS document.
+fn tenant<'a>(stats: &'a serde_json::Value, name: &str) -> &'a serde_json::Value {
+    stats["tenants"]
+        .as_array()
+        .expect("tenants")
+        .iter()
+        .find(|t| t["name"] == name)
+        .unwrap_or_else(|| panic!("no tenant {name}: {stats}"))
 }
 
 fn report(child: Child, what: &str) -> serde_json::Value {
@@ -105,37 +132,37 @@ fn ionice_classes_get_bandwidth_in_the_configured_ratio_through_the_target() {
             "units=2,base-us=2000,mbps=100",
         ],
     );
+    // The three start together: processes take a while to start on a busy machine, and a
+    // tenant running alone has the whole device.
+    let start_in = Duration::from_millis(1500);
+    let at = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        + start_in;
+    let at = format!("{:.3}", at.as_secs_f64());
+    let begun = Instant::now();
     let seconds = "5";
-    let hi = load(&["-c1"], &addr, "hi", seconds);
-    let mid = load(&["-c2", "-n0"], &addr, "mid", seconds);
-    let lo = load(&["-c3"], &addr, "lo", seconds);
-    // While they run: the stats name the three tenants with their classes.
-    std::thread::sleep(Duration::from_secs(2));
-    let o = Command::new(env!("CARGO_BIN_EXE_kavach"))
-        .args(["target", "stats", &addr, "--json"])
-        .output()
-        .unwrap();
-    assert_eq!(
-        o.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&o.stderr)
-    );
-    let stats: serde_json::Value = serde_json::from_slice(&o.stdout).expect("stats JSON");
-    assert_eq!(stats["qos"], "on", "{stats}");
-    assert_eq!(stats["policy"], "drr", "{stats}");
-    let class_of = |name: &str| {
-        stats["tenants"]
-            .as_array()
-            .expect("tenants")
-            .iter()
-            .find(|t| t["name"] == name)
-            .unwrap_or_else(|| panic!("no tenant {name}: {stats}"))["class"]
-            .clone()
-    };
-    assert_eq!(class_of("hi"), "high");
-    assert_eq!(class_of("mid"), "medium");
-    assert_eq!(class_of("lo"), "low");
+    let hi = load(&["-c1"], &addr, "hi", seconds, &at);
+    let mid = load(&["-c2", "-n0"], &addr, "mid", seconds, &at);
+    let lo = load(&["-c3"], &addr, "lo", seconds, &at);
+    // While all three run: the target's own byte counts over three seconds in the middle,
+    // and the tenants named with their classes.
+    std::thread::sleep((start_in + Duration::from_secs(1)).saturating_sub(begun.elapsed()));
+    let first = stats(&addr);
+    std::thread::sleep(Duration::from_secs(3));
+    let last = stats(&addr);
+    assert_eq!(last["qos"], "on", "{last}");
+    assert_eq!(last["policy"], "drr", "{last}");
+    assert_eq!(tenant(&last, "hi")["class"], "high");
+    assert_eq!(tenant(&last, "mid")["class"], "medium");
+    assert_eq!(tenant(&last, "lo")["class"], "low");
+    let served: Vec<f64> = ["hi", "mid", "lo"]
+        .iter()
+        .map(|n| {
+            let b = |s: &serde_json::Value| tenant(s, n)["bytes"].as_u64().expect("bytes");
+            (b(&last) - b(&first)) as f64
+        })
+        .collect();
     let o = Command::new(env!("CARGO_BIN_EXE_kavach"))
         .args(["target", "stats", &addr])
         .output()
@@ -155,18 +182,23 @@ fn ionice_classes_get_bandwidth_in_the_configured_ratio_through_the_target() {
     assert_eq!(mid["class"], "medium");
     assert_eq!(lo["class"], "low");
     let bw = |r: &serde_json::Value| r["bandwidth_bps"].as_f64().expect("bandwidth_bps");
-    let (h, m, l) = (bw(&hi), bw(&mid), bw(&lo));
-    let why = format!("high {h:.0} B/s, medium {m:.0} B/s, low {l:.0} B/s");
-    eprintln!("{why}: high:medium {:.3}, medium:low {:.3}", h / m, m / l);
-    assert!(l > 0.0, "{why}");
-    assert!(
-        (1.7..=2.3).contains(&(h / m)),
-        "high:medium, expected 2: {why}"
-    );
-    assert!(
-        (1.7..=2.3).contains(&(m / l)),
-        "medium:low, expected 2: {why}"
-    );
+    // What the target served while all three ran, and what each process saw over its run.
+    for (what, h, m, l) in [
+        ("served by the target", served[0], served[1], served[2]),
+        ("reported by the loads", bw(&hi), bw(&mid), bw(&lo)),
+    ] {
+        let why = format!("{what}: high {h:.0}, medium {m:.0}, low {l:.0}");
+        eprintln!("{why}: high:medium {:.3}, medium:low {:.3}", h / m, m / l);
+        assert!(l > 0.0, "{why}");
+        assert!(
+            (1.7..=2.3).contains(&(h / m)),
+            "high:medium, expected 2: {why}"
+        );
+        assert!(
+            (1.7..=2.3).contains(&(m / l)),
+            "medium:low, expected 2: {why}"
+        );
+    }
 }
 
 #[test]
