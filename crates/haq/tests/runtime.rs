@@ -268,18 +268,39 @@ fn run_returns_results_and_survives_panicking_jobs() {
         .unwrap_err();
     assert!(matches!(e, HaqError::JobFailed { .. }), "{e}");
     assert!(e.to_string().contains("t/high"), "{e}");
-    // The unit is still there: many more jobs run, on both units.
-    let names: Vec<String> = (0..50)
-        .map(|_| {
-            q.run(1, || thread::current().name().unwrap_or("").to_owned())
-                .unwrap()
-        })
-        .collect();
+    // `run` with nothing queued and a unit idle runs the job on the caller's thread (the
+    // fast path); submitted jobs run on the units' workers, which survived the panic.
+    let here = thread::current().name().unwrap_or("").to_owned();
+    assert_eq!(
+        q.run(1, || thread::current().name().unwrap_or("").to_owned())
+            .unwrap(),
+        here
+    );
+    let (tx, rx) = std::sync::mpsc::channel();
+    for _ in 0..49 {
+        let tx = tx.clone();
+        q.submit(
+            1,
+            Box::new(move || {
+                let _ = tx.send(thread::current().name().unwrap_or("").to_owned());
+            }),
+        )
+        .unwrap();
+    }
+    drop(tx);
+    let names: Vec<String> = rx.iter().collect();
+    assert_eq!(names.len(), 49);
     assert!(
         names.iter().all(|n| n.starts_with("haq-unit-")),
         "{names:?}"
     );
-    let st = ctl.stats();
+    // A job's statistics are counted just after it returns: wait (up to 10 s) for the last.
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let mut st = ctl.stats();
+    while st.tenants[0].commands < 52 && std::time::Instant::now() < deadline {
+        thread::sleep(Duration::from_millis(1));
+        st = ctl.stats();
+    }
     assert_eq!(st.tenants.len(), 1);
     assert_eq!(st.tenants[0].commands, 52);
     assert_eq!(st.tenants[0].bytes, 10 + 10 + 50);
@@ -427,4 +448,56 @@ fn a_queue_dropped_with_jobs_in_it_still_runs_them_and_so_does_a_dropped_control
     drop(ctl);
     assert_eq!(ran.load(Ordering::SeqCst), 30);
     assert!(q.submit(1, Box::new(|| {})).is_err());
+}
+
+#[test]
+fn run_without_emulation_keeps_the_shares_when_the_work_is_the_bottleneck() {
+    // No service model: `run` takes its fast path (the caller's thread) whenever nothing is
+    // queued and a unit is idle, which is when the arbiter would grant the command at once.
+    // With more callers than units the queues fill, and the shares must still follow the
+    // weights: WRR (32, 16, 8) in commands, each job holding its unit for 200 us.
+    let ctl = Controller::start(options(ArbiterConfig::dissertation_wrr(), None, 64)).unwrap();
+    let classes = [Class::High, Class::Medium, Class::Low];
+    let counts: Vec<Arc<AtomicU64>> = classes
+        .iter()
+        .map(|_| Arc::new(AtomicU64::new(0)))
+        .collect();
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut handles = Vec::new();
+    for (i, &class) in classes.iter().enumerate() {
+        let q = ctl.queue("t", class);
+        for _ in 0..6 {
+            let (q, n, stop) = (q.clone(), counts[i].clone(), stop.clone());
+            handles.push(thread::spawn(move || {
+                while !stop.load(Ordering::Relaxed) {
+                    let n = n.clone();
+                    let r = q.run(4096, move || {
+                        thread::sleep(Duration::from_micros(200));
+                        n.fetch_add(1, Ordering::Relaxed);
+                    });
+                    if r.is_err() {
+                        break;
+                    }
+                }
+            }));
+        }
+    }
+    let total = || {
+        counts
+            .iter()
+            .map(|c| c.load(Ordering::Relaxed))
+            .sum::<u64>()
+    };
+    wait_until("warm-up", || total() >= 500);
+    let start: Vec<u64> = counts.iter().map(|c| c.load(Ordering::Relaxed)).collect();
+    let t0 = total();
+    wait_until("the measured commands", || total() >= t0 + 3000);
+    let end: Vec<u64> = counts.iter().map(|c| c.load(Ordering::Relaxed)).collect();
+    stop.store(true, Ordering::Relaxed);
+    ctl.shutdown();
+    for h in handles {
+        h.join().unwrap();
+    }
+    let got: Vec<u64> = end.iter().zip(&start).map(|(e, s)| e - s).collect();
+    assert_shares(&got, &[4.0, 2.0, 1.0], 0.2);
 }
