@@ -977,6 +977,13 @@ fn rho_cmd(
             ));
             if latency {
                 series.push(Series::new(
+                    format!("p99 wait, {measured} ({name})"),
+                    s.points
+                        .iter()
+                        .map(|p| (p.rho_l, p.sim_wait_p99_us))
+                        .collect(),
+                ));
+                series.push(Series::new(
                     format!("max wait, {measured} ({name})"),
                     s.points
                         .iter()
@@ -1082,6 +1089,23 @@ fn rho_cmd(
                 p.bound_us,
                 p.low_dropped,
                 p.sched_late_max_us
+            );
+        }
+        let rerun: Vec<String> = s
+            .points
+            .iter()
+            .filter(|p| p.attempts > 1)
+            .map(|p| format!("rho_l {} ({} runs)", p.rho_l, p.attempts))
+            .collect();
+        if s.calibration_attempts > 1 || !rerun.is_empty() {
+            println!(
+                "  run again after the host stalled a thread over 10 ms: calibration {} run(s); {}",
+                s.calibration_attempts,
+                if rerun.is_empty() {
+                    "no point".to_string()
+                } else {
+                    rerun.join(", ")
+                }
             );
         }
         println!(
