@@ -1099,7 +1099,8 @@ fn rho_cmd(
             .collect();
         if s.calibration_attempts > 1 || !rerun.is_empty() {
             println!(
-                "  run again after the host stalled a thread over 10 ms: calibration {} run(s); {}",
+                "  run again after the host stalled a thread over 10 ms (or starved the high job): \
+                 calibration {} run(s); {}",
                 s.calibration_attempts,
                 if rerun.is_empty() {
                     "no point".to_string()

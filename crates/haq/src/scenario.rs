@@ -340,6 +340,10 @@ pub struct RhoPoint {
     /// microseconds: how late the machine woke threads up (0 on the simulator). A wait can
     /// exceed Eq. 6.3's bound by about this much without the arbitration being at fault.
     pub sched_late_max_us: f64,
+    /// Live engine: the fraction of the probe's wake-ups (one a millisecond) at which the
+    /// high job's queue was empty, i.e. its threads, starved of CPU, had not resubmitted and
+    /// it was not backlogged as the model assumes (0 on the simulator).
+    pub high_idle_fraction: f64,
     /// Live engine: runs of this point (one more for each the host disturbed, see
     /// [`rho_study_live`]); 1 on the simulator.
     pub attempts: u32,
@@ -480,6 +484,7 @@ pub fn rho_study(
             sim_wait_p50_us: high.wait_p50_us,
             sim_wait_p99_us: high.wait_p99_us,
             sched_late_max_us: 0.0,
+            high_idle_fraction: 0.0,
             attempts: 1,
             bound_us: bound,
             throughput_error: (high.bandwidth_bps - model_high).abs() / model_high,
@@ -687,23 +692,50 @@ impl Scenario {
 /// (microseconds) was disturbed by the host, and is run again.
 const STALL_US: f64 = 10_000.0;
 
+/// A live point at which the high job's queue was seen empty at more than this fraction of
+/// the probe's wake-ups was disturbed by the host (its threads did not get the CPU to
+/// resubmit), and is run again.
+const IDLE_MAX: f64 = 0.01;
+
 /// Runs of a live calibration or point before its last is kept, disturbed or not.
 const ATTEMPTS: u32 = 3;
 
 /// The most a 1 ms sleep overruns between `from` and `until`, microseconds (sleeps that
 /// start before `from` are not counted).
 fn lateness(from: std::time::Instant, until: std::time::Instant) -> f64 {
+    lateness_and_idle(from, until, None).0
+}
+
+/// [`lateness`], and the fraction of its wake-ups (after `from`) at which `queue` held no
+/// command.
+fn lateness_and_idle(
+    from: std::time::Instant,
+    until: std::time::Instant,
+    queue: Option<&crate::runtime::TenantQueue>,
+) -> (f64, f64) {
     use std::time::{Duration, Instant};
     let nap = Duration::from_millis(1);
     let mut worst = 0.0f64;
+    let (mut samples, mut empty) = (0u64, 0u64);
     while Instant::now() < until {
         let t = Instant::now();
         std::thread::sleep(nap);
         if t >= from {
             worst = worst.max(t.elapsed().saturating_sub(nap).as_secs_f64() * 1e6);
+            if let Some(q) = queue {
+                samples += 1;
+                if q.queued() == 0 {
+                    empty += 1;
+                }
+            }
         }
     }
-    worst
+    let idle = if samples == 0 {
+        0.0
+    } else {
+        empty as f64 / samples as f64
+    };
+    (worst, idle)
 }
 
 /// What one live point measured of the high job (after the warm-up).
@@ -742,9 +774,11 @@ struct HighAcc {
 /// late delays a submission or a completion; the high job's threads starved of CPU leave
 /// its queue empty, so it is not backlogged as the model assumes), so they hold within a
 /// tolerance, not exactly. A probe thread measures how late the host wakes threads (each
-/// point's `sched_late_max_us`); a calibration or point during which a 1 ms sleep overran
-/// by more than 10 ms is run again, at most three times in all, and the last run is kept
-/// either way (`attempts`, `calibration_attempts`). A largest wait past Eq. 6.3's bound
+/// point's `sched_late_max_us`) and how often the high job's queue is empty
+/// (`high_idle_fraction`: its threads starved); a calibration or point during which a 1 ms
+/// sleep overran by more than 10 ms, or a point whose high queue was seen empty more than 1%
+/// of the time, is run again, at most three times in all, and the last run is kept either
+/// way (`attempts`, `calibration_attempts`). A largest wait past Eq. 6.3's bound
 /// with a large lateness is the host's doing, not the arbitration's.
 pub fn rho_study_live(
     cfg: &ArbiterConfig,
@@ -854,13 +888,18 @@ pub fn rho_study_live(
                 let low_started = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
                 let mut low_dropped = 0u64;
                 let failure: Mutex<Option<HaqError>> = Mutex::new(None);
-                let late_max = Mutex::new(0.0f64);
+                let late_max = Mutex::new((0.0f64, 0.0f64));
                 let start = Instant::now();
                 let deadline = start + Duration::from_secs_f64(seconds);
                 std::thread::scope(|s| {
                     let late_max = &late_max;
+                    let q = ctl.queue("high", Class::High);
                     s.spawn(move || {
-                        let worst = lateness(start + Duration::from_secs_f64(warm), deadline);
+                        let worst = lateness_and_idle(
+                            start + Duration::from_secs_f64(warm),
+                            deadline,
+                            Some(&q),
+                        );
                         *late_max.lock().unwrap_or_else(|p| p.into_inner()) = worst;
                     });
                     for (c, &(name, class)) in classes[..2].iter().enumerate() {
@@ -943,6 +982,7 @@ pub fn rho_study_live(
                 while ctl.queue("low", Class::Low).queued() > 0 {
                     std::thread::sleep(Duration::from_millis(2));
                 }
+                let late_max = late_max.into_inner().unwrap_or_else(|p| p.into_inner());
                 let mut h = high.into_inner().unwrap_or_else(|p| p.into_inner());
                 h.waits_us.sort_by(f64::total_cmp);
                 let pct = |p: f64| match h.waits_us.len() {
@@ -970,14 +1010,17 @@ pub fn rho_study_live(
                     sim_wait_max_us: h.waits_us.last().copied().unwrap_or(0.0),
                     sim_wait_p50_us: pct(0.5),
                     sim_wait_p99_us: pct(0.99),
-                    sched_late_max_us: late_max.into_inner().unwrap_or_else(|p| p.into_inner()),
+                    sched_late_max_us: late_max.0,
+                    high_idle_fraction: late_max.1,
                     bound_us: bound,
                     throughput_error: (high_bps - model_high).abs() / model_high,
                     latency_error: (latency - model_t).abs() / model_t,
                     low_dropped,
                     attempts: attempt,
                 };
-                if point.sched_late_max_us > STALL_US && attempt < ATTEMPTS {
+                let disturbed =
+                    point.sched_late_max_us > STALL_US || point.high_idle_fraction > IDLE_MAX;
+                if disturbed && attempt < ATTEMPTS {
                     continue;
                 }
                 points.push(point);
