@@ -61,14 +61,17 @@ pub enum HaqCommand {
     /// job flooding at 10x the device to a high and a medium job (expected 4:2:1).
     /// `rho-study` is the model validation (Fig. 6.2): the high class's throughput and
     /// latency, simulated and by Eq. 6.2/6.3, as the low class's utilisation goes from 0
-    /// to 1. The device (--device): 4 units, 20 us + 1 byte/ns a command. --png writes bandwidth over
+    /// to 1 (in steps of 0.1). With --engine live it runs on the controller in real time: a
+    /// calibration (all three classes backlogged, up to 3 s) measures gamma and a/p, then
+    /// rho_l = 0, 0.25, 0.5, 0.75, 1 for --seconds each, the low job paced open loop. The device (--device): 4 units, 20 us + 1 byte/ns a command. --png writes bandwidth over
     /// time (for rho-study: throughput against rho_l).
     #[command(after_help = "Examples:\n  \
         kavach haq run S1 --policy all --png s1.png\n  \
         kavach haq run S5 --policy wrr --seconds 2 --json\n  \
         kavach haq run rogue\n  \
         kavach haq run S3 --engine live --seconds 5 --policy all --png s3-live.png\n  \
-        kavach haq run rho-study --png rho.png --latency-png rho-latency.png\n\n\
+        kavach haq run rho-study --png rho.png --latency-png rho-latency.png\n  \
+        kavach haq run rho-study --engine live --seconds 5 --png rho-live.png\n\n\
         Exit status: 0 ran; 2 could not run (a bad argument, a PNG that cannot be written).")]
     Run(RunArgs),
     /// Choose 8-bit class weights that give each class the bandwidth it needs.
@@ -773,11 +776,6 @@ fn run_cmd(a: &RunArgs) -> Result<Outcome> {
         RunPolicyArg::All => vec![Policy::Drr, Policy::Wrr, Policy::RoundRobin],
     };
     if a.scenario.eq_ignore_ascii_case("rho-study") {
-        if a.engine == EngineArg::Live {
-            return Err(refused(
-                "rho-study --engine live: the study runs on the simulator only",
-            ));
-        }
         return rho_cmd(a, &policies, &config, &dev);
     }
     if a.latency_png.is_some() {
@@ -914,13 +912,20 @@ fn scenario_chart(sc: &Scenario, runs: &[ScenarioRun]) -> Chart {
     chart
 }
 
+/// The longest calibration before a live rho study, seconds (shorter when --seconds is).
+const LIVE_CALIBRATION_S: f64 = 3.0;
+
 fn rho_cmd(
     a: &RunArgs,
     policies: &[Policy],
     config: &dyn Fn(Policy) -> ArbiterConfig,
     dev: &haq::runtime::ServiceModel,
 ) -> Result<Outcome> {
-    let rhos: Vec<f64> = (0..=10).map(|k| k as f64 / 10.0).collect();
+    // Live runs take wall-clock time per point: five points, as in the dissertation's figure.
+    let rhos: Vec<f64> = match a.engine {
+        EngineArg::Sim => (0..=10).map(|k| k as f64 / 10.0).collect(),
+        EngineArg::Live => vec![0.0, 0.25, 0.5, 0.75, 1.0],
+    };
     let mut studies: Vec<RhoStudy> = Vec::new();
     for &p in policies {
         if p == Policy::RoundRobin {
@@ -932,10 +937,26 @@ fn rho_cmd(
             continue;
         }
         studies.push(
-            scenario::rho_study(&config(p), dev, a.jitter, &rhos, a.seconds, a.seed)
-                .map_err(|e| refused(format!("{e}")))?,
+            match a.engine {
+                EngineArg::Sim => {
+                    scenario::rho_study(&config(p), dev, a.jitter, &rhos, a.seconds, a.seed)
+                }
+                EngineArg::Live => scenario::rho_study_live(
+                    &config(p),
+                    dev,
+                    &rhos,
+                    a.seconds,
+                    a.seconds.min(LIVE_CALIBRATION_S),
+                    a.seed,
+                ),
+            }
+            .map_err(|e| refused(format!("{e}")))?,
         );
     }
+    let measured = match a.engine {
+        EngineArg::Sim => "simulated",
+        EngineArg::Live => "measured live",
+    };
     let chart = |latency: bool| {
         let mut series = Vec::new();
         for s in &studies {
@@ -947,7 +968,7 @@ fn rho_cmd(
                 (true, true) => p.model_t_max_us,
             };
             series.push(Series::new(
-                format!("simulated ({name})"),
+                format!("{measured} ({name})"),
                 s.points.iter().map(|p| (p.rho_l, pick(p, false))).collect(),
             ));
             series.push(Series::new(
@@ -956,7 +977,14 @@ fn rho_cmd(
             ));
             if latency {
                 series.push(Series::new(
-                    format!("max wait, simulated ({name})"),
+                    format!("p99 wait, {measured} ({name})"),
+                    s.points
+                        .iter()
+                        .map(|p| (p.rho_l, p.sim_wait_p99_us))
+                        .collect(),
+                ));
+                series.push(Series::new(
+                    format!("max wait, {measured} ({name})"),
                     s.points
                         .iter()
                         .map(|p| (p.rho_l, p.sim_wait_max_us))
@@ -1001,7 +1029,7 @@ fn rho_cmd(
     for s in &studies {
         println!(
             "{} weights (h,m,l) = {} {} {}; gamma {:.0} commands/s = {:.1} MB/s (4 KiB); \
-             q {}; a/p = 1/gamma = {:.3} us",
+             q {}; a/p = {:.3} us",
             s.arbiter.policy,
             s.arbiter.weight_cost(Class::High),
             s.arbiter.weight_cost(Class::Medium),
@@ -1011,22 +1039,43 @@ fn rho_cmd(
             s.queue_depth,
             s.a_over_p_us
         );
+        match &s.calibration {
+            None => println!("  simulated; gamma and a/p = 1/gamma from the device model"),
+            Some(c) => println!(
+                "  live on the controller, device {dev}, {:.1} s per point; calibrated over \
+                 {:.1} s with {} commands outstanding (high, medium, low backlogged): \
+                 a/p = mean latency {:.0} us / {} (1/gamma = {:.3} us)",
+                a.seconds,
+                c.seconds,
+                c.threads,
+                c.latency_mean_us,
+                c.threads,
+                c.littles_a_over_p_us
+            ),
+        }
         println!(
-            "  {:>5} {:>10} {:>11} {:>11} {:>6} {:>10} {:>10} {:>6} {:>10} {:>10}",
+            "  {:>5} {:>10} {:>11} {:>11} {:>6} {:>10} {:>10} {:>6} {:>10} {:>10} {:>10} {:>7} {:>8}",
             "rho_l",
             "low cmd/s",
             "model MB/s",
-            "sim MB/s",
+            if s.engine == "live" {
+                "live MB/s"
+            } else {
+                "sim MB/s"
+            },
             "err",
             "t_max us",
             "lat us",
             "err",
+            "p99 wait",
             "max wait",
-            "bound"
+            "bound",
+            "dropped",
+            "late"
         );
         for p in &s.points {
             println!(
-                "  {:>5.2} {:>10.0} {:>11.2} {:>11.2} {:>5.2}% {:>10.1} {:>10.1} {:>5.2}% {:>10.1} {:>10.1}",
+                "  {:>5.2} {:>10.0} {:>11.2} {:>11.2} {:>5.2}% {:>10.1} {:>10.1} {:>5.2}% {:>10.1} {:>10.1} {:>10.1} {:>7} {:>8.0}",
                 p.rho_l,
                 p.low_rate,
                 p.model_high_bps / 1e6,
@@ -1035,10 +1084,38 @@ fn rho_cmd(
                 p.model_t_max_us,
                 p.sim_latency_mean_us,
                 p.latency_error * 100.0,
+                p.sim_wait_p99_us,
                 p.sim_wait_max_us,
-                p.bound_us
+                p.bound_us,
+                p.low_dropped,
+                p.sched_late_max_us
             );
         }
+        let rerun: Vec<String> = s
+            .points
+            .iter()
+            .filter(|p| p.attempts > 1)
+            .map(|p| format!("rho_l {} ({} runs)", p.rho_l, p.attempts))
+            .collect();
+        if s.calibration_attempts > 1 || !rerun.is_empty() {
+            println!(
+                "  run again after the host stalled a thread over 10 ms (or starved the high job): \
+                 calibration {} run(s); {}",
+                s.calibration_attempts,
+                if rerun.is_empty() {
+                    "no point".to_string()
+                } else {
+                    rerun.join(", ")
+                }
+            );
+        }
+        println!(
+            "  lat us: the high job's mean latency, submit to done, against t_max (Eq. 6.3 at \
+             this rho_l, q = {q}); p99 and max wait: its submit-to-start waits, against Eq. 6.3 \
+             with every rho = 1 (bound); dropped: low arrivals refused at its full queue; \
+             late: the most a 1 ms sleep overran (live only)",
+            q = s.queue_depth
+        );
     }
     for p in a.png.iter().chain(a.latency_png.iter()) {
         println!("plot: {}", p.display());

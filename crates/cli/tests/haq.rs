@@ -416,8 +416,40 @@ fn bad_arguments_exit_2_with_one_line_naming_them() {
             "--jitter",
         ),
         (
-            vec!["haq", "run", "rho-study", "--engine", "live"],
-            "simulator only",
+            vec![
+                "haq",
+                "run",
+                "rho-study",
+                "--engine",
+                "live",
+                "--policy",
+                "rr",
+            ],
+            "rr",
+        ),
+        (
+            vec![
+                "haq",
+                "run",
+                "rho-study",
+                "--engine",
+                "live",
+                "--seconds",
+                "0",
+            ],
+            "--seconds",
+        ),
+        (
+            vec![
+                "haq",
+                "run",
+                "rho-study",
+                "--engine",
+                "live",
+                "--jitter",
+                "0.1",
+            ],
+            "--jitter",
         ),
         (
             vec!["haq", "run", "S1", "--engine", "live", "--seconds", "0"],
@@ -514,4 +546,53 @@ fn the_live_controller_reproduces_s1_and_holds_the_flooding_tenant() {
     }
     // The controller's own statistics were read: the waits are there.
     assert!(f(&r[0]["report"]["tenants"][2]["wait_p99_us"]) > 0.0);
+}
+
+#[test]
+fn the_rho_study_live_on_the_controller_follows_eq_6_2_and_6_3() {
+    // Real time: a calibration (1 s) on the controller, then 1 s per rho_l. The tolerances
+    // are wider than the 5% the study meets on longer runs, for a loaded small machine.
+    let j = run_json(
+        &[
+            "haq",
+            "run",
+            "rho-study",
+            "--engine",
+            "live",
+            "--seconds",
+            "1",
+        ],
+        0,
+    );
+    let s = &j[0];
+    assert_eq!(s["engine"], "live", "{s}");
+    // The calibration measured the emulated device: 4 units of 500 us + 4096/50 us, at most
+    // 6,874 commands/s (the service model never runs faster), and not far below.
+    let ideal = 4.0 / (500.0 + 4096.0 / 50.0) * 1e6;
+    let gamma = f(&s["gamma_iops"]);
+    assert!(
+        gamma <= ideal * 1.01 && gamma > ideal * 0.8,
+        "{gamma} of {ideal}"
+    );
+    assert!(f(&s["calibration"]["commands"]) > 0.0, "{s}");
+    let points = s["points"].as_array().unwrap();
+    let rhos: Vec<f64> = points.iter().map(|p| f(&p["rho_l"])).collect();
+    assert_eq!(rhos, [0.0, 0.25, 0.5, 0.75, 1.0]);
+    for p in points {
+        assert!(f(&p["throughput_error"]) < 0.10, "{p}");
+        assert!(f(&p["latency_error"]) < 0.10, "{p}");
+        // Half the high job's waits are within Eq. 6.3's bound (the largest can be pushed
+        // past it by a late thread wake-up; the report shows how late, in sched_late_max_us).
+        assert!(f(&p["sim_wait_p50_us"]) <= f(&p["bound_us"]), "{p}");
+        assert!(f(&p["sim_wait_max_us"]) >= f(&p["sim_wait_p50_us"]), "{p}");
+    }
+    // The pacing thread gave the low job the rate meant to give it rho_l (Poisson, about
+    // 500 arrivals in the measured 0.9 s at 0.5).
+    assert_eq!(f(&points[0]["sim_low_bps"]), 0.0, "{}", points[0]);
+    for p in &points[2..4] {
+        let want = f(&p["low_rate"]) * 4096.0;
+        assert!(rel(f(&p["sim_low_bps"]), want) < 0.2, "{p}");
+    }
+    // More low load, less for high: Eq. 6.2's slope is seen.
+    assert!(f(&points[0]["sim_high_bps"]) > f(&points[4]["sim_high_bps"]) * 1.05);
 }

@@ -323,17 +323,45 @@ pub struct RhoPoint {
     pub sim_latency_mean_us: f64,
     /// Simulated largest queue wait of the high job, microseconds.
     pub sim_wait_max_us: f64,
+    /// Simulated median queue wait of the high job, microseconds.
+    pub sim_wait_p50_us: f64,
+    /// Simulated 99th percentile queue wait of the high job, microseconds.
+    pub sim_wait_p99_us: f64,
     /// Eq. 6.3 with every ρ = 1: the bound on any wait, microseconds.
     pub bound_us: f64,
     /// |sim - model| / model, throughput.
     pub throughput_error: f64,
     /// |sim - model| / model, latency.
     pub latency_error: f64,
+    /// Live engine: low-class arrivals dropped because its queue was full (0 on the
+    /// simulator, whose open-loop drops are in its report).
+    pub low_dropped: u64,
+    /// Live engine: the most a probe thread's 1 ms sleep overran during the point,
+    /// microseconds: how late the machine woke threads up (0 on the simulator). A wait can
+    /// exceed Eq. 6.3's bound by about this much without the arbitration being at fault.
+    pub sched_late_max_us: f64,
+    /// Live engine: the fraction of the probe's wake-ups (one a millisecond) at which the
+    /// high job's queue was empty, i.e. its threads, starved of CPU, had not resubmitted and
+    /// it was not backlogged as the model assumes (0 on the simulator).
+    pub high_idle_fraction: f64,
+    /// Live engine: runs of this point (one more for each the host disturbed, see
+    /// [`rho_study_live`]); 1 on the simulator.
+    pub attempts: u32,
 }
 
-/// The study's outcome: its device figures and points.
+/// The study's outcome: its device figures and points. The `sim_*` figures of its points
+/// are the engine's measurements: simulated, or measured in real time on the controller
+/// when `engine` is `live` ([`rho_study_live`]).
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct RhoStudy {
+    /// `sim` or `live`.
+    pub engine: String,
+    /// Live engine: the calibration γ and a/p come from (None on the simulator, where they
+    /// follow from the device model).
+    pub calibration: Option<crate::calibrate::Calibration>,
+    /// Live engine: calibrations run (one more for each the host disturbed, see
+    /// [`rho_study_live`]); 0 on the simulator.
+    pub calibration_attempts: u32,
     /// The arbitration.
     pub arbiter: ArbiterConfig,
     /// γ, commands/s (4 KiB).
@@ -352,6 +380,49 @@ pub struct RhoStudy {
     pub bucket_s: f64,
 }
 
+/// The class loads of the study at `rho` (ρ_h = ρ_m = 1, ρ_l = `rho`). Weights in commands
+/// of 4 KiB for WRR, in bytes for DRR: either way the ratios Eq. 6.2 needs, and a throughput
+/// in bytes/s comes out in bytes/s.
+fn rho_loads(cfg: &ArbiterConfig, rho: f64) -> Vec<ClassLoad> {
+    let unit = if cfg.policy == Policy::Wrr {
+        f64::from(4 * K)
+    } else {
+        1.0
+    };
+    vec![
+        ClassLoad::backlogged(Class::High, cfg.weight_cost(Class::High) as f64 * unit),
+        ClassLoad::backlogged(Class::Medium, cfg.weight_cost(Class::Medium) as f64 * unit),
+        ClassLoad {
+            class: Class::Low,
+            weight: cfg.weight_cost(Class::Low) as f64 * unit,
+            rho,
+            lambda: None,
+        },
+    ]
+}
+
+fn check_rho_policy(cfg: &ArbiterConfig) -> Result<(), HaqError> {
+    if cfg.policy == Policy::RoundRobin {
+        return Err(HaqError::InvalidConfig {
+            what: "policy of the rho study",
+            expected: "wrr or drr (the model is of weighted arbitration)".into(),
+            found: "rr".into(),
+        });
+    }
+    Ok(())
+}
+
+fn check_rho(rho: f64) -> Result<(), HaqError> {
+    if !(0.0..=1.0).contains(&rho) {
+        return Err(HaqError::InvalidConfig {
+            what: "rho_l",
+            expected: "0..=1".into(),
+            found: rho.to_string(),
+        });
+    }
+    Ok(())
+}
+
 /// The Fig. 6.2 study under `cfg` (WRR or DRR; all requests 4 KiB so both apply) on `dev`
 /// (e.g. [`device`]) with service-time `jitter` ([`SimConfig::jitter`]): for each ρ_l in
 /// `rhos`, simulate `seconds` and compare with Eq. 6.2 and 6.3.
@@ -363,49 +434,19 @@ pub fn rho_study(
     seconds: f64,
     seed: u64,
 ) -> Result<RhoStudy, HaqError> {
-    if cfg.policy == Policy::RoundRobin {
-        return Err(HaqError::InvalidConfig {
-            what: "policy of the rho study",
-            expected: "wrr or drr (the model is of weighted arbitration)".into(),
-            found: "rr".into(),
-        });
-    }
+    check_rho_policy(cfg)?;
     let size = 4 * K;
     dev.validate()?;
     let dev = *dev;
     let (gamma_iops, gamma_bps) = sim::saturated(&dev, f64::from(size));
-    // Weights in commands of 4 KiB for WRR, in bytes for DRR: either way the ratios Eq. 6.2
-    // needs; throughput in the same unit then converts to bytes.
-    let unit = if cfg.policy == Policy::Wrr {
-        f64::from(size)
-    } else {
-        1.0
-    };
-    let loads = |rho: f64| {
-        vec![
-            ClassLoad::backlogged(Class::High, cfg.weight_cost(Class::High) as f64 * unit),
-            ClassLoad::backlogged(Class::Medium, cfg.weight_cost(Class::Medium) as f64 * unit),
-            ClassLoad {
-                class: Class::Low,
-                weight: cfg.weight_cost(Class::Low) as f64 * unit,
-                rho,
-                lambda: None,
-            },
-        ]
-    };
+    let loads = |rho: f64| rho_loads(cfg, rho);
     let a_over_p = 1e6 / gamma_iops;
     let bound = model::t_max(&loads(1.0), Class::High, f64::from(DEPTH), a_over_p);
     let mut points = Vec::new();
     let mut buckets = Vec::new();
     let mut bucket_s = 0.0;
     for &rho in rhos {
-        if !(0.0..=1.0).contains(&rho) {
-            return Err(HaqError::InvalidConfig {
-                what: "rho_l",
-                expected: "0..=1".into(),
-                found: rho.to_string(),
-            });
-        }
+        check_rho(rho)?;
         let l = loads(rho);
         let low_rate = model::rate_for_rho(&l, Class::Low, rho, gamma_bps) / f64::from(size);
         let sc = SimConfig {
@@ -440,13 +481,22 @@ pub fn rho_study(
             model_t_max_us: model_t,
             sim_latency_mean_us: high.latency_mean_us,
             sim_wait_max_us: high.wait_max_us,
+            sim_wait_p50_us: high.wait_p50_us,
+            sim_wait_p99_us: high.wait_p99_us,
+            sched_late_max_us: 0.0,
+            high_idle_fraction: 0.0,
+            attempts: 1,
             bound_us: bound,
             throughput_error: (high.bandwidth_bps - model_high).abs() / model_high,
             latency_error: (high.latency_mean_us - model_t).abs() / model_t,
+            low_dropped: 0,
         });
         buckets.push((rho, high.buckets.clone()));
     }
     Ok(RhoStudy {
+        engine: "sim".into(),
+        calibration_attempts: 0,
+        calibration: None,
         arbiter: *cfg,
         gamma_iops,
         gamma_bps,
@@ -636,4 +686,363 @@ impl Scenario {
         };
         Ok(self.finish(cfg, report))
     }
+}
+
+/// A live run during which a probe thread's 1 ms sleep overran by more than this
+/// (microseconds) was disturbed by the host, and is run again.
+const STALL_US: f64 = 10_000.0;
+
+/// A live point at which the high job's queue was seen empty at more than this fraction of
+/// the probe's wake-ups was disturbed by the host (its threads did not get the CPU to
+/// resubmit), and is run again.
+const IDLE_MAX: f64 = 0.01;
+
+/// Runs of a live calibration or point before its last is kept, disturbed or not.
+const ATTEMPTS: u32 = 3;
+
+/// The most a 1 ms sleep overruns between `from` and `until`, microseconds (sleeps that
+/// start before `from` are not counted).
+fn lateness(from: std::time::Instant, until: std::time::Instant) -> f64 {
+    lateness_and_idle(from, until, None).0
+}
+
+/// [`lateness`], and the fraction of its wake-ups (after `from`) at which `queue` held no
+/// command.
+fn lateness_and_idle(
+    from: std::time::Instant,
+    until: std::time::Instant,
+    queue: Option<&crate::runtime::TenantQueue>,
+) -> (f64, f64) {
+    use std::time::{Duration, Instant};
+    let nap = Duration::from_millis(1);
+    let mut worst = 0.0f64;
+    let (mut samples, mut empty) = (0u64, 0u64);
+    while Instant::now() < until {
+        let t = Instant::now();
+        std::thread::sleep(nap);
+        if t >= from {
+            worst = worst.max(t.elapsed().saturating_sub(nap).as_secs_f64() * 1e6);
+            if let Some(q) = queue {
+                samples += 1;
+                if q.queued() == 0 {
+                    empty += 1;
+                }
+            }
+        }
+    }
+    let idle = if samples == 0 {
+        0.0
+    } else {
+        empty as f64 / samples as f64
+    };
+    (worst, idle)
+}
+
+/// What one live point measured of the high job (after the warm-up).
+#[derive(Debug, Default)]
+struct HighAcc {
+    commands: u64,
+    latency_sum_us: f64,
+    waits_us: Vec<f64>,
+}
+
+/// The Fig. 6.2 study in real time on the controller ([`crate::runtime::Controller`]) with
+/// the emulated device `dev` (e.g. [`live_device`]), the dissertation's procedure:
+///
+/// 1. Calibrate on the same controller ([`crate::calibrate::calibrate`]): a high, a medium
+///    and a low job, [`DEPTH`] threads each with one command of 4 KiB outstanding, all
+///    backlogged for `calibrate_s` seconds. γ = commands completed per second; a/p = the
+///    mean latency over the commands outstanding (`3 × DEPTH`), which is how the
+///    dissertation reads a/p off a saturated run (1/γ, Little's law, is reported next to it).
+/// 2. For each ρ_l in `rhos`, for `seconds` of wall-clock time (a tenth of it, at most one
+///    second, is warm-up): the high and medium jobs back to back ([`DEPTH`] threads each, one
+///    command outstanding per thread: q = [`DEPTH`]); the low job open loop, one pacing
+///    thread submitting 4 KiB commands at Poisson times of rate
+///    `λ_l = ρ_l l / (h + m + ρ_l l) × γ` with the non-blocking check that its queue has room
+///    (a full queue counts a drop, as the simulator does; with one submitter the check
+///    cannot race).
+///
+/// Measured for the high job: its bytes/s (against Eq. 6.2 with the calibrated γ); its mean
+/// latency, submit to completion of the emulated service (against Eq. 6.3 at this ρ_l with
+/// q = [`DEPTH`] and the calibrated a/p: for a closed loop of q commands that is the time q
+/// commands take to get through the rounds, so the mean latency by Little's law); and its
+/// largest wait, submit to the start of service (the moment the controller hands the command
+/// to a unit, timed inside the job), against Eq. 6.3 with every ρ = 1, the bound on any
+/// wait. The low job's measured rate is of commands started.
+///
+/// What is not guaranteed: the figures depend on the machine's scheduling (a thread woken
+/// late delays a submission or a completion; the high job's threads starved of CPU leave
+/// its queue empty, so it is not backlogged as the model assumes), so they hold within a
+/// tolerance, not exactly. A probe thread measures how late the host wakes threads (each
+/// point's `sched_late_max_us`) and how often the high job's queue is empty
+/// (`high_idle_fraction`: its threads starved); a calibration or point during which a 1 ms
+/// sleep overran by more than 10 ms, or a point whose high queue was seen empty more than 1%
+/// of the time, is run again, at most three times in all, and the last run is kept either
+/// way (`attempts`, `calibration_attempts`). A largest wait past Eq. 6.3's bound
+/// with a large lateness is the host's doing, not the arbitration's.
+pub fn rho_study_live(
+    cfg: &ArbiterConfig,
+    dev: &ServiceModel,
+    rhos: &[f64],
+    seconds: f64,
+    calibrate_s: f64,
+    seed: u64,
+) -> Result<RhoStudy, HaqError> {
+    use crate::calibrate::{CalibrateOptions, calibrate};
+    use crate::runtime::{Controller, ControllerOptions};
+    use std::sync::Mutex;
+    use std::time::{Duration, Instant};
+    check_rho_policy(cfg)?;
+    for (what, v) in [("seconds", seconds), ("calibration seconds", calibrate_s)] {
+        if !(v.is_finite() && v > 0.0 && v <= 3600.0) {
+            return Err(HaqError::InvalidConfig {
+                what,
+                expected: "0 < seconds <= 3600".into(),
+                found: v.to_string(),
+            });
+        }
+    }
+    for &rho in rhos {
+        check_rho(rho)?;
+    }
+    dev.validate()?;
+    let size = 4 * K;
+    let ctl = Controller::start(ControllerOptions {
+        arbiter: *cfg,
+        workers: dev.units,
+        service: Some(*dev),
+        queue_depth: DEPTH,
+    })?;
+    let classes = [
+        ("high", Class::High),
+        ("medium", Class::Medium),
+        ("low", Class::Low),
+    ];
+    let result = (|| {
+        let mut cal_attempts = 0;
+        let cal = loop {
+            cal_attempts += 1;
+            let from = Instant::now();
+            let (cal, late) = std::thread::scope(|s| {
+                let probe =
+                    s.spawn(move || lateness(from, from + Duration::from_secs_f64(calibrate_s)));
+                let cal = calibrate(
+                    &CalibrateOptions {
+                        threads: 3 * DEPTH,
+                        bytes: size,
+                        duration: Duration::from_secs_f64(calibrate_s),
+                        span: u64::from(size),
+                        seed: seed ^ u64::from(cal_attempts),
+                    },
+                    |t| {
+                        let (name, class) = classes[t as usize % 3];
+                        let q = ctl.queue(name, class);
+                        move |_offset: u64, bytes: u32| q.run(bytes, || ())
+                    },
+                )
+                .map_err(|e| match e {
+                    crate::calibrate::CalibrateError::Invalid(e) => e,
+                    crate::calibrate::CalibrateError::Executor { error, .. } => error,
+                    crate::calibrate::CalibrateError::Panicked(t) => HaqError::InvalidConfig {
+                        what: "calibration",
+                        expected: "every thread to finish".into(),
+                        found: format!("thread {t} panicked"),
+                    },
+                });
+                (cal, probe.join().unwrap_or(f64::INFINITY))
+            });
+            let cal = cal?;
+            if late <= STALL_US || cal_attempts >= ATTEMPTS {
+                break cal;
+            }
+        };
+        if cal.commands == 0 {
+            return Err(HaqError::InvalidConfig {
+                what: "calibration",
+                expected: "commands completed".into(),
+                found: "none".into(),
+            });
+        }
+        let gamma_iops = cal.gamma_iops;
+        let gamma_bps = cal.gamma_bps;
+        let a_over_p = cal.a_over_p_us;
+        let bound = model::t_max(
+            &rho_loads(cfg, 1.0),
+            Class::High,
+            f64::from(DEPTH),
+            a_over_p,
+        );
+        let bucket_s = (seconds / 100.0).clamp(0.01, 1.0);
+        let nbuckets = (seconds / bucket_s).ceil() as usize;
+        let warm = (seconds / 10.0).min(1.0);
+        let measured = seconds - warm;
+        let mut points = Vec::new();
+        let mut buckets = Vec::new();
+        for (n, &rho) in rhos.iter().enumerate() {
+            for attempt in 1..=ATTEMPTS {
+                let l = rho_loads(cfg, rho);
+                let low_rate =
+                    model::rate_for_rho(&l, Class::Low, rho, gamma_bps) / f64::from(size);
+                let high = Mutex::new(HighAcc::default());
+                let high_buckets = Mutex::new(vec![0u64; nbuckets]);
+                let low_started = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+                let mut low_dropped = 0u64;
+                let failure: Mutex<Option<HaqError>> = Mutex::new(None);
+                let late_max = Mutex::new((0.0f64, 0.0f64));
+                let start = Instant::now();
+                let deadline = start + Duration::from_secs_f64(seconds);
+                std::thread::scope(|s| {
+                    let late_max = &late_max;
+                    let q = ctl.queue("high", Class::High);
+                    s.spawn(move || {
+                        let worst = lateness_and_idle(
+                            start + Duration::from_secs_f64(warm),
+                            deadline,
+                            Some(&q),
+                        );
+                        *late_max.lock().unwrap_or_else(|p| p.into_inner()) = worst;
+                    });
+                    for (c, &(name, class)) in classes[..2].iter().enumerate() {
+                        for _ in 0..DEPTH {
+                            let q = ctl.queue(name, class);
+                            let (high, high_buckets, failure) = (&high, &high_buckets, &failure);
+                            s.spawn(move || {
+                                while Instant::now() < deadline {
+                                    let t0 = Instant::now();
+                                    let wait = match q.run(size, move || t0.elapsed()) {
+                                        Ok(w) => w,
+                                        Err(e) => {
+                                            let mut f =
+                                                failure.lock().unwrap_or_else(|p| p.into_inner());
+                                            f.get_or_insert(e);
+                                            return;
+                                        }
+                                    };
+                                    let done = start.elapsed().as_secs_f64();
+                                    if c != 0 || done > seconds {
+                                        continue;
+                                    }
+                                    let b = ((done / bucket_s) as usize).min(nbuckets - 1);
+                                    high_buckets.lock().unwrap_or_else(|p| p.into_inner())[b] +=
+                                        u64::from(size);
+                                    if t0.duration_since(start).as_secs_f64() >= warm {
+                                        let mut h = high.lock().unwrap_or_else(|p| p.into_inner());
+                                        h.commands += 1;
+                                        h.latency_sum_us += t0.elapsed().as_secs_f64() * 1e6;
+                                        h.waits_us.push(wait.as_secs_f64() * 1e6);
+                                    }
+                                }
+                            });
+                        }
+                    }
+                    // The low job: this thread paces it.
+                    if low_rate > 0.0 {
+                        let q = ctl.queue("low", Class::Low);
+                        let mut rng = SplitMix::new(
+                            seed ^ 0x5eed_0000 ^ n as u64 ^ (u64::from(attempt) << 40),
+                        );
+                        let mut at = 0.0f64;
+                        loop {
+                            at += -rng.unit().ln() / low_rate;
+                            if at >= seconds {
+                                break;
+                            }
+                            let due = start + Duration::from_secs_f64(at);
+                            let now = Instant::now();
+                            if due > now {
+                                std::thread::sleep(due - now);
+                            }
+                            if q.queued() >= DEPTH as usize {
+                                if at >= warm {
+                                    low_dropped += 1;
+                                }
+                                continue;
+                            }
+                            let started = low_started.clone();
+                            let job: crate::runtime::Job = Box::new(move || {
+                                let t = start.elapsed().as_secs_f64();
+                                if t >= warm && t <= seconds {
+                                    started.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                                }
+                            });
+                            if let Err(e) = q.submit(size, job) {
+                                failure
+                                    .lock()
+                                    .unwrap_or_else(|p| p.into_inner())
+                                    .get_or_insert(e);
+                                break;
+                            }
+                        }
+                    }
+                });
+                if let Some(e) = failure.into_inner().unwrap_or_else(|p| p.into_inner()) {
+                    return Err(e);
+                }
+                // Let the low job's last commands start before the next point.
+                while ctl.queue("low", Class::Low).queued() > 0 {
+                    std::thread::sleep(Duration::from_millis(2));
+                }
+                let late_max = late_max.into_inner().unwrap_or_else(|p| p.into_inner());
+                let mut h = high.into_inner().unwrap_or_else(|p| p.into_inner());
+                h.waits_us.sort_by(f64::total_cmp);
+                let pct = |p: f64| match h.waits_us.len() {
+                    0 => 0.0,
+                    n => h.waits_us[((p * n as f64).ceil() as usize).clamp(1, n) - 1],
+                };
+                let high_bps = h.commands as f64 * f64::from(size) / measured;
+                let latency = if h.commands == 0 {
+                    0.0
+                } else {
+                    h.latency_sum_us / h.commands as f64
+                };
+                let model_high = model::throughput(&l, Class::High, gamma_bps);
+                let model_t = model::t_max(&l, Class::High, f64::from(DEPTH), a_over_p);
+                let point = RhoPoint {
+                    rho_l: rho,
+                    low_rate,
+                    model_high_bps: model_high,
+                    sim_high_bps: high_bps,
+                    sim_low_bps: low_started.load(std::sync::atomic::Ordering::Relaxed) as f64
+                        * f64::from(size)
+                        / measured,
+                    model_t_max_us: model_t,
+                    sim_latency_mean_us: latency,
+                    sim_wait_max_us: h.waits_us.last().copied().unwrap_or(0.0),
+                    sim_wait_p50_us: pct(0.5),
+                    sim_wait_p99_us: pct(0.99),
+                    sched_late_max_us: late_max.0,
+                    high_idle_fraction: late_max.1,
+                    bound_us: bound,
+                    throughput_error: (high_bps - model_high).abs() / model_high,
+                    latency_error: (latency - model_t).abs() / model_t,
+                    low_dropped,
+                    attempts: attempt,
+                };
+                let disturbed =
+                    point.sched_late_max_us > STALL_US || point.high_idle_fraction > IDLE_MAX;
+                if disturbed && attempt < ATTEMPTS {
+                    continue;
+                }
+                points.push(point);
+                let hb = high_buckets.into_inner().unwrap_or_else(|p| p.into_inner());
+                buckets.push((rho, hb.iter().map(|&b| b as f64 / bucket_s).collect()));
+                break;
+            }
+        }
+        Ok(RhoStudy {
+            engine: "live".into(),
+            calibration_attempts: cal_attempts,
+            arbiter: *cfg,
+            gamma_iops,
+            gamma_bps,
+            a_over_p_us: a_over_p,
+            queue_depth: DEPTH,
+            points,
+            buckets,
+            bucket_s: if rhos.is_empty() { 0.0 } else { bucket_s },
+            calibration: Some(cal),
+        })
+    })();
+    ctl.shutdown();
+    result
 }

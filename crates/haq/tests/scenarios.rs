@@ -1,8 +1,11 @@
 //! The dissertation's findings, reproduced on the simulator: S1-S5 under DRR, WRR and RR, a
-//! flooding tenant, and the model against the simulation as the low class's utilisation varies.
+//! flooding tenant, and the model against the simulation as the low class's utilisation varies
+//! (and, briefly, against the real-time controller).
 
 use haq::arbiter::{ArbiterConfig, Policy, Weights};
-use haq::scenario::{Scenario, device, dissertation_config, rho_study};
+use haq::scenario::{
+    Scenario, device, dissertation_config, live_device, rho_study, rho_study_live,
+};
 
 const SECONDS: f64 = 2.0;
 
@@ -208,4 +211,49 @@ fn the_model_holds_when_service_times_vary() {
         .run(&dissertation_config(Policy::Drr), SECONDS, 2)
         .unwrap();
     assert!(rel(r.ratio, 2.0) < 0.05, "{}", r.ratio);
+}
+
+#[test]
+fn the_live_rho_study_refuses_what_it_cannot_run() {
+    let drr = dissertation_config(Policy::Drr);
+    let dev = live_device();
+    let rr = rho_study_live(&ArbiterConfig::round_robin(), &dev, &[0.5], 1.0, 1.0, 1);
+    assert!(format!("{}", rr.unwrap_err()).contains("rr"));
+    for rho in [-0.1, 1.5, f64::NAN] {
+        let e = rho_study_live(&drr, &dev, &[rho], 1.0, 1.0, 1).unwrap_err();
+        assert!(format!("{e}").contains("rho_l"), "{e}");
+    }
+    for (secs, cal) in [(0.0, 1.0), (1.0, 0.0), (f64::INFINITY, 1.0), (1.0, 4000.0)] {
+        let e = rho_study_live(&drr, &dev, &[0.5], secs, cal, 1).unwrap_err();
+        assert!(format!("{e}").contains("seconds"), "{e}");
+    }
+    let mut slow = dev;
+    slow.units = 0;
+    assert!(rho_study_live(&drr, &slow, &[0.5], 1.0, 1.0, 1).is_err());
+}
+
+#[test]
+fn the_live_rho_study_under_wrr_follows_eq_6_2() {
+    // WRR (32, 16, 8) commands of 4 KiB, on the real-time controller: a short run, so a
+    // tolerance of 10% (longer runs are within 1-2%).
+    let study = rho_study_live(
+        &dissertation_config(Policy::Wrr),
+        &live_device(),
+        &[0.0, 1.0],
+        0.6,
+        0.5,
+        3,
+    )
+    .unwrap();
+    assert_eq!(study.engine, "live");
+    let cal = study.calibration.as_ref().unwrap();
+    assert!(rel(study.gamma_iops, cal.gamma_iops) < 1e-12);
+    for p in &study.points {
+        assert!(p.throughput_error < 0.10, "rho_l {}: {p:?}", p.rho_l);
+        assert!(p.latency_error < 0.10, "rho_l {}: {p:?}", p.rho_l);
+        assert!(p.sim_wait_p50_us <= p.bound_us, "rho_l {}: {p:?}", p.rho_l);
+    }
+    // With the low class idle the high class gets 32/48 of the device; at rho_l = 1, 32/56.
+    assert!(rel(study.points[0].model_high_bps, study.gamma_bps * 2.0 / 3.0) < 1e-9);
+    assert!(rel(study.points[1].model_high_bps, study.gamma_bps * 4.0 / 7.0) < 1e-9);
 }
