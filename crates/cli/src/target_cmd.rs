@@ -208,9 +208,10 @@ pub struct ServeArgs {
     /// robin, its weight in requests per round), rr (plain round robin between queues) or
     /// off (no arbiter: every request runs on its connection's thread at once). Shares hold
     /// while the device is the bottleneck (tenants' queues stay non-empty); a device faster
-    /// than the clients can feed divides nothing (see --emulate). Off by default: the
-    /// arbiter adds a hand-off between threads to every request (measured on 2 cores: 142
-    /// MB/s of 4 KiB reads from /dev/shm without it, 61 MB/s with drr and no emulation).
+    /// than the clients can feed divides nothing (see --emulate). Off by default: a tenant
+    /// alone gains nothing from it, and it costs (measured on 2 cores, 4 KiB from /dev/shm,
+    /// no emulation: drr gave 0.87-0.99 of the bandwidth of off, more at 32 connections than
+    /// at 8, because requests beyond --workers wait in a queue; docs/benchmarks.md).
     #[arg(long, value_enum, default_value_t = QosArg::Off)]
     qos: QosArg,
     /// Class weights HIGH,MEDIUM,LOW (each 1 to 256 units): request counts for wrr (default
@@ -508,7 +509,7 @@ fn stats_table(addr: &str, v: &serde_json::Value) -> String {
         let _ = writeln!(
             out,
             "{:<20} {:<7} {:>10.2} {:>8.0} {:>6} {:>6} {:>9} {:>9} {:>9} {:>10} {:>10}",
-            text(&t["name"]),
+            t["name"].as_str().unwrap_or("-"),
             text(&t["class"]),
             f(&t["bandwidth_bps"]) / 1e6,
             f(&t["iops"]),

@@ -142,7 +142,7 @@ fn ionice_classes_get_bandwidth_in_the_configured_ratio_through_the_target() {
     let at = format!("{:.3}", at.as_secs_f64());
     let begun = Instant::now();
     let seconds = "5";
-    let hi = load(&["-c1"], &addr, "hi", seconds, &at);
+    let hi = load(&["-c1"], &addr, "Hi", seconds, &at);
     let mid = load(&["-c2", "-n0"], &addr, "mid", seconds, &at);
     let lo = load(&["-c3"], &addr, "lo", seconds, &at);
     // While all three run: the target's own byte counts over three seconds in the middle,
@@ -153,10 +153,10 @@ fn ionice_classes_get_bandwidth_in_the_configured_ratio_through_the_target() {
     let last = stats(&addr);
     assert_eq!(last["qos"], "on", "{last}");
     assert_eq!(last["policy"], "drr", "{last}");
-    assert_eq!(tenant(&last, "hi")["class"], "high");
+    assert_eq!(tenant(&last, "Hi")["class"], "high");
     assert_eq!(tenant(&last, "mid")["class"], "medium");
     assert_eq!(tenant(&last, "lo")["class"], "low");
-    let served: Vec<f64> = ["hi", "mid", "lo"]
+    let served: Vec<f64> = ["Hi", "mid", "lo"]
         .iter()
         .map(|n| {
             let b = |s: &serde_json::Value| tenant(s, n)["bytes"].as_u64().expect("bytes");
@@ -169,7 +169,8 @@ fn ionice_classes_get_bandwidth_in_the_configured_ratio_through_the_target() {
         .unwrap();
     assert_eq!(o.status.code(), Some(0));
     let text = String::from_utf8_lossy(&o.stdout);
-    for needle in ["policy drr", "TENANT", "WAIT-P99", "hi ", "mid ", "lo "] {
+    // Tenant names as the client gave them (case kept).
+    for needle in ["policy drr", "TENANT", "WAIT-P99", "Hi ", "mid ", "lo "] {
         assert!(text.contains(needle), "{needle:?} not in {text}");
     }
     let (hi, mid, lo) = (

@@ -40,9 +40,21 @@ pub struct Config {
     pub fs: FsOptions,
 }
 
-/// Parse a size: digits with an optional `K`, `M`, `G` or `T` suffix (powers of 1024).
+/// Parse a size: digits with an optional `K`, `M`, `G` or `T` suffix (powers of 1024), which
+/// may be spelled as the rest of the command line spells it too (`64M`, `64MB`, `64MiB`).
 pub fn parse_size(what: &str, s: &str) -> Result<u64> {
     let t = s.trim();
+    let lower = t.to_ascii_lowercase();
+    let unit_before = |rest: &str| {
+        rest.chars()
+            .last()
+            .is_some_and(|c| matches!(c.to_ascii_lowercase(), 'k' | 'm' | 'g' | 't'))
+    };
+    let t = match (lower.strip_suffix("ib"), lower.strip_suffix('b')) {
+        (Some(rest), _) if unit_before(rest) => &t[..rest.len()],
+        (_, Some(rest)) if unit_before(rest) => &t[..rest.len()],
+        _ => t,
+    };
     let (num, mul) = match t.char_indices().last() {
         Some((i, c)) if c.is_ascii_alphabetic() => {
             let m: u64 = match c.to_ascii_uppercase() {
@@ -63,7 +75,7 @@ pub fn parse_size(what: &str, s: &str) -> Result<u64> {
         .ok_or_else(|| {
             FsError::invalid(
                 what,
-                format!("expected a byte count like 1G, 512M or 4096, found {s:?}"),
+                format!("expected a byte count like 1G, 512MiB or 4096, found {s:?}"),
             )
         })
 }
@@ -361,5 +373,31 @@ pub fn open(cfg: &Config) -> Result<(Fs, Recovery)> {
             ))
         }
         r => r,
+    }
+}
+
+#[cfg(test)]
+mod size_tests {
+    use super::parse_size;
+
+    #[test]
+    fn sizes_take_the_command_lines_spellings() {
+        for (s, want) in [
+            ("4096", 4096u64),
+            ("64M", 64 << 20),
+            ("64MB", 64 << 20),
+            ("64MiB", 64 << 20),
+            ("64mib", 64 << 20),
+            ("1G", 1 << 30),
+            ("2TiB", 2 << 40),
+            (" 8k ", 8 << 10),
+        ] {
+            assert_eq!(parse_size("x", s).unwrap(), want, "{s}");
+        }
+        for s in [
+            "", "B", "MiB", "64iB", "64X", "64MiBs", "-1M", "64 M", "1e3",
+        ] {
+            assert!(parse_size("x", s).is_err(), "{s:?} was accepted");
+        }
     }
 }
