@@ -18,7 +18,7 @@
 //! processes and CPU frequency all move them. Nothing is written unless the executor writes.
 
 use crate::class::HaqError;
-use crate::sim::SplitMix;
+use pmem::rng::SplitMix64;
 use std::time::{Duration, Instant};
 
 /// What to run.
@@ -178,7 +178,7 @@ where
                 let seed = opts.seed ^ (t as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15);
                 let bytes = opts.bytes;
                 s.spawn(move || {
-                    let mut rng = SplitMix::new(seed);
+                    let mut rng = SplitMix64::new(seed);
                     let mut tally = Tally {
                         commands: 0,
                         sum_ns: 0,

@@ -32,9 +32,8 @@
 use crate::arbiter::{ArbiterConfig, Policy};
 use crate::class::{Class, HaqError};
 use crate::model::{self, ClassLoad, TenantDemand};
-use crate::sim::{
-    self, ServiceModel, SimConfig, SimReport, SizeMix, SplitMix, TenantReport, TenantSpec,
-};
+use crate::sim::{self, ServiceModel, SimConfig, SimReport, SizeMix, TenantReport, TenantSpec};
+use pmem::rng::SplitMix64;
 
 /// Commands each back-to-back job keeps outstanding, and the depth of every queue.
 pub const DEPTH: u32 = 32;
@@ -592,7 +591,7 @@ impl Scenario {
                     let acc = accs[i].clone();
                     let sizes = t.sizes.clone();
                     let failure = &failure;
-                    let mut rng = SplitMix::new(seed ^ ((i as u64) << 32) ^ u64::from(k));
+                    let mut rng = SplitMix64::new(seed ^ ((i as u64) << 32) ^ u64::from(k));
                     s.spawn(move || {
                         while Instant::now() < deadline {
                             let bytes = sizes.pick(&mut rng);
@@ -938,7 +937,7 @@ pub fn rho_study_live(
                     // The low job: this thread paces it.
                     if low_rate > 0.0 {
                         let q = ctl.queue("low", Class::Low);
-                        let mut rng = SplitMix::new(
+                        let mut rng = SplitMix64::new(
                             seed ^ 0x5eed_0000 ^ n as u64 ^ (u64::from(attempt) << 40),
                         );
                         let mut at = 0.0f64;

@@ -28,6 +28,7 @@
 
 use crate::arbiter::{Arbiter, ArbiterConfig, Policy, QueueId, Weights};
 use crate::class::{Class, HaqError};
+use pmem::rng::SplitMix64;
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
 
@@ -98,7 +99,7 @@ impl SizeMix {
     }
 
     /// Draw a size.
-    pub fn pick(&self, rng: &mut SplitMix) -> u32 {
+    pub fn pick(&self, rng: &mut SplitMix64) -> u32 {
         if self.sizes.len() == 1 {
             return self.sizes[0].0;
         }
@@ -222,31 +223,6 @@ impl SimReport {
     }
 }
 
-/// SplitMix64: a small, seeded, well-mixed generator.
-#[derive(Debug, Clone)]
-pub struct SplitMix(u64);
-
-impl SplitMix {
-    /// A generator from `seed`.
-    pub fn new(seed: u64) -> SplitMix {
-        SplitMix(seed)
-    }
-
-    /// The next 64 bits.
-    pub fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-
-    /// Uniform in (0, 1].
-    pub fn unit(&mut self) -> f64 {
-        ((self.next_u64() >> 11) + 1) as f64 / (1u64 << 53) as f64
-    }
-}
-
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 enum Event {
     /// An open-loop tenant issues a command.
@@ -354,7 +330,7 @@ pub fn simulate(cfg: &SimConfig) -> Result<SimReport, HaqError> {
     let bucket = ns(cfg.bucket_s).max(1);
     let nbuckets = end.div_ceil(bucket) as usize;
     let mut arb: Arbiter<Cmd> = Arbiter::new(cfg.arbiter)?;
-    let mut rng = SplitMix::new(cfg.seed);
+    let mut rng = SplitMix64::new(cfg.seed);
     let mut ts: Vec<TenantState> = cfg
         .tenants
         .iter()
@@ -378,7 +354,7 @@ pub fn simulate(cfg: &SimConfig) -> Result<SimReport, HaqError> {
         seq += 1;
     };
     let service_ns = |bytes: u32| ((service_us(&cfg.device, bytes) * 1000.0).round() as u64).max(1);
-    let exp_ns = |rng: &mut SplitMix, rate: f64| ((-rng.unit().ln() / rate) * 1e9).round() as u64;
+    let exp_ns = |rng: &mut SplitMix64, rate: f64| ((-rng.unit().ln() / rate) * 1e9).round() as u64;
 
     for (i, t) in cfg.tenants.iter().enumerate() {
         match t.rate {

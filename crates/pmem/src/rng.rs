@@ -22,6 +22,10 @@ impl SplitMix64 {
         assert!(n > 0);
         ((self.next_u64() as u128 * n as u128) >> 64) as u64
     }
+    /// Uniform in `(0, 1]` (53 bits), never 0, so its logarithm is finite.
+    pub fn unit(&mut self) -> f64 {
+        ((self.next_u64() >> 11) + 1) as f64 / (1u64 << 53) as f64
+    }
     /// True with probability `per_million / 1_000_000`.
     pub fn chance(&mut self, per_million: u32) -> bool {
         self.below(1_000_000) < per_million as u64
