@@ -10,8 +10,8 @@ use haq::arbiter::{ArbiterConfig, Policy, Weights};
 use haq::calibrate::{CalibrateOptions, calibrate};
 use haq::class::Class;
 use haq::model::{self, ClassLoad, TenantDemand};
-use haq::plot::{Chart, Series};
 use haq::scenario::{self, RhoStudy, Scenario, ScenarioRun};
+use plot::{Chart, Series};
 
 use crate::outcome::{CommandFailed, Outcome, print_json};
 use crate::units::{format_size, parse_size};

@@ -15,7 +15,6 @@ pub mod class;
 #[allow(unsafe_code)]
 pub mod ioprio;
 pub mod model;
-pub mod plot;
 pub mod runtime;
 pub mod scenario;
 pub mod sim;

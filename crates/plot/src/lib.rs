@@ -35,6 +35,8 @@
 //! drawn segment by segment (100 000 random points on 900 x 520: about 2 s). Drawing is
 //! deterministic: the same chart gives the same bytes.
 
+#![forbid(unsafe_code)]
+
 use std::path::{Path, PathBuf};
 
 /// Why a chart could not be drawn or written.

@@ -1,9 +1,7 @@
 //! The chart renderer: decode its PNG and check that the series, reference lines, ticks and
 //! legend land where the layout says, and that bad input is refused with a typed error.
 
-use haq::plot::{
-    Chart, Frame, HLINE_COLOUR, MAX_SIDE, PlotError, Series, series_colour, text_width,
-};
+use plot::{Chart, Frame, HLINE_COLOUR, MAX_SIDE, PlotError, Series, series_colour, text_width};
 use proptest::prelude::*;
 
 struct Image {
