@@ -13,6 +13,14 @@ const START: u64 = 1000;
 
 heap::pool_tag!(Bank);
 
+/// A tag names one open heap at a time, and the tests of this file run on parallel threads:
+/// each holds this lock for as long as its `Heap<Bank>` lives.
+static ONE_BANK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn one_bank() -> std::sync::MutexGuard<'static, ()> {
+    ONE_BANK.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 fn sim_heap() -> Arc<RawHeap> {
     let m = Arc::new(SimMedium::new(LEN as usize, SimConfig::default()));
     RawHeap::format(&*m, 0, LEN, [9; 16], &HeapOptions::small()).unwrap();
@@ -86,11 +94,13 @@ fn bank(raw: Arc<RawHeap>, threads: u64, per_thread: u64) {
 
 #[test]
 fn transfers_keep_the_total_on_the_simulator() {
+    let _bank = one_bank();
     bank(sim_heap(), 3, 400);
 }
 
 #[test]
 fn transfers_keep_the_total_on_a_pool_file() {
+    let _bank = one_bank();
     let dir = std::env::temp_dir().join(format!("kavach-iso-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let path = dir.join("bank.pool");
@@ -105,6 +115,7 @@ fn transfers_keep_the_total_on_a_pool_file() {
 /// Exact counting: every increment that returned Ok is in the counter.
 #[test]
 fn increments_are_never_lost() {
+    let _bank = one_bank();
     let h = Arc::new(Heap::<Bank>::new(sim_heap()).unwrap());
     let root = h.root::<u64>().unwrap();
     let hs: Vec<_> = (0..3)
@@ -129,6 +140,7 @@ fn increments_are_never_lost() {
 /// commits. A read of a word another transaction is committing also conflicts.
 #[test]
 fn a_stale_read_fails_the_commit_with_a_conflict() {
+    let _bank = one_bank();
     let raw = sim_heap();
     let (root, _) = raw.root(64).unwrap();
     let mut l1 = raw.lane();
@@ -160,6 +172,7 @@ fn a_stale_read_fails_the_commit_with_a_conflict() {
 /// The retry bound: a transaction that conflicts every time gives up with the typed error.
 #[test]
 fn endless_conflicts_end_in_too_many_conflicts() {
+    let _bank = one_bank();
     let raw = sim_heap();
     let h = Heap::<Bank>::new(raw.clone()).unwrap();
     let root = h.root::<u64>().unwrap();
