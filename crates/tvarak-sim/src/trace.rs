@@ -13,9 +13,8 @@
 //! found. Nothing read from a file can make the reader panic or allocate more than
 //! [`MAX_ACCESS_LEN`] (or [`MAX_TX_RANGES`] ranges) at once.
 
-use flate2::Compression;
-use flate2::read::DeflateDecoder;
 use flate2::write::DeflateEncoder;
+use flate2::{Compression, Decompress, FlushDecompress, Status};
 use pmem::layout::Field;
 use std::fs::File;
 use std::io::{self, BufReader, BufWriter, Read, Write};
@@ -549,11 +548,111 @@ impl<W: Write> TraceWriter<W> {
     }
 }
 
+/// A raw-deflate reader that knows whether the stream really ended (a final block was seen)
+/// and whether bytes follow it, which `flate2::read::DeflateDecoder` does not say.
+struct Inflater<R: Read> {
+    r: R,
+    d: Decompress,
+    buf: Vec<u8>,
+    pos: usize,
+    end: usize,
+    eof: bool,
+    finished: bool,
+}
+
+impl<R: Read> Inflater<R> {
+    fn new(r: R) -> Self {
+        Inflater {
+            r,
+            d: Decompress::new(false),
+            buf: vec![0; 32 * 1024],
+            pos: 0,
+            end: 0,
+            eof: false,
+            finished: false,
+        }
+    }
+
+    fn fill(&mut self) -> io::Result<()> {
+        if self.pos == self.end && !self.eof {
+            loop {
+                match self.r.read(&mut self.buf) {
+                    Ok(n) => {
+                        self.pos = 0;
+                        self.end = n;
+                        self.eof = n == 0;
+                        return Ok(());
+                    }
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                    Err(e) => return Err(e),
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// After the stream ended: are there bytes after it?
+    fn trailing(&mut self) -> io::Result<bool> {
+        self.fill()?;
+        Ok(self.pos < self.end)
+    }
+}
+
+impl<R: Read> Read for Inflater<R> {
+    fn read(&mut self, out: &mut [u8]) -> io::Result<usize> {
+        if out.is_empty() {
+            return Ok(0);
+        }
+        loop {
+            if self.finished {
+                return Ok(0);
+            }
+            self.fill()?;
+            let (in0, out0) = (self.d.total_in(), self.d.total_out());
+            let flush = if self.eof {
+                FlushDecompress::Finish
+            } else {
+                FlushDecompress::None
+            };
+            let status = self
+                .d
+                .decompress(&self.buf[self.pos..self.end], out, flush)
+                .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
+            let used = (self.d.total_in() - in0) as usize;
+            let made = (self.d.total_out() - out0) as usize;
+            self.pos += used;
+            if status == Status::StreamEnd {
+                self.finished = true;
+            }
+            if made > 0 {
+                return Ok(made);
+            }
+            if self.finished {
+                return Ok(0);
+            }
+            if self.eof && used == 0 {
+                return Err(io::Error::new(
+                    io::ErrorKind::UnexpectedEof,
+                    "the compressed stream stops before its final block",
+                ));
+            }
+            if used == 0 && self.pos < self.end {
+                // Input left and neither consumed nor turned into output: never happens on a
+                // stream the writer made; refuse rather than spin.
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    "the compressed stream makes no progress",
+                ));
+            }
+        }
+    }
+}
+
 /// Reads a trace: the header at once, then the events as an iterator. After the first error
 /// (or the end), the iterator yields nothing more.
 pub struct TraceReader<R: Read> {
     header: TraceHeader,
-    body: DeflateDecoder<R>,
+    body: Inflater<R>,
     cursors: Cursors,
     events: u64,
     offset: u64,
@@ -576,7 +675,7 @@ impl<R: Read> TraceReader<R> {
         Ok(TraceReader {
             cursors: Cursors::new(header.cores),
             header,
-            body: DeflateDecoder::new(r),
+            body: Inflater::new(r),
             events: 0,
             offset: 0,
             done: false,
@@ -680,20 +779,25 @@ impl<R: Read> TraceReader<R> {
                 return Err(invalid(self.at(), "event count", self.events, n));
             }
             let mut extra = [0u8; 1];
-            match self.body.read(&mut extra) {
-                Ok(0) => return Ok(None),
-                Ok(_) => {
-                    return Err(invalid(self.at(), "bytes after the end op", "none", "more"));
-                }
-                Err(e) => {
-                    return Err(invalid(
+            return match self.body.read(&mut extra) {
+                Ok(0) => match self.body.trailing() {
+                    Ok(false) => Ok(None),
+                    Ok(true) => Err(invalid(
                         self.at(),
-                        "end of the compressed body",
-                        "a valid deflate stream",
-                        e,
-                    ));
-                }
-            }
+                        "bytes after the compressed body",
+                        "end of file",
+                        "more bytes",
+                    )),
+                    Err(e) => Err(io_err(format!("reading {}", self.at()), e)),
+                },
+                Ok(_) => Err(invalid(self.at(), "bytes after the end op", "none", "more")),
+                Err(e) => Err(invalid(
+                    self.at(),
+                    "end of the compressed body",
+                    "a complete deflate stream",
+                    e,
+                )),
+            };
         }
         if !(op::LOAD..=op::TX_COMMIT).contains(&opcode) {
             return Err(invalid(
