@@ -1,1 +1,1 @@
-//! (to be written)
+//! NVM DIMMs, the RAID-5 layout and the redundancy addresses (being written).
