@@ -9,7 +9,7 @@
 //!
 //! Every byte read is validated: a bad magic or version, a truncated file or body, an unknown op,
 //! a core beyond the header's count, a length over its limit or an access past `pm_bytes` is a
-//! [`TraceError`] naming where (header byte or event index), what, what was expected and what was
+//! [`SimError::Trace`] naming where (header byte or event index), what, what was expected and what was
 //! found. Nothing read from a file can make the reader panic or allocate more than
 //! [`MAX_ACCESS_LEN`] (or [`MAX_TX_RANGES`] ranges) at once.
 
@@ -19,6 +19,8 @@ use pmem::layout::Field;
 use std::fs::File;
 use std::io::{self, BufReader, BufWriter, Read, Write};
 use std::path::Path;
+
+use crate::error::SimError;
 
 /// One event of a trace. Addresses are byte addresses in the traced PM range (offset from its
 /// start); `core` says which thread (simulated core) did it.
@@ -137,51 +139,53 @@ pub mod op {
     ];
 }
 
-/// A trace that cannot be written or read.
-#[derive(Debug, thiserror::Error)]
-pub enum TraceError {
-    /// The bytes (or an event given to the writer) are not a valid trace.
-    #[error("trace: {at}: {what}: expected {expected}, found {found}")]
-    Invalid {
-        /// Where: a header byte or an event index.
-        at: String,
-        /// What is wrong.
-        what: String,
-        /// What was expected.
-        expected: String,
-        /// What was found.
-        found: String,
-    },
-    /// Reading or writing failed.
-    #[error("trace: {what}: {source}")]
-    Io {
-        /// What was being done.
-        what: String,
-        /// The error.
-        #[source]
-        source: io::Error,
-    },
+/// Where in a trace a problem is: it becomes [`SimError::Trace`]'s `at` (a header byte or an
+/// event index) and the start of its `what`.
+#[derive(Debug, Clone, Copy)]
+enum Loc {
+    /// Byte offset from the start of the file (header and name).
+    Header(u64),
+    /// An event being read: its index and its offset in the decompressed body.
+    Event { index: u64, byte: u64 },
+    /// An event given to the writer: its index.
+    Push(u64),
+}
+
+impl std::fmt::Display for Loc {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match *self {
+            Loc::Header(b) => write!(f, "header byte {b}"),
+            Loc::Event { index, byte } => {
+                write!(f, "event {index} (decompressed body byte {byte})")
+            }
+            Loc::Push(i) => write!(f, "event {i} given to the writer"),
+        }
+    }
 }
 
 /// Results of this module.
-pub type Result<T> = std::result::Result<T, TraceError>;
+pub type Result<T> = std::result::Result<T, SimError>;
 
 fn invalid(
-    at: impl Into<String>,
-    what: impl Into<String>,
+    loc: Loc,
+    what: impl std::fmt::Display,
     expected: impl std::fmt::Display,
     found: impl std::fmt::Display,
-) -> TraceError {
-    TraceError::Invalid {
-        at: at.into(),
-        what: what.into(),
+) -> SimError {
+    let at = match loc {
+        Loc::Header(b) => b,
+        Loc::Event { index, .. } | Loc::Push(index) => index,
+    };
+    SimError::Trace {
+        at,
+        what: format!("{loc}: {what}"),
         expected: expected.to_string(),
         found: found.to_string(),
     }
 }
 
-fn io_err(what: impl Into<String>, source: io::Error) -> TraceError {
-    TraceError::Io {
+fn io_err(what: impl Into<String>, source: io::Error) -> SimError {
+    SimError::Io {
         what: what.into(),
         source,
     }
@@ -189,10 +193,9 @@ fn io_err(what: impl Into<String>, source: io::Error) -> TraceError {
 
 impl TraceHeader {
     fn validate(&self) -> Result<()> {
-        let at = "header";
         if self.name.len() > MAX_NAME_BYTES as usize {
             return Err(invalid(
-                at,
+                Loc::Header(header::NAME_LEN.offset as u64),
                 "name length",
                 format!("at most {MAX_NAME_BYTES} bytes"),
                 self.name.len(),
@@ -200,7 +203,7 @@ impl TraceHeader {
         }
         if self.pm_bytes == 0 || self.pm_bytes > MAX_PM_BYTES {
             return Err(invalid(
-                at,
+                Loc::Header(header::PM_BYTES.offset as u64),
                 "pm_bytes",
                 format!("1 to {MAX_PM_BYTES}"),
                 self.pm_bytes,
@@ -208,7 +211,7 @@ impl TraceHeader {
         }
         if self.cores == 0 || self.cores > MAX_CORES {
             return Err(invalid(
-                at,
+                Loc::Header(header::CORES.offset as u64),
                 "cores",
                 format!("1 to {MAX_CORES}"),
                 self.cores,
@@ -236,11 +239,11 @@ impl TraceHeader {
     /// Read and validate a header from the start of `r`.
     pub fn decode<R: Read>(r: &mut R) -> Result<TraceHeader> {
         let mut fixed = [0u8; HEADER_BYTES];
-        read_exact(r, &mut fixed, || "header (bytes 0-23)".into())?;
+        read_exact(r, &mut fixed, Loc::Header(0), "header")?;
         let u16_at = |f: Field| u16::from_le_bytes([fixed[f.offset], fixed[f.offset + 1]]);
         if fixed[..8] != MAGIC {
             return Err(invalid(
-                "header byte 0",
+                Loc::Header(0),
                 "magic",
                 format!("{:?}", String::from_utf8_lossy(&MAGIC)),
                 format!("{:?}", String::from_utf8_lossy(&fixed[..8])),
@@ -248,12 +251,12 @@ impl TraceHeader {
         }
         let version = u16_at(header::VERSION);
         if version != VERSION {
-            return Err(invalid("header byte 8", "version", VERSION, version));
+            return Err(invalid(Loc::Header(8), "version", VERSION, version));
         }
         let flags = u16_at(header::FLAGS);
         if flags & !FLAG_WITH_DATA != 0 {
             return Err(invalid(
-                "header byte 10",
+                Loc::Header(10),
                 "flags",
                 format!("only bit 0 ({FLAG_WITH_DATA:#x})"),
                 format!("{flags:#x}"),
@@ -262,7 +265,7 @@ impl TraceHeader {
         let cores = u16_at(header::CORES);
         if cores == 0 || cores > MAX_CORES {
             return Err(invalid(
-                "header byte 12",
+                Loc::Header(12),
                 "cores",
                 format!("1 to {MAX_CORES}"),
                 cores,
@@ -271,7 +274,7 @@ impl TraceHeader {
         let name_len = u16_at(header::NAME_LEN);
         if name_len > MAX_NAME_BYTES {
             return Err(invalid(
-                "header byte 14",
+                Loc::Header(14),
                 "name_len",
                 format!("at most {MAX_NAME_BYTES}"),
                 name_len,
@@ -282,19 +285,17 @@ impl TraceHeader {
         let pm_bytes = u64::from_le_bytes(pm);
         if pm_bytes == 0 || pm_bytes > MAX_PM_BYTES {
             return Err(invalid(
-                "header byte 16",
+                Loc::Header(16),
                 "pm_bytes",
                 format!("1 to {MAX_PM_BYTES}"),
                 pm_bytes,
             ));
         }
         let mut name = vec![0u8; name_len as usize];
-        read_exact(r, &mut name, || {
-            format!("name ({name_len} bytes after the header)")
-        })?;
+        read_exact(r, &mut name, Loc::Header(HEADER_BYTES as u64), "name")?;
         let name = String::from_utf8(name).map_err(|e| {
             invalid(
-                format!("name byte {}", e.utf8_error().valid_up_to()),
+                Loc::Header((HEADER_BYTES + e.utf8_error().valid_up_to()) as u64),
                 "name",
                 "UTF-8",
                 "invalid UTF-8",
@@ -309,17 +310,17 @@ impl TraceHeader {
     }
 }
 
-fn read_exact<R: Read>(r: &mut R, buf: &mut [u8], at: impl Fn() -> String) -> Result<()> {
+fn read_exact<R: Read>(r: &mut R, buf: &mut [u8], loc: Loc, what: &str) -> Result<()> {
     r.read_exact(buf).map_err(|e| {
         if e.kind() == io::ErrorKind::UnexpectedEof {
             invalid(
-                at(),
-                "length",
-                format!("{} more bytes", buf.len()),
+                loc,
+                format!("{what} (truncated file)"),
+                format!("{} bytes", buf.len()),
                 "end of file",
             )
         } else {
-            io_err(format!("reading {}", at()), e)
+            io_err(format!("reading {loc}"), e)
         }
     })
 }
@@ -351,7 +352,7 @@ impl Cursors {
 }
 
 /// Check an event against a header: the one set of rules the writer and the reader share.
-fn check_event(h: &TraceHeader, e: &Event, at: &dyn Fn() -> String) -> Result<()> {
+fn check_event(h: &TraceHeader, e: &Event, at: &dyn Fn() -> Loc) -> Result<()> {
     let core = e.core();
     if core >= h.cores {
         return Err(invalid(at(), "core", format!("below {}", h.cores), core));
@@ -474,7 +475,7 @@ impl<W: Write> TraceWriter<W> {
     /// present or not) is refused and nothing is written.
     pub fn push(&mut self, e: &Event) -> Result<()> {
         let index = self.events;
-        check_event(&self.header, e, &|| format!("event {index} (writing)"))?;
+        check_event(&self.header, e, &|| Loc::Push(index))?;
         let b = &mut self.buf;
         b.clear();
         let core = e.core();
@@ -687,11 +688,11 @@ impl<R: Read> TraceReader<R> {
         &self.header
     }
 
-    fn at(&self) -> String {
-        format!(
-            "event {} (body byte {} after decompression)",
-            self.events, self.offset
-        )
+    fn at(&self) -> Loc {
+        Loc::Event {
+            index: self.events,
+            byte: self.offset,
+        }
     }
 
     fn bytes(&mut self, buf: &mut [u8], what: &str) -> Result<()> {
@@ -1000,10 +1001,7 @@ mod tests {
             },
         ];
         for e in &bad {
-            assert!(
-                matches!(w.push(e), Err(TraceError::Invalid { .. })),
-                "{e:?}"
-            );
+            assert!(matches!(w.push(e), Err(SimError::Trace { .. })), "{e:?}");
         }
         assert_eq!(w.events(), 0);
     }

@@ -2,7 +2,8 @@
 //! trace with bytes changed, cut or appended) make the reader panic.
 
 use proptest::prelude::*;
-use tvarak_sim::trace::{self, Event, TraceError, TraceHeader, TraceReader};
+use tvarak_sim::error::SimError;
+use tvarak_sim::trace::{self, Event, TraceHeader, TraceReader};
 
 const PM: u64 = 1 << 16;
 const CORES: u16 = 3;
@@ -49,7 +50,7 @@ fn trace() -> impl Strategy<Value = (TraceHeader, Vec<Event>)> {
 }
 
 /// Read everything; the reader must stop after an error.
-fn read_all(bytes: &[u8]) -> Result<Vec<Event>, TraceError> {
+fn read_all(bytes: &[u8]) -> Result<Vec<Event>, SimError> {
     let r = TraceReader::new(bytes)?;
     let mut out = Vec::new();
     let mut it = r.into_iter();
@@ -109,18 +110,18 @@ proptest! {
     }
 }
 
-fn err(bytes: &[u8]) -> TraceError {
+fn err(bytes: &[u8]) -> SimError {
     read_all(bytes).expect_err("invalid bytes were accepted")
 }
 
-fn fields(e: &TraceError) -> (String, String, String, String) {
+fn fields(e: &SimError) -> (u64, String, String, String) {
     match e {
-        TraceError::Invalid {
+        SimError::Trace {
             at,
             what,
             expected,
             found,
-        } => (at.clone(), what.clone(), expected.clone(), found.clone()),
+        } => (*at, what.clone(), expected.clone(), found.clone()),
         other => panic!("not a format error: {other}"),
     }
 }
@@ -141,48 +142,49 @@ fn errors_name_where_what_expected_and_found() {
     let mut b = good.clone();
     b[0] = b'X';
     let (at, what, _, found) = fields(&err(&b));
-    assert_eq!((at.as_str(), what.as_str()), ("header byte 0", "magic"));
+    assert_eq!((at, what.as_str()), (0, "header byte 0: magic"));
     assert!(found.contains("XVTRACE"), "{found}");
 
     let mut b = good.clone();
     b[8] = 9;
     let (at, what, expected, found) = fields(&err(&b));
     assert_eq!(
-        (
-            at.as_str(),
-            what.as_str(),
-            expected.as_str(),
-            found.as_str()
-        ),
-        ("header byte 8", "version", "1", "9")
+        (at, what.as_str(), expected.as_str(), found.as_str()),
+        (8, "header byte 8: version", "1", "9")
     );
 
     let mut b = good.clone();
     b[12..14].copy_from_slice(&0u16.to_le_bytes());
-    assert_eq!(fields(&err(&b)).1, "cores");
+    assert_eq!(fields(&err(&b)).1, "header byte 12: cores");
 
     let mut b = good.clone();
     b[16..24].copy_from_slice(&0u64.to_le_bytes());
-    assert_eq!(fields(&err(&b)).1, "pm_bytes");
+    assert_eq!(fields(&err(&b)).1, "header byte 16: pm_bytes");
 
     let (_, what, _, found) = fields(&err(&good[..10]));
-    assert_eq!((what.as_str(), found.as_str()), ("length", "end of file"));
+    assert_eq!(
+        (what.as_str(), found.as_str()),
+        ("header byte 0: header (truncated file)", "end of file")
+    );
 
     // A trace whose header shrank below its accesses: the address check names the event.
     let mut b = good.clone();
     b[16..24].copy_from_slice(&70u64.to_le_bytes());
     let (at, what, _, found) = fields(&err(&b));
-    assert!(at.starts_with("event 0"), "{at}");
-    assert_eq!(what, "address");
+    assert_eq!(at, 0);
+    assert!(
+        what.starts_with("event 0 ") && what.ends_with(": address"),
+        "{what}"
+    );
     assert!(found.contains("0x40"), "{found}");
 
     // Fewer cores than the events use.
     let mut b = good;
     b[12..14].copy_from_slice(&1u16.to_le_bytes());
     let (at, what, expected, found) = fields(&err(&b));
-    assert!(at.starts_with("event 0"), "{at}");
-    assert_eq!((what.as_str(), expected.as_str()), ("core", "at most 0"));
-    assert_eq!(found, "1");
+    assert_eq!(at, 0);
+    assert!(what.ends_with(": core"), "{what}");
+    assert_eq!((expected.as_str(), found.as_str()), ("at most 0", "1"));
 }
 
 #[test]
