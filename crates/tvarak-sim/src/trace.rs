@@ -74,7 +74,7 @@ pub struct TraceHeader {
 }
 
 /// The file's first bytes.
-pub const MAGIC: [u8; 8] = *b"KVTRACE\0";
+pub const MAGIC: [u8; 8] = *b"KAVTRACE";
 /// The format version this code writes and reads.
 pub const VERSION: u16 = 1;
 /// Bytes of the fixed header (the name follows it).

@@ -143,7 +143,7 @@ fn errors_name_where_what_expected_and_found() {
     b[0] = b'X';
     let (at, what, _, found) = fields(&err(&b));
     assert_eq!((at, what.as_str()), (0, "header byte 0: magic"));
-    assert!(found.contains("XVTRACE"), "{found}");
+    assert!(found.contains("XAVTRACE"), "{found}");
 
     let mut b = good.clone();
     b[8] = 9;
