@@ -2,7 +2,8 @@
 //! it, and writes what the layers above did (loads, stores with their bytes, flushes, fences)
 //! into a trace; callers add transaction boundaries with [`TracingMedium::begin_tx`] and
 //! [`TracingMedium::commit_tx`]. Then traced runs of Kavach's own workloads: the log appending
-//! records ([`log_workload`]) and a hash map of the heap's transactions ([`heap_workload`]).
+//! records ([`log_workload`]), a hash map of the heap's transactions ([`heap_workload`]) and
+//! the key-value store (`dstore` on DIPPER) under YCSB-like GETs and SETs ([`kv_workload`]).
 //!
 //! What is recorded, per medium call (addresses are medium offsets; a trace covers the whole
 //! medium as it was when tracing started, so `pm_bytes` is its length then):
@@ -17,7 +18,8 @@
 //! - `grow`, `discard`, `back`, `inject` and the queries: nothing.
 //!
 //! The core of an event is a small index given to each thread the first time it touches the
-//! medium (0, 1, ...). Every call is recorded and performed under one lock, so the trace's
+//! medium (0, 1, ...); with [`TracingMedium::folding_threads`], threads beyond the header's
+//! cores share them (`k % cores`). Every call is recorded and performed under one lock, so the trace's
 //! order is the order in which the medium saw the calls. A medium method cannot return an
 //! error for a failed recording: the first failure (a writer error, more threads than cores, a
 //! medium grown past the traced range) is kept, recording stops, and [`TracingMedium::finish`]
@@ -44,6 +46,7 @@ struct State<W: Write> {
 pub struct TracingMedium<M: Medium, W: Write + Send = Vec<u8>> {
     inner: M,
     header: TraceHeader,
+    fold: bool,
     state: Mutex<State<W>>,
 }
 
@@ -89,12 +92,21 @@ impl<M: Medium, W: Write + Send> TracingMedium<M, W> {
         Ok(TracingMedium {
             inner,
             header,
+            fold: false,
             state: Mutex::new(State {
                 writer: Some(writer),
                 cores: HashMap::new(),
                 failed: None,
             }),
         })
+    }
+
+    /// Let more threads than cores use the medium: the thread first seen `k`-th gets core
+    /// `k % cores` (for layers that start helper threads of their own). Without it a thread
+    /// beyond the cores stops the recording with an error.
+    pub fn folding_threads(mut self) -> Self {
+        self.fold = true;
+        self
     }
 
     /// The traced medium.
@@ -114,7 +126,8 @@ impl<M: Medium, W: Write + Send> TracingMedium<M, W> {
     }
 
     /// Record the events `make` builds for this thread's core (nothing once recording failed).
-    fn record(st: &mut State<W>, header: &TraceHeader, make: impl FnOnce(u16, &mut Vec<Event>)) {
+    fn record(&self, st: &mut State<W>, make: impl FnOnce(u16, &mut Vec<Event>)) {
+        let header = &self.header;
         if st.failed.is_some() || st.writer.is_none() {
             return;
         }
@@ -122,9 +135,10 @@ impl<M: Medium, W: Write + Send> TracingMedium<M, W> {
         let id = std::thread::current().id();
         let core = match st.cores.get(&id) {
             Some(&c) => c,
-            None if next < header.cores as usize => {
-                st.cores.insert(id, next as u16);
-                next as u16
+            None if next < header.cores as usize || self.fold => {
+                let c = (next % header.cores as usize) as u16;
+                st.cores.insert(id, c);
+                c
             }
             None => {
                 st.failed = Some(SimError::invalid(
@@ -187,16 +201,14 @@ impl<M: Medium, W: Write + Send> TracingMedium<M, W> {
     /// Record the start of a transaction on this thread's core.
     pub fn begin_tx(&self) {
         let mut st = self.lock();
-        Self::record(&mut st, &self.header, |core, out| {
-            out.push(Event::TxBegin { core })
-        });
+        self.record(&mut st, |core, out| out.push(Event::TxBegin { core }));
     }
 
     /// Record the commit of this thread's transaction, which modified `ranges` (medium
     /// offset, length).
     pub fn commit_tx(&self, ranges: &[(u64, u32)]) {
         let mut st = self.lock();
-        Self::record(&mut st, &self.header, |core, out| {
+        self.record(&mut st, |core, out| {
             out.push(Event::TxCommit {
                 core,
                 ranges: ranges.to_vec(),
@@ -247,7 +259,7 @@ impl<M: Medium, W: Write + Send> Medium for TracingMedium<M, W> {
     fn read(&self, offset: usize, buf: &mut [u8]) {
         let mut st = self.lock();
         self.inner.read(offset, buf);
-        Self::record(&mut st, &self.header, |c, out| {
+        self.record(&mut st, |c, out| {
             Self::accesses(c, offset, buf, false, false, out)
         });
     }
@@ -255,7 +267,7 @@ impl<M: Medium, W: Write + Send> Medium for TracingMedium<M, W> {
         let mut st = self.lock();
         self.inner.write(offset, data);
         let d = self.header.with_data;
-        Self::record(&mut st, &self.header, |c, out| {
+        self.record(&mut st, |c, out| {
             Self::accesses(c, offset, data, true, d, out)
         });
     }
@@ -263,7 +275,7 @@ impl<M: Medium, W: Write + Send> Medium for TracingMedium<M, W> {
         let mut st = self.lock();
         self.inner.write_nontemporal(offset, data);
         let d = self.header.with_data;
-        Self::record(&mut st, &self.header, |c, out| {
+        self.record(&mut st, |c, out| {
             Self::accesses(c, offset, data, true, d, out);
             Self::lines(c, offset, data.len(), out);
         });
@@ -271,7 +283,7 @@ impl<M: Medium, W: Write + Send> Medium for TracingMedium<M, W> {
     fn load_u64(&self, offset: usize) -> u64 {
         let mut st = self.lock();
         let v = self.inner.load_u64(offset);
-        Self::record(&mut st, &self.header, |c, out| {
+        self.record(&mut st, |c, out| {
             out.push(Event::Load {
                 core: c,
                 addr: offset as u64,
@@ -284,7 +296,7 @@ impl<M: Medium, W: Write + Send> Medium for TracingMedium<M, W> {
         let mut st = self.lock();
         self.inner.store_u64(offset, value);
         let d = self.header.with_data;
-        Self::record(&mut st, &self.header, |c, out| {
+        self.record(&mut st, |c, out| {
             out.push(Event::Store {
                 core: c,
                 addr: offset as u64,
@@ -296,31 +308,25 @@ impl<M: Medium, W: Write + Send> Medium for TracingMedium<M, W> {
     fn flush(&self, offset: usize, len: usize) -> pmem::Result<()> {
         let mut st = self.lock();
         let r = self.inner.flush(offset, len);
-        Self::record(&mut st, &self.header, |c, out| {
-            Self::lines(c, offset, len, out)
-        });
+        self.record(&mut st, |c, out| Self::lines(c, offset, len, out));
         r
     }
     fn write_back(&self, offset: usize, len: usize) -> pmem::Result<()> {
         let mut st = self.lock();
         let r = self.inner.write_back(offset, len);
-        Self::record(&mut st, &self.header, |c, out| {
-            Self::lines(c, offset, len, out)
-        });
+        self.record(&mut st, |c, out| Self::lines(c, offset, len, out));
         r
     }
     fn fence(&self) -> pmem::Result<()> {
         let mut st = self.lock();
         let r = self.inner.fence();
-        Self::record(&mut st, &self.header, |c, out| {
-            out.push(Event::Fence { core: c })
-        });
+        self.record(&mut st, |c, out| out.push(Event::Fence { core: c }));
         r
     }
     fn persist(&self, offset: usize, len: usize) -> pmem::Result<()> {
         let mut st = self.lock();
         let r = self.inner.persist(offset, len);
-        Self::record(&mut st, &self.header, |c, out| {
+        self.record(&mut st, |c, out| {
             Self::lines(c, offset, len, out);
             out.push(Event::Fence { core: c });
         });
@@ -683,6 +689,148 @@ pub fn heap_workload<W: Write + Send + 'static>(
     }
     raw.set_observer(None);
     drop(raw);
+    let rec = traced.finish()?;
+    let image = traced.inner().working_image();
+    Ok((rec, image))
+}
+
+/// Parameters of [`kv_workload`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KvParams {
+    /// Client threads (one core each; the thread that creates and closes the store is core 0,
+    /// and the store's own work runs on the calling threads: no background thread).
+    pub threads: u16,
+    /// Keys loaded (SET) before the measured operations, split among the threads.
+    pub records: u64,
+    /// Measured operations per thread.
+    pub ops_per_thread: u64,
+    /// Percent of the measured operations that are GETs (the rest are SETs of existing keys).
+    pub read_percent: u8,
+    /// Value bytes.
+    pub value: u32,
+    /// Stores carry their bytes.
+    pub with_data: bool,
+    /// Seed of the key choice and the values.
+    pub seed: u64,
+}
+
+impl KvParams {
+    /// A small YCSB-like default: 2 clients, 400 records of 100 bytes, 500 operations each,
+    /// 50% GETs (YCSB A).
+    pub fn small() -> KvParams {
+        KvParams {
+            threads: 2,
+            records: 400,
+            ops_per_thread: 500,
+            read_percent: 50,
+            value: 100,
+            with_data: true,
+            seed: 1,
+        }
+    }
+}
+
+/// A traced YCSB-like run of the key-value store (`dstore` on DIPPER): a store created in a
+/// pool formatted on a fresh simulated medium, `records` keys loaded, then per thread
+/// `ops_per_thread` GETs and SETs with high skew (90% of the operations on 10% of the keys, as
+/// the paper's N-Store runs), then a clean close. Each thread works on its own keys. Returns
+/// the recording and the medium's bytes at the end.
+pub fn kv_workload<W: Write + Send + 'static>(
+    p: &KvParams,
+    out: W,
+) -> Result<(Recording<W>, Vec<u8>), SimError> {
+    let bad = |why: &str| SimError::invalid("kv workload", why.to_string(), format!("{p:?}"));
+    if p.threads == 0 || p.threads >= crate::trace::MAX_CORES || p.ops_per_thread == 0 {
+        return Err(bad("threads and operations >= 1"));
+    }
+    if p.records < p.threads as u64 || p.records > 1 << 24 {
+        return Err(bad("at least one record per thread, at most 16 Mi records"));
+    }
+    if p.value == 0 || p.value > 4096 || p.read_percent > 100 {
+        return Err(bad("value 1 to 4096 bytes, read percent at most 100"));
+    }
+    let cfg = dstore::Config {
+        shards: 4,
+        log_bytes: 1 << 20,
+        slot_bytes: 0,
+        grow: false,
+        background: false,
+        value_bytes_max: 4096,
+        data_bytes: ((p.records * (p.value as u64 + 64) * 2).div_ceil(1 << 20) << 20).max(1 << 20),
+        ..dstore::Config::default()
+    };
+    let len = cfg.pool_bytes() as usize;
+    let sim = pmem::SimMedium::new(len, pmem::SimConfig::default());
+    let name = format!(
+        "kv-{}x{}-r{}-{}B",
+        p.threads, p.ops_per_thread, p.read_percent, p.value
+    );
+    // DIPPER replays its log with helper threads at create: they share the cores.
+    let traced = Arc::new(
+        TracingMedium::new(sim, out, &name, p.threads + 1, p.with_data)?.folding_threads(),
+    );
+    let fail = |what: &str| {
+        let what = what.to_string();
+        move |e: &dyn std::fmt::Display| SimError::invalid(what.clone(), "success", e.to_string())
+    };
+    let m = pmem::Pool::format(traced.clone(), Domain::Sim).map_err(|e| fail("pool format")(&e))?;
+    let pool = pmem::Pool::open_medium(m, &pmem::OpenOptions::default())
+        .map_err(|e| fail("pool open")(&e))?;
+    let store = dstore::Store::create(pool, cfg).map_err(|e| fail("store create")(&e))?;
+    let per = p.records / p.threads as u64;
+    let key = |t: u64, i: u64| format!("user{t:02}-{i:010}").into_bytes();
+    let errors: Vec<String> = std::thread::scope(|s| {
+        let hs: Vec<_> = (0..p.threads as u64)
+            .map(|t| {
+                let store = &store;
+                s.spawn(move || -> Result<(), String> {
+                    let mut r = pmem::rng::SplitMix64::new(p.seed ^ (t << 40));
+                    let mut value = vec![0u8; p.value as usize];
+                    let fill = |r: &mut pmem::rng::SplitMix64, v: &mut Vec<u8>| {
+                        for c in v.chunks_mut(8) {
+                            let w = r.next_u64().to_le_bytes();
+                            c.copy_from_slice(&w[..c.len()]);
+                        }
+                    };
+                    for i in 0..per {
+                        fill(&mut r, &mut value);
+                        store
+                            .set(&key(t, i), &value, false, false, None)
+                            .map_err(|e| e.to_string())?;
+                    }
+                    let hot = (per / 10).max(1);
+                    for _ in 0..p.ops_per_thread {
+                        let i = if r.below(10) < 9 {
+                            r.below(hot)
+                        } else {
+                            r.below(per)
+                        };
+                        if r.below(100) < p.read_percent as u64 {
+                            store.get(&key(t, i)).map_err(|e| e.to_string())?;
+                        } else {
+                            fill(&mut r, &mut value);
+                            store
+                                .set(&key(t, i), &value, false, false, None)
+                                .map_err(|e| e.to_string())?;
+                        }
+                    }
+                    Ok(())
+                })
+            })
+            .collect();
+        hs.into_iter()
+            .filter_map(|h| match h.join() {
+                Ok(Ok(())) => None,
+                Ok(Err(e)) => Some(e),
+                Err(_) => Some("a client thread panicked".to_string()),
+            })
+            .collect()
+    });
+    if let Some(e) = errors.first() {
+        return Err(SimError::invalid("kv operation", "success", e));
+    }
+    store.close().map_err(|e| fail("store close")(&e))?;
+    drop(store);
     let rec = traced.finish()?;
     let image = traced.inner().working_image();
     Ok((rec, image))

@@ -6,7 +6,8 @@ use pmem::{Medium, SimConfig, SimMedium};
 use std::collections::HashSet;
 use std::sync::Arc;
 use tvarak_sim::record::{
-    HeapParams, LogParams, TracingMedium, apply_stores, heap_workload, log_workload,
+    HeapParams, KvParams, LogParams, TracingMedium, apply_stores, heap_workload, kv_workload,
+    log_workload,
 };
 use tvarak_sim::trace::{self, Event, TraceReader};
 
@@ -154,6 +155,28 @@ fn threads_get_their_own_cores_and_too_many_is_an_error() {
     let cores: Vec<u16> = events.iter().map(Event::core).collect();
     assert_eq!(cores, vec![0, 1]);
     assert!(matches!(events[0], Event::Store { data: None, .. }));
+
+    // Folding: the third thread shares core 0.
+    let t = Arc::new(
+        TracingMedium::new(
+            SimMedium::new(4096, SimConfig::default()),
+            Vec::new(),
+            "fold",
+            2,
+            false,
+        )
+        .unwrap()
+        .folding_threads(),
+    );
+    for k in 0..3u8 {
+        let t2 = t.clone();
+        std::thread::spawn(move || t2.write(64 * k as usize, &[k]))
+            .join()
+            .unwrap();
+    }
+    let (_, events) = trace::from_bytes(&t.finish().unwrap().writer).unwrap();
+    let cores: Vec<u16> = events.iter().map(Event::core).collect();
+    assert_eq!(cores, vec![0, 1, 0]);
 }
 
 #[test]
@@ -268,4 +291,39 @@ fn address_only_recordings_are_smaller_and_have_no_bytes() {
             .iter()
             .all(|e| !matches!(e, Event::Store { data: Some(_), .. }))
     );
+}
+
+#[test]
+fn a_traced_kv_run_replays_to_a_store_that_opens_with_its_keys() {
+    let p = KvParams {
+        threads: 2,
+        records: 60,
+        ops_per_thread: 80,
+        read_percent: 50,
+        value: 40,
+        with_data: true,
+        seed: 2,
+    };
+    let (rec, image) = kv_workload(&p, Vec::new()).unwrap();
+    let replay = replayed(&rec.writer, image.len());
+    assert_eq!(replay, image);
+    // The replayed bytes are a whole store: it opens and holds every loaded key.
+    let sim = Arc::new(SimMedium::from_image(replay, SimConfig::default()));
+    let pool = pmem::Pool::open_medium(sim, &pmem::OpenOptions::default()).unwrap();
+    let store = dstore::Store::open(
+        pool,
+        dstore::Config {
+            background: false,
+            ..dstore::Config::default()
+        },
+    )
+    .unwrap();
+    for t in 0..2 {
+        for i in [0u64, 29] {
+            let k = format!("user{t:02}-{i:010}");
+            let v = store.get(k.as_bytes()).unwrap();
+            assert_eq!(v.map(|v| v.len()), Some(40), "{k}");
+        }
+    }
+    assert_eq!(store.get(b"user02-0000000000").unwrap(), None);
 }
