@@ -327,3 +327,40 @@ fn a_traced_kv_run_replays_to_a_store_that_opens_with_its_keys() {
     }
     assert_eq!(store.get(b"user02-0000000000").unwrap(), None);
 }
+
+/// The committed sample (`tests/data/heap-small.kvtrace`, written by `cargo run -p
+/// kavach-tvarak-sim --example make_sample`: 2 threads, a hash map of 8 buckets each, keys
+/// below 30): it reads, and its stores rebuild a heap that opens and holds two well-formed maps.
+#[test]
+fn the_committed_sample_replays_to_a_heap_holding_its_maps() {
+    let p = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/heap-small.kvtrace");
+    let (h, events) = trace::read_file(std::path::Path::new(p)).unwrap();
+    assert!(h.name.starts_with("heap-hashmap-2x40"), "{}", h.name);
+    assert!(h.with_data && h.cores == 3);
+    let kinds: HashSet<std::mem::Discriminant<Event>> =
+        events.iter().map(std::mem::discriminant).collect();
+    assert_eq!(kinds.len(), 6, "every kind of event appears");
+    let mut img = vec![0u8; h.pm_bytes as usize];
+    apply_stores(&mut img, events.into_iter().map(Ok)).unwrap();
+    let sim = Arc::new(SimMedium::from_image(img, SimConfig::default()));
+    let raw = heap::RawHeap::open(sim, 0, h.pm_bytes).unwrap();
+    let (root, size) = raw.root_line();
+    assert_eq!(size, 2 * 8 * 8);
+    let mut keys = 0;
+    for b in 0..16u64 {
+        let mut w = [0u8; 8];
+        raw.read(root + 8 * b, &mut w).unwrap();
+        let mut at = u64::from_le_bytes(w);
+        let mut seen = HashSet::new();
+        while at != 0 {
+            let mut kn = [0u8; 16];
+            raw.read(at, &mut kn).unwrap();
+            let key = u64::from_le_bytes(kn[..8].try_into().unwrap());
+            assert!(key < 30 && key % 8 == b % 8, "key {key} in bucket {b}");
+            assert!(seen.insert(key), "key {key} twice in bucket {b}");
+            at = u64::from_le_bytes(kn[8..].try_into().unwrap());
+            keys += 1;
+        }
+    }
+    assert!(keys > 10 && keys <= 60, "{keys} keys");
+}
