@@ -192,7 +192,13 @@ mod tests {
         let mut c = SetAssoc::new(4, 1); // four sets, direct mapped
         assert_eq!(c.insert(0, false), None);
         assert_eq!(c.insert(1, false), None);
-        assert_eq!(c.insert(5, true), Some(Victim { line: 1, dirty: false }));
+        assert_eq!(
+            c.insert(5, true),
+            Some(Victim {
+                line: 1,
+                dirty: false
+            })
+        );
         assert_eq!(c.dirty_lines(), vec![5]);
     }
 
