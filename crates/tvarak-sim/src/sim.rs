@@ -8,32 +8,7 @@ use crate::design::Design;
 use crate::error::SimError;
 use crate::nvm::{LINE, LINES_PER_PAGE, Layout, LineKind, MAX_ADDR, Nvm, NvmTiming, kind};
 
-// Until trace.rs has the agreed `Event`, a private copy of it (removed on merging the trace
-// module).
-mod pending_trace {
-    /// One event of a trace (the agreed enum; see trace.rs once merged).
-    #[derive(Debug, Clone, PartialEq, Eq)]
-    pub enum Event {
-        /// A load of `len` bytes at `addr`.
-        Load { core: u16, addr: u64, len: u32 },
-        /// A store of `len` bytes at `addr`, with its bytes when the trace carries data.
-        Store {
-            core: u16,
-            addr: u64,
-            data: Option<Vec<u8>>,
-            len: u32,
-        },
-        /// A clwb/clflushopt of the line containing `addr`.
-        Flush { core: u16, addr: u64 },
-        /// A store fence.
-        Fence { core: u16 },
-        /// The start of a transaction.
-        TxBegin { core: u16 },
-        /// The commit of a transaction and the ranges it modified.
-        TxCommit { core: u16, ranges: Vec<(u64, u32)> },
-    }
-}
-pub use pending_trace::Event;
+pub use crate::trace::Event;
 
 /// The simulated machine. `Default` is the paper's Table III.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
