@@ -189,3 +189,25 @@ fn simulation_is_deterministic() {
         run(&cfg, Design::Tvarak, &other).counters
     );
 }
+
+#[test]
+fn vilamb_batches_more_with_a_longer_period() {
+    // Writes over a small footprint (4 x 64 KB): a longer period finds each page dirtied many
+    // times between sweeps and recomputes it once.
+    let cfg = small();
+    let evs = random_trace(6, 2000, 64 << 10, 100);
+    let acc = |period_writes| {
+        let c = run(&cfg, Design::Vilamb { period_writes }, &evs).counters;
+        eprintln!(
+            "vilamb:{period_writes}: sweeps {} sw line accesses {} nvm {}",
+            c.sweeps,
+            c.sw_line_accesses,
+            c.nvm_accesses()
+        );
+        (c.sweeps, c.sw_line_accesses)
+    };
+    let (s_short, a_short) = acc(50);
+    let (s_long, a_long) = acc(2000);
+    assert!(s_short > s_long, "{s_short} {s_long}");
+    assert!(a_short > 2 * a_long, "{a_short} {a_long}");
+}
