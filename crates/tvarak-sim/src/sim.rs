@@ -315,6 +315,11 @@ struct Machine<'o> {
     dirty_pages: BTreeSet<u64>,
 }
 
+/// Most cores a configuration may have.
+pub const MAX_CORES: u16 = 1024;
+/// Largest cache level a configuration may have, bytes (the simulator allocates its tags).
+pub const MAX_CACHE_BYTES: u64 = 1 << 30;
+
 fn geom_lines(g: &CacheGeom) -> usize {
     (g.bytes / LINE) as usize
 }
@@ -330,13 +335,20 @@ fn check(ok: bool, what: &str, expected: &str, found: impl ToString) -> Result<(
 impl SimConfig {
     /// Check the configuration for `design`: sizes, ways, partitions and costs.
     pub fn validate(&self, design: Design) -> Result<(), SimError> {
-        check(self.cores >= 1, "cores", ">= 1", self.cores)?;
+        check(
+            (1..=MAX_CORES).contains(&self.cores),
+            "cores",
+            format!("1..={MAX_CORES}").as_str(),
+            self.cores,
+        )?;
         for (name, g) in [("l1", &self.l1), ("l2", &self.l2), ("llc", &self.llc)] {
             check(g.ways >= 1, &format!("{name} ways"), ">= 1", g.ways)?;
             check(
-                g.bytes >= LINE * u64::from(g.ways) && g.bytes % LINE == 0,
+                g.bytes >= LINE * u64::from(g.ways)
+                    && g.bytes % LINE == 0
+                    && g.bytes <= MAX_CACHE_BYTES,
                 &format!("{name} bytes"),
-                "a multiple of 64 holding at least one set",
+                format!("a multiple of 64 holding at least one set, <= {MAX_CACHE_BYTES}").as_str(),
                 g.bytes,
             )?;
             check(
@@ -373,9 +385,11 @@ impl SimConfig {
             )?;
             check(self.ctl_ways >= 1, "ctl_ways", ">= 1", self.ctl_ways)?;
             check(
-                u64::from(self.ctl_cache_bytes) >= LINE * u64::from(self.ctl_ways),
+                self.ctl_cache_bytes == 0
+                    || (u64::from(self.ctl_cache_bytes) >= LINE * u64::from(self.ctl_ways)
+                        && u64::from(self.ctl_cache_bytes) % LINE == 0),
                 "ctl_cache_bytes",
-                "at least one set of 64 B lines",
+                "0 (no controller cache) or a multiple of 64 holding at least one set",
                 self.ctl_cache_bytes,
             )?;
         }
@@ -387,7 +401,18 @@ impl SimConfig {
                 self.diff_ways,
             )?;
         }
-        check(self.dimms >= 3, "dimms", ">= 3 (RAID-5)", self.dimms)?;
+        check(
+            (3..=1024).contains(&self.dimms),
+            "dimms",
+            "3..=1024 (RAID-5)",
+            self.dimms,
+        )?;
+        check(
+            u64::from(self.ctl_cache_bytes) <= MAX_CACHE_BYTES,
+            "ctl_cache_bytes",
+            format!("<= {MAX_CACHE_BYTES}").as_str(),
+            self.ctl_cache_bytes,
+        )?;
         for (what, v) in [
             ("nvm_read_ns", self.nvm_read_ns),
             ("nvm_write_ns", self.nvm_write_ns),
@@ -442,7 +467,8 @@ impl<'o> Machine<'o> {
                 app: SetAssoc::new(sets * app_ways, app_ways),
                 red: (red > 0).then(|| SetAssoc::new(sets * usize::from(red), red.into())),
                 diff: (diff > 0).then(|| SetAssoc::new(sets * usize::from(diff), diff.into())),
-                ctl: (red > 0).then(|| SetAssoc::new(ctl_lines, cfg.ctl_ways.into())),
+                ctl: (red > 0 && ctl_lines > 0)
+                    .then(|| SetAssoc::new(ctl_lines, cfg.ctl_ways.into())),
             })
             .collect();
         let nvm = Nvm::new(
@@ -499,15 +525,21 @@ impl<'o> Machine<'o> {
     /// NVM only when the partition evicts it). Returns the cycles the lookup took.
     fn red_get(&mut self, ctl_bank: usize, r: u64, update: bool) -> f64 {
         let home = self.bank(r);
-        let mut cycles = f64::from(self.cfg.ctl_latency_cycles);
+        let has_ctl = self.banks[ctl_bank].ctl.is_some();
+        let mut cycles = 0.0;
         let ctl_hit = self.banks[ctl_bank]
             .ctl
             .as_mut()
             .is_some_and(|ctl| ctl.touch(r));
+        if has_ctl {
+            cycles += f64::from(self.cfg.ctl_latency_cycles);
+        }
         if ctl_hit {
             self.c.ctl_hits += 1;
         } else {
-            self.c.ctl_misses += 1;
+            if has_ctl {
+                self.c.ctl_misses += 1;
+            }
             cycles += f64::from(self.cfg.llc.latency_cycles);
             let red_hit = self.banks[home]
                 .red

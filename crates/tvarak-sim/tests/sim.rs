@@ -255,3 +255,36 @@ fn bad_events_and_configs_are_errors() {
     c.dimms = 2;
     assert!(simulate(&c, Design::Baseline, std::iter::empty(), None).is_err());
 }
+
+#[test]
+fn without_a_controller_cache_the_partition_serves_redundancy() {
+    let cfg = SimConfig {
+        ctl_cache_bytes: 0,
+        ..SimConfig::default()
+    };
+    let r = simulate(
+        &cfg,
+        Design::Tvarak,
+        vec![load(0), load(64), store(128)].into_iter().map(Ok),
+        None,
+    )
+    .unwrap();
+    let c = r.counters;
+    assert_eq!((c.ctl_hits, c.ctl_misses), (0, 0));
+    // CL line: 1 miss then 2 hits (fills) + 1 hit (writeback); syscs and parity: 1 miss each
+    assert_eq!((c.llc_red_hits, c.llc_red_misses), (3, 3));
+    assert_eq!(nvm(&c), (3, 3, 1, 3));
+    let bad = SimConfig {
+        ctl_cache_bytes: 100,
+        ..SimConfig::default()
+    };
+    assert!(simulate(&bad, Design::Tvarak, std::iter::empty(), None).is_err());
+    let bad = SimConfig {
+        cores: 0,
+        ..SimConfig::default()
+    };
+    assert!(simulate(&bad, Design::Baseline, std::iter::empty(), None).is_err());
+    let mut bad = SimConfig::default();
+    bad.llc.bytes = 1 << 40;
+    assert!(simulate(&bad, Design::Baseline, std::iter::empty(), None).is_err());
+}
