@@ -1,5 +1,12 @@
-//! Set-associative LRU caches: the private L1 and L2 of each core, the shared inclusive LLC with
-//! banks and way partitions, and the per-bank controller cache.
+//! Set-associative LRU caches: the private L1 and L2 of each core, the banks of the shared
+//! inclusive LLC with their way partitions, and the per-bank controller cache.
+//!
+//! A [`SetAssoc`] holds line identifiers (`u64`, see [`crate::nvm`] for how data and redundancy
+//! lines are numbered) with a dirty bit each; the set of a line is `line mod sets`. A way
+//! partition of the LLC is modelled as a separate `SetAssoc` with the partition's ways and the
+//! bank's number of sets, so a line inserted into one partition can only evict a line of the
+//! same partition, as the paper's partitions guarantee. The bank of a line is
+//! [`bank_of`] (a multiplicative hash of the line number, then mod banks).
 
 /// The geometry and cost of one cache level.
 #[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
@@ -14,4 +21,193 @@ pub struct CacheGeom {
     pub hit_pj: f64,
     /// Energy per miss, picojoules.
     pub miss_pj: f64,
+}
+
+/// The LLC bank of a line: the line number multiplied by a 64-bit odd constant (Fibonacci
+/// hashing), its high 32 bits taken mod `banks`. Consecutive lines spread over all banks.
+pub fn bank_of(line: u64, banks: usize) -> usize {
+    let h = line.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 32;
+    (h % banks as u64) as usize
+}
+
+const EMPTY: u64 = u64::MAX;
+
+/// A line pushed out of a cache to make room.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Victim {
+    /// The evicted line.
+    pub line: u64,
+    /// Whether it was dirty.
+    pub dirty: bool,
+}
+
+/// A set-associative cache with true LRU replacement and a dirty bit per line.
+#[derive(Debug, Clone)]
+pub struct SetAssoc {
+    sets: usize,
+    ways: usize,
+    tags: Vec<u64>,
+    stamps: Vec<u64>,
+    dirty: Vec<bool>,
+    clock: u64,
+}
+
+impl SetAssoc {
+    /// A cache of `lines` lines in `ways` ways (`lines / ways` sets, at least one).
+    /// `ways` must be at least 1 (the caller validates).
+    pub fn new(lines: usize, ways: usize) -> SetAssoc {
+        let ways = ways.max(1);
+        let sets = (lines / ways).max(1);
+        SetAssoc {
+            sets,
+            ways,
+            tags: vec![EMPTY; sets * ways],
+            stamps: vec![0; sets * ways],
+            dirty: vec![false; sets * ways],
+            clock: 0,
+        }
+    }
+
+    /// Number of sets.
+    pub fn sets(&self) -> usize {
+        self.sets
+    }
+
+    /// Capacity in lines.
+    pub fn capacity(&self) -> usize {
+        self.sets * self.ways
+    }
+
+    fn range(&self, line: u64) -> std::ops::Range<usize> {
+        let set = (line % self.sets as u64) as usize;
+        set * self.ways..(set + 1) * self.ways
+    }
+
+    fn find(&self, line: u64) -> Option<usize> {
+        self.range(line).find(|&i| self.tags[i] == line)
+    }
+
+    /// Whether `line` is present (no LRU update).
+    pub fn contains(&self, line: u64) -> bool {
+        self.find(line).is_some()
+    }
+
+    /// Look `line` up; on a hit make it most recently used. Returns whether it hit.
+    pub fn touch(&mut self, line: u64) -> bool {
+        match self.find(line) {
+            Some(i) => {
+                self.clock += 1;
+                self.stamps[i] = self.clock;
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Insert `line` (which must not be present) as most recently used; returns the line it
+    /// displaced, if the set was full.
+    pub fn insert(&mut self, line: u64, dirty: bool) -> Option<Victim> {
+        debug_assert!(line != EMPTY && !self.contains(line));
+        let r = self.range(line);
+        let slot = match r.clone().find(|&i| self.tags[i] == EMPTY) {
+            Some(i) => i,
+            None => r
+                .min_by_key(|&i| self.stamps[i])
+                .unwrap_or_else(|| unreachable!("a set has at least one way")),
+        };
+        let victim = (self.tags[slot] != EMPTY).then(|| Victim {
+            line: self.tags[slot],
+            dirty: self.dirty[slot],
+        });
+        self.clock += 1;
+        self.tags[slot] = line;
+        self.stamps[slot] = self.clock;
+        self.dirty[slot] = dirty;
+        victim
+    }
+
+    /// Remove `line`; returns its dirty bit if it was present.
+    pub fn remove(&mut self, line: u64) -> Option<bool> {
+        let i = self.find(line)?;
+        self.tags[i] = EMPTY;
+        Some(std::mem::take(&mut self.dirty[i]))
+    }
+
+    /// Set the dirty bit of `line`; returns false if it is not present.
+    pub fn set_dirty(&mut self, line: u64, dirty: bool) -> bool {
+        match self.find(line) {
+            Some(i) => {
+                self.dirty[i] = dirty;
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// The dirty bit of `line`, if present.
+    pub fn is_dirty(&self, line: u64) -> Option<bool> {
+        self.find(line).map(|i| self.dirty[i])
+    }
+
+    /// Every dirty line, in slot order (deterministic).
+    pub fn dirty_lines(&self) -> Vec<u64> {
+        (0..self.tags.len())
+            .filter(|&i| self.tags[i] != EMPTY && self.dirty[i])
+            .map(|i| self.tags[i])
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lru_evicts_least_recently_used_and_reports_dirty() {
+        let mut c = SetAssoc::new(2, 2); // one set, two ways
+        assert_eq!(c.insert(1, true), None);
+        assert_eq!(c.insert(2, false), None);
+        assert!(c.touch(1));
+        assert_eq!(
+            c.insert(3, false),
+            Some(Victim {
+                line: 2,
+                dirty: false
+            })
+        );
+        assert_eq!(
+            c.insert(4, false),
+            Some(Victim {
+                line: 1,
+                dirty: true
+            })
+        );
+        assert!(!c.contains(1) && c.contains(3) && c.contains(4));
+        assert_eq!(c.remove(3), Some(false));
+        assert_eq!(c.remove(3), None);
+    }
+
+    #[test]
+    fn sets_are_line_mod_sets() {
+        let mut c = SetAssoc::new(4, 1); // four sets, direct mapped
+        assert_eq!(c.insert(0, false), None);
+        assert_eq!(c.insert(1, false), None);
+        assert_eq!(
+            c.insert(5, true),
+            Some(Victim {
+                line: 1,
+                dirty: false
+            })
+        );
+        assert_eq!(c.dirty_lines(), vec![5]);
+    }
+
+    #[test]
+    fn banks_spread_consecutive_lines() {
+        let mut seen = [0u32; 12];
+        for l in 0..1200 {
+            seen[bank_of(l, 12)] += 1;
+        }
+        assert!(seen.iter().all(|&n| n > 50), "{seen:?}");
+    }
 }
