@@ -1,5 +1,6 @@
 //! Sizes of traces: events, raw event-stream bytes, file bytes and the compression ratio, for
-//! the generators and the recorded workloads at a small scale.
+//! the generators and the recorded workloads at a small scale (and, on stderr, how long reading
+//! each generated trace back took).
 //!
 //! `cargo run --release -p kavach-tvarak-sim --example trace_sizes [FIO_SCALE_DIVISOR]`
 //! (default 64: the paper's fio and STREAM sizes divided by 64).
@@ -24,6 +25,12 @@ fn encode(h: TraceHeader, events: impl Iterator<Item = Event>) {
     }
     let (n, raw) = (w.events(), w.raw_bytes());
     let file = w.finish().unwrap();
+    let t = std::time::Instant::now();
+    let back = tvarak_sim::trace::TraceReader::new(&file[..])
+        .unwrap()
+        .count();
+    assert_eq!(back as u64, n);
+    eprintln!("{name}: read back in {:?}", t.elapsed());
     row(&name, n, raw, file.len());
 }
 

@@ -653,7 +653,7 @@ impl<R: Read> Read for Inflater<R> {
 /// (or the end), the iterator yields nothing more.
 pub struct TraceReader<R: Read> {
     header: TraceHeader,
-    body: Inflater<R>,
+    body: BufReader<Inflater<R>>,
     cursors: Cursors,
     events: u64,
     offset: u64,
@@ -676,7 +676,7 @@ impl<R: Read> TraceReader<R> {
         Ok(TraceReader {
             cursors: Cursors::new(header.cores),
             header,
-            body: Inflater::new(r),
+            body: BufReader::with_capacity(64 * 1024, Inflater::new(r)),
             events: 0,
             offset: 0,
             done: false,
@@ -781,7 +781,7 @@ impl<R: Read> TraceReader<R> {
             }
             let mut extra = [0u8; 1];
             return match self.body.read(&mut extra) {
-                Ok(0) => match self.body.trailing() {
+                Ok(0) => match self.body.get_mut().trailing() {
                     Ok(false) => Ok(None),
                     Ok(true) => Err(invalid(
                         self.at(),
