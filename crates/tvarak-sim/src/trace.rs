@@ -421,6 +421,9 @@ fn check_event(h: &TraceHeader, e: &Event, at: &dyn Fn() -> Loc) -> Result<()> {
     }
 }
 
+/// Encoded events gathered before they go to the compressor.
+const BATCH_BYTES: usize = 64 * 1024;
+
 /// Writes a trace: the header at once, then events as they are pushed, compressed.
 pub struct TraceWriter<W: Write> {
     header: TraceHeader,
@@ -450,7 +453,7 @@ impl<W: Write> TraceWriter<W> {
             cursors: Cursors::new(header.cores),
             header,
             enc: DeflateEncoder::new(w, Compression::default()),
-            buf: Vec::with_capacity(64),
+            buf: Vec::with_capacity(BATCH_BYTES + 64),
             events: 0,
             raw_bytes: 0,
         })
@@ -476,8 +479,9 @@ impl<W: Write> TraceWriter<W> {
     pub fn push(&mut self, e: &Event) -> Result<()> {
         let index = self.events;
         check_event(&self.header, e, &|| Loc::Push(index))?;
+        // Events gather in `buf` and go to the compressor in batches.
         let b = &mut self.buf;
-        b.clear();
+        let start = b.len();
         let core = e.core();
         let cur = &mut self.cursors.0[core as usize];
         let delta = |cur: u64, addr: u64| zigzag(addr.wrapping_sub(cur) as i64);
@@ -525,20 +529,24 @@ impl<W: Write> TraceWriter<W> {
                 }
             }
         }
-        self.enc
-            .write_all(b)
-            .map_err(|e| io_err(format!("writing event {index}"), e))?;
-        self.raw_bytes += b.len() as u64;
+        self.raw_bytes += (b.len() - start) as u64;
         self.events += 1;
+        if b.len() >= BATCH_BYTES {
+            self.enc
+                .write_all(b)
+                .map_err(|e| io_err(format!("writing events up to {index}"), e))?;
+            b.clear();
+        }
         Ok(())
     }
 
     /// End the stream (end op, event count), finish compression and hand back the writer.
     pub fn finish(mut self) -> Result<W> {
-        let mut b = vec![op::END];
-        put_varint(&mut b, self.events);
+        let b = &mut self.buf;
+        b.push(op::END);
+        put_varint(b, self.events);
         self.enc
-            .write_all(&b)
+            .write_all(b)
             .map_err(|e| io_err("writing the end of the trace", e))?;
         let mut w = self
             .enc
