@@ -212,3 +212,37 @@ fn files_round_trip() {
     assert_eq!(trace::read_file(&p).unwrap(), (h, events));
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+#[test]
+fn generated_workloads_fit_their_headers_and_are_deterministic() {
+    use tvarak_sim::workload::{self, FioParams, Kernel, Pattern, Rw, StreamParams};
+    let mut runs: Vec<(TraceHeader, Vec<Event>, Vec<Event>)> = Vec::new();
+    for pattern in [Pattern::Seq, Pattern::Rand] {
+        for rw in [Rw::Read, Rw::Write] {
+            let mut p = FioParams::scaled(pattern, rw, 4096);
+            p.with_data = true;
+            let a: Vec<Event> = workload::fio(&p).unwrap().collect();
+            let b: Vec<Event> = workload::fio(&p).unwrap().collect();
+            runs.push((p.header(), a, b));
+        }
+    }
+    for k in [Kernel::Copy, Kernel::Scale, Kernel::Add, Kernel::Triad] {
+        let p = StreamParams {
+            kernel: k,
+            threads: 3,
+            array_bytes: 64 * 3 * 20,
+            access: 64,
+            with_data: true,
+            seed: 8,
+        };
+        let a: Vec<Event> = workload::stream(&p).unwrap().collect();
+        let b: Vec<Event> = workload::stream(&p).unwrap().collect();
+        runs.push((p.header(), a, b));
+    }
+    for (h, a, b) in runs {
+        assert!(!a.is_empty(), "{}", h.name);
+        assert_eq!(a, b, "{}: same parameters, same events", h.name);
+        let bytes = trace::to_bytes(&h, &a).unwrap_or_else(|e| panic!("{}: {e}", h.name));
+        assert_eq!(trace::from_bytes(&bytes).unwrap(), (h, a));
+    }
+}
