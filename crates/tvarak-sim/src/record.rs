@@ -20,7 +20,9 @@
 //! The core of an event is a small index given to each thread the first time it touches the
 //! medium (0, 1, ...); with [`TracingMedium::folding_threads`], threads beyond the header's
 //! cores share them (`k % cores`). Every call is recorded and performed under one lock, so the trace's
-//! order is the order in which the medium saw the calls. A medium method cannot return an
+//! order is the order in which the medium saw the calls. Recorded runs are not deterministic:
+//! threads interleave differently from run to run, and the log and the store put random UUIDs
+//! on the medium; the generators of [`crate::workload`] are the deterministic traces. A medium method cannot return an
 //! error for a failed recording: the first failure (a writer error, more threads than cores, a
 //! medium grown past the traced range) is kept, recording stops, and [`TracingMedium::finish`]
 //! returns it.
