@@ -125,11 +125,26 @@ pub enum Upkeep {
     /// On every writeback, from its diff (TVARAK; also what TxB's commit-time updates produce).
     Eager,
     /// Vilamb-like: writebacks only mark their pages; a pass every `period_writes` writebacks
-    /// recomputes the marked pages' checksums and their stripes' parity from the DIMM contents.
+    /// recomputes the marked pages' checksums and their stripes' parity.
     Lazy {
         /// Writebacks between passes (at least 1).
         period_writes: u64,
+        /// What the pass reads the marked pages from.
+        reads: PassReads,
     },
+}
+
+/// Where a lazy pass finds the bytes it covers. The pass is software reading the pages with
+/// ordinary loads: it sees a line's latest bytes while the line is in the CPU caches, and
+/// what the DIMM holds once the line was written back and evicted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PassReads {
+    /// The DIMM: the lines were evicted before the pass; whatever a fault left there is
+    /// covered as data.
+    Dimm,
+    /// The CPU caches (the controller's image): the lines were still cached at the pass, so
+    /// it covers the bytes the program wrote.
+    Cache,
 }
 
 /// What a read checks.
@@ -308,7 +323,7 @@ impl Engine {
             first_error: None,
         };
         for s in 0..stripes {
-            e.recompute_stripe(s);
+            e.recompute_stripe(s, PassReads::Dimm);
         }
         Ok(e)
     }
@@ -321,7 +336,10 @@ impl Engine {
 
     /// Change how redundancy is kept (from the current state, which is current).
     pub fn with_upkeep(mut self, upkeep: Upkeep) -> Result<Self, SimError> {
-        if let Upkeep::Lazy { period_writes: 0 } = upkeep {
+        if let Upkeep::Lazy {
+            period_writes: 0, ..
+        } = upkeep
+        {
             return Err(invalid(
                 "lazy period",
                 "at least 1 writeback".into(),
@@ -428,13 +446,18 @@ impl Engine {
     }
 
     /// Recompute the page checksum (and its block's) of every page of `stripe`, its line
-    /// checksums, its parity page and that page's checksum, from the DIMM contents.
-    fn recompute_stripe(&mut self, stripe: u64) {
+    /// checksums, its parity page and that page's checksum, from the DIMM contents (the
+    /// controller's image takes them) or from the controller's image.
+    fn recompute_stripe(&mut self, stripe: u64, from: PassReads) {
         let first = stripe * self.k;
         let end = ((stripe + 1) * self.k).min(self.pages);
         let mut par = vec![0u8; PAGE];
         for p in first..end {
-            let bytes = self.device[p as usize * PAGE..(p as usize + 1) * PAGE].to_vec();
+            let src = match from {
+                PassReads::Dimm => &self.device,
+                PassReads::Cache => &self.image,
+            };
+            let bytes = src[p as usize * PAGE..(p as usize + 1) * PAGE].to_vec();
             xor_into(&mut par, &bytes);
             self.pagesums[p as usize] = self.sum_of(Tag::DataPage, p, &bytes);
             for (slot, l) in bytes.chunks_exact(LINE).enumerate() {
@@ -605,7 +628,7 @@ impl Engine {
                 }
                 self.dimm_write(n, new);
             }
-            Upkeep::Lazy { period_writes } => {
+            Upkeep::Lazy { period_writes, .. } => {
                 self.dirty.insert(page);
                 self.dimm_write(n, new);
                 self.since_pass += 1;
@@ -618,12 +641,15 @@ impl Engine {
     }
 
     /// Lazy upkeep's pass: recompute the redundancy of every stripe with a page written since
-    /// the last pass, from what the DIMMs hold (whatever a fault left there becomes the
-    /// data). Nothing to do under eager upkeep.
+    /// the last pass, from where [`PassReads`] says. Nothing to do under eager upkeep.
     pub fn pass(&mut self) {
+        let from = match self.upkeep {
+            Upkeep::Lazy { reads, .. } => reads,
+            Upkeep::Eager => PassReads::Dimm,
+        };
         let stripes: BTreeSet<u64> = self.dirty.iter().map(|p| p / self.k).collect();
         for s in stripes {
-            self.recompute_stripe(s);
+            self.recompute_stripe(s, from);
         }
         self.dirty.clear();
         self.since_pass = 0;
@@ -881,9 +907,8 @@ impl Engine {
     /// [`Engine::redundancy`] must equal if every incremental update was right.
     pub fn recomputed_redundancy(&self) -> RedundancyImage {
         let mut fresh = self.clone();
-        fresh.device.copy_from_slice(&self.image);
         for s in 0..fresh.stripes {
-            fresh.recompute_stripe(s);
+            fresh.recompute_stripe(s, PassReads::Cache);
         }
         fresh.redundancy()
     }

@@ -21,7 +21,7 @@
 //! device operation, correcting one flipped bit and detecting more (real ECC codes differ in
 //! strength, not in the property that matters here: they travel with the data).
 
-use crate::engine::{Checks, Detected, Engine, LINE, PAGE, Upkeep};
+use crate::engine::{Checks, Detected, Engine, LINE, PAGE, PassReads, Upkeep};
 use crate::error::SimError;
 use pmem::rng::SplitMix64;
 use std::collections::BTreeSet;
@@ -104,19 +104,25 @@ pub enum Protection {
     /// TxB-Page-Csums: page checksums and parity updated at commit; reads are not verified,
     /// only a scrub checks.
     TxbPage,
-    /// Vilamb-like: page checksums and parity recomputed by a pass every period from what the
-    /// DIMMs hold; reads are not verified; a scrub checks pages not written since the pass.
+    /// Vilamb-like: page checksums and parity recomputed by a pass every period; reads are not
+    /// verified; a scrub checks pages not written since the pass. Here the damaged lines were
+    /// still in the CPU caches when the pass read them, so it covered the bytes the program
+    /// wrote.
     Vilamb,
+    /// Vilamb-like, the lines evicted before the pass: it reads them from the DIMMs and covers
+    /// whatever a fault left there.
+    VilambEvicted,
 }
 
 impl Protection {
-    /// All five, in the matrix's order.
-    pub const ALL: [Protection; 5] = [
+    /// All six, in the matrix's order.
+    pub const ALL: [Protection; 6] = [
         Protection::DeviceEcc,
         Protection::Tvarak,
         Protection::TxbObject,
         Protection::TxbPage,
         Protection::Vilamb,
+        Protection::VilambEvicted,
     ];
 
     /// A short name.
@@ -126,7 +132,8 @@ impl Protection {
             Protection::Tvarak => "TVARAK",
             Protection::TxbObject => "TxB-Object-Csums",
             Protection::TxbPage => "TxB-Page-Csums",
-            Protection::Vilamb => "Vilamb-like",
+            Protection::Vilamb => "Vilamb-like (pass reads cached lines)",
+            Protection::VilambEvicted => "Vilamb-like (pass reads the DIMM)",
         }
     }
 
@@ -142,6 +149,11 @@ impl Protection {
             // The pass runs when the scenario says the period is over.
             Protection::Vilamb => Upkeep::Lazy {
                 period_writes: u64::MAX,
+                reads: PassReads::Cache,
+            },
+            Protection::VilambEvicted => Upkeep::Lazy {
+                period_writes: u64::MAX,
+                reads: PassReads::Dimm,
             },
             _ => Upkeep::Eager,
         }
@@ -279,7 +291,7 @@ fn scrub(e: &Engine, design: Protection) -> BTreeSet<u64> {
         Protection::Tvarak | Protection::TxbObject => {
             found.extend((0..lines).map(|n| n * 64).filter(|&a| !e.line_ok(a)))
         }
-        Protection::TxbPage | Protection::Vilamb => {
+        Protection::TxbPage | Protection::Vilamb | Protection::VilambEvicted => {
             for p in (0..e.pages()).filter(|p| !dirty.contains(p) && !e.page_ok(*p)) {
                 found.extend((p * per_page..(p + 1) * per_page).map(|n| n * 64));
             }
@@ -302,7 +314,7 @@ fn repair(e: &mut Engine, design: Protection, found: &BTreeSet<u64>) {
                 let _ = e.recover_line(a);
             }
         }
-        Protection::TxbPage | Protection::Vilamb => {
+        Protection::TxbPage | Protection::Vilamb | Protection::VilambEvicted => {
             let pages: BTreeSet<u64> = found.iter().map(|a| a / PAGE as u64).collect();
             for p in pages {
                 let _ = e.recover_page(p);
