@@ -175,6 +175,17 @@ pub struct EngineStats {
     pub observer_errors: u64,
 }
 
+/// What [`Engine::rebuild_dimm`] did.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+pub struct DimmRebuild {
+    /// Data pages rebuilt from parity.
+    pub data_pages: u64,
+    /// Parity pages recomputed from verified data.
+    pub parity_pages: u64,
+    /// Stripes refused: an input did not verify against its checksum.
+    pub refused_stripes: Vec<u64>,
+}
+
 /// One named array of redundancy, as stored.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Section {
@@ -804,6 +815,81 @@ impl Engine {
         }
         self.stats.recovered += 1;
         Ok(())
+    }
+
+    /// A whole DIMM dies (paper layout): every page it holds, data or parity, reads as
+    /// garbage (0xdb bytes with ECC that does not match). The Kavach layout has a single
+    /// device, and losing it loses everything: an error.
+    pub fn fail_dimm(&mut self, dimm: u16) -> Result<(), SimError> {
+        let Layout::Paper { dimms } = self.layout else {
+            return Err(invalid(
+                "failed DIMM",
+                "the paper layout (the Kavach layout has one device)".into(),
+                "the Kavach layout".into(),
+            ));
+        };
+        if dimm >= dimms {
+            return Err(invalid(
+                "failed DIMM",
+                format!("below {dimms}"),
+                format!("{dimm}"),
+            ));
+        }
+        let pages: Vec<u64> = (0..self.pages)
+            .filter(|&p| self.dimm_of_page(p) == dimm)
+            .collect();
+        for p in pages {
+            self.device[p as usize * PAGE..(p as usize + 1) * PAGE].fill(0xdb);
+            for n in p * LINES_PER_PAGE as u64..(p + 1) * LINES_PER_PAGE as u64 {
+                self.ecc[n as usize] = 0;
+            }
+        }
+        let stripes: Vec<u64> = (0..self.stripes)
+            .filter(|&s| self.parity_dimm(s) == dimm)
+            .collect();
+        for s in stripes {
+            self.parity[s as usize * PAGE..(s as usize + 1) * PAGE].fill(0xdb);
+        }
+        Ok(())
+    }
+
+    /// Rebuild every page a failed DIMM held onto its replacement: a data page from parity
+    /// and its peers ([`Engine::recover_page`]: the parity page and every peer verified
+    /// first), a parity page from the stripe's data pages, each verified against its page
+    /// checksum first, the result verified against the parity page's checksum. A stripe whose
+    /// inputs do not verify is refused and listed, never rebuilt from unverified bytes.
+    pub fn rebuild_dimm(&mut self, dimm: u16) -> Result<DimmRebuild, SimError> {
+        if !matches!(self.layout, Layout::Paper { dimms } if dimm < dimms) {
+            return Err(invalid(
+                "DIMM to rebuild",
+                "a DIMM of the paper layout".into(),
+                format!("{dimm}"),
+            ));
+        }
+        let mut out = DimmRebuild::default();
+        for s in 0..self.stripes {
+            let pages = s * self.k..((s + 1) * self.k).min(self.pages);
+            if self.parity_dimm(s) == dimm {
+                let mut par = vec![0u8; PAGE];
+                let mut ok = true;
+                for p in pages {
+                    ok &= self.page_ok(p);
+                    xor_into(&mut par, self.page_bytes(p));
+                }
+                if ok && self.sum_of(Tag::ParityPage, s, &par) == self.paritysums[s as usize] {
+                    self.parity[s as usize * PAGE..(s as usize + 1) * PAGE].copy_from_slice(&par);
+                    out.parity_pages += 1;
+                } else {
+                    out.refused_stripes.push(s);
+                }
+            } else if let Some(p) = pages.clone().find(|&p| self.dimm_of_page(p) == dimm) {
+                match self.recover_page(p) {
+                    Ok(()) => out.data_pages += 1,
+                    Err(_) => out.refused_stripes.push(s),
+                }
+            }
+        }
+        Ok(out)
     }
 
     /// Parity XOR the verified peers of `page`: the page as the redundancy says it should be.

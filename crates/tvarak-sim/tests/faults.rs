@@ -186,3 +186,50 @@ fn the_matrix_is_a_function_of_its_seed_and_rejects_zero_trials() {
     assert_eq!(fault_matrix(3, 2).unwrap(), fault_matrix(3, 2).unwrap());
     assert!(fault_matrix(3, 0).is_err());
 }
+
+#[test]
+fn a_failed_dimm_is_rebuilt_from_verified_pages_only() {
+    let init = patterned(24);
+    let mut e = tvarak_only(Engine::paper_layout(4, 24, &init).unwrap());
+    for i in 0..200u64 {
+        let a = (i * 7919 % (24 * 64)) * 64;
+        e.writeback(a, &[i as u8; 64]).unwrap();
+    }
+    let want = e.redundancy();
+    e.fail_dimm(2).unwrap();
+    assert_ne!(e.device_data(), e.intended_data());
+    let r = e.rebuild_dimm(2).unwrap();
+    // 24 data pages in 8 stripes of 3: DIMM 2 holds parity for 2 stripes, data for 6.
+    assert_eq!((r.data_pages, r.parity_pages), (6, 2), "{r:?}");
+    assert!(r.refused_stripes.is_empty());
+    assert_eq!(e.device_data(), e.intended_data());
+    assert_eq!(e.redundancy(), want);
+
+    // Now with a damaged page on a surviving DIMM: its stripe is refused, the others rebuilt.
+    let mut e = tvarak_only(Engine::paper_layout(4, 24, &init).unwrap());
+    let victim = (0..24u64)
+        .find(|&p| e.dimm_of_page(p) == 0 && p / 3 == 1)
+        .unwrap();
+    e.inject(Fault::BitFlip {
+        line: victim * PAGE as u64 + 64,
+        bit: 5,
+    });
+    e.fail_dimm(2).unwrap();
+    let r = e.rebuild_dimm(2).unwrap();
+    assert_eq!(r.refused_stripes, vec![1], "{r:?}");
+    assert_eq!(r.data_pages + r.parity_pages, 7);
+    // Stripe 1 keeps its parity on DIMM 2; refused, it was not recomputed over the damage.
+    assert_eq!(e.parity_dimm(1), 2);
+    let red = e.redundancy();
+    let par = red.section("dimm2.parity").unwrap();
+    assert!(
+        par[..PAGE].iter().all(|&b| b == 0xdb),
+        "refused means not rebuilt"
+    );
+    assert!(
+        Engine::kavach_layout(pmem::Uuid([1; 16]), 4, 2, &[])
+            .unwrap()
+            .fail_dimm(0)
+            .is_err()
+    );
+}
