@@ -46,6 +46,8 @@ pub const LINE: usize = LINE_BYTES;
 pub const PAGE: usize = PAGE_SIZE;
 /// The most data pages an engine holds (1 GiB of data): it keeps two images of the data.
 pub const PAGES_MAX: u64 = 1 << 18;
+/// Detections an engine keeps from Observer fills.
+pub const DETECTIONS_KEPT: usize = 64;
 /// The slot whose carry to the end of the page is the identity: `page_delta` of this slot is
 /// the plain CRC register of a 64-byte diff, i.e. how a line checksum moves.
 const LAST_SLOT: usize = LINES_PER_PAGE - 1;
@@ -246,6 +248,7 @@ pub struct Engine {
     armed: Vec<Fault>,
     stats: EngineStats,
     first_error: Option<String>,
+    detections: Vec<Detected>,
 }
 
 impl Engine {
@@ -332,6 +335,7 @@ impl Engine {
             armed: Vec::new(),
             stats: EngineStats::default(),
             first_error: None,
+            detections: Vec::new(),
         };
         for s in 0..stripes {
             e.recompute_stripe(s, PassReads::Dimm);
@@ -388,6 +392,12 @@ impl Engine {
     /// What the engine did so far.
     pub fn stats(&self) -> &EngineStats {
         &self.stats
+    }
+
+    /// What fills made through the Observer found (the first [`DETECTIONS_KEPT`]; the count of
+    /// all is [`EngineStats::detected`]).
+    pub fn detections(&self) -> &[Detected] {
+        &self.detections
     }
 
     /// The first Observer call that could not be applied, if any.
@@ -1009,11 +1019,17 @@ impl Engine {
 
 impl crate::sim::Observer for Engine {
     fn fill(&mut self, line_addr: u64) {
-        // Detection is counted in the stats; the timing model goes on either way.
-        if let Err(Detected::OutOfRange { .. }) = self.read_line(line_addr) {
-            self.note_error(format!(
+        // The timing model goes on either way; what the check found is kept for the caller.
+        match self.read_line(line_addr) {
+            Ok(_) => {}
+            Err(Detected::OutOfRange { .. }) => self.note_error(format!(
                 "fill of {line_addr:#x}: outside the engine's range"
-            ));
+            )),
+            Err(d) => {
+                if self.detections.len() < DETECTIONS_KEPT {
+                    self.detections.push(d);
+                }
+            }
         }
     }
 

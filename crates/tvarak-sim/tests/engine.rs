@@ -346,3 +346,65 @@ fn the_simulated_tvarak_and_eager_mode_agree_byte_for_byte() {
         assert_identical(&engine, &pool, &prot);
     }
 }
+
+#[test]
+fn a_lost_writeback_in_a_simulated_run_is_found_on_the_next_fill() {
+    use tvarak_sim::engine::Detected;
+    use tvarak_sim::fault::Fault;
+    let pages = 64u64;
+    let init = vec![0u8; pages as usize * PAGE];
+    let target = 5 * PAGE as u64 + 128;
+    // Store to the target, stream over 192 KiB of other lines (the LLC holds 32 KiB, so the
+    // target is written back), then load the target again.
+    let mut events = vec![Event::Store {
+        core: 0,
+        addr: target,
+        data: Some(vec![0x5a; 64]),
+        len: 64,
+    }];
+    for l in 0..3 * 1024u64 {
+        let addr = 16 * PAGE as u64 + l * 64;
+        events.push(Event::Store {
+            core: 1,
+            addr,
+            data: Some(vec![l as u8; 8]),
+            len: 8,
+        });
+    }
+    events.push(Event::Load {
+        core: 0,
+        addr: target,
+        len: 8,
+    });
+    for (fault, found) in [(true, true), (false, false)] {
+        let mut engine = Engine::kavach_layout(pmem::Uuid([4; 16]), pages, 4, &init).unwrap();
+        if fault {
+            engine.inject(Fault::LostWrite { line: target });
+        }
+        simulate(
+            &small_machine(),
+            Design::Tvarak,
+            events.clone().into_iter().map(Ok),
+            Some(&mut engine),
+        )
+        .unwrap();
+        let hits: Vec<_> = engine
+            .detections()
+            .iter()
+            .filter(|d| matches!(d, Detected::LineChecksum { line, .. } if line == &target))
+            .collect();
+        assert_eq!(!hits.is_empty(), found, "{:?}", engine.detections());
+        assert_eq!(
+            engine.detections().len(),
+            hits.len(),
+            "nothing else is found"
+        );
+        assert!(
+            engine.armed().is_empty(),
+            "the write happened during the run"
+        );
+        if fault {
+            assert_eq!(engine.recover_line(target).unwrap(), [0x5a; 64]);
+        }
+    }
+}
