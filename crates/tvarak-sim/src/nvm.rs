@@ -63,8 +63,9 @@ fn tagged(tag: u64, index: u64) -> u64 {
     (tag << TAG_SHIFT) | (index & INDEX_MASK)
 }
 
-/// Largest traced byte address the numbering supports (data lines must stay below the tags).
-pub const MAX_ADDR: u64 = (INDEX_MASK << 6) | 63;
+/// Largest traced byte address the simulator accepts (4 PiB; well below where data lines, their
+/// stripe peers and parity indices would reach the kind tags).
+pub const MAX_ADDR: u64 = (1 << 52) - 1;
 
 /// The page-striped RAID-5 layout over `dimms` DIMMs (at least 3).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -1,5 +1,57 @@
-//! The trace-driven simulator: configuration, counters, the report and the observer through
-//! which a functional engine follows what the controller does to NVM lines.
+//! The trace-driven simulator: configuration, counters, the report, the observer through
+//! which a functional engine follows what the controller does to NVM lines, and [`simulate`].
+//!
+//! # The machine
+//! Each core has a private L1 and L2 (write-back, write-allocate, LRU; L2 does not enforce
+//! inclusion of L1). The LLC is shared, banked ([`crate::cache::bank_of`]) and inclusive: when
+//! its application partition evicts a line, every private copy is removed and, if any copy was
+//! dirty, the line is written back. An L1 dirty victim goes to L2; an L2 dirty victim makes the
+//! LLC line dirty — the moment TVARAK forms a diff. The LLC ways are split per design: all
+//! ways hold data for Baseline, Naive, cl and the software designs; `red_ways` go to redundancy
+//! for cl-cache and TVARAK, and `diff_ways` to diffs for TVARAK. Each bank's controller has a
+//! `ctl_cache_bytes` cache inclusive within the redundancy partition (a redundancy line lives in
+//! the partition of its own home bank; a controller reaches it through its own cache).
+//!
+//! # The designs at the controller (data lines only)
+//! - fill: Naive reads the 64 lines of the page and the page's system-checksum line; cl reads
+//!   the line and its CL-checksum line; cl-cache and TVARAK fetch the CL-checksum line through
+//!   controller cache -> redundancy partition -> NVM, then read the line.
+//! - writeback: Naive reads old data, system-checksum and parity and writes all three; cl adds
+//!   the CL-checksum (4 R + 4 W); cl-cache reads old data and updates the three redundancy lines
+//!   in the caches (written to NVM when the partition evicts them or at the drain); TVARAK does
+//!   the same without the old-data read. A diff-partition victim is written back early and
+//!   its LLC line marked clean.
+//! - TxB-Object / TxB-Page: at each `TxCommit`, on the committing core, through its caches:
+//!   object: load the object's lines, CRC its bytes, store its checksum (8 B per 64 B-aligned
+//!   object start), and for every modified line load the parity peers and store the parity
+//!   line; page: load all 64 lines of each modified page, CRC 4 KB, store the page checksum,
+//!   and recompute the parity of the modified lines as object does. No read verification.
+//! - Vilamb-like: every `period_writes` store events (and once at the end), a background core
+//!   (one extra private L1/L2) re-reads each page dirtied since the last sweep, CRCs it, stores
+//!   its checksum and recomputes the parity of all 64 lines from the peers. No read
+//!   verification.
+//! - Coherence among the private caches of data lines, and MESI among the controllers'
+//!   caches, are not modelled (the traces are of mostly independent threads; a controller
+//!   writes redundancy into the partition, which every controller reads through).
+//! - `Flush` and `Fence` cost only their event's instructions: like the paper, every design
+//!   assumes backup power flushes the caches on power loss, so durability flushes are dropped.
+//!
+//! # The runtime model (an estimate, not a cycle-accurate core)
+//! Each core accumulates cycles: `instrs_per_event / ipc` per trace event for its non-memory
+//! work, plus, per line access that misses L1, the stall `(L2 latency [+ LLC latency + fill
+//! wait]) / mlp` — the `mlp` cap is the number of misses an out-of-order core overlaps. A fill's
+//! wait is the controller's range match and CRC cycles, its cache lookups, and the NVM reads it
+//! waits for: reads to different DIMMs overlap, reads to one DIMM queue (so Naive's 65 reads of
+//! one page cost 65 read latencies, a line and its CL-checksum on two DIMMs cost one).
+//! Writebacks are off the critical path. Every NVM access also keeps its DIMM busy for its
+//! latency (60 ns read, 150 ns write); the runtime estimate is the larger of the slowest core's
+//! time and the busiest DIMM's busy time (the bandwidth bound that dominates stream and fio).
+//! The software designs' CRC costs `sw_crc_cycles_per_8b` cycles per 8 bytes on the core, and
+//! each of their line accesses one instruction plus its stall.
+//!
+//! # Energy
+//! Table III's per-access energies: hits and misses of L1, L2, LLC (both partitions) and the
+//! controller caches, 1.6 nJ per NVM read and 9 nJ per NVM write.
 
 use std::collections::{BTreeSet, HashMap};
 
@@ -220,7 +272,9 @@ pub struct Report {
 pub trait Observer {
     /// NVM -> LLC fill of a data line.
     fn fill(&mut self, line_addr: u64);
-    /// LLC -> NVM writeback of a data line, with its current bytes.
+    /// LLC -> NVM writeback of a data line, with its current bytes (the bytes of the stores
+    /// seen so far merged into the line `current` gave; zeros where neither said anything, as
+    /// in an address-only trace).
     fn writeback(&mut self, line_addr: u64, data: &[u8; 64]);
     /// A transaction committed with these modified ranges.
     fn tx_commit(&mut self, ranges: &[(u64, u32)]) {
@@ -261,6 +315,11 @@ struct Machine<'o> {
     dirty_pages: BTreeSet<u64>,
 }
 
+/// Most cores a configuration may have.
+pub const MAX_CORES: u16 = 1024;
+/// Largest cache level a configuration may have, bytes (the simulator allocates its tags).
+pub const MAX_CACHE_BYTES: u64 = 1 << 30;
+
 fn geom_lines(g: &CacheGeom) -> usize {
     (g.bytes / LINE) as usize
 }
@@ -276,13 +335,20 @@ fn check(ok: bool, what: &str, expected: &str, found: impl ToString) -> Result<(
 impl SimConfig {
     /// Check the configuration for `design`: sizes, ways, partitions and costs.
     pub fn validate(&self, design: Design) -> Result<(), SimError> {
-        check(self.cores >= 1, "cores", ">= 1", self.cores)?;
+        check(
+            (1..=MAX_CORES).contains(&self.cores),
+            "cores",
+            format!("1..={MAX_CORES}").as_str(),
+            self.cores,
+        )?;
         for (name, g) in [("l1", &self.l1), ("l2", &self.l2), ("llc", &self.llc)] {
             check(g.ways >= 1, &format!("{name} ways"), ">= 1", g.ways)?;
             check(
-                g.bytes >= LINE * u64::from(g.ways) && g.bytes % LINE == 0,
+                g.bytes >= LINE * u64::from(g.ways)
+                    && g.bytes % LINE == 0
+                    && g.bytes <= MAX_CACHE_BYTES,
                 &format!("{name} bytes"),
-                "a multiple of 64 holding at least one set",
+                format!("a multiple of 64 holding at least one set, <= {MAX_CACHE_BYTES}").as_str(),
                 g.bytes,
             )?;
             check(
@@ -319,9 +385,11 @@ impl SimConfig {
             )?;
             check(self.ctl_ways >= 1, "ctl_ways", ">= 1", self.ctl_ways)?;
             check(
-                u64::from(self.ctl_cache_bytes) >= LINE * u64::from(self.ctl_ways),
+                self.ctl_cache_bytes == 0
+                    || (u64::from(self.ctl_cache_bytes) >= LINE * u64::from(self.ctl_ways)
+                        && u64::from(self.ctl_cache_bytes) % LINE == 0),
                 "ctl_cache_bytes",
-                "at least one set of 64 B lines",
+                "0 (no controller cache) or a multiple of 64 holding at least one set",
                 self.ctl_cache_bytes,
             )?;
         }
@@ -333,7 +401,18 @@ impl SimConfig {
                 self.diff_ways,
             )?;
         }
-        check(self.dimms >= 3, "dimms", ">= 3 (RAID-5)", self.dimms)?;
+        check(
+            (3..=1024).contains(&self.dimms),
+            "dimms",
+            "3..=1024 (RAID-5)",
+            self.dimms,
+        )?;
+        check(
+            u64::from(self.ctl_cache_bytes) <= MAX_CACHE_BYTES,
+            "ctl_cache_bytes",
+            format!("<= {MAX_CACHE_BYTES}").as_str(),
+            self.ctl_cache_bytes,
+        )?;
         for (what, v) in [
             ("nvm_read_ns", self.nvm_read_ns),
             ("nvm_write_ns", self.nvm_write_ns),
@@ -388,7 +467,8 @@ impl<'o> Machine<'o> {
                 app: SetAssoc::new(sets * app_ways, app_ways),
                 red: (red > 0).then(|| SetAssoc::new(sets * usize::from(red), red.into())),
                 diff: (diff > 0).then(|| SetAssoc::new(sets * usize::from(diff), diff.into())),
-                ctl: (red > 0).then(|| SetAssoc::new(ctl_lines, cfg.ctl_ways.into())),
+                ctl: (red > 0 && ctl_lines > 0)
+                    .then(|| SetAssoc::new(ctl_lines, cfg.ctl_ways.into())),
             })
             .collect();
         let nvm = Nvm::new(
@@ -445,15 +525,21 @@ impl<'o> Machine<'o> {
     /// NVM only when the partition evicts it). Returns the cycles the lookup took.
     fn red_get(&mut self, ctl_bank: usize, r: u64, update: bool) -> f64 {
         let home = self.bank(r);
-        let mut cycles = f64::from(self.cfg.ctl_latency_cycles);
+        let has_ctl = self.banks[ctl_bank].ctl.is_some();
+        let mut cycles = 0.0;
         let ctl_hit = self.banks[ctl_bank]
             .ctl
             .as_mut()
             .is_some_and(|ctl| ctl.touch(r));
+        if has_ctl {
+            cycles += f64::from(self.cfg.ctl_latency_cycles);
+        }
         if ctl_hit {
             self.c.ctl_hits += 1;
         } else {
-            self.c.ctl_misses += 1;
+            if has_ctl {
+                self.c.ctl_misses += 1;
+            }
             cycles += f64::from(self.cfg.llc.latency_cycles);
             let red_hit = self.banks[home]
                 .red
@@ -594,17 +680,16 @@ impl<'o> Machine<'o> {
                 self.c.xor_ops += 1;
             }
             Design::ClCache | Design::Tvarak => {
-                let have_diff = self.design == Design::Tvarak
-                    && self.banks[bank]
-                        .diff
-                        .as_mut()
-                        .is_some_and(|d| d.remove(line).is_some());
-                // Without a diff the old data comes from NVM; TVARAK always has it (a diff, or
-                // the old value still in the inclusive LLC when a private copy merges).
-                if self.design == Design::ClCache {
+                if self.design == Design::Tvarak {
+                    // The diff (if the line has one) is consumed. TVARAK never reads the old data:
+                    // it has the diff, or the old value is still in the inclusive LLC when a
+                    // private dirty copy merges on eviction.
+                    if let Some(d) = self.banks[bank].diff.as_mut() {
+                        d.remove(line);
+                    }
+                } else {
                     self.nvm_read(line);
                 }
-                let _ = have_diff;
                 for r in red {
                     self.red_get(bank, r, true);
                 }
