@@ -780,7 +780,7 @@ impl Engine {
         let n = self.check_line(line_addr)?;
         let page = n / LINES_PER_PAGE as u64;
         let slot = (n % LINES_PER_PAGE as u64) as usize;
-        let good = self.rebuild(page, Some(slot))?;
+        let good = self.rebuild(page)?;
         let mut line = [0u8; LINE];
         line.copy_from_slice(&good[slot * LINE..(slot + 1) * LINE]);
         let want = self.linesums[n as usize];
@@ -808,7 +808,7 @@ impl Engine {
                 format!("{page}"),
             ));
         }
-        let good = self.rebuild(page, None)?;
+        let good = self.rebuild(page)?;
         let want = self.pagesums[page as usize];
         let got = self.sum_of(Tag::DataPage, page, &good);
         if got != want {
@@ -903,7 +903,7 @@ impl Engine {
     }
 
     /// Parity XOR the verified peers of `page`: the page as the redundancy says it should be.
-    fn rebuild(&self, page: u64, _slot: Option<usize>) -> Result<Vec<u8>, SimError> {
+    fn rebuild(&self, page: u64) -> Result<Vec<u8>, SimError> {
         let stripe = page / self.k;
         if self.dirty.iter().any(|p| p / self.k == stripe) {
             return Err(invalid(
