@@ -2,11 +2,12 @@
 //! inclusive LLC with their way partitions, and the per-bank controller cache.
 //!
 //! A [`SetAssoc`] holds line identifiers (`u64`, see [`crate::nvm`] for how data and redundancy
-//! lines are numbered) with a dirty bit each; the set of a line is `line mod sets`. A way
+//! lines are numbered) with a dirty bit each. A way
 //! partition of the LLC is modelled as a separate `SetAssoc` with the partition's ways and the
 //! bank's number of sets, so a line inserted into one partition can only evict a line of the
-//! same partition, as the paper's partitions guarantee. The bank of a line is
-//! [`bank_of`] (a multiplicative hash of the line number, then mod banks).
+//! same partition, as the paper's partitions guarantee. The bank of a line is [`bank_of`] (a
+//! 64-bit mix of the line number, then mod banks); its set is [`set_index`] mod sets (the
+//! in-page offset below a mix of the page number).
 
 /// The geometry and cost of one cache level.
 #[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
@@ -23,11 +24,29 @@ pub struct CacheGeom {
     pub miss_pj: f64,
 }
 
-/// The LLC bank of a line: the line number multiplied by a 64-bit odd constant (Fibonacci
-/// hashing), its high 32 bits taken mod `banks`. Consecutive lines spread over all banks.
+/// SplitMix64's finaliser: a bijective 64-bit mix in which every input bit affects every output
+/// bit (a plain multiplicative hash keeps arithmetic progressions, such as the same offset in
+/// regions 512 MB apart, in lock step).
+fn mix(mut z: u64) -> u64 {
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+/// The LLC bank of a line: SplitMix64's finaliser of the line number, mod `banks`.
 pub fn bank_of(line: u64, banks: usize) -> usize {
-    let h = line.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 32;
-    (h % banks as u64) as usize
+    (mix(line) % banks as u64) as usize
+}
+
+/// The set-index source of a line: its in-page offset (6 bits) below a hash of its page number.
+/// Traced addresses are offsets in a mapped range, not physical addresses; the hash stands in
+/// for the scattering of physical page frames, so that regions that start at large powers of
+/// two (as fio's per-thread regions do) do not all fall into the same sets, while the lines of
+/// one page still occupy consecutive sets. A cache with `sets` sets uses this mod `sets`.
+pub fn set_index(line: u64) -> u64 {
+    let page = line >> 6;
+    let h = mix(page ^ 0xD6E8_FEB8_6659_FD93) >> 8;
+    (h << 6) | (line & 63)
 }
 
 const EMPTY: u64 = u64::MAX;
@@ -79,7 +98,7 @@ impl SetAssoc {
     }
 
     fn range(&self, line: u64) -> std::ops::Range<usize> {
-        let set = (line % self.sets as u64) as usize;
+        let set = (set_index(line) % self.sets as u64) as usize;
         set * self.ways..(set + 1) * self.ways
     }
 
@@ -188,18 +207,19 @@ mod tests {
     }
 
     #[test]
-    fn sets_are_line_mod_sets() {
-        let mut c = SetAssoc::new(4, 1); // four sets, direct mapped
-        assert_eq!(c.insert(0, false), None);
-        assert_eq!(c.insert(1, false), None);
-        assert_eq!(
-            c.insert(5, true),
-            Some(Victim {
-                line: 1,
-                dirty: false
-            })
-        );
-        assert_eq!(c.dirty_lines(), vec![5]);
+    fn lines_of_a_page_take_consecutive_sets_and_pages_scatter() {
+        let mut c = SetAssoc::new(64, 1); // 64 sets, direct mapped
+        for l in 0..64 {
+            assert_eq!(c.insert(l, false), None, "line {l}");
+        }
+        // a line of another page at the same offset conflicts with exactly that offset's line
+        let v = c.insert(64 + 5, true);
+        assert_eq!(v.map(|v| v.line), Some(5));
+        assert_eq!(c.dirty_lines(), vec![69]);
+        // pages at the same offset of 512 MB regions spread over the sets of a big cache
+        let sets: std::collections::BTreeSet<u64> =
+            (0..12u64).map(|k| set_index(k << 23) % 2048).collect();
+        assert!(sets.len() >= 10, "{sets:?}");
     }
 
     #[test]

@@ -158,6 +158,8 @@ pub struct NvmTiming {
     pub read_ns: f64,
     /// Write latency, ns.
     pub write_ns: f64,
+    /// Banks per DIMM serving accesses in parallel (at least 1).
+    pub banks: u16,
 }
 
 /// The DIMMs: how long each has been busy, and what it served.
@@ -221,17 +223,21 @@ impl Nvm {
         self.critical_reads.iter_mut().for_each(|r| *r = 0);
     }
 
-    /// Stop counting; returns the wait: reads to different DIMMs overlap, reads to one DIMM
-    /// queue, so the wait is the largest per-DIMM count times the read latency.
+    /// Stop counting; returns the wait: reads to different DIMMs overlap, a DIMM serves
+    /// `banks` reads at a time, so the wait is ceil(largest per-DIMM count / banks) read
+    /// latencies.
     pub fn end_critical(&mut self) -> f64 {
         self.critical = false;
         let most = self.critical_reads.iter().copied().max().unwrap_or(0);
-        f64::from(most) * self.timing.read_ns
+        let banks = u32::from(self.timing.banks.max(1));
+        f64::from(most.div_ceil(banks)) * self.timing.read_ns
     }
 
-    /// The busiest DIMM's total busy time, ns (the bandwidth bound of the runtime model).
+    /// The busiest DIMM's total busy time over its banks, ns (the bandwidth bound of the
+    /// runtime model).
     pub fn max_busy_ns(&self) -> f64 {
-        self.busy_ns.iter().copied().fold(0.0, f64::max)
+        let most = self.busy_ns.iter().copied().fold(0.0, f64::max);
+        most / f64::from(self.timing.banks.max(1))
     }
 }
 

@@ -41,11 +41,12 @@
 //! work, plus, per line access that misses L1, the stall `(L2 latency [+ LLC latency + fill
 //! wait]) / mlp` — the `mlp` cap is the number of misses an out-of-order core overlaps. A fill's
 //! wait is the controller's range match and CRC cycles, its cache lookups, and the NVM reads it
-//! waits for: reads to different DIMMs overlap, reads to one DIMM queue (so Naive's 65 reads of
-//! one page cost 65 read latencies, a line and its CL-checksum on two DIMMs cost one).
-//! Writebacks are off the critical path. Every NVM access also keeps its DIMM busy for its
-//! latency (60 ns read, 150 ns write); the runtime estimate is the larger of the slowest core's
-//! time and the busiest DIMM's busy time (the bandwidth bound that dominates stream and fio).
+//! waits for: reads to different DIMMs overlap, and one DIMM serves `nvm_banks` reads at a time
+//! (so Naive's 65 reads of one page cost ceil(65 / 8) = 9 read latencies, a line and its
+//! CL-checksum one). Writebacks are off the critical path. Every NVM access also keeps one bank
+//! of its DIMM busy for its latency (60 ns read, 150 ns write); the runtime estimate is the
+//! larger of the slowest core's time and the busiest DIMM's busy time divided by its banks (the
+//! bandwidth bound, which dominates when many cores stream or write at random).
 //! The software designs' CRC costs `sw_crc_cycles_per_8b` cycles per 8 bytes on the core, and
 //! each of their line accesses one instruction plus its stall.
 //!
@@ -91,6 +92,9 @@ pub struct SimConfig {
     pub ctl_miss_pj: f64,
     /// NVM DIMMs (RAID-5 over all of them: `dimms - 1` data pages and one parity page a stripe).
     pub dimms: u16,
+    /// Banks per DIMM that serve accesses in parallel (the paper does not say; 8, as a DDR
+    /// rank has).
+    pub nvm_banks: u16,
     /// NVM read latency, ns.
     pub nvm_read_ns: f64,
     /// NVM write latency, ns.
@@ -149,6 +153,7 @@ impl Default for SimConfig {
             ctl_hit_pj: 15.0,
             ctl_miss_pj: 33.0,
             dimms: 4,
+            nvm_banks: 8,
             nvm_read_ns: 60.0,
             nvm_write_ns: 150.0,
             nvm_read_nj: 1.6,
@@ -156,7 +161,7 @@ impl Default for SimConfig {
             ghz: 2.27,
             instrs_per_event: 4.0,
             ipc: 1.0,
-            mlp: 10,
+            mlp: 4,
             range_match_cycles: 2,
             crc_cycles: 1,
             sw_crc_cycles_per_8b: 1.0,
@@ -429,6 +434,12 @@ impl SimConfig {
             check(v.is_finite() && v > 0.0, what, "finite, > 0", v)?;
         }
         check(self.mlp >= 1, "mlp", ">= 1", self.mlp)?;
+        check(
+            (1..=1024).contains(&self.nvm_banks),
+            "nvm_banks",
+            "1..=1024",
+            self.nvm_banks,
+        )?;
         Ok(())
     }
 
@@ -476,6 +487,7 @@ impl<'o> Machine<'o> {
             NvmTiming {
                 read_ns: cfg.nvm_read_ns,
                 write_ns: cfg.nvm_write_ns,
+                banks: cfg.nvm_banks,
             },
         );
         Machine {

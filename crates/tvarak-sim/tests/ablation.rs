@@ -211,3 +211,30 @@ fn vilamb_batches_more_with_a_longer_period() {
     assert!(s_short > s_long, "{s_short} {s_long}");
     assert!(a_short > 2 * a_long, "{a_short} {a_long}");
 }
+
+#[test]
+fn sequential_reads_share_cl_checksum_lines() {
+    // Four cores stream through their own 8 MB-aligned regions: one CL-checksum line serves
+    // 16 data lines, so with caching the read amplification is 1 + 1/16 (the regions' equal
+    // alignment must not make the cores' checksum lines collide in the caches).
+    let cfg = small();
+    let mut evs = Vec::new();
+    for i in 0..4096u64 {
+        for core in 0..4u16 {
+            evs.push(Event::Load {
+                core,
+                addr: (u64::from(core) << 23) + i * 64,
+                len: 8,
+            });
+        }
+    }
+    let cl = run(&cfg, Design::ClCsums, &evs).counters;
+    let cache = run(&cfg, Design::ClCache, &evs).counters;
+    eprintln!(
+        "sequential: cl {:.4} cl-cache {:.4}",
+        cl.read_amplification(),
+        cache.read_amplification()
+    );
+    assert!((cl.read_amplification() - 2.0).abs() < 1e-9);
+    assert!((cache.read_amplification() - (1.0 + 1.0 / 16.0)).abs() < 1e-9);
+}
