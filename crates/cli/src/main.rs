@@ -20,6 +20,7 @@ mod progress;
 mod replica_cmd;
 mod serve_cmd;
 mod target_cmd;
+mod tvarak_cmd;
 mod units;
 mod wsp_cmd;
 
@@ -93,6 +94,10 @@ enum Command {
     /// scenarios and the simulator.
     #[command(subcommand)]
     Haq(haq_cmd::HaqCommand),
+    /// TVARAK's redundancy controller beside the last-level cache, simulated on traces of
+    /// Kavach's own workloads: designs, baselines, ablations, faults.
+    #[command(subcommand, name = "tvarak-sim")]
+    TvarakSim(tvarak_cmd::TvarakCommand),
     /// Damage a page of a protected region as faulty media do: bit flips, lost and misdirected
     /// writes.
     ///
@@ -222,6 +227,7 @@ fn dispatch(cli: Cli) -> anyhow::Result<Outcome> {
         Command::Cr(c) => cr_cmd::run(c),
         Command::Target(c) => target_cmd::run(c),
         Command::Haq(c) => haq_cmd::run(c),
+        Command::TvarakSim(c) => tvarak_cmd::run(c),
         Command::Demo(a) => demo::run(&a),
         Command::Serve(a) => serve_cmd::run(&a),
         Command::Promote(a) => replica_cmd::run_promote(&a),

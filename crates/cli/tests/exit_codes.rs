@@ -219,6 +219,25 @@ fn table() -> Vec<Row> {
             &[Input::Directory],
         ),
         row(&["haq", "weights"], &["--gamma", "1G", "--need", "P"], ALL),
+        // TVARAK's simulator: a path that is not a trace (none of these has a trace's
+        // header) is refused, never taken for a damaged trace; generators and recording
+        // refuse an existing output; faults takes no path at all.
+        row(&["tvarak-sim", "run"], &["P"], ALL),
+        row(&["tvarak-sim", "info"], &["P"], ALL),
+        row(&["tvarak-sim", "sweep"], &["P", "--red-ways", "1,2"], ALL),
+        row(&["tvarak-sim", "ablation"], &["P"], ALL),
+        row(
+            &["tvarak-sim", "gen"],
+            &["fio", "--pattern", "rand-write", "-o", "P"],
+            EXISTING,
+        ),
+        row(
+            &["tvarak-sim", "gen"],
+            &["stream", "--kernel", "triad", "-o", "P"],
+            EXISTING,
+        ),
+        row(&["tvarak-sim", "record"], &["log", "-o", "P"], EXISTING),
+        row(&["tvarak-sim", "faults"], &["P"], ALL),
         row(
             &["haq", "calibrate"],
             &["P", "--seconds", "0.1"],
