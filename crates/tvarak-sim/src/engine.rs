@@ -27,18 +27,48 @@
 //!   rotating parity, a checksum region per DIMM holding plain CRC-32C of the pages on that
 //!   DIMM, and a line-checksum (DAX-CL-checksum) buffer.
 //!
-//! Faults ([`crate::fault::Fault`]) are injected at the DIMM, on data lines only: redundancy
+//! Faults ([`Fault`]) are injected at the DIMM, on data lines only: redundancy
 //! (checksums, parity) is held outside the fault model. The engine also models device ECC: a
 //! code stored with each line, written and read in the same device operation as the line, able
 //! to correct one flipped bit and detect more.
 
 use crate::error::SimError;
-use crate::fault::Fault;
 use integrity::checksum::{Tag, checksum, page_delta, xor_into};
 use integrity::layout::{Geometry, LINE_BYTES, LINES_PER_PAGE, SUM_BLOCK_BYTES, SUMS_PER_BLOCK};
 use pmem::Uuid;
 use pmem::layout::PAGE_SIZE;
 use std::collections::BTreeSet;
+
+/// A fault injected at the DIMM. Addresses are byte addresses of 64-byte lines.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub enum Fault {
+    /// The next write of `line` is acknowledged and not applied.
+    LostWrite {
+        /// The line whose next write is lost.
+        line: u64,
+    },
+    /// The next write of `line` is applied to `to` instead.
+    MisdirectedWrite {
+        /// The line written.
+        line: u64,
+        /// Where the bytes land.
+        to: u64,
+    },
+    /// The next read of `line` returns the bytes (and ECC) of `from`.
+    MisdirectedRead {
+        /// The line read.
+        line: u64,
+        /// Whose bytes come back.
+        from: u64,
+    },
+    /// Bit `bit` (0..512) of `line` flips at rest.
+    BitFlip {
+        /// The line.
+        line: u64,
+        /// The bit, 0..512 (taken modulo 512).
+        bit: u16,
+    },
+}
 
 /// Bytes of a data line.
 pub const LINE: usize = LINE_BYTES;

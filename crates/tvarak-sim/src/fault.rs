@@ -26,36 +26,7 @@ use crate::error::SimError;
 use pmem::rng::SplitMix64;
 use std::collections::BTreeSet;
 
-/// A fault injected at the DIMM. Addresses are byte addresses of 64-byte lines.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
-pub enum Fault {
-    /// The next write of `line` is acknowledged and not applied.
-    LostWrite {
-        /// The line whose next write is lost.
-        line: u64,
-    },
-    /// The next write of `line` is applied to `to` instead.
-    MisdirectedWrite {
-        /// The line written.
-        line: u64,
-        /// Where the bytes land.
-        to: u64,
-    },
-    /// The next read of `line` returns the bytes (and ECC) of `from`.
-    MisdirectedRead {
-        /// The line read.
-        line: u64,
-        /// Whose bytes come back.
-        from: u64,
-    },
-    /// Bit `bit` (0..512) of `line` flips at rest.
-    BitFlip {
-        /// The line.
-        line: u64,
-        /// The bit, 0..512 (taken modulo 512).
-        bit: u16,
-    },
-}
+pub use crate::engine::Fault;
 
 /// The kinds of fault in the matrix.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
