@@ -1,10 +1,10 @@
 //! `kavach haq`: the arbitration model, its scenarios on the simulator, and calibration
 //! (`haq`).
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::Duration;
 
-use anyhow::{Result, anyhow};
+use anyhow::Result;
 use clap::{Args, Subcommand, ValueEnum};
 use haq::arbiter::{ArbiterConfig, Policy, Weights};
 use haq::calibrate::{CalibrateOptions, calibrate};
@@ -13,7 +13,7 @@ use haq::model::{self, ClassLoad, TenantDemand};
 use haq::scenario::{self, RhoStudy, Scenario, ScenarioRun};
 use plot::{Chart, Series};
 
-use crate::outcome::{CommandFailed, Outcome, print_json};
+use crate::outcome::{Outcome, check_output_path, print_json, refused};
 use crate::units::{format_size, parse_size};
 
 #[derive(Debug, Subcommand)]
@@ -266,10 +266,6 @@ pub struct CalibrateArgs {
     /// Print JSON.
     #[arg(long)]
     json: bool,
-}
-
-fn refused(msg: impl std::fmt::Display) -> anyhow::Error {
-    CommandFailed(anyhow!("{msg}")).into()
 }
 
 pub fn run(c: HaqCommand) -> Result<Outcome> {
@@ -709,26 +705,6 @@ fn admit_cmd(a: &AdmitArgs) -> Result<Outcome> {
     Ok(Outcome::Ok)
 }
 
-fn check_png_target(p: &Path) -> Result<()> {
-    if p.is_dir() {
-        return Err(refused(format!(
-            "--png {}: is a directory, expected a file to write",
-            p.display()
-        )));
-    }
-    let parent = p.parent().filter(|d| !d.as_os_str().is_empty());
-    if let Some(d) = parent {
-        if !d.is_dir() {
-            return Err(refused(format!(
-                "--png {}: the directory {} does not exist",
-                p.display(),
-                d.display()
-            )));
-        }
-    }
-    Ok(())
-}
-
 fn run_cmd(a: &RunArgs) -> Result<Outcome> {
     if !(a.seconds.is_finite() && a.seconds > 0.0 && a.seconds <= 3600.0) {
         return Err(refused(format!(
@@ -737,7 +713,7 @@ fn run_cmd(a: &RunArgs) -> Result<Outcome> {
         )));
     }
     for p in a.png.iter().chain(a.latency_png.iter()) {
-        check_png_target(p)?;
+        check_output_path("--png", p, true)?;
     }
     let custom = match (a.weights.as_deref(), a.policy) {
         (None, _) => None,

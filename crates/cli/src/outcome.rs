@@ -54,3 +54,36 @@ pub fn print_json<T: serde::Serialize>(value: &T) -> anyhow::Result<()> {
     println!("{}", serde_json::to_string_pretty(value)?);
     Ok(())
 }
+
+/// An error saying the command refused to run (exit 2), reading as `msg`.
+pub fn refused(msg: impl std::fmt::Display) -> anyhow::Error {
+    CommandFailed(anyhow::anyhow!("{msg}")).into()
+}
+
+/// Check a path that option `flag` names for the command to write, before anything is done:
+/// its directory must exist and it must not be a directory; with `overwrite` false it must not
+/// exist at all.
+pub fn check_output_path(flag: &str, p: &std::path::Path, overwrite: bool) -> anyhow::Result<()> {
+    if !overwrite && std::fs::symlink_metadata(p).is_ok() {
+        return Err(refused(format!(
+            "{flag} {}: already exists, expected a new file",
+            p.display()
+        )));
+    }
+    if p.is_dir() {
+        return Err(refused(format!(
+            "{flag} {}: is a directory, expected a file to write",
+            p.display()
+        )));
+    }
+    if let Some(d) = p.parent().filter(|d| !d.as_os_str().is_empty()) {
+        if !d.is_dir() {
+            return Err(refused(format!(
+                "{flag} {}: the directory {} does not exist",
+                p.display(),
+                d.display()
+            )));
+        }
+    }
+    Ok(())
+}

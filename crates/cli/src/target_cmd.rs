@@ -2,14 +2,14 @@
 
 use std::path::PathBuf;
 
-use anyhow::{Context, Result, anyhow};
+use anyhow::{Context, Result};
 use clap::{Args, Subcommand, ValueEnum};
 use haq::arbiter::{ArbiterConfig, Weights};
 use haq::runtime::{ControllerOptions, ServiceModel};
 use target::Direct;
 use target::server::{ServerOptions, TargetServer, install_signal_handlers};
 
-use crate::outcome::{CommandFailed, Outcome};
+use crate::outcome::{Outcome, refused};
 
 #[derive(Debug, Subcommand)]
 pub enum TargetCommand {
@@ -359,10 +359,6 @@ fn qos_options(a: &ServeArgs) -> std::result::Result<Option<ControllerOptions>, 
         service,
         queue_depth: a.queue_depth,
     }))
-}
-
-fn refused(e: impl std::fmt::Display) -> anyhow::Error {
-    CommandFailed(anyhow!("{e}")).into()
 }
 
 pub fn run(c: TargetCommand) -> Result<Outcome> {

@@ -12,7 +12,7 @@ use std::io::BufReader;
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
 
-use anyhow::{Result, anyhow};
+use anyhow::Result;
 use clap::{Args, Subcommand, ValueEnum};
 use plot::{Chart, Series};
 use tvarak_sim::design::Design;
@@ -22,7 +22,7 @@ use tvarak_sim::sim::{self, Report, SimConfig};
 use tvarak_sim::trace::{self, TraceHeader, TraceReader};
 use tvarak_sim::workload::{self, FioParams, Kernel, Pattern, Rw, StreamParams};
 
-use crate::outcome::{CommandFailed, Outcome, print_json};
+use crate::outcome::{Outcome, check_output_path, print_json, refused};
 
 #[derive(Debug, Subcommand)]
 pub enum TvarakCommand {
@@ -350,10 +350,6 @@ pub struct FaultsArgs {
     json: bool,
 }
 
-fn refused(msg: impl std::fmt::Display) -> anyhow::Error {
-    CommandFailed(anyhow!("{msg}")).into()
-}
-
 pub fn run(c: TvarakCommand) -> Result<Outcome> {
     match c {
         TvarakCommand::Run(a) => run_cmd(&a),
@@ -622,45 +618,6 @@ fn machine(m: &MachineArgs, trace_cores: u16) -> Result<SimConfig> {
     Ok(cfg)
 }
 
-fn check_png_target(p: &Path) -> Result<()> {
-    if p.is_dir() {
-        return Err(refused(format!(
-            "--png {}: is a directory, expected a file to write",
-            p.display()
-        )));
-    }
-    if let Some(d) = p.parent().filter(|d| !d.as_os_str().is_empty()) {
-        if !d.is_dir() {
-            return Err(refused(format!(
-                "--png {}: the directory {} does not exist",
-                p.display(),
-                d.display()
-            )));
-        }
-    }
-    Ok(())
-}
-
-/// An output trace path: it must not exist, and its directory must.
-fn check_output(p: &Path) -> Result<()> {
-    if std::fs::symlink_metadata(p).is_ok() {
-        return Err(refused(format!(
-            "-o {}: already exists, expected a new file",
-            p.display()
-        )));
-    }
-    if let Some(d) = p.parent().filter(|d| !d.as_os_str().is_empty()) {
-        if !d.is_dir() {
-            return Err(refused(format!(
-                "-o {}: the directory {} does not exist",
-                p.display(),
-                d.display()
-            )));
-        }
-    }
-    Ok(())
-}
-
 // ---------------------------------------------------------------------------------------------
 // Overheads and tables.
 
@@ -804,7 +761,7 @@ fn write_chart(c: Chart, p: &Path) -> Result<()> {
 fn run_cmd(a: &RunArgs) -> Result<Outcome> {
     let designs = parse_designs(&a.design)?;
     if let Some(p) = &a.png {
-        check_png_target(p)?;
+        check_output_path("--png", p, true)?;
     }
     let summary = match check_trace(&a.trace)? {
         Ok(s) => s,
@@ -975,7 +932,7 @@ fn print_written(out: &Path, h: &TraceHeader, events: u64, json: bool) -> Result
 }
 
 fn gen_fio(a: &FioArgs) -> Result<Outcome> {
-    check_output(&a.output)?;
+    check_output_path("-o", &a.output, false)?;
     let bytes = size_arg("--bytes-per-thread", &a.bytes_per_thread, 64, 1 << 30)?;
     let region = match &a.region_bytes {
         Some(t) => size_arg("--region-bytes", t, 64, 1 << 40)?,
@@ -1005,7 +962,7 @@ fn gen_fio(a: &FioArgs) -> Result<Outcome> {
 }
 
 fn gen_stream(a: &StreamArgs) -> Result<Outcome> {
-    check_output(&a.output)?;
+    check_output_path("-o", &a.output, false)?;
     let bytes = size_arg("--array-bytes", &a.array_bytes, 64, 1 << 34)?;
     let p = StreamParams {
         kernel: match a.kernel {
@@ -1028,7 +985,7 @@ fn gen_stream(a: &StreamArgs) -> Result<Outcome> {
 }
 
 fn record_cmd(a: &RecordArgs) -> Result<Outcome> {
-    check_output(&a.output)?;
+    check_output_path("-o", &a.output, false)?;
     if !(1..=64).contains(&a.threads) {
         return Err(refused(format!(
             "--threads: expected 1..=64, found {}",
@@ -1177,7 +1134,7 @@ fn sweep_cmd(a: &SweepArgs) -> Result<Outcome> {
         ));
     }
     if let Some(p) = &a.png {
-        check_png_target(p)?;
+        check_output_path("--png", p, true)?;
     }
     let summary = match check_trace(&a.trace)? {
         Ok(s) => s,
@@ -1304,7 +1261,7 @@ const ABLATION: [Design; 5] = [
 
 fn ablation_cmd(a: &AblationArgs) -> Result<Outcome> {
     if let Some(p) = &a.png {
-        check_png_target(p)?;
+        check_output_path("--png", p, true)?;
     }
     let summary = match check_trace(&a.trace)? {
         Ok(s) => s,

@@ -472,13 +472,7 @@ pub fn log_workload<W: Write + Send>(
                 })
             })
             .collect();
-        hs.into_iter()
-            .filter_map(|h| match h.join() {
-                Ok(Ok(())) => None,
-                Ok(Err(e)) => Some(e),
-                Err(_) => Some("an appending thread panicked".to_string()),
-            })
-            .collect()
+        failures(hs, "an appending thread panicked")
     });
     if let Some(e) = errors.first() {
         return Err(SimError::invalid("log append", "success", e));
@@ -678,13 +672,7 @@ pub fn heap_workload<W: Write + Send + 'static>(
                 })
             })
             .collect();
-        hs.into_iter()
-            .filter_map(|h| match h.join() {
-                Ok(Ok(())) => None,
-                Ok(Err(e)) => Some(e),
-                Err(_) => Some("a heap thread panicked".to_string()),
-            })
-            .collect()
+        failures(hs, "a heap thread panicked")
     });
     if let Some(e) = errors.first() {
         return Err(SimError::invalid("heap transaction", "success", e));
@@ -820,13 +808,7 @@ pub fn kv_workload<W: Write + Send + 'static>(
                 })
             })
             .collect();
-        hs.into_iter()
-            .filter_map(|h| match h.join() {
-                Ok(Ok(())) => None,
-                Ok(Err(e)) => Some(e),
-                Err(_) => Some("a client thread panicked".to_string()),
-            })
-            .collect()
+        failures(hs, "a client thread panicked")
     });
     if let Some(e) = errors.first() {
         return Err(SimError::invalid("kv operation", "success", e));
@@ -836,4 +818,19 @@ pub fn kv_workload<W: Write + Send + 'static>(
     let rec = traced.finish()?;
     let image = traced.inner().working_image();
     Ok((rec, image))
+}
+
+/// Join a workload's threads; the message of each that failed (or `panicked` for one that
+/// panicked), in thread order.
+fn failures(
+    hs: Vec<std::thread::ScopedJoinHandle<'_, Result<(), String>>>,
+    panicked: &str,
+) -> Vec<String> {
+    hs.into_iter()
+        .filter_map(|h| match h.join() {
+            Ok(Ok(())) => None,
+            Ok(Err(e)) => Some(e),
+            Err(_) => Some(panicked.to_string()),
+        })
+        .collect()
 }
