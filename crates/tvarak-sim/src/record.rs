@@ -15,7 +15,9 @@
 //! - `flush`, `write_back`: a `Flush` of every 64-byte line of the range, whatever the domain
 //!   does with it (the trace is what the program asked for);
 //! - `fence`: a `Fence`; `persist`: the flushes and the fence;
-//! - `grow`, `discard`, `back`, `inject` and the queries: nothing.
+//! - `grow`, `discard`, `back`, `inject` and the queries: nothing;
+//! - with [`TracingMedium::committing_fences`] (the log and the store use it), a `TxCommit` of
+//!   the lines a thread flushed after each fence that ends them.
 //!
 //! The core of an event is a small index given to each thread the first time it touches the
 //! medium (0, 1, ...); with [`TracingMedium::folding_threads`], threads beyond the header's
@@ -42,12 +44,16 @@ struct State<W: Write> {
     writer: Option<TraceWriter<W>>,
     cores: HashMap<ThreadId, u16>,
     failed: Option<SimError>,
+    /// With [`TracingMedium::committing_fences`]: per core, the lines flushed since its last
+    /// fence, in order (a line flushed twice appears twice; the commit merges them).
+    flushed: HashMap<u16, Vec<u64>>,
 }
 
 /// A medium that records what is done to it. See the module documentation.
 pub struct TracingMedium<M: Medium, W: Write + Send = Vec<u8>> {
     inner: M,
     header: TraceHeader,
+    commit_fences: bool,
     fold: bool,
     state: Mutex<State<W>>,
 }
@@ -95,10 +101,12 @@ impl<M: Medium, W: Write + Send> TracingMedium<M, W> {
             inner,
             header,
             fold: false,
+            commit_fences: false,
             state: Mutex::new(State {
                 writer: Some(writer),
                 cores: HashMap::new(),
                 failed: None,
+                flushed: HashMap::new(),
             }),
         })
     }
@@ -108,6 +116,18 @@ impl<M: Medium, W: Write + Send> TracingMedium<M, W> {
     /// beyond the cores stops the recording with an error.
     pub fn folding_threads(mut self) -> Self {
         self.fold = true;
+        self
+    }
+
+    /// Treat every fence that follows flushes as the end of a transaction: after the `Fence`,
+    /// record a `TxCommit` naming the lines this thread flushed since its previous fence (a
+    /// `persist` is flushes and a fence, so it commits its range). This is the point at which a
+    /// program using a TxB-style library (Pangolin, Mojim) would tell the library that its
+    /// write is complete, and it lets the simulator's `txb-object` and `txb-page` designs run on
+    /// layers that have no transactions of their own (the log, the store, the server). A fence
+    /// with no flush before it commits nothing.
+    pub fn committing_fences(mut self) -> Self {
+        self.commit_fences = true;
         self
     }
 
@@ -153,6 +173,9 @@ impl<M: Medium, W: Write + Send> TracingMedium<M, W> {
         };
         let mut events = Vec::new();
         make(core, &mut events);
+        if self.commit_fences {
+            events = Self::add_commits(st, core, events);
+        }
         let w = st.writer.as_mut().expect("checked above");
         for e in &events {
             if let Err(e) = w.push(e) {
@@ -160,6 +183,46 @@ impl<M: Medium, W: Write + Send> TracingMedium<M, W> {
                 return;
             }
         }
+    }
+
+    /// Note the flushes among `events` and put a `TxCommit` after each `Fence` that ends a run
+    /// of them (see [`TracingMedium::committing_fences`]).
+    fn add_commits(st: &mut State<W>, core: u16, events: Vec<Event>) -> Vec<Event> {
+        let mut out = Vec::with_capacity(events.len() + 1);
+        for e in events {
+            match e {
+                Event::Flush { addr, .. } => {
+                    st.flushed.entry(core).or_default().push(addr / LINE);
+                    out.push(e);
+                }
+                Event::Fence { .. } => {
+                    out.push(e);
+                    let mut lines = st.flushed.remove(&core).unwrap_or_default();
+                    lines.sort_unstable();
+                    lines.dedup();
+                    let mut ranges: Vec<(u64, u32)> = Vec::new();
+                    for l in lines {
+                        match ranges.last_mut() {
+                            Some((a, n))
+                                if *a + u64::from(*n) == l * LINE
+                                    && u64::from(*n) + LINE <= u64::from(MAX_ACCESS_LEN) =>
+                            {
+                                *n += LINE as u32
+                            }
+                            _ => ranges.push((l * LINE, LINE as u32)),
+                        }
+                    }
+                    for chunk in ranges.chunks(crate::trace::MAX_TX_RANGES as usize) {
+                        out.push(Event::TxCommit {
+                            core,
+                            ranges: chunk.to_vec(),
+                        });
+                    }
+                }
+                e => out.push(e),
+            }
+        }
+        out
     }
 
     fn accesses(
@@ -445,13 +508,9 @@ pub fn log_workload<W: Write + Send>(
         "log-{}x{}-{}B-{}",
         p.threads, p.records_per_thread, p.payload, p.policy
     );
-    let traced = Arc::new(TracingMedium::new(
-        sim,
-        out,
-        &name,
-        p.threads + 1,
-        p.with_data,
-    )?);
+    let traced = Arc::new(
+        TracingMedium::new(sim, out, &name, p.threads + 1, p.with_data)?.committing_fences(),
+    );
     let lg = log::Log::create(traced.clone(), 0, len, std::time::Duration::from_millis(10))
         .map_err(|e| SimError::invalid("log create", "success", e))?;
     let errors: Vec<String> = std::thread::scope(|s| {
@@ -757,7 +816,9 @@ pub fn kv_workload<W: Write + Send + 'static>(
     );
     // DIPPER replays its log with helper threads at create: they share the cores.
     let traced = Arc::new(
-        TracingMedium::new(sim, out, &name, p.threads + 1, p.with_data)?.folding_threads(),
+        TracingMedium::new(sim, out, &name, p.threads + 1, p.with_data)?
+            .folding_threads()
+            .committing_fences(),
     );
     let fail = |what: &str| {
         let what = what.to_string();
