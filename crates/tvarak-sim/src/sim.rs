@@ -38,7 +38,7 @@
 //!
 //! # The runtime model (an estimate, not a cycle-accurate core)
 //! Each core accumulates cycles: `instrs_per_event / ipc` per trace event for its non-memory
-//! work, plus, per line access that misses L1, the stall `(L2 latency [+ LLC latency + fill
+//! work (a `Work` event instead charges exactly the cycles it states), plus, per line access that misses L1, the stall `(L2 latency [+ LLC latency + fill
 //! wait]) / mlp` — the `mlp` cap is the number of misses an out-of-order core overlaps. A fill's
 //! wait is the controller's range match and CRC cycles, its cache lookups, and the NVM reads it
 //! waits for: reads to different DIMMs overlap, and one DIMM serves `nvm_banks` reads at a time
@@ -882,6 +882,13 @@ impl<'o> Machine<'o> {
                     return Err(bad_core(core));
                 }
                 self.charge(usize::from(core), base);
+            }
+            Event::Work { core, cycles } => {
+                // Only the stated cycles: the event stands for instructions, not an access.
+                if core >= self.cfg.cores {
+                    return Err(bad_core(core));
+                }
+                self.charge(usize::from(core), f64::from(cycles));
             }
             Event::TxCommit { core, ranges } => {
                 if core >= self.cfg.cores {

@@ -44,6 +44,9 @@ pub enum Event {
     TxBegin { core: u16 },
     /// The transaction on `core` commits; `ranges` are the (address, length) ranges it modified.
     TxCommit { core: u16, ranges: Vec<(u64, u32)> },
+    /// `cycles` cycles of work on `core` that touch no traced memory (a generator's estimate of
+    /// the instructions between accesses, such as fio's own bookkeeping per I/O). Version 2.
+    Work { core: u16, cycles: u32 },
 }
 
 impl Event {
@@ -55,7 +58,8 @@ impl Event {
             | Event::Flush { core, .. }
             | Event::Fence { core }
             | Event::TxBegin { core }
-            | Event::TxCommit { core, .. } => core,
+            | Event::TxCommit { core, .. }
+            | Event::Work { core, .. } => core,
         }
     }
 }
@@ -75,8 +79,10 @@ pub struct TraceHeader {
 
 /// The file's first bytes.
 pub const MAGIC: [u8; 8] = *b"KAVTRACE";
-/// The format version this code writes and reads.
-pub const VERSION: u16 = 1;
+/// The format version this code writes (it reads `MIN_VERSION..=VERSION`).
+pub const VERSION: u16 = 2;
+/// The oldest version this code reads: version 1 is version 2 without the `WORK` op.
+pub const MIN_VERSION: u16 = 1;
 /// Bytes of the fixed header (the name follows it).
 pub const HEADER_BYTES: usize = 24;
 /// Longest name, in bytes.
@@ -125,16 +131,19 @@ pub mod op {
     pub const TX_BEGIN: u8 = 5;
     /// `TxCommit`: core, range count, then per range its address and length.
     pub const TX_COMMIT: u8 = 6;
+    /// `Work`: core, cycles (version 2 and later).
+    pub const WORK: u8 = 7;
     /// End of the stream: the number of events follows.
     pub const END: u8 = 0xFF;
     /// Every op, named as in the format document.
-    pub const ALL: [(&str, u8); 7] = [
+    pub const ALL: [(&str, u8); 8] = [
         ("LOAD", LOAD),
         ("STORE", STORE),
         ("FLUSH", FLUSH),
         ("FENCE", FENCE),
         ("TX_BEGIN", TX_BEGIN),
         ("TX_COMMIT", TX_COMMIT),
+        ("WORK", WORK),
         ("END", END),
     ];
 }
@@ -238,6 +247,11 @@ impl TraceHeader {
 
     /// Read and validate a header from the start of `r`.
     pub fn decode<R: Read>(r: &mut R) -> Result<TraceHeader> {
+        Self::decode_versioned(r).map(|(h, _)| h)
+    }
+
+    /// [`TraceHeader::decode`], also giving the file's format version.
+    pub fn decode_versioned<R: Read>(r: &mut R) -> Result<(TraceHeader, u16)> {
         let mut fixed = [0u8; HEADER_BYTES];
         read_exact(r, &mut fixed, Loc::Header(0), "header")?;
         let u16_at = |f: Field| u16::from_le_bytes([fixed[f.offset], fixed[f.offset + 1]]);
@@ -250,8 +264,13 @@ impl TraceHeader {
             ));
         }
         let version = u16_at(header::VERSION);
-        if version != VERSION {
-            return Err(invalid(Loc::Header(8), "version", VERSION, version));
+        if !(MIN_VERSION..=VERSION).contains(&version) {
+            return Err(invalid(
+                Loc::Header(8),
+                "version",
+                format!("{MIN_VERSION} to {VERSION}"),
+                version,
+            ));
         }
         let flags = u16_at(header::FLAGS);
         if flags & !FLAG_WITH_DATA != 0 {
@@ -301,12 +320,15 @@ impl TraceHeader {
                 "invalid UTF-8",
             )
         })?;
-        Ok(TraceHeader {
-            name,
-            pm_bytes,
-            cores,
-            with_data: flags & FLAG_WITH_DATA != 0,
-        })
+        Ok((
+            TraceHeader {
+                name,
+                pm_bytes,
+                cores,
+                with_data: flags & FLAG_WITH_DATA != 0,
+            },
+            version,
+        ))
     }
 }
 
@@ -403,7 +425,7 @@ fn check_event(h: &TraceHeader, e: &Event, at: &dyn Fn() -> Loc) -> Result<()> {
             }
         }
         Event::Flush { addr, .. } => range(*addr, 1),
-        Event::Fence { .. } | Event::TxBegin { .. } => Ok(()),
+        Event::Fence { .. } | Event::TxBegin { .. } | Event::Work { .. } => Ok(()),
         Event::TxCommit { ranges, .. } => {
             if ranges.len() > MAX_TX_RANGES as usize {
                 return Err(invalid(
@@ -518,6 +540,11 @@ impl<W: Write> TraceWriter<W> {
             Event::TxBegin { .. } => {
                 b.push(op::TX_BEGIN);
                 put_varint(b, core as u64);
+            }
+            Event::Work { cycles, .. } => {
+                b.push(op::WORK);
+                put_varint(b, core as u64);
+                put_varint(b, u64::from(*cycles));
             }
             Event::TxCommit { ranges, .. } => {
                 b.push(op::TX_COMMIT);
@@ -661,6 +688,7 @@ impl<R: Read> Read for Inflater<R> {
 /// (or the end), the iterator yields nothing more.
 pub struct TraceReader<R: Read> {
     header: TraceHeader,
+    version: u16,
     body: BufReader<Inflater<R>>,
     cursors: Cursors,
     events: u64,
@@ -680,10 +708,11 @@ impl<R: Read> std::fmt::Debug for TraceReader<R> {
 impl<R: Read> TraceReader<R> {
     /// Read and validate the header of the trace on `r`.
     pub fn new(mut r: R) -> Result<Self> {
-        let header = TraceHeader::decode(&mut r)?;
+        let (header, version) = TraceHeader::decode_versioned(&mut r)?;
         Ok(TraceReader {
             cursors: Cursors::new(header.cores),
             header,
+            version,
             body: BufReader::with_capacity(64 * 1024, Inflater::new(r)),
             events: 0,
             offset: 0,
@@ -694,6 +723,11 @@ impl<R: Read> TraceReader<R> {
     /// The trace's header.
     pub fn header(&self) -> &TraceHeader {
         &self.header
+    }
+
+    /// The file's format version.
+    pub fn version(&self) -> u16 {
+        self.version
     }
 
     fn at(&self) -> Loc {
@@ -808,11 +842,16 @@ impl<R: Read> TraceReader<R> {
                 )),
             };
         }
-        if !(op::LOAD..=op::TX_COMMIT).contains(&opcode) {
+        let last = if self.version >= 2 {
+            op::WORK
+        } else {
+            op::TX_COMMIT
+        };
+        if !(op::LOAD..=last).contains(&opcode) {
             return Err(invalid(
                 self.at(),
                 "op",
-                "1 to 6 or 255",
+                format!("1 to {last} or 255 (format version {})", self.version),
                 format!("{opcode:#x}"),
             ));
         }
@@ -854,6 +893,10 @@ impl<R: Read> TraceReader<R> {
             }
             op::FENCE => Event::Fence { core },
             op::TX_BEGIN => Event::TxBegin { core },
+            op::WORK => Event::Work {
+                core,
+                cycles: self.bounded("work cycles", u64::from(u32::MAX))? as u32,
+            },
             _ => {
                 let n = self.bounded("range count", MAX_TX_RANGES as u64)?;
                 let mut ranges = Vec::new();

@@ -110,6 +110,51 @@ fn every_call_is_forwarded_and_recorded_in_order() {
 }
 
 #[test]
+fn committing_fences_commits_the_lines_flushed_before_each_fence() {
+    let t = TracingMedium::new(
+        SimMedium::new(1 << 16, SimConfig::default()),
+        Vec::new(),
+        "commits",
+        1,
+        false,
+    )
+    .unwrap()
+    .committing_fences();
+    t.fence().unwrap(); // nothing flushed: no commit
+    t.write(100, &[1; 200]); // lines 64..=256
+    t.flush(100, 200).unwrap();
+    t.flush(4096, 1).unwrap();
+    t.flush(128, 1).unwrap(); // again: merged
+    t.fence().unwrap();
+    t.persist(8192, 64).unwrap();
+    t.write_nontemporal(12288, &[2; 128]);
+    t.fence().unwrap();
+    let rec = t.finish().unwrap();
+    let (_, events) = trace::from_bytes(&rec.writer).unwrap();
+    let commits: Vec<Vec<(u64, u32)>> = events
+        .iter()
+        .filter_map(|e| match e {
+            Event::TxCommit { ranges, .. } => Some(ranges.clone()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        commits,
+        vec![
+            vec![(64, 256), (4096, 64)],
+            vec![(8192, 64)],
+            vec![(12288, 128)],
+        ]
+    );
+    // Each commit comes right after a fence.
+    for (i, e) in events.iter().enumerate() {
+        if matches!(e, Event::TxCommit { .. }) {
+            assert!(matches!(events[i - 1], Event::Fence { .. }), "{i}");
+        }
+    }
+}
+
+#[test]
 fn threads_get_their_own_cores_and_too_many_is_an_error() {
     let t = Arc::new(
         TracingMedium::new(

@@ -37,6 +37,7 @@ fn event(with_data: bool) -> impl Strategy<Value = Event> {
         (core.clone(), 0..PM).prop_map(|(core, addr)| Event::Flush { core, addr }),
         core.clone().prop_map(|core| Event::Fence { core }),
         core.clone().prop_map(|core| Event::TxBegin { core }),
+        (core.clone(), any::<u32>()).prop_map(|(core, cycles)| Event::Work { core, cycles }),
         (
             core,
             prop::collection::vec((0..PM / 2, 0..(PM / 2) as u32), 0..5)
@@ -150,8 +151,27 @@ fn errors_name_where_what_expected_and_found() {
     let (at, what, expected, found) = fields(&err(&b));
     assert_eq!(
         (at, what.as_str(), expected.as_str(), found.as_str()),
-        (8, "header byte 8: version", "1", "9")
+        (8, "header byte 8: version", "1 to 2", "9")
     );
+
+    // Version 1 (no WORK op) still reads; a WORK event in a version 1 file is refused.
+    let mut b = good.clone();
+    b[8] = 1;
+    assert_eq!(read_all(&b).unwrap().len(), 1);
+    let mut b = trace::to_bytes(
+        &h,
+        &[Event::Work {
+            core: 0,
+            cycles: 435,
+        }],
+    )
+    .unwrap();
+    assert_eq!(read_all(&b).unwrap().len(), 1);
+    b[8] = 1;
+    let (_, what, expected, found) = fields(&err(&b));
+    assert!(what.ends_with(": op"), "{what}");
+    assert!(expected.contains("format version 1"), "{expected}");
+    assert_eq!(found, "0x7");
 
     let mut b = good.clone();
     b[12..14].copy_from_slice(&0u16.to_le_bytes());
@@ -234,6 +254,7 @@ fn generated_workloads_fit_their_headers_and_are_deterministic() {
             access: 64,
             with_data: true,
             seed: 8,
+            tx: true,
         };
         let a: Vec<Event> = workload::stream(&p).unwrap().collect();
         let b: Vec<Event> = workload::stream(&p).unwrap().collect();

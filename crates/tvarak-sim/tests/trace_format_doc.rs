@@ -44,6 +44,7 @@ fn constants_and_ops_match_the_code() {
     let constants = vec![
         ("MAGIC", ConstValue::Bytes(trace::MAGIC.to_vec())),
         ("VERSION", n(trace::VERSION)),
+        ("MIN_VERSION", n(trace::MIN_VERSION)),
         ("HEADER_BYTES", n(trace::HEADER_BYTES as u64)),
         ("FLAG_WITH_DATA", n(trace::FLAG_WITH_DATA)),
         ("MAX_NAME_BYTES", n(trace::MAX_NAME_BYTES)),
