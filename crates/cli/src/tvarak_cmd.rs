@@ -298,6 +298,11 @@ pub struct RecordArgs {
     /// Record addresses only (stores without their bytes): smaller, but no functional engine.
     #[arg(long)]
     address_only: bool,
+    /// Record each thread's own work between its PM accesses (its CPU time, as cycles of a
+    /// core at this clock, MHz; the paper's cores run at 2270) as Work events; 0: none. Use a
+    /// release build: a debug build's work is many times slower.
+    #[arg(long, default_value_t = 2270)]
+    work_mhz: u32,
     /// Seed of the payloads, keys and values.
     #[arg(long, default_value_t = 1)]
     seed: u64,
@@ -1021,6 +1026,12 @@ fn record_cmd(a: &RecordArgs) -> Result<Outcome> {
             a.ops
         )));
     }
+    if a.work_mhz > 100_000 {
+        return Err(refused(format!(
+            "--work-mhz: expected 0 (none) to 100000, found {}",
+            a.work_mhz
+        )));
+    }
     let policy =
         log::ForcePolicy::parse(&a.policy).map_err(|e| refused(format!("--policy: {e}")))?;
     let name = a
@@ -1043,6 +1054,7 @@ fn record_cmd(a: &RecordArgs) -> Result<Outcome> {
                 policy,
                 with_data: !a.address_only,
                 seed: a.seed,
+                work_mhz: (a.work_mhz > 0).then_some(a.work_mhz),
             },
             out,
         ),
@@ -1056,6 +1068,7 @@ fn record_cmd(a: &RecordArgs) -> Result<Outcome> {
                 value: a.value,
                 with_data: !a.address_only,
                 seed: a.seed,
+                work_mhz: (a.work_mhz > 0).then_some(a.work_mhz),
             },
             out,
         ),
@@ -1068,6 +1081,7 @@ fn record_cmd(a: &RecordArgs) -> Result<Outcome> {
                 value: a.value,
                 with_data: !a.address_only,
                 seed: a.seed,
+                work_mhz: (a.work_mhz > 0).then_some(a.work_mhz),
             },
             out,
         ),

@@ -16,6 +16,7 @@ fn sample_params() -> HeapParams {
         value: 16,
         with_data: true,
         seed: 11,
+        work_mhz: None,
     }
 }
 

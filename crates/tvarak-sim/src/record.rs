@@ -36,6 +36,7 @@ use std::collections::HashMap;
 use std::io::Write;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::ThreadId;
+use std::time::Duration;
 
 /// Bytes per cache line: the unit of a `Flush`.
 pub const LINE: u64 = 64;
@@ -47,6 +48,55 @@ struct State<W: Write> {
     /// With [`TracingMedium::committing_fences`]: per core, the lines flushed since its last
     /// fence, in order (a line flushed twice appears twice; the commit merges them).
     flushed: HashMap<u16, Vec<u64>>,
+    /// With [`TracingMedium::measuring_work`]: the thread CPU time between the end of this
+    /// thread's previous call and the start of the call holding the lock.
+    work_before: Option<Duration>,
+}
+
+/// Source of [`TracingMedium`] ids (the key of [`LEFT`]).
+static NEXT_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+thread_local! {
+    /// Per traced medium (by id), the core this thread's calls are recorded on, when set by
+    /// [`TracingMedium::set_core`].
+    static CORE: std::cell::RefCell<HashMap<u64, u16>> =
+        std::cell::RefCell::new(HashMap::new());
+    /// Per traced medium (by id), this thread's CPU time when its last call on it returned,
+    /// read after the lock was released (so waking a waiting thread is not counted as work).
+    static LEFT: std::cell::RefCell<HashMap<u64, Duration>> =
+        std::cell::RefCell::new(HashMap::new());
+}
+
+/// The locked state; on drop it unlocks, then notes when this thread left the medium.
+struct Locked<'a, W: Write> {
+    guard: Option<MutexGuard<'a, State<W>>>,
+    id: u64,
+    measure: bool,
+}
+
+impl<W: Write> std::ops::Deref for Locked<'_, W> {
+    type Target = State<W>;
+    fn deref(&self) -> &State<W> {
+        self.guard.as_ref().expect("held until drop")
+    }
+}
+
+impl<W: Write> std::ops::DerefMut for Locked<'_, W> {
+    fn deref_mut(&mut self) -> &mut State<W> {
+        self.guard.as_mut().expect("held until drop")
+    }
+}
+
+impl<W: Write> Drop for Locked<'_, W> {
+    fn drop(&mut self) {
+        drop(self.guard.take());
+        if self.measure {
+            if let Ok(t) = cpu_time::ThreadTime::try_now() {
+                let id = self.id;
+                LEFT.with(|m| m.borrow_mut().insert(id, t.as_duration()));
+            }
+        }
+    }
 }
 
 /// A medium that records what is done to it. See the module documentation.
@@ -54,6 +104,10 @@ pub struct TracingMedium<M: Medium, W: Write + Send = Vec<u8>> {
     inner: M,
     header: TraceHeader,
     commit_fences: bool,
+    /// Simulated GHz and the cost of one clock read, with [`TracingMedium::measuring_work`].
+    work: Option<(f64, Duration)>,
+    /// This medium's key in [`LEFT`].
+    id: u64,
     fold: bool,
     state: Mutex<State<W>>,
 }
@@ -102,11 +156,14 @@ impl<M: Medium, W: Write + Send> TracingMedium<M, W> {
             header,
             fold: false,
             commit_fences: false,
+            work: None,
+            id: NEXT_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
             state: Mutex::new(State {
                 writer: Some(writer),
                 cores: HashMap::new(),
                 failed: None,
                 flushed: HashMap::new(),
+                work_before: None,
             }),
         })
     }
@@ -131,6 +188,46 @@ impl<M: Medium, W: Write + Send> TracingMedium<M, W> {
         self
     }
 
+    /// Record the program's own work between a thread's medium calls: before each call, a
+    /// `Work` event of the thread's CPU time since its previous call returned (the hashing,
+    /// allocation, DRAM accesses and locking of the layers above, which the loads and stores
+    /// do not show), converted to cycles at `ghz` (the simulated core's clock: the work is
+    /// assumed to take as long there as here). The time inside the calls (the medium and the
+    /// recording) is not counted, and neither is the cost of reading the clock, measured once
+    /// here. Errors if the thread CPU clock cannot be read. Meaningful for a release build
+    /// only: a debug build's own work is many times slower.
+    pub fn measuring_work(mut self, ghz: f64) -> Result<Self, SimError> {
+        let clock_err =
+            |e: std::io::Error| SimError::invalid("thread CPU clock", "readable", e.to_string());
+        if !(ghz.is_finite() && ghz > 0.0) {
+            return Err(SimError::invalid("work clock GHz", "> 0", ghz));
+        }
+        const READS: u32 = 2000;
+        let start = cpu_time::ThreadTime::try_now().map_err(clock_err)?;
+        for _ in 0..READS {
+            cpu_time::ThreadTime::try_now().map_err(clock_err)?;
+        }
+        let cost = start.try_elapsed().map_err(clock_err)? / READS;
+        self.work = Some((ghz, cost));
+        Ok(self)
+    }
+
+    /// Record this thread's next calls on `core` (below the header's cores), or, with `None`,
+    /// on the core given to the thread as usual. One thread can then stand for several
+    /// simulated cores: a workload of independent single-threaded instances runs them in turn
+    /// on one thread, so its trace is deterministic and the work measured between calls is not
+    /// inflated by threads waiting for each other on a machine with fewer cores than
+    /// instances. A core out of range stops the recording with an error.
+    pub fn set_core(&self, core: Option<u16>) {
+        CORE.with(|m| {
+            let mut m = m.borrow_mut();
+            match core {
+                Some(c) => m.insert(self.id, c),
+                None => m.remove(&self.id),
+            }
+        });
+    }
+
     /// The traced medium.
     pub fn inner(&self) -> &M {
         &self.inner
@@ -141,10 +238,25 @@ impl<M: Medium, W: Write + Send> TracingMedium<M, W> {
         &self.header
     }
 
-    fn lock(&self) -> MutexGuard<'_, State<W>> {
+    fn lock(&self) -> Locked<'_, W> {
+        let mut work = None;
+        if let Some((_, cost)) = self.work {
+            // A clock that cannot be read gives no work for this call.
+            let entered = cpu_time::ThreadTime::try_now().ok();
+            let left = LEFT.with(|m| m.borrow().get(&self.id).copied());
+            if let (Some(e), Some(l)) = (entered, left) {
+                work = Some(e.as_duration().saturating_sub(l).saturating_sub(cost));
+            }
+        }
         // A panic while recording leaves the state consistent enough to finish (at worst an
         // event is missing, and finish still reports the stream as it is).
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
+        let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        st.work_before = work;
+        Locked {
+            guard: Some(st),
+            id: self.id,
+            measure: self.work.is_some(),
+        }
     }
 
     /// Record the events `make` builds for this thread's core (nothing once recording failed).
@@ -155,14 +267,24 @@ impl<M: Medium, W: Write + Send> TracingMedium<M, W> {
         }
         let next = st.cores.len();
         let id = std::thread::current().id();
-        let core = match st.cores.get(&id) {
-            Some(&c) => c,
-            None if next < header.cores as usize || self.fold => {
+        let set = CORE.with(|m| m.borrow().get(&self.id).copied());
+        let core = match (set, st.cores.get(&id)) {
+            (Some(c), _) if c < header.cores => c,
+            (Some(c), _) => {
+                st.failed = Some(SimError::invalid(
+                    "core set for a thread",
+                    format!("below {} (the trace's cores)", header.cores),
+                    c,
+                ));
+                return;
+            }
+            (None, Some(&c)) => c,
+            (None, None) if next < header.cores as usize || self.fold => {
                 let c = (next % header.cores as usize) as u16;
                 st.cores.insert(id, c);
                 c
             }
-            None => {
+            (None, None) => {
                 st.failed = Some(SimError::invalid(
                     "threads using the traced medium",
                     format!("at most {} (the trace's cores)", header.cores),
@@ -172,6 +294,12 @@ impl<M: Medium, W: Write + Send> TracingMedium<M, W> {
             }
         };
         let mut events = Vec::new();
+        if let (Some((ghz, _)), Some(work)) = (self.work, st.work_before.take()) {
+            let cycles = (work.as_nanos() as f64 * ghz).round().min(f64::from(u32::MAX)) as u32;
+            if cycles > 0 {
+                events.push(Event::Work { core, cycles });
+            }
+        }
         make(core, &mut events);
         if self.commit_fences {
             events = Self::add_commits(st, core, events);
@@ -443,6 +571,22 @@ pub fn apply_stores(
     Ok(n)
 }
 
+/// A traced medium for a workload, measuring work if `work_mhz` says so.
+fn traced_medium<W: Write + Send>(
+    sim: pmem::SimMedium,
+    out: W,
+    name: &str,
+    cores: u16,
+    with_data: bool,
+    work_mhz: Option<u32>,
+) -> Result<TracingMedium<pmem::SimMedium, W>, SimError> {
+    let t = TracingMedium::new(sim, out, name, cores, with_data)?;
+    match work_mhz {
+        Some(mhz) => t.measuring_work(f64::from(mhz) / 1000.0),
+        None => Ok(t),
+    }
+}
+
 /// Parameters of [`log_workload`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LogParams {
@@ -459,7 +603,9 @@ pub struct LogParams {
     /// Stores carry their bytes.
     pub with_data: bool,
     /// Seed of the payload bytes.
-    pub seed: u64,
+    pub seed: u64,    /// Record the work between calls ([`TracingMedium::measuring_work`]) at this simulated
+    /// clock, in MHz (`None`: no `Work` events).
+    pub work_mhz: Option<u32>,
 }
 
 impl LogParams {
@@ -472,6 +618,7 @@ impl LogParams {
             policy: log::ForcePolicy::Sync,
             with_data: true,
             seed: 1,
+            work_mhz: None,
         }
     }
 }
@@ -509,7 +656,7 @@ pub fn log_workload<W: Write + Send>(
         p.threads, p.records_per_thread, p.payload, p.policy
     );
     let traced = Arc::new(
-        TracingMedium::new(sim, out, &name, p.threads + 1, p.with_data)?.committing_fences(),
+        traced_medium(sim, out, &name, p.threads + 1, p.with_data, p.work_mhz)?.committing_fences(),
     );
     let lg = log::Log::create(traced.clone(), 0, len, std::time::Duration::from_millis(10))
         .map_err(|e| SimError::invalid("log create", "success", e))?;
@@ -546,8 +693,9 @@ pub fn log_workload<W: Write + Send>(
 /// Parameters of [`heap_workload`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HeapParams {
-    /// Threads, each with its own hash map (independent instances, as in the paper); the
-    /// thread that formats the heap and makes the root is one more core (core 0).
+    /// Instances, each a hash map of its own on a core of its own (independent single-threaded
+    /// instances, as in the paper); setting up is one more core (core 0). They run in turn on
+    /// the calling thread, one operation each (see [`TracingMedium::set_core`]).
     pub threads: u16,
     /// Operations per thread.
     pub ops_per_thread: u64,
@@ -562,7 +710,8 @@ pub struct HeapParams {
     /// Stores carry their bytes.
     pub with_data: bool,
     /// Seed of the keys and values.
-    pub seed: u64,
+    pub seed: u64,    /// As [`LogParams::work_mhz`].
+    pub work_mhz: Option<u32>,
 }
 
 impl HeapParams {
@@ -578,6 +727,7 @@ impl HeapParams {
             value: 32,
             with_data: true,
             seed: 1,
+            work_mhz: None,
         }
     }
 }
@@ -616,10 +766,11 @@ impl<M: Medium, W: Write + Send> heap::CommitObserver for TxRanges<M, W> {
     }
 }
 
-/// A traced run of the heap's transactions: per thread a chained hash map in the heap (a
+/// A traced run of the heap's transactions: per instance a chained hash map in the heap (a
 /// bucket array in the root object, entries allocated in transactions), driven by inserts,
 /// updates and lookups. Each insert or update is one undo-log transaction, recorded between a
-/// `TxBegin` and a `TxCommit` naming the ranges the heap says it changed. Returns the
+/// `TxBegin` and a `TxCommit` naming the ranges the heap says it changed. The instances take
+/// turns, so the trace is the same from run to run apart from its `Work` events. Returns the
 /// recording and the medium's bytes at the end.
 pub fn heap_workload<W: Write + Send + 'static>(
     p: &HeapParams,
@@ -645,12 +796,13 @@ pub fn heap_workload<W: Write + Send + 'static>(
         "heap-hashmap-{}x{}-r{}",
         p.threads, p.ops_per_thread, p.read_percent
     );
-    let traced = Arc::new(TracingMedium::new(
+    let traced = Arc::new(traced_medium(
         sim,
         out,
         &name,
         p.threads + 1,
         p.with_data,
+        p.work_mhz,
     )?);
     let herr = |what: &str| {
         let what = what.to_string();
@@ -666,73 +818,78 @@ pub fn heap_workload<W: Write + Send + 'static>(
     let (root, _) = raw
         .root(8 * p.buckets * p.threads as u64)
         .map_err(herr("heap root"))?;
-    let errors: Vec<String> = std::thread::scope(|s| {
-        let hs: Vec<_> = (0..p.threads as u64)
-            .map(|t| {
-                let (raw, traced) = (&raw, &traced);
-                s.spawn(move || -> Result<(), String> {
-                    let mut r = pmem::rng::SplitMix64::new(p.seed ^ (t << 40));
-                    let table = root + t * 8 * p.buckets;
-                    let mut value = vec![0u8; p.value as usize];
-                    for _ in 0..p.ops_per_thread {
-                        let key = r.below(p.keys);
-                        let bucket = table + 8 * (key % p.buckets);
-                        // Walk the chain (loads).
-                        let mut w = [0u8; 8];
-                        raw.read(bucket, &mut w).map_err(|e| e.to_string())?;
-                        let head = u64::from_le_bytes(w);
-                        let mut at = head;
-                        let mut found = 0;
-                        while at != 0 {
-                            let mut kn = [0u8; 16];
-                            raw.read(at, &mut kn).map_err(|e| e.to_string())?;
-                            if u64::from_le_bytes(kn[..8].try_into().unwrap()) == key {
-                                found = at;
-                                break;
-                            }
-                            at = u64::from_le_bytes(kn[8..].try_into().unwrap());
-                        }
-                        if r.below(100) < p.read_percent as u64 {
-                            if found != 0 {
-                                raw.read(found + ENTRY_HEAD, &mut value)
-                                    .map_err(|e| e.to_string())?;
-                            }
-                            continue;
-                        }
-                        for c in value.chunks_mut(8) {
-                            c.copy_from_slice(&r.next_u64().to_le_bytes());
-                        }
-                        let mut lane = raw.lane();
-                        traced.begin_tx();
-                        raw.begin(&mut lane);
-                        let res = (|| -> heap::Result<()> {
-                            if found != 0 {
-                                raw.write(&mut lane, found + ENTRY_HEAD, &value)?;
-                            } else {
-                                let e = raw.alloc(&mut lane, ENTRY_HEAD + p.value as u64, false)?;
-                                let mut entry = Vec::with_capacity(16 + value.len());
-                                entry.extend_from_slice(&key.to_le_bytes());
-                                entry.extend_from_slice(&head.to_le_bytes());
-                                entry.extend_from_slice(&value);
-                                raw.write(&mut lane, e, &entry)?;
-                                raw.write(&mut lane, bucket, &e.to_le_bytes())?;
-                            }
-                            Ok(())
-                        })();
-                        match res {
-                            Ok(()) => raw.commit(&mut lane).map_err(|e| e.to_string())?,
-                            Err(e) => {
-                                let _ = raw.abort(&mut lane);
-                                return Err(e.to_string());
-                            }
-                        }
-                    }
-                    Ok(())
-                })
-            })
-            .collect();
-        failures(hs, "a heap thread panicked")
-    });
+    // The instances take turns on this thread, one operation each, each recorded on its own
+    // core (1..=threads; setting up was core 0): see `TracingMedium::set_core`.
+    let mut rngs: Vec<pmem::rng::SplitMix64> = (0..p.threads as u64)
+        .map(|t| pmem::rng::SplitMix64::new(p.seed ^ (t << 40)))
+        .collect();
+    let mut value = vec![0u8; p.value as usize];
+    let mut one_op = |t: u64| -> Result<(), String> {
+        let r = &mut rngs[t as usize];
+        let table = root + t * 8 * p.buckets;
+        let key = r.below(p.keys);
+        let bucket = table + 8 * (key % p.buckets);
+        // Walk the chain (loads).
+        let mut w = [0u8; 8];
+        raw.read(bucket, &mut w).map_err(|e| e.to_string())?;
+        let head = u64::from_le_bytes(w);
+        let mut at = head;
+        let mut found = 0;
+        while at != 0 {
+            let mut kn = [0u8; 16];
+            raw.read(at, &mut kn).map_err(|e| e.to_string())?;
+            if u64::from_le_bytes(kn[..8].try_into().unwrap()) == key {
+                found = at;
+                break;
+            }
+            at = u64::from_le_bytes(kn[8..].try_into().unwrap());
+        }
+        if r.below(100) < p.read_percent as u64 {
+            if found != 0 {
+                raw.read(found + ENTRY_HEAD, &mut value)
+                    .map_err(|e| e.to_string())?;
+            }
+            return Ok(());
+        }
+        for c in value.chunks_mut(8) {
+            c.copy_from_slice(&r.next_u64().to_le_bytes());
+        }
+        let mut lane = raw.lane();
+        traced.begin_tx();
+        raw.begin(&mut lane);
+        let res = (|| -> heap::Result<()> {
+            if found != 0 {
+                raw.write(&mut lane, found + ENTRY_HEAD, &value)?;
+            } else {
+                let e = raw.alloc(&mut lane, ENTRY_HEAD + p.value as u64, false)?;
+                let mut entry = Vec::with_capacity(16 + value.len());
+                entry.extend_from_slice(&key.to_le_bytes());
+                entry.extend_from_slice(&head.to_le_bytes());
+                entry.extend_from_slice(&value);
+                raw.write(&mut lane, e, &entry)?;
+                raw.write(&mut lane, bucket, &e.to_le_bytes())?;
+            }
+            Ok(())
+        })();
+        match res {
+            Ok(()) => raw.commit(&mut lane).map_err(|e| e.to_string()),
+            Err(e) => {
+                let _ = raw.abort(&mut lane);
+                Err(e.to_string())
+            }
+        }
+    };
+    let mut errors = Vec::new();
+    'ops: for _ in 0..p.ops_per_thread {
+        for t in 0..p.threads as u64 {
+            traced.set_core(Some(t as u16 + 1));
+            if let Err(e) = one_op(t) {
+                errors.push(e);
+                break 'ops;
+            }
+        }
+    }
+    traced.set_core(None);
     if let Some(e) = errors.first() {
         return Err(SimError::invalid("heap transaction", "success", e));
     }
@@ -760,7 +917,8 @@ pub struct KvParams {
     /// Stores carry their bytes.
     pub with_data: bool,
     /// Seed of the key choice and the values.
-    pub seed: u64,
+    pub seed: u64,    /// As [`LogParams::work_mhz`].
+    pub work_mhz: Option<u32>,
 }
 
 impl KvParams {
@@ -775,6 +933,7 @@ impl KvParams {
             value: 100,
             with_data: true,
             seed: 1,
+            work_mhz: None,
         }
     }
 }
@@ -816,7 +975,7 @@ pub fn kv_workload<W: Write + Send + 'static>(
     );
     // DIPPER replays its log with helper threads at create: they share the cores.
     let traced = Arc::new(
-        TracingMedium::new(sim, out, &name, p.threads + 1, p.with_data)?
+        traced_medium(sim, out, &name, p.threads + 1, p.with_data, p.work_mhz)?
             .folding_threads()
             .committing_fences(),
     );

@@ -233,6 +233,7 @@ fn a_traced_log_run_replays_to_the_bytes_the_medium_holds() {
         policy: log::ForcePolicy::Sync,
         with_data: true,
         seed: 4,
+        work_mhz: Some(2270),
     };
     let (rec, image) = log_workload(&p, Vec::new()).unwrap();
     assert_eq!(replayed(&rec.writer, image.len()), image);
@@ -250,6 +251,23 @@ fn a_traced_log_run_replays_to_the_bytes_the_medium_holds() {
     // Forced at every record, but concurrent appenders share fences (the forcer fences once
     // for all records completed so far): some fences, no more than one per record and a few.
     assert!(fences > 0 && fences < 3 * 150 + 20, "{fences} fences");
+    // Measured work: the threads compute between their calls, and a core's first event is
+    // never a Work (there is no earlier call to measure from).
+    let works = events
+        .iter()
+        .filter(|e| matches!(e, Event::Work { cycles, .. } if *cycles > 0))
+        .count();
+    assert!(works > 0, "no work recorded");
+    for c in &cores {
+        let first = events.iter().find(|e| e.core() == *c).unwrap();
+        assert!(!matches!(first, Event::Work { .. }), "core {c}: {first:?}");
+    }
+    // Each fence that ended flushes is followed by the commit of the flushed lines.
+    let commits = events
+        .iter()
+        .filter(|e| matches!(e, Event::TxCommit { .. }))
+        .count();
+    assert!(commits > 0 && commits <= fences, "{commits} commits, {fences} fences");
     // Every payload's first 8 bytes were stored somewhere.
     let stores: Vec<&Vec<u8>> = events
         .iter()
@@ -270,6 +288,7 @@ fn large_log_records_go_non_temporal_and_still_replay() {
         policy: log::ForcePolicy::Frequency(4),
         with_data: true,
         seed: 9,
+        work_mhz: None,
     };
     let (rec, image) = log_workload(&p, Vec::new()).unwrap();
     assert_eq!(replayed(&rec.writer, image.len()), image);
@@ -286,6 +305,7 @@ fn a_traced_heap_run_replays_and_brackets_its_transactions() {
         value: 24,
         with_data: true,
         seed: 3,
+        work_mhz: None,
     };
     let (rec, image) = heap_workload(&p, Vec::new()).unwrap();
     assert_eq!(replayed(&rec.writer, image.len()), image);
@@ -348,6 +368,7 @@ fn a_traced_kv_run_replays_to_a_store_that_opens_with_its_keys() {
         value: 40,
         with_data: true,
         seed: 2,
+        work_mhz: None,
     };
     let (rec, image) = kv_workload(&p, Vec::new()).unwrap();
     let replay = replayed(&rec.writer, image.len());
