@@ -254,6 +254,10 @@ pub enum RecordWorkload {
     /// the operations on 10% of the keys): --keys loaded first, then --ops per thread,
     /// --read-percent of them GETs.
     Store,
+    /// The Redis-protocol server of `kavach serve` over a traced store, driven over TCP by
+    /// --clients built-in clients (YCSB's zipfian key choice) or, with --listen, by outside
+    /// clients such as redis-benchmark or YCSB.
+    Server,
 }
 
 #[derive(Debug, Args)]
@@ -297,6 +301,8 @@ pub struct RecordArgs {
     /// Print JSON.
     #[arg(long)]
     json: bool,
+    #[command(flatten)]
+    server: crate::tvarak_server::ServerOpts,
 }
 
 #[derive(Debug, Args)]
@@ -368,20 +374,20 @@ pub fn run(c: TvarakCommand) -> Result<Outcome> {
 
 /// What a full pass over a trace found.
 #[derive(Debug, Default, Clone, serde::Serialize)]
-struct TraceSummary {
-    name: String,
-    pm_bytes: u64,
-    cores: u16,
-    with_data: bool,
-    events: u64,
-    loads: u64,
-    stores: u64,
-    flushes: u64,
-    fences: u64,
-    tx_begins: u64,
-    tx_commits: u64,
-    load_bytes: u64,
-    store_bytes: u64,
+pub(crate) struct TraceSummary {
+    pub(crate) name: String,
+    pub(crate) pm_bytes: u64,
+    pub(crate) cores: u16,
+    pub(crate) with_data: bool,
+    pub(crate) events: u64,
+    pub(crate) loads: u64,
+    pub(crate) stores: u64,
+    pub(crate) flushes: u64,
+    pub(crate) fences: u64,
+    pub(crate) tx_begins: u64,
+    pub(crate) tx_commits: u64,
+    pub(crate) load_bytes: u64,
+    pub(crate) store_bytes: u64,
 }
 
 fn open_trace(path: &Path) -> Result<TraceReader<BufReader<File>>> {
@@ -398,7 +404,9 @@ fn open_trace(path: &Path) -> Result<TraceReader<BufReader<File>>> {
 
 /// Read the trace at `path` to its end, checking every event. `Err`: not a trace (exit 2);
 /// `Ok(Err)`: a trace whose body is damaged (exit 1), with what was read before the damage.
-fn check_trace(path: &Path) -> Result<std::result::Result<TraceSummary, (TraceSummary, String)>> {
+pub(crate) fn check_trace(
+    path: &Path,
+) -> Result<std::result::Result<TraceSummary, (TraceSummary, String)>> {
     let r = open_trace(path)?;
     let h = r.header().clone();
     let mut s = TraceSummary {
@@ -433,7 +441,7 @@ fn check_trace(path: &Path) -> Result<std::result::Result<TraceSummary, (TraceSu
 }
 
 /// Print the damage found in a trace (exit 1 follows).
-fn report_damage(what: &str, json: bool, summary: &TraceSummary) -> Result<Outcome> {
+pub(crate) fn report_damage(what: &str, json: bool, summary: &TraceSummary) -> Result<Outcome> {
     if json {
         print_json(&serde_json::json!({
             "damaged": true,
@@ -985,6 +993,23 @@ fn gen_stream(a: &StreamArgs) -> Result<Outcome> {
 }
 
 fn record_cmd(a: &RecordArgs) -> Result<Outcome> {
+    if a.workload == RecordWorkload::Server {
+        return crate::tvarak_server::record(
+            &a.server,
+            &crate::tvarak_server::Common {
+                keys: a.keys,
+                ops: a.ops,
+                read_percent: a.read_percent,
+                value: a.value,
+                seed: a.seed,
+                address_only: a.address_only,
+                output: &a.output,
+                json: a.json,
+            },
+        );
+    }
+    a.server
+        .refuse_for(&format!("{:?}", a.workload).to_lowercase())?;
     check_output_path("-o", &a.output, false)?;
     if !(1..=64).contains(&a.threads) {
         return Err(refused(format!(
@@ -1048,6 +1073,12 @@ fn record_cmd(a: &RecordArgs) -> Result<Outcome> {
             },
             out,
         ),
+        // Served by `tvarak_server` before the output is made; never reached.
+        RecordWorkload::Server => Err(SimError::invalid(
+            "record workload",
+            "log, heap or store here",
+            "server",
+        )),
     };
     let finish = |r: Result<(record::Recording<std::io::BufWriter<File>>, Vec<u8>), SimError>| -> Result<TraceHeader> {
         let (rec, _image) = r.map_err(|e| refused(format!("record: {e}")))?;
