@@ -349,6 +349,20 @@ type Served = (tvarak_sim::trace::TraceHeader, Option<Driven>, (u64, u64));
 /// Make the traced store, serve it, drive it (or wait for outside clients), close it and end
 /// the trace, flushed and synced to `out`.
 fn serve_and_trace(plan: &Plan, c: &Common, out: BufWriter<File>) -> Result<Served> {
+    // Bind first: a port in use is refused before anything is made.
+    let config = server::Config {
+        port: plan.listen.unwrap_or(0),
+        workers: plan.workers,
+        max_clients: 1000,
+        maxmemory_bytes: plan.sizing.config.maxmemory_bytes,
+        ..server::Config::default()
+    };
+    let listener = server::Listener::bind(config).map_err(|e| {
+        refused(format!(
+            "cannot listen on 127.0.0.1:{}: {e}",
+            plan.listen.unwrap_or(0)
+        ))
+    })?;
     let len = plan.sizing.pool_bytes as usize;
     let sim = pmem::SimMedium::new(len, pmem::SimConfig::default());
     let name = match plan.listen {
@@ -375,30 +389,14 @@ fn serve_and_trace(plan: &Plan, c: &Common, out: BufWriter<File>) -> Result<Serv
     let store = dstore::Store::create(pool, plan.sizing.config.clone())
         .map_err(|e| failed("store create")(&e))?;
     let backend: Arc<dyn Backend> = Arc::new(StoreBackend::new(store, "always", true));
-    let config = server::Config {
-        port: plan.listen.unwrap_or(0),
-        workers: plan.workers,
-        max_clients: 1000,
-        maxmemory_bytes: plan.sizing.config.maxmemory_bytes,
-        ..server::Config::default()
-    };
-    let listener = match server::Listener::bind(config) {
-        Ok(l) => l,
-        Err(e) => {
-            // Close the store the backend holds, so that nothing is left running.
-            let _ = backend.shutdown();
-            return Err(refused(format!(
-                "cannot listen on 127.0.0.1:{}: {e}",
-                plan.listen.unwrap_or(0)
-            )));
-        }
-    };
     let srv = listener.into_server(backend);
     let addr = srv.local_addr();
     let handle = srv.handle();
+    // SIGINT and SIGTERM shut the server down: with --listen that ends the recording; under
+    // the built-in clients it cuts them off, and the run fails without a trace.
+    server::install_signal_handlers(&handle)
+        .map_err(|e| refused(format!("cannot install signal handlers: {e}")))?;
     let (summary, driven) = if plan.listen.is_some() {
-        server::install_signal_handlers(&handle)
-            .map_err(|e| refused(format!("cannot install signal handlers: {e}")))?;
         eprintln!("listening on {addr}");
         let s = srv
             .run()
