@@ -60,7 +60,9 @@ pub enum TvarakCommand {
         kavach tvarak-sim record log -o log.trace\n  \
         kavach tvarak-sim record log --threads 8 --ops 5000 --policy group:8 -o log-g8.trace\n  \
         kavach tvarak-sim record heap --ops 20000 --read-percent 50 -o heap.trace\n  \
-        kavach tvarak-sim record store --threads 2 --keys 400 --ops 500 --read-percent 50 --value 100 -o kv.trace\n\n\
+        kavach tvarak-sim record store --threads 2 --keys 400 --ops 500 --read-percent 50 --value 100 -o kv.trace\n  \
+        kavach tvarak-sim record server --clients 4 --keys 2000 --ops 2000 --read-percent 50 --value 100 -o server.trace\n  \
+        kavach tvarak-sim record server --listen 6390 --keys 2000 --value 2048 -o ycsb.trace\n\n\
         Exit status: 0 recorded; 2 could not run (a bad argument, an output that exists, the \
         workload failed).")]
     Record(RecordArgs),

@@ -55,6 +55,8 @@ pub struct ServerOpts {
     workers: Option<usize>,
     /// Server: no built-in driver; serve on 127.0.0.1:PORT (0 picks a free port, printed on
     /// stderr as `listening on ADDR`) until SHUTDOWN, SIGINT or SIGTERM, then write the trace.
+    /// The store is sized for --keys keys of --value bytes (a YCSB record of 10 fields of 100
+    /// B: --value 2048); writes past that get Redis's OOM error.
     #[arg(long, value_name = "PORT")]
     listen: Option<u16>,
 }
@@ -95,6 +97,11 @@ pub struct Common<'a> {
 const POOL_BYTES_MAX: u64 = 1 << 30;
 /// The most requests the built-in driver makes in all (loads and operations).
 const REQUESTS_MAX: u64 = 20_000_000;
+/// The largest trace the built-in driver's run may be estimated to write.
+const TRACE_BYTES_MAX: u64 = 8 << 30;
+/// With --listen: the most events recorded before the server is stopped and the run refused
+/// (the outside clients decide how much is written).
+const LISTEN_EVENTS_MAX: u64 = 50_000_000;
 /// Key bytes: `user` and ten digits.
 const KEY_BYTES: u64 = 14;
 /// Bytes a key-value pair takes in a shard's arena beyond its key and value (a generous
@@ -212,18 +219,41 @@ fn plan(o: &ServerOpts, c: &Common) -> Result<Plan> {
             c.read_percent
         )));
     }
-    let requests = (clients as u64)
-        .checked_mul(c.ops)
-        .and_then(|n| n.checked_add(c.keys))
-        .filter(|&n| n <= REQUESTS_MAX);
-    if o.listen.is_none() && requests.is_none() {
-        return Err(refused(format!(
-            "--keys {} and --clients {clients} x --ops {}: more than {REQUESTS_MAX} requests \
-             in all; the trace would not fit a disk",
-            c.keys, c.ops
-        )));
-    }
+    // The store first: without it nothing runs.
     let sizing = sizing(c.keys, c.value)?;
+    if o.listen.is_none() {
+        let requests = (clients as u64)
+            .checked_mul(c.ops)
+            .and_then(|n| n.checked_add(c.keys))
+            .filter(|&n| n <= REQUESTS_MAX)
+            .ok_or_else(|| {
+                refused(format!(
+                    "--keys {} and --clients {clients} x --ops {}: more than {REQUESTS_MAX} \
+                     requests in all",
+                    c.keys, c.ops
+                ))
+            })?;
+        // A SET's bytes reach the medium about three times (the log record, the checkpoint's
+        // page, the pool's own metadata); a trace with data carries them all.
+        let per = if c.address_only {
+            64
+        } else {
+            4 * (c.value as u64 + KEY_BYTES + 64)
+        };
+        let bytes = requests * per;
+        if bytes > TRACE_BYTES_MAX {
+            return Err(refused(format!(
+                "--keys {} and --clients {clients} x --ops {} of --value {} B: the trace would \
+                 take about {} MiB, more than {} MiB; use fewer requests, smaller values or \
+                 --address-only",
+                c.keys,
+                c.ops,
+                c.value,
+                bytes / MIB,
+                TRACE_BYTES_MAX / MIB
+            )));
+        }
+    }
     Ok(Plan {
         clients,
         cores,
@@ -244,7 +274,7 @@ struct Driven {
 
 /// SHA-256 over the keys in order, each as its length (u32 little-endian), its bytes, then its
 /// value's length and bytes: what a store rebuilt from the trace must hold.
-pub fn state_digest<'a>(pairs: impl IntoIterator<Item = (&'a [u8], &'a [u8])>) -> String {
+fn state_digest<'a>(pairs: impl IntoIterator<Item = (&'a [u8], &'a [u8])>) -> String {
     let mut h = Sha256::new();
     for (k, v) in pairs {
         h.update((k.len() as u32).to_le_bytes());
@@ -398,9 +428,34 @@ fn serve_and_trace(plan: &Plan, c: &Common, out: BufWriter<File>) -> Result<Serv
         .map_err(|e| refused(format!("cannot install signal handlers: {e}")))?;
     let (summary, driven) = if plan.listen.is_some() {
         eprintln!("listening on {addr}");
-        let s = srv
-            .run()
-            .map_err(|e| refused(format!("the server failed: {e}")))?;
+        // Outside clients decide how much is written: past the cap, stop the server.
+        let over = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let watch = {
+            let (traced, handle, over) = (traced.clone(), handle.clone(), over.clone());
+            std::thread::Builder::new()
+                .name("kavach-trace-cap".into())
+                .spawn(move || {
+                    while !handle.is_shutdown_requested() {
+                        if traced.events() > LISTEN_EVENTS_MAX {
+                            over.store(true, std::sync::atomic::Ordering::SeqCst);
+                            handle.shutdown();
+                            break;
+                        }
+                        std::thread::sleep(Duration::from_millis(100));
+                    }
+                })
+                .map_err(|e| refused(format!("cannot start the trace's watcher: {e}")))?
+        };
+        let s = srv.run();
+        handle.shutdown();
+        let _ = watch.join();
+        let s = s.map_err(|e| refused(format!("the server failed: {e}")))?;
+        if over.load(std::sync::atomic::Ordering::SeqCst) {
+            return Err(refused(format!(
+                "the trace passed {LISTEN_EVENTS_MAX} events, the most with --listen: the \
+                 server was stopped and no trace written; record a shorter run"
+            )));
+        }
         (s, None)
     } else {
         let running = std::thread::Builder::new()

@@ -615,6 +615,14 @@ fn record_server_refuses_a_port_in_use_and_bad_sizes_and_writes_nothing() {
         (vec!["--clients", "4", "--keys", "3"], "--keys"),
         (vec!["--value", "5000"], "--value"),
         (vec!["--cores", "0"], "--cores"),
+        (
+            vec!["--clients", "64", "--ops", "100000", "--value", "4096"],
+            "the trace would take",
+        ),
+        (
+            vec!["--clients", "64", "--ops", "1000000"],
+            "requests in all",
+        ),
         (vec!["--listen", "0", "--clients", "2"], "--clients"),
     ] {
         let mut all = vec!["tvarak-sim", "record", "server", "-o", &t];
