@@ -134,7 +134,7 @@ fn sizing(keys: u64, value: u32) -> Result<Sizing> {
     let slot = (slot_min + 4 * data).next_multiple_of(MIB);
     let config = dstore::Config {
         shards,
-        log_bytes: 4 * MIB,
+        log_bytes: MIB,
         slot_bytes: slot,
         grow: false,
         maxmemory_bytes: 2 * data.max(MIB),
