@@ -129,15 +129,17 @@ fn sizing(keys: u64, value: u32) -> Result<Sizing> {
         .ok_or_else(|| too_big(keys, value, u64::MAX))?;
     let slot_min = dstore::Config::slot_bytes_min(shards)
         .map_err(|e| refused(format!("cannot size a shadow slot: {e}")))?;
-    // The image of the shards' arenas must fit a slot; a slot four times the data leaves room
-    // for the arenas' growth and for the engine's headroom.
-    let slot = (slot_min + 4 * data).next_multiple_of(MIB);
+    // The image of the shards' arenas must fit a slot: a slot of twice the memory limit leaves
+    // room for the arenas' growth and the engine's headroom. The limit is twice the data, and
+    // at least 2 MiB, so that the store's own structures never reach it.
+    let maxmemory = 2 * data.max(MIB);
+    let slot = (slot_min + 2 * maxmemory).next_multiple_of(MIB);
     let config = dstore::Config {
         shards,
         log_bytes: MIB,
         slot_bytes: slot,
         grow: false,
-        maxmemory_bytes: 2 * data.max(MIB),
+        maxmemory_bytes: maxmemory,
         background: true,
         value_bytes_max: 1 << 16,
         data_bytes: MIB,
