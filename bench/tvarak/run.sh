@@ -5,19 +5,21 @@
 #
 #   bench/tvarak/run.sh [OUT_DIR]
 #
-# Env: KAVACH (a kavach binary to use instead of building target/release/kavach),
-# FIO_KIB (KiB per fio thread, default 256; the paper: 32768), STREAM_KIB (KiB per stream
-# array, default 1536; the paper: 131072), OPS (operations per thread of the recorded log
-# and heap runs, default 2000), QUICK=1 (tiny sizes, a smoke test).
-# The simulator and the generators are deterministic; recorded runs (log, heap, store) are not
-# (thread interleaving), so their traces and numbers vary a little from run to run.
+# Env: KAVACH (a kavach binary to use instead of building target/release/kavach; use a
+# release build: the recorded traces carry the measured CPU work of the program, and a debug
+# build's is many times slower), FIO_KIB (KiB per fio thread, default 4096; the paper: 32768),
+# STREAM_KIB (KiB per stream array, default 16384; the paper: 131072), OPS (operations per
+# instance of the recorded heap runs, default 20000), QUICK=1 (tiny sizes, a smoke test).
+# The simulator and the generators are deterministic. The heap and store recordings run their
+# instances in turn on one thread, so their events repeat from run to run but their measured
+# work varies a little; the log and the server run real threads (interleaving varies).
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 OUT=${1:-$ROOT/bench/tvarak/results-$(date -u +%Y%m%d)}
-FIO_KIB=${FIO_KIB:-256}
-STREAM_KIB=${STREAM_KIB:-1536}
-OPS=${OPS:-2000}
+FIO_KIB=${FIO_KIB:-4096}
+STREAM_KIB=${STREAM_KIB:-16384}
+OPS=${OPS:-20000}
 if [ "${QUICK:-0}" = 1 ]; then FIO_KIB=16; STREAM_KIB=96; OPS=100; fi
 mkdir -p "$OUT/traces"
 LOG=$OUT/run.log
@@ -37,7 +39,7 @@ fi
   echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
   echo "commit: $(cd "$ROOT" && git rev-parse --short HEAD)"
   echo "binary: $K"
-  echo "sizes: fio ${FIO_KIB} KiB per thread (12 threads, regions 16x), stream ${STREAM_KIB} KiB per array (12 threads), recorded runs ${OPS} ops per thread (4 threads)"
+  echo "sizes: fio ${FIO_KIB} KiB per thread (12 threads, regions 16x), stream ${STREAM_KIB} KiB per array (12 threads), heap 12 instances x ${OPS} ops, store 4 clients x ${OPS} ops, log 2 threads x ${OPS} records, server 4 clients x $((OPS / 4)) requests"
   echo "machine simulated: the paper's Table III (kavach tvarak-sim run --help)"
 } >"$OUT/machine.txt"
 cat "$OUT/machine.txt" >>"$LOG"
@@ -55,13 +57,15 @@ done
 for k in copy scale add triad; do
   gen "stream-$k" gen stream --kernel "$k" --array-bytes "${STREAM_KIB}KiB"
 done
-gen log-sync record log --threads 4 --ops "$OPS"
-gen heap-insert record heap --threads 4 --ops "$OPS" --read-percent 0
-gen heap-balanced record heap --threads 4 --ops "$OPS" --read-percent 50
-gen kv-ycsb-a record store --threads 4 --keys 1000 --ops "$OPS" --read-percent 50 --value 64
+gen log-sync record log --threads 2 --ops "$OPS"
+# Insert-only: keys from a range far larger than the operations, so nearly every one inserts.
+gen heap-insert record heap --threads 12 --ops "$OPS" --keys 1000000 --buckets 4096 --read-percent 0
+gen heap-balanced record heap --threads 12 --ops "$OPS" --keys "$OPS" --buckets 4096 --read-percent 50
+gen kv-ycsb-a record store --threads 4 --keys $((OPS / 2)) --ops "$OPS" --read-percent 50 --value 64
+gen server-ycsb-a record server --clients 4 --keys $((OPS / 4)) --ops $((OPS / 4)) --read-percent 50 --value 64
 
 TRACES=(fio-seq-read fio-seq-write fio-rand-read fio-rand-write stream-copy stream-scale
-        stream-add stream-triad log-sync heap-insert heap-balanced kv-ycsb-a)
+        stream-add stream-triad log-sync heap-insert heap-balanced kv-ycsb-a server-ycsb-a)
 
 for t in "${TRACES[@]}"; do
   "$K" tvarak-sim info "$T/$t.trace" --json >"$OUT/info-$t.json"

@@ -6,7 +6,7 @@ from pathlib import Path
 
 TRACES = ["fio-seq-read", "fio-seq-write", "fio-rand-read", "fio-rand-write", "stream-copy",
           "stream-scale", "stream-add", "stream-triad", "log-sync", "heap-insert",
-          "heap-balanced", "kv-ycsb-a"]
+          "heap-balanced", "kv-ycsb-a", "server-ycsb-a"]
 
 
 def load(p):
@@ -23,12 +23,15 @@ def main(out):
     present = [t for t in TRACES if (out / f"run-{t}.json").exists()]
 
     print("## Traces\n")
-    print("| trace | events | loads | stores | flushes | fences | tx commits | cores |")
-    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
+    print("| trace | events | loads | stores | flushes | fences | tx commits | work cycles per "
+          "access | cores |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for t in present:
         i = load(out / f"info-{t}.json")
+        acc = max(1, i['loads'] + i['stores'])
         print(f"| {t} | {i['events']} | {i['loads']} | {i['stores']} | {i['flushes']} | "
-              f"{i['fences']} | {i['tx_commits']} | {i['cores']} |")
+              f"{i['fences']} | {i['tx_commits']} | {i.get('work_cycles', 0) / acc:.0f} | "
+              f"{i['cores']} |")
 
     designs = ["tvarak", "txb-object", "txb-page", "vilamb:10000"]
     for metric, key in [("runtime", "runtime_pct"), ("NVM accesses", "nvm_accesses_pct"),

@@ -108,12 +108,25 @@ pub struct ServeArgs {
     flush_order: String,
 }
 
-/// The store as the server's backend.
-pub(crate) struct StoreBackend {
-    store: Store<Arc<Mapping>>,
+/// The store as the server's backend, over any medium: `kavach serve` puts it on a mapped pool
+/// file, `kavach tvarak-sim record server` on a traced medium.
+pub(crate) struct StoreBackend<M: Medium + Clone + Send + Sync + 'static = Arc<Mapping>> {
+    store: Store<M>,
     durability: String,
     /// The store was created by this start (nothing was recovered).
     created: bool,
+}
+
+impl<M: Medium + Clone + Send + Sync + 'static> StoreBackend<M> {
+    /// Serve `store`; `durability` is what INFO shows (`always` or `frequency:F`), `created`
+    /// says the store is new (nothing was recovered).
+    pub(crate) fn new(store: Store<M>, durability: &str, created: bool) -> Self {
+        StoreBackend {
+            store,
+            durability: durability.to_string(),
+            created,
+        }
+    }
 }
 
 fn be(e: StoreError) -> BackendError {
@@ -133,7 +146,7 @@ fn kv(name: &str, value: impl ToString) -> (String, String) {
     (name.to_string(), value.to_string())
 }
 
-impl Backend for StoreBackend {
+impl<M: Medium + Clone + Send + Sync + 'static> Backend for StoreBackend<M> {
     fn set(&self, key: &[u8], value: &[u8], opts: &SetOptions) -> BackendResult<bool> {
         self.store
             .set(
@@ -584,11 +597,8 @@ fn open_backend(
             r.total_ms
         );
     }
-    let store_backend: Arc<dyn Backend> = Arc::new(StoreBackend {
-        store,
-        durability: a.durability.clone(),
-        created: opened.created,
-    });
+    let store_backend: Arc<dyn Backend> =
+        Arc::new(StoreBackend::new(store, &a.durability, opened.created));
     let repl = plan.repl.clone();
     Ok(match repl_listener {
         Some(listener) => Arc::new(crate::replica_cmd::Replicated::backup(

@@ -60,7 +60,9 @@ pub enum TvarakCommand {
         kavach tvarak-sim record log -o log.trace\n  \
         kavach tvarak-sim record log --threads 8 --ops 5000 --policy group:8 -o log-g8.trace\n  \
         kavach tvarak-sim record heap --ops 20000 --read-percent 50 -o heap.trace\n  \
-        kavach tvarak-sim record store --threads 2 --keys 400 --ops 500 --read-percent 50 --value 100 -o kv.trace\n\n\
+        kavach tvarak-sim record store --threads 2 --keys 400 --ops 500 --read-percent 50 --value 100 -o kv.trace\n  \
+        kavach tvarak-sim record server --clients 4 --keys 2000 --ops 2000 --read-percent 50 --value 100 -o server.trace\n  \
+        kavach tvarak-sim record server --listen 6390 --keys 2000 --value 2048 -o ycsb.trace\n\n\
         Exit status: 0 recorded; 2 could not run (a bad argument, an output that exists, the \
         workload failed).")]
     Record(RecordArgs),
@@ -264,6 +266,10 @@ pub enum RecordWorkload {
     /// the operations on 10% of the keys): --keys loaded first, then --ops per thread,
     /// --read-percent of them GETs.
     Store,
+    /// The Redis-protocol server of `kavach serve` over a traced store, driven over TCP by
+    /// --clients built-in clients (YCSB's zipfian key choice) or, with --listen, by outside
+    /// clients such as redis-benchmark or YCSB.
+    Server,
 }
 
 #[derive(Debug, Args)]
@@ -312,6 +318,8 @@ pub struct RecordArgs {
     /// Print JSON.
     #[arg(long)]
     json: bool,
+    #[command(flatten)]
+    server: crate::tvarak_server::ServerOpts,
 }
 
 #[derive(Debug, Args)]
@@ -383,23 +391,23 @@ pub fn run(c: TvarakCommand) -> Result<Outcome> {
 
 /// What a full pass over a trace found.
 #[derive(Debug, Default, Clone, serde::Serialize)]
-struct TraceSummary {
-    name: String,
-    version: u16,
-    pm_bytes: u64,
-    cores: u16,
-    with_data: bool,
-    events: u64,
-    loads: u64,
-    stores: u64,
-    flushes: u64,
-    fences: u64,
-    tx_begins: u64,
-    tx_commits: u64,
-    work_events: u64,
-    work_cycles: u64,
-    load_bytes: u64,
-    store_bytes: u64,
+pub(crate) struct TraceSummary {
+    pub(crate) name: String,
+    pub(crate) version: u16,
+    pub(crate) pm_bytes: u64,
+    pub(crate) cores: u16,
+    pub(crate) with_data: bool,
+    pub(crate) events: u64,
+    pub(crate) loads: u64,
+    pub(crate) stores: u64,
+    pub(crate) flushes: u64,
+    pub(crate) fences: u64,
+    pub(crate) tx_begins: u64,
+    pub(crate) tx_commits: u64,
+    pub(crate) work_events: u64,
+    pub(crate) work_cycles: u64,
+    pub(crate) load_bytes: u64,
+    pub(crate) store_bytes: u64,
 }
 
 fn open_trace(path: &Path) -> Result<TraceReader<BufReader<File>>> {
@@ -416,7 +424,9 @@ fn open_trace(path: &Path) -> Result<TraceReader<BufReader<File>>> {
 
 /// Read the trace at `path` to its end, checking every event. `Err`: not a trace (exit 2);
 /// `Ok(Err)`: a trace whose body is damaged (exit 1), with what was read before the damage.
-fn check_trace(path: &Path) -> Result<std::result::Result<TraceSummary, (TraceSummary, String)>> {
+pub(crate) fn check_trace(
+    path: &Path,
+) -> Result<std::result::Result<TraceSummary, (TraceSummary, String)>> {
     let r = open_trace(path)?;
     let h = r.header().clone();
     let mut s = TraceSummary {
@@ -456,7 +466,7 @@ fn check_trace(path: &Path) -> Result<std::result::Result<TraceSummary, (TraceSu
 }
 
 /// Print the damage found in a trace (exit 1 follows).
-fn report_damage(what: &str, json: bool, summary: &TraceSummary) -> Result<Outcome> {
+pub(crate) fn report_damage(what: &str, json: bool, summary: &TraceSummary) -> Result<Outcome> {
     if json {
         print_json(&serde_json::json!({
             "damaged": true,
@@ -1013,6 +1023,30 @@ fn gen_stream(a: &StreamArgs) -> Result<Outcome> {
 }
 
 fn record_cmd(a: &RecordArgs) -> Result<Outcome> {
+    if a.work_mhz > 100_000 {
+        return Err(refused(format!(
+            "--work-mhz: expected 0 (none) to 100000, found {}",
+            a.work_mhz
+        )));
+    }
+    if a.workload == RecordWorkload::Server {
+        return crate::tvarak_server::record(
+            &a.server,
+            &crate::tvarak_server::Common {
+                keys: a.keys,
+                ops: a.ops,
+                read_percent: a.read_percent,
+                value: a.value,
+                seed: a.seed,
+                address_only: a.address_only,
+                work_mhz: a.work_mhz,
+                output: &a.output,
+                json: a.json,
+            },
+        );
+    }
+    a.server
+        .refuse_for(&format!("{:?}", a.workload).to_lowercase())?;
     check_output_path("-o", &a.output, false)?;
     if !(1..=64).contains(&a.threads) {
         return Err(refused(format!(
@@ -1024,12 +1058,6 @@ fn record_cmd(a: &RecordArgs) -> Result<Outcome> {
         return Err(refused(format!(
             "--ops: expected 1..=10000000, found {}",
             a.ops
-        )));
-    }
-    if a.work_mhz > 100_000 {
-        return Err(refused(format!(
-            "--work-mhz: expected 0 (none) to 100000, found {}",
-            a.work_mhz
         )));
     }
     let policy =
@@ -1085,6 +1113,12 @@ fn record_cmd(a: &RecordArgs) -> Result<Outcome> {
             },
             out,
         ),
+        // Served by `tvarak_server` before the output is made; never reached.
+        RecordWorkload::Server => Err(SimError::invalid(
+            "record workload",
+            "log, heap or store here",
+            "server",
+        )),
     };
     let finish = |r: Result<(record::Recording<std::io::BufWriter<File>>, Vec<u8>), SimError>| -> Result<TraceHeader> {
         let (rec, _image) = r.map_err(|e| refused(format!("record: {e}")))?;

@@ -237,6 +237,57 @@ fn table() -> Vec<Row> {
             EXISTING,
         ),
         row(&["tvarak-sim", "record"], &["log", "-o", "P"], EXISTING),
+        row(&["tvarak-sim", "record"], &["server", "-o", "P"], EXISTING),
+        row(
+            &["tvarak-sim", "record"],
+            &["server", "--clients", "0", "-o", "S"],
+            &[Input::Missing],
+        ),
+        row(
+            &["tvarak-sim", "record"],
+            &["server", "--clients", "3", "--keys", "2", "-o", "S"],
+            &[Input::Missing],
+        ),
+        row(
+            &["tvarak-sim", "record"],
+            &["server", "--value", "0", "-o", "S"],
+            &[Input::Missing],
+        ),
+        row(
+            &["tvarak-sim", "record"],
+            &["server", "--read-percent", "101", "-o", "S"],
+            &[Input::Missing],
+        ),
+        row(
+            &["tvarak-sim", "record"],
+            &["server", "--cores", "0", "-o", "S"],
+            &[Input::Missing],
+        ),
+        row(
+            &["tvarak-sim", "record"],
+            &["server", "--workers", "0", "-o", "S"],
+            &[Input::Missing],
+        ),
+        row(
+            &["tvarak-sim", "record"],
+            &["server", "--ops", "0", "-o", "S"],
+            &[Input::Missing],
+        ),
+        row(
+            &["tvarak-sim", "record"],
+            &["server", "--keys", "5000000", "--value", "4096", "-o", "S"],
+            &[Input::Missing],
+        ),
+        row(
+            &["tvarak-sim", "record"],
+            &["server", "--listen", "0", "--clients", "2", "-o", "S"],
+            &[Input::Missing],
+        ),
+        row(
+            &["tvarak-sim", "record"],
+            &["heap", "--listen", "0", "-o", "S"],
+            &[Input::Missing],
+        ),
         row(&["tvarak-sim", "faults"], &["P"], ALL),
         row(
             &["haq", "calibrate"],

@@ -398,3 +398,240 @@ fn record_traces_real_log_and_heap_runs_that_run_simulates() {
         0
     );
 }
+
+/// SHA-256 over the keys in order, each as its length (u32 little-endian), its bytes, then its
+/// value's length and bytes: the form `record server --json` gives as `state_sha256`.
+fn state_digest(pairs: &std::collections::BTreeMap<Vec<u8>, Vec<u8>>) -> String {
+    use sha2::Digest;
+    let mut h = sha2::Sha256::new();
+    for (k, v) in pairs {
+        h.update((k.len() as u32).to_le_bytes());
+        h.update(k);
+        h.update((v.len() as u32).to_le_bytes());
+        h.update(v);
+    }
+    h.finalize().iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Every key and value of the store that the stores of the trace at `path` leave on a medium
+/// that started as zeros (the recording starts before the pool is formatted).
+fn store_rebuilt_from(path: &str) -> std::collections::BTreeMap<Vec<u8>, Vec<u8>> {
+    let f = std::io::BufReader::new(std::fs::File::open(path).unwrap());
+    let reader = tvarak_sim::trace::TraceReader::new(f).unwrap();
+    let mut image = vec![0u8; reader.header().pm_bytes as usize];
+    let n = tvarak_sim::record::apply_stores(&mut image, reader).unwrap();
+    assert!(n > 0);
+    let medium = std::sync::Arc::new(pmem::SimMedium::from_image(
+        image,
+        pmem::SimConfig::default(),
+    ));
+    let pool = pmem::Pool::open_medium(medium, &pmem::OpenOptions::default()).unwrap();
+    let config = dstore::Config {
+        grow: false,
+        background: false,
+        ..dstore::Config::default()
+    };
+    let store = dstore::Store::open(pool, config).unwrap();
+    assert!(store.recovery().clean_shutdown, "the server closed it");
+    let mut all = std::collections::BTreeMap::new();
+    let mut cursor = 0;
+    loop {
+        let (next, keys) = store.scan(cursor, 100).unwrap();
+        for (k, kind) in keys {
+            assert_eq!(kind, "string");
+            let v = store.get(&k).unwrap().unwrap();
+            all.insert(k, v);
+        }
+        if next == 0 {
+            break;
+        }
+        cursor = next;
+    }
+    assert_eq!(all.len() as u64, store.dbsize().unwrap());
+    store.close().unwrap();
+    all
+}
+
+#[test]
+fn record_server_traces_the_resp_server_and_its_stores_rebuild_what_the_clients_set() {
+    let s = Scratch::new("server");
+    let t = s.path("server.trace");
+    let j = run_json(
+        &[
+            "tvarak-sim",
+            "record",
+            "server",
+            "--clients",
+            "2",
+            "--keys",
+            "60",
+            "--ops",
+            "80",
+            "--read-percent",
+            "50",
+            "--value",
+            "48",
+            "--cores",
+            "3",
+            "--seed",
+            "9",
+            "-o",
+            &t,
+        ],
+        0,
+    );
+    // The load (60 SETs) and 2 x 80 operations, every one answered as expected.
+    assert_eq!(u(&j["keys_set"]), 60, "{j}");
+    assert_eq!(u(&j["gets"]) + u(&j["sets"]), 60 + 160, "{j}");
+    assert!(u(&j["sets"]) > 60 && u(&j["gets"]) > 0, "{j}");
+    // The server counted them too: the two clients, and the connection that checks DBSIZE.
+    assert_eq!(u(&j["commands"]), 60 + 160 + 1, "{j}");
+    assert_eq!(u(&j["connections"]), 3, "{j}");
+    let info = run_json(&["tvarak-sim", "info", &t], 0);
+    assert!(
+        info["name"].as_str().unwrap().starts_with("server-"),
+        "{info}"
+    );
+    assert_eq!(u(&info["cores"]), 3, "{info}");
+    assert_eq!(info["with_data"], true);
+    for kind in ["loads", "stores", "flushes", "fences", "tx_commits"] {
+        assert!(u(&info[kind]) > 0, "{kind}: {info}");
+        assert_eq!(info[kind], j[kind], "{kind}");
+    }
+    // Every design simulates it; the TxB designs see the commits.
+    let run = run_json(&["tvarak-sim", "run", &t, "--design", "all"], 0);
+    for d in ["baseline", "tvarak", "txb-object", "txb-page"] {
+        assert!(
+            u(&design(&run, d)["counters"]["nvm_data_reads"]) > 0,
+            "{d}: {run}"
+        );
+    }
+    assert!(u(&design(&run, "txb-object")["counters"]["tx_commits"]) > 0);
+    // The trace's stores rebuild the store the server closed: every key the clients set, with
+    // the value they last set, and nothing else.
+    let rebuilt = store_rebuilt_from(&t);
+    assert_eq!(rebuilt.len(), 60);
+    assert_eq!(
+        state_digest(&rebuilt),
+        j["state_sha256"].as_str().unwrap(),
+        "the rebuilt store differs from what the clients set"
+    );
+    // An address-only trace has no bytes to rebuild from, and is smaller.
+    let a = s.path("addr.trace");
+    let ja = run_json(
+        &[
+            "tvarak-sim",
+            "record",
+            "server",
+            "--clients",
+            "1",
+            "--keys",
+            "20",
+            "--ops",
+            "20",
+            "--address-only",
+            "-o",
+            &a,
+        ],
+        0,
+    );
+    assert_eq!(ja["with_data"], false, "{ja}");
+    let f = std::io::BufReader::new(std::fs::File::open(&a).unwrap());
+    let reader = tvarak_sim::trace::TraceReader::new(f).unwrap();
+    let mut image = vec![0u8; reader.header().pm_bytes as usize];
+    assert!(tvarak_sim::record::apply_stores(&mut image, reader).is_err());
+}
+
+#[test]
+fn record_server_listens_for_outside_clients_until_shutdown() {
+    use std::io::{BufRead, Read, Write};
+    let s = Scratch::new("listen");
+    let t = s.path("listen.trace");
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_kavach"))
+        .args([
+            "tvarak-sim",
+            "record",
+            "server",
+            "--listen",
+            "0",
+            "--keys",
+            "50",
+            "--json",
+            "-o",
+            &t,
+        ])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut err = std::io::BufReader::new(child.stderr.take().unwrap());
+    let mut line = String::new();
+    err.read_line(&mut line).unwrap();
+    let addr = line
+        .trim()
+        .strip_prefix("listening on ")
+        .unwrap_or_else(|| panic!("first line: {line}"))
+        .to_string();
+    let mut c = std::net::TcpStream::connect(&addr).unwrap();
+    let mut call = |req: &[u8], want: &[u8]| {
+        c.write_all(req).unwrap();
+        let mut got = vec![0u8; want.len()];
+        c.read_exact(&mut got).unwrap();
+        assert_eq!(String::from_utf8_lossy(&got), String::from_utf8_lossy(want));
+    };
+    call(b"*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$5\r\nhello\r\n", b"+OK\r\n");
+    call(b"*2\r\n$3\r\nGET\r\n$1\r\nk\r\n", b"$5\r\nhello\r\n");
+    c.write_all(b"*1\r\n$8\r\nSHUTDOWN\r\n").unwrap();
+    let mut out = String::new();
+    child
+        .stdout
+        .take()
+        .unwrap()
+        .read_to_string(&mut out)
+        .unwrap();
+    let status = child.wait().unwrap();
+    let mut rest = String::new();
+    err.read_to_string(&mut rest).unwrap();
+    assert_eq!(status.code(), Some(0), "{out}\n{rest}");
+    let j: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(j["driver"], "listen", "{j}");
+    assert_eq!(u(&j["commands"]), 3, "{j}");
+    let rebuilt = store_rebuilt_from(&t);
+    assert_eq!(
+        rebuilt.into_iter().collect::<Vec<_>>(),
+        vec![(b"k".to_vec(), b"hello".to_vec())]
+    );
+}
+
+#[test]
+fn record_server_refuses_a_port_in_use_and_bad_sizes_and_writes_nothing() {
+    let s = Scratch::new("server-bad");
+    let t = s.path("bad.trace");
+    let held = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = held.local_addr().unwrap().port().to_string();
+    for (args, needle) in [
+        (vec!["--listen", &port], "cannot listen"),
+        (vec!["--keys", "10000000", "--value", "4096"], "largest"),
+        (vec!["--clients", "4", "--keys", "3"], "--keys"),
+        (vec!["--value", "5000"], "--value"),
+        (vec!["--cores", "0"], "--cores"),
+        (
+            vec!["--clients", "64", "--ops", "100000", "--value", "4096"],
+            "the trace would take",
+        ),
+        (
+            vec!["--clients", "64", "--ops", "1000000"],
+            "requests in all",
+        ),
+        (vec!["--listen", "0", "--clients", "2"], "--clients"),
+    ] {
+        let mut all = vec!["tvarak-sim", "record", "server", "-o", &t];
+        all.extend(args.iter().copied());
+        let o = kavach(&all);
+        assert_refused(&o, 2, needle);
+        assert_eq!(std::fs::read_dir(&s.0).unwrap().count(), 0, "{all:?}");
+    }
+    // The server's options belong to it.
+    let o = kavach(&["tvarak-sim", "record", "log", "--clients", "2", "-o", &t]);
+    assert_refused(&o, 2, "record server");
+}

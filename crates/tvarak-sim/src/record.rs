@@ -903,8 +903,9 @@ pub fn heap_workload<W: Write + Send + 'static>(
 /// Parameters of [`kv_workload`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct KvParams {
-    /// Client threads (one core each; the thread that creates and closes the store is core 0,
-    /// and the store's own work runs on the calling threads: no background thread).
+    /// Clients, each on a core of its own (creating and closing the store is core 0; the
+    /// store has no background thread). They take turns on the calling thread, one request
+    /// each (see [`TracingMedium::set_core`]).
     pub threads: u16,
     /// Keys loaded (SET) before the measured operations, split among the threads.
     pub records: u64,
@@ -989,47 +990,64 @@ pub fn kv_workload<W: Write + Send + 'static>(
     let store = dstore::Store::create(pool, cfg).map_err(|e| fail("store create")(&e))?;
     let per = p.records / p.threads as u64;
     let key = |t: u64, i: u64| format!("user{t:02}-{i:010}").into_bytes();
-    let errors: Vec<String> = std::thread::scope(|s| {
-        let hs: Vec<_> = (0..p.threads as u64)
-            .map(|t| {
-                let store = &store;
-                s.spawn(move || -> Result<(), String> {
-                    let mut r = pmem::rng::SplitMix64::new(p.seed ^ (t << 40));
-                    let mut value = vec![0u8; p.value as usize];
-                    let fill = |r: &mut pmem::rng::SplitMix64, v: &mut Vec<u8>| {
-                        for c in v.chunks_mut(8) {
-                            let w = r.next_u64().to_le_bytes();
-                            c.copy_from_slice(&w[..c.len()]);
-                        }
-                    };
-                    for i in 0..per {
-                        fill(&mut r, &mut value);
-                        store
-                            .set(&key(t, i), &value, false, false, None)
-                            .map_err(|e| e.to_string())?;
-                    }
-                    let hot = (per / 10).max(1);
-                    for _ in 0..p.ops_per_thread {
-                        let i = if r.below(10) < 9 {
-                            r.below(hot)
-                        } else {
-                            r.below(per)
-                        };
-                        if r.below(100) < p.read_percent as u64 {
-                            store.get(&key(t, i)).map_err(|e| e.to_string())?;
-                        } else {
-                            fill(&mut r, &mut value);
-                            store
-                                .set(&key(t, i), &value, false, false, None)
-                                .map_err(|e| e.to_string())?;
-                        }
-                    }
-                    Ok(())
-                })
-            })
-            .collect();
-        failures(hs, "a client thread panicked")
-    });
+    let fill = |r: &mut pmem::rng::SplitMix64, v: &mut Vec<u8>| {
+        for c in v.chunks_mut(8) {
+            let w = r.next_u64().to_le_bytes();
+            c.copy_from_slice(&w[..c.len()]);
+        }
+    };
+    // The clients take turns on this thread, one request each, each recorded on its own core
+    // (1..=threads; creating the store was core 0): see `TracingMedium::set_core`.
+    let mut rngs: Vec<pmem::rng::SplitMix64> = (0..p.threads as u64)
+        .map(|t| pmem::rng::SplitMix64::new(p.seed ^ (t << 40)))
+        .collect();
+    let mut value = vec![0u8; p.value as usize];
+    let hot = (per / 10).max(1);
+    let mut errors = Vec::new();
+    let mut run = |t: u64, load: Option<u64>| -> Result<(), String> {
+        traced.set_core(Some(t as u16 + 1));
+        let r = &mut rngs[t as usize];
+        if let Some(i) = load {
+            fill(r, &mut value);
+            return store
+                .set(&key(t, i), &value, false, false, None)
+                .map(|_| ())
+                .map_err(|e| e.to_string());
+        }
+        let i = if r.below(10) < 9 {
+            r.below(hot)
+        } else {
+            r.below(per)
+        };
+        if r.below(100) < p.read_percent as u64 {
+            store.get(&key(t, i)).map(|_| ()).map_err(|e| e.to_string())
+        } else {
+            fill(r, &mut value);
+            store
+                .set(&key(t, i), &value, false, false, None)
+                .map(|_| ())
+                .map_err(|e| e.to_string())
+        }
+    };
+    'load: for i in 0..per {
+        for t in 0..p.threads as u64 {
+            if let Err(e) = run(t, Some(i)) {
+                errors.push(e);
+                break 'load;
+            }
+        }
+    }
+    if errors.is_empty() {
+        'ops: for _ in 0..p.ops_per_thread {
+            for t in 0..p.threads as u64 {
+                if let Err(e) = run(t, None) {
+                    errors.push(e);
+                    break 'ops;
+                }
+            }
+        }
+    }
+    traced.set_core(None);
     if let Some(e) = errors.first() {
         return Err(SimError::invalid("kv operation", "success", e));
     }
