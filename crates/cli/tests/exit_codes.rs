@@ -288,6 +288,24 @@ fn table() -> Vec<Row> {
             &["heap", "--listen", "0", "-o", "S"],
             &[Input::Missing],
         ),
+        row(
+            &["tvarak-sim", "record"],
+            &["heap", "--work-mhz", "200000", "-o", "S"],
+            &[Input::Missing],
+        ),
+        row(
+            &["tvarak-sim", "gen"],
+            &[
+                "fio",
+                "--pattern",
+                "rand-write",
+                "--work-cycles",
+                "-1",
+                "-o",
+                "S",
+            ],
+            &[Input::Missing],
+        ),
         row(&["tvarak-sim", "faults"], &["P"], ALL),
         row(
             &["haq", "calibrate"],

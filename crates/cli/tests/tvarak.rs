@@ -48,13 +48,40 @@ fn gen_writes_a_trace_that_info_counts_and_refuses_to_overwrite() {
     let t = s.path("rw.trace");
     gen_fio(&t, "rand-write", 16);
     let j = run_json(&["tvarak-sim", "info", &t], 0);
-    // 4 threads x 16 KiB / 64 B = 1024 stores, nothing else.
+    // 4 threads x 16 KiB / 64 B = 1024 stores, each after fio's own work and before the
+    // commit that tells a TxB library the write is done.
     assert_eq!(u(&j["stores"]), 1024, "{j}");
     assert_eq!(u(&j["store_bytes"]), 4 * 16 * 1024);
     assert_eq!(u(&j["loads"]), 0);
-    assert_eq!(u(&j["events"]), 1024);
+    assert_eq!(u(&j["tx_commits"]), 1024);
+    assert_eq!(u(&j["work_events"]), 1024);
+    assert_eq!(u(&j["work_cycles"]), 1024 * 435);
+    assert_eq!(u(&j["events"]), 3 * 1024);
+    assert_eq!(u(&j["version"]), 2);
     assert_eq!(u(&j["cores"]), 4);
     assert_eq!(j["name"], "fio-rand-write");
+    // Without the work and the commits: the stores alone.
+    let bare = s.path("bare.trace");
+    let o = kavach(&[
+        "tvarak-sim",
+        "gen",
+        "fio",
+        "--pattern",
+        "rand-write",
+        "--threads",
+        "4",
+        "--bytes-per-thread",
+        "16KiB",
+        "--work-cycles",
+        "0",
+        "--no-tx",
+        "-o",
+        &bare,
+    ]);
+    assert_code(&o, 0);
+    let j = run_json(&["tvarak-sim", "info", &bare], 0);
+    assert_eq!(u(&j["events"]), 1024, "{j}");
+    std::fs::remove_file(&bare).unwrap();
     // An existing output is refused and left as it was.
     let before = std::fs::read(&t).unwrap();
     let o = kavach(&["tvarak-sim", "gen", "stream", "--kernel", "triad", "-o", &t]);
@@ -381,6 +408,12 @@ fn record_traces_real_log_and_heap_runs_that_run_simulates() {
     let j = run_json(&["tvarak-sim", "info", &kv], 0);
     assert_eq!(u(&j["cores"]), 3, "{j}");
     assert!(u(&j["stores"]) > 0 && u(&j["loads"]) > 0, "{j}");
+    // Each fence that made writes durable commits them; the clients' own work is measured.
+    assert!(
+        u(&j["tx_commits"]) > 0 && u(&j["tx_commits"]) <= u(&j["fences"]),
+        "{j}"
+    );
+    assert!(u(&j["work_events"]) > 0 && u(&j["work_cycles"]) > 0, "{j}");
     // A bad workload parameter is refused and leaves no file.
     let bad = s.path("bad.trace");
     let o = kavach(&["tvarak-sim", "record", "heap", "--value", "7", "-o", &bad]);

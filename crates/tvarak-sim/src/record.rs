@@ -295,7 +295,9 @@ impl<M: Medium, W: Write + Send> TracingMedium<M, W> {
         };
         let mut events = Vec::new();
         if let (Some((ghz, _)), Some(work)) = (self.work, st.work_before.take()) {
-            let cycles = (work.as_nanos() as f64 * ghz).round().min(f64::from(u32::MAX)) as u32;
+            let cycles = (work.as_nanos() as f64 * ghz)
+                .round()
+                .min(f64::from(u32::MAX)) as u32;
             if cycles > 0 {
                 events.push(Event::Work { core, cycles });
             }
@@ -603,7 +605,8 @@ pub struct LogParams {
     /// Stores carry their bytes.
     pub with_data: bool,
     /// Seed of the payload bytes.
-    pub seed: u64,    /// Record the work between calls ([`TracingMedium::measuring_work`]) at this simulated
+    pub seed: u64,
+    /// Record the work between calls ([`TracingMedium::measuring_work`]) at this simulated
     /// clock, in MHz (`None`: no `Work` events).
     pub work_mhz: Option<u32>,
 }
@@ -710,7 +713,8 @@ pub struct HeapParams {
     /// Stores carry their bytes.
     pub with_data: bool,
     /// Seed of the keys and values.
-    pub seed: u64,    /// As [`LogParams::work_mhz`].
+    pub seed: u64,
+    /// As [`LogParams::work_mhz`].
     pub work_mhz: Option<u32>,
 }
 
@@ -918,7 +922,8 @@ pub struct KvParams {
     /// Stores carry their bytes.
     pub with_data: bool,
     /// Seed of the key choice and the values.
-    pub seed: u64,    /// As [`LogParams::work_mhz`].
+    pub seed: u64,
+    /// As [`LogParams::work_mhz`].
     pub work_mhz: Option<u32>,
 }
 

@@ -267,7 +267,10 @@ fn a_traced_log_run_replays_to_the_bytes_the_medium_holds() {
         .iter()
         .filter(|e| matches!(e, Event::TxCommit { .. }))
         .count();
-    assert!(commits > 0 && commits <= fences, "{commits} commits, {fences} fences");
+    assert!(
+        commits > 0 && commits <= fences,
+        "{commits} commits, {fences} fences"
+    );
     // Every payload's first 8 bytes were stored somewhere.
     let stores: Vec<&Vec<u8>> = events
         .iter()
