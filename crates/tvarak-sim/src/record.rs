@@ -907,9 +907,10 @@ pub fn heap_workload<W: Write + Send + 'static>(
 /// Parameters of [`kv_workload`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct KvParams {
-    /// Clients, each on a core of its own (creating and closing the store is core 0; the
-    /// store has no background thread). They take turns on the calling thread, one request
-    /// each (see [`TracingMedium::set_core`]).
+    /// Clients, each on a core of its own (creating, checkpointing and closing the store is
+    /// core 0; the store has no background thread). They take turns on the calling thread, one
+    /// request each (see [`TracingMedium::set_core`]), and core 0 checkpoints after each half
+    /// operation log's worth of requests.
     pub threads: u16,
     /// Keys loaded (SET) before the measured operations, split among the threads.
     pub records: u64,
@@ -963,10 +964,15 @@ pub fn kv_workload<W: Write + Send + 'static>(
     if p.value == 0 || p.value > 4096 || p.read_percent > 100 {
         return Err(bad("value 1 to 4096 bytes, read percent at most 100"));
     }
+    // Each shadow slot holds the image of the shards' arenas: room for every record (key,
+    // value and entry overhead) four times over, above the smallest slot.
+    let slot_min = dstore::Config::slot_bytes_min(4)
+        .map_err(|e| SimError::invalid("store slot size", "computable", e.to_string()))?;
+    let slot = (slot_min + 4 * p.records * (p.value as u64 + 16 + 128)).next_multiple_of(1 << 20);
     let cfg = dstore::Config {
         shards: 4,
         log_bytes: 1 << 20,
-        slot_bytes: 0,
+        slot_bytes: slot,
         grow: false,
         background: false,
         value_bytes_max: 4096,
@@ -1034,21 +1040,29 @@ pub fn kv_workload<W: Write + Send + 'static>(
                 .map_err(|e| e.to_string())
         }
     };
-    'load: for i in 0..per {
+    // The store has no checkpoint thread here: core 0 checkpoints after every `every` rounds,
+    // when about half an operation log has been written.
+    let every = ((1u64 << 19) / (p.threads as u64 * (p.value as u64 + 128))).max(1);
+    let checkpoint = || -> Result<(), String> {
+        traced.set_core(Some(0));
+        store
+            .engine()
+            .checkpoint()
+            .map(|_| ())
+            .map_err(|e| format!("checkpoint: {e}"))
+    };
+    let rounds = (0..per).map(Some).chain((0..p.ops_per_thread).map(|_| None));
+    'rounds: for (n, load) in rounds.enumerate() {
         for t in 0..p.threads as u64 {
-            if let Err(e) = run(t, Some(i)) {
+            if let Err(e) = run(t, load) {
                 errors.push(e);
-                break 'load;
+                break 'rounds;
             }
         }
-    }
-    if errors.is_empty() {
-        'ops: for _ in 0..p.ops_per_thread {
-            for t in 0..p.threads as u64 {
-                if let Err(e) = run(t, None) {
-                    errors.push(e);
-                    break 'ops;
-                }
+        if n as u64 % every == every - 1 {
+            if let Err(e) = checkpoint() {
+                errors.push(e);
+                break;
             }
         }
     }
