@@ -908,6 +908,31 @@ fn size_arg(flag: &str, text: &str, min: u64, max: u64) -> Result<u64> {
     Ok(v)
 }
 
+/// The temporary file a trace for `out` is written to: hidden, beside it, named per process.
+pub(crate) fn temp_beside(out: &Path) -> PathBuf {
+    let name = out
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "trace".into());
+    out.with_file_name(format!(".{name}.tmp-{}", std::process::id()))
+}
+
+/// Move the finished trace `tmp` to `out`, unless `out` appeared while it was written (it is
+/// never replaced). On failure `tmp` is removed.
+pub(crate) fn publish(tmp: &Path, out: &Path) -> Result<()> {
+    if std::fs::symlink_metadata(out).is_ok() {
+        let _ = std::fs::remove_file(tmp);
+        return Err(refused(format!(
+            "-o {}: appeared while the trace was written; not replaced",
+            out.display()
+        )));
+    }
+    std::fs::rename(tmp, out).map_err(|e| {
+        let _ = std::fs::remove_file(tmp);
+        refused(format!("-o {}: {e}", out.display()))
+    })
+}
+
 /// Write `events` as a trace at `out`, which must not exist: into a temporary file beside it,
 /// renamed into place at the end, so a failure leaves nothing behind.
 fn write_trace(
@@ -915,11 +940,7 @@ fn write_trace(
     header: &TraceHeader,
     events: impl Iterator<Item = trace::Event>,
 ) -> Result<u64> {
-    let name = out
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_else(|| "trace".into());
-    let tmp = out.with_file_name(format!(".{name}.tmp-{}", std::process::id()));
+    let tmp = temp_beside(out);
     let n = match trace::write_file(&tmp, header, events) {
         Ok(n) => n,
         Err(e) => {
@@ -927,18 +948,7 @@ fn write_trace(
             return Err(refused(format!("writing {}: {e}", out.display())));
         }
     };
-    // Checked again: the output may have appeared while the trace was written.
-    if std::fs::symlink_metadata(out).is_ok() {
-        let _ = std::fs::remove_file(&tmp);
-        return Err(refused(format!(
-            "-o {}: appeared while the trace was written; not replaced",
-            out.display()
-        )));
-    }
-    std::fs::rename(&tmp, out).map_err(|e| {
-        let _ = std::fs::remove_file(&tmp);
-        refused(format!("-o {}: {e}", out.display()))
-    })?;
+    publish(&tmp, out)?;
     Ok(n)
 }
 
@@ -1062,14 +1072,7 @@ fn record_cmd(a: &RecordArgs) -> Result<Outcome> {
     }
     let policy =
         log::ForcePolicy::parse(&a.policy).map_err(|e| refused(format!("--policy: {e}")))?;
-    let name = a
-        .output
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_else(|| "trace".into());
-    let tmp = a
-        .output
-        .with_file_name(format!(".{name}.tmp-{}", std::process::id()));
+    let tmp = temp_beside(&a.output);
     let file =
         File::create(&tmp).map_err(|e| refused(format!("-o {}: {e}", a.output.display())))?;
     let out = std::io::BufWriter::new(file);
@@ -1137,17 +1140,7 @@ fn record_cmd(a: &RecordArgs) -> Result<Outcome> {
             return Err(e);
         }
     };
-    if std::fs::symlink_metadata(&a.output).is_ok() {
-        let _ = std::fs::remove_file(&tmp);
-        return Err(refused(format!(
-            "-o {}: appeared while the trace was written; not replaced",
-            a.output.display()
-        )));
-    }
-    std::fs::rename(&tmp, &a.output).map_err(|e| {
-        let _ = std::fs::remove_file(&tmp);
-        refused(format!("-o {}: {e}", a.output.display()))
-    })?;
+    publish(&tmp, &a.output)?;
     // Count the events from the file: what the trace says, not what the recorder hoped.
     let events = match check_trace(&a.output)? {
         Ok(s) => s.events,

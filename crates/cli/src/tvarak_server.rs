@@ -292,14 +292,7 @@ fn state_digest<'a>(pairs: impl IntoIterator<Item = (&'a [u8], &'a [u8])>) -> St
 /// `kavach tvarak-sim record server`.
 pub fn record(o: &ServerOpts, c: &Common) -> Result<Outcome> {
     let plan = plan(o, c)?;
-    let name = c
-        .output
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_else(|| "trace".into());
-    let tmp = c
-        .output
-        .with_file_name(format!(".{name}.tmp-{}", std::process::id()));
+    let tmp = crate::tvarak_cmd::temp_beside(c.output);
     let file =
         File::create(&tmp).map_err(|e| refused(format!("-o {}: {e}", c.output.display())))?;
     let result = serve_and_trace(&plan, c, BufWriter::new(file));
@@ -310,17 +303,7 @@ pub fn record(o: &ServerOpts, c: &Common) -> Result<Outcome> {
             return Err(e);
         }
     };
-    if std::fs::symlink_metadata(c.output).is_ok() {
-        let _ = std::fs::remove_file(&tmp);
-        return Err(refused(format!(
-            "-o {}: appeared while the trace was written; not replaced",
-            c.output.display()
-        )));
-    }
-    std::fs::rename(&tmp, c.output).map_err(|e| {
-        let _ = std::fs::remove_file(&tmp);
-        refused(format!("-o {}: {e}", c.output.display()))
-    })?;
+    crate::tvarak_cmd::publish(&tmp, c.output)?;
     // Count the events from the file: what the trace says.
     let s = match crate::tvarak_cmd::check_trace(c.output)? {
         Ok(s) => s,
