@@ -67,6 +67,39 @@ gen server-ycsb-a record server --clients 4 --keys $((OPS / 4)) --ops $((OPS / 4
 TRACES=(fio-seq-read fio-seq-write fio-rand-read fio-rand-write stream-copy stream-scale
         stream-add stream-triad log-sync heap-insert heap-balanced kv-ycsb-a server-ycsb-a)
 
+# The server under real YCSB (workload A through the Jedis binding of bench/ycsb), when Java
+# and the YCSB jars can be had; otherwise said in the log, and the table has no such row.
+ycsb_server() {
+  local cp db port pid addr n=$((OPS / 4))
+  if ! cp=$(ROOT=$ROOT; log() { :; }; die() { echo "$*" >&2; exit 2; }
+            . "$ROOT/bench/ycsb/build.sh" >>"$LOG" 2>&1 && echo "$YCSB_CP|$YCSB_DB"); then
+    log "skipped: the server under YCSB (bench/ycsb/build.sh failed; see $LOG)"
+    return 0
+  fi
+  db=${cp#*|}; cp=${cp%|*}
+  log "trace server-ycsb-real (YCSB workload A, $n records, $((2 * n)) operations)"
+  # A YCSB record is 10 fields of 100 B: --value 2048 sizes the store for it.
+  "$K" tvarak-sim record server --listen 0 --keys "$n" --value 2048 \
+    -o "$T/server-ycsb-real.trace" 2>"$OUT/ycsb-server.err" &
+  pid=$!
+  for _ in $(seq 100); do
+    addr=$(sed -n 's/.*listening on \([0-9.:]*\).*/\1/p' "$OUT/ycsb-server.err" | head -1)
+    [ -n "$addr" ] && break
+    sleep 0.1
+  done
+  [ -n "$addr" ] || { kill "$pid" 2>/dev/null; die "record server --listen printed no address"; }
+  port=${addr##*:}
+  local common=(-db "$db" -P "$ROOT/bench/ycsb/workloads/workloada" -p redis.host=127.0.0.1
+                -p "redis.port=$port" -p "recordcount=$n" -threads 4)
+  java -cp "$cp" site.ycsb.Client -load "${common[@]}" >>"$LOG" 2>&1 || die "YCSB load failed"
+  java -cp "$cp" site.ycsb.Client -t "${common[@]}" -p "operationcount=$((2 * n))" \
+    -p requestdistribution=zipfian >>"$LOG" 2>&1 || die "YCSB run failed"
+  kill -INT "$pid"
+  wait "$pid" || die "record server --listen failed: $(cat "$OUT/ycsb-server.err")"
+  TRACES+=(server-ycsb-real)
+}
+if [ -f "$T/server-ycsb-real.trace" ]; then TRACES+=(server-ycsb-real); else ycsb_server; fi
+
 for t in "${TRACES[@]}"; do
   "$K" tvarak-sim info "$T/$t.trace" --json >"$OUT/info-$t.json"
   log "run $t (all designs)"

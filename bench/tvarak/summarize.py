@@ -6,7 +6,8 @@ from pathlib import Path
 
 TRACES = ["fio-seq-read", "fio-seq-write", "fio-rand-read", "fio-rand-write", "stream-copy",
           "stream-scale", "stream-add", "stream-triad", "log-sync", "heap-insert",
-          "heap-balanced", "kv-ycsb-a", "server-ycsb-a"]
+          "heap-balanced", "kv-ycsb-a", "server-ycsb-a",
+          "server-ycsb-real"]
 
 
 def load(p):

@@ -97,7 +97,16 @@ enum Command {
     Haq(haq_cmd::HaqCommand),
     /// TVARAK's redundancy controller beside the last-level cache, simulated on traces of
     /// Kavach's own workloads: designs, baselines, ablations, faults.
-    #[command(subcommand, name = "tvarak-sim")]
+    #[command(
+        subcommand,
+        name = "tvarak-sim",
+        after_help = "`kavach tvarak-sim TRACE [OPTIONS]` is short for \
+            `kavach tvarak-sim run TRACE [OPTIONS]`.\n\nExamples:\n  \
+            kavach tvarak-sim gen fio --pattern rand-write -o fio-rw.trace\n  \
+            kavach tvarak-sim fio-rw.trace --design all --png fio-rw.png\n  \
+            kavach tvarak-sim record heap --threads 12 --ops 20000 -o heap.trace\n  \
+            kavach tvarak-sim faults"
+    )]
     TvarakSim(tvarak_cmd::TvarakCommand),
     /// Damage a page of a protected region as faulty media do: bit flips, lost and misdirected
     /// writes.

@@ -7,6 +7,7 @@
 //! output that exists, a PNG that cannot be written, a workload that failed).
 
 use std::cell::RefCell;
+use std::ffi::OsString;
 use std::fs::File;
 use std::io::BufReader;
 use std::path::{Path, PathBuf};
@@ -99,6 +100,17 @@ pub enum TvarakCommand {
         Exit status: 0 printed (whatever the matrix says: it measures designs, not a device); \
         2 could not run (a bad argument).")]
     Faults(FaultsArgs),
+    /// `kavach tvarak-sim TRACE [OPTIONS]` is `kavach tvarak-sim run TRACE [OPTIONS]`.
+    #[command(external_subcommand)]
+    Trace(Vec<OsString>),
+}
+
+/// `run`'s arguments on their own, for `kavach tvarak-sim TRACE ...`.
+#[derive(Debug, clap::Parser)]
+#[command(name = "kavach tvarak-sim", no_binary_name = true)]
+struct RunShorthand {
+    #[command(flatten)]
+    run: RunArgs,
 }
 
 #[derive(Debug, Subcommand)]
@@ -383,6 +395,27 @@ pub fn run(c: TvarakCommand) -> Result<Outcome> {
         TvarakCommand::Sweep(a) => sweep_cmd(&a),
         TvarakCommand::Ablation(a) => ablation_cmd(&a),
         TvarakCommand::Faults(a) => faults_cmd(&a),
+        TvarakCommand::Trace(args) => {
+            let first = args.first().cloned().unwrap_or_default();
+            if !Path::new(&first).exists() {
+                return Err(refused(format!(
+                    "{}: not a subcommand (run, info, gen, record, sweep, ablation, faults) \
+                     and no such trace file",
+                    first.to_string_lossy()
+                )));
+            }
+            match <RunShorthand as clap::Parser>::try_parse_from(args) {
+                Ok(a) => run_cmd(&a.run),
+                Err(e) => {
+                    let msg = e.to_string();
+                    let first = msg.lines().next().unwrap_or_default();
+                    Err(refused(format!(
+                        "{} (see kavach tvarak-sim run --help)",
+                        first.strip_prefix("error: ").unwrap_or(first)
+                    )))
+                }
+            }
+        }
     }
 }
 

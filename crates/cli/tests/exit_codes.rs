@@ -223,6 +223,7 @@ fn table() -> Vec<Row> {
         // header) is refused, never taken for a damaged trace; generators and recording
         // refuse an existing output; faults takes no path at all.
         row(&["tvarak-sim", "run"], &["P"], ALL),
+        row(&["tvarak-sim"], &["P"], ALL),
         row(&["tvarak-sim", "info"], &["P"], ALL),
         row(&["tvarak-sim", "sweep"], &["P", "--red-ways", "1,2"], ALL),
         row(&["tvarak-sim", "ablation"], &["P"], ALL),

@@ -180,6 +180,20 @@ fn run_prints_every_design_against_baseline_and_draws_it() {
 }
 
 #[test]
+fn a_trace_in_place_of_a_subcommand_is_run_and_an_unknown_word_is_refused() {
+    let s = Scratch::new("shorthand");
+    let t = s.path("sr.trace");
+    gen_fio(&t, "seq-read", 16);
+    let long = run_json(&["tvarak-sim", "run", &t, "--design", "tvarak"], 0);
+    let short = run_json(&["tvarak-sim", &t, "--design", "tvarak"], 0);
+    assert_eq!(long, short);
+    let o = kavach(&["tvarak-sim", "rnu"]);
+    assert_refused(&o, 2, "not a subcommand");
+    let o = kavach(&["tvarak-sim", &t, "--bogus"]);
+    assert_refused(&o, 2, "--bogus");
+}
+
+#[test]
 fn sweep_and_ablation_give_a_point_per_value_and_a_row_per_step() {
     let s = Scratch::new("sweep");
     let t = s.path("rr.trace");

@@ -1051,7 +1051,9 @@ pub fn kv_workload<W: Write + Send + 'static>(
             .map(|_| ())
             .map_err(|e| format!("checkpoint: {e}"))
     };
-    let rounds = (0..per).map(Some).chain((0..p.ops_per_thread).map(|_| None));
+    let rounds = (0..per)
+        .map(Some)
+        .chain((0..p.ops_per_thread).map(|_| None));
     'rounds: for (n, load) in rounds.enumerate() {
         for t in 0..p.threads as u64 {
             if let Err(e) = run(t, load) {
