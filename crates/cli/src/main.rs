@@ -21,6 +21,7 @@ mod replica_cmd;
 mod serve_cmd;
 mod target_cmd;
 mod tvarak_cmd;
+mod tvarak_files;
 mod tvarak_server;
 mod units;
 mod wsp_cmd;

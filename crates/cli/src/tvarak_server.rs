@@ -292,7 +292,7 @@ fn state_digest<'a>(pairs: impl IntoIterator<Item = (&'a [u8], &'a [u8])>) -> St
 /// `kavach tvarak-sim record server`.
 pub fn record(o: &ServerOpts, c: &Common) -> Result<Outcome> {
     let plan = plan(o, c)?;
-    let tmp = crate::tvarak_cmd::temp_beside(c.output);
+    let tmp = crate::tvarak_files::temp_beside(c.output);
     let file =
         File::create(&tmp).map_err(|e| refused(format!("-o {}: {e}", c.output.display())))?;
     let result = serve_and_trace(&plan, c, BufWriter::new(file));
@@ -303,11 +303,11 @@ pub fn record(o: &ServerOpts, c: &Common) -> Result<Outcome> {
             return Err(e);
         }
     };
-    crate::tvarak_cmd::publish(&tmp, c.output)?;
+    crate::tvarak_files::publish(&tmp, c.output)?;
     // Count the events from the file: what the trace says.
-    let s = match crate::tvarak_cmd::check_trace(c.output)? {
+    let s = match crate::tvarak_files::check_trace(c.output)? {
         Ok(s) => s,
-        Err((s, what)) => return crate::tvarak_cmd::report_damage(&what, c.json, &s),
+        Err((s, what)) => return crate::tvarak_files::report_damage(&what, c.json, &s),
     };
     let bytes = std::fs::metadata(c.output).map(|m| m.len()).unwrap_or(0);
     let digest = driven
