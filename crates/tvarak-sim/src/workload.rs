@@ -344,7 +344,8 @@ pub struct StreamParams {
     pub with_data: bool,
     /// Seed of the initial arrays.
     pub seed: u64,
-    /// A `TxCommit` of each step's store after it (see [`FioParams::tx`]).
+    /// After each step's store, a `TxCommit` per element it wrote (each double is one write
+    /// the program completes, and one object to a TxB library; see [`FioParams::tx`]).
     pub tx: bool,
 }
 
@@ -483,10 +484,12 @@ pub fn stream(p: &StreamParams) -> Result<impl Iterator<Item = Event> + use<>, S
             data,
         });
         if p.tx {
-            ev.push(Event::TxCommit {
-                core,
-                ranges: vec![(addr, p.access)],
-            });
+            for e in 0..u64::from(p.access) / 8 {
+                ev.push(Event::TxCommit {
+                    core,
+                    ranges: vec![(addr + 8 * e, 8)],
+                });
+            }
         }
         ev
     }))
@@ -639,23 +642,26 @@ mod tests {
         p.threads = 2;
         p.array_bytes = 2048;
         let ev: Vec<Event> = stream(&p).unwrap().collect();
-        // Add: two loads, a store of c, its commit, per 64 B step.
-        assert_eq!(ev.len(), 4 * 2048 / 64);
-        for c in ev.chunks(4) {
+        // Add: two loads, a store of c and a commit per double stored, per 64 B step.
+        assert_eq!(ev.len(), 11 * 2048 / 64);
+        for c in ev.chunks(11) {
             let Event::Store {
                 addr, len, core, ..
             } = c[2]
             else {
                 panic!("not a store: {:?}", c[2]);
             };
+            assert_eq!(len, 64);
             assert!((4096..6144).contains(&addr), "add writes c");
-            assert_eq!(
-                c[3],
-                Event::TxCommit {
-                    core,
-                    ranges: vec![(addr, len)]
-                }
-            );
+            for (e, commit) in c[3..].iter().enumerate() {
+                assert_eq!(
+                    *commit,
+                    Event::TxCommit {
+                        core,
+                        ranges: vec![(addr + 8 * e as u64, 8)]
+                    }
+                );
+            }
         }
     }
 
