@@ -271,12 +271,14 @@ pub struct StreamArgs {
 pub enum RecordWorkload {
     /// Threads appending records to Arcadia's log (`log::Log`), forced by --policy.
     Log,
-    /// Per thread a chained hash map in the heap, each insert or update one undo-log
-    /// transaction (recorded with the ranges it changed).
+    /// Per instance (--threads of them, each on its own core, taking turns on one thread) a
+    /// chained hash map in the heap, each insert or update one undo-log transaction
+    /// (recorded with the ranges it changed).
     Heap,
     /// The key-value store (dstore on DIPPER) under a YCSB-like mix with high skew (90% of
-    /// the operations on 10% of the keys): --keys loaded first, then --ops per thread,
-    /// --read-percent of them GETs.
+    /// the operations on 10% of the keys): --keys loaded first, then --ops per client
+    /// (--threads of them, each on its own core, taking turns on one thread), --read-percent
+    /// of them GETs.
     Store,
     /// The Redis-protocol server of `kavach serve` over a traced store, driven over TCP by
     /// --clients built-in clients (YCSB's zipfian key choice) or, with --listen, by outside
@@ -289,10 +291,12 @@ pub struct RecordArgs {
     /// What to run.
     #[arg(value_enum)]
     workload: RecordWorkload,
-    /// Threads (each one core of the trace; the thread that sets up is one more, core 0).
-    #[arg(long, default_value_t = 4)]
-    threads: u16,
-    /// Operations per thread: records appended (log), inserts/updates/lookups (heap).
+    /// Log: appending threads; heap: instances; store: clients (each one core of the trace;
+    /// setting up is one more, core 0) [default: 4]. Not for server (--clients, --cores).
+    #[arg(long)]
+    threads: Option<u16>,
+    /// Operations per thread, instance or client: records appended (log), inserts, updates
+    /// and lookups (heap), GETs and SETs (store, server).
     #[arg(long, default_value_t = 1000)]
     ops: u64,
     /// Log: payload bytes per record (8..=1048576).
@@ -301,16 +305,17 @@ pub struct RecordArgs {
     /// Log: force policy, sync, frequency:F or group:G.
     #[arg(long, default_value = "sync")]
     policy: String,
-    /// Heap and store: percent of operations that are lookups/GETs (0: updates only).
+    /// Heap, store and server: percent of operations that are lookups or GETs (0: updates
+    /// only).
     #[arg(long, default_value_t = 0)]
     read_percent: u8,
-    /// Heap: keys drawn from 0..KEYS; store: records loaded before the operations.
+    /// Heap: keys drawn from 0..KEYS; store and server: keys loaded before the operations.
     #[arg(long, default_value_t = 1000)]
     keys: u64,
     /// Heap: buckets per map.
     #[arg(long, default_value_t = 256)]
     buckets: u64,
-    /// Heap and store: value bytes (heap: a multiple of 8, up to 4096).
+    /// Heap, store and server: value bytes (heap: a multiple of 8, up to 4096).
     #[arg(long, default_value_t = 32)]
     value: u32,
     /// Record addresses only (stores without their bytes): smaller, but no functional engine.
@@ -956,6 +961,12 @@ fn record_cmd(a: &RecordArgs) -> Result<Outcome> {
         )));
     }
     if a.workload == RecordWorkload::Server {
+        if a.threads.is_some() {
+            return Err(refused(
+                "--threads: not for record server (its clients are --clients, its cores \
+                 --cores)",
+            ));
+        }
         return crate::tvarak_server::record(
             &a.server,
             &crate::tvarak_server::Common {
@@ -974,10 +985,10 @@ fn record_cmd(a: &RecordArgs) -> Result<Outcome> {
     a.server
         .refuse_for(&format!("{:?}", a.workload).to_lowercase())?;
     check_output_path("-o", &a.output, false)?;
-    if !(1..=64).contains(&a.threads) {
+    let threads = a.threads.unwrap_or(4);
+    if !(1..=64).contains(&threads) {
         return Err(refused(format!(
-            "--threads: expected 1..=64, found {}",
-            a.threads
+            "--threads: expected 1..=64, found {threads}"
         )));
     }
     if !(1..=10_000_000).contains(&a.ops) {
@@ -995,7 +1006,7 @@ fn record_cmd(a: &RecordArgs) -> Result<Outcome> {
     let recorded = match a.workload {
         RecordWorkload::Log => record::log_workload(
             &record::LogParams {
-                threads: a.threads,
+                threads,
                 records_per_thread: a.ops,
                 payload: a.payload,
                 policy,
@@ -1007,7 +1018,7 @@ fn record_cmd(a: &RecordArgs) -> Result<Outcome> {
         ),
         RecordWorkload::Heap => record::heap_workload(
             &record::HeapParams {
-                threads: a.threads,
+                threads,
                 ops_per_thread: a.ops,
                 buckets: a.buckets,
                 keys: a.keys,
@@ -1021,7 +1032,7 @@ fn record_cmd(a: &RecordArgs) -> Result<Outcome> {
         ),
         RecordWorkload::Store => record::kv_workload(
             &record::KvParams {
-                threads: a.threads,
+                threads,
                 records: a.keys,
                 ops_per_thread: a.ops,
                 read_percent: a.read_percent,

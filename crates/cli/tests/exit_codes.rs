@@ -295,6 +295,11 @@ fn table() -> Vec<Row> {
             &[Input::Missing],
         ),
         row(
+            &["tvarak-sim", "record"],
+            &["server", "--threads", "2", "-o", "S"],
+            &[Input::Missing],
+        ),
+        row(
             &["tvarak-sim", "gen"],
             &[
                 "fio",
