@@ -455,7 +455,11 @@ fn run_without_emulation_keeps_the_shares_when_the_work_is_the_bottleneck() {
     // No service model: `run` takes its fast path (the caller's thread) whenever nothing is
     // queued and a unit is idle, which is when the arbiter would grant the command at once.
     // With more callers than units the queues fill, and the shares must still follow the
-    // weights: WRR (32, 16, 8) in commands, each job holding its unit for 200 us.
+    // weights: WRR (32, 16, 8) in commands, each job holding its unit for 1 ms. The shares
+    // hold only while every class has a backlog: a caller served must come back before its
+    // class's queue drains. On a loaded machine a woken caller can wait milliseconds for a
+    // CPU, so each class has 16 callers for the 2 units (with 6 callers and 200 us jobs, the
+    // high class's queue ran dry under load and its share fell from 0.57 to 0.48).
     let ctl = Controller::start(options(ArbiterConfig::dissertation_wrr(), None, 64)).unwrap();
     let classes = [Class::High, Class::Medium, Class::Low];
     let counts: Vec<Arc<AtomicU64>> = classes
@@ -466,13 +470,13 @@ fn run_without_emulation_keeps_the_shares_when_the_work_is_the_bottleneck() {
     let mut handles = Vec::new();
     for (i, &class) in classes.iter().enumerate() {
         let q = ctl.queue("t", class);
-        for _ in 0..6 {
+        for _ in 0..16 {
             let (q, n, stop) = (q.clone(), counts[i].clone(), stop.clone());
             handles.push(thread::spawn(move || {
                 while !stop.load(Ordering::Relaxed) {
                     let n = n.clone();
                     let r = q.run(4096, move || {
-                        thread::sleep(Duration::from_micros(200));
+                        thread::sleep(Duration::from_millis(1));
                         n.fetch_add(1, Ordering::Relaxed);
                     });
                     if r.is_err() {
