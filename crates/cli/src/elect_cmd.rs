@@ -21,7 +21,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use anyhow::Result;
-use replicated::{ElectorConfig, Elector, Etcd, Next, Node, NodeRole, Promotion};
+use replicated::{Elector, ElectorConfig, Etcd, Next, Node, NodeRole, Promotion};
 use serde_json::json;
 
 use crate::replica_cmd::{parse_replicas, resp_call};
@@ -127,7 +127,11 @@ impl Node for RespNode {
     }
 
     fn shutdown(&mut self) {
-        let _ = resp_call(&self.addr, &["SHUTDOWN".to_string()], Duration::from_secs(30));
+        let _ = resp_call(
+            &self.addr,
+            &["SHUTDOWN".to_string()],
+            Duration::from_secs(30),
+        );
     }
 }
 

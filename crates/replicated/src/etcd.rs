@@ -148,7 +148,8 @@ impl Coordinator for Etcd {
     fn keepalive(&self, id: i64) -> Result<i64, CoordError> {
         let v = self.call(
             CoordOp::KeepAlive,
-            "/v3/lease/keepalive", &json!({ "ID": id.to_string() }),
+            "/v3/lease/keepalive",
+            &json!({ "ID": id.to_string() }),
         )?;
         Ok(num(&v, "TTL").unwrap_or(0))
     }

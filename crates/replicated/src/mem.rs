@@ -37,6 +37,8 @@ struct State {
     leases: BTreeMap<i64, Lease>,
     /// When each lease that is gone expired or was revoked.
     ended: BTreeMap<i64, u64>,
+    /// When each lease was last granted or renewed (kept after it is gone).
+    renewed: BTreeMap<i64, u64>,
     keys: BTreeMap<String, KeyValue>,
     links: BTreeMap<String, Link>,
 }
@@ -143,6 +145,12 @@ impl MemCoordinator {
     pub fn lease_ended_at(&self, id: i64) -> Option<u64> {
         lock(&self.state).ended.get(&id).copied()
     }
+
+    /// When lease `id` was last granted or renewed, by a call that reached the coordinator
+    /// (whether or not its answer got back).
+    pub fn lease_renewed_at(&self, id: i64) -> Option<u64> {
+        lock(&self.state).renewed.get(&id).copied()
+    }
 }
 
 impl MemClient {
@@ -195,6 +203,8 @@ impl Coordinator for MemClient {
             s.next_lease += 1;
             let id = s.next_lease;
             let deadline_ms = s.now_ms.saturating_add(ttl.saturating_mul(1000));
+            let now = s.now_ms;
+            s.renewed.insert(id, now);
             s.leases.insert(
                 id,
                 Lease {
@@ -212,7 +222,9 @@ impl Coordinator for MemClient {
             Ok(match s.leases.get_mut(&id) {
                 Some(l) => {
                     l.deadline_ms = now.saturating_add(l.ttl_s.saturating_mul(1000));
-                    i64::try_from(l.ttl_s).unwrap_or(i64::MAX)
+                    let left = i64::try_from(l.ttl_s).unwrap_or(i64::MAX);
+                    s.renewed.insert(id, now);
+                    left
                 }
                 None => 0,
             })
@@ -276,6 +288,7 @@ mod tests {
         assert_eq!(b.get("k").unwrap().unwrap().lease, l);
         m.advance_to(1_500);
         assert_eq!(a.keepalive(l).unwrap(), 2, "renewed: deadline 3,500");
+        assert_eq!(m.lease_renewed_at(l), Some(1_500));
         m.advance_to(3_499);
         assert!(m.lease_alive(l));
         assert_eq!(b.get("k").unwrap().unwrap().value, b"1");
@@ -286,7 +299,10 @@ mod tests {
         assert_eq!(a.keepalive(l).unwrap(), 0);
         assert!(matches!(
             a.create("k", b"1", l),
-            Err(CoordError::Refused { op: CoordOp::Create, .. })
+            Err(CoordError::Refused {
+                op: CoordOp::Create,
+                ..
+            })
         ));
         // b's lease expired at 2,000 with no key; a fresh one wins now.
         let lb = b.grant(1).unwrap();
@@ -306,7 +322,10 @@ mod tests {
         assert_eq!(a.get("k").unwrap(), None);
         assert!(matches!(
             a.revoke(l),
-            Err(CoordError::Refused { op: CoordOp::Revoke, .. })
+            Err(CoordError::Refused {
+                op: CoordOp::Revoke,
+                ..
+            })
         ));
         assert!(a.grant(0).is_err());
     }
@@ -319,13 +338,26 @@ mod tests {
         let l = a.grant(1).unwrap();
         m.set_link("a", Link::Cut);
         let e = a.create("k", b"v", l).unwrap_err();
-        assert!(matches!(e, CoordError::Unreachable { op: CoordOp::Create, .. }), "{e}");
+        assert!(
+            matches!(
+                e,
+                CoordError::Unreachable {
+                    op: CoordOp::Create,
+                    ..
+                }
+            ),
+            "{e}"
+        );
         assert_eq!(e.op(), Some(CoordOp::Create));
         assert!(a.get("k").is_err());
         assert!(a.keepalive(l).is_err());
         assert!(a.grant(1).is_err());
         assert!(a.revoke(l).is_err());
-        assert_eq!(b.get("k").unwrap(), None, "b's link is up; nothing was created");
+        assert_eq!(
+            b.get("k").unwrap(),
+            None,
+            "b's link is up; nothing was created"
+        );
         // Unrenewed over the cut link, the lease expires.
         m.advance_to(1_000);
         assert!(!m.lease_alive(l));
@@ -340,7 +372,11 @@ mod tests {
         let l = a.grant(3).unwrap();
         m.set_link("a", Link::AnswersLost);
         assert!(a.create("k", b"v", l).is_err());
-        assert_eq!(m.peek("k").map(|kv| kv.lease), Some(l), "created all the same");
+        assert_eq!(
+            m.peek("k").map(|kv| kv.lease),
+            Some(l),
+            "created all the same"
+        );
         assert!(a.revoke(l).is_err());
         assert!(!m.lease_alive(l), "revoked all the same");
         assert_eq!(m.peek("k"), None);
