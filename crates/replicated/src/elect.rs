@@ -462,3 +462,223 @@ impl fmt::Display for Event {
         write!(f, "{}: {}", self.kind, self.detail)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::mem::{Link, MemClient, MemCoordinator};
+
+    /// A node whose answers the test sets.
+    #[derive(Debug)]
+    struct Fake {
+        role: Result<NodeRole, String>,
+        /// PROMOTE's answer once it is polled; `None`: still running.
+        promote: Option<Promotion>,
+        promotes: usize,
+        shutdowns: usize,
+    }
+
+    impl Node for Fake {
+        fn role(&mut self) -> Result<NodeRole, String> {
+            self.role.clone()
+        }
+        fn start_promote(&mut self) {
+            self.promotes += 1;
+        }
+        fn poll_promote(&mut self) -> Promotion {
+            match &self.promote {
+                None => Promotion::Running,
+                Some(p) => {
+                    if matches!(p, Promotion::Done(_)) {
+                        self.role = Ok(NodeRole::Primary { epoch: 7 });
+                    }
+                    p.clone()
+                }
+            }
+        }
+        fn shutdown(&mut self) {
+            self.shutdowns += 1;
+            self.role = Err("connection refused".into());
+        }
+    }
+
+    fn elector(m: &MemCoordinator, name: &str) -> Elector<MemClient, Fake> {
+        let node = Fake {
+            role: Ok(NodeRole::Backup),
+            promote: Some(Promotion::Done("OK".into())),
+            promotes: 0,
+            shutdowns: 0,
+        };
+        let cfg = ElectorConfig::new("/k", name, name, 3);
+        Elector::new(cfg, m.client(name), node)
+    }
+
+    fn at(step: &Step) -> u64 {
+        match step.next {
+            Next::At(t) => t,
+            Next::Exit(ref e) => panic!("exited: {e}"),
+        }
+    }
+
+    fn kinds(step: &Step) -> Vec<&'static str> {
+        step.events.iter().map(|e| e.kind).collect()
+    }
+
+    #[test]
+    fn a_backup_wins_promotes_and_leads_and_the_key_names_it() {
+        let m = MemCoordinator::new();
+        let mut e = elector(&m, "a");
+        assert_eq!(e.config().tick_ms, 1_000);
+        assert_eq!(e.config().promote_poll_ms(), 200);
+        let t = e.first_step_at(0);
+        let s = e.step(t);
+        assert_eq!(at(&s), t + 200, "PROMOTE polled every 200 ms");
+        assert!(matches!(e.phase(), Phase::Promoting { .. }));
+        assert_eq!(e.node_mut().promotes, 1);
+        let s = e.step(t + 200);
+        assert_eq!(kinds(&s), ["promoted", "leading"]);
+        assert_eq!(s.events[1].detail, "epoch 7");
+        let kv = m.peek("/k").unwrap();
+        let v: serde_json::Value = serde_json::from_slice(&kv.value).unwrap();
+        assert_eq!(v, json!({ "node": "a", "epoch": 7 }));
+        let Phase::Leading { lease, .. } = e.phase() else {
+            panic!("{:?}", e.phase())
+        };
+        assert_eq!(kv.lease, lease);
+        // A second elector follows.
+        let mut b = elector(&m, "b");
+        let s = b.step(1_000);
+        assert_eq!(kinds(&s), ["following"]);
+        assert_eq!(b.step(2_000).events, [], "a lasting state is reported once");
+    }
+
+    #[test]
+    fn a_refused_promote_gives_the_key_up_and_backs_off_a_ttl() {
+        let m = MemCoordinator::new();
+        let mut e = elector(&m, "a");
+        e.node_mut().promote = Some(Promotion::Refused("too few copies".into()));
+        e.step(1_000);
+        let s = e.step(1_200);
+        assert_eq!(kinds(&s), ["refused"]);
+        assert_eq!(at(&s), 1_200 + 3_000 + 1_000);
+        assert_eq!(m.peek("/k"), None, "the lease was revoked");
+        assert_eq!(e.phase(), Phase::Campaign);
+        // Refused when the node is no longer a backup: the elector stops.
+        let mut e = elector(&m, "b");
+        e.node_mut().promote = Some(Promotion::Refused("fenced".into()));
+        e.step(10_000);
+        e.node_mut().role = Ok(NodeRole::Other("stopped".into()));
+        let s = e.step(10_200);
+        assert!(matches!(
+            s.next,
+            Next::Exit(ElectError::PromoteFailed { .. })
+        ));
+        assert_eq!(e.phase(), Phase::Exited);
+    }
+
+    #[test]
+    fn a_leader_cut_off_for_a_ttl_shuts_its_node_down() {
+        let m = MemCoordinator::new();
+        let mut e = elector(&m, "a");
+        e.step(1_000);
+        e.step(1_200);
+        m.advance_to(2_200);
+        assert_eq!(at(&e.step(2_200)), 3_200, "renewed");
+        m.set_link("a", Link::Cut);
+        let mut now = 3_200;
+        loop {
+            m.advance_to(now);
+            let s = e.step(now);
+            match s.next {
+                Next::At(t) => {
+                    assert!(now - 2_200 < 3_000, "still leading at {now}");
+                    now = t;
+                }
+                Next::Exit(err) => {
+                    assert!(matches!(err, ElectError::ShutDown { .. }), "{err}");
+                    assert!(
+                        err.to_string().contains("could not be renewed for 3s"),
+                        "{err}"
+                    );
+                    break;
+                }
+            }
+        }
+        assert_eq!(now, 5_200, "the first round a TTL after the last renewal");
+        assert_eq!(e.node_mut().shutdowns, 1);
+    }
+
+    #[test]
+    fn the_ttl_without_renewal_counts_from_the_last_renewal_even_across_promote() {
+        let m = MemCoordinator::new();
+        let mut e = elector(&m, "a");
+        e.node_mut().promote = None;
+        e.step(1_000);
+        m.set_link("a", Link::Cut);
+        for t in (1_200..=6_000).step_by(200) {
+            m.advance_to(t);
+            assert_eq!(e.step(t).next, Next::At(t + 200), "PROMOTE still running");
+        }
+        e.node_mut().promote = Some(Promotion::Done("OK".into()));
+        m.advance_to(6_200);
+        let s = e.step(6_200);
+        assert_eq!(kinds(&s), ["promoted", "lost", "leading"]);
+        // The lease was granted at 1,000 and never renewed: the next round ends it.
+        m.advance_to(7_200);
+        let s = e.step(7_200);
+        assert!(
+            matches!(s.next, Next::Exit(ElectError::ShutDown { .. })),
+            "{s:?}"
+        );
+    }
+
+    #[test]
+    fn a_restarted_elector_resumes_the_lease_its_primary_holds() {
+        let m = MemCoordinator::new();
+        let mut a = elector(&m, "a");
+        a.step(1_000);
+        a.step(1_200);
+        let Phase::Leading { lease, .. } = a.phase() else {
+            panic!()
+        };
+        drop(a);
+        let mut again = elector(&m, "a");
+        again.node_mut().role = Ok(NodeRole::Primary { epoch: 7 });
+        let s = again.step(2_000);
+        assert_eq!(kinds(&s), ["leading", "leading"]);
+        assert_eq!(
+            s.events[0].detail,
+            "resumed the lease this node already held"
+        );
+        assert_eq!(
+            again.phase(),
+            Phase::Leading {
+                lease,
+                renewed_ms: 2_000
+            }
+        );
+        assert_eq!(again.node_mut().promotes, 0);
+    }
+
+    #[test]
+    fn a_leader_whose_node_stops_answering_revokes_and_stops() {
+        let m = MemCoordinator::new();
+        let mut e = elector(&m, "a");
+        e.step(1_000);
+        e.step(1_200);
+        e.node_mut().role = Err("connection refused".into());
+        let s = e.step(2_200);
+        assert_eq!(kinds(&s), ["lost"]);
+        assert!(matches!(s.next, Next::Exit(ElectError::NotBackup { .. })));
+        assert_eq!(m.peek("/k"), None, "revoked so another can lead");
+        // A node that became a backup again: campaign.
+        let mut e = elector(&m, "b");
+        e.step(3_000);
+        e.step(3_200);
+        e.node_mut().role = Ok(NodeRole::Backup);
+        let s = e.step(4_200);
+        assert_eq!(at(&s), 5_200);
+        assert_eq!(e.phase(), Phase::Campaign);
+        assert_eq!(e.node_mut().shutdowns, 0);
+    }
+}
