@@ -450,13 +450,11 @@ impl Sim {
         let now = self.now();
         let i = self.rng.below(NODES);
         match self.rng.below(8) {
-            0 => {
-                if self.world.borrow().nodes[i].state != State::Down {
-                    self.log(format!("FAULT node {i} crashes"));
-                    self.world.borrow_mut().crash(i);
-                    let at = now + self.rng.range(200, 5_000);
-                    self.node_restarts.push((at, i));
-                }
+            0 if self.world.borrow().nodes[i].state != State::Down => {
+                self.log(format!("FAULT node {i} crashes"));
+                self.world.borrow_mut().crash(i);
+                let at = now + self.rng.range(200, 5_000);
+                self.node_restarts.push((at, i));
             }
             1 | 2 => {
                 let link = if self.rng.below(3) == 0 {
@@ -480,11 +478,10 @@ impl Sim {
                 self.log(format!("FAULT node {i}'s next PROMOTE takes {ms} ms"));
                 self.world.borrow_mut().nodes[i].promote_ms = ms;
             }
-            5 => {
-                if self.slots[i].elector.take().is_some() {
-                    self.log(format!("FAULT elector {i} crashes"));
-                    self.slots[i].restart_at = now + self.rng.range(100, 3_000);
-                }
+            5 if self.slots[i].elector.is_some() => {
+                self.slots[i].elector = None;
+                self.log(format!("FAULT elector {i} crashes"));
+                self.slots[i].restart_at = now + self.rng.range(100, 3_000);
             }
             _ => {}
         }
@@ -768,7 +765,8 @@ fn a_seed_replays_exactly() {
     let history = |seed| {
         let mut sim = Sim::new(seed, Canary::Honest);
         let _ = sim.run();
-        let h = sim.world.borrow().history.clone();
+        let mut h = Vec::new();
+        h.clone_from(&sim.world.borrow().history);
         h
     };
     let a = history(7);
