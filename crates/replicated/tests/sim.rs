@@ -12,11 +12,12 @@
 //! restarted backup does not rejoin a running primary). It can commit a write while at least W
 //! of its backups are up and still promise its epoch.
 //!
-//! Faults: node crashes and restarts (as a backup), elector crashes and restarts, cut links
+//! Faults: node crashes, elector crashes and restarts, cut links
 //! between the coordinator and an elector (nothing gets through, or requests do and answers
-//! do not) and their healing, a lease expired by the coordinator, slow PROMOTEs. An elector
-//! that exits is restarted later, with its node restarted as a backup if it is down, as the
-//! operator is told to.
+//! do not) and their healing, a lease expired by the coordinator, slow PROMOTEs. A node that
+//! is down (crashed, shut down by its elector, stopped by a fenced PROMOTE) is restarted as a
+//! backup after 0.2-5 s, as a supervisor would; an elector that exits is restarted after
+//! 0.1-3 s, with its node if that is down, as the operator is told to.
 //!
 //! Checked after every step:
 //! - at most one node can commit writes, and no epoch is taken by two promotions;
@@ -567,6 +568,15 @@ impl Sim {
                 self.fault();
                 self.next_fault = t + self.rng.range(50, 1_500);
                 self.check(t)?;
+            }
+            // A node that stopped (crashed, shut down, fenced) is restarted by its
+            // supervisor after a while, as a backup.
+            for i in 0..NODES {
+                let down = self.world.borrow().nodes[i].state == State::Down;
+                if down && !self.node_restarts.iter().any(|&(_, j)| j == i) {
+                    let at = t + self.rng.range(200, 5_000);
+                    self.node_restarts.push((at, i));
+                }
             }
             for i in 0..NODES {
                 if self.slots[i].elector.is_none() {
