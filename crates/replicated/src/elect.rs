@@ -24,8 +24,8 @@
 //! One rule is tighter than the elector's before it became a state machine: the TTL without
 //! renewal is counted from the last renewal that succeeded (at the grant, during PROMOTE, or
 //! while leading), not from the moment PROMOTE ended. A PROMOTE that outlasts the lease while
-//! the coordinator is unreachable used to give the new primary a further TTL; the simulation
-//! finds that (see `tests/sim.rs`).
+//! the coordinator is unreachable used to give the new primary a further TTL; with that rule
+//! put back, the simulation in `tests/sim.rs` fails on its lease check (seed 6).
 
 use std::fmt;
 use std::time::Duration;
@@ -138,6 +138,9 @@ pub enum ElectError {
          (kavach serve --role backup) and this elector"
     )]
     ShutDown { node: String, why: String },
+    /// `step` was called after the elector had stopped.
+    #[error("the elector has stopped")]
+    Stopped,
     /// The leadership was lost and the node is not a backup.
     #[error(
         "lost the leadership ({why}); {node} is not a backup: restart it as one and this \
@@ -267,7 +270,7 @@ impl<C: Coordinator, N: Node> Elector<C, N> {
             Phase::Campaign => self.campaign(now),
             Phase::Promoting { lease, renewed_ms } => self.promoting(now, lease, renewed_ms),
             Phase::Leading { lease, renewed_ms } => self.lead(now, lease, renewed_ms),
-            Phase::Exited => return self.done(Next::Exit(ElectError::NodeGone("stopped".into()))),
+            Phase::Exited => return self.done(Next::Exit(ElectError::Stopped)),
         };
         self.done(next)
     }
