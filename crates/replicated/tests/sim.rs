@@ -357,6 +357,8 @@ struct Sim {
     recovered_in: u64,
     /// Whether that leader's node could commit.
     writable: bool,
+    /// Whether that leader's epoch is older than a promise some copy holds.
+    stale: bool,
 }
 
 fn name(i: usize) -> String {
@@ -396,6 +398,7 @@ impl Sim {
             cfg,
             recovered_in: 0,
             writable: false,
+            stale: false,
         };
         for i in 0..NODES {
             let e = sim.make_elector(i, 0);
@@ -531,7 +534,10 @@ impl Sim {
                 && let Some(i) = self.leader()
             {
                 self.recovered_in = t - FAULT_MS;
-                self.writable = self.world.borrow().can_commit(i);
+                let w = self.world.borrow();
+                self.writable = w.can_commit(i);
+                let newest = w.nodes.iter().map(|n| n.promised).max().unwrap_or(0);
+                self.stale = matches!(w.nodes[i].state, State::Primary(e) if e < newest);
                 return Ok(());
             }
             if t >= live_deadline {
@@ -710,7 +716,7 @@ fn seeds() -> u64 {
 #[test]
 fn failover_holds_its_invariants_over_many_seeds() {
     let n = seeds();
-    let (mut promotions, mut writable, mut slowest) = (0usize, 0u64, 0u64);
+    let (mut promotions, mut writable, mut stale, mut slowest) = (0usize, 0u64, 0u64, 0u64);
     for seed in 0..n {
         let mut sim = Sim::new(seed, Canary::Honest);
         if let Err(report) = sim.run() {
@@ -718,6 +724,7 @@ fn failover_holds_its_invariants_over_many_seeds() {
         }
         promotions += sim.world.borrow().primaries.len();
         writable += u64::from(sim.writable);
+        stale += u64::from(sim.stale);
         slowest = slowest.max(sim.recovered_in);
     }
     // The schedules must actually fail over, or the checks would see nothing.
@@ -727,7 +734,8 @@ fn failover_holds_its_invariants_over_many_seeds() {
     );
     eprintln!(
         "{n} seeds, {promotions} promotions; a leader at most {slowest} ms after the faults \
-         stopped; {writable} of them could commit"
+         stopped; {writable} of them could commit, {stale} led at an epoch older than a \
+         promise some copy holds"
     );
 }
 
