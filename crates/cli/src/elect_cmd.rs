@@ -13,12 +13,17 @@
 //! for `--ttl` seconds (etcd gone, or the lease revoked) shuts its node down, since another
 //! node may be primary by then, and exits with an error; restart that node as a backup.
 
+//!
+//! The rules live in the library (`replicated::elect`); this command runs them with real time,
+//! the node's RESP port and etcd.
+
+use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, Result};
+use anyhow::Result;
+use replicated::{Elector, ElectorConfig, Etcd, Next, Node, NodeRole, Promotion};
 use serde_json::json;
 
-use crate::etcd::Etcd;
 use crate::replica_cmd::{parse_replicas, resp_call};
 
 /// Run an elector for one `kavach serve --role backup` node.
@@ -65,48 +70,24 @@ pub struct ElectArgs {
     json: bool,
 }
 
-/// What the local node says it is.
-#[derive(Debug, Clone, PartialEq)]
-enum NodeRole {
-    Primary { epoch: u64 },
-    Backup,
-    Other(String),
+/// The node, over its RESP port.
+struct RespNode {
+    addr: String,
+    /// How long INFO may take.
+    timeout: Duration,
+    /// PROMOTE's arguments.
+    promote_args: Vec<String>,
+    /// The PROMOTE call under way.
+    promote: Option<JoinHandle<Result<std::result::Result<String, String>>>>,
 }
 
-struct Elector<'a> {
-    a: &'a ElectArgs,
-    etcd: Etcd,
-    key: String,
-    node: String,
-    advertise: String,
-    tick: Duration,
-    /// The last event printed, so a state that lasts is reported once.
-    last: String,
-}
-
-impl Elector<'_> {
-    fn event(&mut self, kind: &str, detail: &str) {
-        let line = format!("{kind}: {detail}");
-        if line == self.last {
-            return;
-        }
-        self.last = line;
-        // The elector's job is failover, not printing: a reader that went away or a full
-        // disk must not stop it (a failed line is dropped, see `server::console`).
-        if self.a.json {
-            server::say_out!(
-                "{}",
-                json!({ "event": kind, "detail": detail, "node": self.advertise, "key": self.key })
-            );
-        }
-        server::say!("kavach elect: {kind}: {detail}");
-    }
-
-    fn role(&self) -> Result<NodeRole> {
+impl Node for RespNode {
+    fn role(&mut self) -> std::result::Result<NodeRole, String> {
         let args = ["INFO".to_string(), "replication".to_string()];
-        let text = match resp_call(&self.node, &args, self.tick.max(Duration::from_secs(2)))? {
-            Ok(t) => t,
-            Err(e) => anyhow::bail!("INFO: {e}"),
+        let text = match resp_call(&self.addr, &args, self.timeout) {
+            Ok(Ok(t)) => t,
+            Ok(Err(e)) => return Err(format!("INFO: {e}")),
+            Err(e) => return Err(format!("{e:#}")),
         };
         let field = |name: &str| {
             text.lines()
@@ -122,143 +103,35 @@ impl Elector<'_> {
         })
     }
 
-    fn value(&self, epoch: u64) -> Vec<u8> {
-        json!({ "node": self.advertise, "epoch": epoch })
-            .to_string()
-            .into_bytes()
+    fn start_promote(&mut self) {
+        let (node, args) = (self.addr.clone(), self.promote_args.clone());
+        self.promote = Some(std::thread::spawn(move || {
+            resp_call(&node, &args, Duration::from_secs(600))
+        }));
     }
 
-    /// Follow until this elector wins the key; returns the lease.
-    fn campaign(&mut self) -> Result<i64> {
-        loop {
-            std::thread::sleep(self.tick);
-            let role = match self.role() {
-                Ok(r) => r,
-                Err(e) => {
-                    self.event("waiting", &format!("the node does not answer ({e:#})"));
-                    continue;
-                }
-            };
-            if let NodeRole::Other(r) = &role {
-                self.event("waiting", &format!("the node is {r}, not a backup"));
-                continue;
+    fn poll_promote(&mut self) -> Promotion {
+        match self.promote.take() {
+            None => Promotion::Failed("no PROMOTE was sent".into()),
+            Some(call) if !call.is_finished() => {
+                self.promote = Some(call);
+                Promotion::Running
             }
-            let held = match self.etcd.get(&self.key) {
-                Ok(h) => h,
-                Err(e) => {
-                    self.event("waiting", &format!("{e:#}"));
-                    continue;
-                }
-            };
-            if let Some(kv) = held {
-                let leader = String::from_utf8_lossy(&kv.value).into_owned();
-                let mine = serde_json::from_slice::<serde_json::Value>(&kv.value)
-                    .ok()
-                    .and_then(|v| v.get("node")?.as_str().map(|n| n == self.advertise))
-                    .unwrap_or(false);
-                if mine && matches!(role, NodeRole::Primary { .. }) && kv.lease != 0 {
-                    // A restarted elector whose node still leads: take its lease over.
-                    if self.etcd.keepalive(kv.lease).unwrap_or(0) > 0 {
-                        self.event("leading", "resumed the lease this node already held");
-                        return Ok(kv.lease);
-                    }
-                }
-                self.event("following", &leader);
-                continue;
-            }
-            let lease = match self.etcd.grant(self.a.ttl) {
-                Ok(l) => l,
-                Err(e) => {
-                    self.event("waiting", &format!("{e:#}"));
-                    continue;
-                }
-            };
-            let epoch = match role {
-                NodeRole::Primary { epoch } => epoch,
-                _ => 0,
-            };
-            match self.etcd.create(&self.key, &self.value(epoch), lease) {
-                Ok(true) => return Ok(lease),
-                Ok(false) => {
-                    let _ = self.etcd.revoke(lease);
-                }
-                Err(e) => {
-                    let _ = self.etcd.revoke(lease);
-                    self.event("waiting", &format!("{e:#}"));
-                }
-            }
+            Some(call) => match call.join() {
+                Err(_) => Promotion::Failed("the PROMOTE call panicked".into()),
+                Ok(Err(e)) => Promotion::Failed(format!("{e:#}")),
+                Ok(Ok(Ok(text))) => Promotion::Done(text),
+                Ok(Ok(Err(e))) => Promotion::Refused(e),
+            },
         }
     }
 
-    /// PROMOTE the node while keeping `lease` alive; the new epoch, or `None` if the node
-    /// refused and is still a backup (the lease is revoked then).
-    fn promote(&mut self, lease: i64) -> Result<Option<u64>> {
-        let mut args = vec!["PROMOTE".to_string(), self.a.replicas.clone()];
-        if let Some(w) = self.a.write_quorum {
-            args.push(w.to_string());
-        }
-        let node = self.node.clone();
-        let call = std::thread::spawn(move || resp_call(&node, &args, Duration::from_secs(600)));
-        while !call.is_finished() {
-            std::thread::sleep(self.tick.min(Duration::from_millis(200)));
-            let _ = self.etcd.keepalive(lease);
-        }
-        let answer = call
-            .join()
-            .map_err(|_| anyhow::anyhow!("the PROMOTE call panicked"))??;
-        match answer {
-            Ok(text) => {
-                self.event("promoted", &text);
-                Ok(match self.role()? {
-                    NodeRole::Primary { epoch } => Some(epoch),
-                    r => anyhow::bail!("after PROMOTE the node is {r:?}"),
-                })
-            }
-            Err(e) => {
-                let _ = self.etcd.revoke(lease);
-                if matches!(self.role(), Ok(NodeRole::Backup)) {
-                    // Refused before it stopped being a backup (too few copies answer, say):
-                    // let another node try, and try again later.
-                    self.event("refused", &format!("{e}; gave the leadership up"));
-                    std::thread::sleep(Duration::from_secs(self.a.ttl));
-                    return Ok(None);
-                }
-                Err(crate::outcome::CommandFailed(anyhow::anyhow!(
-                    "{}: {e}; gave the leadership up",
-                    self.node
-                ))
-                .into())
-            }
-        }
-    }
-
-    /// Hold the lease while the node is primary. Returns why the leadership ended.
-    fn lead(&mut self, lease: i64) -> String {
-        let ttl = Duration::from_secs(self.a.ttl);
-        let mut renewed = Instant::now();
-        loop {
-            std::thread::sleep(self.tick);
-            match self.role() {
-                Ok(NodeRole::Primary { .. }) => {}
-                Ok(r) => {
-                    let _ = self.etcd.revoke(lease);
-                    return format!("the node is no longer primary ({r:?})");
-                }
-                Err(e) => {
-                    // A dead node must not keep the key; its lease goes so another can lead.
-                    let _ = self.etcd.revoke(lease);
-                    return format!("the node does not answer ({e:#})");
-                }
-            }
-            match self.etcd.keepalive(lease) {
-                Ok(left) if left > 0 => renewed = Instant::now(),
-                Ok(_) => return "the lease expired".into(),
-                Err(e) if renewed.elapsed() >= ttl => {
-                    return format!("the lease could not be renewed for {ttl:?} ({e:#})");
-                }
-                Err(e) => self.event("leading", &format!("renewal failed, retrying: {e:#}")),
-            }
-        }
+    fn shutdown(&mut self) {
+        let _ = resp_call(
+            &self.addr,
+            &["SHUTDOWN".to_string()],
+            Duration::from_secs(30),
+        );
     }
 }
 
@@ -284,55 +157,53 @@ fn check_args(a: &ElectArgs) -> Result<(Etcd, Duration)> {
 pub fn run(a: &ElectArgs) -> Result<crate::outcome::Outcome> {
     let (etcd, tick) = check_args(a).map_err(crate::outcome::CommandFailed)?;
     let node = format!("{}:{}", a.host, a.port);
-    let mut e = Elector {
-        a,
-        key: format!("/kavach/{}/leader", a.cluster),
-        advertise: a.advertise.clone().unwrap_or_else(|| node.clone()),
-        node,
-        etcd,
-        tick,
-        last: String::new(),
+    let advertise = a.advertise.clone().unwrap_or_else(|| node.clone());
+    let key = format!("/kavach/{}/leader", a.cluster);
+    let mut cfg = ElectorConfig::new(&key, &node, &advertise, a.ttl);
+    cfg.tick_ms = u64::try_from(tick.as_millis()).unwrap_or(u64::MAX);
+    let endpoint = etcd.endpoint().to_string();
+    let mut promote_args = vec!["PROMOTE".to_string(), a.replicas.clone()];
+    if let Some(w) = a.write_quorum {
+        promote_args.push(w.to_string());
+    }
+    let resp = RespNode {
+        addr: node,
+        timeout: tick.max(Duration::from_secs(2)),
+        promote_args,
+        promote: None,
     };
-    e.event(
-        "started",
-        &format!("etcd {}, lease {} s", e.etcd.endpoint(), a.ttl),
-    );
+    let mut e = Elector::new(cfg, etcd, resp);
+    let say = |ev: replicated::Event| {
+        // The elector's job is failover, not printing: a reader that went away or a full
+        // disk must not stop it (a failed line is dropped, see `server::console`).
+        if a.json {
+            server::say_out!(
+                "{}",
+                json!({ "event": ev.kind, "detail": ev.detail, "node": advertise, "key": key })
+            );
+        }
+        server::say!("kavach elect: {}: {}", ev.kind, ev.detail);
+    };
+    if let Some(ev) = e.report("started", &format!("etcd {endpoint}, lease {} s", a.ttl)) {
+        say(ev);
+    }
+    let start = Instant::now();
+    let now = || u64::try_from(start.elapsed().as_millis()).unwrap_or(u64::MAX);
+    let mut due = e.first_step_at(now());
     loop {
-        let lease = e.campaign()?;
-        let epoch = match e.role().context("the node stopped answering")? {
-            NodeRole::Primary { epoch } => epoch,
-            _ => match e.promote(lease)? {
-                Some(epoch) => epoch,
-                None => continue,
-            },
-        };
-        if !e
-            .etcd
-            .update(&e.key, &e.value(epoch), lease)
-            .unwrap_or(false)
-        {
-            e.event("lost", "the leader key changed hands while promoting");
+        let t = now();
+        if due > t {
+            std::thread::sleep(Duration::from_millis(due - t));
         }
-        e.event("leading", &format!("epoch {epoch}"));
-        let why = e.lead(lease);
-        e.event("lost", &why);
-        if matches!(e.role(), Ok(NodeRole::Primary { .. })) {
-            // Another node may be primary by now: stop serving from this one.
-            let _ = resp_call(&e.node, &["SHUTDOWN".to_string()], Duration::from_secs(30));
-            return Err(crate::outcome::CommandFailed(anyhow::anyhow!(
-                "lost the leadership ({why}); shut {} down: restart it as a backup \
-                 (kavach serve --role backup) and this elector",
-                e.node
-            ))
-            .into());
+        let step = e.step(now());
+        for ev in step.events {
+            say(ev);
         }
-        if !matches!(e.role(), Ok(NodeRole::Backup)) {
-            return Err(crate::outcome::CommandFailed(anyhow::anyhow!(
-                "lost the leadership ({why}); {} is not a backup: restart it as one and this \
-                 elector",
-                e.node
-            ))
-            .into());
+        match step.next {
+            Next::At(t) => due = t,
+            Next::Exit(why) => {
+                return Err(crate::outcome::CommandFailed(anyhow::anyhow!("{why}")).into());
+            }
         }
     }
 }

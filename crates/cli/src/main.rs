@@ -8,7 +8,6 @@
 mod cr_cmd;
 mod demo;
 mod elect_cmd;
-mod etcd;
 mod fault_cmd;
 mod haq_cmd;
 mod heap_cmd;

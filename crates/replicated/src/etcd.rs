@@ -15,6 +15,8 @@ use base64::Engine;
 use base64::engine::general_purpose::STANDARD as B64;
 use serde_json::{Value, json};
 
+use crate::coord::{CoordError, CoordOp, Coordinator, KeyValue};
+
 /// The largest response body read (an election's answers are a few hundred bytes).
 const BODY_MAX: usize = 1 << 20;
 
@@ -25,27 +27,23 @@ pub struct Etcd {
     timeout: Duration,
 }
 
-/// A key as etcd holds it.
-#[derive(Debug, Clone, PartialEq)]
-pub struct KeyValue {
-    pub value: Vec<u8>,
-    pub lease: i64,
-    pub create_revision: i64,
-}
-
 impl Etcd {
     /// Parse `http://host:port` (the scheme may be left out; https is not supported).
-    pub fn new(url: &str, timeout: Duration) -> Result<Etcd> {
+    pub fn new(url: &str, timeout: Duration) -> Result<Etcd, CoordError> {
         let rest = match url.split_once("://") {
             Some(("http", r)) => r,
             Some((scheme, _)) => {
-                bail!("etcd URL `{url}`: scheme `{scheme}` is not supported (use http://)")
+                return Err(CoordError::Config(format!(
+                    "etcd URL `{url}`: scheme `{scheme}` is not supported (use http://)"
+                )));
             }
             None => url,
         };
         let host = rest.trim_end_matches('/');
         if host.is_empty() || host.contains('/') {
-            bail!("etcd URL `{url}` is not http://HOST:PORT");
+            return Err(CoordError::Config(format!(
+                "etcd URL `{url}` is not http://HOST:PORT"
+            )));
         }
         let host = if host
             .rsplit_once(':')
@@ -65,7 +63,54 @@ impl Etcd {
 
     /// POST `body` to `path` and return the first JSON object of the answer (a streaming call
     /// such as keepalive answers with a stream; the first message is all we want).
-    fn call(&self, path: &str, body: &Value) -> Result<Value> {
+    fn call(&self, op: CoordOp, path: &str, body: &Value) -> Result<Value, CoordError> {
+        let unreachable = |e: anyhow::Error| CoordError::Unreachable {
+            op,
+            detail: format!("{e:#}"),
+        };
+        let mut r = self.send(path, body).map_err(unreachable)?;
+        let (status, text) = read_response(&mut r)
+            .with_context(|| format!("etcd {}: bad answer to {path}", self.host))
+            .map_err(unreachable)?;
+        let bad = |detail: String| CoordError::BadAnswer { op, detail };
+        let v: Value = serde_json::Deserializer::from_str(&text)
+            .into_iter::<Value>()
+            .next()
+            .ok_or_else(|| {
+                bad(format!(
+                    "etcd {}: empty answer to {path} (HTTP {status})",
+                    self.host
+                ))
+            })?
+            .map_err(|e| {
+                bad(format!(
+                    "etcd {}: answer to {path} is not JSON: {e}",
+                    self.host
+                ))
+            })?;
+        if status != 200 {
+            let msg = v
+                .get("message")
+                .or_else(|| v.get("error"))
+                .and_then(Value::as_str)
+                .unwrap_or("no message");
+            return Err(CoordError::Refused {
+                op,
+                detail: format!("etcd {}: {path} failed (HTTP {status}): {msg}", self.host),
+            });
+        }
+        // A stream wraps each message in {"result": ...} or {"error": ...}.
+        if let Some(e) = v.get("error") {
+            return Err(CoordError::Refused {
+                op,
+                detail: format!("etcd {}: {path} failed: {e}", self.host),
+            });
+        }
+        Ok(v.get("result").cloned().unwrap_or(v))
+    }
+
+    /// Connect and send one request; the reader of its answer.
+    fn send(&self, path: &str, body: &Value) -> Result<BufReader<TcpStream>> {
         let addr = self
             .host
             .to_socket_addrs()
@@ -85,51 +130,45 @@ impl Etcd {
         );
         s.write_all(req.as_bytes())
             .with_context(|| format!("etcd {}: cannot send {path}", self.host))?;
-        let mut r = BufReader::new(s);
-        let (status, text) = read_response(&mut r)
-            .with_context(|| format!("etcd {}: bad answer to {path}", self.host))?;
-        let v: Value = serde_json::Deserializer::from_str(&text)
-            .into_iter::<Value>()
-            .next()
-            .ok_or_else(|| anyhow!("etcd {}: empty answer to {path} (HTTP {status})", self.host))?
-            .with_context(|| format!("etcd {}: answer to {path} is not JSON", self.host))?;
-        if status != 200 {
-            let msg = v
-                .get("message")
-                .or_else(|| v.get("error"))
-                .and_then(Value::as_str)
-                .unwrap_or("no message");
-            bail!("etcd {}: {path} failed (HTTP {status}): {msg}", self.host);
-        }
-        // A stream wraps each message in {"result": ...} or {"error": ...}.
-        if let Some(e) = v.get("error") {
-            bail!("etcd {}: {path} failed: {e}", self.host);
-        }
-        Ok(v.get("result").cloned().unwrap_or(v))
+        Ok(BufReader::new(s))
     }
+}
 
+impl Coordinator for Etcd {
     /// Grant a lease of `ttl` seconds; its ID.
-    pub fn grant(&self, ttl: u64) -> Result<i64> {
-        let v = self.call("/v3/lease/grant", &json!({ "TTL": ttl }))?;
-        num(&v, "ID").ok_or_else(|| anyhow!("etcd lease grant: no ID in {v}"))
+    fn grant(&self, ttl: u64) -> Result<i64, CoordError> {
+        let v = self.call(CoordOp::Grant, "/v3/lease/grant", &json!({ "TTL": ttl }))?;
+        num(&v, "ID").ok_or_else(|| CoordError::BadAnswer {
+            op: CoordOp::Grant,
+            detail: format!("etcd lease grant: no ID in {v}"),
+        })
     }
 
     /// Renew lease `id`; the seconds it has left (0: it had already expired).
-    pub fn keepalive(&self, id: i64) -> Result<i64> {
-        let v = self.call("/v3/lease/keepalive", &json!({ "ID": id.to_string() }))?;
+    fn keepalive(&self, id: i64) -> Result<i64, CoordError> {
+        let v = self.call(
+            CoordOp::KeepAlive,
+            "/v3/lease/keepalive",
+            &json!({ "ID": id.to_string() }),
+        )?;
         Ok(num(&v, "TTL").unwrap_or(0))
     }
 
     /// Revoke lease `id` (its keys are deleted).
-    pub fn revoke(&self, id: i64) -> Result<()> {
-        self.call("/v3/lease/revoke", &json!({ "ID": id.to_string() }))?;
+    fn revoke(&self, id: i64) -> Result<(), CoordError> {
+        self.call(
+            CoordOp::Revoke,
+            "/v3/lease/revoke",
+            &json!({ "ID": id.to_string() }),
+        )?;
         Ok(())
     }
 
     /// Create `key` = `value` under lease `lease` if the key does not exist; whether it did.
-    pub fn create(&self, key: &str, value: &[u8], lease: i64) -> Result<bool> {
+    fn create(&self, key: &str, value: &[u8], lease: i64) -> Result<bool, CoordError> {
         let k = B64.encode(key);
         let v = self.call(
+            CoordOp::Create,
             "/v3/kv/txn",
             &json!({
                 "compare": [{ "target": "CREATE", "key": k, "createRevision": "0" }],
@@ -142,9 +181,10 @@ impl Etcd {
     }
 
     /// Replace `key`'s value if it is still held by lease `lease`; whether it was.
-    pub fn update(&self, key: &str, value: &[u8], lease: i64) -> Result<bool> {
+    fn update(&self, key: &str, value: &[u8], lease: i64) -> Result<bool, CoordError> {
         let k = B64.encode(key);
         let v = self.call(
+            CoordOp::Update,
             "/v3/kv/txn",
             &json!({
                 "compare": [{ "target": "LEASE", "key": k, "lease": lease.to_string() }],
@@ -157,8 +197,12 @@ impl Etcd {
     }
 
     /// Read `key`.
-    pub fn get(&self, key: &str) -> Result<Option<KeyValue>> {
-        let v = self.call("/v3/kv/range", &json!({ "key": B64.encode(key) }))?;
+    fn get(&self, key: &str) -> Result<Option<KeyValue>, CoordError> {
+        let v = self.call(
+            CoordOp::Get,
+            "/v3/kv/range",
+            &json!({ "key": B64.encode(key) }),
+        )?;
         let Some(kv) = v
             .get("kvs")
             .and_then(Value::as_array)
@@ -167,9 +211,10 @@ impl Etcd {
             return Ok(None);
         };
         let value = match kv.get("value").and_then(Value::as_str) {
-            Some(b) => B64
-                .decode(b)
-                .with_context(|| format!("etcd: value of {key} is not base64"))?,
+            Some(b) => B64.decode(b).map_err(|e| CoordError::BadAnswer {
+                op: CoordOp::Get,
+                detail: format!("etcd: value of {key} is not base64: {e}"),
+            })?,
             None => Vec::new(),
         };
         Ok(Some(KeyValue {
