@@ -258,7 +258,7 @@ impl Coordinator for MemClient {
         value: &[u8],
     ) -> Result<bool, CoordError> {
         self.over_link(CoordOp::Record, |s| {
-            if !s.keys.get(guard).is_some_and(|kv| kv.lease == lease) {
+            if s.keys.get(guard).is_none_or(|kv| kv.lease != lease) {
                 return Ok(false);
             }
             s.revision += 1;
