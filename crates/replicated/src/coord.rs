@@ -27,6 +27,8 @@ pub enum CoordOp {
     Create,
     /// Replacing a key still held by a lease.
     Update,
+    /// Writing a record with no lease while a key is held by a lease.
+    Record,
     /// Revoking a lease.
     Revoke,
 }
@@ -39,6 +41,7 @@ impl fmt::Display for CoordOp {
             CoordOp::KeepAlive => "lease keepalive",
             CoordOp::Create => "create",
             CoordOp::Update => "update",
+            CoordOp::Record => "record",
             CoordOp::Revoke => "lease revoke",
         })
     }
@@ -91,4 +94,14 @@ pub trait Coordinator {
     fn update(&self, key: &str, value: &[u8], lease: i64) -> Result<bool, CoordError>;
     /// Revoke lease `id` (its keys are deleted).
     fn revoke(&self, id: i64) -> Result<(), CoordError>;
+    /// Write `key` = `value` with no lease (it stays until written again), if `guard` is still
+    /// held under lease `lease`; whether it was. The leader records its epoch this way: only
+    /// the holder of the leader key can write it.
+    fn record_if_held(
+        &self,
+        guard: &str,
+        lease: i64,
+        key: &str,
+        value: &[u8],
+    ) -> Result<bool, CoordError>;
 }

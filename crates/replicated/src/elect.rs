@@ -10,7 +10,10 @@
 //!   and the lease can still be renewed, resume that lease (a restarted elector); otherwise
 //!   follow. If the key is free: grant a lease of the TTL and create the key under it; if
 //!   another elector created it first, or the create failed, revoke the lease.
-//! - **Won**: a node that already is primary leads at its epoch; a backup is sent PROMOTE,
+//! - **Won**: a node that already is primary leads at its epoch, unless a leader recorded a
+//!   newer epoch since (the record at `epoch_key`, written by every leader with no lease):
+//!   then the node was fenced by that promotion and can never commit again, so it is shut
+//!   down and the elector stops (exit 2). A backup is sent PROMOTE,
 //!   and the lease is renewed every `min(tick, 200 ms)` while PROMOTE runs. A PROMOTE refused
 //!   while the node is still a backup revokes the lease and backs off a TTL before campaigning
 //!   again; refused otherwise, or if the call itself fails, the elector stops (exit 2).
@@ -75,6 +78,9 @@ pub trait Node {
 pub struct ElectorConfig {
     /// The leader key (`/kavach/CLUSTER/leader`).
     pub key: String,
+    /// The record of the last epoch a leader led, with no lease (`/kavach/CLUSTER/epoch`
+    /// beside `/kavach/CLUSTER/leader`; otherwise the leader key and `.epoch`).
+    pub epoch_key: String,
     /// How messages name the node (its RESP address).
     pub node: String,
     /// How clients reach the node, stored in the key.
@@ -89,8 +95,13 @@ impl ElectorConfig {
     /// The settings for `ttl_s`, with the tick `kavach elect` uses: a third of the TTL, at
     /// least 100 ms.
     pub fn new(key: &str, node: &str, advertise: &str, ttl_s: u64) -> ElectorConfig {
+        let epoch_key = match key.strip_suffix("/leader") {
+            Some(dir) => format!("{dir}/epoch"),
+            None => format!("{key}.epoch"),
+        };
         ElectorConfig {
             key: key.to_string(),
+            epoch_key,
             node: node.to_string(),
             advertise: advertise.to_string(),
             ttl_s,
@@ -110,7 +121,7 @@ impl ElectorConfig {
 }
 
 /// Something the elector reports: `kind` is one of `started`, `waiting`, `following`,
-/// `promoted`, `refused`, `leading`, `lost`.
+/// `promoted`, `refused`, `fenced`, `leading`, `lost`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Event {
     pub kind: &'static str,
@@ -141,6 +152,19 @@ pub enum ElectError {
     /// `step` was called after the elector had stopped.
     #[error("the elector has stopped")]
     Stopped,
+    /// The elector won the key, but its node is primary at an epoch older than one a leader
+    /// has led since: another node was promoted over it, so it can no longer commit a write.
+    /// The node was shut down.
+    #[error(
+        "{node} is primary at epoch {epoch}, but epoch {recorded} was led since: it can no \
+         longer commit writes; shut it down: restart it as a backup (kavach serve --role \
+         backup) and this elector"
+    )]
+    Fenced {
+        node: String,
+        epoch: u64,
+        recorded: u64,
+    },
     /// The leadership was lost and the node is not a backup.
     #[error(
         "lost the leadership ({why}); {node} is not a backup: restart it as one and this \
@@ -342,11 +366,56 @@ impl<C: Coordinator, N: Node> Elector<C, N> {
         }
     }
 
-    /// The key is ours under `lease`, renewed at `now`: lead a primary, promote a backup.
+    /// The epoch last recorded by a leader (0 if none).
+    fn recorded_epoch(&self) -> Result<u64, String> {
+        match self.coord.get(&self.cfg.epoch_key) {
+            Ok(None) => Ok(0),
+            Ok(Some(kv)) => std::str::from_utf8(&kv.value)
+                .ok()
+                .and_then(|t| t.trim().parse::<u64>().ok())
+                .ok_or_else(|| {
+                    format!(
+                        "{}: expected an epoch (a decimal number), found {:?}",
+                        self.cfg.epoch_key,
+                        String::from_utf8_lossy(&kv.value)
+                    )
+                }),
+            Err(e) => Err(format!("reading {}: {e}", self.cfg.epoch_key)),
+        }
+    }
+
+    /// The key is ours under `lease`, renewed at `now`: lead a primary, promote a backup. A
+    /// node that already is primary is led only if no leader has led a newer epoch since (the
+    /// record at `epoch_key`): otherwise it was fenced by a promotion, can never commit again,
+    /// and leading it would hold the key with no writable primary behind it.
     fn won(&mut self, now: u64, lease: i64) -> Next {
         match self.node.role() {
             Err(e) => Next::Exit(ElectError::NodeGone(e)),
-            Ok(NodeRole::Primary { epoch }) => self.start_leading(now, lease, epoch, now),
+            Ok(NodeRole::Primary { epoch }) => {
+                match self.recorded_epoch() {
+                    Ok(recorded) if recorded > epoch => {
+                        let _ = self.coord.revoke(lease);
+                        self.event(
+                        "fenced",
+                        &format!("the node is primary at epoch {epoch}, epoch {recorded} was led since"),
+                    );
+                        self.node.shutdown();
+                        Next::Exit(ElectError::Fenced {
+                            node: self.cfg.node.clone(),
+                            epoch,
+                            recorded,
+                        })
+                    }
+                    Ok(_) => self.start_leading(now, lease, epoch, now),
+                    Err(e) => {
+                        // Unknown: do not lead a primary that may be fenced; try again later.
+                        let _ = self.coord.revoke(lease);
+                        self.event("waiting", &e);
+                        self.phase = Phase::Campaign;
+                        self.after(now, self.cfg.tick_ms)
+                    }
+                }
+            }
             Ok(_) => {
                 self.node.start_promote();
                 self.phase = Phase::Promoting {
@@ -406,6 +475,10 @@ impl<C: Coordinator, N: Node> Elector<C, N> {
             self.event("lost", "the leader key changed hands while promoting");
         }
         self.event("leading", &format!("epoch {epoch}"));
+        // Record the epoch led, so an elector that later wins the key for a node fenced by
+        // this promotion does not lead it. A failure is reported and the record tried again
+        // at the next round.
+        self.record_epoch(lease, epoch);
         self.phase = Phase::Leading { lease, renewed_ms };
         self.after(now, self.cfg.tick_ms)
     }
@@ -413,7 +486,9 @@ impl<C: Coordinator, N: Node> Elector<C, N> {
     fn lead(&mut self, now: u64, lease: i64, mut renewed_ms: u64) -> Next {
         let ttl = Duration::from_secs(self.cfg.ttl_s);
         match self.node.role() {
-            Ok(NodeRole::Primary { .. }) => {}
+            // A record that failed at the start is tried again (it is read first: one call
+            // per round when it is in place).
+            Ok(NodeRole::Primary { epoch }) => self.record_epoch(lease, epoch),
             Ok(r) => {
                 let _ = self.coord.revoke(lease);
                 return self.lost(now, format!("the node is no longer primary ({r:?})"));
@@ -437,6 +512,24 @@ impl<C: Coordinator, N: Node> Elector<C, N> {
         }
         self.phase = Phase::Leading { lease, renewed_ms };
         self.after(now, self.cfg.tick_ms)
+    }
+
+    /// Raise the epoch record to `epoch` while holding the key under `lease`.
+    fn record_epoch(&mut self, lease: i64, epoch: u64) {
+        let value = epoch.to_string().into_bytes();
+        match self.recorded_epoch() {
+            Ok(r) if r >= epoch => {}
+            Ok(_) => {
+                match self
+                    .coord
+                    .record_if_held(&self.cfg.key, lease, &self.cfg.epoch_key, &value)
+                {
+                    Ok(_) => {}
+                    Err(e) => self.event("leading", &format!("recording epoch {epoch}: {e}")),
+                }
+            }
+            Err(e) => self.event("leading", &format!("recording epoch {epoch}: {e}")),
+        }
     }
 
     fn lost(&mut self, now: u64, why: String) -> Next {
@@ -625,13 +718,65 @@ mod tests {
         e.node_mut().promote = Some(Promotion::Done("OK".into()));
         m.advance_to(6_200);
         let s = e.step(6_200);
-        assert_eq!(kinds(&s), ["promoted", "lost", "leading"]);
+        // Promoted, the key could not be updated, leading, and the epoch could not be
+        // recorded (the link is cut).
+        assert_eq!(kinds(&s), ["promoted", "lost", "leading", "leading"]);
+        assert!(s.events[3].detail.starts_with("recording epoch"), "{s:?}");
         // The lease was granted at 1,000 and never renewed: the next round ends it.
         m.advance_to(7_200);
         let s = e.step(7_200);
         assert!(
             matches!(s.next, Next::Exit(ElectError::ShutDown { .. })),
             "{s:?}"
+        );
+    }
+
+    #[test]
+    fn a_primary_older_than_the_recorded_epoch_is_shut_down_not_led() {
+        let m = MemCoordinator::new();
+        let probe = m.client("probe");
+        // A leads its primary at epoch 7 and records it.
+        let mut a = elector(&m, "a");
+        a.node_mut().role = Ok(NodeRole::Primary { epoch: 7 });
+        a.step(1_000);
+        assert!(
+            matches!(a.phase(), Phase::Leading { .. }),
+            "{:?}",
+            a.phase()
+        );
+        assert_eq!(a.config().epoch_key, "/k.epoch");
+        let rec = probe.get("/k.epoch").unwrap().expect("recorded");
+        assert_eq!((rec.value, rec.lease), (b"7".to_vec(), 0));
+        // A's elector dies; its lease expires and the key is free; the record stays.
+        drop(a);
+        m.advance_to(5_000);
+        assert_eq!(probe.get("/k").unwrap(), None);
+        // B's node still says primary, at epoch 3: it was fenced by the promotion to 7.
+        let mut b = elector(&m, "b");
+        b.node_mut().role = Ok(NodeRole::Primary { epoch: 3 });
+        let s = b.step(5_000);
+        assert_eq!(kinds(&s), ["fenced"]);
+        assert!(
+            matches!(
+                s.next,
+                Next::Exit(ElectError::Fenced {
+                    epoch: 3,
+                    recorded: 7,
+                    ..
+                })
+            ),
+            "{s:?}"
+        );
+        assert_eq!(b.node_mut().shutdowns, 1);
+        assert_eq!(probe.get("/k").unwrap(), None, "the key is free again");
+        // A primary at the recorded epoch (or newer) is led as before.
+        let mut c = elector(&m, "c");
+        c.node_mut().role = Ok(NodeRole::Primary { epoch: 7 });
+        c.step(5_000);
+        assert!(
+            matches!(c.phase(), Phase::Leading { .. }),
+            "{:?}",
+            c.phase()
         );
     }
 

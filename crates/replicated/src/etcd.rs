@@ -196,6 +196,25 @@ impl Coordinator for Etcd {
         Ok(v.get("succeeded").and_then(Value::as_bool).unwrap_or(false))
     }
 
+    /// Put `key` with no lease if `guard` is still held by lease `lease`; whether it was.
+    fn record_if_held(
+        &self,
+        guard: &str,
+        lease: i64,
+        key: &str,
+        value: &[u8],
+    ) -> Result<bool, CoordError> {
+        let v = self.call(
+            CoordOp::Record,
+            "/v3/kv/txn",
+            &json!({
+                "compare": [{ "target": "LEASE", "key": B64.encode(guard), "lease": lease.to_string() }],
+                "success": [{ "requestPut": { "key": B64.encode(key), "value": B64.encode(value) } }],
+            }),
+        )?;
+        Ok(v.get("succeeded").and_then(Value::as_bool).unwrap_or(false))
+    }
+
     /// Read `key`.
     fn get(&self, key: &str) -> Result<Option<KeyValue>, CoordError> {
         let v = self.call(

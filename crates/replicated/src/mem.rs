@@ -250,6 +250,29 @@ impl Coordinator for MemClient {
         })
     }
 
+    fn record_if_held(
+        &self,
+        guard: &str,
+        lease: i64,
+        key: &str,
+        value: &[u8],
+    ) -> Result<bool, CoordError> {
+        self.over_link(CoordOp::Record, |s| {
+            if s.keys.get(guard).is_none_or(|kv| kv.lease != lease) {
+                return Ok(false);
+            }
+            s.revision += 1;
+            let create_revision = s.keys.get(key).map_or(s.revision, |kv| kv.create_revision);
+            let kv = KeyValue {
+                value: value.to_vec(),
+                lease: 0,
+                create_revision,
+            };
+            s.keys.insert(key.to_string(), kv);
+            Ok(true)
+        })
+    }
+
     fn update(&self, key: &str, value: &[u8], lease: i64) -> Result<bool, CoordError> {
         self.over_link(CoordOp::Update, |s| {
             let Some(kv) = s.keys.get_mut(key).filter(|kv| kv.lease == lease) else {

@@ -329,6 +329,15 @@ impl Coordinator for Client {
     fn update(&self, key: &str, value: &[u8], lease: i64) -> Result<bool, CoordError> {
         self.inner.update(key, value, lease)
     }
+    fn record_if_held(
+        &self,
+        guard: &str,
+        lease: i64,
+        key: &str,
+        value: &[u8],
+    ) -> Result<bool, CoordError> {
+        self.inner.record_if_held(guard, lease, key, value)
+    }
     fn revoke(&self, id: i64) -> Result<(), CoordError> {
         self.inner.revoke(id)
     }
