@@ -28,7 +28,7 @@
 //! renewal is counted from the last renewal that succeeded (at the grant, during PROMOTE, or
 //! while leading), not from the moment PROMOTE ended. A PROMOTE that outlasts the lease while
 //! the coordinator is unreachable used to give the new primary a further TTL; with that rule
-//! put back, the simulation in `tests/sim.rs` fails on its lease check (seed 6).
+//! put back, the simulation in `tests/sim.rs` fails on its lease check (seed 9).
 
 use std::fmt;
 use std::time::Duration;

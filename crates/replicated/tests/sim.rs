@@ -58,25 +58,17 @@ const LIVE_MS: u64 = 15_000;
 /// Seeds in `cargo test`.
 const SEEDS: u64 = 1_000;
 
-/// SplitMix64.
-struct Rng(u64);
+/// The seeded generator of `pmem` (SplitMix64), with the two draws the schedule uses.
+struct Rng(pmem::rng::SplitMix64);
 
 impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-
     /// Uniform in `lo..hi` (`hi > lo`).
     fn range(&mut self, lo: u64, hi: u64) -> u64 {
-        lo + self.next() % (hi - lo)
+        lo + self.0.below(hi - lo)
     }
 
     fn below(&mut self, n: usize) -> usize {
-        (self.next() % n as u64) as usize
+        self.0.below(n as u64) as usize
     }
 }
 
@@ -393,7 +385,7 @@ impl Sim {
             epoch_check: canary != Canary::NoEpochFence,
         }));
         let cfg = ElectorConfig::new(KEY, "node", "node", TTL_S);
-        let mut rng = Rng(seed);
+        let mut rng = Rng(pmem::rng::SplitMix64::new(seed));
         let mut sim = Sim {
             seed,
             canary,
