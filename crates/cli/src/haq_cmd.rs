@@ -1030,8 +1030,9 @@ fn rho_cmd(
             ),
         }
         println!(
-            "  {:>5} {:>10} {:>11} {:>11} {:>6} {:>10} {:>10} {:>6} {:>10} {:>10} {:>10} {:>7} {:>8}",
+            "  {:>5} {:>5} {:>10} {:>11} {:>11} {:>6} {:>10} {:>10} {:>6} {:>10} {:>10} {:>10} {:>7} {:>8}",
             "rho_l",
+            "run",
             "low cmd/s",
             "model MB/s",
             if s.engine == "live" {
@@ -1051,8 +1052,9 @@ fn rho_cmd(
         );
         for p in &s.points {
             println!(
-                "  {:>5.2} {:>10.0} {:>11.2} {:>11.2} {:>5.2}% {:>10.1} {:>10.1} {:>5.2}% {:>10.1} {:>10.1} {:>10.1} {:>7} {:>8.0}",
+                "  {:>5.2} {:>5.2} {:>10.0} {:>11.2} {:>11.2} {:>5.2}% {:>10.1} {:>10.1} {:>5.2}% {:>10.1} {:>10.1} {:>10.1} {:>7} {:>8.0}",
                 p.rho_l,
+                p.rho_l_run,
                 p.low_rate,
                 p.model_high_bps / 1e6,
                 p.sim_high_bps / 1e6,
@@ -1086,8 +1088,9 @@ fn rho_cmd(
             );
         }
         println!(
-            "  lat us: the high job's mean latency, submit to done, against t_max (Eq. 6.3 at \
-             this rho_l, q = {q}); p99 and max wait: its submit-to-start waits, against Eq. 6.3 \
+            "  run: the low utilisation the run delivered (live, a late pacing thread can give \
+             less than rho_l); model MB/s and t_max are Eq. 6.2 and 6.3 at it. lat us: the high \
+             job's mean latency, submit to done, against t_max (q = {q}); p99 and max wait: its submit-to-start waits, against Eq. 6.3 \
              with every rho = 1 (bound); dropped: low arrivals refused at its full queue; \
              late: the most a 1 ms sleep overran (live only)",
             q = s.queue_depth

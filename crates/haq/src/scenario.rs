@@ -306,8 +306,14 @@ pub fn dissertation_config(policy: Policy) -> ArbiterConfig {
 /// One point of the ρ_l study.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct RhoPoint {
-    /// The low class's utilisation.
+    /// The low class's utilisation asked for.
     pub rho_l: f64,
+    /// The low class's utilisation the run delivered: `rho_l` times the share of the low
+    /// job's intended bytes that started in the measured window (at most 1). The model columns
+    /// are evaluated at it. On the simulator it is `rho_l`; live, a pacing thread woken late
+    /// on a loaded machine can deliver less, and the high class then takes what the low one
+    /// left (the arbiter is work-conserving), which the model at `rho_l` would count as error.
+    pub rho_l_run: f64,
     /// The low job's Poisson rate that gives it, commands/s.
     pub low_rate: f64,
     /// Eq. 6.2: the high class's bytes/s.
@@ -473,6 +479,7 @@ pub fn rho_study(
         let model_t = model::t_max(&l, Class::High, f64::from(DEPTH), a_over_p);
         points.push(RhoPoint {
             rho_l: rho,
+            rho_l_run: rho,
             low_rate,
             model_high_bps: model_high,
             sim_high_bps: high.bandwidth_bps,
@@ -994,16 +1001,25 @@ pub fn rho_study_live(
                 } else {
                     h.latency_sum_us / h.commands as f64
                 };
+                let low_bps = low_started.load(std::sync::atomic::Ordering::Relaxed) as f64
+                    * f64::from(size)
+                    / measured;
+                let delivered = if low_rate > 0.0 {
+                    (low_bps / (low_rate * f64::from(size))).min(1.0)
+                } else {
+                    0.0
+                };
+                let rho_run = rho * delivered;
+                let l = rho_loads(cfg, rho_run);
                 let model_high = model::throughput(&l, Class::High, gamma_bps);
                 let model_t = model::t_max(&l, Class::High, f64::from(DEPTH), a_over_p);
                 let point = RhoPoint {
                     rho_l: rho,
+                    rho_l_run: rho_run,
                     low_rate,
                     model_high_bps: model_high,
                     sim_high_bps: high_bps,
-                    sim_low_bps: low_started.load(std::sync::atomic::Ordering::Relaxed) as f64
-                        * f64::from(size)
-                        / measured,
+                    sim_low_bps: low_bps,
                     model_t_max_us: model_t,
                     sim_latency_mean_us: latency,
                     sim_wait_max_us: h.waits_us.last().copied().unwrap_or(0.0),
