@@ -23,7 +23,9 @@ use tvarak_sim::trace::{self, TraceHeader};
 use tvarak_sim::workload::{self, FioParams, Kernel, Pattern, Rw, StreamParams};
 
 use crate::outcome::{Outcome, check_output_path, print_json, refused};
-use crate::tvarak_files::{check_trace, open_trace, publish, report_damage, temp_beside};
+use crate::tvarak_files::{
+    TraceSummary, check_trace, open_trace, publish, report_damage, temp_beside,
+};
 
 #[derive(Debug, Subcommand)]
 pub enum TvarakCommand {
@@ -737,19 +739,39 @@ fn write_chart(c: Chart, p: &Path) -> Result<()> {
 // ---------------------------------------------------------------------------------------------
 // The subcommands.
 
-fn run_cmd(a: &RunArgs) -> Result<Outcome> {
-    let designs = parse_designs(&a.design)?;
-    if let Some(p) = &a.png {
+/// A checked trace's summary, the machine simulated and a report per design.
+type Simulated = (TraceSummary, SimConfig, Vec<Report>);
+
+/// What `run` and `ablation` share: check the PNG path and the trace, then simulate `designs`
+/// on the machine `m` describes: the trace's summary, the machine and the reports.
+/// `Ok(Err(outcome))`: the trace is damaged, reported.
+fn check_and_simulate(
+    trace: &Path,
+    m: &MachineArgs,
+    designs: &[Design],
+    png: Option<&PathBuf>,
+    json: bool,
+) -> Result<std::result::Result<Simulated, Outcome>> {
+    if let Some(p) = png {
         check_output_path("--png", p, true)?;
     }
-    let summary = match check_trace(&a.trace)? {
+    let summary = match check_trace(trace)? {
         Ok(s) => s,
-        Err((s, what)) => return report_damage(&what, a.json, &s),
+        Err((s, what)) => return report_damage(&what, json, &s).map(Err),
     };
-    let cfg = machine(&a.machine, summary.cores)?;
-    let reports = match simulate_all(&a.trace, &cfg, &designs)? {
+    let cfg = machine(m, summary.cores)?;
+    match simulate_all(trace, &cfg, designs)? {
+        Ok(r) => Ok(Ok((summary, cfg, r))),
+        Err(what) => report_damage(&what, json, &summary).map(Err),
+    }
+}
+
+fn run_cmd(a: &RunArgs) -> Result<Outcome> {
+    let designs = parse_designs(&a.design)?;
+    let checked = check_and_simulate(&a.trace, &a.machine, &designs, a.png.as_ref(), a.json)?;
+    let (summary, cfg, reports) = match checked {
         Ok(r) => r,
-        Err(what) => return report_damage(&what, a.json, &summary),
+        Err(outcome) => return Ok(outcome),
     };
     let rows = rows(&reports);
     if let Some(p) = &a.png {
@@ -1251,17 +1273,10 @@ const ABLATION: [Design; 5] = [
 ];
 
 fn ablation_cmd(a: &AblationArgs) -> Result<Outcome> {
-    if let Some(p) = &a.png {
-        check_output_path("--png", p, true)?;
-    }
-    let summary = match check_trace(&a.trace)? {
-        Ok(s) => s,
-        Err((s, what)) => return report_damage(&what, a.json, &s),
-    };
-    let cfg = machine(&a.machine, summary.cores)?;
-    let reports = match simulate_all(&a.trace, &cfg, &ABLATION)? {
+    let checked = check_and_simulate(&a.trace, &a.machine, &ABLATION, a.png.as_ref(), a.json)?;
+    let (summary, cfg, reports) = match checked {
         Ok(r) => r,
-        Err(what) => return report_damage(&what, a.json, &summary),
+        Err(outcome) => return Ok(outcome),
     };
     let rows = rows(&reports);
     if let Some(p) = &a.png {
