@@ -171,6 +171,8 @@ struct Head {
     pos: u64,
     lsn: u64,
     reclaimable: BTreeSet<u64>,
+    /// Every record up to this LSN is reclaimable ([`Log::cleanup_through`]).
+    reclaim_through: u64,
     superline: Superline,
 }
 
@@ -480,6 +482,7 @@ impl<M: Medium> Log<M> {
                 pos: superline.head,
                 lsn: superline.start_lsn,
                 reclaimable: BTreeSet::new(),
+                reclaim_through: 0,
                 superline,
             }),
             space: Mutex::new(()),
@@ -944,6 +947,26 @@ impl<M: Medium> Log<M> {
         self.advance_head(&mut h)
     }
 
+    /// Mark every record up to `lsn` reclaimable (forcing them first) and move the head over
+    /// them: one superline write for the whole prefix, however many records it holds. A
+    /// replicated log trims this way behind the checkpoints of the stores that applied it.
+    pub fn cleanup_through(&self, lsn: u64) -> Result<()> {
+        self.writable()?;
+        if lsn >= self.next_lsn() {
+            return Err(LogError::BadLsn {
+                lsn,
+                reason: "not reserved yet".into(),
+            });
+        }
+        self.force_now(lsn)?;
+        let mut h = lock(&self.head);
+        if lsn < h.lsn {
+            return Ok(());
+        }
+        h.reclaim_through = h.reclaim_through.max(lsn);
+        self.advance_head(&mut h)
+    }
+
     fn advance_head(&self, h: &mut Head) -> Result<()> {
         let durable = self.seq.durable();
         let (start_pos, start_lsn) = (h.pos, h.lsn);
@@ -970,7 +993,7 @@ impl<M: Medium> Log<M> {
                 }
                 kinds::VOID => (record_footprint(rec.length as usize) as u64, h.lsn + 1),
                 _ => {
-                    if !h.reclaimable.remove(&h.lsn) {
+                    if !h.reclaimable.remove(&h.lsn) && h.lsn > h.reclaim_through {
                         break;
                     }
                     (record_footprint(rec.length as usize) as u64, h.lsn + 1)

@@ -116,6 +116,40 @@ fn a_full_ring_fails_with_log_full_and_cleanup_makes_room() {
 }
 
 #[test]
+fn cleanup_through_trims_a_whole_prefix_and_survives_reopen() {
+    let log = new_log(REGION);
+    let mut last = 0;
+    for i in 0..400u32 {
+        match log.append(&i.to_le_bytes().repeat(60), ForcePolicy::Sync) {
+            Ok(a) => last = a.lsn,
+            Err(LogError::Full { .. }) => {
+                // Trim all but the newest 4 records in one call, then retry.
+                log.cleanup_through(last - 4).expect("trim");
+                assert_eq!(log.stats().head_lsn, last - 3);
+                last = log
+                    .append(&i.to_le_bytes().repeat(60), ForcePolicy::Sync)
+                    .expect("append after trim")
+                    .lsn;
+            }
+            Err(e) => panic!("append {i}: {e}"),
+        }
+    }
+    assert!(last >= 400, "{last}");
+    // A mark below the head changes nothing; one at or past the tail is refused.
+    let head = log.stats().head_lsn;
+    log.cleanup_through(head - 1).expect("below the head");
+    assert_eq!(log.stats().head_lsn, head);
+    assert!(matches!(
+        log.cleanup_through(last + 1),
+        Err(LogError::BadLsn { .. })
+    ));
+    log.cleanup_through(last - 1).expect("trim");
+    let (log, _) = reopen(log, true);
+    assert_eq!(log.stats().head_lsn, last);
+    assert_eq!(payloads(&log), vec![399u32.to_le_bytes().repeat(60)]);
+}
+
+#[test]
 fn frequency_policy_persists_only_at_multiples() {
     let log = new_log(REGION);
     let mut durable = Vec::new();
