@@ -970,6 +970,12 @@ impl<M: Medium> Log<M> {
     fn advance_head(&self, h: &mut Head) -> Result<()> {
         let durable = self.seq.durable();
         let (start_pos, start_lsn) = (h.pos, h.lsn);
+        // The head stops right after the last data record it reclaims, never past padding,
+        // jumps or voids that follow it: then `start_lsn - 1` is exactly the last data record
+        // cleaned up, and a reader that applied every record up to L knows the log still holds
+        // everything after L when `L + 1 >= start_lsn` (LSNs jump at recovery, so the LSN after
+        // a jump says nothing about what was cleaned up before it).
+        let mut stop = (h.pos, h.lsn);
         while h.lsn <= durable {
             let at = self.geo.at(h.pos);
             let mut hdr = [0u8; layout::RECORD_HEADER_BYTES];
@@ -996,12 +1002,16 @@ impl<M: Medium> Log<M> {
                     if !h.reclaimable.remove(&h.lsn) && h.lsn > h.reclaim_through {
                         break;
                     }
-                    (record_footprint(rec.length as usize) as u64, h.lsn + 1)
+                    h.pos += record_footprint(rec.length as usize) as u64;
+                    h.lsn += 1;
+                    stop = (h.pos, h.lsn);
+                    continue;
                 }
             };
             h.pos += footprint;
             h.lsn = next;
         }
+        (h.pos, h.lsn) = stop;
         // Marks for records the head has passed (padding, void, already reclaimed) go.
         let keep = h.reclaimable.split_off(&h.lsn);
         h.reclaimable = keep;

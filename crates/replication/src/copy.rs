@@ -285,7 +285,7 @@ impl<M: Medium> Copy<M> {
         Ok((self.base + offset as usize, len as usize))
     }
 
-    fn fenced(&self, epoch: u64) -> Option<Response> {
+    pub(crate) fn fenced(&self, epoch: u64) -> Option<Response> {
         if self.uuid.is_none() {
             return Some(Response::Error("no log copy here".into()));
         }
@@ -378,6 +378,7 @@ impl<M: Medium> Copy<M> {
             } => self.write(*epoch, *committed, extents),
             Request::Zero { epoch, offset, len } => self.zero(*epoch, *offset, *len),
             Request::Read { offset, len } => self.read(*offset, *len),
+            Request::Snapshot { .. } => Response::Error("snapshots are the host's".into()),
         }
     }
 }
@@ -391,6 +392,17 @@ pub trait Host: Send {
     /// Make a fresh, empty copy of the log `uuid` with a `region_len`-byte region, replacing an
     /// unreadable one.
     fn init(&mut self, uuid: Uuid, region_len: u64) -> Result<(), String>;
+    /// The LSN up to which the store beside this copy has durably applied the log, if there is
+    /// such a store: answers to writes then carry it ([`Response::Applied`]), and the primary
+    /// trims the log no further than the lowest live backup's.
+    fn applied(&self) -> Option<u64> {
+        None
+    }
+    /// Take one piece of a snapshot of the primary's store ([`Request::Snapshot`]).
+    fn snapshot(&mut self, lsn: u64, seq: u64, last: bool, data: &[u8]) -> Result<(), String> {
+        let _ = (lsn, seq, last, data);
+        Err("this backup keeps no store to take a snapshot into".into())
+    }
 }
 
 /// Serve one request on a host.
@@ -413,10 +425,36 @@ pub fn serve<H: Host>(host: &mut H, req: &Request) -> Response {
             },
         };
     }
-    match host.copy() {
+    if let Request::Snapshot {
+        epoch,
+        lsn,
+        seq,
+        last,
+        data,
+    } = req
+    {
+        let fenced = match host.copy() {
+            Some(c) => c.fenced(*epoch),
+            None => Some(Response::Error("no log copy here".into())),
+        };
+        if let Some(r) = fenced {
+            return r;
+        }
+        return match host.snapshot(*lsn, *seq, *last, data) {
+            Ok(()) => Response::Ack,
+            Err(e) => Response::Error(e),
+        };
+    }
+    let r = match host.copy() {
         Some(c) => c.handle(req),
         None if matches!(req, Request::Probe) => Response::Info(None),
         None => Response::Error("no log copy here".into()),
+    };
+    match (r, host.applied()) {
+        (Response::Ack, Some(applied)) if matches!(req, Request::Write { .. }) => {
+            Response::Applied { applied }
+        }
+        (r, _) => r,
     }
 }
 

@@ -15,12 +15,31 @@ pub const REGION: &str = "log";
 /// A copy in a mapped pool file.
 pub type FileCopy = Copy<Arc<Mapping>>;
 
+/// The store a backup keeps beside its copy, as the protocol sees it: how far it has applied
+/// the log, and where snapshots go.
+pub trait StoreSink: Send + Sync {
+    /// Every record up to this LSN is durably applied to the store.
+    fn applied(&self) -> u64;
+    /// Take one piece of a snapshot (see [`crate::Request::Snapshot`]).
+    fn snapshot(&self, lsn: u64, seq: u64, last: bool, data: &[u8]) -> Result<(), String>;
+}
+
 /// A copy kept in a pool file.
-#[derive(Debug)]
 pub struct FileHost {
     path: PathBuf,
     pool: Option<Pool<Arc<Mapping>>>,
     copy: Option<Copy<Arc<Mapping>>>,
+    store: Option<Arc<dyn StoreSink>>,
+}
+
+impl std::fmt::Debug for FileHost {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FileHost")
+            .field("path", &self.path)
+            .field("copy", &self.copy.is_some())
+            .field("store", &self.store.is_some())
+            .finish()
+    }
 }
 
 impl FileHost {
@@ -34,6 +53,7 @@ impl FileHost {
             path,
             pool: None,
             copy: None,
+            store: None,
         };
         if h.path.exists() {
             let pool = Pool::open(
@@ -57,6 +77,12 @@ impl FileHost {
             h.pool = Some(pool);
         }
         Ok(h)
+    }
+
+    /// Report the store beside the copy (its applied LSN goes with every write's answer) and
+    /// take snapshots into it.
+    pub fn set_store(&mut self, store: Arc<dyn StoreSink>) {
+        self.store = Some(store);
     }
 
     /// Path of the pool file.
@@ -105,6 +131,17 @@ impl Host for FileHost {
 
     fn copy(&mut self) -> Option<&mut Copy<Arc<Mapping>>> {
         self.copy.as_mut()
+    }
+
+    fn applied(&self) -> Option<u64> {
+        self.store.as_ref().map(|s| s.applied())
+    }
+
+    fn snapshot(&mut self, lsn: u64, seq: u64, last: bool, data: &[u8]) -> Result<(), String> {
+        match &self.store {
+            Some(s) => s.snapshot(lsn, seq, last, data),
+            None => Err("this backup keeps no store to take a snapshot into".into()),
+        }
     }
 
     fn init(&mut self, uuid: Uuid, region_len: u64) -> Result<(), String> {

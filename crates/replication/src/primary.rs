@@ -565,7 +565,7 @@ pub fn recover<M: Medium + Clone, P: Peers>(
         }
         for (i, r) in peers.finish() {
             if let Some(k) = plans.iter().position(|p| p.0 == i) {
-                if !matches!(r, Some(Response::Ack)) {
+                if !r.as_ref().is_some_and(Response::is_ack) {
                     ok[k] = false;
                     repairs[i].1 = Repair::Failed {
                         reason: match r {
@@ -784,6 +784,9 @@ pub struct BackupState {
     pub live: bool,
     /// Last LSN it acknowledged.
     pub acked_lsn: u64,
+    /// Last LSN its store said it had durably applied (0: it keeps no store, or said nothing
+    /// yet this epoch).
+    pub applied_lsn: u64,
     /// Why it was dropped.
     pub last_error: Option<String>,
 }
@@ -827,6 +830,7 @@ impl<P: Peers> Replicator<P> {
                 name: peers.name(i),
                 live: rec.live.contains(&i),
                 acked_lsn: 0,
+                applied_lsn: 0,
                 last_error: match &rec.repairs.get(i) {
                     Some((_, Repair::Failed { reason })) => Some(reason.clone()),
                     _ => None,
@@ -869,6 +873,50 @@ impl<P: Peers> Replicator<P> {
         inner.stats.backups.iter().filter(|b| b.live).count()
     }
 
+    /// Send `reqs` to live backup `i` in order and wait for each answer; the first answer
+    /// that is not an acknowledgement is returned as an error (and the backup is dropped, as
+    /// in a force). Snapshots go this way.
+    pub fn call(&self, i: usize, reqs: &mut dyn Iterator<Item = Request>) -> std::result::Result<(), String> {
+        let mut inner = self.lock();
+        if !inner.stats.backups.get(i).is_some_and(|b| b.live) {
+            return Err("not live".into());
+        }
+        for req in reqs {
+            let r = crate::peers::call(&mut inner.peers, i, &req);
+            if !r.as_ref().is_some_and(Response::is_ack) {
+                let why = match r {
+                    Some(Response::Error(e)) => e,
+                    Some(Response::Fenced { promised }) => {
+                        format!("promised epoch {promised}: another primary took over")
+                    }
+                    Some(_) => "unexpected answer".into(),
+                    None => "timed out or disconnected; dropped".into(),
+                };
+                let b = &mut inner.stats.backups[i];
+                b.live = false;
+                b.last_error = Some(why.clone());
+                inner.peers.disconnect(i);
+                return Err(why);
+            }
+        }
+        Ok(())
+    }
+
+    /// How far every live backup's store has durably applied the log (the lowest of their
+    /// applied LSNs), or `None` with no live backup: with the primary's own applied LSN, the
+    /// point up to which the log may be trimmed. A dropped backup does not hold the trim back;
+    /// when it returns behind the trimmed records it needs a snapshot.
+    pub fn applied_by_live(&self) -> Option<u64> {
+        let inner = self.lock();
+        inner
+            .stats
+            .backups
+            .iter()
+            .filter(|b| b.live)
+            .map(|b| b.applied_lsn)
+            .min()
+    }
+
     /// Change the flush order (benchmarks).
     pub fn set_order(&self, order: FlushOrder) {
         self.lock().stats.order = order;
@@ -895,7 +943,7 @@ impl<P: Peers> Replicator<P> {
         let mut verdicts: Vec<(usize, Option<Response>)> = Vec::new();
         for (i, r) in inner.peers.finish() {
             match verdicts.iter_mut().find(|v| v.0 == i) {
-                Some(v) if matches!(v.1, Some(Response::Ack)) => v.1 = r,
+                Some(v) if v.1.as_ref().is_some_and(Response::is_ack) => v.1 = r,
                 Some(_) => {}
                 None => verdicts.push((i, r)),
             }
@@ -909,6 +957,11 @@ impl<P: Peers> Replicator<P> {
                 Some(Response::Ack) => {
                     acks += 1;
                     b.acked_lsn = b.acked_lsn.max(last_lsn);
+                }
+                Some(Response::Applied { applied }) => {
+                    acks += 1;
+                    b.acked_lsn = b.acked_lsn.max(last_lsn);
+                    b.applied_lsn = applied;
                 }
                 other => {
                     b.live = false;

@@ -43,6 +43,8 @@ pub mod tags {
     pub const ZERO: u8 = 5;
     /// Request: read a range.
     pub const READ: u8 = 6;
+    /// Request: a piece of a store snapshot.
+    pub const SNAPSHOT: u8 = 7;
     /// Response: a copy's description (or none).
     pub const INFO: u8 = 65;
     /// Response: done and durable.
@@ -53,6 +55,8 @@ pub mod tags {
     pub const FENCED: u8 = 68;
     /// Response: refused for another reason.
     pub const ERROR: u8 = 69;
+    /// Response: done and durable, with the LSN the backup's store has applied.
+    pub const APPLIED: u8 = 70;
 }
 
 /// What a copy holds, as its owner reads it (a read-only walk of the log).
@@ -134,6 +138,22 @@ pub enum Request {
         /// Length.
         len: u64,
     },
+    /// One piece of a snapshot of the primary's store as of LSN `lsn`, for a backup whose
+    /// store is too far behind to catch up from the log (its records were trimmed). Pieces
+    /// come in order from `seq` 0; the first empties the backup's store, the `last` one makes
+    /// it current at `lsn`. `data` is opaque to the protocol (the store's encoding).
+    Snapshot {
+        /// The sender's epoch (must equal the promised one).
+        epoch: u64,
+        /// The LSN the snapshot is current at.
+        lsn: u64,
+        /// Piece number, from 0.
+        seq: u64,
+        /// This piece ends the snapshot.
+        last: bool,
+        /// The piece.
+        data: Vec<u8>,
+    },
 }
 
 /// A copy's answer.
@@ -152,6 +172,19 @@ pub enum Response {
     },
     /// Refused.
     Error(String),
+    /// Done and durable (as [`Response::Ack`]); the backup's store has applied every record
+    /// up to `applied` (durably), so the primary may trim the log up to there.
+    Applied {
+        /// The LSN.
+        applied: u64,
+    },
+}
+
+impl Response {
+    /// Done and durable: [`Response::Ack`] or [`Response::Applied`].
+    pub fn is_ack(&self) -> bool {
+        matches!(self, Response::Ack | Response::Applied { .. })
+    }
 }
 
 impl Request {
@@ -164,6 +197,7 @@ impl Request {
             Request::Write { .. } => "write",
             Request::Zero { .. } => "zero",
             Request::Read { .. } => "read",
+            Request::Snapshot { .. } => "snapshot",
         }
     }
 
@@ -198,6 +232,20 @@ impl Request {
             Request::Read { offset, len } => {
                 b.u64(*offset).u64(*len);
                 tags::READ
+            }
+            Request::Snapshot {
+                epoch,
+                lsn,
+                seq,
+                last,
+                data,
+            } => {
+                b.u64(*epoch)
+                    .u64(*lsn)
+                    .u64(*seq)
+                    .u8(u8::from(*last))
+                    .bytes(data);
+                tags::SNAPSHOT
             }
         };
         frame(tag, b.into_bytes())
@@ -243,7 +291,25 @@ impl Request {
                 offset: r.u64("offset")?,
                 len: r.u64("len")?,
             },
-            other => return Err(bad("tag", 4, "a request tag (1..=6)", other)),
+            tags::SNAPSHOT => {
+                let epoch = r.u64("epoch")?;
+                let lsn = r.u64("lsn")?;
+                let seq = r.u64("seq")?;
+                let at = r.pos();
+                let last = match r.u8("last")? {
+                    0 => false,
+                    1 => true,
+                    other => return Err(r.invalid("last", at, "0 or 1", other).into()),
+                };
+                Request::Snapshot {
+                    epoch,
+                    lsn,
+                    seq,
+                    last,
+                    data: r.rest().to_vec(),
+                }
+            }
+            other => return Err(bad("tag", 4, "a request tag (1..=7)", other)),
         };
         end_of_body(&r)?;
         Ok(req)
@@ -289,6 +355,10 @@ impl Response {
             Response::Error(s) => {
                 b.bytes(s.as_bytes());
                 tags::ERROR
+            }
+            Response::Applied { applied } => {
+                b.u64(*applied);
+                tags::APPLIED
             }
         };
         frame(tag, b.into_bytes())
@@ -344,7 +414,10 @@ impl Response {
                 promised: r.u64("promised")?,
             },
             tags::ERROR => Response::Error(String::from_utf8_lossy(r.rest()).into_owned()),
-            other => return Err(bad("tag", 4, "a response tag (65..=69)", other)),
+            tags::APPLIED => Response::Applied {
+                applied: r.u64("applied")?,
+            },
+            other => return Err(bad("tag", 4, "a response tag (65..=70)", other)),
         };
         end_of_body(&r)?;
         Ok(resp)
@@ -532,6 +605,7 @@ mod tests {
             Response::Data(vec![5; 10]),
             Response::Fenced { promised: 4 },
             Response::Error("no".into()),
+            Response::Applied { applied: 77 },
         ] {
             let f = r.encode();
             let (tag, body) = split_frame(&f).expect("frame");
