@@ -17,6 +17,7 @@ mod outcome;
 mod pool_cmd;
 mod progress;
 mod replica_cmd;
+mod replica_store;
 mod serve_cmd;
 mod target_cmd;
 mod tvarak_cmd;

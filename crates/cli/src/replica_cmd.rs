@@ -3,12 +3,14 @@
 //!
 //! The replication log (`DIR/replica.pool`) is the truth: every write is encoded as an
 //! operation record, appended and forced through the [`Replicator`] (the backups persist it,
-//! then the primary), and only then applied to the local store and acknowledged. At start (and
-//! after PROMOTE) the store is emptied and rebuilt by replaying the log, so a primary whose
-//! copy was repaired never keeps a write the chosen history does not have. A backup applies
-//! the records its primary says are committed, so its reads never show a write that could
-//! still be lost.
-
+//! then the primary), and applied to the local store in the same store transaction as the
+//! store's applied mark ([`crate::replica_store`]). Each node keeps its store across restarts
+//! and replays only the records after its mark. The log is trimmed behind the lowest mark of
+//! the primary and its live backups, so its size bounds the writes a backup may fall behind,
+//! not the total; a backup whose mark is below the trimmed records gets a snapshot of the
+//! primary's store. A backup that was dropped is taken back when it answers again (the primary
+//! recovers with it, repairing its copy), and a primary that lost its write quorum refuses
+//! writes until enough backups are back, then resumes by itself.
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -27,6 +29,8 @@ use replication::{
 };
 use server::backend::{Backend, BackendError, BackendResult, Bytes, InfoSection, SetOptions};
 use server::oplog::Op;
+
+use crate::replica_store::{self as rs, BackupStore, Mark};
 
 type M = Arc<Mapping>;
 
@@ -168,6 +172,10 @@ struct BackupState {
 
 enum Mode {
     Primary(Box<PrimaryState>),
+    /// A primary whose replication stopped (write quorum lost, a backup fenced it, a failed
+    /// trim): writes are refused with the reason until the keeper recovers with enough
+    /// backups.
+    Waiting(String),
     Backup(BackupState),
     Stopped,
 }
@@ -177,13 +185,35 @@ pub struct Replicated {
     inner: Arc<dyn Backend>,
     mode: RwLock<Mode>,
     order: Mutex<()>,
-    cfg: ReplConfig,
+    /// The configuration in force (a PROMOTE brings its own backups and quorum).
+    cfg: Mutex<ReplConfig>,
     applied: Arc<AtomicU64>,
     apply_error: Arc<Mutex<Option<String>>>,
     /// Set when a transaction's effects were applied to the store but could not be logged:
     /// the store is ahead of the replicated log, so everything is refused until a restart
     /// rebuilds it from the log.
     diverged: Mutex<Option<String>>,
+    /// The replicated log's UUID (the applied mark names it).
+    uuid: Mutex<[u8; 16]>,
+    /// What the keeper did last (trims, recoveries, snapshots), for INFO.
+    keeper: Mutex<KeeperStats>,
+    keeper_stop: Arc<AtomicBool>,
+    keeper_thread: Mutex<Option<JoinHandle<()>>>,
+}
+
+/// The keeper's counters.
+#[derive(Debug, Default, Clone)]
+struct KeeperStats {
+    trims: u64,
+    trimmed_through: u64,
+    recoveries: u64,
+    snapshots_sent: u64,
+    last_error: Option<String>,
+    /// The store cannot follow the log, or another primary took over (see [`STUCK`]): no
+    /// more recoveries.
+    stuck: bool,
+    /// The epoch this node last served as primary.
+    epoch: u64,
 }
 
 fn guard<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -194,98 +224,142 @@ fn kv(name: &str, value: impl ToString) -> (String, String) {
     (name.to_string(), value.to_string())
 }
 
-/// Where [`fresh_store`] moves the old store view until the new one serves (then it is
-/// removed; a start that fails puts it back).
-pub const STORE_VIEW_ASIDE: &str = "kavach.pool.previous";
-
-/// Prepare `dir` for a replicated role: the store there is only a view of the replicated log
-/// (rebuilt from it at every start), so a new, empty one is created. Emptying it in place
-/// (FLUSHALL) would keep its DRAM arenas at their high-water size, and a store that once came
-/// near its capacity could then not take the replay. The old view is moved to
-/// [`STORE_VIEW_ASIDE`] (returns whether it was), so that a start that fails can put it back.
-///
-/// A directory with a store but no replication log copy holds a standalone store: refused,
-/// since its keys would be dropped.
-pub fn fresh_store(dir: &Path) -> Result<bool> {
+/// Check that `dir` may hold a replicated node's store: a directory with a store but no
+/// replication log copy holds a standalone store, refused (its keys are not in any replicated
+/// log, and a replicated node would serve them as if they were).
+pub fn check_store_dir(dir: &Path) -> Result<()> {
     let store = dir.join(dstore::POOL_FILE);
-    if !store.exists() {
-        return Ok(false);
-    }
-    if !dir.join(REPLICA_FILE).exists() {
+    if store.exists() && !dir.join(REPLICA_FILE).exists() {
         return Err(crate::outcome::CommandFailed(anyhow::anyhow!(
-            "{} holds a standalone store ({}) and no replication log copy ({REPLICA_FILE}): a \
-             replicated server rebuilds its store from the replicated log and would drop its \
-             keys; use another --dir (or move the store away if it is expendable)",
+            "{} holds a standalone store ({}) and no replication log copy ({REPLICA_FILE}): \
+             its keys are in no replicated log; use another --dir (or move the store away if \
+             it is expendable)",
             dir.display(),
             store.display()
         ))
         .into());
     }
-    let aside = dir.join(STORE_VIEW_ASIDE);
-    std::fs::rename(&store, &aside).map_err(|e| {
-        crate::outcome::CommandFailed(anyhow::anyhow!(
-            "cannot move the old store view {} to {}: {e}",
-            store.display(),
-            aside.display()
-        ))
-    })?;
-    Ok(true)
+    Ok(())
 }
+
+/// How errors that only an operator can resolve begin (the keeper stops retrying).
+const STUCK: &str = "store cannot follow the log";
 
 /// What replaying the log into the store did.
 struct Replayed {
+    /// The store's mark before (`None`: it had none it could use, and was emptied).
+    from: Option<u64>,
     applied: u64,
     /// Records the store refused, with the first refusal. Most were refused when written too
-    /// (the client got the error); near the store's capacity a fresh store can also refuse a
-    /// few it accepted then (its shard hash is seeded differently).
+    /// (the client got the error); near the store's capacity a rebuilt store can also refuse a
+    /// few it accepted then.
     refused: u64,
     first_refusal: Option<String>,
+    /// The last LSN applied (the mark now).
+    last: u64,
 }
 
-/// Empty the store and replay every record of the log copy into it.
-fn rebuild_store(
-    inner: &dyn Backend,
-    copy_medium: &M,
-    base: usize,
-    len: usize,
-) -> Result<Replayed> {
-    inner
-        .flushall()
-        .map_err(|e| anyhow::anyhow!("cannot empty the store: {e}"))?;
-    let mut f = Follower::new(copy_medium, base, len).context("cannot read the log copy")?;
+/// Bring the store up to the end of the recovered log: replay the records after its applied
+/// mark. A store with no usable mark (none, another log's, or past the log's end) is emptied
+/// and rebuilt from the whole log, which works only while nothing was trimmed; otherwise the
+/// node cannot serve as primary (start it as a backup: it gets a snapshot).
+fn catch_up_store(inner: &dyn Backend, log: &Log<M>, len: usize) -> Result<Replayed> {
+    let uuid = log.descriptor().log_uuid.0;
+    let stats = log.stats();
+    let (head, next) = (stats.head_lsn, stats.next_lsn);
     let mut out = Replayed {
+        from: None,
         applied: 0,
         refused: 0,
         first_refusal: None,
+        last: 0,
     };
+    let medium = log.medium();
+    let mut f = Follower::new(medium, log.base(), len).context("cannot read the log copy")?;
     let recs = f
-        .read(copy_medium, u64::MAX)
+        .read(medium, u64::MAX)
         .context("cannot read the log copy")?;
+    let from = match inner.keyspace() {
+        Some(ks) => {
+            let mark = rs::read_mark(ks).map_err(|e| anyhow::anyhow!("{e}"))?;
+            // A mark at or past the head must name a record of the log: one that names no
+            // record is a write applied here that the chosen history does not hold.
+            let held = |m: &Mark| m.lsn + 1 == head || recs.iter().any(|r| r.lsn == m.lsn);
+            match mark {
+                Some(m) if m.uuid == uuid && m.lsn + 1 >= head && m.lsn < next && held(&m) => {
+                    out.from = Some(m.lsn);
+                    m.lsn
+                }
+                _ if head <= 1 => {
+                    rs::empty(ks).map_err(|e| anyhow::anyhow!("{e}"))?;
+                    0
+                }
+                m => {
+                    return Err(crate::outcome::CommandFailed(anyhow::anyhow!(
+                        "{STUCK}: this node's store {} but the replicated log was trimmed \
+                         through LSN {}: it cannot be brought up to date as primary; start it \
+                         as a backup (the primary sends it a snapshot) and serve from another \
+                         node",
+                        match m {
+                            Some(m) if m.uuid != uuid => "follows another replicated log".into(),
+                            Some(m) if m.lsn + 1 < head =>
+                                format!("holds the records up to LSN {}", m.lsn),
+                            Some(m) => format!(
+                                "holds a write (LSN {}) the recovered history does not",
+                                m.lsn
+                            ),
+                            None => "has no applied mark (it was lost or never written)".into(),
+                        },
+                        head - 1
+                    ))
+                    .into());
+                }
+            }
+        }
+        None => {
+            inner
+                .flushall()
+                .map_err(|e| anyhow::anyhow!("cannot empty the store: {e}"))?;
+            0
+        }
+    };
+    out.last = from;
     for r in recs {
-        let op =
-            Op::decode(&r.payload).map_err(|e| anyhow::anyhow!("log record LSN {}: {e}", r.lsn))?;
+        if r.lsn <= from {
+            continue;
+        }
+        let mark = Mark { uuid, lsn: r.lsn };
         // A store that refuses for want of room may find it after a checkpoint (a replay
         // runs faster than the checkpoints that reclaim space did when the writes came in).
-        let applied = op
-            .apply(inner)
-            .or_else(|_| inner.save().and_then(|()| op.apply(inner)));
+        let applied = rs::apply_record(inner, mark, &r.payload).or_else(|_| {
+            inner
+                .save()
+                .map_err(|e| e.to_string())
+                .and_then(|()| rs::apply_record(inner, mark, &r.payload))
+        });
         match applied {
             Ok(()) => out.applied += 1,
             Err(e) => {
                 out.refused += 1;
-                out.first_refusal
-                    .get_or_insert_with(|| format!("LSN {}: {e}", r.lsn));
+                out.first_refusal.get_or_insert(e);
             }
         }
+        out.last = r.lsn;
     }
     Ok(out)
 }
 
 fn report_replay(r: &Replayed) {
-    server::say!(
-        "kavach: store rebuilt from {} replicated records",
-        r.applied
-    );
+    match r.from {
+        Some(l) => server::say!(
+            "kavach: store kept (applied through LSN {l}); {} newer replicated records replayed",
+            r.applied
+        ),
+        None => server::say!(
+            "kavach: store rebuilt from {} replicated records",
+            r.applied
+        ),
+    }
     if let Some(first) = &r.first_refusal {
         server::say!(
             "kavach: warning: the store refused {} replicated records; they stay in the log but \
@@ -418,12 +492,35 @@ fn open_or_create_copy(cfg: &ReplConfig) -> Result<(pmem::Pool<M>, Copy<M>)> {
 }
 
 impl Replicated {
-    /// Start as the primary of `cfg.replicas`: open or create `DIR/replica.pool`, recover, and
-    /// rebuild the store from the log.
+    fn with_mode(
+        inner: Arc<dyn Backend>,
+        cfg: ReplConfig,
+        mode: Mode,
+        applied: Arc<AtomicU64>,
+        apply_error: Arc<Mutex<Option<String>>>,
+        uuid: [u8; 16],
+    ) -> Replicated {
+        Replicated {
+            inner,
+            mode: RwLock::new(mode),
+            order: Mutex::new(()),
+            cfg: Mutex::new(cfg),
+            applied,
+            apply_error,
+            diverged: Mutex::new(None),
+            uuid: Mutex::new(uuid),
+            keeper: Mutex::new(KeeperStats::default()),
+            keeper_stop: Arc::new(AtomicBool::new(false)),
+            keeper_thread: Mutex::new(None),
+        }
+    }
+
+    /// Start as the primary of `cfg.replicas`: open or create `DIR/replica.pool`, recover,
+    /// bring the store up to the log's end, and send snapshots to backups too far behind.
     pub fn primary(inner: Arc<dyn Backend>, cfg: ReplConfig) -> Result<Replicated> {
         let (pool, mut copy) = open_or_create_copy(&cfg)?;
         let st = become_primary(&mut copy, &cfg, PoolHold::Pool(Box::new(pool)))?;
-        let r = match rebuild_store(inner.as_ref(), st.log.medium(), st.log.base(), copy.len()) {
+        let r = match catch_up_store(inner.as_ref(), &st.log, copy.len()) {
             Ok(r) => r,
             Err(e) => {
                 if let Err(c) = st.close() {
@@ -433,33 +530,55 @@ impl Replicated {
             }
         };
         report_replay(&r);
-        Ok(Replicated {
+        let uuid = st.log.descriptor().log_uuid.0;
+        let me = Replicated::with_mode(
             inner,
-            mode: RwLock::new(Mode::Primary(Box::new(st))),
-            order: Mutex::new(()),
-            applied: Arc::new(AtomicU64::new(0)),
-            apply_error: Arc::new(Mutex::new(None)),
-            diverged: Mutex::new(None),
             cfg,
-        })
+            Mode::Stopped,
+            Arc::new(AtomicU64::new(r.last)),
+            Arc::new(Mutex::new(None)),
+            uuid,
+        );
+        me.snapshot_laggards(&st);
+        guard(&me.keeper).epoch = st.recovered.epoch;
+        *me.mode.write().unwrap_or_else(|p| p.into_inner()) = Mode::Primary(Box::new(st));
+        Ok(me)
     }
 
     /// Start as a backup: serve the replication protocol on `listener` (bound by the caller
     /// before any file was opened) with the copy in `DIR/replica.pool`, and apply committed
-    /// records to the store for reads.
+    /// records to the store for reads. The store is kept if its applied mark names the log of
+    /// the copy here; otherwise it is emptied (the log or a snapshot fills it).
     pub fn backup(
         inner: Arc<dyn Backend>,
         cfg: ReplConfig,
         listener: TcpListener,
     ) -> Result<Replicated> {
         let listen = listener.local_addr().map(|a| a.to_string())?;
-        inner
-            .flushall()
-            .map_err(|e| anyhow::anyhow!("cannot empty the store: {e}"))?;
-        let host = FileHost::open(&cfg.dir).map_err(|e| anyhow::anyhow!("{e}"))?;
+        let mut host = FileHost::open(&cfg.dir).map_err(|e| anyhow::anyhow!("{e}"))?;
+        let applied = Arc::new(AtomicU64::new(0));
+        let store = Arc::new(BackupStore::new(Arc::clone(&inner), Arc::clone(&applied)));
+        let uuid = host.copy().and_then(|c| c.uuid()).map(|u| u.0);
+        if let Some(ks) = inner.keyspace() {
+            let checked = rs::read_mark(ks).and_then(|mark| match (mark, uuid) {
+                (Some(m), Some(u)) if m.uuid == u => {
+                    applied.store(m.lsn, Ordering::Release);
+                    server::say!("kavach: backup: store kept (applied through LSN {})", m.lsn);
+                    Ok(())
+                }
+                _ => rs::empty(ks),
+            });
+            if let Err(e) = checked {
+                let _ = host.close();
+                bail!("{e}");
+            }
+        } else if let Err(e) = inner.flushall() {
+            let _ = host.close();
+            bail!("cannot empty the store: {e}");
+        }
+        host.set_store(Arc::clone(&store) as Arc<dyn replication::host::StoreSink>);
         let host = Arc::new(Mutex::new(host));
         let stop = Arc::new(AtomicBool::new(false));
-        let applied = Arc::new(AtomicU64::new(0));
         let apply_error = Arc::new(Mutex::new(None));
         let server = {
             let (host, stop) = (Arc::clone(&host), Arc::clone(&stop));
@@ -480,10 +599,10 @@ impl Replicated {
         };
         let applier = {
             let (host, stop, inner) = (Arc::clone(&host), Arc::clone(&stop), Arc::clone(&inner));
-            let (applied, err) = (Arc::clone(&applied), Arc::clone(&apply_error));
+            let (store, err) = (Arc::clone(&store), Arc::clone(&apply_error));
             std::thread::Builder::new()
                 .name("kv-backup-apply".into())
-                .spawn(move || apply_loop(host, inner, stop, applied, err))
+                .spawn(move || apply_loop(host, inner, store, stop, err))
         };
         let applier = match applier {
             Ok(t) => t,
@@ -499,20 +618,19 @@ impl Replicated {
             }
         };
         server::say!("kavach: backup: replication protocol on {listen}");
-        Ok(Replicated {
+        Ok(Replicated::with_mode(
             inner,
-            mode: RwLock::new(Mode::Backup(BackupState {
+            cfg,
+            Mode::Backup(BackupState {
                 host,
                 stop,
                 listen,
                 threads: vec![server, applier],
-            })),
-            order: Mutex::new(()),
+            }),
             applied,
             apply_error,
-            diverged: Mutex::new(None),
-            cfg,
-        })
+            uuid.unwrap_or([0; 16]),
+        ))
     }
 
     fn write<T>(
@@ -524,18 +642,33 @@ impl Replicated {
         let mode = self.mode.read().unwrap_or_else(|p| p.into_inner());
         match &*mode {
             Mode::Primary(p) => {
-                p.log
+                let a = p
+                    .log
                     .append(&op.encode(), ForcePolicy::Sync)
                     .map_err(|e| match e {
                         log::LogError::Full { .. } => {
                             BackendError::OutOfSpace(format!("the replication log is full: {e}"))
                         }
                         e => BackendError::Failed(format!(
-                            "{e}; restart this primary to recover (writes are refused until then)"
+                            "{e}; writes are refused until this primary recovers with enough \
+                             backups (it retries every second)"
                         )),
                     })?;
-                apply(self.inner.as_ref())
+                let r = apply(self.inner.as_ref());
+                // Records of this kind are applied, then marked (a store without the data
+                // model keeps no mark and is rebuilt at every start).
+                if let Some(ks) = self.inner.keyspace() {
+                    let mark = Mark {
+                        uuid: *guard(&self.uuid),
+                        lsn: a.lsn,
+                    };
+                    if rs::set_mark(ks, Some(mark)).is_ok() {
+                        self.applied.store(a.lsn, Ordering::Release);
+                    }
+                }
+                r
             }
+            Mode::Waiting(why) => Err(BackendError::Failed(why.clone())),
             Mode::Backup(b) => Err(BackendError::ReadOnly(format!(
                 "You can't write against a backup (replication on {}); write to the primary, \
                  or PROMOTE this one",
@@ -562,7 +695,7 @@ impl Replicated {
                     kv("write_quorum", s.quorum.write()),
                     kv("read_quorum", s.quorum.read()),
                     kv("flush_order", s.order.name()),
-                    kv("backup_timeout_ms", self.cfg.timeout.as_millis()),
+                    kv("backup_timeout_ms", self.cfg().timeout.as_millis()),
                     kv("committed_lsn", s.committed),
                     kv("log_next_lsn", ls.next_lsn),
                     kv("log_used_bytes", ls.used_bytes),
@@ -570,20 +703,37 @@ impl Replicated {
                     kv("forces", s.forces),
                     kv("recovered_from", &p.recovered.source),
                     kv("replication_failed", s.failed.as_deref().unwrap_or("no")),
+                    kv("applied_lsn", self.applied.load(Ordering::Acquire)),
+                    kv("log_head_lsn", ls.head_lsn),
                 ];
+                v.extend(self.keeper_info());
                 for (i, b) in s.backups.iter().enumerate() {
                     v.push(kv(
                         &format!("backup{i}"),
                         format!(
-                            "addr={},live={},acked_lsn={},lag={},error={}",
+                            "addr={},state={},live={},acked_lsn={},applied_lsn={},lag={},error={}",
                             b.name,
+                            if b.live { "live" } else { "dropped" },
                             u8::from(b.live),
                             b.acked_lsn,
+                            b.applied_lsn,
                             s.committed.saturating_sub(b.acked_lsn),
                             b.last_error.as_deref().unwrap_or("none").replace(',', ";")
                         ),
                     ));
                 }
+                v
+            }
+            Mode::Waiting(why) => {
+                let mut v = vec![
+                    kv("role", "master"),
+                    kv("connected_slaves", 0),
+                    kv("kavach_role", "primary"),
+                    kv("kavach_state", "waiting for backups"),
+                    kv("replication_failed", why),
+                    kv("applied_lsn", self.applied.load(Ordering::Acquire)),
+                ];
+                v.extend(self.keeper_info());
                 v
             }
             Mode::Backup(b) => {
@@ -602,6 +752,14 @@ impl Replicated {
                     kv("committed_lsn", committed),
                     kv("applied_lsn", applied),
                     kv("lag", committed.saturating_sub(applied)),
+                    kv(
+                        "kavach_state",
+                        if info.is_some_and(|i| applied + 1 < i.start_lsn) {
+                            "waiting for a snapshot"
+                        } else {
+                            "following"
+                        },
+                    ),
                     kv(
                         "apply_error",
                         guard(&self.apply_error).as_deref().unwrap_or("none"),
@@ -629,49 +787,391 @@ impl Replicated {
     }
 }
 
-/// A backup's applier: every few milliseconds, apply the records up to the LSN the primary
-/// says is committed.
+/// How many more times a write waits for room in a full replicated log (each wait is the log's
+/// full_wait, 1 s) before it fails.
+const FULL_RETRIES: usize = 10;
+
+/// How often the keeper trims.
+const KEEPER_TICK: Duration = Duration::from_millis(200);
+/// How often it looks for dropped backups that answer again.
+const REJOIN_EVERY: Duration = Duration::from_secs(1);
+
+impl Replicated {
+    /// Start the keeper thread: on a primary it trims the replicated log behind the stores
+    /// every [`KEEPER_TICK`] (once a quarter of the ring is in use), and every
+    /// [`REJOIN_EVERY`] takes back dropped backups that answer again, or recovers a primary
+    /// that lost its write quorum once enough backups answer. On a backup it waits (a
+    /// PROMOTE makes it a primary).
+    pub fn start_keeper(self: &Arc<Self>) {
+        let weak = Arc::downgrade(self);
+        let stop = Arc::clone(&self.keeper_stop);
+        let t = std::thread::Builder::new()
+            .name("kv-repl-keeper".into())
+            .spawn(move || {
+                let mut last_rejoin = Instant::now();
+                while !stop.load(Ordering::Acquire) {
+                    std::thread::sleep(KEEPER_TICK);
+                    let Some(me) = weak.upgrade() else { break };
+                    if stop.load(Ordering::Acquire) {
+                        break;
+                    }
+                    me.trim();
+                    if last_rejoin.elapsed() >= REJOIN_EVERY {
+                        me.rejoin();
+                        last_rejoin = Instant::now();
+                    }
+                }
+            })
+            .ok();
+        *guard(&self.keeper_thread) = t;
+    }
+
+    fn cfg(&self) -> ReplConfig {
+        guard(&self.cfg).clone()
+    }
+
+    fn stop_keeper(&self) {
+        self.keeper_stop.store(true, Ordering::Release);
+        let t = guard(&self.keeper_thread).take();
+        if let Some(t) = t
+            && t.thread().id() != std::thread::current().id()
+        {
+            let _ = t.join();
+        }
+    }
+
+    fn keeper_info(&self) -> Vec<(String, String)> {
+        let k = guard(&self.keeper).clone();
+        vec![
+            kv("log_trims", k.trims),
+            kv("log_trimmed_through", k.trimmed_through),
+            kv("recoveries", k.recoveries),
+            kv("snapshots_sent", k.snapshots_sent),
+            kv(
+                "keeper_error",
+                k.last_error.as_deref().unwrap_or("none").replace(',', ";"),
+            ),
+        ]
+    }
+
+    /// Trim the log up to the lowest applied LSN of this store and the live backups' stores.
+    fn trim(&self) {
+        let mode = self.mode.read().unwrap_or_else(|p| p.into_inner());
+        let Mode::Primary(p) = &*mode else { return };
+        let s = p.rep.stats();
+        if s.failed.is_some() {
+            return;
+        }
+        let mine = self.applied.load(Ordering::Acquire);
+        let through = match p.rep.applied_by_live() {
+            Some(b) => mine.min(b),
+            None if s.backups.is_empty() => mine,
+            None => return,
+        };
+        let ls = p.log.stats();
+        if through < ls.head_lsn || through >= ls.next_lsn || ls.used_bytes < ls.ring_bytes / 4 {
+            return;
+        }
+        let r = p.log.cleanup_through(through);
+        let mut k = guard(&self.keeper);
+        match r {
+            Ok(()) => {
+                k.trims += 1;
+                k.trimmed_through = through;
+            }
+            Err(e) => k.last_error = Some(format!("trim through LSN {through}: {e}")),
+        }
+    }
+
+    /// Take back dropped backups that answer again, or resume a primary that lost its write
+    /// quorum: recover again (a new epoch; the returning backups' copies are repaired from the
+    /// log, and their stores get a snapshot if the log was trimmed past them). Writes wait
+    /// while it runs.
+    fn rejoin(&self) {
+        if guard(&self.keeper).stuck {
+            return;
+        }
+        let mut epoch = guard(&self.keeper).epoch;
+        let out: Vec<usize> = {
+            let mode = self.mode.read().unwrap_or_else(|p| p.into_inner());
+            match &*mode {
+                Mode::Primary(p) => {
+                    let s = p.rep.stats();
+                    epoch = s.epoch;
+                    if s.failed.is_some() {
+                        (0..s.backups.len()).collect()
+                    } else {
+                        (0..s.backups.len())
+                            .filter(|&i| !s.backups[i].live)
+                            .collect()
+                    }
+                }
+                Mode::Waiting(_) => (0..self.cfg().replicas.len()).collect(),
+                _ => return,
+            }
+        };
+        if out.is_empty() {
+            return;
+        }
+        let cfg = self.cfg();
+        let mut peers = TcpPeers::new(cfg.replicas.clone(), cfg.timeout);
+        let mut answering = 0;
+        for &i in &out {
+            match replication::peers::call(&mut peers, i, &Request::Probe) {
+                Some(Response::Info(info)) => {
+                    // A copy that promised a newer epoch follows another primary (a PROMOTE
+                    // or an election happened while this one was cut off): recovering now
+                    // would take the cluster back from it. This node stops for good.
+                    if let Some(info) = info
+                        && info.promised > epoch
+                    {
+                        let why = format!(
+                            "{STUCK}: backup {} promised epoch {} (this primary held {epoch}): \
+                             another primary took over; restart this node as a backup",
+                            cfg.replicas[i], info.promised
+                        );
+                        let _order = guard(&self.order);
+                        let mut mode = self.mode.write().unwrap_or_else(|p| p.into_inner());
+                        if let Mode::Primary(p) = std::mem::replace(&mut *mode, Mode::Stopped)
+                            && let Err(e) = p.close()
+                        {
+                            server::say!("kavach: warning: closing the log copy: {e}");
+                        }
+                        server::say!("kavach: error: {why}");
+                        let mut k = guard(&self.keeper);
+                        k.stuck = true;
+                        k.last_error = Some(why.clone());
+                        *mode = Mode::Waiting(why);
+                        return;
+                    }
+                    answering += 1;
+                }
+                _ => {}
+            }
+        }
+        drop(peers);
+        let n = cfg.replicas.len();
+        let w = cfg.write_quorum.unwrap_or_else(|| default_write_quorum(n));
+        let waiting = out.len() == n;
+        // Recover only when it can succeed: a backup back, or (replication stopped) enough
+        // backups for a majority and the write quorum; each recovery takes a new epoch.
+        let needed = if waiting { w.max((n + 1) / 2) } else { 1 };
+        if answering < needed.max(1) {
+            return;
+        }
+        self.recover_again();
+    }
+
+    fn recover_again(&self) {
+        let _order = guard(&self.order);
+        let mut mode = self.mode.write().unwrap_or_else(|p| p.into_inner());
+        match std::mem::replace(&mut *mode, Mode::Stopped) {
+            Mode::Primary(p) => {
+                if let Err(e) = p.close() {
+                    server::say!("kavach: warning: closing the log copy: {e}");
+                }
+            }
+            Mode::Waiting(_) => {}
+            other => {
+                *mode = other;
+                return;
+            }
+        }
+        let result = (|| -> Result<PrimaryState> {
+            let cfg = self.cfg();
+            let (pool, mut copy) = open_or_create_copy(&cfg)?;
+            let st = become_primary(&mut copy, &cfg, PoolHold::Pool(Box::new(pool)))?;
+            let live = st.rep.stats().backups.iter().filter(|b| b.live).count();
+            let w = st.rep.stats().quorum.write();
+            let r = if live < w {
+                Err(anyhow::anyhow!(
+                    "{live} of the {w} backups the write quorum needs are live"
+                ))
+            } else {
+                catch_up_store(self.inner.as_ref(), &st.log, copy.len())
+            };
+            match r {
+                Ok(r) => {
+                    report_replay(&r);
+                    *guard(&self.uuid) = st.log.descriptor().log_uuid.0;
+                    self.applied.store(r.last, Ordering::Release);
+                    *guard(&self.diverged) = None;
+                    Ok(st)
+                }
+                Err(e) => {
+                    if let Err(c) = st.close() {
+                        server::say!("kavach: warning: closing the log copy: {c}");
+                    }
+                    Err(e)
+                }
+            }
+        })();
+        match result {
+            Ok(st) => {
+                self.snapshot_laggards(&st);
+                let mut k = guard(&self.keeper);
+                k.recoveries += 1;
+                k.epoch = st.recovered.epoch;
+                drop(k);
+                *mode = Mode::Primary(Box::new(st));
+            }
+            Err(e) if format!("{e:#}").contains(STUCK) => {
+                let why = format!("{e:#}");
+                let mut k = guard(&self.keeper);
+                k.last_error = Some(why.clone());
+                k.stuck = true;
+                server::say!("kavach: error: {why}");
+                *mode = Mode::Waiting(why);
+            }
+            Err(e) => {
+                let why = format!(
+                    "NOREPLICAS not enough backups to write: {e:#}; writes resume by \
+                     themselves when enough backups answer"
+                );
+                guard(&self.keeper).last_error = Some(why.clone());
+                *mode = Mode::Waiting(why);
+            }
+        }
+    }
+
+    /// Send a snapshot of the store to every live backup whose store is behind the log's head
+    /// (the records it needs were trimmed). Writes must be kept out (the order lock, or
+    /// before serving), so the snapshot is the store at its applied LSN.
+    fn snapshot_laggards(&self, st: &PrimaryState) {
+        let Some(ks) = self.inner.keyspace() else {
+            return;
+        };
+        st.rep.heartbeat();
+        let s = st.rep.stats();
+        let head = st.log.stats().head_lsn;
+        let lsn = self.applied.load(Ordering::Acquire);
+        for (i, b) in s.backups.iter().enumerate() {
+            if !b.live || b.applied_lsn + 1 >= head {
+                continue;
+            }
+            let t = Instant::now();
+            let mut seq = 0;
+            let mut bytes = 0;
+            let sent = rs::make_snapshot(ks, &mut |data| {
+                bytes += data.len();
+                let req = Request::Snapshot {
+                    epoch: s.epoch,
+                    lsn,
+                    seq,
+                    last: data.is_empty(),
+                    data,
+                };
+                seq += 1;
+                st.rep.call(i, &mut std::iter::once(req))
+            });
+            match sent {
+                Ok(keys) => {
+                    guard(&self.keeper).snapshots_sent += 1;
+                    server::say!(
+                        "kavach:   {}: snapshot sent ({keys} keys, {bytes} bytes, LSN {lsn}, {} ms): \
+                         its store was at LSN {}, the log starts at {head}",
+                        b.name,
+                        t.elapsed().as_millis(),
+                        b.applied_lsn
+                    );
+                }
+                Err(e) => {
+                    server::say!("kavach:   {}: snapshot failed: {e}", b.name);
+                    guard(&self.keeper).last_error = Some(format!("snapshot to {}: {e}", b.name));
+                }
+            }
+        }
+    }
+}
+
+/// A backup's applier: every few milliseconds, apply the records after the store's mark up to
+/// the LSN the primary says is committed, each with its mark. When the copy's head is past the
+/// mark (the records between were trimmed), it waits for a snapshot from the primary.
 fn apply_loop(
     host: Arc<Mutex<FileHost>>,
     inner: Arc<dyn Backend>,
+    store: Arc<BackupStore>,
     stop: Arc<AtomicBool>,
-    applied: Arc<AtomicU64>,
     err: Arc<Mutex<Option<String>>>,
 ) {
+    use replication::host::StoreSink;
     let mut follower: Option<Follower> = None;
+    let mut uuid: Option<[u8; 16]> = None;
     while !stop.load(Ordering::Acquire) {
         std::thread::sleep(Duration::from_millis(10));
-        let batch = {
+        let (batch, log_uuid) = {
             let mut h = guard(&host);
             let Some(c) = h.copy() else { continue };
+            let Some(u) = c.uuid().map(|u| u.0) else {
+                continue;
+            };
             let committed = c.committed();
             if committed == 0 {
                 continue;
             }
+            if uuid != Some(u) {
+                // A new copy (the primary initialised one): a store following another log
+                // is emptied.
+                if uuid.is_some()
+                    && let Some(ks) = inner.keyspace()
+                {
+                    match rs::read_mark(ks) {
+                        Ok(Some(m)) if m.uuid == u => {}
+                        _ => {
+                            if let Err(e) = rs::empty(ks) {
+                                *guard(&err) = Some(e);
+                                continue;
+                            }
+                            store.set_applied(0);
+                        }
+                    }
+                }
+                uuid = Some(u);
+                follower = None;
+            }
             if follower.is_none() {
-                follower = Follower::new(c.medium(), c.base(), c.len()).ok();
+                let Ok(f) = Follower::new(c.medium(), c.base(), c.len()) else {
+                    continue;
+                };
+                if store.applied() + 1 < f.next_lsn() {
+                    // Trimmed past this store: only a snapshot brings it back.
+                    continue;
+                }
+                follower = Some(f);
             }
             let Some(f) = follower.as_mut() else { continue };
             match f.read(c.medium(), committed) {
-                Ok(b) => b,
+                Ok(b) => (b, u),
                 Err(e) => {
+                    // The head may have moved past where the follower was (a repair or a
+                    // snapshot): start again from the head.
                     *guard(&err) = Some(e.to_string());
                     follower = None;
                     continue;
                 }
             }
         };
-        for r in batch {
-            match Op::decode(&r.payload) {
-                Ok(op) => {
-                    if let Err(e) = op.apply(inner.as_ref()) {
-                        *guard(&err) = Some(format!("LSN {}: {e}", r.lsn));
-                    }
-                }
-                Err(e) => *guard(&err) = Some(format!("LSN {}: {e}", r.lsn)),
-            }
-            applied.store(r.lsn, Ordering::Release);
+        // Records and snapshot pieces are never applied at once. (The host's lock is not held
+        // here: a snapshot piece arrives with it held and then takes this one.)
+        let snapshot = guard(&store.apply_lock);
+        if snapshot.is_some() {
+            continue; // a snapshot is coming in
         }
+        let applied = store.applied();
+        for r in batch {
+            if r.lsn <= applied {
+                continue;
+            }
+            let mark = Mark {
+                uuid: log_uuid,
+                lsn: r.lsn,
+            };
+            if let Err(e) = rs::apply_record(inner.as_ref(), mark, &r.payload) {
+                *guard(&err) = Some(e);
+            }
+            store.set_applied(r.lsn);
+        }
+        drop(snapshot);
     }
 }
 
@@ -716,6 +1216,7 @@ impl model::Keyspace for Replicated {
         let mode = self.mode.read().unwrap_or_else(|p| p.into_inner());
         let log = match &*mode {
             Mode::Primary(p) => &p.log,
+            Mode::Waiting(why) => return Err(ModelError::Failed(why.clone())),
             Mode::Backup(b) => {
                 return Err(ModelError::ReadOnly(format!(
                     "You can't write against a backup (replication on {}); write to the \
@@ -726,6 +1227,22 @@ impl model::Keyspace for Replicated {
             Mode::Stopped => return Err(ModelError::Failed("the server is shutting down".into())),
         };
         let mut logged: model::ModelResult<()> = Ok(());
+        let mut marked = None;
+        let uuid = *guard(&self.uuid);
+        // The mark is part of the store's transaction, so the applied mark and the effects are
+        // durable together; a whole-keyspace write (FLUSHALL) is marked like any other.
+        let with_mark: Vec<(model::Db, &[u8])>;
+        let scope = match scope {
+            model::Scope::Keys(keys) => {
+                with_mark = keys
+                    .iter()
+                    .copied()
+                    .chain(std::iter::once((0, rs::MARK_KEY)))
+                    .collect();
+                model::Scope::Keys(&with_mark)
+            }
+            all => all,
+        };
         inner.transact(scope, true, &mut |t| {
             let mut cap = Capture {
                 inner: t,
@@ -734,23 +1251,66 @@ impl model::Keyspace for Replicated {
             let result = body(&mut cap);
             if !cap.effects.is_empty() {
                 let record = Op::Effects(std::mem::take(&mut cap.effects)).encode();
-                if let Err(e) = log.append(&record, ForcePolicy::Sync) {
-                    let why = format!(
-                        "a write was applied but not replicated ({e}); restart this primary \
-                         to rebuild its store from the replicated log (everything is refused \
-                         until then)"
-                    );
-                    *guard(&self.diverged) = Some(why.clone());
-                    logged = Err(match e {
-                        log::LogError::Full { .. } => {
-                            ModelError::OutOfSpace(format!("the replication log is full: {e}"))
-                        }
-                        _ => ModelError::Failed(why),
-                    });
+                // Under the order lock only this write reserves: it gets `expected`.
+                let expected = log.next_lsn();
+                let mut appended = log.append(&record, ForcePolicy::Sync);
+                // A full log waits for the keeper's next trim (each try waits up to the log's
+                // full_wait for room) rather than fail a write it already applied here.
+                for _ in 0..FULL_RETRIES {
+                    if !matches!(appended, Err(log::LogError::Full { .. })) {
+                        break;
+                    }
+                    appended = log.append(&record, ForcePolicy::Sync);
+                }
+                match appended {
+                    Ok(a) => {
+                        rs::put_mark(cap.inner, Mark { uuid, lsn: a.lsn });
+                        marked = Some(a.lsn);
+                    }
+                    Err(e) => {
+                        let reserved = log.next_lsn() > expected;
+                        let why = if reserved {
+                            // The record is in the local copy but not acknowledged. The mark
+                            // names it: the recovery that follows keeps this store only if
+                            // the history it chooses holds the record.
+                            rs::put_mark(
+                                cap.inner,
+                                Mark {
+                                    uuid,
+                                    lsn: expected,
+                                },
+                            );
+                            format!(
+                                "NOREPLICAS a write was applied here but its replication \
+                                 failed ({e}); reads and writes are refused until this \
+                                 primary recovers with enough backups (it retries every \
+                                 second)"
+                            )
+                        } else {
+                            // No record at all: the store is ahead of the log. Forget its
+                            // mark, so the next start rebuilds it (or takes a snapshot as a
+                            // backup) instead of trusting it.
+                            let _ = cap.inner.apply(vec![rs::mark_del()]);
+                            format!(
+                                "a write was applied but not logged ({e}); restart this primary \
+                                 to rebuild its store (everything is refused until then)"
+                            )
+                        };
+                        *guard(&self.diverged) = Some(why.clone());
+                        logged = Err(match e {
+                            log::LogError::Full { .. } => {
+                                ModelError::OutOfSpace(format!("the replication log is full: {e}"))
+                            }
+                            _ => ModelError::Failed(why),
+                        });
+                    }
                 }
             }
             result
         })?;
+        if let Some(lsn) = marked {
+            self.applied.store(lsn, Ordering::Release);
+        }
         logged
     }
     fn scan(
@@ -759,13 +1319,33 @@ impl model::Keyspace for Replicated {
         cursor: u64,
         count: usize,
     ) -> model::ModelResult<(u64, Vec<model::KeyInfo>)> {
-        self.data()?.scan(db, cursor, count)
+        let (next, mut keys) = self.data()?.scan(db, cursor, count)?;
+        keys.retain(|k| !rs::is_mark(&k.key));
+        Ok((next, keys))
     }
     fn dbsize(&self, db: model::Db) -> model::ModelResult<u64> {
-        self.data()?.dbsize(db)
+        let ks = self.data()?;
+        let n = ks.dbsize(db)?;
+        let mut hidden = false;
+        ks.transact(model::Scope::Keys(&[(db, rs::MARK_KEY)]), false, &mut |t| {
+            hidden = t.kind(db, rs::MARK_KEY).is_some();
+            Ok(())
+        })?;
+        Ok(n - u64::from(hidden && n > 0))
     }
     fn random_key(&self, db: model::Db) -> model::ModelResult<Option<Bytes>> {
-        self.data()?.random_key(db)
+        let ks = self.data()?;
+        if self.dbsize(db)? == 0 {
+            return Ok(None);
+        }
+        // The mark is one key among the rest: a few draws find another one.
+        for _ in 0..64 {
+            match ks.random_key(db)? {
+                Some(k) if rs::is_mark(&k) => continue,
+                other => return Ok(other),
+            }
+        }
+        Ok(None)
     }
     fn expired(
         &self,
@@ -887,6 +1467,7 @@ impl Backend for Replicated {
         v
     }
     fn shutdown(&self) -> BackendResult<()> {
+        self.stop_keeper();
         let _order = guard(&self.order);
         let old = std::mem::replace(
             &mut *self.mode.write().unwrap_or_else(|p| p.into_inner()),
@@ -907,7 +1488,7 @@ impl Backend for Replicated {
                     }
                 }
             }
-            Mode::Stopped => {}
+            Mode::Waiting(_) | Mode::Stopped => {}
         }
         let r = self.inner.shutdown();
         match first_err {
@@ -924,7 +1505,7 @@ impl Backend for Replicated {
             ));
         }
         let text = |a: &[u8]| String::from_utf8_lossy(a).into_owned();
-        let mut cfg = self.cfg.clone();
+        let mut cfg = self.cfg();
         if let Some(r) = args.first() {
             cfg.replicas = parse_replicas(&text(r))
                 .map_err(|e| BackendError::Refused(format!("PROMOTE: {e}")))?;
@@ -999,14 +1580,21 @@ impl Backend for Replicated {
                 }
             };
             let st = become_primary(&mut copy, &cfg, hold)?;
-            let r = rebuild_store(
-                self.inner.as_ref(),
-                st.log.medium(),
-                st.log.base(),
-                copy.len(),
-            )?;
+            let r = match catch_up_store(self.inner.as_ref(), &st.log, copy.len()) {
+                Ok(r) => r,
+                Err(e) => {
+                    if let Err(c) = st.close() {
+                        server::say!("kavach: warning: closing the log copy: {c}");
+                    }
+                    return Err(e);
+                }
+            };
             server::say!("kavach: promoted");
             report_replay(&r);
+            *guard(&self.uuid) = st.log.descriptor().log_uuid.0;
+            self.applied.store(r.last, Ordering::Release);
+            self.snapshot_laggards(&st);
+            guard(&self.keeper).epoch = st.recovered.epoch;
             Ok(st)
         })();
         match result {
@@ -1019,6 +1607,7 @@ impl Backend for Replicated {
                     cfg.replicas.len()
                 );
                 *mode = Mode::Primary(Box::new(st));
+                *guard(&self.cfg) = cfg;
                 Ok(line)
             }
             Err(e) => {

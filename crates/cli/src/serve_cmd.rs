@@ -494,8 +494,6 @@ struct Undo {
     dirs_made: Vec<PathBuf>,
     store_existed: bool,
     replica_existed: bool,
-    /// The store view was moved aside (a replicated start rebuilds it).
-    moved_aside: bool,
 }
 
 impl Undo {
@@ -510,7 +508,6 @@ impl Undo {
             dirs_made,
             store_existed: dir.join(dstore::POOL_FILE).exists(),
             replica_existed: dir.join(replication::host::REPLICA_FILE).exists(),
-            moved_aside: false,
         }
     }
 
@@ -525,12 +522,8 @@ impl Undo {
                 server::say!("kavach: warning: cannot undo the failed start ({what}): {e}");
             }
         };
-        if !self.store_existed || self.moved_aside {
+        if !self.store_existed {
             undo("remove the new store", std::fs::remove_file(&store));
-        }
-        if self.moved_aside {
-            let aside = self.dir.join(crate::replica_cmd::STORE_VIEW_ASIDE);
-            undo("restore the store view", std::fs::rename(&aside, &store));
         }
         if !self.replica_existed {
             let replica = self.dir.join(replication::host::REPLICA_FILE);
@@ -543,16 +536,6 @@ impl Undo {
             }
         }
     }
-
-    /// The server runs: the old store view is no longer needed.
-    fn keep(&self) {
-        if self.moved_aside {
-            let aside = self.dir.join(crate::replica_cmd::STORE_VIEW_ASIDE);
-            if let Err(e) = std::fs::remove_file(&aside) {
-                server::say!("kavach: warning: cannot remove {}: {e}", aside.display());
-            }
-        }
-    }
 }
 
 /// Open (or create) the store and wrap it for its replication role.
@@ -560,10 +543,9 @@ fn open_backend(
     a: &ServeArgs,
     plan: &Plan,
     repl_listener: Option<TcpListener>,
-    undo: &mut Undo,
 ) -> Result<Arc<dyn Backend>> {
     if plan.backup || plan.replicated {
-        undo.moved_aside = crate::replica_cmd::fresh_store(&a.dir)?;
+        crate::replica_cmd::check_store_dir(&a.dir)?;
     }
     server::say!("kavach: opening the store in {}", a.dir.display());
     let (store, opened) = Store::open_dir(&a.dir, plan.config.clone())
@@ -600,18 +582,14 @@ fn open_backend(
     let store_backend: Arc<dyn Backend> =
         Arc::new(StoreBackend::new(store, &a.durability, opened.created));
     let repl = plan.repl.clone();
-    Ok(match repl_listener {
-        Some(listener) => Arc::new(crate::replica_cmd::Replicated::backup(
-            store_backend,
-            repl,
-            listener,
-        )?),
-        None if plan.replicated => Arc::new(crate::replica_cmd::Replicated::primary(
-            store_backend,
-            repl,
-        )?),
-        None => store_backend,
-    })
+    let replicated = match repl_listener {
+        Some(listener) => crate::replica_cmd::Replicated::backup(store_backend, repl, listener)?,
+        None if plan.replicated => crate::replica_cmd::Replicated::primary(store_backend, repl)?,
+        None => return Ok(store_backend),
+    };
+    let replicated = Arc::new(replicated);
+    replicated.start_keeper();
+    Ok(replicated)
 }
 
 /// Run the server until it is shut down.
@@ -640,8 +618,8 @@ pub fn run(a: &ServeArgs) -> Result<Outcome> {
     };
     server::install_signal_handlers(&listener.handle())
         .map_err(|e| refused(format!("cannot install signal handlers: {e}")))?;
-    let mut undo = Undo::new(&a.dir);
-    let backend = match open_backend(a, &plan, repl_listener, &mut undo) {
+    let undo = Undo::new(&a.dir);
+    let backend = match open_backend(a, &plan, repl_listener) {
         Ok(backend) => backend,
         Err(e) => {
             undo.roll_back();
@@ -653,7 +631,6 @@ pub fn run(a: &ServeArgs) -> Result<Outcome> {
             });
         }
     };
-    undo.keep();
     let srv = listener.into_server(backend);
     server::say!(
         "kavach: listening on {} (durability {}); stop with Ctrl-C, SIGTERM or SHUTDOWN",

@@ -189,11 +189,28 @@ impl<M: Medium + Clone + Send + Sync + 'static> Txn for StoreTxn<'_, '_, M> {
                 self.check(&mut sim, e)?;
             }
         }
-        // 2. Room: in the DRAM state and in one log record.
+        // 2. Room: in the DRAM state and in one log record. A lone string Put that replaces a
+        // string at least as long takes no more room than it frees (a full store still
+        // rewrites fixed-size values, such as a replicated node's applied mark).
+        let in_place = match effects.as_slice() {
+            [
+                Effect::Put {
+                    db,
+                    key,
+                    value: model::Value::String(s),
+                    ..
+                },
+            ] => {
+                model::View::kind(self, *db, key) == Some(model::Kind::String)
+                    && model::View::string_len(self, *db, key) >= s.len() as u64
+            }
+            _ => false,
+        };
         let Arenas::Write(locked) = &mut self.arenas else {
             unreachable!("checked above");
         };
-        if effects.iter().any(Effect::grows)
+        if !in_place
+            && effects.iter().any(Effect::grows)
             && let Some(why) = locked.growth_refusal()
         {
             return Err(ModelError::OutOfSpace(why));

@@ -855,3 +855,44 @@ fn every_refusal_changes_nothing() {
     );
     store.validate().unwrap();
 }
+
+/// Past maxmemory a store refuses writes that grow it, but a lone string Put that replaces a
+/// string at least as long is accepted (it takes no more room than it frees): a replicated
+/// node rewrites its fixed-size applied mark in every transaction, a full store included.
+#[test]
+fn a_full_store_still_overwrites_a_string_in_place() {
+    let cfg = effects::config();
+    let clock = Arc::new(AtomicI64::new(START));
+    let sim = Arc::new(SimMedium::from_image(
+        effects::base_image(&cfg),
+        SimConfig::default(),
+    ));
+    let store = effects::open(Arc::clone(&sim), &cfg, &clock).expect("open");
+    let put = |key: &str, len: usize| -> Result<(), ModelError> {
+        store.transact(Scope::All, true, &mut |t| {
+            t.apply(vec![Effect::Put {
+                db: 0,
+                key: key.as_bytes().to_vec(),
+                value: Value::String(vec![b'v'; len]),
+                expire_at_ms: 0,
+            }])
+        })
+    };
+    put("mark", 40).expect("room at first");
+    put("other", 10).expect("room at first");
+    store.set_maxmemory(1);
+    let full = put("new", 10).expect_err("a new key is refused past maxmemory");
+    assert!(matches!(full, ModelError::OutOfSpace(_)), "{full:?}");
+    put("mark", 40).expect("the same length in place");
+    put("mark", 12).expect("shorter in place");
+    assert!(matches!(put("mark", 41), Err(ModelError::OutOfSpace(_))));
+    assert!(
+        matches!(put("mark", 13), Err(ModelError::OutOfSpace(_))),
+        "longer than now"
+    );
+    let got = store.transact(Scope::All, false, &mut |t| {
+        assert_eq!(t.string_len(0, b"mark"), 12);
+        Ok(())
+    });
+    got.expect("read");
+}

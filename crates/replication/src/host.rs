@@ -20,8 +20,16 @@ pub type FileCopy = Copy<Arc<Mapping>>;
 pub trait StoreSink: Send + Sync {
     /// Every record up to this LSN is durably applied to the store.
     fn applied(&self) -> u64;
-    /// Take one piece of a snapshot (see [`crate::Request::Snapshot`]).
-    fn snapshot(&self, lsn: u64, seq: u64, last: bool, data: &[u8]) -> Result<(), String>;
+    /// Take one piece of a snapshot (see [`crate::Request::Snapshot`]) of the store that
+    /// follows log `uuid`.
+    fn snapshot(
+        &self,
+        uuid: [u8; 16],
+        lsn: u64,
+        seq: u64,
+        last: bool,
+        data: &[u8],
+    ) -> Result<(), String>;
 }
 
 /// A copy kept in a pool file.
@@ -138,8 +146,13 @@ impl Host for FileHost {
     }
 
     fn snapshot(&mut self, lsn: u64, seq: u64, last: bool, data: &[u8]) -> Result<(), String> {
+        let uuid = self
+            .copy
+            .as_ref()
+            .and_then(|c| c.uuid())
+            .ok_or("no log copy here")?;
         match &self.store {
-            Some(s) => s.snapshot(lsn, seq, last, data),
+            Some(s) => s.snapshot(uuid.0, lsn, seq, last, data),
             None => Err("this backup keeps no store to take a snapshot into".into()),
         }
     }

@@ -829,7 +829,12 @@ impl<P: Peers> Replicator<P> {
             .map(|i| BackupState {
                 name: peers.name(i),
                 live: rec.live.contains(&i),
-                acked_lsn: 0,
+                // A live backup was just repaired to hold the whole history.
+                acked_lsn: if rec.live.contains(&i) {
+                    rec.next_lsn.saturating_sub(1)
+                } else {
+                    0
+                },
                 applied_lsn: 0,
                 last_error: match &rec.repairs.get(i) {
                     Some((_, Repair::Failed { reason })) => Some(reason.clone()),
@@ -876,7 +881,11 @@ impl<P: Peers> Replicator<P> {
     /// Send `reqs` to live backup `i` in order and wait for each answer; the first answer
     /// that is not an acknowledgement is returned as an error (and the backup is dropped, as
     /// in a force). Snapshots go this way.
-    pub fn call(&self, i: usize, reqs: &mut dyn Iterator<Item = Request>) -> std::result::Result<(), String> {
+    pub fn call(
+        &self,
+        i: usize,
+        reqs: &mut dyn Iterator<Item = Request>,
+    ) -> std::result::Result<(), String> {
         let mut inner = self.lock();
         if !inner.stats.backups.get(i).is_some_and(|b| b.live) {
             return Err("not live".into());
