@@ -798,7 +798,7 @@ const REJOIN_EVERY: Duration = Duration::from_secs(1);
 
 impl Replicated {
     /// Start the keeper thread: on a primary it trims the replicated log behind the stores
-    /// every [`KEEPER_TICK`] (once a quarter of the ring is in use), and every
+    /// every [`KEEPER_TICK`] (once half the ring is in use: each trim makes every backup re-read its copy), and every
     /// [`REJOIN_EVERY`] takes back dropped backups that answer again, or recovers a primary
     /// that lost its write quorum once enough backups answer. On a backup it waits (a
     /// PROMOTE makes it a primary).
@@ -869,7 +869,7 @@ impl Replicated {
             None => return,
         };
         let ls = p.log.stats();
-        if through < ls.head_lsn || through >= ls.next_lsn || ls.used_bytes < ls.ring_bytes / 4 {
+        if through < ls.head_lsn || through >= ls.next_lsn || ls.used_bytes < ls.ring_bytes / 2 {
             return;
         }
         let r = p.log.cleanup_through(through);
@@ -917,36 +917,35 @@ impl Replicated {
         let mut peers = TcpPeers::new(cfg.replicas.clone(), cfg.timeout);
         let mut answering = 0;
         for &i in &out {
-            match replication::peers::call(&mut peers, i, &Request::Probe) {
-                Some(Response::Info(info)) => {
-                    // A copy that promised a newer epoch follows another primary (a PROMOTE
-                    // or an election happened while this one was cut off): recovering now
-                    // would take the cluster back from it. This node stops for good.
-                    if let Some(info) = info
-                        && info.promised > epoch
+            if let Some(Response::Info(info)) =
+                replication::peers::call(&mut peers, i, &Request::Probe)
+            {
+                // A copy that promised a newer epoch follows another primary (a PROMOTE
+                // or an election happened while this one was cut off): recovering now
+                // would take the cluster back from it. This node stops for good.
+                if let Some(info) = info
+                    && info.promised > epoch
+                {
+                    let why = format!(
+                        "{STUCK}: backup {} promised epoch {} (this primary held {epoch}): \
+                         another primary took over; restart this node as a backup",
+                        cfg.replicas[i], info.promised
+                    );
+                    let _order = guard(&self.order);
+                    let mut mode = self.mode.write().unwrap_or_else(|p| p.into_inner());
+                    if let Mode::Primary(p) = std::mem::replace(&mut *mode, Mode::Stopped)
+                        && let Err(e) = p.close()
                     {
-                        let why = format!(
-                            "{STUCK}: backup {} promised epoch {} (this primary held {epoch}): \
-                             another primary took over; restart this node as a backup",
-                            cfg.replicas[i], info.promised
-                        );
-                        let _order = guard(&self.order);
-                        let mut mode = self.mode.write().unwrap_or_else(|p| p.into_inner());
-                        if let Mode::Primary(p) = std::mem::replace(&mut *mode, Mode::Stopped)
-                            && let Err(e) = p.close()
-                        {
-                            server::say!("kavach: warning: closing the log copy: {e}");
-                        }
-                        server::say!("kavach: error: {why}");
-                        let mut k = guard(&self.keeper);
-                        k.stuck = true;
-                        k.last_error = Some(why.clone());
-                        *mode = Mode::Waiting(why);
-                        return;
+                        server::say!("kavach: warning: closing the log copy: {e}");
                     }
-                    answering += 1;
+                    server::say!("kavach: error: {why}");
+                    let mut k = guard(&self.keeper);
+                    k.stuck = true;
+                    k.last_error = Some(why.clone());
+                    *mode = Mode::Waiting(why);
+                    return;
                 }
-                _ => {}
+                answering += 1;
             }
         }
         drop(peers);
@@ -955,7 +954,7 @@ impl Replicated {
         let waiting = out.len() == n;
         // Recover only when it can succeed: a backup back, or (replication stopped) enough
         // backups for a majority and the write quorum; each recovery takes a new epoch.
-        let needed = if waiting { w.max((n + 1) / 2) } else { 1 };
+        let needed = if waiting { w.max(n.div_ceil(2)) } else { 1 };
         if answering < needed.max(1) {
             return;
         }
@@ -1099,7 +1098,7 @@ fn apply_loop(
     let mut uuid: Option<[u8; 16]> = None;
     while !stop.load(Ordering::Acquire) {
         std::thread::sleep(Duration::from_millis(10));
-        let (batch, log_uuid) = {
+        let (batch, log_uuid, start_lsn) = {
             let mut h = guard(&host);
             let Some(c) = h.copy() else { continue };
             let Some(u) = c.uuid().map(|u| u.0) else {
@@ -1139,9 +1138,18 @@ fn apply_loop(
                 }
                 follower = Some(f);
             }
-            let Some(f) = follower.as_mut() else { continue };
-            match f.read(c.medium(), committed) {
-                Ok(b) => (b, u),
+            // Only while a snapshot is in (rare): where the log starts (a walk).
+            let start = if store.in_snapshot() {
+                Follower::new(c.medium(), c.base(), c.len()).map_or(u64::MAX, |f| f.next_lsn())
+            } else {
+                u64::MAX
+            };
+            let read = match follower.as_mut() {
+                Some(f) => f.read(c.medium(), committed),
+                None => Ok(Vec::new()),
+            };
+            match read {
+                Ok(b) => (b, u, start),
                 Err(e) => {
                     // The head may have moved past where the follower was (a repair or a
                     // snapshot): start again from the head.
@@ -1153,9 +1161,22 @@ fn apply_loop(
         };
         // Records and snapshot pieces are never applied at once. (The host's lock is not held
         // here: a snapshot piece arrives with it held and then takes this one.)
-        let snapshot = guard(&store.apply_lock);
+        let mut snapshot = guard(&store.apply_lock);
         if snapshot.is_some() {
-            continue; // a snapshot is coming in
+            // A snapshot is coming in, or was cut short (its primary failed). One that was cut
+            // short is abandoned when the log itself starts at its first record: the store is
+            // empty (the first piece emptied it) and the log fills it.
+            if start_lsn <= 1 {
+                if let Some(ks) = inner.keyspace()
+                    && let Err(e) = rs::empty(ks)
+                {
+                    *guard(&err) = Some(e);
+                    continue;
+                }
+                store.abandon_snapshot(&mut snapshot);
+            } else {
+                continue;
+            }
         }
         let applied = store.applied();
         for r in batch {

@@ -236,6 +236,8 @@ pub struct BackupStore {
     applied: Arc<AtomicU64>,
     /// Held while records or a snapshot are applied; holds the next snapshot piece expected.
     pub apply_lock: Mutex<Option<u64>>,
+    /// A snapshot is coming in (its first piece came, its last not yet).
+    in_snapshot: std::sync::atomic::AtomicBool,
 }
 
 impl BackupStore {
@@ -245,7 +247,21 @@ impl BackupStore {
             inner,
             applied,
             apply_lock: Mutex::new(None),
+            in_snapshot: std::sync::atomic::AtomicBool::new(false),
         }
+    }
+
+    /// Whether a snapshot is coming in.
+    pub fn in_snapshot(&self) -> bool {
+        self.in_snapshot.load(Ordering::Acquire)
+    }
+
+    /// Give up a snapshot that was cut short (the caller holds `apply_lock` and empties the
+    /// store).
+    pub fn abandon_snapshot(&self, next: &mut Option<u64>) {
+        *next = None;
+        self.in_snapshot.store(false, Ordering::Release);
+        self.applied.store(0, Ordering::Release);
     }
 
     /// Publish the applied LSN (after the store took the record and its mark).
@@ -273,6 +289,7 @@ impl StoreSink for BackupStore {
             .ok_or("this backup's store has no data model")?;
         let mut next = self.apply_lock.lock().unwrap_or_else(|p| p.into_inner());
         if seq == 0 {
+            self.in_snapshot.store(true, Ordering::Release);
             empty(ks)?;
             self.applied.store(0, Ordering::Release);
         } else if *next != Some(seq) {
@@ -291,6 +308,7 @@ impl StoreSink for BackupStore {
         if last {
             set_mark(ks, Some(Mark { uuid, lsn }))?;
             *next = None;
+            self.in_snapshot.store(false, Ordering::Release);
             self.applied.store(lsn, Ordering::Release);
         }
         Ok(())

@@ -371,6 +371,14 @@ fn plan(a: &ServeArgs) -> Result<Plan> {
             "--replicas is for a primary; a backup learns its peers at PROMOTE".into(),
         ));
     }
+    if (backup || !replicas.is_empty()) && !matches!(policy, ForcePolicy::Sync) {
+        return Err(refused(format!(
+            "--durability {} is for a standalone server: a replicated node's store must hold \
+             every write it applied before it says so, because the replicated log is trimmed \
+             behind what the stores applied (use --durability always, the default)",
+            a.durability
+        )));
+    }
     if a.write_quorum.is_some() && replicas.is_empty() {
         return Err(refused("--write-quorum needs --replicas".into()));
     }

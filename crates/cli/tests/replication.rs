@@ -296,6 +296,8 @@ struct Opts {
     timeout_ms: u64,
     /// --flush-order.
     order: &'static str,
+    /// --repl-log-mib.
+    repl_log_mib: &'static str,
 }
 
 impl Opts {
@@ -304,6 +306,15 @@ impl Opts {
             w,
             timeout_ms,
             order: "replicate-first",
+            repl_log_mib: REPL_LOG_MIB,
+        }
+    }
+
+    /// A replication log of `mib` MiB.
+    fn repl_log(self, mib: &'static str) -> Opts {
+        Opts {
+            repl_log_mib: mib,
+            ..self
         }
     }
 }
@@ -325,7 +336,7 @@ fn try_primary(
         "--flush-order",
         o.order,
         "--repl-log-mib",
-        REPL_LOG_MIB,
+        o.repl_log_mib,
     ]));
     args.extend(strings(STORE_ARGS));
     spawn(h, name, dir, &args)
@@ -1667,6 +1678,175 @@ fn primary_restarts_after_its_store_filled_up() {
 fn primary_store_rebuilt_near_capacity_holds_every_acknowledged_write() {
     let (cl, l, _) = fill_store_and_restart("repl-full-strict");
     check(cl.port(), &l, "restarted primary");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Replication that runs forever: trimming, rejoin, snapshots, a quorum that comes back.
+
+/// Overwrite keys `{prefix}0..{keys}` round-robin with `bytes`-byte values until `total` bytes
+/// were acknowledged; every write must be acknowledged. Returns the last value of each key.
+fn overwrite(
+    port: u16,
+    prefix: &str,
+    keys: usize,
+    bytes: usize,
+    total: usize,
+) -> BTreeMap<String, String> {
+    let mut c = client(port);
+    let mut last = BTreeMap::new();
+    let mut written = 0;
+    let mut i = 0usize;
+    while written < total {
+        let key = format!("{prefix}{:04}", i % keys);
+        let value = value_for(&format!("{key}:{i}"), bytes);
+        match c.call_str(&["SET", &key, &value]) {
+            Ok(r) if r.is_ok() => {}
+            other => panic!(
+                "write {i} ({written} of {total} bytes in) refused: {other:?}; INFO: {:?}",
+                info(port, "replication")
+            ),
+        }
+        written += bytes;
+        last.insert(key, value);
+        i += 1;
+    }
+    last
+}
+
+/// Every key of `want` holds its value on `port`.
+fn holds(port: u16, want: &BTreeMap<String, String>, who: &str) {
+    let got = snapshot(port);
+    for (k, v) in want {
+        assert_eq!(got.get(k), Some(v), "{who}: key {k}");
+    }
+}
+
+/// Wait until `port`'s INFO replication says `key` is at least `at_least`.
+fn await_info(port: u16, key: &str, at_least: u64) -> HashMap<String, String> {
+    let until = Instant::now() + CATCH_UP_DEADLINE;
+    loop {
+        let i = info(port, "replication");
+        if i.get(key)
+            .and_then(|v| v.parse::<u64>().ok())
+            .is_some_and(|v| v >= at_least)
+        {
+            return i;
+        }
+        assert!(
+            Instant::now() < until,
+            "INFO {key} did not reach {at_least} in {CATCH_UP_DEADLINE:?}: {i:?}"
+        );
+        thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// Ten times the replicated log's size in writes, with two backups: nothing is refused (the
+/// log is trimmed behind the stores), every node holds the last values, and a primary killed
+/// and restarted keeps its store and replays only the log's tail.
+#[test]
+fn ten_logs_of_writes_are_taken_and_the_store_survives_a_restart() {
+    let mut cl = Cluster::new("repl-trim", 2, Opts::new(1, LONG_TIMEOUT_MS).repl_log("1"));
+    let p = cl.port();
+    let last = overwrite(p, "t", 50, 8 << 10, 10 << 20);
+    let i = info(p, "replication");
+    assert!(info_u64(&i, "log_trims") >= 5, "{i:?}");
+    assert!(info_u64(&i, "log_head_lsn") > 1, "{i:?}");
+    assert_eq!(info_u64(&i, "backups_live"), 2, "{i:?}");
+    holds(p, &last, "primary");
+    for b in 0..2 {
+        let want = snapshot(p);
+        await_same(cl.backup(b).port, &want, &format!("backup {b}"));
+    }
+    cl.restart_primary();
+    let err = cl.primary.as_ref().expect("started").stderr();
+    assert!(err.contains("store kept (applied through LSN"), "{err}");
+    holds(cl.port(), &last, "restarted primary");
+    let more = overwrite(cl.port(), "u", 10, 1000, 64 << 10);
+    holds(cl.port(), &more, "restarted primary");
+    cl.h.assert_no_panic();
+}
+
+/// A backup killed while the primary writes three times the log's size comes back on its own:
+/// the primary takes it back within seconds, sends it a snapshot (the records it missed were
+/// trimmed), and it then holds what the primary holds and counts toward the quorum again.
+#[test]
+fn a_backup_that_missed_trimmed_records_rejoins_through_a_snapshot() {
+    let mut cl = Cluster::new(
+        "repl-rejoin",
+        2,
+        Opts::new(1, SHORT_TIMEOUT_MS).repl_log("1"),
+    );
+    let p = cl.port();
+    overwrite(p, "a", 40, 4 << 10, 256 << 10);
+    cl.kill_backup(1);
+    let last = overwrite(p, "b", 40, 8 << 10, 3 << 20);
+    let i = info(p, "replication");
+    assert_eq!(info_u64(&i, "backups_live"), 1, "{i:?}");
+    cl.restart_backup(1);
+    let i = await_info(p, "snapshots_sent", 1);
+    let i = if info_u64(&i, "backups_live") == 2 {
+        i
+    } else {
+        await_info(p, "backups_live", 2)
+    };
+    assert!(info_u64(&i, "recoveries") >= 1, "{i:?}");
+    let want = snapshot(p);
+    holds(p, &last, "primary");
+    await_same(cl.backup(1).port, &want, "backup 1 after its snapshot");
+    // It follows the log again: new writes reach it.
+    let more = overwrite(p, "c", 5, 100, 5_000);
+    let want = snapshot(p);
+    holds(p, &more, "primary");
+    await_same(
+        cl.backup(1).port,
+        &want,
+        "backup 1 after the snapshot and more writes",
+    );
+    let b = info(cl.backup(1).port, "replication");
+    assert_eq!(
+        b.get("kavach_state").map(String::as_str),
+        Some("following"),
+        "{b:?}"
+    );
+    cl.h.assert_no_panic();
+}
+
+/// With both backups gone a primary refuses writes (NOREPLICAS), and resumes by itself when
+/// one comes back: no restart, nothing acknowledged lost.
+#[test]
+fn a_primary_that_lost_its_quorum_resumes_when_a_backup_returns() {
+    let mut cl = Cluster::new("repl-quorum", 2, Opts::new(1, SHORT_TIMEOUT_MS));
+    let p = cl.port();
+    let mut l = Ledger::default();
+    assert_eq!(l.set_many(p, "q", 50), 50);
+    cl.kill_backup(0);
+    cl.kill_backup(1);
+    let mut c = client(p);
+    let refused = (0..3).any(|i| l.set(&mut c, &format!("r{i}"), 20) == Outcome::Refused);
+    assert!(refused, "a write with no backup is refused: {:?}", l.errors);
+    assert_eq!(l.set(&mut c, "x", 20), Outcome::Refused);
+    let last = l.errors.last().expect("an error");
+    assert!(
+        last.contains("NOREPLICAS") || last.contains("replicat"),
+        "{last}"
+    );
+    cl.restart_backup(0);
+    let until = Instant::now() + CATCH_UP_DEADLINE;
+    for n in 0.. {
+        if l.set(&mut c, &format!("back{n}"), 20) == Outcome::Acked {
+            break;
+        }
+        assert!(
+            Instant::now() < until,
+            "writes did not resume: {:?}",
+            info(p, "replication")
+        );
+        thread::sleep(Duration::from_millis(200));
+    }
+    assert_eq!(l.set_many(p, "s", 20), 20);
+    let snap = check(p, &l, "primary after the quorum came back");
+    await_same(cl.backup(0).port, &snap, "backup 0");
+    cl.h.assert_no_panic();
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -584,6 +584,20 @@ mod tests {
             len: 100,
         });
         round_req(Request::Read { offset: 1, len: 2 });
+        round_req(Request::Snapshot {
+            epoch: 3,
+            lsn: 99,
+            seq: 0,
+            last: false,
+            data: vec![1, 2, 3],
+        });
+        round_req(Request::Snapshot {
+            epoch: 3,
+            lsn: 99,
+            seq: 1,
+            last: true,
+            data: Vec::new(),
+        });
         let info = CopyInfo {
             uuid: [1; 16],
             region_len: 2,

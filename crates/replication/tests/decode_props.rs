@@ -147,6 +147,18 @@ fn any_request() -> impl Strategy<Value = Request> {
             len
         }),
         (any::<u64>(), any::<u64>()).prop_map(|(offset, len)| Request::Read { offset, len }),
+        (
+            any::<[u64; 3]>(),
+            any::<bool>(),
+            proptest::collection::vec(any::<u8>(), 0..64)
+        )
+            .prop_map(|([epoch, lsn, seq], last, data)| Request::Snapshot {
+                epoch,
+                lsn,
+                seq,
+                last,
+                data
+            }),
     ]
 }
 
@@ -179,6 +191,7 @@ fn any_response() -> impl Strategy<Value = Response> {
         props::bytes(64).prop_map(Response::Data),
         any::<u64>().prop_map(|promised| Response::Fenced { promised }),
         ".{0,40}".prop_map(Response::Error),
+        any::<u64>().prop_map(|applied| Response::Applied { applied }),
     ]
 }
 

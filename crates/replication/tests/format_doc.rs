@@ -49,11 +49,13 @@ fn constants_match_the_code() {
         ("tags::WRITE", n(tags::WRITE.into())),
         ("tags::ZERO", n(tags::ZERO.into())),
         ("tags::READ", n(tags::READ.into())),
+        ("tags::SNAPSHOT", n(tags::SNAPSHOT.into())),
         ("tags::INFO", n(tags::INFO.into())),
         ("tags::ACK", n(tags::ACK.into())),
         ("tags::DATA", n(tags::DATA.into())),
         ("tags::FENCED", n(tags::FENCED.into())),
         ("tags::ERROR", n(tags::ERROR.into())),
+        ("tags::APPLIED", n(tags::APPLIED.into())),
     ];
     let required: Vec<&str> = code.iter().map(|c| c.0).collect();
     let docs = doc_constants(&doc()).expect("constants table");
