@@ -17,7 +17,6 @@ mod outcome;
 mod pool_cmd;
 mod progress;
 mod replica_cmd;
-mod replica_store;
 mod serve_cmd;
 mod target_cmd;
 mod tvarak_cmd;

@@ -340,7 +340,7 @@ fn mib_option(option: &str, mib: u64, min: u64, why_min: &str) -> Result<u64> {
 struct Plan {
     config: Config,
     server: server::Config,
-    repl: crate::replica_cmd::ReplConfig,
+    repl: replicated::serve::ReplConfig,
     backup: bool,
     replicated: bool,
 }
@@ -455,7 +455,7 @@ fn plan(a: &ServeArgs) -> Result<Plan> {
             pmem::layout::POOL_SIZE_MAX / MIB
         )));
     }
-    let repl = crate::replica_cmd::ReplConfig {
+    let repl = replicated::serve::ReplConfig {
         replicas: replicas.clone(),
         write_quorum: a.write_quorum,
         timeout: std::time::Duration::from_millis(a.backup_timeout_ms),
@@ -553,7 +553,7 @@ fn open_backend(
     repl_listener: Option<TcpListener>,
 ) -> Result<Arc<dyn Backend>> {
     if plan.backup || plan.replicated {
-        crate::replica_cmd::check_store_dir(&a.dir)?;
+        replicated::serve::check_store_dir(&a.dir)?;
     }
     server::say!("kavach: opening the store in {}", a.dir.display());
     let (store, opened) = Store::open_dir(&a.dir, plan.config.clone())
@@ -591,8 +591,8 @@ fn open_backend(
         Arc::new(StoreBackend::new(store, &a.durability, opened.created));
     let repl = plan.repl.clone();
     let replicated = match repl_listener {
-        Some(listener) => crate::replica_cmd::Replicated::backup(store_backend, repl, listener)?,
-        None if plan.replicated => crate::replica_cmd::Replicated::primary(store_backend, repl)?,
+        Some(listener) => replicated::serve::Replicated::backup(store_backend, repl, listener)?,
+        None if plan.replicated => replicated::serve::Replicated::primary(store_backend, repl)?,
         None => return Ok(store_backend),
     };
     let replicated = Arc::new(replicated);

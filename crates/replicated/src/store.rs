@@ -56,11 +56,11 @@ pub fn mark_del() -> Effect {
     }
 }
 
-/// Parse a mark's value; `None` if it is not `32 hex digits:decimal`.
+/// Parse a mark's value; `None` if it is not 32 hex digits, `:`, 20 decimal digits.
 pub fn parse_mark(v: &[u8]) -> Option<Mark> {
     let s = std::str::from_utf8(v).ok()?;
     let (u, l) = s.split_once(':')?;
-    if u.len() != 32 {
+    if u.len() != 32 || l.len() != 20 || !l.bytes().all(|b| b.is_ascii_digit()) {
         return None;
     }
     let mut uuid = [0u8; 16];
@@ -240,6 +240,15 @@ pub struct BackupStore {
     in_snapshot: std::sync::atomic::AtomicBool,
 }
 
+impl std::fmt::Debug for BackupStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BackupStore")
+            .field("applied", &self.applied.load(Ordering::Acquire))
+            .field("in_snapshot", &self.in_snapshot())
+            .finish()
+    }
+}
+
 impl BackupStore {
     /// Over `inner`, publishing its applied LSN in `applied`.
     pub fn new(inner: Arc<dyn Backend>, applied: Arc<AtomicU64>) -> BackupStore {
@@ -337,7 +346,8 @@ mod tests {
             &b""[..],
             b"abc:1",
             b"zz:1",
-            &v[..v.len() - 6],
+            &v[..32],
+            &v[..v.len() - 1],
             b"00000000000000000000000000000000:x",
         ] {
             assert_eq!(parse_mark(bad), None, "{:?}", String::from_utf8_lossy(bad));
