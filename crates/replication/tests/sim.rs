@@ -47,7 +47,7 @@ const N_MINUS_W_SEED: u64 = 464;
 /// A seed where W losses (N=2, W=2) give two primaries one epoch.
 const W_LOSSES_SEED: u64 = 602;
 /// A seed that loses acknowledged writes to one bit flip (N=1, W=1).
-const FLIP_SEED: u64 = 50;
+const FLIP_SEED: u64 = 254;
 
 /// The seeds to run: `SIM_FIRST..SIM_FIRST + SIM_SEEDS` (default `0..SEEDS`).
 fn seeds() -> std::ops::Range<u64> {
