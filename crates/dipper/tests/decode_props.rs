@@ -29,7 +29,7 @@ fn root() -> Root {
         slot: 0,
         shards: 4,
         checkpoint: 3,
-        machine: 1,
+        machine: 0,
     }
 }
 
@@ -54,6 +54,16 @@ fn root_corpus() -> Vec<Vec<u8>> {
         &[
             ("fresh_copy0", fresh.encode(&UUID, 0).to_vec()),
             ("checkpointing_copy1", root().encode(&UUID, 1).to_vec()),
+            (
+                "machine_word_copy0",
+                Root {
+                    seq: 5,
+                    machine: 1,
+                    ..root()
+                }
+                .encode(&UUID, 0)
+                .to_vec(),
+            ),
         ],
     ))
 }
