@@ -157,25 +157,28 @@ fn first_difference(a: &[bool], b: &[bool]) -> Option<(usize, bool, bool)> {
         .map(|(i, (x, y))| (i, *x, *y))
 }
 
-#[test]
-fn a_store_rebuilt_near_capacity_accepts_what_the_original_accepted() {
-    // 1,024 pages: less than the workload's keys and fields take, so the original refuses
-    // some writes.
+/// Fill a store of configuration `cfg` past what it takes, replay the same writes into a new
+/// store and into the same store after FLUSHALL, and check each accepts exactly the writes the
+/// original did and ends with the same contents; then that each checkpoints, closes and reopens
+/// with them.
+fn rebuilt_stores_accept_what_the_original_accepted(tag: &str, cfg: Config) {
     let writes = workload(25, 30_000);
-    let a = Scratch::new("rebuild-a");
-    let b = Scratch::new("rebuild-b");
-    let (original, _) = Store::open_dir(&a.0, config(1024, false)).unwrap();
+    let a = Scratch::new(&format!("{tag}-a"));
+    let b = Scratch::new(&format!("{tag}-b"));
+    let (original, _) = Store::open_dir(&a.0, cfg.clone()).unwrap();
     let empty = original.engine().stats().arena_bytes;
     let accepted = apply(&original, &writes);
     let refused = accepted.iter().filter(|x| !**x).count();
     let st = original.engine().stats();
     eprintln!(
-        "original: {} of {} writes accepted; arenas {} bytes, live {} bytes, slot {} bytes",
+        "{tag}: {} of {} writes accepted; arenas {} bytes, live {} bytes, slot {} bytes, \
+         maxmemory {}",
         accepted.len() - refused,
         accepted.len(),
         st.arena_bytes,
         st.live_bytes,
-        st.slot_capacity_bytes
+        st.slot_capacity_bytes,
+        cfg.maxmemory_bytes
     );
     let first = accepted.iter().position(|x| !x).expect("the store filled up");
     assert!(
@@ -185,7 +188,7 @@ fn a_store_rebuilt_near_capacity_accepts_what_the_original_accepted() {
     let want = contents(&original, &writes);
 
     // Into a new store: another pool, another seed for the buckets.
-    let (fresh, _) = Store::open_dir(&b.0, config(1024, false)).unwrap();
+    let (fresh, _) = Store::open_dir(&b.0, cfg.clone()).unwrap();
     assert_ne!(
         fresh.engine().uuid(),
         original.engine().uuid(),
@@ -216,18 +219,37 @@ fn a_store_rebuilt_near_capacity_accepts_what_the_original_accepted() {
     );
     assert_eq!(contents(&original, &writes), want);
 
-    // The limit still keeps every image inside a slot: each store checkpoints, closes (a last
-    // checkpoint) and reopens with the same contents.
+    // Every image still fits: each store checkpoints, closes (a last checkpoint) and reopens
+    // with the same contents.
     for (store, dir) in [(original, &a.0), (fresh, &b.0)] {
-        store.save().expect("the image fits a slot");
+        store.save().expect("the image fits");
         store.close().expect("close");
         drop(store);
-        let (store, opened) = Store::open_dir(dir, config(1024, false)).unwrap();
+        let (store, opened) = Store::open_dir(dir, cfg.clone()).unwrap();
         assert_eq!(opened.recovery.active_records, 0, "a clean close");
         assert_eq!(contents(&store, &writes), want);
-        assert_eq!(store.validate().unwrap(), want.iter().filter(|(_, v)| v.is_some()).count() as u64);
+        let keys = want.iter().filter(|(_, v)| v.is_some()).count() as u64;
+        assert_eq!(store.validate().unwrap(), keys);
         store.close().unwrap();
     }
+}
+
+/// Fixed slots of 1,024 pages: the ceiling is the engine's admission rule (the arenas' bytes
+/// plus a sixteenth within a slot).
+#[test]
+fn a_store_rebuilt_near_its_slot_capacity_accepts_what_the_original_accepted() {
+    rebuilt_stores_accept_what_the_original_accepted("rebuild-slots", config(1024, false));
+}
+
+/// A growable store (the command line's) under maxmemory: the ceiling is the bytes of
+/// allocated blocks, which include every shard's bucket array.
+#[test]
+fn a_store_rebuilt_at_maxmemory_accepts_what_the_original_accepted() {
+    let cfg = Config {
+        maxmemory_bytes: 3 << 20,
+        ..config(1024, true)
+    };
+    rebuilt_stores_accept_what_the_original_accepted("rebuild-maxmemory", cfg);
 }
 
 /// FLUSHALL empties the arenas in place; the shadow images written after it (whole images in
