@@ -523,7 +523,10 @@ mod tests {
             (0..ARENA_BYTES_MIN / PAGE).collect::<Vec<_>>(),
             "every page of the emptied image counts as written"
         );
-        assert!(a.take_reset() && !a.take_reset(), "the reset is reported once");
+        assert!(
+            a.take_reset() && !a.take_reset(),
+            "the reset is reported once"
+        );
         // The same allocations lay it out as in a new arena.
         let mut b = Arena::new();
         for n in [48, 1000, 70_000, 16] {

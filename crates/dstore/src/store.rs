@@ -426,7 +426,8 @@ impl<M: Medium + Clone + Send + Sync + 'static> Store<M> {
                         structure: "DIPPER root".into(),
                         offset: r.offset
                             + (dipper::layout::ROOT_COPY_OFFSETS[(root.seq % 2) as usize]
-                                + dipper::layout::ROOT_MACHINE_AT) as u64,
+                                + dipper::layout::ROOT_MACHINE_AT)
+                                as u64,
                         field: "machine",
                         expected: format!(
                             "a DStore machine word (bits {:#x} at most)",

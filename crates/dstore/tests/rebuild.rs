@@ -180,7 +180,10 @@ fn rebuilt_stores_accept_what_the_original_accepted(tag: &str, cfg: Config) {
         st.slot_capacity_bytes,
         cfg.maxmemory_bytes
     );
-    let first = accepted.iter().position(|x| !x).expect("the store filled up");
+    let first = accepted
+        .iter()
+        .position(|x| !x)
+        .expect("the store filled up");
     assert!(
         refused > 1000 && first > 10_000,
         "the workload should fill the store part way: first refusal at {first}, {refused} refused"
@@ -281,18 +284,29 @@ fn images_written_after_flushall_hold_the_emptied_state() {
             .into_iter()
             .filter(|(k, _)| !want.iter().any(|(w, _)| w == k))
             .collect();
-        assert!(gone.iter().all(|(_, v)| v.is_none()), "flushed keys stay gone");
+        assert!(
+            gone.iter().all(|(_, v)| v.is_none()),
+            "flushed keys stay gone"
+        );
         store.save().unwrap();
         store.save().unwrap();
         // A crash: the image in force and the log.
         drop(store);
         let (store, _) = Store::open_dir(&dir.0, cfg.clone()).unwrap();
-        assert_eq!(contents(&store, &after), want, "grow: {grow}, after a crash");
+        assert_eq!(
+            contents(&store, &after),
+            want,
+            "grow: {grow}, after a crash"
+        );
         store.validate().unwrap();
         store.close().unwrap();
         drop(store);
         let (store, _) = Store::open_dir(&dir.0, cfg.clone()).unwrap();
-        assert_eq!(contents(&store, &after), want, "grow: {grow}, after a close");
+        assert_eq!(
+            contents(&store, &after),
+            want,
+            "grow: {grow}, after a close"
+        );
         store.close().unwrap();
     }
 }
