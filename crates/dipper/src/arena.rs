@@ -78,6 +78,8 @@ pub struct Arena {
     bytes: Vec<u8>,
     /// One bit per page written since the last `take_dirty`, if tracking is on.
     dirty: Option<Vec<u64>>,
+    /// With tracking on: [`Arena::reset`] ran since the last [`Arena::take_reset`].
+    was_reset: bool,
 }
 
 impl std::fmt::Debug for Arena {
@@ -103,10 +105,34 @@ impl Arena {
         let mut a = Arena {
             bytes: vec![0; ARENA_BYTES_MIN],
             dirty: None,
+            was_reset: false,
         };
         a.put_u64(0, ARENA_MAGIC);
         a.put_u64(ARENA_TOP, ARENA_HEADER as u64);
         a
+    }
+
+    /// Empty the arena as [`Arena::new`] makes it: the smallest image, a fresh header (user
+    /// words zero, no blocks, no free lists), whatever it held before. An arena that grew keeps
+    /// its length otherwise (freed blocks stay below the top), so a state machine that drops all
+    /// of a shard's data calls this to give the space back: the shard's image is then the size
+    /// of a new one, and what is written into it afterwards lays it out exactly as in a new
+    /// arena. With page tracking on, every page counts as written.
+    pub fn reset(&mut self) {
+        self.bytes.clear();
+        self.bytes.resize(ARENA_BYTES_MIN, 0);
+        self.bytes.shrink_to_fit();
+        if let Some(bits) = self.dirty.as_mut() {
+            let pages = ARENA_BYTES_MIN / PAGE;
+            bits.clear();
+            bits.resize(pages.div_ceil(64), 0);
+            for page in 0..pages {
+                bits[page / 64] |= 1 << (page % 64);
+            }
+            self.was_reset = true;
+        }
+        self.put_u64(0, ARENA_MAGIC);
+        self.put_u64(ARENA_TOP, ARENA_HEADER as u64);
     }
 
     /// Rebuild an arena from an image (a shadow slot's pages), validating its header.
@@ -129,7 +155,11 @@ impl Arena {
                 len.to_string(),
             ));
         }
-        let a = Arena { bytes, dirty: None };
+        let a = Arena {
+            bytes,
+            dirty: None,
+            was_reset: false,
+        };
         if a.get_u64(0) != ARENA_MAGIC {
             return Err(bad(
                 "magic",
@@ -168,6 +198,15 @@ impl Arena {
     /// Stop recording written pages.
     pub fn stop_tracking(&mut self) {
         self.dirty = None;
+        self.was_reset = false;
+    }
+
+    /// Whether [`Arena::reset`] ran since the last call while pages were tracked, and clear
+    /// that. A copy of the image kept page by page (a shadow slot) may then hold pages the
+    /// arena no longer has, or old bytes where the emptied arena has zeros it never wrote:
+    /// such a copy must be written whole.
+    pub fn take_reset(&mut self) -> bool {
+        std::mem::take(&mut self.was_reset)
     }
 
     /// Pages written since the last call (ascending), and clear the record. Empty if tracking
@@ -463,6 +502,37 @@ mod tests {
                 other => panic!("expected {field} corruption, got {other:?}"),
             }
         }
+    }
+
+    #[test]
+    fn reset_gives_back_the_image_of_a_new_arena() {
+        let mut a = Arena::new();
+        a.track_dirty();
+        a.set_user(2, 7);
+        for _ in 0..100 {
+            a.alloc(1000).unwrap();
+        }
+        let x = a.alloc(48).unwrap();
+        a.free(x, 48);
+        assert!(a.len() > ARENA_BYTES_MIN);
+        a.take_dirty();
+        a.reset();
+        assert_eq!(a.image(), Arena::new().image(), "byte for byte a new arena");
+        assert_eq!(
+            a.take_dirty(),
+            (0..ARENA_BYTES_MIN / PAGE).collect::<Vec<_>>(),
+            "every page of the emptied image counts as written"
+        );
+        assert!(
+            a.take_reset() && !a.take_reset(),
+            "the reset is reported once"
+        );
+        // The same allocations lay it out as in a new arena.
+        let mut b = Arena::new();
+        for n in [48, 1000, 70_000, 16] {
+            assert_eq!(a.alloc(n).unwrap(), b.alloc(n).unwrap());
+        }
+        assert_eq!(a.image(), b.image());
     }
 
     #[test]

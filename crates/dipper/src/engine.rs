@@ -113,6 +113,9 @@ pub struct Layout {
     pub slot_bytes: u64,
     /// Number of shards (1..=1024).
     pub shards: usize,
+    /// A word for the state machine, kept in the root from creation on (0 for a machine that
+    /// needs none); read it back with [`crate::root::Root::load`] before opening.
+    pub machine: u32,
 }
 
 /// How a store runs.
@@ -561,6 +564,7 @@ impl<M: Medium + Clone + Send + Sync + 'static, S: Machine> Dipper<M, S> {
             slot: SLOT_NONE,
             shards: layout.shards as u32,
             checkpoint: 0,
+            machine: layout.machine,
         };
         r.store(pool.medium(), root.offset as usize, &pool.uuid())?;
         Self::open(pool, machine, opts)
@@ -1275,9 +1279,13 @@ impl<M: Medium + Clone + Send + Sync + 'static, S: Machine> Inner<M, S> {
     /// live bytes) before the operation ran.
     fn account(&self, before: (usize, u64), arena: &Arena) {
         let (len, live) = (arena.len(), arena.live_bytes());
+        // An arena shrinks only when the machine empties it ([`Arena::reset`]).
         if len > before.0 {
             self.arena_bytes
                 .fetch_add((len - before.0) as u64, Ordering::Relaxed);
+        } else if len < before.0 {
+            self.arena_bytes
+                .fetch_sub((before.0 - len) as u64, Ordering::Relaxed);
         }
         if live >= before.1 {
             self.live_bytes
@@ -1529,6 +1537,11 @@ impl<M: Medium + Clone + Send + Sync + 'static, S: Machine> Inner<M, S> {
             let d = ck.mirror[s].take_dirty();
             set_bits(&mut ck.dirty_since[0][s], &d);
             set_bits(&mut ck.dirty_since[1][s], &d);
+            if ck.mirror[s].take_reset() {
+                // An emptied arena: each slot's copy of it is stale beyond what was written
+                // since, so each slot is next written whole (no map: every page, a new map).
+                ck.maps = [None, None];
+            }
         }
         let pages: Option<Vec<Vec<usize>>> = ck.maps[target].as_ref().map(|_| {
             ck.dirty_since[target]

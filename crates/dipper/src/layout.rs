@@ -30,8 +30,11 @@ pub const ROOT_SLOT_AT: usize = 24;
 pub const ROOT_SHARDS_AT: usize = 28;
 /// Root field: number of the checkpoint whose image the slot holds (0: none yet).
 pub const ROOT_CHECKPOINT_AT: usize = 32;
-/// Root field: bytes 40..56 must be zero.
-pub const ROOT_RESERVED_AT: usize = 40;
+/// Root field: a word the state machine owns (fixed at creation; DIPPER only keeps it). The
+/// machine says what it means, and refuses a value it does not know.
+pub const ROOT_MACHINE_AT: usize = 40;
+/// Root field: bytes 44..56 must be zero.
+pub const ROOT_RESERVED_AT: usize = 44;
 /// Root field: CRC-32C of bytes 0..56, seeded with the pool UUID and the copy index.
 pub const ROOT_CRC_AT: usize = 56;
 /// Root field: bytes 60..64 must be zero.
@@ -127,7 +130,8 @@ pub const ROOT_FIELDS: &[Field] = &[
     Field::new("slot", ROOT_SLOT_AT, 4),
     Field::new("shards", ROOT_SHARDS_AT, 4),
     Field::new("checkpoint", ROOT_CHECKPOINT_AT, 8),
-    Field::new("reserved", ROOT_RESERVED_AT, 16),
+    Field::new("machine", ROOT_MACHINE_AT, 4),
+    Field::new("reserved", ROOT_RESERVED_AT, 12),
     Field::new("crc32c", ROOT_CRC_AT, 4),
     Field::new("reserved2", ROOT_RESERVED2_AT, 4),
 ];

@@ -22,6 +22,8 @@ pub struct Root {
     pub shards: u32,
     /// Checkpoint number of the image in `slot` (0 when there is none).
     pub checkpoint: u64,
+    /// The state machine's word, fixed at creation (see [`crate::Layout::machine`]).
+    pub machine: u32,
 }
 
 fn crc(uuid: &Uuid, copy: usize, bytes: &[u8]) -> u32 {
@@ -40,7 +42,8 @@ impl Root {
             .u32_at(ROOT_STATE_AT, self.state)
             .u32_at(ROOT_SLOT_AT, self.slot)
             .u32_at(ROOT_SHARDS_AT, self.shards)
-            .u64_at(ROOT_CHECKPOINT_AT, self.checkpoint);
+            .u64_at(ROOT_CHECKPOINT_AT, self.checkpoint)
+            .u32_at(ROOT_MACHINE_AT, self.machine);
         let c = crc(uuid, copy, &b[..ROOT_CRC_AT]);
         FixedWriter::new(&mut b).u32_at(ROOT_CRC_AT, c);
         b
@@ -83,6 +86,7 @@ impl Root {
             slot: rd.u32_at("slot", ROOT_SLOT_AT)?,
             shards: rd.u32_at("shards", ROOT_SHARDS_AT)?,
             checkpoint: rd.u64_at("checkpoint", ROOT_CHECKPOINT_AT)?,
+            machine: rd.u32_at("machine", ROOT_MACHINE_AT)?,
         };
         let reserved = rd.slice_at("reserved", ROOT_RESERVED_AT, ROOT_CRC_AT - ROOT_RESERVED_AT)?;
         if reserved.iter().any(|&x| x != 0) || rd.u32_at("reserved", ROOT_RESERVED2_AT)? != 0 {
@@ -184,6 +188,7 @@ mod tests {
             slot: 0,
             shards: 16,
             checkpoint: 3,
+            machine: 0x5a,
         }
     }
 

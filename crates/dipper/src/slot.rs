@@ -335,6 +335,11 @@ pub fn write<M: Medium>(
     map: &mut SlotMap,
 ) -> Result<SlotWrite> {
     let base = geo.base as usize;
+    // An arena that shrank ([`Arena::reset`]) leaves entries for pages it no longer has: the
+    // loader would refuse them, and their slot pages would never be given back. The image is
+    // then written whole, the map started over.
+    let shrank = map.map.iter().zip(arenas).any(|(m, a)| m.len() > a.pages());
+    let pages = if shrank { None } else { pages };
     if pages.is_none() {
         *map = SlotMap::empty(arenas.len());
     }

@@ -54,6 +54,7 @@ fn create() -> (Arc<SimMedium>, Engine) {
         log_bytes: 64 * 1024,
         slot_bytes: 1 << 20,
         shards: 4,
+        machine: 0,
     };
     let (engine, _) = Dipper::create(pool, &layout, Counter, options()).expect("create");
     (sim, engine)

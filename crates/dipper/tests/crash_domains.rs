@@ -67,6 +67,7 @@ fn base_image() -> Vec<u8> {
         log_bytes: 32 * 1024,
         slot_bytes: 1 << 20,
         shards: SHARDS,
+        machine: 0,
     };
     let (engine, _) = Dipper::create(pool, &layout, Counter, options()).expect("create");
     engine.close().expect("close");
@@ -84,6 +85,7 @@ fn fof_base_image() -> Vec<u8> {
         log_bytes: 32 * 1024,
         slot_bytes: 1 << 20,
         shards: SHARDS,
+        machine: 0,
     };
     let (engine, _) = Dipper::create(pool, &layout, Counter, options()).expect("create");
     engine.close().expect("close");

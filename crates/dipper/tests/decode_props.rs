@@ -29,6 +29,7 @@ fn root() -> Root {
         slot: 0,
         shards: 4,
         checkpoint: 3,
+        machine: 0,
     }
 }
 
@@ -45,6 +46,7 @@ fn root_corpus() -> Vec<Vec<u8>> {
         slot: SLOT_NONE,
         shards: 1,
         checkpoint: 0,
+        machine: 0,
     };
     props::seeds(&props::corpus(
         DIR,
@@ -52,6 +54,16 @@ fn root_corpus() -> Vec<Vec<u8>> {
         &[
             ("fresh_copy0", fresh.encode(&UUID, 0).to_vec()),
             ("checkpointing_copy1", root().encode(&UUID, 1).to_vec()),
+            (
+                "machine_word_copy0",
+                Root {
+                    seq: 5,
+                    machine: 1,
+                    ..root()
+                }
+                .encode(&UUID, 0)
+                .to_vec(),
+            ),
         ],
     ))
 }
@@ -213,6 +225,7 @@ proptest! {
         shards in 1u32..=SHARDS_MAX as u32,
         checkpoint in 1u64..,
         copy in 0usize..2,
+        machine: u32,
     ) {
         let r = Root {
             seq,
@@ -221,6 +234,7 @@ proptest! {
             slot,
             shards,
             checkpoint: if slot == SLOT_NONE { 0 } else { checkpoint },
+            machine,
         };
         prop_assert_eq!(Root::decode(&r.encode(&UUID, copy), &UUID, copy, 0).ok(), Some(r));
     }

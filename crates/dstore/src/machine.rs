@@ -81,16 +81,64 @@ pub struct Outcome {
     pub error: Option<OpError>,
 }
 
+/// Bit of the DIPPER root's machine word: keys are placed in shards by [`PLACEMENT_SEED`], not
+/// by the store's own seed. Every store made since has it; a store made before has not.
+pub const MACHINE_FIXED_PLACEMENT: u32 = 1;
+/// The machine-word bits this code knows.
+pub const MACHINE_KNOWN: u32 = MACHINE_FIXED_PLACEMENT;
+/// Hash seed of the key-to-shard placement of stores with [`MACHINE_FIXED_PLACEMENT`]: the same
+/// in every store, so that any two stores with the same number of shards put each key in the
+/// same shard, and one rebuilt from the operations of another grows each shard exactly as the
+/// other did (the bucket hash inside a shard keeps the store's own seed).
+pub const PLACEMENT_SEED: u64 = 0x6b61_7661_6368_2d31;
+
 /// The keyspace machine.
 #[derive(Debug, Clone)]
 pub struct Kv {
-    /// Hash seed of this store.
+    /// Hash seed of this store (the buckets of its tables).
     pub seed: u64,
     /// Number of shards.
     pub shards: usize,
+    /// Keys are placed in shards by [`PLACEMENT_SEED`] (a store made before
+    /// [`MACHINE_FIXED_PLACEMENT`] places them by `seed`).
+    pub fixed_placement: bool,
 }
 
 impl Kv {
+    /// The machine of a new store with hash seed `seed`: keys placed by [`PLACEMENT_SEED`].
+    pub fn new(seed: u64, shards: usize) -> Kv {
+        Kv {
+            seed,
+            shards,
+            fixed_placement: true,
+        }
+    }
+
+    /// The machine of a store with hash seed `seed` whose DIPPER root holds machine word
+    /// `word`, or why the word cannot be this machine's.
+    pub fn with_word(seed: u64, shards: usize, word: u32) -> std::result::Result<Kv, String> {
+        if word & !MACHINE_KNOWN != 0 {
+            return Err(format!(
+                "{word:#x}: bits {:#x} are not known to this version",
+                word & !MACHINE_KNOWN
+            ));
+        }
+        Ok(Kv {
+            seed,
+            shards,
+            fixed_placement: word & MACHINE_FIXED_PLACEMENT != 0,
+        })
+    }
+
+    /// The machine word a store of this machine keeps in its DIPPER root.
+    pub fn word(&self) -> u32 {
+        if self.fixed_placement {
+            MACHINE_FIXED_PLACEMENT
+        } else {
+            0
+        }
+    }
+
     /// Hash of a key.
     pub fn hash(&self, key: &[u8]) -> u64 {
         table::hash(self.seed, key)
@@ -98,7 +146,12 @@ impl Kv {
 
     /// Shard of a key.
     pub fn shard_of(&self, key: &[u8]) -> u16 {
-        ((self.hash(key) >> 40) % self.shards as u64) as u16
+        let seed = if self.fixed_placement {
+            PLACEMENT_SEED
+        } else {
+            self.seed
+        };
+        ((table::hash(seed, key) >> 40) % self.shards as u64) as u16
     }
 }
 

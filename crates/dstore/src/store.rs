@@ -187,7 +187,7 @@ impl Config {
         use dipper::Machine;
         let page = dipper::arena::PAGE as u64;
         let mut arena = dipper::Arena::new();
-        Kv { seed: 0, shards }.init(0, &mut arena)?;
+        Kv::new(0, shards).init(0, &mut arena)?;
         let empty = arena.len();
         // Grow it once, as writes do: small blocks until the arena has to extend. Each takes
         // at least 64 bytes of the `empty` ones, so this ends within `empty / 64` blocks.
@@ -370,14 +370,12 @@ impl<M: Medium + Clone + Send + Sync + 'static> Store<M> {
             )
             .map_err(|e| StoreError::Failed(format!("cannot make the data zone: {e}")))?;
         let zone = Zone::new(r.offset as usize, r.length / BLOCK_BYTES);
-        let kv = Kv {
-            seed: seed_of(&pool.uuid()),
-            shards: config.shards,
-        };
+        let kv = Kv::new(seed_of(&pool.uuid()), config.shards);
         let layout = Layout {
             log_bytes: config.log_bytes,
             slot_bytes: config.slot_bytes_at_create()?,
             shards: config.shards,
+            machine: kv.word(),
         };
         let (engine, report) = Dipper::create(pool, &layout, kv.clone(), config.options())?;
         Ok(Self::assemble(engine, zone, kv, config, report))
@@ -421,12 +419,30 @@ impl<M: Medium + Clone + Send + Sync + 'static> Store<M> {
                 StoreError::Failed("the pool holds no DStore (no dipper.root region)".into())
             })?;
             let (root, _) = dipper::root::Root::load(pool.medium(), r.offset as usize, &uuid)?;
+            // Which placement the store's keys follow: the DIPPER root's machine word.
+            let kv = Kv::with_word(seed_of(&uuid), root.shards as usize, root.machine).map_err(
+                |why| {
+                    StoreError::Corrupt(Corruption {
+                        structure: "DIPPER root".into(),
+                        offset: r.offset
+                            + (dipper::layout::ROOT_COPY_OFFSETS[(root.seq % 2) as usize]
+                                + dipper::layout::ROOT_MACHINE_AT)
+                                as u64,
+                        field: "machine",
+                        expected: format!(
+                            "a DStore machine word (bits {:#x} at most)",
+                            crate::machine::MACHINE_KNOWN
+                        ),
+                        found: why,
+                    })
+                },
+            )?;
             let data = pool.region(DATA_REGION).ok_or_else(|| {
                 StoreError::Failed(format!("the pool has no `{DATA_REGION}` region"))
             })?;
-            Ok::<_, StoreError>((root.shards as usize, data, fof))
+            Ok::<_, StoreError>((kv, data, fof))
         })();
-        let (shards, r, fof) = match checked {
+        let (kv, r, fof) = match checked {
             Ok(found) => found,
             Err(e) => {
                 // Nothing was written since the open; if putting it back fails, the error that
@@ -434,10 +450,6 @@ impl<M: Medium + Clone + Send + Sync + 'static> Store<M> {
                 let _ = pool.close_unchanged();
                 return Err(e);
             }
-        };
-        let kv = Kv {
-            seed: seed_of(&uuid),
-            shards,
         };
         let zone = Zone::new(r.offset as usize, r.length / BLOCK_BYTES);
         // A saved flush-on-fail image: the recovery is first run over a scratch view (a
@@ -479,7 +491,10 @@ impl<M: Medium + Clone + Send + Sync + 'static> Store<M> {
         if let Some((medium, ranges, _)) = &rearm {
             write_back_all(medium, ranges).map_err(DipperError::from)?;
         }
-        let config = Config { shards, ..config };
+        let config = Config {
+            shards: kv.shards,
+            ..config
+        };
         let mut store = Self::assemble(engine, zone, kv, config, report);
         store.fof = rearm;
         // Which blocks are in use follows from the recovered objects.

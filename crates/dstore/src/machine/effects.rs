@@ -365,22 +365,19 @@ fn remove_where(a: &mut Arena, drop: impl Fn(Db) -> bool, freed: &mut Vec<u32>) 
     );
 }
 
-/// FLUSHALL: an empty keyspace, no count block. Notes the blocks of removed objects.
+/// FLUSHALL: an empty keyspace, no count block. Notes the blocks of removed objects. The arena
+/// is emptied to the image of a new shard ([`Arena::reset`]), not only its blocks freed: a
+/// shard keeps no trace of the most it ever held, so the operations that follow lay it out
+/// exactly as in a new store (see `docs/format/dstore-ops.md`).
 pub fn flush_all(a: &mut Arena, freed: &mut Vec<u32>) -> Result<()> {
-    let t = ks(a);
-    table::destroy(a, t, |a, e| {
+    for e in table::entries(a, ks(a)) {
         if let Ok((_, blocks)) = object_of(a, e) {
             freed.extend(blocks.into_iter().filter(|&b| b != super::HOLE));
         }
-        free_value(a, e);
-    });
+    }
+    a.reset();
     let t = table::create(a, KEYSPACE_BUCKETS)?;
     a.set_user(USER_KEYSPACE, t);
-    let c = counts(a);
-    if c != 0 {
-        a.free(c, DB_COUNTS_BYTES);
-        a.set_user(USER_DB_COUNTS, 0);
-    }
     Ok(())
 }
 
