@@ -38,7 +38,8 @@ pub struct ServeArgs {
     bind: IpAddr,
     /// When a write is acknowledged: `always` (its log record is durable first) or
     /// `frequency:F` (the log is forced at every F-th record and every 10 ms, so up to F-1
-    /// acknowledged writes, or 10 ms of them, can be lost in a power failure).
+    /// acknowledged writes, or 10 ms of them, can be lost in a power failure). Replicated
+    /// nodes (--replicas, --role backup) take only `always`.
     #[arg(long, default_value = "always")]
     durability: String,
     /// Worker threads serving connections, at least 1 (default: the number of cores).
@@ -97,9 +98,10 @@ pub struct ServeArgs {
     /// with fewer than W backups left, writes fail until the primary is restarted.
     #[arg(long, default_value_t = 5000, value_name = "MS")]
     backup_timeout_ms: u64,
-    /// New replicated logs only: MiB of the replication log (DIR/replica.pool). It keeps every
-    /// write, so it bounds how much can be written; a full log refuses writes with OOM. At
-    /// least 1.
+    /// New replicated logs only: MiB of the replication log (DIR/replica.pool). The primary
+    /// trims it behind what its store and the live backups' stores applied, so it bounds how
+    /// far a live backup may fall behind, not how much can be written (a backup dropped
+    /// longer gets a snapshot when it returns). At least 1.
     #[arg(long, default_value_t = 256, value_name = "MIB")]
     repl_log_mib: u64,
     /// When the primary persists its own copy: replicate-first (default, Arcadia's choice),
