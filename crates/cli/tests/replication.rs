@@ -1800,6 +1800,16 @@ fn a_backup_that_missed_trimmed_records_rejoins_through_a_snapshot() {
     let last = overwrite(p, "b", 40, 8 << 10, 3 << 20);
     let i = info(p, "replication");
     assert_eq!(info_u64(&i, "backups_live"), 1, "{i:?}");
+    // Writes go on while it comes back (the snapshot is sent while they run).
+    let stop = Arc::new(AtomicBool::new(false));
+    let writer = background_writer(
+        p,
+        "w",
+        300,
+        50,
+        Duration::from_millis(1),
+        Some(Arc::clone(&stop)),
+    );
     cl.restart_backup(1);
     let i = await_info(p, "snapshots_sent", 1);
     let i = if info_u64(&i, "backups_live") == 2 {
@@ -1808,7 +1818,31 @@ fn a_backup_that_missed_trimmed_records_rejoins_through_a_snapshot() {
         await_info(p, "backups_live", 2)
     };
     assert!(info_u64(&i, "recoveries") >= 1, "{i:?}");
+    thread::sleep(Duration::from_millis(300));
+    stop.store(true, Ordering::Relaxed);
+    let l = writer.join().expect("writer");
+    assert!(
+        l.acked.len() >= 50,
+        "{} writes acknowledged during the rejoin",
+        l.acked.len()
+    );
     let want = snapshot(p);
+    let written: BTreeMap<String, String> = want
+        .iter()
+        .filter(|(k, _)| k.starts_with('w'))
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    check_snapshot(&written, &l, "primary after the rejoin");
+    let err = cl.primary.as_ref().expect("running").stderr();
+    let sent: Vec<&str> = err
+        .lines()
+        .filter(|l| l.contains("snapshot sent"))
+        .collect();
+    eprintln!(
+        "{} writes acknowledged during the rejoin; {sent:?}",
+        l.acked.len()
+    );
+    assert!(!sent.is_empty(), "{err}");
     holds(p, &last, "primary");
     await_same(cl.backup(1).port, &want, "backup 1 after its snapshot");
     // It follows the log again: new writes reach it.

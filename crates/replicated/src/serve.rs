@@ -199,6 +199,18 @@ pub struct Replicated {
     keeper: Mutex<KeeperStats>,
     keeper_stop: Arc<AtomicBool>,
     keeper_thread: Mutex<Option<JoinHandle<()>>>,
+    /// While a snapshot is sent with writes going on: the keys the writes touched since it
+    /// started (see [`Replicated::snapshot_online`]).
+    touched: Mutex<Option<Touched>>,
+    tracking: AtomicBool,
+}
+
+/// Keys written while an online snapshot scans the store.
+#[derive(Debug, Default)]
+struct Touched {
+    keys: std::collections::HashSet<(model::Db, Bytes)>,
+    /// A write over the whole keyspace (FLUSHALL, SWAPDB, ...) ran: the scan is void.
+    all: bool,
 }
 
 /// The keeper's counters.
@@ -524,6 +536,8 @@ impl Replicated {
             keeper: Mutex::new(KeeperStats::default()),
             keeper_stop: Arc::new(AtomicBool::new(false)),
             keeper_thread: Mutex::new(None),
+            touched: Mutex::new(None),
+            tracking: AtomicBool::new(false),
         }
     }
 
@@ -971,6 +985,7 @@ impl Replicated {
             return;
         }
         self.recover_again();
+        self.snapshot_online();
     }
 
     fn recover_again(&self) {
@@ -1019,7 +1034,6 @@ impl Replicated {
         })();
         match result {
             Ok(st) => {
-                self.snapshot_laggards(&st);
                 let mut k = guard(&self.keeper);
                 k.recoveries += 1;
                 k.epoch = st.recovered.epoch;
@@ -1089,6 +1103,142 @@ impl Replicated {
                 Err(e) => {
                     server::say!("kavach:   {}: snapshot failed: {e}", b.name);
                     guard(&self.keeper).last_error = Some(format!("snapshot to {}: {e}", b.name));
+                }
+            }
+        }
+    }
+}
+
+impl Replicated {
+    /// Send a snapshot to every live backup whose store is behind the log's head, while writes
+    /// go on: scan the store without the order lock (each key as the scan finds it), then,
+    /// holding the order lock for as long as it takes to read them, send the keys the writes
+    /// touched since the scan began as they are now, and mark the snapshot at the applied LSN
+    /// of that moment. A key no write touched holds the same value at the start and at the end,
+    /// so the backup ends up with the store at that LSN. Checked: the keys the backup gets
+    /// must number as many as the store holds (a key the scan missed would show); if not, or
+    /// if a write over the whole keyspace ran meanwhile, the snapshot is sent again with writes
+    /// held.
+    fn snapshot_online(&self) {
+        let Some(ks) = self.inner.keyspace() else {
+            return;
+        };
+        let (targets, epoch, head) = {
+            let mode = self.mode.read().unwrap_or_else(|p| p.into_inner());
+            let Mode::Primary(p) = &*mode else { return };
+            p.rep.heartbeat();
+            let s = p.rep.stats();
+            let head = p.log.stats().head_lsn;
+            let t: Vec<(String, u64)> = s
+                .backups
+                .iter()
+                .filter(|b| b.live && b.applied_lsn + 1 < head)
+                .map(|b| (b.name.clone(), b.applied_lsn))
+                .collect();
+            (t, s.epoch, head)
+        };
+        let timeout = self.cfg().timeout;
+        for (name, was) in targets {
+            let t = Instant::now();
+            let mut peers = TcpPeers::new(vec![name.clone()], timeout);
+            let seq = std::cell::Cell::new(0u64);
+            let bytes = std::cell::Cell::new(0usize);
+            let mut send = |data: Vec<u8>, lsn: u64, last: bool| -> Result<(), String> {
+                bytes.set(bytes.get() + data.len());
+                let req = Request::Snapshot {
+                    epoch,
+                    lsn,
+                    seq: seq.get(),
+                    last,
+                    data,
+                };
+                seq.set(seq.get() + 1);
+                match replication::peers::call(&mut peers, 0, &req) {
+                    Some(r) if r.is_ack() => Ok(()),
+                    Some(Response::Error(e)) => Err(e),
+                    Some(Response::Fenced { promised }) => Err(format!(
+                        "promised epoch {promised}: another primary took over"
+                    )),
+                    Some(_) => Err("unexpected answer".into()),
+                    None => Err("no answer".into()),
+                }
+            };
+            {
+                let _order = guard(&self.order);
+                *guard(&self.touched) = Some(Touched::default());
+                self.tracking.store(true, Ordering::Release);
+            }
+            let mut names = std::collections::HashSet::new();
+            let scanned = rs::scan_pieces(ks, Some(&mut names), &mut |d| send(d, 0, false));
+            let _order = guard(&self.order);
+            self.tracking.store(false, Ordering::Release);
+            let touched = guard(&self.touched).take().unwrap_or_default();
+            let lsn = self.applied.load(Ordering::Acquire);
+            let result = scanned.and_then(|keys| {
+                let mut fixed = Vec::new();
+                if !touched.all {
+                    let list: Vec<(model::Db, &[u8])> = touched
+                        .keys
+                        .iter()
+                        .filter(|(_, k)| !rs::is_mark(k))
+                        .map(|(db, k)| (*db, k.as_slice()))
+                        .collect();
+                    fixed = rs::current_values(ks, &list, true)?;
+                    for e in &fixed {
+                        match e {
+                            model::Effect::Put { db, key, .. } => {
+                                names.insert((*db, key.clone()));
+                            }
+                            model::Effect::Del { db, key } => {
+                                names.remove(&(*db, key.clone()));
+                            }
+                            _ => {}
+                        }
+                    }
+                }
+                let held = rs::key_count(ks)?;
+                if touched.all || names.len() as u64 != held {
+                    // Again from piece 0 (the backup starts over), with writes held.
+                    seq.set(0);
+                    server::say!(
+                        "kavach:   {name}: the online snapshot does not add up ({} keys sent, \
+                         {held} held{}); sending it again with writes held",
+                        names.len(),
+                        if touched.all {
+                            ", a whole-keyspace write ran"
+                        } else {
+                            ""
+                        }
+                    );
+                    let keys = rs::scan_pieces(ks, None, &mut |d| send(d, 0, false))?;
+                    send(Vec::new(), lsn, true)?;
+                    return Ok((keys, true));
+                }
+                rs::send_pieces(fixed, &mut |d| send(d, lsn, false))?;
+                send(Vec::new(), lsn, true)?;
+                Ok((keys, false))
+            });
+            drop(_order);
+            match result {
+                Ok((keys, held)) => {
+                    guard(&self.keeper).snapshots_sent += 1;
+                    server::say!(
+                        "kavach:   {name}: snapshot sent ({keys} keys, {} touched meanwhile, \
+                         {} bytes, LSN {lsn}, {} ms{}): its store was at LSN {was}, the log \
+                         starts at {head}",
+                        touched.keys.len(),
+                        bytes.get(),
+                        t.elapsed().as_millis(),
+                        if held {
+                            ", writes held"
+                        } else {
+                            ", writes went on"
+                        }
+                    );
+                }
+                Err(e) => {
+                    server::say!("kavach:   {name}: snapshot failed: {e}");
+                    guard(&self.keeper).last_error = Some(format!("snapshot to {name}: {e}"));
                 }
             }
         }
@@ -1259,6 +1409,16 @@ impl model::Keyspace for Replicated {
             }
             Mode::Stopped => return Err(ModelError::Failed("the server is shutting down".into())),
         };
+        if self.tracking.load(Ordering::Acquire)
+            && let Some(t) = guard(&self.touched).as_mut()
+        {
+            match scope {
+                model::Scope::Keys(keys) => {
+                    t.keys.extend(keys.iter().map(|(db, k)| (*db, k.to_vec())));
+                }
+                model::Scope::All => t.all = true,
+            }
+        }
         let mut logged: model::ModelResult<()> = Ok(());
         let mut marked = None;
         let uuid = *guard(&self.uuid);

@@ -11,7 +11,9 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use model::{DATABASES, Db, Effect, Keyspace, Scope, Value};
+use std::collections::HashSet;
+
+use model::{Bytes, DATABASES, Db, Effect, Keyspace, Scope, Value};
 use replication::host::StoreSink;
 use server::backend::Backend;
 use server::oplog::Op;
@@ -162,6 +164,19 @@ pub fn make_snapshot(
     ks: &dyn Keyspace,
     send: &mut dyn FnMut(Vec<u8>) -> Result<(), String>,
 ) -> Result<u64, String> {
+    let keys = scan_pieces(ks, None, send)?;
+    send(Vec::new())?;
+    Ok(keys)
+}
+
+/// The pieces of [`make_snapshot`] without the final empty one; every key sent is added to
+/// `names` when given. With writes going on, each key's value is the one it had when the scan
+/// reached it.
+pub fn scan_pieces(
+    ks: &dyn Keyspace,
+    mut names: Option<&mut HashSet<(Db, Bytes)>>,
+    send: &mut dyn FnMut(Vec<u8>) -> Result<(), String>,
+) -> Result<u64, String> {
     let mut piece: Vec<Effect> = Vec::new();
     let mut piece_bytes = 0usize;
     let mut keys = 0u64;
@@ -171,28 +186,16 @@ pub fn make_snapshot(
             let (next, infos) = ks
                 .scan(db, cursor, 512)
                 .map_err(|e| format!("snapshot: scan of db {db}: {e}"))?;
-            let names: Vec<(Db, &[u8])> = infos
+            let batch: Vec<(Db, &[u8])> = infos
                 .iter()
                 .filter(|i| !is_mark(&i.key))
                 .map(|i| (db, i.key.as_slice()))
                 .collect();
-            let mut found = Vec::with_capacity(names.len());
-            ks.transact(Scope::Keys(&names), false, &mut |t| {
-                for &(db, key) in &names {
-                    if let Some(value) = t.value(db, key) {
-                        let expire_at_ms = t.expire_at(db, key).unwrap_or(0);
-                        found.push(Effect::Put {
-                            db,
-                            key: key.to_vec(),
-                            value,
-                            expire_at_ms,
-                        });
-                    }
-                }
-                Ok(())
-            })
-            .map_err(|e| format!("snapshot: read of db {db}: {e}"))?;
+            let found = current_values(ks, &batch, false)?;
             for e in found {
+                if let (Some(names), Some((db, key))) = (names.as_deref_mut(), e.key()) {
+                    names.insert((db, key.to_vec()));
+                }
                 piece_bytes += effect_bytes(&e);
                 piece.push(e);
                 keys += 1;
@@ -210,8 +213,75 @@ pub fn make_snapshot(
     if !piece.is_empty() {
         send(model::encode_effects(&piece))?;
     }
-    send(Vec::new())?;
     Ok(keys)
+}
+
+/// Each key's current value and deadline as a Put; a key that is absent gives a Del when
+/// `absent_as_del`, else nothing. One read transaction.
+pub fn current_values(
+    ks: &dyn Keyspace,
+    keys: &[(Db, &[u8])],
+    absent_as_del: bool,
+) -> Result<Vec<Effect>, String> {
+    let mut found = Vec::with_capacity(keys.len());
+    ks.transact(Scope::Keys(keys), false, &mut |t| {
+        for &(db, key) in keys {
+            match t.value(db, key) {
+                Some(value) => found.push(Effect::Put {
+                    db,
+                    key: key.to_vec(),
+                    value,
+                    expire_at_ms: t.expire_at(db, key).unwrap_or(0),
+                }),
+                None if absent_as_del => found.push(Effect::Del {
+                    db,
+                    key: key.to_vec(),
+                }),
+                None => {}
+            }
+        }
+        Ok(())
+    })
+    .map_err(|e| format!("snapshot: read: {e}"))?;
+    Ok(found)
+}
+
+/// Send `effects` as pieces of at most about [`SNAPSHOT_PIECE_BYTES`].
+pub fn send_pieces(
+    effects: Vec<Effect>,
+    send: &mut dyn FnMut(Vec<u8>) -> Result<(), String>,
+) -> Result<(), String> {
+    let mut piece = Vec::new();
+    let mut bytes = 0;
+    for e in effects {
+        bytes += effect_bytes(&e);
+        piece.push(e);
+        if bytes >= SNAPSHOT_PIECE_BYTES {
+            send(model::encode_effects(&std::mem::take(&mut piece)))?;
+            bytes = 0;
+        }
+    }
+    if !piece.is_empty() {
+        send(model::encode_effects(&piece))?;
+    }
+    Ok(())
+}
+
+/// Keys in every database, the mark not counted.
+pub fn key_count(ks: &dyn Keyspace) -> Result<u64, String> {
+    let mut n = 0;
+    for db in 0..DATABASES as Db {
+        n += ks
+            .dbsize(db)
+            .map_err(|e| format!("dbsize of db {db}: {e}"))?;
+    }
+    let mut mark = false;
+    ks.transact(Scope::Keys(&[(MARK_DB, MARK_KEY)]), false, &mut |t| {
+        mark = t.kind(MARK_DB, MARK_KEY).is_some();
+        Ok(())
+    })
+    .map_err(|e| format!("cannot read the applied mark: {e}"))?;
+    Ok(n - u64::from(mark))
 }
 
 fn effect_bytes(e: &Effect) -> usize {

@@ -398,10 +398,56 @@ pub trait Host: Send {
     fn applied(&self) -> Option<u64> {
         None
     }
-    /// Take one piece of a snapshot of the primary's store ([`Request::Snapshot`]).
-    fn snapshot(&mut self, lsn: u64, seq: u64, last: bool, data: &[u8]) -> Result<(), String> {
-        let _ = (lsn, seq, last, data);
-        Err("this backup keeps no store to take a snapshot into".into())
+    /// The store beside this copy, which takes snapshots of the primary's store
+    /// ([`Request::Snapshot`]), if there is one.
+    fn store(&self) -> Option<std::sync::Arc<dyn crate::host::StoreSink>> {
+        None
+    }
+}
+
+/// Check a [`Request::Snapshot`] against the host (a copy promised to its epoch, a store to
+/// take it) and return where it goes and the log's UUID; the answer to send otherwise. The
+/// piece is then applied without the host's lock, so the primary's writes to this copy do not
+/// wait for it.
+pub fn snapshot_target<H: Host>(
+    host: &mut H,
+    epoch: u64,
+) -> Result<(std::sync::Arc<dyn crate::host::StoreSink>, [u8; 16]), Response> {
+    let uuid = match host.copy() {
+        Some(c) => {
+            if let Some(r) = c.fenced(epoch) {
+                return Err(r);
+            }
+            c.uuid().map(|u| u.0)
+        }
+        None => None,
+    }
+    .ok_or_else(|| Response::Error("no log copy here".into()))?;
+    let store = host.store().ok_or_else(|| {
+        Response::Error("this backup keeps no store to take a snapshot into".into())
+    })?;
+    Ok((store, uuid))
+}
+
+/// Apply a snapshot piece to the store [`snapshot_target`] found.
+pub fn apply_snapshot(
+    store: &dyn crate::host::StoreSink,
+    uuid: [u8; 16],
+    req: &Request,
+) -> Response {
+    let Request::Snapshot {
+        lsn,
+        seq,
+        last,
+        data,
+        ..
+    } = req
+    else {
+        return Response::Error("not a snapshot".into());
+    };
+    match store.snapshot(uuid, *lsn, *seq, *last, data) {
+        Ok(()) => Response::Ack,
+        Err(e) => Response::Error(e),
     }
 }
 
@@ -425,24 +471,10 @@ pub fn serve<H: Host>(host: &mut H, req: &Request) -> Response {
             },
         };
     }
-    if let Request::Snapshot {
-        epoch,
-        lsn,
-        seq,
-        last,
-        data,
-    } = req
-    {
-        let fenced = match host.copy() {
-            Some(c) => c.fenced(*epoch),
-            None => Some(Response::Error("no log copy here".into())),
-        };
-        if let Some(r) = fenced {
-            return r;
-        }
-        return match host.snapshot(*lsn, *seq, *last, data) {
-            Ok(()) => Response::Ack,
-            Err(e) => Response::Error(e),
+    if let Request::Snapshot { epoch, .. } = req {
+        return match snapshot_target(host, *epoch) {
+            Ok((store, uuid)) => apply_snapshot(store.as_ref(), uuid, req),
+            Err(r) => r,
         };
     }
     let r = match host.copy() {

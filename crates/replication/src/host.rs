@@ -145,16 +145,8 @@ impl Host for FileHost {
         self.store.as_ref().map(|s| s.applied())
     }
 
-    fn snapshot(&mut self, lsn: u64, seq: u64, last: bool, data: &[u8]) -> Result<(), String> {
-        let uuid = self
-            .copy
-            .as_ref()
-            .and_then(|c| c.uuid())
-            .ok_or("no log copy here")?;
-        match &self.store {
-            Some(s) => s.snapshot(uuid.0, lsn, seq, last, data),
-            None => Err("this backup keeps no store to take a snapshot into".into()),
-        }
+    fn store(&self) -> Option<Arc<dyn StoreSink>> {
+        self.store.clone()
     }
 
     fn init(&mut self, uuid: Uuid, region_len: u64) -> Result<(), String> {

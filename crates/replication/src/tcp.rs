@@ -183,6 +183,18 @@ fn connection<H: Host>(s: TcpStream, host: Arc<Mutex<H>>, stop: Arc<AtomicBool>)
             }
         };
         let resp = match Request::decode(tag, &body) {
+            Ok(req @ Request::Snapshot { epoch, .. }) => {
+                // Checked under the host's lock, applied without it: the primary's writes to
+                // this copy go on while the piece goes into the store.
+                let target = {
+                    let mut h = host.lock().unwrap_or_else(|p| p.into_inner());
+                    crate::copy::snapshot_target(&mut *h, epoch)
+                };
+                match target {
+                    Ok((store, uuid)) => crate::copy::apply_snapshot(store.as_ref(), uuid, &req),
+                    Err(r) => r,
+                }
+            }
             Ok(req) => {
                 let mut h = host.lock().unwrap_or_else(|p| p.into_inner());
                 serve(&mut *h, &req)
