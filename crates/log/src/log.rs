@@ -207,6 +207,36 @@ pub(crate) fn random_uuid() -> Result<Uuid> {
     Uuid::random().map_err(|e| pmem::PmemError::io("cannot read", "/dev/urandom", e).into())
 }
 
+/// Where an open gets its walk of the ring from.
+pub(crate) enum Walk<'a> {
+    /// Walk now, telling the visitor (if any) every entry accepted.
+    Fresh(Option<&'a mut dyn FnMut(u64, u64)>),
+    /// Take this earlier read-only walk (see [`Log::open_walked`]).
+    Reuse(&'a Recovery),
+}
+
+/// True if `w`, an earlier walk, still describes the log whose superline is `sl`: the same
+/// head, start LSN and epoch, a stop the walk could have made, and at its tail still no record
+/// carrying the LSN it ended expecting (a record appended since would stand there).
+fn reusable<M: Medium>(medium: &M, geo: Geometry, sl: &Superline, w: &Recovery) -> bool {
+    if w.head != sl.head || w.start_lsn != sl.start_lsn || w.epoch != sl.epoch {
+        return false;
+    }
+    if w.ring_bytes_used > geo.ring_bytes || w.jumped_to.is_some() {
+        return false;
+    }
+    if w.ring_bytes_used + layout::RECORD_ALIGN as u64 > geo.ring_bytes {
+        return true;
+    }
+    let mut lsn = [0u8; 8];
+    medium.read(geo.at(sl.head + w.ring_bytes_used) + r::LSN.offset, &mut lsn);
+    let found = u64::from_le_bytes(lsn);
+    match &w.stop {
+        Stop::Tail { found_lsn } => found == *found_lsn && found != w.next_lsn,
+        _ => found == w.next_lsn,
+    }
+}
+
 fn check_region<M: Medium>(medium: &M, base: usize, len: usize) -> Result<()> {
     let fits = base.checked_add(len).is_some_and(|end| end <= medium.len());
     if !fits || base % pmem::layout::PAGE_SIZE != 0 {
@@ -323,7 +353,57 @@ impl<M: Medium> Log<M> {
         len: usize,
         opts: &LogOptions,
     ) -> Result<(Log<M>, Recovery)> {
-        Self::open_inner(medium, base, len, opts, false)
+        Self::open_with(medium, base, len, opts, false, Walk::Fresh(None))
+    }
+
+    /// [`Log::open`], calling `visit(ring offset, LSN)` for every entry the walk accepts (data,
+    /// padding, jump and void records, in ring order from the head), so a caller that needs
+    /// the places of the entries gets them from the one walk that checks them.
+    pub fn open_visiting(
+        medium: M,
+        base: usize,
+        len: usize,
+        opts: &LogOptions,
+        visit: &mut dyn FnMut(u64, u64),
+    ) -> Result<(Log<M>, Recovery)> {
+        Self::open_with(medium, base, len, opts, false, Walk::Fresh(Some(visit)))
+    }
+
+    /// [`Log::open`] without walking the ring again: `walked` is what a read-only open (with
+    /// `clean_shutdown` false) of the same region found, and nothing in the log may have been
+    /// written since (the bytes outside the descriptors, superlines and ring, such as a
+    /// replication fence, do not count). Every record was checked by that walk; this open only
+    /// takes its result and, when writable, does what recovery writes after a walk (the jump
+    /// record, the repaired metadata copies, the durable LSN).
+    ///
+    /// The metadata is read and checked again; if the superline no longer has the head, start
+    /// LSN and epoch `walked` names, or a record with the LSN `walked` ends before now stands at
+    /// its tail, or `opts.clean_shutdown` is set (the walk's verdict depends on it), the ring
+    /// is walked as [`Log::open`] does.
+    pub fn open_walked(
+        medium: M,
+        base: usize,
+        len: usize,
+        opts: &LogOptions,
+        walked: &Recovery,
+    ) -> Result<(Log<M>, Recovery)> {
+        let walk = if opts.clean_shutdown {
+            Walk::Fresh(None)
+        } else {
+            Walk::Reuse(walked)
+        };
+        Self::open_with(medium, base, len, opts, false, walk)
+    }
+
+    /// Read and check a log's descriptor and superline without walking the ring: `Ok` exactly
+    /// when a read-only [`Log::open`] of the region would succeed (that open fails only on the
+    /// region's bounds and these two structures). Writes nothing.
+    pub fn peek(medium: &M, base: usize, len: usize) -> Result<(Descriptor, Superline)> {
+        check_region(medium, base, len)?;
+        let mut repaired = Vec::new();
+        let desc = read_descriptor(medium, base, len as u64, true, &mut repaired)?;
+        let superline = read_superline(medium, base, &desc, true, &mut repaired)?;
+        Ok((desc, superline))
     }
 
     /// [`Log::open`]; with `void_durable`, the superline's `durable_lsn` is not trusted (a
@@ -337,6 +417,18 @@ impl<M: Medium> Log<M> {
         opts: &LogOptions,
         void_durable: bool,
     ) -> Result<(Log<M>, Recovery)> {
+        Self::open_with(medium, base, len, opts, void_durable, Walk::Fresh(None))
+    }
+
+    /// [`Log::open_inner`] with the walk's source.
+    fn open_with(
+        medium: M,
+        base: usize,
+        len: usize,
+        opts: &LogOptions,
+        void_durable: bool,
+        walk: Walk<'_>,
+    ) -> Result<(Log<M>, Recovery)> {
         check_region(&medium, base, len)?;
         // Read the metadata without writing: a bad copy is rewritten only once the walk has not
         // refused the log (a refused open writes nothing).
@@ -349,50 +441,65 @@ impl<M: Medium> Log<M> {
             payload_max: desc.payload_bytes_max,
             seed: crc_seed(&desc.log_uuid),
         };
-        let mut walker = Walker::new(&medium, geo, superline.head, superline.start_lsn);
-        let mut records = 0u64;
-        let stop = loop {
-            match walker.step(false) {
-                Ok(found) => records += u64::from(found.kind == kinds::DATA),
-                Err(stop) => break stop,
-            }
+        // A walk made before is taken only if the log it walked is still the one here.
+        let reused = match walk {
+            Walk::Reuse(w) if !void_durable && reusable(&medium, geo, &superline, w) => Some(w),
+            _ => None,
         };
-        // Where the walk stopped, and what recovery makes of it (see `judge`).
-        let expected = walker.expected;
-        let stop_at = geo.at(walker.pos);
-        let durable_known = if desc.keeps_durable_lsn() && !void_durable {
-            superline.durable_lsn
-        } else {
-            0
-        };
-        let recorded_end = desc.keeps_durable_lsn() && expected == durable_known + 1;
-        let later = if opts.clean_shutdown
-            && matches!(stop, Stop::Tail { .. })
-            && expected > durable_known
-            && !recorded_end
-        {
-            crate::scan::later_records(&medium, geo, walker.pos, walker.walked, expected, 1)
-                .into_iter()
-                .next()
-        } else {
-            None
-        };
-        let verdict = judge(&Judged {
-            stop: &stop,
-            expected,
-            stop_at,
-            clean_shutdown: opts.clean_shutdown,
-            durable_lsn: durable_known,
-            later: later.as_ref(),
-        });
-        let (damaged, dropped) = match verdict {
-            Verdict::End => (None, None),
-            Verdict::Torn(c) => (None, Some(c)),
-            Verdict::Damage(c) => {
-                if !opts.truncate_damaged && !opts.read_only {
-                    return Err(LogError::Corrupt(c));
+        let (records, stop, tail_pos, walked, expected, damaged, dropped) = match reused {
+            Some(w) => {
+                if let Some(c) = &w.damaged {
+                    if !opts.truncate_damaged && !opts.read_only {
+                        return Err(LogError::Corrupt(c.clone()));
+                    }
                 }
-                (Some(c.clone()), Some(c))
+                (
+                    w.records,
+                    w.stop.clone(),
+                    superline.head + w.ring_bytes_used,
+                    w.ring_bytes_used,
+                    w.next_lsn,
+                    w.damaged.clone(),
+                    w.dropped.clone(),
+                )
+            }
+            None => {
+                let mut visit = match walk {
+                    Walk::Fresh(v) => v,
+                    Walk::Reuse(_) => None,
+                };
+                let mut walker = Walker::new(&medium, geo, superline.head, superline.start_lsn);
+                let mut records = 0u64;
+                let stop = loop {
+                    match walker.step(false) {
+                        Ok(found) => {
+                            records += u64::from(found.kind == kinds::DATA);
+                            if let Some(v) = visit.as_mut() {
+                                v((found.at - geo.ring) as u64, found.lsn);
+                            }
+                        }
+                        Err(stop) => break stop,
+                    }
+                };
+                let (damaged, dropped) = Self::verdict(
+                    &medium,
+                    geo,
+                    &desc,
+                    &superline,
+                    opts,
+                    void_durable,
+                    &walker,
+                    &stop,
+                )?;
+                (
+                    records,
+                    stop,
+                    walker.pos,
+                    walker.walked,
+                    walker.expected,
+                    damaged,
+                    dropped,
+                )
             }
         };
         if !opts.read_only && !repaired.is_empty() {
@@ -400,7 +507,7 @@ impl<M: Medium> Log<M> {
             read_descriptor(&medium, base, len as u64, false, &mut Vec::new())?;
             read_superline(&medium, base, &desc, false, &mut Vec::new())?;
         }
-        let (mut tail_pos, walked, mut next_lsn) = (walker.pos, walker.walked, walker.expected);
+        let (mut tail_pos, mut next_lsn) = (tail_pos, expected);
         let mut recovery = Recovery {
             records,
             ring_bytes_used: walked,
@@ -444,6 +551,58 @@ impl<M: Medium> Log<M> {
             log.record_durable(next_lsn - 1)?;
         }
         Ok((log, recovery))
+    }
+
+    /// What recovery makes of the place a walk stopped (see `judge`): the damaged and the
+    /// dropped record. A damaged log is refused here when writable and not `truncate_damaged`.
+    #[allow(clippy::too_many_arguments)]
+    fn verdict(
+        medium: &M,
+        geo: Geometry,
+        desc: &Descriptor,
+        superline: &Superline,
+        opts: &LogOptions,
+        void_durable: bool,
+        walker: &Walker<'_, M>,
+        stop: &Stop,
+    ) -> Result<(Option<Corruption>, Option<Corruption>)> {
+        let expected = walker.expected;
+        let stop_at = geo.at(walker.pos);
+        let durable_known = if desc.keeps_durable_lsn() && !void_durable {
+            superline.durable_lsn
+        } else {
+            0
+        };
+        let recorded_end = desc.keeps_durable_lsn() && expected == durable_known + 1;
+        let later = if opts.clean_shutdown
+            && matches!(stop, Stop::Tail { .. })
+            && expected > durable_known
+            && !recorded_end
+        {
+            crate::scan::later_records(medium, geo, walker.pos, walker.walked, expected, 1)
+                .into_iter()
+                .next()
+        } else {
+            None
+        };
+        let verdict = judge(&Judged {
+            stop,
+            expected,
+            stop_at,
+            clean_shutdown: opts.clean_shutdown,
+            durable_lsn: durable_known,
+            later: later.as_ref(),
+        });
+        Ok(match verdict {
+            Verdict::End => (None, None),
+            Verdict::Torn(c) => (None, Some(c)),
+            Verdict::Damage(c) => {
+                if !opts.truncate_damaged && !opts.read_only {
+                    return Err(LogError::Corrupt(c));
+                }
+                (Some(c.clone()), Some(c))
+            }
+        })
     }
 
     /// The log object over a recovered (or resumed) state; writes nothing.

@@ -265,6 +265,57 @@ fn plan(
     (steps, len)
 }
 
+/// Where each entry of the chosen history starts: (ring offset, LSN) pairs as a walk finds
+/// them, looked up by ring offset.
+#[derive(Debug, Default)]
+struct Starts {
+    entries: Vec<(u64, u64)>,
+}
+
+impl Starts {
+    fn push(&mut self, offset: u64, lsn: u64) {
+        self.entries.push((offset, lsn));
+    }
+
+    /// Sorted by offset for lookups (a walk finds them in ring order, wrapping at most once;
+    /// an offset given twice keeps its first LSN).
+    fn finish(mut self) -> Starts {
+        self.entries.sort_by_key(|e| e.0);
+        self.entries.dedup_by_key(|e| e.0);
+        self
+    }
+
+    fn get(&self, offset: u64) -> Option<u64> {
+        self.entries
+            .binary_search_by_key(&offset, |e| e.0)
+            .ok()
+            .map(|k| self.entries[k].1)
+    }
+}
+
+/// The description of the local copy just opened as `log` (with `rec`) and given its epoch:
+/// what [`Copy::info`] would find walking it, from what the open found and wrote.
+fn opened_info<M: Medium>(local: &Copy<M>, log: &Log<M>, rec: &log::Recovery) -> CopyInfo {
+    let stats = log.stats();
+    CopyInfo {
+        uuid: log.descriptor().log_uuid.0,
+        region_len: local.len() as u64,
+        ring_bytes: stats.ring_bytes,
+        promised: local.promised(),
+        epoch: stats.epoch,
+        head: rec.head,
+        start_lsn: rec.start_lsn,
+        next_lsn: stats.next_lsn,
+        used: stats.used_bytes,
+        // A record that failed its checks lies under the jump record the open wrote (unless
+        // the ring was full, when the walk cannot stop at one).
+        damaged: rec.jumped_to.is_none() && matches!(rec.stop, log::Stop::Damaged(_)),
+        // The open rewrote a bad descriptor or superline copy from the good one.
+        meta_damaged: false,
+        committed: local.committed(),
+    }
+}
+
 fn read_local<M: Medium>(m: &M, base: usize, offset: u64, len: u64) -> Vec<u8> {
     let mut b = vec![0u8; len as usize];
     m.read(base + offset as usize, &mut b);
@@ -295,11 +346,16 @@ pub fn recover<M: Medium + Clone, P: Peers>(
             ),
         });
     }
-    // 1. Read every copy.
+    // 1. Read every copy. The local copy is walked while the backups walk theirs; the walk
+    // notes where each entry starts, for the repairs (step 6) when the local history is chosen.
     let mut infos: Vec<Option<CopyInfo>> = vec![None; n];
     let mut answered = vec![false; n];
     for i in 0..n {
         peers.send(i, &Request::Probe);
+    }
+    let mut starts = Starts::default();
+    if local.uuid().is_some() {
+        local.walk_visiting(&mut |o, l| starts.push(o, l));
     }
     for (i, r) in peers.finish() {
         if let Some(Response::Info(info)) = r {
@@ -373,7 +429,7 @@ pub fn recover<M: Medium + Clone, P: Peers>(
         ));
     }
     // 2. A new epoch, promised by at least R copies (so by a majority).
-    let local_info = local.info().ok_or_else(|| ReplError::Invalid {
+    let local_info = local.current_info().ok_or_else(|| ReplError::Invalid {
         what: "local copy",
         reason: "unreadable after creation".into(),
     })?;
@@ -385,7 +441,7 @@ pub fn recover<M: Medium + Clone, P: Peers>(
         .max()
         .unwrap_or(0);
     let epoch = seen + 1;
-    // What the local copy holds, from the walk its promise made.
+    // What the local copy holds, from the walk made above.
     let promised_local = local.promise(epoch).map_err(|promised| ReplError::Fenced {
         copy: "local".into(),
         promised,
@@ -462,26 +518,40 @@ pub fn recover<M: Medium + Clone, P: Peers>(
     // 4. Rebuild the local copy from a better one.
     let mut fetched = 0;
     if let Some(s) = source {
+        local.invalidate();
         fetched = rebuild_local(local, peers, s, &best)?;
     }
     // 5. Open the local copy (recovery writes a jump record past anything a crash left) and
-    // record the new epoch in it.
-    let (log, rec) = Log::open(
-        local.medium().clone(),
-        local.base(),
-        local.len(),
-        &LogOptions {
-            clean_shutdown: false,
-            full_wait: opts.full_wait,
-            ..LogOptions::default()
-        },
-    )?;
+    // record the new epoch in it. The ring is walked once per recovery: an intact local copy
+    // opens over the walk made in step 1 (nothing has written its log since); a rebuilt one is
+    // walked now, and that walk checks every record fetched.
+    let open_opts = LogOptions {
+        clean_shutdown: false,
+        full_wait: opts.full_wait,
+        ..LogOptions::default()
+    };
+    let (medium, base, len) = (local.medium().clone(), local.base(), local.len());
+    let (log, rec) = match local.walked() {
+        Some(walked) if source.is_none() => Log::open_walked(medium, base, len, &open_opts, walked)?,
+        _ => {
+            starts = Starts::default();
+            Log::open_visiting(medium, base, len, &open_opts, &mut |o, l| starts.push(o, l))?
+        }
+    };
+    local.invalidate();
     log.set_epoch(epoch)?;
     let ring_offset = log.descriptor().ring_offset;
-    let to = local.info().ok_or_else(|| ReplError::Invalid {
-        what: "local copy",
-        reason: "unreadable after opening".into(),
-    })?;
+    if rec.jumped_to.is_some() {
+        // The jump record the open wrote at the walk's tail is an entry too, with the LSN the
+        // walk expected there.
+        let at = (rec.head + rec.ring_bytes_used) % log.descriptor().ring_bytes;
+        let field = log::layout::record::LSN;
+        let lsn = read_local(local.medium(), base, ring_offset + at + field.offset as u64, 8);
+        starts.push(at, u64::from_le_bytes(lsn.try_into().unwrap_or([0; 8])));
+    }
+    // What the local copy holds now, from the open (a walk of it would find the same).
+    let to = opened_info(local, &log, &rec);
+    debug_assert_eq!(Some(to), local.info(), "the opened copy as a walk finds it");
     let meta = read_local(local.medium(), local.base(), 0, META_SHIPPED_BYTES as u64);
     let newest = superline_in_force(&meta, &Uuid(uuid), to.ring_bytes);
     // 6. Repair every backup that promised.
@@ -508,12 +578,23 @@ pub fn recover<M: Medium + Clone, P: Peers>(
     // took a cleanup this history's source missed, and what came before its head may since
     // have been zeroed or overwritten) would walk from the chosen head into nothing after the
     // delta's superlines.
-    let ring_start = (local.base() + ring_offset as usize) as u64;
-    let mut starts: std::collections::HashMap<u64, u64> = log
-        .entries()
-        .map(|e| (e.offset - ring_start, e.lsn))
-        .collect();
-    starts.insert(to.tail(), to.next_lsn);
+    starts.push(to.tail(), to.next_lsn);
+    let starts = starts.finish();
+    debug_assert_eq!(
+        starts.entries,
+        {
+            let ring_start = (local.base() + ring_offset as usize) as u64;
+            let mut all: Vec<(u64, u64)> = log
+                .entries()
+                .map(|e| (e.offset - ring_start, e.lsn))
+                .chain(std::iter::once((to.tail(), to.next_lsn)))
+                .collect();
+            all.sort_unstable();
+            all.dedup_by_key(|e| e.0);
+            all
+        },
+        "entry starts from the one walk, against a walk of the opened log"
+    );
     for (i, info) in promised.iter().enumerate() {
         let Some(info) = info else { continue };
         let prefix = info.ring_bytes == to.ring_bytes
@@ -522,7 +603,7 @@ pub fn recover<M: Medium + Clone, P: Peers>(
             && info.next_lsn <= best.next_lsn
             && (to.tail() + to.ring_bytes - info.tail()) % to.ring_bytes <= to.used
             && info.used < to.ring_bytes
-            && starts.get(&info.tail()) == Some(&info.next_lsn)
+            && starts.get(info.tail()) == Some(info.next_lsn)
             && info.start_lsn <= to.start_lsn;
         let (steps, bytes) = plan(&to, ring_offset, prefix.then_some(info.tail()), newest);
         let repair = if prefix {
