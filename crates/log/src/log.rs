@@ -207,6 +207,140 @@ pub(crate) fn random_uuid() -> Result<Uuid> {
     Uuid::random().map_err(|e| pmem::PmemError::io("cannot read", "/dev/urandom", e).into())
 }
 
+/// A walk of a log whose ring is being written in order from its head, as when a copy is
+/// rebuilt from another: each record is checked (LSN, valid word, CRC) as soon as all its bytes
+/// are in place, so checking runs alongside the copying, and [`Follow::finish`] gives what a
+/// read-only open would find, for [`Log::open_walked`].
+#[derive(Debug)]
+pub struct Follow<'m, M: Medium> {
+    medium: &'m M,
+    base: usize,
+    desc: Descriptor,
+    walker: Walker<'m, M>,
+    records: u64,
+    stop: Option<Stop>,
+}
+
+impl<'m, M: Medium> Follow<'m, M> {
+    /// A walk of the log described by `desc` (its ring, record bounds and CRC seed) in the
+    /// region at `base` of `medium`, from ring position `head` expecting `start_lsn`.
+    pub fn new(medium: &'m M, base: usize, desc: &Descriptor, head: u64, start_lsn: u64) -> Self {
+        let geo = Geometry {
+            ring: base + desc.ring_offset as usize,
+            ring_bytes: desc.ring_bytes,
+            payload_max: desc.payload_bytes_max,
+            seed: crc_seed(&desc.log_uuid),
+        };
+        Follow {
+            medium,
+            base,
+            desc: *desc,
+            walker: Walker::new(medium, geo, head, start_lsn),
+            records: 0,
+            stop: None,
+        }
+    }
+
+    /// Check every record lying wholly in the first `avail` ring bytes from the head (the
+    /// bytes in place, which must not change any more), calling `visit(ring offset, LSN)` for
+    /// each entry accepted. A record not wholly in place is left for a later call.
+    pub fn advance(&mut self, avail: u64, visit: &mut dyn FnMut(u64, u64)) {
+        let geo = self.walker.geo;
+        while self.stop.is_none() {
+            let walked = self.walker.walked;
+            if walked + layout::RECORD_HEADER_BYTES as u64 > avail {
+                return;
+            }
+            let mut hdr = [0u8; layout::RECORD_HEADER_BYTES];
+            self.medium.read(geo.at(self.walker.pos), &mut hdr);
+            let (h, _, _, _) = RecordHeader::parse(&hdr);
+            // Bytes the step reads: the header, and the payload of a record whose header
+            // could pass (an impossible length is refused from the header alone).
+            let need = match h.kind {
+                kinds::DATA | kinds::JUMP | kinds::VOID if h.length <= geo.payload_max => {
+                    record_footprint(h.length as usize) as u64
+                }
+                kinds::PADDING => geo.room_to_end(self.walker.pos),
+                _ => layout::RECORD_HEADER_BYTES as u64,
+            };
+            if walked + need > avail {
+                return;
+            }
+            self.step(visit);
+        }
+    }
+
+    fn step(&mut self, visit: &mut dyn FnMut(u64, u64)) {
+        match self.walker.step(false) {
+            Ok(found) => {
+                self.records += u64::from(found.kind == kinds::DATA);
+                visit((found.at - self.walker.geo.ring) as u64, found.lsn);
+            }
+            Err(stop) => self.stop = Some(stop),
+        }
+    }
+
+    /// Once every byte of the region is in place (the ring, then the descriptors and
+    /// superlines): walk on to the end and return what a read-only open (with
+    /// `clean_shutdown` false) of the `len`-byte region finds. `None` if the region's
+    /// metadata does not describe the log this walk followed (another geometry, head or start
+    /// LSN): then walk it anew.
+    pub fn finish(mut self, len: usize, visit: &mut dyn FnMut(u64, u64)) -> Option<Recovery> {
+        let mut repaired = Vec::new();
+        check_region(self.medium, self.base, len).ok()?;
+        let desc = read_descriptor(self.medium, self.base, len as u64, true, &mut repaired).ok()?;
+        let superline = read_superline(self.medium, self.base, &desc, true, &mut repaired).ok()?;
+        let same = desc.ring_offset == self.desc.ring_offset
+            && desc.ring_bytes == self.desc.ring_bytes
+            && desc.payload_bytes_max == self.desc.payload_bytes_max
+            && desc.log_uuid == self.desc.log_uuid
+            && desc.keeps_durable_lsn() == self.desc.keeps_durable_lsn();
+        let w = &self.walker;
+        let started_here = w.pos - w.walked == superline.head;
+        if !same || !started_here || self.walker_start_lsn() != superline.start_lsn {
+            return None;
+        }
+        while self.stop.is_none() {
+            self.step(visit);
+        }
+        let stop = self.stop.take()?;
+        let opts = LogOptions {
+            read_only: true,
+            clean_shutdown: false,
+            ..LogOptions::default()
+        };
+        let geo = self.walker.geo;
+        let (damaged, dropped) = Log::<M>::verdict(
+            self.medium,
+            geo,
+            &desc,
+            &superline,
+            &opts,
+            false,
+            &self.walker,
+            &stop,
+        )
+        .ok()?;
+        Some(Recovery {
+            records: self.records,
+            ring_bytes_used: self.walker.walked,
+            start_lsn: superline.start_lsn,
+            next_lsn: self.walker.expected,
+            stop,
+            dropped,
+            damaged,
+            jumped_to: None,
+            repaired,
+            epoch: superline.epoch,
+            head: superline.head,
+        })
+    }
+
+    fn walker_start_lsn(&self) -> u64 {
+        self.walker.start_lsn
+    }
+}
+
 /// Where an open gets its walk of the ring from.
 pub(crate) enum Walk<'a> {
     /// Walk now, telling the visitor (if any) every entry accepted.
@@ -370,29 +504,39 @@ impl<M: Medium> Log<M> {
     }
 
     /// [`Log::open`] without walking the ring again: `walked` is what a read-only open (with
-    /// `clean_shutdown` false) of the same region found, and nothing in the log may have been
-    /// written since (the bytes outside the descriptors, superlines and ring, such as a
-    /// replication fence, do not count). Every record was checked by that walk; this open only
-    /// takes its result and, when writable, does what recovery writes after a walk (the jump
-    /// record, the repaired metadata copies, the durable LSN).
+    /// `clean_shutdown` false) of the same region found, or a [`Follow`] of it, and nothing in
+    /// the log may have been written since (bytes outside the descriptors, superlines and
+    /// ring, such as a replication fence, do not count). Every record was checked by that
+    /// walk; this open takes its result and, when writable, does what recovery writes after a
+    /// walk (the jump record, the repaired metadata copies, the durable LSN).
     ///
-    /// The metadata is read and checked again; if the superline no longer has the head, start
-    /// LSN and epoch `walked` names, or a record with the LSN `walked` ends before now stands at
-    /// its tail, or `opts.clean_shutdown` is set (the walk's verdict depends on it), the ring
-    /// is walked as [`Log::open`] does.
+    /// The metadata is read and checked again. The medium comes back (`Ok(Err(medium))`,
+    /// nothing written) when the walk cannot be taken: `opts.clean_shutdown` is set (the
+    /// walk's verdict depends on it), the superline no longer has the head, start LSN and
+    /// epoch `walked` names, or its tail no longer holds what the walk stopped at. Then open
+    /// it with a walk.
+    #[allow(clippy::type_complexity)]
     pub fn open_walked(
         medium: M,
         base: usize,
         len: usize,
         opts: &LogOptions,
         walked: &Recovery,
-    ) -> Result<(Log<M>, Recovery)> {
-        let walk = if opts.clean_shutdown {
-            Walk::Fresh(None)
-        } else {
-            Walk::Reuse(walked)
+    ) -> Result<std::result::Result<(Log<M>, Recovery), M>> {
+        if opts.clean_shutdown {
+            return Ok(Err(medium));
+        }
+        let (desc, superline) = Self::peek(&medium, base, len)?;
+        let geo = Geometry {
+            ring: base + desc.ring_offset as usize,
+            ring_bytes: desc.ring_bytes,
+            payload_max: desc.payload_bytes_max,
+            seed: crc_seed(&desc.log_uuid),
         };
-        Self::open_with(medium, base, len, opts, false, walk)
+        if !reusable(&medium, geo, &superline, walked) {
+            return Ok(Err(medium));
+        }
+        Self::open_with(medium, base, len, opts, false, Walk::Reuse(walked)).map(Ok)
     }
 
     /// Read and check a log's descriptor and superline without walking the ring: `Ok` exactly

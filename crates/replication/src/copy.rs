@@ -500,6 +500,28 @@ impl<M: Medium> Copy<M> {
         Response::Data(buf)
     }
 
+    /// [`Copy::read`]'s answer, encoded as a whole frame into `frame` (the same bytes as
+    /// `self.read(offset, len).encode()`), reusing its allocation: a rebuild reads the whole
+    /// log in a few MiB at a time, and a fresh buffer per read costs the page faults of
+    /// zeroing it, and an encoded copy of it another.
+    pub fn read_frame(&self, offset: u64, len: u64, frame: &mut Vec<u8>) {
+        let end = offset.checked_add(len).filter(|&e| e <= self.len as u64);
+        if end.is_none() || len > crate::proto::FRAME_BODY_MAX as u64 {
+            *frame = self.read(offset, len).encode();
+            return;
+        }
+        let body = crate::proto::FRAME_HEADER_BYTES;
+        frame.resize(body + len as usize, 0);
+        self.medium
+            .read(self.base + offset as usize, &mut frame[body..]);
+        let crc = crc32c::crc32c(&frame[body..]);
+        frame[..4].copy_from_slice(&crate::proto::FRAME_MAGIC);
+        frame[4] = crate::proto::tags::DATA;
+        frame[5..8].copy_from_slice(&[0, 0, 0]);
+        frame[8..12].copy_from_slice(&(len as u32).to_le_bytes());
+        frame[12..16].copy_from_slice(&crc.to_le_bytes());
+    }
+
     /// Serve one request (all but `Init`, which needs the host).
     pub fn handle(&mut self, req: &Request) -> Response {
         match req {
@@ -562,4 +584,70 @@ pub fn serve<H: Host>(host: &mut H, req: &Request) -> Response {
 /// Lower-case hex.
 pub fn hex(b: &[u8]) -> String {
     b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use pmem::{SimConfig, SimMedium};
+
+    const LEN: usize = 256 << 10;
+
+    fn copy() -> Copy<SimMedium> {
+        let m = SimMedium::new(LEN, SimConfig::default());
+        let c = Copy::create(m, 0, LEN, Uuid([7; 16])).expect("create");
+        let log = Log::open(c.medium(), 0, LEN, &LogOptions::default()).expect("open");
+        for i in 0..40u32 {
+            log.0
+                .append(&i.to_le_bytes().repeat(50), log::ForcePolicy::Sync)
+                .expect("append");
+        }
+        log.0.close().expect("close");
+        c
+    }
+
+    #[test]
+    fn a_read_frame_is_the_encoded_read_answer() {
+        let c = copy();
+        let mut frame = Vec::new();
+        // Larger, then smaller, then larger again: the reused buffer never leaks old bytes.
+        for (offset, len) in [(0, 4096), (4096, 100), (8000, 9000), (LEN as u64 - 10, 10)] {
+            c.read_frame(offset, len, &mut frame);
+            assert_eq!(frame, c.read(offset, len).encode(), "[{offset}, +{len})");
+        }
+        // Out of the region or too large: the same error answer as `read`.
+        for (offset, len) in [(LEN as u64 - 10, 11), (u64::MAX, 2), (0, 1 << 40)] {
+            c.read_frame(offset, len, &mut frame);
+            assert_eq!(frame, c.read(offset, len).encode(), "[{offset}, +{len})");
+            assert!(matches!(c.read(offset, len), Response::Error(_)));
+        }
+    }
+
+    #[test]
+    fn a_probe_walks_again_only_after_a_change() {
+        let mut c = copy();
+        let first = c.current_info().expect("readable");
+        assert_eq!(Some(first), c.info());
+        let changes = c.changes();
+        assert_eq!(c.current_info(), Some(first));
+        assert_eq!(c.changes(), changes, "a probe changes nothing");
+        // A write through the copy moves the counter; the next probe sees what it wrote.
+        let epoch = 5;
+        assert!(c.promise(epoch).is_ok());
+        let damage = vec![0xffu8; 64];
+        let at = log::layout::RING_OFFSET as u64 + first.head;
+        let r = c.write(
+            epoch,
+            0,
+            &[Extent {
+                offset: at,
+                bytes: damage,
+            }],
+        );
+        assert_eq!(r, Response::Ack);
+        assert!(c.changes() > changes);
+        let now = c.current_info().expect("readable");
+        assert_eq!(Some(now), c.info(), "the probe after a change is a fresh walk");
+        assert_ne!(now.next_lsn, first.next_lsn, "the overwritten first record ends the log");
+    }
 }

@@ -517,9 +517,12 @@ pub fn recover<M: Medium + Clone, P: Peers>(
     }
     // 4. Rebuild the local copy from a better one.
     let mut fetched = 0;
+    let mut followed = None;
     if let Some(s) = source {
         local.invalidate();
-        fetched = rebuild_local(local, peers, s, &best)?;
+        let rebuilt = rebuild_local(local, peers, s, &best)?;
+        fetched = rebuilt.bytes;
+        followed = rebuilt.walked;
     }
     // 5. Open the local copy (recovery writes a jump record past anything a crash left) and
     // record the new epoch in it. The ring is walked once per recovery: an intact local copy
@@ -531,9 +534,23 @@ pub fn recover<M: Medium + Clone, P: Peers>(
         ..LogOptions::default()
     };
     let (medium, base, len) = (local.medium().clone(), local.base(), local.len());
-    let (log, rec) = match local.walked() {
-        Some(walked) if source.is_none() => Log::open_walked(medium, base, len, &open_opts, walked)?,
-        _ => {
+    let walked = match (&followed, source) {
+        (Some((w, _)), Some(_)) => Some(w),
+        (_, None) => local.walked(),
+        _ => None,
+    };
+    let opened = match walked {
+        Some(w) => Log::open_walked(medium.clone(), base, len, &open_opts, w)?.ok(),
+        None => None,
+    };
+    let (log, rec) = match opened {
+        Some(o) => {
+            if let Some((_, s)) = followed {
+                starts = s;
+            }
+            o
+        }
+        None => {
             starts = Starts::default();
             Log::open_visiting(medium, base, len, &open_opts, &mut |o, l| starts.push(o, l))?
         }
@@ -718,10 +735,22 @@ fn rebuild_local<M: Medium, P: Peers>(
     peers: &mut P,
     s: usize,
     info: &CopyInfo,
-) -> Result<u64> {
+) -> Result<Rebuilt> {
     let ring_offset = log::layout::RING_OFFSET as u64;
     let m = local.medium();
     let base = local.base();
+    // The records are checked as they arrive, over the local copy's descriptor (the same log:
+    // checked again against the one fetched, once it is written).
+    let mut follow = Log::peek(m, base, local.len())
+        .ok()
+        .filter(|(d, _)| {
+            d.log_uuid.0 == info.uuid
+                && d.ring_bytes == info.ring_bytes
+                && d.ring_offset == ring_offset
+        })
+        .map(|(d, _)| log::Follow::new(m, base, &d, info.head, info.start_lsn));
+    let mut starts = Starts::default();
+    let mut avail = 0u64;
     let mut reads = Vec::new();
     for (o, l) in ring_pieces(info.head, info.used, info.ring_bytes) {
         let mut at = 0;
@@ -733,7 +762,12 @@ fn rebuild_local<M: Medium, P: Peers>(
     }
     fetch(peers, s, info, &reads, |offset, d| {
         m.write(base + offset as usize, d);
-        Ok(m.flush(base + offset as usize, d.len())?)
+        m.flush(base + offset as usize, d.len())?;
+        avail += d.len() as u64;
+        if let Some(f) = follow.as_mut() {
+            f.advance(avail, &mut |o, l| starts.push(o, l));
+        }
+        Ok(())
     })?;
     m.fence()?;
     // The descriptors, then the superline copies one at a time, the one in force first (see
@@ -768,8 +802,24 @@ fn rebuild_local<M: Medium, P: Peers>(
         }
     }
     m.fence()?;
+    let len = local.len();
+    let walked = follow
+        .and_then(|f| f.finish(len, &mut |o, l| starts.push(o, l)))
+        .map(|rec| (rec, starts));
     local.reload();
-    Ok(info.used)
+    Ok(Rebuilt {
+        bytes: info.used,
+        walked,
+    })
+}
+
+/// What [`rebuild_local`] did.
+struct Rebuilt {
+    /// Ring bytes fetched.
+    bytes: u64,
+    /// The walk that checked the records as they arrived and the entry starts it found, if
+    /// the copy's metadata describes the log it followed.
+    walked: Option<(log::Recovery, Starts)>,
 }
 
 /// Which superline copy is in force (the valid one with the higher sequence) in `meta`, a copy's
@@ -798,8 +848,9 @@ fn fetch<P: Peers>(
     reads: &[(u64, u64)],
     mut write: impl FnMut(u64, &[u8]) -> Result<()>,
 ) -> Result<()> {
-    // Reads per batch (of REPAIR_CHUNK_BYTES each): each batch costs the source a walk of its
-    // log for the probe, so fewer, larger batches rebuild faster.
+    // Reads per batch (of REPAIR_CHUNK_BYTES each). The probe that ends a batch is answered
+    // from the source's last walk while nothing changed there, so it costs no walk; a batch is
+    // in flight while the one before is stored.
     const PIPELINE: usize = 16;
     let refused = |peers: &mut P, what: String| {
         peers.disconnect(s);
@@ -817,11 +868,17 @@ fn fetch<P: Peers>(
             ..*expect
         }
     };
-    for batch in reads.chunks(PIPELINE) {
+    let send = |peers: &mut P, batch: &[(u64, u64)]| {
         for &(offset, len) in batch {
             peers.send(s, &Request::Read { offset, len });
         }
         peers.send(s, &Request::Probe);
+    };
+    let batches: Vec<&[(u64, u64)]> = reads.chunks(PIPELINE).collect();
+    if let Some(first) = batches.first() {
+        send(peers, first);
+    }
+    for (k, batch) in batches.iter().enumerate() {
         let mut answers = peers.finish();
         match answers.pop() {
             Some((_, Some(Response::Info(Some(now))))) if unchanged(&now) => {}
@@ -849,8 +906,19 @@ fn fetch<P: Peers>(
                 }
             }
         }
+        // The source reads the next batch while this one is stored.
+        let next = batches.get(k + 1);
+        if let Some(next) = next {
+            send(peers, next);
+        }
         for (offset, d) in data {
-            write(offset, &d)?;
+            if let Err(e) = write(offset, &d) {
+                if next.is_some() {
+                    // Nothing may be left waiting for an answer: collect and drop it.
+                    peers.finish();
+                }
+                return Err(e);
+            }
         }
     }
     Ok(())
