@@ -363,7 +363,10 @@ fn reusable<M: Medium>(medium: &M, geo: Geometry, sl: &Superline, w: &Recovery) 
         return true;
     }
     let mut lsn = [0u8; 8];
-    medium.read(geo.at(sl.head + w.ring_bytes_used) + r::LSN.offset, &mut lsn);
+    medium.read(
+        geo.at(sl.head + w.ring_bytes_used) + r::LSN.offset,
+        &mut lsn,
+    );
     let found = u64::from_le_bytes(lsn);
     match &w.stop {
         Stop::Tail { found_lsn } => found == *found_lsn && found != w.next_lsn,
@@ -1784,5 +1787,124 @@ impl Follower {
             }
         }
         Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod walk_reuse {
+    use super::*;
+    use pmem::{SimConfig, SimMedium};
+
+    const LEN: usize = 256 << 10;
+
+    fn read_only() -> LogOptions {
+        LogOptions {
+            read_only: true,
+            ..LogOptions::default()
+        }
+    }
+
+    fn image(m: &SimMedium) -> Vec<u8> {
+        let mut b = vec![0u8; LEN];
+        m.read(0, &mut b);
+        b
+    }
+
+    /// A closed log holding records of several sizes (the ring never wrapped).
+    fn filled() -> Vec<u8> {
+        let m = SimMedium::new(LEN, SimConfig::default());
+        let log = Log::create(&m, 0, LEN, Duration::ZERO).expect("create");
+        for i in 0..60usize {
+            let len = [1, 64, 300, 1000, 4000][i % 5];
+            log.append(&vec![i as u8; len], ForcePolicy::Sync)
+                .expect("append");
+        }
+        log.close().expect("close");
+        image(&m)
+    }
+
+    fn walk(img: &[u8]) -> (Recovery, Vec<(u64, u64)>) {
+        let m = SimMedium::from_image(img.to_vec(), SimConfig::default());
+        let mut seen = Vec::new();
+        let (_, rec) = Log::open_visiting(&m, 0, LEN, &read_only(), &mut |o, l| seen.push((o, l)))
+            .expect("open");
+        (rec, seen)
+    }
+
+    #[test]
+    fn a_follow_of_a_copy_made_in_ring_order_finds_what_a_walk_finds() {
+        let img = filled();
+        let (want, want_seen) = walk(&img);
+        let (desc, _) = Log::peek(
+            &SimMedium::from_image(img.clone(), SimConfig::default()),
+            0,
+            LEN,
+        )
+        .expect("peek");
+        let ring = desc.ring_offset as usize;
+        let to = SimMedium::new(LEN, SimConfig::default());
+        let mut f = Follow::new(&to, 0, &desc, want.head, want.start_lsn);
+        let mut seen = Vec::new();
+        // The live ring in pieces of odd sizes, records split across them.
+        let (start, end) = (
+            ring + want.head as usize,
+            ring + (want.head + want.ring_bytes_used) as usize,
+        );
+        let mut at = start;
+        while at < end {
+            let n = (end - at).min(777);
+            to.write(at, &img[at..at + n]);
+            at += n;
+            f.advance((at - start) as u64, &mut |o, l| seen.push((o, l)));
+        }
+        // Then the metadata, as a rebuild writes it last.
+        to.write(0, &img[..ring]);
+        let got = f
+            .finish(LEN, &mut |o, l| seen.push((o, l)))
+            .expect("same log");
+        assert_eq!(got, want);
+        assert_eq!(seen, want_seen);
+    }
+
+    #[test]
+    fn a_follow_refuses_a_log_it_did_not_follow() {
+        let img = filled();
+        let (want, _) = walk(&img);
+        let m = SimMedium::from_image(img.clone(), SimConfig::default());
+        let (desc, _) = Log::peek(&m, 0, LEN).expect("peek");
+        // Followed from another start LSN than the superline names.
+        let f = Follow::new(&m, 0, &desc, want.head, want.start_lsn + 1);
+        assert_eq!(f.finish(LEN, &mut |_, _| {}), None);
+    }
+
+    #[test]
+    fn open_walked_takes_a_walk_only_while_the_log_is_unchanged() {
+        let img = filled();
+        let (walked, _) = walk(&img);
+        let fresh = SimMedium::from_image(img.clone(), SimConfig::default());
+        let (log_a, want) = Log::open(&fresh, 0, LEN, &LogOptions::default()).expect("open");
+        let reused = SimMedium::from_image(img.clone(), SimConfig::default());
+        let (log_b, got) = Log::open_walked(&reused, 0, LEN, &LogOptions::default(), &walked)
+            .expect("open")
+            .expect("the walk still holds");
+        assert_eq!(got, want);
+        assert_eq!(log_b.stats(), log_a.stats());
+        drop((log_a, log_b));
+        assert_eq!(
+            image(&reused),
+            image(&fresh),
+            "both opens wrote the same bytes"
+        );
+        // A record appended after the walk: the walk is not taken.
+        let changed = SimMedium::from_image(img, SimConfig::default());
+        let (log, _) = Log::open(&changed, 0, LEN, &LogOptions::default()).expect("open");
+        log.append(b"later", ForcePolicy::Sync).expect("append");
+        log.close().expect("close");
+        let back =
+            Log::open_walked(&changed, 0, LEN, &LogOptions::default(), &walked).expect("open");
+        assert!(
+            back.is_err(),
+            "a walk of the log before the append was taken"
+        );
     }
 }

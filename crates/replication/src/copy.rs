@@ -91,7 +91,7 @@ pub struct Copy<M: Medium> {
     fence: Fence,
     committed: u64,
     changes: u64,
-    walked: Option<Walked>,
+    walked: Option<Box<Walked>>,
     persisted: bool,
 }
 
@@ -270,11 +270,13 @@ impl<M: Medium> Copy<M> {
             Some(v) => Log::open_visiting(&self.medium, self.base, self.len, &read_only(), v),
             None => Log::open(&self.medium, self.base, self.len, &read_only()),
         };
-        self.walked = opened.ok().map(|(log, rec)| Walked {
-            at: self.changes,
-            info: self.describe(&log, &rec),
-            ring_offset: log.descriptor().ring_offset,
-            rec,
+        self.walked = opened.ok().map(|(log, rec)| {
+            Box::new(Walked {
+                at: self.changes,
+                info: self.describe(&log, &rec),
+                ring_offset: log.descriptor().ring_offset,
+                rec,
+            })
         });
     }
 
@@ -322,8 +324,7 @@ impl<M: Medium> Copy<M> {
         }
         let info = self.current_info();
         if !self.persisted {
-            self.persist_walked().map_err(|_| self.fence.promised)?;
-            self.persisted = true;
+            self.persisted = self.persist_walked().map_err(|_| self.fence.promised)?;
         }
         let next = Fence {
             sequence: self.fence.sequence + 1,
@@ -342,14 +343,16 @@ impl<M: Medium> Copy<M> {
     }
 
     /// [`Copy::persist_live`] over what the kept walk found (the caller made it current).
-    fn persist_walked(&self) -> pmem::Result<()> {
+    /// False if there was no walk to persist from (no readable log): nothing was persisted.
+    fn persist_walked(&self) -> pmem::Result<bool> {
         let Some(w) = &self.walked else {
-            return Ok(());
+            return Ok(false);
         };
         let Some(info) = &w.info else {
-            return Ok(());
+            return Ok(false);
         };
-        self.flush_live(w.ring_offset, info.ring_bytes, &w.rec)
+        self.flush_live(w.ring_offset, info.ring_bytes, &w.rec)?;
+        Ok(true)
     }
 
     /// Persist the descriptors, the superlines and the live ring: everything [`Copy::info`]
@@ -647,7 +650,14 @@ mod tests {
         assert_eq!(r, Response::Ack);
         assert!(c.changes() > changes);
         let now = c.current_info().expect("readable");
-        assert_eq!(Some(now), c.info(), "the probe after a change is a fresh walk");
-        assert_ne!(now.next_lsn, first.next_lsn, "the overwritten first record ends the log");
+        assert_eq!(
+            Some(now),
+            c.info(),
+            "the probe after a change is a fresh walk"
+        );
+        assert_ne!(
+            now.next_lsn, first.next_lsn,
+            "the overwritten first record ends the log"
+        );
     }
 }

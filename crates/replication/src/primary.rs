@@ -563,7 +563,12 @@ pub fn recover<M: Medium + Clone, P: Peers>(
         // walk expected there.
         let at = (rec.head + rec.ring_bytes_used) % log.descriptor().ring_bytes;
         let field = log::layout::record::LSN;
-        let lsn = read_local(local.medium(), base, ring_offset + at + field.offset as u64, 8);
+        let lsn = read_local(
+            local.medium(),
+            base,
+            ring_offset + at + field.offset as u64,
+            8,
+        );
         starts.push(at, u64::from_le_bytes(lsn.try_into().unwrap_or([0; 8])));
     }
     // What the local copy holds now, from the open (a walk of it would find the same).
@@ -851,7 +856,7 @@ fn fetch<P: Peers>(
     // Reads per batch (of REPAIR_CHUNK_BYTES each). The probe that ends a batch is answered
     // from the source's last walk while nothing changed there, so it costs no walk; a batch is
     // in flight while the one before is stored.
-    const PIPELINE: usize = 16;
+    const PIPELINE: usize = 8;
     let refused = |peers: &mut P, what: String| {
         peers.disconnect(s);
         ReplError::Refused {
