@@ -354,8 +354,11 @@ pub fn recover<M: Medium + Clone, P: Peers>(
         peers.send(i, &Request::Probe);
     }
     let mut starts = Starts::default();
+    // The copy's change count when `starts` was taken: the open reuses only that walk.
+    let mut starts_at = None;
     if local.uuid().is_some() {
         local.walk_visiting(&mut |o, l| starts.push(o, l));
+        starts_at = Some(local.changes());
     }
     for (i, r) in peers.finish() {
         if let Some(Response::Info(info)) = r {
@@ -535,11 +538,13 @@ pub fn recover<M: Medium + Clone, P: Peers>(
     };
     let (medium, base, len) = (local.medium().clone(), local.base(), local.len());
     let walked = match (&followed, source) {
-        (Some((w, _)), Some(_)) => Some(w),
-        (_, None) => local.walked(),
+        (Some((w, _)), Some(_)) => Some(w.clone()),
+        (_, None) if starts_at == Some(local.changes()) => local.walked().cloned(),
         _ => None,
     };
-    let opened = match walked {
+    // The open writes the log behind the copy's back (even when it then fails).
+    local.invalidate();
+    let opened = match &walked {
         Some(w) => Log::open_walked(medium.clone(), base, len, &open_opts, w)?.ok(),
         None => None,
     };
@@ -555,7 +560,6 @@ pub fn recover<M: Medium + Clone, P: Peers>(
             Log::open_visiting(medium, base, len, &open_opts, &mut |o, l| starts.push(o, l))?
         }
     };
-    local.invalidate();
     log.set_epoch(epoch)?;
     let ring_offset = log.descriptor().ring_offset;
     if rec.jumped_to.is_some() {
