@@ -40,7 +40,7 @@ pub use error::{LogError, Result};
 pub use file::LogFile;
 pub use format::{Descriptor, Superline};
 pub use log::{
-    Appended, Entries, Entry, Follower, ForcePolicy, Log, LogOptions, LogStats,
+    Appended, Entries, Entry, Follow, Follower, ForcePolicy, Log, LogOptions, LogStats,
     NONTEMPORAL_BYTES_MIN, Record, Records, Recovery, Reservation,
 };
 pub use mirror::{Extent, Mirror};

@@ -209,6 +209,173 @@ pub(crate) fn random_uuid() -> Result<Uuid> {
     Uuid::random().map_err(|e| pmem::PmemError::io("cannot read", "/dev/urandom", e).into())
 }
 
+/// A walk of a log whose ring is being written in order from its head, as when a copy is
+/// rebuilt from another: each record is checked (LSN, valid word, CRC) as soon as all its bytes
+/// are in place, so checking runs alongside the copying, and [`Follow::finish`] gives what a
+/// read-only open would find, for [`Log::open_walked`].
+#[derive(Debug)]
+pub struct Follow<'m, M: Medium> {
+    medium: &'m M,
+    base: usize,
+    desc: Descriptor,
+    walker: Walker<'m, M>,
+    records: u64,
+    stop: Option<Stop>,
+}
+
+impl<'m, M: Medium> Follow<'m, M> {
+    /// A walk of the log described by `desc` (its ring, record bounds and CRC seed) in the
+    /// region at `base` of `medium`, from ring position `head` expecting `start_lsn`.
+    pub fn new(medium: &'m M, base: usize, desc: &Descriptor, head: u64, start_lsn: u64) -> Self {
+        let geo = Geometry {
+            ring: base + desc.ring_offset as usize,
+            ring_bytes: desc.ring_bytes,
+            payload_max: desc.payload_bytes_max,
+            seed: crc_seed(&desc.log_uuid),
+        };
+        Follow {
+            medium,
+            base,
+            desc: *desc,
+            walker: Walker::new(medium, geo, head, start_lsn),
+            records: 0,
+            stop: None,
+        }
+    }
+
+    /// Check every record lying wholly in the first `avail` ring bytes from the head (the
+    /// bytes in place, which must not change any more), calling `visit(ring offset, LSN)` for
+    /// each entry accepted. A record not wholly in place is left for a later call.
+    pub fn advance(&mut self, avail: u64, visit: &mut dyn FnMut(u64, u64)) {
+        let geo = self.walker.geo;
+        while self.stop.is_none() {
+            let walked = self.walker.walked;
+            if walked + layout::RECORD_HEADER_BYTES as u64 > avail {
+                return;
+            }
+            let mut hdr = [0u8; layout::RECORD_HEADER_BYTES];
+            self.medium.read(geo.at(self.walker.pos), &mut hdr);
+            let (h, _, _, _) = RecordHeader::parse(&hdr);
+            // Bytes the step reads: the header, and the payload of a record whose header
+            // could pass (an impossible length is refused from the header alone).
+            let need = match h.kind {
+                kinds::DATA | kinds::JUMP | kinds::VOID if h.length <= geo.payload_max => {
+                    record_footprint(h.length as usize) as u64
+                }
+                kinds::PADDING => geo.room_to_end(self.walker.pos),
+                _ => layout::RECORD_HEADER_BYTES as u64,
+            };
+            if walked + need > avail {
+                return;
+            }
+            self.step(visit);
+        }
+    }
+
+    fn step(&mut self, visit: &mut dyn FnMut(u64, u64)) {
+        match self.walker.step(false) {
+            Ok(found) => {
+                self.records += u64::from(found.kind == kinds::DATA);
+                visit((found.at - self.walker.geo.ring) as u64, found.lsn);
+            }
+            Err(stop) => self.stop = Some(stop),
+        }
+    }
+
+    /// Once every byte of the region is in place (the ring, then the descriptors and
+    /// superlines): walk on to the end and return what a read-only open (with
+    /// `clean_shutdown` false) of the `len`-byte region finds. `None` if the region's
+    /// metadata does not describe the log this walk followed (another geometry, head or start
+    /// LSN): then walk it anew.
+    pub fn finish(mut self, len: usize, visit: &mut dyn FnMut(u64, u64)) -> Option<Recovery> {
+        let mut repaired = Vec::new();
+        check_region(self.medium, self.base, len).ok()?;
+        let desc = read_descriptor(self.medium, self.base, len as u64, true, &mut repaired).ok()?;
+        let superline = read_superline(self.medium, self.base, &desc, true, &mut repaired).ok()?;
+        let same = desc.ring_offset == self.desc.ring_offset
+            && desc.ring_bytes == self.desc.ring_bytes
+            && desc.payload_bytes_max == self.desc.payload_bytes_max
+            && desc.log_uuid == self.desc.log_uuid
+            && desc.keeps_durable_lsn() == self.desc.keeps_durable_lsn();
+        let w = &self.walker;
+        let started_here = w.pos - w.walked == superline.head;
+        if !same || !started_here || self.walker_start_lsn() != superline.start_lsn {
+            return None;
+        }
+        while self.stop.is_none() {
+            self.step(visit);
+        }
+        let stop = self.stop.take()?;
+        let opts = LogOptions {
+            read_only: true,
+            clean_shutdown: false,
+            ..LogOptions::default()
+        };
+        let geo = self.walker.geo;
+        let (damaged, dropped) = Log::<M>::verdict(
+            self.medium,
+            geo,
+            &desc,
+            &superline,
+            &opts,
+            false,
+            &self.walker,
+            &stop,
+        )
+        .ok()?;
+        Some(Recovery {
+            records: self.records,
+            ring_bytes_used: self.walker.walked,
+            start_lsn: superline.start_lsn,
+            next_lsn: self.walker.expected,
+            stop,
+            dropped,
+            damaged,
+            jumped_to: None,
+            repaired,
+            epoch: superline.epoch,
+            head: superline.head,
+        })
+    }
+
+    fn walker_start_lsn(&self) -> u64 {
+        self.walker.start_lsn
+    }
+}
+
+/// Where an open gets its walk of the ring from.
+pub(crate) enum Walk<'a> {
+    /// Walk now, telling the visitor (if any) every entry accepted.
+    Fresh(Option<&'a mut dyn FnMut(u64, u64)>),
+    /// Take this earlier read-only walk (see [`Log::open_walked`]).
+    Reuse(&'a Recovery),
+}
+
+/// True if `w`, an earlier walk, still describes the log whose superline is `sl`: the same
+/// head, start LSN and epoch, a stop the walk could have made, and at its tail still no record
+/// carrying the LSN it ended expecting (a record appended since would stand there).
+fn reusable<M: Medium>(medium: &M, geo: Geometry, sl: &Superline, w: &Recovery) -> bool {
+    if w.head != sl.head || w.start_lsn != sl.start_lsn || w.epoch != sl.epoch {
+        return false;
+    }
+    if w.ring_bytes_used > geo.ring_bytes || w.jumped_to.is_some() {
+        return false;
+    }
+    if w.ring_bytes_used + layout::RECORD_ALIGN as u64 > geo.ring_bytes {
+        return true;
+    }
+    let mut lsn = [0u8; 8];
+    medium.read(
+        geo.at(sl.head + w.ring_bytes_used) + r::LSN.offset,
+        &mut lsn,
+    );
+    let found = u64::from_le_bytes(lsn);
+    match &w.stop {
+        Stop::Tail { found_lsn } => found == *found_lsn && found != w.next_lsn,
+        _ => found == w.next_lsn,
+    }
+}
+
 fn check_region<M: Medium>(medium: &M, base: usize, len: usize) -> Result<()> {
     let fits = base.checked_add(len).is_some_and(|end| end <= medium.len());
     if !fits || base % pmem::layout::PAGE_SIZE != 0 {
@@ -325,7 +492,67 @@ impl<M: Medium> Log<M> {
         len: usize,
         opts: &LogOptions,
     ) -> Result<(Log<M>, Recovery)> {
-        Self::open_inner(medium, base, len, opts, false)
+        Self::open_with(medium, base, len, opts, false, Walk::Fresh(None))
+    }
+
+    /// [`Log::open`], calling `visit(ring offset, LSN)` for every entry the walk accepts (data,
+    /// padding, jump and void records, in ring order from the head), so a caller that needs
+    /// the places of the entries gets them from the one walk that checks them.
+    pub fn open_visiting(
+        medium: M,
+        base: usize,
+        len: usize,
+        opts: &LogOptions,
+        visit: &mut dyn FnMut(u64, u64),
+    ) -> Result<(Log<M>, Recovery)> {
+        Self::open_with(medium, base, len, opts, false, Walk::Fresh(Some(visit)))
+    }
+
+    /// [`Log::open`] without walking the ring again: `walked` is what a read-only open (with
+    /// `clean_shutdown` false) of the same region found, or a [`Follow`] of it, and nothing in
+    /// the log may have been written since (bytes outside the descriptors, superlines and
+    /// ring, such as a replication fence, do not count). Every record was checked by that
+    /// walk; this open takes its result and, when writable, does what recovery writes after a
+    /// walk (the jump record, the repaired metadata copies, the durable LSN).
+    ///
+    /// The metadata is read and checked again. The medium comes back (`Ok(Err(medium))`,
+    /// nothing written) when the walk cannot be taken: `opts.clean_shutdown` is set (the
+    /// walk's verdict depends on it), the superline no longer has the head, start LSN and
+    /// epoch `walked` names, or its tail no longer holds what the walk stopped at. Then open
+    /// it with a walk.
+    #[allow(clippy::type_complexity)]
+    pub fn open_walked(
+        medium: M,
+        base: usize,
+        len: usize,
+        opts: &LogOptions,
+        walked: &Recovery,
+    ) -> Result<std::result::Result<(Log<M>, Recovery), M>> {
+        if opts.clean_shutdown {
+            return Ok(Err(medium));
+        }
+        let (desc, superline) = Self::peek(&medium, base, len)?;
+        let geo = Geometry {
+            ring: base + desc.ring_offset as usize,
+            ring_bytes: desc.ring_bytes,
+            payload_max: desc.payload_bytes_max,
+            seed: crc_seed(&desc.log_uuid),
+        };
+        if !reusable(&medium, geo, &superline, walked) {
+            return Ok(Err(medium));
+        }
+        Self::open_with(medium, base, len, opts, false, Walk::Reuse(walked)).map(Ok)
+    }
+
+    /// Read and check a log's descriptor and superline without walking the ring: `Ok` exactly
+    /// when a read-only [`Log::open`] of the region would succeed (that open fails only on the
+    /// region's bounds and these two structures). Writes nothing.
+    pub fn peek(medium: &M, base: usize, len: usize) -> Result<(Descriptor, Superline)> {
+        check_region(medium, base, len)?;
+        let mut repaired = Vec::new();
+        let desc = read_descriptor(medium, base, len as u64, true, &mut repaired)?;
+        let superline = read_superline(medium, base, &desc, true, &mut repaired)?;
+        Ok((desc, superline))
     }
 
     /// [`Log::open`]; with `void_durable`, the superline's `durable_lsn` is not trusted (a
@@ -339,6 +566,18 @@ impl<M: Medium> Log<M> {
         opts: &LogOptions,
         void_durable: bool,
     ) -> Result<(Log<M>, Recovery)> {
+        Self::open_with(medium, base, len, opts, void_durable, Walk::Fresh(None))
+    }
+
+    /// [`Log::open_inner`] with the walk's source.
+    fn open_with(
+        medium: M,
+        base: usize,
+        len: usize,
+        opts: &LogOptions,
+        void_durable: bool,
+        walk: Walk<'_>,
+    ) -> Result<(Log<M>, Recovery)> {
         check_region(&medium, base, len)?;
         // Read the metadata without writing: a bad copy is rewritten only once the walk has not
         // refused the log (a refused open writes nothing).
@@ -351,50 +590,65 @@ impl<M: Medium> Log<M> {
             payload_max: desc.payload_bytes_max,
             seed: crc_seed(&desc.log_uuid),
         };
-        let mut walker = Walker::new(&medium, geo, superline.head, superline.start_lsn);
-        let mut records = 0u64;
-        let stop = loop {
-            match walker.step(false) {
-                Ok(found) => records += u64::from(found.kind == kinds::DATA),
-                Err(stop) => break stop,
-            }
+        // A walk made before is taken only if the log it walked is still the one here.
+        let reused = match walk {
+            Walk::Reuse(w) if !void_durable && reusable(&medium, geo, &superline, w) => Some(w),
+            _ => None,
         };
-        // Where the walk stopped, and what recovery makes of it (see `judge`).
-        let expected = walker.expected;
-        let stop_at = geo.at(walker.pos);
-        let durable_known = if desc.keeps_durable_lsn() && !void_durable {
-            superline.durable_lsn
-        } else {
-            0
-        };
-        let recorded_end = desc.keeps_durable_lsn() && expected == durable_known + 1;
-        let later = if opts.clean_shutdown
-            && matches!(stop, Stop::Tail { .. })
-            && expected > durable_known
-            && !recorded_end
-        {
-            crate::scan::later_records(&medium, geo, walker.pos, walker.walked, expected, 1)
-                .into_iter()
-                .next()
-        } else {
-            None
-        };
-        let verdict = judge(&Judged {
-            stop: &stop,
-            expected,
-            stop_at,
-            clean_shutdown: opts.clean_shutdown,
-            durable_lsn: durable_known,
-            later: later.as_ref(),
-        });
-        let (damaged, dropped) = match verdict {
-            Verdict::End => (None, None),
-            Verdict::Torn(c) => (None, Some(c)),
-            Verdict::Damage(c) => {
-                if !opts.truncate_damaged && !opts.read_only {
-                    return Err(LogError::Corrupt(c));
+        let (records, stop, tail_pos, walked, expected, damaged, dropped) = match reused {
+            Some(w) => {
+                if let Some(c) = &w.damaged {
+                    if !opts.truncate_damaged && !opts.read_only {
+                        return Err(LogError::Corrupt(c.clone()));
+                    }
                 }
-                (Some(c.clone()), Some(c))
+                (
+                    w.records,
+                    w.stop.clone(),
+                    superline.head + w.ring_bytes_used,
+                    w.ring_bytes_used,
+                    w.next_lsn,
+                    w.damaged.clone(),
+                    w.dropped.clone(),
+                )
+            }
+            None => {
+                let mut visit = match walk {
+                    Walk::Fresh(v) => v,
+                    Walk::Reuse(_) => None,
+                };
+                let mut walker = Walker::new(&medium, geo, superline.head, superline.start_lsn);
+                let mut records = 0u64;
+                let stop = loop {
+                    match walker.step(false) {
+                        Ok(found) => {
+                            records += u64::from(found.kind == kinds::DATA);
+                            if let Some(v) = visit.as_mut() {
+                                v((found.at - geo.ring) as u64, found.lsn);
+                            }
+                        }
+                        Err(stop) => break stop,
+                    }
+                };
+                let (damaged, dropped) = Self::verdict(
+                    &medium,
+                    geo,
+                    &desc,
+                    &superline,
+                    opts,
+                    void_durable,
+                    &walker,
+                    &stop,
+                )?;
+                (
+                    records,
+                    stop,
+                    walker.pos,
+                    walker.walked,
+                    walker.expected,
+                    damaged,
+                    dropped,
+                )
             }
         };
         if !opts.read_only && !repaired.is_empty() {
@@ -402,7 +656,7 @@ impl<M: Medium> Log<M> {
             read_descriptor(&medium, base, len as u64, false, &mut Vec::new())?;
             read_superline(&medium, base, &desc, false, &mut Vec::new())?;
         }
-        let (mut tail_pos, walked, mut next_lsn) = (walker.pos, walker.walked, walker.expected);
+        let (mut tail_pos, mut next_lsn) = (tail_pos, expected);
         let mut recovery = Recovery {
             records,
             ring_bytes_used: walked,
@@ -446,6 +700,58 @@ impl<M: Medium> Log<M> {
             log.record_durable(next_lsn - 1)?;
         }
         Ok((log, recovery))
+    }
+
+    /// What recovery makes of the place a walk stopped (see `judge`): the damaged and the
+    /// dropped record. A damaged log is refused here when writable and not `truncate_damaged`.
+    #[allow(clippy::too_many_arguments)]
+    fn verdict(
+        medium: &M,
+        geo: Geometry,
+        desc: &Descriptor,
+        superline: &Superline,
+        opts: &LogOptions,
+        void_durable: bool,
+        walker: &Walker<'_, M>,
+        stop: &Stop,
+    ) -> Result<(Option<Corruption>, Option<Corruption>)> {
+        let expected = walker.expected;
+        let stop_at = geo.at(walker.pos);
+        let durable_known = if desc.keeps_durable_lsn() && !void_durable {
+            superline.durable_lsn
+        } else {
+            0
+        };
+        let recorded_end = desc.keeps_durable_lsn() && expected == durable_known + 1;
+        let later = if opts.clean_shutdown
+            && matches!(stop, Stop::Tail { .. })
+            && expected > durable_known
+            && !recorded_end
+        {
+            crate::scan::later_records(medium, geo, walker.pos, walker.walked, expected, 1)
+                .into_iter()
+                .next()
+        } else {
+            None
+        };
+        let verdict = judge(&Judged {
+            stop,
+            expected,
+            stop_at,
+            clean_shutdown: opts.clean_shutdown,
+            durable_lsn: durable_known,
+            later: later.as_ref(),
+        });
+        Ok(match verdict {
+            Verdict::End => (None, None),
+            Verdict::Torn(c) => (None, Some(c)),
+            Verdict::Damage(c) => {
+                if !opts.truncate_damaged && !opts.read_only {
+                    return Err(LogError::Corrupt(c));
+                }
+                (Some(c.clone()), Some(c))
+            }
+        })
     }
 
     /// The log object over a recovered (or resumed) state; writes nothing.
@@ -1514,5 +1820,124 @@ impl Follower {
             }
         }
         Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod walk_reuse {
+    use super::*;
+    use pmem::{SimConfig, SimMedium};
+
+    const LEN: usize = 256 << 10;
+
+    fn read_only() -> LogOptions {
+        LogOptions {
+            read_only: true,
+            ..LogOptions::default()
+        }
+    }
+
+    fn image(m: &SimMedium) -> Vec<u8> {
+        let mut b = vec![0u8; LEN];
+        m.read(0, &mut b);
+        b
+    }
+
+    /// A closed log holding records of several sizes (the ring never wrapped).
+    fn filled() -> Vec<u8> {
+        let m = SimMedium::new(LEN, SimConfig::default());
+        let log = Log::create(&m, 0, LEN, Duration::ZERO).expect("create");
+        for i in 0..60usize {
+            let len = [1, 64, 300, 1000, 4000][i % 5];
+            log.append(&vec![i as u8; len], ForcePolicy::Sync)
+                .expect("append");
+        }
+        log.close().expect("close");
+        image(&m)
+    }
+
+    fn walk(img: &[u8]) -> (Recovery, Vec<(u64, u64)>) {
+        let m = SimMedium::from_image(img.to_vec(), SimConfig::default());
+        let mut seen = Vec::new();
+        let (_, rec) = Log::open_visiting(&m, 0, LEN, &read_only(), &mut |o, l| seen.push((o, l)))
+            .expect("open");
+        (rec, seen)
+    }
+
+    #[test]
+    fn a_follow_of_a_copy_made_in_ring_order_finds_what_a_walk_finds() {
+        let img = filled();
+        let (want, want_seen) = walk(&img);
+        let (desc, _) = Log::peek(
+            &SimMedium::from_image(img.clone(), SimConfig::default()),
+            0,
+            LEN,
+        )
+        .expect("peek");
+        let ring = desc.ring_offset as usize;
+        let to = SimMedium::new(LEN, SimConfig::default());
+        let mut f = Follow::new(&to, 0, &desc, want.head, want.start_lsn);
+        let mut seen = Vec::new();
+        // The live ring in pieces of odd sizes, records split across them.
+        let (start, end) = (
+            ring + want.head as usize,
+            ring + (want.head + want.ring_bytes_used) as usize,
+        );
+        let mut at = start;
+        while at < end {
+            let n = (end - at).min(777);
+            to.write(at, &img[at..at + n]);
+            at += n;
+            f.advance((at - start) as u64, &mut |o, l| seen.push((o, l)));
+        }
+        // Then the metadata, as a rebuild writes it last.
+        to.write(0, &img[..ring]);
+        let got = f
+            .finish(LEN, &mut |o, l| seen.push((o, l)))
+            .expect("same log");
+        assert_eq!(got, want);
+        assert_eq!(seen, want_seen);
+    }
+
+    #[test]
+    fn a_follow_refuses_a_log_it_did_not_follow() {
+        let img = filled();
+        let (want, _) = walk(&img);
+        let m = SimMedium::from_image(img.clone(), SimConfig::default());
+        let (desc, _) = Log::peek(&m, 0, LEN).expect("peek");
+        // Followed from another start LSN than the superline names.
+        let f = Follow::new(&m, 0, &desc, want.head, want.start_lsn + 1);
+        assert_eq!(f.finish(LEN, &mut |_, _| {}), None);
+    }
+
+    #[test]
+    fn open_walked_takes_a_walk_only_while_the_log_is_unchanged() {
+        let img = filled();
+        let (walked, _) = walk(&img);
+        let fresh = SimMedium::from_image(img.clone(), SimConfig::default());
+        let (log_a, want) = Log::open(&fresh, 0, LEN, &LogOptions::default()).expect("open");
+        let reused = SimMedium::from_image(img.clone(), SimConfig::default());
+        let (log_b, got) = Log::open_walked(&reused, 0, LEN, &LogOptions::default(), &walked)
+            .expect("open")
+            .expect("the walk still holds");
+        assert_eq!(got, want);
+        assert_eq!(log_b.stats(), log_a.stats());
+        drop((log_a, log_b));
+        assert_eq!(
+            image(&reused),
+            image(&fresh),
+            "both opens wrote the same bytes"
+        );
+        // A record appended after the walk: the walk is not taken.
+        let changed = SimMedium::from_image(img, SimConfig::default());
+        let (log, _) = Log::open(&changed, 0, LEN, &LogOptions::default()).expect("open");
+        log.append(b"later", ForcePolicy::Sync).expect("append");
+        log.close().expect("close");
+        let back =
+            Log::open_walked(&changed, 0, LEN, &LogOptions::default(), &walked).expect("open");
+        assert!(
+            back.is_err(),
+            "a walk of the log before the append was taken"
+        );
     }
 }

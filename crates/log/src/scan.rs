@@ -90,6 +90,8 @@ pub(crate) struct Walker<'m, M: Medium + ?Sized> {
     pub walked: u64,
     /// LSN the next record must carry.
     pub expected: u64,
+    /// LSN the walk started from (the head's).
+    pub start_lsn: u64,
     buf: Vec<u8>,
     payload_len: usize,
 }
@@ -102,6 +104,7 @@ impl<'m, M: Medium + ?Sized> Walker<'m, M> {
             pos: head,
             walked: 0,
             expected: start_lsn,
+            start_lsn,
             buf: Vec::new(),
             payload_len: 0,
         }

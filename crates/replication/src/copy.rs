@@ -74,6 +74,14 @@ fn fence_crc(uuid: &Uuid, bytes: &[u8]) -> u32 {
 }
 
 /// A copy of a log in `[base, base + len)` of a medium.
+///
+/// A copy remembers its last walk of the log: every change it makes (a write, a zero, a
+/// reload) bumps a change counter, and a walk is reused only while the counter still has the
+/// value it had when the walk was made, so a probe of an unchanged copy (a rebuild probes its
+/// source after every batch of reads) costs no walk. It also remembers whether everything it
+/// holds is known to be durable: true after [`Copy::create`] and after persisting the live log,
+/// kept by writes and zeros it persisted itself, false for a copy opened as found or reloaded
+/// after someone else changed it.
 #[derive(Debug)]
 pub struct Copy<M: Medium> {
     medium: M,
@@ -82,6 +90,22 @@ pub struct Copy<M: Medium> {
     uuid: Option<Uuid>,
     fence: Fence,
     committed: u64,
+    changes: u64,
+    walked: Option<Box<Walked>>,
+    persisted: bool,
+}
+
+/// A walk of a copy's log and when it was made.
+#[derive(Debug, Clone)]
+struct Walked {
+    /// The change counter when it was made.
+    at: u64,
+    /// What the walk found.
+    rec: log::Recovery,
+    /// The description it gives (`promised` and `committed` are filled in when answered).
+    info: Option<CopyInfo>,
+    /// Region offset of the ring.
+    ring_offset: u64,
 }
 
 fn read_only() -> LogOptions {
@@ -102,6 +126,9 @@ impl<M: Medium> Copy<M> {
             uuid: None,
             fence: Fence::default(),
             committed: 0,
+            changes: 0,
+            walked: None,
+            persisted: false,
         };
         c.reload();
         c
@@ -115,14 +142,27 @@ impl<M: Medium> Copy<M> {
         medium.persist(base + FENCE_COPY_OFFSETS[0], zero.len())?;
         let log = Log::create_with_uuid(&medium, base, len, uuid, std::time::Duration::ZERO)?;
         log.close()?;
-        Ok(Copy::new(medium, base, len))
+        let mut c = Copy::new(medium, base, len);
+        // Everything `create` wrote it persisted.
+        c.persisted = true;
+        Ok(c)
     }
 
-    /// Re-read the descriptor and fence after the region changed underneath.
+    /// Re-read the descriptor and fence after the region changed underneath. What changed is
+    /// not known to be durable, so the next promise persists the live log again.
     pub fn reload(&mut self) {
-        self.uuid = Log::open(&self.medium, self.base, self.len, &read_only())
+        self.reread();
+        self.persisted = false;
+    }
+
+    /// Re-read the descriptor and fence: the log's metadata only, not its ring (a log is
+    /// readable exactly when its descriptor and superline are; see [`Log::peek`]). Forgets the
+    /// last walk.
+    fn reread(&mut self) {
+        self.changed();
+        self.uuid = Log::peek(&self.medium, self.base, self.len)
             .ok()
-            .map(|(l, _)| l.descriptor().log_uuid);
+            .map(|(d, _)| d.log_uuid);
         self.fence = match &self.uuid {
             Some(uuid) => FENCE_COPY_OFFSETS
                 .iter()
@@ -135,6 +175,25 @@ impl<M: Medium> Copy<M> {
                 .unwrap_or_default(),
             None => Fence::default(),
         };
+    }
+
+    /// Note a change of the region: the last walk no longer describes it.
+    fn changed(&mut self) {
+        self.changes += 1;
+        self.walked = None;
+    }
+
+    /// How many changes this copy has seen (writes, zeros, reloads); a walk is reused only
+    /// while this stays the same.
+    pub fn changes(&self) -> u64 {
+        self.changes
+    }
+
+    /// Forget the last walk and the durability of what the copy holds: its owner wrote the
+    /// region without it (a primary opening its log over it, a rebuild).
+    pub fn invalidate(&mut self) {
+        self.changed();
+        self.persisted = false;
     }
 
     /// The medium.
@@ -183,6 +242,54 @@ impl<M: Medium> Copy<M> {
         self.describe(&log, &rec)
     }
 
+    /// [`Copy::info`], from the last walk if nothing changed since it was made (then no walk).
+    pub fn current_info(&mut self) -> Option<CopyInfo> {
+        if self.walked.as_ref().is_none_or(|w| w.at != self.changes) {
+            self.walk(None);
+        }
+        self.answer()
+    }
+
+    /// Walk the log now (whatever was walked before), telling `visit` the ring offset and LSN
+    /// of every entry accepted, and keep the walk. Returns what [`Copy::info`] returns.
+    pub fn walk_visiting(&mut self, visit: &mut dyn FnMut(u64, u64)) -> Option<CopyInfo> {
+        self.walk(Some(visit));
+        self.answer()
+    }
+
+    /// What the kept walk found, if it still describes the copy (for [`Log::open_walked`]).
+    pub fn walked(&self) -> Option<&log::Recovery> {
+        self.walked
+            .as_ref()
+            .filter(|w| w.at == self.changes)
+            .map(|w| &w.rec)
+    }
+
+    fn walk(&mut self, visit: Option<&mut dyn FnMut(u64, u64)>) {
+        let opened = match visit {
+            Some(v) => Log::open_visiting(&self.medium, self.base, self.len, &read_only(), v),
+            None => Log::open(&self.medium, self.base, self.len, &read_only()),
+        };
+        self.walked = opened.ok().map(|(log, rec)| {
+            Box::new(Walked {
+                at: self.changes,
+                info: self.describe(&log, &rec),
+                ring_offset: log.descriptor().ring_offset,
+                rec,
+            })
+        });
+    }
+
+    /// The kept walk's description with the current promise and committed LSN.
+    fn answer(&self) -> Option<CopyInfo> {
+        let info = self.walked.as_ref()?.info?;
+        Some(CopyInfo {
+            promised: self.fence.promised,
+            committed: self.committed,
+            ..info
+        })
+    }
+
     /// [`Copy::info`] from a walk already made.
     fn describe(&self, log: &Log<&M>, rec: &log::Recovery) -> Option<CopyInfo> {
         let uuid = self.uuid?;
@@ -204,8 +311,10 @@ impl<M: Medium> Copy<M> {
 
     /// Promise to follow `epoch`: refused (with the promised epoch) unless it is higher than
     /// every epoch promised so far. What the copy holds is made durable first (see
-    /// [`Copy::persist_live`]). Returns [`Copy::info`] after the promise (from the walk that
-    /// persisting made: the fence is not part of the log).
+    /// [`Copy::persist_live`]), unless it is known to be (everything in it was written by
+    /// this copy's own persisted requests since it was created or last persisted). Returns
+    /// [`Copy::info`] after the promise, from the last walk if nothing changed since (the
+    /// fence is not part of the log).
     pub fn promise(&mut self, epoch: u64) -> Result<Option<CopyInfo>, u64> {
         let Some(uuid) = self.uuid else {
             return Err(0);
@@ -213,8 +322,10 @@ impl<M: Medium> Copy<M> {
         if epoch <= self.fence.promised {
             return Err(self.fence.promised);
         }
-        let walked = self.persist_live().map_err(|_| self.fence.promised)?;
-        let info = walked.and_then(|(log, rec)| self.describe(&log, &rec));
+        let info = self.current_info();
+        if !self.persisted {
+            self.persisted = self.persist_walked().map_err(|_| self.fence.promised)?;
+        }
         let next = Fence {
             sequence: self.fence.sequence + 1,
             promised: epoch,
@@ -229,6 +340,19 @@ impl<M: Medium> Copy<M> {
             promised: epoch,
             ..i
         }))
+    }
+
+    /// [`Copy::persist_live`] over what the kept walk found (the caller made it current).
+    /// False if there was no walk to persist from (no readable log): nothing was persisted.
+    fn persist_walked(&self) -> pmem::Result<bool> {
+        let Some(w) = &self.walked else {
+            return Ok(false);
+        };
+        let Some(info) = &w.info else {
+            return Ok(false);
+        };
+        self.flush_live(w.ring_offset, info.ring_bytes, &w.rec)?;
+        Ok(true)
     }
 
     /// Persist the descriptors, the superlines and the live ring: everything [`Copy::info`]
@@ -250,8 +374,14 @@ impl<M: Medium> Copy<M> {
         let Ok((log, rec)) = Log::open(&self.medium, self.base, self.len, &read_only()) else {
             return Ok(None);
         };
-        let ring_offset = log.descriptor().ring_offset as usize;
-        let ring = log.descriptor().ring_bytes;
+        let d = log.descriptor();
+        self.flush_live(d.ring_offset, d.ring_bytes, &rec)?;
+        Ok(Some((log, rec)))
+    }
+
+    /// Flush the metadata before the ring and the live ring `rec` found, then fence.
+    fn flush_live(&self, ring_offset: u64, ring: u64, rec: &log::Recovery) -> pmem::Result<()> {
+        let ring_offset = ring_offset as usize;
         let head = rec.head % ring;
         let first = rec.ring_bytes_used.min(ring - head);
         let ring_at = self.base + ring_offset;
@@ -261,8 +391,7 @@ impl<M: Medium> Copy<M> {
             self.medium
                 .flush(ring_at, (rec.ring_bytes_used - first) as usize)?;
         }
-        self.medium.fence()?;
-        Ok(Some((log, rec)))
+        self.medium.fence()
     }
 
     fn check_range(&self, offset: u64, len: u64) -> Result<(usize, usize), String> {
@@ -306,17 +435,23 @@ impl<M: Medium> Copy<M> {
                 Err(why) => return Response::Error(why),
             }
         }
+        if !extents.iter().all(|e| e.bytes.is_empty()) {
+            self.changed();
+        }
         for (e, &(at, len)) in extents.iter().zip(&ranges) {
             self.medium.write(at, &e.bytes);
             if let Err(err) = self.medium.flush(at, len) {
+                self.persisted = false;
                 return Response::Error(err.to_string());
             }
         }
         if let Err(err) = self.medium.fence() {
+            self.persisted = false;
             return Response::Error(err.to_string());
         }
         if extents.iter().any(|e| e.offset < META_SHIPPED_BYTES as u64) {
-            self.reload();
+            // Persisted above: only the metadata is read again.
+            self.reread();
         }
         self.committed = self.committed.max(committed);
         Response::Ack
@@ -331,19 +466,26 @@ impl<M: Medium> Copy<M> {
             Ok(r) => r,
             Err(why) => return Response::Error(why),
         };
+        if len > 0 {
+            self.changed();
+        }
         let zeros = vec![0u8; len.min(1 << 20)];
         let mut done = 0;
         while done < len {
             let n = (len - done).min(zeros.len());
             self.medium.write(at + done, &zeros[..n]);
             if let Err(err) = self.medium.flush(at + done, n) {
+                self.persisted = false;
                 return Response::Error(err.to_string());
             }
             done += n;
         }
         match self.medium.fence() {
             Ok(()) => Response::Ack,
-            Err(err) => Response::Error(err.to_string()),
+            Err(err) => {
+                self.persisted = false;
+                Response::Error(err.to_string())
+            }
         }
     }
 
@@ -361,10 +503,32 @@ impl<M: Medium> Copy<M> {
         Response::Data(buf)
     }
 
+    /// [`Copy::read`]'s answer, encoded as a whole frame into `frame` (the same bytes as
+    /// `self.read(offset, len).encode()`), reusing its allocation: a rebuild reads the whole
+    /// log in a few MiB at a time, and a fresh buffer per read costs the page faults of
+    /// zeroing it, and an encoded copy of it another.
+    pub fn read_frame(&self, offset: u64, len: u64, frame: &mut Vec<u8>) {
+        let end = offset.checked_add(len).filter(|&e| e <= self.len as u64);
+        if end.is_none() || len > crate::proto::FRAME_BODY_MAX as u64 {
+            *frame = self.read(offset, len).encode();
+            return;
+        }
+        let body = crate::proto::FRAME_HEADER_BYTES;
+        frame.resize(body + len as usize, 0);
+        self.medium
+            .read(self.base + offset as usize, &mut frame[body..]);
+        let crc = crc32c::crc32c(&frame[body..]);
+        frame[..4].copy_from_slice(&crate::proto::FRAME_MAGIC);
+        frame[4] = crate::proto::tags::DATA;
+        frame[5..8].copy_from_slice(&[0, 0, 0]);
+        frame[8..12].copy_from_slice(&(len as u32).to_le_bytes());
+        frame[12..16].copy_from_slice(&crc.to_le_bytes());
+    }
+
     /// Serve one request (all but `Init`, which needs the host).
     pub fn handle(&mut self, req: &Request) -> Response {
         match req {
-            Request::Probe => Response::Info(self.info()),
+            Request::Probe => Response::Info(self.current_info()),
             Request::Init { .. } => Response::Error("init is the host's".into()),
             Request::Promise { epoch } => match self.promise(*epoch) {
                 Ok(info) => Response::Info(info),
@@ -493,4 +657,77 @@ pub fn serve<H: Host>(host: &mut H, req: &Request) -> Response {
 /// Lower-case hex.
 pub fn hex(b: &[u8]) -> String {
     b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use pmem::{SimConfig, SimMedium};
+
+    const LEN: usize = 256 << 10;
+
+    fn copy() -> Copy<SimMedium> {
+        let m = SimMedium::new(LEN, SimConfig::default());
+        let c = Copy::create(m, 0, LEN, Uuid([7; 16])).expect("create");
+        let log = Log::open(c.medium(), 0, LEN, &LogOptions::default()).expect("open");
+        for i in 0..40u32 {
+            log.0
+                .append(&i.to_le_bytes().repeat(50), log::ForcePolicy::Sync)
+                .expect("append");
+        }
+        log.0.close().expect("close");
+        c
+    }
+
+    #[test]
+    fn a_read_frame_is_the_encoded_read_answer() {
+        let c = copy();
+        let mut frame = Vec::new();
+        // Larger, then smaller, then larger again: the reused buffer never leaks old bytes.
+        for (offset, len) in [(0, 4096), (4096, 100), (8000, 9000), (LEN as u64 - 10, 10)] {
+            c.read_frame(offset, len, &mut frame);
+            assert_eq!(frame, c.read(offset, len).encode(), "[{offset}, +{len})");
+        }
+        // Out of the region or too large: the same error answer as `read`.
+        for (offset, len) in [(LEN as u64 - 10, 11), (u64::MAX, 2), (0, 1 << 40)] {
+            c.read_frame(offset, len, &mut frame);
+            assert_eq!(frame, c.read(offset, len).encode(), "[{offset}, +{len})");
+            assert!(matches!(c.read(offset, len), Response::Error(_)));
+        }
+    }
+
+    #[test]
+    fn a_probe_walks_again_only_after_a_change() {
+        let mut c = copy();
+        let first = c.current_info().expect("readable");
+        assert_eq!(Some(first), c.info());
+        let changes = c.changes();
+        assert_eq!(c.current_info(), Some(first));
+        assert_eq!(c.changes(), changes, "a probe changes nothing");
+        // A write through the copy moves the counter; the next probe sees what it wrote.
+        let epoch = 5;
+        assert!(c.promise(epoch).is_ok());
+        let damage = vec![0xffu8; 64];
+        let at = log::layout::RING_OFFSET as u64 + first.head;
+        let r = c.write(
+            epoch,
+            0,
+            &[Extent {
+                offset: at,
+                bytes: damage,
+            }],
+        );
+        assert_eq!(r, Response::Ack);
+        assert!(c.changes() > changes);
+        let now = c.current_info().expect("readable");
+        assert_eq!(
+            Some(now),
+            c.info(),
+            "the probe after a change is a fresh walk"
+        );
+        assert_ne!(
+            now.next_lsn, first.next_lsn,
+            "the overwritten first record ends the log"
+        );
+    }
 }

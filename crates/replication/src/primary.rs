@@ -265,6 +265,57 @@ fn plan(
     (steps, len)
 }
 
+/// Where each entry of the chosen history starts: (ring offset, LSN) pairs as a walk finds
+/// them, looked up by ring offset.
+#[derive(Debug, Default)]
+struct Starts {
+    entries: Vec<(u64, u64)>,
+}
+
+impl Starts {
+    fn push(&mut self, offset: u64, lsn: u64) {
+        self.entries.push((offset, lsn));
+    }
+
+    /// Sorted by offset for lookups (a walk finds them in ring order, wrapping at most once;
+    /// an offset given twice keeps its first LSN).
+    fn finish(mut self) -> Starts {
+        self.entries.sort_by_key(|e| e.0);
+        self.entries.dedup_by_key(|e| e.0);
+        self
+    }
+
+    fn get(&self, offset: u64) -> Option<u64> {
+        self.entries
+            .binary_search_by_key(&offset, |e| e.0)
+            .ok()
+            .map(|k| self.entries[k].1)
+    }
+}
+
+/// The description of the local copy just opened as `log` (with `rec`) and given its epoch:
+/// what [`Copy::info`] would find walking it, from what the open found and wrote.
+fn opened_info<M: Medium>(local: &Copy<M>, log: &Log<M>, rec: &log::Recovery) -> CopyInfo {
+    let stats = log.stats();
+    CopyInfo {
+        uuid: log.descriptor().log_uuid.0,
+        region_len: local.len() as u64,
+        ring_bytes: stats.ring_bytes,
+        promised: local.promised(),
+        epoch: stats.epoch,
+        head: rec.head,
+        start_lsn: rec.start_lsn,
+        next_lsn: stats.next_lsn,
+        used: stats.used_bytes,
+        // A record that failed its checks lies under the jump record the open wrote (unless
+        // the ring was full, when the walk cannot stop at one).
+        damaged: rec.jumped_to.is_none() && matches!(rec.stop, log::Stop::Damaged(_)),
+        // The open rewrote a bad descriptor or superline copy from the good one.
+        meta_damaged: false,
+        committed: local.committed(),
+    }
+}
+
 fn read_local<M: Medium>(m: &M, base: usize, offset: u64, len: u64) -> Vec<u8> {
     let mut b = vec![0u8; len as usize];
     m.read(base + offset as usize, &mut b);
@@ -295,11 +346,19 @@ pub fn recover<M: Medium + Clone, P: Peers>(
             ),
         });
     }
-    // 1. Read every copy.
+    // 1. Read every copy. The local copy is walked while the backups walk theirs; the walk
+    // notes where each entry starts, for the repairs (step 6) when the local history is chosen.
     let mut infos: Vec<Option<CopyInfo>> = vec![None; n];
     let mut answered = vec![false; n];
     for i in 0..n {
         peers.send(i, &Request::Probe);
+    }
+    let mut starts = Starts::default();
+    // The copy's change count when `starts` was taken: the open reuses only that walk.
+    let mut starts_at = None;
+    if local.uuid().is_some() {
+        local.walk_visiting(&mut |o, l| starts.push(o, l));
+        starts_at = Some(local.changes());
     }
     for (i, r) in peers.finish() {
         if let Some(Response::Info(info)) = r {
@@ -373,7 +432,7 @@ pub fn recover<M: Medium + Clone, P: Peers>(
         ));
     }
     // 2. A new epoch, promised by at least R copies (so by a majority).
-    let local_info = local.info().ok_or_else(|| ReplError::Invalid {
+    let local_info = local.current_info().ok_or_else(|| ReplError::Invalid {
         what: "local copy",
         reason: "unreadable after creation".into(),
     })?;
@@ -385,7 +444,7 @@ pub fn recover<M: Medium + Clone, P: Peers>(
         .max()
         .unwrap_or(0);
     let epoch = seen + 1;
-    // What the local copy holds, from the walk its promise made.
+    // What the local copy holds, from the walk made above.
     let promised_local = local.promise(epoch).map_err(|promised| ReplError::Fenced {
         copy: "local".into(),
         promised,
@@ -461,27 +520,64 @@ pub fn recover<M: Medium + Clone, P: Peers>(
     }
     // 4. Rebuild the local copy from a better one.
     let mut fetched = 0;
+    let mut followed = None;
     if let Some(s) = source {
-        fetched = rebuild_local(local, peers, s, &best)?;
+        local.invalidate();
+        let rebuilt = rebuild_local(local, peers, s, &best)?;
+        fetched = rebuilt.bytes;
+        followed = rebuilt.walked;
     }
     // 5. Open the local copy (recovery writes a jump record past anything a crash left) and
-    // record the new epoch in it.
-    let (log, rec) = Log::open(
-        local.medium().clone(),
-        local.base(),
-        local.len(),
-        &LogOptions {
-            clean_shutdown: false,
-            full_wait: opts.full_wait,
-            ..LogOptions::default()
-        },
-    )?;
+    // record the new epoch in it. The ring is walked once per recovery: an intact local copy
+    // opens over the walk made in step 1 (nothing has written its log since); a rebuilt one is
+    // walked now, and that walk checks every record fetched.
+    let open_opts = LogOptions {
+        clean_shutdown: false,
+        full_wait: opts.full_wait,
+        ..LogOptions::default()
+    };
+    let (medium, base, len) = (local.medium().clone(), local.base(), local.len());
+    let walked = match (&followed, source) {
+        (Some((w, _)), Some(_)) => Some(w.clone()),
+        (_, None) if starts_at == Some(local.changes()) => local.walked().cloned(),
+        _ => None,
+    };
+    // The open writes the log behind the copy's back (even when it then fails).
+    local.invalidate();
+    let opened = match &walked {
+        Some(w) => Log::open_walked(medium.clone(), base, len, &open_opts, w)?.ok(),
+        None => None,
+    };
+    let (log, rec) = match opened {
+        Some(o) => {
+            if let Some((_, s)) = followed {
+                starts = s;
+            }
+            o
+        }
+        None => {
+            starts = Starts::default();
+            Log::open_visiting(medium, base, len, &open_opts, &mut |o, l| starts.push(o, l))?
+        }
+    };
     log.set_epoch(epoch)?;
     let ring_offset = log.descriptor().ring_offset;
-    let to = local.info().ok_or_else(|| ReplError::Invalid {
-        what: "local copy",
-        reason: "unreadable after opening".into(),
-    })?;
+    if rec.jumped_to.is_some() {
+        // The jump record the open wrote at the walk's tail is an entry too, with the LSN the
+        // walk expected there.
+        let at = (rec.head + rec.ring_bytes_used) % log.descriptor().ring_bytes;
+        let field = log::layout::record::LSN;
+        let lsn = read_local(
+            local.medium(),
+            base,
+            ring_offset + at + field.offset as u64,
+            8,
+        );
+        starts.push(at, u64::from_le_bytes(lsn.try_into().unwrap_or([0; 8])));
+    }
+    // What the local copy holds now, from the open (a walk of it would find the same).
+    let to = opened_info(local, &log, &rec);
+    debug_assert_eq!(Some(to), local.info(), "the opened copy as a walk finds it");
     let meta = read_local(local.medium(), local.base(), 0, META_SHIPPED_BYTES as u64);
     let newest = superline_in_force(&meta, &Uuid(uuid), to.ring_bytes);
     // 6. Repair every backup that promised.
@@ -508,12 +604,23 @@ pub fn recover<M: Medium + Clone, P: Peers>(
     // took a cleanup this history's source missed, and what came before its head may since
     // have been zeroed or overwritten) would walk from the chosen head into nothing after the
     // delta's superlines.
-    let ring_start = (local.base() + ring_offset as usize) as u64;
-    let mut starts: std::collections::HashMap<u64, u64> = log
-        .entries()
-        .map(|e| (e.offset - ring_start, e.lsn))
-        .collect();
-    starts.insert(to.tail(), to.next_lsn);
+    starts.push(to.tail(), to.next_lsn);
+    let starts = starts.finish();
+    debug_assert_eq!(
+        starts.entries,
+        {
+            let ring_start = (local.base() + ring_offset as usize) as u64;
+            let mut all: Vec<(u64, u64)> = log
+                .entries()
+                .map(|e| (e.offset - ring_start, e.lsn))
+                .chain(std::iter::once((to.tail(), to.next_lsn)))
+                .collect();
+            all.sort_unstable();
+            all.dedup_by_key(|e| e.0);
+            all
+        },
+        "entry starts from the one walk, against a walk of the opened log"
+    );
     for (i, info) in promised.iter().enumerate() {
         let Some(info) = info else { continue };
         let prefix = info.ring_bytes == to.ring_bytes
@@ -522,7 +629,7 @@ pub fn recover<M: Medium + Clone, P: Peers>(
             && info.next_lsn <= best.next_lsn
             && (to.tail() + to.ring_bytes - info.tail()) % to.ring_bytes <= to.used
             && info.used < to.ring_bytes
-            && starts.get(&info.tail()) == Some(&info.next_lsn)
+            && starts.get(info.tail()) == Some(info.next_lsn)
             && info.start_lsn <= to.start_lsn;
         let (steps, bytes) = plan(&to, ring_offset, prefix.then_some(info.tail()), newest);
         let repair = if prefix {
@@ -637,10 +744,22 @@ fn rebuild_local<M: Medium, P: Peers>(
     peers: &mut P,
     s: usize,
     info: &CopyInfo,
-) -> Result<u64> {
+) -> Result<Rebuilt> {
     let ring_offset = log::layout::RING_OFFSET as u64;
     let m = local.medium();
     let base = local.base();
+    // The records are checked as they arrive, over the local copy's descriptor (the same log:
+    // checked again against the one fetched, once it is written).
+    let mut follow = Log::peek(m, base, local.len())
+        .ok()
+        .filter(|(d, _)| {
+            d.log_uuid.0 == info.uuid
+                && d.ring_bytes == info.ring_bytes
+                && d.ring_offset == ring_offset
+        })
+        .map(|(d, _)| log::Follow::new(m, base, &d, info.head, info.start_lsn));
+    let mut starts = Starts::default();
+    let mut avail = 0u64;
     let mut reads = Vec::new();
     for (o, l) in ring_pieces(info.head, info.used, info.ring_bytes) {
         let mut at = 0;
@@ -652,7 +771,12 @@ fn rebuild_local<M: Medium, P: Peers>(
     }
     fetch(peers, s, info, &reads, |offset, d| {
         m.write(base + offset as usize, d);
-        Ok(m.flush(base + offset as usize, d.len())?)
+        m.flush(base + offset as usize, d.len())?;
+        avail += d.len() as u64;
+        if let Some(f) = follow.as_mut() {
+            f.advance(avail, &mut |o, l| starts.push(o, l));
+        }
+        Ok(())
     })?;
     m.fence()?;
     // The descriptors, then the superline copies one at a time, the one in force first (see
@@ -687,8 +811,24 @@ fn rebuild_local<M: Medium, P: Peers>(
         }
     }
     m.fence()?;
+    let len = local.len();
+    let walked = follow
+        .and_then(|f| f.finish(len, &mut |o, l| starts.push(o, l)))
+        .map(|rec| (rec, starts));
     local.reload();
-    Ok(info.used)
+    Ok(Rebuilt {
+        bytes: info.used,
+        walked,
+    })
+}
+
+/// What [`rebuild_local`] did.
+struct Rebuilt {
+    /// Ring bytes fetched.
+    bytes: u64,
+    /// The walk that checked the records as they arrived and the entry starts it found, if
+    /// the copy's metadata describes the log it followed.
+    walked: Option<(log::Recovery, Starts)>,
 }
 
 /// Which superline copy is in force (the valid one with the higher sequence) in `meta`, a copy's
@@ -717,9 +857,10 @@ fn fetch<P: Peers>(
     reads: &[(u64, u64)],
     mut write: impl FnMut(u64, &[u8]) -> Result<()>,
 ) -> Result<()> {
-    // Reads per batch (of REPAIR_CHUNK_BYTES each): each batch costs the source a walk of its
-    // log for the probe, so fewer, larger batches rebuild faster.
-    const PIPELINE: usize = 16;
+    // Reads per batch (of REPAIR_CHUNK_BYTES each). The probe that ends a batch is answered
+    // from the source's last walk while nothing changed there, so it costs no walk; a batch is
+    // in flight while the one before is stored.
+    const PIPELINE: usize = 8;
     let refused = |peers: &mut P, what: String| {
         peers.disconnect(s);
         ReplError::Refused {
@@ -736,11 +877,17 @@ fn fetch<P: Peers>(
             ..*expect
         }
     };
-    for batch in reads.chunks(PIPELINE) {
+    let send = |peers: &mut P, batch: &[(u64, u64)]| {
         for &(offset, len) in batch {
             peers.send(s, &Request::Read { offset, len });
         }
         peers.send(s, &Request::Probe);
+    };
+    let batches: Vec<&[(u64, u64)]> = reads.chunks(PIPELINE).collect();
+    if let Some(first) = batches.first() {
+        send(peers, first);
+    }
+    for (k, batch) in batches.iter().enumerate() {
         let mut answers = peers.finish();
         match answers.pop() {
             Some((_, Some(Response::Info(Some(now))))) if unchanged(&now) => {}
@@ -768,8 +915,19 @@ fn fetch<P: Peers>(
                 }
             }
         }
+        // The source reads the next batch while this one is stored.
+        let next = batches.get(k + 1);
+        if let Some(next) = next {
+            send(peers, next);
+        }
         for (offset, d) in data {
-            write(offset, &d)?;
+            if let Err(e) = write(offset, &d) {
+                if next.is_some() {
+                    // Nothing may be left waiting for an answer: collect and drop it.
+                    peers.finish();
+                }
+                return Err(e);
+            }
         }
     }
     Ok(())

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use crate::copy::{Host, serve};
 use crate::peers::Peers;
-use crate::proto::{FrameError, Request, Response, read_frame, write_frame};
+use crate::proto::{FrameError, Request, Response, read_frame, tags, write_frame};
 
 /// How often an idle backup connection checks for shutdown.
 const IDLE_POLL: Duration = Duration::from_millis(200);
@@ -106,6 +106,8 @@ impl Peers for TcpPeers {
                     let s = c.reader.get_ref();
                     if s.set_read_timeout(Some(left)).is_ok() {
                         answer = match read_frame(&mut c.reader) {
+                            // A data answer is its body: taken as it is, not copied.
+                            Ok((tags::DATA, body)) => Some(Response::Data(body)),
                             Ok((tag, body)) => Response::decode(tag, &body).ok(),
                             Err(_) => None,
                         };
@@ -161,6 +163,8 @@ fn connection<H: Host>(s: TcpStream, host: Arc<Mutex<H>>, stop: Arc<AtomicBool>)
     let Ok(w) = s.try_clone() else { return };
     let mut reader = BufReader::with_capacity(256 << 10, s);
     let mut writer = BufWriter::with_capacity(64 << 10, w);
+    // The frame of the last read's answer, reused by the next read (see `Copy::read_frame`).
+    let mut data = Vec::new();
     while !stop.load(Ordering::Acquire) {
         // Wait for a frame's first bytes with a short timeout (to notice `stop`), then read the
         // rest without one: a frame delayed in the network is not cut in half.
@@ -191,17 +195,33 @@ fn connection<H: Host>(s: TcpStream, host: Arc<Mutex<H>>, stop: Arc<AtomicBool>)
                     crate::copy::snapshot_target(&mut *h, epoch)
                 };
                 match target {
-                    Ok((store, uuid)) => crate::copy::apply_snapshot(store.as_ref(), uuid, &req),
-                    Err(r) => r,
+                    Ok((store, uuid)) => {
+                        Some(crate::copy::apply_snapshot(store.as_ref(), uuid, &req))
+                    }
+                    Err(r) => Some(r),
+                }
+            }
+            Ok(Request::Read { offset, len }) => {
+                let mut h = host.lock().unwrap_or_else(|p| p.into_inner());
+                match h.copy() {
+                    Some(c) => {
+                        c.read_frame(offset, len, &mut data);
+                        None
+                    }
+                    None => Some(Response::Error("no log copy here".into())),
                 }
             }
             Ok(req) => {
                 let mut h = host.lock().unwrap_or_else(|p| p.into_inner());
-                serve(&mut *h, &req)
+                Some(serve(&mut *h, &req))
             }
-            Err(e) => Response::Error(e.to_string()),
+            Err(e) => Some(Response::Error(e.to_string())),
         };
-        if write_frame(&mut writer, &resp.encode()).is_err() {
+        let sent = match resp {
+            Some(resp) => write_frame(&mut writer, &resp.encode()),
+            None => write_frame(&mut writer, &data),
+        };
+        if sent.is_err() {
             return;
         }
     }

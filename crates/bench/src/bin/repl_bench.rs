@@ -31,7 +31,8 @@
 //!   empty copy file of the same size (`create_copy_file`, the log's UUID), `recover()` (which
 //!   rebuilds the local copy from a backup and repairs the others), iterate every record. Each
 //!   step is timed separately; the record count is checked. A read-only `Log::open` of the
-//!   rebuilt copy is timed too (one walk of the log, for scale).
+//!   rebuilt copy is timed too (one walk of the log, for scale), and per rep two floors: a
+//!   memcpy of the region's size and the same bytes over a bare loopback TCP connection.
 //!
 //! Every cell also reports the CPU the process used (`self_cpu`, in cores: the run time of its
 //! threads from `/proc/self/task/*/schedstat`) and the CPU everything else on the machine used
@@ -1054,6 +1055,51 @@ fn connect_rtts(backups: &[Backup], timeout: Duration) -> anyhow::Result<(f64, f
     Ok((first, second))
 }
 
+/// Floors for a recovery that moves `bytes`, on this machine now (ms): one memcpy of `bytes`
+/// between two buffers touched before (the least a rebuild costs the primary: its fetched bytes
+/// are stored once), and `bytes` sent over a new loopback TCP connection in 4 MiB writes to a
+/// thread that reads and drops them (moving them with no protocol, no copy in or out of a
+/// medium, no CRC).
+fn recov_floors(bytes: usize) -> anyhow::Result<(f64, f64)> {
+    let src = vec![0x5au8; bytes];
+    let mut dst = vec![0u8; bytes];
+    // Touched first: the timed copy measures the copy, not the page faults of a new buffer.
+    dst.copy_from_slice(&src);
+    let t = Instant::now();
+    dst.copy_from_slice(&src);
+    let memcpy = t.elapsed().as_secs_f64() * 1e3;
+    std::hint::black_box(&dst);
+    drop(dst);
+    let listener = TcpListener::bind("127.0.0.1:0").context("bind for the TCP floor")?;
+    let addr = listener.local_addr()?;
+    let reader = thread::spawn(move || -> std::io::Result<usize> {
+        let (mut s, _) = listener.accept()?;
+        let mut buf = vec![0u8; 4 << 20];
+        let mut got = 0;
+        loop {
+            match s.read(&mut buf)? {
+                0 => return Ok(got),
+                n => got += n,
+            }
+        }
+    });
+    let mut s = TcpStream::connect(addr).context("connect for the TCP floor")?;
+    s.set_nodelay(true)?;
+    let t = Instant::now();
+    for chunk in src.chunks(4 << 20) {
+        s.write_all(chunk)?;
+    }
+    s.shutdown(std::net::Shutdown::Write)?;
+    let got = reader
+        .join()
+        .map_err(|_| anyhow!("the TCP floor's reader panicked"))??;
+    let tcp = t.elapsed().as_secs_f64() * 1e3;
+    if got != bytes {
+        bail!("the TCP floor's reader got {got} of {bytes} bytes");
+    }
+    Ok((memcpy, tcp))
+}
+
 fn phase_recov(cfg: &Cfg, out: &mut Out) -> anyhow::Result<()> {
     for &b in &cfg.recov_backups {
         for &size in &cfg.args.recov_sizes {
@@ -1096,6 +1142,7 @@ fn phase_recov(cfg: &Cfg, out: &mut Out) -> anyhow::Result<()> {
                 fill.as_secs_f64()
             );
             for rep_i in 1..=cfg.recov_reps {
+                let (memcpy_ms, tcp_ms) = recov_floors(region as usize)?;
                 for case in ["intact", "lost"] {
                     let (conn_ms, rtt_ms) = connect_rtts(&backups, cfg.timeout)?;
                     let cpu = cpu_sample();
@@ -1167,7 +1214,8 @@ fn phase_recov(cfg: &Cfg, out: &mut Out) -> anyhow::Result<()> {
                         "repl_bench: recov B={b} {size} B rep {rep_i} {case}: open {:.1} ms, \
                          recover {:.1} ms, iterate {:.1} ms, total {:.1} ms (one walk {:.1} ms; \
                          fetched {} bytes from {}; a read on a new connection {conn_ms:.2} ms, \
-                         then {rtt_ms:.3} ms)",
+                         then {rtt_ms:.3} ms; memcpy of the region {memcpy_ms:.1} ms, over TCP \
+                         {tcp_ms:.1} ms)",
                         t_open.as_secs_f64() * 1e3,
                         t_recover.as_secs_f64() * 1e3,
                         t_walk.as_secs_f64() * 1e3,
@@ -1192,6 +1240,8 @@ fn phase_recov(cfg: &Cfg, out: &mut Out) -> anyhow::Result<()> {
                             ("walk_ms", ms(t_walk)),
                             ("total_ms", ms(total)),
                             ("one_walk_ms", ms(t_one)),
+                            ("memcpy_ms", f(memcpy_ms)),
+                            ("tcp_ms", f(tcp_ms)),
                             ("new_conn_read_ms", f(conn_ms)),
                             ("read_ms", f(rtt_ms)),
                             ("fetched_bytes", rec.fetched_bytes.into()),
@@ -1333,14 +1383,16 @@ fn print_table(rows: &[Map<String, Value>]) {
         println!("\n## Recovery of a full log (ms)\n");
         println!(
             "| backups | record | case | rep | records | open | recover | iterate | total | \
-             one walk | fetched MiB | others |"
+             one walk | memcpy | TCP | fetched MiB | others |"
         );
         println!(
-            "| ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
+            "| ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: \
+             | ---: | ---: |"
         );
         for r in rec {
             println!(
-                "| {} | {} | {} | {} | {} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} | {:.2} |",
+                "| {} | {} | {} | {} | {} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} \
+                 | {:.1} | {:.2} |",
                 num(r, "backups"),
                 num(r, "size"),
                 text(r, "case"),
@@ -1351,6 +1403,8 @@ fn print_table(rows: &[Map<String, Value>]) {
                 num(r, "walk_ms"),
                 num(r, "total_ms"),
                 num(r, "one_walk_ms"),
+                num(r, "memcpy_ms"),
+                num(r, "tcp_ms"),
                 num(r, "fetched_bytes") / (1 << 20) as f64,
                 num(r, "other_cpu"),
             );
