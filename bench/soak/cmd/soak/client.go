@@ -30,6 +30,8 @@ type ledger struct {
 	// Counters: the largest value an acknowledged INCR answered, and how many were sent.
 	incrMax  map[string]int64
 	incrSent map[string]int64
+	// Refusals by their text (the first 100 bytes).
+	refusals map[string]int64
 
 	hmu sync.Mutex
 	enc *json.Encoder
@@ -50,7 +52,7 @@ func newLedger(path string) (*ledger, error) {
 		return nil, err
 	}
 	return &ledger{start: time.Now(), sets: map[string][]write{}, incrMax: map[string]int64{},
-		incrSent: map[string]int64{}, enc: json.NewEncoder(f), hf: f}, nil
+		incrSent: map[string]int64{}, refusals: map[string]int64{}, enc: json.NewEncoder(f), hf: f}, nil
 }
 
 func (l *ledger) now() int64 { return int64(time.Since(l.start)) }
@@ -189,16 +191,16 @@ func (w *workers) op(id int, r *rand.Rand, cn *resp.Conn, seq *int) bool {
 	ret := l.now()
 	keep := true
 	if err != nil {
-		o.Status, o.Err = hist.Unknown, err.Error()
+		// Any failure drops the connection and backs off, so that a primary refusing every
+		// write does not fill the history with them (each write without a definite outcome
+		// widens porcupine's search).
+		o.Status, o.Err, keep = hist.Unknown, err.Error(), false
 		if text, isReply := resp.IsReply(err); isReply {
 			if o.Kind != "get" {
 				w.refusal(text)
 			}
-		} else {
-			keep = false
-			if o.Kind != "get" {
-				l.unknown.Add(1)
-			}
+		} else if o.Kind != "get" {
+			l.unknown.Add(1)
 		}
 		if o.Kind == "get" {
 			l.getErrs.Add(1)
@@ -269,14 +271,23 @@ func (w *workers) refusal(text string) {
 		return
 	}
 	l.refused.Add(1)
+	kind := text
+	if len(kind) > 100 {
+		kind = kind[:100] + "..."
+	}
+	l.mu.Lock()
+	l.refusals[kind]++
+	l.mu.Unlock()
 	if l.firstRefusal.CompareAndSwap(nil, text) {
 		l.firstRefusalAt.Store(l.now())
 	}
 	switch {
-	case strings.Contains(text, "quorum lost") || strings.Contains(text, "replication failed"):
-		l.quorumLost.Store(true)
 	case strings.Contains(text, "replication log is full"):
 		l.logFull.Store(true)
+	case strings.Contains(text, "replicat") || strings.Contains(text, "restart this primary"):
+		// A lost write quorum, or a primary latched failed after one: it refuses writes
+		// until it recovers.
+		l.quorumLost.Store(true)
 	}
 }
 

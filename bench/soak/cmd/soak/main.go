@@ -74,30 +74,32 @@ type summary struct {
 		BackupTimeoutMs                                      int
 		DurationLimitS                                       float64
 	} `json:"config"`
-	ElapsedS           float64        `json:"elapsed_s"`
-	Stopped            string         `json:"stopped"`
-	WritesAttempted    int64          `json:"writes_attempted"`
-	WritesAcknowledged int64          `json:"writes_acknowledged"`
-	WritesRefused      int64          `json:"writes_refused"`
-	WritesUnknown      int64          `json:"writes_no_reply"`
-	WritesReadonly     int64          `json:"writes_readonly"`
-	FirstRefusal       string         `json:"first_refusal,omitempty"`
-	FirstRefusalAtS    float64        `json:"first_refusal_at_s,omitempty"`
-	Reads              int64          `json:"reads_ok"`
-	ReadErrors         int64          `json:"reads_failed"`
-	BytesAcknowledged  int64          `json:"bytes_acknowledged"`
-	BytesAttempted     int64          `json:"bytes_attempted"`
-	ReplLogBytes       int64          `json:"repl_log_bytes"`
-	VolumeReached      float64        `json:"volume_reached"` // acknowledged bytes / log bytes
-	Failovers          int            `json:"failovers"`
-	FaultCounts        map[string]int `json:"fault_counts"`
-	Faults             []fault        `json:"faults"`
-	Checks             []check        `json:"ledger_checks"`
-	LedgerOK           bool           `json:"ledger_ok"`
-	Corrupt            string         `json:"corrupt_read,omitempty"`
-	Errors             []string       `json:"errors,omitempty"`
-	Verdict            string         `json:"verdict"`
-	History            string         `json:"history"`
+	ElapsedS           float64          `json:"elapsed_s"`
+	Stopped            string           `json:"stopped"`
+	WritesAttempted    int64            `json:"writes_attempted"`
+	WritesAcknowledged int64            `json:"writes_acknowledged"`
+	WritesRefused      int64            `json:"writes_refused"`
+	WritesUnknown      int64            `json:"writes_no_reply"`
+	WritesReadonly     int64            `json:"writes_readonly"`
+	FirstRefusal       string           `json:"first_refusal,omitempty"`
+	FirstRefusalAtS    float64          `json:"first_refusal_at_s,omitempty"`
+	Refusals           map[string]int64 `json:"refusals_by_text,omitempty"`
+	Reads              int64            `json:"reads_ok"`
+	ReadErrors         int64            `json:"reads_failed"`
+	BytesAcknowledged  int64            `json:"bytes_acknowledged"`
+	BytesAttempted     int64            `json:"bytes_attempted"`
+	ReplLogBytes       int64            `json:"repl_log_bytes"`
+	VolumeReached      float64          `json:"volume_reached"` // acknowledged bytes / log bytes
+	Failovers          int              `json:"failovers"`
+	PrimaryRestarts    int              `json:"primary_restarts"`
+	FaultCounts        map[string]int   `json:"fault_counts"`
+	Faults             []fault          `json:"faults"`
+	Checks             []check          `json:"ledger_checks"`
+	LedgerOK           bool             `json:"ledger_ok"`
+	Corrupt            string           `json:"corrupt_read,omitempty"`
+	Errors             []string         `json:"errors,omitempty"`
+	Verdict            string           `json:"verdict"`
+	History            string           `json:"history"`
 }
 
 func main() {
@@ -329,19 +331,20 @@ func run(cfg *config, kinds []string) int {
 				f.Detail += fmt.Sprintf("for %v", pause)
 			case "restart-primary":
 				f.Node = primary.idx
-				w.primary.Store("")
+				// Killed under load: the requests in flight lose their answers.
 				primary.srv.kill()
+				w.primary.Store("")
 				ferr = c.start(primary, "primary")
 				if ferr == nil {
 					w.primary.Store(primary.addr())
-					s.Failovers++
+					s.PrimaryRestarts++
 				}
 			case "failover":
 				f.Node = primary.idx
-				w.primary.Store("")
 				old := primary
 				if cfg.failover == "manual" {
 					old.srv.kill()
+					w.primary.Store("")
 					if ferr = c.start(old, "backup"); ferr == nil {
 						var bs []*node
 						for _, n := range c.nodes {
@@ -358,19 +361,25 @@ func run(cfg *config, kinds []string) int {
 						}
 					}
 				} else {
-					// The primary's machine dies: node and elector.
+					// The primary's machine dies (node and elector) and comes back at once: its
+					// node as a backup, with its elector. Any node may win the election.
 					old.elector.kill()
 					old.srv.kill()
+					w.primary.Store("")
+					if ferr = c.start(old, "backup"); ferr == nil {
+						ferr = c.startElector(old)
+					}
 					var nb *node
 					until := time.Now().Add(90 * time.Second)
 					for nb == nil && ferr == nil {
+						c.supervise(l)
 						ps := c.primaries()
-						if len(ps) == 1 && ps[0] != old {
+						if len(ps) == 1 {
 							nb = ps[0]
 						} else if len(ps) > 1 {
-							ferr = fmt.Errorf("two primaries at once")
+							ferr = fmt.Errorf("two primaries at once: n%d and n%d", ps[0].idx, ps[1].idx)
 						} else if time.Now().After(until) {
-							ferr = fmt.Errorf("no other node became primary within 90 s")
+							ferr = fmt.Errorf("no node became primary within 90 s")
 						} else {
 							time.Sleep(100 * time.Millisecond)
 						}
@@ -378,10 +387,6 @@ func run(cfg *config, kinds []string) int {
 					if ferr == nil {
 						primary = nb
 						f.Detail += fmt.Sprintf("n%d elected", nb.idx)
-						// The machine comes back: a backup with its elector.
-						if ferr = c.start(old, "backup"); ferr == nil {
-							ferr = c.startElector(old)
-						}
 					}
 				}
 				if ferr == nil {
@@ -434,6 +439,7 @@ func run(cfg *config, kinds []string) int {
 		s.Corrupt = v
 	}
 	s.Reads, s.ReadErrors = l.gets.Load(), l.getErrs.Load()
+	s.Refusals = l.refusals
 	s.BytesAcknowledged, s.BytesAttempted = l.ackedBytes.Load(), l.attemptedBytes.Load()
 	s.VolumeReached = float64(s.BytesAcknowledged) / float64(s.ReplLogBytes)
 	s.LedgerOK = len(s.Checks) > 0
@@ -468,9 +474,9 @@ func run(cfg *config, kinds []string) int {
 		return 2
 	}
 	fmt.Printf("soak: W=%d %s seed %d: %s\n", cfg.w, cfg.failover, cfg.seed, s.Verdict)
-	fmt.Printf("soak: %d writes sent, %d acknowledged, %d refused, %d without a reply; %.2f MiB acknowledged = %.2fx --repl-log-mib %d; %d failovers/restarts of the primary, %d faults; %d ledger checks\n",
+	fmt.Printf("soak: %d writes sent, %d acknowledged, %d refused, %d without a reply; %.2f MiB acknowledged = %.2fx --repl-log-mib %d; %d failovers, %d restarts of the primary, %d faults in all; %d ledger checks\n",
 		s.WritesAttempted, s.WritesAcknowledged, s.WritesRefused, s.WritesUnknown, float64(s.BytesAcknowledged)/(1<<20),
-		s.VolumeReached, cfg.replLogMiB, s.Failovers, len(s.Faults), len(s.Checks))
+		s.VolumeReached, cfg.replLogMiB, s.Failovers, s.PrimaryRestarts, len(s.Faults), len(s.Checks))
 	fmt.Printf("soak: summary %s, history %s\n", filepath.Join(cfg.out, "summary.json"), histPath)
 	return code
 }
