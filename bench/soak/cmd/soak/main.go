@@ -27,6 +27,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"kavach.dev/bench/soak/resp"
 )
 
 type config struct {
@@ -274,20 +276,32 @@ func run(cfg *config, kinds []string) int {
 		next := time.Now().Add(jitter(r, cfg.faultEvery))
 		stopped := ""
 		fatal := false
-		for stopped == "" {
+		// endHeal: the run has stopped and the primary refuses reads: one more restart (or
+		// failover) so that the last ledger check can read.
+		endHeal := ""
+		for {
 			time.Sleep(50 * time.Millisecond)
-			switch {
-			case l.ackedBytes.Load() >= target:
-				stopped = "volume reached"
-				continue
-			case time.Now().After(deadline):
-				stopped = "duration ended"
-				continue
-			case l.logFull.Load():
-				stopped = "the replication log is full"
-				continue
+			if stopped == "" {
+				switch {
+				case l.ackedBytes.Load() >= target:
+					stopped = "volume reached"
+				case time.Now().After(deadline):
+					stopped = "duration ended"
+				case l.logFull.Load():
+					stopped = "the replication log is full"
+				}
 			}
-			heal := l.quorumLost.Swap(false)
+			if stopped != "" {
+				w.stop.Store(true)
+				w.wg.Wait()
+				text := probe(primary.addr(), cfg.opTimeout)
+				if text == "" || endHeal != "" {
+					break
+				}
+				endHeal = text
+				say(l, "the primary refuses reads at the end: %s", text)
+			}
+			heal := l.quorumLost.Swap(false) || endHeal != ""
 			if !heal && (len(kinds) == 0 || time.Now().Before(next)) {
 				continue
 			}
@@ -303,7 +317,9 @@ func run(cfg *config, kinds []string) int {
 				kind = kinds[r.Intn(len(kinds))]
 			}
 			f := fault{AtS: time.Since(l.start).Seconds(), Kind: kind}
-			if heal {
+			if endHeal != "" {
+				f.Detail = "at the end, the primary refused a read; "
+			} else if heal {
 				f.Detail = "after a write was refused for a lost quorum; "
 			}
 			t := time.Now()
@@ -401,7 +417,9 @@ func run(cfg *config, kinds []string) int {
 			if ferr != nil {
 				s.Errors = append(s.Errors, fmt.Sprintf("%s at %.2f s: %v", kind, f.AtS, ferr))
 				say(l, "fault %s failed: %v", kind, ferr)
-				stopped = "a fault could not be completed"
+				if stopped == "" {
+					stopped = "a fault could not be completed"
+				}
 				fatal = true
 				break
 			}
@@ -409,17 +427,26 @@ func run(cfg *config, kinds []string) int {
 				c.supervise(l)
 			}
 			if kind == "restart-primary" || kind == "failover" {
-				if !audit(kind) {
-					stopped = "the ledger check failed"
+				after := kind
+				if endHeal != "" {
+					after = "the end"
+				}
+				if !audit(after) {
+					if stopped == "" {
+						stopped = "the ledger check failed"
+					}
 					break
 				}
+			}
+			if endHeal != "" {
+				break
 			}
 			next = time.Now().Add(jitter(r, cfg.faultEvery))
 		}
 		s.Stopped = stopped
 		w.stop.Store(true)
 		w.wg.Wait()
-		if !fatal {
+		if !fatal && (len(s.Checks) == 0 || s.Checks[len(s.Checks)-1].After != "the end") {
 			audit("the end")
 		}
 		if fatal {
@@ -479,6 +506,19 @@ func run(cfg *config, kinds []string) int {
 		s.VolumeReached, cfg.replLogMiB, s.Failovers, s.PrimaryRestarts, len(s.Faults), len(s.Checks))
 	fmt.Printf("soak: summary %s, history %s\n", filepath.Join(cfg.out, "summary.json"), histPath)
 	return code
+}
+
+// probe reads one key from addr: "" if the server answered, else its error.
+func probe(addr string, timeout time.Duration) string {
+	cn, err := resp.Dial(addr, timeout)
+	if err != nil {
+		return err.Error()
+	}
+	defer cn.Close()
+	if _, err := cn.Do("GET", regKey(0)); err != nil {
+		return err.Error()
+	}
+	return ""
 }
 
 func jitter(r *rand.Rand, mean time.Duration) time.Duration {
