@@ -97,8 +97,16 @@ type workers struct {
 	l       *ledger
 	gate    sync.RWMutex
 	primary atomic.Value // string: the primary's RESP address, "" while there is none
-	stop    atomic.Bool
-	wg      sync.WaitGroup
+	// gen counts the changes of primary (restarts included); a client that was refused
+	// because the primary latched failed waits for the next one.
+	gen  atomic.Int64
+	stop atomic.Bool
+	wg   sync.WaitGroup
+}
+
+func (w *workers) setPrimary(addr string) {
+	w.primary.Store(addr)
+	w.gen.Add(1)
 }
 
 func regKey(i int) string { return "k" + strconv.Itoa(i) }
@@ -135,18 +143,25 @@ func (w *workers) run(id int, seed int64) {
 			}
 			cn, at = c, addr
 		}
-		ok := w.op(id, r, cn, &seq)
+		gen := w.gen.Load()
+		ok, latched := w.op(id, r, cn, &seq)
 		w.gate.RUnlock()
 		if !ok {
 			drop()
 			time.Sleep(50 * time.Millisecond)
 		}
+		// A primary that refused a write for a lost quorum (or a full log) refuses everything
+		// until it recovers: stop writing to it until the controller has replaced it, so
+		// that its refusals do not fill the history.
+		for latched && w.gen.Load() == gen && !w.stop.Load() {
+			time.Sleep(20 * time.Millisecond)
+		}
 	}
 }
 
 // op does one random operation on cn and records it; false if the connection should be
-// dropped.
-func (w *workers) op(id int, r *rand.Rand, cn *resp.Conn, seq *int) bool {
+// dropped, and whether the primary refused it as one that needs a restart.
+func (w *workers) op(id int, r *rand.Rand, cn *resp.Conn, seq *int) (keep, latched bool) {
 	l := w.l
 	x := r.Intn(100)
 	var o hist.Op
@@ -189,7 +204,7 @@ func (w *workers) op(id int, r *rand.Rand, cn *resp.Conn, seq *int) bool {
 		v, err = cn.Do("INCR", o.Key)
 	}
 	ret := l.now()
-	keep := true
+	keep = true
 	if err != nil {
 		// Any failure drops the connection and backs off, so that a primary refusing every
 		// write does not fill the history with them (each write without a definite outcome
@@ -197,7 +212,12 @@ func (w *workers) op(id int, r *rand.Rand, cn *resp.Conn, seq *int) bool {
 		o.Status, o.Err, keep = hist.Unknown, err.Error(), false
 		if text, isReply := resp.IsReply(err); isReply {
 			if o.Kind != "get" {
-				w.refusal(text)
+				latched = w.refusal(text)
+			} else {
+				latched = strings.Contains(text, "restart this primary")
+				if latched {
+					l.quorumLost.Store(true)
+				}
 			}
 		} else if o.Kind != "get" {
 			l.unknown.Add(1)
@@ -260,15 +280,16 @@ func (w *workers) op(id int, r *rand.Rand, cn *resp.Conn, seq *int) bool {
 	}
 	l.mu.Unlock()
 	l.record(o)
-	return keep
+	return keep, latched
 }
 
-// refusal counts an error reply to a write.
-func (w *workers) refusal(text string) {
+// refusal counts an error reply to a write; true if the primary now refuses writes until it
+// recovers.
+func (w *workers) refusal(text string) bool {
 	l := w.l
 	if strings.HasPrefix(text, "READONLY") {
 		l.readonly.Add(1)
-		return
+		return false
 	}
 	l.refused.Add(1)
 	kind := text
@@ -284,11 +305,14 @@ func (w *workers) refusal(text string) {
 	switch {
 	case strings.Contains(text, "replication log is full"):
 		l.logFull.Store(true)
+		return true
 	case strings.Contains(text, "replicat") || strings.Contains(text, "restart this primary"):
 		// A lost write quorum, or a primary latched failed after one: it refuses writes
 		// until it recovers.
 		l.quorumLost.Store(true)
+		return true
 	}
+	return false
 }
 
 // loss is one acknowledged write the ledger found missing.

@@ -251,7 +251,7 @@ func run(cfg *config, kinds []string) int {
 
 		// ---- load ----
 		w := &workers{cfg: cfg, l: l}
-		w.primary.Store(primary.addr())
+		w.setPrimary(primary.addr())
 		for i := 0; i < cfg.clients; i++ {
 			w.wg.Add(1)
 			go w.run(i, cfg.seed*1000+int64(i))
@@ -349,10 +349,10 @@ func run(cfg *config, kinds []string) int {
 				f.Node = primary.idx
 				// Killed under load: the requests in flight lose their answers.
 				primary.srv.kill()
-				w.primary.Store("")
+				w.setPrimary("")
 				ferr = c.start(primary, "primary")
 				if ferr == nil {
-					w.primary.Store(primary.addr())
+					w.setPrimary(primary.addr())
 					s.PrimaryRestarts++
 				}
 			case "failover":
@@ -360,7 +360,7 @@ func run(cfg *config, kinds []string) int {
 				old := primary
 				if cfg.failover == "manual" {
 					old.srv.kill()
-					w.primary.Store("")
+					w.setPrimary("")
 					if ferr = c.start(old, "backup"); ferr == nil {
 						var bs []*node
 						for _, n := range c.nodes {
@@ -381,7 +381,7 @@ func run(cfg *config, kinds []string) int {
 					// node as a backup, with its elector. Any node may win the election.
 					old.elector.kill()
 					old.srv.kill()
-					w.primary.Store("")
+					w.setPrimary("")
 					if ferr = c.start(old, "backup"); ferr == nil {
 						ferr = c.startElector(old)
 					}
@@ -406,7 +406,7 @@ func run(cfg *config, kinds []string) int {
 					}
 				}
 				if ferr == nil {
-					w.primary.Store(primary.addr())
+					w.setPrimary(primary.addr())
 					s.Failovers++
 				}
 			}
