@@ -1,12 +1,13 @@
 // check reads a soak history (JSON lines) and checks it for linearizability per key with
 // porcupine. Exit status: 0 linearizable, 1 not linearizable (the visualization is written),
-// 2 could not run (unreadable history, or porcupine timed out).
+// 2 could not run (unreadable history, or porcupine ran out of --timeout or --max-mib).
 package main
 
 import (
 	"flag"
 	"fmt"
 	"os"
+	"runtime"
 	"time"
 
 	"github.com/anishathalye/porcupine"
@@ -18,6 +19,7 @@ func main() {
 	histPath := flag.String("history", "", "history file (JSON lines from soak)")
 	html := flag.String("html", "", "where to write porcupine's visualization when the history is not linearizable (default: HISTORY.html)")
 	timeout := flag.Duration("timeout", 10*time.Minute, "give up (exit 2) after this long; 0: no limit")
+	maxMiB := flag.Uint64("max-mib", 4096, "give up (exit 2) when the checker's heap passes this many MiB")
 	flag.Parse()
 	if *histPath == "" || flag.NArg() > 0 {
 		fmt.Fprintln(os.Stderr, "usage: check --history FILE [--html FILE] [--timeout DUR]")
@@ -36,6 +38,20 @@ func main() {
 			unknown++
 		}
 	}
+	// Porcupine's search can take a lot of memory on histories with many writes of unknown
+	// outcome: give up before the machine runs out.
+	go func() {
+		var m runtime.MemStats
+		for {
+			time.Sleep(500 * time.Millisecond)
+			runtime.ReadMemStats(&m)
+			if m.HeapAlloc>>20 > *maxMiB {
+				fmt.Printf("check: gave up: porcupine's heap passed --max-mib %d MiB (%d operations, %d without a definite outcome)\n",
+					*maxMiB, len(ops), unknown)
+				os.Exit(2)
+			}
+		}
+	}()
 	t0 := time.Now()
 	res, info := hist.Check(ops, *timeout)
 	took := time.Since(t0)
