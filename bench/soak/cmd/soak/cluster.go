@@ -117,6 +117,8 @@ type cluster struct {
 	logs  string
 	etcd  *proc
 	url   string
+	// restarts: electors that exited and were restarted with their nodes.
+	restarts int
 }
 
 func freePort() (int, error) {
@@ -314,24 +316,6 @@ func (c *cluster) primaries() []*node {
 		}
 	}
 	return ps
-}
-
-// awaitPrimary waits until exactly one node answers as primary.
-func (c *cluster) awaitPrimary(limit time.Duration) (*node, error) {
-	until := time.Now().Add(limit)
-	for {
-		ps := c.primaries()
-		if len(ps) == 1 {
-			return ps[0], nil
-		}
-		if len(ps) > 1 {
-			return nil, fmt.Errorf("two primaries at once: n%d and n%d", ps[0].idx, ps[1].idx)
-		}
-		if time.Now().After(until) {
-			return nil, fmt.Errorf("no node became primary within %v", limit)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
 }
 
 func (c *cluster) stopAll() {

@@ -95,6 +95,7 @@ type summary struct {
 	Failovers          int              `json:"failovers"`
 	PrimaryRestarts    int              `json:"primary_restarts"`
 	FaultCounts        map[string]int   `json:"fault_counts"`
+	SupervisorRestarts int              `json:"supervisor_restarts"` // etcd mode: electors (and nodes) restarted after they exited
 	Faults             []fault          `json:"faults"`
 	Checks             []check          `json:"ledger_checks"`
 	LedgerOK           bool             `json:"ledger_ok"`
@@ -227,7 +228,7 @@ func run(cfg *config, kinds []string) int {
 					return 2
 				}
 			}
-			p, err := c.awaitPrimary(60 * time.Second)
+			p, err := c.awaitPrimary(l, 90*time.Second)
 			if err != nil {
 				s.Errors = append(s.Errors, "first election: "+err.Error())
 				return 2
@@ -386,19 +387,8 @@ func run(cfg *config, kinds []string) int {
 						ferr = c.startElector(old)
 					}
 					var nb *node
-					until := time.Now().Add(90 * time.Second)
-					for nb == nil && ferr == nil {
-						c.supervise(l)
-						ps := c.primaries()
-						if len(ps) == 1 {
-							nb = ps[0]
-						} else if len(ps) > 1 {
-							ferr = fmt.Errorf("two primaries at once: n%d and n%d", ps[0].idx, ps[1].idx)
-						} else if time.Now().After(until) {
-							ferr = fmt.Errorf("no node became primary within 90 s")
-						} else {
-							time.Sleep(100 * time.Millisecond)
-						}
+					if ferr == nil {
+						nb, ferr = c.awaitPrimary(l, 90*time.Second)
 					}
 					if ferr == nil {
 						primary = nb
@@ -466,6 +456,7 @@ func run(cfg *config, kinds []string) int {
 		s.Corrupt = v
 	}
 	s.Reads, s.ReadErrors = l.gets.Load(), l.getErrs.Load()
+	s.SupervisorRestarts = c.restarts
 	s.Refusals = l.refusals
 	s.BytesAcknowledged, s.BytesAttempted = l.ackedBytes.Load(), l.attemptedBytes.Load()
 	s.VolumeReached = float64(s.BytesAcknowledged) / float64(s.ReplLogBytes)
@@ -531,10 +522,31 @@ func (c *cluster) supervise(l *ledger) {
 	for _, n := range c.nodes {
 		if n.elector != nil && !n.elector.alive() {
 			say(l, "elector of n%d exited: %s; restarting it and its node as a backup", n.idx, lastLine(n.elector.lastLines()))
+			c.restarts++
 			n.srv.kill()
 			if err := c.start(n, "backup"); err == nil {
 				_ = c.startElector(n)
 			}
 		}
+	}
+}
+
+// awaitPrimary waits until exactly one node answers as primary, restarting exited electors
+// (and their nodes) meanwhile.
+func (c *cluster) awaitPrimary(l *ledger, limit time.Duration) (*node, error) {
+	until := time.Now().Add(limit)
+	for {
+		c.supervise(l)
+		ps := c.primaries()
+		if len(ps) == 1 {
+			return ps[0], nil
+		}
+		if len(ps) > 1 {
+			return nil, fmt.Errorf("two primaries at once: n%d and n%d", ps[0].idx, ps[1].idx)
+		}
+		if time.Now().After(until) {
+			return nil, fmt.Errorf("no node became primary within %v", limit)
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
 }
