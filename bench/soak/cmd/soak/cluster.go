@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -23,6 +24,9 @@ type proc struct {
 	done chan struct{} // closed when it exited
 	mu   sync.Mutex
 	tail []string // its last stderr lines
+	// killed: the soak killed it (any other exit is reported).
+	killed atomic.Bool
+	exit   atomic.Value // string: how it exited
 }
 
 func (p *proc) alive() bool {
@@ -45,6 +49,7 @@ func (p *proc) kill() {
 	if p == nil {
 		return
 	}
+	p.killed.Store(true)
 	_ = p.cmd.Process.Signal(syscall.SIGKILL)
 	<-p.done
 }
@@ -90,6 +95,7 @@ func spawn(name, logPath, program string, args []string, readyText string) (*pro
 			}
 		}
 		err := cmd.Wait()
+		p.exit.Store(fmt.Sprint(err))
 		fmt.Fprintf(lf, "# exited: %v\n", err)
 		lf.Close()
 		close(p.done)
@@ -316,6 +322,19 @@ func (c *cluster) primaries() []*node {
 		}
 	}
 	return ps
+}
+
+// unexpected: the nodes whose server exited without the soak killing it.
+func (c *cluster) unexpected() []string {
+	var out []string
+	for _, n := range c.nodes {
+		if p := n.srv; p != nil && !p.alive() && !p.killed.Load() {
+			e, _ := p.exit.Load().(string)
+			out = append(out, fmt.Sprintf("n%d exited without a fault (%s; an elector's SHUTDOWN, or a signal from outside the soak): %s",
+				n.idx, e, lastLine(p.lastLines())))
+		}
+	}
+	return out
 }
 
 func (c *cluster) stopAll() {

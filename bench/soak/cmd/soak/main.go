@@ -446,6 +446,10 @@ func run(cfg *config, kinds []string) int {
 	}()
 
 	// ---- summary ----
+	for _, u := range c.unexpected() {
+		s.Errors = append(s.Errors, u)
+		fmt.Fprintf(os.Stderr, "soak: %s\n", u)
+	}
 	s.ElapsedS = time.Since(l.start).Seconds()
 	s.WritesAttempted, s.WritesAcknowledged = l.attempted.Load(), l.acked.Load()
 	s.WritesRefused, s.WritesUnknown, s.WritesReadonly = l.refused.Load(), l.unknown.Load(), l.readonly.Load()
