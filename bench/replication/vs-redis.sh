@@ -74,16 +74,16 @@ start_kavach() {
   for i in $(seq "$b"); do
     port="$(free_port)" listen="127.0.0.1:$(free_port)"
     "$KAVACH" serve --role backup --listen "$listen" --dir "$d/b$i" --port "$port" \
-      2> "$OUTDIR/logs/kavach-b$i.log" > /dev/null &
+      2> "$OUTDIR/logs/$TAG-kavach-b$i.log" > /dev/null &
     PIDS+=($!)
-    await_line "$OUTDIR/logs/kavach-b$i.log" "kavach: listening on"
+    await_line "$OUTDIR/logs/$TAG-kavach-b$i.log" "kavach: listening on"
     reps+=("$listen")
   done
   PORT="$(free_port)"
   "$KAVACH" serve --dir "$d/p" --port "$PORT" --replicas "$(IFS=,; echo "${reps[*]}")" \
-    --write-quorum "$b" 2> "$OUTDIR/logs/kavach-p.log" > /dev/null &
+    --write-quorum "$b" 2> "$OUTDIR/logs/$TAG-kavach-p.log" > /dev/null &
   PIDS+=($!)
-  await_line "$OUTDIR/logs/kavach-p.log" "kavach: listening on"
+  await_line "$OUTDIR/logs/$TAG-kavach-p.log" "kavach: listening on"
 }
 
 # Start a Redis master with B replicas, every one with an fsync-always AOF; sets PORT.
@@ -93,14 +93,14 @@ start_redis() {
   PORT="$(free_port)"
   mkdir -p "$d/m"
   redis-server --port "$PORT" --bind 127.0.0.1 --dir "$d/m" --appendonly yes --appendfsync always \
-    --save "" --daemonize no > "$OUTDIR/logs/redis-m.log" 2>&1 &
+    --save "" --daemonize no > "$OUTDIR/logs/$TAG-redis-m.log" 2>&1 &
   PIDS+=($!)
-  await_line "$OUTDIR/logs/redis-m.log" "Ready to accept connections"
+  await_line "$OUTDIR/logs/$TAG-redis-m.log" "Ready to accept connections"
   for i in $(seq "$b"); do
     port="$(free_port)"
     mkdir -p "$d/r$i"
     redis-server --port "$port" --bind 127.0.0.1 --dir "$d/r$i" --appendonly yes --appendfsync always \
-      --save "" --daemonize no --replicaof 127.0.0.1 "$PORT" > "$OUTDIR/logs/redis-r$i.log" 2>&1 &
+      --save "" --daemonize no --replicaof 127.0.0.1 "$PORT" > "$OUTDIR/logs/$TAG-redis-r$i.log" 2>&1 &
     PIDS+=($!)
   done
   for i in $(seq 600); do
@@ -120,6 +120,9 @@ log "CPU: $CPU; commit $COMMIT; $LOAD_BEFORE"
 status=0
 cell() { # cell SYSTEM BACKUPS CONNS ROUND
   local sys="$1" b="$2" c="$3" round="$4" wait=0 rc=0 line
+  # Every cell writes its own logs: a log reused from an earlier cell would already hold the
+  # line start_kavach and start_redis wait for.
+  TAG="r$round-$sys-b$b-c$c"
   if [ "$sys" = kavach ]; then start_kavach "$b"; else start_redis "$b"; wait="$b"; fi
   line="$("$OUTDIR/vsredis" --addr "127.0.0.1:$PORT" --conns "$c" --seconds "$SECONDS_PER" \
           --value-size 64 --wait "$wait" --label "$sys")" || rc=$?
