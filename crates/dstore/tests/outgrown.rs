@@ -7,34 +7,13 @@
 //! (Stores with fixed slots only: a growable store's slots grow. Since a slot holds only the
 //! pages below each arena's top, the interrupted checkpoint here fits and is redone.)
 
-use std::path::PathBuf;
+mod scratch;
 
 use dipper::layout::{ROOT_REGION, STATE_CHECKPOINTING};
 use dipper::root::Root;
 use dstore::{Config, Store, StoreError};
 use pmem::{OpenOptions, Pool};
-
-/// A scratch directory, removed at the end.
-struct Scratch(PathBuf);
-
-impl Scratch {
-    fn new(tag: &str) -> Scratch {
-        let base = if std::path::Path::new("/dev/shm").is_dir() {
-            PathBuf::from("/dev/shm")
-        } else {
-            std::env::temp_dir()
-        };
-        let d = base.join(format!("kavach-dstore-{tag}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&d);
-        Scratch(d)
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
+use scratch::Scratch;
 
 /// One shard (a fixed key placement), a slot of 128 pages, no background checkpoints. The
 /// arena grows 64, 128, 192, 288, 432, 648 KiB: at 432 KiB (432 x 17/16 <= 512) a write is

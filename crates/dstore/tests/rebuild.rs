@@ -9,36 +9,15 @@
 //! after each operation as in the original, and the engine's admission rule, which reads only
 //! those lengths, decides every write as it did.
 
-use std::path::PathBuf;
+mod scratch;
 
 use dipper::layout::{ROOT_COPY_OFFSETS, ROOT_MACHINE_AT, ROOT_REGION};
 use dipper::root::Root;
 use dstore::{Config, Store, StoreError};
 use pmem::rng::SplitMix64;
 use pmem::{Mapping, OpenOptions, Pool};
+use scratch::Scratch;
 use std::sync::Arc;
-
-/// A scratch directory, removed at the end.
-struct Scratch(PathBuf);
-
-impl Scratch {
-    fn new(tag: &str) -> Scratch {
-        let base = if std::path::Path::new("/dev/shm").is_dir() {
-            PathBuf::from("/dev/shm")
-        } else {
-            std::env::temp_dir()
-        };
-        let d = base.join(format!("kavach-dstore-{tag}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&d);
-        Scratch(d)
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
 
 const SHARDS: usize = 16;
 

@@ -885,6 +885,12 @@ impl<M: Medium> Log<M> {
         self.desc.payload_bytes_max
     }
 
+    /// Whether an earlier persist failed, latching the log: every write is refused until it
+    /// is opened again.
+    pub fn is_failed(&self) -> bool {
+        self.failed.load(Ordering::Acquire)
+    }
+
     fn writable(&self) -> Result<()> {
         if self.read_only {
             return Err(LogError::ReadOnly);
@@ -1237,6 +1243,15 @@ impl<M: Medium> Log<M> {
     /// Mark the record with `lsn` reclaimable (forcing it first if it is not durable) and move
     /// the head over the reclaimable prefix, which frees ring space.
     pub fn cleanup(&self, lsn: u64) -> Result<()> {
+        let Some(mut h) = self.head_for_cleanup(lsn)? else {
+            return Ok(());
+        };
+        h.reclaimable.insert(lsn);
+        self.advance_head(&mut h)
+    }
+
+    /// Check `lsn` for a cleanup and force it; the head, unless `lsn` is already behind it.
+    fn head_for_cleanup(&self, lsn: u64) -> Result<Option<MutexGuard<'_, Head>>> {
         self.writable()?;
         if lsn >= self.next_lsn() {
             return Err(LogError::BadLsn {
@@ -1245,30 +1260,17 @@ impl<M: Medium> Log<M> {
             });
         }
         self.force_now(lsn)?;
-        let mut h = lock(&self.head);
-        if lsn < h.lsn {
-            return Ok(());
-        }
-        h.reclaimable.insert(lsn);
-        self.advance_head(&mut h)
+        let h = lock(&self.head);
+        Ok((lsn >= h.lsn).then_some(h))
     }
 
     /// Mark every record up to `lsn` reclaimable (forcing them first) and move the head over
     /// them: one superline write for the whole prefix, however many records it holds. A
     /// replicated log trims this way behind the checkpoints of the stores that applied it.
     pub fn cleanup_through(&self, lsn: u64) -> Result<()> {
-        self.writable()?;
-        if lsn >= self.next_lsn() {
-            return Err(LogError::BadLsn {
-                lsn,
-                reason: "not reserved yet".into(),
-            });
-        }
-        self.force_now(lsn)?;
-        let mut h = lock(&self.head);
-        if lsn < h.lsn {
+        let Some(mut h) = self.head_for_cleanup(lsn)? else {
             return Ok(());
-        }
+        };
         h.reclaim_through = h.reclaim_through.max(lsn);
         self.advance_head(&mut h)
     }

@@ -1409,6 +1409,20 @@ impl model::Keyspace for Replicated {
             }
             Mode::Stopped => return Err(ModelError::Failed("the server is shutting down".into())),
         };
+        // Again under the order lock: a write that queued behind the one that failed must not
+        // run its effects on the store when the log can no longer take them (its effects would
+        // be in the store with no record to name them).
+        if let Some(why) = guard(&self.diverged).clone() {
+            return Err(ModelError::Failed(why));
+        }
+        if log.is_failed() {
+            return Err(ModelError::Failed(
+                "NOREPLICAS the replicated log stopped taking writes (a write quorum was lost or \
+                 another primary took over); writes resume by themselves when this primary \
+                 recovers with enough backups"
+                    .into(),
+            ));
+        }
         if self.tracking.load(Ordering::Acquire)
             && let Some(t) = guard(&self.touched).as_mut()
         {

@@ -547,6 +547,23 @@ impl<M: Medium> Copy<M> {
     }
 }
 
+/// The store a backup keeps beside its copy, as the protocol sees it: how far it has applied
+/// the log, and where snapshots go.
+pub trait StoreSink: Send + Sync {
+    /// Every record up to this LSN is durably applied to the store.
+    fn applied(&self) -> u64;
+    /// Take one piece of a snapshot (see [`Request::Snapshot`]) of the store that
+    /// follows log `uuid`.
+    fn snapshot(
+        &self,
+        uuid: [u8; 16],
+        lsn: u64,
+        seq: u64,
+        last: bool,
+        data: &[u8],
+    ) -> Result<(), String>;
+}
+
 /// Where a backup keeps its copy: it can make a fresh one when it has none.
 pub trait Host: Send {
     /// The medium copies live on.
@@ -564,7 +581,7 @@ pub trait Host: Send {
     }
     /// The store beside this copy, which takes snapshots of the primary's store
     /// ([`Request::Snapshot`]), if there is one.
-    fn store(&self) -> Option<std::sync::Arc<dyn crate::host::StoreSink>> {
+    fn store(&self) -> Option<std::sync::Arc<dyn StoreSink>> {
         None
     }
 }
@@ -576,7 +593,7 @@ pub trait Host: Send {
 pub fn snapshot_target<H: Host>(
     host: &mut H,
     epoch: u64,
-) -> Result<(std::sync::Arc<dyn crate::host::StoreSink>, [u8; 16]), Response> {
+) -> Result<(std::sync::Arc<dyn StoreSink>, [u8; 16]), Response> {
     let uuid = match host.copy() {
         Some(c) => {
             if let Some(r) = c.fenced(epoch) {
@@ -594,11 +611,7 @@ pub fn snapshot_target<H: Host>(
 }
 
 /// Apply a snapshot piece to the store [`snapshot_target`] found.
-pub fn apply_snapshot(
-    store: &dyn crate::host::StoreSink,
-    uuid: [u8; 16],
-    req: &Request,
-) -> Response {
+pub fn apply_snapshot(store: &dyn StoreSink, uuid: [u8; 16], req: &Request) -> Response {
     let Request::Snapshot {
         lsn,
         seq,

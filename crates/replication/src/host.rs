@@ -15,22 +15,7 @@ pub const REGION: &str = "log";
 /// A copy in a mapped pool file.
 pub type FileCopy = Copy<Arc<Mapping>>;
 
-/// The store a backup keeps beside its copy, as the protocol sees it: how far it has applied
-/// the log, and where snapshots go.
-pub trait StoreSink: Send + Sync {
-    /// Every record up to this LSN is durably applied to the store.
-    fn applied(&self) -> u64;
-    /// Take one piece of a snapshot (see [`crate::Request::Snapshot`]) of the store that
-    /// follows log `uuid`.
-    fn snapshot(
-        &self,
-        uuid: [u8; 16],
-        lsn: u64,
-        seq: u64,
-        last: bool,
-        data: &[u8],
-    ) -> Result<(), String>;
-}
+pub use crate::copy::StoreSink;
 
 /// A copy kept in a pool file.
 pub struct FileHost {
