@@ -548,7 +548,9 @@ impl Undo {
     }
 }
 
-/// Open (or create) the store and wrap it for its replication role.
+/// Open (or create) the store and wrap it for its replication role. A primary recovers the
+/// replicated log first and opens its store only then: a start that cannot recover (too few
+/// backups) leaves the store file untouched.
 fn open_backend(
     a: &ServeArgs,
     plan: &Plan,
@@ -557,6 +559,26 @@ fn open_backend(
     if plan.backup || plan.replicated {
         replicated::serve::check_store_dir(&a.dir)?;
     }
+    let repl = plan.repl.clone();
+    let replicated = match repl_listener {
+        Some(listener) => {
+            replicated::serve::Replicated::backup(open_store(a, plan)?, repl, listener)?
+        }
+        None if plan.replicated => {
+            // The log copy goes in first (a failed start removes the directories it made).
+            std::fs::create_dir_all(&a.dir)
+                .with_context(|| format!("cannot create {}", a.dir.display()))?;
+            replicated::serve::Replicated::primary(repl, &mut || open_store(a, plan))?
+        }
+        None => return open_store(a, plan),
+    };
+    let replicated = Arc::new(replicated);
+    replicated.start_keeper();
+    Ok(replicated)
+}
+
+/// Open (or create) the store in `--dir`.
+fn open_store(a: &ServeArgs, plan: &Plan) -> Result<Arc<dyn Backend>> {
     server::say!("kavach: opening the store in {}", a.dir.display());
     let (store, opened) = Store::open_dir(&a.dir, plan.config.clone())
         .map_err(|e| anyhow::anyhow!("{e}"))
@@ -589,17 +611,11 @@ fn open_backend(
             r.total_ms
         );
     }
-    let store_backend: Arc<dyn Backend> =
-        Arc::new(StoreBackend::new(store, &a.durability, opened.created));
-    let repl = plan.repl.clone();
-    let replicated = match repl_listener {
-        Some(listener) => replicated::serve::Replicated::backup(store_backend, repl, listener)?,
-        None if plan.replicated => replicated::serve::Replicated::primary(store_backend, repl)?,
-        None => return Ok(store_backend),
-    };
-    let replicated = Arc::new(replicated);
-    replicated.start_keeper();
-    Ok(replicated)
+    Ok(Arc::new(StoreBackend::new(
+        store,
+        &a.durability,
+        opened.created,
+    )))
 }
 
 /// Run the server until it is shut down.

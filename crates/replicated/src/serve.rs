@@ -542,10 +542,25 @@ impl Replicated {
     }
 
     /// Start as the primary of `cfg.replicas`: open or create `DIR/replica.pool`, recover,
-    /// bring the store up to the log's end, and send snapshots to backups too far behind.
-    pub fn primary(inner: Arc<dyn Backend>, cfg: ReplConfig) -> Result<Replicated> {
+    /// open the store (`open_store`), bring it up to the log's end, and send snapshots to
+    /// backups too far behind.
+    pub fn primary(
+        cfg: ReplConfig,
+        open_store: &mut dyn FnMut() -> Result<Arc<dyn Backend>>,
+    ) -> Result<Replicated> {
         let (pool, mut copy) = open_or_create_copy(&cfg)?;
         let st = become_primary(&mut copy, &cfg, PoolHold::Pool(Box::new(pool)))?;
+        // The store is opened only once the log recovered: a start that cannot recover leaves
+        // it as it was.
+        let inner = match open_store() {
+            Ok(b) => b,
+            Err(e) => {
+                if let Err(c) = st.close() {
+                    server::say!("kavach: warning: closing the log copy: {c}");
+                }
+                return Err(e);
+            }
+        };
         let r = match catch_up_store(inner.as_ref(), &st.log, copy.len()) {
             Ok(r) => r,
             Err(e) => {
