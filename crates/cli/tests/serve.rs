@@ -809,10 +809,10 @@ fn promote_refuses_a_zero_timeout() {
 }
 
 /// A replicated primary that cannot recover (its backup is down) leaves its directory as it
-/// found it: the store view it moved aside is put back, no copy of it is left, and the log
-/// copy is closed again (clean).
+/// found it: it recovers the log before it opens its store, so the store file is unchanged,
+/// no other file appears, and the log copy is closed again (clean).
 #[test]
-fn a_replicated_restart_that_fails_puts_the_store_view_back() {
+fn a_replicated_restart_that_fails_leaves_the_store_as_it_was() {
     let scratch = Scratch::new("serve-repl-restart");
     let (bdir, pdir) = (scratch.path("backup"), scratch.path("primary"));
     let backup = start_with(
@@ -862,7 +862,7 @@ fn a_replicated_restart_that_fails_puts_the_store_view_back() {
     assert_eq!(names(&pdir), files);
     assert!(
         std::fs::read(&store).unwrap() == before,
-        "the store view changed"
+        "the store file changed"
     );
     let info = common::kavach(&[
         "pool",
