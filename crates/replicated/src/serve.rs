@@ -193,8 +193,6 @@ pub struct Replicated {
     /// the store is ahead of the replicated log, so everything is refused until a restart
     /// rebuilds it from the log.
     diverged: Mutex<Option<String>>,
-    /// The replicated log's UUID (the applied mark names it).
-    uuid: Mutex<[u8; 16]>,
     /// What the keeper did last (trims, recoveries, snapshots), for INFO.
     keeper: Mutex<KeeperStats>,
     keeper_stop: Arc<AtomicBool>,
@@ -522,7 +520,6 @@ impl Replicated {
         mode: Mode,
         applied: Arc<AtomicU64>,
         apply_error: Arc<Mutex<Option<String>>>,
-        uuid: [u8; 16],
     ) -> Replicated {
         Replicated {
             inner,
@@ -532,7 +529,6 @@ impl Replicated {
             applied,
             apply_error,
             diverged: Mutex::new(None),
-            uuid: Mutex::new(uuid),
             keeper: Mutex::new(KeeperStats::default()),
             keeper_stop: Arc::new(AtomicBool::new(false)),
             keeper_thread: Mutex::new(None),
@@ -571,14 +567,12 @@ impl Replicated {
             }
         };
         report_replay(&r);
-        let uuid = st.log.descriptor().log_uuid.0;
         let me = Replicated::with_mode(
             inner,
             cfg,
             Mode::Stopped,
             Arc::new(AtomicU64::new(r.last)),
             Arc::new(Mutex::new(None)),
-            uuid,
         );
         me.snapshot_laggards(&st);
         guard(&me.keeper).epoch = st.recovered.epoch;
@@ -670,7 +664,6 @@ impl Replicated {
             }),
             applied,
             apply_error,
-            uuid.unwrap_or([0; 16]),
         ))
     }
 
@@ -700,7 +693,7 @@ impl Replicated {
                 // model keeps no mark and is rebuilt at every start).
                 if let Some(ks) = self.inner.keyspace() {
                     let mark = Mark {
-                        uuid: *guard(&self.uuid),
+                        uuid: p.log.descriptor().log_uuid.0,
                         lsn: a.lsn,
                     };
                     if rs::set_mark(ks, Some(mark)).is_ok() {
@@ -1034,7 +1027,6 @@ impl Replicated {
             match r {
                 Ok(r) => {
                     report_replay(&r);
-                    *guard(&self.uuid) = st.log.descriptor().log_uuid.0;
                     self.applied.store(r.last, Ordering::Release);
                     *guard(&self.diverged) = None;
                     Ok(st)
@@ -1450,7 +1442,7 @@ impl model::Keyspace for Replicated {
         }
         let mut logged: model::ModelResult<()> = Ok(());
         let mut marked = None;
-        let uuid = *guard(&self.uuid);
+        let uuid = log.descriptor().log_uuid.0;
         // The mark is part of the store's transaction, so the applied mark and the effects are
         // durable together; a whole-keyspace write (FLUSHALL) is marked like any other.
         let with_mark: Vec<(model::Db, &[u8])>;
@@ -1813,7 +1805,6 @@ impl Backend for Replicated {
             };
             server::say!("kavach: promoted");
             report_replay(&r);
-            *guard(&self.uuid) = st.log.descriptor().log_uuid.0;
             self.applied.store(r.last, Ordering::Release);
             self.snapshot_laggards(&st);
             guard(&self.keeper).epoch = st.recovered.epoch;
