@@ -1,12 +1,13 @@
 //! `kavach pool ...` and `kavach region ...`.
 
 use crate::integrity_cmd::{self, ModeArg};
-use crate::outcome::{CouldNotRun, Outcome, print_json};
+use crate::outcome::{CouldNotRun, Outcome, check_output_path, print_json, refused};
 use crate::units::{format_size, format_time_ns, parse_size};
 use anyhow::{Context, Result};
 use clap::{Args, Subcommand, ValueEnum};
 use pmem::check::{Severity, check_file};
-use pmem::{Alignment, CreateOptions, Domain, OpenOptions, Pool, PoolInfo, kinds};
+use pmem::set::{self, SetOpenOptions, SetStatus, StripedSet};
+use pmem::{Alignment, CreateOptions, Domain, Medium, OpenOptions, Pool, PoolInfo, kinds};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -60,6 +61,23 @@ pub enum PoolCommand {
         kavach pool check /dev/shm/a.pool || kavach pool repair /dev/shm/a.pool\n  \
         kavach pool repair /dev/shm/a.pool --json")]
     Repair(InfoArgs),
+    /// Rebuild a lost member of a pool set (`pool create --files`) into a new file, from the
+    /// other members; afterwards the set is healthy again and names NEW in place of OLD.
+    ///
+    /// A healthy set's member can be replaced too (it is dropped first). The description is
+    /// rewritten to name NEW before the rebuild starts; NEW counts as a member only once its
+    /// header is written at the end, so an interrupted rebuild leaves the set degraded as
+    /// before: run `pool rebuild PATH --replace NEW NEW` to start again. Progress goes to
+    /// stderr. OLD is left as it is.
+    ///
+    /// Exit status: 0 rebuilt; 2 could not run (not a set, OLD not a member, NEW exists, another
+    /// member lost, the set not closed cleanly while degraded and no --force).
+    #[command(after_help = "Examples:\n  \
+        kavach pool create /dev/shm/s.pool --size 64MiB --files 3\n  \
+        rm /dev/shm/s.pool.1\n  \
+        kavach pool info /dev/shm/s.pool\n  \
+        kavach pool rebuild /dev/shm/s.pool --replace /dev/shm/s.pool.1 /dev/shm/s.pool.1b")]
+    Rebuild(RebuildArgs),
 }
 
 #[derive(Debug, Args)]
@@ -100,7 +118,36 @@ pub struct CreateArgs {
         )
     )]
     pub stripe: u32,
+    /// Spread the pool over this many member files (3 to 64) with rotating parity, so it
+    /// survives the loss of any one of them. PATH is then a small text file naming the members,
+    /// which are created beside it as PATH.0, PATH.1, ... (see docs/format/pool-set.md). The
+    /// members together hold --size (rounded up to whole rows of chunks) plus one chunk of
+    /// parity per row.
+    #[arg(long, conflicts_with = "redundancy", value_parser = clap::value_parser!(u64).range(3..=64))]
+    pub files: Option<u64>,
+    /// With --files: the chunk, a power of two from 4KiB to 1GiB (default 1MiB). Parity rotates
+    /// across the members by rows of one chunk each.
+    #[arg(long, requires = "files", value_parser = parse_size)]
+    pub chunk: Option<u64>,
     /// Print the new pool's info as JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct RebuildArgs {
+    /// Path of the set description (the PATH given to `pool create --files`).
+    pub path: PathBuf,
+    /// OLD NEW: the member to replace, as the description names it (or any path to the same
+    /// file), and the path of the new member file, which must not exist unless it is OLD
+    /// itself (rebuild a lost member in place, or restart an interrupted rebuild).
+    #[arg(long, num_args = 2, value_names = ["OLD", "NEW"])]
+    pub replace: Vec<PathBuf>,
+    /// Open the set even if it was not closed cleanly while a member was lost: rows being
+    /// written at that crash may be rebuilt wrong (the RAID-5 write hole).
+    #[arg(long)]
+    pub force: bool,
+    /// Print the result as JSON.
     #[arg(long)]
     pub json: bool,
 }
@@ -208,6 +255,9 @@ fn open_ro(path: &Path) -> Result<Pool<pmem::Mapping>> {
 
 pub fn run_pool(cmd: PoolCommand) -> Result<Outcome> {
     match cmd {
+        PoolCommand::Create(a) if a.files.is_some() => create_set(&a),
+        PoolCommand::Info(a) if set::is_description(&a.path) => set_info(&a),
+        PoolCommand::Rebuild(a) => rebuild_set(&a),
         PoolCommand::Create(a) => {
             let mut pool = Pool::create(
                 &a.path,
@@ -581,4 +631,298 @@ fn repair(a: &InfoArgs) -> Result<Outcome> {
     } else {
         Outcome::Damage
     })
+}
+
+// ---------------------------------------------------------------------------------------------
+// Pool sets: `pool create --files`, `pool info` on a set, `pool rebuild`.
+
+fn create_set(a: &CreateArgs) -> Result<Outcome> {
+    let n = a.files.unwrap_or(3);
+    let chunk = a.chunk.unwrap_or(set::CHUNK_DEFAULT);
+    set::validate_chunk(chunk)?;
+    if !matches!(a.domain, DomainArg::Auto) {
+        return Err(refused(
+            "--domain: a pool set runs in the domain its files' backing gives (auto)",
+        ));
+    }
+    pmem::pool::validate_size(a.size)?;
+    check_output_path("PATH", &a.path, false)?;
+    let paths = set::default_member_paths(&a.path, n as usize);
+    for p in &paths {
+        check_output_path("member", p, false)?;
+    }
+    let made = StripedSet::create_files(&a.path, &paths, a.size, chunk)
+        .with_context(|| format!("cannot create pool set {}", a.path.display()))?;
+    let domain = made.domain();
+    let formatted = Pool::format(made, domain).and_then(|s| {
+        Pool::open_medium(s, &OpenOptions::default())?
+            .close()
+            .map(|s| s.close())
+    });
+    if let Err(e) = formatted.and_then(|r| r) {
+        for p in &paths {
+            let _ = std::fs::remove_file(p);
+        }
+        let _ = std::fs::remove_file(&a.path);
+        return Err(anyhow::Error::new(e).context(format!(
+            "cannot create pool set {}; nothing was left behind",
+            a.path.display()
+        )));
+    }
+    let (status, info) = open_set_info(&a.path)?;
+    if a.json {
+        print_json(&set_json(&status, &info)?)?;
+    } else {
+        println!(
+            "created {} ({}, {} member files, chunk {}, uuid {})",
+            a.path.display(),
+            format_size(info.size),
+            status.geometry.members,
+            format_size(status.geometry.chunk as u64),
+            info.uuid
+        );
+        for m in &status.members {
+            println!("  member {}", m.display());
+        }
+    }
+    Ok(Outcome::Ok)
+}
+
+/// Open a set read-only and the pool on it: the set's state and the pool's info.
+fn open_set_info(path: &Path) -> Result<(SetStatus, PoolInfo)> {
+    let s = StripedSet::open_files(
+        path,
+        SetOpenOptions {
+            read_only: true,
+            force: false,
+        },
+    )
+    .with_context(|| format!("cannot open pool set {}", path.display()))?;
+    let status = s.status();
+    let pool = Pool::open_medium(
+        s,
+        &OpenOptions {
+            read_only: true,
+            domain: None,
+        },
+    )
+    .with_context(|| format!("cannot open the pool on set {}", path.display()))?;
+    Ok((status, pool.info()))
+}
+
+fn set_json(status: &SetStatus, info: &PoolInfo) -> Result<serde_json::Value> {
+    let mut v = serde_json::to_value(info)?;
+    v["set"] = serde_json::to_value(status)?;
+    Ok(v)
+}
+
+fn print_set(status: &SetStatus) {
+    let g = status.geometry;
+    println!(
+        "set         {} members, chunk {}, {} rows, generation {}, uuid {}",
+        g.members,
+        format_size(g.chunk as u64),
+        status.rows,
+        status.generation,
+        status.set_uuid
+    );
+    let state = match (&status.lost, status.state) {
+        (Some(f), s) => format!("{s}: member {} lost ({})", f.index, f.reason),
+        (None, s) => s.to_string(),
+    };
+    println!("set state   {state}");
+    for (i, m) in status.members.iter().enumerate() {
+        let lost = status.lost.as_ref().is_some_and(|f| f.index == i);
+        println!(
+            "  member {i:<3} {:<5} {}",
+            if lost { "LOST" } else { "ok" },
+            m.display()
+        );
+    }
+    if status.unclean_at_open {
+        println!("set note    not closed cleanly: the next read-write open recomputes parity");
+    }
+}
+
+fn set_info(a: &InfoArgs) -> Result<Outcome> {
+    let (status, info) = open_set_info(&a.path)?;
+    if a.json {
+        print_json(&set_json(&status, &info)?)?;
+    } else {
+        print_info(&info);
+        print_set(&status);
+    }
+    Ok(Outcome::Ok)
+}
+
+/// `path` made absolute without touching the file system (`..` kept).
+fn absolute(p: &Path) -> Result<PathBuf> {
+    std::path::absolute(p).with_context(|| format!("cannot resolve {}", p.display()))
+}
+
+fn rebuild_set(a: &RebuildArgs) -> Result<Outcome> {
+    let [old, new] = a.replace.as_slice() else {
+        return Err(refused("--replace takes two paths: OLD NEW"));
+    };
+    if !set::is_description(&a.path) {
+        return Err(refused(format!(
+            "{}: not a pool set description (its first line is not `{}`)",
+            a.path.display(),
+            set::DESCRIPTION_MAGIC
+        )));
+    }
+    let listed = set::read_description(&a.path)?;
+    let old_abs = absolute(old)?;
+    let mut index = None;
+    for (i, p) in listed.iter().enumerate() {
+        if absolute(p)? == old_abs {
+            index = Some(i);
+        }
+    }
+    let Some(index) = index else {
+        return Err(refused(format!(
+            "--replace {}: not a member of {} (members: {})",
+            old.display(),
+            a.path.display(),
+            listed
+                .iter()
+                .map(|p| p.display().to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        )));
+    };
+    let in_place = absolute(new)? == old_abs;
+    if !in_place {
+        check_output_path("--replace NEW", new, false)?;
+    }
+    // Decide on a read-only look first, so a refusal writes nothing.
+    let look = StripedSet::open_files(
+        &a.path,
+        SetOpenOptions {
+            read_only: true,
+            force: false,
+        },
+    )
+    .with_context(|| format!("cannot open pool set {}", a.path.display()))?;
+    let before = look.status();
+    drop(look);
+    match &before.lost {
+        Some(f) if f.index != index => {
+            return Err(refused(format!(
+                "member {} ({}) is lost, not member {index} ({}): rebuild that one first",
+                f.index,
+                f.label.display(),
+                old.display()
+            )));
+        }
+        None if in_place => {
+            return Err(refused(format!(
+                "member {index} ({}) is not lost: nothing to rebuild in place",
+                old.display()
+            )));
+        }
+        _ => {}
+    }
+    if before.unclean_at_open && before.lost.is_some() && !a.force {
+        return Err(refused(format!(
+            "{} was not closed cleanly while member {index} was lost: rows being written at              that crash may be rebuilt wrong; add --force to rebuild anyway",
+            a.path.display()
+        )));
+    }
+    let need = before.geometry.member_len(before.rows) as u64;
+    // The new member: created (or, in place, opened), then named in the description.
+    let target = if in_place {
+        let mut m = pmem::Mapping::open(new, true)
+            .with_context(|| format!("cannot open {}", new.display()))?;
+        if (m.len() as u64) < need {
+            return Err(refused(format!(
+                "{} has {} bytes; a member of this set needs {need}",
+                new.display(),
+                m.len()
+            )));
+        }
+        m.reserve(pmem::pool::GROW_RESERVE_BYTES as usize)?;
+        m
+    } else {
+        let mut m = pmem::Mapping::create(new, need)
+            .with_context(|| format!("cannot create {}", new.display()))?;
+        if let Err(e) = m.reserve(pmem::pool::GROW_RESERVE_BYTES as usize) {
+            drop(m);
+            let _ = std::fs::remove_file(new);
+            return Err(e.into());
+        }
+        m
+    };
+    let s = match StripedSet::open_files(
+        &a.path,
+        SetOpenOptions {
+            read_only: false,
+            force: a.force,
+        },
+    ) {
+        Ok(s) => s,
+        Err(e) => {
+            drop(target);
+            if !in_place {
+                let _ = std::fs::remove_file(new);
+            }
+            return Err(anyhow::Error::new(e)
+                .context(format!("cannot open pool set {}", a.path.display())));
+        }
+    };
+    if s.lost().is_none() {
+        s.mark_lost(index, "replaced by `pool rebuild`")?;
+    }
+    let mut names = listed.clone();
+    names[index] = new.clone();
+    let names: Vec<PathBuf> = names
+        .iter()
+        .map(|p| set::listed_name(&a.path, p))
+        .collect();
+    set::write_description(&a.path, &names, false)
+        .with_context(|| format!("cannot rewrite {}", a.path.display()))?;
+    let started = std::time::Instant::now();
+    let mut next_report = 0u64;
+    let rows = s.rows();
+    s.rebuild(target, |done, total| {
+        let pct = done * 100 / total.max(1);
+        if pct >= next_report || done == total {
+            eprintln!("rebuild: member {index}: {done}/{total} rows ({pct}%)");
+            next_report = pct + 10;
+        }
+    })
+    .with_context(|| {
+        format!(
+            "rebuild of member {index} into {} failed; the set is still degraded; run              `kavach pool rebuild {} --replace {} {}` to start again",
+            new.display(),
+            a.path.display(),
+            new.display(),
+            new.display()
+        )
+    })?;
+    let secs = started.elapsed().as_secs_f64();
+    let after = s.status();
+    s.close()
+        .with_context(|| format!("cannot close pool set {}", a.path.display()))?;
+    if a.json {
+        print_json(&serde_json::json!({
+            "rebuilt_member": index,
+            "old": old,
+            "new": new,
+            "rows": rows,
+            "bytes": rows * before.geometry.chunk as u64,
+            "seconds": secs,
+            "set": after,
+        }))?;
+    } else {
+        println!(
+            "rebuilt member {index} of {} into {} ({} rows, {} in {secs:.2} s); the set is {}",
+            a.path.display(),
+            new.display(),
+            rows,
+            format_size(rows * before.geometry.chunk as u64),
+            after.state
+        );
+    }
+    Ok(Outcome::Ok)
 }

@@ -1622,6 +1622,15 @@ pub fn default_member_paths(path: &Path, n: usize) -> Vec<PathBuf> {
         .collect()
 }
 
+/// How a description at `description` names member `member`: its file name alone when the two
+/// share a directory (the set can then move as a whole), else the path as given.
+pub fn listed_name(description: &Path, member: &Path) -> PathBuf {
+    match (description.parent(), member.parent(), member.file_name()) {
+        (Some(a), Some(b), Some(name)) if a == b => PathBuf::from(name),
+        _ => member.to_path_buf(),
+    }
+}
+
 /// Does the file at `path` start like a set description?
 pub fn is_description(path: &Path) -> bool {
     use std::io::Read;
@@ -1675,7 +1684,8 @@ impl StripedSet<Mapping> {
                 }
             }
         }
-        if let Err(e) = write_description(description, paths, true) {
+        let listed: Vec<PathBuf> = paths.iter().map(|p| listed_name(description, p)).collect();
+        if let Err(e) = write_description(description, &listed, true) {
             cleanup(made, paths.len());
             return Err(e);
         }
