@@ -866,8 +866,9 @@ fn rebuild_set(a: &RebuildArgs) -> Result<Outcome> {
             if !in_place {
                 let _ = std::fs::remove_file(new);
             }
-            return Err(anyhow::Error::new(e)
-                .context(format!("cannot open pool set {}", a.path.display())));
+            return Err(
+                anyhow::Error::new(e).context(format!("cannot open pool set {}", a.path.display()))
+            );
         }
     };
     if s.lost().is_none() {
@@ -875,10 +876,7 @@ fn rebuild_set(a: &RebuildArgs) -> Result<Outcome> {
     }
     let mut names = listed.clone();
     names[index] = new.clone();
-    let names: Vec<PathBuf> = names
-        .iter()
-        .map(|p| set::listed_name(&a.path, p))
-        .collect();
+    let names: Vec<PathBuf> = names.iter().map(|p| set::listed_name(&a.path, p)).collect();
     set::write_description(&a.path, &names, false)
         .with_context(|| format!("cannot rewrite {}", a.path.display()))?;
     let started = std::time::Instant::now();
