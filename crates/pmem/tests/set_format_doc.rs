@@ -24,7 +24,11 @@ fn member_table_matches_the_code() {
 fn member_fields_tile_the_header() {
     let mut at = 0;
     for f in set::member::ALL {
-        assert_eq!(f.offset, at, "field `{}` does not follow the one before", f.name);
+        assert_eq!(
+            f.offset, at,
+            "field `{}` does not follow the one before",
+            f.name
+        );
         at = f.end();
     }
     assert_eq!(at, set::MEMBER_HEADER_BYTES);
@@ -51,10 +55,20 @@ fn constants_table_matches_the_code() {
     let checked = named_rows(&read_doc(), "<!-- constants -->", "| constant | value |", 0)
         .and_then(|rows| {
             rows.into_iter()
-                .map(|r| Ok((r.name.to_string(), parse_decimal(r.cells[1], "value", r.line)?)))
+                .map(|r| {
+                    Ok((
+                        r.name.to_string(),
+                        parse_decimal(r.cells[1], "value", r.line)?,
+                    ))
+                })
                 .collect::<Result<Vec<_>, String>>()
         })
-        .and_then(|doc| verdict("constants", compare_constants(&doc, &code_constants(), &all)));
+        .and_then(|doc| {
+            verdict(
+                "constants",
+                compare_constants(&doc, &code_constants(), &all),
+            )
+        });
     if let Err(e) = checked {
         panic!("docs/format/pool-set.md against pmem::set: {e}");
     }
@@ -64,14 +78,20 @@ fn constants_table_matches_the_code() {
 fn magic_and_description_line_are_spelled_out() {
     let md = read_doc();
     let magic = std::str::from_utf8(&set::MEMBER_MAGIC).expect("ASCII");
-    assert!(md.contains(&format!("`{magic}`")), "the magic `{magic}` is not in the document");
+    assert!(
+        md.contains(&format!("`{magic}`")),
+        "the magic `{magic}` is not in the document"
+    );
     assert!(
         md.contains(&format!("`{}`", set::DESCRIPTION_MAGIC)),
         "the description's first line is not in the document"
     );
     // The copy offsets the document names.
     for at in set::MEMBER_HEADER_COPIES {
-        assert!(md.contains(&format!("`[{at}, {})`", at + set::MEMBER_HEADER_BYTES)), "copy at {at}");
+        assert!(
+            md.contains(&format!("`[{at}, {})`", at + set::MEMBER_HEADER_BYTES)),
+            "copy at {at}"
+        );
     }
 }
 
@@ -94,7 +114,10 @@ fn header_round_trips_and_every_field_is_checked() {
     for i in 0..set::MEMBER_HEADER_BYTES {
         let mut c = b;
         c[i] ^= 0x10;
-        assert!(set::MemberHeader::decode(&c).is_err(), "byte {i} flipped decodes");
+        assert!(
+            set::MemberHeader::decode(&c).is_err(),
+            "byte {i} flipped decodes"
+        );
     }
     // Out-of-range values with a good CRC are refused by field.
     let bad = |f: pmem::layout::Field, v: &[u8]| {
@@ -102,7 +125,9 @@ fn header_round_trips_and_every_field_is_checked() {
         c[f.offset..f.offset + v.len()].copy_from_slice(v);
         let crc = crc32c::crc32c(&c[..124]);
         c[124..].copy_from_slice(&crc.to_le_bytes());
-        set::MemberHeader::decode(&c).expect_err("out of range").field
+        set::MemberHeader::decode(&c)
+            .expect_err("out of range")
+            .field
     };
     use set::member as m;
     assert_eq!(bad(m::MEMBER_COUNT, &2u32.to_le_bytes()), "member_count");

@@ -9,7 +9,7 @@
 //!   rebuild crashed at every fence, growth, and a pool on a set.
 
 use pmem::set::{Geometry, SetError, SetOpenOptions, StripedSet, Window};
-use pmem::sim::crash_at_every_fence;
+use pmem::sim::{crash_at_every_fence, crash_at_random_points};
 use pmem::{Medium, OpenOptions, Pool, SimConfig, SimMedium};
 use std::cell::RefCell;
 use std::sync::Arc;
@@ -98,70 +98,97 @@ const WRITES: &[(usize, usize)] = &[
     (3 * 4096, 4096),
 ];
 
+/// The crash tests' operation: open, the writes of `WRITES` (each persisted, recorded in
+/// `acked` once its persist returned), one store never flushed, close.
+fn write_op(sim: &SimMedium, acked: &RefCell<Vec<(usize, Vec<u8>)>>) {
+    acked.borrow_mut().clear();
+    let Ok(set) = open_on(sim, None, SetOpenOptions::default()) else {
+        return;
+    };
+    for (k, &(at, len)) in WRITES.iter().enumerate() {
+        let data = pattern(k as u64 + 1, len);
+        set.write(at, &data);
+        if set.persist(at, len).is_err() {
+            return;
+        }
+        acked.borrow_mut().push((at, data));
+    }
+    // One more store that is never flushed: it may or may not survive, and the resync must
+    // cope either way.
+    set.write(7 * 4096 + 3000, &pattern(99, 50));
+    let _ = set.close();
+}
+
+/// The crash tests' check: the image reopens (resyncing), every row's parity matches, every
+/// acknowledged write reads back, and the image is the same with any one member left out.
+fn check_image(img: Vec<u8>, acked: &[(usize, Vec<u8>)], what: &str) {
+    let sim = Arc::new(SimMedium::from_image(img, SimConfig::default()));
+    let set = open_on(sim.clone(), None, SetOpenOptions::default())
+        .unwrap_or_else(|e| panic!("{what}: reopen: {e}"));
+    assert_eq!(
+        set.verify_parity().expect("verify"),
+        Vec::<u64>::new(),
+        "{what}: rows with bad parity after the resync"
+    );
+    let full = whole(&set);
+    for (at, data) in acked {
+        assert_eq!(
+            &full[*at..at + data.len()],
+            &data[..],
+            "{what}: acknowledged write at {at} lost"
+        );
+    }
+    set.close().expect("close");
+    for skip in 0..N {
+        let read_only = SetOpenOptions {
+            read_only: true,
+            ..Default::default()
+        };
+        let set = open_on(sim.clone(), Some(skip), read_only)
+            .unwrap_or_else(|e| panic!("{what}: without member {skip}: {e}"));
+        assert_eq!(
+            set.status().state,
+            "degraded",
+            "{what}: member {skip} removed"
+        );
+        assert!(
+            whole(&set) == full,
+            "{what}: the image differs without member {skip}"
+        );
+    }
+}
+
 #[test]
 fn crash_at_every_fence_while_writing_leaves_parity_consistent() {
     let image = fresh_image();
-    // (offset, bytes) of every write whose persist returned before the crash.
     let acked: RefCell<Vec<(usize, Vec<u8>)>> = RefCell::new(Vec::new());
     let points = crash_at_every_fence(
         &image,
         7,
-        |sim| {
-            acked.borrow_mut().clear();
-            let Ok(set) = open_on(sim, None, SetOpenOptions::default()) else {
-                return;
-            };
-            for (k, &(at, len)) in WRITES.iter().enumerate() {
-                let data = pattern(k as u64 + 1, len);
-                set.write(at, &data);
-                if set.persist(at, len).is_err() {
-                    return;
-                }
-                acked.borrow_mut().push((at, data));
-            }
-            // One more store that is never flushed: it may or may not survive, and the
-            // resync must cope either way.
-            set.write(7 * 4096 + 3000, &pattern(99, 50));
-            let _ = set.close();
-        },
-        |img, fence| {
-            let sim = Arc::new(SimMedium::from_image(img, SimConfig::default()));
-            let set = open_on(sim.clone(), None, SetOpenOptions::default())
-                .unwrap_or_else(|e| panic!("fence {fence}: reopen: {e}"));
-            assert_eq!(
-                set.verify_parity().expect("verify"),
-                Vec::<u64>::new(),
-                "fence {fence}: rows with bad parity after the resync"
-            );
-            let full = whole(&set);
-            for (at, data) in acked.borrow().iter() {
-                assert_eq!(
-                    &full[*at..at + data.len()],
-                    &data[..],
-                    "fence {fence}: acknowledged write at {at} lost"
-                );
-            }
-            set.close().expect("close");
-            for skip in 0..N {
-                let read_only = SetOpenOptions {
-                    read_only: true,
-                    ..Default::default()
-                };
-                let set = open_on(sim.clone(), Some(skip), read_only)
-                    .unwrap_or_else(|e| panic!("fence {fence}: without member {skip}: {e}"));
-                assert_eq!(
-                    set.status().state,
-                    "degraded",
-                    "fence {fence}: member {skip} removed"
-                );
-                assert!(
-                    whole(&set) == full,
-                    "fence {fence}: the image differs without member {skip}"
-                );
-            }
-        },
+        |sim| write_op(sim, &acked),
+        |img, fence| check_image(img, &acked.borrow(), &format!("fence {fence}")),
     );
     assert!(points > 10, "only {points} crash points");
+}
+
+#[test]
+fn crash_at_random_events_with_eviction_leaves_parity_consistent() {
+    // Random eviction writes data lines back early, without their parity lines: the write hole
+    // the resync closes.
+    let image = fresh_image();
+    let acked: RefCell<Vec<(usize, Vec<u8>)>> = RefCell::new(Vec::new());
+    let mut runs = 0;
+    crash_at_random_points(
+        &image,
+        21,
+        300,
+        |sim| write_op(sim, &acked),
+        |img, seed| {
+            runs += 1;
+            check_image(img, &acked.borrow(), &format!("seed {seed}"))
+        },
+    );
+    assert!(runs >= 300, "only {runs} crash images");
 }
 
 #[test]
@@ -522,4 +549,51 @@ fn a_pool_lives_on_a_set() {
     pool.medium().read(r.offset as usize, &mut got);
     assert!(got == data);
     assert_eq!(pool.medium().status().state, "degraded");
+}
+
+#[test]
+fn a_growable_pool_grows_on_a_set() {
+    let sim = Arc::new(SimMedium::new((N + 1) * cap() * 4, SimConfig::default()));
+    let win =
+        |i: usize, rows: u64| Window::new(sim.clone(), i * cap() * 4, member_len(rows), cap() * 4);
+    let set = StripedSet::create(
+        (0..N).map(|i| win(i, ROWS * 2)).collect(),
+        CHUNK as u64,
+        vec![],
+    )
+    .expect("create");
+    let start = set.len();
+    let set = Pool::format_growable(set, pmem::Domain::Sim).expect("format");
+    let mut pool = Pool::open_medium(set, &OpenOptions::default()).expect("open");
+    // A region larger than the pool: the pool grows, the set under it by whole rows.
+    let r = pool
+        .create_region("big", pmem::kinds::RAW, start as u64, pmem::Alignment::Page)
+        .expect("a region that needs growth");
+    assert!(pool.size() > start as u64);
+    assert!(pool.medium().rows() > ROWS * 2);
+    let data = pattern(13, r.length as usize);
+    pool.medium().write(r.offset as usize, &data);
+    pool.medium()
+        .persist(r.offset as usize, data.len())
+        .expect("persist");
+    let rows = pool.medium().rows();
+    let set = pool.close().expect("close pool");
+    assert_eq!(set.verify_parity().expect("verify"), Vec::<u64>::new());
+    set.close().expect("close set");
+    // Reopened without member 2: the grown pool and its region are all there.
+    let media = (0..N)
+        .map(|i| {
+            if i == 2 {
+                Err("gone".to_string())
+            } else {
+                Ok(win(i, rows))
+            }
+        })
+        .collect();
+    let set = StripedSet::open(media, vec![], SetOpenOptions::default()).expect("degraded");
+    let pool = Pool::open_medium(set, &OpenOptions::default()).expect("pool");
+    let r = pool.region("big").expect("region").clone();
+    let mut got = vec![0u8; data.len()];
+    pool.medium().read(r.offset as usize, &mut got);
+    assert!(got == data);
 }
