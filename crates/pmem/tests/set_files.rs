@@ -62,6 +62,9 @@ fn logical<M: Medium>(m: &M) -> Vec<u8> {
     b
 }
 
+/// A writer thread: it returns the (offset, bytes) it acknowledged.
+type Writer = std::thread::JoinHandle<Vec<(usize, Vec<u8>)>>;
+
 /// Writers on disjoint blocks of `[base, base + len)` until `stop`; each returns the blocks it
 /// acknowledged (persist returned Ok), in order.
 fn writers(
@@ -70,7 +73,7 @@ fn writers(
     len: usize,
     round: u64,
     stop: &Arc<AtomicBool>,
-) -> Vec<std::thread::JoinHandle<Vec<(usize, Vec<u8>)>>> {
+) -> Vec<Writer> {
     (0..THREADS)
         .map(|t| {
             let set = set.clone();
@@ -97,7 +100,7 @@ fn writers(
         .collect()
 }
 
-fn apply(model: &mut [u8], hs: Vec<std::thread::JoinHandle<Vec<(usize, Vec<u8>)>>>) -> usize {
+fn apply(model: &mut [u8], hs: Vec<Writer>) -> usize {
     let mut n = 0;
     for h in hs {
         for (at, d) in h.join().expect("writer") {

@@ -401,12 +401,12 @@ fn online_rebuild_with_writer_threads_is_byte_identical() {
     // Every member can go now, and be rebuilt onto the window no member uses.
     let mut free = 0;
     let mut place = [N, 1, 2];
-    for skip in 0..N {
+    for (skip, slot) in place.iter_mut().enumerate() {
         set.mark_lost(skip, "test").expect("mark");
         assert!(whole(&*set) == expect, "without member {skip}");
         let spare = Window::new(sim.clone(), free * cap(), member_len(ROWS), cap());
         set.rebuild(spare, |_, _| {}).expect("rebuild again");
-        std::mem::swap(&mut free, &mut place[skip]);
+        std::mem::swap(&mut free, slot);
         assert!(whole(&*set) == expect);
         assert_eq!(set.verify_parity().expect("verify"), Vec::<u64>::new());
     }
