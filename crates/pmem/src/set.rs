@@ -1181,20 +1181,21 @@ impl<M: Medium> StripedSet<M> {
         buf: &mut [u8],
     ) -> bool {
         buf.fill(0);
-        let mut tmp = vec![0u8; buf.len()];
-        for i in 0..self.geo.members {
-            if i == skip {
-                continue;
+        with_scratch(buf.len(), |tmp, _| {
+            for i in 0..self.geo.members {
+                if i == skip {
+                    continue;
+                }
+                let Some(m) = st.get(i, row) else {
+                    buf.fill(0);
+                    self.failed.store(true, Ordering::Release);
+                    return false;
+                };
+                m.read(at, tmp);
+                xor_into(buf, tmp);
             }
-            let Some(m) = st.get(i, row) else {
-                buf.fill(0);
-                self.failed.store(true, Ordering::Release);
-                return false;
-            };
-            m.read(at, &mut tmp);
-            xor_into(buf, &tmp);
-        }
-        true
+            true
+        })
     }
 
     fn check_live(&self) -> Result<()> {
@@ -1210,31 +1211,31 @@ impl<M: Medium> StripedSet<M> {
         let _g = self.row_lock(p.row);
         let dm = st.get(p.data, p.row);
         let pm = st.get(p.parity, p.row);
-        let mut old = vec![0u8; p.len];
-        match dm {
-            Some(m) => m.read(p.at, &mut old),
-            None => {
-                self.reconstruct(&st, p.row, p.data, p.at, &mut old);
+        with_scratch(p.len, |old, par| {
+            match dm {
+                Some(m) => m.read(p.at, old),
+                None => {
+                    self.reconstruct(&st, p.row, p.data, p.at, old);
+                }
             }
-        }
-        if let Some(m) = dm {
-            if nt {
-                m.write_nontemporal(p.at, data);
-            } else {
-                m.write(p.at, data);
+            if let Some(m) = dm {
+                if nt {
+                    m.write_nontemporal(p.at, data);
+                } else {
+                    m.write(p.at, data);
+                }
             }
-        }
-        if let Some(m) = pm {
-            let mut par = vec![0u8; p.len];
-            m.read(p.at, &mut par);
-            xor_into(&mut par, &old);
-            xor_into(&mut par, data);
-            if nt {
-                m.write_nontemporal(p.at, &par);
-            } else {
-                m.write(p.at, &par);
+            if let Some(m) = pm {
+                m.read(p.at, par);
+                xor_into(par, old);
+                xor_into(par, data);
+                if nt {
+                    m.write_nontemporal(p.at, par);
+                } else {
+                    m.write(p.at, par);
+                }
             }
-        }
+        });
     }
 
     fn each_copy(
@@ -1275,6 +1276,19 @@ fn fault_list(faults: &[Option<String>], labels: &[PathBuf]) -> Vec<MemberFault>
             })
         })
         .collect()
+}
+
+/// Two scratch buffers of `len` bytes: on the stack when small, so a small write allocates
+/// nothing.
+fn with_scratch<R>(len: usize, f: impl FnOnce(&mut [u8], &mut [u8]) -> R) -> R {
+    const SMALL: usize = 1024;
+    if len <= SMALL {
+        let (mut a, mut b) = ([0u8; SMALL], [0u8; SMALL]);
+        f(&mut a[..len], &mut b[..len])
+    } else {
+        let (mut a, mut b) = (vec![0u8; len], vec![0u8; len]);
+        f(&mut a, &mut b)
+    }
 }
 
 fn xor_into(acc: &mut [u8], src: &[u8]) {
