@@ -9,7 +9,7 @@ use pmem::set::{self, MemberWatch, SetOpenOptions, StripedSet};
 use pmem::{Mapping, Medium, OpenOptions, Pool};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 struct Scratch(PathBuf);
@@ -73,11 +73,13 @@ fn writers(
     len: usize,
     round: u64,
     stop: &Arc<AtomicBool>,
+    count: &Arc<AtomicU64>,
 ) -> Vec<Writer> {
     (0..THREADS)
         .map(|t| {
             let set = set.clone();
             let stop = stop.clone();
+            let count = count.clone();
             std::thread::spawn(move || {
                 let mut acked = Vec::new();
                 let mut k = 0u64;
@@ -92,6 +94,7 @@ fn writers(
                         set.write(at, &data);
                         set.persist(at, BLOCK).expect("persist");
                         acked.push((at, data));
+                        count.fetch_add(1, Ordering::AcqRel);
                     }
                 }
                 acked
@@ -109,6 +112,13 @@ fn apply(model: &mut [u8], hs: Vec<Writer>) -> usize {
         }
     }
     n
+}
+
+/// Wait until the writers have acknowledged `more` writes beyond `from`.
+fn wait_writes(count: &AtomicU64, from: u64, more: u64) {
+    while count.load(Ordering::Acquire) < from + more {
+        std::thread::yield_now();
+    }
 }
 
 /// Wait (bounded) until the watch has switched the set to degraded.
@@ -139,9 +149,10 @@ fn run(tag: &str, lose: impl FnOnce(&Scratch, &Path)) {
     let watch = MemberWatch::start(set.clone(), Duration::from_millis(2));
 
     // Phase 1: healthy, under load.
+    let count = Arc::new(AtomicU64::new(0));
     let stop = Arc::new(AtomicBool::new(false));
-    let hs = writers(&set, base, len, 1, &stop);
-    std::thread::sleep(Duration::from_millis(100));
+    let hs = writers(&set, base, len, 1, &stop, &count);
+    wait_writes(&count, 0, 500);
     stop.store(true, Ordering::Release);
     let acked1 = apply(&mut model, hs);
     let before = fnv(&logical(&*set));
@@ -149,11 +160,12 @@ fn run(tag: &str, lose: impl FnOnce(&Scratch, &Path)) {
 
     // Phase 2: a member is lost while the writers run.
     let stop = Arc::new(AtomicBool::new(false));
-    let hs = writers(&set, base, len, 2, &stop);
-    std::thread::sleep(Duration::from_millis(30));
+    let hs = writers(&set, base, len, 2, &stop, &count);
+    wait_writes(&count, count.load(Ordering::Acquire), 200);
     lose(&s, &paths[1]);
     wait_degraded(&set);
-    std::thread::sleep(Duration::from_millis(50));
+    // Writes acknowledged after the switch to degraded.
+    wait_writes(&count, count.load(Ordering::Acquire), 500);
     stop.store(true, Ordering::Release);
     let acked2 = apply(&mut model, hs);
     let st = set.status();
@@ -172,9 +184,14 @@ fn run(tag: &str, lose: impl FnOnce(&Scratch, &Path)) {
         .reserve(pmem::pool::GROW_RESERVE_BYTES as usize)
         .expect("reserve");
     let stop = Arc::new(AtomicBool::new(false));
-    let hs = writers(&set, base, len, 3, &stop);
-    set.rebuild(target, |_, _| std::thread::yield_now())
-        .expect("rebuild");
+    let hs = writers(&set, base, len, 3, &stop, &count);
+    // Halfway through the rebuild, let the writers land writes on rows on both sides of it.
+    set.rebuild(target, |done, total| {
+        if done == total / 2 {
+            wait_writes(&count, count.load(Ordering::Acquire), 300);
+        }
+    })
+    .expect("rebuild");
     stop.store(true, Ordering::Release);
     let acked3 = apply(&mut model, hs);
     drop(watch);

@@ -363,13 +363,21 @@ fn online_rebuild_with_writer_threads_is_byte_identical() {
     set.mark_lost(0, "the test lost it").expect("mark lost");
     assert_eq!(set.status().state, "degraded");
 
-    // Four writers, each on its own stripe of 512-byte blocks, while the rebuild runs.
+    // Four writers, each on its own stripe of 512-byte blocks, started once the rebuild has
+    // done its first row; at half way the rebuild waits until they acknowledged 100 writes,
+    // so writes land on rebuilt rows and on rows still to come.
     let threads = 4;
     let block = 512;
+    let go = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let count = Arc::new(std::sync::atomic::AtomicU64::new(0));
     let writers: Vec<_> = (0..threads)
         .map(|t| {
             let set = set.clone();
+            let (go, count) = (go.clone(), count.clone());
             std::thread::spawn(move || {
+                while !go.load(std::sync::atomic::Ordering::Acquire) {
+                    std::thread::yield_now();
+                }
                 let mut model = Vec::new();
                 for round in 0..6u64 {
                     for b in (t..len / block).step_by(threads) {
@@ -377,6 +385,7 @@ fn online_rebuild_with_writer_threads_is_byte_identical() {
                         set.write(b * block, &data);
                         set.persist(b * block, block).expect("persist");
                         model.push((b * block, data));
+                        count.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
                     }
                 }
                 model
@@ -384,8 +393,17 @@ fn online_rebuild_with_writer_threads_is_byte_identical() {
         })
         .collect();
     let spare = Window::new(sim.clone(), N * cap(), member_len(ROWS), cap());
-    set.rebuild(spare, |_, _| std::thread::yield_now())
-        .expect("rebuild");
+    set.rebuild(spare, |done, total| {
+        if done == 1 {
+            go.store(true, std::sync::atomic::Ordering::Release);
+        }
+        if done == total / 2 {
+            while count.load(std::sync::atomic::Ordering::Acquire) < 100 {
+                std::thread::yield_now();
+            }
+        }
+    })
+    .expect("rebuild");
     let mut expect = base.clone();
     for w in writers {
         for (at, data) in w.join().expect("writer") {
