@@ -237,3 +237,51 @@ fn create_refuses_bad_set_arguments_and_leaves_nothing() {
     assert_refused(&o, 2, "s.pool.2");
     assert!(!Path::new(&p).exists() && !Path::new(&s.path("s.pool.0")).exists());
 }
+
+#[test]
+fn an_interrupted_rebuild_leaves_the_set_degraded_and_restarts_in_place() {
+    let s = Scratch::new("restart");
+    let p = create(&s);
+    fill(&p);
+    let before = digest(&p);
+    std::fs::remove_file(s.path("s.pool.2")).unwrap();
+    let new = s.path("s.pool.2-new");
+    // What `pool rebuild` leaves when it is killed half way: the description names NEW, NEW
+    // holds some rebuilt rows but no member header, the set was open for writing.
+    in_process(|| {
+        let set = StripedSet::open_files(Path::new(&p), SetOpenOptions::default()).unwrap();
+        let need = set.geometry().member_len(set.rows()) as u64;
+        let target = pmem::Mapping::create(Path::new(&new), need).unwrap();
+        let names: Vec<_> = ["s.pool.0", "s.pool.1", "s.pool.2-new"]
+            .iter()
+            .map(std::path::PathBuf::from)
+            .collect();
+        pmem::set::write_description(Path::new(&p), &names, false).unwrap();
+        let cut = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            set.rebuild(target, |done, _| {
+                if done == 3 {
+                    panic!("cut short at row 3");
+                }
+            })
+        }));
+        assert!(cut.is_err(), "the rebuild was not cut short");
+        // Dropped without a clean close (a rebuild was still running).
+    });
+    let v = json(&kavach(&["pool", "info", &p, "--json"]));
+    assert_eq!(v["set"]["state"], "degraded");
+    assert_eq!(v["set"]["lost"]["index"], 2);
+    assert_eq!(v["set"]["unclean_at_open"], true);
+    assert_eq!(digest(&p), before);
+    // Not closed cleanly while degraded: refused without --force, nothing changed.
+    let desc = std::fs::read(&p).unwrap();
+    let o = kavach(&["pool", "rebuild", &p, "--replace", &new, &new]);
+    assert_refused(&o, 2, "--force");
+    assert_eq!(std::fs::read(&p).unwrap(), desc);
+    let o = kavach(&["pool", "rebuild", &p, "--replace", &new, &new, "--force"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let v = json(&kavach(&["pool", "info", &p, "--json"]));
+    assert_eq!(v["set"]["state"], "healthy");
+    assert_eq!(digest(&p), before, "the restarted rebuild differs");
+    std::fs::remove_file(s.path("s.pool.1")).unwrap();
+    assert_eq!(digest(&p), before, "without member 1 after the restart");
+}
