@@ -615,3 +615,123 @@ fn a_growable_pool_grows_on_a_set() {
     pool.medium().read(r.offset as usize, &mut got);
     assert!(got == data);
 }
+
+/// What a pool on a set holds: each region as (name, offset, length).
+fn regions_of<M: Medium>(pool: &Pool<M>) -> Vec<(String, u64, u64)> {
+    pool.regions()
+        .iter()
+        .map(|r| (r.name.clone(), r.offset, r.length))
+        .collect()
+}
+
+#[test]
+fn pool_operations_on_a_set_crashed_at_every_fence() {
+    // 16 rows of 4 KiB on three members (a 128 KiB pool), in disjoint windows `span` apart.
+    let span = member_len(16);
+    fn win(sim: &SimMedium, i: usize) -> Window<&SimMedium> {
+        let span = member_len(16);
+        Window::new(sim, i * span, span, span)
+    }
+    let image = {
+        let sim = SimMedium::new(N * span, SimConfig::default());
+        let set = StripedSet::create((0..N).map(|i| win(&sim, i)).collect(), CHUNK as u64, vec![])
+            .expect("create");
+        let set = Pool::format(set, pmem::Domain::Sim).expect("format");
+        let pool = Pool::open_medium(set, &OpenOptions::default()).expect("open");
+        pool.close().expect("close").close().expect("close set");
+        sim.durable_image()
+    };
+    let data = pattern(14, 8192);
+    // Whether the region `a` and its data were acknowledged in this run.
+    let acked = RefCell::new(false);
+    let points = crash_at_every_fence(
+        &image,
+        3,
+        |sim| {
+            *acked.borrow_mut() = false;
+            let media = (0..N).map(|i| Ok(win(sim, i))).collect();
+            let Ok(set) = StripedSet::open(media, vec![], SetOpenOptions::default()) else {
+                return;
+            };
+            let Ok(mut pool) = Pool::open_medium(set, &OpenOptions::default()) else {
+                return;
+            };
+            let Ok(r) = pool.create_region("a", pmem::kinds::RAW, 8192, pmem::Alignment::Page)
+            else {
+                return;
+            };
+            pool.medium().write(r.offset as usize, &data);
+            if pool
+                .medium()
+                .persist(r.offset as usize, data.len())
+                .is_err()
+            {
+                return;
+            }
+            *acked.borrow_mut() = true;
+            let _ = pool.create_region("b", pmem::kinds::RAW, 4096, pmem::Alignment::Page);
+            if let Ok(set) = pool.close() {
+                let _ = set.close();
+            }
+        },
+        |img, fence| {
+            let sim = SimMedium::from_image(img, SimConfig::default());
+            let media = (0..N).map(|i| Ok(win(&sim, i))).collect();
+            let set = StripedSet::open(media, vec![], SetOpenOptions::default())
+                .unwrap_or_else(|e| panic!("fence {fence}: set: {e}"));
+            assert_eq!(set.verify_parity().expect("verify"), Vec::<u64>::new());
+            let pool = Pool::open_medium(set, &OpenOptions::default())
+                .unwrap_or_else(|e| panic!("fence {fence}: pool: {e}"));
+            let regions = regions_of(&pool);
+            let names: Vec<&str> = regions.iter().map(|r| r.0.as_str()).collect();
+            assert!(
+                names.is_empty() || names == ["a"] || names == ["a", "b"],
+                "fence {fence}: regions {names:?}"
+            );
+            if *acked.borrow() {
+                let r = pool.region("a").expect("acknowledged region");
+                let mut got = vec![0u8; data.len()];
+                pool.medium().read(r.offset as usize, &mut got);
+                assert!(got == data, "fence {fence}: acknowledged data lost");
+            }
+            let set = pool.close().expect("close pool");
+            let full = whole(&set);
+            set.close().expect("close set");
+            // The same pool, byte for byte, with any one member left out.
+            for skip in 0..N {
+                let media = (0..N)
+                    .map(|i| {
+                        if i == skip {
+                            Err("left out".to_string())
+                        } else {
+                            Ok(win(&sim, i))
+                        }
+                    })
+                    .collect();
+                let ro = SetOpenOptions {
+                    read_only: true,
+                    ..Default::default()
+                };
+                let set = StripedSet::open(media, vec![], ro).expect("degraded");
+                assert!(
+                    whole(&set) == full,
+                    "fence {fence}: differs without member {skip}"
+                );
+                let pool = Pool::open_medium(
+                    set,
+                    &OpenOptions {
+                        read_only: true,
+                        domain: None,
+                    },
+                )
+                .unwrap_or_else(|e| panic!("fence {fence}: pool without member {skip}: {e}"));
+                assert_eq!(
+                    regions_of(&pool),
+                    regions,
+                    "fence {fence}: member {skip} left out"
+                );
+            }
+        },
+    );
+    assert!(points > 20, "only {points} crash points");
+}
