@@ -36,6 +36,10 @@ pub enum PoolCommand {
     ///
     /// Exit status: 0 healthy, 1 damage found (the report says whether the pool still opens),
     /// 2 the check could not run (missing file, not a Kavach pool, pool in use).
+    ///
+    /// On a pool set (`pool create --files`): a lost member is damage, and with every member
+    /// present each row's parity is checked against its data (a mismatch is damage inside a
+    /// member, which reads would not notice); two members lost exit 2.
     Check(InfoArgs),
     /// Rebuild damaged pool metadata from a good copy, only where the good copy proves what the
     /// damaged bytes must hold; everything else is reported with the reason and left as it is.
@@ -259,6 +263,7 @@ pub fn run_pool(cmd: PoolCommand) -> Result<Outcome> {
     match cmd {
         PoolCommand::Create(a) if a.files.is_some() => create_set(&a),
         PoolCommand::Info(a) if set::is_description(&a.path) => set_info(&a),
+        PoolCommand::Check(a) if set::is_description(&a.path) => set_check(&a),
         PoolCommand::Rebuild(a) => rebuild_set(&a),
         PoolCommand::Create(a) => {
             let mut pool = Pool::create(
@@ -926,4 +931,90 @@ fn rebuild_set(a: &RebuildArgs) -> Result<Outcome> {
         );
     }
     Ok(Outcome::Ok)
+}
+
+/// `pool check` on a set: a lost member is damage; with every member present, each row's parity
+/// is checked against its data (a mismatch is damage inside a member that the set's reads would
+/// not notice), and the pool on the set is opened read-only and its metadata damage reported.
+fn set_check(a: &InfoArgs) -> Result<Outcome> {
+    let s = StripedSet::open_files(
+        &a.path,
+        SetOpenOptions {
+            read_only: true,
+            force: false,
+        },
+    )
+    .map_err(|e| {
+        anyhow::Error::new(CouldNotRun)
+            .context(format!("cannot check pool set {}: {e}", a.path.display()))
+    })?;
+    let status = s.status();
+    let mut findings: Vec<String> = Vec::new();
+    if let Some(f) = &status.lost {
+        findings.push(format!(
+            "member {} ({}) is lost: {}; `kavach pool rebuild` replaces it",
+            f.index,
+            f.label.display(),
+            f.reason
+        ));
+    }
+    let bad_rows = if status.lost.is_none() {
+        s.verify_parity().map_err(|e| {
+            anyhow::Error::new(CouldNotRun)
+                .context(format!("cannot check pool set {}: {e}", a.path.display()))
+        })?
+    } else {
+        Vec::new()
+    };
+    if !bad_rows.is_empty() {
+        let shown: Vec<String> = bad_rows.iter().take(10).map(u64::to_string).collect();
+        findings.push(format!(
+            "{} row(s) whose parity does not match their data (rows {}{}){}",
+            bad_rows.len(),
+            shown.join(", "),
+            if bad_rows.len() > 10 { ", ..." } else { "" },
+            if status.unclean_at_open {
+                "; the set was not closed cleanly, so these may be writes cut short, which the \
+                 next read-write open recomputes"
+            } else {
+                ""
+            }
+        ));
+    }
+    let pool = Pool::open_medium(
+        s,
+        &OpenOptions {
+            read_only: true,
+            domain: None,
+        },
+    );
+    match &pool {
+        Ok(p) => findings.extend(p.damage().iter().map(|d| format!("pool metadata: {d}"))),
+        Err(e) => findings.push(format!("the pool on the set does not open: {e}")),
+    }
+    if a.json {
+        print_json(&serde_json::json!({
+            "healthy": findings.is_empty(),
+            "set": status,
+            "parity_mismatch_rows": bad_rows,
+            "findings": findings,
+        }))?;
+    } else if findings.is_empty() {
+        println!(
+            "{}: healthy ({} members, {} rows, parity matches)",
+            a.path.display(),
+            status.geometry.members,
+            status.rows
+        );
+    } else {
+        for f in &findings {
+            println!("damage: {f}");
+        }
+        println!("{}: {} finding(s)", a.path.display(), findings.len());
+    }
+    Ok(if findings.is_empty() {
+        Outcome::Ok
+    } else {
+        Outcome::Damage
+    })
 }

@@ -285,3 +285,32 @@ fn an_interrupted_rebuild_leaves_the_set_degraded_and_restarts_in_place() {
     std::fs::remove_file(s.path("s.pool.1")).unwrap();
     assert_eq!(digest(&p), before, "without member 1 after the restart");
 }
+
+#[test]
+fn check_finds_a_lost_member_and_damage_inside_a_member() {
+    let s = Scratch::new("check");
+    let p = create(&s);
+    fill(&p);
+    let o = kavach(&["pool", "check", &p]);
+    assert_eq!(o.status.code(), Some(0), "{}{}", stdout(&o), stderr(&o));
+    assert!(stdout(&o).contains("parity matches"), "{}", stdout(&o));
+    // One byte changed inside member 1's first chunk, behind the set's back.
+    let m1 = s.path("s.pool.1");
+    let mut bytes = std::fs::read(&m1).unwrap();
+    bytes[4096 + 100] ^= 0x01;
+    std::fs::write(&m1, &bytes).unwrap();
+    let o = kavach(&["pool", "check", &p, "--json"]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+    assert_eq!(v["healthy"], false);
+    assert_eq!(v["parity_mismatch_rows"], serde_json::json!([0]));
+    // A lost member is damage too.
+    std::fs::remove_file(s.path("s.pool.2")).unwrap();
+    let o = kavach(&["pool", "check", &p]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(stdout(&o).contains("member 2"), "{}", stdout(&o));
+    // Two lost: the check cannot run.
+    std::fs::remove_file(s.path("s.pool.0")).unwrap();
+    let o = kavach(&["pool", "check", &p]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+}
