@@ -471,6 +471,43 @@ fn check(a: &InfoArgs) -> Result<Outcome> {
 }
 
 pub fn run_region(cmd: RegionCommand) -> Result<Outcome> {
+    let path = match &cmd {
+        RegionCommand::Create(a) => &a.path,
+        RegionCommand::Remove(a) => &a.path,
+        RegionCommand::List(a) => &a.path,
+    };
+    if set::is_description(path) {
+        region_on(cmd, |p| open_set_pool(p, false), |p| open_set_pool(p, true))
+    } else {
+        region_on(cmd, open_rw, open_ro)
+    }
+}
+
+/// The pool on the set a description names, read-write or read-only.
+fn open_set_pool(path: &Path, read_only: bool) -> Result<Pool<StripedSet<pmem::Mapping>>> {
+    let s = StripedSet::open_files(
+        path,
+        SetOpenOptions {
+            read_only,
+            force: false,
+        },
+    )
+    .with_context(|| format!("cannot open pool set {}", path.display()))?;
+    Pool::open_medium(
+        s,
+        &OpenOptions {
+            read_only,
+            domain: None,
+        },
+    )
+    .with_context(|| format!("cannot open the pool on set {}", path.display()))
+}
+
+fn region_on<M: Medium>(
+    cmd: RegionCommand,
+    open_rw: impl Fn(&Path) -> Result<Pool<M>>,
+    open_ro: impl Fn(&Path) -> Result<Pool<M>>,
+) -> Result<Outcome> {
     match cmd {
         RegionCommand::Create(a) => {
             let mut pool = open_rw(&a.path)?;
@@ -530,7 +567,7 @@ pub fn run_region(cmd: RegionCommand) -> Result<Outcome> {
 /// End a read-write region command: close the pool if `result` is `Ok`; otherwise put the pool
 /// back exactly as it was found (the failed command changed nothing, so the in-use mark the open
 /// wrote goes too, and the clean-shutdown flag is the one found) and return the error.
-fn finish<T>(pool: Pool<pmem::Mapping>, result: Result<T>, path: &Path) -> Result<T> {
+fn finish<T, M: Medium>(pool: Pool<M>, result: Result<T>, path: &Path) -> Result<T> {
     match result {
         Ok(v) => {
             pool.close()
@@ -549,7 +586,7 @@ fn finish<T>(pool: Pool<pmem::Mapping>, result: Result<T>, path: &Path) -> Resul
 
 /// Refuse, without --force, to remove a region that a layer owns or that the integrity layer
 /// protects.
-fn refuse_owned(pool: &Pool<pmem::Mapping>, a: &RegionRemoveArgs) -> Result<()> {
+fn refuse_owned<M: Medium>(pool: &Pool<M>, a: &RegionRemoveArgs) -> Result<()> {
     let Some(r) = pool.region(&a.name) else {
         return Ok(()); // remove_region names the missing region
     };

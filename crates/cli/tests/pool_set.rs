@@ -314,3 +314,28 @@ fn check_finds_a_lost_member_and_damage_inside_a_member() {
     let o = kavach(&["pool", "check", &p]);
     assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
 }
+
+#[test]
+fn region_commands_work_on_a_set_healthy_and_degraded() {
+    let s = Scratch::new("regions");
+    let p = create(&s);
+    let o = kavach(&["region", "create", &p, "first", "--size", "64KiB", "--json"]);
+    let v = json(&o);
+    assert_eq!(v["name"], "first");
+    std::fs::remove_file(s.path("s.pool.0")).unwrap();
+    // Degraded: the directory is read through parity, and it can still change.
+    let o = kavach(&["region", "create", &p, "second", "--size", "4KiB"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let o = kavach(&["region", "list", &p]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let names: Vec<String> = stdout(&o)
+        .lines()
+        .filter_map(|l| l.split('\t').next().map(str::to_owned))
+        .collect();
+    assert_eq!(names, ["first", "second"]);
+    let o = kavach(&["region", "remove", &p, "first"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let v = json(&kavach(&["pool", "info", &p, "--json"]));
+    assert_eq!(v["regions"].as_array().map(Vec::len), Some(1));
+    assert_eq!(v["set"]["state"], "degraded");
+}
