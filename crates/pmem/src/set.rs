@@ -184,7 +184,7 @@ pub struct MemberHeader {
     pub set_uuid: Uuid,
     /// Member lost at this generation.
     pub lost: Option<u32>,
-    /// Header write sequence number (copy `sequence % 2` holds it).
+    /// Header write sequence number: of two valid copies, the higher is in force.
     pub sequence: u64,
 }
 
@@ -540,9 +540,21 @@ fn header_of<M: Medium>(m: &M) -> std::result::Result<MemberHeader, String> {
     }
 }
 
-/// Write header `h` into copy `h.sequence % 2` of `m` and persist it.
+/// Write header `h` over the copy of `m` not in force (an invalid one, else the one with the
+/// lower sequence) and persist it, so a torn write leaves the copy in force as it was.
 fn put_header<M: Medium>(m: &M, h: &MemberHeader) -> Result<()> {
-    let at = MEMBER_HEADER_COPIES[(h.sequence % 2) as usize];
+    let seq = |at: usize| {
+        let mut b = [0u8; MEMBER_HEADER_BYTES];
+        m.read(at, &mut b);
+        MemberHeader::decode(&b).ok().map(|h| h.sequence)
+    };
+    let target = match MEMBER_HEADER_COPIES.map(seq) {
+        [Some(a), Some(b)] if b < a => 1,
+        [Some(_), Some(_)] => 0,
+        [None, _] => 0,
+        [Some(_), None] => 1,
+    };
+    let at = MEMBER_HEADER_COPIES[target];
     m.write(at, &h.encode());
     m.persist(at, MEMBER_HEADER_BYTES)
 }
