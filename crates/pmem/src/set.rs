@@ -465,9 +465,37 @@ struct Members<M> {
     also_lost: Vec<MemberFault>,
     generation: u64,
     spare: Option<Spare<M>>,
+    /// One bit per row stored to since the open (in memory): the rows a clean close writes
+    /// back.
+    dirty: Vec<AtomicU64>,
+}
+
+fn dirty_words(rows: u64) -> Vec<AtomicU64> {
+    (0..rows.div_ceil(64)).map(|_| AtomicU64::new(0)).collect()
 }
 
 impl<M: Medium> Members<M> {
+    fn mark_dirty(&self, row: u64) {
+        if let Some(w) = self.dirty.get((row / 64) as usize) {
+            let bit = 1u64 << (row % 64);
+            if w.load(Ordering::Relaxed) & bit == 0 {
+                w.fetch_or(bit, Ordering::Relaxed);
+            }
+        }
+    }
+
+    fn dirty_rows(&self) -> Vec<u64> {
+        let mut out = Vec::new();
+        for (i, w) in self.dirty.iter().enumerate() {
+            let mut bits = w.load(Ordering::Relaxed);
+            while bits != 0 {
+                out.push(i as u64 * 64 + bits.trailing_zeros() as u64);
+                bits &= bits - 1;
+            }
+        }
+        out
+    }
+
     /// The medium holding member `i` for row `row`: the member, or the spare once the rebuild
     /// has passed the row.
     fn get(&self, i: usize, row: u64) -> Option<&M> {
@@ -668,6 +696,7 @@ impl<M: Medium> StripedSet<M> {
                 also_lost: Vec::new(),
                 generation,
                 spare: None,
+                dirty: dirty_words(rows),
             }),
             row_locks: (0..ROW_LOCKS).map(|_| Mutex::new(())).collect(),
             failed: AtomicBool::new(false),
@@ -1162,11 +1191,15 @@ impl<M: Medium> StripedSet<M> {
         if st.spare.is_some() {
             return Ok(());
         }
-        // Every line of every member, written back: a store never flushed by the layers above
-        // could otherwise reach the media after the clean mark without its parity line.
-        let len = self.geo.member_len(self.rows());
-        for m in st.slots.iter().flatten() {
-            m.flush(0, len)?;
+        // Every line of every row stored to since the open, written back on every member: a
+        // store never flushed by the layers above could otherwise reach the media after the
+        // clean mark without its parity line.
+        let c = self.geo.chunk;
+        for row in st.dirty_rows() {
+            let at = MEMBER_DATA_OFFSET + row as usize * c;
+            for m in st.slots.iter().flatten() {
+                m.flush(at, c)?;
+            }
         }
         self.fence_all(&st)?;
         self.write_headers(&st, 0)
@@ -1220,6 +1253,7 @@ impl<M: Medium> StripedSet<M> {
 
     fn store_piece(&self, p: Piece, data: &[u8], nt: bool) {
         let st = self.lock_members();
+        st.mark_dirty(p.row);
         let _g = self.row_lock(p.row);
         let dm = st.get(p.data, p.row);
         let pm = st.get(p.parity, p.row);
@@ -1373,6 +1407,7 @@ impl<M: Medium> Medium for StripedSet<M> {
         check_word(offset, self.len());
         let p = self.geo.pieces(offset, 8).next().expect("one piece");
         let st = self.lock_members();
+        st.mark_dirty(p.row);
         let _g = self.row_lock(p.row);
         let old = match st.get(p.data, p.row) {
             Some(m) => m.load_u64(p.at),
@@ -1412,7 +1447,7 @@ impl<M: Medium> Medium for StripedSet<M> {
         if self.read_only {
             return Err(PmemError::ReadOnly);
         }
-        let st = self.lock_members_mut();
+        let mut st = self.lock_members_mut();
         if st.spare.is_some() {
             return Err(PmemError::Invalid {
                 what: "set size",
@@ -1430,6 +1465,10 @@ impl<M: Medium> Medium for StripedSet<M> {
             m.grow(member_len)?;
         }
         self.rows.store(rows, Ordering::Release);
+        let words = rows.div_ceil(64) as usize;
+        while st.dirty.len() < words {
+            st.dirty.push(AtomicU64::new(0));
+        }
         self.write_headers(&st, MEMBER_FLAG_OPEN)?;
         self.len
             .store(rows as usize * self.geo.row_bytes(), Ordering::Release);
