@@ -71,10 +71,8 @@ pub enum PoolCommand {
     /// A healthy set's member can be replaced too (it is dropped first). The description is
     /// rewritten to name NEW before the rebuild starts; NEW counts as a member only once its
     /// header is written at the end, so an interrupted rebuild leaves the set degraded as
-    /// before: run `pool rebuild PATH --replace NEW NEW --force` to start again (--force
-    /// because the interrupted run left the set marked open while degraded; the rebuild itself
-    /// writes no data rows, so that mark hides no write hole). Progress goes to stderr. OLD is
-    /// left as it is.
+    /// before: run `pool rebuild PATH --replace NEW NEW` to start again. Progress goes to
+    /// stderr. OLD is left as it is.
     ///
     /// Exit status: 0 rebuilt; 2 could not run (not a set, OLD not a member, NEW exists, another
     /// member lost, the set not closed cleanly while degraded and no --force).
@@ -936,7 +934,7 @@ fn rebuild_set(a: &RebuildArgs) -> Result<Outcome> {
     .with_context(|| {
         format!(
             "rebuild of member {index} into {} failed; the set is still degraded; run \
-             `kavach pool rebuild {} --replace {} {} --force` to start again",
+             `kavach pool rebuild {} --replace {} {}` to start again",
             new.display(),
             a.path.display(),
             new.display(),

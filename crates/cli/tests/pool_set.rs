@@ -247,7 +247,8 @@ fn an_interrupted_rebuild_leaves_the_set_degraded_and_restarts_in_place() {
     std::fs::remove_file(s.path("s.pool.2")).unwrap();
     let new = s.path("s.pool.2-new");
     // What `pool rebuild` leaves when it is killed half way: the description names NEW, NEW
-    // holds some rebuilt rows but no member header, the set was open for writing.
+    // holds some rebuilt rows but no member header. The rebuild stores nothing through the
+    // set, so the set was never marked open: it is clean, and degraded as before.
     in_process(|| {
         let set = StripedSet::open_files(Path::new(&p), SetOpenOptions::default()).unwrap();
         let need = set.geometry().member_len(set.rows()) as u64;
@@ -270,14 +271,9 @@ fn an_interrupted_rebuild_leaves_the_set_degraded_and_restarts_in_place() {
     let v = json(&kavach(&["pool", "info", &p, "--json"]));
     assert_eq!(v["set"]["state"], "degraded");
     assert_eq!(v["set"]["lost"]["index"], 2);
-    assert_eq!(v["set"]["unclean_at_open"], true);
+    assert_eq!(v["set"]["unclean_at_open"], false);
     assert_eq!(digest(&p), before);
-    // Not closed cleanly while degraded: refused without --force, nothing changed.
-    let desc = std::fs::read(&p).unwrap();
     let o = kavach(&["pool", "rebuild", &p, "--replace", &new, &new]);
-    assert_refused(&o, 2, "--force");
-    assert_eq!(std::fs::read(&p).unwrap(), desc);
-    let o = kavach(&["pool", "rebuild", &p, "--replace", &new, &new, "--force"]);
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
     let v = json(&kavach(&["pool", "info", &p, "--json"]));
     assert_eq!(v["set"]["state"], "healthy");
@@ -338,4 +334,47 @@ fn region_commands_work_on_a_set_healthy_and_degraded() {
     let v = json(&kavach(&["pool", "info", &p, "--json"]));
     assert_eq!(v["regions"].as_array().map(Vec::len), Some(1));
     assert_eq!(v["set"]["state"], "degraded");
+}
+
+#[test]
+fn a_set_left_open_and_then_degraded_needs_force_to_rebuild() {
+    let s = Scratch::new("force");
+    let p = create(&s);
+    fill(&p);
+    let members = ["s.pool.0", "s.pool.1", "s.pool.2"].map(|n| s.path(n));
+    // The files as a crash would leave them: copied while the set is open and written (on
+    // tmpfs the page cache is what survives a process crash), put back after it closed.
+    let crashed: Vec<Vec<u8>> = in_process(|| {
+        let set = StripedSet::open_files(Path::new(&p), SetOpenOptions::default()).unwrap();
+        set.write(8192, &[0x77; 512]);
+        set.persist(8192, 512).unwrap();
+        let copies = members.iter().map(|m| std::fs::read(m).unwrap()).collect();
+        set.close().unwrap();
+        copies
+    });
+    for (m, bytes) in members.iter().zip(&crashed) {
+        std::fs::write(m, bytes).unwrap();
+    }
+    let before = digest(&p);
+    std::fs::remove_file(&members[2]).unwrap();
+    let v = json(&kavach(&["pool", "info", &p, "--json"]));
+    assert_eq!(v["set"]["unclean_at_open"], true);
+    assert_eq!(v["set"]["state"], "degraded");
+    let new = s.path("s.pool.2-new");
+    let o = kavach(&["pool", "rebuild", &p, "--replace", &members[2], &new]);
+    assert_refused(&o, 2, "--force");
+    assert!(!Path::new(&new).exists());
+    let o = kavach(&[
+        "pool",
+        "rebuild",
+        &p,
+        "--replace",
+        &members[2],
+        &new,
+        "--force",
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let v = json(&kavach(&["pool", "info", &p, "--json"]));
+    assert_eq!(v["set"]["state"], "healthy");
+    assert_eq!(digest(&p), before);
 }

@@ -13,7 +13,7 @@
 //! range flushes the data and the parity lines under it, so both are durable after the next
 //! fence, as on one medium. The RAID-5 write hole (power lost after a data line reached the
 //! media but not its parity line, or the other way round) is closed by the clean flag in the
-//! member headers: a set opened for writing is marked open, and an open that finds the mark
+//! member headers: before the first store the set is marked open, and an open that finds the mark
 //! recomputes every row's parity from its data (resync) before anything else.
 //!
 //! With one member lost (missing, unreadable, a wrong or stale header, or dropped while running
@@ -54,7 +54,8 @@ pub const CHUNK_MAX: u64 = 1 << 30;
 pub const CHUNK_DEFAULT: u64 = 1 << 20;
 /// `lost_member` when no member is lost.
 pub const NO_MEMBER: u32 = u32::MAX;
-/// Member flag: the set was opened for writing and not closed cleanly since.
+/// Member flag: the set was stored to since it was opened (or last closed cleanly), and has not
+/// been closed cleanly since.
 pub const MEMBER_FLAG_OPEN: u32 = 1;
 /// Member flags this build knows.
 pub const MEMBER_FLAGS_KNOWN: u32 = MEMBER_FLAG_OPEN;
@@ -539,6 +540,11 @@ pub struct StripedSet<M: Medium> {
     resynced_rows: u64,
     /// The last header write's sequence number.
     sequence: AtomicU64,
+    /// The headers say `MEMBER_FLAG_OPEN`: set before the first store since the open (or the
+    /// last clean close), cleared by a clean close.
+    marked: AtomicBool,
+    /// Serialises setting the mark.
+    mark_lock: Mutex<()>,
 }
 
 /// Offsets of the two member header copies in the header page.
@@ -599,7 +605,7 @@ fn clear_headers<M: Medium>(m: &M) -> Result<()> {
 impl<M: Medium> StripedSet<M> {
     /// Format a new set over `media` (their old contents are forgotten): each must hold at
     /// least one row; the set gets as many rows as the shortest allows. The set comes back
-    /// open for writing (and marked so).
+    /// open for writing (marked open at its first store).
     pub fn create(media: Vec<M>, chunk: u64, labels: Vec<PathBuf>) -> SetResult<StripedSet<M>> {
         Self::create_inner(media, chunk, labels, false)
     }
@@ -660,7 +666,7 @@ impl<M: Medium> StripedSet<M> {
             false,
             0,
         );
-        set.write_headers(&set.lock_members_mut(), MEMBER_FLAG_OPEN)?;
+        set.write_headers(&set.lock_members_mut(), 0)?;
         Ok(set)
     }
 
@@ -707,6 +713,8 @@ impl<M: Medium> StripedSet<M> {
             unclean_at_open,
             resynced_rows,
             sequence: AtomicU64::new(0),
+            marked: AtomicBool::new(false),
+            mark_lock: Mutex::new(()),
         }
     }
 
@@ -861,8 +869,12 @@ impl<M: Medium> StripedSet<M> {
         if !opts.read_only {
             if unclean && set.lock_members().lost.is_none() {
                 set.resynced_rows = set.resync()?;
+            } else if unclean {
+                // Forced open of an unclean degraded set: parity was not made consistent, so
+                // the mark stays until a clean close.
+                set.marked.store(true, Ordering::Release);
             }
-            set.write_headers(&set.lock_members_mut(), MEMBER_FLAG_OPEN)?;
+            set.write_headers(&set.lock_members_mut(), set.flag())?;
         }
         Ok(set)
     }
@@ -877,6 +889,34 @@ impl<M: Medium> StripedSet<M> {
         self.row_locks[(row % ROW_LOCKS as u64) as usize]
             .lock()
             .unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The flags the headers carry now.
+    fn flag(&self) -> u32 {
+        if self.marked.load(Ordering::Acquire) {
+            MEMBER_FLAG_OPEN
+        } else {
+            0
+        }
+    }
+
+    /// Before a store: make sure the headers say the set is open (persisted), so a crash from
+    /// now on is seen as unclean. False (and the set failed) if the headers cannot be written:
+    /// the store must not happen.
+    fn ensure_marked(&self, st: &Members<M>) -> bool {
+        if self.marked.load(Ordering::Acquire) {
+            return true;
+        }
+        let _g = self.mark_lock.lock().unwrap_or_else(|p| p.into_inner());
+        if self.marked.load(Ordering::Acquire) {
+            return true;
+        }
+        if self.read_only || self.write_headers(st, MEMBER_FLAG_OPEN).is_err() {
+            self.failed.store(true, Ordering::Release);
+            return false;
+        }
+        self.marked.store(true, Ordering::Release);
+        true
     }
 
     /// Write every present member's header with `flags`, each persisted in turn (a rebuilt
@@ -1000,7 +1040,7 @@ impl<M: Medium> StripedSet<M> {
         st.lost = Some(fault);
         st.generation += 1;
         if !self.read_only {
-            self.write_headers(&st, MEMBER_FLAG_OPEN)?;
+            self.write_headers(&st, self.flag())?;
         }
         Ok(())
     }
@@ -1132,7 +1172,7 @@ impl<M: Medium> StripedSet<M> {
         let order: Vec<usize> = std::iter::once(index)
             .chain((0..self.geo.members).filter(|&i| i != index))
             .collect();
-        self.write_headers_in(&st, MEMBER_FLAG_OPEN, &order)?;
+        self.write_headers_in(&st, self.flag(), &order)?;
         Ok(())
     }
 
@@ -1202,7 +1242,9 @@ impl<M: Medium> StripedSet<M> {
             }
         }
         self.fence_all(&st)?;
-        self.write_headers(&st, 0)
+        self.write_headers(&st, 0)?;
+        self.marked.store(false, Ordering::Release);
+        Ok(())
     }
 
     fn fence_all(&self, st: &Members<M>) -> Result<()> {
@@ -1253,6 +1295,9 @@ impl<M: Medium> StripedSet<M> {
 
     fn store_piece(&self, p: Piece, data: &[u8], nt: bool) {
         let st = self.lock_members();
+        if !self.ensure_marked(&st) {
+            return;
+        }
         st.mark_dirty(p.row);
         let _g = self.row_lock(p.row);
         let dm = st.get(p.data, p.row);
@@ -1407,6 +1452,9 @@ impl<M: Medium> Medium for StripedSet<M> {
         check_word(offset, self.len());
         let p = self.geo.pieces(offset, 8).next().expect("one piece");
         let st = self.lock_members();
+        if !self.ensure_marked(&st) {
+            return;
+        }
         st.mark_dirty(p.row);
         let _g = self.row_lock(p.row);
         let old = match st.get(p.data, p.row) {
@@ -1469,7 +1517,7 @@ impl<M: Medium> Medium for StripedSet<M> {
         while st.dirty.len() < words {
             st.dirty.push(AtomicU64::new(0));
         }
-        self.write_headers(&st, MEMBER_FLAG_OPEN)?;
+        self.write_headers(&st, self.flag())?;
         self.len
             .store(rows as usize * self.geo.row_bytes(), Ordering::Release);
         Ok(())
