@@ -1,12 +1,13 @@
 //! `kavach pool ...` and `kavach region ...`.
 
 use crate::integrity_cmd::{self, ModeArg};
-use crate::outcome::{CouldNotRun, Outcome, print_json};
+use crate::outcome::{CouldNotRun, Outcome, check_output_path, print_json, refused};
 use crate::units::{format_size, format_time_ns, parse_size};
 use anyhow::{Context, Result};
 use clap::{Args, Subcommand, ValueEnum};
 use pmem::check::{Severity, check_file};
-use pmem::{Alignment, CreateOptions, Domain, OpenOptions, Pool, PoolInfo, kinds};
+use pmem::set::{self, SetOpenOptions, SetStatus, StripedSet};
+use pmem::{Alignment, CreateOptions, Domain, Medium, OpenOptions, Pool, PoolInfo, kinds};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -35,6 +36,10 @@ pub enum PoolCommand {
     ///
     /// Exit status: 0 healthy, 1 damage found (the report says whether the pool still opens),
     /// 2 the check could not run (missing file, not a Kavach pool, pool in use).
+    ///
+    /// On a pool set (`pool create --files`): a lost member is damage, and with every member
+    /// present each row's parity is checked against its data (a mismatch is damage inside a
+    /// member, which reads would not notice); two members lost exit 2.
     Check(InfoArgs),
     /// Rebuild damaged pool metadata from a good copy, only where the good copy proves what the
     /// damaged bytes must hold; everything else is reported with the reason and left as it is.
@@ -60,6 +65,23 @@ pub enum PoolCommand {
         kavach pool check /dev/shm/a.pool || kavach pool repair /dev/shm/a.pool\n  \
         kavach pool repair /dev/shm/a.pool --json")]
     Repair(InfoArgs),
+    /// Rebuild a lost member of a pool set (`pool create --files`) into a new file, from the
+    /// other members; afterwards the set is healthy again and names NEW in place of OLD.
+    ///
+    /// A healthy set's member can be replaced too (it is dropped first). The description is
+    /// rewritten to name NEW before the rebuild starts; NEW counts as a member only once its
+    /// header is written at the end, so an interrupted rebuild leaves the set degraded as
+    /// before: run `pool rebuild PATH --replace NEW NEW` to start again. Progress goes to
+    /// stderr. OLD is left as it is.
+    ///
+    /// Exit status: 0 rebuilt; 2 could not run (not a set, OLD not a member, NEW exists, another
+    /// member lost, the set not closed cleanly while degraded and no --force).
+    #[command(after_help = "Examples:\n  \
+        kavach pool create /dev/shm/s.pool --size 64MiB --files 3\n  \
+        rm /dev/shm/s.pool.1\n  \
+        kavach pool info /dev/shm/s.pool\n  \
+        kavach pool rebuild /dev/shm/s.pool --replace /dev/shm/s.pool.1 /dev/shm/s.pool.1b")]
+    Rebuild(RebuildArgs),
 }
 
 #[derive(Debug, Args)]
@@ -100,7 +122,36 @@ pub struct CreateArgs {
         )
     )]
     pub stripe: u32,
+    /// Spread the pool over this many member files (3 to 64) with rotating parity, so it
+    /// survives the loss of any one of them. PATH is then a small text file naming the members,
+    /// which are created beside it as PATH.0, PATH.1, ... (see docs/format/pool-set.md). The
+    /// members together hold --size (rounded up to whole rows of chunks) plus one chunk of
+    /// parity per row.
+    #[arg(long, conflicts_with = "redundancy", value_parser = clap::value_parser!(u64).range(3..=64))]
+    pub files: Option<u64>,
+    /// With --files: the chunk, a power of two from 4KiB to 1GiB (default 1MiB). Parity rotates
+    /// across the members by rows of one chunk each.
+    #[arg(long, requires = "files", value_parser = parse_size)]
+    pub chunk: Option<u64>,
     /// Print the new pool's info as JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct RebuildArgs {
+    /// Path of the set description (the PATH given to `pool create --files`).
+    pub path: PathBuf,
+    /// OLD NEW: the member to replace, as the description names it (or any path to the same
+    /// file), and the path of the new member file, which must not exist unless it is OLD
+    /// itself (rebuild a lost member in place, or restart an interrupted rebuild).
+    #[arg(long, num_args = 2, value_names = ["OLD", "NEW"])]
+    pub replace: Vec<PathBuf>,
+    /// Open the set even if it was not closed cleanly while a member was lost: rows being
+    /// written at that crash may be rebuilt wrong (the RAID-5 write hole).
+    #[arg(long)]
+    pub force: bool,
+    /// Print the result as JSON.
     #[arg(long)]
     pub json: bool,
 }
@@ -208,6 +259,10 @@ fn open_ro(path: &Path) -> Result<Pool<pmem::Mapping>> {
 
 pub fn run_pool(cmd: PoolCommand) -> Result<Outcome> {
     match cmd {
+        PoolCommand::Create(a) if a.files.is_some() => create_set(&a),
+        PoolCommand::Info(a) if set::is_description(&a.path) => set_info(&a),
+        PoolCommand::Check(a) if set::is_description(&a.path) => set_check(&a),
+        PoolCommand::Rebuild(a) => rebuild_set(&a),
         PoolCommand::Create(a) => {
             let mut pool = Pool::create(
                 &a.path,
@@ -414,6 +469,43 @@ fn check(a: &InfoArgs) -> Result<Outcome> {
 }
 
 pub fn run_region(cmd: RegionCommand) -> Result<Outcome> {
+    let path = match &cmd {
+        RegionCommand::Create(a) => &a.path,
+        RegionCommand::Remove(a) => &a.path,
+        RegionCommand::List(a) => &a.path,
+    };
+    if set::is_description(path) {
+        region_on(cmd, |p| open_set_pool(p, false), |p| open_set_pool(p, true))
+    } else {
+        region_on(cmd, open_rw, open_ro)
+    }
+}
+
+/// The pool on the set a description names, read-write or read-only.
+fn open_set_pool(path: &Path, read_only: bool) -> Result<Pool<StripedSet<pmem::Mapping>>> {
+    let s = StripedSet::open_files(
+        path,
+        SetOpenOptions {
+            read_only,
+            force: false,
+        },
+    )
+    .with_context(|| format!("cannot open pool set {}", path.display()))?;
+    Pool::open_medium(
+        s,
+        &OpenOptions {
+            read_only,
+            domain: None,
+        },
+    )
+    .with_context(|| format!("cannot open the pool on set {}", path.display()))
+}
+
+fn region_on<M: Medium>(
+    cmd: RegionCommand,
+    open_rw: impl Fn(&Path) -> Result<Pool<M>>,
+    open_ro: impl Fn(&Path) -> Result<Pool<M>>,
+) -> Result<Outcome> {
     match cmd {
         RegionCommand::Create(a) => {
             let mut pool = open_rw(&a.path)?;
@@ -473,7 +565,7 @@ pub fn run_region(cmd: RegionCommand) -> Result<Outcome> {
 /// End a read-write region command: close the pool if `result` is `Ok`; otherwise put the pool
 /// back exactly as it was found (the failed command changed nothing, so the in-use mark the open
 /// wrote goes too, and the clean-shutdown flag is the one found) and return the error.
-fn finish<T>(pool: Pool<pmem::Mapping>, result: Result<T>, path: &Path) -> Result<T> {
+fn finish<T, M: Medium>(pool: Pool<M>, result: Result<T>, path: &Path) -> Result<T> {
     match result {
         Ok(v) => {
             pool.close()
@@ -492,7 +584,7 @@ fn finish<T>(pool: Pool<pmem::Mapping>, result: Result<T>, path: &Path) -> Resul
 
 /// Refuse, without --force, to remove a region that a layer owns or that the integrity layer
 /// protects.
-fn refuse_owned(pool: &Pool<pmem::Mapping>, a: &RegionRemoveArgs) -> Result<()> {
+fn refuse_owned<M: Medium>(pool: &Pool<M>, a: &RegionRemoveArgs) -> Result<()> {
     let Some(r) = pool.region(&a.name) else {
         return Ok(()); // remove_region names the missing region
     };
@@ -577,6 +669,385 @@ fn repair(a: &InfoArgs) -> Result<Outcome> {
         }
     }
     Ok(if report.healthy() {
+        Outcome::Ok
+    } else {
+        Outcome::Damage
+    })
+}
+
+// ---------------------------------------------------------------------------------------------
+// Pool sets: `pool create --files`, `pool info` on a set, `pool rebuild`.
+
+fn create_set(a: &CreateArgs) -> Result<Outcome> {
+    let n = a.files.unwrap_or(3);
+    let chunk = a.chunk.unwrap_or(set::CHUNK_DEFAULT);
+    set::validate_chunk(chunk)?;
+    if !matches!(a.domain, DomainArg::Auto) {
+        return Err(refused(
+            "--domain: a pool set runs in the domain its files' backing gives (auto)",
+        ));
+    }
+    pmem::pool::validate_size(a.size)?;
+    check_output_path("PATH", &a.path, false)?;
+    let paths = set::default_member_paths(&a.path, n as usize);
+    for p in &paths {
+        check_output_path("member", p, false)?;
+    }
+    let made = StripedSet::create_files(&a.path, &paths, a.size, chunk)
+        .with_context(|| format!("cannot create pool set {}", a.path.display()))?;
+    let domain = made.domain();
+    let formatted = Pool::format(made, domain).and_then(|s| {
+        Pool::open_medium(s, &OpenOptions::default())?
+            .close()
+            .map(|s| s.close())
+    });
+    if let Err(e) = formatted.and_then(|r| r) {
+        for p in &paths {
+            let _ = std::fs::remove_file(p);
+        }
+        let _ = std::fs::remove_file(&a.path);
+        return Err(anyhow::Error::new(e).context(format!(
+            "cannot create pool set {}; nothing was left behind",
+            a.path.display()
+        )));
+    }
+    let (status, info) = open_set_info(&a.path)?;
+    if a.json {
+        print_json(&set_json(&status, &info)?)?;
+    } else {
+        println!(
+            "created {} ({}, {} member files, chunk {}, uuid {})",
+            a.path.display(),
+            format_size(info.size),
+            status.geometry.members,
+            format_size(status.geometry.chunk as u64),
+            info.uuid
+        );
+        for m in &status.members {
+            println!("  member {}", m.display());
+        }
+    }
+    Ok(Outcome::Ok)
+}
+
+/// Open a set read-only and the pool on it: the set's state and the pool's info.
+fn open_set_info(path: &Path) -> Result<(SetStatus, PoolInfo)> {
+    let s = StripedSet::open_files(
+        path,
+        SetOpenOptions {
+            read_only: true,
+            force: false,
+        },
+    )
+    .with_context(|| format!("cannot open pool set {}", path.display()))?;
+    let status = s.status();
+    let pool = Pool::open_medium(
+        s,
+        &OpenOptions {
+            read_only: true,
+            domain: None,
+        },
+    )
+    .with_context(|| format!("cannot open the pool on set {}", path.display()))?;
+    Ok((status, pool.info()))
+}
+
+fn set_json(status: &SetStatus, info: &PoolInfo) -> Result<serde_json::Value> {
+    let mut v = serde_json::to_value(info)?;
+    v["set"] = serde_json::to_value(status)?;
+    Ok(v)
+}
+
+fn print_set(status: &SetStatus) {
+    let g = status.geometry;
+    println!(
+        "set         {} members, chunk {}, {} rows, generation {}, uuid {}",
+        g.members,
+        format_size(g.chunk as u64),
+        status.rows,
+        status.generation,
+        status.set_uuid
+    );
+    let state = match (&status.lost, status.state) {
+        (Some(f), s) => format!("{s}: member {} lost ({})", f.index, f.reason),
+        (None, s) => s.to_string(),
+    };
+    println!("set state   {state}");
+    for (i, m) in status.members.iter().enumerate() {
+        let lost = status.lost.as_ref().is_some_and(|f| f.index == i);
+        println!(
+            "  member {i:<3} {:<5} {}",
+            if lost { "LOST" } else { "ok" },
+            m.display()
+        );
+    }
+    if status.unclean_at_open {
+        println!("set note    not closed cleanly: the next read-write open recomputes parity");
+    }
+}
+
+fn set_info(a: &InfoArgs) -> Result<Outcome> {
+    let (status, info) = open_set_info(&a.path)?;
+    if a.json {
+        print_json(&set_json(&status, &info)?)?;
+    } else {
+        print_info(&info);
+        print_set(&status);
+    }
+    Ok(Outcome::Ok)
+}
+
+/// `path` made absolute without touching the file system (`..` kept).
+fn absolute(p: &Path) -> Result<PathBuf> {
+    std::path::absolute(p).with_context(|| format!("cannot resolve {}", p.display()))
+}
+
+fn rebuild_set(a: &RebuildArgs) -> Result<Outcome> {
+    let [old, new] = a.replace.as_slice() else {
+        return Err(refused("--replace takes two paths: OLD NEW"));
+    };
+    if !set::is_description(&a.path) {
+        return Err(refused(format!(
+            "{}: not a pool set description (its first line is not `{}`)",
+            a.path.display(),
+            set::DESCRIPTION_MAGIC
+        )));
+    }
+    let listed = set::read_description(&a.path)?;
+    let old_abs = absolute(old)?;
+    let mut index = None;
+    for (i, p) in listed.iter().enumerate() {
+        if absolute(p)? == old_abs {
+            index = Some(i);
+        }
+    }
+    let Some(index) = index else {
+        return Err(refused(format!(
+            "--replace {}: not a member of {} (members: {})",
+            old.display(),
+            a.path.display(),
+            listed
+                .iter()
+                .map(|p| p.display().to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        )));
+    };
+    let in_place = absolute(new)? == old_abs;
+    if !in_place {
+        check_output_path("--replace NEW", new, false)?;
+    }
+    // Decide on a read-only look first, so a refusal writes nothing.
+    let look = StripedSet::open_files(
+        &a.path,
+        SetOpenOptions {
+            read_only: true,
+            force: false,
+        },
+    )
+    .with_context(|| format!("cannot open pool set {}", a.path.display()))?;
+    let before = look.status();
+    drop(look);
+    match &before.lost {
+        Some(f) if f.index != index => {
+            return Err(refused(format!(
+                "member {} ({}) is lost, not member {index} ({}): rebuild that one first",
+                f.index,
+                f.label.display(),
+                old.display()
+            )));
+        }
+        None if in_place => {
+            return Err(refused(format!(
+                "member {index} ({}) is not lost: nothing to rebuild in place",
+                old.display()
+            )));
+        }
+        _ => {}
+    }
+    if before.unclean_at_open && before.lost.is_some() && !a.force {
+        return Err(refused(format!(
+            "{} was not closed cleanly while member {index} was lost: rows being written at              that crash may be rebuilt wrong; add --force to rebuild anyway",
+            a.path.display()
+        )));
+    }
+    let need = before.geometry.member_len(before.rows) as u64;
+    // The new member: created (or, in place, opened), then named in the description.
+    let target = if in_place {
+        let mut m = pmem::Mapping::open(new, true)
+            .with_context(|| format!("cannot open {}", new.display()))?;
+        if (m.len() as u64) < need {
+            return Err(refused(format!(
+                "{} has {} bytes; a member of this set needs {need}",
+                new.display(),
+                m.len()
+            )));
+        }
+        m.reserve(pmem::pool::GROW_RESERVE_BYTES as usize)?;
+        m
+    } else {
+        let mut m = pmem::Mapping::create(new, need)
+            .with_context(|| format!("cannot create {}", new.display()))?;
+        if let Err(e) = m.reserve(pmem::pool::GROW_RESERVE_BYTES as usize) {
+            drop(m);
+            let _ = std::fs::remove_file(new);
+            return Err(e.into());
+        }
+        m
+    };
+    let s = match StripedSet::open_files(
+        &a.path,
+        SetOpenOptions {
+            read_only: false,
+            force: a.force,
+        },
+    ) {
+        Ok(s) => s,
+        Err(e) => {
+            drop(target);
+            if !in_place {
+                let _ = std::fs::remove_file(new);
+            }
+            return Err(
+                anyhow::Error::new(e).context(format!("cannot open pool set {}", a.path.display()))
+            );
+        }
+    };
+    if s.lost().is_none() {
+        s.mark_lost(index, "replaced by `pool rebuild`")?;
+    }
+    let mut names = listed.clone();
+    names[index] = new.clone();
+    let names: Vec<PathBuf> = names.iter().map(|p| set::listed_name(&a.path, p)).collect();
+    set::write_description(&a.path, &names, false)
+        .with_context(|| format!("cannot rewrite {}", a.path.display()))?;
+    let started = std::time::Instant::now();
+    let mut next_report = 0u64;
+    let rows = s.rows();
+    s.rebuild(target, |done, total| {
+        let pct = done * 100 / total.max(1);
+        if pct >= next_report || done == total {
+            eprintln!("rebuild: member {index}: {done}/{total} rows ({pct}%)");
+            next_report = pct + 10;
+        }
+    })
+    .with_context(|| {
+        format!(
+            "rebuild of member {index} into {} failed; the set is still degraded; run \
+             `kavach pool rebuild {} --replace {} {}` to start again",
+            new.display(),
+            a.path.display(),
+            new.display(),
+            new.display()
+        )
+    })?;
+    let secs = started.elapsed().as_secs_f64();
+    let after = s.status();
+    s.close()
+        .with_context(|| format!("cannot close pool set {}", a.path.display()))?;
+    if a.json {
+        print_json(&serde_json::json!({
+            "rebuilt_member": index,
+            "old": old,
+            "new": new,
+            "rows": rows,
+            "bytes": rows * before.geometry.chunk as u64,
+            "seconds": secs,
+            "set": after,
+        }))?;
+    } else {
+        println!(
+            "rebuilt member {index} of {} into {} ({} rows, {} in {secs:.2} s); the set is {}",
+            a.path.display(),
+            new.display(),
+            rows,
+            format_size(rows * before.geometry.chunk as u64),
+            after.state
+        );
+    }
+    Ok(Outcome::Ok)
+}
+
+/// `pool check` on a set: a lost member is damage; with every member present, each row's parity
+/// is checked against its data (a mismatch is damage inside a member that the set's reads would
+/// not notice), and the pool on the set is opened read-only and its metadata damage reported.
+fn set_check(a: &InfoArgs) -> Result<Outcome> {
+    let s = StripedSet::open_files(
+        &a.path,
+        SetOpenOptions {
+            read_only: true,
+            force: false,
+        },
+    )
+    .map_err(|e| {
+        anyhow::Error::new(CouldNotRun)
+            .context(format!("cannot check pool set {}: {e}", a.path.display()))
+    })?;
+    let status = s.status();
+    let mut findings: Vec<String> = Vec::new();
+    if let Some(f) = &status.lost {
+        findings.push(format!(
+            "member {} ({}) is lost: {}; `kavach pool rebuild` replaces it",
+            f.index,
+            f.label.display(),
+            f.reason
+        ));
+    }
+    let bad_rows = if status.lost.is_none() {
+        s.verify_parity().map_err(|e| {
+            anyhow::Error::new(CouldNotRun)
+                .context(format!("cannot check pool set {}: {e}", a.path.display()))
+        })?
+    } else {
+        Vec::new()
+    };
+    if !bad_rows.is_empty() {
+        let shown: Vec<String> = bad_rows.iter().take(10).map(u64::to_string).collect();
+        findings.push(format!(
+            "{} row(s) whose parity does not match their data (rows {}{}){}",
+            bad_rows.len(),
+            shown.join(", "),
+            if bad_rows.len() > 10 { ", ..." } else { "" },
+            if status.unclean_at_open {
+                "; the set was not closed cleanly, so these may be writes cut short, which the \
+                 next read-write open recomputes"
+            } else {
+                ""
+            }
+        ));
+    }
+    let pool = Pool::open_medium(
+        s,
+        &OpenOptions {
+            read_only: true,
+            domain: None,
+        },
+    );
+    match &pool {
+        Ok(p) => findings.extend(p.damage().iter().map(|d| format!("pool metadata: {d}"))),
+        Err(e) => findings.push(format!("the pool on the set does not open: {e}")),
+    }
+    if a.json {
+        print_json(&serde_json::json!({
+            "healthy": findings.is_empty(),
+            "set": status,
+            "parity_mismatch_rows": bad_rows,
+            "findings": findings,
+        }))?;
+    } else if findings.is_empty() {
+        println!(
+            "{}: healthy ({} members, {} rows, parity matches)",
+            a.path.display(),
+            status.geometry.members,
+            status.rows
+        );
+    } else {
+        for f in &findings {
+            println!("damage: {f}");
+        }
+        println!("{}: {} finding(s)", a.path.display(), findings.len());
+    }
+    Ok(if findings.is_empty() {
         Outcome::Ok
     } else {
         Outcome::Damage

@@ -95,7 +95,15 @@ const fn row(
 fn table() -> Vec<Row> {
     vec![
         row(&["pool", "create"], &["P", "--size", "1MiB"], EXISTING),
+        row(
+            &["pool", "create"],
+            &["P", "--size", "1MiB", "--files", "3"],
+            EXISTING,
+        ),
         row(&["pool", "info"], &["P"], NOT_A_POOL),
+        // A pool set's member rebuilt into S: anything that is not a set description is
+        // refused, and S never appears.
+        row(&["pool", "rebuild"], &["P", "--replace", "P", "S"], ALL),
         Row {
             words: &["pool", "check"],
             args: &["P"],

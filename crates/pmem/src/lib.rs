@@ -39,6 +39,7 @@ pub mod recorded;
 pub mod repair;
 pub mod rng;
 pub mod sched;
+pub mod set;
 pub mod sim;
 
 pub use directory::{Alignment, Region, RegionKind, kinds};
