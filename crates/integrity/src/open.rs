@@ -482,3 +482,231 @@ fn carry_out<M: Medium>(
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const COPIES: [Copies; 2] = [Copies::BothValid, Copies::OneDamaged];
+    const STATES: [HeaderState; 3] = [HeaderState::Clean, HeaderState::Open, HeaderState::Stale];
+    const MODES: [Mode; 4] = [Mode::Off, Mode::Lazy, Mode::Eager, Mode::TxbPage];
+
+    /// Every input combination, in a fixed order.
+    fn every_case() -> Vec<OpenCase> {
+        let mut all = Vec::new();
+        for copies in COPIES {
+            for state in STATES {
+                for unverified in [false, true] {
+                    for lines_valid in [false, true] {
+                        for mode in MODES {
+                            for read_only in [false, true] {
+                                for background in [false, true] {
+                                    for scrub in [false, true] {
+                                        all.push(OpenCase {
+                                            copies,
+                                            state,
+                                            unverified,
+                                            lines_valid,
+                                            mode,
+                                            read_only,
+                                            background,
+                                            scrub,
+                                        });
+                                    }
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        all
+    }
+
+    /// A cell of an input column: `any`, or values separated by commas.
+    fn cell<T: Copy>(text: &str, all: &[T], parse: impl Fn(&str) -> Option<T>) -> Vec<T> {
+        if text == "any" {
+            return all.to_vec();
+        }
+        text.split(',')
+            .map(|v| parse(v.trim()).unwrap_or_else(|| panic!("unknown value `{v}`")))
+            .collect()
+    }
+
+    fn flag(v: &str) -> Option<bool> {
+        match v {
+            "clear" => Some(false),
+            "set" => Some(true),
+            _ => None,
+        }
+    }
+
+    /// `no`, `yes`, or `if asked` (the thread's own input).
+    fn thread(v: &str, asked: bool) -> bool {
+        match v {
+            "no" => false,
+            "yes" => true,
+            "if asked" => asked,
+            c => panic!("thread cell `{c}`"),
+        }
+    }
+
+    /// One row of the table, parsed: the input sets it covers and the plan it states for a case.
+    struct Row {
+        text: String,
+        copies: Vec<Copies>,
+        states: Vec<HeaderState>,
+        unverified: Vec<bool>,
+        lines: Vec<bool>,
+        modes: Vec<Mode>,
+        read_only: Vec<bool>,
+        out: Vec<String>,
+    }
+
+    impl Row {
+        fn parse(line: &str) -> Row {
+            let cells: Vec<String> = line
+                .trim()
+                .trim_matches('|')
+                .split('|')
+                .map(|c| c.trim().to_string())
+                .collect();
+            assert_eq!(cells.len(), 11, "row `{line}` has {} cells", cells.len());
+            Row {
+                text: line.into(),
+                copies: cell(&cells[0], &COPIES, |v| match v {
+                    "both valid" => Some(Copies::BothValid),
+                    "one damaged" => Some(Copies::OneDamaged),
+                    _ => None,
+                }),
+                states: cell(&cells[1], &STATES, |v| match v {
+                    "clean" => Some(HeaderState::Clean),
+                    "open" => Some(HeaderState::Open),
+                    "stale" => Some(HeaderState::Stale),
+                    _ => None,
+                }),
+                unverified: cell(&cells[2], &[false, true], flag),
+                lines: cell(&cells[3], &[false, true], flag),
+                modes: cell(&cells[4], &MODES, Mode::parse),
+                read_only: cell(&cells[5], &[false, true], |v| match v {
+                    "read-only" => Some(true),
+                    "read-write" => Some(false),
+                    _ => None,
+                }),
+                out: cells[6..].to_vec(),
+            }
+        }
+
+        fn covers(&self, c: &OpenCase) -> bool {
+            self.copies.contains(&c.copies)
+                && self.states.contains(&c.state)
+                && self.unverified.contains(&c.unverified)
+                && self.lines.contains(&c.lines_valid)
+                && self.modes.contains(&c.mode)
+                && self.read_only.contains(&c.read_only)
+        }
+
+        /// The plan this row states for `c`, without the trust (the trust table's part).
+        fn plan(&self, c: &OpenCase) -> (Session, Work, bool, bool, bool) {
+            let session = match self.out[0].as_str() {
+                "none" => Session::None,
+                "stale, line flag cleared" => Session::Stale,
+                "open, line flag cleared" => Session::OpenLinesCleared,
+                "open, line flag kept" => Session::OpenLinesKept,
+                s => panic!("first write `{s}`"),
+            };
+            let work = match self.out[1].as_str() {
+                "nothing" => Work::Nothing,
+                "resync" => Work::Resync,
+                "resync with lines" => Work::ResyncWithLines,
+                "lines from verified pages" => Work::LinesFromVerifiedPages,
+                w => panic!("then `{w}`"),
+            };
+            (
+                session,
+                work,
+                thread(&self.out[2], false),
+                thread(&self.out[3], c.background),
+                thread(&self.out[4], c.scrub),
+            )
+        }
+    }
+
+    fn doc_rows() -> Vec<Row> {
+        let doc = include_str!("../../../docs/integrity.md");
+        let rows: Vec<Row> = doc
+            .lines()
+            .skip_while(|l| !l.contains("<!-- open-table -->"))
+            .skip(3)
+            .take_while(|l| l.starts_with('|'))
+            .map(Row::parse)
+            .collect();
+        assert!(!rows.is_empty(), "docs/integrity.md lacks the open table");
+        rows
+    }
+
+    /// Every combination of the inputs, against the table in `docs/integrity.md`: each is
+    /// covered by some row, and every row that covers it states what the function decides.
+    #[test]
+    fn every_case_against_the_doc_table() {
+        let rows = doc_rows();
+        let cases = every_case();
+        assert_eq!(cases.len(), 2 * 3 * 2 * 2 * 4 * 2 * 2 * 2);
+        let mut used = vec![false; rows.len()];
+        for c in &cases {
+            let plan = decide(*c);
+            let got = (
+                plan.session,
+                plan.work,
+                plan.arm_tracker,
+                plan.updater,
+                plan.scrubber,
+            );
+            let mut matched = 0;
+            for (i, row) in rows.iter().enumerate() {
+                if row.covers(c) {
+                    matched += 1;
+                    used[i] = true;
+                    assert_eq!(got, row.plan(c), "{c:?} against row {}", row.text);
+                }
+            }
+            assert!(matched > 0, "no row of the table covers {c:?}");
+        }
+        for (row, used) in rows.iter().zip(used) {
+            assert!(used, "row {} covers no case", row.text);
+        }
+    }
+
+    /// The trust the plan carries is the trust table's, for every case.
+    #[test]
+    fn the_plan_carries_the_trust_tables_basis() {
+        for c in every_case() {
+            let flags_in_force = if c.unverified { flags::UNVERIFIED } else { 0 };
+            let want = crate::trust::decide(
+                c.copies == Copies::OneDamaged,
+                c.state.code(),
+                flags_in_force,
+            );
+            assert_eq!(decide(c).trust, want, "{c:?}");
+        }
+    }
+
+    /// What the table says in prose: a resync happens exactly in a read-write open of an
+    /// unclean region in a mode that keeps redundancy, and nothing is written read-only.
+    #[test]
+    fn resync_only_for_unclean_read_write_opens() {
+        for c in every_case() {
+            let p = decide(c);
+            let resyncs = matches!(p.work, Work::Resync | Work::ResyncWithLines);
+            let unclean = c.copies == Copies::OneDamaged || c.state != HeaderState::Clean;
+            assert_eq!(
+                resyncs,
+                !c.read_only && unclean && c.mode != Mode::Off,
+                "{c:?}"
+            );
+            if c.read_only {
+                assert_eq!((p.session, p.work), (Session::None, Work::Nothing), "{c:?}");
+            }
+        }
+    }
+}
