@@ -264,6 +264,27 @@ pub(crate) fn rebuild_page<M: Medium>(inner: &Inner<M>, p: u64) -> Result<String
         .medium
         .flush(at, PAGE_SIZE)
         .map_err(|e| e.to_string())?;
+    // Read it back before anything is derived from it: a read that returns other bytes than
+    // the page holds (a misdirected read, a failing read path) looks like damage, and
+    // rewriting the page does not cure it. Line checksums recomputed from such a read would
+    // bless the wrong bytes, and the reader would be served them.
+    let mut back = vec![0u8; PAGE_SIZE];
+    inner.read_page(p, &mut back);
+    if back != rebuilt {
+        let stored_to = inner
+            .written(p, 1)
+            .map(|w| bit(&w, 0))
+            .map_err(|e| e.to_string())?;
+        if !stored_to {
+            return Err(format!(
+                "page {p} was rewritten with what parity rebuilds but reads back other bytes: \
+                 reads of it do not return what it holds (a misdirected or failing read), so \
+                 it cannot be repaired by writing it"
+            ));
+        }
+        // A lazy-mode writer stored to it since (no lock keeps one out): its bytes are new
+        // data, which the next update pass covers.
+    }
     if inner.lines_valid() {
         inner.write_lines(p).map_err(|e| e.to_string())?;
     }
