@@ -18,6 +18,23 @@ pub(crate) trait Locate {
     fn line_sum_at(&self, page: u64, slot: usize) -> usize;
 }
 
+/// A shared handle places as what it holds (so `Finding::page(&arc, ..)` reads as it did when
+/// the constructors took the engine's type and the handle deref-coerced to it).
+impl<T: Locate + ?Sized> Locate for std::sync::Arc<T> {
+    fn page_at(&self, page: u64) -> usize {
+        (**self).page_at(page)
+    }
+    fn parity_at(&self, stripe: u64) -> usize {
+        (**self).parity_at(stripe)
+    }
+    fn sum_at(&self, which: Sums, index: u64) -> usize {
+        (**self).sum_at(which, index)
+    }
+    fn line_sum_at(&self, page: u64, slot: usize) -> usize {
+        (**self).line_sum_at(page, slot)
+    }
+}
+
 /// What kind of damage a finding is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
 #[serde(rename_all = "kebab-case")]
