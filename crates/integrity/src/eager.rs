@@ -185,7 +185,7 @@ impl<M: Medium> Inner<M> {
             let mut line = [0u8; LINE_BYTES];
             let line_at = self.page_at(page) + slot * LINE_BYTES;
             let ok = {
-                let _g = self.groups[group].read().unwrap_or_else(|e| e.into_inner());
+                let _g = self.lock_read(group);
                 self.medium.read(line_at, &mut line);
                 self.read_u32(self.line_sum_at(page, slot)) == self.line_sum_of(page, slot, &line)
             };

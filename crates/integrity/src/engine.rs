@@ -176,11 +176,12 @@ impl<M: Medium + 'static> Protected<M> {
     }
     /// Findings noted by passes, eager reads and writes and the background scrubber.
     pub fn findings(&self) -> Vec<Finding> {
-        let log = self.inner.log.lock().unwrap_or_else(|e| e.into_inner());
+        let log = crate::inner::leaf(&self.inner.log);
         log.findings.iter().cloned().collect()
     }
 
     fn stop_threads(&mut self) {
+        crate::inner::assert_no_leaf_held("the stop lock");
         *self.inner.stop.lock().unwrap_or_else(|e| e.into_inner()) = true;
         self.inner.wake.notify_all();
         for t in self.threads.drain(..) {

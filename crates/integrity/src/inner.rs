@@ -21,7 +21,7 @@ use crate::trust::Trust;
 use pmem::layout::PAGE_SIZE;
 use pmem::{Medium, Uuid};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Condvar, Mutex, RwLock, RwLockWriteGuard};
+use std::sync::{Condvar, Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::time::{Duration, Instant};
 
 /// A page, in bytes, as the type offsets are computed in.
@@ -56,6 +56,12 @@ pub(crate) const SAMPLES_KEPT_MAX: usize = 256;
 ///
 /// The medium's own locks (a simulated medium's) are taken inside its calls, below all of
 /// these. Lazy-mode writers take no lock of this list except the tracker's.
+///
+/// Checked: by reading every site (each group lock is taken through [`Inner::lock_write`] or
+/// [`Inner::lock_read`]; the sites holding several are the pass's batch, a txb-page write and
+/// a repair's final proof, each over an ascending range), and, in debug builds (every test
+/// run), at run time for rule 3: leaves are taken through [`leaf`], which counts them per
+/// thread, and taking a leaf, a group lock or `stop` while holding a leaf panics.
 pub(crate) struct Inner<M: Medium> {
     pub(crate) medium: M,
     pub(crate) uuid: Uuid,
@@ -136,13 +142,13 @@ impl<M: Medium> Inner<M> {
         self.meta(self.geo.linesums_at + 4 * (page * LINES_PER_PAGE as u64 + slot as u64))
     }
     pub(crate) fn lines_valid(&self) -> bool {
-        self.header.lock().unwrap_or_else(|e| e.into_inner()).flags & flags::LINES_VALID != 0
+        leaf(&self.header).flags & flags::LINES_VALID != 0
     }
     pub(crate) fn trust(&self) -> Trust {
-        self.trust.lock().unwrap_or_else(|e| e.into_inner()).clone()
+        leaf(&self.trust).clone()
     }
     pub(crate) fn set_trust(&self, t: Trust) {
-        *self.trust.lock().unwrap_or_else(|e| e.into_inner()) = t;
+        *leaf(&self.trust) = t;
     }
 
     /// Every stripe was proven: clear the `unverified` flag. The caller holds every group's
@@ -240,7 +246,7 @@ impl<M: Medium> Inner<M> {
     }
 
     pub(crate) fn note(&self, f: Finding) {
-        let mut log = self.log.lock().unwrap_or_else(|e| e.into_inner());
+        let mut log = leaf(&self.log);
         log.findings_total += 1;
         if log.findings.len() >= FINDINGS_KEPT_MAX {
             log.findings.pop_front();
@@ -254,9 +260,15 @@ impl<M: Medium> Inner<M> {
         (page / self.geo.group_pages()) as usize
     }
     pub(crate) fn lock_write(&self, group: usize) -> RwLockWriteGuard<'_, ()> {
+        assert_no_leaf_held("a group's write lock");
         self.groups[group]
             .write()
             .unwrap_or_else(|e| e.into_inner())
+    }
+    /// Group `group`'s read lock (eager reads, the scrubber).
+    pub(crate) fn lock_read(&self, group: usize) -> RwLockReadGuard<'_, ()> {
+        assert_no_leaf_held("a group's read lock");
+        self.groups[group].read().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Pages of `[first, first + count)` written since the last pass (lazy mode only; the other
@@ -293,7 +305,7 @@ impl<M: Medium> Inner<M> {
     // ---------- header ----------
 
     pub(crate) fn write_header(&self, change: impl FnOnce(&mut Header)) -> Result<()> {
-        let mut h = self.header.lock().unwrap_or_else(|e| e.into_inner());
+        let mut h = leaf(&self.header);
         let mut next = h.clone();
         change(&mut next);
         next.seq = h.seq + 1;
@@ -325,6 +337,7 @@ impl<M: Medium> Inner<M> {
     }
 
     pub(crate) fn stop_requested(&self, wait: Duration) -> bool {
+        assert_no_leaf_held("the stop lock");
         let stop = self.stop.lock().unwrap_or_else(|e| e.into_inner());
         if *stop {
             return true;
@@ -382,6 +395,63 @@ pub(crate) fn build<M: Medium>(
     }
 }
 
+// ---------- checking the lock order (debug builds) ----------
+
+#[cfg(debug_assertions)]
+thread_local! {
+    /// Leaf locks (`header`, `trust`, `log`) this thread holds now.
+    static LEAVES_HELD: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
+}
+
+/// In debug builds, panic if this thread holds a leaf lock: `what` may not be taken under one
+/// (rule 3 of the lock order beside [`Inner`]).
+pub(crate) fn assert_no_leaf_held(what: &str) {
+    #[cfg(debug_assertions)]
+    LEAVES_HELD.with(|n| {
+        assert!(
+            n.get() == 0,
+            "lock order: {what} taken while this thread holds a leaf lock (header, trust or log)"
+        );
+    });
+    #[cfg(not(debug_assertions))]
+    let _ = what;
+}
+
+/// A guard on a leaf lock. Debug builds count it per thread, so that taking another leaf or a
+/// group lock while it is held panics (see [`assert_no_leaf_held`]).
+pub(crate) struct Leaf<'a, T> {
+    guard: MutexGuard<'a, T>,
+}
+
+/// Take leaf lock `lock` (`header`, `trust` or `log`), checking the lock order in debug builds.
+pub(crate) fn leaf<T>(lock: &Mutex<T>) -> Leaf<'_, T> {
+    assert_no_leaf_held("a leaf lock");
+    let guard = lock.lock().unwrap_or_else(|e| e.into_inner());
+    #[cfg(debug_assertions)]
+    LEAVES_HELD.with(|n| n.set(n.get() + 1));
+    Leaf { guard }
+}
+
+impl<T> std::ops::Deref for Leaf<'_, T> {
+    type Target = T;
+    fn deref(&self) -> &T {
+        &self.guard
+    }
+}
+
+impl<T> std::ops::DerefMut for Leaf<'_, T> {
+    fn deref_mut(&mut self) -> &mut T {
+        &mut self.guard
+    }
+}
+
+impl<T> Drop for Leaf<'_, T> {
+    fn drop(&mut self) {
+        #[cfg(debug_assertions)]
+        LEAVES_HELD.with(|n| n.set(n.get() - 1));
+    }
+}
+
 impl<M: Medium> Locate for Inner<M> {
     fn page_at(&self, page: u64) -> usize {
         Inner::page_at(self, page)
@@ -394,5 +464,35 @@ impl<M: Medium> Locate for Inner<M> {
     }
     fn line_sum_at(&self, page: u64, slot: usize) -> usize {
         Inner::line_sum_at(self, page, slot)
+    }
+}
+
+#[cfg(all(test, debug_assertions))]
+mod tests {
+    use super::*;
+    use std::panic::{AssertUnwindSafe, catch_unwind};
+
+    /// The run-time check of the lock order catches a leaf taken under a leaf and a group lock
+    /// (or the stop lock) under a leaf, and counts leaves back down when they are released.
+    #[test]
+    fn the_lock_order_check_catches_nesting_under_a_leaf() {
+        let header = Mutex::new(1u32);
+        let log = Mutex::new(2u32);
+        {
+            let h = leaf(&header);
+            assert_eq!(*h, 1);
+            let nested = catch_unwind(AssertUnwindSafe(|| {
+                let _l = leaf(&log);
+            }));
+            assert!(nested.is_err(), "a leaf under a leaf");
+            let group = catch_unwind(|| assert_no_leaf_held("a group's write lock"));
+            assert!(group.is_err(), "a group lock under a leaf");
+        }
+        // Released: both may be taken again, one after the other, and a group lock is fine.
+        *leaf(&log) += 1;
+        let h = *leaf(&header);
+        let l = *leaf(&log);
+        assert_eq!(h + l, 4);
+        assert_no_leaf_held("a group's write lock");
     }
 }

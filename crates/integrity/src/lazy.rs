@@ -5,7 +5,7 @@
 use crate::checksum::xor_into;
 use crate::error::{IntegrityError, Result};
 use crate::finding::{Finding, PassStats};
-use crate::inner::{Inner, SAMPLES_KEPT_MAX};
+use crate::inner::{Inner, SAMPLES_KEPT_MAX, leaf};
 use crate::layout::{SUMS_PER_BLOCK, Sums};
 use crate::options::Mode;
 use crate::tracker::BATCH_WORDS;
@@ -117,7 +117,7 @@ impl<M: Medium> Inner<M> {
             first += count as u64;
         }
         st.duration_us = started.elapsed().as_micros() as u64;
-        let mut log = self.log.lock().unwrap_or_else(|e| e.into_inner());
+        let mut log = leaf(&self.log);
         if let Some(prev) = log.last_pass_start {
             let coverage = (Instant::now() - prev).as_millis() as u64;
             log.coverage_ms_max = log.coverage_ms_max.max(coverage);
@@ -148,7 +148,7 @@ pub(crate) fn updater<M: Medium>(inner: Arc<Inner<M>>) {
         }
         next += period;
         if let Err(e) = inner.run_pass() {
-            let mut log = inner.log.lock().unwrap_or_else(|e| e.into_inner());
+            let mut log = leaf(&inner.log);
             log.last_error = Some(e.to_string());
             if matches!(e, IntegrityError::Pmem(_)) {
                 inner.failed.store(true, Ordering::Release);

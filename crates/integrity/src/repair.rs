@@ -22,7 +22,7 @@
 use crate::checksum::xor_into;
 use crate::error::Result;
 use crate::finding::{Finding, FindingKind};
-use crate::inner::Inner;
+use crate::inner::{Inner, leaf};
 use crate::layout::{LINE_BYTES, LINES_PER_PAGE, SUMS_PER_BLOCK, Sums};
 use crate::options::{Mode, Progress};
 use crate::rebuild::{bit, read_parity, verified_parity, verified_peers_xor, written_in_stripe};
@@ -86,9 +86,7 @@ fn scrub_group_into<M: Medium>(
     let gp = g.group_pages();
     let first = group * gp;
     let end = (first + gp).min(g.data_pages);
-    let _lock = inner.groups[group as usize]
-        .read()
-        .unwrap_or_else(|e| e.into_inner());
+    let _lock = inner.lock_read(group as usize);
     let written = inner.written(first, (end - first) as u32)?;
     let mut bad_blocks = Vec::new();
     for b in first / SUMS_PER_BLOCK..end.div_ceil(SUMS_PER_BLOCK) {
@@ -215,7 +213,7 @@ pub(crate) fn scrubber<M: Medium>(inner: Arc<Inner<M>>, pages_per_sec: u64) {
             match scrub_group(&inner, group, &mut report, "scrub") {
                 Ok(()) => report.findings.into_iter().for_each(|f| inner.note(f)),
                 Err(e) => {
-                    let mut log = inner.log.lock().unwrap_or_else(|e| e.into_inner());
+                    let mut log = leaf(&inner.log);
                     log.last_error = Some(format!("scrubber: {e}"));
                 }
             }
@@ -223,7 +221,7 @@ pub(crate) fn scrubber<M: Medium>(inner: Arc<Inner<M>>, pages_per_sec: u64) {
                 return;
             }
         }
-        let mut log = inner.log.lock().unwrap_or_else(|e| e.into_inner());
+        let mut log = leaf(&inner.log);
         log.scrub_passes += 1;
     }
 }
