@@ -262,3 +262,12 @@ impl Geometry {
         (crate::tracker::BATCH_PAGES as u64 / g).max(1) * g
     }
 }
+
+/// Which checksum array.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Sums {
+    /// One per data page.
+    Pages,
+    /// One per parity page.
+    Parity,
+}

@@ -24,12 +24,19 @@
 #![deny(unsafe_code)]
 
 pub mod checksum;
+mod eager;
 pub mod engine;
 pub mod error;
+mod finding;
 pub mod fof;
 pub mod header;
+mod inner;
 pub mod layout;
+mod lazy;
+mod open;
+mod options;
 mod pool;
+mod rebuild;
 mod repair;
 pub mod report;
 pub mod tracker;

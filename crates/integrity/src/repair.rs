@@ -20,19 +20,20 @@
 //! - Parity is never recomputed over a page that fails its checksum.
 
 use crate::checksum::xor_into;
-use crate::engine::{Inner, Progress, Sums};
 use crate::error::Result;
-use crate::layout::{LINE_BYTES, LINES_PER_PAGE, SUMS_PER_BLOCK};
-use crate::report::{Finding, FindingKind, RepairOutcome, RepairReport, ScrubReport};
+use crate::finding::{Finding, FindingKind};
+use crate::inner::{Inner, leaf};
+use crate::layout::{LINE_BYTES, LINES_PER_PAGE, SUMS_PER_BLOCK, Sums};
+use crate::options::{Mode, Progress};
+use crate::rebuild::{bit, read_parity, verified_parity, verified_peers_xor, written_in_stripe};
+use crate::report::{RepairOutcome, RepairReport, ScrubReport};
 use crate::trust::Basis;
 use pmem::Medium;
 use pmem::layout::PAGE_SIZE;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-fn bit(bits: &[u64], i: u64) -> bool {
-    bits[(i / 64) as usize] >> (i % 64) & 1 == 1
-}
+pub(crate) use crate::rebuild::rebuild_page;
 
 /// Verify one lock group; the caller holds nothing. Appends findings to `out`.
 fn scrub_group<M: Medium>(
@@ -85,9 +86,7 @@ fn scrub_group_into<M: Medium>(
     let gp = g.group_pages();
     let first = group * gp;
     let end = (first + gp).min(g.data_pages);
-    let _lock = inner.groups[group as usize]
-        .read()
-        .unwrap_or_else(|e| e.into_inner());
+    let _lock = inner.lock_read(group as usize);
     let written = inner.written(first, (end - first) as u32)?;
     let mut bad_blocks = Vec::new();
     for b in first / SUMS_PER_BLOCK..end.div_ceil(SUMS_PER_BLOCK) {
@@ -171,15 +170,9 @@ fn scrub_group_into<M: Medium>(
     Ok(())
 }
 
-fn read_parity<M: Medium>(inner: &Inner<M>, stripe: u64) -> Vec<u8> {
-    let mut b = vec![0u8; PAGE_SIZE];
-    inner.medium.read(inner.parity_at(stripe), &mut b);
-    b
-}
-
 /// Verify every clean page, both checksum arrays and every parity page.
 pub(crate) fn scrub<M: Medium>(inner: &Inner<M>, progress: Progress<'_>) -> Result<ScrubReport> {
-    if inner.mode == crate::engine::Mode::Off {
+    if inner.mode == Mode::Off {
         // Nothing keeps the checksums current: every page written since would read as damage.
         return Err(crate::error::IntegrityError::invalid(
             "mode",
@@ -220,7 +213,7 @@ pub(crate) fn scrubber<M: Medium>(inner: Arc<Inner<M>>, pages_per_sec: u64) {
             match scrub_group(&inner, group, &mut report, "scrub") {
                 Ok(()) => report.findings.into_iter().for_each(|f| inner.note(f)),
                 Err(e) => {
-                    let mut log = inner.log.lock().unwrap_or_else(|e| e.into_inner());
+                    let mut log = leaf(&inner.log);
                     log.last_error = Some(format!("scrubber: {e}"));
                 }
             }
@@ -228,105 +221,9 @@ pub(crate) fn scrubber<M: Medium>(inner: Arc<Inner<M>>, pages_per_sec: u64) {
                 return;
             }
         }
-        let mut log = inner.log.lock().unwrap_or_else(|e| e.into_inner());
+        let mut log = leaf(&inner.log);
         log.scrub_passes += 1;
     }
-}
-
-/// Pages of stripe `s` (other than `skip`) that were written since the last pass.
-fn written_in_stripe<M: Medium>(
-    inner: &Inner<M>,
-    s: u64,
-    skip: Option<u64>,
-) -> Result<Vec<u64>, String> {
-    let range = inner.geo.stripe_pages_range(s);
-    let bits = inner
-        .written(range.start, (range.end - range.start) as u32)
-        .map_err(|e| e.to_string())?;
-    Ok(range
-        .clone()
-        .filter(|&p| Some(p) != skip && bit(&bits, p - range.start))
-        .collect())
-}
-
-/// Read every page of stripe `s` except `skip`, requiring each to be clean and to pass its
-/// checksum (and its checksum block to be sound); returns their XOR.
-fn verified_peers_xor<M: Medium>(
-    inner: &Inner<M>,
-    s: u64,
-    skip: Option<u64>,
-) -> Result<Vec<u8>, String> {
-    let written = written_in_stripe(inner, s, skip)?;
-    if let Some(q) = written.first() {
-        return Err(format!(
-            "page {q} of the same stripe was written since the last update pass, so parity is not current"
-        ));
-    }
-    let mut acc = vec![0u8; PAGE_SIZE];
-    let mut page = vec![0u8; PAGE_SIZE];
-    for q in inner.geo.stripe_pages_range(s) {
-        if Some(q) == skip {
-            continue;
-        }
-        if !inner.block_ok(Sums::Pages, q / SUMS_PER_BLOCK) {
-            return Err(format!(
-                "the checksum block holding page {q}'s checksum is damaged"
-            ));
-        }
-        inner.read_page(q, &mut page);
-        if inner.page_sum_of(q, &page) != inner.sum(Sums::Pages, q) {
-            return Err(format!(
-                "page {q} of the same stripe also fails its checksum"
-            ));
-        }
-        xor_into(&mut acc, &page);
-    }
-    Ok(acc)
-}
-
-/// The parity page of stripe `s`, required to pass its checksum.
-fn verified_parity<M: Medium>(inner: &Inner<M>, s: u64) -> Result<Vec<u8>, String> {
-    if !inner.block_ok(Sums::Parity, s / SUMS_PER_BLOCK) {
-        return Err(format!(
-            "the checksum block holding stripe {s}'s parity checksum is damaged"
-        ));
-    }
-    let parity = read_parity(inner, s);
-    if inner.parity_sum_of(s, &parity) != inner.sum(Sums::Parity, s) {
-        return Err(format!("the parity page of stripe {s} fails its checksum"));
-    }
-    Ok(parity)
-}
-
-/// Rebuild data page `p` from parity, under the rules above. The caller holds its group's
-/// write lock. Does not fence.
-pub(crate) fn rebuild_page<M: Medium>(inner: &Inner<M>, p: u64) -> Result<String, String> {
-    let s = inner.geo.stripe_of(p);
-    if !inner.block_ok(Sums::Pages, p / SUMS_PER_BLOCK) {
-        return Err("its checksum block is damaged".into());
-    }
-    let mut rebuilt = verified_parity(inner, s)?;
-    xor_into(&mut rebuilt, &verified_peers_xor(inner, s, Some(p))?);
-    let want = inner.sum(Sums::Pages, p);
-    let got = inner.page_sum_of(p, &rebuilt);
-    if got != want {
-        return Err(format!(
-            "parity rebuilds a page with checksum {got:#010x}, not the recorded {want:#010x}"
-        ));
-    }
-    let at = inner.page_at(p);
-    inner.medium.write(at, &rebuilt);
-    inner
-        .medium
-        .flush(at, PAGE_SIZE)
-        .map_err(|e| e.to_string())?;
-    if inner.lines_valid() {
-        inner.write_lines(p).map_err(|e| e.to_string())?;
-    }
-    Ok(format!(
-        "rebuilt from the parity of stripe {s} and its {} other pages",
-        inner.geo.stripe_pages_range(s).count() - 1
-    ))
 }
 
 /// Is stripe `s` provably consistent: every page clean, parity sound, and the XOR of the data

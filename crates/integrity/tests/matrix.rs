@@ -1,35 +1,48 @@
-//! The detection matrix of `docs/integrity.md`: every fault kind injected into a page that is
-//! clean (redundancy current) and into one written since the last pass, 1,000 times per cell,
-//! in lazy mode.
+//! The detection matrix of `docs/integrity.md`: every fault kind injected into a page, 1,000
+//! times per cell, in four settings: lazy mode with the page clean (redundancy current), lazy
+//! mode with the page written since the last pass, eager mode, and txb-page mode (in the last
+//! two a write through the API leaves its redundancy current, so there is no second column).
 //!
 //! Each trial starts from the same protected region (64 pages, stripes of 4) and:
 //!
-//! 1. (written column) writes the target page through the API, so it is written and not yet
-//!    covered;
-//! 2. injects the fault behind every layer's back (`Medium::inject`), as firmware would;
-//! 3. lets time pass as a user would see it: an update pass, then a scrub, then a repair;
+//! 1. (lazy, written column) writes the target page through the API, so it is written and not
+//!    yet covered;
+//! 2. injects the fault behind every layer's back (`Medium::inject`), as firmware would, or,
+//!    for a misdirected read, makes every read of the target page return another page's bytes
+//!    (`pmem::fault::MisdirectedReads`) until the end of the trial's repair;
+//! 3. lets time pass as a user would see it: in eager mode a read of the page through the API
+//!    (which must return the intended bytes or a typed error, never anything else), then an
+//!    update pass, a scrub and a repair;
 //! 4. classifies the outcome against what the program meant to store ("intended"):
-//!    - **detected**: the pass or the scrub reported the fault before the repair;
-//!    - **repaired**: after the repair, data and all redundancy are byte-identical to the
-//!      intended data and the redundancy an independent computation gives for it;
+//!    - **detected**: the read, the pass or the scrub reported the fault before the repair;
+//!    - **repaired**: after the repair (and the end of a misdirection), data and all
+//!      redundancy are byte-identical to the intended data and the redundancy an independent
+//!      computation gives for it, and a scrub finds nothing (which also checks line
+//!      checksums in eager mode);
 //!    - **silent**: not detected, and the data or redundancy is wrong afterwards;
 //!    - **false alarm**: some report names a page, stripe or block the fault did not touch.
 //!
 //! The faults: a lost write is a write the program made and redundancy covered (clean) or not
 //! yet covered (written) that the device then dropped (the page gets its old bytes back); a
 //! misdirected write is a write meant for page Q (another stripe) that landed on the target
-//! page instead, Q keeping its old bytes.
+//! page instead, Q keeping its old bytes; a misdirected read returns page Q's bytes (another
+//! stripe) for the target page while the target keeps its own.
 //!
 //! The rendered table must equal the one in `docs/integrity.md` (the trials are seeded, so the
 //! matrix is deterministic); run with `KAVACH_BLESS=1` to rewrite the document's table.
 
 mod support;
 
-use integrity::{FindingKind, Mode};
-use pmem::Medium;
+use integrity::{FindingKind, IntegrityError, Mode, OpenOptions, Protected};
+use pmem::fault::MisdirectedReads;
 use pmem::rng::SplitMix64;
+use pmem::{Medium, Pool};
 use std::collections::HashSet;
+use std::sync::Arc;
 use support::*;
+
+/// Every trial reads through this; only misdirected-read trials set a redirect.
+type Mis = Arc<MisdirectedReads<Sim>>;
 
 const PAGES: u64 = 64;
 const K: u64 = 4;
@@ -42,6 +55,7 @@ enum Fault {
     Misdirected,
     ChecksumBlock,
     ParityPage,
+    MisdirectedRead,
 }
 
 impl Fault {
@@ -53,6 +67,35 @@ impl Fault {
             Fault::Misdirected => "misdirected write".into(),
             Fault::ChecksumBlock => "corrupt checksum block (1-8 bits)".into(),
             Fault::ParityPage => "corrupt parity page (1-8 bits)".into(),
+            Fault::MisdirectedRead => {
+                "misdirected read (every read of the page, until after the repair)".into()
+            }
+        }
+    }
+}
+
+/// The setting of a trial: the mode, and (lazy) whether the page was written since the pass.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Column {
+    LazyClean,
+    LazyWritten,
+    Eager,
+    TxbPage,
+}
+
+const COLUMNS: [Column; 4] = [
+    Column::LazyClean,
+    Column::LazyWritten,
+    Column::Eager,
+    Column::TxbPage,
+];
+
+impl Column {
+    fn mode(self) -> Mode {
+        match self {
+            Column::LazyClean | Column::LazyWritten => Mode::Lazy,
+            Column::Eager => Mode::Eager,
+            Column::TxbPage => Mode::TxbPage,
         }
     }
 }
@@ -71,9 +114,16 @@ fn random_page(rng: &mut SplitMix64) -> Vec<u8> {
     b
 }
 
-fn trial(base: &[u8], fault: Fault, written: bool, seed: u64) -> Cell {
+fn trial(base: &[u8], fault: Fault, column: Column, seed: u64) -> Cell {
     let mut rng = SplitMix64::new(seed);
-    let (pool, prot, _) = open_mode(sim_of(base.to_vec()), Mode::Lazy);
+    let written = column == Column::LazyWritten;
+    let mis: Mis = Arc::new(MisdirectedReads::new(sim_of(base.to_vec())));
+    let pool = Pool::open_medium(mis.clone(), &pmem::OpenOptions::default()).unwrap();
+    let opts = OpenOptions {
+        mode: Some(column.mode()),
+        ..Default::default()
+    };
+    let (prot, _) = integrity::open_in_pool(&pool, "data", opts, &mut |_, _| {}).unwrap();
     let geo = prot.geometry();
     let m = &**prot.medium();
     let data_at = prot.data_offset() as usize;
@@ -115,6 +165,7 @@ fn trial(base: &[u8], fault: Fault, written: bool, seed: u64) -> Cell {
     }
     let intended = support::data_of(&prot);
     // The fault, behind every layer's back.
+    let mut misread = None;
     match fault {
         Fault::BitFlip(bits) => {
             pmem::fault::flip_bits(m, page_at(p), PAGE, bits, rng.next_u64()).unwrap();
@@ -141,15 +192,44 @@ fn trial(base: &[u8], fault: Fault, written: bool, seed: u64) -> Cell {
             let bits = 1 + rng.below(8) as u32;
             pmem::fault::flip_bits(m, at, PAGE, bits, rng.next_u64()).unwrap();
         }
+        Fault::MisdirectedRead => {
+            let q = (p + K * (1 + rng.below(PAGES / K - 1))) % PAGES;
+            let (from, to) = ((page_at(p) / PAGE) as u64, (page_at(q) / PAGE) as u64);
+            mis.misdirect(from, to, None).unwrap();
+            misread = Some(from);
+        }
     }
-    finish(&pool, &prot, intended, touched)
+    if column == Column::Eager {
+        // The verified read: the intended bytes or a typed refusal, never anything else.
+        let mut b = vec![0u8; PAGE];
+        // It refuses exactly when reads of the page return another page's bytes: every other
+        // fault here leaves what parity needs to rebuild the page.
+        let misread = matches!(fault, Fault::MisdirectedRead);
+        match prot.read(p * PAGE as u64, &mut b) {
+            Ok(()) => assert!(
+                !misread && b == intended[p as usize * PAGE..(p as usize + 1) * PAGE],
+                "{fault:?}: eager read served wrong bytes for page {p}"
+            ),
+            Err(IntegrityError::Unrepairable { page, .. }) => {
+                assert!(misread, "{fault:?}: eager read refused page {page}");
+                assert_eq!(page, p);
+            }
+            Err(e) => panic!("{fault:?}: eager read failed with {e}"),
+        }
+    }
+    finish(&pool, &prot, intended, touched, || {
+        if let Some(page) = misread {
+            mis.clear(page);
+        }
+    })
 }
 
 fn finish(
-    pool: &pmem::Pool<Sim>,
-    prot: &integrity::Protected<Sim>,
+    pool: &Pool<Mis>,
+    prot: &Protected<Mis>,
     intended: Vec<u8>,
     touched: HashSet<(FindingKind, u64)>,
+    end_of_fault: impl FnOnce(),
 ) -> Cell {
     prot.run_pass().unwrap();
     let scrub = prot.scrub(&mut |_, _| {}).unwrap();
@@ -160,9 +240,11 @@ fn finish(
         .iter()
         .any(|f| !touched.contains(&(f.kind, f.index)));
     prot.repair(&mut |_, _| {}).unwrap();
+    end_of_fault();
     let geo = prot.geometry();
     let exact = support::data_of(prot) == intended
-        && stored_redundancy(pool, &geo) == expected_redundancy(&pool.uuid(), &geo, &intended);
+        && stored_redundancy(pool, &geo) == expected_redundancy(&pool.uuid(), &geo, &intended)
+        && prot.scrub(&mut |_, _| {}).unwrap().findings.is_empty();
     Cell {
         detected: detected as u64,
         repaired: exact as u64,
@@ -171,7 +253,7 @@ fn finish(
     }
 }
 
-const FAULTS: [Fault; 8] = [
+const FAULTS: [Fault; 9] = [
     Fault::BitFlip(1),
     Fault::BitFlip(2),
     Fault::BitFlip(8),
@@ -180,9 +262,10 @@ const FAULTS: [Fault; 8] = [
     Fault::Misdirected,
     Fault::ChecksumBlock,
     Fault::ParityPage,
+    Fault::MisdirectedRead,
 ];
 
-fn render(rows: &[(Fault, Cell, Cell)]) -> String {
+fn render(rows: &[(Fault, [Cell; 4])]) -> String {
     let fmt = |c: &Cell| {
         format!(
             "{} / {} / {} / {}",
@@ -190,10 +273,17 @@ fn render(rows: &[(Fault, Cell, Cell)]) -> String {
         )
     };
     let mut out = String::from(
-        "| fault | clean page: detected / repaired / silent / false alarm | written since last pass: detected / repaired / silent / false alarm |\n| --- | --- | --- |\n",
+        "| fault | lazy, clean page | lazy, written since last pass | eager | txb-page |\n| --- | --- | --- | --- | --- |\n",
     );
-    for (f, clean, written) in rows {
-        out += &format!("| {} | {} | {} |\n", f.label(), fmt(clean), fmt(written));
+    for (f, cells) in rows {
+        out += &format!(
+            "| {} | {} | {} | {} | {} |\n",
+            f.label(),
+            fmt(&cells[0]),
+            fmt(&cells[1]),
+            fmt(&cells[2]),
+            fmt(&cells[3])
+        );
     }
     out
 }
@@ -203,14 +293,14 @@ const END: &str = "<!-- matrix:end -->";
 
 #[test]
 fn detection_matrix_matches_docs_integrity_md() {
-    let base = image(PAGES, K as u32, Mode::Lazy, 0x5eed);
+    let lazy_base = image(PAGES, K as u32, Mode::Lazy, 0x5eed);
     let mut rows = Vec::new();
     for (i, fault) in FAULTS.into_iter().enumerate() {
-        let mut cells = [Cell::default(); 2];
-        for (c, written) in [false, true].into_iter().enumerate() {
+        let mut cells = [Cell::default(); 4];
+        for (c, column) in COLUMNS.into_iter().enumerate() {
             for t in 0..TRIALS {
                 let seed = (i as u64) << 40 | (c as u64) << 32 | t;
-                let r = trial(&base, fault, written, seed);
+                let r = trial(&lazy_base, fault, column, seed);
                 let cell = &mut cells[c];
                 cell.detected += r.detected;
                 cell.repaired += r.repaired;
@@ -218,17 +308,25 @@ fn detection_matrix_matches_docs_integrity_md() {
                 cell.false_alarm += r.false_alarm;
             }
         }
-        // The bar for clean pages, whatever the document says.
-        assert_eq!(
-            cells[0].detected, TRIALS,
-            "{fault:?}: clean pages all detected"
-        );
-        assert_eq!(
-            cells[0].repaired, TRIALS,
-            "{fault:?}: clean pages all repaired"
-        );
-        assert_eq!(cells[0].false_alarm, 0, "{fault:?}: no false alarm");
-        rows.push((fault, cells[0], cells[1]));
+        // The bar for pages whose redundancy is current, whatever the document says.
+        for (c, column) in COLUMNS.into_iter().enumerate() {
+            if column == Column::LazyWritten {
+                continue;
+            }
+            assert_eq!(
+                cells[c].detected, TRIALS,
+                "{fault:?} {column:?}: all detected"
+            );
+            assert_eq!(
+                cells[c].repaired, TRIALS,
+                "{fault:?} {column:?}: all repaired"
+            );
+            assert_eq!(
+                cells[c].false_alarm, 0,
+                "{fault:?} {column:?}: no false alarm"
+            );
+        }
+        rows.push((fault, cells));
     }
     let table = render(&rows);
     let path = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../docs/integrity.md");

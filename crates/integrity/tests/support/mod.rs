@@ -77,7 +77,7 @@ pub fn open_mode(sim: Sim, mode: Mode) -> Handle {
 }
 
 /// Every data page's bytes.
-pub fn data_of(prot: &Protected<Sim>) -> Vec<u8> {
+pub fn data_of<M: Medium + 'static>(prot: &Protected<M>) -> Vec<u8> {
     let n = prot.geometry().data_pages as usize * PAGE;
     let mut b = vec![0u8; n];
     prot.medium().read(prot.data_offset() as usize, &mut b);
@@ -137,7 +137,7 @@ pub fn expected_redundancy(uuid: &pmem::Uuid, geo: &Geometry, data: &[u8]) -> Ve
 }
 
 /// The redundancy the region holds, in the shape of [`expected_redundancy`].
-pub fn stored_redundancy(pool: &Pool<Sim>, geo: &Geometry) -> Vec<Vec<u8>> {
+pub fn stored_redundancy<M: Medium>(pool: &Pool<M>, geo: &Geometry) -> Vec<Vec<u8>> {
     let meta = pool.region("data.integrity").unwrap().offset as usize;
     let read = |at: u64, len: usize| {
         let mut b = vec![0u8; len];
