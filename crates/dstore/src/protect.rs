@@ -332,10 +332,11 @@ impl<M: Medium + Clone + 'static> Protection<M> {
             }
             if opened.resync_pages > 0 {
                 notes.push(format!(
-                    "region `{}` was not closed cleanly: its redundancy was rebuilt from its {} \
-                     pages ({} did not match their old checksums: writes the lost pass never \
-                     covered, or damage; pages {:?})",
+                    "region `{}`: {}: its redundancy was rebuilt from its {} pages ({} did \
+                     not match their old checksums: writes no pass covered, or damage; pages \
+                     {:?})",
                     r.name,
+                    opened.trust.reason,
                     opened.resync_pages,
                     opened.resync_pages_changed,
                     opened.resync_pages_changed_list

@@ -396,7 +396,49 @@ impl GuardedStore {
             made.close()?;
             drop(made);
         }
-        let mut pool = open_pool_file(&path, &config)?.map_medium(Arc::new);
+        let pool = open_pool_file(&path, &config)?.map_medium(Arc::new);
+        let mapping = pool.medium().clone();
+        let tracker = |offset: u64, len: u64| {
+            integrity::tracker::best_for(Arc::clone(&mapping), offset as usize, len as usize)
+                .map_err(|e| {
+                    StoreError::Failed(format!(
+                        "cannot track writes to pool bytes {offset:#x}+{len:#x}: {e}"
+                    ))
+                })
+        };
+        let (mut store, protection, notes) =
+            Store::open_protected(pool, config, protect, &tracker)?;
+        store.path = Some(path.clone());
+        let recovery = store.report.clone();
+        Ok((
+            store,
+            ProtectedOpened {
+                opened: Opened {
+                    path,
+                    created,
+                    recovery,
+                },
+                protection,
+                notes,
+            },
+        ))
+    }
+}
+
+impl<M: Medium + Clone + Send + Sync + 'static> Store<Guarded<M>> {
+    /// Open (recover) the store in `pool` with its regions protected as `protect` says: lay
+    /// out protection where missing or out of date, open it (before the store, so recovery's
+    /// writes are covered), route covered writes through it in eager mode, and start the
+    /// background scrubber. `tracker` gives lazy mode's write tracker over a range (offset,
+    /// bytes) of the pool. Returns the store, the protection (`None`: mode off) and what a
+    /// user must know.
+    #[allow(clippy::type_complexity)]
+    pub fn open_protected(
+        mut pool: Pool<M>,
+        config: Config,
+        protect: &ProtectOptions,
+        tracker: &dyn Fn(u64, u64) -> StoreResult<Box<dyn integrity::Tracker>>,
+    ) -> StoreResult<(Self, Option<Arc<Protection<M>>>, Vec<String>)> {
         let recorded = crate::protect::recorded_mode(&pool);
         let mode = protect.mode.or(recorded).unwrap_or(integrity::Mode::Off);
         let mut notes = Vec::new();
@@ -416,21 +458,12 @@ impl GuardedStore {
                 .period_ms
                 .unwrap_or(integrity::layout::PERIOD_MS_DEFAULT);
             notes.extend(crate::protect::lay_out(&mut pool, mode, period)?);
-            let mapping = pool.medium().clone();
-            let tracker = |offset: u64, len: u64| {
-                integrity::tracker::best_for(Arc::clone(&mapping), offset as usize, len as usize)
-                    .map_err(|e| {
-                        StoreError::Failed(format!(
-                            "cannot track writes to pool bytes {offset:#x}+{len:#x}: {e}"
-                        ))
-                    })
-            };
             let p = Protection::open(
                 &pool,
                 mode,
                 protect.period_ms,
                 protect.scrub_pages_per_sec,
-                &tracker,
+                tracker,
             )?;
             notes.extend(p.notes().iter().cloned());
             Ok::<_, StoreError>(Some(Arc::new(p)))
@@ -447,24 +480,11 @@ impl GuardedStore {
             Some(p) => pool.map_medium(|m| Guarded::over(m, p)),
             None => pool.map_medium(Guarded::plain),
         };
-        let mut store = Self::open(guarded, config)?;
+        let store = Self::open(guarded, config)?;
         if let Some(p) = &protection {
             p.start_scrubber()?;
         }
-        store.path = Some(path.clone());
-        let recovery = store.report.clone();
-        Ok((
-            store,
-            ProtectedOpened {
-                opened: Opened {
-                    path,
-                    created,
-                    recovery,
-                },
-                protection,
-                notes,
-            },
-        ))
+        Ok((store, protection, notes))
     }
 }
 
