@@ -1219,7 +1219,7 @@ fn open_read_only(
 fn scrub_region(path: &Path, region: &str, json: bool) -> Result<(Outcome, serde_json::Value)> {
     let a = &ScrubTarget { path, region };
     let (pool, prot, open) = open_read_only(a.path, a.region, true)?;
-    let notes = scrub_notes(&a.region, &open);
+    let notes = scrub_notes(a.region, &open);
     let mut bar = Progress::new(format!("scrub of `{}`", a.region));
     let report = prot.scrub(&mut bar.callback());
     bar.finish();
@@ -1328,7 +1328,7 @@ struct ScrubTarget<'a> {
 fn repair_region(path: &Path, region: &str, json: bool) -> Result<(Outcome, serde_json::Value)> {
     let a = &ScrubTarget { path, region };
     let s = Session::open(a.path, a.region, true)?;
-    let notes = open_notes(&a.region, s.prot.data_offset(), &s.report);
+    let notes = open_notes(a.region, s.prot.data_offset(), &s.report);
     let open = s.report.clone();
     let (report, mode) = s.finish(|s| {
         let mut bar = Progress::new(format!("repair of `{}`", a.region));

@@ -369,6 +369,10 @@ fn open_pool_file(path: &Path, config: &Config) -> StoreResult<Pool<Mapping>> {
 /// writes through the integrity layer in eager mode, and only forwards otherwise.
 pub type GuardedStore = Store<Guarded<Arc<Mapping>>>;
 
+/// What [`Store::open_protected`] returns: the store, its protection (`None`: mode off) and
+/// what a user must know.
+pub type ProtectedParts<M> = (Store<Guarded<M>>, Option<Arc<Protection<M>>>, Vec<String>);
+
 /// What [`Store::open_dir_protected`] opened besides the store.
 #[derive(Debug)]
 pub struct ProtectedOpened {
@@ -432,13 +436,12 @@ impl<M: Medium + Clone + Send + Sync + 'static> Store<Guarded<M>> {
     /// background scrubber. `tracker` gives lazy mode's write tracker over a range (offset,
     /// bytes) of the pool. Returns the store, the protection (`None`: mode off) and what a
     /// user must know.
-    #[allow(clippy::type_complexity)]
     pub fn open_protected(
         mut pool: Pool<M>,
         config: Config,
         protect: &ProtectOptions,
         tracker: &dyn Fn(u64, u64) -> StoreResult<Box<dyn integrity::Tracker>>,
-    ) -> StoreResult<(Self, Option<Arc<Protection<M>>>, Vec<String>)> {
+    ) -> StoreResult<ProtectedParts<M>> {
         let recorded = crate::protect::recorded_mode(&pool);
         let mode = protect.mode.or(recorded).unwrap_or(integrity::Mode::Off);
         let mut notes = Vec::new();

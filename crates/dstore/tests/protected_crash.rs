@@ -34,6 +34,8 @@ const POOL_BYTES: usize = 4 << 20;
 type Guarded = dstore::Guarded<Arc<SimMedium>>;
 type State = std::collections::BTreeMap<Vec<u8>, model::Dump>;
 type Protection = dstore::Protection<Arc<SimMedium>>;
+/// The store, its protection and the notes of its open.
+type Opened = (Store<Guarded>, Arc<Protection>, Vec<String>);
 
 fn config() -> Config {
     Config {
@@ -49,10 +51,7 @@ fn no_tracker(_: u64, _: u64) -> dstore::StoreResult<Box<dyn integrity::Tracker>
 }
 
 /// Open the store on `sim` with protection (`mode`, or the recorded one).
-fn open(
-    sim: &Arc<SimMedium>,
-    mode: Option<Mode>,
-) -> Result<(Store<Guarded>, Arc<Protection>, Vec<String>), StoreError> {
+fn open(sim: &Arc<SimMedium>, mode: Option<Mode>) -> Result<Opened, StoreError> {
     let pool = Pool::open_medium(Arc::clone(sim), &OpenOptions::default())
         .map_err(|e| StoreError::Failed(e.to_string()))?;
     let opts = ProtectOptions {
