@@ -840,6 +840,30 @@ mod tests {
     }
 
     #[test]
+    fn redundancy_options_are_parsed_and_checked() {
+        let p = plan_of(&[]).unwrap();
+        assert_eq!(p.protect.mode, None, "the recorded mode is kept");
+        assert_eq!(p.protect.period_ms, None);
+        let p = plan_of(&["--redundancy", "lazy", "--redundancy-period-ms", "5000"]).unwrap();
+        assert_eq!(p.protect.mode, Some(integrity::Mode::Lazy));
+        assert_eq!(p.protect.period_ms, Some(5000));
+        let p = plan_of(&["--redundancy", "eager", "--scrub-pages-per-sec", "0"]).unwrap();
+        assert_eq!(p.protect.mode, Some(integrity::Mode::Eager));
+        assert_eq!(p.protect.scrub_pages_per_sec, 0);
+        assert_eq!(
+            plan_of(&["--redundancy", "off"]).unwrap().protect.mode,
+            Some(integrity::Mode::Off)
+        );
+        for ms in ["50", "60001"] {
+            let e = plan_of(&["--redundancy-period-ms", ms])
+                .err()
+                .unwrap()
+                .to_string();
+            assert!(e.contains("--redundancy-period-ms"), "{e}");
+        }
+    }
+
+    #[test]
     fn slot_mib_is_optional_and_still_checked() {
         assert_eq!(plan_of(&[]).unwrap().config.slot_bytes, 0, "the smallest");
         assert_eq!(
