@@ -16,7 +16,11 @@
 #   --result FILE    the markdown table (default bench/ycsb/results-redundancy-<date>.md)
 #
 # Every configuration gets a fresh server on a fresh directory in /dev/shm (run.sh), a load
-# phase and the run phases of A, B and C, then a clean shutdown. The server's background
+# phase, a clean restart on the loaded data (YCSB_RESTART_AFTER_LOAD=1: protection covers the
+# regions a store's pool grew while serving from its next start, so without the restart most
+# of the loaded data would not be covered), the run phases of A, B and C, then a clean
+# shutdown. --no-restart skips the restart (redundancy then covers only the regions of the
+# new store: both logs, the data zone and the first page frames). The server's background
 # scrubber runs at its default rate (4096 pages per second) in the lazy and eager runs.
 # The table gives throughput and p99 per operation, and each one's ratio to `off`.
 set -euo pipefail
@@ -34,6 +38,7 @@ ROUNDS=1
 CONFIGS="off,lazy1s,lazy5s,lazy10s,eager"
 OUT="$ROOT/target/bench/ycsb-redundancy"
 RESULT=""
+RESTART=1
 need() { [ $# -ge 2 ] || die "$1 needs a value"; }
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -44,6 +49,7 @@ while [ $# -gt 0 ]; do
     --configs) need "$@"; CONFIGS="$2"; shift ;;
     --out) need "$@"; OUT="$2"; shift ;;
     --result) need "$@"; RESULT="$2"; shift ;;
+    --no-restart) RESTART="" ;;
     -h|--help) awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "${BASH_SOURCE[0]}"; exit 0 ;;
     *) die "unknown argument '$1' (see --help)" ;;
   esac
@@ -74,7 +80,8 @@ STARTED="$(date -u '+%Y-%m-%dT%H:%M:%SZ')"
 LOAD_BEFORE="$(cut -d' ' -f1-3 /proc/loadavg)"
 for c in "${CFGS[@]}"; do
   log "configuration $c: kavach serve $(args_of "$c")"
-  KAVACH_EXTRA_ARGS="$(args_of "$c")" "$HERE/run.sh" --systems kavach-always \
+  YCSB_RESTART_AFTER_LOAD="$RESTART" KAVACH_EXTRA_ARGS="$(args_of "$c")" \
+    "$HERE/run.sh" --systems kavach-always \
     --rounds "$ROUNDS" --records "$RECORDS" --ops "$OPS" --threads "$THREADS" \
     --workloads a,b,c --out "$OUT/$c" > "$OUT/$c.report.md" \
     || die "run.sh failed for $c (see $OUT/$c)"
@@ -82,7 +89,7 @@ done
 LOAD_AFTER="$(cut -d' ' -f1-3 /proc/loadavg)"
 
 CMDLINE="$CMDLINE" STARTED="$STARTED" LOAD_BEFORE="$LOAD_BEFORE" LOAD_AFTER="$LOAD_AFTER" \
-  OUT="$OUT" CONFIGS="$CONFIGS" python3 - > "$RESULT" <<'EOF'
+  OUT="$OUT" CONFIGS="$CONFIGS" RESTART="$RESTART" python3 - > "$RESULT" <<'EOF'
 import json, os, statistics
 e = os.environ
 cfgs = [c for c in e["CONFIGS"].replace(" ", ",").split(",") if c]
@@ -126,9 +133,13 @@ if meta:
     print(f"- domain: {meta['domain']}")
     print(f"- kavach: {meta['kavach']}")
 print(f"- load average (1, 5, 15 min) before: {e['LOAD_BEFORE']}; after: {e['LOAD_AFTER']}")
-print("- every configuration: `--durability always`, a fresh store in /dev/shm, YCSB load then "
-      "A, B, C (zipfian, 16 threads unless the command says otherwise); the background scrubber at "
-      "its default 4096 pages/s in lazy and eager")
+print("- every configuration: `--durability always`, a fresh store in /dev/shm, YCSB load, "
+      + ("a clean restart of the server on the loaded data (so the protection covers the "
+         "regions the pool grew while loading), then " if e["RESTART"] else
+         "no restart (the protection covers only the new store's regions: both logs, the data "
+         "zone, the first page frames; not the frames added while loading), then ")
+      + "A, B, C (zipfian, 16 threads unless the command says otherwise); the background "
+      "scrubber at its default 4096 pages/s in lazy and eager")
 print()
 print("Throughput in operations per second, p99 in microseconds; the ratio is to `off` "
       "(throughput: above 1 is faster; p99: above 1 is slower).")
