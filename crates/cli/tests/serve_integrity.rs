@@ -242,6 +242,16 @@ fn the_running_scrubber_repairs_a_flip_and_info_shows_it() {
         let (child, port, _) = spawn_serve(&dir, &[STORE_ARGS, &args[..]].concat());
         let mut c = Client::connect(port);
         assert_eq!(c.info_field("integrity", "repairs"), "0");
+        // Nothing is written from here on; wait until every page the start wrote is covered
+        // (lazy: the next pass), so the flip lands in a page whose redundancy is current.
+        let t = Instant::now();
+        while c.info_field("integrity", "vulnerable_stripes_now") != "0" {
+            assert!(
+                t.elapsed() < Duration::from_secs(120),
+                "{mode}: never covered"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
         let good = byte_in_file(&pool, at);
         flip_in_file(&pool, at);
         assert_ne!(byte_in_file(&pool, at), good);

@@ -485,6 +485,8 @@ impl<M: Medium + Clone + 'static> Protection<M> {
     }
 
     fn scrub_loop(&self) {
+        // Each unrepaired finding is logged once, not at every round that finds it again.
+        let mut logged = std::collections::HashSet::new();
         loop {
             let t = Instant::now();
             let mut s = ScrubSummary::default();
@@ -495,7 +497,9 @@ impl<M: Medium + Clone + 'static> Protection<M> {
                     self.check_region(c, true, &mut s);
                 }
                 for line in s.unrepaired.iter().chain(&s.errors) {
-                    eprintln!("kavach: integrity: {line}");
+                    if logged.len() < 1024 && logged.insert(line.clone()) {
+                        eprintln!("kavach: integrity: {line}");
+                    }
                 }
                 let budget = Duration::from_secs_f64(
                     (c.len / PAGE) as f64 / self.scrub_pages_per_sec as f64,
