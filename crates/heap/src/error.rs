@@ -82,9 +82,22 @@ pub enum HeapError {
     /// retries.
     #[error("transaction conflict: {0}")]
     Conflict(crate::stm::StmError),
+    /// The heap's redundancy (`integrity`) refused a read, or could not be kept or opened.
+    #[error(transparent)]
+    Integrity(integrity::IntegrityError),
     /// A lock operation was wrong (unlock of a lock the thread does not hold).
     #[error("lock misuse: {0}")]
     Lock(String),
+}
+
+impl From<integrity::IntegrityError> for HeapError {
+    /// A failure of the medium stays one (a simulated crash is still recognised as such).
+    fn from(e: integrity::IntegrityError) -> Self {
+        match e {
+            integrity::IntegrityError::Pmem(p) => HeapError::Pmem(p),
+            e => HeapError::Integrity(e),
+        }
+    }
 }
 
 /// Results of the heap.

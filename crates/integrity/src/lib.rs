@@ -29,6 +29,7 @@ pub mod error;
 pub mod fof;
 pub mod header;
 pub mod layout;
+mod notify;
 mod pool;
 mod repair;
 pub mod report;
@@ -40,6 +41,7 @@ pub use engine::{
 };
 pub use error::{IntegrityError, Result};
 pub use layout::Geometry;
+pub use notify::{Changed, CommitStats};
 pub use pool::{create_in_pool, meta_region_name, open_in_pool, placement};
 pub use report::{
     Finding, FindingKind, PassStats, RepairOutcome, RepairReport, ScrubReport, Stats,

@@ -217,13 +217,18 @@ impl RawHeap {
             lane.deferred.push(block);
             return self.fail(lane, e);
         }
+        if self.fresh_old.load(Ordering::Acquire) {
+            let mut old = vec![0u8; block.len() as usize];
+            self.medium.read(self.m(block.off()), &mut old);
+            lane.fresh_olds.push((block.off(), old));
+        }
         if zero {
             let len = block.len();
             let zeros = [0u8; 4096];
             let mut o = 0;
             while o < len {
                 let n = (len - o).min(4096);
-                self.medium
+                self.data()
                     .write(self.m(block.off() + o), &zeros[..n as usize]);
                 o += n;
             }
