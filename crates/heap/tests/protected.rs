@@ -308,3 +308,59 @@ fn a_crash_at_every_fence_leaves_consistent_redundancy() {
         }
     }
 }
+
+fn shm_path(name: &str) -> std::path::PathBuf {
+    let dir = if std::path::Path::new("/dev/shm").is_dir() {
+        std::path::PathBuf::from("/dev/shm")
+    } else {
+        std::env::temp_dir()
+    };
+    dir.join(format!(
+        "kavach-protected-{name}-{}.pool",
+        std::process::id()
+    ))
+}
+
+#[test]
+fn heap_files_reopen_in_their_recorded_mode() {
+    for red in Redundancy::ALL {
+        let p = shm_path(red.name());
+        let _ = std::fs::remove_file(&p);
+        let hf = heap::HeapFile::create_protected(
+            &p,
+            32 << 20,
+            &HeapOptions::small(),
+            red,
+            (red == Redundancy::Lazy).then_some(200),
+        )
+        .unwrap();
+        assert_eq!(hf.redundancy(), red);
+        assert_eq!(hf.guard().is_some(), red != Redundancy::Off);
+        let plain: Arc<dyn Medium> = hf.pool().medium().clone();
+        workload(hf.raw(), &*plain, TxMode::Undo, 40).unwrap();
+        drop(plain);
+        hf.close().unwrap();
+        let hf = heap::HeapFile::open(&p, "heap").unwrap();
+        assert_eq!(hf.redundancy(), red);
+        let rec = heap::protect::recorded(hf.pool(), "heap").unwrap();
+        assert_eq!(rec.redundancy, red);
+        if red == Redundancy::Lazy {
+            assert_eq!(rec.period_ms, 200);
+        }
+        if let Some(g) = hf.guard() {
+            let report = g.protected().scrub(&mut |_, _| {}).unwrap();
+            assert!(report.findings.is_empty(), "{red:?}: {:?}", report.findings);
+            assert!(report.pages_checked > 0);
+        }
+        let plain: Arc<dyn Medium> = hf.pool().medium().clone();
+        workload(hf.raw(), &*plain, TxMode::Redo, 40).unwrap();
+        drop(plain);
+        if let Some(g) = hf.guard() {
+            g.protected().run_pass().unwrap();
+            let report = g.protected().scrub(&mut |_, _| {}).unwrap();
+            assert!(report.findings.is_empty(), "{red:?}: {:?}", report.findings);
+        }
+        hf.close().unwrap();
+        let _ = std::fs::remove_file(&p);
+    }
+}
