@@ -27,8 +27,8 @@
 #   --out DIR       report directory (default target/bench/heap-<UTC date-time>)
 #   --pmemobj-only  do not build or run Kavach (to check the harness while it does not build)
 #   --redundancy LIST  also run Kavach (undo mode) on pools created with these redundancy modes
-#                   (lazy, eager, txb-page: kv_pool_create_flags with KV_CREATE_*), as libraries
-#                   kavach-lazy, kavach-eager, kavach-txb-page; "kavach" stays redundancy off.
+#                   (lazy, eager, txb-object, txb-page: kv_pool_create_flags with KV_CREATE_*),
+#                   as libraries kavach-MODE; "kavach" stays redundancy off.
 #                   The report gets a "Redundancy" table (each mode against off)
 #
 # Libraries: pmemobj (libpmemobj), kavach (Kavach, undo mode, the same calls as pmemobj) and
@@ -124,7 +124,7 @@ IFS=, read -r -a ELEMENT_LIST <<< "$ELEMENTS"
 RED_LIST=()
 [ -n "$REDUNDANCY" ] && IFS=, read -r -a RED_LIST <<< "$REDUNDANCY"
 for v in "${RED_LIST[@]}"; do
-  case "$v" in lazy|eager|txb-page) ;; *) die "--redundancy: '$v' is not lazy, eager or txb-page" ;; esac
+  case "$v" in lazy|eager|txb-page|txb-object) ;; *) die "--redundancy: '$v' is not lazy, eager, txb-page or txb-object" ;; esac
 done
 for v in "${WORD_LIST[@]}"; do [[ "$v" =~ ^[1-9][0-9]*$ ]] && (( v <= 64 )) || die "--words: '$v' is not in 1..64"; done
 for v in "${ELEMENT_LIST[@]}"; do [[ "$v" =~ ^[1-9][0-9]*$ ]] || die "--elements: '$v' is not a positive integer"; done

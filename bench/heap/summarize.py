@@ -49,7 +49,7 @@ def load(outdir):
 
 KAVACHS = ("kavach", "kavach-redo")
 # Kavach in undo mode on pools with redundancy (run.sh --redundancy), in the order tabled.
-REDUNDANT = ("kavach-lazy", "kavach-eager", "kavach-txb-page")
+REDUNDANT = ("kavach-lazy", "kavach-eager", "kavach-txb-object", "kavach-txb-page")
 BACKENDS = ("kavach", "kavach-redo", "pmemobj") + REDUNDANT
 
 
@@ -329,7 +329,9 @@ def main():
         w("key); in brackets the change against off, median over rounds. lazy: write tracking and")
         w("a background pass every second; eager: each commit's diff updates line and page checksums")
         w("and parity, the heap's own stores (logs, allocator words) keep theirs as they happen;")
-        w("txb-page: each commit recomputes the pages it and the heap touched, with their parity.\n")
+        w("txb-object: each commit recomputes a CRC-32C of every object it changed (a side table;")
+        w("no parity, detection only); txb-page: each commit recomputes the pages it and the heap")
+        w("touched, with their parity.\n")
         head = "| cell | pmemobj | off | " + " | ".join(be[len("kavach-"):] for be in red) + " |"
         w(head)
         w("| --- | ---: | ---: | " + " | ".join("---:" for _ in red) + " |")

@@ -74,8 +74,9 @@ extern "C" {
                               * names the object and the word) */
 #define KV_ENOTSAVED 12  /* open: on-demand commits were never saved; the heap may be torn */
 #define KV_ECONFLICT 13  /* an isolated transaction met a concurrent commit: run it again */
-#define KV_EREFUSED 14   /* a verified read (eager redundancy) found damage: refused, not
-                          * served; `kavach integrity repair` rebuilds it from parity */
+#define KV_EREFUSED 14   /* a verified read (eager or txb-object redundancy) found damage:
+                          * refused, not served; in eager mode `kavach integrity repair`
+                          * rebuilds it from parity */
 
 /* Transaction modes (kv_tx_begin_mode, kv_tx_mode). */
 #define KV_TX_UNDO 0     /* old bytes logged in PM before each change (kv_tx_begin's mode) */
@@ -91,6 +92,8 @@ extern "C" {
 #define KV_CREATE_LAZY 2     /* write tracking and a background pass every second (Vilamb) */
 #define KV_CREATE_EAGER 4    /* from each commit's old and new bytes (TVARAK) */
 #define KV_CREATE_TXB_PAGE 8 /* each commit recomputes the pages it touched */
+#define KV_CREATE_TXB_OBJECT 16 /* a checksum per object a commit changed, verified by
+                                 * kv_tx_read (KV_EREFUSED); detection only, no parity */
 
 typedef struct kv_pool kv_pool;
 

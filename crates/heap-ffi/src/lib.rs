@@ -78,8 +78,12 @@ pub const KV_CREATE_LAZY: c_int = 2;
 pub const KV_CREATE_EAGER: c_int = 4;
 /// `kv_pool_create_flags`: txb-page redundancy (each commit recomputes its pages).
 pub const KV_CREATE_TXB_PAGE: c_int = 8;
+/// `kv_pool_create_flags`: txb-object redundancy (a checksum per object a commit changed,
+/// verified by kv_tx_read; detection only).
+pub const KV_CREATE_TXB_OBJECT: c_int = 16;
 /// The redundancy flags (at most one).
-const REDUNDANCY_FLAGS: c_int = KV_CREATE_LAZY | KV_CREATE_EAGER | KV_CREATE_TXB_PAGE;
+const REDUNDANCY_FLAGS: c_int =
+    KV_CREATE_LAZY | KV_CREATE_EAGER | KV_CREATE_TXB_PAGE | KV_CREATE_TXB_OBJECT;
 /// A verified read found damage (a line and its page fail their checksums): refused, not
 /// served; a scrub and repair rebuild it from parity.
 pub const KV_EREFUSED: c_int = 14;
@@ -194,6 +198,7 @@ fn heap_code(e: &HeapError) -> c_int {
         HeapError::NotSaved { .. } => KV_ENOTSAVED,
         HeapError::Conflict(_) => KV_ECONFLICT,
         HeapError::Integrity(e) => integrity_code(e),
+        HeapError::ObjectChecksum { .. } => KV_EREFUSED,
     }
 }
 
@@ -217,6 +222,7 @@ fn create_flags(flags: c_int) -> Result<(c_int, heap::Redundancy), KvError> {
         KV_CREATE_LAZY => heap::Redundancy::Lazy,
         KV_CREATE_EAGER => heap::Redundancy::Eager,
         KV_CREATE_TXB_PAGE => heap::Redundancy::TxbPage,
+        KV_CREATE_TXB_OBJECT => heap::Redundancy::TxbObject,
         _ => {
             return Err(KvError::new(
                 KV_EINVAL,
@@ -234,6 +240,7 @@ fn redundancy_flag(r: heap::Redundancy) -> c_int {
         heap::Redundancy::Lazy => KV_CREATE_LAZY,
         heap::Redundancy::Eager => KV_CREATE_EAGER,
         heap::Redundancy::TxbPage => KV_CREATE_TXB_PAGE,
+        heap::Redundancy::TxbObject => KV_CREATE_TXB_OBJECT,
     }
 }
 

@@ -45,14 +45,18 @@ pub enum Redundancy {
     Eager,
     /// Each commit recomputes the pages it touched and their parity (baseline).
     TxbPage,
+    /// TxB-Object-Csums (baseline): a checksum per object a commit changed, in a side table,
+    /// verified on transactional reads; no parity, so detection only.
+    TxbObject,
 }
 
 impl Redundancy {
     /// Every mode, in the order the CLI lists them.
-    pub const ALL: [Redundancy; 4] = [
+    pub const ALL: [Redundancy; 5] = [
         Redundancy::Off,
         Redundancy::Lazy,
         Redundancy::Eager,
+        Redundancy::TxbObject,
         Redundancy::TxbPage,
     ];
 
@@ -63,6 +67,7 @@ impl Redundancy {
             Redundancy::Lazy => "lazy",
             Redundancy::Eager => "eager",
             Redundancy::TxbPage => "txb-page",
+            Redundancy::TxbObject => "txb-object",
         }
     }
 
@@ -71,10 +76,10 @@ impl Redundancy {
         Self::ALL.into_iter().find(|r| r.name() == name)
     }
 
-    /// The integrity mode behind it (`None` for off).
+    /// The integrity mode behind it (`None` for off and txb-object, which keep no pages).
     pub fn mode(self) -> Option<Mode> {
         match self {
-            Redundancy::Off => None,
+            Redundancy::Off | Redundancy::TxbObject => None,
             Redundancy::Lazy => Some(Mode::Lazy),
             Redundancy::Eager => Some(Mode::Eager),
             Redundancy::TxbPage => Some(Mode::TxbPage),
@@ -109,6 +114,9 @@ pub fn protect<M: Medium>(
     redundancy: Redundancy,
     period_ms: Option<u32>,
 ) -> Result<()> {
+    if redundancy == Redundancy::TxbObject {
+        return ObjTable::create(pool, region);
+    }
     let Some(mode) = redundancy.mode() else {
         return Ok(());
     };
@@ -126,6 +134,12 @@ pub fn protect<M: Medium>(
 /// The protection recorded for heap region `region` of `pool`: off if it has no integrity
 /// region, else the mode in the integrity header's copy in force.
 pub fn recorded<M: Medium>(pool: &Pool<M>, region: &str) -> Result<Recorded> {
+    if pool.region(&objsums_name(region)?).is_some() {
+        return Ok(Recorded {
+            redundancy: Redundancy::TxbObject,
+            period_ms: 0,
+        });
+    }
     let place = match integrity::placement(pool, region) {
         Ok(p) => p,
         Err(integrity::IntegrityError::NotProtected(..)) => {
@@ -212,6 +226,26 @@ pub fn open_heap<M: Medium + Clone + 'static>(
 ) -> Result<Opened<M>> {
     let rec = recorded(pool, &region.name)?;
     let plain: Arc<dyn Medium> = Arc::new(pool.medium().clone());
+    if rec.redundancy == Redundancy::TxbObject {
+        let table = ObjTable::open(pool, region)?;
+        let heap = RawHeap::open(plain, region.offset, region.length)?;
+        let guard = Arc::new(Guard {
+            prot: None,
+            objs: Some(table),
+            redundancy: Redundancy::TxbObject,
+            data_at: region.offset,
+            data_len: region.length,
+            dirty: Mutex::new(BTreeSet::new()),
+            error: Mutex::new(None),
+        });
+        heap.set_observer(Some(guard.clone() as Arc<dyn CommitObserver>));
+        return Ok(Opened {
+            heap,
+            guard: Some(guard),
+            report: None,
+            redundancy: Redundancy::TxbObject,
+        });
+    }
     let Some(mode) = rec.redundancy.mode() else {
         let heap = RawHeap::open(plain, region.offset, region.length)?;
         return Ok(Opened {
@@ -240,7 +274,8 @@ pub fn open_heap<M: Medium + Clone + 'static>(
         &mut |_, _| {},
     )?;
     let guard = Arc::new(Guard {
-        prot,
+        prot: Some(prot),
+        objs: None,
         redundancy: rec.redundancy,
         data_at: region.offset,
         data_len: region.length,
@@ -273,7 +308,9 @@ pub fn open_heap<M: Medium + Clone + 'static>(
 /// A protected heap's redundancy: the commit observer of eager and txb-page modes, and the
 /// handle to the region's [`Protected`] (scrub, repair, statistics).
 pub struct Guard<M: Medium + 'static> {
-    prot: Protected<M>,
+    prot: Option<Protected<M>>,
+    /// The side table of txb-object mode.
+    objs: Option<ObjTable<M>>,
     redundancy: Redundancy,
     data_at: u64,
     data_len: u64,
@@ -294,9 +331,16 @@ impl<M: Medium + 'static> std::fmt::Debug for Guard<M> {
 }
 
 impl<M: Medium + 'static> Guard<M> {
-    /// The region's protection.
-    pub fn protected(&self) -> &Protected<M> {
-        &self.prot
+    /// The region's page protection (`None` in txb-object mode, which has none).
+    pub fn protected(&self) -> Option<&Protected<M>> {
+        self.prot.as_ref()
+    }
+
+    /// The page protection, for the paths only the page modes take.
+    fn prot(&self) -> Result<&Protected<M>> {
+        self.prot.as_ref().ok_or_else(|| {
+            HeapError::invalid("redundancy", "txb-object mode keeps no page redundancy")
+        })
     }
 
     /// The mode.
@@ -307,7 +351,12 @@ impl<M: Medium + 'static> Guard<M> {
     /// Stop the protection's threads, run the final pass and record a clean shutdown. The
     /// heap must be closed (dropped) first.
     pub fn close(self) -> Result<()> {
-        self.prot.close()?;
+        if let Some(p) = self.prot {
+            p.close()?;
+        }
+        if let Some(t) = self.objs {
+            t.set_state(OBJ_CLEAN)?;
+        }
         Ok(())
     }
 
@@ -329,7 +378,7 @@ impl<M: Medium + 'static> Guard<M> {
         };
         match self.redundancy {
             Redundancy::Eager => {
-                if let Err(e) = self.prot.write(off, data) {
+                if let Err(e) = self.prot().and_then(|p| Ok(p.write(off, data)?)) {
                     // The heap's store must happen whatever the redundancy says.
                     let mut now = vec![0u8; data.len()];
                     inner.read(at, &mut now);
@@ -389,10 +438,18 @@ impl<M: Medium + 'static> Guard<M> {
                     }
                 }
                 let pages: Vec<u64> = pages.into_iter().collect();
-                self.prot.recompute_pages(&pages)?;
+                self.prot()?.recompute_pages(&pages)?;
             }
             Redundancy::Eager => {
-                self.prot.committed(&ranges)?;
+                self.prot()?.committed(&ranges)?;
+            }
+            Redundancy::TxbObject => {
+                if let Some(t) = &self.objs {
+                    for c in changes {
+                        t.seal(c.medium_offset - self.data_at, c.len)?;
+                    }
+                    t.medium.fence()?;
+                }
             }
             Redundancy::Off | Redundancy::Lazy => {}
         }
@@ -418,7 +475,263 @@ impl<M: Medium + 'static> CommitObserver for Guard<M> {
             return None;
         }
         let off = self.region_range(medium_offset, buf.len() as u64)?;
-        Some(self.prot.verify_read(off, buf).map_err(HeapError::from))
+        let prot = self.prot.as_ref()?;
+        Some(prot.verify_read(off, buf).map_err(HeapError::from))
+    }
+
+    fn wants_blocks(&self) -> bool {
+        self.redundancy == Redundancy::TxbObject
+    }
+
+    fn verified_block_read(
+        &self,
+        block: (u64, u64),
+        medium_offset: u64,
+        buf: &mut [u8],
+    ) -> Option<Result<()>> {
+        let t = self.objs.as_ref()?;
+        let b = self.region_range(block.0, block.1)?;
+        Some(t.verified_read(b, block.1, medium_offset - self.data_at, buf))
+    }
+}
+
+/// The header of the txb-object side table, as documented in `docs/format/heap.md` (table
+/// `object-checksum header`).
+pub const OBJSUMS_HEADER_FIELDS: &[pmem::layout::Field] = &[
+    pmem::layout::Field::new("magic", 0, 8),
+    pmem::layout::Field::new("version", 8, 4),
+    pmem::layout::Field::new("state", 12, 4),
+    pmem::layout::Field::new("zone_off", 16, 8),
+    pmem::layout::Field::new("units", 24, 8),
+    pmem::layout::Field::new("crc", 32, 4),
+];
+
+/// Suffix of the side table's region: heap region `heap` keeps its object checksums in
+/// `heap.objsums`.
+const OBJSUMS_SUFFIX: &str = ".objsums";
+/// First eight bytes of the side table's header.
+const OBJ_MAGIC: [u8; 8] = *b"KVOBJCS\x01";
+const OBJ_VERSION: u32 = 1;
+/// Header state: in use (an open without a clean close since).
+const OBJ_OPEN: u32 = 1;
+/// Header state: closed cleanly, every entry current.
+const OBJ_CLEAN: u32 = 2;
+/// Bytes of the table's header page; the entries follow.
+const OBJ_HEADER_PAGE: u64 = 4096;
+/// Bytes of the header the CRC covers (the CRC follows).
+const OBJ_HEADER_CRC_AT: usize = 32;
+/// One entry per this many bytes of the data zone (the smallest block).
+const OBJ_UNIT: u64 = 64;
+
+/// The side table's region name for heap region `region`.
+pub fn objsums_name(region: &str) -> Result<String> {
+    let name = format!("{region}{OBJSUMS_SUFFIX}");
+    pmem::directory::validate_name(&name).map_err(|reason| {
+        HeapError::invalid(
+            "region name",
+            format!("`{region}` is too long for its object-checksum table `{name}`: {reason}"),
+        )
+    })?;
+    Ok(name)
+}
+
+/// The txb-object side table (`docs/format/heap.md`, "Object checksums"): a header page, then
+/// one little-endian u32 per 64 bytes of the heap's data zone, the checksum of the block that
+/// starts there (0: none).
+struct ObjTable<M: Medium> {
+    medium: M,
+    /// Medium offset of the table region.
+    at: u64,
+    /// Region offset of the heap's data zone.
+    zone_off: u64,
+    /// Entries.
+    units: u64,
+    /// Medium offset of the heap region.
+    heap_at: u64,
+}
+
+impl<M: Medium> ObjTable<M> {
+    fn bytes_for(units: u64) -> u64 {
+        OBJ_HEADER_PAGE + (4 * units).div_ceil(4096) * 4096
+    }
+
+    fn header(zone_off: u64, units: u64, state: u32) -> [u8; OBJ_HEADER_CRC_AT + 4] {
+        let mut h = [0u8; OBJ_HEADER_CRC_AT + 4];
+        h[..8].copy_from_slice(&OBJ_MAGIC);
+        h[8..12].copy_from_slice(&OBJ_VERSION.to_le_bytes());
+        h[12..16].copy_from_slice(&state.to_le_bytes());
+        h[16..24].copy_from_slice(&zone_off.to_le_bytes());
+        h[24..32].copy_from_slice(&units.to_le_bytes());
+        let crc = crc32c::crc32c(&h[..OBJ_HEADER_CRC_AT]);
+        h[OBJ_HEADER_CRC_AT..].copy_from_slice(&crc.to_le_bytes());
+        h
+    }
+
+    /// Create the table of heap region `region` (formatted), every entry empty, closed clean.
+    fn create(pool: &mut Pool<M>, region: &str) -> Result<()> {
+        let r = crate::file::find_region(pool, region)?;
+        let h = crate::raw::read_header(pool.medium(), r.offset, r.length)?;
+        let units = h.geo.chunk_count * crate::layout::CHUNK_SIZE / OBJ_UNIT;
+        let bytes = Self::bytes_for(units);
+        let t = pool.create_region(
+            &objsums_name(region)?,
+            pmem::kinds::RAW,
+            bytes,
+            pmem::Alignment::Page,
+        )?;
+        let m = pool.medium();
+        let zeros = vec![0u8; 1 << 16];
+        let mut o = 0;
+        while o < bytes {
+            let n = (bytes - o).min(zeros.len() as u64) as usize;
+            m.write((t.offset + o) as usize, &zeros[..n]);
+            m.flush((t.offset + o) as usize, n)?;
+            o += n as u64;
+        }
+        let head = Self::header(h.geo.zone_off, units, OBJ_CLEAN);
+        m.write(t.offset as usize, &head);
+        m.persist(t.offset as usize, head.len())?;
+        Ok(())
+    }
+
+    fn set_state(&self, state: u32) -> Result<()> {
+        let head = Self::header(self.zone_off, self.units, state);
+        self.medium.write(self.at as usize, &head);
+        self.medium.persist(self.at as usize, head.len())?;
+        Ok(())
+    }
+
+    fn entry_at(&self, block: u64) -> Option<usize> {
+        let i = block.checked_sub(self.zone_off)? / OBJ_UNIT;
+        (i < self.units).then(|| (self.at + OBJ_HEADER_PAGE + 4 * i) as usize)
+    }
+
+    fn sum_of(block: u64, bytes: &[u8]) -> u32 {
+        let s = crc32c::crc32c_append(crc32c::crc32c(&block.to_le_bytes()), bytes);
+        if s == 0 { 1 } else { s }
+    }
+
+    /// Record the checksum of the block at region offset `block` (`len` bytes), flushed.
+    fn seal(&self, block: u64, len: u64) -> Result<()> {
+        let Some(at) = self.entry_at(block) else {
+            return Ok(());
+        };
+        let mut bytes = vec![0u8; len as usize];
+        self.medium
+            .read((self.heap_at + block) as usize, &mut bytes);
+        let s = Self::sum_of(block, &bytes);
+        self.medium.write(at, &s.to_le_bytes());
+        self.medium.flush(at, 4)?;
+        Ok(())
+    }
+
+    /// Read `buf.len()` bytes at region offset `off` inside block `block` (`len` bytes),
+    /// verified against the block's checksum when it has one.
+    fn verified_read(&self, block: u64, len: u64, off: u64, buf: &mut [u8]) -> Result<()> {
+        let mut bytes = vec![0u8; len as usize];
+        self.medium
+            .read((self.heap_at + block) as usize, &mut bytes);
+        if let Some(at) = self.entry_at(block) {
+            let mut e = [0u8; 4];
+            self.medium.read(at, &mut e);
+            let stored = u32::from_le_bytes(e);
+            let computed = Self::sum_of(block, &bytes);
+            if stored != 0 && stored != computed {
+                return Err(HeapError::ObjectChecksum {
+                    object: block,
+                    len,
+                    stored,
+                    computed,
+                });
+            }
+        }
+        let from = (off - block) as usize;
+        buf.copy_from_slice(&bytes[from..from + buf.len()]);
+        Ok(())
+    }
+}
+
+impl<M: Medium + Clone> ObjTable<M> {
+    /// Open the table of heap region `heap`: check its header against the heap, and after an
+    /// unclean shutdown empty every entry (a commit may have been cut between its commit point
+    /// and its checksums: those objects are unverified until changed again), then mark it in
+    /// use.
+    fn open(pool: &Pool<M>, heap: &Region) -> Result<ObjTable<M>> {
+        let name = objsums_name(&heap.name)?;
+        let r = pool
+            .region(&name)
+            .cloned()
+            .ok_or_else(|| pmem::PmemError::NoSuchRegion(name.clone()))?;
+        let h = crate::raw::read_header(pool.medium(), heap.offset, heap.length)?;
+        let units = h.geo.chunk_count * crate::layout::CHUNK_SIZE / OBJ_UNIT;
+        let m = pool.medium().clone();
+        let mut head = [0u8; OBJ_HEADER_CRC_AT + 4];
+        if r.length < Self::bytes_for(units) {
+            return Err(HeapError::corrupt(
+                format!("object-checksum table `{name}`"),
+                r.offset,
+                "region length",
+                Self::bytes_for(units),
+                r.length,
+            ));
+        }
+        m.read(r.offset as usize, &mut head);
+        let crc = u32::from_le_bytes(head[OBJ_HEADER_CRC_AT..].try_into().unwrap_or([0; 4]));
+        let state = u32::from_le_bytes(head[12..16].try_into().unwrap_or([0; 4]));
+        let want = Self::header(h.geo.zone_off, units, state);
+        let what = format!("object-checksum table `{name}` header");
+        if head[..8] != OBJ_MAGIC {
+            return Err(HeapError::corrupt(
+                what,
+                r.offset,
+                "magic",
+                "KVOBJCS 1",
+                format!("{:02x?}", &head[..8]),
+            ));
+        }
+        if crc != crc32c::crc32c(&head[..OBJ_HEADER_CRC_AT]) {
+            return Err(HeapError::corrupt(
+                what,
+                r.offset + 32,
+                "crc",
+                "the CRC-32C of bytes 0..32",
+                format!("{crc:#010x}"),
+            ));
+        }
+        if head != want || !(state == OBJ_OPEN || state == OBJ_CLEAN) {
+            return Err(HeapError::corrupt(
+                what,
+                r.offset + 8,
+                "version/state/zone/units",
+                format!(
+                    "version {OBJ_VERSION}, state 1 or 2, zone at {:#x}, {units} entries",
+                    h.geo.zone_off
+                ),
+                format!("{:02x?}", &head[8..32]),
+            ));
+        }
+        let t = ObjTable {
+            medium: m,
+            at: r.offset,
+            zone_off: h.geo.zone_off,
+            units,
+            heap_at: heap.offset,
+        };
+        if state != OBJ_CLEAN {
+            let zeros = vec![0u8; 1 << 16];
+            let bytes = 4 * units;
+            let mut o = 0;
+            while o < bytes {
+                let n = (bytes - o).min(zeros.len() as u64) as usize;
+                let at = (t.at + OBJ_HEADER_PAGE + o) as usize;
+                t.medium.write(at, &zeros[..n]);
+                t.medium.flush(at, n)?;
+                o += n as u64;
+            }
+            t.medium.fence()?;
+        }
+        t.set_state(OBJ_OPEN)?;
+        Ok(t)
     }
 }
 
@@ -470,7 +783,11 @@ impl<M: Medium + 'static> Medium for GuardMedium<M> {
     fn store_u64(&self, offset: usize, value: u64) {
         match self.guard.region_range(offset as u64, 8) {
             Some(off) if self.guard.redundancy == Redundancy::Eager => {
-                if let Err(e) = self.guard.prot.store_word(off, value) {
+                if let Err(e) = self
+                    .guard
+                    .prot()
+                    .and_then(|p| Ok(p.store_word(off, value)?))
+                {
                     // `store_word` stores whatever it finds, unless it refused the range.
                     if self.inner.load_u64(offset) != value {
                         self.inner.store_u64(offset, value);

@@ -73,7 +73,11 @@ fn close(pool: Pool<Sim>, opened: Opened<Sim>) -> heap::Result<()> {
 
 fn scrub_findings(opened: &Opened<Sim>) -> Vec<integrity::Finding> {
     let g = opened.guard.as_ref().unwrap();
-    g.protected().scrub(&mut |_, _| {}).unwrap().findings
+    g.protected()
+        .unwrap()
+        .scrub(&mut |_, _| {})
+        .unwrap()
+        .findings
 }
 
 /// Deterministic bytes for object `i`, version `v`.
@@ -138,7 +142,7 @@ fn every_transaction_mode_leaves_redundancy_current() {
             workload(&opened.heap, plain, mode, 120).unwrap();
             let found = scrub_findings(&opened);
             assert!(found.is_empty(), "{red:?} {mode:?}: {found:?}");
-            let stats = opened.guard.as_ref().unwrap().protected().stats();
+            let stats = opened.guard.as_ref().unwrap().protected().unwrap().stats();
             assert_eq!(stats.repairs_on_read, 0, "{red:?} {mode:?}");
             close(pool, opened).unwrap();
             // The recorded mode comes back, and a clean close needs no resync.
@@ -218,7 +222,7 @@ fn a_flipped_or_lost_object_is_refused_then_repaired() {
             ),
             "{fault}: {err}"
         );
-        let prot = opened.guard.as_ref().unwrap().protected();
+        let prot = opened.guard.as_ref().unwrap().protected().unwrap();
         let found = prot.scrub(&mut |_, _| {}).unwrap();
         assert!(
             !found.findings.is_empty(),
@@ -277,6 +281,7 @@ fn a_crash_at_every_fence_leaves_consistent_redundancy() {
                                 .as_ref()
                                 .unwrap()
                                 .protected()
+                                .unwrap()
                                 .geometry()
                                 .data_pages,
                             "{what}: an unclean open resyncs every page"
@@ -336,6 +341,10 @@ fn heap_files_reopen_in_their_recorded_mode() {
         .unwrap();
         assert_eq!(hf.redundancy(), red);
         assert_eq!(hf.guard().is_some(), red != Redundancy::Off);
+        assert_eq!(
+            hf.guard().and_then(|g| g.protected()).is_some(),
+            red.mode().is_some()
+        );
         let plain: Arc<dyn Medium> = hf.pool().medium().clone();
         workload(hf.raw(), &*plain, TxMode::Undo, 40).unwrap();
         drop(plain);
@@ -347,20 +356,171 @@ fn heap_files_reopen_in_their_recorded_mode() {
         if red == Redundancy::Lazy {
             assert_eq!(rec.period_ms, 200);
         }
-        if let Some(g) = hf.guard() {
-            let report = g.protected().scrub(&mut |_, _| {}).unwrap();
+        if let Some(p) = hf.guard().and_then(|g| g.protected()) {
+            let report = p.scrub(&mut |_, _| {}).unwrap();
             assert!(report.findings.is_empty(), "{red:?}: {:?}", report.findings);
             assert!(report.pages_checked > 0);
         }
         let plain: Arc<dyn Medium> = hf.pool().medium().clone();
         workload(hf.raw(), &*plain, TxMode::Redo, 40).unwrap();
         drop(plain);
-        if let Some(g) = hf.guard() {
-            g.protected().run_pass().unwrap();
-            let report = g.protected().scrub(&mut |_, _| {}).unwrap();
+        if let Some(p) = hf.guard().and_then(|g| g.protected()) {
+            p.run_pass().unwrap();
+            let report = p.scrub(&mut |_, _| {}).unwrap();
             assert!(report.findings.is_empty(), "{red:?}: {:?}", report.findings);
         }
         hf.close().unwrap();
         let _ = std::fs::remove_file(&p);
     }
+}
+
+/// Read the first 64 bytes of every object the root table reaches (verified reads).
+fn read_all(h: &RawHeap) -> heap::Result<usize> {
+    let (root, _) = h.root_line();
+    let mut n = 0;
+    if root == 0 {
+        return Ok(0);
+    }
+    for i in 0..16u64 {
+        let mut s = [0u8; 8];
+        h.read(root + 8 * i, &mut s)?;
+        let obj = u64::from_le_bytes(s);
+        if obj != 0 {
+            let mut b = [0u8; 64];
+            h.read(obj, &mut b)?;
+            n += 1;
+        }
+    }
+    Ok(n)
+}
+
+#[test]
+fn txb_object_checks_objects_and_never_refuses_good_ones() {
+    for mode in [TxMode::Undo, TxMode::Redo, TxMode::Isolated] {
+        let sim = sim_with(image(Redundancy::TxbObject), CrashPlan::Never);
+        let (pool, opened) = open(sim.clone()).unwrap();
+        assert_eq!(opened.redundancy, Redundancy::TxbObject);
+        let h = &opened.heap;
+        workload(h, &**pool.medium(), mode, 60).unwrap();
+        assert!(read_all(h).unwrap() > 0, "{mode:?}");
+        // A flipped bit in a committed object is refused.
+        let (root, _) = h.root_line();
+        let mut s = [0u8; 8];
+        h.read(root, &mut s).unwrap();
+        let obj = u64::from_le_bytes(s);
+        pmem::fault::flip_bits(&**pool.medium(), (h.base() + obj + 40) as usize, 4, 1, 3).unwrap();
+        let mut b = [0u8; 64];
+        let err = h.read(obj, &mut b).unwrap_err();
+        assert!(
+            matches!(err, heap::HeapError::ObjectChecksum { object, .. } if object == obj),
+            "{mode:?}: {err}"
+        );
+        close(pool, opened).unwrap();
+        // The mode comes back at the next open, and so does the refusal.
+        let (pool, opened) = open(sim_with(sim.power_fail(), CrashPlan::Never)).unwrap();
+        assert_eq!(opened.redundancy, Redundancy::TxbObject);
+        assert!(opened.heap.read(obj, &mut b).is_err());
+        close(pool, opened).unwrap();
+    }
+}
+
+#[test]
+fn txb_object_after_a_crash_at_every_fence_refuses_nothing_good() {
+    let base = image(Redundancy::TxbObject);
+    let probe = sim_with(base.clone(), CrashPlan::Never);
+    {
+        let (pool, opened) = open(probe.clone()).unwrap();
+        workload(&opened.heap, &**pool.medium(), TxMode::Undo, 6).unwrap();
+        close(pool, opened).unwrap();
+    }
+    let fences = probe.fences();
+    let mut crashed = 0;
+    for k in 1..=fences {
+        let sim = sim_with(base.clone(), CrashPlan::AtFence(k));
+        let r = open(sim.clone()).and_then(|(pool, opened)| {
+            workload(&opened.heap, &**pool.medium(), TxMode::Undo, 6)?;
+            close(pool, opened)
+        });
+        let Err(e) = r else { continue };
+        assert!(e.is_simulated_crash(), "fence {k}: {e}");
+        crashed += 1;
+        for (n, img) in sim
+            .crash_state()
+            .expect("crashed")
+            .images()
+            .into_iter()
+            .take(2)
+            .enumerate()
+        {
+            let (pool, opened) = open(sim_with(img, CrashPlan::Never))
+                .unwrap_or_else(|e| panic!("fence {k} image {n}: reopen: {e}"));
+            read_all(&opened.heap).unwrap_or_else(|e| panic!("fence {k} image {n}: {e}"));
+            workload(&opened.heap, &**pool.medium(), TxMode::Undo, 3).unwrap();
+            read_all(&opened.heap).unwrap_or_else(|e| panic!("fence {k} image {n}: after: {e}"));
+            close(pool, opened).unwrap();
+        }
+    }
+    assert!(crashed > 10, "{crashed} crashes of {fences} fences");
+}
+
+#[test]
+fn the_object_checksum_table_is_as_documented() {
+    let md = std::fs::read_to_string(
+        std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../docs/format/heap.md"),
+    )
+    .unwrap();
+    pmem::format_doc::check_fields(
+        &md,
+        "object-checksum header",
+        heap::protect::OBJSUMS_HEADER_FIELDS,
+    )
+    .unwrap();
+    let sim = sim_with(image(Redundancy::TxbObject), CrashPlan::Never);
+    let (pool, opened) = open(sim.clone()).unwrap();
+    let h = &opened.heap;
+    let mut l = h.lane();
+    h.begin(&mut l);
+    let obj = h.alloc(&mut l, 200, false).unwrap();
+    h.write(&mut l, obj, &[0x3c; 256]).unwrap();
+    h.commit(&mut l).unwrap();
+    drop(l);
+    let geo = h.geometry();
+    let t = pool.region("heap.objsums").cloned().unwrap();
+    assert_eq!(t.kind, pmem::kinds::RAW);
+    let field = |name: &str| {
+        let f = heap::protect::OBJSUMS_HEADER_FIELDS
+            .iter()
+            .find(|f| f.name == name)
+            .unwrap();
+        let mut b = vec![0u8; f.size as usize];
+        pool.medium().read(t.offset as usize + f.offset, &mut b);
+        b
+    };
+    let u64_of = |b: Vec<u8>| u64::from_le_bytes(b.try_into().unwrap());
+    let u32_of = |b: Vec<u8>| u32::from_le_bytes(b.try_into().unwrap());
+    assert_eq!(field("magic"), b"KVOBJCS\x01");
+    assert_eq!(u32_of(field("version")), 1);
+    assert_eq!(u32_of(field("state")), 1, "in use while open");
+    assert_eq!(u64_of(field("zone_off")), geo.zone_off);
+    let units = geo.chunk_count * heap::layout::CHUNK_SIZE / 64;
+    assert_eq!(u64_of(field("units")), units);
+    let mut head = [0u8; 32];
+    pool.medium().read(t.offset as usize, &mut head);
+    assert_eq!(u32_of(field("crc")), crc32c::crc32c(&head));
+    assert_eq!(t.length, (4096 + 4 * units).div_ceil(4096) * 4096);
+    // The entry of the block: CRC-32C of its offset, then its bytes.
+    let mut e = [0u8; 4];
+    pool.medium().read(
+        (t.offset + 4096 + 4 * ((obj - geo.zone_off) / 64)) as usize,
+        &mut e,
+    );
+    let mut bytes = vec![0u8; 256];
+    pool.medium().read((h.base() + obj) as usize, &mut bytes);
+    let want = crc32c::crc32c_append(crc32c::crc32c(&obj.to_le_bytes()), &bytes);
+    assert_eq!(u32::from_le_bytes(e), if want == 0 { 1 } else { want });
+    close(pool, opened).unwrap();
+    let pool = Pool::open_medium(sim, &pmem::OpenOptions::default()).unwrap();
+    let mut st = [0u8; 4];
+    pool.medium().read((t.offset + 12) as usize, &mut st);
+    assert_eq!(u32::from_le_bytes(st), 2, "clean after a clean close");
 }

@@ -1,13 +1,15 @@
 /*
  * redundancy_test.c: the C test of protected pools (kv_pool_create_flags with KV_CREATE_LAZY,
- * KV_CREATE_EAGER, KV_CREATE_TXB_PAGE; kv_pool_redundancy; KV_EREFUSED), run by
+ * KV_CREATE_EAGER, KV_CREATE_TXB_PAGE, KV_CREATE_TXB_OBJECT; kv_pool_redundancy;
+ * KV_EREFUSED), run by
  * tests/c_api.rs.
  *
  *   redundancy_test DIR      makes its pools in DIR (which must exist)
  *
  * For each mode: create, check the recorded mode, change objects through kv_tx_write and
  * through direct pointers after kv_tx_add_range (and in a fresh block), abort one
- * transaction, close, reopen (the mode comes back), read everything back. In eager mode a
+ * transaction, close, reopen (the mode comes back), read everything back. In eager and
+ * txb-object modes a
  * byte flipped behind the library's back (a store into the mapping outside any transaction,
  * as faulty media would) makes kv_tx_read refuse with KV_EREFUSED.
  *
@@ -112,7 +114,7 @@ static void session(const char *path, int flag)
 		CHECK_EQ(kv_tx_read(pop, got, kv_direct(pop, r->slot[i]), OBJ), KV_OK);
 		CHECK(memcmp(got, want[i], OBJ) == 0);
 	}
-	if (flag == KV_CREATE_EAGER) {
+	if (flag == KV_CREATE_EAGER || flag == KV_CREATE_TXB_OBJECT) {
 		unsigned char *p = kv_direct(pop, r->slot[2]);
 		p[500] ^= 0x10; /* damage: no transaction, no add_range */
 		unsigned char got[OBJ];
@@ -132,9 +134,10 @@ int main(int argc, char **argv)
 		fprintf(stderr, "usage: %s DIR\n", argv[0]);
 		return 2;
 	}
-	const int flags[] = {0, KV_CREATE_LAZY, KV_CREATE_EAGER, KV_CREATE_TXB_PAGE};
-	const char *names[] = {"off", "lazy", "eager", "txb-page"};
-	for (int i = 0; i < 4; i++) {
+	const int flags[] = {0, KV_CREATE_LAZY, KV_CREATE_EAGER, KV_CREATE_TXB_PAGE,
+			     KV_CREATE_TXB_OBJECT};
+	const char *names[] = {"off", "lazy", "eager", "txb-page", "txb-object"};
+	for (int i = 0; i < 5; i++) {
 		char path[4096];
 		snprintf(path, sizeof path, "%s/%s.pool", argv[1], names[i]);
 		session(path, flags[i]);

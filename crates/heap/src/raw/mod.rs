@@ -270,9 +270,18 @@ impl RawHeap {
         self.check_range(off, buf.len() as u64)?;
         if self.has_observer.load(Ordering::Acquire)
             && let Some(obs) = self.observer.read().clone()
-            && let Some(r) = obs.verified_read(self.base + off, buf)
         {
-            return r;
+            if obs.wants_blocks() {
+                if let Some((b, len)) = self.block_of(off)
+                    && off + buf.len() as u64 <= b + len
+                    && let Some(r) =
+                        obs.verified_block_read((self.base + b, len), self.base + off, buf)
+                {
+                    return r;
+                }
+            } else if let Some(r) = obs.verified_read(self.base + off, buf) {
+                return r;
+            }
         }
         self.medium.read(self.m(off), buf);
         Ok(())

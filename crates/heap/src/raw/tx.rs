@@ -68,6 +68,25 @@ pub trait CommitObserver: Send + Sync {
         let _ = (medium_offset, buf);
         None
     }
+
+    /// Should commits and aborts report whole allocation blocks (every block a changed range
+    /// touches, with `old: None`) instead of the ranges, and reads go through
+    /// [`CommitObserver::verified_block_read`]? (Per-object checksums.) Default: no.
+    fn wants_blocks(&self) -> bool {
+        false
+    }
+
+    /// A read of `buf.len()` bytes at `medium_offset`, inside the allocation block at
+    /// `block` (`(medium offset, length)`); `None` to read them as stored. Default: `None`.
+    fn verified_block_read(
+        &self,
+        block: (u64, u64),
+        medium_offset: u64,
+        buf: &mut [u8],
+    ) -> Option<Result<()>> {
+        let _ = (block, medium_offset, buf);
+        None
+    }
 }
 
 impl RawHeap {
@@ -88,7 +107,40 @@ impl RawHeap {
             })
             .collect();
         self.push_fresh(&mut changes, lane);
+        if obs.wants_blocks() {
+            return obs.committed(&self.whole_blocks(&changes));
+        }
         obs.committed(&changes)
+    }
+
+    /// The allocation blocks `changes` touch, each once, as changes with unknown old bytes.
+    pub(super) fn whole_blocks(&self, changes: &[Change<'_>]) -> Vec<Change<'static>> {
+        let mut blocks: Vec<(u64, u64)> = Vec::new();
+        for c in changes {
+            let (mut at, end) = (
+                c.medium_offset - self.base,
+                c.medium_offset - self.base + c.len,
+            );
+            while at < end {
+                match self.block_of(at) {
+                    Some((off, len)) => {
+                        blocks.push((off, len));
+                        at = off + len;
+                    }
+                    None => at = (at / 64 + 1) * 64,
+                }
+            }
+        }
+        blocks.sort_unstable();
+        blocks.dedup();
+        blocks
+            .into_iter()
+            .map(|(off, len)| Change {
+                medium_offset: self.base + off,
+                len,
+                old: None,
+            })
+            .collect()
     }
 
     /// Every block `lane` allocated, with its copy if one was taken.
@@ -273,7 +325,11 @@ impl RawHeap {
                     })
                     .collect();
                 self.push_fresh(&mut changes, lane);
-                obs.rolled_back(&changes)
+                if obs.wants_blocks() {
+                    obs.rolled_back(&self.whole_blocks(&changes))
+                } else {
+                    obs.rolled_back(&changes)
+                }
             }
             (r, _) => r.map(|_| ()),
         };
