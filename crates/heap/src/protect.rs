@@ -385,7 +385,7 @@ impl<M: Medium + 'static> Guard<M> {
                     if now != data {
                         inner.write(at, data);
                     }
-                    self.failed(e.into());
+                    self.failed(e);
                 }
             }
             _ => {
@@ -792,7 +792,7 @@ impl<M: Medium + 'static> Medium for GuardMedium<M> {
                     if self.inner.load_u64(offset) != value {
                         self.inner.store_u64(offset, value);
                     }
-                    self.guard.failed(e.into());
+                    self.guard.failed(e);
                 }
             }
             Some(off) => {

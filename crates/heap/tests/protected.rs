@@ -492,7 +492,7 @@ fn the_object_checksum_table_is_as_documented() {
             .iter()
             .find(|f| f.name == name)
             .unwrap();
-        let mut b = vec![0u8; f.size as usize];
+        let mut b = vec![0u8; f.size];
         pool.medium().read(t.offset as usize + f.offset, &mut b);
         b
     };
