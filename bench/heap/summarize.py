@@ -41,6 +41,9 @@ def load(outdir):
                     continue
                 m["round"] = run["round"]
                 m["run"] = run["name"]
+                # The library as run.sh named it: the harness only knows its backend
+                # (kavach for every redundancy mode).
+                m["backend"] = run["backend"]
                 run["lines"].append(m)
                 if run["round"] > 0 and run["rc"] == 0:
                     meas.append(m)
