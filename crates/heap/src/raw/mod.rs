@@ -134,6 +134,11 @@ pub struct RecoveryReport {
 /// 5. one `shadows[c]` at a time, taken alone or under `global` (refill, release, make_run).
 ///    Never `global` while a shadow is held.
 ///
+/// A protected heap ([`crate::protect`]) adds the integrity layer's group locks below all of
+/// these: its medium takes one group's lock inside a store (under whatever the store's caller
+/// holds, a shadow or `global` included), and the observer takes them during a commit; the
+/// integrity layer never calls back into the heap, so they are leaves.
+///
 /// The lock table is apart: `locks` (the map), then one cell's `st`; neither is held while
 /// any lock above is taken, and a thread waiting for a persistent lock holds only that
 /// cell's `st` (released by the wait).
