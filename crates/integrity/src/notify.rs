@@ -438,3 +438,202 @@ impl<M: Medium + 'static> Protected<M> {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    //! `committed`, `recompute_pages`, `verify_read` and `store_word` on a region of the
+    //! persistence simulator: after each, a scrub (page, parity, block and line checksums)
+    //! must find the redundancy current; a report whose old bytes are wrong must be withheld
+    //! and found, never folded into parity.
+
+    use super::*;
+    use crate::{CreateOptions, OpenOptions};
+    use pmem::{Domain, Pool, SimConfig, SimMedium, kinds};
+    use std::sync::Arc;
+
+    type Sim = Arc<SimMedium>;
+    const PAGES: u64 = 32;
+
+    fn region(mode: Mode) -> (Pool<Sim>, Protected<Sim>, usize) {
+        let sim = Arc::new(SimMedium::new(2 << 20, SimConfig::default()));
+        let sim = Pool::format(sim, Domain::Sim).unwrap();
+        let mut pool = Pool::open_medium(sim, &pmem::OpenOptions::default()).unwrap();
+        let data = pool
+            .create_region("data", kinds::RAW, PAGES * PAGE, pmem::Alignment::Page)
+            .unwrap();
+        for p in 0..PAGES {
+            let b: Vec<u8> = (0..PAGE).map(|i| (i as u64 * 7 + p * 13) as u8).collect();
+            pool.medium()
+                .write(data.offset as usize + (p * PAGE) as usize, &b);
+        }
+        let opts = CreateOptions {
+            mode,
+            stripe_pages: 4,
+            period_ms: 1000,
+        };
+        crate::create_in_pool(&mut pool, "data", &opts, &mut |_, _| {}).unwrap();
+        let (prot, _) =
+            crate::open_in_pool(&pool, "data", OpenOptions::default(), &mut |_, _| {}).unwrap();
+        (pool, prot, data.offset as usize)
+    }
+
+    fn clean(prot: &Protected<Sim>) -> bool {
+        prot.scrub(&mut |_, _| {}).unwrap().findings.is_empty()
+    }
+
+    /// Store `new` at `off` behind the layer's back and return the old bytes.
+    fn store(pool: &Pool<Sim>, at: usize, off: u64, new: &[u8]) -> Vec<u8> {
+        let mut old = vec![0u8; new.len()];
+        pool.medium().read(at + off as usize, &mut old);
+        pool.medium().write(at + off as usize, new);
+        old
+    }
+
+    #[test]
+    fn a_commit_diff_keeps_every_checksum_and_parity_current() {
+        let (pool, prot, at) = region(Mode::Eager);
+        assert!(clean(&prot));
+        // Two changes in one line, one across a page boundary, one long.
+        let o1 = store(&pool, at, 100, &[1; 8]);
+        let o2 = store(&pool, at, 120, &[2; 4]);
+        let o3 = store(&pool, at, 2 * PAGE - 30, &[3; 60]);
+        let o4 = store(&pool, at, 9 * PAGE + 5, &vec![4; 5000]);
+        let changes = [
+            Changed {
+                offset: 100,
+                len: 8,
+                old: Some(&o1),
+            },
+            Changed {
+                offset: 120,
+                len: 4,
+                old: Some(&o2),
+            },
+            Changed {
+                offset: 2 * PAGE - 30,
+                len: 60,
+                old: Some(&o3),
+            },
+            Changed {
+                offset: 9 * PAGE + 5,
+                len: 5000,
+                old: Some(&o4),
+            },
+        ];
+        assert!(!clean(&prot), "unreported stores are seen");
+        let st = prot.committed(&changes).unwrap();
+        assert_eq!(st.withheld, 0);
+        assert!(st.lines_diffed > 80, "{st:?}");
+        assert!(clean(&prot));
+        // Reported again: nothing left to do.
+        let again = prot.committed(&changes).unwrap();
+        assert_eq!(again.lines_diffed, 0);
+        assert!(clean(&prot));
+        // Unknown old bytes: the pages are recomputed.
+        store(&pool, at, 20 * PAGE + 64, &[9; 128]);
+        let st = prot
+            .committed(&[Changed {
+                offset: 20 * PAGE + 64,
+                len: 128,
+                old: None,
+            }])
+            .unwrap();
+        assert_eq!(st.pages_recomputed, 1, "{st:?}");
+        assert!(clean(&prot));
+        let mut b = vec![0u8; 5000];
+        prot.verify_read(9 * PAGE + 5, &mut b).unwrap();
+        assert_eq!(b, vec![4; 5000]);
+    }
+
+    #[test]
+    fn wrong_old_bytes_are_withheld_and_found() {
+        let (pool, prot, at) = region(Mode::Eager);
+        store(&pool, at, 300, &[7; 16]);
+        let st = prot
+            .committed(&[Changed {
+                offset: 300,
+                len: 16,
+                old: Some(&[0xee; 16]),
+            }])
+            .unwrap();
+        assert_eq!(st.withheld, 1);
+        assert_eq!(st.lines_diffed, 0);
+        assert!(
+            !clean(&prot),
+            "the mismatch is still there for the scrubber"
+        );
+        // A page with unknown old bytes beside damage in another line is not recomputed.
+        pool.medium()
+            .write(at + 5 * PAGE as usize + 4000, &[0x55; 8]);
+        store(&pool, at, 5 * PAGE, &[1; 64]);
+        let st = prot
+            .committed(&[Changed {
+                offset: 5 * PAGE,
+                len: 64,
+                old: None,
+            }])
+            .unwrap();
+        assert_eq!(st.pages_recomputed, 0);
+        assert_eq!(st.withheld, 1);
+    }
+
+    #[test]
+    fn a_verified_read_refuses_damage() {
+        let (pool, prot, at) = region(Mode::Eager);
+        let mut b = [0u8; 64];
+        prot.verify_read(6 * PAGE, &mut b).unwrap();
+        pool.medium()
+            .write(at + 6 * PAGE as usize + 10, &[b[10] ^ 1]);
+        let e = prot.verify_read(6 * PAGE, &mut b).unwrap_err();
+        assert!(
+            matches!(
+                e,
+                IntegrityError::Refused {
+                    page: 6,
+                    line: 0,
+                    ..
+                }
+            ),
+            "{e}"
+        );
+        // A damaged line checksum over good data is served (the page checksum proves it).
+        pool.medium().write(at + 6 * PAGE as usize + 10, &[b[10]]);
+        prot.verify_read(6 * PAGE, &mut b).unwrap();
+    }
+
+    #[test]
+    fn an_eager_word_store_is_atomic_and_kept() {
+        let (pool, prot, at) = region(Mode::Eager);
+        prot.store_word(8 * PAGE + 16, 0x1122_3344_5566_7788)
+            .unwrap();
+        assert_eq!(
+            pool.medium().load_u64(at + 8 * PAGE as usize + 16),
+            0x1122_3344_5566_7788
+        );
+        assert!(clean(&prot));
+        assert!(prot.store_word(8 * PAGE + 3, 1).is_err(), "unaligned");
+    }
+
+    #[test]
+    fn txb_page_recomputes_touched_pages() {
+        let (pool, prot, at) = region(Mode::TxbPage);
+        store(&pool, at, 3 * PAGE + 7, &[5; 300]);
+        store(&pool, at, 17 * PAGE, &[6; 4096]);
+        let st = prot
+            .committed(&[
+                Changed {
+                    offset: 3 * PAGE + 7,
+                    len: 300,
+                    old: None,
+                },
+                Changed {
+                    offset: 17 * PAGE,
+                    len: 4096,
+                    old: None,
+                },
+            ])
+            .unwrap();
+        assert_eq!(st.pages_recomputed, 2);
+        assert!(clean(&prot));
+    }
+}
