@@ -462,7 +462,7 @@ mod tests {
             .create_region("data", kinds::RAW, PAGES * PAGE, pmem::Alignment::Page)
             .unwrap();
         for p in 0..PAGES {
-            let b: Vec<u8> = (0..PAGE).map(|i| (i as u64 * 7 + p * 13) as u8).collect();
+            let b: Vec<u8> = (0..PAGE).map(|i| (i * 7 + p * 13) as u8).collect();
             pool.medium()
                 .write(data.offset as usize + (p * PAGE) as usize, &b);
         }
