@@ -405,6 +405,11 @@ impl<M: Medium + 'static> Guard<M> {
     /// Bring the redundancy up to date with `changes` (and, in txb-page mode, with the pages
     /// the heap's own stores touched).
     fn settle(&self, changes: &[Change<'_>]) -> Result<()> {
+        self.settle_as(changes, false)
+    }
+
+    /// [`Guard::settle`] for a commit, or (`rollback`) for an abort's rolled-back ranges.
+    fn settle_as(&self, changes: &[Change<'_>], rollback: bool) -> Result<()> {
         // A store of the heap's own that could not keep its redundancy (the store itself
         // happened): its error comes back here.
         if let Some(e) = self.error.lock().unwrap_or_else(|e| e.into_inner()).take() {
@@ -440,6 +445,9 @@ impl<M: Medium + 'static> Guard<M> {
                 let pages: Vec<u64> = pages.into_iter().collect();
                 self.prot()?.recompute_pages(&pages)?;
             }
+            Redundancy::Eager if rollback => {
+                self.prot()?.rolled_back(&ranges)?;
+            }
             Redundancy::Eager => {
                 self.prot()?.committed(&ranges)?;
             }
@@ -467,7 +475,7 @@ impl<M: Medium + 'static> CommitObserver for Guard<M> {
     }
 
     fn rolled_back(&self, changes: &[Change<'_>]) -> Result<()> {
-        self.settle(changes)
+        self.settle_as(changes, true)
     }
 
     fn verified_read(&self, medium_offset: u64, buf: &mut [u8]) -> Option<Result<()>> {

@@ -46,7 +46,8 @@ pub struct Changed<'a> {
 pub struct CommitStats {
     /// Lines updated from their diff.
     pub lines_diffed: u64,
-    /// Lines whose redundancy was already current (stored twice, or reported twice).
+    /// Lines whose redundancy was already current (stored twice, or reported twice), or, after
+    /// a rollback, never took the stores undone.
     pub lines_current: u64,
     /// Lines updated from their diff without the old line verified: its stored line checksum
     /// matched neither the line before nor after this change, because another writer's stores
@@ -88,6 +89,21 @@ impl<M: Medium + 'static> Protected<M> {
     /// scrubber. In txb-page mode the touched pages are recomputed; in lazy mode they are
     /// marked (only an explicit tracker needs it); off does nothing.
     pub fn committed(&self, changes: &[Changed<'_>]) -> Result<CommitStats> {
+        self.settle(changes, true)
+    }
+
+    /// [`Protected::committed`] for the ranges of an aborted transaction after its rollback:
+    /// `old` is what each range held before the rollback (the transaction's own stores). A
+    /// line whose redundancy never took those stores (they went straight to the medium) is
+    /// current, or, with another writer's unreported stores in it, left alone; only a line
+    /// whose redundancy did take them (stores kept eagerly) gets the diff back.
+    pub fn rolled_back(&self, changes: &[Changed<'_>]) -> Result<CommitStats> {
+        self.settle(changes, false)
+    }
+
+    /// `committed` (`blind`: a line that cannot be verified still gets its diff) or
+    /// `rolled_back` (it does not).
+    fn settle(&self, changes: &[Changed<'_>], blind: bool) -> Result<CommitStats> {
         let inner = &self.inner;
         inner.check_usable()?;
         for c in changes {
@@ -186,6 +202,11 @@ impl<M: Medium + 'static> Protected<M> {
                 // TVARAK's case: the old line is verified, the diff applies to it.
                 self.apply_diff(page, slot, &old, &new, new_sum, "commit")?;
                 st.lines_diffed += 1;
+                continue;
+            }
+            if !blind {
+                // After a rollback: this line's redundancy never took the stores undone.
+                st.lines_current += 1;
                 continue;
             }
             // The line holds stores of another writer not reported yet (a concurrent
@@ -626,6 +647,31 @@ mod tests {
             assert_eq!(s2.lines_diffed, 1, "the second one verifies: {s2:?}");
             assert!(clean(&prot));
         }
+    }
+
+    #[test]
+    fn a_rollback_beside_another_writer_changes_nothing() {
+        let (pool, prot, at) = region(Mode::Eager);
+        let a = store(&pool, at, 7 * PAGE, &[0x11; 8]);
+        let b = store(&pool, at, 7 * PAGE + 32, &[0x22; 8]);
+        // B aborts: its bytes go back, and it reports what they were before the rollback.
+        let b_new = store(&pool, at, 7 * PAGE + 32, &b);
+        let st = prot
+            .rolled_back(&[Changed {
+                offset: 7 * PAGE + 32,
+                len: 8,
+                old: Some(&b_new),
+            }])
+            .unwrap();
+        assert_eq!((st.lines_diffed, st.lines_unverified), (0, 0), "{st:?}");
+        // Reported as a commit instead, the same diff would land unverified: wrong.
+        prot.committed(&[Changed {
+            offset: 7 * PAGE,
+            len: 8,
+            old: Some(&a),
+        }])
+        .unwrap();
+        assert!(clean(&prot));
     }
 
     #[test]
