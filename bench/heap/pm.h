@@ -238,9 +238,22 @@ static inline pm_pool *pm_kavach_mode(pm_pool *pop)
 	return pop;
 }
 
+/* KV_CREATE_MODE (a -D of run.sh --redundancy): the heap's redundancy, one of the
+ * KV_CREATE_* flags of kv_pool_create_flags; 0 (none) without it. */
+#ifndef KV_CREATE_MODE
+#define KV_CREATE_MODE 0
+#endif
+
 static inline pm_pool *pm_pool_create(const char *path, uint64_t size)
 {
-	return pm_kavach_mode(kv_pool_create(path, size));
+	pm_pool *pop = kv_pool_create_flags(path, size, KV_CREATE_MODE);
+	if (pop && kv_pool_redundancy(pop) != KV_CREATE_MODE) {
+		fprintf(stderr, "kv_pool_redundancy: %d, not the %d asked for\n",
+			kv_pool_redundancy(pop), KV_CREATE_MODE);
+		kv_pool_close(pop);
+		return NULL;
+	}
+	return pm_kavach_mode(pop);
 }
 
 static inline pm_pool *pm_pool_open(const char *path)

@@ -4,7 +4,7 @@
 #   bench/heap/run.sh [--quick] [--rounds R] [--only tx|words|list|maps] [--keys K] [--sizes LIST]
 #                     [--tx-n N] [--alloc-n N] [--threads LIST] [--maps LIST] [--words LIST]
 #                     [--elements LIST] [--list-ops N] [--visits V] [--no-redo] [--out DIR]
-#                     [--pmemobj-only] [--wait-idle SECS]
+#                     [--pmemobj-only] [--wait-idle SECS] [--redundancy LIST]
 #
 #   --quick         smoke run: 1 round, 20,000 overwrites, 10,000 allocs, 50,000 keys, lists of
 #                   10..1,000 elements with 2,000 push/pop and 20,000 visits
@@ -26,6 +26,10 @@
 #   --no-redo       do not build or run the kavach-redo library (Kavach's redo mode)
 #   --out DIR       report directory (default target/bench/heap-<UTC date-time>)
 #   --pmemobj-only  do not build or run Kavach (to check the harness while it does not build)
+#   --redundancy LIST  also run Kavach (undo mode) on pools created with these redundancy modes
+#                   (lazy, eager, txb-object, txb-page: kv_pool_create_flags with KV_CREATE_*),
+#                   as libraries kavach-MODE; "kavach" stays redundancy off.
+#                   The report gets a "Redundancy" table (each mode against off)
 #
 # Libraries: pmemobj (libpmemobj), kavach (Kavach, undo mode, the same calls as pmemobj) and
 # kavach-redo (Kavach in redo mode: kv_tx_begin_mode(KV_TX_REDO), kv_tx_write, kv_tx_read; not
@@ -71,6 +75,7 @@ REDO=1
 OUTDIR=""
 PMEMOBJ_ONLY=0
 WAIT_IDLE=600
+REDUNDANCY=""
 ARGS_ORIG="$*"
 
 need() { [ $# -ge 2 ] || die "$1 needs a value"; }
@@ -93,6 +98,7 @@ while [ $# -gt 0 ]; do
     --out) need "$@"; OUTDIR="$2"; shift ;;
     --pmemobj-only) PMEMOBJ_ONLY=1 ;;
     --wait-idle) need "$@"; WAIT_IDLE="$2"; shift ;;
+    --redundancy) need "$@"; REDUNDANCY="$2"; shift ;;
     -h|--help) usage; exit 0 ;;
     *) die "unknown argument '$1' (see --help)" ;;
   esac
@@ -115,6 +121,11 @@ IFS=, read -r -a THREAD_LIST <<< "$THREADS"
 IFS=, read -r -a MAP_LIST <<< "$MAPS"
 IFS=, read -r -a WORD_LIST <<< "$WORDS"
 IFS=, read -r -a ELEMENT_LIST <<< "$ELEMENTS"
+RED_LIST=()
+[ -n "$REDUNDANCY" ] && IFS=, read -r -a RED_LIST <<< "$REDUNDANCY"
+for v in "${RED_LIST[@]}"; do
+  case "$v" in lazy|eager|txb-page|txb-object) ;; *) die "--redundancy: '$v' is not lazy, eager, txb-page or txb-object" ;; esac
+done
 for v in "${WORD_LIST[@]}"; do [[ "$v" =~ ^[1-9][0-9]*$ ]] && (( v <= 64 )) || die "--words: '$v' is not in 1..64"; done
 for v in "${ELEMENT_LIST[@]}"; do [[ "$v" =~ ^[1-9][0-9]*$ ]] || die "--elements: '$v' is not a positive integer"; done
 
@@ -182,6 +193,12 @@ if [ "$PMEMOBJ_ONLY" = 0 ]; then
   KAVACH_DESC="git $REV$( [ "$DIRTY" != 0 ] && echo " + $DIRTY uncommitted/untracked paths in crates/heap, crates/heap-ffi, crates/pmem"), libkavach.a sha256 $(sha256sum "$BIN/libkavach.a" | cut -c1-16), built $(date -u -r "$BIN/libkavach.a" '+%Y-%m-%dT%H:%M:%SZ')"
   BACKENDS=(kavach pmemobj)
   [ "$REDO" = 1 ] && BACKENDS=(kavach kavach-redo pmemobj)
+  for v in "${RED_LIST[@]}"; do
+    flag="KV_CREATE_$(echo "$v" | tr 'a-z-' 'A-Z_')"
+    build_side KV_BACKEND_KAVACH "kavach-$v" -DKV_CREATE_MODE="$flag" \
+      -I"$ROOT/crates/heap-ffi/include" -- "$BIN/libkavach.a" -lpthread -ldl -lm
+    BACKENDS+=("kavach-$v")
+  done
 fi
 
 # --- pools ------------------------------------------------------------------------------------

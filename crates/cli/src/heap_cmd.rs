@@ -11,7 +11,7 @@ use heap::layout::{
     CHUNK_SIZE, CLASS_SIZES, DEFAULT_LANE_BYTES, DEFAULT_LANES, Geometry, HEADER_COPY_0,
     HEADER_COPY_1, HEADER_CRC_AT, Header,
 };
-use heap::{HeapError, HeapFile, HeapOptions};
+use heap::{HeapError, HeapFile, HeapOptions, Redundancy};
 use pmem::{Corruption, Mapping, Medium, OpenOptions, Pool, Region, kinds};
 use serde::Serialize;
 use std::path::{Path, PathBuf};
@@ -146,9 +146,37 @@ pub struct CreateArgs {
     /// bytes one transaction may change.
     #[arg(long, value_parser = parse_size, default_value_t = u64::from(DEFAULT_LANE_BYTES))]
     pub lane_size: u64,
+    /// Redundancy of the heap region, recorded in the pool and used by every open: off, lazy
+    /// (write tracking and a background pass), eager (from each commit's diff), txb-page
+    /// (each commit recomputes its pages).
+    #[arg(long, default_value = "off", value_parser = parse_redundancy)]
+    pub redundancy: Redundancy,
+    /// Lazy mode's update period in milliseconds (100..=60000); recorded with the mode.
+    #[arg(long)]
+    pub redundancy_period_ms: Option<u32>,
     /// Print the new heap's geometry as JSON.
     #[arg(long)]
     pub json: bool,
+}
+
+fn parse_redundancy(s: &str) -> std::result::Result<Redundancy, String> {
+    Redundancy::parse(s).ok_or_else(|| {
+        let names: Vec<&str> = Redundancy::ALL.iter().map(|r| r.name()).collect();
+        format!(
+            "`{s}` is not a redundancy mode (one of: {})",
+            names.join(", ")
+        )
+    })
+}
+
+/// The heap region's redundancy as recorded, for `stats` (an error is shown, not fatal: the
+/// heap's own statistics do not depend on it).
+fn redundancy_text<M: Medium>(pool: &Pool<M>, region: &str) -> String {
+    match heap::protect::recorded(pool, region) {
+        Ok(r) if r.redundancy == Redundancy::Lazy => format!("lazy (period {} ms)", r.period_ms),
+        Ok(r) => r.redundancy.name().to_string(),
+        Err(e) => format!("unknown: {e}"),
+    }
 }
 
 #[derive(Debug, Args)]
@@ -224,21 +252,30 @@ fn create(a: &CreateArgs) -> Result<Outcome> {
         lane_bytes,
         redo_bytes: redo_bytes_for(lane_bytes),
     };
-    let hf = HeapFile::create(&a.path, a.size, &opts).map_err(|e| {
-        let hint = match &e {
-            HeapError::Invalid { what, .. } if *what == "heap size" => {
-                " (a bigger --size, or fewer or smaller lanes: --lanes, --lane-size)"
-            }
-            _ => "",
-        };
-        anyhow::Error::new(e).context(format!(
-            "cannot create heap pool {}{hint}; nothing was left behind",
-            a.path.display()
-        ))
-    })?;
+    if a.redundancy_period_ms.is_some() && a.redundancy != Redundancy::Lazy {
+        bail!(
+            "--redundancy-period-ms applies to --redundancy lazy only (not {}); nothing was created",
+            a.redundancy.name()
+        );
+    }
+    let hf =
+        HeapFile::create_protected(&a.path, a.size, &opts, a.redundancy, a.redundancy_period_ms)
+            .map_err(|e| {
+                let hint = match &e {
+                    HeapError::Invalid { what, .. } if *what == "heap size" => {
+                        " (a bigger --size, or fewer or smaller lanes: --lanes, --lane-size)"
+                    }
+                    _ => "",
+                };
+                anyhow::Error::new(e).context(format!(
+                    "cannot create heap pool {}{hint}; nothing was left behind",
+                    a.path.display()
+                ))
+            })?;
     let region = hf.region().clone();
     let geo = hf.raw().geometry();
     let info = hf.pool().info();
+    let redundancy = redundancy_text(hf.pool(), &region.name);
     hf.close()
         .with_context(|| format!("cannot close the new heap pool {}", a.path.display()))?;
     if a.json {
@@ -249,6 +286,7 @@ fn create(a: &CreateArgs) -> Result<Outcome> {
             "survives_reboot": info.survives_reboot,
             "region": region,
             "geometry": GeometryOut::of(&geo),
+            "redundancy": redundancy,
         }))?;
     } else {
         println!(
@@ -276,6 +314,7 @@ fn create(a: &CreateArgs) -> Result<Outcome> {
             format_size(CHUNK_SIZE),
             format_size(geo.chunk_count * CHUNK_SIZE)
         );
+        println!("redundancy  {redundancy}");
         if !info.survives_reboot {
             println!(
                 "note: {} is on tmpfs: it survives crashes of Kavach, not a reboot",
@@ -749,6 +788,7 @@ fn stats(a: &StatsArgs) -> Result<Outcome> {
             classes: Vec<ClassOut>,
             large: Large,
             root: Option<Root>,
+            redundancy: String,
             pending: &'a [heap::check::PendingLane],
             damage: Vec<CorruptionOut<'a>>,
         }
@@ -770,6 +810,7 @@ fn stats(a: &StatsArgs) -> Result<Outcome> {
                 chunks: r.large_chunks,
             },
             root: r.root.map(|(offset, size)| Root { offset, size }),
+            redundancy: redundancy_text(&o.pool, &o.region.name),
             pending: &r.pending,
             damage: corruptions(&r.damage),
         })?;
@@ -790,6 +831,7 @@ fn stats(a: &StatsArgs) -> Result<Outcome> {
                 o.region.offset
             ),
         ),
+        ("redundancy", redundancy_text(&o.pool, &o.region.name)),
         (
             "lanes",
             format!(

@@ -74,6 +74,9 @@ extern "C" {
                               * names the object and the word) */
 #define KV_ENOTSAVED 12  /* open: on-demand commits were never saved; the heap may be torn */
 #define KV_ECONFLICT 13  /* an isolated transaction met a concurrent commit: run it again */
+#define KV_EREFUSED 14   /* a verified read (eager or txb-object redundancy) found damage:
+                          * refused, not served; in eager mode `kavach integrity repair`
+                          * rebuilds it from parity */
 
 /* Transaction modes (kv_tx_begin_mode, kv_tx_mode). */
 #define KV_TX_UNDO 0     /* old bytes logged in PM before each change (kv_tx_begin's mode) */
@@ -82,6 +85,15 @@ extern "C" {
 
 /* Flags of kv_pool_create_flags and kv_pool_open_flags. */
 #define KV_OPEN_TRAP 1   /* the usage trap (see above) */
+/* Redundancy of a new pool's heap (kv_pool_create_flags only; at most one), recorded in the
+ * pool: every later open keeps it in that mode. Eager and txb-page keep an object's
+ * redundancy at the commit of the transaction that changed it: store into objects only
+ * inside transactions, after kv_tx_add_range (or into blocks allocated in the transaction). */
+#define KV_CREATE_LAZY 2     /* write tracking and a background pass every second (Vilamb) */
+#define KV_CREATE_EAGER 4    /* from each commit's old and new bytes (TVARAK) */
+#define KV_CREATE_TXB_PAGE 8 /* each commit recomputes the pages it touched */
+#define KV_CREATE_TXB_OBJECT 16 /* a checksum per object a commit changed, verified by
+                                 * kv_tx_read (KV_EREFUSED); detection only, no parity */
 
 typedef struct kv_pool kv_pool;
 
@@ -112,6 +124,8 @@ kv_pool *kv_pool_open_flags(const char *path, int flags);
 int kv_pool_close(kv_pool *pop);
 /* The pool's id (what kv_oid.pool_id holds). */
 uint64_t kv_pool_id(const kv_pool *pop);
+/* The KV_CREATE_* flag of the pool's redundancy, 0 for none. */
+int kv_pool_redundancy(const kv_pool *pop);
 
 /* The root object: allocated zeroed on the first call, at least `size` bytes. A later call
  * with a larger size than the first fails with KV_EINVAL. Null oid on failure. The first call
@@ -148,7 +162,9 @@ int kv_tx_mode(const kv_pool *pop);
 int kv_tx_write(kv_pool *pop, void *dst, const void *src, size_t len);
 /* Copy `len` bytes at `src`, an address of the pool's heap, to `dst` (ordinary memory, not in
  * the pool: KV_EINVAL), as the calling thread's transaction sees them (its own writes
- * included). Outside a transaction it reads the committed bytes. len 0: nothing. */
+ * included). Outside a transaction it reads the committed bytes. len 0: nothing. In a pool
+ * with eager redundancy every line read outside the transaction's own changes is verified:
+ * a line that fails its checksum in a page that fails its own is KV_EREFUSED, never served. */
 int kv_tx_read(kv_pool *pop, void *dst, const void *src, size_t len);
 /* Snapshot [oid.off + off, oid.off + off + len) before changing it (len 0: nothing). The
  * range must lie in the heap's data zone; a range added before, or inside a block allocated

@@ -67,10 +67,11 @@ pub unsafe extern "C" fn kv_pool_create_flags(
 ) -> *mut KvPool {
     guard(ptr::null_mut(), || {
         // SAFETY: this function's contract.
-        match unsafe { c_path(path) }.and_then(|path| Ok((path, open_flags(flags)?))) {
-            Ok((path, flags)) => {
-                handle(HeapFile::create(path, size, &HeapOptions::default()), flags)
-            }
+        match unsafe { c_path(path) }.and_then(|path| Ok((path, create_flags(flags)?))) {
+            Ok((path, (flags, redundancy))) => handle(
+                HeapFile::create_protected(path, size, &HeapOptions::default(), redundancy, None),
+                flags,
+            ),
             Err(e) => {
                 fail(e);
                 ptr::null_mut()
@@ -176,6 +177,26 @@ pub unsafe extern "C" fn kv_pool_close(pop: *mut KvPool) -> c_int {
                 format!("kv_pool_close: {e}; the pool was closed anyway"),
             ),
         }))
+    })
+}
+
+/// `kv_pool_redundancy`: the `KV_CREATE_*` flag of the pool's redundancy (0 for off, and for
+/// a null pool, with `KV_EINVAL`).
+///
+/// # Safety
+///
+/// `pop` is null or an open pool.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn kv_pool_redundancy(pop: *const KvPool) -> c_int {
+    guard(0, || {
+        // SAFETY: this function's contract.
+        match unsafe { pool(pop) } {
+            Ok(p) => redundancy_flag(p.file.redundancy()),
+            Err(e) => {
+                fail(e);
+                0
+            }
+        }
     })
 }
 

@@ -72,6 +72,21 @@ pub const KV_OPEN_TRAP: c_int = 1;
 
 /// The flags `kv_pool_*_flags` knows.
 const OPEN_FLAGS: c_int = KV_OPEN_TRAP;
+/// `kv_pool_create_flags`: the heap gets lazy redundancy (write tracking, a background pass).
+pub const KV_CREATE_LAZY: c_int = 2;
+/// `kv_pool_create_flags`: eager redundancy (each commit's diff, TVARAK for transactions).
+pub const KV_CREATE_EAGER: c_int = 4;
+/// `kv_pool_create_flags`: txb-page redundancy (each commit recomputes its pages).
+pub const KV_CREATE_TXB_PAGE: c_int = 8;
+/// `kv_pool_create_flags`: txb-object redundancy (a checksum per object a commit changed,
+/// verified by kv_tx_read; detection only).
+pub const KV_CREATE_TXB_OBJECT: c_int = 16;
+/// The redundancy flags (at most one).
+const REDUNDANCY_FLAGS: c_int =
+    KV_CREATE_LAZY | KV_CREATE_EAGER | KV_CREATE_TXB_PAGE | KV_CREATE_TXB_OBJECT;
+/// A verified read found damage (a line and its page fail their checksums): refused, not
+/// served; a scrub and repair rebuild it from parity.
+pub const KV_EREFUSED: c_int = 14;
 
 /// Bytes of a `kv_mutex`.
 const MUTEX_BYTES: u64 = std::mem::size_of::<KvMutex>() as u64;
@@ -182,6 +197,50 @@ fn heap_code(e: &HeapError) -> c_int {
         HeapError::Uncorrectable { .. } => KV_EUNCORRECTABLE,
         HeapError::NotSaved { .. } => KV_ENOTSAVED,
         HeapError::Conflict(_) => KV_ECONFLICT,
+        HeapError::Integrity(e) => integrity_code(e),
+        HeapError::ObjectChecksum { .. } => KV_EREFUSED,
+    }
+}
+
+/// The `KV_E*` code of a redundancy error.
+fn integrity_code(e: &integrity::IntegrityError) -> c_int {
+    use integrity::IntegrityError as I;
+    match e {
+        I::Pmem(p) => pmem_code(p),
+        I::Refused { .. } | I::Unrepairable { .. } => KV_EREFUSED,
+        I::Corrupt(_) => KV_ECORRUPT,
+        I::Track(_) => KV_EIO,
+        _ => KV_EINVAL,
+    }
+}
+
+/// The redundancy `kv_pool_create_flags` asks for, and the other flags.
+fn create_flags(flags: c_int) -> Result<(c_int, heap::Redundancy), KvError> {
+    let red = flags & REDUNDANCY_FLAGS;
+    let mode = match red {
+        0 => heap::Redundancy::Off,
+        KV_CREATE_LAZY => heap::Redundancy::Lazy,
+        KV_CREATE_EAGER => heap::Redundancy::Eager,
+        KV_CREATE_TXB_PAGE => heap::Redundancy::TxbPage,
+        KV_CREATE_TXB_OBJECT => heap::Redundancy::TxbObject,
+        _ => {
+            return Err(KvError::new(
+                KV_EINVAL,
+                format!("pool flags {flags:#x} ask for more than one redundancy mode"),
+            ));
+        }
+    };
+    Ok((open_flags(flags & !REDUNDANCY_FLAGS)?, mode))
+}
+
+/// The `KV_CREATE_*` flag of a heap's redundancy (0 for off).
+fn redundancy_flag(r: heap::Redundancy) -> c_int {
+    match r {
+        heap::Redundancy::Off => 0,
+        heap::Redundancy::Lazy => KV_CREATE_LAZY,
+        heap::Redundancy::Eager => KV_CREATE_EAGER,
+        heap::Redundancy::TxbPage => KV_CREATE_TXB_PAGE,
+        heap::Redundancy::TxbObject => KV_CREATE_TXB_OBJECT,
     }
 }
 

@@ -189,6 +189,24 @@ fn reliable_test(lib: &Path, extra: &[&str]) {
     );
 }
 
+/// `tests/c/redundancy_test.c`: pools created with each redundancy flag.
+#[test]
+fn redundancy_static() {
+    let work = Scratch::new("redundancy");
+    let bin = work.0.join("redundancy_test");
+    compile(
+        "tests/c/redundancy_test.c",
+        &bin,
+        &library("libkavach.a"),
+        &[],
+    );
+    let out = stdout(&run(&bin, &[&work.0]));
+    assert!(
+        out.starts_with("redundancy_test: ") && out.contains(", 0 failed"),
+        "{out}"
+    );
+}
+
 #[test]
 fn reliable_objects_static() {
     reliable_test(&library("libkavach.a"), &[]);

@@ -82,9 +82,37 @@ pub enum HeapError {
     /// retries.
     #[error("transaction conflict: {0}")]
     Conflict(crate::stm::StmError),
+    /// The heap's redundancy (`integrity`) refused a read, or could not be kept or opened.
+    #[error(transparent)]
+    Integrity(integrity::IntegrityError),
+    /// A verified read found an object whose bytes do not match its checksum (txb-object
+    /// redundancy): refused, not served.
+    #[error(
+        "read refused: the object at {object:#x} ({len} bytes) fails its checksum ({stored:#010x} stored, {computed:#010x} computed)"
+    )]
+    ObjectChecksum {
+        /// Offset of the object (its block) in the heap region.
+        object: u64,
+        /// Its length.
+        len: u64,
+        /// The checksum in the side table.
+        stored: u32,
+        /// The checksum of its bytes now.
+        computed: u32,
+    },
     /// A lock operation was wrong (unlock of a lock the thread does not hold).
     #[error("lock misuse: {0}")]
     Lock(String),
+}
+
+impl From<integrity::IntegrityError> for HeapError {
+    /// A failure of the medium stays one (a simulated crash is still recognised as such).
+    fn from(e: integrity::IntegrityError) -> Self {
+        match e {
+            integrity::IntegrityError::Pmem(p) => HeapError::Pmem(p),
+            e => HeapError::Integrity(e),
+        }
+    }
 }
 
 /// Results of the heap.

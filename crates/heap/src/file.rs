@@ -6,6 +6,7 @@ use std::sync::Arc;
 use pmem::{Alignment, CreateOptions, Mapping, Medium, OpenOptions, Pool, Region, kinds};
 
 use crate::error::{HeapError, Result};
+use crate::protect::{Guard, OpenProtection, Redundancy};
 use crate::raw::{HeapOptions, RawHeap};
 
 /// Name of the region [`HeapFile::create`] makes.
@@ -17,27 +18,72 @@ pub struct HeapFile {
     pool: Pool<Arc<Mapping>>,
     raw: Arc<RawHeap>,
     region: Region,
+    /// The protection (`None` for redundancy off).
+    guard: Option<Arc<Guard<Arc<Mapping>>>>,
+    redundancy: Redundancy,
+}
+
+/// Bytes of a heap region that leaves room for its integrity region in `free` bytes.
+fn heap_bytes_beside_integrity(free: u64) -> Result<u64> {
+    let page = pmem::layout::PAGE_SIZE as u64;
+    let meta = |bytes: u64| {
+        integrity::Geometry::new(bytes / page, integrity::layout::STRIPE_PAGES_DEFAULT)
+            .map(|g| g.meta_bytes)
+    };
+    // The directory may round each region up to a page: leave one spare page per region.
+    let total = meta(free).unwrap_or(0) + 2 * page;
+    let bytes = free.saturating_sub(total) / page * page;
+    match meta(bytes) {
+        Some(m) if bytes > 0 && bytes + m + 2 * page <= free => Ok(bytes),
+        _ => Err(HeapError::invalid(
+            "pool size",
+            format!("{free} free bytes leave no room for a protected heap"),
+        )),
+    }
 }
 
 impl HeapFile {
     /// Create a pool file of `size` bytes at `path` (which must not exist) holding one heap
     /// region that fills it. On failure the file is removed.
     pub fn create(path: &Path, size: u64, opts: &HeapOptions) -> Result<HeapFile> {
+        Self::create_protected(path, size, opts, Redundancy::Off, None)
+    }
+
+    /// [`HeapFile::create`] with redundancy: the heap region leaves room for its integrity
+    /// region, which records `redundancy` (and `period_ms`, lazy mode's period) for every
+    /// later open.
+    pub fn create_protected(
+        path: &Path,
+        size: u64,
+        opts: &HeapOptions,
+        redundancy: Redundancy,
+        period_ms: Option<u32>,
+    ) -> Result<HeapFile> {
         let pool = Pool::create(path, &CreateOptions { size, domain: None })?;
         let mut pool = pool.map_medium(Arc::new);
         let made = (|| {
             let free = pool.free_bytes();
-            let region = pool.create_region(DEFAULT_REGION, kinds::HEAP, free, Alignment::Page)?;
+            let bytes = match redundancy {
+                Redundancy::Off => free,
+                _ => heap_bytes_beside_integrity(free)?,
+            };
+            let region = pool.create_region(DEFAULT_REGION, kinds::HEAP, bytes, Alignment::Page)?;
             let medium: Arc<dyn Medium> = pool.medium().clone();
             RawHeap::format(&*medium, region.offset, region.length, pool.uuid().0, opts)?;
-            let raw = RawHeap::open(medium, region.offset, region.length)?;
-            Ok::<_, HeapError>((region, raw))
+            drop(medium);
+            crate::protect::protect(&mut pool, DEFAULT_REGION, redundancy, period_ms)?;
+            open_protected(&pool, &region)
         })();
         match made {
-            Ok((region, raw)) => Ok(HeapFile {
+            Ok((raw, guard, redundancy)) => Ok(HeapFile {
+                region: pool
+                    .region(DEFAULT_REGION)
+                    .cloned()
+                    .ok_or_else(|| pmem::PmemError::NoSuchRegion(DEFAULT_REGION.into()))?,
                 pool,
                 raw: Arc::new(raw),
-                region,
+                guard,
+                redundancy,
             }),
             Err(e) => {
                 drop(pool);
@@ -88,16 +134,44 @@ impl HeapFile {
                 ),
             );
         }
-        let raw = match RawHeap::open(medium, region.offset, region.length) {
+        drop(medium);
+        let recorded = match crate::protect::recorded(&pool, name) {
             Ok(r) => r,
-            Err(e @ HeapError::NotSaved { .. }) => return refuse(pool, e),
-            Err(e) => return Err(e),
+            Err(e) => return refuse(pool, e),
         };
+        if recorded.redundancy == Redundancy::Off {
+            let medium: Arc<dyn Medium> = pool.medium().clone();
+            let raw = match RawHeap::open(medium, region.offset, region.length) {
+                Ok(r) => r,
+                Err(e @ HeapError::NotSaved { .. }) => return refuse(pool, e),
+                Err(e) => return Err(e),
+            };
+            return Ok(HeapFile {
+                pool,
+                raw: Arc::new(raw),
+                region,
+                guard: None,
+                redundancy: Redundancy::Off,
+            });
+        }
+        let (raw, guard, redundancy) = open_protected(&pool, &region)?;
         Ok(HeapFile {
             pool,
             raw: Arc::new(raw),
             region,
+            guard,
+            redundancy,
         })
+    }
+
+    /// The protection (`None` when the heap has no redundancy).
+    pub fn guard(&self) -> Option<&Arc<Guard<Arc<Mapping>>>> {
+        self.guard.as_ref()
+    }
+
+    /// The heap's redundancy mode, as recorded in the pool.
+    pub fn redundancy(&self) -> Redundancy {
+        self.redundancy
     }
 
     /// The engine (share it with [`crate::Heap::new`] or across threads).
@@ -127,9 +201,45 @@ impl HeapFile {
     pub fn close(self) -> Result<()> {
         self.raw.quiesce()?;
         drop(self.raw);
+        if let Some(g) = self.guard {
+            // The heap (its medium and observer) held the other references. If someone still
+            // holds the heap, the protection is left open: the next open resyncs.
+            if let Ok(g) = Arc::try_unwrap(g) {
+                g.close()?;
+            }
+        }
         self.pool.close()?;
         Ok(())
     }
+}
+
+type OpenedParts = (RawHeap, Option<Arc<Guard<Arc<Mapping>>>>, Redundancy);
+
+/// Open heap region `region` of `pool` with its protection in the recorded mode (lazy mode
+/// with the best write tracking this kernel has and its background pass).
+fn open_protected(pool: &Pool<Arc<Mapping>>, region: &Region) -> Result<OpenedParts> {
+    let rec = crate::protect::recorded(pool, &region.name)?;
+    let tracker = match rec.redundancy {
+        Redundancy::Lazy => Some(
+            integrity::tracker::best_for(
+                pool.medium().clone(),
+                region.offset as usize,
+                region.length as usize,
+            )
+            .map_err(integrity::IntegrityError::from)?,
+        ),
+        _ => None,
+    };
+    let o = crate::protect::open_heap(
+        pool,
+        region,
+        OpenProtection {
+            tracker,
+            background: true,
+            period_ms: None,
+        },
+    )?;
+    Ok((o.heap, o.guard, o.redundancy))
 }
 
 /// The heap region `name` of `pool`, checked to be of kind `heap`.

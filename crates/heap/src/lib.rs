@@ -30,6 +30,7 @@ pub mod error;
 pub mod file;
 pub mod layout;
 pub mod ondemand;
+pub mod protect;
 pub mod raw;
 pub mod reliable;
 pub mod stm;
@@ -39,5 +40,6 @@ pub mod typed;
 
 pub use error::{HeapError, Result};
 pub use file::HeapFile;
+pub use protect::Redundancy;
 pub use raw::{Change, CommitObserver, HeapOptions, RawHeap, RecoveryReport, TxMode};
 pub use typed::{Heap, PMutex, PPtr, PRwLock, PoolTag, RPtr, Tx};

@@ -25,6 +25,21 @@ pub enum IntegrityError {
         /// Why parity could not rebuild it.
         reason: String,
     },
+    /// A verified read found a line that fails its check, in a page that fails its own: the
+    /// read is refused (scrub and repair rebuild the page from parity).
+    #[error(
+        "read refused: line {line} of data page {page} of region `{region}` fails its check: {reason}"
+    )]
+    Refused {
+        /// The data region.
+        region: String,
+        /// The data page (from the start of the region).
+        page: u64,
+        /// The line within the page.
+        line: u32,
+        /// What was stored and computed.
+        reason: String,
+    },
     /// An argument was out of range.
     #[error("invalid {what}: {reason}")]
     Invalid {

@@ -33,6 +33,7 @@ pub mod header;
 mod inner;
 pub mod layout;
 mod lazy;
+mod notify;
 mod open;
 mod options;
 mod pool;
@@ -47,6 +48,7 @@ pub use engine::{
 };
 pub use error::{IntegrityError, Result};
 pub use layout::Geometry;
+pub use notify::{Changed, CommitStats};
 pub use pool::{create_in_pool, meta_region_name, open_in_pool, placement};
 pub use report::{
     Finding, FindingKind, PassStats, RepairOutcome, RepairReport, ScrubReport, Stats,

@@ -37,6 +37,9 @@ pub struct Lane {
     pub(super) logbuf: Vec<u8>,
     /// The STM state of an isolated transaction (borrowed by reads, which take `&Lane`).
     pub(super) stm_tx: std::cell::RefCell<crate::stm::StmTx>,
+    /// Copies of blocks allocated in this transaction, taken as they were allocated, when the
+    /// observer wants them ([`crate::CommitObserver::wants_fresh_old`]): (offset, bytes).
+    pub(super) fresh_olds: Vec<(u64, Vec<u8>)>,
 }
 
 impl Lane {
@@ -136,6 +139,17 @@ impl RawHeap {
             self.stm
                 .read(&mut stx, off, buf.len() as u64, || medium.read(at, buf))
                 .map_err(HeapError::Conflict)?;
+        } else if lane.depth > 0
+            && (lane.ranges.overlaps(off, off + buf.len() as u64)
+                || lane
+                    .allocs
+                    .iter()
+                    .any(|b| off < b.off() + b.len() && b.off() < off + buf.len() as u64))
+        {
+            // The transaction's own stores are not in the redundancy before its commit: read
+            // them as stored.
+            self.check_range(off, buf.len() as u64)?;
+            self.medium.read(self.m(off), buf);
         } else {
             self.read(off, buf)?;
         }

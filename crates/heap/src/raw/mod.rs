@@ -134,6 +134,11 @@ pub struct RecoveryReport {
 /// 5. one `shadows[c]` at a time, taken alone or under `global` (refill, release, make_run).
 ///    Never `global` while a shadow is held.
 ///
+/// A protected heap ([`crate::protect`]) adds the integrity layer's group locks below all of
+/// these: its medium takes one group's lock inside a store (under whatever the store's caller
+/// holds, a shadow or `global` included), and the observer takes them during a commit; the
+/// integrity layer never calls back into the heap, so they are leaves.
+///
 /// The lock table is apart: `locks` (the map), then one cell's `st`; neither is held while
 /// any lock above is taken, and a thread waiting for a persistent lock holds only that
 /// cell's `st` (released by the wait).
@@ -150,6 +155,11 @@ pub struct RawHeap {
     observer: RwLock<Option<Arc<dyn CommitObserver>>>,
     /// `observer` is set (read without its lock on every redo commit).
     has_observer: AtomicBool,
+    /// The observer wants copies of fresh blocks.
+    fresh_old: AtomicBool,
+    /// Where transactional stores to objects go, when not `medium` (see
+    /// [`RawHeap::set_data_medium`]).
+    plain: Option<Arc<dyn Medium>>,
     counters: Counters,
     recovery: RecoveryReport,
     od: OnDemand,
@@ -211,7 +221,29 @@ impl RawHeap {
         let mut o = self.observer.write();
         self.has_observer
             .store(observer.is_some(), Ordering::Release);
+        self.fresh_old.store(
+            observer.as_ref().is_some_and(|o| o.wants_fresh_old()),
+            Ordering::Release,
+        );
         *o = observer;
+    }
+
+    /// Store objects' bytes in transactions (transactional writes, rollbacks of snapshots,
+    /// the root line, a redo commit's applied bytes, zeroed allocations) through `plain`
+    /// instead of the medium the heap was opened on; everything else (logs, lane states,
+    /// allocator words) still goes through that medium. A protected heap opens on a medium
+    /// that keeps redundancy on every store, and lets its commit observer bring the objects'
+    /// redundancy up to date from the diff instead. Set it before any transaction runs.
+    pub fn set_data_medium(&mut self, plain: Option<Arc<dyn Medium>>) {
+        self.plain = plain;
+    }
+
+    /// The medium objects' bytes are stored through.
+    pub(super) fn data(&self) -> &dyn Medium {
+        match &self.plain {
+            Some(p) => &**p,
+            None => &*self.medium,
+        }
     }
 
     fn m(&self, off: u64) -> usize {
@@ -241,6 +273,21 @@ impl RawHeap {
     /// Read `buf.len()` bytes at region offset `off` (checked against the zone).
     pub fn read(&self, off: u64, buf: &mut [u8]) -> Result<()> {
         self.check_range(off, buf.len() as u64)?;
+        if self.has_observer.load(Ordering::Acquire)
+            && let Some(obs) = self.observer.read().clone()
+        {
+            if obs.wants_blocks() {
+                if let Some((b, len)) = self.block_of(off)
+                    && off + buf.len() as u64 <= b + len
+                    && let Some(r) =
+                        obs.verified_block_read((self.base + b, len), self.base + off, buf)
+                {
+                    return r;
+                }
+            } else if let Some(r) = obs.verified_read(self.base + off, buf) {
+                return r;
+            }
+        }
         self.medium.read(self.m(off), buf);
         Ok(())
     }

@@ -90,6 +90,8 @@ impl RawHeap {
             root: Mutex::new(()),
             observer: RwLock::new(None),
             has_observer: AtomicBool::new(false),
+            fresh_old: AtomicBool::new(false),
+            plain: None,
             counters: Counters::default(),
             recovery: RecoveryReport::default(),
             od: OnDemand::new(geo.lane_count as usize, len),
@@ -131,6 +133,7 @@ impl RawHeap {
                     redo: RedoSet::default(),
                     logbuf: Vec::new(),
                     stm_tx: Default::default(),
+                    fresh_olds: Vec::new(),
                 }))
             })
             .collect();
@@ -155,7 +158,7 @@ impl RawHeap {
         if !entries.is_empty() {
             for e in entries.iter().rev() {
                 self.check_undo_target(i, e)?;
-                self.undo_one(e)?;
+                self.undo_one(e, &*self.medium)?;
             }
             self.medium.fence()?;
             seq += 1;

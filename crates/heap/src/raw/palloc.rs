@@ -217,13 +217,18 @@ impl RawHeap {
             lane.deferred.push(block);
             return self.fail(lane, e);
         }
+        if self.fresh_old.load(Ordering::Acquire) {
+            let mut old = vec![0u8; block.len() as usize];
+            self.medium.read(self.m(block.off()), &mut old);
+            lane.fresh_olds.push((block.off(), old));
+        }
         if zero {
             let len = block.len();
             let zeros = [0u8; 4096];
             let mut o = 0;
             while o < len {
                 let n = (len - o).min(4096);
-                self.medium
+                self.data()
                     .write(self.m(block.off() + o), &zeros[..n as usize]);
                 o += n;
             }
@@ -443,6 +448,40 @@ impl RawHeap {
             }
             Kind::Large(span) if off == self.geo.chunk(chunk) => Some(u64::from(span) * CHUNK_SIZE),
             _ => None,
+        }
+    }
+
+    /// The block (`(offset, length)`, region offsets) whose bytes include `off`, from the
+    /// chunk's kind: for a run chunk the block slot `off` falls in (allocated or not), for a
+    /// large block its whole span. `None` outside the zone, in a run header or a free chunk.
+    pub fn block_of(&self, off: u64) -> Option<(u64, u64)> {
+        if off < self.geo.zone_off || off >= self.geo.zone_end() {
+            return None;
+        }
+        let mut chunk = self.geo.chunk_of(off);
+        loop {
+            let kind = self.shadows[chunk as usize].lock().kind;
+            match kind {
+                Kind::Run(class) => {
+                    let rel = off - self.geo.chunk(chunk);
+                    let size = u64::from(CLASS_SIZES[class]);
+                    if rel < RUN_HEADER {
+                        return None;
+                    }
+                    let b = (rel - RUN_HEADER) / size;
+                    if b >= blocks_per_run(class) {
+                        return None;
+                    }
+                    return Some((self.geo.chunk(chunk) + RUN_HEADER + b * size, size));
+                }
+                Kind::Large(span) => {
+                    let start = self.geo.chunk(chunk);
+                    let len = u64::from(span) * CHUNK_SIZE;
+                    return (off < start + len).then_some((start, len));
+                }
+                Kind::Cont if chunk > 0 => chunk -= 1,
+                _ => return None,
+            }
         }
     }
 

@@ -453,7 +453,7 @@ impl RawHeap {
             return self.fail(lane, e);
         }
         if in_fresh(lane, off, data.len() as u64) {
-            self.medium.write(self.m(off), data);
+            self.data().write(self.m(off), data);
             if lane.on_demand {
                 self.mark_dirty(off, data.len() as u64);
             }
@@ -642,7 +642,7 @@ impl RawHeap {
         // From here the transaction is committed: recovery redoes the log.
         let olds = self.olds_for_observer(lane);
         for (off, data) in lane.redo.iter() {
-            self.medium.write(self.m(off), data);
+            self.data().write(self.m(off), data);
             self.pflush(self.m(off), data.len())?;
         }
         self.apply_blocks(lane, true)?;
@@ -682,7 +682,7 @@ impl RawHeap {
         self.fence()?;
         lane.unfenced = false;
         for (off, data) in &segs {
-            self.medium.write(self.m(*off), data);
+            self.data().write(self.m(*off), data);
         }
         lane.redo.clear();
         self.commit_outer(lane)
@@ -706,15 +706,16 @@ impl RawHeap {
     }
 
     fn after_commit(&self, lane: &mut Lane, olds: Option<Vec<(u64, Vec<u8>)>>) -> Result<()> {
+        let mut told = Ok(());
         if let Some(olds) = olds
             && let Some(obs) = self.observer.read().clone()
         {
-            self.tell(&*obs, &olds, lane)?;
+            told = self.tell(&*obs, &olds, lane);
         }
         self.publish(lane);
         self.counters.commits.fetch_add(1, Ordering::Relaxed);
         self.finish(lane);
-        Ok(())
+        told
     }
 
     /// Wait while a save holds the gate.
@@ -762,7 +763,7 @@ impl RawHeap {
         lane.logbuf = log;
         let olds = self.olds_for_observer(lane);
         for (off, data) in lane.redo.iter() {
-            self.medium.write(self.m(off), data);
+            self.data().write(self.m(off), data);
             self.mark_dirty(off, data.len() as u64);
         }
         let applied = self.apply_blocks(lane, false);

@@ -39,9 +39,54 @@ pub struct Change<'a> {
 
 /// Told of every commit's changed ranges after the commit point (for `eager` redundancy:
 /// the undo log already holds the old bytes, so the diff costs no extra read of the medium).
+///
+/// An error from [`CommitObserver::committed`] comes back from the commit, but the
+/// transaction is committed all the same (the observer runs after the commit point).
 pub trait CommitObserver: Send + Sync {
     /// The ranges of one committed transaction.
     fn committed(&self, changes: &[Change<'_>]) -> Result<()>;
+
+    /// Should the heap copy each block a transaction allocates, as it allocates it, and
+    /// report that copy as the block's `old` bytes (at commit and at abort)? With it the
+    /// heap also stores a zeroed allocation's zeros through [`RawHeap::set_data_medium`]'s
+    /// medium. Default: no (`old: None` for fresh blocks).
+    fn wants_fresh_old(&self) -> bool {
+        false
+    }
+
+    /// The ranges of an aborted transaction after its rollback: each snapshot range with the
+    /// bytes it held before the rollback restored it, and each block the transaction allocated
+    /// (with its copy from [`CommitObserver::wants_fresh_old`], or `None`). Default: nothing.
+    fn rolled_back(&self, changes: &[Change<'_>]) -> Result<()> {
+        let _ = changes;
+        Ok(())
+    }
+
+    /// Read `buf.len()` bytes at `medium_offset` with a check of the observer's own (a
+    /// verified read), or `None` to let the heap read them as stored. Default: `None`.
+    fn verified_read(&self, medium_offset: u64, buf: &mut [u8]) -> Option<Result<()>> {
+        let _ = (medium_offset, buf);
+        None
+    }
+
+    /// Should commits and aborts report whole allocation blocks (every block a changed range
+    /// touches, with `old: None`) instead of the ranges, and reads go through
+    /// [`CommitObserver::verified_block_read`]? (Per-object checksums.) Default: no.
+    fn wants_blocks(&self) -> bool {
+        false
+    }
+
+    /// A read of `buf.len()` bytes at `medium_offset`, inside the allocation block at
+    /// `block` (`(medium offset, length)`); `None` to read them as stored. Default: `None`.
+    fn verified_block_read(
+        &self,
+        block: (u64, u64),
+        medium_offset: u64,
+        buf: &mut [u8],
+    ) -> Option<Result<()>> {
+        let _ = (block, medium_offset, buf);
+        None
+    }
 }
 
 impl RawHeap {
@@ -61,14 +106,57 @@ impl RawHeap {
                 old: Some(buf),
             })
             .collect();
+        self.push_fresh(&mut changes, lane);
+        if obs.wants_blocks() {
+            return obs.committed(&self.whole_blocks(&changes));
+        }
+        obs.committed(&changes)
+    }
+
+    /// The allocation blocks `changes` touch, each once, as changes with unknown old bytes.
+    pub(super) fn whole_blocks(&self, changes: &[Change<'_>]) -> Vec<Change<'static>> {
+        let mut blocks: Vec<(u64, u64)> = Vec::new();
+        for c in changes {
+            let (mut at, end) = (
+                c.medium_offset - self.base,
+                c.medium_offset - self.base + c.len,
+            );
+            while at < end {
+                match self.block_of(at) {
+                    Some((off, len)) => {
+                        blocks.push((off, len));
+                        at = off + len;
+                    }
+                    None => at = (at / 64 + 1) * 64,
+                }
+            }
+        }
+        blocks.sort_unstable();
+        blocks.dedup();
+        blocks
+            .into_iter()
+            .map(|(off, len)| Change {
+                medium_offset: self.base + off,
+                len,
+                old: None,
+            })
+            .collect()
+    }
+
+    /// Every block `lane` allocated, with its copy if one was taken.
+    pub(super) fn push_fresh<'a>(&self, changes: &mut Vec<Change<'a>>, lane: &'a Lane) {
         for b in &lane.allocs {
+            let old = lane
+                .fresh_olds
+                .iter()
+                .find(|(off, _)| *off == b.off())
+                .map(|(_, v)| &v[..]);
             changes.push(Change {
                 medium_offset: self.base + b.off(),
                 len: b.len(),
-                old: None,
+                old,
             });
         }
-        obs.committed(&changes)
     }
 
     /// A transactional store of `data` at `off`: in undo mode after snapshotting the range,
@@ -86,7 +174,7 @@ impl RawHeap {
             return self.redo_write(lane, off, data);
         }
         self.add_range(lane, off, data.len() as u64)?;
-        self.medium.write(self.m(off), data);
+        self.data().write(self.m(off), data);
         Ok(())
     }
 
@@ -127,6 +215,8 @@ impl RawHeap {
         match r {
             Ok(()) => Ok(()),
             Err(e) if e.is_simulated_crash() => Err(e),
+            // Past the commit point (the observer failed): committed, nothing to roll back.
+            Err(e) if lane.depth == 0 => Err(e),
             Err(e) => {
                 // The commit point was not reached: roll back.
                 lane.aborted = Some(e.to_string());
@@ -161,13 +251,14 @@ impl RawHeap {
         self.pflush(state, 8)?;
         self.fence()?; // F2: the commit point.
         lane.seq = seq;
-        if let Some(obs) = self.observer.read().clone() {
-            self.notify(&*obs, lane)?;
-        }
+        let told = match self.observer.read().clone() {
+            Some(obs) => self.notify(&*obs, lane),
+            None => Ok(()),
+        };
         self.publish(lane);
         self.counters.commits.fetch_add(1, Ordering::Relaxed);
         self.finish(lane);
-        Ok(())
+        told
     }
 
     pub(super) fn notify(&self, obs: &dyn CommitObserver, lane: &Lane) -> Result<()> {
@@ -192,6 +283,7 @@ impl RawHeap {
         lane.allocs.clear();
         lane.frees.clear();
         lane.redo.clear();
+        lane.fresh_olds.clear();
     }
 
     /// Abort: roll back every snapshot (outermost level), or mark the transaction aborted so
@@ -212,10 +304,34 @@ impl RawHeap {
         }
         // Whatever the medium says, the lane leaves the transaction: a failed rollback is
         // finished by recovery at the next open.
-        let rolled = if lane.undo_tail > 0 {
-            self.roll_back(lane)
+        let obs = if self.has_observer.load(Ordering::Acquire) {
+            self.observer.read().clone()
         } else {
-            Ok(())
+            None
+        };
+        let rolled = if lane.undo_tail > 0 {
+            self.roll_back(lane, obs.is_some())
+        } else {
+            Ok(Vec::new())
+        };
+        let rolled = match (rolled, obs) {
+            (Ok(before), Some(obs)) => {
+                let mut changes: Vec<Change<'_>> = before
+                    .iter()
+                    .map(|(off, buf)| Change {
+                        medium_offset: self.base + off,
+                        len: buf.len() as u64,
+                        old: Some(buf),
+                    })
+                    .collect();
+                self.push_fresh(&mut changes, lane);
+                if obs.wants_blocks() {
+                    obs.rolled_back(&self.whole_blocks(&changes))
+                } else {
+                    obs.rolled_back(&changes)
+                }
+            }
+            (r, _) => r.map(|_| ()),
         };
         for b in std::mem::take(&mut lane.allocs) {
             self.unreserve(lane, b);
@@ -253,7 +369,7 @@ impl RawHeap {
             let mut line = [0u8; 16];
             line[..8].copy_from_slice(&off.to_le_bytes());
             line[8..].copy_from_slice(&size.to_le_bytes());
-            self.medium.write(self.m(ROOT_LINE), &line);
+            self.data().write(self.m(ROOT_LINE), &line);
             Ok(off)
         })();
         match r {

@@ -25,6 +25,11 @@ impl RangeSet {
         self.0.insert(i, (start, end));
     }
 
+    pub(super) fn overlaps(&self, start: u64, end: u64) -> bool {
+        let i = self.0.partition_point(|r| r.1 <= start);
+        i < self.0.len() && self.0[i].0 < end
+    }
+
     pub(super) fn clear(&mut self) {
         self.0.clear();
     }
@@ -221,12 +226,13 @@ impl RawHeap {
     }
 
     /// Undo one entry: restore a snapshot, or apply a bit entry's inverse to its own bits.
-    pub(super) fn undo_one(&self, e: &UndoEntry) -> Result<()> {
+    /// A snapshot's bytes are stored through `data`.
+    pub(super) fn undo_one(&self, e: &UndoEntry, data: &dyn Medium) -> Result<()> {
         match e.kind {
             UndoKind::Snapshot => {
                 let mut buf = vec![0u8; e.len as usize];
                 self.medium.read(self.m(e.data_at), &mut buf);
-                self.medium.write(self.m(e.offset), &buf);
+                data.write(self.m(e.offset), &buf);
                 self.pflush(self.m(e.offset), e.len as usize)?;
             }
             UndoKind::BitOr | UndoKind::BitAndNot => {
@@ -280,10 +286,19 @@ impl RawHeap {
 
     /// Undo what the log of the open transaction records, from the log itself (so an
     /// allocator change a failed commit already made in place is undone too), then retire it.
-    pub(super) fn roll_back(&self, lane: &mut Lane) -> Result<()> {
+    /// With `report`, returns each snapshot range with the bytes it held before the rollback.
+    pub(super) fn roll_back(&self, lane: &mut Lane, report: bool) -> Result<Vec<(u64, Vec<u8>)>> {
         let entries = scan_undo(&*self.medium, self.base, &self.geo, lane.idx, lane.seq + 1);
+        let mut before = Vec::new();
+        if report {
+            for e in entries.iter().filter(|e| e.kind == UndoKind::Snapshot) {
+                let mut buf = vec![0u8; e.len as usize];
+                self.medium.read(self.m(e.offset), &mut buf);
+                before.push((e.offset, buf));
+            }
+        }
         for e in entries.iter().rev() {
-            self.undo_one(e)?;
+            self.undo_one(e, self.data())?;
         }
         self.fence()?;
         let seq = lane.seq + 1;
@@ -293,6 +308,6 @@ impl RawHeap {
         self.fence()?;
         lane.seq = seq;
         lane.unfenced = false;
-        Ok(())
+        Ok(before)
     }
 }
