@@ -27,12 +27,14 @@
 //! The mode is recorded in each integrity region's header: a start that does not name one
 //! keeps the recorded mode, and a pool without integrity regions starts with `off`.
 
+use std::cell::RefCell;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use integrity::{
-    CreateOptions, Mode, OpenOptions, OpenReport, Protected, RepairReport, ScrubReport, Tracker,
+    CreateOptions, IntegrityError, Mode, OpenOptions, OpenReport, Protected, RepairReport,
+    ScrubReport, Tracker,
 };
 use pmem::layout::PAGE_SIZE;
 use pmem::{Medium, Pool, kinds};
@@ -207,6 +209,9 @@ pub struct Covered<M: Medium + Clone + 'static> {
     /// Writes (eager) or reads that the integrity layer refused and that went to the medium
     /// directly; the last refusal.
     refused: AtomicU64,
+    /// Of those, the reads (each one fails the store operation that made it); the first.
+    refused_reads: AtomicU64,
+    first_refused_read: Mutex<Option<RefusedRead>>,
     last_refusal: Mutex<Option<String>>,
 }
 
@@ -349,6 +354,8 @@ impl<M: Medium + Clone + 'static> Protection<M> {
                 prot,
                 opened,
                 refused: AtomicU64::new(0),
+                refused_reads: AtomicU64::new(0),
+                first_refused_read: Mutex::new(None),
                 last_refusal: Mutex::new(None),
             }));
         }
@@ -396,6 +403,23 @@ impl<M: Medium + Clone + 'static> Protection<M> {
     /// What the open did that a user must know.
     pub fn notes(&self) -> &[String] {
         &self.notes
+    }
+    /// Reads the integrity layer refused since the protection opened, over all regions.
+    pub fn refused_reads(&self) -> u64 {
+        self.covered
+            .iter()
+            .map(|c| c.refused_reads.load(Ordering::Relaxed))
+            .sum()
+    }
+    /// The first read the integrity layer refused since the protection opened (in the first
+    /// region, in pool order, that had one).
+    pub fn first_refused_read(&self) -> Option<RefusedRead> {
+        self.covered.iter().find_map(|c| {
+            c.first_refused_read
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .clone()
+        })
     }
 
     /// Scrub every covered region now; with `repair`, repair what each scrub found (from
@@ -667,15 +691,41 @@ impl<M: Medium + Clone + 'static> Drop for Protection<M> {
 // -------------------------------------------------------------------------------------------
 // the eager medium
 
+/// A read the integrity layer refused: the first one a thread made since its record was last
+/// taken.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RefusedRead {
+    /// The covered region.
+    pub region: String,
+    /// The data page (from the start of the region).
+    pub page: u64,
+    /// Why the layer refused it.
+    pub why: String,
+}
+
+thread_local! {
+    static REFUSED_READ: RefCell<Option<RefusedRead>> = const { RefCell::new(None) };
+}
+
+/// Take (and clear) the calling thread's record of a refused read.
+pub fn take_refused_read() -> Option<RefusedRead> {
+    REFUSED_READ.with(|r| r.borrow_mut().take())
+}
+
 /// A medium that routes the store's writes to covered ranges through the integrity layer
 /// (eager mode) and its reads through the verified read; everything else goes to the medium
 /// under it. With no routes (lazy, off) it only forwards.
 ///
 /// `Medium::write` cannot fail: a write the integrity layer refuses (it found the line it
 /// replaces damaged beyond repair, or an I/O error) goes to the medium directly and is counted
-/// and reported in INFO (`refused_by_integrity`), and the scrubber reports the page. A read the
-/// layer refuses (damage parity cannot repair) is served from the medium, counted the same way:
-/// the store's own checks (CRC-32C on log records and shadow pages) still stand behind it.
+/// and reported in INFO (`refused_by_integrity`), and the scrubber reports the page.
+///
+/// `Medium::read` cannot fail either: a read the layer refuses (damage parity cannot repair)
+/// fills the buffer from the medium, is counted the same way, and is recorded for the reading
+/// thread ([`take_refused_read`]). The store checks that record after each operation that
+/// reads the pool (object reads and writes) and fails the operation with
+/// [`StoreError::Integrity`] instead of returning what it read; an open that met a refused
+/// read fails the same way. The bytes from the medium never reach a client.
 #[derive(Clone)]
 pub struct Guarded<M: Medium + Clone + 'static> {
     raw: M,
@@ -757,6 +807,34 @@ impl<M: Medium + Clone + 'static> Guarded<M> {
         }
     }
 
+    fn refuse_read(c: &Covered<M>, at: usize, err: &IntegrityError) {
+        c.refused_reads.fetch_add(1, Ordering::Relaxed);
+        Self::refuse(
+            c,
+            format!("a read at pool byte {at:#x} could not be verified: {err}"),
+        );
+        let page = match err {
+            IntegrityError::Unrepairable { page, .. } => *page,
+            _ => (at as u64 - c.offset) / PAGE,
+        };
+        let why = match err {
+            IntegrityError::Unrepairable { reason, .. } => reason.clone(),
+            other => other.to_string(),
+        };
+        let refused = RefusedRead {
+            region: c.name.clone(),
+            page,
+            why,
+        };
+        c.first_refused_read
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get_or_insert_with(|| refused.clone());
+        REFUSED_READ.with(|r| {
+            r.borrow_mut().get_or_insert(refused);
+        });
+    }
+
     fn refuse(c: &Covered<M>, what: String) {
         c.refused.fetch_add(1, Ordering::Relaxed);
         let mut last = c.last_refusal.lock().unwrap_or_else(|e| e.into_inner());
@@ -808,10 +886,7 @@ impl<M: Medium + Clone + 'static> Medium for Guarded<M> {
             match route {
                 Some(c) => {
                     if let Err(err) = c.prot.read(s as u64 - c.offset, part) {
-                        Self::refuse(
-                            c,
-                            format!("a read at pool byte {s:#x} could not be verified: {err}"),
-                        );
+                        Self::refuse_read(c, s, &err);
                         self.raw.read(s, part);
                     }
                 }
