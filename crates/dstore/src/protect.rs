@@ -266,6 +266,9 @@ pub struct Protection<M: Medium + Clone + 'static> {
     scrub_pages_per_sec: u64,
     covered: Vec<Arc<Covered<M>>>,
     uncovered: Vec<String>,
+    /// The pool's regions at start, and where to read them now (set once the store is open).
+    regions_at_start: Vec<pmem::Region>,
+    regions_now: Mutex<Option<RegionsWatch>>,
     notes: Vec<String>,
     totals: Mutex<Totals>,
     /// Serialises scrubs and repairs (the background one and requested ones).
@@ -283,6 +286,9 @@ impl<M: Medium + Clone + 'static> std::fmt::Debug for Protection<M> {
             .finish_non_exhaustive()
     }
 }
+
+/// Lists the pool's regions now (`None` once the store is gone).
+pub type RegionsWatch = Box<dyn Fn() -> Option<Vec<pmem::Region>> + Send + Sync>;
 
 /// Unrepaired damage kept for INFO.
 const DAMAGE_LISTED_MAX: usize = 16;
@@ -375,6 +381,8 @@ impl<M: Medium + Clone + 'static> Protection<M> {
             scrub_pages_per_sec,
             covered,
             uncovered,
+            regions_at_start: pool.regions().to_vec(),
+            regions_now: Mutex::new(None),
             notes,
             totals: Mutex::new(Totals::default()),
             scrubbing: Mutex::new(()),
@@ -399,6 +407,48 @@ impl<M: Medium + Clone + 'static> Protection<M> {
     /// Regions of the pool at start that are not covered.
     pub fn uncovered(&self) -> &[String] {
         &self.uncovered
+    }
+
+    /// Tell the protection where to read the pool's regions while the store serves (the store
+    /// grows the pool: new frame regions, a frame region extended in place).
+    pub fn watch_regions(&self, watch: RegionsWatch) {
+        *self.regions_now.lock().unwrap_or_else(|e| e.into_inner()) = Some(watch);
+    }
+
+    /// What is not covered right now: bytes of the pool's regions (integrity regions aside)
+    /// outside every covered range, and the regions added or grown since the start that are
+    /// not wholly covered (they are covered from the next start).
+    pub fn not_covered_now(&self) -> (u64, Vec<String>) {
+        let now = self
+            .regions_now
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .as_ref()
+            .and_then(|w| w());
+        let regions = now.unwrap_or_else(|| self.regions_at_start.clone());
+        let mut bytes = 0;
+        let mut grown = Vec::new();
+        for r in regions.iter().filter(|r| r.kind != kinds::INTEGRITY) {
+            let (start, end) = (r.offset, r.offset + r.length);
+            let inside: u64 = self
+                .covered
+                .iter()
+                .map(|c| {
+                    let (cs, ce) = (c.offset.max(start), (c.offset + c.len).min(end));
+                    ce.saturating_sub(cs)
+                })
+                .sum();
+            let outside = r.length.saturating_sub(inside);
+            bytes += outside;
+            let as_at_start = self
+                .regions_at_start
+                .iter()
+                .any(|s| s.name == r.name && s.offset == r.offset && s.length == r.length);
+            if outside > 0 && !as_at_start {
+                grown.push(r.name.clone());
+            }
+        }
+        (bytes, grown)
     }
     /// What the open did that a user must know.
     pub fn notes(&self) -> &[String] {
@@ -604,6 +654,7 @@ impl<M: Medium + Clone + 'static> Protection<M> {
                 errors.push(format!("{}: {e}", c.name));
             }
         }
+        let not_covered = self.not_covered_now();
         let t = self.totals.lock().unwrap_or_else(|e| e.into_inner());
         let mut out = vec![
             kv("redundancy", self.mode.name().into()),
@@ -625,6 +676,8 @@ impl<M: Medium + Clone + 'static> Protection<M> {
                     .join(","),
             ),
             kv("regions_not_covered", self.uncovered.join(",")),
+            kv("bytes_not_covered", not_covered.0.to_string()),
+            kv("regions_grown_not_covered", not_covered.1.join(",")),
             kv("pages_covered", pages.to_string()),
             kv("vulnerable_stripes_now", vulnerable.to_string()),
             kv("update_passes", passes.to_string()),

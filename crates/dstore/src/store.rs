@@ -530,6 +530,7 @@ impl<M: Medium + Clone + Send + Sync + 'static> Store<Guarded<M>> {
                 drop(store);
                 return Err(r.into());
             }
+            p.watch_regions(Box::new(store.engine.regions_watch()));
             p.start_scrubber()?;
         }
         Ok((store, protection, notes))
