@@ -521,8 +521,19 @@ impl<M: Medium + Clone + Send + Sync + 'static> Store<Guarded<M>> {
             None => pool.map_medium(Guarded::plain),
         };
         let _ = crate::protect::take_refused_read();
-        let store = Self::open(guarded, config)?;
+        let opened = Self::open(guarded, config);
         let _ = crate::protect::take_refused_read();
+        let store = match opened {
+            Ok(s) => s,
+            // A refused read is the cause when the store's own checks then failed on what it
+            // read in its place.
+            Err(e) => {
+                return Err(protection
+                    .as_ref()
+                    .and_then(|p| p.first_refused_read())
+                    .map_or(e, Into::into));
+            }
+        };
         if let Some(p) = &protection {
             // Recovery read a page the integrity layer refused (on this thread or a replay
             // thread): what it recovered may rest on damaged bytes, so the store is not served.
