@@ -119,3 +119,46 @@ fn an_object_read_the_layer_refuses_fails_with_a_typed_error() {
     s.set(b"k", b"v", false, false, None).expect("set");
     assert_eq!(s.get(b"k").expect("get"), Some(b"v".to_vec()));
 }
+
+#[test]
+fn a_start_whose_recovery_reads_refused_pages_fails_with_the_integrity_error() {
+    let (sim, s, p) = eager_store();
+    for i in 0..50u32 {
+        s.set(format!("key-{i}").as_bytes(), b"value", false, false, None)
+            .expect("set");
+    }
+    s.save().expect("checkpoint");
+    s.close().expect("close");
+    p.close().expect("close the protection");
+    let regions: Vec<(usize, usize)> = p
+        .covered()
+        .iter()
+        .filter(|c| c.name != "dstore.data")
+        .map(|c| (c.offset as usize, c.len as usize))
+        .collect();
+    drop(s);
+    drop(p);
+
+    // One byte of every page of the root, the logs and the slots: more damage in every stripe
+    // than parity can rebuild.
+    let mut b = [0u8; 1];
+    for (base, len) in regions {
+        for page in (base..base + len).step_by(PAGE_SIZE) {
+            sim.read(page + 200, &mut b);
+            sim.inject(page + 200, &[b[0] ^ 0xa5]).expect("inject");
+        }
+    }
+    let pool = Pool::open_medium(Arc::clone(&sim), &OpenOptions::default()).expect("open");
+    let opts = ProtectOptions {
+        mode: None,
+        period_ms: None,
+        scrub_pages_per_sec: 0,
+    };
+    match Store::open_protected(pool, config(), &opts, &no_tracker) {
+        Err(StoreError::Integrity { region, .. }) => {
+            assert!(region.starts_with("dipper."), "{region}")
+        }
+        Ok(_) => panic!("a store recovered from refused pages must not open"),
+        Err(e) => panic!("the refused read is the cause, got {e}"),
+    }
+}
