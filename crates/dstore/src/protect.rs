@@ -13,7 +13,12 @@
 //! redundancy was made (its integrity header names another offset or page count) gets its
 //! redundancy made again from its bytes at the next start, and the start says so. Until then
 //! the region's old range stays protected as it was (its writes are still seen), and the new
-//! part is not covered. [`Protection::uncovered`] counts what is not covered.
+//! part is not covered. [`Protection::uncovered`] lists the regions left out at start, and
+//! [`Protection::not_covered_now`] counts what is not covered at the moment it is asked (the
+//! store hands the protection a view of the pool's regions once it is open), for INFO.
+//!
+//! Refused reads (eager): a read the integrity layer cannot verify fails the store operation
+//! that made it with [`StoreError::Integrity`]; see [`Guarded`].
 //!
 //! Modes (`--redundancy`):
 //! - `lazy`: write tracking (userfaultfd where the kernel has it, else mprotect) over each
