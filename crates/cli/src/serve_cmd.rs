@@ -167,6 +167,7 @@ fn be(e: StoreError) -> BackendError {
         StoreError::Failed(m) => BackendError::Failed(m),
         e @ StoreError::Corrupt(_) => BackendError::Failed(e.to_string()),
         StoreError::Closed => BackendError::Failed("the store is shut down".into()),
+        e @ StoreError::Integrity { .. } => BackendError::Failed(e.to_string()),
     }
 }
 

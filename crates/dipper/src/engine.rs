@@ -885,6 +885,18 @@ impl<M: Medium + Clone + Send + Sync + 'static, S: Machine> Dipper<M, S> {
         self.inner.signal.lock().map(|s| s.swaps).unwrap_or(0)
     }
 
+    /// A function that lists the pool's regions as they are when it is called (a growable pool
+    /// adds and extends regions while the store serves). It does not keep the store alive:
+    /// once the store is dropped or closed it returns `None`.
+    pub fn regions_watch(&self) -> impl Fn() -> Option<Vec<pmem::Region>> + Send + Sync + 'static {
+        let inner = Arc::downgrade(&self.inner);
+        move || {
+            let inner = inner.upgrade()?;
+            let pool = inner.pool.lock().ok()?;
+            pool.as_ref().map(|p| p.regions().to_vec())
+        }
+    }
+
     /// The medium the store lives on (for data placed beside it, such as DStore's data zone).
     pub fn medium(&self) -> &M {
         &self.inner.medium

@@ -13,7 +13,12 @@
 //! redundancy was made (its integrity header names another offset or page count) gets its
 //! redundancy made again from its bytes at the next start, and the start says so. Until then
 //! the region's old range stays protected as it was (its writes are still seen), and the new
-//! part is not covered. [`Protection::uncovered`] counts what is not covered.
+//! part is not covered. [`Protection::uncovered`] lists the regions left out at start, and
+//! [`Protection::not_covered_now`] counts what is not covered at the moment it is asked (the
+//! store hands the protection a view of the pool's regions once it is open), for INFO.
+//!
+//! Refused reads (eager): a read the integrity layer cannot verify fails the store operation
+//! that made it with [`StoreError::Integrity`]; see [`Guarded`].
 //!
 //! Modes (`--redundancy`):
 //! - `lazy`: write tracking (userfaultfd where the kernel has it, else mprotect) over each
@@ -27,12 +32,14 @@
 //! The mode is recorded in each integrity region's header: a start that does not name one
 //! keeps the recorded mode, and a pool without integrity regions starts with `off`.
 
+use std::cell::RefCell;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use integrity::{
-    CreateOptions, Mode, OpenOptions, OpenReport, Protected, RepairReport, ScrubReport, Tracker,
+    CreateOptions, IntegrityError, Mode, OpenOptions, OpenReport, Protected, RepairReport,
+    ScrubReport, Tracker,
 };
 use pmem::layout::PAGE_SIZE;
 use pmem::{Medium, Pool, kinds};
@@ -207,6 +214,9 @@ pub struct Covered<M: Medium + Clone + 'static> {
     /// Writes (eager) or reads that the integrity layer refused and that went to the medium
     /// directly; the last refusal.
     refused: AtomicU64,
+    /// Of those, the reads (each one fails the store operation that made it); the first.
+    refused_reads: AtomicU64,
+    first_refused_read: Mutex<Option<RefusedRead>>,
     last_refusal: Mutex<Option<String>>,
 }
 
@@ -261,6 +271,9 @@ pub struct Protection<M: Medium + Clone + 'static> {
     scrub_pages_per_sec: u64,
     covered: Vec<Arc<Covered<M>>>,
     uncovered: Vec<String>,
+    /// The pool's regions at start, and where to read them now (set once the store is open).
+    regions_at_start: Vec<pmem::Region>,
+    regions_now: Mutex<Option<RegionsWatch>>,
     notes: Vec<String>,
     totals: Mutex<Totals>,
     /// Serialises scrubs and repairs (the background one and requested ones).
@@ -278,6 +291,9 @@ impl<M: Medium + Clone + 'static> std::fmt::Debug for Protection<M> {
             .finish_non_exhaustive()
     }
 }
+
+/// Lists the pool's regions now (`None` once the store is gone).
+pub type RegionsWatch = Box<dyn Fn() -> Option<Vec<pmem::Region>> + Send + Sync>;
 
 /// Unrepaired damage kept for INFO.
 const DAMAGE_LISTED_MAX: usize = 16;
@@ -349,6 +365,8 @@ impl<M: Medium + Clone + 'static> Protection<M> {
                 prot,
                 opened,
                 refused: AtomicU64::new(0),
+                refused_reads: AtomicU64::new(0),
+                first_refused_read: Mutex::new(None),
                 last_refusal: Mutex::new(None),
             }));
         }
@@ -368,6 +386,8 @@ impl<M: Medium + Clone + 'static> Protection<M> {
             scrub_pages_per_sec,
             covered,
             uncovered,
+            regions_at_start: pool.regions().to_vec(),
+            regions_now: Mutex::new(None),
             notes,
             totals: Mutex::new(Totals::default()),
             scrubbing: Mutex::new(()),
@@ -393,9 +413,68 @@ impl<M: Medium + Clone + 'static> Protection<M> {
     pub fn uncovered(&self) -> &[String] {
         &self.uncovered
     }
+
+    /// Tell the protection where to read the pool's regions while the store serves (the store
+    /// grows the pool: new frame regions, a frame region extended in place).
+    pub fn watch_regions(&self, watch: RegionsWatch) {
+        *self.regions_now.lock().unwrap_or_else(|e| e.into_inner()) = Some(watch);
+    }
+
+    /// What is not covered right now: bytes of the pool's regions (integrity regions aside)
+    /// outside every covered range, and the regions added or grown since the start that are
+    /// not wholly covered (they are covered from the next start).
+    pub fn not_covered_now(&self) -> (u64, Vec<String>) {
+        let now = self
+            .regions_now
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .as_ref()
+            .and_then(|w| w());
+        let regions = now.unwrap_or_else(|| self.regions_at_start.clone());
+        let mut bytes = 0;
+        let mut grown = Vec::new();
+        for r in regions.iter().filter(|r| r.kind != kinds::INTEGRITY) {
+            let (start, end) = (r.offset, r.offset + r.length);
+            let inside: u64 = self
+                .covered
+                .iter()
+                .map(|c| {
+                    let (cs, ce) = (c.offset.max(start), (c.offset + c.len).min(end));
+                    ce.saturating_sub(cs)
+                })
+                .sum();
+            let outside = r.length.saturating_sub(inside);
+            bytes += outside;
+            let as_at_start = self
+                .regions_at_start
+                .iter()
+                .any(|s| s.name == r.name && s.offset == r.offset && s.length == r.length);
+            if outside > 0 && !as_at_start {
+                grown.push(r.name.clone());
+            }
+        }
+        (bytes, grown)
+    }
     /// What the open did that a user must know.
     pub fn notes(&self) -> &[String] {
         &self.notes
+    }
+    /// Reads the integrity layer refused since the protection opened, over all regions.
+    pub fn refused_reads(&self) -> u64 {
+        self.covered
+            .iter()
+            .map(|c| c.refused_reads.load(Ordering::Relaxed))
+            .sum()
+    }
+    /// The first read the integrity layer refused since the protection opened (in the first
+    /// region, in pool order, that had one).
+    pub fn first_refused_read(&self) -> Option<RefusedRead> {
+        self.covered.iter().find_map(|c| {
+            c.first_refused_read
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .clone()
+        })
     }
 
     /// Scrub every covered region now; with `repair`, repair what each scrub found (from
@@ -580,6 +659,7 @@ impl<M: Medium + Clone + 'static> Protection<M> {
                 errors.push(format!("{}: {e}", c.name));
             }
         }
+        let not_covered = self.not_covered_now();
         let t = self.totals.lock().unwrap_or_else(|e| e.into_inner());
         let mut out = vec![
             kv("redundancy", self.mode.name().into()),
@@ -601,6 +681,8 @@ impl<M: Medium + Clone + 'static> Protection<M> {
                     .join(","),
             ),
             kv("regions_not_covered", self.uncovered.join(",")),
+            kv("bytes_not_covered", not_covered.0.to_string()),
+            kv("regions_grown_not_covered", not_covered.1.join(",")),
             kv("pages_covered", pages.to_string()),
             kv("vulnerable_stripes_now", vulnerable.to_string()),
             kv("update_passes", passes.to_string()),
@@ -667,15 +749,41 @@ impl<M: Medium + Clone + 'static> Drop for Protection<M> {
 // -------------------------------------------------------------------------------------------
 // the eager medium
 
+/// A read the integrity layer refused: the first one a thread made since its record was last
+/// taken.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RefusedRead {
+    /// The covered region.
+    pub region: String,
+    /// The data page (from the start of the region).
+    pub page: u64,
+    /// Why the layer refused it.
+    pub why: String,
+}
+
+thread_local! {
+    static REFUSED_READ: RefCell<Option<RefusedRead>> = const { RefCell::new(None) };
+}
+
+/// Take (and clear) the calling thread's record of a refused read.
+pub fn take_refused_read() -> Option<RefusedRead> {
+    REFUSED_READ.with(|r| r.borrow_mut().take())
+}
+
 /// A medium that routes the store's writes to covered ranges through the integrity layer
 /// (eager mode) and its reads through the verified read; everything else goes to the medium
 /// under it. With no routes (lazy, off) it only forwards.
 ///
 /// `Medium::write` cannot fail: a write the integrity layer refuses (it found the line it
 /// replaces damaged beyond repair, or an I/O error) goes to the medium directly and is counted
-/// and reported in INFO (`refused_by_integrity`), and the scrubber reports the page. A read the
-/// layer refuses (damage parity cannot repair) is served from the medium, counted the same way:
-/// the store's own checks (CRC-32C on log records and shadow pages) still stand behind it.
+/// and reported in INFO (`refused_by_integrity`), and the scrubber reports the page.
+///
+/// `Medium::read` cannot fail either: a read the layer refuses (damage parity cannot repair)
+/// fills the buffer from the medium, is counted the same way, and is recorded for the reading
+/// thread ([`take_refused_read`]). The store checks that record after each operation that
+/// reads the pool (object reads and writes) and fails the operation with
+/// [`StoreError::Integrity`] instead of returning what it read; an open that met a refused
+/// read fails the same way. The bytes from the medium never reach a client.
 #[derive(Clone)]
 pub struct Guarded<M: Medium + Clone + 'static> {
     raw: M,
@@ -757,6 +865,34 @@ impl<M: Medium + Clone + 'static> Guarded<M> {
         }
     }
 
+    fn refuse_read(c: &Covered<M>, at: usize, err: &IntegrityError) {
+        c.refused_reads.fetch_add(1, Ordering::Relaxed);
+        Self::refuse(
+            c,
+            format!("a read at pool byte {at:#x} could not be verified: {err}"),
+        );
+        let page = match err {
+            IntegrityError::Unrepairable { page, .. } => *page,
+            _ => (at as u64 - c.offset) / PAGE,
+        };
+        let why = match err {
+            IntegrityError::Unrepairable { reason, .. } => reason.clone(),
+            other => other.to_string(),
+        };
+        let refused = RefusedRead {
+            region: c.name.clone(),
+            page,
+            why,
+        };
+        c.first_refused_read
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get_or_insert_with(|| refused.clone());
+        REFUSED_READ.with(|r| {
+            r.borrow_mut().get_or_insert(refused);
+        });
+    }
+
     fn refuse(c: &Covered<M>, what: String) {
         c.refused.fetch_add(1, Ordering::Relaxed);
         let mut last = c.last_refusal.lock().unwrap_or_else(|e| e.into_inner());
@@ -808,10 +944,7 @@ impl<M: Medium + Clone + 'static> Medium for Guarded<M> {
             match route {
                 Some(c) => {
                     if let Err(err) = c.prot.read(s as u64 - c.offset, part) {
-                        Self::refuse(
-                            c,
-                            format!("a read at pool byte {s:#x} could not be verified: {err}"),
-                        );
+                        Self::refuse_read(c, s, &err);
                         self.raw.read(s, part);
                     }
                 }

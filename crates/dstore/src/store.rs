@@ -38,6 +38,43 @@ pub enum StoreError {
     /// The store is closed.
     #[error("the store is closed")]
     Closed,
+    /// A read of the store's pool was refused by the integrity layer (eager redundancy): the
+    /// page failed its checksums and parity could not rebuild it. The operation that read it
+    /// failed; nothing it read was returned.
+    #[error(
+        "integrity: page {page} of region `{region}` refused ({why}); `kavach repair DIR` \
+         checks the store offline"
+    )]
+    Integrity {
+        /// The covered region.
+        region: String,
+        /// The data page (from the start of the region).
+        page: u64,
+        /// Why the integrity layer refused it.
+        why: String,
+    },
+}
+
+impl From<crate::protect::RefusedRead> for StoreError {
+    fn from(r: crate::protect::RefusedRead) -> Self {
+        StoreError::Integrity {
+            region: r.region,
+            page: r.page,
+            why: r.why,
+        }
+    }
+}
+
+/// Run `f`, which reads the pool on this thread, and fail with [`StoreError::Integrity`] if
+/// the integrity layer refused one of its reads (see [`crate::protect::Guarded`]).
+fn verified_reads<R>(f: impl FnOnce() -> StoreResult<R>) -> StoreResult<R> {
+    // A record left by an earlier read outside a checked operation is not this one's.
+    let _ = crate::protect::take_refused_read();
+    let out = f();
+    match crate::protect::take_refused_read() {
+        Some(r) => Err(r.into()),
+        None => out,
+    }
 }
 
 impl From<DipperError> for StoreError {
@@ -483,8 +520,28 @@ impl<M: Medium + Clone + Send + Sync + 'static> Store<Guarded<M>> {
             Some(p) => pool.map_medium(|m| Guarded::over(m, p)),
             None => pool.map_medium(Guarded::plain),
         };
-        let store = Self::open(guarded, config)?;
+        let _ = crate::protect::take_refused_read();
+        let opened = Self::open(guarded, config);
+        let _ = crate::protect::take_refused_read();
+        let store = match opened {
+            Ok(s) => s,
+            // A refused read is the cause when the store's own checks then failed on what it
+            // read in its place.
+            Err(e) => {
+                return Err(protection
+                    .as_ref()
+                    .and_then(|p| p.first_refused_read())
+                    .map_or(e, Into::into));
+            }
+        };
         if let Some(p) = &protection {
+            // Recovery read a page the integrity layer refused (on this thread or a replay
+            // thread): what it recovered may rest on damaged bytes, so the store is not served.
+            if let Some(r) = p.first_refused_read() {
+                drop(store);
+                return Err(r.into());
+            }
+            p.watch_regions(Box::new(store.engine.regions_watch()));
             p.start_scrubber()?;
         }
         Ok((store, protection, notes))
@@ -1143,10 +1200,16 @@ impl<M: Medium + Clone + Send + Sync + 'static> Store<M> {
                     let old = list.get(idx as usize).copied().filter(|&b| b != HOLE);
                     buf.fill(0);
                     if let Some(ob) = old {
+                        let _ = crate::protect::take_refused_read();
                         medium.read(
                             self.zone.base + ob as usize * BLOCK_BYTES as usize,
                             &mut buf,
                         );
+                        // The old block's bytes are copied into the new one: a read the
+                        // integrity layer refused fails the write before anything is logged.
+                        if let Some(r) = crate::protect::take_refused_read() {
+                            return Err(r.into());
+                        }
                         freed.push(ob);
                     }
                     let from = offset.max(bstart);
@@ -1192,6 +1255,16 @@ impl<M: Medium + Clone + Send + Sync + 'static> Store<M> {
     /// end of the object).
     pub fn oread(&self, name: &[u8], offset: u64, len: usize) -> StoreResult<Option<Vec<u8>>> {
         let medium = self.engine.medium();
+        verified_reads(|| self.oread_unverified(medium, name, offset, len))
+    }
+
+    fn oread_unverified(
+        &self,
+        medium: &M,
+        name: &[u8],
+        offset: u64,
+        len: usize,
+    ) -> StoreResult<Option<Vec<u8>>> {
         self.with_key(name, |a, e| {
             let Some(e) = e else { return Ok(None) };
             let (size, list) = machine::object_of(a, e)?;
