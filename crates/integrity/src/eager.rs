@@ -5,7 +5,7 @@
 use crate::checksum::{page_delta, xor_into};
 use crate::error::{IntegrityError, Result};
 use crate::finding::Finding;
-use crate::inner::{Inner, PAGE};
+use crate::inner::{Inner, LineSpan, PAGE, line_spans};
 use crate::layout::{LINE_BYTES, Sums};
 use crate::options::Mode;
 use crate::rebuild::rebuild_page;
@@ -173,14 +173,14 @@ impl<M: Medium> Inner<M> {
             self.medium.read(self.data_at + offset as usize, buf);
             return Ok(());
         }
-        let mut done = 0usize;
-        while done < buf.len() {
-            let pos = offset + done as u64;
-            let page = pos / PAGE;
-            let in_page = (pos % PAGE) as usize;
-            let slot = in_page / LINE_BYTES;
-            let lo = in_page % LINE_BYTES;
-            let n = (LINE_BYTES - lo).min(buf.len() - done);
+        for LineSpan {
+            page,
+            slot,
+            lo,
+            n,
+            at,
+        } in line_spans(offset, buf.len())
+        {
             let group = self.group_of(page);
             let mut line = [0u8; LINE_BYTES];
             let line_at = self.page_at(page) + slot * LINE_BYTES;
@@ -195,8 +195,7 @@ impl<M: Medium> Inner<M> {
                 self.medium.read(line_at, &mut line);
                 self.settle_line(page, slot, &mut line, "read")?;
             }
-            buf[done..done + n].copy_from_slice(&line[lo..lo + n]);
-            done += n;
+            buf[at..at + n].copy_from_slice(&line[lo..lo + n]);
         }
         Ok(())
     }

@@ -26,6 +26,41 @@ use std::time::{Duration, Instant};
 
 /// A page, in bytes, as the type offsets are computed in.
 pub(crate) const PAGE: u64 = PAGE_SIZE as u64;
+
+/// One cache line's share of a byte range of the data region: the page, the line's slot in
+/// it, where the range starts within the line, how many bytes it takes from the line, and
+/// where those bytes go in the caller's buffer.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct LineSpan {
+    pub page: u64,
+    pub slot: usize,
+    pub lo: usize,
+    pub n: usize,
+    pub at: usize,
+}
+
+/// The lines `len` bytes at `offset` of the data region touch, in order.
+pub(crate) fn line_spans(offset: u64, len: usize) -> impl Iterator<Item = LineSpan> {
+    let line = crate::layout::LINE_BYTES;
+    let mut at = 0usize;
+    std::iter::from_fn(move || {
+        if at >= len {
+            return None;
+        }
+        let pos = offset + at as u64;
+        let in_page = (pos % PAGE) as usize;
+        let lo = in_page % line;
+        let span = LineSpan {
+            page: pos / PAGE,
+            slot: in_page / line,
+            lo,
+            n: (line - lo).min(len - at),
+            at,
+        };
+        at += span.n;
+        Some(span)
+    })
+}
 /// Findings kept in memory (the oldest are dropped; counters keep counting).
 const FINDINGS_KEPT_MAX: usize = 4096;
 /// Samples of the vulnerable-stripe count kept for `Stats`.

@@ -23,6 +23,7 @@ use std::collections::BTreeMap;
 use crate::checksum::{page_delta, xor_into};
 use crate::engine::{Mode, Protected, Sums};
 use crate::error::{IntegrityError, Result};
+use crate::inner::{LineSpan, line_spans};
 use crate::layout::LINE_BYTES;
 use crate::report::Finding;
 use pmem::Medium;
@@ -441,20 +442,18 @@ impl<M: Medium + 'static> Protected<M> {
             inner.medium.read(inner.data_at + offset as usize, buf);
             return Ok(());
         }
-        let mut done = 0usize;
-        while done < buf.len() {
-            let pos = offset + done as u64;
-            let page = pos / PAGE;
-            let in_page = (pos % PAGE) as usize;
-            let slot = in_page / LINE_BYTES;
-            let lo = in_page % LINE_BYTES;
-            let n = (LINE_BYTES - lo).min(buf.len() - done);
+        for LineSpan {
+            page,
+            slot,
+            lo,
+            n,
+            at,
+        } in line_spans(offset, buf.len())
+        {
             let group = inner.group_of(page);
             let mut line = [0u8; LINE_BYTES];
             let line_at = inner.page_at(page) + slot * LINE_BYTES;
-            let _g = inner.groups[group]
-                .read()
-                .unwrap_or_else(|e| e.into_inner());
+            let _g = inner.lock_read(group);
             inner.medium.read(line_at, &mut line);
             let stored = inner.read_u32(inner.line_sum_at(page, slot));
             let have = inner.line_sum_of(page, slot, &line);
@@ -478,8 +477,7 @@ impl<M: Medium + 'static> Protected<M> {
                 // The data is right; its line checksum is not.
                 inner.note(Finding::line(inner, page, slot, stored, have, "read"));
             }
-            buf[done..done + n].copy_from_slice(&line[lo..lo + n]);
-            done += n;
+            buf[at..at + n].copy_from_slice(&line[lo..lo + n]);
         }
         Ok(())
     }
