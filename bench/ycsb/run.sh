@@ -36,7 +36,9 @@
 # line per YCSB invocation; DIR/raw/ the YCSB output (.out) and status lines (.status);
 # DIR/servers.log the servers' output. Environment: see bench/server/lib.sh (KAVACH_BIN,
 # KAVACH_EXTRA_ARGS, REDIS_EXTRA_ARGS, BENCH_PORT, BENCH_SHM_DIR, BENCH_SERVER_CPU,
-# BENCH_CLIENT_CPU); YCSB_JAVA_OPTS adds JVM options.
+# BENCH_CLIENT_CPU); YCSB_JAVA_OPTS adds JVM options; YCSB_RESTART_AFTER_LOAD=1 stops each
+# server cleanly after the load phase and starts it again on the loaded data before the run
+# phases.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
@@ -157,6 +159,21 @@ for ((round = 1; round <= ROUNDS; round++)); do
     ycsb "$sys" "$round" load ""
     n="$(redis-cli -h 127.0.0.1 -p "$PORT" DBSIZE)"
     [ "$n" = "$RECORDS" ] || die "$sys holds $n keys after loading $RECORDS records"
+    if [ -n "${YCSB_RESTART_AFTER_LOAD:-}" ]; then
+      # Stop cleanly and start again on the loaded data (a Kavach store with --redundancy
+      # covers the regions its pool grew while loading from its next start).
+      server_stop "$sys" "$PORT" "$pid"
+      server_cmd "$sys" "$PORT" "$dir"
+      log "restart $sys on its data: $(show_cmd "${CMD[@]}")"
+      echo "== $(date -u '+%H:%M:%S') restart: $(show_cmd "${CMD[@]}")" >> "$SLOG"
+      "${CMD[@]}" >> "$SLOG" 2>&1 &
+      SERVER_PID=$!
+      SERVER_PIDS+=("$SERVER_PID")
+      wait_ready "$sys" "$PORT" "$SERVER_PID" "$SLOG" "${READY_TIMEOUT:-600}"
+      pid="$SERVER_PID"
+      n="$(redis-cli -h 127.0.0.1 -p "$PORT" DBSIZE)"
+      [ "$n" = "$RECORDS" ] || die "$sys holds $n keys after its restart ($RECORDS loaded)"
+    fi
     for w in "${WLS[@]}"; do
       ycsb "$sys" "$round" run "$w"
     done

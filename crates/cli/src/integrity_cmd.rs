@@ -228,14 +228,23 @@ pub struct MisdirectArgs {
 
 #[derive(Debug, Args)]
 pub struct CheckArgs {
-    /// Pool file.
+    /// Pool file, or a store directory (`kavach serve --dir`): then every protected region of
+    /// its `kavach.pool` is checked (offline; a store a server holds open is refused: use
+    /// --port).
     pub path: PathBuf,
-    /// The protected data region.
+    /// The protected data region (a pool file only; a store directory checks all of them).
     #[arg(long, default_value = DEFAULT_REGION)]
     pub region: String,
     /// Machine-readable output.
     #[arg(long)]
     pub json: bool,
+    /// Online: ask the server that serves the store directory PATH on this port to check its
+    /// protected regions now (the RESP command KAVACH SCRUB or KAVACH REPAIR).
+    #[arg(long)]
+    pub port: Option<u16>,
+    /// The server's address (with --port).
+    #[arg(long, default_value = "127.0.0.1", requires = "port")]
+    pub host: String,
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -261,11 +270,194 @@ pub fn run_inject(cmd: InjectCommand) -> Result<Outcome> {
 }
 
 pub fn run_scrub(a: &CheckArgs) -> Result<Outcome> {
-    could_not_run(scrub(a))
+    could_not_run(check(a, false))
 }
 
 pub fn run_repair(a: &CheckArgs) -> Result<Outcome> {
-    could_not_run(repair(a))
+    could_not_run(check(a, true))
+}
+
+/// `kavach scrub` / `kavach repair` on a pool file, a store directory, or a running server.
+fn check(a: &CheckArgs, repair: bool) -> Result<Outcome> {
+    if let Some(port) = a.port {
+        return check_online(a, port, repair);
+    }
+    if a.path.is_dir() {
+        return check_store_dir(a, repair);
+    }
+    let (outcome, doc) = if repair {
+        repair_region(&a.path, &a.region, a.json)?
+    } else {
+        scrub_region(&a.path, &a.region, a.json)?
+    };
+    if a.json {
+        print_json(&doc)?;
+    }
+    Ok(outcome)
+}
+
+/// The protected regions of a store's pool (those with an integrity region), in pool order.
+fn protected_regions<M: Medium>(pool: &Pool<M>) -> Vec<String> {
+    pool.regions()
+        .iter()
+        .filter(|r| r.kind != kinds::INTEGRITY)
+        .filter(|r| {
+            integrity::meta_region_name(&r.name)
+                .ok()
+                .and_then(|m| pool.region(&m))
+                .is_some_and(|m| m.kind == kinds::INTEGRITY)
+        })
+        .map(|r| r.name.clone())
+        .collect()
+}
+
+/// Offline, every protected region of the store in directory `a.path`.
+fn check_store_dir(a: &CheckArgs, repair: bool) -> Result<Outcome> {
+    let pool_path = a.path.join(dstore::POOL_FILE);
+    if !pool_path.is_file() {
+        bail!(
+            "{} is a directory without a store ({} is missing)",
+            a.path.display(),
+            dstore::POOL_FILE
+        );
+    }
+    let regions = {
+        let pool = Pool::open(
+            &pool_path,
+            &pmem::OpenOptions {
+                read_only: true,
+                domain: None,
+            },
+        )
+        .with_context(|| format!("cannot open the store's pool {}", pool_path.display()))?;
+        protected_regions(&pool)
+    };
+    if regions.is_empty() {
+        bail!(
+            "the store in {} keeps no redundancy (no region of {} is protected; start it \
+             with `kavach serve --redundancy lazy` or `eager`)",
+            a.path.display(),
+            dstore::POOL_FILE
+        );
+    }
+    let mut worst = Outcome::Ok;
+    let mut docs = Vec::new();
+    for (i, region) in regions.iter().enumerate() {
+        eprintln!(
+            "kavach: {} region `{region}` ({} of {})",
+            if repair { "repair of" } else { "scrub of" },
+            i + 1,
+            regions.len()
+        );
+        let (outcome, doc) = if repair {
+            repair_region(&pool_path, region, a.json)?
+        } else {
+            scrub_region(&pool_path, region, a.json)?
+        };
+        if outcome != Outcome::Ok {
+            worst = outcome;
+        }
+        docs.push(doc);
+    }
+    if a.json {
+        print_json(&serde_json::json!({
+            "dir": a.path,
+            "pool": pool_path,
+            "clean": worst == Outcome::Ok,
+            "regions": docs,
+        }))?;
+    } else {
+        println!(
+            "store {}: {} protected regions {}: {}",
+            a.path.display(),
+            regions.len(),
+            if repair { "repaired" } else { "scrubbed" },
+            match (worst == Outcome::Ok, repair) {
+                (true, false) => "clean",
+                (true, true) => "everything repaired (or nothing to repair)",
+                (false, false) => "damage found (`kavach repair DIR` repairs what parity can)",
+                (false, true) => "some damage could NOT be repaired",
+            }
+        );
+    }
+    Ok(worst)
+}
+
+/// Online: the server on `port` checks the store it serves (KAVACH SCRUB / KAVACH REPAIR).
+fn check_online(a: &CheckArgs, port: u16, repair: bool) -> Result<Outcome> {
+    use crate::replica_cmd::resp_call;
+    let addr = format!("{}:{port}", a.host);
+    let short = std::time::Duration::from_secs(10);
+    // The server must serve the store named: its INFO names its pool file.
+    let info = resp_call(&addr, &["INFO".into(), "persistence".into()], short)?
+        .map_err(|e| anyhow!("{addr} refused INFO: {e}"))?;
+    let served = info
+        .lines()
+        .find_map(|l| l.strip_prefix("pool_file:"))
+        .map(|p| PathBuf::from(p.trim()))
+        .ok_or_else(|| {
+            anyhow!("{addr} does not say which pool it serves (no pool_file in INFO)")
+        })?;
+    let named = if a.path.is_dir() {
+        a.path.join(dstore::POOL_FILE)
+    } else {
+        a.path.clone()
+    };
+    let same = match (served.canonicalize(), named.canonicalize()) {
+        (Ok(x), Ok(y)) => x == y,
+        _ => false,
+    };
+    if !same {
+        bail!(
+            "the server on {addr} serves {}, not {}",
+            served.display(),
+            named.display()
+        );
+    }
+    eprintln!(
+        "kavach: asking {addr} to {} its protected regions",
+        if repair { "repair" } else { "scrub" }
+    );
+    let verb = if repair { "REPAIR" } else { "SCRUB" };
+    let long = std::time::Duration::from_secs(3600);
+    let text = resp_call(&addr, &["KAVACH".into(), verb.into()], long)?
+        .map_err(|e| anyhow!("{addr} refused KAVACH {verb}: {e}"))?;
+    let doc: serde_json::Value = serde_json::from_str(&text)
+        .map_err(|e| anyhow!("{addr} answered KAVACH {verb} with no JSON report ({e})"))?;
+    let flag = |k: &str| {
+        doc.get(k)
+            .and_then(serde_json::Value::as_bool)
+            .ok_or_else(|| anyhow!("{addr}: the report has no boolean `{k}`"))
+    };
+    let good = if repair {
+        flag("all_repaired")?
+    } else {
+        flag("clean")?
+    };
+    if a.json {
+        print_json(&doc)?;
+    } else {
+        let r = &doc["report"];
+        let n = |k: &str| r.get(k).and_then(serde_json::Value::as_u64).unwrap_or(0);
+        for list in ["unrepaired", "errors"] {
+            for line in r[list].as_array().into_iter().flatten() {
+                println!("{}: {}", list, line.as_str().unwrap_or_default());
+            }
+        }
+        println!(
+            "server {addr} ({}): {} pages verified, {} finding(s), {} unverifiable, {} repaired, \
+             {} not repaired, in {} ms: {}",
+            named.display(),
+            n("pages_checked"),
+            n("findings"),
+            n("unverifiable"),
+            n("repaired"),
+            r["unrepaired"].as_array().map_or(0, Vec::len),
+            n("elapsed_ms"),
+            if good { "clean" } else { "damage" }
+        );
+    }
+    Ok(if good { Outcome::Ok } else { Outcome::Damage })
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1022,9 +1214,12 @@ fn open_read_only(
     Ok((pool, prot, report))
 }
 
-fn scrub(a: &CheckArgs) -> Result<Outcome> {
-    let (pool, prot, open) = open_read_only(&a.path, &a.region, true)?;
-    let notes = scrub_notes(&a.region, &open);
+/// Scrub `region` of the pool at `path`: prints the human report unless `json`; returns the
+/// outcome and the JSON report.
+fn scrub_region(path: &Path, region: &str, json: bool) -> Result<(Outcome, serde_json::Value)> {
+    let a = &ScrubTarget { path, region };
+    let (pool, prot, open) = open_read_only(a.path, a.region, true)?;
+    let notes = scrub_notes(a.region, &open);
     let mut bar = Progress::new(format!("scrub of `{}`", a.region));
     let report = prot.scrub(&mut bar.callback());
     bar.finish();
@@ -1034,10 +1229,9 @@ fn scrub(a: &CheckArgs) -> Result<Outcome> {
     drop(pool);
     let report = report.context("the scrub failed")?;
     let verified = report.verified();
-    if a.json {
-        let findings: Vec<_> = report.findings.iter().map(FindingJson::of).collect();
-        let unverifiable: Vec<_> = report.unverifiable.iter().map(FindingJson::of).collect();
-        print_json(&serde_json::json!({
+    let findings: Vec<_> = report.findings.iter().map(FindingJson::of).collect();
+    let unverifiable: Vec<_> = report.unverifiable.iter().map(FindingJson::of).collect();
+    let doc = serde_json::json!({
             "path": a.path,
             "region": a.region,
             "mode": mode,
@@ -1054,8 +1248,8 @@ fn scrub(a: &CheckArgs) -> Result<Outcome> {
             "elapsed_ms": report.elapsed_ms,
             "findings": findings,
             "unverifiable": unverifiable,
-        }))?;
-    } else {
+    });
+    if !json {
         print_notes(&notes);
         for f in &report.findings {
             println!("damage: {}", f.describe());
@@ -1115,16 +1309,26 @@ fn scrub(a: &CheckArgs) -> Result<Outcome> {
             ),
         }
     }
-    Ok(if verified {
+    let outcome = if verified {
         Outcome::Ok
     } else {
         Outcome::Damage
-    })
+    };
+    Ok((outcome, doc))
 }
 
-fn repair(a: &CheckArgs) -> Result<Outcome> {
-    let s = Session::open(&a.path, &a.region, true)?;
-    let notes = open_notes(&a.region, s.prot.data_offset(), &s.report);
+/// Which region of which pool a scrub or repair works on.
+struct ScrubTarget<'a> {
+    path: &'a Path,
+    region: &'a str,
+}
+
+/// Repair `region` of the pool at `path`: prints the human report unless `json`; returns the
+/// outcome and the JSON report.
+fn repair_region(path: &Path, region: &str, json: bool) -> Result<(Outcome, serde_json::Value)> {
+    let a = &ScrubTarget { path, region };
+    let s = Session::open(a.path, a.region, true)?;
+    let notes = open_notes(a.region, s.prot.data_offset(), &s.report);
     let open = s.report.clone();
     let (report, mode) = s.finish(|s| {
         let mut bar = Progress::new(format!("repair of `{}`", a.region));
@@ -1135,7 +1339,7 @@ fn repair(a: &CheckArgs) -> Result<Outcome> {
     })?;
     let unrepaired = report.unrepaired().count();
     let repaired = report.outcomes.len() - unrepaired;
-    if a.json {
+    let doc = {
         #[derive(serde::Serialize)]
         struct OutcomeJson<'a> {
             #[serde(flatten)]
@@ -1152,7 +1356,7 @@ fn repair(a: &CheckArgs) -> Result<Outcome> {
                 how: &o.how,
             })
             .collect();
-        print_json(&serde_json::json!({
+        serde_json::json!({
             "path": a.path,
             "region": a.region,
             "mode": mode,
@@ -1170,8 +1374,9 @@ fn repair(a: &CheckArgs) -> Result<Outcome> {
             "lines_checked": report.scrub.lines_checked,
             "elapsed_ms": report.scrub.elapsed_ms,
             "outcomes": outcomes,
-        }))?;
-    } else {
+        })
+    };
+    if !json {
         print_notes(&notes);
         for o in &report.outcomes {
             if o.repaired {
@@ -1203,11 +1408,12 @@ fn repair(a: &CheckArgs) -> Result<Outcome> {
         }
         println!("{} region `{}`: {summary}", a.path.display(), a.region);
     }
-    Ok(if unrepaired == 0 {
+    let outcome = if unrepaired == 0 {
         Outcome::Ok
     } else {
         Outcome::Damage
-    })
+    };
+    Ok((outcome, doc))
 }
 
 // ---------------------------------------------------------------------------------------------

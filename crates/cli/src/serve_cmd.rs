@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use anyhow::{Context, Result, bail};
 use clap::Args;
-use dstore::{Config, Store, StoreError};
+use dstore::{Config, ProtectOptions, Store, StoreError, StoreIntegrity};
 use log::ForcePolicy;
 use pmem::{Mapping, Medium};
 use server::backend::{Backend, BackendError, BackendResult, InfoSection, SetOptions};
@@ -108,6 +108,23 @@ pub struct ServeArgs {
     /// parallel, or flush-first.
     #[arg(long, default_value = "replicate-first", value_name = "ORDER")]
     flush_order: String,
+    /// Redundancy over the store's regions (the operation logs, the page frames of the shadow
+    /// images, the root and the data zone; docs/integrity.md, "Protected store"): `off`,
+    /// `lazy` (write tracking and a pass every --redundancy-period-ms, Vilamb) or `eager`
+    /// (every store write updates checksums and parity from its diff, reads are verified,
+    /// TVARAK). Recorded in the pool: without this option a start keeps the recorded mode,
+    /// and a store that never had redundancy starts with `off`.
+    #[arg(long, value_name = "MODE", value_parser = ["off", "lazy", "eager"])]
+    redundancy: Option<String>,
+    /// Lazy redundancy's period in ms (100 to 60000; default: the recorded one, 1000 for new
+    /// protection).
+    #[arg(long, value_name = "MS")]
+    redundancy_period_ms: Option<u32>,
+    /// Background scrub rate over the protected regions, in 4 KiB pages per second (0: no
+    /// background scrub; KAVACH SCRUB and `kavach scrub DIR --port` still scrub on demand).
+    /// Damage the scrubber finds is repaired from parity when parity proves the page.
+    #[arg(long, value_name = "N", default_value_t = 4096)]
+    scrub_pages_per_sec: u64,
 }
 
 /// The store as the server's backend, over any medium: `kavach serve` puts it on a mapped pool
@@ -117,6 +134,8 @@ pub(crate) struct StoreBackend<M: Medium + Clone + Send + Sync + 'static = Arc<M
     durability: String,
     /// The store was created by this start (nothing was recovered).
     created: bool,
+    /// The integrity layer over the store's regions (`None`: redundancy off).
+    integrity: Option<Arc<dyn StoreIntegrity>>,
 }
 
 impl<M: Medium + Clone + Send + Sync + 'static> StoreBackend<M> {
@@ -127,7 +146,14 @@ impl<M: Medium + Clone + Send + Sync + 'static> StoreBackend<M> {
             store,
             durability: durability.to_string(),
             created,
+            integrity: None,
         }
+    }
+
+    /// The same, with the integrity layer that protects the store's regions.
+    pub(crate) fn with_integrity(mut self, integrity: Option<Arc<dyn StoreIntegrity>>) -> Self {
+        self.integrity = integrity;
+        self
     }
 }
 
@@ -247,14 +273,17 @@ impl<M: Medium + Clone + Send + Sync + 'static> Backend for StoreBackend<M> {
             kv("recovery_ms", rec.total_ms),
             kv("store_failed", st.failed.as_deref().unwrap_or("no")),
         ];
-        let integrity = vec![
-            kv("redundancy", "none"),
-            kv(
-                "note",
-                "page checksums, parity and scrubbing come with the integrity layer (not built \
-                 yet); log records and shadow pages carry CRC-32C checked on recovery",
-            ),
-        ];
+        let integrity = match &self.integrity {
+            Some(i) => i.info(),
+            None => vec![
+                kv("redundancy", "off"),
+                kv(
+                    "note",
+                    "no page checksums or parity over the pool (start with --redundancy lazy \
+                     or eager); log records and shadow pages carry CRC-32C checked on recovery",
+                ),
+            ],
+        };
         let store = vec![
             kv("shards", st.shards),
             kv("operations_logged", st.operations),
@@ -278,7 +307,34 @@ impl<M: Medium + Clone + Send + Sync + 'static> Backend for StoreBackend<M> {
         ]
     }
     fn shutdown(&self) -> BackendResult<()> {
-        self.store.close().map_err(be)
+        self.store.close().map_err(be)?;
+        match &self.integrity {
+            Some(i) => i.close().map_err(be),
+            None => Ok(()),
+        }
+    }
+    fn integrity_check(&self, repair: bool) -> BackendResult<String> {
+        let Some(i) = &self.integrity else {
+            return Err(BackendError::Refused(
+                "this server's store keeps no redundancy (start it with --redundancy lazy or \
+                 eager)"
+                    .into(),
+            ));
+        };
+        let s = i.check(repair);
+        let clean = s.findings == 0
+            && s.unverifiable == 0
+            && s.errors.is_empty()
+            && (repair || s.unrepaired.is_empty());
+        let all_repaired = s.unrepaired.is_empty() && s.errors.is_empty();
+        let doc = serde_json::json!({
+            "mode": i.mode().name(),
+            "repair": repair,
+            "clean": clean,
+            "all_repaired": all_repaired,
+            "report": s,
+        });
+        Ok(doc.to_string())
     }
     fn keyspace(&self) -> Option<&dyn model::Keyspace> {
         Some(&self.store)
@@ -341,6 +397,7 @@ fn mib_option(option: &str, mib: u64, min: u64, why_min: &str) -> Result<u64> {
 /// Everything `kavach serve` was asked for, checked before anything is bound or opened.
 struct Plan {
     config: Config,
+    protect: ProtectOptions,
     server: server::Config,
     repl: replicated::serve::ReplConfig,
     backup: bool,
@@ -457,6 +514,26 @@ fn plan(a: &ServeArgs) -> Result<Plan> {
             pmem::layout::POOL_SIZE_MAX / MIB
         )));
     }
+    let protect = ProtectOptions {
+        mode: a.redundancy.as_deref().map(|m| match m {
+            "lazy" => integrity::Mode::Lazy,
+            "eager" => integrity::Mode::Eager,
+            _ => integrity::Mode::Off,
+        }),
+        period_ms: a.redundancy_period_ms,
+        scrub_pages_per_sec: a.scrub_pages_per_sec,
+    };
+    if let Some(ms) = a.redundancy_period_ms {
+        let (lo, hi) = (
+            integrity::layout::PERIOD_MS_MIN,
+            integrity::layout::PERIOD_MS_MAX,
+        );
+        if !(lo..=hi).contains(&ms) {
+            return Err(refused(format!(
+                "--redundancy-period-ms must be in {lo}..={hi}, not {ms}"
+            )));
+        }
+    }
     let repl = replicated::serve::ReplConfig {
         replicas: replicas.clone(),
         write_quorum: a.write_quorum,
@@ -480,6 +557,7 @@ fn plan(a: &ServeArgs) -> Result<Plan> {
     }
     Ok(Plan {
         config,
+        protect,
         server,
         replicated: !replicas.is_empty(),
         repl,
@@ -580,10 +658,29 @@ fn open_backend(
 /// Open (or create) the store in `--dir`.
 fn open_store(a: &ServeArgs, plan: &Plan) -> Result<Arc<dyn Backend>> {
     server::say!("kavach: opening the store in {}", a.dir.display());
-    let (store, opened) = Store::open_dir(&a.dir, plan.config.clone())
+    let (store, popened) = Store::open_dir_protected(&a.dir, plan.config.clone(), &plan.protect)
         .map_err(|e| anyhow::anyhow!("{e}"))
         .with_context(|| format!("cannot open the store in {}", a.dir.display()))
         .map_err(crate::outcome::CommandFailed)?;
+    for note in &popened.notes {
+        server::say!("kavach: integrity: {note}");
+    }
+    match &popened.protection {
+        Some(p) => server::say!(
+            "kavach: redundancy {}{} over {} regions ({} pages); background scrub {} pages/s",
+            p.mode().name(),
+            if p.mode() == integrity::Mode::Lazy {
+                format!(" (period {} ms)", p.period_ms())
+            } else {
+                String::new()
+            },
+            p.covered().len(),
+            p.covered().iter().map(|c| c.len / 4096).sum::<u64>(),
+            plan.protect.scrub_pages_per_sec
+        ),
+        None => server::say!("kavach: redundancy off"),
+    }
+    let opened = &popened.opened;
     let r = &opened.recovery;
     if opened.created {
         let c = store.config();
@@ -611,11 +708,13 @@ fn open_store(a: &ServeArgs, plan: &Plan) -> Result<Arc<dyn Backend>> {
             r.total_ms
         );
     }
-    Ok(Arc::new(StoreBackend::new(
-        store,
-        &a.durability,
-        opened.created,
-    )))
+    let integrity = popened
+        .protection
+        .clone()
+        .map(|p| p as Arc<dyn StoreIntegrity>);
+    Ok(Arc::new(
+        StoreBackend::new(store, &a.durability, opened.created).with_integrity(integrity),
+    ))
 }
 
 /// Run the server until it is shut down.
@@ -738,6 +837,30 @@ mod tests {
             .unwrap()
             .to_string();
         assert!(e.contains("unknown policy"), "{e}");
+    }
+
+    #[test]
+    fn redundancy_options_are_parsed_and_checked() {
+        let p = plan_of(&[]).unwrap();
+        assert_eq!(p.protect.mode, None, "the recorded mode is kept");
+        assert_eq!(p.protect.period_ms, None);
+        let p = plan_of(&["--redundancy", "lazy", "--redundancy-period-ms", "5000"]).unwrap();
+        assert_eq!(p.protect.mode, Some(integrity::Mode::Lazy));
+        assert_eq!(p.protect.period_ms, Some(5000));
+        let p = plan_of(&["--redundancy", "eager", "--scrub-pages-per-sec", "0"]).unwrap();
+        assert_eq!(p.protect.mode, Some(integrity::Mode::Eager));
+        assert_eq!(p.protect.scrub_pages_per_sec, 0);
+        assert_eq!(
+            plan_of(&["--redundancy", "off"]).unwrap().protect.mode,
+            Some(integrity::Mode::Off)
+        );
+        for ms in ["50", "60001"] {
+            let e = plan_of(&["--redundancy-period-ms", ms])
+                .err()
+                .unwrap()
+                .to_string();
+            assert!(e.contains("--redundancy-period-ms"), "{e}");
+        }
     }
 
     #[test]

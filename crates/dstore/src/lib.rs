@@ -8,11 +8,13 @@
 pub mod keyspace;
 pub mod machine;
 pub mod op;
+pub mod protect;
 pub mod store;
 pub mod table;
 pub mod zone;
 
+pub use protect::{Guarded, ProtectOptions, Protection, ScrubSummary, StoreIntegrity};
 pub use store::{
-    Clock, Config, OBJECT_BYTES_MAX, Object, Opened, POOL_FILE, Store, StoreError, StoreResult,
-    system_clock,
+    Clock, Config, GuardedStore, OBJECT_BYTES_MAX, Object, Opened, POOL_FILE, ProtectedOpened,
+    Store, StoreError, StoreResult, system_clock,
 };

@@ -6,6 +6,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use crate::machine::{self, Kv, OpError, Outcome, read};
 use crate::op::{self, Op, SET_NX, SET_XX};
+use crate::protect::{Guarded, ProtectOptions, Protection};
 use dipper::{Dipper, DipperError, ForcePolicy, Layout, Options, RecoveryReport};
 use pmem::{Corruption, CreateOptions, Mapping, Medium, OpenOptions, Pool};
 
@@ -326,23 +327,7 @@ impl Store<Arc<Mapping>> {
                 }
             }
         } else {
-            let mut pool = Pool::open(&path, &OpenOptions::default())
-                .map_err(|e| StoreError::Failed(format!("cannot open {}: {e}", path.display())))?;
-            // A store made with fixed-size slots: from now on its pool grows (a header feature
-            // bit; builds without growth then refuse the pool). Only a pool that holds a store.
-            if config.grow
-                && !pool.growable()
-                && pool.region(dipper::layout::ROOT_REGION).is_some()
-                && pool.region(DATA_REGION).is_some()
-                && let Err(e) = pool.make_growable_file()
-            {
-                let _ = pool.close_unchanged();
-                return Err(StoreError::Failed(format!(
-                    "cannot make {} growable: {e}",
-                    path.display()
-                )));
-            }
-            Self::open(pool.map_medium(Arc::new), config)?
+            Self::open(open_pool_file(&path, &config)?.map_medium(Arc::new), config)?
         };
         let mut store = store;
         store.path = Some(path.clone());
@@ -355,6 +340,154 @@ impl Store<Arc<Mapping>> {
                 recovery,
             },
         ))
+    }
+}
+
+/// Open the pool file of an existing store (making a fixed-size store's pool growable when
+/// `config.grow` says so).
+fn open_pool_file(path: &Path, config: &Config) -> StoreResult<Pool<Mapping>> {
+    let mut pool = Pool::open(path, &OpenOptions::default())
+        .map_err(|e| StoreError::Failed(format!("cannot open {}: {e}", path.display())))?;
+    // A store made with fixed-size slots: from now on its pool grows (a header feature
+    // bit; builds without growth then refuse the pool). Only a pool that holds a store.
+    if config.grow
+        && !pool.growable()
+        && pool.region(dipper::layout::ROOT_REGION).is_some()
+        && pool.region(DATA_REGION).is_some()
+        && let Err(e) = pool.make_growable_file()
+    {
+        let _ = pool.close_unchanged();
+        return Err(StoreError::Failed(format!(
+            "cannot make {} growable: {e}",
+            path.display()
+        )));
+    }
+    Ok(pool)
+}
+
+/// A store opened with [`Store::open_dir_protected`]: the medium under it routes covered
+/// writes through the integrity layer in eager mode, and only forwards otherwise.
+pub type GuardedStore = Store<Guarded<Arc<Mapping>>>;
+
+/// What [`Store::open_protected`] returns: the store, its protection (`None`: mode off) and
+/// what a user must know.
+pub type ProtectedParts<M> = (Store<Guarded<M>>, Option<Arc<Protection<M>>>, Vec<String>);
+
+/// What [`Store::open_dir_protected`] opened besides the store.
+#[derive(Debug)]
+pub struct ProtectedOpened {
+    /// What `open_dir` reports.
+    pub opened: Opened,
+    /// The protection in force (`None`: mode off).
+    pub protection: Option<Arc<Protection<Arc<Mapping>>>>,
+    /// What laying out and opening the protection did that a user must know.
+    pub notes: Vec<String>,
+}
+
+impl GuardedStore {
+    /// Open the store in `dir` (creating it if missing) with its regions protected by the
+    /// integrity layer as `protect` says (see [`crate::protect`]). The protection is opened
+    /// before the store, so that recovery's writes are covered.
+    pub fn open_dir_protected(
+        dir: &Path,
+        config: Config,
+        protect: &ProtectOptions,
+    ) -> StoreResult<(Self, ProtectedOpened)> {
+        let path = dir.join(POOL_FILE);
+        let created = !path.exists();
+        if created {
+            let (made, _) = Store::<Arc<Mapping>>::open_dir(dir, config.clone())?;
+            made.close()?;
+            drop(made);
+        }
+        let pool = open_pool_file(&path, &config)?.map_medium(Arc::new);
+        let mapping = pool.medium().clone();
+        let tracker = |offset: u64, len: u64| {
+            integrity::tracker::best_for(Arc::clone(&mapping), offset as usize, len as usize)
+                .map_err(|e| {
+                    StoreError::Failed(format!(
+                        "cannot track writes to pool bytes {offset:#x}+{len:#x}: {e}"
+                    ))
+                })
+        };
+        let (mut store, protection, notes) =
+            Store::open_protected(pool, config, protect, &tracker)?;
+        store.path = Some(path.clone());
+        let recovery = store.report.clone();
+        Ok((
+            store,
+            ProtectedOpened {
+                opened: Opened {
+                    path,
+                    created,
+                    recovery,
+                },
+                protection,
+                notes,
+            },
+        ))
+    }
+}
+
+impl<M: Medium + Clone + Send + Sync + 'static> Store<Guarded<M>> {
+    /// Open (recover) the store in `pool` with its regions protected as `protect` says: lay
+    /// out protection where missing or out of date, open it (before the store, so recovery's
+    /// writes are covered), route covered writes through it in eager mode, and start the
+    /// background scrubber. `tracker` gives lazy mode's write tracker over a range (offset,
+    /// bytes) of the pool. Returns the store, the protection (`None`: mode off) and what a
+    /// user must know.
+    pub fn open_protected(
+        mut pool: Pool<M>,
+        config: Config,
+        protect: &ProtectOptions,
+        tracker: &dyn Fn(u64, u64) -> StoreResult<Box<dyn integrity::Tracker>>,
+    ) -> StoreResult<ProtectedParts<M>> {
+        let recorded = crate::protect::recorded_mode(&pool);
+        let mode = protect.mode.or(recorded).unwrap_or(integrity::Mode::Off);
+        let mut notes = Vec::new();
+        let opened = (|| {
+            if mode == integrity::Mode::Off {
+                if recorded.is_some_and(|m| m != integrity::Mode::Off) {
+                    crate::protect::switch_off(&pool)?;
+                    notes.push(
+                        "redundancy switched off: the pool's checksums and parity are marked \
+                         stale and made again when redundancy is switched on"
+                            .to_string(),
+                    );
+                }
+                return Ok(None);
+            }
+            let period = protect
+                .period_ms
+                .unwrap_or(integrity::layout::PERIOD_MS_DEFAULT);
+            notes.extend(crate::protect::lay_out(&mut pool, mode, period)?);
+            let p = Protection::open(
+                &pool,
+                mode,
+                protect.period_ms,
+                protect.scrub_pages_per_sec,
+                tracker,
+            )?;
+            notes.extend(p.notes().iter().cloned());
+            Ok::<_, StoreError>(Some(Arc::new(p)))
+        })();
+        let protection = match opened {
+            Ok(p) => p,
+            Err(e) => {
+                // Left marked in use: the next open recovers, as after a crash.
+                drop(pool);
+                return Err(e);
+            }
+        };
+        let guarded = match &protection {
+            Some(p) => pool.map_medium(|m| Guarded::over(m, p)),
+            None => pool.map_medium(Guarded::plain),
+        };
+        let store = Self::open(guarded, config)?;
+        if let Some(p) = &protection {
+            p.start_scrubber()?;
+        }
+        Ok((store, protection, notes))
     }
 }
 

@@ -1675,6 +1675,9 @@ impl Backend for Replicated {
     fn save(&self) -> BackendResult<()> {
         self.inner.save()
     }
+    fn integrity_check(&self, repair: bool) -> BackendResult<String> {
+        self.inner.integrity_check(repair)
+    }
     fn info(&self) -> Vec<InfoSection> {
         let mut v = self.inner.info();
         v.push(("Replication".into(), self.replication_info()));

@@ -115,6 +115,16 @@ pub trait Backend: Send + Sync + 'static {
             "this store cannot change its memory limit while running".into(),
         ))
     }
+    /// KAVACH SCRUB / KAVACH REPAIR: scrub the store's protected regions now (with `repair`,
+    /// repair what parity proves). Returns a JSON document of what was checked and found, and
+    /// whether the store is clean. Stores without an integrity layer refuse.
+    fn integrity_check(&self, repair: bool) -> BackendResult<String> {
+        let _ = repair;
+        Err(BackendError::Refused(
+            "this server's store keeps no redundancy (start it with --redundancy lazy or eager)"
+                .into(),
+        ))
+    }
     /// PROMOTE: turn a replication backup into the primary (`args` are the command's
     /// arguments after its name). Returns a line for the client. Stores that are not backups
     /// refuse.

@@ -524,6 +524,7 @@ static CORE: &[Spec] = &[
     spec!("hello", -1, CONNECTION, 0, 0, 0, cmd_hello),
     spec!("function", -2, &["noscript"], 0, 0, 0, cmd_function),
     spec!("info", -1, &["loading", "stale"], 0, 0, 0, cmd_info),
+    spec!("kavach", -2, ADMIN, 0, 0, 0, cmd_kavach),
     spec!(
         "lastsave",
         1,
@@ -2231,6 +2232,27 @@ fn cmd_promote(ctx: &mut Ctx<'_>, args: &[Vec<u8>], out: &mut Vec<u8>) -> Comman
             .map(|b| if b == b'\r' || b == b'\n' { b' ' } else { b }),
     );
     out.extend_from_slice(b"\r\n");
+    Ok(Action::Continue)
+}
+
+/// KAVACH SCRUB | KAVACH REPAIR: scrub the store's protected regions now (and repair what
+/// parity proves); the reply is a bulk string holding a JSON report.
+fn cmd_kavach(ctx: &mut Ctx<'_>, args: &[Vec<u8>], out: &mut Vec<u8>) -> CommandResult {
+    if args.len() != 2 {
+        return Err(CommandError::Syntax);
+    }
+    let repair = if is(&args[1], "scrub") {
+        false
+    } else if is(&args[1], "repair") {
+        true
+    } else {
+        return Err(CommandError::Other(format!(
+            "ERR KAVACH {}: unknown subcommand (SCRUB or REPAIR)",
+            quote(&args[1]).to_ascii_uppercase()
+        )));
+    };
+    let report = ctx.backend().integrity_check(repair)?;
+    write_bulk(out, report.as_bytes());
     Ok(Action::Continue)
 }
 
