@@ -246,12 +246,15 @@ fn value_of(t: usize, i: usize) -> Vec<u8> {
 
 const WRITERS: usize = 4;
 
+/// A writer's acknowledged (key, value) pairs, in order, and its failed writes.
+type Written = (Vec<(Vec<u8>, Vec<u8>)>, Vec<String>);
+
 /// Writers on connections of their own, each SET acknowledged with +OK recorded (key, value);
 /// any other reply is counted as a failure.
 struct Load {
     stop: Arc<AtomicBool>,
     acked: Arc<AtomicUsize>,
-    threads: Vec<std::thread::JoinHandle<(Vec<(Vec<u8>, Vec<u8>)>, Vec<String>)>>,
+    threads: Vec<std::thread::JoinHandle<Written>>,
 }
 
 fn start_load(port: u16) -> Load {
