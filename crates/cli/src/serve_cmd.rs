@@ -1268,6 +1268,40 @@ mod tests {
     }
 
     #[test]
+    fn pool_set_options_are_parsed_and_checked() {
+        assert!(
+            plan_of(&[]).unwrap().set_layout.is_none(),
+            "one file by default"
+        );
+        let l = plan_of(&["--pool-files", "4"]).unwrap().set_layout.unwrap();
+        assert_eq!((l.members, l.chunk), (4, pmem::set::CHUNK_DEFAULT));
+        let l = plan_of(&["--pool-files", "3", "--pool-chunk", "64KiB"])
+            .unwrap()
+            .set_layout
+            .unwrap();
+        assert_eq!((l.members, l.chunk), (3, 64 << 10));
+        for (args, needle) in [
+            (&["--pool-files", "2"][..], "--pool-files 2"),
+            (&["--pool-files", "65"][..], "--pool-files 65"),
+            (
+                &["--pool-files", "3", "--pool-chunk", "3000"][..],
+                "--pool-chunk",
+            ),
+            (
+                &["--pool-files", "3", "--pool-chunk", "2GiB"][..],
+                "--pool-chunk",
+            ),
+            (
+                &["--pool-files", "3", "--pool-chunk", "big"][..],
+                "--pool-chunk",
+            ),
+        ] {
+            let e = plan_of(args).err().unwrap().to_string();
+            assert!(e.contains(needle), "{args:?}: {e}");
+        }
+    }
+
+    #[test]
     fn slot_mib_is_optional_and_still_checked() {
         assert_eq!(plan_of(&[]).unwrap().config.slot_bytes, 0, "the smallest");
         assert_eq!(

@@ -542,3 +542,56 @@ fn what_a_set_cannot_do_is_refused_and_writes_nothing() {
     drop(c);
     srv.shut_down();
 }
+
+/// Eager redundancy stacks on a set: the page checksums inside the pool stay clean while the
+/// set serves degraded, and the store keeps its mode across a restart.
+#[test]
+fn eager_redundancy_on_a_degraded_set_scrubs_clean() {
+    let s = Scratch::new("serve-set-eager");
+    let dir = s.path("store");
+    let mut args = vec!["--pool-files", "3", "--redundancy", "eager"];
+    args.extend_from_slice(STORE_ARGS);
+    let srv = spawn(&dir, &args);
+    let mut c = Client::connect(srv.port);
+    assert_eq!(c.info_field("integrity", "redundancy"), "eager");
+    for i in 0..300 {
+        let key = format!("k{i}");
+        assert_eq!(
+            c.call(&[b"SET", key.as_bytes(), &value_of(0, i)]),
+            Reply::Line(b"OK".to_vec())
+        );
+    }
+    std::fs::remove_file(format!("{dir}/kavach.pool.2")).unwrap();
+    wait_for_state(&mut c, "degraded");
+    for i in 300..600 {
+        let key = format!("k{i}");
+        assert_eq!(
+            c.call(&[b"SET", key.as_bytes(), &value_of(0, i)]),
+            Reply::Line(b"OK".to_vec())
+        );
+    }
+    let Reply::Bulk(Some(report)) = c.call(&[b"KAVACH", b"SCRUB"]) else {
+        panic!("KAVACH SCRUB");
+    };
+    let report: serde_json::Value = serde_json::from_slice(&report).unwrap();
+    assert_eq!(report["clean"], true, "{report}");
+    assert!(
+        report["report"]["pages_checked"].as_u64().unwrap() > 0,
+        "{report}"
+    );
+    drop(c);
+    srv.shut_down();
+    let srv = spawn(&dir, STORE_ARGS);
+    let mut c = Client::connect(srv.port);
+    assert_eq!(c.info_field("integrity", "redundancy"), "eager");
+    assert_eq!(c.info_field("pool", "pool_state"), "degraded");
+    for i in 0..600 {
+        assert_eq!(
+            c.get(format!("k{i}").as_bytes()),
+            Some(value_of(0, i)),
+            "k{i}"
+        );
+    }
+    drop(c);
+    srv.shut_down();
+}
