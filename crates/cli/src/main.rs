@@ -161,7 +161,7 @@ enum Command {
     Debug(integrity_cmd::DebugCommand),
     /// Serve a durable key-value store over the Redis protocol (RESP2 and RESP3), alone or replicated
     /// (--replicas on the primary, --role backup on each backup).
-    Serve(serve_cmd::ServeArgs),
+    Serve(Box<serve_cmd::ServeArgs>),
     /// Make a running replication backup the primary (manual failover).
     Promote(replica_cmd::PromoteArgs),
     /// Automatic failover: run beside each backup; through an etcd lease, one elector

@@ -125,6 +125,251 @@ pub struct ServeArgs {
     /// Damage the scrubber finds is repaired from parity when parity proves the page.
     #[arg(long, value_name = "N", default_value_t = 4096)]
     scrub_pages_per_sec: u64,
+    /// New stores only: spread the pool over N member files (at least 3) with rotating
+    /// parity, so that the store keeps serving when one of them is lost (docs/server.md,
+    /// "A store on a pool set"). DIR/kavach.pool is then the set's description and the members
+    /// DIR/kavach.pool.0 .. N-1. A store whose kavach.pool is a set description opens as a set
+    /// without this option. Lazy redundancy is refused on a set (it tracks writes through a
+    /// single mapping); eager and off work.
+    #[arg(long, value_name = "N")]
+    pool_files: Option<u64>,
+    /// New pool sets only: bytes of a chunk, the unit of striping (4 KiB to 1 GiB, a power of
+    /// two; sizes as for --maxmemory). Default 1 MiB.
+    #[arg(long, value_name = "SIZE", requires = "pool_files")]
+    pool_chunk: Option<String>,
+}
+
+/// How often a store on a pool set checks that its member files are still there.
+const MEMBER_CHECK_PERIOD: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// A store's pool set, watched: a thread checks every [`MEMBER_CHECK_PERIOD`] that each member
+/// path still names the file the set has mapped (an unlinked file stays readable through its
+/// mapping, so nothing else would notice), and logs each change of the set's state once.
+pub(crate) struct SetWatch {
+    set: dstore::store::SetMedium,
+    stop: Arc<std::sync::atomic::AtomicBool>,
+    thread: std::sync::Mutex<Option<std::thread::JoinHandle<()>>>,
+    /// Held by a rebuild: one at a time.
+    rebuilding: std::sync::Mutex<()>,
+    /// The member paths after an online rebuild (the set keeps the names it opened with).
+    renamed: std::sync::Mutex<Option<Vec<PathBuf>>>,
+}
+
+impl SetWatch {
+    fn start(set: dstore::store::SetMedium) -> Arc<SetWatch> {
+        use std::sync::atomic::Ordering;
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let (s, watched) = (Arc::clone(&stop), Arc::clone(&set));
+        let thread = std::thread::Builder::new()
+            .name("kavach-set-watch".into())
+            .spawn(move || {
+                let mut last = watched.status().state;
+                if last != "healthy" {
+                    say_set_state(&watched.status());
+                }
+                let step = std::time::Duration::from_millis(50);
+                'watch: loop {
+                    if let Err(e) = watched.check_members() {
+                        server::say!("kavach: warning: pool set member check failed: {e}");
+                    }
+                    let st = watched.status();
+                    if st.state != last {
+                        last = st.state;
+                        say_set_state(&st);
+                    }
+                    let mut slept = std::time::Duration::ZERO;
+                    while slept < MEMBER_CHECK_PERIOD {
+                        if s.load(Ordering::Acquire) {
+                            break 'watch;
+                        }
+                        std::thread::sleep(step);
+                        slept += step;
+                    }
+                }
+            })
+            .ok();
+        if thread.is_none() {
+            server::say!("kavach: warning: cannot start the pool set's member watch");
+        }
+        Arc::new(SetWatch {
+            set,
+            stop,
+            thread: std::sync::Mutex::new(thread),
+            rebuilding: std::sync::Mutex::new(()),
+            renamed: std::sync::Mutex::new(None),
+        })
+    }
+
+    /// Stop the watch (before the store closes).
+    fn stop(&self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Release);
+        let t = self.thread.lock().ok().and_then(|mut t| t.take());
+        if let Some(t) = t {
+            let _ = t.join();
+        }
+    }
+
+    fn info(&self) -> Vec<(String, String)> {
+        let st = self.set.status();
+        let mut out = vec![
+            kv("pool_kind", "set"),
+            kv("pool_members", st.geometry.members),
+            kv("pool_chunk_bytes", st.geometry.chunk),
+            kv("pool_rows", st.rows),
+            kv("pool_generation", st.generation),
+            kv("pool_state", st.state),
+        ];
+        match &st.lost {
+            Some(f) => {
+                out.push(kv("pool_lost_member", f.index));
+                out.push(kv("pool_lost_reason", one_line(&f.reason)));
+            }
+            None => out.push(kv("pool_lost_member", "none")),
+        }
+        if let Some(done) = st.rebuilt_rows {
+            out.push(kv("pool_rebuilt_rows", done));
+        }
+        let renamed = self.renamed.lock().ok().and_then(|r| r.clone());
+        for (i, m) in renamed.as_ref().unwrap_or(&st.members).iter().enumerate() {
+            let lost = st.lost.as_ref().is_some_and(|f| f.index == i)
+                || st.also_lost.iter().any(|f| f.index == i);
+            out.push(kv(
+                &format!("pool_member{i}"),
+                format!("{},{}", if lost { "lost" } else { "ok" }, m.display()),
+            ));
+        }
+        out
+    }
+
+    /// Rebuild the lost member into `new` (created, or the lost member's own path if the
+    /// file is back), naming it in the set's description first, as `kavach pool rebuild` does.
+    fn rebuild(&self, new: &[u8]) -> BackendResult<String> {
+        use std::os::unix::ffi::OsStrExt;
+        let refuse = |m: String| BackendError::Refused(format!("KAVACH REBUILD: {m}"));
+        let Ok(_one) = self.rebuilding.try_lock() else {
+            return Err(refuse("a rebuild is already running".into()));
+        };
+        if new.is_empty() || new.contains(&0) {
+            return Err(refuse("NEWPATH must be a non-empty path".into()));
+        }
+        let new = PathBuf::from(std::ffi::OsStr::from_bytes(new));
+        let abs =
+            |p: &Path| std::path::absolute(p).map_err(|e| refuse(format!("{}: {e}", p.display())));
+        let st = self.set.status();
+        let Some(lost) = st.lost.clone() else {
+            return Err(refuse(format!(
+                "the pool set is {}: no member is lost",
+                st.state
+            )));
+        };
+        if st.rebuilt_rows.is_some() {
+            return Err(refuse("a rebuild is already running".into()));
+        }
+        let description = self.set.label();
+        let listed = pmem::set::read_description(&description)
+            .map_err(|e| refuse(format!("cannot read {}: {e}", description.display())))?;
+        let Some(old) = listed.get(lost.index) else {
+            return Err(refuse(format!(
+                "{} lists {} members; the lost one is {}",
+                description.display(),
+                listed.len(),
+                lost.index
+            )));
+        };
+        let in_place = abs(&new)? == abs(old)?;
+        let need = st.geometry.member_len(st.rows) as u64;
+        let target = if in_place {
+            let mut m = Mapping::open(&new, true)
+                .map_err(|e| refuse(format!("cannot open {}: {e}", new.display())))?;
+            if (m.len() as u64) < need {
+                return Err(refuse(format!(
+                    "{} has {} bytes; a member of this set needs {need}",
+                    new.display(),
+                    m.len()
+                )));
+            }
+            m.reserve(pmem::pool::GROW_RESERVE_BYTES as usize)
+                .map_err(|e| refuse(format!("{}: {e}", new.display())))?;
+            m
+        } else {
+            if new.exists() {
+                return Err(refuse(format!(
+                    "{} exists; name a new file (or the lost member's own path)",
+                    new.display()
+                )));
+            }
+            let mut m = Mapping::create(&new, need)
+                .map_err(|e| refuse(format!("cannot create {}: {e}", new.display())))?;
+            if let Err(e) = m.reserve(pmem::pool::GROW_RESERVE_BYTES as usize) {
+                drop(m);
+                let _ = std::fs::remove_file(&new);
+                return Err(refuse(format!("{}: {e}", new.display())));
+            }
+            m
+        };
+        let mut paths = st.members.clone();
+        if let Some(r) = self.renamed.lock().ok().and_then(|r| r.clone()) {
+            paths = r;
+        }
+        if let Some(p) = paths.get_mut(lost.index) {
+            *p = new.clone();
+        }
+        let mut names = listed.clone();
+        names[lost.index] = new.clone();
+        let names: Vec<PathBuf> = names
+            .iter()
+            .map(|p| pmem::set::listed_name(&description, p))
+            .collect();
+        pmem::set::write_description(&description, &names, false).map_err(|e| {
+            BackendError::Failed(format!("cannot rewrite {}: {e}", description.display()))
+        })?;
+        server::say!(
+            "kavach: rebuilding pool set member {} into {}",
+            lost.index,
+            new.display()
+        );
+        let started = std::time::Instant::now();
+        self.set.rebuild(target, |_, _| {}).map_err(|e| {
+            BackendError::Failed(format!(
+                "rebuild of member {} into {} failed, the set is still degraded: {e}",
+                lost.index,
+                new.display()
+            ))
+        })?;
+        if let Ok(mut r) = self.renamed.lock() {
+            *r = Some(paths);
+        }
+        let after = self.set.status();
+        let line = format!(
+            "rebuilt member {} into {} ({} rows in {:.2} s); the set is {}",
+            lost.index,
+            new.display(),
+            after.rows,
+            started.elapsed().as_secs_f64(),
+            after.state
+        );
+        server::say!("kavach: {line}");
+        Ok(line)
+    }
+}
+
+fn one_line(s: &str) -> String {
+    s.replace(['\r', '\n'], " ")
+}
+
+fn say_set_state(st: &pmem::set::SetStatus) {
+    match &st.lost {
+        Some(f) => server::say!(
+            "kavach: pool set {}: member {} ({}) lost: {}; reads and writes continue from \
+             parity; replace it with KAVACH REBUILD NEWPATH, or after SHUTDOWN with `kavach \
+             pool rebuild DIR/kavach.pool --replace OLD NEW`",
+            st.state,
+            f.index,
+            f.label.display(),
+            one_line(&f.reason)
+        ),
+        None => server::say!("kavach: pool set {}", st.state),
+    }
 }
 
 /// The store as the server's backend, over any medium: `kavach serve` puts it on a mapped pool
@@ -136,6 +381,8 @@ pub(crate) struct StoreBackend<M: Medium + Clone + Send + Sync + 'static = Arc<M
     created: bool,
     /// The integrity layer over the store's regions (`None`: redundancy off).
     integrity: Option<Arc<dyn StoreIntegrity>>,
+    /// The pool set under the store (`None`: a single pool file).
+    set: Option<Arc<SetWatch>>,
 }
 
 impl<M: Medium + Clone + Send + Sync + 'static> StoreBackend<M> {
@@ -147,7 +394,14 @@ impl<M: Medium + Clone + Send + Sync + 'static> StoreBackend<M> {
             durability: durability.to_string(),
             created,
             integrity: None,
+            set: None,
         }
+    }
+
+    /// The same, on a watched pool set.
+    pub(crate) fn with_set(mut self, set: Option<Arc<SetWatch>>) -> Self {
+        self.set = set;
+        self
     }
 
     /// The same, with the integrity layer that protects the store's regions.
@@ -301,13 +555,21 @@ impl<M: Medium + Clone + Send + Sync + 'static> Backend for StoreBackend<M> {
         ];
         // The Keyspace section comes from the server, which reads every database through the
         // data model (and leaves it out inside EXEC, whose transaction holds the store's locks).
+        let pool = match &self.set {
+            Some(w) => w.info(),
+            None => vec![kv("pool_kind", "file"), kv("pool_members", 1)],
+        };
         vec![
             ("Persistence".into(), persistence),
+            ("Pool".into(), pool),
             ("Integrity".into(), integrity),
             ("Store".into(), store),
         ]
     }
     fn shutdown(&self) -> BackendResult<()> {
+        if let Some(w) = &self.set {
+            w.stop();
+        }
         self.store.close().map_err(be)?;
         match &self.integrity {
             Some(i) => i.close().map_err(be),
@@ -339,6 +601,16 @@ impl<M: Medium + Clone + Send + Sync + 'static> Backend for StoreBackend<M> {
     }
     fn keyspace(&self) -> Option<&dyn model::Keyspace> {
         Some(&self.store)
+    }
+    fn rebuild_member(&self, new: &[u8]) -> BackendResult<String> {
+        match &self.set {
+            Some(w) => w.rebuild(new),
+            None => Err(BackendError::Refused(
+                "KAVACH REBUILD: this server's store is one pool file, not a pool set (start a \
+                 new store with --pool-files N)"
+                    .into(),
+            )),
+        }
     }
     /// CONFIG SET maxmemory: the store's limit changes at once; `noeviction` is the only
     /// policy (Kavach does not evict keys).
@@ -403,6 +675,8 @@ struct Plan {
     repl: replicated::serve::ReplConfig,
     backup: bool,
     replicated: bool,
+    /// A new store goes on a pool set of this layout.
+    set_layout: Option<dstore::store::SetLayout>,
 }
 
 /// Check every option. Refuses values that cannot work (0 workers, a slot too small to hold
@@ -535,6 +809,24 @@ fn plan(a: &ServeArgs) -> Result<Plan> {
             )));
         }
     }
+    let set_layout = match a.pool_files {
+        Some(n) => {
+            pmem::set::validate_members(n)
+                .map_err(|e| refused(format!("--pool-files {n}: {e}")))?;
+            let chunk = match &a.pool_chunk {
+                Some(c) => crate::units::parse_size(c)
+                    .map_err(|e| refused(format!("--pool-chunk: {e}")))?,
+                None => pmem::set::CHUNK_DEFAULT,
+            };
+            pmem::set::validate_chunk(chunk)
+                .map_err(|e| refused(format!("--pool-chunk {chunk}: {e}")))?;
+            Some(dstore::store::SetLayout {
+                members: n as usize,
+                chunk,
+            })
+        }
+        None => None,
+    };
     let repl = replicated::serve::ReplConfig {
         replicas: replicas.clone(),
         write_quorum: a.write_quorum,
@@ -563,7 +855,50 @@ fn plan(a: &ServeArgs) -> Result<Plan> {
         replicated: !replicas.is_empty(),
         repl,
         backup,
+        set_layout,
     })
+}
+
+/// Is the store in `--dir` (existing, or about to be made) on a pool set? Refuses what a set
+/// cannot do: lazy redundancy, --pool-files on a single-file store or with another count.
+fn check_set_dir(a: &ServeArgs, plan: &Plan) -> Result<bool> {
+    let path = a.dir.join(dstore::POOL_FILE);
+    let on_set = if path.exists() {
+        if dstore::store::is_set_dir(&a.dir) {
+            let listed = pmem::set::read_description(&path)
+                .map_err(|e| refused(format!("cannot read {}: {e}", path.display())))?;
+            if let Some(l) = plan.set_layout
+                && l.members != listed.len()
+            {
+                return Err(refused(format!(
+                    "--pool-files {}: the store in {} is on a set of {} members already",
+                    l.members,
+                    a.dir.display(),
+                    listed.len()
+                )));
+            }
+            true
+        } else {
+            if plan.set_layout.is_some() {
+                return Err(refused(format!(
+                    "--pool-files is for a new store: {} is a single pool file",
+                    path.display()
+                )));
+            }
+            false
+        }
+    } else {
+        plan.set_layout.is_some()
+    };
+    if on_set && plan.protect.mode == Some(integrity::Mode::Lazy) {
+        return Err(refused(
+            "--redundancy lazy is not available on a pool set: lazy mode tracks writes \
+             through a single file mapping, and a set's pool is spread over several (use \
+             --redundancy eager, or off; the set's own parity already survives a lost member)"
+                .into(),
+        ));
+    }
+    Ok(on_set)
 }
 
 /// Bytes of a new store's pool besides its two logs (the data zone, the slot tables and
@@ -583,10 +918,12 @@ struct Undo {
     dirs_made: Vec<PathBuf>,
     store_existed: bool,
     replica_existed: bool,
+    /// Member files a new pool set would have (removed by a failed start that made them).
+    set_members: Vec<PathBuf>,
 }
 
 impl Undo {
-    fn new(dir: &Path) -> Undo {
+    fn new(dir: &Path, set_layout: Option<dstore::store::SetLayout>) -> Undo {
         let dirs_made = dir
             .ancestors()
             .take_while(|d| !d.as_os_str().is_empty() && !d.exists())
@@ -597,6 +934,15 @@ impl Undo {
             dirs_made,
             store_existed: dir.join(dstore::POOL_FILE).exists(),
             replica_existed: dir.join(replication::host::REPLICA_FILE).exists(),
+            set_members: match set_layout {
+                Some(l) if !dir.join(dstore::POOL_FILE).exists() => {
+                    pmem::set::default_member_paths(&dir.join(dstore::POOL_FILE), l.members)
+                        .into_iter()
+                        .filter(|p| !p.exists())
+                        .collect()
+                }
+                _ => Vec::new(),
+            },
         }
     }
 
@@ -613,6 +959,9 @@ impl Undo {
         };
         if !self.store_existed {
             undo("remove the new store", std::fs::remove_file(&store));
+            for m in &self.set_members {
+                undo("remove a new pool set member", std::fs::remove_file(m));
+            }
         }
         if !self.replica_existed {
             let replica = self.dir.join(replication::host::REPLICA_FILE);
@@ -656,9 +1005,63 @@ fn open_backend(
     Ok(replicated)
 }
 
+/// Open (or create) the store on a pool set in `--dir`.
+fn open_set_store(a: &ServeArgs, plan: &Plan) -> Result<Arc<dyn Backend>> {
+    let (store, sopened) = dstore::store::SetStore::open_dir_set(
+        &a.dir,
+        plan.config.clone(),
+        &plan.protect,
+        plan.set_layout,
+    )
+    .map_err(|e| anyhow::anyhow!("{e}"))
+    .with_context(|| format!("cannot open the store in {}", a.dir.display()))
+    .map_err(crate::outcome::CommandFailed)?;
+    for note in &sopened.notes {
+        server::say!("kavach: integrity: {note}");
+    }
+    match &sopened.protection {
+        Some(p) => server::say!(
+            "kavach: redundancy {} over {} regions; background scrub {} pages/s",
+            p.mode().name(),
+            p.covered().len(),
+            plan.protect.scrub_pages_per_sec
+        ),
+        None => server::say!("kavach: redundancy off"),
+    }
+    let st = sopened.set.status();
+    let opened = &sopened.opened;
+    server::say!(
+        "kavach: {} {} (pool set: {} members, chunk {} bytes, {} rows, {}), {} keys",
+        if opened.created {
+            "created"
+        } else {
+            "recovered"
+        },
+        opened.path.display(),
+        st.geometry.members,
+        st.geometry.chunk,
+        st.rows,
+        st.state,
+        store.dbsize().unwrap_or(0)
+    );
+    let watch = SetWatch::start(Arc::clone(&sopened.set));
+    let integrity = sopened
+        .protection
+        .clone()
+        .map(|p| p as Arc<dyn StoreIntegrity>);
+    Ok(Arc::new(
+        StoreBackend::new(store, &a.durability, opened.created)
+            .with_integrity(integrity)
+            .with_set(Some(watch)),
+    ))
+}
+
 /// Open (or create) the store in `--dir`.
 fn open_store(a: &ServeArgs, plan: &Plan) -> Result<Arc<dyn Backend>> {
     server::say!("kavach: opening the store in {}", a.dir.display());
+    if plan.set_layout.is_some() || dstore::store::is_set_dir(&a.dir) {
+        return open_set_store(a, plan);
+    }
     let (store, popened) = Store::open_dir_protected(&a.dir, plan.config.clone(), &plan.protect)
         .map_err(|e| anyhow::anyhow!("{e}"))
         .with_context(|| format!("cannot open the store in {}", a.dir.display()))
@@ -733,6 +1136,7 @@ pub fn run(a: &ServeArgs) -> Result<Outcome> {
             dstore::POOL_FILE
         )));
     }
+    check_set_dir(a, &plan)?;
     let listener = server::Listener::bind(plan.server.clone())
         .map_err(|e| refused(format!("cannot listen on {}:{}: {e}", a.bind, a.port)))?;
     let repl_listener = match (&a.listen, plan.backup) {
@@ -744,7 +1148,7 @@ pub fn run(a: &ServeArgs) -> Result<Outcome> {
     };
     server::install_signal_handlers(&listener.handle())
         .map_err(|e| refused(format!("cannot install signal handlers: {e}")))?;
-    let undo = Undo::new(&a.dir);
+    let undo = Undo::new(&a.dir, plan.set_layout);
     let backend = match open_backend(a, &plan, repl_listener) {
         Ok(backend) => backend,
         Err(e) => {
@@ -861,6 +1265,40 @@ mod tests {
                 .unwrap()
                 .to_string();
             assert!(e.contains("--redundancy-period-ms"), "{e}");
+        }
+    }
+
+    #[test]
+    fn pool_set_options_are_parsed_and_checked() {
+        assert!(
+            plan_of(&[]).unwrap().set_layout.is_none(),
+            "one file by default"
+        );
+        let l = plan_of(&["--pool-files", "4"]).unwrap().set_layout.unwrap();
+        assert_eq!((l.members, l.chunk), (4, pmem::set::CHUNK_DEFAULT));
+        let l = plan_of(&["--pool-files", "3", "--pool-chunk", "64KiB"])
+            .unwrap()
+            .set_layout
+            .unwrap();
+        assert_eq!((l.members, l.chunk), (3, 64 << 10));
+        for (args, needle) in [
+            (&["--pool-files", "2"][..], "--pool-files 2"),
+            (&["--pool-files", "65"][..], "--pool-files 65"),
+            (
+                &["--pool-files", "3", "--pool-chunk", "3000"][..],
+                "--pool-chunk",
+            ),
+            (
+                &["--pool-files", "3", "--pool-chunk", "2GiB"][..],
+                "--pool-chunk",
+            ),
+            (
+                &["--pool-files", "3", "--pool-chunk", "big"][..],
+                "--pool-chunk",
+            ),
+        ] {
+            let e = plan_of(args).err().unwrap().to_string();
+            assert!(e.contains(needle), "{args:?}: {e}");
         }
     }
 

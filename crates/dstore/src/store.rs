@@ -8,6 +8,7 @@ use crate::machine::{self, Kv, OpError, Outcome, read};
 use crate::op::{self, Op, SET_NX, SET_XX};
 use crate::protect::{Guarded, ProtectOptions, Protection};
 use dipper::{Dipper, DipperError, ForcePolicy, Layout, Options, RecoveryReport};
+use pmem::set::{SetOpenOptions, StripedSet};
 use pmem::{Corruption, CreateOptions, Mapping, Medium, OpenOptions, Pool};
 
 /// Why a store call failed.
@@ -459,6 +460,199 @@ impl GuardedStore {
                     created,
                     recovery,
                 },
+                protection,
+                notes,
+            },
+        ))
+    }
+}
+
+/// The medium of a store on a pool set: the set, shared with whoever watches or rebuilds it.
+pub type SetMedium = Arc<StripedSet<Mapping>>;
+
+/// A store on a pool set, its writes routed through the integrity layer when eager.
+pub type SetStore = Store<Guarded<SetMedium>>;
+
+/// Does `dir` hold a store on a pool set (its `kavach.pool` is a set description)?
+pub fn is_set_dir(dir: &Path) -> bool {
+    pmem::set::is_description(&dir.join(POOL_FILE))
+}
+
+/// How to make a new store on a pool set.
+#[derive(Debug, Clone, Copy)]
+pub struct SetLayout {
+    /// Member files (at least 3).
+    pub members: usize,
+    /// Bytes of a chunk (the unit of striping).
+    pub chunk: u64,
+}
+
+/// What [`Store::open_dir_set`] opened besides the store.
+#[derive(Debug)]
+pub struct SetOpened {
+    /// What `open_dir` reports (`path` is the set description).
+    pub opened: Opened,
+    /// The set under the pool.
+    pub set: SetMedium,
+    /// The protection in force (`None`: mode off).
+    pub protection: Option<Arc<Protection<SetMedium>>>,
+    /// What laying out and opening the protection did that a user must know.
+    pub notes: Vec<String>,
+}
+
+fn set_failed(path: &Path, e: impl std::fmt::Display) -> StoreError {
+    StoreError::Failed(format!("pool set {}: {e}", path.display()))
+}
+
+/// Make the members and description of a new set at `path` and an empty pool on it.
+fn create_set_pool(path: &Path, config: &Config, layout: SetLayout) -> StoreResult<()> {
+    pmem::set::validate_members(layout.members as u64).map_err(|e| set_failed(path, e))?;
+    pmem::set::validate_chunk(layout.chunk).map_err(|e| set_failed(path, e))?;
+    let paths = pmem::set::default_member_paths(path, layout.members);
+    if let Some(p) = paths.iter().find(|p| p.exists()) {
+        return Err(set_failed(
+            path,
+            format!("member file {} exists already", p.display()),
+        ));
+    }
+    let size = if config.grow {
+        pmem::layout::POOL_SIZE_MIN
+    } else {
+        config.pool_bytes()
+    };
+    let made = StripedSet::create_files(path, &paths, size, layout.chunk)
+        .map_err(|e| set_failed(path, format!("cannot create: {e}")))?;
+    let domain = made.domain();
+    let formatted = if config.grow {
+        Pool::format_growable(made, domain)
+    } else {
+        Pool::format(made, domain)
+    };
+    match formatted.map(|s| s.close()) {
+        Ok(Ok(())) => Ok(()),
+        Ok(Err(e)) | Err(e) => {
+            remove_set_files(path, &paths);
+            Err(set_failed(path, format!("cannot format: {e}")))
+        }
+    }
+}
+
+fn remove_set_files(path: &Path, members: &[PathBuf]) {
+    for p in members {
+        let _ = std::fs::remove_file(p);
+    }
+    let _ = std::fs::remove_file(path);
+}
+
+/// Open the set at `path` read-write after a read-only look: a set that has failed (two
+/// members lost) is refused before anything is written.
+fn open_set(path: &Path) -> StoreResult<SetMedium> {
+    let look = StripedSet::open_files(
+        path,
+        SetOpenOptions {
+            read_only: true,
+            force: false,
+        },
+    )
+    .map_err(|e| set_failed(path, format!("cannot open: {e}")))?;
+    let status = look.status();
+    drop(look);
+    if status.state == "failed" {
+        let lost: Vec<String> = status
+            .lost
+            .iter()
+            .chain(status.also_lost.iter())
+            .map(|f| format!("member {} ({}): {}", f.index, f.label.display(), f.reason))
+            .collect();
+        return Err(set_failed(
+            path,
+            format!(
+                "more members lost than parity covers ({}); the data cannot be served",
+                lost.join("; ")
+            ),
+        ));
+    }
+    let set = StripedSet::open_files(
+        path,
+        SetOpenOptions {
+            read_only: false,
+            force: false,
+        },
+    )
+    .map_err(|e| set_failed(path, format!("cannot open: {e}")))?;
+    Ok(Arc::new(set))
+}
+
+impl SetStore {
+    /// Open the store on the pool set in `dir` (its `kavach.pool` a set description), or, when
+    /// `dir` holds no store and `create` is given, make a new set of `create.members` files
+    /// (`kavach.pool.0` ...) and the store on it. Redundancy as `protect` says, except lazy,
+    /// which needs a single mapping to track writes and is refused. A set with two members
+    /// lost is refused before anything is written.
+    pub fn open_dir_set(
+        dir: &Path,
+        config: Config,
+        protect: &ProtectOptions,
+        create: Option<SetLayout>,
+    ) -> StoreResult<(Self, SetOpened)> {
+        let path = dir.join(POOL_FILE);
+        let created = !path.exists();
+        if created {
+            let Some(layout) = create else {
+                return Err(StoreError::Failed(format!(
+                    "{} holds no store and no set layout was given",
+                    dir.display()
+                )));
+            };
+            std::fs::create_dir_all(dir)
+                .map_err(|e| StoreError::Failed(format!("cannot create {}: {e}", dir.display())))?;
+            create_set_pool(&path, &config, layout)?;
+            let made = (|| {
+                let set = open_set(&path)?;
+                let pool = Pool::open_medium(set, &OpenOptions::default())
+                    .map_err(|e| set_failed(&path, format!("cannot open the pool: {e}")))?;
+                let config = Config {
+                    slot_bytes: config.slot_bytes_at_create()?,
+                    ..config.clone()
+                };
+                let store = Store::create(pool, config)?;
+                store.close()
+            })();
+            if let Err(e) = made {
+                remove_set_files(
+                    &path,
+                    &pmem::set::default_member_paths(&path, layout.members),
+                );
+                return Err(e);
+            }
+        } else if !pmem::set::is_description(&path) {
+            return Err(StoreError::Failed(format!(
+                "{} is a single pool file, not a pool set description",
+                path.display()
+            )));
+        }
+        let set = open_set(&path)?;
+        let pool = Pool::open_medium(Arc::clone(&set), &OpenOptions::default())
+            .map_err(|e| set_failed(&path, format!("cannot open the pool: {e}")))?;
+        let tracker = |offset: u64, len: u64| -> StoreResult<Box<dyn integrity::Tracker>> {
+            Err(StoreError::Failed(format!(
+                "lazy redundancy tracks writes through a single mapping; a pool set has none \
+                 (pool bytes {offset:#x}+{len:#x}): use eager or off"
+            )))
+        };
+        let (mut store, protection, notes) =
+            Store::open_protected(pool, config, protect, &tracker)?;
+        store.path = Some(path.clone());
+        let recovery = store.report.clone();
+        Ok((
+            store,
+            SetOpened {
+                opened: Opened {
+                    path,
+                    created,
+                    recovery,
+                },
+                set,
                 protection,
                 notes,
             },

@@ -125,6 +125,16 @@ pub trait Backend: Send + Sync + 'static {
                 .into(),
         ))
     }
+    /// KAVACH REBUILD NEWPATH: rebuild the lost member of the store's pool set into the file
+    /// `new` (created; or the lost member's own path, if it is back) while serving. Returns a
+    /// line for the client. Stores that are not on a pool set, or whose set lost no member,
+    /// refuse.
+    fn rebuild_member(&self, new: &[u8]) -> BackendResult<String> {
+        let _ = new;
+        Err(BackendError::Refused(
+            "KAVACH REBUILD: this server's store is not on a pool set".into(),
+        ))
+    }
     /// PROMOTE: turn a replication backup into the primary (`args` are the command's
     /// arguments after its name). Returns a line for the client. Stores that are not backups
     /// refuse.

@@ -2236,8 +2236,19 @@ fn cmd_promote(ctx: &mut Ctx<'_>, args: &[Vec<u8>], out: &mut Vec<u8>) -> Comman
 }
 
 /// KAVACH SCRUB | KAVACH REPAIR: scrub the store's protected regions now (and repair what
-/// parity proves); the reply is a bulk string holding a JSON report.
+/// parity proves); the reply is a bulk string holding a JSON report. KAVACH REBUILD NEWPATH:
+/// rebuild the lost member of the store's pool set into NEWPATH; the reply is a status line.
 fn cmd_kavach(ctx: &mut Ctx<'_>, args: &[Vec<u8>], out: &mut Vec<u8>) -> CommandResult {
+    if args.len() == 3 && is(&args[1], "rebuild") {
+        let line = ctx.backend().rebuild_member(&args[2])?;
+        out.push(b'+');
+        out.extend(
+            line.bytes()
+                .map(|b| if b == b'\r' || b == b'\n' { b' ' } else { b }),
+        );
+        out.extend_from_slice(b"\r\n");
+        return Ok(Action::Continue);
+    }
     if args.len() != 2 {
         return Err(CommandError::Syntax);
     }
@@ -2247,7 +2258,7 @@ fn cmd_kavach(ctx: &mut Ctx<'_>, args: &[Vec<u8>], out: &mut Vec<u8>) -> Command
         true
     } else {
         return Err(CommandError::Other(format!(
-            "ERR KAVACH {}: unknown subcommand (SCRUB or REPAIR)",
+            "ERR KAVACH {}: unknown subcommand (SCRUB, REPAIR or REBUILD NEWPATH)",
             quote(&args[1]).to_ascii_uppercase()
         )));
     };
