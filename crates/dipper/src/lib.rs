@@ -17,6 +17,8 @@ pub mod layout;
 pub mod root;
 pub mod slot;
 
+#[doc(hidden)]
+pub use engine::ablation;
 pub use arena::Arena;
 pub use engine::{
     CheckpointStats, Dipper, Layout, Locked, Machine, Options, RecoveryReport, Stats,
