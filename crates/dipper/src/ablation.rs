@@ -148,7 +148,12 @@ impl Hooks {
     /// Before an operation logged in `log` changes the shards `ids` (write-locked, `arenas`):
     /// copy each one the running copy-on-write checkpoint has not copied yet. An operation
     /// logged before the swap belongs in the copy and copies nothing.
-    pub(crate) fn before_apply(&self, log: usize, ids: &[u16], arenas: &[RwLockWriteGuard<'_, Arena>]) {
+    pub(crate) fn before_apply(
+        &self,
+        log: usize,
+        ids: &[u16],
+        arenas: &[RwLockWriteGuard<'_, Arena>],
+    ) {
         if !self.cow_running.load(Ordering::Acquire) || log != self.new_log.load(Ordering::Acquire)
         {
             return;
@@ -241,7 +246,10 @@ impl<M: Medium + Clone + Send + Sync + 'static, S: Machine> Dipper<M, S> {
             });
         }
         let _ck = self.inner.ckpt.lock().map_err(|_| poisoned())?;
-        self.inner.ablation.style.store(style.code(), Ordering::Release);
+        self.inner
+            .ablation
+            .style
+            .store(style.code(), Ordering::Release);
         Ok(())
     }
 
@@ -328,7 +336,9 @@ impl<M: Medium + Clone + Send + Sync + 'static, S: Machine> Inner<M, S> {
         ck.root.state = STATE_IDLE;
         ck.root.store(&self.medium, self.root_base, &self.uuid)?;
         self.logs[old].cleanup_all()?;
-        self.ablation.cow_checkpoints.fetch_add(1, Ordering::Relaxed);
+        self.ablation
+            .cow_checkpoints
+            .fetch_add(1, Ordering::Relaxed);
         Ok(CheckpointStats {
             number,
             records: 0,
@@ -655,7 +665,9 @@ mod tests {
         let mut shadow = before.clone();
         after.track_dirty();
         after.write(x as usize + 10, b"changed");
-        let y = after.alloc_copy(&[9u8; 5000]).expect("alloc (grows the arena? no: 64 KiB)");
+        let y = after
+            .alloc_copy(&[9u8; 5000])
+            .expect("alloc (grows the arena? no: 64 KiB)");
         after.set_user(1, y);
         let pages = after.take_dirty();
         let mut rec = Vec::new();

@@ -17,9 +17,9 @@ pub mod layout;
 pub mod root;
 pub mod slot;
 
+pub use arena::Arena;
 #[doc(hidden)]
 pub use engine::ablation;
-pub use arena::Arena;
 pub use engine::{
     CheckpointStats, Dipper, Layout, Locked, Machine, Options, RecoveryReport, Stats,
 };
