@@ -145,17 +145,30 @@ impl Hooks {
         self.cow_running.store(true, Ordering::Release);
     }
 
-    /// Before an operation logged in `log` changes the shards `ids` (write-locked, `arenas`):
-    /// copy each one the running copy-on-write checkpoint has not copied yet. An operation
-    /// logged before the swap belongs in the copy and copies nothing.
+    /// Copy, for the running copy-on-write checkpoint, each of the shards `ids` (write-locked,
+    /// `arenas`) it has not copied yet, before an operation changes them. Called twice per
+    /// operation: right after the shards are locked (`log` = `None`), and after its record is
+    /// appended to log `log`.
+    ///
+    /// - At locking: a shard still protected means the swap has happened (the flags are set
+    ///   after it, under the gate's write lock), so the operation's record goes to the new log
+    ///   and must not reach the copy. Copying here, before the append, also means that a writer
+    ///   waiting for room in a full log never holds a shard the checkpoint still needs (the
+    ///   checkpoint takes a writer's copy without the shard's lock), so the checkpoint, and the
+    ///   swap the writer waits for, can always finish.
+    /// - After the append: the swap may have come between locking and appending; an operation
+    ///   logged in the new log copies what is still protected, one logged before the swap
+    ///   belongs in the copy and copies nothing.
     pub(crate) fn before_apply(
         &self,
-        log: usize,
+        log: Option<usize>,
         ids: &[u16],
         arenas: &[RwLockWriteGuard<'_, Arena>],
     ) {
-        if !self.cow_running.load(Ordering::Acquire) || log != self.new_log.load(Ordering::Acquire)
-        {
+        if !self.cow_running.load(Ordering::Acquire) {
+            return;
+        }
+        if log.is_some_and(|l| l != self.new_log.load(Ordering::Acquire)) {
             return;
         }
         for (&id, a) in ids.iter().zip(arenas) {
@@ -175,7 +188,9 @@ impl Hooks {
     /// The copy of shard `id` for the running copy-on-write checkpoint: the writer's, or one
     /// made now under the shard's read lock.
     fn take_copy(&self, id: usize, shard: &RwLock<Arena>) -> Result<Arena> {
-        {
+        // Copied by a writer already: its lock may be held by that writer for a while (waiting
+        // for room in the log), and is not needed.
+        if self.protected[id].load(Ordering::Acquire) {
             let g = shard.read().map_err(|_| poisoned())?;
             if self.protected[id].swap(false, Ordering::AcqRel) {
                 self.checkpoint_copies.fetch_add(1, Ordering::Relaxed);

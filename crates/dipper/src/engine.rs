@@ -1165,6 +1165,7 @@ impl<M: Medium + Clone + Send + Sync + 'static, S: Machine> Inner<M, S> {
             self.admit_growth()?;
         }
         let (ids, mut guards) = self.lock_shards(shards)?;
+        self.ablation.before_apply(None, &ids, &guards);
         let op = {
             let refs: Vec<&Arena> = guards.iter().map(|g| &**g).collect();
             match prepare(&refs) {
@@ -1175,7 +1176,7 @@ impl<M: Medium + Clone + Send + Sync + 'static, S: Machine> Inner<M, S> {
         let op = &op[..];
         let payload = encode_record(shards, op);
         let log = self.append(&payload, false)?;
-        self.ablation.before_apply(log, &ids, &guards);
+        self.ablation.before_apply(Some(log), &ids, &guards);
         self.operations.fetch_add(1, Ordering::Relaxed);
         let mut out = S::Output::default();
         for (g, &i) in guards.iter_mut().zip(&ids) {
