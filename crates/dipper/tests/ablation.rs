@@ -591,3 +591,87 @@ fn physical_records_carry_bytes_not_operations() {
     .expect("pool");
     assert!(Dipper::open(logical, Kv::default(), options()).is_err());
 }
+
+/// A writer that fills the new log during a copy-on-write checkpoint waits for the next swap
+/// holding its shard; the checkpoint must not need that shard's lock (the writer copied it),
+/// or neither could go on until the writer gave up.
+#[test]
+fn copy_on_write_checkpoint_finishes_while_a_writer_waits_for_log_room() {
+    let kv = Kv::default();
+    let sim = Arc::new(SimMedium::new(8 << 20, SimConfig::default()));
+    let m = Pool::format(Arc::clone(&sim), Domain::Sim).expect("format");
+    let pool = Pool::open_medium(m, &OpenOptions::default()).expect("open");
+    let opts = Options {
+        background: true,
+        checkpoint_on_close: false,
+        full_wait: std::time::Duration::from_secs(5),
+        ..Options::default()
+    };
+    let (e, _) =
+        Dipper::create(pool, &layout(), Physical::new(kv.clone(), SHARDS), opts).expect("create");
+    let e = Arc::new(styled(e, Variant::Cow));
+    let (before, _) = workload();
+    for op in &before {
+        run_op(&e, Variant::Cow, op).expect("op");
+    }
+    e.checkpoint().expect("checkpoint");
+    let swaps = e.log_swaps();
+    kv.gate.armed.store(true, Ordering::Release);
+    let w1 = {
+        let e = Arc::clone(&e);
+        std::thread::spawn(move || e.execute(Some(&[0]), &blocking_add(100), false))
+    };
+    kv.gate.wait_entered();
+    let ck = {
+        let e = Arc::clone(&e);
+        std::thread::spawn(move || e.checkpoint())
+    };
+    while e.log_swaps() == swaps {
+        std::thread::yield_now();
+    }
+    // W3 fills the new log with 100 KB values on shard 2: the fifth does not fit.
+    const BIG: usize = 100_000;
+    const PUTS: usize = 8;
+    let done = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let w3 = {
+        let (e, done) = (Arc::clone(&e), Arc::clone(&done));
+        std::thread::spawn(move || -> Result<()> {
+            for i in 0..PUTS {
+                e.execute(Some(&[2]), &put(2, 3, BIG, i as u8).bytes, true)?;
+                done.fetch_add(1, Ordering::AcqRel);
+            }
+            Ok(())
+        })
+    };
+    let ring = e.stats().log_ring_bytes;
+    loop {
+        let st = e.stats();
+        if done.load(Ordering::Acquire) >= 4 && st.log_used_bytes + BIG as u64 > ring {
+            break;
+        }
+        std::thread::yield_now();
+    }
+    // Let W3 reach its wait for room (holding shard 2) before the checkpoint goes on.
+    std::thread::sleep(std::time::Duration::from_millis(50));
+    assert!(done.load(Ordering::Acquire) < PUTS, "the log cannot hold all of them");
+    kv.gate.release();
+    w1.join().expect("w1").expect("w1's add");
+    ck.join().expect("checkpoint thread").expect("checkpoint");
+    w3.join()
+        .expect("w3")
+        .expect("every put is taken once the background checkpoint swaps the logs");
+    assert!(e.ablation_stats().cow_checkpoints >= 3);
+    let mut want = prefixes(&before).pop().expect("state");
+    want[0].1 += 100;
+    want[2].0[3] = Some(put(2, 3, BIG, (PUTS - 1) as u8).bytes[2..].to_vec());
+    assert_eq!(state(&e), want);
+    let image = sim.durable_image();
+    drop(e);
+    let back = open_sim(
+        Arc::new(SimMedium::from_image(image, SimConfig::default())),
+        Variant::Cow,
+        Kv::default(),
+    )
+    .expect("recover");
+    assert_eq!(state(&back), want);
+}
