@@ -411,8 +411,9 @@ struct RunResult {
     update: Hist,
     update_ckpt: Hist,
     update_quiet: Hist,
-    /// (bucket start in s, operations, a checkpoint ran in it)
-    timeline: Vec<(f64, u64, bool)>,
+    /// (bucket start in s, operations, a checkpoint ran in it, fullest the active log was
+    /// seen in it (percent), samples the monitor thread took in it)
+    timeline: Vec<(f64, u64, bool, u64, u64)>,
     checkpoints: u64,
     last_checkpoint_ms: u64,
     writer_copies: u64,
@@ -538,6 +539,8 @@ fn run_variant(a: &Args, v: Variant, round: usize) -> std::result::Result<RunRes
     let buckets_n = (a.seconds * 1000 / a.bucket_ms + 2) as usize;
     let counts: Vec<AtomicU64> = (0..buckets_n).map(|_| AtomicU64::new(0)).collect();
     let ckpt_in: Vec<AtomicBool> = (0..buckets_n).map(|_| AtomicBool::new(false)).collect();
+    let fill: Vec<AtomicU64> = (0..buckets_n).map(|_| AtomicU64::new(0)).collect();
+    let samples: Vec<AtomicU64> = (0..buckets_n).map(|_| AtomicU64::new(0)).collect();
     let in_ckpt = AtomicBool::new(false);
     let stop = AtomicBool::new(false);
     let start = Instant::now();
@@ -548,11 +551,16 @@ fn run_variant(a: &Args, v: Variant, round: usize) -> std::result::Result<RunRes
     let workers: Vec<Worker> = std::thread::scope(|sc| -> std::result::Result<_, String> {
         let monitor = sc.spawn(|| {
             while !stop.load(Ordering::Relaxed) {
-                let running = store.stats().checkpoint_running;
+                let st = store.stats();
+                let running = st.checkpoint_running;
                 in_ckpt.store(running, Ordering::Relaxed);
+                let b = bucket_of(Instant::now());
                 if running {
-                    ckpt_in[bucket_of(Instant::now())].store(true, Ordering::Relaxed);
+                    ckpt_in[b].store(true, Ordering::Relaxed);
                 }
+                let pct = st.log_used_bytes * 100 / st.log_ring_bytes.max(1);
+                fill[b].fetch_max(pct, Ordering::Relaxed);
+                samples[b].fetch_add(1, Ordering::Relaxed);
                 std::thread::sleep(Duration::from_millis(2));
             }
         });
@@ -653,6 +661,8 @@ fn run_variant(a: &Args, v: Variant, round: usize) -> std::result::Result<RunRes
                 (i as u64 * a.bucket_ms) as f64 / 1000.0,
                 counts[i].load(Ordering::Relaxed),
                 ckpt_in[i].load(Ordering::Relaxed),
+                fill[i].load(Ordering::Relaxed),
+                samples[i].load(Ordering::Relaxed),
             )
         })
         .collect();
@@ -666,12 +676,47 @@ fn median(mut v: Vec<f64>) -> f64 {
         return 0.0;
     }
     v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
+    let h = v.len() / 2;
+    if v.len() % 2 == 0 {
+        (v[h - 1] + v[h]) / 2.0
+    } else {
+        v[h]
+    }
 }
 
-/// Worst bucket over the median bucket (operations per bucket).
+/// Buckets in which the active log was seen 95% full or more (writers about to wait for a
+/// checkpoint to swap the logs).
+fn full_buckets(r: &RunResult) -> f64 {
+    r.timeline.iter().filter(|b| b.3 >= 95).count() as f64
+}
+
+/// Buckets not starved in which no operation completed.
+fn empty_buckets(r: &RunResult) -> f64 {
+    r.timeline
+        .iter()
+        .filter(|b| b.1 == 0 && !starved(b))
+        .count() as f64
+}
+
+/// Buckets in which the process was starved of CPU.
+fn starved_buckets(r: &RunResult) -> f64 {
+    r.timeline.iter().filter(|b| starved(b)).count() as f64
+}
+
+/// A bucket in which the monitor thread (a 2 ms sleep between samples) took fewer than 5
+/// samples: the process was starved of CPU by the machine, whatever the engine did.
+fn starved(b: &(f64, u64, bool, u64, u64)) -> bool {
+    b.4 < 5
+}
+
+/// Worst bucket over the median bucket (operations per bucket), among buckets not starved.
 fn worst_over_median(r: &RunResult) -> f64 {
-    let v: Vec<f64> = r.timeline.iter().map(|b| b.1 as f64).collect();
+    let v: Vec<f64> = r
+        .timeline
+        .iter()
+        .filter(|b| !starved(b))
+        .map(|b| b.1 as f64)
+        .collect();
     let m = median(v.clone());
     let worst = v.iter().copied().fold(f64::INFINITY, f64::min);
     if m > 0.0 { worst / m } else { 0.0 }
@@ -690,7 +735,8 @@ fn write_outputs(a: &Args, results: &[RunResult], header: &str) -> std::result::
          update_ckpt_p9999_us,update_quiet_p999_us,update_quiet_p9999_us,\
          worst_bucket_over_median\n",
     );
-    let mut tl = String::from("variant,round,t_s,ops,ops_per_s,checkpoint\n");
+    let mut tl =
+        String::from("variant,round,t_s,ops,ops_per_s,checkpoint,log_fill_pct,monitor_samples\n");
     for r in results {
         let _ = writeln!(
             csv,
@@ -717,10 +763,10 @@ fn write_outputs(a: &Args, results: &[RunResult], header: &str) -> std::result::
             r.update_quiet.quantile_us(0.9999),
             worst_over_median(r),
         );
-        for &(t, n, c) in &r.timeline {
+        for &(t, n, c, f, m) in &r.timeline {
             let _ = writeln!(
                 tl,
-                "{},{},{t:.3},{n},{:.0},{}",
+                "{},{},{t:.3},{n},{:.0},{},{f},{m}",
                 r.variant.name(),
                 r.round,
                 n as f64 * 1000.0 / a.bucket_ms as f64,
@@ -742,7 +788,7 @@ fn write_outputs(a: &Args, results: &[RunResult], header: &str) -> std::result::
         let pts = r
             .timeline
             .iter()
-            .map(|&(t, n, _)| (t, n as f64 * 1000.0 / a.bucket_ms as f64))
+            .map(|&(t, n, ..)| (t, n as f64 * 1000.0 / a.bucket_ms as f64))
             .collect();
         chart = chart.with_series(plot::Series::new(r.variant.name(), pts));
     }
@@ -769,7 +815,11 @@ fn summarize(a: &Args, results: &[RunResult]) -> String {
         s,
         "CPU: {cpu}; load average at the end: {}; {} records x {} B, {} threads, {}% reads, \
          zipfian 0.99, {} shards, logs 2 x {} MiB, {} s per variant and round, {} rounds \
-         (order alternating)\n",
+         (order alternating). Each cell: the median over the rounds (lowest..highest); \
+         buckets of {} ms; \"in ckpt\": updates that started while a checkpoint ran; \
+         a starved bucket is one in which the monitor thread (sampling every 2 ms) took fewer \
+         than 5 samples: the machine, not the engine, stopped the process (the worst-bucket \
+         ratio and the empty buckets leave those out).\n",
         load.split_whitespace()
             .take(3)
             .collect::<Vec<_>>()
@@ -781,15 +831,17 @@ fn summarize(a: &Args, results: &[RunResult]) -> String {
         a.shards,
         a.log_mib,
         a.seconds,
-        a.rounds
+        a.rounds,
+        a.bucket_ms
     );
     let _ = writeln!(
         s,
         "| variant | ops/s | checkpoints | update p50 us | update p99 us | update p99.9 us | \
          update p99.99 us | p99.99 / DIPPER's | update p99.9 in ckpt / outside | read p99.99 us | \
-         worst 100 ms bucket / median | log bytes per update |"
+         worst bucket / median | empty buckets | starved buckets | buckets with the log >= 95% \
+         full | log bytes per update |"
     );
-    let _ = writeln!(s, "|---|---|---|---|---|---|---|---|---|---|---|---|");
+    let _ = writeln!(s, "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
     let dipper_of = |round: usize| {
         results
             .iter()
@@ -803,7 +855,7 @@ fn summarize(a: &Args, results: &[RunResult]) -> String {
             let hi = vals.iter().copied().fold(f64::NEG_INFINITY, f64::max);
             let m = median(vals.clone());
             if vals.len() > 1 {
-                format!("{m:.digits$} ({lo:.digits$}-{hi:.digits$})")
+                format!("{m:.digits$} ({lo:.digits$}..{hi:.digits$})")
             } else {
                 format!("{m:.digits$}")
             }
@@ -828,7 +880,7 @@ fn summarize(a: &Args, results: &[RunResult]) -> String {
         };
         let _ = writeln!(
             s,
-            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
             v.describe(),
             span(&|r| r.ops as f64 / r.seconds, 0),
             span(&|r| r.checkpoints as f64, 0),
@@ -840,6 +892,9 @@ fn summarize(a: &Args, results: &[RunResult]) -> String {
             span(&in_out, 2),
             span(&|r| r.read.quantile_us(0.9999), 0),
             span(&worst_over_median, 2),
+            span(&empty_buckets, 0),
+            span(&starved_buckets, 0),
+            span(&full_buckets, 0),
             span(&|r| r.log_bytes_per_update, 0),
         );
     }
