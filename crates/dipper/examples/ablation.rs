@@ -841,7 +841,10 @@ fn summarize(a: &Args, results: &[RunResult]) -> String {
          worst bucket / median | empty buckets | starved buckets | buckets with the log >= 95% \
          full | log bytes per update |"
     );
-    let _ = writeln!(s, "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
+    let _ = writeln!(
+        s,
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+    );
     let dipper_of = |round: usize| {
         results
             .iter()

@@ -653,7 +653,10 @@ fn copy_on_write_checkpoint_finishes_while_a_writer_waits_for_log_room() {
     }
     // Let W3 reach its wait for room (holding shard 2) before the checkpoint goes on.
     std::thread::sleep(std::time::Duration::from_millis(50));
-    assert!(done.load(Ordering::Acquire) < PUTS, "the log cannot hold all of them");
+    assert!(
+        done.load(Ordering::Acquire) < PUTS,
+        "the log cannot hold all of them"
+    );
     kv.gate.release();
     w1.join().expect("w1").expect("w1's add");
     ck.join().expect("checkpoint thread").expect("checkpoint");
@@ -738,6 +741,7 @@ fn the_physical_record_format_doc_matches_the_decoder() {
     m.apply(1, &mut a, &rec, &mut ()).expect("applies");
     assert_eq!(a.bytes(at as usize, data.len()), data);
     let mut b = target.clone();
-    m.apply(2, &mut b, &rec, &mut ()).expect("no section for shard 2");
+    m.apply(2, &mut b, &rec, &mut ())
+        .expect("no section for shard 2");
     assert_eq!(b.image(), target.image());
 }
