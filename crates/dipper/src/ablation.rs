@@ -249,7 +249,9 @@ impl Hooks {
 
 impl<M: Medium + Clone + Send + Sync + 'static, S: Machine> Dipper<M, S> {
     /// Select how checkpoints run (benchmarks only; see [`crate::ablation`]). Waits for a
-    /// running checkpoint. Copy-on-write is refused for a store whose slots grow.
+    /// running checkpoint. Copy-on-write is refused for a store whose slots grow. Meant to be
+    /// called once, before the store takes writes: an apply-first write already past its
+    /// check when copy-on-write is selected is not refused.
     #[doc(hidden)]
     pub fn set_checkpoint_style(&self, style: CheckpointStyle) -> Result<()> {
         if style == CheckpointStyle::CopyOnWrite && self.inner.slots_grow {
