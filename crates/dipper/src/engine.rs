@@ -63,6 +63,10 @@ use crate::slot::{self, SlotGeometry, SlotMap};
 use log::{ForcePolicy, Log, LogError, LogOptions};
 use pmem::{Alignment, Medium, Pool, Uuid, kinds};
 
+#[doc(hidden)]
+#[path = "ablation.rs"]
+pub mod ablation;
+
 /// A deterministic state machine over sharded arenas: DIPPER's black box.
 pub trait Machine: Send + Sync + 'static {
     /// What applying an operation produces (accumulated over its shards).
@@ -288,6 +292,8 @@ struct Inner<M: Medium, S: Machine> {
     closed: AtomicBool,
     pool: Mutex<Option<Pool<M>>>,
     opts: Options,
+    /// Benchmark-only checkpoint styles ([`ablation`]).
+    ablation: ablation::Hooks,
 }
 
 /// A DIPPER store over a pool.
@@ -777,6 +783,7 @@ impl<M: Medium + Clone + Send + Sync + 'static, S: Machine> Dipper<M, S> {
             closed: AtomicBool::new(false),
             pool: Mutex::new(Some(pool)),
             opts,
+            ablation: ablation::Hooks::new(shards),
         });
         let mut threads = Vec::new();
         let spawn = |name: &str, f: fn(&Inner<M, S>)| {
@@ -1158,6 +1165,7 @@ impl<M: Medium + Clone + Send + Sync + 'static, S: Machine> Inner<M, S> {
             self.admit_growth()?;
         }
         let (ids, mut guards) = self.lock_shards(shards)?;
+        self.ablation.before_apply(None, &ids, &guards);
         let op = {
             let refs: Vec<&Arena> = guards.iter().map(|g| &**g).collect();
             match prepare(&refs) {
@@ -1167,7 +1175,8 @@ impl<M: Medium + Clone + Send + Sync + 'static, S: Machine> Inner<M, S> {
         };
         let op = &op[..];
         let payload = encode_record(shards, op);
-        self.append(&payload, false)?;
+        let log = self.append(&payload, false)?;
+        self.ablation.before_apply(Some(log), &ids, &guards);
         self.operations.fetch_add(1, Ordering::Relaxed);
         let mut out = S::Output::default();
         for (g, &i) in guards.iter_mut().zip(&ids) {
@@ -1211,6 +1220,7 @@ impl<M: Medium + Clone + Send + Sync + 'static, S: Machine> Inner<M, S> {
         body: impl FnOnce(&mut Locked<'_>) -> (R, Option<(Option<Vec<u16>>, Vec<u8>)>),
     ) -> Result<R> {
         self.check_open()?;
+        self.ablation.check_apply_first()?;
         let (ids, guards) = self.lock_shards(shards)?;
         // 1. Locked. A failure latched by another writer while this one waited for the locks
         // must not be built on.
@@ -1313,7 +1323,8 @@ impl<M: Medium + Clone + Send + Sync + 'static, S: Machine> Inner<M, S> {
     /// change is already applied, which must be logged): past `full_wait`, keep waiting as long
     /// as the background checkpoint thread runs and has not failed, since it will swap the logs
     /// (a record is at most half a log, so it fits the emptied one) or latch a failure.
-    fn append(&self, payload: &[u8], patient: bool) -> Result<()> {
+    /// Returns the index of the log that took the record.
+    fn append(&self, payload: &[u8], patient: bool) -> Result<usize> {
         let deadline = Instant::now() + self.opts.full_wait;
         loop {
             let (r, used) = {
@@ -1328,7 +1339,7 @@ impl<M: Medium + Clone + Send + Sync + 'static, S: Machine> Inner<M, S> {
                     if total >= self.threshold {
                         self.request(false);
                     }
-                    return Ok(());
+                    return Ok(used);
                 }
                 Err(LogError::Full { .. })
                     if Instant::now() < deadline || (patient && self.checkpointer_alive()) =>
@@ -1472,6 +1483,8 @@ impl<M: Medium + Clone + Send + Sync + 'static, S: Machine> Inner<M, S> {
             ));
         }
         // 1. Swap the logs.
+        let closing = self.closed.load(Ordering::Acquire);
+        let cow = self.ablation.cow(closing);
         let swap_start = Instant::now();
         let old = {
             let mut gate = self.gate.write().map_err(|_| poisoned())?;
@@ -1510,6 +1523,9 @@ impl<M: Medium + Clone + Send + Sync + 'static, S: Machine> Inner<M, S> {
             ck.root.state = STATE_CHECKPOINTING;
             ck.root.store(&self.medium, self.root_base, &self.uuid)?;
             *gate = new;
+            if cow {
+                self.ablation.at_swap(new);
+            }
             self.appended.store(0, Ordering::Relaxed);
             if let Ok(mut s) = self.signal.lock() {
                 s.swaps += 1;
@@ -1518,6 +1534,10 @@ impl<M: Medium + Clone + Send + Sync + 'static, S: Machine> Inner<M, S> {
             old
         };
         let swap_us = swap_start.elapsed().as_micros() as u64;
+        if cow {
+            return self.cow_checkpoint(ck, old, swap_us, start);
+        }
+        let _quiesced = self.ablation.quiesce(&self.shards, closing)?;
         // 2. Replay the archived log onto the mirror.
         let records = replay(
             &self.machine,

@@ -18,6 +18,8 @@ pub mod root;
 pub mod slot;
 
 pub use arena::Arena;
+#[doc(hidden)]
+pub use engine::ablation;
 pub use engine::{
     CheckpointStats, Dipper, Layout, Locked, Machine, Options, RecoveryReport, Stats,
 };
