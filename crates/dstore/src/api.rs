@@ -53,10 +53,20 @@ use crate::store::{Config, Store, StoreError, StoreResult};
 
 const STRIPES: usize = 64;
 
+#[derive(Debug, Default, Clone, Copy)]
+struct Lock {
+    /// The owner (meaningful while `count > 0`).
+    owner: u64,
+    /// Holds by the owner; 0: free.
+    count: u32,
+    /// Threads waiting for it.
+    waiting: u32,
+}
+
 #[derive(Debug, Default)]
 struct Stripe {
-    /// Object name to (owning context, hold count).
-    held: Mutex<HashMap<Vec<u8>, (u64, u32)>>,
+    /// Object name to its lock; an entry stays while it is held or waited for.
+    held: Mutex<HashMap<Vec<u8>, Lock>>,
     freed: Condvar,
 }
 
@@ -110,18 +120,22 @@ impl Locks {
     pub(crate) fn acquire(&self, name: &[u8], owner: u64) -> StoreResult<()> {
         let s = self.stripe(name);
         let mut held = s.held.lock().map_err(|_| Self::poisoned())?;
+        let mut waited = false;
         loop {
-            match held.get_mut(name) {
-                None => {
-                    held.insert(name.to_vec(), (owner, 1));
-                    return Ok(());
+            let l = held.entry(name.to_vec()).or_default();
+            if l.count == 0 || l.owner == owner {
+                l.owner = owner;
+                l.count += 1;
+                if waited {
+                    l.waiting -= 1;
                 }
-                Some((o, n)) if *o == owner => {
-                    *n += 1;
-                    return Ok(());
-                }
-                Some(_) => held = s.freed.wait(held).map_err(|_| Self::poisoned())?,
+                return Ok(());
             }
+            if !waited {
+                l.waiting += 1;
+                waited = true;
+            }
+            held = s.freed.wait(held).map_err(|_| Self::poisoned())?;
         }
     }
 
@@ -140,10 +154,12 @@ impl Locks {
         let s = self.stripe(name);
         let mut held = s.held.lock().unwrap_or_else(|p| p.into_inner());
         match held.get_mut(name) {
-            Some((o, n)) if *o == owner => {
-                *n -= 1;
-                if *n == 0 {
-                    held.remove(name);
+            Some(l) if l.count > 0 && l.owner == owner => {
+                l.count -= 1;
+                if l.count == 0 {
+                    if l.waiting == 0 {
+                        held.remove(name);
+                    }
                     s.freed.notify_all();
                 }
                 true
@@ -152,11 +168,14 @@ impl Locks {
         }
     }
 
-    /// Who holds `name` now (tests and diagnostics).
-    pub(crate) fn holder(&self, name: &[u8]) -> Option<u64> {
+    /// Who holds `name` now, and how many threads wait for it.
+    pub(crate) fn state(&self, name: &[u8]) -> (Option<u64>, u32) {
         let s = self.stripe(name);
         let held = s.held.lock().unwrap_or_else(|p| p.into_inner());
-        held.get(name).map(|h| h.0)
+        match held.get(name) {
+            Some(l) => ((l.count > 0).then_some(l.owner), l.waiting),
+            None => (None, 0),
+        }
     }
 }
 
@@ -522,8 +541,15 @@ impl<'s, M: Medium + Clone + Send + Sync + 'static> Context<'s, M> {
     pub fn locked_by_other(&self, name: &[u8]) -> bool {
         self.store
             .locks
-            .holder(name)
+            .state(name)
+            .0
             .is_some_and(|o| o != self.owner)
+    }
+
+    /// How many threads wait for the lock on `name` now (for tests and diagnostics: a test
+    /// can wait until a writer is blocked before it unlocks).
+    pub fn lock_waiters(&self, name: &[u8]) -> u32 {
+        self.store.locks.state(name).1
     }
 }
 
