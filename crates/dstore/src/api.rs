@@ -379,7 +379,12 @@ impl<'s, M: Medium + Clone + Send + Sync + 'static> Context<'s, M> {
     /// assert_eq!(&buf[..2], b"ef");
     /// # Ok::<(), dstore::StoreError>(())
     /// ```
-    pub fn oread(&mut self, handle: &ObjectHandle, buf: &mut [u8], offset: u64) -> StoreResult<usize> {
+    pub fn oread(
+        &mut self,
+        handle: &ObjectHandle,
+        buf: &mut [u8],
+        offset: u64,
+    ) -> StoreResult<usize> {
         if !handle.mode.read {
             return Err(not_allowed(handle, "reads"));
         }

@@ -1168,9 +1168,8 @@ impl<M: Medium + Clone + Send + Sync + 'static> Store<M> {
             return;
         }
         let swaps = self.engine.log_swaps();
-        let (in_file, in_zone): (Vec<u32>, Vec<u32>) = blocks
-            .iter()
-            .partition(|&&b| crate::zone::is_file_block(b));
+        let (in_file, in_zone): (Vec<u32>, Vec<u32>) =
+            blocks.iter().partition(|&&b| crate::zone::is_file_block(b));
         if !in_zone.is_empty() {
             let durable = matches!(self.config.policy, ForcePolicy::Sync);
             self.zone.release(&in_zone, durable, swaps);
@@ -1737,7 +1736,12 @@ impl<M: Medium + Clone + Send + Sync + 'static> Store<M> {
     /// Read object `name` from `offset` into `buf`: the bytes read (short at the object's
     /// end), `None` if there is no such object. No allocation: file blocks are read straight
     /// into `buf`.
-    pub fn oread_into(&self, name: &[u8], offset: u64, buf: &mut [u8]) -> StoreResult<Option<usize>> {
+    pub fn oread_into(
+        &self,
+        name: &[u8],
+        offset: u64,
+        buf: &mut [u8],
+    ) -> StoreResult<Option<usize>> {
         verified_reads(|| {
             self.with_key(name, |a, e| {
                 let Some(e) = e else { return Ok(None) };
@@ -1921,7 +1925,10 @@ fn no_object_file(blocks: usize) -> StoreError {
 }
 
 fn file_failed(f: &crate::zone::FileObjects, what: &str, e: std::io::Error) -> StoreError {
-    StoreError::Failed(format!("object data file {}: {what} failed: {e}", f.file.label()))
+    StoreError::Failed(format!(
+        "object data file {}: {what} failed: {e}",
+        f.file.label()
+    ))
 }
 
 /// Largest object (64 MiB).

@@ -496,7 +496,10 @@ pub fn check_object_file_header(
             OF_UUID,
             "pool_uuid",
             format!("{:02x?} (this store's pool)", uuid.0),
-            format!("{:02x?} (another store's data file)", &h[OF_UUID..OF_UUID + 16]),
+            format!(
+                "{:02x?} (another store's data file)",
+                &h[OF_UUID..OF_UUID + 16]
+            ),
         ));
     }
     Ok(true)
