@@ -321,14 +321,16 @@ fn pct(v: &mut [u64], p: f64) -> f64 {
     v[i] as f64 / 1000.0
 }
 
+/// A phase's body for one client thread: (thread, client, rng, buffer, results).
+type Body<'b, C> = dyn Fn(usize, &mut C, &mut SplitMix64, &mut Vec<u8>, &mut Phase) -> Result<(), String>
+    + Sync
+    + 'b;
+
 /// Run `per_thread` operations on each of `threads` clients made by `make`.
 fn run_phase<C: Client + Send>(
     threads: usize,
     make: &(dyn Fn(usize) -> Result<C, String> + Sync),
-    body: &(
-         dyn Fn(usize, &mut C, &mut SplitMix64, &mut Vec<u8>, &mut Phase) -> Result<(), String>
-             + Sync
-     ),
+    body: &Body<'_, C>,
 ) -> Result<Phase, String> {
     let start = Instant::now();
     let parts: Vec<Result<Phase, String>> = std::thread::scope(|t| {

@@ -263,13 +263,16 @@ impl ObjectFile for DiskFile {
     }
 }
 
+/// Writes not yet synced: (offset, bytes), in order.
+type Pending = Vec<(u64, Vec<u8>)>;
+
 #[derive(Debug, Default, Clone)]
 struct MemState {
     durable: Vec<u8>,
     /// Writes since the last sync, in order.
-    pending: Vec<(u64, Vec<u8>)>,
+    pending: Pending,
     /// The state when the crash gate first said "crashed": later calls change nothing.
-    at_crash: Option<(Vec<u8>, Vec<(u64, Vec<u8>)>)>,
+    at_crash: Option<(Vec<u8>, Pending)>,
 }
 
 /// A crash gate: returns true once the machine has crashed (the simulated PM said so).
