@@ -1771,10 +1771,13 @@ impl<M: Medium + Clone + Send + Sync + 'static> Store<M> {
                 .read_at((b & !FILE_BLOCK_FLAG) as u64 * BLOCK_BYTES + within, out)
                 .map_err(|e| file_failed(f, "read", e))?;
         } else {
-            self.engine.medium().read(
-                self.zone.base + b as usize * BLOCK_BYTES as usize + within as usize,
-                out,
-            );
+            // A data-zone block is read whole, as before the file existed: a protected pool
+            // verifies (and may refuse) the whole block, whichever bytes were asked for.
+            let mut block = [0u8; BLOCK_BYTES as usize];
+            self.engine
+                .medium()
+                .read(self.zone.base + b as usize * BLOCK_BYTES as usize, &mut block);
+            out.copy_from_slice(&block[within as usize..within as usize + out.len()]);
         }
         Ok(())
     }

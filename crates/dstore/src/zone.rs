@@ -635,6 +635,12 @@ impl FileZone {
                 if b >= s.blocks {
                     b = 1;
                 }
+                // Skip whole words in use.
+                if b % 64 == 0 && s.used.get((b / 64) as usize) == Some(&u64::MAX) {
+                    b += 64;
+                    looked += 64;
+                    continue;
+                }
                 if !Self::is_set(&s, b) {
                     Self::set(&mut s, b);
                     out.push(b as u32);
