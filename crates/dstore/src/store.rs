@@ -1444,10 +1444,12 @@ impl<M: Medium + Clone + Send + Sync + 'static> Store<M> {
             .ok_or_else(|| {
                 StoreError::TooLarge(format!("objects end at {OBJECT_BYTES_MAX} bytes"))
             })?;
-        let _hold = self.locks.hold(name, owner)?;
         match &self.files {
-            Some(f) => self.owrite_file(f, name, offset, data, end, scratch),
-            None => self.owrite_zone(name, offset, data, end),
+            Some(f) => self.owrite_file(owner, f, name, offset, data, end, scratch),
+            None => {
+                let _hold = self.locks.hold(name, owner)?;
+                self.owrite_zone(name, offset, data, end)
+            }
         }
     }
 
@@ -1549,12 +1551,15 @@ impl<M: Medium + Clone + Send + Sync + 'static> Store<M> {
         Ok(())
     }
 
-    /// An object write into the object data file: data first (written and synced, outside the
-    /// shard's lock), then the record. The caller holds the object's lock, so only a delete or
-    /// flush can change the object meanwhile; the record's preparation checks that the blocks
-    /// merged into partial blocks are still the object's, and starts over if not.
+    /// An object write into the object data file: data first (written to new blocks and
+    /// synced, holding no lock, so concurrent writers of one object share a sync), then the
+    /// record, logged while holding the object's lock (so it waits for another context's
+    /// `olock`). The record's preparation checks that the blocks merged into partial blocks are
+    /// still the object's, and starts over if a concurrent write or delete replaced them.
+    #[allow(clippy::too_many_arguments)]
     fn owrite_file(
         &self,
+        owner: u64,
         f: &crate::zone::FileObjects,
         name: &[u8],
         offset: u64,
@@ -1564,7 +1569,14 @@ impl<M: Medium + Clone + Send + Sync + 'static> Store<M> {
     ) -> StoreResult<u64> {
         let shard = self.kv.shard_of(name);
         let bs = BLOCK_BYTES as usize;
-        for _attempt in 0..64 {
+        for attempt in 0..64 {
+            // After a conflict, the retry holds the object's lock throughout, so writers of
+            // the object cannot keep invalidating each other's merged blocks.
+            let _whole = if attempt > 0 {
+                Some(self.locks.hold(name, owner)?)
+            } else {
+                None
+            };
             let now = self.now();
             let (_, list) = self.engine.read(shard as usize, |a| {
                 match machine::lookup(&self.kv, a, name, now) {
@@ -1619,6 +1631,13 @@ impl<M: Medium + Clone + Send + Sync + 'static> Store<M> {
             let mut freed = Vec::new();
             let mut size_after = 0;
             let mut stale = false;
+            let hold = match self.locks.hold(name, owner) {
+                Ok(h) => h,
+                Err(e) => {
+                    f.zone.release(&allocated, true, 0);
+                    return Err(e);
+                }
+            };
             let r = self.engine.execute_with(Some(&[shard]), true, |arenas| {
                 let a = arenas[0];
                 let (size, cur) = match machine::lookup(&self.kv, a, name, now) {
@@ -1646,6 +1665,7 @@ impl<M: Medium + Clone + Send + Sync + 'static> Store<M> {
                     },
                 ))
             });
+            drop(hold);
             match r {
                 Ok(Ok(_)) => {
                     self.release(&freed);
@@ -1666,7 +1686,7 @@ impl<M: Medium + Clone + Send + Sync + 'static> Store<M> {
             }
         }
         Err(StoreError::Failed(format!(
-            "object `{}`: deleted and written again 64 times while this write waited",
+            "object `{}`: replaced by deletes or flushes 64 times while this write waited",
             String::from_utf8_lossy(name)
         )))
     }
@@ -1774,9 +1794,10 @@ impl<M: Medium + Clone + Send + Sync + 'static> Store<M> {
             // A data-zone block is read whole, as before the file existed: a protected pool
             // verifies (and may refuse) the whole block, whichever bytes were asked for.
             let mut block = [0u8; BLOCK_BYTES as usize];
-            self.engine
-                .medium()
-                .read(self.zone.base + b as usize * BLOCK_BYTES as usize, &mut block);
+            self.engine.medium().read(
+                self.zone.base + b as usize * BLOCK_BYTES as usize,
+                &mut block,
+            );
             out.copy_from_slice(&block[within as usize..within as usize + out.len()]);
         }
         Ok(())
