@@ -1591,9 +1591,7 @@ impl<M: Medium + Clone + Send + Sync + 'static> Store<M> {
             if !data.is_empty() {
                 let (first, last) = (offset / BLOCK_BYTES, (end - 1) / BLOCK_BYTES);
                 let swaps = self.engine.log_swaps();
-                allocated = f.zone.alloc((last - first + 1) as usize, swaps, || {
-                    self.engine.stats().checkpoints
-                })?;
+                allocated = f.zone.alloc((last - first + 1) as usize, swaps)?;
                 let written = (|| {
                     for (idx, &nb) in (first..=last).zip(&allocated) {
                         let bstart = idx * BLOCK_BYTES;

@@ -521,8 +521,9 @@ struct FileState {
 
 /// Block allocator of the object data file. Block 0 is the header; which blocks are in use
 /// follows from the objects' block lists (rebuilt at open). A freed block is reused only after
-/// a checkpoint that started after the freeing record was logged has completed, so the image
-/// no longer points at it and no record in a log replays onto it.
+/// a checkpoint that started after the freeing record was logged has finished (see
+/// [`FileZone::alloc`]), so the image no longer points at it and no record in a log replays
+/// onto it.
 #[derive(Debug)]
 pub struct FileZone {
     state: Mutex<FileState>,
@@ -597,26 +598,23 @@ impl FileZone {
         Ok(())
     }
 
-    /// Allocate `n` blocks (numbers without the flag). `completed` gives the count of
-    /// checkpoints completed since open; it is called only when a freed block might be ready.
-    pub fn alloc(
-        &self,
-        n: usize,
-        swaps_now: u64,
-        completed: impl FnOnce() -> u64,
-    ) -> Result<Vec<u32>, StoreError> {
+    /// Allocate `n` blocks (numbers without the flag). `swaps_now` is the engine's log-swap
+    /// count: a block freed by a record logged when the count was `k` is reused once it
+    /// reaches `k + 2`. A checkpoint swaps the logs at its start under the engine's checkpoint
+    /// lock, so swap `k + 2` begins only after the checkpoint of swap `k + 1` (which began
+    /// after the freeing record) has finished; a checkpoint that fails leaves the root
+    /// checkpointing (or the engine failed) and no further swap happens. Its image holds the
+    /// new block list, and no log replays a record naming the old block.
+    pub fn alloc(&self, n: usize, swaps_now: u64) -> Result<Vec<u32>, StoreError> {
         let mut s = self.lock()?;
-        if let Some(oldest) = s.pending.iter().map(|p| p.0).min()
-            && swaps_now > oldest
-        {
-            let done = completed();
+        if s.pending.iter().any(|p| swaps_now >= p.0 + 2) {
             let ready: Vec<u32> = s
                 .pending
                 .iter()
-                .filter(|p| done > p.0)
+                .filter(|p| swaps_now >= p.0 + 2)
                 .map(|p| p.1)
                 .collect();
-            s.pending.retain(|p| done <= p.0);
+            s.pending.retain(|p| swaps_now < p.0 + 2);
             for b in ready {
                 let (w, bit) = ((b / 64) as usize, 1u64 << (b % 64));
                 if s.used[w] & bit != 0 {
@@ -671,7 +669,8 @@ impl FileZone {
     }
 
     /// Give back blocks no record points at: now if `now` (they were never pointed at by a
-    /// logged record), else once the checkpoint after log swap `swaps` has completed.
+    /// logged record), else once the log-swap count reaches `swaps + 2` (`swaps` read after the
+    /// freeing record was logged).
     pub fn release(&self, blocks: &[u32], now: bool, swaps: u64) {
         if let Ok(mut s) = self.state.lock() {
             for &b in blocks {
