@@ -186,7 +186,7 @@ fn file_blocks_of_old_versions_are_reused_only_after_a_checkpoint() {
     let s = store();
     let mut c = s.context();
     let h = c.oopen(b"o", 0, OpenMode::CREATE).unwrap().unwrap();
-    let mut write = |c: &mut dstore::Context<'_, _>, v: u8| {
+    let write = |c: &mut dstore::Context<'_, _>, v: u8| {
         c.owrite(&h, &[v; 8192], 0).unwrap();
         let mut back = vec![0u8; 8192];
         c.oread(&h, &mut back, 0).unwrap();
