@@ -1941,7 +1941,8 @@ fn object_file_of(config: &Config) -> StoreResult<Option<Arc<dyn ObjectFile>>> {
 fn no_object_file(blocks: usize) -> StoreError {
     StoreError::Failed(format!(
         "the store keeps {blocks} object blocks in an object data file ({}); open it with \
-         Config::object_dir (`--object-dir`) naming the directory that holds that file",
+         Config::object_dir naming the directory that holds that file (the kavach command \
+         line has no option for it yet)",
         crate::zone::OBJECT_FILE
     ))
 }
