@@ -473,7 +473,7 @@ impl<'s, M: Medium + Clone + Send + Sync + 'static> Context<'s, M> {
 
     /// `odelete`: delete the object or key `name`; whether it existed. Waits while another
     /// context holds `olock(name)`. An object's blocks are reused once the delete is durable
-    /// (data zone) or after the next checkpoint (object data file).
+    /// (data zone) or once a checkpoint that began after it has finished (object data file).
     ///
     /// ```
     /// use dstore::api::OpenMode;
