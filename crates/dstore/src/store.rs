@@ -156,6 +156,10 @@ pub struct Config {
     /// Bytes of the data zone holding object data (fixed at creation, also in a growable
     /// store).
     pub data_bytes: u64,
+    /// A directory (on an SSD) for the object data file (`kavach.objects`): object data
+    /// written from now on goes there, out of the pool; `None`: objects stay in the data zone.
+    /// A store that has object data in the file must be opened with it.
+    pub object_dir: Option<PathBuf>,
 }
 
 impl Default for Config {
@@ -171,6 +175,7 @@ impl Default for Config {
             background: true,
             value_bytes_max: 64 << 20,
             data_bytes: 4 << 20,
+            object_dir: None,
         }
     }
 }
@@ -291,6 +296,10 @@ pub struct Store<M: Medium + Clone + Send + Sync + 'static> {
     /// Flush on fail: the medium, the pool's ranges (regions and metadata) and the record's
     /// offset, for the clean close's write-back and marker.
     fof: Option<FofPool<M>>,
+    /// The object data file, when objects live out of the pool.
+    files: Option<crate::zone::FileObjects>,
+    /// Object locks (`olock`, and the short hold of every object write).
+    pub(crate) locks: crate::api::Locks,
 }
 
 /// A flush-on-fail pool: its medium, its ranges (offset, length) and its record's offset.
@@ -744,7 +753,18 @@ impl<M: Medium + Clone + Send + Sync + 'static> Store<Guarded<M>> {
 
 impl<M: Medium + Clone + Send + Sync + 'static> Store<M> {
     /// Make a new store in `pool`.
-    pub fn create(mut pool: Pool<M>, config: Config) -> StoreResult<Self> {
+    pub fn create(pool: Pool<M>, config: Config) -> StoreResult<Self> {
+        let file = object_file_of(&config)?;
+        Self::create_with_object_file(pool, config, file)
+    }
+
+    /// Make a new store in `pool` whose object data goes to `file` (`None`: the data zone),
+    /// whatever `config.object_dir` says (crash tests pass a [`crate::zone::MemFile`]).
+    pub fn create_with_object_file(
+        mut pool: Pool<M>,
+        config: Config,
+        file: Option<Arc<dyn ObjectFile>>,
+    ) -> StoreResult<Self> {
         let r = pool
             .create_region(
                 DATA_REGION,
@@ -762,11 +782,24 @@ impl<M: Medium + Clone + Send + Sync + 'static> Store<M> {
             machine: kv.word(),
         };
         let (engine, report) = Dipper::create(pool, &layout, kv.clone(), config.options())?;
-        Ok(Self::assemble(engine, zone, kv, config, report))
+        let mut store = Self::assemble(engine, zone, kv, config, report);
+        store.attach_object_file(file, &[])?;
+        Ok(store)
     }
 
     /// Open (recover) the store in `pool`. The shard count comes from the store itself.
     pub fn open(pool: Pool<M>, config: Config) -> StoreResult<Self> {
+        let file = object_file_of(&config)?;
+        Self::open_with_object_file(pool, config, file)
+    }
+
+    /// Open (recover) the store in `pool` with its object data in `file` (`None`: no object
+    /// data file), whatever `config.object_dir` says.
+    pub fn open_with_object_file(
+        pool: Pool<M>,
+        config: Config,
+        file: Option<Arc<dyn ObjectFile>>,
+    ) -> StoreResult<Self> {
         let uuid = pool.uuid();
         // Checks that read only: a pool that is not a store, or whose root is damaged, is handed
         // back exactly as it was found (clean-shutdown flag included) before the error returns.
@@ -882,6 +915,7 @@ impl<M: Medium + Clone + Send + Sync + 'static> Store<M> {
         let mut store = Self::assemble(engine, zone, kv, config, report);
         store.fof = rearm;
         // Which blocks are in use follows from the recovered objects.
+        let mut in_file = Vec::new();
         for s in 0..store.engine.shards() {
             let blocks = store.engine.read(s, |a| {
                 let mut out = Vec::new();
@@ -893,9 +927,14 @@ impl<M: Medium + Clone + Send + Sync + 'static> Store<M> {
                 out
             })?;
             for b in blocks {
-                store.zone.claim(b)?;
+                if crate::zone::is_file_block(b) {
+                    in_file.push(b & !FILE_BLOCK_FLAG);
+                } else {
+                    store.zone.claim(b)?;
+                }
             }
         }
+        store.attach_object_file(file, &in_file)?;
         Ok(store)
     }
 
@@ -917,6 +956,8 @@ impl<M: Medium + Clone + Send + Sync + 'static> Store<M> {
             opened: Instant::now(),
             path: None,
             fof: None,
+            files: None,
+            locks: crate::api::Locks::new(),
         }
     }
 
@@ -1123,9 +1164,22 @@ impl<M: Medium + Clone + Send + Sync + 'static> Store<M> {
     }
 
     pub(crate) fn release(&self, blocks: &[u32]) {
-        if !blocks.is_empty() {
+        if blocks.is_empty() {
+            return;
+        }
+        let swaps = self.engine.log_swaps();
+        let (in_file, in_zone): (Vec<u32>, Vec<u32>) =
+            blocks.iter().partition(|&&b| crate::zone::is_file_block(b));
+        if !in_zone.is_empty() {
             let durable = matches!(self.config.policy, ForcePolicy::Sync);
-            self.zone.release(blocks, durable, self.engine.log_swaps());
+            self.zone.release(&in_zone, durable, swaps);
+        }
+        if let Some(f) = &self.files
+            && !in_file.is_empty()
+        {
+            // Reused once a checkpoint that began after the freeing record has completed.
+            let raw: Vec<u32> = in_file.iter().map(|b| b & !FILE_BLOCK_FLAG).collect();
+            f.zone.release(&raw, false, swaps);
         }
     }
 
@@ -1363,7 +1417,26 @@ impl<M: Medium + Clone + Send + Sync + 'static> Store<M> {
     /// The touched blocks go to new data-zone blocks, persisted before the record that points
     /// at them is logged; the old blocks are freed once that record is durable. Returns the
     /// object's size afterwards.
+    ///
+    /// With an object data file ([`Config::object_dir`]) the touched blocks go to new blocks of
+    /// the file instead: written, synced (`fdatasync`, grouped with concurrent writers), and
+    /// only then is the record logged; the old blocks are reused after a checkpoint that began
+    /// after the record has completed. A write waits while another context holds the object's
+    /// [`olock`](crate::api::Context::olock).
     pub fn owrite(&self, name: &[u8], offset: u64, data: &[u8]) -> StoreResult<u64> {
+        let owner = self.locks.anonymous();
+        self.owrite_as(owner, name, offset, data, &mut Vec::new())
+    }
+
+    /// [`Store::owrite`] on behalf of lock owner `owner`, with a scratch buffer.
+    pub(crate) fn owrite_as(
+        &self,
+        owner: u64,
+        name: &[u8],
+        offset: u64,
+        data: &[u8],
+        scratch: &mut Vec<u8>,
+    ) -> StoreResult<u64> {
         self.check_len("an object name", name.len())?;
         let end = offset
             .checked_add(data.len() as u64)
@@ -1371,6 +1444,17 @@ impl<M: Medium + Clone + Send + Sync + 'static> Store<M> {
             .ok_or_else(|| {
                 StoreError::TooLarge(format!("objects end at {OBJECT_BYTES_MAX} bytes"))
             })?;
+        match &self.files {
+            Some(f) => self.owrite_file(owner, f, name, offset, data, end, scratch),
+            None => {
+                let _hold = self.locks.hold(name, owner)?;
+                self.owrite_zone(name, offset, data, end)
+            }
+        }
+    }
+
+    /// An object write into the data zone (no object data file).
+    fn owrite_zone(&self, name: &[u8], offset: u64, data: &[u8], end: u64) -> StoreResult<u64> {
         let shard = [self.kv.shard_of(name)];
         let now = self.now();
         let swaps = self.engine.log_swaps();
@@ -1445,6 +1529,278 @@ impl<M: Medium + Clone + Send + Sync + 'static> Store<M> {
         }
     }
 
+    /// Read block `b` of an object's list (a hole, a data-zone block or a file block) into
+    /// `buf` (4 KiB).
+    fn read_block(&self, b: u32, buf: &mut [u8]) -> StoreResult<()> {
+        if b == HOLE {
+            buf.fill(0);
+        } else if crate::zone::is_file_block(b) {
+            let f = self.files.as_ref().ok_or_else(|| no_object_file(1))?;
+            f.file
+                .read_at((b & !FILE_BLOCK_FLAG) as u64 * BLOCK_BYTES, buf)
+                .map_err(|e| file_failed(f, "read", e))?;
+        } else {
+            let _ = crate::protect::take_refused_read();
+            self.engine
+                .medium()
+                .read(self.zone.base + b as usize * BLOCK_BYTES as usize, buf);
+            if let Some(r) = crate::protect::take_refused_read() {
+                return Err(r.into());
+            }
+        }
+        Ok(())
+    }
+
+    /// An object write into the object data file: data first (written to new blocks and
+    /// synced, holding no lock, so concurrent writers of one object share a sync), then the
+    /// record, logged while holding the object's lock (so it waits for another context's
+    /// `olock`). The record's preparation checks that the blocks merged into partial blocks are
+    /// still the object's, and starts over if a concurrent write or delete replaced them.
+    #[allow(clippy::too_many_arguments)]
+    fn owrite_file(
+        &self,
+        owner: u64,
+        f: &crate::zone::FileObjects,
+        name: &[u8],
+        offset: u64,
+        data: &[u8],
+        end: u64,
+        scratch: &mut Vec<u8>,
+    ) -> StoreResult<u64> {
+        let shard = self.kv.shard_of(name);
+        let bs = BLOCK_BYTES as usize;
+        for attempt in 0..64 {
+            // After a conflict, the retry holds the object's lock throughout, so writers of
+            // the object cannot keep invalidating each other's merged blocks.
+            let _whole = if attempt > 0 {
+                Some(self.locks.hold(name, owner)?)
+            } else {
+                None
+            };
+            let now = self.now();
+            let (_, list) = self.engine.read(shard as usize, |a| {
+                match machine::lookup(&self.kv, a, name, now) {
+                    None => Ok((0, Vec::new())),
+                    Some(e) => machine::object_of(a, e).map_err(StoreError::from),
+                }
+            })??;
+            let mut pairs = Vec::new();
+            // (block index, the block merged from) for partial blocks.
+            let mut merged = Vec::new();
+            let mut allocated = Vec::new();
+            if !data.is_empty() {
+                let (first, last) = (offset / BLOCK_BYTES, (end - 1) / BLOCK_BYTES);
+                let swaps = self.engine.log_swaps();
+                allocated = f.zone.alloc((last - first + 1) as usize, swaps)?;
+                let written = (|| {
+                    for (idx, &nb) in (first..=last).zip(&allocated) {
+                        let bstart = idx * BLOCK_BYTES;
+                        let from = offset.max(bstart);
+                        let to = end.min(bstart + BLOCK_BYTES);
+                        let at = nb as u64 * BLOCK_BYTES;
+                        let src = &data[(from - offset) as usize..(to - offset) as usize];
+                        if to - from == BLOCK_BYTES {
+                            f.file
+                                .write_at(at, src)
+                                .map_err(|e| file_failed(f, "write", e))?;
+                        } else {
+                            let old = list.get(idx as usize).copied().unwrap_or(HOLE);
+                            scratch.resize(bs, 0);
+                            self.read_block(old, scratch)?;
+                            // The tail past the object's end reads as zeros.
+                            merged.push((idx as u32, old));
+                            scratch[(from - bstart) as usize..(to - bstart) as usize]
+                                .copy_from_slice(src);
+                            f.file
+                                .write_at(at, scratch)
+                                .map_err(|e| file_failed(f, "write", e))?;
+                        }
+                        pairs.push((idx as u32, nb | FILE_BLOCK_FLAG));
+                    }
+                    f.sync
+                        .sync(&*f.file)
+                        .map_err(|e| file_failed(f, "sync (fdatasync)", e))
+                })();
+                if let Err(e) = written {
+                    f.zone.release(&allocated, true, 0);
+                    return Err(e);
+                }
+            }
+            let mut freed = Vec::new();
+            let mut size_after = 0;
+            let mut stale = false;
+            let hold = match self.locks.hold(name, owner) {
+                Ok(h) => h,
+                Err(e) => {
+                    f.zone.release(&allocated, true, 0);
+                    return Err(e);
+                }
+            };
+            let r = self.engine.execute_with(Some(&[shard]), true, |arenas| {
+                let a = arenas[0];
+                let (size, cur) = match machine::lookup(&self.kv, a, name, now) {
+                    None => (0, Vec::new()),
+                    Some(e) => machine::object_of(a, e)?,
+                };
+                let at = |i: u32| cur.get(i as usize).copied().unwrap_or(HOLE);
+                if merged.iter().any(|&(i, old)| at(i) != old) {
+                    stale = true;
+                    return Err(StoreError::Failed("the object changed meanwhile".into()));
+                }
+                for &(i, _) in &pairs {
+                    if at(i) != HOLE {
+                        freed.push(at(i));
+                    }
+                }
+                // The data was written and synced above: the record may now point at it.
+                size_after = size.max(end);
+                Ok::<_, StoreError>(op::encode(
+                    now,
+                    &Op::OWrite {
+                        key: name,
+                        size: size_after,
+                        blocks: pairs.clone(),
+                    },
+                ))
+            });
+            drop(hold);
+            match r {
+                Ok(Ok(_)) => {
+                    self.release(&freed);
+                    return Ok(size_after);
+                }
+                Ok(Err(_)) if stale => {
+                    f.zone.release(&allocated, true, 0);
+                }
+                Ok(Err(e)) => {
+                    f.zone.release(&allocated, true, 0);
+                    return Err(e);
+                }
+                Err(e) => {
+                    // Not logged (or the engine failed): no record points at the new blocks.
+                    f.zone.release(&allocated, true, 0);
+                    return Err(e.into());
+                }
+            }
+        }
+        Err(StoreError::Failed(format!(
+            "object `{}`: replaced by deletes or flushes 64 times while this write waited",
+            String::from_utf8_lossy(name)
+        )))
+    }
+
+    /// Attach the object data file (or none): check or write its header, claim the blocks the
+    /// recovered objects hold in it.
+    fn attach_object_file(
+        &mut self,
+        file: Option<Arc<dyn ObjectFile>>,
+        claimed: &[u32],
+    ) -> StoreResult<()> {
+        let Some(file) = file else {
+            if claimed.is_empty() {
+                return Ok(());
+            }
+            return Err(no_object_file(claimed.len()));
+        };
+        let label = file.label();
+        let failed = |what: &str, e: std::io::Error| {
+            StoreError::Failed(format!("object data file {label}: {what} failed: {e}"))
+        };
+        let mut header = vec![0u8; BLOCK_BYTES as usize];
+        file.read_at(0, &mut header)
+            .map_err(|e| failed("reading the header", e))?;
+        let uuid = self.engine.uuid();
+        if !crate::zone::check_object_file_header(&header, &uuid, &label)? {
+            if !claimed.is_empty() {
+                return Err(StoreError::Corrupt(Corruption {
+                    structure: format!("object data file header ({label})"),
+                    offset: 0,
+                    field: "magic",
+                    expected: format!(
+                        "a header: the store's objects hold {} blocks of this file",
+                        claimed.len()
+                    ),
+                    found: "zeros (no header)".into(),
+                }));
+            }
+            file.write_at(0, &crate::zone::object_file_header(&uuid))
+                .and_then(|()| file.sync())
+                .map_err(|e| failed("writing the header", e))?;
+        }
+        let len = file.len().map_err(|e| failed("reading the size", e))?;
+        let zone = crate::zone::FileZone::new(len);
+        for &b in claimed {
+            zone.claim(b)?;
+        }
+        self.files = Some(crate::zone::FileObjects {
+            file,
+            zone,
+            sync: crate::zone::GroupSync::default(),
+        });
+        Ok(())
+    }
+
+    /// Blocks of the object data file in use (freed ones waiting for a checkpoint included);
+    /// `None` without an object data file.
+    pub fn object_file_blocks_in_use(&self) -> Option<u64> {
+        self.files.as_ref().map(|f| f.zone.in_use())
+    }
+
+    /// Does this store keep new object data in an object data file?
+    pub fn has_object_file(&self) -> bool {
+        self.files.is_some()
+    }
+
+    /// Read object `name` from `offset` into `buf`: the bytes read (short at the object's
+    /// end), `None` if there is no such object. No allocation: file blocks are read straight
+    /// into `buf`.
+    pub fn oread_into(
+        &self,
+        name: &[u8],
+        offset: u64,
+        buf: &mut [u8],
+    ) -> StoreResult<Option<usize>> {
+        verified_reads(|| {
+            self.with_key(name, |a, e| {
+                let Some(e) = e else { return Ok(None) };
+                let (size, list) = machine::object_of(a, e)?;
+                let end = size.min(offset.saturating_add(buf.len() as u64));
+                let mut pos = offset;
+                while pos < end {
+                    let idx = pos / BLOCK_BYTES;
+                    let within = pos % BLOCK_BYTES;
+                    let take = (BLOCK_BYTES - within).min(end - pos) as usize;
+                    let out = &mut buf[(pos - offset) as usize..(pos - offset) as usize + take];
+                    self.read_part(list[idx as usize], within, out)?;
+                    pos += take as u64;
+                }
+                Ok(Some(end.saturating_sub(offset) as usize))
+            })?
+        })
+    }
+
+    /// Read `out.len()` bytes at `within` of block `b` (hole, data zone or file).
+    fn read_part(&self, b: u32, within: u64, out: &mut [u8]) -> StoreResult<()> {
+        if b == HOLE {
+            out.fill(0);
+        } else if crate::zone::is_file_block(b) {
+            let f = self.files.as_ref().ok_or_else(|| no_object_file(1))?;
+            f.file
+                .read_at((b & !FILE_BLOCK_FLAG) as u64 * BLOCK_BYTES + within, out)
+                .map_err(|e| file_failed(f, "read", e))?;
+        } else {
+            // A data-zone block is read whole, as before the file existed: a protected pool
+            // verifies (and may refuse) the whole block, whichever bytes were asked for.
+            let mut block = [0u8; BLOCK_BYTES as usize];
+            self.engine.medium().read(
+                self.zone.base + b as usize * BLOCK_BYTES as usize,
+                &mut block,
+            );
+            out.copy_from_slice(&block[within as usize..within as usize + out.len()]);
+        }
+        Ok(())
+    }
+
     /// Read up to `len` bytes of object `name` from `offset` (`None` if absent; short at the
     /// end of the object).
     pub fn oread(&self, name: &[u8], offset: u64, len: usize) -> StoreResult<Option<Vec<u8>>> {
@@ -1463,22 +1819,17 @@ impl<M: Medium + Clone + Send + Sync + 'static> Store<M> {
             let Some(e) = e else { return Ok(None) };
             let (size, list) = machine::object_of(a, e)?;
             let end = size.min(offset.saturating_add(len as u64));
-            let mut out = Vec::with_capacity(end.saturating_sub(offset) as usize);
+            let mut out = vec![0u8; end.saturating_sub(offset) as usize];
             let mut pos = offset;
-            let mut buf = vec![0u8; BLOCK_BYTES as usize];
             while pos < end {
                 let idx = pos / BLOCK_BYTES;
-                let within = (pos % BLOCK_BYTES) as usize;
-                let take = ((BLOCK_BYTES as usize - within) as u64).min(end - pos) as usize;
-                match list[idx as usize] {
-                    HOLE => out.resize(out.len() + take, 0),
-                    b => {
-                        medium.read(self.zone.base + b as usize * BLOCK_BYTES as usize, &mut buf);
-                        out.extend_from_slice(&buf[within..within + take]);
-                    }
-                }
+                let within = pos % BLOCK_BYTES;
+                let take = (BLOCK_BYTES - within).min(end - pos) as usize;
+                let at = (pos - offset) as usize;
+                self.read_part(list[idx as usize], within, &mut out[at..at + take])?;
                 pos += take as u64;
             }
+            let _ = medium;
             Ok(Some(out))
         })?
     }
@@ -1568,6 +1919,40 @@ use crate::op::BLOCK_BYTES;
 use crate::table;
 use crate::zone::{DATA_REGION, Zone};
 use pmem::{Alignment, kinds};
+
+use crate::zone::{FILE_BLOCK_FLAG, ObjectFile};
+
+/// The object data file `config.object_dir` names, opened (created if missing).
+fn object_file_of(config: &Config) -> StoreResult<Option<Arc<dyn ObjectFile>>> {
+    match &config.object_dir {
+        None => Ok(None),
+        Some(dir) => {
+            let f = crate::zone::DiskFile::open_in(dir).map_err(|e| {
+                StoreError::Failed(format!(
+                    "cannot open the object data file {}: {e}",
+                    dir.join(crate::zone::OBJECT_FILE).display()
+                ))
+            })?;
+            Ok(Some(Arc::new(f)))
+        }
+    }
+}
+
+fn no_object_file(blocks: usize) -> StoreError {
+    StoreError::Failed(format!(
+        "the store keeps {blocks} object blocks in an object data file ({}); open it with \
+         Config::object_dir naming the directory that holds that file (the kavach command \
+         line has no option for it yet)",
+        crate::zone::OBJECT_FILE
+    ))
+}
+
+fn file_failed(f: &crate::zone::FileObjects, what: &str, e: std::io::Error) -> StoreError {
+    StoreError::Failed(format!(
+        "object data file {}: {what} failed: {e}",
+        f.file.label()
+    ))
+}
 
 /// Largest object (64 MiB).
 pub const OBJECT_BYTES_MAX: u64 = 64 << 20;
