@@ -92,6 +92,13 @@ const OUTPUT_COMPACT_BYTES: usize = 1 << 20;
 /// the close into a reset that would destroy our last reply).
 const CLOSE_DISCARD_BYTES: usize = 256 << 10;
 
+/// Whether a read that fills less than its buffer proves the socket's receive queue empty, so
+/// that the connection can wait for its next readiness event without a last read that would
+/// only fail with `WouldBlock` (one system call per request saved when clients wait for each
+/// reply). True with epoll: a TCP read copies everything queued up to the buffer's size, and
+/// every segment that arrives later queues a new edge-triggered event for the socket.
+const SHORT_READ_DRAINS: bool = cfg!(target_os = "linux");
+
 /// Poll timeout while the acceptor backs off after an accept error (such as EMFILE).
 const ACCEPT_RETRY: Duration = Duration::from_millis(100);
 
@@ -231,9 +238,8 @@ pub(crate) struct Stats {
     pub(crate) connected_clients: AtomicUsize,
     connections_received: AtomicU64,
     connections_rejected: AtomicU64,
-    commands_processed: AtomicU64,
-    net_input_bytes: AtomicU64,
-    net_output_bytes: AtomicU64,
+    /// The counters every request bumps, one set per worker (see [`WorkerCounters`]).
+    workers: Box<[WorkerCounters]>,
     protocol_errors: AtomicU64,
     output_limit_disconnections: AtomicU64,
     accept_errors: AtomicU64,
@@ -256,16 +262,49 @@ pub(crate) struct StatsSnapshot {
     pub(crate) expired_keys: u64,
 }
 
+/// The counters each request bumps, kept per worker on a cache line of their own: with one
+/// counter shared by every worker, each request would pull its line from the core that last
+/// wrote it. INFO adds the workers' counters up.
+#[derive(Debug, Default)]
+#[repr(align(128))]
+pub(crate) struct WorkerCounters {
+    commands_processed: AtomicU64,
+    net_input_bytes: AtomicU64,
+    net_output_bytes: AtomicU64,
+}
+
 impl Stats {
+    /// Counters for `workers` worker threads.
+    fn new(workers: usize) -> Stats {
+        Stats {
+            workers: (0..workers.max(1))
+                .map(|_| WorkerCounters::default())
+                .collect(),
+            ..Stats::default()
+        }
+    }
+
+    /// Worker `index`'s counters.
+    fn worker(&self, index: usize) -> &WorkerCounters {
+        &self.workers[index % self.workers.len()]
+    }
+
+    fn sum(&self, field: impl Fn(&WorkerCounters) -> &AtomicU64) -> u64 {
+        self.workers
+            .iter()
+            .map(|w| field(w).load(Ordering::Relaxed))
+            .fold(0u64, u64::wrapping_add)
+    }
+
     fn raw(&self) -> StatsSnapshot {
         let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
         StatsSnapshot {
             connected_clients: self.connected_clients.load(Ordering::Relaxed),
             connections_received: get(&self.connections_received),
             connections_rejected: get(&self.connections_rejected),
-            commands_processed: get(&self.commands_processed),
-            net_input_bytes: get(&self.net_input_bytes),
-            net_output_bytes: get(&self.net_output_bytes),
+            commands_processed: self.sum(|w| &w.commands_processed),
+            net_input_bytes: self.sum(|w| &w.net_input_bytes),
+            net_output_bytes: self.sum(|w| &w.net_output_bytes),
             protocol_errors: get(&self.protocol_errors),
             output_limit_disconnections: get(&self.output_limit_disconnections),
             accept_errors: get(&self.accept_errors),
@@ -506,7 +545,7 @@ impl Listener {
         let shared = Arc::new(Shared {
             backend,
             port: local_addr.port(),
-            stats: Stats::default(),
+            stats: Stats::new(config.workers),
             started: Instant::now(),
             run_id: make_run_id(),
             handle,
@@ -576,7 +615,7 @@ impl Server {
                 waker: Arc::clone(&worker_wakers[index]),
                 rung: Mutex::new(Vec::new()),
             });
-            let worker = Worker::new(worker_poll, receiver, Arc::clone(&shared), doorbell);
+            let worker = Worker::new(index, worker_poll, receiver, Arc::clone(&shared), doorbell);
             let spawned = thread::Builder::new()
                 .name(format!("kavach-worker-{index}"))
                 .spawn(move || worker.run());
@@ -838,6 +877,7 @@ const PARKED_INPUT_BYTES_MAX: usize = 1 << 20;
 /// stopped; a command that blocks is left in `blocked`.
 fn run_requests(
     shared: &Shared,
+    counters: &WorkerCounters,
     parser: &mut RequestParser,
     session: &mut Session,
     output: &mut Vec<u8>,
@@ -858,20 +898,23 @@ fn run_requests(
                     continue;
                 }
                 commands += 1;
-                match command::execute(shared, session, &args, output) {
+                let action = command::execute(shared, session, &args, output);
+                if let Action::Block { keys, deadline } = action {
+                    *blocked = Some(Blocked {
+                        args,
+                        keys,
+                        deadline,
+                        parked: false,
+                    });
+                    break Stop::Blocked;
+                }
+                // The buffers take the next requests' arguments.
+                parser.recycle(args);
+                match action {
                     // It woke blocked clients: their replies go first (Redis serves them before
                     // the next command), so the requests after it wait.
                     Action::Continue if session.mailbox.pending() > 0 => break Stop::Blocked,
-                    Action::Continue => {}
-                    Action::Block { keys, deadline } => {
-                        *blocked = Some(Blocked {
-                            args,
-                            keys,
-                            deadline,
-                            parked: false,
-                        });
-                        break Stop::Blocked;
-                    }
+                    Action::Continue | Action::Block { .. } => {}
                     Action::CloseAfterReply => break Stop::Close,
                     Action::Shutdown => {
                         shared.handle.shutdown();
@@ -888,8 +931,7 @@ fn run_requests(
         }
     };
     if commands > 0 {
-        shared
-            .stats
+        counters
             .commands_processed
             .fetch_add(commands, Ordering::Relaxed);
     }
@@ -910,6 +952,8 @@ enum Verdict {
 /// One client connection, owned by one worker.
 struct Conn {
     stream: TcpStream,
+    /// The index of the worker that owns it (its counters in [`Stats`]).
+    worker: usize,
     parser: RequestParser,
     session: Session,
     /// Received bytes not yet executed: a partial request, or (under backpressure) complete
@@ -944,6 +988,9 @@ impl Conn {
     /// executes more, until it would block or a bound is reached.
     fn serve(&mut self, shared: &Shared, scratch: &mut [u8], draining: bool) -> Verdict {
         let mut budget = READ_BUDGET_BYTES;
+        // A read returned less than the buffer holds: the socket had nothing more (see
+        // [`SHORT_READ_DRAINS`]).
+        let mut drained = false;
         loop {
             if !self.read_mail(shared) {
                 return Verdict::Close;
@@ -984,6 +1031,7 @@ impl Conn {
                     Ok(n) => {
                         shared
                             .stats
+                            .worker(self.worker)
                             .net_input_bytes
                             .fetch_add(n as u64, Ordering::Relaxed);
                         self.input.extend_from_slice(&scratch[..n]);
@@ -1006,6 +1054,10 @@ impl Conn {
             if budget == 0 {
                 return Verdict::Again;
             }
+            if drained {
+                // Replies written above; the next request comes with the next readiness event.
+                return Verdict::Idle;
+            }
             match self.stream.read(scratch) {
                 Ok(0) => {
                     // The client closed its side: finish what it sent, then close.
@@ -1013,8 +1065,10 @@ impl Conn {
                 }
                 Ok(n) => {
                     budget = budget.saturating_sub(n);
+                    drained = SHORT_READ_DRAINS && n < scratch.len();
                     shared
                         .stats
+                        .worker(self.worker)
                         .net_input_bytes
                         .fetch_add(n as u64, Ordering::Relaxed);
                     self.absorb(shared, &scratch[..n]);
@@ -1142,6 +1196,7 @@ impl Conn {
             let pause_at = self.output_sent + OUTPUT_PAUSE_BYTES;
             let (used, stop) = run_requests(
                 shared,
+                shared.stats.worker(self.worker),
                 &mut self.parser,
                 &mut self.session,
                 &mut self.output,
@@ -1164,6 +1219,7 @@ impl Conn {
         let pause_at = self.output_sent + OUTPUT_PAUSE_BYTES;
         let (used, stop) = run_requests(
             shared,
+            shared.stats.worker(self.worker),
             &mut self.parser,
             &mut self.session,
             &mut self.output,
@@ -1199,6 +1255,7 @@ impl Conn {
                     self.output_sent += n;
                     shared
                         .stats
+                        .worker(self.worker)
                         .net_output_bytes
                         .fetch_add(n as u64, Ordering::Relaxed);
                 }
@@ -1236,6 +1293,8 @@ impl Drop for PanicGuard {
 
 /// One worker thread: an event loop over the connections it owns.
 struct Worker {
+    /// Its place among the workers (0-based).
+    index: usize,
     poll: Poll,
     incoming: Receiver<Incoming>,
     shared: Arc<Shared>,
@@ -1278,12 +1337,14 @@ impl Doorbell {
 
 impl Worker {
     fn new(
+        index: usize,
         poll: Poll,
         incoming: Receiver<Incoming>,
         shared: Arc<Shared>,
         doorbell: Arc<Doorbell>,
     ) -> Self {
         Worker {
+            index,
             poll,
             incoming,
             shared,
@@ -1411,6 +1472,7 @@ impl Worker {
             let mailbox = Mailbox::new(id, Box::new(move || bell.ring(index)));
             self.conns[index] = Some(Conn {
                 stream,
+                worker: self.index,
                 parser: RequestParser::new(self.shared.config.limits),
                 session: Session::new(handle, mailbox),
                 input: Vec::new(),
