@@ -96,7 +96,10 @@ const CLOSE_DISCARD_BYTES: usize = 256 << 10;
 /// that the connection can wait for its next readiness event without a last read that would
 /// only fail with `WouldBlock` (one system call per request saved when clients wait for each
 /// reply). True with epoll: a TCP read copies everything queued up to the buffer's size, and
-/// every segment that arrives later queues a new edge-triggered event for the socket.
+/// every segment that arrives later queues a new edge-triggered event for the socket. The one
+/// exception is an end of stream that arrived with the data (a read stops before it and the
+/// event that announced it was the last): the worker notes events that report it
+/// (`Conn::peer_closed`) and such connections read until the read returns 0.
 const SHORT_READ_DRAINS: bool = cfg!(target_os = "linux");
 
 /// Poll timeout while the acceptor backs off after an accept error (such as EMFILE).
@@ -954,6 +957,10 @@ struct Conn {
     stream: TcpStream,
     /// The index of the worker that owns it (its counters in [`Stats`]).
     worker: usize,
+    /// A readiness event reported the peer's end of the stream (or an error): a short read no
+    /// longer proves the socket drained (see [`SHORT_READ_DRAINS`]), as the end of stream has
+    /// no event of its own left to come.
+    peer_closed: bool,
     parser: RequestParser,
     session: Session,
     /// Received bytes not yet executed: a partial request, or (under backpressure) complete
@@ -1065,7 +1072,7 @@ impl Conn {
                 }
                 Ok(n) => {
                     budget = budget.saturating_sub(n);
-                    drained = SHORT_READ_DRAINS && n < scratch.len();
+                    drained = SHORT_READ_DRAINS && !self.peer_closed && n < scratch.len();
                     shared
                         .stats
                         .worker(self.worker)
@@ -1393,7 +1400,16 @@ impl Worker {
             for event in events.iter() {
                 match event.token() {
                     WAKER_TOKEN => woken = true,
-                    Token(index) => self.serve(index),
+                    Token(index) => {
+                        if event.is_read_closed() || event.is_error() {
+                            // The peer's FIN (or an error) is queued behind any data: read on
+                            // until the read says so, whatever a short read suggests.
+                            if let Some(conn) = self.conns.get_mut(index).and_then(Option::as_mut) {
+                                conn.peer_closed = true;
+                            }
+                        }
+                        self.serve(index);
+                    }
                 }
             }
             if woken {
@@ -1473,6 +1489,7 @@ impl Worker {
             self.conns[index] = Some(Conn {
                 stream,
                 worker: self.index,
+                peer_closed: false,
                 parser: RequestParser::new(self.shared.config.limits),
                 session: Session::new(handle, mailbox),
                 input: Vec::new(),
