@@ -876,18 +876,17 @@ const HOLD_MAX: Duration = Duration::from_secs(2);
 /// Most input bytes a parked connection buffers before it stops reading.
 const PARKED_INPUT_BYTES_MAX: usize = 1 << 20;
 
-/// Executes the complete requests at the start of `data`. Returns the bytes used and why it
-/// stopped; a command that blocks is left in `blocked`.
+/// Executes the complete requests at the start of `data`. Returns the bytes used, why it
+/// stopped and how many commands ran; a command that blocks is left in `blocked`.
 fn run_requests(
     shared: &Shared,
-    counters: &WorkerCounters,
     parser: &mut RequestParser,
     session: &mut Session,
     output: &mut Vec<u8>,
     pause_at_len: usize,
     data: &[u8],
     blocked: &mut Option<Blocked>,
-) -> (usize, Stop) {
+) -> (usize, Stop, u64) {
     let mut used = 0;
     let mut commands = 0u64;
     let stop = loop {
@@ -933,12 +932,7 @@ fn run_requests(
             }
         }
     };
-    if commands > 0 {
-        counters
-            .commands_processed
-            .fetch_add(commands, Ordering::Relaxed);
-    }
-    (used, stop)
+    (used, stop, commands)
 }
 
 /// What the worker does with a connection after serving it.
@@ -1201,9 +1195,8 @@ impl Conn {
         if self.input.is_empty() {
             // The common case: parse straight from the scratch buffer, keep only a partial tail.
             let pause_at = self.output_sent + OUTPUT_PAUSE_BYTES;
-            let (used, stop) = run_requests(
+            let (used, stop, commands) = run_requests(
                 shared,
-                shared.stats.worker(self.worker),
                 &mut self.parser,
                 &mut self.session,
                 &mut self.output,
@@ -1214,6 +1207,7 @@ impl Conn {
             if stop != Stop::Close {
                 self.input.extend_from_slice(&data[used..]);
             }
+            self.count_commands(shared, commands);
             self.after_stop(stop);
         } else {
             self.input.extend_from_slice(data);
@@ -1224,9 +1218,8 @@ impl Conn {
     /// Executes the complete requests buffered in `input`.
     fn execute_input(&mut self, shared: &Shared) {
         let pause_at = self.output_sent + OUTPUT_PAUSE_BYTES;
-        let (used, stop) = run_requests(
+        let (used, stop, commands) = run_requests(
             shared,
-            shared.stats.worker(self.worker),
             &mut self.parser,
             &mut self.session,
             &mut self.output,
@@ -1238,7 +1231,19 @@ impl Conn {
         if self.input.is_empty() && self.input.capacity() > BUFFER_KEEP_BYTES {
             self.input = Vec::new();
         }
+        self.count_commands(shared, commands);
         self.after_stop(stop);
+    }
+
+    /// Adds `commands` to this worker's `total_commands_processed`.
+    fn count_commands(&self, shared: &Shared, commands: u64) {
+        if commands > 0 {
+            shared
+                .stats
+                .worker(self.worker)
+                .commands_processed
+                .fetch_add(commands, Ordering::Relaxed);
+        }
     }
 
     fn after_stop(&mut self, stop: Stop) {
