@@ -4,20 +4,28 @@
 # load on the machine. Data on /dev/shm.
 #
 #   bench/server/abba.sh [--out DIR] [--systems A,B] [--tests set,get] [--seconds S] [--reps R]
+#                        [--sizes 64,1024] [--pipelines 1,16]
 #
 #   --out DIR          results directory (default target/bench/server-abba)
 #   --systems A,B      exactly two systems (default redis-always,kavach-always)
-#   --tests LIST       redis-benchmark tests (default set)
+#   --tests LIST       redis-benchmark tests (default set,get)
 #   --seconds S        target length of each measurement (default 5)
 #   --reps R           ABBA repetitions per cell (default 1: A B B A)
+#   --sizes LIST       value sizes in bytes (default 64,1024)
+#   --pipelines LIST   pipeline depths (default 1,16)
 #
-# Per value size (64, 1024 B) and pipeline depth (1, 16): both servers fresh, on two ports,
+# Per value size and pipeline depth: both servers fresh, on two ports,
 # each on its own data directory; per test a ~1 s probe against each (warm-up; sets -n to
 # rate x S), then A B B A (R times), each `redis-benchmark -c 50 -r 100000 -d SIZE -P PIPE
 # -t TEST --csv`, as in run.sh. Meanwhile every other process using more than 5% of a CPU is
 # logged (DIR/foreign.log, from ps every 2 s), so a measurement disturbed by other work
-# shows. Prints a markdown table: per cell, each system's runs and median, and the ratio B/A.
-# DIR/results.jsonl: one JSON line per measurement. Environment: see bench/server/lib.sh.
+# shows. Each measurement also reads the server's CPU time (utime and stime of
+# /proc/PID/stat, all its threads, before and after) and divides it by the requests sent:
+# server CPU per request, user and system, in microseconds. Prints two markdown tables: per
+# cell, each system's runs and median requests per second and the ratio B/A; then per cell
+# each system's median CPU per request (user + system) and the ratio B/A (below 1: B spends
+# less). DIR/results.jsonl: one JSON line per measurement. Environment: see
+# bench/server/lib.sh.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
@@ -32,9 +40,11 @@ source "$HERE/lib.sh"
 
 OUT="$ROOT/target/bench/server-abba"
 SYSTEMS_ARG="redis-always,kavach-always"
-TESTS="set"
+TESTS="set,get"
 SECS=5
 REPS=1
+SIZES="64,1024"
+PIPES="1,16"
 need() { [ $# -ge 2 ] || die "$1 needs a value (see --help)"; }
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -43,6 +53,8 @@ while [ $# -gt 0 ]; do
     --tests) need "$@"; TESTS="$2"; shift ;;
     --seconds) need "$@"; SECS="$2"; shift ;;
     --reps) need "$@"; REPS="$2"; shift ;;
+    --sizes) need "$@"; SIZES="$2"; shift ;;
+    --pipelines) need "$@"; PIPES="$2"; shift ;;
     -h|--help) usage; exit 0 ;;
     *) die "unknown argument '$1' (see --help)" ;;
   esac
@@ -54,6 +66,12 @@ check_systems "$SYSTEMS_ARG"
 [ "${#SYSTEMS[@]}" -eq 2 ] || die "--systems takes exactly two systems"
 A="${SYSTEMS[0]}"; B="${SYSTEMS[1]}"
 IFS=', ' read -r -a TLIST <<< "$TESTS"
+IFS=', ' read -r -a SLIST <<< "$SIZES"
+IFS=', ' read -r -a PLIST <<< "$PIPES"
+for v in "${SLIST[@]}" "${PLIST[@]}"; do
+  [[ "$v" =~ ^[1-9][0-9]*$ ]] || die "--sizes and --pipelines take positive integers (got '$v')"
+done
+CLK_TCK="$(getconf CLK_TCK)"
 
 mkdir -p "$OUT"
 RESULTS="$OUT/results.jsonl"
@@ -75,7 +93,7 @@ client_prefix
 header "redis-benchmark, $A vs $B interleaved (ABBA per cell)" > "$OUT/header.txt"
 cat "$OUT/header.txt"
 echo "$META_JSON" >> "$RESULTS"
-echo "mode:     tests $TESTS, ~$SECS s per measurement, $REPS x ABBA per cell, ports $PORT_A ($A) $PORT_B ($B)"
+echo "mode:     tests $TESTS, sizes $SIZES, pipelines $PIPES, ~$SECS s per measurement, $REPS x ABBA per cell, ports $PORT_A ($A) $PORT_B ($B)"
 echo
 
 # Foreign-load sampler: processes other than the benchmark's own above 5% CPU, every 2 s.
@@ -92,8 +110,12 @@ rb() {  # PORT N SIZE PIPE TEST -> rps
     | python3 -c 'import json,sys; print(json.loads(sys.stdin.readline())["rps"])'
 }
 
-for size in 64 1024; do
-  for pipe in 1 16; do
+cpu_ticks() {  # PID -> "utime stime" in clock ticks (all threads, as /proc/PID/stat sums them)
+  sed 's/.*) //' "/proc/$1/stat" | awk '{ print $12, $13 }'
+}
+
+for size in "${SLIST[@]}"; do
+  for pipe in "${PLIST[@]}"; do
     server_start "$A" "$PORT_A" "$RUN_DIR/a-d$size-P$pipe" "$SLOG"; pid_a="$SERVER_PID"
     server_start "$B" "$PORT_B" "$RUN_DIR/b-d$size-P$pipe" "$SLOG"; pid_b="$SERVER_PID"
     for test in "${TLIST[@]}"; do
@@ -106,13 +128,18 @@ for size in 64 1024; do
       i=0
       for who in "${seq[@]}"; do
         i=$((i + 1))
-        if [ "$who" = A ]; then sys="$A"; port="$PORT_A"; else sys="$B"; port="$PORT_B"; fi
+        if [ "$who" = A ]; then sys="$A"; port="$PORT_A"; spid="$pid_a"; else sys="$B"; port="$PORT_B"; spid="$pid_b"; fi
         t0="$(date -u +%T)"
+        read -r u0 s0 < <(cpu_ticks "$spid")
         rps="$(rb "$port" "$n" "$size" "$pipe" "$test")" || die "redis-benchmark against $sys failed"
+        read -r u1 s1 < <(cpu_ticks "$spid")
         t1="$(date -u +%T)"
-        printf '{"kind": "abba", "system": "%s", "test": "%s", "size": %d, "pipeline": %d, "n": %d, "seq": %d, "start": "%s", "end": "%s", "rps": %s}\n' \
-          "$sys" "${test^^}" "$size" "$pipe" "$n" "$i" "$t0" "$t1" "$rps" >> "$RESULTS"
-        log "$(printf '%-15s %s d=%-4d P=%-2d %10.0f ops/s (%s-%s)' "$sys" "${test^^}" "$size" "$pipe" "$rps" "$t0" "$t1")"
+        cpu="$(python3 -c 'import sys; u0, s0, u1, s1, tck, n = map(int, sys.argv[1:]); print(f"{(u1 - u0) / tck * 1e6 / n:.3f} {(s1 - s0) / tck * 1e6 / n:.3f}")' \
+          "$u0" "$s0" "$u1" "$s1" "$CLK_TCK" "$n")"
+        read -r cu cs <<< "$cpu"
+        printf '{"kind": "abba", "system": "%s", "test": "%s", "size": %d, "pipeline": %d, "n": %d, "seq": %d, "start": "%s", "end": "%s", "rps": %s, "cpu_user_us": %s, "cpu_sys_us": %s}\n' \
+          "$sys" "${test^^}" "$size" "$pipe" "$n" "$i" "$t0" "$t1" "$rps" "$cu" "$cs" >> "$RESULTS"
+        log "$(printf '%-15s %s d=%-4d P=%-2d %10.0f ops/s, server CPU %s + %s us/request (%s-%s)' "$sys" "${test^^}" "$size" "$pipe" "$rps" "$cu" "$cs" "$t0" "$t1")"
       done
     done
     server_stop "$A" "$PORT_A" "$pid_a"
@@ -134,6 +161,24 @@ for (t, s, p), d in cells.items():
     ma, mb = statistics.median(d[a]), statistics.median(d[b])
     print(f"| {t} {s} B P{p} | {', '.join(f'{x:,.0f}' for x in d[a])} | {ma:,.0f} | "
           f"{', '.join(f'{x:,.0f}' for x in d[b])} | {mb:,.0f} | {mb / ma:.3f} |")
+print()
+print(f"Server CPU per request (utime + stime of the whole server process / requests), median over the runs, us:")
+print()
+print(f"| cell | {a} user | {a} sys | {a} total | {b} user | {b} sys | {b} total | {b}/{a} |")
+print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+cpu = {}
+for r in rows:
+    cpu.setdefault((r["test"], r["size"], r["pipeline"]), {}).setdefault(r["system"], []).append(
+        (r["cpu_user_us"], r["cpu_sys_us"]))
+for (t, s, p), d in cpu.items():
+    def med(sys_):
+        us = d[sys_]
+        return (statistics.median(u for u, _ in us), statistics.median(s_ for _, s_ in us),
+                statistics.median(u + s_ for u, s_ in us))
+    ua, sa, ta = med(a)
+    ub, sb, tb = med(b)
+    print(f"| {t} {s} B P{p} | {ua:.2f} | {sa:.2f} | {ta:.2f} | {ub:.2f} | {sb:.2f} | {tb:.2f} | "
+          f"{tb / ta:.3f} |")
 lines = [l for l in open(foreign) if l.strip()]
 print()
 print(f"Other processes above 5% CPU during the run: {len(lines)} samples"

@@ -361,8 +361,7 @@ impl Ctx<'_> {
         f: impl FnOnce(&mut dyn Txn) -> Result<R, CommandError>,
     ) -> Result<R, CommandError> {
         let db = self.db();
-        let scope: Vec<(Db, &[u8])> = keys.iter().map(|k| (db, *k)).collect();
-        self.run(Scope::Keys(&scope), false, f)
+        with_keys(db, keys, |scope| self.run(Scope::Keys(scope), false, f))
     }
 
     /// Run `f` with `keys` (of this connection's database) locked for writing; its effects are
@@ -373,8 +372,7 @@ impl Ctx<'_> {
         f: impl FnOnce(&mut dyn Txn) -> Result<R, CommandError>,
     ) -> Result<R, CommandError> {
         let db = self.db();
-        let scope: Vec<(Db, &[u8])> = keys.iter().map(|k| (db, *k)).collect();
-        self.run(Scope::Keys(&scope), true, f)
+        with_keys(db, keys, |scope| self.run(Scope::Keys(scope), true, f))
     }
 
     /// Run `f` in a transaction over `scope` (or in the EXEC's transaction). Writes made through
@@ -415,6 +413,24 @@ impl Ctx<'_> {
                 "ERR internal: the store did not run the command".into(),
             ))
         })
+    }
+}
+
+/// Most keys [`with_keys`] lists on the stack (GET, SET and most commands name one or two).
+const STACK_KEYS: usize = 4;
+
+/// Calls `f` with `keys` paired with `db`: on the stack for up to [`STACK_KEYS`] keys (no
+/// allocation per request), in a vector for more.
+fn with_keys<R>(db: Db, keys: &[&[u8]], f: impl FnOnce(&[(Db, &[u8])]) -> R) -> R {
+    if keys.len() <= STACK_KEYS {
+        let mut scope: [(Db, &[u8]); STACK_KEYS] = [(db, &[]); STACK_KEYS];
+        for (slot, key) in scope.iter_mut().zip(keys) {
+            *slot = (db, key);
+        }
+        f(&scope[..keys.len()])
+    } else {
+        let scope: Vec<(Db, &[u8])> = keys.iter().map(|k| (db, *k)).collect();
+        f(&scope)
     }
 }
 

@@ -13,7 +13,7 @@
 //! calls back into the store.
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use model::{DATABASES, Db, Effect, View};
@@ -121,6 +121,10 @@ pub(crate) struct Mailbox {
     /// while it is not zero the connection holds its replies (Redis serves blocked clients
     /// before the reply of the write that served them).
     pending: AtomicUsize,
+    /// Something may wait in the mailbox: set by every post (under the lock), cleared by a take
+    /// that leaves nothing behind. The owner looks at it before every request; without it,
+    /// each look would take the lock.
+    posted: AtomicBool,
     /// Wakes the connection's owner; called after something was put in the mailbox.
     ring: Box<dyn Fn() + Send + Sync>,
 }
@@ -144,6 +148,7 @@ impl Mailbox {
             client_id,
             state: Mutex::new(MailboxState::default()),
             pending: AtomicUsize::new(0),
+            posted: AtomicBool::new(false),
             ring,
         })
     }
@@ -151,6 +156,11 @@ impl Mailbox {
     /// Takes everything in the mailbox; the messages only if `messages` (a connection whose
     /// client does not read leaves them, so that they count against [`MAILBOX_BYTES_MAX`]).
     pub(crate) fn take(&self, messages: bool) -> Mail {
+        // A post sets `posted` before it rings and the owner takes after the ring, so a post
+        // missed here rings the owner again (its `rung` is still false: only a take resets it).
+        if !self.posted.load(Ordering::Acquire) {
+            return Mail::default();
+        }
         let mut st = lock(&self.state);
         st.rung = false;
         let kept = if messages {
@@ -160,6 +170,7 @@ impl Mailbox {
             std::mem::take(&mut st.mail.messages)
         };
         let mail = std::mem::take(&mut st.mail);
+        self.posted.store(!kept.is_empty(), Ordering::Release);
         st.mail.messages = kept;
         mail
     }
@@ -176,6 +187,7 @@ impl Mailbox {
         let ring = {
             let mut st = lock(&self.state);
             f(&mut st);
+            self.posted.store(true, Ordering::Release);
             !std::mem::replace(&mut st.rung, true)
         };
         if ring {

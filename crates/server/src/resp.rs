@@ -175,10 +175,24 @@ pub struct RequestParser {
     pos: usize,
     /// Inline requests: bytes already searched for the line end.
     inline_scanned: usize,
+    /// An empty argument list with room, handed back by [`RequestParser::recycle`].
+    spare_list: Vec<Vec<u8>>,
+    /// Empty argument buffers with room, handed back by [`RequestParser::recycle`].
+    spare_args: Vec<Vec<u8>>,
 }
 
 /// Initial argument vector capacity: never more than this from a client-supplied count.
 const ARGS_PREALLOC_MAX: usize = 16;
+
+/// Most argument buffers a parser keeps for reuse (see [`RequestParser::recycle`]).
+const SPARE_ARGS_MAX: usize = 8;
+
+/// Largest argument buffer (capacity in bytes) a parser keeps for reuse: an idle connection
+/// holds at most `SPARE_ARGS_MAX` of these.
+const SPARE_ARG_BYTES_MAX: usize = 4 << 10;
+
+/// Largest argument list (capacity) a parser keeps for reuse.
+const SPARE_LIST_MAX: usize = 64;
 
 impl RequestParser {
     /// A parser with these limits.
@@ -189,6 +203,27 @@ impl RequestParser {
             expected: None,
             pos: 0,
             inline_scanned: 0,
+            spare_list: Vec::new(),
+            spare_args: Vec::new(),
+        }
+    }
+
+    /// Hands back the arguments of a request [`parse`](Self::parse) returned, once the caller is
+    /// done with them: the next requests' arguments are copied into these buffers instead of
+    /// new ones (no allocation per request once a connection has warmed up). Buffers larger
+    /// than 4 KiB, and any beyond 8, are freed.
+    pub fn recycle(&mut self, mut args: Vec<Vec<u8>>) {
+        for mut arg in args.drain(..) {
+            if self.spare_args.len() >= SPARE_ARGS_MAX {
+                break;
+            }
+            if arg.capacity() <= SPARE_ARG_BYTES_MAX {
+                arg.clear();
+                self.spare_args.push(arg);
+            }
+        }
+        if args.capacity() <= SPARE_LIST_MAX && args.capacity() > self.spare_list.capacity() {
+            self.spare_list = args;
         }
     }
 
@@ -259,7 +294,9 @@ impl RequestParser {
                 }
                 let count = count_u as usize;
                 self.expected = Some(count);
-                self.args = Vec::with_capacity(count.min(ARGS_PREALLOC_MAX));
+                let mut list = std::mem::take(&mut self.spare_list);
+                list.reserve(count.min(ARGS_PREALLOC_MAX));
+                self.args = list;
                 self.pos = header_len;
                 count
             }
@@ -303,7 +340,14 @@ impl RequestParser {
             if &buf[data_end..frame_end] != b"\r\n" {
                 return Parse::Error(ProtocolError::MissingBulkTerminator);
             }
-            self.args.push(buf[data_start..data_end].to_vec());
+            let arg = match self.spare_args.pop() {
+                Some(mut spare) => {
+                    spare.extend_from_slice(&buf[data_start..data_end]);
+                    spare
+                }
+                None => buf[data_start..data_end].to_vec(),
+            };
+            self.args.push(arg);
             self.pos = frame_end;
         }
         Parse::Complete(std::mem::take(&mut self.args), self.pos)
@@ -897,6 +941,85 @@ mod tests {
             max_inline_bytes: 32,
             max_request_bytes: 256,
         }
+    }
+
+    /// Parses `input` request by request, handing each request's arguments back: every request
+    /// comes out as a fresh parser reads it, split at any byte.
+    #[test]
+    fn recycled_buffers_carry_no_bytes_over() {
+        let l = Limits::default();
+        let big = "v".repeat(5000);
+        let requests: Vec<Vec<&str>> = vec![
+            vec!["SET", "key-one", "a-longer-value-than-the-next"],
+            vec!["GET", "k"],
+            vec!["SET", "k", &big],
+            vec!["MSET", "a", "1", "b", "2", "c", "3", "d", "4", "e", "5"],
+            vec!["DEL", "x"],
+            vec!["PING"],
+        ];
+        let mut wire = Vec::new();
+        for r in &requests {
+            wire.extend_from_slice(format!("*{}\r\n", r.len()).as_bytes());
+            for a in r {
+                wire.extend_from_slice(format!("${}\r\n{a}\r\n", a.len()).as_bytes());
+            }
+        }
+        for split in [1, 7, wire.len()] {
+            let mut p = RequestParser::new(l);
+            let (mut input, mut fed, mut seen) = (Vec::new(), 0, 0);
+            while seen < requests.len() {
+                match p.parse(&input) {
+                    Parse::Complete(got, used) => {
+                        assert_eq!(got, args(&requests[seen]), "request {seen}, split {split}");
+                        input.drain(..used);
+                        p.recycle(got);
+                        seen += 1;
+                    }
+                    Parse::NeedMore => {
+                        assert!(fed < wire.len(), "ran out of input at request {seen}");
+                        let end = (fed + split).min(wire.len());
+                        input.extend_from_slice(&wire[fed..end]);
+                        fed = end;
+                    }
+                    Parse::Error(e) => panic!("request {seen}, split {split}: {e}"),
+                }
+            }
+        }
+    }
+
+    /// A recycled buffer takes the next argument (no allocation); oversized ones are dropped.
+    #[test]
+    fn recycle_reuses_small_buffers_only() {
+        let l = Limits::default();
+        let mut p = RequestParser::new(l);
+        let Parse::Complete(first, _) = p.parse(b"*2\r\n$3\r\nGET\r\n$5\r\nhello\r\n") else {
+            panic!("a whole request");
+        };
+        let spots: Vec<*const u8> = first.iter().map(|a| a.as_ptr()).collect();
+        p.recycle(first);
+        let Parse::Complete(second, _) = p.parse(b"*2\r\n$3\r\nDEL\r\n$2\r\nhi\r\n") else {
+            panic!("a whole request");
+        };
+        assert_eq!(second, args(&["DEL", "hi"]));
+        for a in &second {
+            assert!(
+                spots.contains(&a.as_ptr()),
+                "argument not in a recycled buffer"
+            );
+        }
+        let mut huge = vec![b'x'; SPARE_ARG_BYTES_MAX + 1];
+        huge.reserve_exact(0);
+        p.recycle(vec![huge]);
+        assert!(
+            p.spare_args
+                .iter()
+                .all(|a| a.capacity() <= SPARE_ARG_BYTES_MAX),
+            "kept a buffer over the limit"
+        );
+        p.recycle(second);
+        p.recycle((0..2 * SPARE_ARGS_MAX).map(|_| vec![0u8; 8]).collect());
+        assert!(p.spare_args.len() <= SPARE_ARGS_MAX);
+        assert!(p.spare_args.iter().all(Vec::is_empty));
     }
 
     #[test]

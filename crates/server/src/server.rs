@@ -92,6 +92,16 @@ const OUTPUT_COMPACT_BYTES: usize = 1 << 20;
 /// the close into a reset that would destroy our last reply).
 const CLOSE_DISCARD_BYTES: usize = 256 << 10;
 
+/// Whether a read that fills less than its buffer proves the socket's receive queue empty, so
+/// that the connection can wait for its next readiness event without a last read that would
+/// only fail with `WouldBlock` (one system call per request saved when clients wait for each
+/// reply). True with epoll: a TCP read copies everything queued up to the buffer's size, and
+/// every segment that arrives later queues a new edge-triggered event for the socket. The one
+/// exception is an end of stream that arrived with the data (a read stops before it and the
+/// event that announced it was the last): the worker notes events that report it
+/// (`Conn::peer_closed`) and such connections read until the read returns 0.
+const SHORT_READ_DRAINS: bool = cfg!(target_os = "linux");
+
 /// Poll timeout while the acceptor backs off after an accept error (such as EMFILE).
 const ACCEPT_RETRY: Duration = Duration::from_millis(100);
 
@@ -231,9 +241,8 @@ pub(crate) struct Stats {
     pub(crate) connected_clients: AtomicUsize,
     connections_received: AtomicU64,
     connections_rejected: AtomicU64,
-    commands_processed: AtomicU64,
-    net_input_bytes: AtomicU64,
-    net_output_bytes: AtomicU64,
+    /// The counters every request bumps, one set per worker (see [`WorkerCounters`]).
+    workers: Box<[WorkerCounters]>,
     protocol_errors: AtomicU64,
     output_limit_disconnections: AtomicU64,
     accept_errors: AtomicU64,
@@ -256,16 +265,49 @@ pub(crate) struct StatsSnapshot {
     pub(crate) expired_keys: u64,
 }
 
+/// The counters each request bumps, kept per worker on a cache line of their own: with one
+/// counter shared by every worker, each request would pull its line from the core that last
+/// wrote it. INFO adds the workers' counters up.
+#[derive(Debug, Default)]
+#[repr(align(128))]
+pub(crate) struct WorkerCounters {
+    commands_processed: AtomicU64,
+    net_input_bytes: AtomicU64,
+    net_output_bytes: AtomicU64,
+}
+
 impl Stats {
+    /// Counters for `workers` worker threads.
+    fn new(workers: usize) -> Stats {
+        Stats {
+            workers: (0..workers.max(1))
+                .map(|_| WorkerCounters::default())
+                .collect(),
+            ..Stats::default()
+        }
+    }
+
+    /// Worker `index`'s counters.
+    fn worker(&self, index: usize) -> &WorkerCounters {
+        &self.workers[index % self.workers.len()]
+    }
+
+    fn sum(&self, field: impl Fn(&WorkerCounters) -> &AtomicU64) -> u64 {
+        self.workers
+            .iter()
+            .map(|w| field(w).load(Ordering::Relaxed))
+            .fold(0u64, u64::wrapping_add)
+    }
+
     fn raw(&self) -> StatsSnapshot {
         let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
         StatsSnapshot {
             connected_clients: self.connected_clients.load(Ordering::Relaxed),
             connections_received: get(&self.connections_received),
             connections_rejected: get(&self.connections_rejected),
-            commands_processed: get(&self.commands_processed),
-            net_input_bytes: get(&self.net_input_bytes),
-            net_output_bytes: get(&self.net_output_bytes),
+            commands_processed: self.sum(|w| &w.commands_processed),
+            net_input_bytes: self.sum(|w| &w.net_input_bytes),
+            net_output_bytes: self.sum(|w| &w.net_output_bytes),
             protocol_errors: get(&self.protocol_errors),
             output_limit_disconnections: get(&self.output_limit_disconnections),
             accept_errors: get(&self.accept_errors),
@@ -506,7 +548,7 @@ impl Listener {
         let shared = Arc::new(Shared {
             backend,
             port: local_addr.port(),
-            stats: Stats::default(),
+            stats: Stats::new(config.workers),
             started: Instant::now(),
             run_id: make_run_id(),
             handle,
@@ -576,7 +618,7 @@ impl Server {
                 waker: Arc::clone(&worker_wakers[index]),
                 rung: Mutex::new(Vec::new()),
             });
-            let worker = Worker::new(worker_poll, receiver, Arc::clone(&shared), doorbell);
+            let worker = Worker::new(index, worker_poll, receiver, Arc::clone(&shared), doorbell);
             let spawned = thread::Builder::new()
                 .name(format!("kavach-worker-{index}"))
                 .spawn(move || worker.run());
@@ -834,8 +876,8 @@ const HOLD_MAX: Duration = Duration::from_secs(2);
 /// Most input bytes a parked connection buffers before it stops reading.
 const PARKED_INPUT_BYTES_MAX: usize = 1 << 20;
 
-/// Executes the complete requests at the start of `data`. Returns the bytes used and why it
-/// stopped; a command that blocks is left in `blocked`.
+/// Executes the complete requests at the start of `data`. Returns the bytes used, why it
+/// stopped and how many commands ran; a command that blocks is left in `blocked`.
 fn run_requests(
     shared: &Shared,
     parser: &mut RequestParser,
@@ -844,7 +886,7 @@ fn run_requests(
     pause_at_len: usize,
     data: &[u8],
     blocked: &mut Option<Blocked>,
-) -> (usize, Stop) {
+) -> (usize, Stop, u64) {
     let mut used = 0;
     let mut commands = 0u64;
     let stop = loop {
@@ -858,20 +900,23 @@ fn run_requests(
                     continue;
                 }
                 commands += 1;
-                match command::execute(shared, session, &args, output) {
+                let action = command::execute(shared, session, &args, output);
+                if let Action::Block { keys, deadline } = action {
+                    *blocked = Some(Blocked {
+                        args,
+                        keys,
+                        deadline,
+                        parked: false,
+                    });
+                    break Stop::Blocked;
+                }
+                // The buffers take the next requests' arguments.
+                parser.recycle(args);
+                match action {
                     // It woke blocked clients: their replies go first (Redis serves them before
                     // the next command), so the requests after it wait.
                     Action::Continue if session.mailbox.pending() > 0 => break Stop::Blocked,
-                    Action::Continue => {}
-                    Action::Block { keys, deadline } => {
-                        *blocked = Some(Blocked {
-                            args,
-                            keys,
-                            deadline,
-                            parked: false,
-                        });
-                        break Stop::Blocked;
-                    }
+                    Action::Continue | Action::Block { .. } => {}
                     Action::CloseAfterReply => break Stop::Close,
                     Action::Shutdown => {
                         shared.handle.shutdown();
@@ -887,13 +932,7 @@ fn run_requests(
             }
         }
     };
-    if commands > 0 {
-        shared
-            .stats
-            .commands_processed
-            .fetch_add(commands, Ordering::Relaxed);
-    }
-    (used, stop)
+    (used, stop, commands)
 }
 
 /// What the worker does with a connection after serving it.
@@ -910,6 +949,12 @@ enum Verdict {
 /// One client connection, owned by one worker.
 struct Conn {
     stream: TcpStream,
+    /// The index of the worker that owns it (its counters in [`Stats`]).
+    worker: usize,
+    /// A readiness event reported the peer's end of the stream (or an error): a short read no
+    /// longer proves the socket drained (see [`SHORT_READ_DRAINS`]), as the end of stream has
+    /// no event of its own left to come.
+    peer_closed: bool,
     parser: RequestParser,
     session: Session,
     /// Received bytes not yet executed: a partial request, or (under backpressure) complete
@@ -944,6 +989,9 @@ impl Conn {
     /// executes more, until it would block or a bound is reached.
     fn serve(&mut self, shared: &Shared, scratch: &mut [u8], draining: bool) -> Verdict {
         let mut budget = READ_BUDGET_BYTES;
+        // A read returned less than the buffer holds: the socket had nothing more (see
+        // [`SHORT_READ_DRAINS`]).
+        let mut drained = false;
         loop {
             if !self.read_mail(shared) {
                 return Verdict::Close;
@@ -984,6 +1032,7 @@ impl Conn {
                     Ok(n) => {
                         shared
                             .stats
+                            .worker(self.worker)
                             .net_input_bytes
                             .fetch_add(n as u64, Ordering::Relaxed);
                         self.input.extend_from_slice(&scratch[..n]);
@@ -1006,6 +1055,10 @@ impl Conn {
             if budget == 0 {
                 return Verdict::Again;
             }
+            if drained {
+                // Replies written above; the next request comes with the next readiness event.
+                return Verdict::Idle;
+            }
             match self.stream.read(scratch) {
                 Ok(0) => {
                     // The client closed its side: finish what it sent, then close.
@@ -1013,8 +1066,10 @@ impl Conn {
                 }
                 Ok(n) => {
                     budget = budget.saturating_sub(n);
+                    drained = SHORT_READ_DRAINS && !self.peer_closed && n < scratch.len();
                     shared
                         .stats
+                        .worker(self.worker)
                         .net_input_bytes
                         .fetch_add(n as u64, Ordering::Relaxed);
                     self.absorb(shared, &scratch[..n]);
@@ -1140,7 +1195,7 @@ impl Conn {
         if self.input.is_empty() {
             // The common case: parse straight from the scratch buffer, keep only a partial tail.
             let pause_at = self.output_sent + OUTPUT_PAUSE_BYTES;
-            let (used, stop) = run_requests(
+            let (used, stop, commands) = run_requests(
                 shared,
                 &mut self.parser,
                 &mut self.session,
@@ -1152,6 +1207,7 @@ impl Conn {
             if stop != Stop::Close {
                 self.input.extend_from_slice(&data[used..]);
             }
+            self.count_commands(shared, commands);
             self.after_stop(stop);
         } else {
             self.input.extend_from_slice(data);
@@ -1162,7 +1218,7 @@ impl Conn {
     /// Executes the complete requests buffered in `input`.
     fn execute_input(&mut self, shared: &Shared) {
         let pause_at = self.output_sent + OUTPUT_PAUSE_BYTES;
-        let (used, stop) = run_requests(
+        let (used, stop, commands) = run_requests(
             shared,
             &mut self.parser,
             &mut self.session,
@@ -1175,7 +1231,19 @@ impl Conn {
         if self.input.is_empty() && self.input.capacity() > BUFFER_KEEP_BYTES {
             self.input = Vec::new();
         }
+        self.count_commands(shared, commands);
         self.after_stop(stop);
+    }
+
+    /// Adds `commands` to this worker's `total_commands_processed`.
+    fn count_commands(&self, shared: &Shared, commands: u64) {
+        if commands > 0 {
+            shared
+                .stats
+                .worker(self.worker)
+                .commands_processed
+                .fetch_add(commands, Ordering::Relaxed);
+        }
     }
 
     fn after_stop(&mut self, stop: Stop) {
@@ -1199,6 +1267,7 @@ impl Conn {
                     self.output_sent += n;
                     shared
                         .stats
+                        .worker(self.worker)
                         .net_output_bytes
                         .fetch_add(n as u64, Ordering::Relaxed);
                 }
@@ -1236,6 +1305,8 @@ impl Drop for PanicGuard {
 
 /// One worker thread: an event loop over the connections it owns.
 struct Worker {
+    /// Its place among the workers (0-based).
+    index: usize,
     poll: Poll,
     incoming: Receiver<Incoming>,
     shared: Arc<Shared>,
@@ -1278,12 +1349,14 @@ impl Doorbell {
 
 impl Worker {
     fn new(
+        index: usize,
         poll: Poll,
         incoming: Receiver<Incoming>,
         shared: Arc<Shared>,
         doorbell: Arc<Doorbell>,
     ) -> Self {
         Worker {
+            index,
             poll,
             incoming,
             shared,
@@ -1332,7 +1405,16 @@ impl Worker {
             for event in events.iter() {
                 match event.token() {
                     WAKER_TOKEN => woken = true,
-                    Token(index) => self.serve(index),
+                    Token(index) => {
+                        if event.is_read_closed() || event.is_error() {
+                            // The peer's FIN (or an error) is queued behind any data: read on
+                            // until the read says so, whatever a short read suggests.
+                            if let Some(conn) = self.conns.get_mut(index).and_then(Option::as_mut) {
+                                conn.peer_closed = true;
+                            }
+                        }
+                        self.serve(index);
+                    }
                 }
             }
             if woken {
@@ -1411,6 +1493,8 @@ impl Worker {
             let mailbox = Mailbox::new(id, Box::new(move || bell.ring(index)));
             self.conns[index] = Some(Conn {
                 stream,
+                worker: self.index,
+                peer_closed: false,
                 parser: RequestParser::new(self.shared.config.limits),
                 session: Session::new(handle, mailbox),
                 input: Vec::new(),
