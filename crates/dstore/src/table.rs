@@ -406,6 +406,7 @@ pub fn rehash_step(a: &mut Arena, t: u64, steps: u64) {
         a.put_u64(shape.new_b + next as usize * 8, 0);
         a.put_u64(shape.new_b + (next + old_n) as usize * 8, 0);
         let mut e = a.get_u64(old_b + next as usize * 8);
+        a.put_u64(old_b + next as usize * 8, 0);
         while e != 0 {
             let after = a.get_u64(e as usize + E_NEXT);
             let h = a.get_u64(e as usize + E_HASH);
