@@ -15,12 +15,10 @@ fn main() {
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
         let mut num = |name: &str| -> usize {
-            args.next()
-                .and_then(|v| v.parse().ok())
-                .unwrap_or_else(|| {
-                    eprintln!("{name} needs a number");
-                    std::process::exit(2)
-                })
+            args.next().and_then(|v| v.parse().ok()).unwrap_or_else(|| {
+                eprintln!("{name} needs a number");
+                std::process::exit(2)
+            })
         };
         match a.as_str() {
             "--mib" => mib = num("--mib"),
@@ -57,7 +55,7 @@ fn main() {
         }
         n += 1;
         // The engine takes the dirty pages at each checkpoint; do it now and then.
-        if n.is_multiple_of(100_000) {
+        if n % 100_000 == 0 {
             a.take_dirty();
         }
     }
@@ -73,7 +71,7 @@ fn main() {
         q(0.9999),
         lat[lat.len() - 1]
     );
-    worst.sort_unstable_by(|x, y| y.0.cmp(&x.0));
+    worst.sort_unstable_by_key(|w| std::cmp::Reverse(w.0));
     let mut grow: Vec<Duration> = worst.iter().map(|w| w.0).collect();
     grow.sort_unstable();
     println!(
@@ -84,6 +82,11 @@ fn main() {
         grow[grow.len() - 1],
     );
     for (d, from, to) in worst.iter().take(5) {
-        println!("  {:>10.3} ms  {} -> {} MiB", d.as_secs_f64() * 1e3, from >> 20, to >> 20);
+        println!(
+            "  {:>10.3} ms  {} -> {} MiB",
+            d.as_secs_f64() * 1e3,
+            from >> 20,
+            to >> 20
+        );
     }
 }

@@ -560,7 +560,9 @@ mod tests {
         a.track_dirty();
         let mut rng = 0x1234_5678_u64;
         for _ in 0..5_000 {
-            rng = rng.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            rng = rng
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
             let bytes = if rng >> 58 == 0 {
                 (rng >> 20) as usize % (1 << 20)
             } else {
@@ -582,7 +584,10 @@ mod tests {
         let len = b.len();
         let off = b.alloc(100_000).unwrap() as usize;
         let (_, size) = class_of(100_000).unwrap();
-        assert_eq!(b.len(), (off + size).next_multiple_of(GROW_QUANTUM).max(len));
+        assert_eq!(
+            b.len(),
+            (off + size).next_multiple_of(GROW_QUANTUM).max(len)
+        );
     }
 
     #[test]

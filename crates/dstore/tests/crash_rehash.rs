@@ -213,7 +213,10 @@ fn crash_at_every_fence_with_a_rehash_in_the_checkpoint() {
         assert_eq!(model::dump(&s), expect[OPS], "{what}: diverged");
         n += 1;
     }
-    assert!(n > OPS as u64, "every write forces at least once ({n} fences)");
+    assert!(
+        n > OPS as u64,
+        "every write forces at least once ({n} fences)"
+    );
     assert!(
         after_a_rehashing_checkpoint > 50,
         "crashes recovered from a checkpoint taken mid-rehash: {after_a_rehashing_checkpoint}"

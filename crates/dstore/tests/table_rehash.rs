@@ -166,7 +166,10 @@ fn a_scan_across_rehashes_returns_every_key_present_throughout() {
         assert!(steps < 100_000, "the walk ends");
     }
     assert!(during > 3, "steps during a rehash: {during}");
-    assert!(sizes.len() >= 3, "the table doubled during the walk: {sizes:?}");
+    assert!(
+        sizes.len() >= 3,
+        "the table doubled during the walk: {sizes:?}"
+    );
     for i in 0..100 {
         assert!(seen.contains(&key(i)), "key {i} missed");
     }
@@ -294,7 +297,11 @@ fn each_insert_relinks_a_bounded_number_of_entries() {
     let before = links(&a, &offs);
     put(&mut a, t, seed, &key(n), b"v");
     assert!(table::rehashing(&a, t));
-    assert_eq!(links(&a, &offs), before, "starting the doubling moves nothing");
+    assert_eq!(
+        links(&a, &offs),
+        before,
+        "starting the doubling moves nothing"
+    );
     let (mut ops, mut most, mut total) = (0u64, 0, 0);
     while table::rehashing(&a, t) {
         let sample = ops % 64 == 0;
