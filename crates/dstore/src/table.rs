@@ -19,6 +19,7 @@
 //! there in one step: the rehash block remembers the old array, its bucket count and the next old
 //! bucket to move, and every insert or unlink moves [`REHASH_STEP`] old buckets (a bounded
 //! amount of work per operation, as Redis's dict does) until the old array is empty and freed.
+//! A table of fewer than [`REHASH_INCREMENTAL_MIN`] buckets moves them all at once.
 //!
 //! While a table rehashes, where an entry lives follows from its hash alone: in old bucket
 //! `i = hash & (old - 1)` if `i` is not yet moved (`i >= next`), else in new bucket
@@ -67,6 +68,12 @@ pub const R_BYTES: usize = 32;
 /// is what makes a rehash end before the table can need the next doubling (that takes as many
 /// net inserts as the old array has buckets).
 pub const REHASH_STEP: u64 = 4;
+
+/// Tables of fewer buckets double in one step (their whole rehash is about as much work as a
+/// few steps of a large one). A hash's or a set's small field table so never carries a rehash
+/// block and an old array between operations: most of them are written with `replace`, which
+/// moves nothing, and would keep both for good.
+pub const REHASH_INCREMENTAL_MIN: u64 = 64;
 
 /// The most buckets a table may have (the bucket array is one arena block).
 pub const BUCKETS_MAX: u64 = 1 << 25;
@@ -343,6 +350,9 @@ pub fn insert(a: &mut Arena, t: u64, e: Entry) -> Result<()> {
         // cannot: see REHASH_STEP); finish it rather than stack a second one on it.
         rehash_step(a, t, u64::MAX);
         start_rehash(a, t)?;
+        if n < REHASH_INCREMENTAL_MIN {
+            rehash_step(a, t, n);
+        }
     }
     let s = slot(a, t, e.hash(a));
     let head = a.get_u64(s);

@@ -3,8 +3,8 @@
 
 use dstore::machine::{KEYSPACE_BUCKETS, NESTED_BUCKETS};
 use dstore::table::{
-    BUCKETS_MAX, R_BYTES, R_NEXT, R_OLD, R_OLD_N, REHASH_STEP, T_BUCKETS, T_BYTES, T_COUNT,
-    T_NBUCKETS, T_REHASH,
+    BUCKETS_MAX, R_BYTES, R_NEXT, R_OLD, R_OLD_N, REHASH_INCREMENTAL_MIN, REHASH_STEP, T_BUCKETS,
+    T_BYTES, T_COUNT, T_NBUCKETS, T_REHASH,
 };
 use pmem::format_doc::{check_fields, compare_constants, named_rows, verdict};
 use pmem::layout::Field;
@@ -63,6 +63,7 @@ fn table_constants_match_the_code() {
     let code: Vec<(&str, u64)> = vec![
         ("BUCKETS_MAX", BUCKETS_MAX),
         ("REHASH_STEP", REHASH_STEP),
+        ("REHASH_INCREMENTAL_MIN", REHASH_INCREMENTAL_MIN),
         ("KEYSPACE_BUCKETS", KEYSPACE_BUCKETS),
         ("NESTED_BUCKETS", NESTED_BUCKETS),
     ];

@@ -323,3 +323,23 @@ fn each_insert_relinks_a_bounded_number_of_entries() {
     assert!(most <= 48, "an insert relinked {most} entries");
     assert_eq!(table::validate(&a, t, "t").unwrap(), n + 1 + ops);
 }
+
+#[test]
+fn small_tables_double_at_once_and_large_ones_incrementally() {
+    let seed = 17;
+    let mut a = Arena::new();
+    let t = table::create(&mut a, 4).unwrap();
+    let mut i = 0;
+    while table::buckets(&a, t) < table::REHASH_INCREMENTAL_MIN {
+        put(&mut a, t, seed, &key(i), b"v");
+        assert!(!table::rehashing(&a, t), "{} buckets", table::buckets(&a, t));
+        i += 1;
+    }
+    // The first doubling from REHASH_INCREMENTAL_MIN buckets runs over several operations.
+    while table::buckets(&a, t) == table::REHASH_INCREMENTAL_MIN {
+        put(&mut a, t, seed, &key(i), b"v");
+        i += 1;
+    }
+    assert!(table::rehashing(&a, t));
+    assert_eq!(table::validate(&a, t, "t").unwrap(), i);
+}
