@@ -332,7 +332,11 @@ fn small_tables_double_at_once_and_large_ones_incrementally() {
     let mut i = 0;
     while table::buckets(&a, t) < table::REHASH_INCREMENTAL_MIN {
         put(&mut a, t, seed, &key(i), b"v");
-        assert!(!table::rehashing(&a, t), "{} buckets", table::buckets(&a, t));
+        assert!(
+            !table::rehashing(&a, t),
+            "{} buckets",
+            table::buckets(&a, t)
+        );
         i += 1;
     }
     // The first doubling from REHASH_INCREMENTAL_MIN buckets runs over several operations.
