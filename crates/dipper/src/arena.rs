@@ -10,6 +10,14 @@
 //! An arena can record which 4 KiB pages changed since the last [`Arena::take_dirty`], so a
 //! checkpoint writes only those pages to its slot.
 //!
+//! Growing an arena costs about what the allocation that needs the room costs: the image is
+//! extended to the end of that block rounded up to [`GROW_QUANTUM`] (zeros written only there),
+//! and its buffer, which reserves [`ARENA_RESERVE`] of address space from the start and grows
+//! geometrically past it, is moved by the system allocator remapping it, not by copying the
+//! image. (Before, an image grew by half its size at a time, up to 256 MiB of zeros written
+//! under the shard's lock in one allocation; `crates/dipper/examples/arena_growth.rs` measures
+//! both.)
+//!
 //! Layout of the header (all little-endian `u64`), see `docs/format/dipper.md`:
 //!
 //! | offset | field |
@@ -48,8 +56,15 @@ pub const ARENA_HEADER: usize = 1024;
 pub const BLOCK_BYTES_MAX: usize = 1 << 28;
 /// The largest arena (64 GiB): offsets stay far from overflow.
 pub const ARENA_BYTES_MAX: usize = 1 << 36;
-/// Smallest arena image (and growth quantum at small sizes).
+/// Smallest arena image.
 pub const ARENA_BYTES_MIN: usize = 64 * 1024;
+/// An arena's image grows to the end of the block that needs room, rounded up to this.
+pub const GROW_QUANTUM: usize = 64 * 1024;
+/// Address space an arena's buffer reserves when it is made (not memory: its pages are
+/// touched only as the image grows into them). A buffer this large is a mapping of its own,
+/// never a copy inside the allocator's heap, so growing it later moves the mapping (mremap)
+/// instead of copying the image.
+pub const ARENA_RESERVE: usize = 64 << 20;
 
 const _: () = assert!(ARENA_FREE + CLASSES * 8 <= ARENA_HEADER);
 const _: () = assert!(ARENA_USER + ARENA_USER_WORDS * 8 == ARENA_FREE);
@@ -102,8 +117,10 @@ impl Default for Arena {
 impl Arena {
     /// An empty arena with an initialized header.
     pub fn new() -> Arena {
+        let mut bytes = Vec::with_capacity(ARENA_RESERVE);
+        bytes.resize(ARENA_BYTES_MIN, 0);
         let mut a = Arena {
-            bytes: vec![0; ARENA_BYTES_MIN],
+            bytes,
             dirty: None,
             was_reset: false,
         };
@@ -119,9 +136,8 @@ impl Arena {
     /// of a new one, and what is written into it afterwards lays it out exactly as in a new
     /// arena. With page tracking on, every page counts as written.
     pub fn reset(&mut self) {
-        self.bytes.clear();
+        self.bytes = Vec::with_capacity(ARENA_RESERVE);
         self.bytes.resize(ARENA_BYTES_MIN, 0);
-        self.bytes.shrink_to_fit();
         if let Some(bits) = self.dirty.as_mut() {
             let pages = ARENA_BYTES_MIN / PAGE;
             bits.clear();
@@ -155,11 +171,14 @@ impl Arena {
                 len.to_string(),
             ));
         }
-        let a = Arena {
+        let mut a = Arena {
             bytes,
             dirty: None,
             was_reset: false,
         };
+        if a.bytes.capacity() < ARENA_RESERVE {
+            a.bytes.reserve_exact(ARENA_RESERVE - len);
+        }
         if a.get_u64(0) != ARENA_MAGIC {
             return Err(bad(
                 "magic",
@@ -347,13 +366,11 @@ impl Arena {
         if end <= self.bytes.len() {
             return;
         }
-        let len = self.bytes.len();
-        // Grow by half the image (at most 256 MiB at a time), to a whole number of pages.
-        let step = (len / 2).clamp(ARENA_BYTES_MIN, 256 << 20);
-        let new_len = end
-            .max(len + step)
-            .next_multiple_of(PAGE)
-            .min(ARENA_BYTES_MAX);
+        // The image grows by what the allocation needs, rounded up to GROW_QUANTUM, so the
+        // zeros written for it are bounded by the allocation, not by the image. The buffer
+        // behind it grows geometrically (Vec's amortized doubling); a large buffer is its own
+        // mapping, which the allocator moves with mremap, without copying.
+        let new_len = end.next_multiple_of(GROW_QUANTUM).min(ARENA_BYTES_MAX);
         self.bytes.resize(new_len, 0);
         if let Some(bits) = self.dirty.as_mut() {
             bits.resize((new_len / PAGE).div_ceil(64), 0);
@@ -533,6 +550,44 @@ mod tests {
             assert_eq!(a.alloc(n).unwrap(), b.alloc(n).unwrap());
         }
         assert_eq!(a.image(), b.image());
+    }
+
+    #[test]
+    fn the_image_grows_only_to_the_block_that_needs_room() {
+        // No allocation extends the image by more than its block and a quantum of slack, at
+        // any size (the old rule grew it by half its length at once).
+        let mut a = Arena::new();
+        a.track_dirty();
+        let mut rng = 0x1234_5678_u64;
+        for _ in 0..5_000 {
+            rng = rng
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            let bytes = if rng >> 58 == 0 {
+                (rng >> 20) as usize % (1 << 20)
+            } else {
+                (rng >> 32) as usize % 2000
+            };
+            let before = a.len();
+            let off = a.alloc(bytes).unwrap() as usize;
+            let (_, size) = class_of(bytes).unwrap();
+            if a.len() != before {
+                assert_eq!(a.len(), (off + size).next_multiple_of(GROW_QUANTUM));
+            }
+            assert!(a.len() >= off + size);
+            a.write(off + size - 1, &[1]);
+        }
+        assert!(a.len() > 16 << 20, "grew to {}", a.len());
+        assert_eq!(a.pages().div_ceil(64), a.dirty.as_ref().unwrap().len());
+        // An image read back grows the same way.
+        let mut b = Arena::from_image(a.image().to_vec()).unwrap();
+        let len = b.len();
+        let off = b.alloc(100_000).unwrap() as usize;
+        let (_, size) = class_of(100_000).unwrap();
+        assert_eq!(
+            b.len(),
+            (off + size).next_multiple_of(GROW_QUANTUM).max(len)
+        );
     }
 
     #[test]

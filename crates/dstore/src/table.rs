@@ -13,8 +13,19 @@
 //! | 36 | value length (u32) |
 //! | 40 | key bytes, then value bytes |
 //!
-//! The table header block holds the bucket array's offset, the bucket count (a power of two)
-//! and the entry count. The table doubles when it holds as many entries as buckets.
+//! The table header block holds the bucket array's offset, the bucket count (a power of two),
+//! the entry count and the offset of a rehash block (0 when none). When the table holds as many
+//! entries as buckets it gets a bucket array twice as large, but it does not move its entries
+//! there in one step: the rehash block remembers the old array, its bucket count and the next old
+//! bucket to move, and every insert or unlink moves [`REHASH_STEP`] old buckets (a bounded
+//! amount of work per operation, as Redis's dict does) until the old array is empty and freed.
+//! A table of fewer than [`REHASH_INCREMENTAL_MIN`] buckets moves them all at once.
+//!
+//! While a table rehashes, where an entry lives follows from its hash alone: in old bucket
+//! `i = hash & (old - 1)` if `i` is not yet moved (`i >= next`), else in new bucket
+//! `hash & (new - 1)`. So a lookup reads one chain, as when no rehash runs. The new array is not
+//! zeroed when it is allocated: new buckets `i` and `i + old` are zeroed when old bucket `i` is
+//! moved, the first moment they can hold an entry, and the rest are never read.
 
 use dipper::{Arena, DipperError, Result};
 
@@ -39,8 +50,30 @@ pub const T_BUCKETS: usize = 0;
 pub const T_NBUCKETS: usize = 8;
 /// Table header field: entry count.
 pub const T_COUNT: usize = 16;
+/// Table header field: offset of the rehash block (0: no rehash in progress).
+pub const T_REHASH: usize = 24;
 /// Bytes of a table header.
 pub const T_BYTES: usize = 32;
+
+/// Rehash block field: offset of the old (smaller) bucket array.
+pub const R_OLD: usize = 0;
+/// Rehash block field: bucket count of the old array (half the header's bucket count).
+pub const R_OLD_N: usize = 8;
+/// Rehash block field: the next old bucket to move (old buckets below it are empty and dead).
+pub const R_NEXT: usize = 16;
+/// Bytes of a rehash block (the last word is zero).
+pub const R_BYTES: usize = 32;
+
+/// Old buckets moved by each insert or unlink while a table rehashes. At least one per insert
+/// is what makes a rehash end before the table can need the next doubling (that takes as many
+/// net inserts as the old array has buckets).
+pub const REHASH_STEP: u64 = 4;
+
+/// Tables of fewer buckets double in one step (their whole rehash is about as much work as a
+/// few steps of a large one). A hash's or a set's small field table so never carries a rehash
+/// block and an old array between operations: most of them are written with `replace`, which
+/// moves nothing, and would keep both for good.
+pub const REHASH_INCREMENTAL_MIN: u64 = 64;
 
 /// The most buckets a table may have (the bucket array is one arena block).
 pub const BUCKETS_MAX: u64 = 1 << 25;
@@ -133,7 +166,7 @@ pub fn create(a: &mut Arena, buckets: u64) -> Result<u64> {
     a.put_u64(t as usize + T_BUCKETS, b);
     a.put_u64(t as usize + T_NBUCKETS, buckets);
     a.put_u64(t as usize + T_COUNT, 0);
-    a.put_u64(t as usize + 24, 0);
+    a.put_u64(t as usize + T_REHASH, 0);
     Ok(t)
 }
 
@@ -147,9 +180,72 @@ pub fn buckets(a: &Arena, t: u64) -> u64 {
     a.get_u64(t as usize + T_NBUCKETS)
 }
 
+/// Whether a rehash is in progress (its moves are not finished).
+pub fn rehashing(a: &Arena, t: u64) -> bool {
+    a.get_u64(t as usize + T_REHASH) != 0
+}
+
+/// The bucket arrays of a table as they are at one moment.
+#[derive(Debug, Clone, Copy)]
+struct Shape {
+    /// The current (new, while rehashing) array and its bucket count.
+    new_b: usize,
+    new_n: u64,
+    /// While rehashing: the rehash block, the old array, its bucket count and the next old
+    /// bucket to move.
+    old: Option<(usize, usize, u64, u64)>,
+}
+
+impl Shape {
+    fn of(a: &Arena, t: u64) -> Shape {
+        let r = a.get_u64(t as usize + T_REHASH) as usize;
+        Shape {
+            new_b: a.get_u64(t as usize + T_BUCKETS) as usize,
+            new_n: buckets(a, t),
+            old: (r != 0).then(|| {
+                (
+                    r,
+                    a.get_u64(r + R_OLD) as usize,
+                    a.get_u64(r + R_OLD_N),
+                    a.get_u64(r + R_NEXT),
+                )
+            }),
+        }
+    }
+
+    /// The word heading the chain an entry with hash `h` belongs to.
+    fn slot(&self, h: u64) -> usize {
+        if let Some((_, old_b, old_n, next)) = self.old {
+            let i = h & (old_n - 1);
+            if i >= next {
+                return old_b + i as usize * 8;
+            }
+        }
+        self.new_b + (h & (self.new_n - 1)) as usize * 8
+    }
+
+    /// Every bucket word that heads a live chain, with the mask its entries' hashes satisfy
+    /// (`hash & mask == index`) as (word, index, mask).
+    fn live(&self) -> impl Iterator<Item = (usize, u64, u64)> + '_ {
+        let (old_part, new_ranges) = match self.old {
+            None => (0..0, [(0, self.new_n), (0, 0)]),
+            Some((_, _, old_n, next)) => (next..old_n, [(0, next), (old_n, old_n + next)]),
+        };
+        let old = self.old.map_or((0, 1), |(_, b, n, _)| (b, n));
+        let new_mask = self.new_n - 1;
+        old_part
+            .map(move |i| (old.0 + i as usize * 8, i, old.1 - 1))
+            .chain(
+                new_ranges
+                    .into_iter()
+                    .flat_map(|(lo, hi)| lo..hi)
+                    .map(move |j| (self.new_b + j as usize * 8, j, new_mask)),
+            )
+    }
+}
+
 fn slot(a: &Arena, t: u64, h: u64) -> usize {
-    let n = buckets(a, t);
-    a.get_u64(t as usize + T_BUCKETS) as usize + (h & (n - 1)) as usize * 8
+    Shape::of(a, t).slot(h)
 }
 
 /// Find `key` (with hash `h`).
@@ -199,11 +295,10 @@ pub fn retain(
     mut keep: impl FnMut(&Arena, Entry) -> bool,
     mut dropped: impl FnMut(&mut Arena, Entry),
 ) -> u64 {
-    let n = buckets(a, t) as usize;
-    let b = a.get_u64(t as usize + T_BUCKETS) as usize;
+    let shape = Shape::of(a, t);
     let mut gone = 0;
-    for i in 0..n {
-        let mut link = b + i * 8;
+    for (head, _, _) in shape.live() {
+        let mut link = head;
         loop {
             let e = a.get_u64(link);
             if e == 0 {
@@ -248,9 +343,16 @@ pub fn free_entry(a: &mut Arena, e: Entry) {
 
 /// Link a new entry (its key must not be in the table), growing the table if needed.
 pub fn insert(a: &mut Arena, t: u64, e: Entry) -> Result<()> {
+    rehash_step(a, t, REHASH_STEP);
     let n = buckets(a, t);
     if count(a, t) >= n && n < BUCKETS_MAX {
-        grow(a, t)?;
+        // A rehash still running here would mean the steps fell behind the inserts (they
+        // cannot: see REHASH_STEP); finish it rather than stack a second one on it.
+        rehash_step(a, t, u64::MAX);
+        start_rehash(a, t)?;
+        if n < REHASH_INCREMENTAL_MIN {
+            rehash_step(a, t, n);
+        }
     }
     let s = slot(a, t, e.hash(a));
     let head = a.get_u64(s);
@@ -268,43 +370,77 @@ pub fn replace(a: &mut Arena, found: Found, new: Entry) {
     free_entry(a, found.entry);
 }
 
-/// Unlink a found entry without freeing it.
+/// Unlink a found entry without freeing it (then move some buckets if a rehash runs).
 pub fn unlink(a: &mut Arena, t: u64, found: Found) {
     let next = a.get_u64(found.entry.off as usize + E_NEXT);
     a.put_u64(found.link, next);
     a.put_u64(t as usize + T_COUNT, count(a, t) - 1);
+    rehash_step(a, t, REHASH_STEP);
 }
 
-fn grow(a: &mut Arena, t: u64) -> Result<()> {
+/// Begin doubling a table that is not rehashing: allocate the new array (not zeroed, see the
+/// module notes) and the rehash block. No entry moves yet.
+fn start_rehash(a: &mut Arena, t: u64) -> Result<()> {
     let old_n = buckets(a, t);
-    let old_b = a.get_u64(t as usize + T_BUCKETS) as usize;
+    let old_b = a.get_u64(t as usize + T_BUCKETS);
     let new_n = old_n * 2;
-    let new_b = a.alloc(new_n as usize * 8)?;
-    a.zero(new_b as usize, new_n as usize * 8);
-    for i in 0..old_n as usize {
-        let mut e = a.get_u64(old_b + i * 8);
-        while e != 0 {
-            let next = a.get_u64(e as usize + E_NEXT);
-            let h = a.get_u64(e as usize + E_HASH);
-            let s = new_b as usize + (h & (new_n - 1)) as usize * 8;
-            a.put_u64(e as usize + E_NEXT, a.get_u64(s));
-            a.put_u64(s, e);
-            e = next;
+    let r = a.alloc(R_BYTES)?;
+    let new_b = match a.alloc(new_n as usize * 8) {
+        Ok(b) => b,
+        Err(e) => {
+            a.free(r, R_BYTES);
+            return Err(e);
         }
-    }
-    a.free(old_b as u64, old_n as usize * 8);
+    };
+    a.put_u64(r as usize + R_OLD, old_b);
+    a.put_u64(r as usize + R_OLD_N, old_n);
+    a.put_u64(r as usize + R_NEXT, 0);
+    a.put_u64(r as usize + 24, 0);
     a.put_u64(t as usize + T_BUCKETS, new_b);
     a.put_u64(t as usize + T_NBUCKETS, new_n);
+    a.put_u64(t as usize + T_REHASH, r);
     Ok(())
 }
 
-/// Every entry, in bucket order.
+/// Move up to `steps` old buckets of a rehashing table to the new array; when the last one has
+/// moved, free the old array and the rehash block. Nothing happens if no rehash runs. How much
+/// moves depends only on `steps` and the table's sizes, never on the keys' hashes.
+pub fn rehash_step(a: &mut Arena, t: u64, steps: u64) {
+    let shape = Shape::of(a, t);
+    let Some((r, old_b, old_n, mut next)) = shape.old else {
+        return;
+    };
+    let new_mask = shape.new_n - 1;
+    let end = next.saturating_add(steps).min(old_n);
+    while next < end {
+        a.put_u64(shape.new_b + next as usize * 8, 0);
+        a.put_u64(shape.new_b + (next + old_n) as usize * 8, 0);
+        let mut e = a.get_u64(old_b + next as usize * 8);
+        a.put_u64(old_b + next as usize * 8, 0);
+        while e != 0 {
+            let after = a.get_u64(e as usize + E_NEXT);
+            let h = a.get_u64(e as usize + E_HASH);
+            let s = shape.new_b + (h & new_mask) as usize * 8;
+            a.put_u64(e as usize + E_NEXT, a.get_u64(s));
+            a.put_u64(s, e);
+            e = after;
+        }
+        next += 1;
+    }
+    if next == old_n {
+        a.free(old_b as u64, old_n as usize * 8);
+        a.free(r as u64, R_BYTES);
+        a.put_u64(t as usize + T_REHASH, 0);
+    } else {
+        a.put_u64(r + R_NEXT, next);
+    }
+}
+
+/// Every entry (in bucket order when no rehash runs).
 pub fn entries(a: &Arena, t: u64) -> Vec<Entry> {
-    let n = buckets(a, t) as usize;
-    let b = a.get_u64(t as usize + T_BUCKETS) as usize;
     let mut out = Vec::with_capacity(count(a, t) as usize);
-    for i in 0..n {
-        let mut e = a.get_u64(b + i * 8);
+    for (head, _, _) in Shape::of(a, t).live() {
+        let mut e = a.get_u64(head);
         while e != 0 {
             out.push(Entry { off: e });
             e = a.get_u64(e as usize + E_NEXT);
@@ -315,16 +451,36 @@ pub fn entries(a: &Arena, t: u64) -> Vec<Entry> {
 
 /// Entries of the bucket that reverse-binary cursor `v` names, and the next cursor (0: the
 /// walk is over). Every entry present for a whole walk is returned at least once, even if the
-/// table grows in between (the Redis SCAN argument).
+/// table grows in between (the Redis SCAN argument). While a rehash runs the cursor walks the
+/// old (smaller) array's buckets: one step returns every entry whose hash falls in old bucket
+/// `v & (old - 1)`, wherever it lives now (the old bucket, or the two new buckets it splits
+/// into). The cursor it returns is then one of the smaller table's, which stays valid on the
+/// larger one.
 pub fn scan_step(a: &Arena, t: u64, v: u64, out: &mut Vec<Entry>) -> u64 {
-    let n = buckets(a, t);
-    let mask = n - 1;
-    let b = a.get_u64(t as usize + T_BUCKETS) as usize;
-    let mut e = a.get_u64(b + (v & mask) as usize * 8);
-    while e != 0 {
-        out.push(Entry { off: e });
-        e = a.get_u64(e as usize + E_NEXT);
-    }
+    let shape = Shape::of(a, t);
+    let mut chain = |head: usize| {
+        let mut e = a.get_u64(head);
+        while e != 0 {
+            out.push(Entry { off: e });
+            e = a.get_u64(e as usize + E_NEXT);
+        }
+    };
+    let mask = match shape.old {
+        None => {
+            chain(shape.new_b + (v & (shape.new_n - 1)) as usize * 8);
+            shape.new_n - 1
+        }
+        Some((_, old_b, old_n, next)) => {
+            let i = v & (old_n - 1);
+            if i >= next {
+                chain(old_b + i as usize * 8);
+            } else {
+                chain(shape.new_b + i as usize * 8);
+                chain(shape.new_b + (i + old_n) as usize * 8);
+            }
+            old_n - 1
+        }
+    };
     let mut v = v | !mask;
     v = v.reverse_bits().wrapping_add(1).reverse_bits();
     v
@@ -336,14 +492,19 @@ pub fn destroy(a: &mut Arena, t: u64, mut each: impl FnMut(&mut Arena, Entry)) {
         each(a, e);
         free_entry(a, e);
     }
-    let n = buckets(a, t) as usize;
-    let b = a.get_u64(t as usize + T_BUCKETS);
-    a.free(b, n * 8);
+    let shape = Shape::of(a, t);
+    if let Some((r, old_b, old_n, _)) = shape.old {
+        a.free(old_b as u64, old_n as usize * 8);
+        a.free(r as u64, R_BYTES);
+    }
+    a.free(shape.new_b as u64, shape.new_n as usize * 8);
     a.free(t, T_BYTES);
 }
 
 /// Check a table's structure against the arena's bounds: every offset inside the arena's
-/// blocks, every entry in the bucket its hash names, the count right, no cycle.
+/// blocks, every entry in the bucket its hash names (the old or the new array's, while a rehash
+/// runs), the count right, no cycle; a rehash block's old array half the new one and its next
+/// bucket below the old count.
 pub fn validate(a: &Arena, t: u64, what: &'static str) -> Result<u64> {
     let top = a.top() as u64;
     let bad = |field: &'static str, expected: String, found: String| DipperError::Corrupt {
@@ -353,7 +514,9 @@ pub fn validate(a: &Arena, t: u64, what: &'static str) -> Result<u64> {
         expected,
         found,
     };
-    let inside = |off: u64, len: u64| off >= dipper::arena::ARENA_HEADER as u64 && off + len <= top;
+    let inside = |off: u64, len: u64| {
+        off >= dipper::arena::ARENA_HEADER as u64 && off.checked_add(len).is_some_and(|e| e <= top)
+    };
     if !inside(t, T_BYTES as u64) {
         return Err(bad(
             "table",
@@ -370,10 +533,39 @@ pub fn validate(a: &Arena, t: u64, what: &'static str) -> Result<u64> {
             format!("{n} at {b}"),
         ));
     }
+    let r = a.get_u64(t as usize + T_REHASH);
+    if r != 0 {
+        if !inside(r, R_BYTES as u64) {
+            return Err(bad(
+                "rehash block",
+                format!("0 or inside the arena (top {top})"),
+                r.to_string(),
+            ));
+        }
+        let (old_b, old_n, next) = (
+            a.get_u64(r as usize + R_OLD),
+            a.get_u64(r as usize + R_OLD_N),
+            a.get_u64(r as usize + R_NEXT),
+        );
+        if old_n.checked_mul(2) != Some(n) || !inside(old_b, old_n * 8) {
+            return Err(bad(
+                "old buckets",
+                format!("{} inside the arena", n / 2),
+                format!("{old_n} at {old_b}"),
+            ));
+        }
+        if next >= old_n {
+            return Err(bad(
+                "rehash next",
+                format!("below {old_n}"),
+                next.to_string(),
+            ));
+        }
+    }
     let want = count(a, t);
     let mut seen = 0u64;
-    for i in 0..n {
-        let mut e = a.get_u64((b + i * 8) as usize);
+    for (head, i, mask) in Shape::of(a, t).live() {
+        let mut e = a.get_u64(head);
         while e != 0 {
             if !inside(e, E_KEY as u64) {
                 return Err(bad("entry", "inside the arena".into(), e.to_string()));
@@ -387,10 +579,10 @@ pub fn validate(a: &Arena, t: u64, what: &'static str) -> Result<u64> {
                     format!("{len} at {e}"),
                 ));
             }
-            if en.hash(a) & (n - 1) != i {
+            if en.hash(a) & mask != i {
                 return Err(bad(
                     "entry hash",
-                    format!("bucket {i}"),
+                    format!("bucket {i} of {}", mask + 1),
                     format!("{:#x}", en.hash(a)),
                 ));
             }
