@@ -7,8 +7,9 @@
 //! checkpoint leaves them; and back in DRAM after recovery copies them in. Copying an arena
 //! copies the allocator with it, which is what DIPPER's checkpoint needs (section 4.2.3).
 //!
-//! An arena can record which 4 KiB pages changed since the last [`Arena::take_dirty`], so a
-//! checkpoint writes only those pages to its slot.
+//! An arena can record which 64-byte lines ([`DIRTY_LINE`]) changed since the last
+//! [`Arena::take_dirty_lines`] (or, by page, [`Arena::take_dirty`]), so a checkpoint writes
+//! only those lines to its slot.
 //!
 //! Layout of the header (all little-endian `u64`), see `docs/format/dipper.md`:
 //!
@@ -25,6 +26,10 @@ use crate::error::{DipperError, Result};
 
 /// Page size of arenas and shadow slots.
 pub const PAGE: usize = 4096;
+/// Grain of dirty tracking: a write marks the 64-byte lines it touches (one bit each, one
+/// `u64` of bits per page).
+pub const DIRTY_LINE: usize = 64;
+const _: () = assert!(PAGE / DIRTY_LINE == 64);
 /// Magic in an arena's first word (`KVARENA1`).
 pub const ARENA_MAGIC: u64 = u64::from_le_bytes(*b"KVARENA1");
 /// Offset of the bump pointer.
@@ -76,7 +81,8 @@ pub fn class_of(bytes: usize) -> Option<(usize, usize)> {
 #[derive(Clone)]
 pub struct Arena {
     bytes: Vec<u8>,
-    /// One bit per page written since the last `take_dirty`, if tracking is on.
+    /// One word per page, one bit per [`DIRTY_LINE`] of it written since the last
+    /// `take_dirty`/`take_dirty_lines`, if tracking is on.
     dirty: Option<Vec<u64>>,
     /// With tracking on: [`Arena::reset`] ran since the last [`Arena::take_reset`].
     was_reset: bool,
@@ -122,13 +128,9 @@ impl Arena {
         self.bytes.clear();
         self.bytes.resize(ARENA_BYTES_MIN, 0);
         self.bytes.shrink_to_fit();
-        if let Some(bits) = self.dirty.as_mut() {
-            let pages = ARENA_BYTES_MIN / PAGE;
-            bits.clear();
-            bits.resize(pages.div_ceil(64), 0);
-            for page in 0..pages {
-                bits[page / 64] |= 1 << (page % 64);
-            }
+        if let Some(lines) = self.dirty.as_mut() {
+            lines.clear();
+            lines.resize(ARENA_BYTES_MIN / PAGE, u64::MAX);
             self.was_reset = true;
         }
         self.put_u64(0, ARENA_MAGIC);
@@ -188,10 +190,10 @@ impl Arena {
         Ok(a)
     }
 
-    /// Start (or keep) recording written pages.
+    /// Start (or keep) recording written lines.
     pub fn track_dirty(&mut self) {
         if self.dirty.is_none() {
-            self.dirty = Some(vec![0; self.pages().div_ceil(64)]);
+            self.dirty = Some(vec![0; self.pages()]);
         }
     }
 
@@ -209,23 +211,24 @@ impl Arena {
         std::mem::take(&mut self.was_reset)
     }
 
-    /// Pages written since the last call (ascending), and clear the record. Empty if tracking
-    /// is off.
+    /// Pages written since the last call (ascending), and clear the record (of their lines
+    /// too). Empty if tracking is off.
     pub fn take_dirty(&mut self) -> Vec<usize> {
-        let pages = self.pages();
-        let Some(bits) = self.dirty.as_mut() else {
+        self.take_dirty_lines().into_iter().map(|(p, _)| p).collect()
+    }
+
+    /// Pages written since the last call (ascending), each with the mask of its
+    /// [`DIRTY_LINE`]-byte lines written (bit `i`: bytes `64 * i..64 * (i + 1)` of the page;
+    /// never 0), and clear the record. Empty if tracking is off.
+    pub fn take_dirty_lines(&mut self) -> Vec<(usize, u64)> {
+        let Some(lines) = self.dirty.as_mut() else {
             return Vec::new();
         };
         let mut out = Vec::new();
-        for (w, word) in bits.iter_mut().enumerate() {
-            let mut v = std::mem::take(word);
-            while v != 0 {
-                let b = v.trailing_zeros() as usize;
-                v &= v - 1;
-                let page = w * 64 + b;
-                if page < pages {
-                    out.push(page);
-                }
+        for (page, word) in lines.iter_mut().enumerate() {
+            let m = std::mem::take(word);
+            if m != 0 {
+                out.push((page, m));
             }
         }
         out
@@ -355,17 +358,20 @@ impl Arena {
             .next_multiple_of(PAGE)
             .min(ARENA_BYTES_MAX);
         self.bytes.resize(new_len, 0);
-        if let Some(bits) = self.dirty.as_mut() {
-            bits.resize((new_len / PAGE).div_ceil(64), 0);
+        if let Some(lines) = self.dirty.as_mut() {
+            lines.resize(new_len / PAGE, 0);
         }
     }
 
     fn mark(&mut self, off: usize, len: usize) {
-        if let Some(bits) = self.dirty.as_mut()
+        if let Some(lines) = self.dirty.as_mut()
             && len > 0
         {
-            for page in off / PAGE..=(off + len - 1) / PAGE {
-                bits[page / 64] |= 1 << (page % 64);
+            let (first, last) = (off / DIRTY_LINE, (off + len - 1) / DIRTY_LINE);
+            for page in first / 64..=last / 64 {
+                let lo = if page == first / 64 { first % 64 } else { 0 };
+                let hi = if page == last / 64 { last % 64 } else { 63 };
+                lines[page] |= (u64::MAX >> (63 - hi)) & (u64::MAX << lo);
             }
         }
     }

@@ -19,7 +19,7 @@ pub mod slot;
 
 pub use arena::Arena;
 pub use engine::{
-    CheckpointStats, Dipper, Layout, Locked, Machine, Options, RecoveryReport, Stats,
+    CheckpointStats, Dipper, Layout, Locked, Machine, Options, Pacing, RecoveryReport, Stats,
 };
 pub use error::{DipperError, Result};
 pub use log::ForcePolicy;
