@@ -542,6 +542,47 @@ mod tests {
     }
 
     #[test]
+    fn dirty_lines_are_the_lines_written() {
+        let mut a = Arena::new();
+        let off = a.alloc(3 * PAGE).unwrap() as usize;
+        a.track_dirty();
+        // One byte: one line. 100 bytes from the middle of a line: two lines.
+        a.write(off + 5, &[1]);
+        a.write(off + PAGE + 40, &[2; 100]);
+        // Across a page boundary: the last line of one page and the first of the next.
+        let end = (off / PAGE + 2) * PAGE;
+        a.write(end - 10, &[3; 20]);
+        let d = a.take_dirty_lines();
+        let line = |o: usize| (o / PAGE, 1u64 << ((o % PAGE) / DIRTY_LINE));
+        let mut want: Vec<(usize, u64)> = Vec::new();
+        for (p, m) in [
+            line(off + 5),
+            line(off + PAGE + 40),
+            line(off + PAGE + 139),
+            line(end - 10),
+            line(end + 9),
+        ] {
+            match want.iter_mut().find(|(q, _)| *q == p) {
+                Some(e) => e.1 |= m,
+                None => want.push((p, m)),
+            }
+        }
+        want.sort_unstable();
+        assert_eq!(d, want);
+        assert!(a.take_dirty_lines().is_empty(), "cleared");
+        // A whole page written: every line of it.
+        a.zero(end, PAGE);
+        assert_eq!(a.take_dirty_lines(), vec![(end / PAGE, u64::MAX)]);
+        // Growth keeps the record of the old pages and tracks the new ones.
+        a.write(off, &[4]);
+        let big = a.alloc(1 << 20).unwrap() as usize;
+        a.write(big + 3 * PAGE + 64, &[5; 64]);
+        let d = a.take_dirty_lines();
+        assert!(d.contains(&line(off)));
+        assert!(d.contains(&((big + 3 * PAGE) / PAGE, 0b10)));
+    }
+
+    #[test]
     fn dirty_pages_are_recorded_and_cleared() {
         let mut a = Arena::new();
         a.track_dirty();
