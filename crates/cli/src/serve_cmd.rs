@@ -138,7 +138,7 @@ pub struct ServeArgs {
     #[arg(long, value_name = "SIZE", requires = "pool_files")]
     pool_chunk: Option<String>,
     /// Checkpoint pacing: `on` spreads a checkpoint's replay and write-out over the time the
-    /// log takes to fill half way to the next one (at least 64 MiB/s, at most 5 s), so that
+    /// log takes to fill half way to the next one (at least 8 MiB/s, at most 5 s), so that
     /// clients keep their throughput while it runs; `off` runs it at full speed (INFO
     /// persistence shows last_checkpoint_planned_ms, _paced_ms and _pacing_rate).
     #[arg(long, default_value = "on", value_parser = ["on", "off"], value_name = "on|off")]

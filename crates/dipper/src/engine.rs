@@ -233,7 +233,7 @@ impl Default for Pacing {
         Pacing {
             enabled: true,
             finish_at_percent: 50,
-            floor_bytes_per_sec: 64 << 20,
+            floor_bytes_per_sec: 8 << 20,
             max_duration: Duration::from_secs(5),
             burst_bytes: 1 << 20,
         }
