@@ -519,10 +519,16 @@ impl<M: Medium + Clone + Send + Sync + 'static> Backend for StoreBackend<M> {
             kv("last_checkpoint_records", st.last_checkpoint.records),
             kv("last_checkpoint_pages", st.last_checkpoint.pages),
             kv("last_checkpoint_bytes", st.last_checkpoint.bytes),
-            kv("checkpoint_pacing", if st.pacing.enabled { "on" } else { "off" }),
+            kv(
+                "checkpoint_pacing",
+                if st.pacing.enabled { "on" } else { "off" },
+            ),
             kv("last_checkpoint_planned_ms", st.last_checkpoint.planned_ms),
             kv("last_checkpoint_paced_ms", st.last_checkpoint.paced_ms),
-            kv("last_checkpoint_pacing_rate", st.last_checkpoint.pacing_rate),
+            kv(
+                "last_checkpoint_pacing_rate",
+                st.last_checkpoint.pacing_rate,
+            ),
             kv("last_checkpoint_ms", st.last_checkpoint.total_ms),
             kv("last_checkpoint_swap_us", st.last_checkpoint.swap_us),
             kv("log_ring_bytes", st.log_ring_bytes),

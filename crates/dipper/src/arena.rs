@@ -214,7 +214,10 @@ impl Arena {
     /// Pages written since the last call (ascending), and clear the record (of their lines
     /// too). Empty if tracking is off.
     pub fn take_dirty(&mut self) -> Vec<usize> {
-        self.take_dirty_lines().into_iter().map(|(p, _)| p).collect()
+        self.take_dirty_lines()
+            .into_iter()
+            .map(|(p, _)| p)
+            .collect()
     }
 
     /// Pages written since the last call (ascending), each with the mask of its
@@ -546,7 +549,8 @@ mod tests {
         let mut a = Arena::new();
         let off = a.alloc(3 * PAGE).unwrap() as usize;
         a.track_dirty();
-        // One byte: one line. 100 bytes from the middle of a line: two lines.
+        // One byte: one line. 100 bytes from byte 40 of a line: that line and the next two
+        // (the block starts at 1024, a line boundary).
         a.write(off + 5, &[1]);
         a.write(off + PAGE + 40, &[2; 100]);
         // Across a page boundary: the last line of one page and the first of the next.
@@ -558,6 +562,7 @@ mod tests {
         for (p, m) in [
             line(off + 5),
             line(off + PAGE + 40),
+            line(off + PAGE + 100),
             line(off + PAGE + 139),
             line(end - 10),
             line(end + 9),
@@ -578,8 +583,16 @@ mod tests {
         let big = a.alloc(1 << 20).unwrap() as usize;
         a.write(big + 3 * PAGE + 64, &[5; 64]);
         let d = a.take_dirty_lines();
-        assert!(d.contains(&line(off)));
-        assert!(d.contains(&((big + 3 * PAGE) / PAGE, 0b10)));
+        let (p, m) = line(off);
+        assert!(
+            d.iter().any(|&(q, n)| q == p && n & m != 0),
+            "the old page's line (with the header's, changed by the allocation): {d:?}"
+        );
+        assert_eq!(big % DIRTY_LINE, 0);
+        assert!(
+            d.contains(&line(big + 3 * PAGE + 64)),
+            "one line of a new page: {d:?}"
+        );
     }
 
     #[test]

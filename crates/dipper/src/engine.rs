@@ -64,11 +64,11 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use crate::arena::{Arena, PAGE};
-use crate::slot::SlotWrite;
 use crate::error::{DipperError, Result};
 use crate::frames::{self, Frames, TableGeometry};
 use crate::layout::*;
 use crate::root::Root;
+use crate::slot::SlotWrite;
 use crate::slot::{self, SlotGeometry, SlotMap};
 use log::{ForcePolicy, Log, LogError, LogOptions};
 use pmem::{Alignment, Medium, Pool, Uuid, kinds};
@@ -847,8 +847,13 @@ impl<M: Medium + Clone + Send + Sync + 'static, S: Machine> Dipper<M, S> {
             }
         }
         if root.state == STATE_CHECKPOINTING {
-            report.archived_records =
-                replay(&machine, &logs[archived], &mut arenas, opts.replay_threads, None)?;
+            report.archived_records = replay(
+                &machine,
+                &logs[archived],
+                &mut arenas,
+                opts.replay_threads,
+                None,
+            )?;
         }
         if root.state == STATE_CHECKPOINTING && slots_grow {
             // Redo the checkpoint in format 2: the changed pages into free frames (the slot
@@ -923,7 +928,13 @@ impl<M: Medium + Clone + Send + Sync + 'static, S: Machine> Dipper<M, S> {
             a.track_dirty();
         }
         let active = root.active as usize;
-        report.active_records = replay(&machine, &logs[active], &mut arenas, opts.replay_threads, None)?;
+        report.active_records = replay(
+            &machine,
+            &logs[active],
+            &mut arenas,
+            opts.replay_threads,
+            None,
+        )?;
         report.replay_ms = replay_start.elapsed().as_millis() as u64;
         report.total_ms = start.elapsed().as_millis() as u64;
         let arena_bytes = arenas.iter().map(|a| a.len() as u64).sum();
@@ -1729,7 +1740,11 @@ impl<M: Medium + Clone + Send + Sync + 'static, S: Machine> Inner<M, S> {
         // what it may take before the next checkpoint is due, at the rate the archived log
         // filled (from the previous swap to this one), within `max_duration`; corrected while
         // the checkpoint runs by the rate the new log fills at.
-        let pacing = self.pacing.lock().map(|p| *p).unwrap_or_else(|_| Pacing::off());
+        let pacing = self
+            .pacing
+            .lock()
+            .map(|p| *p)
+            .unwrap_or_else(|_| Pacing::off());
         let swapped = Instant::now();
         let archived_bytes = self.logs[old].stats().used_bytes;
         let previous = ck.last_swap.replace(swapped);
@@ -1753,8 +1768,8 @@ impl<M: Medium + Clone + Send + Sync + 'static, S: Machine> Inner<M, S> {
                 return None;
             }
             let fill = used as f64 / elapsed.as_secs_f64();
-            let to_threshold = elapsed
-                + Duration::from_secs_f64(threshold.saturating_sub(used) as f64 / fill);
+            let to_threshold =
+                elapsed + Duration::from_secs_f64(threshold.saturating_sub(used) as f64 / fill);
             Some(swapped + to_threshold.mul_f64(share))
         };
         let slept_us = AtomicU64::new(0);
@@ -1838,9 +1853,12 @@ impl<M: Medium + Clone + Send + Sync + 'static, S: Machine> Inner<M, S> {
                 // since, so each slot is next written whole (no map: every page, a new map).
                 ck.maps = [None, None];
             }
-            let lines: Option<Vec<Vec<(usize, u64)>>> = ck.maps[target]
-                .as_ref()
-                .map(|_| ck.dirty_since[target].iter().map(|m| masks_to_lines(m)).collect());
+            let lines: Option<Vec<Vec<(usize, u64)>>> = ck.maps[target].as_ref().map(|_| {
+                ck.dirty_since[target]
+                    .iter()
+                    .map(|m| masks_to_lines(m))
+                    .collect()
+            });
             let mut map = ck.maps[target]
                 .take()
                 .unwrap_or_else(|| SlotMap::empty(ck.mirror.len()));
@@ -1974,7 +1992,11 @@ impl<M: Medium + Clone + Send + Sync + 'static, S: Machine> Inner<M, S> {
             checkpoint_running: running,
             log_swaps: swaps,
             last_checkpoint: last,
-            pacing: self.pacing.lock().map(|p| *p).unwrap_or_else(|_| Pacing::off()),
+            pacing: self
+                .pacing
+                .lock()
+                .map(|p| *p)
+                .unwrap_or_else(|_| Pacing::off()),
             image,
             operations: self.operations.load(Ordering::Relaxed),
             log_ring_bytes: ls.ring_bytes,

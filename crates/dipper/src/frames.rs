@@ -512,7 +512,8 @@ impl Frames {
                     out.pages += 1;
                     out.bytes += n;
                     pace(n);
-                    let crc = crc32c::crc32c_append(page_seed(uuid, f as u32, s as u32, p as u32), bytes);
+                    let crc =
+                        crc32c::crc32c_append(page_seed(uuid, f as u32, s as u32, p as u32), bytes);
                     // The frame of the image in force becomes this page's spare: it differs
                     // from the new copy in the lines changed now.
                     // (Unknown after a failed write: its changes were not all recorded.)

@@ -336,8 +336,11 @@ pub fn write<M: Medium>(
     pages: Option<&[Vec<usize>]>,
     map: &mut SlotMap,
 ) -> Result<SlotWrite> {
-    let whole: Option<Vec<Vec<(usize, u64)>>> =
-        pages.map(|p| p.iter().map(|l| l.iter().map(|&q| (q, u64::MAX)).collect()).collect());
+    let whole: Option<Vec<Vec<(usize, u64)>>> = pages.map(|p| {
+        p.iter()
+            .map(|l| l.iter().map(|&q| (q, u64::MAX)).collect())
+            .collect()
+    });
     write_lines(medium, uuid, geo, checkpoint, arenas, whole.as_deref(), map)
 }
 
@@ -355,7 +358,16 @@ pub fn write_lines<M: Medium>(
     pages: Option<&[Vec<(usize, u64)>]>,
     map: &mut SlotMap,
 ) -> Result<SlotWrite> {
-    write_paced(medium, uuid, geo, checkpoint, arenas, pages, map, &mut |_| {})
+    write_paced(
+        medium,
+        uuid,
+        geo,
+        checkpoint,
+        arenas,
+        pages,
+        map,
+        &mut |_| {},
+    )
 }
 
 /// [`write_lines`], calling `pace` with the bytes of each page written (for a checkpoint that
@@ -480,7 +492,11 @@ pub(crate) fn write_masked<M: Medium>(medium: &M, at: usize, page: &[u8], mask: 
         let (from, len) = (lo * line, run * line);
         medium.write_nontemporal(at + from, &page[from..from + len]);
         n += len as u64;
-        m = if lo + run >= 64 { 0 } else { m & (u64::MAX << (lo + run)) };
+        m = if lo + run >= 64 {
+            0
+        } else {
+            m & (u64::MAX << (lo + run))
+        };
     }
     n
 }

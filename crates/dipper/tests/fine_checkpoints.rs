@@ -220,7 +220,10 @@ fn clean_run(growable: bool, pacing: Pacing) {
     assert_eq!(acked, OPS);
     assert_eq!(stats.len(), CHECKPOINT_AFTER.len());
     for (k, st) in stats.iter().enumerate() {
-        println!("growable {growable}: checkpoint {k}: {} pages, {} bytes", st.pages, st.bytes);
+        println!(
+            "growable {growable}: checkpoint {k}: {} pages, {} bytes",
+            st.pages, st.bytes
+        );
         assert!(st.pages > 0 && st.bytes > 0, "checkpoint {k}: {st:?}");
         assert!(st.bytes <= st.pages * PAGE as u64, "checkpoint {k}: {st:?}");
         if k >= 3 {

@@ -40,7 +40,9 @@ fn engine() -> Dipper<Arc<SimMedium>, Blocks> {
         background: false,
         ..Options::default()
     };
-    Dipper::create(pool, &layout, Blocks, opts).expect("create").0
+    Dipper::create(pool, &layout, Blocks, opts)
+        .expect("create")
+        .0
 }
 
 fn images(e: &Dipper<Arc<SimMedium>, Blocks>) -> Vec<Vec<u8>> {
