@@ -371,10 +371,11 @@ impl Arena {
             && len > 0
         {
             let (first, last) = (off / DIRTY_LINE, (off + len - 1) / DIRTY_LINE);
-            for page in first / 64..=last / 64 {
-                let lo = if page == first / 64 { first % 64 } else { 0 };
-                let hi = if page == last / 64 { last % 64 } else { 63 };
-                lines[page] |= (u64::MAX >> (63 - hi)) & (u64::MAX << lo);
+            let (p0, p1) = (first / 64, last / 64);
+            for (page, word) in lines[p0..=p1].iter_mut().enumerate() {
+                let lo = if page == 0 { first % 64 } else { 0 };
+                let hi = if page == p1 - p0 { last % 64 } else { 63 };
+                *word |= (u64::MAX >> (63 - hi)) & (u64::MAX << lo);
             }
         }
     }

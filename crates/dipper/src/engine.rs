@@ -1844,9 +1844,9 @@ impl<M: Medium + Clone + Send + Sync + 'static, S: Machine> Inner<M, S> {
             ck.frames.commit(w.1);
             w.0
         } else {
-            for s in 0..ck.mirror.len() {
-                merge_lines(&mut ck.dirty_since[0][s], &changed[s]);
-                merge_lines(&mut ck.dirty_since[1][s], &changed[s]);
+            for (s, lines) in changed.iter().enumerate() {
+                merge_lines(&mut ck.dirty_since[0][s], lines);
+                merge_lines(&mut ck.dirty_since[1][s], lines);
             }
             if reset {
                 // An emptied arena: each slot's copy of it is stale beyond what was written
