@@ -17,7 +17,7 @@ use std::sync::Arc;
 
 use dipper::arena::{Arena, PAGE};
 use dipper::{Dipper, DipperError, Layout, Machine, Options, Pacing, Result};
-use pmem::{CrashPlan, Domain, Medium, OpenOptions, Pool, SimConfig, SimMedium};
+use pmem::{CrashPlan, Domain, OpenOptions, Pool, SimConfig, SimMedium};
 
 const SHARDS: usize = 3;
 const AREA: usize = 3 * PAGE;
@@ -105,11 +105,9 @@ fn prefixes() -> Vec<Vec<Vec<u8>>> {
     let mut out = vec![snap(&arenas)];
     for i in 0..OPS {
         let (ids, bytes) = op(i);
-        for s in 0..SHARDS {
+        for (s, arena) in arenas.iter_mut().enumerate() {
             if ids.as_ref().is_none_or(|ids| ids.contains(&(s as u16))) {
-                Bytes
-                    .apply(s, &mut arenas[s], &bytes, &mut ())
-                    .expect("apply");
+                Bytes.apply(s, arena, &bytes, &mut ()).expect("apply");
             }
         }
         out.push(snap(&arenas));
