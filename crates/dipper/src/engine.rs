@@ -202,10 +202,11 @@ pub struct CheckpointStats {
     pub total_ms: u64,
     /// Time the pacing planned for the replay and the write-out (0: not paced).
     pub planned_ms: u64,
-    /// Time the replay and the write-out slept to keep to that plan.
+    /// Time the replay and the write-out slept to keep to that plan, summed over the replay
+    /// threads and the write-out (so it can exceed `total_ms`).
     pub paced_ms: u64,
-    /// The work (bytes of archived log replayed plus bytes written) per second the plan asked
-    /// for at the start of the write-out (0: not paced).
+    /// Bytes per second the plan asked of the write-out when it started (its estimate of the
+    /// changed lines over the time left, at least the floor; 0: not paced).
     pub pacing_rate: u64,
     /// Pacing was ended early (a writer found the log full, or the store closed).
     pub pacing_cut: bool,
