@@ -16,7 +16,7 @@ difference of the cumulative counts over the difference of the time stamps. The 
 (JVM and connection warm-up) and a last one shorter than 0.5 s are dropped.
 
 Busy spans (rewrite / checkpoint in progress): from the controller's log, SAVE sent ..
-answered (SAVE blocks until the checkpoint is done), every span in which an *_in_progress
+answered (SAVE blocks until the checkpoint is done; BGSAVE answers at once), every span in which an *_in_progress
 field of INFO persistence read 1 (Redis aof_rewrite_in_progress), and, for a finished-counter
 change with no span around it (a checkpoint too short to see in a 0.1 s poll), the poll
 interval before it. A bucket is busy when it overlaps a busy span. BGREWRITEAOF is answered at
@@ -271,7 +271,9 @@ def main():
     first = runs[0]
     out.append(f"{first['seconds']} s of YCSB workload {first['workload']} per system "
                f"({first['records']:,} records, {first['threads']} threads, zipfian), "
-               f"1-second buckets; a SAVE (Kavach) or BGREWRITEAOF (Redis) every "
+               f"1-second buckets; a "
+               f"{next((r.get('trigger') for r in runs if r['system'].startswith('kavach')), 'SAVE')}"
+               f" (Kavach) or BGREWRITEAOF (Redis) every "
                f"{first['every']} s. Latencies in ms, per-bucket p99.9 from YCSB's interval "
                f"HdrHistograms. \"busy\": buckets overlapping a checkpoint / AOF rewrite.\n")
     rows = []

@@ -4,6 +4,7 @@
 #
 #   bench/server/timeline.sh [--quick] [--out DIR] [--systems LIST] [--seconds S]
 #                            [--records N] [--threads T] [--every S] [--workload W]
+#                            [--kavach-trigger CMD]
 #
 #   --quick            smoke run: 10 s, 50,000 records, a trigger every 3 s
 #   --out DIR          results directory (default target/bench/timeline)
@@ -15,14 +16,21 @@
 #   --threads T        YCSB client threads (default 16; see bench/ycsb/run.sh)
 #   --every S          seconds between triggers (default 10)
 #   --workload W       YCSB workload of the measured load (default a: 50% read, 50% update)
+#   --kavach-trigger CMD  what is sent to Kavach every --every seconds: BGSAVE (default: a
+#                      checkpoint on a thread of its own, answered at once, as Redis answers
+#                      BGREWRITEAOF) or SAVE (answered when the checkpoint is done; it runs on
+#                      the worker thread that serves the controller's connection, so that
+#                      worker's other connections wait for it: up to Kavach 0.1 of issue 27
+#                      the only trigger)
 #
 # Per system: a fresh server on a fresh data directory, a YCSB load of N records, then for S
 # seconds YCSB workload W (zipfian, closed loop, -p maxexecutiontime=S,
 # -p measurementtype=hdrhistogram, -s -p status.interval=1: one status line per second with
 # that second's operation count and READ/UPDATE percentiles, from per-interval histograms)
 # while bench/server/resptool.py ctl
-#   - sends SAVE (Kavach: a checkpoint, on top of the ones it starts when its log fills) or
-#     BGREWRITEAOF (Redis) every --every seconds, noting when it was sent and answered;
+#   - sends BGSAVE or SAVE (Kavach: a checkpoint, on top of the ones it starts when its log
+#     fills) or BGREWRITEAOF (Redis) every --every seconds, noting when it was sent and
+#     answered;
 #   - polls INFO persistence every 0.1 s, noting every *_in_progress flag change (Redis
 #     aof_rewrite_in_progress; Kavach whatever it reports) and every finished
 #     rewrite/checkpoint counted there (aof_rewrites; *checkpoints*).
@@ -60,6 +68,7 @@ RECORDS=""
 THREADS=16
 EVERY=""
 WORKLOAD=a
+KAVACH_TRIGGER=BGSAVE
 need() { [ $# -ge 2 ] || die "$1 needs a value (see --help)"; }
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -71,6 +80,7 @@ while [ $# -gt 0 ]; do
     --threads) need "$@"; THREADS="$2"; shift ;;
     --every) need "$@"; EVERY="$2"; shift ;;
     --workload) need "$@"; WORKLOAD="$2"; shift ;;
+    --kavach-trigger) need "$@"; KAVACH_TRIGGER="${2^^}"; shift ;;
     -h|--help) usage; exit 0 ;;
     *) die "unknown argument '$1' (see --help)" ;;
   esac
@@ -85,6 +95,7 @@ for v in DURATION RECORDS THREADS EVERY; do
   [[ "${!v}" =~ ^[1-9][0-9]*$ ]] || die "${v,,} must be a positive integer, got '${!v}'"
 done
 [ -f "$ROOT/bench/ycsb/workloads/workload$WORKLOAD" ] || die "unknown workload '$WORKLOAD'"
+case "$KAVACH_TRIGGER" in SAVE|BGSAVE) ;; *) die "--kavach-trigger must be SAVE or BGSAVE, got '$KAVACH_TRIGGER'" ;; esac
 
 check_systems "$SYSTEMS_ARG"
 # shellcheck source=bench/ycsb/build.sh
@@ -153,7 +164,7 @@ for sys in "${SYSTEMS[@]}"; do
   [ -n "$quiet" ] || log "warning: $sys still rewriting / checkpointing 600 s after the load; starting anyway"
   [ "$i" -eq 0 ] || log "$sys: waited at least $(( i * 50 )) ms for the load's rewrite / checkpoint to finish"
   mem="$(info_field "$PORT" memory used_memory_human)"
-  if is_kavach "$sys"; then trig=SAVE; else trig=BGREWRITEAOF; fi
+  if is_kavach "$sys"; then trig="$KAVACH_TRIGGER"; else trig=BGREWRITEAOF; fi
   log "$sys: $DURATION s of workload $WORKLOAD, $trig every $EVERY s (dataset: ${mem:-?} used memory, $(du -sh "$dir" | cut -f1) on disk)"
   pers_before="$(info_json "$PORT" persistence)"
   t0="$EPOCHREALTIME"

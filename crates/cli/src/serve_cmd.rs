@@ -137,6 +137,27 @@ pub struct ServeArgs {
     /// two; sizes as for --maxmemory). Default 1 MiB.
     #[arg(long, value_name = "SIZE", requires = "pool_files")]
     pool_chunk: Option<String>,
+    /// Checkpoint pacing: `on` spreads a checkpoint's replay and write-out over the time the
+    /// log takes to fill half way to the next one (at least 8 MiB/s, at most 5 s), so that
+    /// clients keep their throughput while it runs; `off` runs it at full speed (INFO
+    /// persistence shows last_checkpoint_planned_ms, _paced_ms and _pacing_rate).
+    #[arg(long, default_value = "on", value_parser = ["on", "off"], value_name = "on|off")]
+    checkpoint_pacing: String,
+}
+
+/// Apply `--checkpoint-pacing` to the opened store's engine.
+fn set_pacing<M: pmem::Medium + Clone + Send + Sync + 'static, S: dipper::Machine>(
+    a: &ServeArgs,
+    engine: &dipper::Dipper<M, S>,
+) -> Result<()> {
+    let pacing = if a.checkpoint_pacing == "off" {
+        dipper::Pacing::off()
+    } else {
+        dipper::Pacing::default()
+    };
+    engine
+        .set_pacing(pacing)
+        .map_err(|e| crate::outcome::CommandFailed(anyhow::anyhow!("{e}")).into())
 }
 
 /// How often a store on a pool set checks that its member files are still there.
@@ -497,6 +518,17 @@ impl<M: Medium + Clone + Send + Sync + 'static> Backend for StoreBackend<M> {
             kv("checkpoint_image", st.image),
             kv("last_checkpoint_records", st.last_checkpoint.records),
             kv("last_checkpoint_pages", st.last_checkpoint.pages),
+            kv("last_checkpoint_bytes", st.last_checkpoint.bytes),
+            kv(
+                "checkpoint_pacing",
+                if st.pacing.enabled { "on" } else { "off" },
+            ),
+            kv("last_checkpoint_planned_ms", st.last_checkpoint.planned_ms),
+            kv("last_checkpoint_paced_ms", st.last_checkpoint.paced_ms),
+            kv(
+                "last_checkpoint_pacing_rate",
+                st.last_checkpoint.pacing_rate,
+            ),
             kv("last_checkpoint_ms", st.last_checkpoint.total_ms),
             kv("last_checkpoint_swap_us", st.last_checkpoint.swap_us),
             kv("log_ring_bytes", st.log_ring_bytes),
@@ -1016,6 +1048,7 @@ fn open_set_store(a: &ServeArgs, plan: &Plan) -> Result<Arc<dyn Backend>> {
     .map_err(|e| anyhow::anyhow!("{e}"))
     .with_context(|| format!("cannot open the store in {}", a.dir.display()))
     .map_err(crate::outcome::CommandFailed)?;
+    set_pacing(a, store.engine())?;
     for note in &sopened.notes {
         server::say!("kavach: integrity: {note}");
     }
@@ -1066,6 +1099,7 @@ fn open_store(a: &ServeArgs, plan: &Plan) -> Result<Arc<dyn Backend>> {
         .map_err(|e| anyhow::anyhow!("{e}"))
         .with_context(|| format!("cannot open the store in {}", a.dir.display()))
         .map_err(crate::outcome::CommandFailed)?;
+    set_pacing(a, store.engine())?;
     for note in &popened.notes {
         server::say!("kavach: integrity: {note}");
     }

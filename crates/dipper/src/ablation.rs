@@ -360,8 +360,10 @@ impl<M: Medium + Clone + Send + Sync + 'static, S: Machine> Inner<M, S> {
             number,
             records: 0,
             pages,
+            bytes: pages * PAGE as u64,
             swap_us,
             total_ms: start.elapsed().as_millis() as u64,
+            ..CheckpointStats::default()
         })
     }
 }

@@ -7,8 +7,9 @@
 //! checkpoint leaves them; and back in DRAM after recovery copies them in. Copying an arena
 //! copies the allocator with it, which is what DIPPER's checkpoint needs (section 4.2.3).
 //!
-//! An arena can record which 4 KiB pages changed since the last [`Arena::take_dirty`], so a
-//! checkpoint writes only those pages to its slot.
+//! An arena can record which 64-byte lines ([`DIRTY_LINE`]) changed since the last
+//! [`Arena::take_dirty_lines`] (or, by page, [`Arena::take_dirty`]), so a checkpoint writes
+//! only those lines to its slot.
 //!
 //! Growing an arena costs about what the allocation that needs the room costs: the image is
 //! extended to the end of that block rounded up to [`GROW_QUANTUM`] (zeros written only there),
@@ -33,6 +34,10 @@ use crate::error::{DipperError, Result};
 
 /// Page size of arenas and shadow slots.
 pub const PAGE: usize = 4096;
+/// Grain of dirty tracking: a write marks the 64-byte lines it touches (one bit each, one
+/// `u64` of bits per page).
+pub const DIRTY_LINE: usize = 64;
+const _: () = assert!(PAGE / DIRTY_LINE == 64);
 /// Magic in an arena's first word (`KVARENA1`).
 pub const ARENA_MAGIC: u64 = u64::from_le_bytes(*b"KVARENA1");
 /// Offset of the bump pointer.
@@ -91,7 +96,8 @@ pub fn class_of(bytes: usize) -> Option<(usize, usize)> {
 #[derive(Clone)]
 pub struct Arena {
     bytes: Vec<u8>,
-    /// One bit per page written since the last `take_dirty`, if tracking is on.
+    /// One word per page, one bit per [`DIRTY_LINE`] of it written since the last
+    /// `take_dirty`/`take_dirty_lines`, if tracking is on.
     dirty: Option<Vec<u64>>,
     /// With tracking on: [`Arena::reset`] ran since the last [`Arena::take_reset`].
     was_reset: bool,
@@ -138,13 +144,9 @@ impl Arena {
     pub fn reset(&mut self) {
         self.bytes = Vec::with_capacity(ARENA_RESERVE);
         self.bytes.resize(ARENA_BYTES_MIN, 0);
-        if let Some(bits) = self.dirty.as_mut() {
-            let pages = ARENA_BYTES_MIN / PAGE;
-            bits.clear();
-            bits.resize(pages.div_ceil(64), 0);
-            for page in 0..pages {
-                bits[page / 64] |= 1 << (page % 64);
-            }
+        if let Some(lines) = self.dirty.as_mut() {
+            lines.clear();
+            lines.resize(ARENA_BYTES_MIN / PAGE, u64::MAX);
             self.was_reset = true;
         }
         self.put_u64(0, ARENA_MAGIC);
@@ -207,10 +209,10 @@ impl Arena {
         Ok(a)
     }
 
-    /// Start (or keep) recording written pages.
+    /// Start (or keep) recording written lines.
     pub fn track_dirty(&mut self) {
         if self.dirty.is_none() {
-            self.dirty = Some(vec![0; self.pages().div_ceil(64)]);
+            self.dirty = Some(vec![0; self.pages()]);
         }
     }
 
@@ -228,23 +230,27 @@ impl Arena {
         std::mem::take(&mut self.was_reset)
     }
 
-    /// Pages written since the last call (ascending), and clear the record. Empty if tracking
-    /// is off.
+    /// Pages written since the last call (ascending), and clear the record (of their lines
+    /// too). Empty if tracking is off.
     pub fn take_dirty(&mut self) -> Vec<usize> {
-        let pages = self.pages();
-        let Some(bits) = self.dirty.as_mut() else {
+        self.take_dirty_lines()
+            .into_iter()
+            .map(|(p, _)| p)
+            .collect()
+    }
+
+    /// Pages written since the last call (ascending), each with the mask of its
+    /// [`DIRTY_LINE`]-byte lines written (bit `i`: bytes `64 * i..64 * (i + 1)` of the page;
+    /// never 0), and clear the record. Empty if tracking is off.
+    pub fn take_dirty_lines(&mut self) -> Vec<(usize, u64)> {
+        let Some(lines) = self.dirty.as_mut() else {
             return Vec::new();
         };
         let mut out = Vec::new();
-        for (w, word) in bits.iter_mut().enumerate() {
-            let mut v = std::mem::take(word);
-            while v != 0 {
-                let b = v.trailing_zeros() as usize;
-                v &= v - 1;
-                let page = w * 64 + b;
-                if page < pages {
-                    out.push(page);
-                }
+        for (page, word) in lines.iter_mut().enumerate() {
+            let m = std::mem::take(word);
+            if m != 0 {
+                out.push((page, m));
             }
         }
         out
@@ -372,17 +378,21 @@ impl Arena {
         // mapping, which the allocator moves with mremap, without copying.
         let new_len = end.next_multiple_of(GROW_QUANTUM).min(ARENA_BYTES_MAX);
         self.bytes.resize(new_len, 0);
-        if let Some(bits) = self.dirty.as_mut() {
-            bits.resize((new_len / PAGE).div_ceil(64), 0);
+        if let Some(lines) = self.dirty.as_mut() {
+            lines.resize(new_len / PAGE, 0);
         }
     }
 
     fn mark(&mut self, off: usize, len: usize) {
-        if let Some(bits) = self.dirty.as_mut()
+        if let Some(lines) = self.dirty.as_mut()
             && len > 0
         {
-            for page in off / PAGE..=(off + len - 1) / PAGE {
-                bits[page / 64] |= 1 << (page % 64);
+            let (first, last) = (off / DIRTY_LINE, (off + len - 1) / DIRTY_LINE);
+            let (p0, p1) = (first / 64, last / 64);
+            for (page, word) in lines[p0..=p1].iter_mut().enumerate() {
+                let lo = if page == 0 { first % 64 } else { 0 };
+                let hi = if page == p1 - p0 { last % 64 } else { 63 };
+                *word |= (u64::MAX >> (63 - hi)) & (u64::MAX << lo);
             }
         }
     }
@@ -578,7 +588,7 @@ mod tests {
             a.write(off + size - 1, &[1]);
         }
         assert!(a.len() > 16 << 20, "grew to {}", a.len());
-        assert_eq!(a.pages().div_ceil(64), a.dirty.as_ref().unwrap().len());
+        assert_eq!(a.pages(), a.dirty.as_ref().unwrap().len());
         // An image read back grows the same way.
         let mut b = Arena::from_image(a.image().to_vec()).unwrap();
         let len = b.len();
@@ -587,6 +597,57 @@ mod tests {
         assert_eq!(
             b.len(),
             (off + size).next_multiple_of(GROW_QUANTUM).max(len)
+        );
+    }
+
+    #[test]
+    fn dirty_lines_are_the_lines_written() {
+        let mut a = Arena::new();
+        let off = a.alloc(3 * PAGE).unwrap() as usize;
+        a.track_dirty();
+        // One byte: one line. 100 bytes from byte 40 of a line: that line and the next two
+        // (the block starts at 1024, a line boundary).
+        a.write(off + 5, &[1]);
+        a.write(off + PAGE + 40, &[2; 100]);
+        // Across a page boundary: the last line of one page and the first of the next.
+        let end = (off / PAGE + 2) * PAGE;
+        a.write(end - 10, &[3; 20]);
+        let d = a.take_dirty_lines();
+        let line = |o: usize| (o / PAGE, 1u64 << ((o % PAGE) / DIRTY_LINE));
+        let mut want: Vec<(usize, u64)> = Vec::new();
+        for (p, m) in [
+            line(off + 5),
+            line(off + PAGE + 40),
+            line(off + PAGE + 100),
+            line(off + PAGE + 139),
+            line(end - 10),
+            line(end + 9),
+        ] {
+            match want.iter_mut().find(|(q, _)| *q == p) {
+                Some(e) => e.1 |= m,
+                None => want.push((p, m)),
+            }
+        }
+        want.sort_unstable();
+        assert_eq!(d, want);
+        assert!(a.take_dirty_lines().is_empty(), "cleared");
+        // A whole page written: every line of it.
+        a.zero(end, PAGE);
+        assert_eq!(a.take_dirty_lines(), vec![(end / PAGE, u64::MAX)]);
+        // Growth keeps the record of the old pages and tracks the new ones.
+        a.write(off, &[4]);
+        let big = a.alloc(1 << 20).unwrap() as usize;
+        a.write(big + 3 * PAGE + 64, &[5; 64]);
+        let d = a.take_dirty_lines();
+        let (p, m) = line(off);
+        assert!(
+            d.iter().any(|&(q, n)| q == p && n & m != 0),
+            "the old page's line (with the header's, changed by the allocation): {d:?}"
+        );
+        assert_eq!(big % DIRTY_LINE, 0);
+        assert!(
+            d.contains(&line(big + 3 * PAGE + 64)),
+            "one line of a new page: {d:?}"
         );
     }
 

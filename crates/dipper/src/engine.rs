@@ -40,9 +40,18 @@
 //! 2. replay the archived log's records onto the mirror (a DRAM copy of the last shadow image)
 //!    with the same machine code, on `replay_threads` threads, split by shard;
 //! 3. write the mirror's changed pages into the slot that does not hold the current image, and
-//!    persist them;
+//!    persist them (with one fence at the end). Where that slot already holds an older copy of
+//!    a page, only the 64-byte lines changed since that copy are written (the mirror records
+//!    its writes by line: [`Arena::take_dirty_lines`]);
 //! 4. persist a root pointing at that slot, state idle: this is the atomic switch;
 //! 5. empty the archived log.
+//!
+//! Steps 2 and 3 are *paced* ([`Pacing`]): they run at a rate planned to finish when the new
+//! active log has taken a share of what it may take before the next checkpoint is due (from
+//! the rate the last log filled at, corrected while the checkpoint runs), never slower than a
+//! floor, and sleep between chunks of work ahead of that plan, so that on a machine with few
+//! cores the threads serving clients are not starved. A writer that finds the log full, or a
+//! close, ends the pacing: the rest runs at full speed.
 //!
 //! Recovery reads the root, loads the image it points at, redoes an interrupted checkpoint
 //! (steps 2 to 5 again, from the same inputs), copies the result for the mirror, and replays
@@ -59,6 +68,7 @@ use crate::error::{DipperError, Result};
 use crate::frames::{self, Frames, TableGeometry};
 use crate::layout::*;
 use crate::root::Root;
+use crate::slot::SlotWrite;
 use crate::slot::{self, SlotGeometry, SlotMap};
 use log::{ForcePolicy, Log, LogError, LogOptions};
 use pmem::{Alignment, Medium, Pool, Uuid, kinds};
@@ -185,12 +195,180 @@ pub struct CheckpointStats {
     pub number: u64,
     /// Records replayed from the archived log.
     pub records: u64,
-    /// Pages written to the slot.
+    /// Pages written to the slot (whole, or their changed lines).
     pub pages: u64,
+    /// Bytes of pages written to the slot (whole pages, or the changed 64-byte lines of pages
+    /// the slot or a spare frame already held a copy of).
+    pub bytes: u64,
     /// Time the log swap held the gate.
     pub swap_us: u64,
     /// Time from start to the root switch.
     pub total_ms: u64,
+    /// Time the pacing planned for the replay and the write-out (0: not paced).
+    pub planned_ms: u64,
+    /// Time the replay and the write-out slept to keep to that plan, summed over the replay
+    /// threads and the write-out (so it can exceed `total_ms`).
+    pub paced_ms: u64,
+    /// Bytes per second the plan asked of the write-out when it started (its estimate of the
+    /// changed lines over the time left, at least the floor; 0: not paced).
+    pub pacing_rate: u64,
+    /// Pacing was ended early (a writer found the log full, or the store closed).
+    pub pacing_cut: bool,
+}
+
+/// How a checkpoint spreads its work over time (see the module documentation).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Pacing {
+    /// Off: checkpoints run at full speed.
+    pub enabled: bool,
+    /// Finish when the active log has taken this share (percent, 10..=100) of what it may
+    /// take before the next checkpoint is due (`checkpoint_at_percent` of its ring).
+    pub finish_at_percent: u8,
+    /// Never slower than this many bytes of work per second (archived log replayed plus bytes
+    /// written to the slot).
+    pub floor_bytes_per_sec: u64,
+    /// Never plan a checkpoint longer than this.
+    pub max_duration: Duration,
+    /// Work done before the first pause (a small checkpoint is not paced at all).
+    pub burst_bytes: u64,
+}
+
+impl Default for Pacing {
+    fn default() -> Self {
+        Pacing {
+            enabled: true,
+            finish_at_percent: 50,
+            floor_bytes_per_sec: 8 << 20,
+            max_duration: Duration::from_secs(5),
+            burst_bytes: 1 << 20,
+        }
+    }
+}
+
+impl Pacing {
+    /// A checkpoint at full speed.
+    pub fn off() -> Pacing {
+        Pacing {
+            enabled: false,
+            ..Pacing::default()
+        }
+    }
+
+    fn check(&self) -> Result<()> {
+        let bad = |reason: String| {
+            Err(DipperError::Invalid {
+                what: "checkpoint pacing",
+                reason,
+            })
+        };
+        if !(10..=100).contains(&self.finish_at_percent) {
+            return bad(format!(
+                "finish_at_percent {} (allowed: 10..=100)",
+                self.finish_at_percent
+            ));
+        }
+        if self.floor_bytes_per_sec < 1 << 20 {
+            return bad(format!(
+                "floor_bytes_per_sec {} (at least 1 MiB/s)",
+                self.floor_bytes_per_sec
+            ));
+        }
+        if self.max_duration > Duration::from_secs(600) {
+            return bad(format!(
+                "max_duration {:?} (at most 600 s)",
+                self.max_duration
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// Share of a paced checkpoint's planned time given to the replay (the rest: the write-out).
+const REPLAY_SHARE_PERCENT: u32 = 40;
+/// A paced phase looks at its schedule after each this much work.
+const PACE_CHUNK: u64 = 256 << 10;
+/// The longest single pause (the phase then looks again at its schedule and urgency).
+const PACE_SLEEP_MAX: Duration = Duration::from_millis(20);
+
+/// The schedule of one phase (replay or write-out) of a paced checkpoint.
+struct Pacer<'a> {
+    signal: &'a Mutex<Signal>,
+    start: Instant,
+    /// Finish the phase by then, unless `end_by` says earlier.
+    deadline: Instant,
+    /// A later estimate of when the checkpoint must end (the log filling faster than planned).
+    end_by: &'a (dyn Fn() -> Option<Instant> + Sync),
+    /// Units of work in the phase (bytes).
+    total: u64,
+    floor: u64,
+    burst: u64,
+    /// Microseconds slept, over the phase's threads.
+    slept_us: &'a AtomicU64,
+    /// Pacing was ended (urgency).
+    cut: &'a AtomicBool,
+}
+
+impl Pacer<'_> {
+    fn tick(&self) -> Tick<'_> {
+        Tick {
+            pacer: self,
+            done: 0,
+            next: self.burst,
+        }
+    }
+
+    /// Work `done` so far: sleep until the schedule reaches it.
+    fn wait(&self, done: u64) {
+        loop {
+            if self.cut.load(Ordering::Relaxed) {
+                return;
+            }
+            let urgent = self
+                .signal
+                .lock()
+                .map(|s| s.urgent || s.stop || s.failed)
+                .unwrap_or(true);
+            if urgent {
+                self.cut.store(true, Ordering::Relaxed);
+                return;
+            }
+            let deadline = match (self.end_by)() {
+                Some(t) if t < self.deadline => t,
+                _ => self.deadline,
+            };
+            let paced = done.saturating_sub(self.burst);
+            let span = deadline.saturating_duration_since(self.start);
+            let total = self.total.saturating_sub(self.burst).max(1);
+            let by_plan = span.mul_f64((paced as f64 / total as f64).min(1.0));
+            let by_floor = Duration::from_secs_f64(paced as f64 / self.floor as f64);
+            let due = self.start + by_plan.min(by_floor);
+            let now = Instant::now();
+            if due <= now {
+                return;
+            }
+            let nap = (due - now).min(PACE_SLEEP_MAX);
+            std::thread::sleep(nap);
+            self.slept_us
+                .fetch_add(nap.as_micros() as u64, Ordering::Relaxed);
+        }
+    }
+}
+
+/// One thread's progress through a paced phase.
+struct Tick<'a> {
+    pacer: &'a Pacer<'a>,
+    done: u64,
+    next: u64,
+}
+
+impl Tick<'_> {
+    fn add(&mut self, n: u64) {
+        self.done += n;
+        if self.done >= self.next {
+            self.next = self.done + PACE_CHUNK;
+            self.pacer.wait(self.done);
+        }
+    }
 }
 
 /// Counters for INFO.
@@ -206,6 +384,8 @@ pub struct Stats {
     pub log_swaps: u64,
     /// The last checkpoint.
     pub last_checkpoint: CheckpointStats,
+    /// How checkpoints are paced.
+    pub pacing: Pacing,
     /// Number of the image the root points at.
     pub image: u64,
     /// Operations logged since open.
@@ -240,8 +420,11 @@ struct Checkpointer {
     mirror: Vec<Arena>,
     /// Page maps of the slots; `None` when unknown (the next write of that slot is whole).
     maps: [Option<SlotMap>; 2],
-    /// Per slot, per shard: pages changed since that slot was last written (bitsets).
+    /// Per slot, per shard, per page: the 64-byte lines changed since that slot was last
+    /// written (one mask per page).
     dirty_since: [Vec<Vec<u64>>; 2],
+    /// When the logs were last swapped (the pacing's estimate of the log's fill rate).
+    last_swap: Option<Instant>,
     /// Format 2 (slots that grow): the tables of the two slots.
     tables: [TableGeometry; 2],
     /// Format 2: the frames, and which the image in force names.
@@ -294,6 +477,7 @@ struct Inner<M: Medium, S: Machine> {
     opts: Options,
     /// Benchmark-only checkpoint styles ([`ablation`]).
     ablation: ablation::Hooks,
+    pacing: Mutex<Pacing>,
 }
 
 /// A DIPPER store over a pool.
@@ -381,6 +565,7 @@ fn replay<M: Medium, S: Machine>(
     log: &Log<M>,
     arenas: &mut [Arena],
     threads: usize,
+    pacer: Option<&Pacer<'_>>,
 ) -> Result<u64> {
     let shards = arenas.len();
     let threads = threads.clamp(1, shards);
@@ -394,9 +579,13 @@ fn replay<M: Medium, S: Machine>(
                 scope.spawn(move || -> Result<u64> {
                     let hi = lo + chunk.len();
                     let mut n = 0;
+                    let mut tick = pacer.map(Pacer::tick);
                     for rec in log.records() {
                         let rec = rec?;
                         n += 1;
+                        if let Some(t) = tick.as_mut() {
+                            t.add(rec.payload.len() as u64 + 64);
+                        }
                         let (ids, op) = decode_record(&rec.payload, shards, rec.lsn)?;
                         let mut out = S::Output::default();
                         match ids {
@@ -431,25 +620,25 @@ fn replay<M: Medium, S: Machine>(
     Ok(n)
 }
 
-fn set_bits(bits: &mut Vec<u64>, pages: &[usize]) {
-    for &p in pages {
-        if bits.len() <= p / 64 {
-            bits.resize(p / 64 + 1, 0);
+/// Add the changed lines `lines` ((page, mask), from [`Arena::take_dirty_lines`]) to the
+/// per-page masks `masks`.
+fn merge_lines(masks: &mut Vec<u64>, lines: &[(usize, u64)]) {
+    for &(p, m) in lines {
+        if masks.len() <= p {
+            masks.resize(p + 1, 0);
         }
-        bits[p / 64] |= 1 << (p % 64);
+        masks[p] |= m;
     }
 }
 
-fn bits_to_pages(bits: &[u64]) -> Vec<usize> {
-    let mut out = Vec::new();
-    for (w, &word) in bits.iter().enumerate() {
-        let mut v = word;
-        while v != 0 {
-            out.push(w * 64 + v.trailing_zeros() as usize);
-            v &= v - 1;
-        }
-    }
-    out
+/// The pages with changed lines in `masks`, ascending, with their masks.
+fn masks_to_lines(masks: &[u64]) -> Vec<(usize, u64)> {
+    masks
+        .iter()
+        .enumerate()
+        .filter(|(_, m)| **m != 0)
+        .map(|(p, &m)| (p, m))
+        .collect()
 }
 
 /// Format 2: make the table of slot `target` (which holds no image in force) hold `entries`,
@@ -665,8 +854,13 @@ impl<M: Medium + Clone + Send + Sync + 'static, S: Machine> Dipper<M, S> {
             }
         }
         if root.state == STATE_CHECKPOINTING {
-            report.archived_records =
-                replay(&machine, &logs[archived], &mut arenas, opts.replay_threads)?;
+            report.archived_records = replay(
+                &machine,
+                &logs[archived],
+                &mut arenas,
+                opts.replay_threads,
+                None,
+            )?;
         }
         if root.state == STATE_CHECKPOINTING && slots_grow {
             // Redo the checkpoint in format 2: the changed pages into free frames (the slot
@@ -741,7 +935,13 @@ impl<M: Medium + Clone + Send + Sync + 'static, S: Machine> Dipper<M, S> {
             a.track_dirty();
         }
         let active = root.active as usize;
-        report.active_records = replay(&machine, &logs[active], &mut arenas, opts.replay_threads)?;
+        report.active_records = replay(
+            &machine,
+            &logs[active],
+            &mut arenas,
+            opts.replay_threads,
+            None,
+        )?;
         report.replay_ms = replay_start.elapsed().as_millis() as u64;
         report.total_ms = start.elapsed().as_millis() as u64;
         let arena_bytes = arenas.iter().map(|a| a.len() as u64).sum();
@@ -773,6 +973,7 @@ impl<M: Medium + Clone + Send + Sync + 'static, S: Machine> Dipper<M, S> {
                 mirror,
                 maps,
                 dirty_since: [vec![Vec::new(); shards], vec![Vec::new(); shards]],
+                last_swap: None,
                 tables,
                 frames: fr,
             }),
@@ -784,6 +985,7 @@ impl<M: Medium + Clone + Send + Sync + 'static, S: Machine> Dipper<M, S> {
             pool: Mutex::new(Some(pool)),
             opts,
             ablation: ablation::Hooks::new(shards),
+            pacing: Mutex::new(Pacing::default()),
         });
         let mut threads = Vec::new();
         let spawn = |name: &str, f: fn(&Inner<M, S>)| {
@@ -931,6 +1133,23 @@ impl<M: Medium + Clone + Send + Sync + 'static, S: Machine> Dipper<M, S> {
         }
         let refs: Vec<&Arena> = guards.iter().map(|g| &**g).collect();
         Ok(f(&refs))
+    }
+
+    /// Set how checkpoints are paced (from the next checkpoint on; [`Pacing::default`] at
+    /// open). Refused with [`DipperError::Invalid`] naming the field out of range.
+    pub fn set_pacing(&self, pacing: Pacing) -> Result<()> {
+        pacing.check()?;
+        *self.inner.pacing.lock().map_err(|_| poisoned())? = pacing;
+        Ok(())
+    }
+
+    /// How checkpoints are paced now.
+    pub fn pacing(&self) -> Pacing {
+        self.inner
+            .pacing
+            .lock()
+            .map(|p| *p)
+            .unwrap_or_else(|_| Pacing::off())
     }
 
     /// Take a checkpoint now, on this thread, and return when the root points at it.
@@ -1537,15 +1756,71 @@ impl<M: Medium + Clone + Send + Sync + 'static, S: Machine> Inner<M, S> {
         if cow {
             return self.cow_checkpoint(ck, old, swap_us, start);
         }
-        let _quiesced = self.ablation.quiesce(&self.shards, closing)?;
+        let quiesced = self.ablation.quiesce(&self.shards, closing)?;
+        // The plan: finish steps 2 and 3 when the new log has taken `finish_at_percent` of
+        // what it may take before the next checkpoint is due, at the rate the archived log
+        // filled (from the previous swap to this one), within `max_duration`; corrected while
+        // the checkpoint runs by the rate the new log fills at.
+        // A quiescing checkpoint (ablation) holds every shard: it must not sleep.
+        let pacing = if quiesced.is_empty() {
+            self.pacing
+                .lock()
+                .map(|p| *p)
+                .unwrap_or_else(|_| Pacing::off())
+        } else {
+            Pacing::off()
+        };
+        let swapped = Instant::now();
+        let archived_bytes = self.logs[old].stats().used_bytes;
+        let previous = ck.last_swap.replace(swapped);
+        let share = pacing.finish_at_percent as f64 / 100.0;
+        let mut plan = pacing.max_duration;
+        if let Some(prev) = previous {
+            let took = swapped.duration_since(prev).as_secs_f64();
+            if archived_bytes > 0 && took > 0.0 {
+                let fill = archived_bytes as f64 / took;
+                let to_threshold = Duration::from_secs_f64(self.threshold as f64 / fill);
+                plan = plan.min(to_threshold.mul_f64(share));
+            }
+        }
+        let end = swapped + plan;
+        let threshold = self.threshold;
+        let appended = &self.appended;
+        let end_by = move || -> Option<Instant> {
+            let elapsed = swapped.elapsed();
+            let used = appended.load(Ordering::Relaxed);
+            if elapsed < Duration::from_millis(50) || used == 0 {
+                return None;
+            }
+            let fill = used as f64 / elapsed.as_secs_f64();
+            let to_threshold =
+                elapsed + Duration::from_secs_f64(threshold.saturating_sub(used) as f64 / fill);
+            Some(swapped + to_threshold.mul_f64(share))
+        };
+        let slept_us = AtomicU64::new(0);
+        let cut = AtomicBool::new(false);
+        let pacer = |start: Instant, deadline: Instant, total: u64| Pacer {
+            signal: &self.signal,
+            start,
+            deadline,
+            end_by: &end_by,
+            total,
+            floor: pacing.floor_bytes_per_sec,
+            burst: pacing.burst_bytes,
+            slept_us: &slept_us,
+            cut: &cut,
+        };
         // 2. Replay the archived log onto the mirror.
+        let replay_end = swapped + plan.mul_f64(REPLAY_SHARE_PERCENT as f64 / 100.0);
+        let replay_pacer = pacer(swapped, replay_end, archived_bytes);
         let records = replay(
             &self.machine,
             &self.logs[old],
             &mut ck.mirror,
             self.opts.replay_threads,
+            pacing.enabled.then_some(&replay_pacer),
         )?;
-        // 3. Write the changed pages into the other slot.
+        // 3. Write the changed lines into the other slot.
         let target = if ck.root.slot == SLOT_NONE {
             0
         } else {
@@ -1553,84 +1828,135 @@ impl<M: Medium + Clone + Send + Sync + 'static, S: Machine> Inner<M, S> {
         };
         // Writes in flight at the swap can still have grown the image past the slot. Written
         // in part, it would be an image the loader refuses; stop here instead (the next open
-        // leaves it unfinished, see `open`).
+        // leaves it unfinished, see `open`), before the mirror's record of changes is taken.
         let pages = image_pages(&ck.mirror);
-        if self.slots_grow {
-            return self.write_format2(ck, old, target, pages, records, swap_us, start);
-        }
-        if pages > ck.geo[target].capacity {
+        if !self.slots_grow && pages > ck.geo[target].capacity {
             return Err(DipperError::OutOfSpace(format!(
                 "the checkpoint image ({pages} pages) has outgrown shadow slot {target} ({} \
                  pages); the operation logs keep every acknowledged write",
                 ck.geo[target].capacity
             )));
         }
-        for s in 0..ck.mirror.len() {
-            let d = ck.mirror[s].take_dirty();
-            set_bits(&mut ck.dirty_since[0][s], &d);
-            set_bits(&mut ck.dirty_since[1][s], &d);
-            if ck.mirror[s].take_reset() {
+        let changed: Vec<Vec<(usize, u64)>> =
+            ck.mirror.iter_mut().map(Arena::take_dirty_lines).collect();
+        let reset = ck.mirror.iter_mut().fold(false, |r, a| a.take_reset() | r);
+        let write_start = Instant::now();
+        let estimate: u64 = changed
+            .iter()
+            .flatten()
+            .map(|&(_, m)| m.count_ones() as u64 * crate::arena::DIRTY_LINE as u64)
+            .sum();
+        let write_pacer = pacer(write_start, end.max(write_start), estimate);
+        let mut tick = write_pacer.tick();
+        let mut pace = |n: u64| {
+            if pacing.enabled {
+                tick.add(n)
+            }
+        };
+        let w = if self.slots_grow {
+            let number = ck.root.checkpoint + 1;
+            let r = self.write_format2(ck, target, pages, &changed, reset, &mut pace);
+            if r.is_err() {
+                // What the frames hold is no longer known: the next image is written whole.
+                ck.frames.distrust();
+            }
+            let w = r?;
+            // 4. Switch the root.
+            ck.root.slot = target as u32;
+            ck.root.checkpoint = number;
+            ck.root.state = STATE_IDLE;
+            ck.root.store(&self.medium, self.root_base, &self.uuid)?;
+            ck.frames.commit(w.1);
+            w.0
+        } else {
+            for (s, lines) in changed.iter().enumerate() {
+                merge_lines(&mut ck.dirty_since[0][s], lines);
+                merge_lines(&mut ck.dirty_since[1][s], lines);
+            }
+            if reset {
                 // An emptied arena: each slot's copy of it is stale beyond what was written
                 // since, so each slot is next written whole (no map: every page, a new map).
                 ck.maps = [None, None];
             }
-        }
-        let pages: Option<Vec<Vec<usize>>> = ck.maps[target].as_ref().map(|_| {
-            ck.dirty_since[target]
-                .iter()
-                .map(|b| bits_to_pages(b))
-                .collect()
-        });
-        let mut map = ck.maps[target]
-            .take()
-            .unwrap_or_else(|| SlotMap::empty(ck.mirror.len()));
-        let number = ck.root.checkpoint + 1;
-        let w = slot::write(
-            &self.medium,
-            &self.uuid,
-            &ck.geo[target],
-            number,
-            &ck.mirror,
-            pages.as_deref(),
-            &mut map,
-        )?;
-        ck.maps[target] = Some(map);
-        for b in &mut ck.dirty_since[target] {
-            b.clear();
-        }
-        // 4. Switch the root.
-        ck.root.slot = target as u32;
-        ck.root.checkpoint = number;
-        ck.root.state = STATE_IDLE;
-        ck.root.store(&self.medium, self.root_base, &self.uuid)?;
+            let lines: Option<Vec<Vec<(usize, u64)>>> = ck.maps[target].as_ref().map(|_| {
+                ck.dirty_since[target]
+                    .iter()
+                    .map(|m| masks_to_lines(m))
+                    .collect()
+            });
+            let mut map = ck.maps[target]
+                .take()
+                .unwrap_or_else(|| SlotMap::empty(ck.mirror.len()));
+            let number = ck.root.checkpoint + 1;
+            let w = slot::write_paced(
+                &self.medium,
+                &self.uuid,
+                &ck.geo[target],
+                number,
+                &ck.mirror,
+                lines.as_deref(),
+                &mut map,
+                &mut pace,
+            )?;
+            ck.maps[target] = Some(map);
+            for b in &mut ck.dirty_since[target] {
+                b.clear();
+            }
+            // 4. Switch the root.
+            ck.root.slot = target as u32;
+            ck.root.checkpoint = number;
+            ck.root.state = STATE_IDLE;
+            ck.root.store(&self.medium, self.root_base, &self.uuid)?;
+            w
+        };
         // 5. Empty the archived log.
         self.logs[old].cleanup_all()?;
+        let write_span = end.saturating_duration_since(write_start).as_secs_f64();
         Ok(CheckpointStats {
-            number,
+            number: ck.root.checkpoint,
             records,
             pages: w.pages,
+            bytes: w.bytes,
             swap_us,
             total_ms: start.elapsed().as_millis() as u64,
+            planned_ms: if pacing.enabled {
+                plan.as_millis() as u64
+            } else {
+                0
+            },
+            paced_ms: slept_us.load(Ordering::Relaxed) / 1000,
+            pacing_rate: if pacing.enabled && write_span > 0.0 {
+                ((estimate as f64 / write_span) as u64).max(pacing.floor_bytes_per_sec)
+            } else {
+                0
+            },
+            pacing_cut: cut.load(Ordering::Relaxed),
         })
     }
 
-    /// Steps 3 to 5 of a checkpoint in format 2 (slots that grow): the pages changed by the
-    /// replay into free frames (a frame region added if too few are free) and the whole table
-    /// into the target slot (its region replaced if too small), the root switch, then the
-    /// frames of the image in force are the new image's, and the archived log is emptied.
-    #[allow(clippy::too_many_arguments)]
+    /// Step 3 of a checkpoint in format 2 (slots that grow): the changed lines of the replayed
+    /// pages into their spare frames, or whole pages into free frames (a frame region added if
+    /// too few are free), and the whole table into the target slot (its region replaced if too
+    /// small). Returns what was written and what to commit once the root points at it.
     fn write_format2(
         &self,
         ck: &mut Checkpointer,
-        old: usize,
         target: usize,
         pages: u64,
-        records: u64,
-        swap_us: u64,
-        start: Instant,
-    ) -> Result<CheckpointStats> {
-        let changed: Vec<Vec<usize>> = ck.mirror.iter_mut().map(Arena::take_dirty).collect();
-        let (need, entries) = ck.frames.needs(&ck.mirror, &changed);
+        changed: &[Vec<(usize, u64)>],
+        reset: bool,
+        pace: &mut dyn FnMut(u64),
+    ) -> Result<(SlotWrite, frames::Pending)> {
+        if reset {
+            // An emptied arena: pages it lost and grew again are zeros it never wrote; the
+            // image is written whole.
+            ck.frames.distrust();
+        }
+        let changed_pages: Vec<Vec<usize>> = changed
+            .iter()
+            .map(|c| c.iter().map(|&(p, _)| p).collect())
+            .collect();
+        let (need, entries) = ck.frames.needs(&ck.mirror, &changed_pages);
         {
             let mut pool = self.pool.lock().map_err(|_| poisoned())?;
             let pool = pool.as_mut().ok_or(DipperError::Closed)?;
@@ -1648,29 +1974,23 @@ impl<M: Medium + Clone + Send + Sync + 'static, S: Machine> Inner<M, S> {
             Ordering::Relaxed,
         );
         let number = ck.root.checkpoint + 1;
-        let (written, pending) = ck.frames.write(
+        let (w, pending) = ck.frames.write_paced(
             &self.medium,
             &self.uuid,
             &ck.tables[target],
             number,
             &ck.mirror,
-            &changed,
+            changed,
+            pace,
         )?;
-        // 4. Switch the root.
-        ck.root.slot = target as u32;
-        ck.root.checkpoint = number;
-        ck.root.state = STATE_IDLE;
-        ck.root.store(&self.medium, self.root_base, &self.uuid)?;
-        ck.frames.commit(pending);
-        // 5. Empty the archived log.
-        self.logs[old].cleanup_all()?;
-        Ok(CheckpointStats {
-            number,
-            records,
-            pages: written,
-            swap_us,
-            total_ms: start.elapsed().as_millis() as u64,
-        })
+        Ok((
+            SlotWrite {
+                pages: w.pages,
+                bytes: w.bytes,
+                used: 0,
+            },
+            pending,
+        ))
     }
 
     fn stats(&self) -> Stats {
@@ -1697,6 +2017,11 @@ impl<M: Medium + Clone + Send + Sync + 'static, S: Machine> Inner<M, S> {
             checkpoint_running: running,
             log_swaps: swaps,
             last_checkpoint: last,
+            pacing: self
+                .pacing
+                .lock()
+                .map(|p| *p)
+                .unwrap_or_else(|_| Pacing::off()),
             image,
             operations: self.operations.load(Ordering::Relaxed),
             log_ring_bytes: ls.ring_bytes,

@@ -84,6 +84,23 @@ pub fn frames_to_extend(short: u64, total: u64) -> u64 {
 pub struct Pending {
     in_force: Vec<u64>,
     map: Vec<Vec<(u32, u32)>>,
+    /// Per shard, per page: its spare (see [`Frames`]) once this image is in force.
+    spare: Vec<Vec<(u32, u64)>>,
+    /// Frames written whole, and the page (packed by `owner_key`) each holds now.
+    owners: Vec<(u32, u64)>,
+}
+
+/// What a format-2 write wrote.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct FramesWrite {
+    /// Pages written (whole or their changed lines).
+    pub pages: u64,
+    /// Bytes of pages written.
+    pub bytes: u64,
+}
+
+fn owner_key(s: usize, p: usize) -> u64 {
+    ((s as u64) << 32 | p as u64) + 1
 }
 
 /// The frames and which of them the image in force names.
@@ -98,6 +115,20 @@ pub struct Frames {
     /// in it (zero). `None`: the image in force is not in frames (a format-1 slot, or none), so
     /// the next write writes every page.
     map: Option<Vec<Vec<(u32, u32)>>>,
+    /// Per shard, per page: a free frame that holds an older copy of the page, (frame + 1,
+    /// mask of the [`crate::arena::DIRTY_LINE`]-byte lines where that copy differs from the
+    /// page of the image in force), or (0, 0). A checkpoint that changes the page writes
+    /// only the lines of that mask and of the page's new changes into its spare, instead of a
+    /// whole page into another frame. Kept in DRAM only: none after open.
+    spare: Vec<Vec<(u32, u64)>>,
+    /// Per frame: the page (`owner_key`) whose copy it holds, 0 if unknown. A spare is used
+    /// only if its frame still holds that page's copy (no other page was written into it).
+    owner: Vec<u64>,
+    /// Spare frames (bitset): other pages take them only when no other frame is free.
+    reserved: Vec<u64>,
+    /// The next write writes every changed page whole and ignores the spares (after a write
+    /// that failed half way, or an arena emptied by [`Arena::reset`]).
+    whole_next: bool,
 }
 
 fn bit(bits: &[u64], f: u64) -> bool {
@@ -171,6 +202,31 @@ impl Frames {
     pub fn forget(&mut self) {
         self.in_force.clear();
         self.map = None;
+        self.distrust();
+    }
+
+    /// Forget the spares: what their frames hold is not known any more (a write into them
+    /// failed half way). The next write writes the pages it changes whole.
+    pub fn distrust(&mut self) {
+        self.spare.clear();
+        self.owner.clear();
+        self.reserved.clear();
+        self.whole_next = true;
+    }
+
+    /// The spare of page `p` of shard `s` usable by the write being made (`taken`: frames it
+    /// took already): its frame and mask.
+    fn spare_of(&self, taken: &[u64], s: usize, p: usize) -> Option<(u64, u64)> {
+        if self.whole_next {
+            return None;
+        }
+        let &(f1, mask) = self.spare.get(s)?.get(p)?;
+        let f = (f1 as u64).checked_sub(1)?;
+        let ok = f < self.total
+            && !bit(&self.in_force, f)
+            && !bit(taken, f)
+            && self.owner.get(f as usize) == Some(&owner_key(s, p));
+        ok.then_some((f, mask))
     }
 
     /// Medium offset of frame `f` (below `total`).
@@ -188,7 +244,7 @@ impl Frames {
     /// Does page `p` of shard `s` go to a new frame, given the pages changed since the image in
     /// force (`changed[s]`, as a bitset)?
     fn is_new(&self, changed: &[Vec<u64>], s: usize, p: usize) -> bool {
-        self.map.is_none() || bit(&changed[s], p as u64)
+        self.map.is_none() || self.whole_next || bit(&changed[s], p as u64)
     }
 
     fn changed_bits(changed: &[Vec<usize>]) -> Vec<Vec<u64>> {
@@ -256,6 +312,7 @@ impl Frames {
             .map(|i| vec![(0, 0); i.len() / PAGE])
             .collect();
         let mut in_force = Vec::new();
+        let mut owner = Vec::new();
         let table_at = geo.base + SLOT_TABLE_AT as u64;
         let mut table = vec![0u8; used as usize * SLOT_ENTRY_BYTES];
         medium.read(table_at as usize, &mut table);
@@ -308,6 +365,10 @@ impl Frames {
             }
             set(&mut in_force, frame as u64);
             map[shard as usize][page as usize] = (frame + 1, crc);
+            if owner.len() <= frame as usize {
+                owner.resize(frame as usize + 1, 0);
+            }
+            owner[frame as usize] = owner_key(shard as usize, page as usize);
             let at = self.at(frame as u64);
             let dst = &mut images[shard as usize][page as usize * PAGE..(page as usize + 1) * PAGE];
             medium.read(at as usize, dst);
@@ -328,6 +389,10 @@ impl Frames {
             .collect::<Result<Vec<_>>>()?;
         self.in_force = in_force;
         self.map = Some(map);
+        self.spare.clear();
+        self.reserved.clear();
+        self.owner = owner;
+        self.whole_next = false;
         Ok(arenas)
     }
 
@@ -346,33 +411,117 @@ impl Frames {
         arenas: &[Arena],
         changed: &[Vec<usize>],
     ) -> Result<(u64, Pending)> {
-        let bits = Self::changed_bits(changed);
+        let lines: Vec<Vec<(usize, u64)>> = changed
+            .iter()
+            .map(|c| c.iter().map(|&p| (p, u64::MAX)).collect())
+            .collect();
+        let (w, pending) = self.write_lines(medium, uuid, geo, checkpoint, arenas, &lines)?;
+        Ok((w.pages, pending))
+    }
+
+    /// [`Frames::write`] with the changed lines of each changed page (`changed[s]`: (page,
+    /// mask of its [`crate::arena::DIRTY_LINE`]-byte lines changed since the image in force),
+    /// ascending). A changed page whose spare is usable gets only its spare's lines and its
+    /// changed ones, written into the spare; any other changed page is written whole into a
+    /// free frame. The table and the CRCs are as [`Frames::write`] makes them.
+    pub fn write_lines<M: Medium>(
+        &self,
+        medium: &M,
+        uuid: &Uuid,
+        geo: &TableGeometry,
+        checkpoint: u64,
+        arenas: &[Arena],
+        changed: &[Vec<(usize, u64)>],
+    ) -> Result<(FramesWrite, Pending)> {
+        self.write_paced(medium, uuid, geo, checkpoint, arenas, changed, &mut |_| {})
+    }
+
+    /// [`Frames::write_lines`], calling `pace` with the bytes of each page written.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn write_paced<M: Medium>(
+        &self,
+        medium: &M,
+        uuid: &Uuid,
+        geo: &TableGeometry,
+        checkpoint: u64,
+        arenas: &[Arena],
+        changed: &[Vec<(usize, u64)>],
+        pace: &mut dyn FnMut(u64),
+    ) -> Result<(FramesWrite, Pending)> {
         let mut new_bits: Vec<u64> = Vec::new();
         let mut map: Vec<Vec<(u32, u32)>> = Vec::with_capacity(arenas.len());
+        let mut spares: Vec<Vec<(u32, u64)>> = Vec::with_capacity(arenas.len());
+        let mut owners: Vec<(u32, u64)> = Vec::new();
         let mut table: Vec<u8> = Vec::new();
+        // Free frames are taken in order, spares last (`cursor` skips them, `steal` not).
         let mut cursor = 0u64;
-        let mut written = 0u64;
+        let mut steal = 0u64;
+        let mut out = FramesWrite::default();
+        let no_lines: Vec<(usize, u64)> = Vec::new();
         for (s, a) in arenas.iter().enumerate() {
             let mut m = vec![(0u32, 0u32); a.pages()];
+            let mut sp: Vec<(u32, u64)> = self.spare.get(s).cloned().unwrap_or_default();
+            if self.whole_next {
+                sp.clear();
+            }
+            sp.resize(a.pages(), (0, 0));
+            let ch = changed.get(s).unwrap_or(&no_lines);
+            let mut next = 0;
             for (p, slot) in m.iter_mut().enumerate().take(a.used_pages()) {
-                let (frame, crc) = if self.is_new(&bits, s, p) {
-                    while cursor < self.total
-                        && (bit(&self.in_force, cursor) || bit(&new_bits, cursor))
-                    {
-                        cursor += 1;
-                    }
-                    if cursor >= self.total {
-                        return Err(DipperError::OutOfSpace(format!(
-                            "no free frame among {} for checkpoint {checkpoint}",
-                            self.total
-                        )));
-                    }
-                    let f = cursor as u32;
+                while next < ch.len() && ch[next].0 < p {
+                    next += 1;
+                }
+                let mask = match ch.get(next) {
+                    Some(&(q, mask)) if q == p && mask != 0 => mask,
+                    _ => 0,
+                };
+                let fresh = self.map.is_none() || self.whole_next || mask != 0;
+                let (frame, crc) = if fresh {
                     let bytes = a.page(p);
-                    medium.write_nontemporal(self.at(cursor) as usize, bytes);
-                    written += 1;
-                    let crc = crc32c::crc32c_append(page_seed(uuid, f, s as u32, p as u32), bytes);
-                    (f, crc)
+                    let (f, lines) = match self.spare_of(&new_bits, s, p) {
+                        Some((f, old)) if self.map.is_some() => (f, old | mask),
+                        _ => {
+                            while cursor < self.total
+                                && (bit(&self.in_force, cursor)
+                                    || bit(&new_bits, cursor)
+                                    || bit(&self.reserved, cursor))
+                            {
+                                cursor += 1;
+                            }
+                            let f = if cursor < self.total {
+                                cursor
+                            } else {
+                                while steal < self.total
+                                    && (bit(&self.in_force, steal) || bit(&new_bits, steal))
+                                {
+                                    steal += 1;
+                                }
+                                if steal >= self.total {
+                                    return Err(DipperError::OutOfSpace(format!(
+                                        "no free frame among {} for checkpoint {checkpoint}",
+                                        self.total
+                                    )));
+                                }
+                                steal
+                            };
+                            owners.push((f as u32, owner_key(s, p)));
+                            (f, u64::MAX)
+                        }
+                    };
+                    let n = crate::slot::write_masked(medium, self.at(f) as usize, bytes, lines);
+                    out.pages += 1;
+                    out.bytes += n;
+                    pace(n);
+                    let crc =
+                        crc32c::crc32c_append(page_seed(uuid, f as u32, s as u32, p as u32), bytes);
+                    // The frame of the image in force becomes this page's spare: it differs
+                    // from the new copy in the lines changed now.
+                    // (Unknown after a failed write: its changes were not all recorded.)
+                    sp[p] = match self.old(s, p) {
+                        (f1, _) if f1 != 0 && !self.whole_next => (f1, mask),
+                        _ => (0, 0),
+                    };
+                    (f as u32, crc)
                 } else {
                     match self.old(s, p) {
                         (0, _) => continue,
@@ -390,6 +539,7 @@ impl Frames {
                 table.extend_from_slice(&e);
             }
             map.push(m);
+            spares.push(sp);
         }
         let entries = (table.len() / SLOT_ENTRY_BYTES) as u64;
         if entries > geo.capacity {
@@ -414,10 +564,12 @@ impl Frames {
         )?;
         medium.fence()?;
         Ok((
-            written,
+            out,
             Pending {
                 in_force: new_bits,
                 map,
+                spare: spares,
+                owners,
             },
         ))
     }
@@ -426,6 +578,28 @@ impl Frames {
     pub fn commit(&mut self, pending: Pending) {
         self.in_force = pending.in_force;
         self.map = Some(pending.map);
+        for (f, key) in pending.owners {
+            if self.owner.len() <= f as usize {
+                self.owner.resize(f as usize + 1, 0);
+            }
+            self.owner[f as usize] = key;
+        }
+        self.spare = pending.spare;
+        self.reserved.clear();
+        for (s, sp) in self.spare.iter_mut().enumerate() {
+            for (p, e) in sp.iter_mut().enumerate() {
+                if e.0 == 0 {
+                    continue;
+                }
+                let f = e.0 as u64 - 1;
+                if bit(&self.in_force, f) || self.owner.get(f as usize) != Some(&owner_key(s, p)) {
+                    *e = (0, 0); // another page was written into it
+                } else {
+                    set(&mut self.reserved, f);
+                }
+            }
+        }
+        self.whole_next = false;
     }
 }
 

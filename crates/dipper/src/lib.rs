@@ -21,7 +21,7 @@ pub use arena::Arena;
 #[doc(hidden)]
 pub use engine::ablation;
 pub use engine::{
-    CheckpointStats, Dipper, Layout, Locked, Machine, Options, RecoveryReport, Stats,
+    CheckpointStats, Dipper, Layout, Locked, Machine, Options, Pacing, RecoveryReport, Stats,
 };
 pub use error::{DipperError, Result};
 pub use log::ForcePolicy;

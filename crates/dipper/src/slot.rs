@@ -86,8 +86,10 @@ fn header_crc(uuid: &Uuid, slot: u32, fixed: &[u8], lengths: &[u8]) -> u32 {
 /// What writing a slot did.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct SlotWrite {
-    /// Pages written.
+    /// Pages written (in whole or in part).
     pub pages: u64,
+    /// Bytes of pages written (whole pages, or the changed lines of pages the slot holds).
+    pub bytes: u64,
     /// Slot pages in use afterwards.
     pub used: u64,
 }
@@ -334,6 +336,53 @@ pub fn write<M: Medium>(
     pages: Option<&[Vec<usize>]>,
     map: &mut SlotMap,
 ) -> Result<SlotWrite> {
+    let whole: Option<Vec<Vec<(usize, u64)>>> = pages.map(|p| {
+        p.iter()
+            .map(|l| l.iter().map(|&q| (q, u64::MAX)).collect())
+            .collect()
+    });
+    write_lines(medium, uuid, geo, checkpoint, arenas, whole.as_deref(), map)
+}
+
+/// [`write`] with, for each listed page, the mask of its [`crate::arena::DIRTY_LINE`]-byte
+/// lines that differ from the slot's copy of it (the lines changed since this slot was last
+/// written). A page the slot holds gets only those lines (its CRC is of the whole page); a page
+/// it does not hold yet is written whole. The image's meaning on the medium is the same as with
+/// [`write`]: every page the table names holds the arena's page.
+pub fn write_lines<M: Medium>(
+    medium: &M,
+    uuid: &Uuid,
+    geo: &SlotGeometry,
+    checkpoint: u64,
+    arenas: &[Arena],
+    pages: Option<&[Vec<(usize, u64)>]>,
+    map: &mut SlotMap,
+) -> Result<SlotWrite> {
+    write_paced(
+        medium,
+        uuid,
+        geo,
+        checkpoint,
+        arenas,
+        pages,
+        map,
+        &mut |_| {},
+    )
+}
+
+/// [`write_lines`], calling `pace` with the bytes of each page written (for a checkpoint that
+/// spreads its writes over time).
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn write_paced<M: Medium>(
+    medium: &M,
+    uuid: &Uuid,
+    geo: &SlotGeometry,
+    checkpoint: u64,
+    arenas: &[Arena],
+    pages: Option<&[Vec<(usize, u64)>]>,
+    map: &mut SlotMap,
+    pace: &mut dyn FnMut(u64),
+) -> Result<SlotWrite> {
     let base = geo.base as usize;
     // An arena that shrank ([`Arena::reset`]) leaves entries for pages it no longer has: the
     // loader would refuse them, and their slot pages would never be given back. The image is
@@ -345,25 +394,26 @@ pub fn write<M: Medium>(
     }
     let mut lines: Vec<usize> = Vec::new();
     let mut written = 0u64;
+    let mut bytes_written = 0u64;
     for (s, arena) in arenas.iter().enumerate() {
         let slots = &mut map.map[s];
         if slots.len() < arena.pages() {
             slots.resize(arena.pages(), 0);
         }
-        let all: Vec<usize>;
-        let list: &[usize] = match pages {
+        let all: Vec<(usize, u64)>;
+        let list: &[(usize, u64)] = match pages {
             Some(p) => &p[s],
             None => {
                 // The pages above the top are zero and need no slot page.
-                all = (0..arena.used_pages()).collect();
+                all = (0..arena.used_pages()).map(|q| (q, u64::MAX)).collect();
                 &all
             }
         };
-        for &page in list {
-            if page >= arena.pages() {
+        for &(page, mask) in list {
+            if page >= arena.pages() || mask == 0 {
                 continue;
             }
-            let sp = match slots[page] {
+            let (sp, mask) = match slots[page] {
                 0 => {
                     if map.used >= geo.capacity {
                         return Err(DipperError::OutOfSpace(format!(
@@ -373,12 +423,15 @@ pub fn write<M: Medium>(
                     }
                     map.used += 1;
                     slots[page] = map.used as u32;
-                    map.used - 1
+                    (map.used - 1, u64::MAX)
                 }
-                n => n as u64 - 1,
+                n => (n as u64 - 1, mask),
             };
             let bytes = arena.page(page);
-            medium.write_nontemporal(base + (geo.first_page + sp * PAGE as u64) as usize, bytes);
+            let at = base + (geo.first_page + sp * PAGE as u64) as usize;
+            let n = write_masked(medium, at, bytes, mask);
+            bytes_written += n;
+            pace(n);
             let crc =
                 crc32c::crc32c_append(page_seed(uuid, geo.index, s as u32, page as u32), bytes);
             let mut e = [0u8; SLOT_ENTRY_BYTES];
@@ -417,6 +470,33 @@ pub fn write<M: Medium>(
     medium.fence()?;
     Ok(SlotWrite {
         pages: written,
+        bytes: bytes_written,
         used: map.used,
     })
+}
+
+/// Write the lines of `page` (a whole page's bytes) that `mask` names to `at` on the medium,
+/// non-temporal, one write per run of consecutive lines; flushed by the non-temporal stores,
+/// fenced by the caller. Returns the bytes written.
+pub(crate) fn write_masked<M: Medium>(medium: &M, at: usize, page: &[u8], mask: u64) -> u64 {
+    if mask == u64::MAX {
+        medium.write_nontemporal(at, page);
+        return page.len() as u64;
+    }
+    let line = crate::arena::DIRTY_LINE;
+    let mut m = mask;
+    let mut n = 0;
+    while m != 0 {
+        let lo = m.trailing_zeros() as usize;
+        let run = (m >> lo).trailing_ones() as usize;
+        let (from, len) = (lo * line, run * line);
+        medium.write_nontemporal(at + from, &page[from..from + len]);
+        n += len as u64;
+        m = if lo + run >= 64 {
+            0
+        } else {
+            m & (u64::MAX << (lo + run))
+        };
+    }
+    n
 }
