@@ -5,8 +5,6 @@
 //! processor has them. Every function here takes raw addresses: the callers (the mapping) check
 //! that the range lies inside memory they own.
 
-use std::sync::OnceLock;
-
 /// Size of a cache line: the unit of write-back and of the simulator.
 pub const CACHE_LINE: usize = 64;
 
@@ -38,34 +36,41 @@ impl FlushInstruction {
     }
 }
 
-static FLUSH: OnceLock<FlushInstruction> = OnceLock::new();
-
-/// The best write-back instruction this CPU has. `KAVACH_FLUSH=clflush|clflushopt|clwb` forces a
-/// weaker one (a request for an instruction the CPU lacks falls back to detection).
+/// The write-back instruction in force: the one [`crate::tune::current`] chose (the best this
+/// CPU has unless a calibration, the cache or an override said otherwise).
+/// `KAVACH_FLUSH=clflush|clflushopt|clwb` (or `KAVACH_TUNE=flush=...`) forces one; a request for
+/// an instruction the CPU lacks falls back to the best it has.
+#[inline]
 pub fn flush_instruction() -> FlushInstruction {
-    *FLUSH.get_or_init(|| {
-        let (has_clflushopt, has_clwb) = detect();
-        let forced = std::env::var("KAVACH_FLUSH").ok();
-        match forced.as_deref() {
-            Some("clflush") => FlushInstruction::Clflush,
-            Some("clflushopt") if has_clflushopt => FlushInstruction::Clflushopt,
-            _ if has_clwb => FlushInstruction::Clwb,
-            _ if has_clflushopt => FlushInstruction::Clflushopt,
-            _ => FlushInstruction::Clflush,
-        }
-    })
+    crate::tune::current().flush
 }
 
-#[cfg(target_arch = "x86_64")]
-fn detect() -> (bool, bool) {
-    // CPUID leaf 7, sub-leaf 0: EBX bit 23 is CLFLUSHOPT, bit 24 is CLWB (Intel SDM vol. 2A).
-    // Leaf 0 tells whether leaf 7 exists.
-    let max_leaf = std::arch::x86_64::__cpuid(0).eax;
-    if max_leaf < 7 {
-        return (false, false);
+/// Copy `src` into `dst` (of the same length) and make it durable, timed by the calibration in
+/// [`crate::tune`]: with `nontemporal`, streaming stores (head and tail written back with
+/// `kind`) then a fence; else ordinary stores, every line written back with `kind`, a fence.
+///
+/// # Panics
+/// If the lengths differ, or `kind` is [`FlushInstruction::Recorded`] (a calibration runs on
+/// real memory only).
+pub fn copy_and_persist(kind: FlushInstruction, dst: &mut [u8], src: &[u8], nontemporal: bool) {
+    assert_eq!(dst.len(), src.len(), "copy_and_persist: lengths differ");
+    assert_ne!(
+        kind,
+        FlushInstruction::Recorded,
+        "copy_and_persist on real memory only"
+    );
+    // SAFETY: `dst` is a live exclusive slice and `src` a live shared one of the same length,
+    // so they do not overlap and every access stays inside them; `kind` is a real instruction
+    // (the caller took it from CPUID through `tune`).
+    unsafe {
+        if nontemporal {
+            copy_nontemporal_with(kind, dst.as_mut_ptr(), src.as_ptr(), src.len());
+        } else {
+            std::ptr::copy_nonoverlapping(src.as_ptr(), dst.as_mut_ptr(), src.len());
+            flush_range_with(kind, dst.as_ptr(), dst.len());
+        }
     }
-    let ebx = std::arch::x86_64::__cpuid_count(7, 0).ebx;
-    (ebx & (1 << 23) != 0, ebx & (1 << 24) != 0)
+    store_fence();
 }
 
 #[cfg(not(target_arch = "x86_64"))]
