@@ -158,8 +158,9 @@ pub fn fence_with(kind: FlushInstruction) -> crate::error::Result<()> {
     Ok(())
 }
 
-/// Copy `len` bytes from `src` to `dst` with non-temporal stores where alignment allows; the
-/// unaligned head and tail are copied normally and written back. The caller fences.
+/// Copy `len` bytes from `src` to `dst` with non-temporal stores for every whole cache line;
+/// the partial lines at the head and tail are copied normally and written back. The caller
+/// fences.
 ///
 /// # Safety
 /// `dst..dst+len` must be writable mapped memory and `src..src+len` readable; they must not
@@ -181,7 +182,10 @@ pub unsafe fn copy_nontemporal_with(
     src: *const u8,
     len: usize,
 ) {
-    const CHUNK: usize = 16;
+    // Only whole cache lines are streamed: a line that ordinary stores also write (the head
+    // and tail, which callers such as the log share with a header) would otherwise be
+    // evicted from the write-combining buffer in part and read back for the ordinary store.
+    const CHUNK: usize = CACHE_LINE;
     let recorded = kind == FlushInstruction::Recorded;
     let head = (dst as usize).wrapping_neg() & (CHUNK - 1);
     if len < head + CHUNK {
@@ -199,10 +203,12 @@ pub unsafe fn copy_nontemporal_with(
     let body = (len - head) & !(CHUNK - 1);
     let tail = len - head - body;
     // SAFETY: head, body and tail partition [0, len), so every access stays inside the ranges the
-    // caller vouched for; `dst + head` is 16-byte aligned as `_mm_stream_si128` requires, and
-    // `_mm_loadu_si128` accepts any alignment. The slices handed to the recorder are parts of
-    // `src..src+len`, readable and unchanged during the call.
+    // caller vouched for; `dst + head` is 64-byte aligned, so each 16-byte `_mm_stream_si128`
+    // target is 16-byte aligned as it requires, and `_mm_loadu_si128` accepts any alignment.
+    // The slices handed to the recorder are parts of `src..src+len`, readable and unchanged
+    // during the call.
     unsafe {
+        use std::arch::x86_64::{_mm_loadu_si128, _mm_stream_si128};
         std::ptr::copy_nonoverlapping(src, dst, head);
         if recorded {
             crate::recorded::stored(dst as usize, std::slice::from_raw_parts(src, head));
@@ -210,8 +216,15 @@ pub unsafe fn copy_nontemporal_with(
         flush_range_with(kind, dst, head);
         let mut off = head;
         while off < head + body {
-            let v = std::arch::x86_64::_mm_loadu_si128(src.add(off).cast());
-            std::arch::x86_64::_mm_stream_si128(dst.add(off).cast(), v);
+            let (s, d) = (src.add(off), dst.add(off));
+            let v0 = _mm_loadu_si128(s.cast());
+            let v1 = _mm_loadu_si128(s.add(16).cast());
+            let v2 = _mm_loadu_si128(s.add(32).cast());
+            let v3 = _mm_loadu_si128(s.add(48).cast());
+            _mm_stream_si128(d.cast(), v0);
+            _mm_stream_si128(d.add(16).cast(), v1);
+            _mm_stream_si128(d.add(32).cast(), v2);
+            _mm_stream_si128(d.add(48).cast(), v3);
             off += CHUNK;
         }
         if recorded {
@@ -243,7 +256,9 @@ mod tests {
     fn nontemporal_copy_copies_every_length_and_alignment() {
         let src: Vec<u8> = (0..300u32).map(|i| (i * 7 + 3) as u8).collect();
         for offset in 0..17 {
-            for len in [0, 1, 15, 16, 17, 31, 32, 33, 64, 100, 255] {
+            for len in [
+                0, 1, 15, 16, 17, 31, 32, 33, 64, 100, 127, 128, 129, 200, 255,
+            ] {
                 let mut dst = vec![0u8; 300];
                 // SAFETY: both ranges are inside live vectors and do not overlap.
                 unsafe { copy_nontemporal(dst.as_mut_ptr().add(offset), src.as_ptr(), len) };

@@ -632,6 +632,11 @@ pub fn current() -> &'static Tuning {
 pub fn recalibrate() -> (Tuning, Result<(), String>) {
     let cpu = CpuIdentity::detect();
     let c = calibrate(&cpu);
+    store_calibration(cpu, c)
+}
+
+/// Write choices just calibrated for `cpu` to the cache file; the tuning they make.
+pub fn store_calibration(cpu: CpuIdentity, c: Choices) -> (Tuning, Result<(), String>) {
     let path = cache_path();
     let written = match &path {
         Some(p) => write_cache(p, &cpu, &c).map_err(|e| format!("{}: {e}", p.display())),
