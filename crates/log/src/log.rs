@@ -1663,7 +1663,16 @@ impl<M: Medium> Reservation<'_, M> {
         }
         let at = self.payload_offset() + offset;
         if self.nontemporal {
-            self.log.medium.write_nontemporal(at, data);
+            // Bytes in the header's line are stored normally and left to `seal`, which writes
+            // that line back with the header; the rest starts on a line and is streamed.
+            let in_header_line = (self.at + layout::RECORD_ALIGN).saturating_sub(at);
+            let (head, rest) = data.split_at(in_header_line.min(data.len()));
+            if !head.is_empty() {
+                self.log.medium.write(at, head);
+            }
+            if !rest.is_empty() {
+                self.log.medium.write_nontemporal(at + head.len(), rest);
+            }
         } else {
             self.log.medium.write(at, data);
         }

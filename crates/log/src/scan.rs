@@ -79,6 +79,9 @@ pub(crate) struct Found {
     pub jump_to: Option<u64>,
 }
 
+/// Header bytes the CRC covers (they precede the payload in the walk's buffer).
+const PREFIX: usize = r::CRC_COVERED_BYTES;
+
 /// A walk over the ring.
 #[derive(Debug)]
 pub(crate) struct Walker<'m, M: Medium + ?Sized> {
@@ -126,7 +129,7 @@ impl<'m, M: Medium + ?Sized> Walker<'m, M> {
 
     /// The payload of the record just returned by `step` with `want_payload`.
     pub fn payload(&self) -> &[u8] {
-        &self.buf[..self.payload_len]
+        &self.buf[PREFIX..PREFIX + self.payload_len]
     }
 
     /// Validate the next record and move past it. With `want_payload`, a data record's payload
@@ -204,11 +207,13 @@ impl<'m, M: Medium + ?Sized> Walker<'m, M> {
             // Checked by the opening walk: only the bytes, if wanted.
             let len = h.length as usize;
             if want_payload {
-                if self.buf.len() < len {
-                    self.buf.resize(len, 0);
+                if self.buf.len() < PREFIX + len {
+                    self.buf.resize(PREFIX + len, 0);
                 }
-                self.medium
-                    .read(at + layout::RECORD_HEADER_BYTES, &mut self.buf[..len]);
+                self.medium.read(
+                    at + layout::RECORD_HEADER_BYTES,
+                    &mut self.buf[PREFIX..PREFIX + len],
+                );
             }
             self.payload_len = len;
             self.pos += footprint;
@@ -223,28 +228,39 @@ impl<'m, M: Medium + ?Sized> Walker<'m, M> {
                 jump_to,
             });
         }
-        let mut crc = crc_start(geo.seed, h.lsn, h.length, h.kind);
+        let mut crc;
         if h.kind == kinds::DATA || h.kind == kinds::JUMP {
             let len = h.length as usize;
             let payload_at = at + layout::RECORD_HEADER_BYTES;
-            // Read the payload whole when the caller wants it, else in chunks; the buffer
-            // only grows, so a walk allocates (and zeroes) it once.
+            // The payload goes to `buf[PREFIX..]`, right after a copy of the header's covered
+            // bytes (its first 16, the reserved ones checked zero above, so exactly what
+            // `crc_start` encodes): the CRC then runs over one contiguous run. Read whole when
+            // the caller wants it, else in chunks; the buffer only grows, so a walk allocates
+            // (and zeroes) it once.
             let chunk = if want_payload || h.kind == kinds::JUMP {
                 len
             } else {
                 len.min(64 * 1024)
             };
-            if self.buf.len() < chunk {
-                self.buf.resize(chunk, 0);
+            if self.buf.len() < PREFIX + chunk {
+                self.buf.resize(PREFIX + chunk, 0);
             }
-            let mut done = 0;
+            self.buf[..PREFIX].copy_from_slice(&hdr[..PREFIX]);
+            let n = len.min(chunk);
+            self.medium
+                .read(payload_at, &mut self.buf[PREFIX..PREFIX + n]);
+            crc = crate::checksum::append(geo.seed, &self.buf[..PREFIX + n]);
+            let mut done = n;
             while done < len {
                 let n = (len - done).min(chunk);
-                self.medium.read(payload_at + done, &mut self.buf[..n]);
-                crc = crate::checksum::append(crc, &self.buf[..n]);
+                self.medium
+                    .read(payload_at + done, &mut self.buf[PREFIX..PREFIX + n]);
+                crc = crate::checksum::append(crc, &self.buf[PREFIX..PREFIX + n]);
                 done += n;
             }
             self.payload_len = len;
+        } else {
+            crc = crc_start(geo.seed, h.lsn, h.length, h.kind);
         }
         if crc != h.payload_crc {
             return Err(self.damaged(

@@ -1055,6 +1055,90 @@ mod tests {
     }
 
     #[test]
+    fn the_format_doc_matches_the_code() {
+        let doc = include_str!("../../../docs/format/tune-cache.md");
+        let start = doc.find("```text\n").expect("an example block") + "```text\n".len();
+        let example = &doc[start..start + doc[start..].find("```").expect("closed")];
+        let amd = CpuIdentity {
+            vendor: "AuthenticAMD".into(),
+            family: 23,
+            model: 49,
+            stepping: 0,
+            flags: ["pclmulqdq", "sse4.2", "avx2", "clflushopt", "clwb"]
+                .map(String::from)
+                .to_vec(),
+            brand: "AMD EPYC".into(),
+        };
+        let c = decode_cache(example, "doc", &amd, "0.1.0")
+            .expect("the example parses")
+            .expect("and is for that CPU and build");
+        assert_eq!(encode_cache(&amd, "0.1.0", &c), example);
+        assert_eq!(c.crc_fold_min, NEVER);
+        // The constants the document names.
+        let magic = format!("| `{CACHE_MAGIC} {CACHE_FORMAT}` |");
+        assert!(doc.contains(&magic), "{magic}");
+        assert!(doc.contains(&format!("at most {}", 1usize << 30)));
+        assert!(doc.contains(&format!("`nt_min` {NT_MIN_DEFAULT}")));
+        assert!(doc.contains(&format!("`crc_fold_min` {CRC_FOLD_MIN_DEFAULT}")));
+        // The flag order the key lists them in.
+        let all = CpuIdentity {
+            flags: [
+                "pclmulqdq",
+                "sse4.2",
+                "avx2",
+                "avx512f",
+                "clflushopt",
+                "clwb",
+                "vpclmulqdq",
+            ]
+            .map(String::from)
+            .to_vec(),
+            ..amd
+        };
+        let order = all
+            .key()
+            .split(' ')
+            .nth(1)
+            .expect("flags")
+            .replace(',', "`, `");
+        assert!(doc.contains(&format!("(`{order}`)")), "{order}");
+    }
+
+    #[test]
+    fn the_cache_file_is_written_whole_and_a_bad_one_is_an_error_not_a_panic() {
+        let dir = std::env::temp_dir().join(format!("kavach-tune-test-{}", std::process::id()));
+        let path = dir.join("sub").join("tune");
+        let cpu = CpuIdentity::detect();
+        assert_eq!(
+            read_cache(&path, &cpu),
+            Ok(None),
+            "a missing file is no error"
+        );
+        let c = Choices {
+            nt_min: 512,
+            crc_fold_min: 8192,
+            flush: best_flush(&cpu),
+        };
+        write_cache(&path, &cpu, &c).expect("write");
+        assert_eq!(read_cache(&path, &cpu), Ok(Some(c)));
+        let leftovers: Vec<_> = std::fs::read_dir(path.parent().expect("dir"))
+            .expect("list")
+            .map(|e| e.expect("entry").file_name())
+            .collect();
+        assert_eq!(leftovers, [std::ffi::OsString::from("tune")]);
+        std::fs::write(&path, b"kavach-tune 1\ncpu \xff\n").expect("garble");
+        let e = read_cache(&path, &cpu).expect_err("invalid UTF-8");
+        assert_eq!(e.expected, "UTF-8 text");
+        std::fs::write(&path, "kavach-tune 1\nversion 1\n").expect("garble");
+        let e = read_cache(&path, &cpu).expect_err("misordered");
+        assert_eq!(
+            (e.where_.as_str(), e.found.as_str()),
+            ("line 2", "version 1")
+        );
+        std::fs::remove_dir_all(&dir).expect("clean up");
+    }
+
+    #[test]
     fn crossover_is_the_start_of_the_winning_suffix() {
         let s = [64, 256, 1024, 4096];
         assert_eq!(
