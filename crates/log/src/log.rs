@@ -1670,6 +1670,19 @@ impl<M: Medium> Reservation<'_, M> {
             if !head.is_empty() {
                 self.log.medium.write(at, head);
             }
+            if offset == self.crc_upto {
+                // In order: the CRC runs alongside the streaming copy.
+                let crc = crate::checksum::append(self.crc, head);
+                self.crc = if rest.is_empty() {
+                    crc
+                } else {
+                    self.log
+                        .medium
+                        .write_nontemporal_crc32c(at + head.len(), rest, crc)
+                };
+                self.crc_upto += data.len();
+                return Ok(());
+            }
             if !rest.is_empty() {
                 self.log.medium.write_nontemporal(at + head.len(), rest);
             }
