@@ -32,7 +32,7 @@ pub fn append(crc: u32, data: &[u8]) -> u32 {
 #[inline]
 pub fn append_with(fold_min: usize, crc: u32, data: &[u8]) -> u32 {
     if data.len() < fold_min {
-        return crc32c::crc32c_append(crc, data);
+        return pmem::cpu::crc32c_append(crc, data);
     }
     pmem::tune::crc32c_fold(crc, data)
 }
