@@ -345,7 +345,7 @@ unsafe fn stream_blocks_crc32c(
         let (mut a, mut b, mut c) = (u64::from(reg), 0u64, 0u64);
         let mut i = 0;
         while i < LANE {
-            // SAFETY (whole block): every offset is below `base + 3 * LANE`, inside both
+            // SAFETY: every offset is below `base + 3 * LANE`, inside both
             // ranges; stores go to 16-byte-aligned addresses (`dst` and LANE are multiples of
             // 64); loads are unaligned.
             unsafe {
