@@ -120,7 +120,9 @@ fn nontemporal_copies_report_head_stream_and_tail_and_are_durable_after_a_fence(
     let m = recorded("nt", sim.clone(), Domain::Adr);
     let mut copies = 0;
     for offset in (0..48).chain([1000, 4090]) {
-        for len in [0, 1, 15, 16, 17, 31, 32, 33, 47, 64, 100, 127, 128, 129, 255, 1500] {
+        for len in [
+            0, 1, 15, 16, 17, 31, 32, 33, 47, 64, 100, 127, 128, 129, 255, 1500,
+        ] {
             let data: Vec<u8> = (0..len).map(|i| (i * 13 + offset + 1) as u8).collect();
             m.write_nontemporal(offset, &data);
             assert_eq!(
