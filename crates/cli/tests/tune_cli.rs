@@ -143,3 +143,36 @@ fn help_names_the_choices_and_the_exit_codes() {
         assert!(out.contains(want), "{want} missing from:\n{out}");
     }
 }
+
+#[test]
+fn recalibrate_exits_2_when_the_cache_cannot_be_written_and_0_when_it_can() {
+    let s = Scratch::new("tune-recal");
+    // A path under a regular file cannot be created.
+    let file = s.path("plain");
+    std::fs::write(&file, b"x").expect("file");
+    let bad = format!("{file}/tune");
+    let o = run(
+        &["pool", "tune", "--recalibrate"],
+        &[("KAVACH_TUNE_CACHE", &bad)],
+    );
+    assert_eq!(o.status.code(), Some(2), "{o:?}");
+    assert!(String::from_utf8_lossy(&o.stderr).contains("cannot write the tuning cache"));
+    let good = s.path("tune");
+    let v = json(&run(
+        &["pool", "tune", "--recalibrate", "--json"],
+        &[("KAVACH_TUNE_CACHE", &good)],
+    ));
+    assert_eq!(v["cache_written"], true);
+    assert_eq!(v["tuning"]["nt_min_source"], "calibrated");
+    assert_eq!(
+        v["measured_ns"]["copy_temporal_ns"]
+            .as_array()
+            .map(Vec::len),
+        Some(11)
+    );
+    assert!(
+        std::fs::read_to_string(&good)
+            .expect("written")
+            .starts_with("kavach-tune 1\n")
+    );
+}
