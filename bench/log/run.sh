@@ -121,6 +121,8 @@ CPU_MODEL="$(grep -m1 -E '^model name' /proc/cpuinfo 2>/dev/null | cut -d: -f2- 
 [ -n "$CPU_MODEL" ] || CPU_MODEL="$(uname -m)"
 FLUSH="$(sed -n 's/.*flush instruction \([a-z]*\).*/\1/p' "$ERRLOG" | head -n1)"
 DOMAIN="$(sed -n 's/.*, domain \([a-z]*\),.*/\1/p' "$ERRLOG" | head -n1)"
+# The copy/flush/CRC choices in force in the Kavach harness (pmem::tune), and where each came from.
+TUNING="$(sed -n 's/^log_bench: cpu .*, tuning \(.*\)$/\1/p' "$ERRLOG" | head -n1)"
 PMEM_VERSION="$(pkg-config --modversion libpmem 2>/dev/null || echo unknown)"
 python3 "$HERE/summarize.py" "$RAW" --json "$OUT/log.json" \
   --meta "date=$(date -u '+%Y-%m-%dT%H:%M:%SZ')" \
@@ -133,5 +135,6 @@ python3 "$HERE/summarize.py" "$RAW" --json "$OUT/log.json" \
   --meta "rounds=$ROUNDS (alternating, ABBA order, one process per side per round), $(( $(date +%s) - START )) s" \
   --meta "load_average=before $LOAD_BEFORE, after $LOAD_AFTER" \
   --meta "cpu_pin=${LOG_BENCH_CPU:-none}" \
+  --meta "kavach_tuning=${TUNING:-unknown (no lat phase)}" \
   | tee "$OUT/log.md"
 log "wrote $OUT/log.md, $OUT/log.json, raw lines in $RAW"

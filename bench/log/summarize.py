@@ -299,8 +299,9 @@ def recovery(rows, out, doc):
     out += ["## Recovery of a full log", "",
             "A fresh pool filled with records of one size until full, closed, then timed: "
             "open (Kavach `LogFile::open`, which validates every record to find the tail; "
-            "`pmemlog_open`) and iterate every record (Kavach `records()`, which validates "
-            "each again and hands out an owned copy; `pmemlog_walk` with chunksize = record "
+            "`pmemlog_open`) and iterate every record (Kavach `records()` with `next_ref`, "
+            "which takes the records open validated as checked and lends each payload from "
+            "one reused buffer; `pmemlog_walk` with chunksize = record "
             "size and a callback that copies the chunk; libpmemlog has no record headers and "
             "no checksums). Medians over every repetition of every round, ms. "
             "Speed-up = libpmemlog / Kavach.", "",

@@ -82,6 +82,40 @@ pub enum PoolCommand {
         kavach pool info /dev/shm/s.pool\n  \
         kavach pool rebuild /dev/shm/s.pool --replace /dev/shm/s.pool.1 /dev/shm/s.pool.1b")]
     Rebuild(RebuildArgs),
+    /// Show this machine's copy, flush and CRC choices and where each came from, or redo them.
+    ///
+    /// Three choices tune the persistence paths to the CPU: `nt_min` (payloads of at least
+    /// this many bytes are copied with non-temporal stores; smaller ones with ordinary stores
+    /// written back line by line), `crc_fold_min` (CRC-32C inputs of at least this many bytes
+    /// use carry-less-multiply folding, smaller ones the SSE4.2 loop) and `flush` (clwb or
+    /// clflushopt). Each is `calibrated` (timed in this process: tens of milliseconds),
+    /// `cached` (read from the cache file an earlier calibration on this CPU and build wrote),
+    /// `override` (KAVACH_TUNE, or KAVACH_FLUSH for the flush) or `default` (KAVACH_TUNE=off).
+    /// Every choice gives the same bytes and CRCs: a pool written under one reads under any.
+    ///
+    /// Environment: KAVACH_TUNE=off, or KAVACH_TUNE=nt_min=4096,crc_fold_min=2048,flush=clwb
+    /// (any subset; `never` for a threshold never reached); KAVACH_TUNE_CACHE=PATH or off
+    /// (default $XDG_CACHE_HOME/kavach/tune, else ~/.cache/kavach/tune; format in
+    /// docs/format/tune-cache.md). A garbled cache file is ignored with a warning and rewritten.
+    ///
+    /// Exit status: 0 shown (or recalibrated and cached); 2 could not run (--recalibrate could
+    /// not write the cache file).
+    #[command(after_help = "Examples:\n  \
+        kavach pool tune\n  \
+        kavach pool tune --recalibrate --json\n  \
+        KAVACH_TUNE=nt_min=never kavach pool tune")]
+    Tune(TuneArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct TuneArgs {
+    /// Time every candidate again now (ignoring the cache file and KAVACH_TUNE) and rewrite the
+    /// cache file; prints what was measured. Takes effect in processes started afterwards.
+    #[arg(long)]
+    pub recalibrate: bool,
+    /// Print the choices (and with --recalibrate the measurements) as JSON.
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Debug, Args)]
@@ -263,6 +297,7 @@ pub fn run_pool(cmd: PoolCommand) -> Result<Outcome> {
         PoolCommand::Info(a) if set::is_description(&a.path) => set_info(&a),
         PoolCommand::Check(a) if set::is_description(&a.path) => set_check(&a),
         PoolCommand::Rebuild(a) => rebuild_set(&a),
+        PoolCommand::Tune(a) => tune(&a),
         PoolCommand::Create(a) => {
             let mut pool = Pool::create(
                 &a.path,
@@ -321,15 +356,92 @@ pub fn run_pool(cmd: PoolCommand) -> Result<Outcome> {
             let info = pool.info();
             let facts = integrity_cmd::integrity_facts(&pool);
             if a.json {
-                print_json(&integrity_cmd::info_json(&info, &facts)?)?;
+                let mut v = integrity_cmd::info_json(&info, &facts)?;
+                v["tuning"] = serde_json::to_value(pmem::tune::current())?;
+                print_json(&v)?;
             } else {
                 print_info(&info);
                 integrity_cmd::print_facts(&facts);
+                print_tuning(pmem::tune::current());
             }
             Ok(Outcome::Ok)
         }
         PoolCommand::Check(a) => check(&a),
         PoolCommand::Repair(a) => repair(&a),
+    }
+}
+
+fn threshold(v: Option<usize>) -> String {
+    v.map_or_else(|| "never".into(), |n| format!("{n} bytes"))
+}
+
+/// Human lines for the tuning in force (`pool info`, `pool tune`).
+pub fn print_tuning(t: &pmem::tune::Tuning) {
+    println!("cpu         {} ({})", t.cpu.brand, t.cpu.key());
+    println!(
+        "tuning      non-temporal copies from {} ({}); folding CRC from {} ({}); flush {} ({})",
+        threshold(t.nt_min),
+        t.nt_min_source.name(),
+        threshold(t.crc_fold_min),
+        t.crc_fold_min_source.name(),
+        t.flush.name(),
+        t.flush_source.name()
+    );
+    match &t.cache_path {
+        Some(p) => println!("tune cache  {}", p.display()),
+        None => println!("tune cache  none"),
+    }
+    for w in &t.warnings {
+        println!("warning     {w}");
+    }
+}
+
+fn tune(a: &TuneArgs) -> Result<Outcome> {
+    if !a.recalibrate {
+        let t = pmem::tune::current();
+        if a.json {
+            print_json(t)?;
+        } else {
+            print_tuning(t);
+        }
+        return Ok(Outcome::Ok);
+    }
+    let cpu = pmem::tune::CpuIdentity::detect();
+    let (choices, measured) = pmem::tune::calibrate_measured(&cpu);
+    let (t, written) = pmem::tune::store_calibration(cpu, choices);
+    if a.json {
+        print_json(&serde_json::json!({
+            "tuning": t,
+            "sizes": pmem::tune::CALIBRATION_SIZES,
+            "measured_ns": measured,
+            "cache_written": written.is_ok(),
+        }))?;
+    } else {
+        print_tuning(&t);
+        let row = |name: &str, v: &[f64]| {
+            let cells: Vec<String> = v.iter().map(|x| format!("{x:>8.1}")).collect();
+            println!("  {name:<22}{}", cells.join(""));
+        };
+        let sizes: Vec<String> = pmem::tune::CALIBRATION_SIZES
+            .iter()
+            .map(|s| format!("{s:>8}"))
+            .collect();
+        println!("measured, ns per operation (medians):");
+        println!("  {:<22}{}", "bytes", sizes.join(""));
+        row("copy+flush+fence", &measured.copy_temporal_ns);
+        row("non-temporal+fence", &measured.copy_nontemporal_ns);
+        row("crc sse4.2", &measured.crc_sse42_ns);
+        row("crc folding", &measured.crc_fold_ns);
+        for (k, ns) in &measured.flush_ns {
+            println!("  1 KiB store+{k}+sfence: {ns:.1}");
+        }
+    }
+    match written {
+        Ok(()) => Ok(Outcome::Ok),
+        Err(e) => {
+            Err(anyhow::Error::new(CouldNotRun)
+                .context(format!("cannot write the tuning cache: {e}")))
+        }
     }
 }
 
@@ -789,10 +901,13 @@ fn print_set(status: &SetStatus) {
 fn set_info(a: &InfoArgs) -> Result<Outcome> {
     let (status, info) = open_set_info(&a.path)?;
     if a.json {
-        print_json(&set_json(&status, &info)?)?;
+        let mut v = set_json(&status, &info)?;
+        v["tuning"] = serde_json::to_value(pmem::tune::current())?;
+        print_json(&v)?;
     } else {
         print_info(&info);
         print_set(&status);
+        print_tuning(pmem::tune::current());
     }
     Ok(Outcome::Ok)
 }

@@ -1,25 +1,40 @@
 //! CRC-32C of payloads: the `crc32c` crate's SSE4.2 loop for short inputs, `crc-fast`'s
-//! carry-less-multiply folding (PCLMULQDQ / VPCLMULQDQ, chosen at run time) for long ones.
-//! Both compute the same CRC-32C (Castagnoli, reflected, init and xorout 0xffffffff), so the
-//! on-media value does not depend on which one ran.
-//!
-//! Measured on this machine (2026-11-22): 4 KiB in 73 ns against 171 ns, 64 KiB in 1.02 us
-//! against 2.27 us; below 1 KiB the SSE4.2 loop is as fast and has no setup.
+//! carry-less-multiply folding (PCLMULQDQ / VPCLMULQDQ, chosen at run time) for long ones, from
+//! the size [`pmem::tune`] chose for this machine (`crc_fold_min`: calibrated, cached or
+//! overridden with `KAVACH_TUNE`). Both compute the same CRC-32C (Castagnoli, reflected, init
+//! and xorout 0xffffffff), so the on-media value does not depend on which one ran.
 
-/// Inputs at least this long go to `crc-fast`.
-const FOLDING_BYTES_MIN: usize = 1024;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+/// `crc_fold_min` once read from the tuning (0: not read yet).
+static FOLD_MIN: AtomicUsize = AtomicUsize::new(0);
+
+/// Inputs at least this long go to the folding implementation.
+#[inline]
+pub fn fold_min() -> usize {
+    match FOLD_MIN.load(Ordering::Relaxed) {
+        0 => {
+            let v = pmem::tune::current().choices().crc_fold_min.max(1);
+            FOLD_MIN.store(v, Ordering::Relaxed);
+            v
+        }
+        v => v,
+    }
+}
 
 /// Continue the CRC-32C `crc` over `data` (as `crc32c::crc32c_append` does).
 #[inline]
 pub fn append(crc: u32, data: &[u8]) -> u32 {
-    if data.len() < FOLDING_BYTES_MIN {
-        return crc32c::crc32c_append(crc, data);
+    append_with(fold_min(), crc, data)
+}
+
+/// [`append`] with the folding threshold given: every threshold gives the same value.
+#[inline]
+pub fn append_with(fold_min: usize, crc: u32, data: &[u8]) -> u32 {
+    if data.len() < fold_min {
+        return pmem::cpu::crc32c_append(crc, data);
     }
-    // A finished CRC-32C is the register state complemented; start from that state.
-    let mut digest =
-        crc_fast::Digest::new_with_init_state(crc_fast::CrcAlgorithm::Crc32Iscsi, u64::from(!crc));
-    digest.update(data);
-    digest.finalize() as u32
+    pmem::tune::crc32c_fold(crc, data)
 }
 
 #[cfg(test)]
@@ -28,7 +43,7 @@ mod tests {
     use pmem::rng::SplitMix64;
 
     #[test]
-    fn both_paths_give_the_crc32c_crate_value_for_every_length_and_seed() {
+    fn every_threshold_gives_the_crc32c_crate_value_for_every_length_and_seed() {
         let mut rng = SplitMix64::new(11);
         let data: Vec<u8> = (0..70_000).map(|_| rng.next_u64() as u8).collect();
         let lengths = (0..2100).chain([4095, 4096, 4097, 65_535, 65_536, 70_000]);
@@ -37,12 +52,16 @@ mod tests {
             let start = rng.below(64) as usize;
             let end = (start + len).min(data.len());
             let slice = &data[start..end];
-            assert_eq!(
-                append(seed, slice),
-                crc32c::crc32c_append(seed, slice),
-                "length {}",
-                slice.len()
-            );
+            let want = crc32c::crc32c_append(seed, slice);
+            assert_eq!(append(seed, slice), want, "length {}", slice.len());
+            for t in [0, 64, 1024, 4096, usize::MAX] {
+                assert_eq!(
+                    append_with(t, seed, slice),
+                    want,
+                    "length {} at {t}",
+                    slice.len()
+                );
+            }
         }
     }
 }

@@ -397,7 +397,7 @@ pub fn crc_seed(uuid: &Uuid) -> u32 {
 
 /// The start of a record's CRC: seed, then the covered header bytes.
 pub fn crc_start(seed: u32, lsn: u64, length: u32, kind: u16) -> u32 {
-    crc32c::crc32c_append(seed, &RecordHeader::covered(lsn, length, kind))
+    pmem::cpu::crc32c_append(seed, &RecordHeader::covered(lsn, length, kind))
 }
 
 #[cfg(test)]

@@ -41,7 +41,7 @@ pub use file::LogFile;
 pub use format::{Descriptor, Superline};
 pub use log::{
     Appended, Entries, Entry, Follow, Follower, ForcePolicy, Log, LogOptions, LogStats,
-    NONTEMPORAL_BYTES_MIN, Record, Records, Recovery, Reservation,
+    NONTEMPORAL_BYTES_MIN, Record, RecordRef, Records, Recovery, Reservation,
 };
 pub use mirror::{Extent, Mirror};
 pub use salvage::{Cut, CutKind, SalvagePlan};

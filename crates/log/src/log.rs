@@ -13,9 +13,12 @@ use crate::scan::{Found, Geometry, Judged, Stop, Verdict, Walker, judge};
 use crate::sequencer::{Cursor, Sequencer};
 use pmem::{Corruption, Medium, Uuid};
 
-/// Payloads of at least this many bytes are copied with non-temporal stores and persisted by the
-/// thread that completes them (header line flushed, one fence); smaller ones are stored normally
-/// and flushed whole by the forcer, which fences once for all of them.
+/// The built-in threshold: payloads of at least this many bytes are copied with non-temporal
+/// stores and persisted by the thread that completes them (header line flushed, one fence);
+/// smaller ones are stored normally and flushed whole by the forcer, which fences once for all
+/// of them. A log on a real mapping uses the threshold [`pmem::tune`] chose for the machine
+/// ([`Log::nontemporal_bytes_min`]); a log on the persistence simulator uses this one, so crash
+/// tests take the same paths on every machine.
 pub const NONTEMPORAL_BYTES_MIN: usize = 1024;
 
 /// How `append` (and `commit`) make a record durable.
@@ -198,6 +201,21 @@ pub struct Log<M: Medium> {
     group_pending: AtomicU64,
     full_wait: Duration,
     mirror: RwLock<Option<Arc<dyn Mirror>>>,
+    /// Payloads of at least this many bytes take the non-temporal path.
+    nt_min: usize,
+    /// The opening walk checked every record with an LSN in `[checked.0, checked.1)` (none
+    /// before a walk): the recovery iterator does not check their CRCs again.
+    checked: (u64, u64),
+}
+
+/// The non-temporal threshold for a log on `medium`: the tuned one, or the built-in one on the
+/// simulator.
+fn nt_threshold<M: Medium>(medium: &M) -> usize {
+    if medium.domain() == pmem::Domain::Sim || medium.backing() == pmem::Backing::Simulated {
+        NONTEMPORAL_BYTES_MIN
+    } else {
+        pmem::tune::current().choices().nt_min
+    }
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -684,7 +702,10 @@ impl<M: Medium> Log<M> {
             recovery.jumped_to = Some(to);
             recovery.next_lsn = to;
         }
-        let log = Self::assemble(medium, base, desc, geo, superline, tail_pos, next_lsn, opts);
+        let mut log = Self::assemble(medium, base, desc, geo, superline, tail_pos, next_lsn, opts);
+        // Every record the walk accepted passed its checks: the recovery iterator takes them
+        // as checked (one validation pass per open).
+        log.checked = (superline.start_lsn, expected);
         if void_durable && !opts.read_only && superline.durable_lsn >= next_lsn {
             // The claim named records the missed window lost: bring it down to the prefix.
             let mut h = lock(&log.head);
@@ -767,6 +788,8 @@ impl<M: Medium> Log<M> {
         opts: &LogOptions,
     ) -> Log<M> {
         Log {
+            nt_min: nt_threshold(&medium),
+            checked: (0, 0),
             seq: Sequencer::new(
                 desc.ring_bytes / layout::RECORD_ALIGN as u64,
                 next_lsn,
@@ -878,6 +901,13 @@ impl<M: Medium> Log<M> {
     /// Medium offset of the log region.
     pub fn base(&self) -> usize {
         self.base
+    }
+
+    /// Payloads of at least this many bytes are copied with non-temporal stores (the threshold
+    /// [`pmem::tune`] chose for this machine; [`NONTEMPORAL_BYTES_MIN`] on the simulator;
+    /// `usize::MAX`: never).
+    pub fn nontemporal_bytes_min(&self) -> usize {
+        self.nt_min
     }
 
     /// Largest payload a record may have.
@@ -995,7 +1025,7 @@ impl<M: Medium> Log<M> {
                     length,
                     crc: crc_start(self.geo.seed, lsn, length as u32, kinds::DATA),
                     crc_upto: 0,
-                    nontemporal: length >= NONTEMPORAL_BYTES_MIN,
+                    nontemporal: length >= self.nt_min,
                     completed: false,
                 });
             }
@@ -1118,7 +1148,7 @@ impl<M: Medium> Log<M> {
                 (room, layout::RECORD_ALIGN, layout::RECORD_ALIGN, lsn)
             } else {
                 let fp = record_footprint(h.length as usize);
-                let dirty = match (h.kind, h.length as usize >= NONTEMPORAL_BYTES_MIN) {
+                let dirty = match (h.kind, h.length as usize >= self.nt_min) {
                     (_, false) => fp,
                     (kinds::DATA, true) => 0,
                     (_, true) => layout::RECORD_ALIGN,
@@ -1368,11 +1398,21 @@ impl<M: Medium> Log<M> {
     /// record failing a check, with [`LogError::Corrupt`] for a damaged one.
     pub fn records(&self) -> Records<'_, M> {
         let h = lock(&self.head);
+        let mut walker = Walker::new(&self.medium, self.geo, h.pos, h.lsn);
+        walker.trusted = self.checked;
         Records {
-            walker: Walker::new(&self.medium, self.geo, h.pos, h.lsn),
+            walker,
             last: self.seq.durable(),
             done: false,
         }
+    }
+
+    /// [`Log::records`] checking every record's CRC again, even those the opening walk checked
+    /// (a scrub, or a reader that suspects the medium changed behind the log's back).
+    pub fn records_rechecked(&self) -> Records<'_, M> {
+        let mut r = self.records();
+        r.walker.trusted = (0, 0);
+        r
     }
 
     /// Every entry from the head (data, padding, jump and void records) with its place and
@@ -1483,6 +1523,57 @@ impl<M: Medium> Records<'_, M> {
     }
 }
 
+/// A record read back, its payload borrowed from the iterator ([`Records::next_ref`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RecordRef<'a> {
+    /// Its LSN.
+    pub lsn: u64,
+    /// Medium offset of its header.
+    pub offset: u64,
+    /// Its payload, valid until the next call.
+    pub payload: &'a [u8],
+}
+
+impl RecordRef<'_> {
+    /// An owned copy.
+    pub fn to_record(&self) -> Record {
+        Record {
+            lsn: self.lsn,
+            offset: self.offset,
+            payload: self.payload.to_vec(),
+        }
+    }
+}
+
+impl<M: Medium> Records<'_, M> {
+    /// The next record with its payload borrowed from the iterator's buffer (no allocation per
+    /// record); `None` at the end. The same records, in the same order, as the iterator.
+    pub fn next_ref(&mut self) -> Option<Result<RecordRef<'_>>> {
+        while !self.done {
+            if self.walker.expected > self.last {
+                self.done = true;
+                break;
+            }
+            match self.walker.step(true) {
+                Ok(Found { kind, lsn, at, .. }) if kind == kinds::DATA => {
+                    return Some(Ok(RecordRef {
+                        lsn,
+                        offset: at as u64,
+                        payload: self.walker.payload(),
+                    }));
+                }
+                Ok(_) => continue,
+                Err(Stop::Damaged(c)) => {
+                    self.done = true;
+                    return Some(Err(LogError::Corrupt(c)));
+                }
+                Err(_) => self.done = true,
+            }
+        }
+        None
+    }
+}
+
 impl<M: Medium> Iterator for Records<'_, M> {
     type Item = Result<Record>;
 
@@ -1543,6 +1634,11 @@ impl<M: Medium> Reservation<'_, M> {
         self.length == 0
     }
 
+    /// Whether [`Reservation::copy`] uses non-temporal stores for this record.
+    pub fn is_nontemporal(&self) -> bool {
+        self.nontemporal
+    }
+
     /// Medium offset of the payload: the record lives in place, with no staging copy.
     pub fn payload_offset(&self) -> usize {
         self.at + layout::RECORD_HEADER_BYTES
@@ -1567,7 +1663,29 @@ impl<M: Medium> Reservation<'_, M> {
         }
         let at = self.payload_offset() + offset;
         if self.nontemporal {
-            self.log.medium.write_nontemporal(at, data);
+            // Bytes in the header's line are stored normally and left to `seal`, which writes
+            // that line back with the header; the rest starts on a line and is streamed.
+            let in_header_line = (self.at + layout::RECORD_ALIGN).saturating_sub(at);
+            let (head, rest) = data.split_at(in_header_line.min(data.len()));
+            if !head.is_empty() {
+                self.log.medium.write(at, head);
+            }
+            if offset == self.crc_upto {
+                // In order: the CRC runs alongside the streaming copy.
+                let crc = crate::checksum::append(self.crc, head);
+                self.crc = if rest.is_empty() {
+                    crc
+                } else {
+                    self.log
+                        .medium
+                        .write_nontemporal_crc32c(at + head.len(), rest, crc)
+                };
+                self.crc_upto += data.len();
+                return Ok(());
+            }
+            if !rest.is_empty() {
+                self.log.medium.write_nontemporal(at + head.len(), rest);
+            }
         } else {
             self.log.medium.write(at, data);
         }

@@ -79,6 +79,9 @@ pub(crate) struct Found {
     pub jump_to: Option<u64>,
 }
 
+/// Header bytes the CRC covers (they precede the payload in the walk's buffer).
+const PREFIX: usize = r::CRC_COVERED_BYTES;
+
 /// A walk over the ring.
 #[derive(Debug)]
 pub(crate) struct Walker<'m, M: Medium + ?Sized> {
@@ -94,6 +97,9 @@ pub(crate) struct Walker<'m, M: Medium + ?Sized> {
     pub start_lsn: u64,
     buf: Vec<u8>,
     payload_len: usize,
+    /// Data records with an LSN in `[trusted.0, trusted.1)` were checked by an earlier walk of
+    /// this log (the opening one): their CRC is not computed again.
+    pub trusted: (u64, u64),
 }
 
 impl<'m, M: Medium + ?Sized> Walker<'m, M> {
@@ -107,6 +113,7 @@ impl<'m, M: Medium + ?Sized> Walker<'m, M> {
             start_lsn,
             buf: Vec::new(),
             payload_len: 0,
+            trusted: (0, 0),
         }
     }
 
@@ -122,7 +129,7 @@ impl<'m, M: Medium + ?Sized> Walker<'m, M> {
 
     /// The payload of the record just returned by `step` with `want_payload`.
     pub fn payload(&self) -> &[u8] {
-        &self.buf[..self.payload_len]
+        &self.buf[PREFIX..PREFIX + self.payload_len]
     }
 
     /// Validate the next record and move past it. With `want_payload`, a data record's payload
@@ -194,29 +201,66 @@ impl<'m, M: Medium + ?Sized> Walker<'m, M> {
             }
         };
         // The CRC: over the header's first 16 bytes and (for data and jumps) the payload.
-        let mut crc = crc_start(geo.seed, h.lsn, h.length, h.kind);
+        let trusted = h.kind == kinds::DATA && h.lsn >= self.trusted.0 && h.lsn < self.trusted.1;
         let mut jump_to = None;
+        if trusted {
+            // Checked by the opening walk: only the bytes, if wanted.
+            let len = h.length as usize;
+            if want_payload {
+                if self.buf.len() < PREFIX + len {
+                    self.buf.resize(PREFIX + len, 0);
+                }
+                self.medium.read(
+                    at + layout::RECORD_HEADER_BYTES,
+                    &mut self.buf[PREFIX..PREFIX + len],
+                );
+            }
+            self.payload_len = len;
+            self.pos += footprint;
+            self.walked += footprint;
+            self.expected = h.lsn + 1;
+            return Ok(Found {
+                lsn: h.lsn,
+                kind: h.kind,
+                at,
+                length: h.length,
+                footprint,
+                jump_to,
+            });
+        }
+        let mut crc;
         if h.kind == kinds::DATA || h.kind == kinds::JUMP {
             let len = h.length as usize;
             let payload_at = at + layout::RECORD_HEADER_BYTES;
-            // Read the payload whole when the caller wants it, else in chunks; the buffer
-            // only grows, so a walk allocates (and zeroes) it once.
+            // The payload goes to `buf[PREFIX..]`, right after a copy of the header's covered
+            // bytes (its first 16, the reserved ones checked zero above, so exactly what
+            // `crc_start` encodes): the CRC then runs over one contiguous run. Read whole when
+            // the caller wants it, else in chunks; the buffer only grows, so a walk allocates
+            // (and zeroes) it once.
             let chunk = if want_payload || h.kind == kinds::JUMP {
                 len
             } else {
                 len.min(64 * 1024)
             };
-            if self.buf.len() < chunk {
-                self.buf.resize(chunk, 0);
+            if self.buf.len() < PREFIX + chunk {
+                self.buf.resize(PREFIX + chunk, 0);
             }
-            let mut done = 0;
+            self.buf[..PREFIX].copy_from_slice(&hdr[..PREFIX]);
+            let n = len.min(chunk);
+            self.medium
+                .read(payload_at, &mut self.buf[PREFIX..PREFIX + n]);
+            crc = crate::checksum::append(geo.seed, &self.buf[..PREFIX + n]);
+            let mut done = n;
             while done < len {
                 let n = (len - done).min(chunk);
-                self.medium.read(payload_at + done, &mut self.buf[..n]);
-                crc = crate::checksum::append(crc, &self.buf[..n]);
+                self.medium
+                    .read(payload_at + done, &mut self.buf[PREFIX..PREFIX + n]);
+                crc = crate::checksum::append(crc, &self.buf[PREFIX..PREFIX + n]);
                 done += n;
             }
             self.payload_len = len;
+        } else {
+            crc = crc_start(geo.seed, h.lsn, h.length, h.kind);
         }
         if crc != h.payload_crc {
             return Err(self.damaged(

@@ -5,8 +5,6 @@
 //! processor has them. Every function here takes raw addresses: the callers (the mapping) check
 //! that the range lies inside memory they own.
 
-use std::sync::OnceLock;
-
 /// Size of a cache line: the unit of write-back and of the simulator.
 pub const CACHE_LINE: usize = 64;
 
@@ -38,34 +36,41 @@ impl FlushInstruction {
     }
 }
 
-static FLUSH: OnceLock<FlushInstruction> = OnceLock::new();
-
-/// The best write-back instruction this CPU has. `KAVACH_FLUSH=clflush|clflushopt|clwb` forces a
-/// weaker one (a request for an instruction the CPU lacks falls back to detection).
+/// The write-back instruction in force: the one [`crate::tune::current`] chose (the best this
+/// CPU has unless a calibration, the cache or an override said otherwise).
+/// `KAVACH_FLUSH=clflush|clflushopt|clwb` (or `KAVACH_TUNE=flush=...`) forces one; a request for
+/// an instruction the CPU lacks falls back to the best it has.
+#[inline]
 pub fn flush_instruction() -> FlushInstruction {
-    *FLUSH.get_or_init(|| {
-        let (has_clflushopt, has_clwb) = detect();
-        let forced = std::env::var("KAVACH_FLUSH").ok();
-        match forced.as_deref() {
-            Some("clflush") => FlushInstruction::Clflush,
-            Some("clflushopt") if has_clflushopt => FlushInstruction::Clflushopt,
-            _ if has_clwb => FlushInstruction::Clwb,
-            _ if has_clflushopt => FlushInstruction::Clflushopt,
-            _ => FlushInstruction::Clflush,
-        }
-    })
+    crate::tune::current().flush
 }
 
-#[cfg(target_arch = "x86_64")]
-fn detect() -> (bool, bool) {
-    // CPUID leaf 7, sub-leaf 0: EBX bit 23 is CLFLUSHOPT, bit 24 is CLWB (Intel SDM vol. 2A).
-    // Leaf 0 tells whether leaf 7 exists.
-    let max_leaf = std::arch::x86_64::__cpuid(0).eax;
-    if max_leaf < 7 {
-        return (false, false);
+/// Copy `src` into `dst` (of the same length) and make it durable, timed by the calibration in
+/// [`crate::tune`]: with `nontemporal`, streaming stores (head and tail written back with
+/// `kind`) then a fence; else ordinary stores, every line written back with `kind`, a fence.
+///
+/// # Panics
+/// If the lengths differ, or `kind` is [`FlushInstruction::Recorded`] (a calibration runs on
+/// real memory only).
+pub fn copy_and_persist(kind: FlushInstruction, dst: &mut [u8], src: &[u8], nontemporal: bool) {
+    assert_eq!(dst.len(), src.len(), "copy_and_persist: lengths differ");
+    assert_ne!(
+        kind,
+        FlushInstruction::Recorded,
+        "copy_and_persist on real memory only"
+    );
+    // SAFETY: `dst` is a live exclusive slice and `src` a live shared one of the same length,
+    // so they do not overlap and every access stays inside them; `kind` is a real instruction
+    // (the caller took it from CPUID through `tune`).
+    unsafe {
+        if nontemporal {
+            copy_nontemporal_with(kind, dst.as_mut_ptr(), src.as_ptr(), src.len());
+        } else {
+            std::ptr::copy_nonoverlapping(src.as_ptr(), dst.as_mut_ptr(), src.len());
+            flush_range_with(kind, dst.as_ptr(), dst.len());
+        }
     }
-    let ebx = std::arch::x86_64::__cpuid_count(7, 0).ebx;
-    (ebx & (1 << 23) != 0, ebx & (1 << 24) != 0)
+    store_fence();
 }
 
 #[cfg(not(target_arch = "x86_64"))]
@@ -153,8 +158,9 @@ pub fn fence_with(kind: FlushInstruction) -> crate::error::Result<()> {
     Ok(())
 }
 
-/// Copy `len` bytes from `src` to `dst` with non-temporal stores where alignment allows; the
-/// unaligned head and tail are copied normally and written back. The caller fences.
+/// Copy `len` bytes from `src` to `dst` with non-temporal stores for every whole cache line;
+/// the partial lines at the head and tail are copied normally and written back. The caller
+/// fences.
 ///
 /// # Safety
 /// `dst..dst+len` must be writable mapped memory and `src..src+len` readable; they must not
@@ -176,7 +182,10 @@ pub unsafe fn copy_nontemporal_with(
     src: *const u8,
     len: usize,
 ) {
-    const CHUNK: usize = 16;
+    // Only whole cache lines are streamed: a line that ordinary stores also write (the head
+    // and tail, which callers such as the log share with a header) would otherwise be
+    // evicted from the write-combining buffer in part and read back for the ordinary store.
+    const CHUNK: usize = CACHE_LINE;
     let recorded = kind == FlushInstruction::Recorded;
     let head = (dst as usize).wrapping_neg() & (CHUNK - 1);
     if len < head + CHUNK {
@@ -194,10 +203,12 @@ pub unsafe fn copy_nontemporal_with(
     let body = (len - head) & !(CHUNK - 1);
     let tail = len - head - body;
     // SAFETY: head, body and tail partition [0, len), so every access stays inside the ranges the
-    // caller vouched for; `dst + head` is 16-byte aligned as `_mm_stream_si128` requires, and
-    // `_mm_loadu_si128` accepts any alignment. The slices handed to the recorder are parts of
-    // `src..src+len`, readable and unchanged during the call.
+    // caller vouched for; `dst + head` is 64-byte aligned, so each 16-byte `_mm_stream_si128`
+    // target is 16-byte aligned as it requires, and `_mm_loadu_si128` accepts any alignment.
+    // The slices handed to the recorder are parts of `src..src+len`, readable and unchanged
+    // during the call.
     unsafe {
+        use std::arch::x86_64::{_mm_loadu_si128, _mm_stream_si128};
         std::ptr::copy_nonoverlapping(src, dst, head);
         if recorded {
             crate::recorded::stored(dst as usize, std::slice::from_raw_parts(src, head));
@@ -205,8 +216,15 @@ pub unsafe fn copy_nontemporal_with(
         flush_range_with(kind, dst, head);
         let mut off = head;
         while off < head + body {
-            let v = std::arch::x86_64::_mm_loadu_si128(src.add(off).cast());
-            std::arch::x86_64::_mm_stream_si128(dst.add(off).cast(), v);
+            let (s, d) = (src.add(off), dst.add(off));
+            let v0 = _mm_loadu_si128(s.cast());
+            let v1 = _mm_loadu_si128(s.add(16).cast());
+            let v2 = _mm_loadu_si128(s.add(32).cast());
+            let v3 = _mm_loadu_si128(s.add(48).cast());
+            _mm_stream_si128(d.cast(), v0);
+            _mm_stream_si128(d.add(16).cast(), v1);
+            _mm_stream_si128(d.add(32).cast(), v2);
+            _mm_stream_si128(d.add(48).cast(), v3);
             off += CHUNK;
         }
         if recorded {
@@ -230,6 +248,167 @@ pub unsafe fn copy_nontemporal_with(
     }
 }
 
+/// Inputs shorter than this go through [`crc32c_append`]'s own loop; longer ones to the
+/// `crc32c` crate's three-way loop.
+const CRC_SHORT_MAX: usize = 512;
+
+/// CRC-32C `crc` continued over `data`, as `crc32c::crc32c_append(crc, data)`: short inputs
+/// (a record header's 16 bytes, a small payload) by a plain SSE4.2 loop without the crate's
+/// set-up, long ones by the crate.
+#[inline]
+pub fn crc32c_append(crc: u32, data: &[u8]) -> u32 {
+    if data.len() < CRC_SHORT_MAX && std::arch::is_x86_feature_detected!("sse4.2") {
+        // SAFETY: the CPU has SSE4.2 (checked just above).
+        return unsafe { crc32c_short(crc, data) };
+    }
+    crc32c::crc32c_append(crc, data)
+}
+
+/// # Safety
+/// The CPU has SSE4.2.
+#[target_feature(enable = "sse4.2")]
+unsafe fn crc32c_short(crc: u32, data: &[u8]) -> u32 {
+    use std::arch::x86_64::{_mm_crc32_u8, _mm_crc32_u64};
+    let mut reg = u64::from(!crc);
+    let mut words = data.chunks_exact(8);
+    for w in &mut words {
+        reg = _mm_crc32_u64(reg, u64::from_le_bytes(w.try_into().expect("8 bytes")));
+    }
+    let mut r = reg as u32;
+    for &b in words.remainder() {
+        r = _mm_crc32_u8(r, b);
+    }
+    !r
+}
+
+/// Bytes per lane of the fused copy + CRC: each block streams three lanes while three
+/// independent CRC-32C chains run over them, then joins the chains.
+const LANE: usize = 1024;
+
+/// `t[k][b]`: the CRC-32C register `b << 8k` after `LANE` zero bytes (the register is linear in
+/// its start value, so any register shifts by `LANE` bytes with four lookups).
+fn lane_shift_table() -> &'static [[u32; 256]; 4] {
+    static T: std::sync::OnceLock<Box<[[u32; 256]; 4]>> = std::sync::OnceLock::new();
+    T.get_or_init(|| {
+        // Linear: each entry is the XOR of the shifted single bits it holds.
+        let basis: Vec<u32> = (0..32).map(|bit| crc32c_zeros(1 << bit, LANE)).collect();
+        let mut t = Box::new([[0u32; 256]; 4]);
+        for (k, row) in t.iter_mut().enumerate() {
+            for (b, cell) in row.iter_mut().enumerate() {
+                *cell = (0..8)
+                    .filter(|j| b & (1 << j) != 0)
+                    .fold(0, |acc, j| acc ^ basis[8 * k + j]);
+            }
+        }
+        t
+    })
+}
+
+/// The raw CRC-32C register `reg` after `n` zero bytes (bit by bit: for tables only).
+fn crc32c_zeros(mut reg: u32, n: usize) -> u32 {
+    const POLY: u32 = 0x82f6_3b78; // Castagnoli, reflected
+    for _ in 0..n * 8 {
+        reg = if reg & 1 != 0 {
+            (reg >> 1) ^ POLY
+        } else {
+            reg >> 1
+        };
+    }
+    reg
+}
+
+#[inline(always)]
+fn lane_shift(t: &[[u32; 256]; 4], r: u32) -> u32 {
+    t[0][(r & 0xff) as usize]
+        ^ t[1][((r >> 8) & 0xff) as usize]
+        ^ t[2][((r >> 16) & 0xff) as usize]
+        ^ t[3][(r >> 24) as usize]
+}
+
+/// Stream `blocks` blocks of `3 * LANE` bytes from `src` to the line-aligned `dst` and run the
+/// raw CRC-32C register `reg` over them; the new register.
+///
+/// # Safety
+/// `dst..dst + blocks * 3 * LANE` writable, 64-byte aligned; `src..` as long, readable; no
+/// overlap; the CPU has SSE4.2.
+#[target_feature(enable = "sse4.2")]
+unsafe fn stream_blocks_crc32c(
+    dst: *mut u8,
+    src: *const u8,
+    blocks: usize,
+    mut reg: u32,
+    t: &[[u32; 256]; 4],
+) -> u32 {
+    use std::arch::x86_64::{_mm_crc32_u64, _mm_loadu_si128, _mm_stream_si128};
+    for blk in 0..blocks {
+        let base = blk * 3 * LANE;
+        let (mut a, mut b, mut c) = (u64::from(reg), 0u64, 0u64);
+        let mut i = 0;
+        while i < LANE {
+            // SAFETY: every offset is below `base + 3 * LANE`, inside both
+            // ranges; stores go to 16-byte-aligned addresses (`dst` and LANE are multiples of
+            // 64); loads are unaligned.
+            unsafe {
+                for (lane, r) in [(0, &mut a), (LANE, &mut b), (2 * LANE, &mut c)] {
+                    let s = src.add(base + lane + i);
+                    let d = dst.add(base + lane + i);
+                    for q in 0..4 {
+                        let v = _mm_loadu_si128(s.add(16 * q).cast());
+                        _mm_stream_si128(d.add(16 * q).cast(), v);
+                    }
+                    for w in 0..8 {
+                        let x = std::ptr::read_unaligned(s.add(8 * w).cast::<u64>());
+                        *r = _mm_crc32_u64(*r, x);
+                    }
+                }
+            }
+            i += 64;
+        }
+        reg = lane_shift(t, lane_shift(t, a as u32) ^ b as u32) ^ c as u32;
+    }
+    reg
+}
+
+/// [`copy_nontemporal_with`] that also returns the CRC-32C `crc` continued over the bytes
+/// copied (as `crc32c::crc32c_append(crc, src..src+len)` would), computed while the streaming
+/// stores drain: for long copies the CRC costs little beyond the copy.
+///
+/// # Safety
+/// As for [`copy_nontemporal_with`].
+pub unsafe fn copy_nontemporal_crc32c_with(
+    kind: FlushInstruction,
+    dst: *mut u8,
+    src: *const u8,
+    len: usize,
+    crc: u32,
+) -> u32 {
+    let head = (dst as usize).wrapping_neg() & (CACHE_LINE - 1);
+    let fused = kind != FlushInstruction::Recorded
+        && len >= head + 3 * LANE
+        && std::arch::is_x86_feature_detected!("sse4.2");
+    // SAFETY: every range below is a part of `[0, len)` of the caller's ranges; `src` is
+    // readable and unchanged during the call, so parts of it may be viewed as slices.
+    unsafe {
+        if !fused {
+            copy_nontemporal_with(kind, dst, src, len);
+            return crc32c::crc32c_append(crc, std::slice::from_raw_parts(src, len));
+        }
+        copy_nontemporal_with(kind, dst, src, head);
+        let crc = crc32c::crc32c_append(crc, std::slice::from_raw_parts(src, head));
+        let blocks = (len - head) / (3 * LANE);
+        let reg = stream_blocks_crc32c(
+            dst.add(head),
+            src.add(head),
+            blocks,
+            !crc,
+            lane_shift_table(),
+        );
+        let done = head + blocks * 3 * LANE;
+        copy_nontemporal_with(kind, dst.add(done), src.add(done), len - done);
+        crc32c::crc32c_append(!reg, std::slice::from_raw_parts(src.add(done), len - done))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -238,7 +417,9 @@ mod tests {
     fn nontemporal_copy_copies_every_length_and_alignment() {
         let src: Vec<u8> = (0..300u32).map(|i| (i * 7 + 3) as u8).collect();
         for offset in 0..17 {
-            for len in [0, 1, 15, 16, 17, 31, 32, 33, 64, 100, 255] {
+            for len in [
+                0, 1, 15, 16, 17, 31, 32, 33, 64, 100, 127, 128, 129, 200, 255,
+            ] {
                 let mut dst = vec![0u8; 300];
                 // SAFETY: both ranges are inside live vectors and do not overlap.
                 unsafe { copy_nontemporal(dst.as_mut_ptr().add(offset), src.as_ptr(), len) };
@@ -251,6 +432,67 @@ mod tests {
                 assert!(dst[..offset].iter().all(|&b| b == 0));
                 assert!(dst[offset + len..].iter().all(|&b| b == 0));
             }
+        }
+    }
+
+    #[test]
+    fn the_fused_copy_copies_and_gives_the_crc32c_of_every_length() {
+        let src: Vec<u8> = (0..80_000u32)
+            .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
+            .collect();
+        for offset in [0, 1, 31, 32, 63] {
+            for len in [
+                0, 1, 100, 3071, 3072, 3135, 3136, 3137, 6144, 9300, 65_536, 79_000,
+            ] {
+                let mut dst = vec![0u8; 80_100];
+                let seed = len as u32 ^ 0xdead_beef;
+                // SAFETY: both ranges are inside live vectors and do not overlap.
+                let crc = unsafe {
+                    copy_nontemporal_crc32c_with(
+                        flush_instruction(),
+                        dst.as_mut_ptr().add(offset),
+                        src.as_ptr(),
+                        len,
+                        seed,
+                    )
+                };
+                store_fence();
+                assert_eq!(
+                    crc,
+                    crc32c::crc32c_append(seed, &src[..len]),
+                    "{offset} {len}"
+                );
+                assert_eq!(&dst[offset..offset + len], &src[..len], "{offset} {len}");
+                assert!(dst[..offset].iter().all(|&b| b == 0));
+                assert!(dst[offset + len..].iter().all(|&b| b == 0));
+            }
+        }
+    }
+
+    #[test]
+    fn the_short_crc_is_the_crates_at_every_length_and_alignment() {
+        let data: Vec<u8> = (0..1200u32).map(|i| (i * 37 + 11) as u8).collect();
+        for start in 0..9 {
+            for len in 0..700 {
+                let d = &data[start..start + len];
+                let seed = (start * 1000 + len) as u32;
+                assert_eq!(
+                    crc32c_append(seed, d),
+                    crc32c::crc32c_append(seed, d),
+                    "{start} {len}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn the_lane_shift_is_lane_zero_bytes() {
+        let t = lane_shift_table();
+        for r in [1u32, 0x8000_0000, 0x1234_5678, u32::MAX] {
+            assert_eq!(lane_shift(t, r), crc32c_zeros(r, LANE));
+            // The same through the instruction's library: appending LANE zeros.
+            let via_lib = !crc32c::crc32c_append(!r, &[0u8; LANE]);
+            assert_eq!(lane_shift(t, r), via_lib);
         }
     }
 

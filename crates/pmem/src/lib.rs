@@ -41,6 +41,7 @@ pub mod rng;
 pub mod sched;
 pub mod set;
 pub mod sim;
+pub mod tune;
 
 pub use directory::{Alignment, Region, RegionKind, kinds};
 pub use domain::{Backing, Domain};

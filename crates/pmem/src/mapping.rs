@@ -406,6 +406,28 @@ impl Medium for Mapping {
             let _ = self.msync_range(offset, data.len());
         }
     }
+    fn write_nontemporal_crc32c(&self, offset: usize, data: &[u8], crc: u32) -> u32 {
+        if self.domain == Domain::Msync {
+            self.write_nontemporal(offset, data);
+            return crc32c::crc32c_append(crc, data);
+        }
+        check_range(offset, data.len(), self.len());
+        assert!(
+            self.writable,
+            "write to a read-only mapping of {}",
+            self.path.display()
+        );
+        // SAFETY: as for `write_nontemporal`.
+        unsafe {
+            cpu::copy_nontemporal_crc32c_with(
+                self.flush,
+                self.base.add(offset),
+                data.as_ptr(),
+                data.len(),
+                crc,
+            )
+        }
+    }
     #[inline]
     fn load_u64(&self, offset: usize) -> u64 {
         check_word(offset, self.len());

@@ -34,6 +34,12 @@ pub trait Medium: Send + Sync + std::fmt::Debug {
     /// Bulk copy with non-temporal stores: durable after the next [`Medium::fence`], no flush
     /// needed.
     fn write_nontemporal(&self, offset: usize, data: &[u8]);
+    /// [`Medium::write_nontemporal`], returning the CRC-32C `crc` continued over `data` (as
+    /// `crc32c::crc32c_append(crc, data)`). A mapping computes it while the copy streams.
+    fn write_nontemporal_crc32c(&self, offset: usize, data: &[u8], crc: u32) -> u32 {
+        self.write_nontemporal(offset, data);
+        crc32c::crc32c_append(crc, data)
+    }
     /// Atomic, aligned 8-byte load.
     fn load_u64(&self, offset: usize) -> u64;
     /// Atomic, aligned 8-byte store: the failure-atomic unit (a commit word).
@@ -96,6 +102,9 @@ macro_rules! forward_medium {
             fn read(&self, o: usize, b: &mut [u8]) { (**self).read(o, b) }
             fn write(&self, o: usize, d: &[u8]) { (**self).write(o, d) }
             fn write_nontemporal(&self, o: usize, d: &[u8]) { (**self).write_nontemporal(o, d) }
+            fn write_nontemporal_crc32c(&self, o: usize, d: &[u8], c: u32) -> u32 {
+                (**self).write_nontemporal_crc32c(o, d, c)
+            }
             fn load_u64(&self, o: usize) -> u64 { (**self).load_u64(o) }
             fn store_u64(&self, o: usize, v: u64) { (**self).store_u64(o, v) }
             fn flush(&self, o: usize, l: usize) -> Result<()> { (**self).flush(o, l) }

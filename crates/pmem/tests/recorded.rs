@@ -89,10 +89,10 @@ fn flush_and_persist_report_exactly_the_lines_a_range_overlaps() {
 }
 
 /// What `copy_nontemporal` must do for a copy of `len` bytes at `offset` (the mapping is page
-/// aligned, so `offset % 16` is the destination's alignment): the unaligned head and tail stored
-/// and written back, the 16-byte chunks in between streamed.
+/// aligned, so `offset % 64` is the destination's alignment): the head up to the first cache
+/// line and the tail stored and written back, the whole lines in between streamed.
 fn nontemporal_plan(offset: usize, len: usize) -> Vec<Event> {
-    let head = (16 - offset % 16) % 16;
+    let head = (64 - offset % 64) % 64;
     let mut out = Vec::new();
     let store = |out: &mut Vec<Event>, at: usize, n: usize| {
         if n > 0 {
@@ -100,11 +100,11 @@ fn nontemporal_plan(offset: usize, len: usize) -> Vec<Event> {
             out.extend(lines(at, n));
         }
     };
-    if len < head + 16 {
+    if len < head + 64 {
         store(&mut out, offset, len);
         return out;
     }
-    let body = (len - head) / 16 * 16;
+    let body = (len - head) / 64 * 64;
     store(&mut out, offset, head);
     out.push(Event::Stream {
         offset: offset + head,
@@ -120,7 +120,9 @@ fn nontemporal_copies_report_head_stream_and_tail_and_are_durable_after_a_fence(
     let m = recorded("nt", sim.clone(), Domain::Adr);
     let mut copies = 0;
     for offset in (0..48).chain([1000, 4090]) {
-        for len in [0, 1, 15, 16, 17, 31, 32, 33, 47, 64, 100, 255, 1500] {
+        for len in [
+            0, 1, 15, 16, 17, 31, 32, 33, 47, 64, 100, 127, 128, 129, 255, 1500,
+        ] {
             let data: Vec<u8> = (0..len).map(|i| (i * 13 + offset + 1) as u8).collect();
             m.write_nontemporal(offset, &data);
             assert_eq!(
@@ -139,7 +141,7 @@ fn nontemporal_copies_report_head_stream_and_tail_and_are_durable_after_a_fence(
             copies += 1;
         }
     }
-    assert_eq!(copies, 50 * 13);
+    assert_eq!(copies, 50 * 16);
     assert_eq!(m.mapping().len(), 8192);
 }
 

@@ -327,6 +327,14 @@ fn phase_lat(cfg: &Cfg, out: &Out) -> anyhow::Result<()> {
         pmem::cpu::flush_instruction().name(),
         log.stats().ring_bytes
     );
+    let t = pmem::tune::current();
+    eprintln!(
+        "log_bench: cpu {} ({}), tuning {}; the log's non-temporal threshold {}",
+        t.cpu.brand,
+        t.cpu.key(),
+        t.summary(),
+        log.nontemporal_bytes_min()
+    );
     prefault(log)?;
     for &size in &a.sizes {
         let data = payload(size);
@@ -425,7 +433,7 @@ fn phase_floor(cfg: &Cfg, out: &Out) -> anyhow::Result<()> {
             std::hint::black_box(log::checksum::append(c, std::hint::black_box(&data)));
         });
         results.push((format!("crc{size}"), iters, crc));
-        if size < log::NONTEMPORAL_BYTES_MIN {
+        if size < pmem::tune::current().choices().nt_min {
             // What a Sync append of a small record stores and persists: header and payload
             // with ordinary stores, then one flush of the record's lines and one fence.
             let ns = floor_loop(iters, fp, len, |_, off| {
@@ -689,7 +697,9 @@ fn phase_recov(cfg: &Cfg, out: &Out) -> anyhow::Result<()> {
             let t_open = t0.elapsed();
             let mut n = 0u64;
             let mut bytes = 0u64;
-            for r in lf.log().records() {
+            // Borrowed payloads (the iterator's buffer), as libpmemlog's walk hands out chunks.
+            let mut records = lf.log().records();
+            while let Some(r) = records.next_ref() {
                 let r = r?;
                 n += 1;
                 bytes += std::hint::black_box(r.payload).len() as u64;
