@@ -355,8 +355,17 @@ pub fn parse_request(s: &str) -> Result<Request, TuneError> {
 }
 
 /// The version of the build a cache file belongs to: a calibration is redone after an upgrade.
+/// A build without optimizations (debug assertions on, as `cargo test` builds) carries
+/// `-debug`: its timings say nothing about a release build, and without the suffix a test run
+/// would leave its choices in the cache for the release binaries to use (seen: a debug test
+/// run cached `crc_fold_min 64` and `nt_min 8192` on a CPU whose release calibration gives
+/// `never` and 1024).
 pub fn build_version() -> &'static str {
-    env!("CARGO_PKG_VERSION")
+    if cfg!(debug_assertions) {
+        concat!(env!("CARGO_PKG_VERSION"), "-debug")
+    } else {
+        env!("CARGO_PKG_VERSION")
+    }
 }
 
 /// Encode a cache file for `cpu` holding `c`.
@@ -1052,6 +1061,22 @@ mod tests {
         );
         assert_eq!(t.flush, FlushInstruction::Clflushopt);
         assert_eq!(calls, 1);
+    }
+
+    #[test]
+    fn a_debug_build_does_not_share_the_release_cache() {
+        let v = build_version();
+        assert!(v.starts_with(env!("CARGO_PKG_VERSION")));
+        assert_eq!(v.ends_with("-debug"), cfg!(debug_assertions), "{v}");
+        // A file written by the other kind of build is not used.
+        let cpu = cpu();
+        let other = if cfg!(debug_assertions) {
+            env!("CARGO_PKG_VERSION").to_string()
+        } else {
+            format!("{}-debug", env!("CARGO_PKG_VERSION"))
+        };
+        let text = encode_cache(&cpu, &other, &defaults(&cpu));
+        assert_eq!(decode_cache(&text, "t", &cpu, v).expect("parses"), None);
     }
 
     #[test]
