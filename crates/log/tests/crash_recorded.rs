@@ -207,8 +207,24 @@ fn check(image: Vec<u8>, model: &Model, label: &str, domain: Domain) {
     }
 }
 
+/// The log takes its non-temporal threshold from this machine's tuning (`pmem::tune`: a
+/// calibration, a cache file or `KAVACH_TUNE`), and on a real mapping, which the recorded
+/// medium is, it uses it. These campaigns need the non-temporal path taken (payloads of 1 KiB
+/// and more streamed) whatever the machine chose, so they pin the threshold before the first
+/// log exists. (A CI run once found `nt_min 8192` in the tuning cache and every campaign saw
+/// no stream at all.)
+fn pin_tuning() {
+    let t = pmem::tune::pin(&format!("nt_min={}", log::NONTEMPORAL_BYTES_MIN));
+    assert_eq!(
+        t.choices().nt_min,
+        log::NONTEMPORAL_BYTES_MIN,
+        "the pinned threshold is in force"
+    );
+}
+
 /// Returns the number of crash images checked.
 fn campaign(policy: ForcePolicy, seed: u64, domain: Domain, random: u64) -> u64 {
+    pin_tuning();
     let image = base_image();
     let (dry_sim, dry) = recorded(image.clone(), SimConfig::default(), domain);
     let dry = dry.traced();

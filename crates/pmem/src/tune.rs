@@ -601,11 +601,25 @@ static TUNING: OnceLock<Tuning> = OnceLock::new();
 /// The choices in force in this process: made on first use (environment, cache file or
 /// calibration), then fixed.
 pub fn current() -> &'static Tuning {
-    TUNING.get_or_init(|| {
+    TUNING.get_or_init(|| make(std::env::var("KAVACH_TUNE").ok()))
+}
+
+/// Fix the choices of this process as `KAVACH_TUNE=request` would, if nothing has used the
+/// tuning yet (an embedding program, or a test that needs the same paths on every machine,
+/// without touching the environment). Returns the tuning in force: the caller checks it, since
+/// a process that already used the tuning keeps what it had.
+pub fn pin(request: &str) -> &'static Tuning {
+    TUNING.get_or_init(|| make(Some(request.to_string())))
+}
+
+/// The tuning for a `KAVACH_TUNE` value (`None`: unset), the cache file and, if need be, a
+/// calibration; writes the cache after a calibration and warns on stderr.
+fn make(kavach_tune: Option<String>) -> Tuning {
+    {
         let cpu = CpuIdentity::detect();
-        let request = match std::env::var("KAVACH_TUNE") {
-            Ok(v) => parse_request(&v),
-            Err(_) => Ok(Request::Set(Overrides::default())),
+        let request = match kavach_tune {
+            Some(v) => parse_request(&v),
+            None => Ok(Request::Set(Overrides::default())),
         };
         let legacy = std::env::var("KAVACH_FLUSH").ok();
         let off = matches!(request, Ok(Request::Off));
@@ -632,7 +646,7 @@ pub fn current() -> &'static Tuning {
             eprintln!("kavach: warning: {w}");
         }
         t
-    })
+    }
 }
 
 /// Calibrate now, ignoring the cache and the environment's overrides, and rewrite the cache
