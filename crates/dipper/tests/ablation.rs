@@ -663,7 +663,26 @@ fn copy_on_write_checkpoint_finishes_while_a_writer_waits_for_log_room() {
     w3.join()
         .expect("w3")
         .expect("every put is taken once the background checkpoint swaps the logs");
-    assert!(e.ablation_stats().cow_checkpoints >= 3);
+    // W3 got its room at the background checkpoint's log swap, which may still be writing its
+    // image: wait for it (bounded, so a checkpoint that never ends fails the test).
+    assert!(
+        e.log_swaps() >= swaps + 2,
+        "the requested and a background swap"
+    );
+    let waited = std::time::Instant::now();
+    while e.stats().checkpoint_running {
+        assert!(
+            waited.elapsed() < std::time::Duration::from_secs(60),
+            "the background copy-on-write checkpoint never finished: {:?}",
+            e.stats()
+        );
+        std::thread::yield_now();
+    }
+    assert!(
+        e.ablation_stats().cow_checkpoints >= 3,
+        "{:?}",
+        e.ablation_stats()
+    );
     let mut want = prefixes(&before).pop().expect("state");
     want[0].1 += 100;
     want[2].0[3] = Some(put(2, 3, BIG, (PUTS - 1) as u8).bytes[2..].to_vec());
