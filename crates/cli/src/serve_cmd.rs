@@ -531,6 +531,23 @@ impl<M: Medium + Clone + Send + Sync + 'static> Backend for StoreBackend<M> {
             ),
             kv("last_checkpoint_ms", st.last_checkpoint.total_ms),
             kv("last_checkpoint_swap_us", st.last_checkpoint.swap_us),
+            kv(
+                "last_checkpoint_started_unix_ms",
+                st.last_checkpoint.started_unix_ms,
+            ),
+            kv("last_checkpoint_replay_us", st.last_checkpoint.replay_us),
+            kv("last_checkpoint_write_us", st.last_checkpoint.write_us),
+            kv("last_checkpoint_root_us", st.last_checkpoint.root_us),
+            kv("last_checkpoint_empty_us", st.last_checkpoint.empty_us),
+            kv("last_checkpoint_cpu_us", st.last_checkpoint.cpu_us),
+            kv(
+                "last_checkpoint_replay_cpu_us",
+                st.last_checkpoint.replay_cpu_us,
+            ),
+            kv(
+                "last_checkpoint_write_cpu_us",
+                st.last_checkpoint.write_cpu_us,
+            ),
             kv("log_ring_bytes", st.log_ring_bytes),
             kv("log_used_bytes", st.log_used_bytes),
             kv("log_next_lsn", st.log_next_lsn),
