@@ -12,8 +12,10 @@ markdown report.
 Buckets: YCSB prints a status line every second (-s -p status.interval=1) with the
 cumulative operation count and, per operation type, percentiles of that interval's
 HdrHistogram. Bucket i spans the time between status lines i-1 and i; its throughput is the
-difference of the cumulative counts over the difference of the time stamps. The first bucket
-(JVM and connection warm-up) and a last one shorter than 0.5 s are dropped.
+difference of the cumulative counts over the difference of the time stamps. The buckets of the
+warm-up (those starting before t0, the end of the warm-up; runs without one: the first bucket,
+JVM and connection warm-up) and a last one shorter than 0.5 s are dropped; the report gives the
+warm-up's worst bucket apart.
 
 Busy spans (rewrite / checkpoint in progress): from the controller's log, SAVE sent ..
 answered (SAVE blocks until the checkpoint is done; BGSAVE answers at once), every span in which an *_in_progress
@@ -190,7 +192,13 @@ def analyse(run):
     # YCSB prints a status line as it starts, so bucket 0 is the first second: JVM and
     # connection warm-up, dropped. A last bucket shorter than 0.5 s (the final status line
     # printed when the run ends) is dropped too.
-    buckets = [b for b in buckets[1:] if b["t_end"] - b["t_start"] >= 0.5 and b["ops_per_s"] is not None]
+    usable = [b for b in buckets if b["t_end"] - b["t_start"] >= 0.5 and b["ops_per_s"] is not None]
+    if run.get("warmup"):
+        warm = [b for b in usable if b["t_start"] < 0]
+        buckets = [b for b in usable if b["t_start"] >= 0]
+    else:
+        warm, buckets = usable[:1], usable[1:]
+    run["warm_buckets"] = warm
     evs = parse_events(run["events"])
     t_end = buckets[-1]["t_end"] if buckets else run["seconds"]
     spans, triggers = busy_spans(evs, t_end)
@@ -407,6 +415,12 @@ def main():
                    f"; busy spans (s): {dur if dur else 'none seen'}"
                    f"{'; aof_rewrites at the end: ' + run['aof_rewrites'] if run.get('aof_rewrites') else ''}"
                    f"; dataset {run.get('used_memory') or '?'} used memory")
+        warm = run.get("warm_buckets") or []
+        if warm:
+            lo = min(b["ops_per_s"] for b in warm)
+            out.append(f"  - warm-up ({run.get('warmup', 1)} s, not in the figures above): "
+                       f"{len(warm)} buckets, the worst {f(lo)} ops/s = "
+                       f"{f(rat(lo, summaries[name]['ops_median']), 3)} of the measured median")
         pb, pa = run.get("persistence_before") or {}, run.get("persistence_after") or {}
         for key in ("checkpoints", "aof_rewrites"):
             if key in pb or key in pa:
