@@ -164,7 +164,7 @@ for sys in "${SYSTEMS[@]}"; do
   # checkpoint when its log fills), and let it finish.
   if is_kavach "$sys"; then trig="$KAVACH_TRIGGER"; else trig=BGREWRITEAOF; fi
   if is_kavach "$sys"; then first=BGSAVE; else first="BGREWRITEAOF"; fi
-  log "$sys: $first after the load: $(redis-cli -h 127.0.0.1 -p "$PORT" $first 2>&1 | head -n1)"
+  log "$sys: $first after the load: $(redis-cli -h 127.0.0.1 -p "$PORT" "$first" 2>&1 | head -n1)"
   sleep 0.5
   quiet=""
   for ((i = 0; i < 12000; i++)); do
