@@ -354,7 +354,10 @@ def cmd_ctl(a):
                         int(v)
                     except ValueError:
                         continue
-                    emit(event="counter", t=t, field=k, old=prev[k], value=v)
+                    # What the server says of the checkpoint just finished (Kavach: its
+                    # start time, phase durations and CPU time), for timeline.py's phases.
+                    last = {x: y for x, y in info.items() if x.startswith("last_checkpoint_")}
+                    emit(event="counter", t=t, field=k, old=prev[k], value=v, last=last)
             prev = info
             stop.wait(0.1)
 

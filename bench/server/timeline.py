@@ -12,8 +12,10 @@ markdown report.
 Buckets: YCSB prints a status line every second (-s -p status.interval=1) with the
 cumulative operation count and, per operation type, percentiles of that interval's
 HdrHistogram. Bucket i spans the time between status lines i-1 and i; its throughput is the
-difference of the cumulative counts over the difference of the time stamps. The first bucket
-(JVM and connection warm-up) and a last one shorter than 0.5 s are dropped.
+difference of the cumulative counts over the difference of the time stamps. The buckets of the
+warm-up (those starting before t0, the end of the warm-up; runs without one: the first bucket,
+JVM and connection warm-up) and a last one shorter than 0.5 s are dropped; the report gives the
+warm-up's worst bucket apart.
 
 Busy spans (rewrite / checkpoint in progress): from the controller's log, SAVE sent ..
 answered (SAVE blocks until the checkpoint is done; BGSAVE answers at once), every span in which an *_in_progress
@@ -111,6 +113,56 @@ def busy_spans(evs, t_end):
     return sorted(spans), sorted(triggers)
 
 
+PHASES = (("swap", "swap_us"), ("replay", "replay_us"), ("write", "write_us"),
+          ("root", "root_us"), ("empty", "empty_us"))
+
+
+def checkpoint_phases(evs, t0):
+    """Kavach's finished checkpoints, from the last_checkpoint_* fields the controller read at
+    each counter change: [{number, start, end, phases: [(name, start, end)], cpu_s, ...}] in
+    seconds since t0. The phases follow each other: log swap (under the gate's write lock),
+    replay of the archived log, write-out, root switch, emptying of the archived log."""
+    out, seen = [], set()
+    for e in evs:
+        last = e.get("last") if e.get("event") == "counter" else None
+        if not last or "last_checkpoint_started_unix_ms" not in last:
+            continue
+        try:
+            v = {k[len("last_checkpoint_"):]: int(x) for k, x in last.items()
+                 if k.startswith("last_checkpoint_") and re.fullmatch(r"-?\d+", x or "")}
+        except ValueError:
+            continue
+        if not v.get("started_unix_ms") or v["started_unix_ms"] in seen:
+            continue
+        seen.add(v["started_unix_ms"])
+        t = v["started_unix_ms"] / 1000 - t0
+        start, phases = t, []
+        for name, key in PHASES:
+            d = v.get(key, 0) / 1e6
+            phases.append((name, t, t + d))
+            t += d
+        span = max(t - start, 1e-6)
+        out.append({"start": start, "end": t, "phases": phases, "cpu_s": v.get("cpu_us", 0) / 1e6,
+                    "cpu_share": v.get("cpu_us", 0) / 1e6 / span,
+                    "replay_cpu_s": v.get("replay_cpu_us", 0) / 1e6,
+                    "write_cpu_s": v.get("write_cpu_us", 0) / 1e6, "pages": v.get("pages"),
+                    "bytes": v.get("bytes"), "records": v.get("records"),
+                    "planned_ms": v.get("planned_ms"), "paced_ms": v.get("paced_ms"),
+                    "total_ms": v.get("ms")})
+    return out
+
+
+def bucket_phases(b, cks):
+    """{phase: seconds of the bucket it covers} for the checkpoints `cks`."""
+    cover = {}
+    for ck in cks:
+        for name, s, e in ck["phases"]:
+            o = min(e, b["t_end"]) - max(s, b["t_start"])
+            if o > 0:
+                cover[name] = cover.get(name, 0.0) + o
+    return cover
+
+
 def med(xs):
     xs = [x for x in xs if x is not None]
     return statistics.median(xs) if xs else None
@@ -140,13 +192,21 @@ def analyse(run):
     # YCSB prints a status line as it starts, so bucket 0 is the first second: JVM and
     # connection warm-up, dropped. A last bucket shorter than 0.5 s (the final status line
     # printed when the run ends) is dropped too.
-    buckets = [b for b in buckets[1:] if b["t_end"] - b["t_start"] >= 0.5 and b["ops_per_s"] is not None]
+    usable = [b for b in buckets if b["t_end"] - b["t_start"] >= 0.5 and b["ops_per_s"] is not None]
+    if run.get("warmup"):
+        warm = [b for b in usable if b["t_start"] < 0]
+        buckets = [b for b in usable if b["t_start"] >= 0]
+    else:
+        warm, buckets = usable[:1], usable[1:]
+    run["warm_buckets"] = warm
     evs = parse_events(run["events"])
     t_end = buckets[-1]["t_end"] if buckets else run["seconds"]
     spans, triggers = busy_spans(evs, t_end)
+    cks = checkpoint_phases(evs, t0)
     for b in buckets:
         b["busy"] = any(s < b["t_end"] and e > b["t_start"] for s, e, _ in spans)
-    return buckets, spans, triggers, evs
+        b["phases"] = {k: round(v, 3) for k, v in bucket_phases(b, cks).items()}
+    return buckets, spans, triggers, evs, cks
 
 
 def summarise(buckets):
@@ -228,6 +288,56 @@ def plot(path, results):
     return None
 
 
+def worst_seconds(results, summaries, phases, n=3):
+    """Markdown: per system, its n worst buckets with what overlapped them, and per Kavach
+    checkpoint its phases and CPU time."""
+    out = ["### The worst seconds", ""]
+    for name, (run, buckets, spans, _, _) in results.items():
+        medv = summaries[name]["ops_median"]
+        worst = sorted(buckets, key=lambda b: b["ops_per_s"])[:n]
+        rows = []
+        for b in worst:
+            ph = ", ".join(f"{k} {v:.2f} s" for k, v in b["phases"].items()) or "–"
+            busy = [why for s, e, why in spans if s < b["t_end"] and e > b["t_start"]]
+            rows.append([f"{b['t_start']:.1f}-{b['t_end']:.1f}", f(b["ops_per_s"]),
+                         f(rat(b["ops_per_s"], medv), 3), ph, ", ".join(sorted(set(busy))) or "–"])
+        out.append(f"{name}:\n")
+        out.append(table(["bucket (s)", "ops/s", "/ median", "checkpoint phases in it",
+                          "busy spans"], rows) + "\n")
+        cks = phases.get(name) or []
+        if cks:
+            rows = []
+            for ck in cks:
+                d = {p: (e - s) * 1000 for p, s, e in ck["phases"]}
+                span = ck["end"] - ck["start"]
+                inb = [b for b in buckets if b["t_start"] < ck["end"] and b["t_end"] > ck["start"]]
+                low = min((b["ops_per_s"] for b in inb), default=None)
+                rows.append([f"{ck['start']:.2f}", f(d["swap"], 1), f(d["replay"]), f(d["write"]),
+                             f(d["root"], 1), f(d["empty"], 1), f(span * 1000),
+                             f(ck["cpu_s"] * 1000),
+                             f"{ck['replay_cpu_s'] * 1000:,.0f} / {ck['write_cpu_s'] * 1000:,.0f}",
+                             f(ck["cpu_share"], 2),
+                             f(ck["records"]), f(ck["pages"]),
+                             f((ck["bytes"] or 0) / 2**20, 1), f(rat(low, medv), 3)])
+            out.append(table(["start (s)", "swap ms", "replay ms", "write ms", "root ms",
+                              "empty ms", "span ms", "CPU ms", "of it replay / write", "CPU / span", "records",
+                              "pages", "MiB written", "worst bucket in it / median"], rows) + "\n")
+            # Median throughput of the buckets a phase covers for most of its length.
+            rows = []
+            for p, _ in PHASES:
+                xs = [b["ops_per_s"] for b in buckets if b["phases"].get(p, 0) >= 0.5]
+                if xs:
+                    rows.append([p, len(xs), f(med(xs)), f(rat(med(xs), medv), 3),
+                                 f(rat(min(xs), medv), 3)])
+            xs = [b["ops_per_s"] for b in buckets if not b["phases"]]
+            if xs:
+                rows.append(["no checkpoint", len(xs), f(med(xs)), f(rat(med(xs), medv), 3),
+                             f(rat(min(xs), medv), 3)])
+            out.append(table(["buckets at least half in", "buckets", "median ops/s",
+                              "/ median", "worst / median"], rows) + "\n")
+    return out
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("dir")
@@ -241,6 +351,7 @@ def main():
         with open(os.path.join(a.dir, "meta.json")) as fh:
             meta = json.load(fh)
     results = {}
+    phases = {}
     out = []
     if meta:
         out.append(f"# {meta.get('title', 'Timeline')}\n")
@@ -254,10 +365,13 @@ def main():
             jl.write(json.dumps(meta) + "\n")
         summaries = {}
         for run in runs:
-            buckets, spans, triggers, evs = analyse(run)
+            buckets, spans, triggers, evs, cks = analyse(run)
             if not buckets:
                 sys.exit(f"{run['system']}: no usable status lines in {run['status']}")
             results[run["system"]] = (run, buckets, spans, triggers, evs)
+            phases[run["system"]] = cks
+            for ck in cks:
+                jl.write(json.dumps({"kind": "checkpoint", "system": run["system"], **ck}) + "\n")
             for b in buckets:
                 jl.write(json.dumps({"kind": "bucket", "system": run["system"], **b}) + "\n")
             for s, e, why in spans:
@@ -301,6 +415,12 @@ def main():
                    f"; busy spans (s): {dur if dur else 'none seen'}"
                    f"{'; aof_rewrites at the end: ' + run['aof_rewrites'] if run.get('aof_rewrites') else ''}"
                    f"; dataset {run.get('used_memory') or '?'} used memory")
+        warm = run.get("warm_buckets") or []
+        if warm:
+            lo = min(b["ops_per_s"] for b in warm)
+            out.append(f"  - warm-up ({run.get('warmup', 1)} s, not in the figures above): "
+                       f"{len(warm)} buckets, the worst {f(lo)} ops/s = "
+                       f"{f(rat(lo, summaries[name]['ops_median']), 3)} of the measured median")
         pb, pa = run.get("persistence_before") or {}, run.get("persistence_after") or {}
         for key in ("checkpoints", "aof_rewrites"):
             if key in pb or key in pa:
@@ -314,6 +434,8 @@ def main():
                            f"load, {pa.get(key, '?')} after{extra}")
         if run.get("pool_domain"):
             out.append(f"  - pool domain (`kavach pool info`): {run['pool_domain']}")
+    out.append("")
+    out.extend(worst_seconds(results, summaries, phases))
     kv = [n for n in summaries if n.startswith("kavach")]
     rd = [n for n in summaries if n.startswith("redis")]
     if kv and rd:

@@ -4,7 +4,7 @@
 #
 #   bench/server/timeline.sh [--quick] [--out DIR] [--systems LIST] [--seconds S]
 #                            [--records N] [--threads T] [--every S] [--workload W]
-#                            [--kavach-trigger CMD]
+#                            [--kavach-trigger CMD] [--warmup SECS]
 #
 #   --quick            smoke run: 10 s, 50,000 records, a trigger every 3 s
 #   --out DIR          results directory (default target/bench/timeline)
@@ -16,6 +16,10 @@
 #   --threads T        YCSB client threads (default 16; see bench/ycsb/run.sh)
 #   --every S          seconds between triggers (default 10)
 #   --workload W       YCSB workload of the measured load (default a: 50% read, 50% update)
+#   --warmup SECS      seconds, from the start of the YCSB client, of the same load run before
+#                      the measured S (default 5; quick: 2; the JVM starts within them):
+#                      YCSB's JVM compiles its hot code then, and those seconds were the slowest
+#                      of many runs for Redis and Kavach alike; the report shows them apart
 #   --kavach-trigger CMD  what is sent to Kavach every --every seconds: BGSAVE (default: a
 #                      checkpoint on a thread of its own, answered at once, as Redis answers
 #                      BGREWRITEAOF) or SAVE (answered when the checkpoint is done; it runs on
@@ -23,8 +27,10 @@
 #                      worker's other connections wait for it: up to Kavach 0.1 of issue 27
 #                      the only trigger)
 #
-# Per system: a fresh server on a fresh data directory, a YCSB load of N records, then for S
-# seconds YCSB workload W (zipfian, closed loop, -p maxexecutiontime=S,
+# Per system: a fresh server on a fresh data directory, a YCSB load of N records, one
+# BGSAVE (Kavach: a checkpoint of what the load logged) or BGREWRITEAOF (Redis) waited for, so
+# that every system starts the measured load with its persistence caught up whatever N is,
+# then for SECS + S seconds YCSB workload W (zipfian, closed loop, -p maxexecutiontime=SECS+S,
 # -p measurementtype=hdrhistogram, -s -p status.interval=1: one status line per second with
 # that second's operation count and READ/UPDATE percentiles, from per-interval histograms)
 # while bench/server/resptool.py ctl
@@ -37,8 +43,8 @@
 # INFO persistence is also read just before and just after the measured load (Kavach:
 # checkpoints, last_checkpoint_ms, last_checkpoint_swap_us; Redis: aof_rewrites), and for
 # Kavach the pool's domain (`kavach pool info`) after the server has stopped.
-# Then bench/server/timeline.py buckets the status lines (1 s each; the first second, JVM
-# warm-up, and a last partial one are dropped), marks a bucket "busy" when it overlaps a
+# Then bench/server/timeline.py buckets the status lines (1 s each; the warm-up's, and a last
+# partial one, are dropped; the report gives the warm-up's worst bucket apart), marks a bucket "busy" when it overlaps a
 # rewrite/checkpoint (SAVE sent..answered, an *_in_progress=1 span, or a finished-counter
 # change), and reports per system: median and worst bucket throughput and their ratio, median
 # and worst per-bucket p99.9 and their ratio, and the median p99.9 and throughput in busy
@@ -62,6 +68,7 @@ source "$HERE/lib.sh"
 
 OUT="$ROOT/target/bench/timeline"
 QUICK=""
+WARMUP=""
 SYSTEMS_ARG="redis-always,kavach-always"
 DURATION=""
 RECORDS=""
@@ -81,19 +88,21 @@ while [ $# -gt 0 ]; do
     --every) need "$@"; EVERY="$2"; shift ;;
     --workload) need "$@"; WORKLOAD="$2"; shift ;;
     --kavach-trigger) need "$@"; KAVACH_TRIGGER="${2^^}"; shift ;;
+    --warmup) need "$@"; WARMUP="$2"; shift ;;
     -h|--help) usage; exit 0 ;;
     *) die "unknown argument '$1' (see --help)" ;;
   esac
   shift
 done
 if [ -n "$QUICK" ]; then
-  DURATION="${DURATION:-10}"; RECORDS="${RECORDS:-50000}"; EVERY="${EVERY:-3}"
+  DURATION="${DURATION:-10}"; RECORDS="${RECORDS:-50000}"; EVERY="${EVERY:-3}"; WARMUP="${WARMUP:-2}"
 else
-  DURATION="${DURATION:-60}"; RECORDS="${RECORDS:-1000000}"; EVERY="${EVERY:-10}"
+  DURATION="${DURATION:-60}"; RECORDS="${RECORDS:-1000000}"; EVERY="${EVERY:-10}"; WARMUP="${WARMUP:-5}"
 fi
 for v in DURATION RECORDS THREADS EVERY; do
   [[ "${!v}" =~ ^[1-9][0-9]*$ ]] || die "${v,,} must be a positive integer, got '${!v}'"
 done
+[[ "$WARMUP" =~ ^[0-9]+$ ]] || die "warmup must be a whole number of seconds, got '$WARMUP'"
 [ -f "$ROOT/bench/ycsb/workloads/workload$WORKLOAD" ] || die "unknown workload '$WORKLOAD'"
 case "$KAVACH_TRIGGER" in SAVE|BGSAVE) ;; *) die "--kavach-trigger must be SAVE or BGSAVE, got '$KAVACH_TRIGGER'" ;; esac
 
@@ -125,7 +134,7 @@ client_prefix
 
 header "Timeline: Kavach checkpoints vs Redis AOF rewrites under load (YCSB workload $WORKLOAD)" > "$OUT/header.txt"
 cat "$OUT/header.txt"
-echo "mode:     ${QUICK:+quick, }systems $SYSTEMS_ARG, $DURATION s of workload $WORKLOAD, $RECORDS records, $THREADS threads, trigger every $EVERY s, port $PORT"
+echo "mode:     ${QUICK:+quick, }systems $SYSTEMS_ARG, $WARMUP s of warm-up and $DURATION s of workload $WORKLOAD, $RECORDS records, $THREADS threads, trigger every $EVERY s, port $PORT"
 echo
 printf '%s\n' "$META_JSON" > "$OUT/meta.json"
 
@@ -150,13 +159,19 @@ for sys in "${SYSTEMS[@]}"; do
     || { tail -n 20 "$base.load.status" >&2; die "YCSB load against $sys failed"; }
   n="$(redis-cli -h 127.0.0.1 -p "$PORT" DBSIZE)"
   [ "$n" = "$RECORDS" ] || die "$sys holds $n keys after loading $RECORDS records"
-  # Start from a quiet server: let a rewrite or checkpoint the load itself set off (Redis
-  # auto-rewrite, Kavach's checkpoint when its log fills) finish first.
+  # Start from a quiet server with its persistence caught up: one rewrite / checkpoint of what
+  # the load wrote (queued behind one the load itself set off, Redis auto-rewrite or Kavach's
+  # checkpoint when its log fills), and let it finish.
+  if is_kavach "$sys"; then trig="$KAVACH_TRIGGER"; else trig=BGREWRITEAOF; fi
+  if is_kavach "$sys"; then first=BGSAVE; else first="BGREWRITEAOF"; fi
+  log "$sys: $first after the load: $(redis-cli -h 127.0.0.1 -p "$PORT" "$first" 2>&1 | head -n1)"
+  sleep 0.5
   quiet=""
   for ((i = 0; i < 12000; i++)); do
     if [ "$(info_field "$PORT" persistence aof_rewrite_in_progress)" != 1 ] \
        && [ "$(info_field "$PORT" persistence aof_rewrite_scheduled)" != 1 ] \
-       && [ "$(info_field "$PORT" persistence checkpoint_in_progress)" != 1 ]; then
+       && [ "$(info_field "$PORT" persistence checkpoint_in_progress)" != 1 ] \
+       && [ "$(info_field "$PORT" persistence rdb_bgsave_in_progress)" != 1 ]; then
       quiet=1; break
     fi
     sleep 0.05
@@ -164,14 +179,14 @@ for sys in "${SYSTEMS[@]}"; do
   [ -n "$quiet" ] || log "warning: $sys still rewriting / checkpointing 600 s after the load; starting anyway"
   [ "$i" -eq 0 ] || log "$sys: waited at least $(( i * 50 )) ms for the load's rewrite / checkpoint to finish"
   mem="$(info_field "$PORT" memory used_memory_human)"
-  if is_kavach "$sys"; then trig="$KAVACH_TRIGGER"; else trig=BGREWRITEAOF; fi
-  log "$sys: $DURATION s of workload $WORKLOAD, $trig every $EVERY s (dataset: ${mem:-?} used memory, $(du -sh "$dir" | cut -f1) on disk)"
+  log "$sys: $WARMUP s of warm-up, then $DURATION s of workload $WORKLOAD, $trig every $EVERY s (dataset: ${mem:-?} used memory, $(du -sh "$dir" | cut -f1) on disk)"
   pers_before="$(info_json "$PORT" persistence)"
-  t0="$EPOCHREALTIME"
+  # t0: the end of the warm-up (the controller's clock and the buckets' zero).
+  t0="$(python3 -c 'import sys; print(f"{float(sys.argv[1]) + int(sys.argv[2]):.6f}")' "$EPOCHREALTIME" "$WARMUP")"
   python3 "$HERE/resptool.py" ctl --port "$PORT" --command "$trig" --every "$EVERY" \
     --duration "$DURATION" --t0 "$t0" --out "$base.events.jsonl" 2>> "$SLOG" &
   CTL_PID=$!
-  ycsb_cmd -t -p operationcount=2000000000 -p "maxexecutiontime=$DURATION"
+  ycsb_cmd -t -p operationcount=2000000000 -p "maxexecutiontime=$((DURATION + WARMUP))"
   show_cmd "${YCMD[@]}" > "$base.cmd"
   "${YCMD[@]}" > "$base.out" 2> "$base.status" \
     || { tail -n 20 "$base.status" >&2; die "YCSB run against $sys failed"; }
@@ -189,11 +204,12 @@ for sys in "${SYSTEMS[@]}"; do
       "status": sys.argv[3], "events": sys.argv[4], "out": sys.argv[5], "trigger": sys.argv[6],
       "every": int(sys.argv[7]), "seconds": int(sys.argv[8]), "records": int(sys.argv[9]),
       "threads": int(sys.argv[10]), "workload": sys.argv[11], "used_memory": sys.argv[12],
+      "warmup": int(sys.argv[17]),
       "aof_rewrites": sys.argv[13], "persistence_before": json.loads(sys.argv[14]),
       "persistence_after": json.loads(sys.argv[15]), "pool_domain": sys.argv[16]}))' \
       "$sys" "$t0" "$base.status" "$base.events.jsonl" \
       "$base.out" "$trig" "$EVERY" "$DURATION" "$RECORDS" "$THREADS" "$WORKLOAD" "$mem" "$rewrites" \
-      "$pers_before" "$pers_after" "$domain" >> "$RUNS"
+      "$pers_before" "$pers_after" "$domain" "$WARMUP" >> "$RUNS"
   rm -rf -- "$dir"
 done
 

@@ -50,8 +50,11 @@
 //! active log has taken a share of what it may take before the next checkpoint is due (from
 //! the rate the last log filled at, corrected while the checkpoint runs), never slower than a
 //! floor, and sleep between chunks of work ahead of that plan, so that on a machine with few
-//! cores the threads serving clients are not starved. A writer that finds the log full, or a
-//! close, ends the pacing: the rest runs at full speed.
+//! cores the threads serving clients are not starved. The planned time is split between the
+//! two steps by what each cost in the last paced checkpoint (CPU time, the replay's per byte of
+//! log), so that both run at about the same CPU rate, and a paced replay runs on one thread. A
+//! writer that finds the log full, or a close, ends the pacing: the rest runs at full speed.
+//! [`CheckpointStats`] gives each step's duration and the checkpoint's CPU time.
 //!
 //! Recovery reads the root, loads the image it points at, redoes an interrupted checkpoint
 //! (steps 2 to 5 again, from the same inputs), copies the result for the mirror, and replays
@@ -139,7 +142,8 @@ pub struct Options {
     pub policy: ForcePolicy,
     /// Start a checkpoint when the active log has taken this share of its ring (1..=90).
     pub checkpoint_at_percent: u8,
-    /// Threads that replay the archived log during a checkpoint.
+    /// Threads that replay the archived log during a checkpoint that is not paced (a paced
+    /// one replays on one thread: see [`Pacing`]).
     pub replay_threads: usize,
     /// Run checkpoints on a background thread (off: only [`Dipper::checkpoint`] runs them).
     pub background: bool,
@@ -214,6 +218,25 @@ pub struct CheckpointStats {
     pub pacing_rate: u64,
     /// Pacing was ended early (a writer found the log full, or the store closed).
     pub pacing_cut: bool,
+    /// Wall-clock time it started, in milliseconds since the Unix epoch (to line its phases up
+    /// with a client's timeline).
+    pub started_unix_ms: u64,
+    /// Time the replay of the archived log took (step 2).
+    pub replay_us: u64,
+    /// Time the write-out took (step 3: the changed pages or lines, the page table, the slot
+    /// header, and for slots that grow the frame or table regions it added).
+    pub write_us: u64,
+    /// Time the root switch took (step 4).
+    pub root_us: u64,
+    /// Time emptying the archived log took (step 5).
+    pub empty_us: u64,
+    /// CPU time the checkpoint used, over its own thread and (when paced) its replay threads,
+    /// from the kernel's per-thread accounting (0 where that is not readable).
+    pub cpu_us: u64,
+    /// Of `cpu_us`: the replay threads' (counted when paced).
+    pub replay_cpu_us: u64,
+    /// Of `cpu_us`: the write-out's (step 3, on the checkpoint's own thread).
+    pub write_cpu_us: u64,
 }
 
 /// How a checkpoint spreads its work over time (see the module documentation).
@@ -238,8 +261,12 @@ impl Default for Pacing {
         Pacing {
             enabled: true,
             finish_at_percent: 50,
-            floor_bytes_per_sec: 8 << 20,
-            max_duration: Duration::from_secs(5),
+            // Both bound a checkpoint when the log fills slowly (its plan is otherwise a share
+            // of the time the log takes to fill); the longer, the lower its CPU rate. With 5 s,
+            // every checkpoint of a YCSB timeline (100k records, 256 MiB log) was planned at
+            // the cap while the log was far from full.
+            floor_bytes_per_sec: 4 << 20,
+            max_duration: Duration::from_secs(10),
             burst_bytes: 1 << 20,
         }
     }
@@ -283,8 +310,50 @@ impl Pacing {
     }
 }
 
-/// Share of a paced checkpoint's planned time given to the replay (the rest: the write-out).
+/// Share of a paced checkpoint's planned time given to the replay (the rest: the write-out)
+/// when no earlier paced checkpoint says what each phase costs.
 const REPLAY_SHARE_PERCENT: u32 = 40;
+/// The replay's share never goes below this (percent of the planned time)...
+const REPLAY_SHARE_MIN_PERCENT: u32 = 20;
+/// ...nor above this.
+const REPLAY_SHARE_MAX_PERCENT: u32 = 90;
+
+/// What the phases of the last paced checkpoint cost, for the next one's plan.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct PhaseCost {
+    /// CPU nanoseconds of the replay, and the archived log bytes it replayed.
+    replay_cpu_ns: u64,
+    archived_bytes: u64,
+    /// CPU nanoseconds of the write-out.
+    write_cpu_ns: u64,
+}
+
+/// Share (0..1) of a paced checkpoint's planned time to give the replay of `archived_bytes`
+/// of log, so that both phases run at about the same CPU rate: the replay's CPU time is
+/// estimated from the last paced checkpoint's cost per archived byte, the write-out's as that
+/// checkpoint's. Within [`REPLAY_SHARE_MIN_PERCENT`]..=[`REPLAY_SHARE_MAX_PERCENT`]; without a
+/// usable last cost, [`REPLAY_SHARE_PERCENT`].
+///
+/// A fixed share starved or flooded a phase: on a store whose updates rewrite a few lines of
+/// many pages, the replay of the archived log took about 85% of a checkpoint's CPU time, so at
+/// a 40% share it ran at twice the checkpoint's average CPU rate, and the seconds it covered
+/// were the slow ones of a timeline.
+fn replay_share(last: Option<PhaseCost>, archived_bytes: u64) -> f64 {
+    let fixed = REPLAY_SHARE_PERCENT as f64 / 100.0;
+    let Some(c) = last else { return fixed };
+    if c.archived_bytes == 0 || c.replay_cpu_ns == 0 {
+        return fixed;
+    }
+    let replay = c.replay_cpu_ns as f64 * archived_bytes as f64 / c.archived_bytes as f64;
+    let total = replay + c.write_cpu_ns as f64;
+    if total <= 0.0 {
+        return fixed;
+    }
+    (replay / total).clamp(
+        REPLAY_SHARE_MIN_PERCENT as f64 / 100.0,
+        REPLAY_SHARE_MAX_PERCENT as f64 / 100.0,
+    )
+}
 /// A paced phase looks at its schedule after each this much work.
 const PACE_CHUNK: u64 = 256 << 10;
 /// The longest single pause (the phase then looks again at its schedule and urgency).
@@ -306,6 +375,8 @@ struct Pacer<'a> {
     slept_us: &'a AtomicU64,
     /// Pacing was ended (urgency).
     cut: &'a AtomicBool,
+    /// CPU nanoseconds the phase's threads used (added as their ticks end).
+    cpu_ns: &'a AtomicU64,
 }
 
 impl Pacer<'_> {
@@ -314,6 +385,7 @@ impl Pacer<'_> {
             pacer: self,
             done: 0,
             next: self.burst,
+            cpu_at_start: thread_cpu_ns(),
         }
     }
 
@@ -359,6 +431,25 @@ struct Tick<'a> {
     pacer: &'a Pacer<'a>,
     done: u64,
     next: u64,
+    /// The thread's CPU time when it started the phase (added to the pacer's `cpu_ns` when
+    /// the tick is dropped).
+    cpu_at_start: u64,
+}
+
+impl Drop for Tick<'_> {
+    fn drop(&mut self) {
+        let used = thread_cpu_ns().saturating_sub(self.cpu_at_start);
+        self.pacer.cpu_ns.fetch_add(used, Ordering::Relaxed);
+    }
+}
+
+/// CPU time of the calling thread in nanoseconds, from the first field of
+/// `/proc/thread-self/schedstat` (time on a CPU); 0 where that file cannot be read.
+fn thread_cpu_ns() -> u64 {
+    std::fs::read_to_string("/proc/thread-self/schedstat")
+        .ok()
+        .and_then(|s| s.split_whitespace().next()?.parse().ok())
+        .unwrap_or(0)
 }
 
 impl Tick<'_> {
@@ -425,6 +516,8 @@ struct Checkpointer {
     dirty_since: [Vec<Vec<u64>>; 2],
     /// When the logs were last swapped (the pacing's estimate of the log's fill rate).
     last_swap: Option<Instant>,
+    /// What the phases of the last paced checkpoint cost (the next plan's split).
+    last_cost: Option<PhaseCost>,
     /// Format 2 (slots that grow): the tables of the two slots.
     tables: [TableGeometry; 2],
     /// Format 2: the frames, and which the image in force names.
@@ -974,6 +1067,7 @@ impl<M: Medium + Clone + Send + Sync + 'static, S: Machine> Dipper<M, S> {
                 maps,
                 dirty_since: [vec![Vec::new(); shards], vec![Vec::new(); shards]],
                 last_swap: None,
+                last_cost: None,
                 tables,
                 frames: fr,
             }),
@@ -1693,6 +1787,11 @@ impl<M: Medium + Clone + Send + Sync + 'static, S: Machine> Inner<M, S> {
 
     fn checkpoint_locked(&self, ck: &mut Checkpointer, forced: bool) -> Result<CheckpointStats> {
         let start = Instant::now();
+        let started_unix_ms = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_millis() as u64)
+            .unwrap_or(0);
+        let cpu_start = thread_cpu_ns();
         if ck.root.state == STATE_CHECKPOINTING {
             // Left so by an open that could not redo it (its image does not fit a slot).
             return Err(DipperError::OutOfSpace(
@@ -1799,7 +1898,10 @@ impl<M: Medium + Clone + Send + Sync + 'static, S: Machine> Inner<M, S> {
         };
         let slept_us = AtomicU64::new(0);
         let cut = AtomicBool::new(false);
-        let pacer = |start: Instant, deadline: Instant, total: u64| Pacer {
+        // The replay threads' CPU time; the write-out runs on this thread, counted as a whole.
+        let replay_cpu_ns = AtomicU64::new(0);
+        let write_cpu_ns = AtomicU64::new(0);
+        let pacer = |start: Instant, deadline: Instant, total: u64, cpu_ns| Pacer {
             signal: &self.signal,
             start,
             deadline,
@@ -1809,15 +1911,23 @@ impl<M: Medium + Clone + Send + Sync + 'static, S: Machine> Inner<M, S> {
             burst: pacing.burst_bytes,
             slept_us: &slept_us,
             cut: &cut,
+            cpu_ns,
         };
-        // 2. Replay the archived log onto the mirror.
-        let replay_end = swapped + plan.mul_f64(REPLAY_SHARE_PERCENT as f64 / 100.0);
-        let replay_pacer = pacer(swapped, replay_end, archived_bytes);
+        // 2. Replay the archived log onto the mirror. Paced, on one thread: the plan leaves
+        // time enough for one, and one never takes every CPU of a small machine at once (each
+        // of several threads walks the whole log and wakes on its own schedule).
+        let replay_part = replay_share(ck.last_cost, archived_bytes);
+        let replay_end = swapped + plan.mul_f64(replay_part);
+        let replay_pacer = pacer(swapped, replay_end, archived_bytes, &replay_cpu_ns);
         let records = replay(
             &self.machine,
             &self.logs[old],
             &mut ck.mirror,
-            self.opts.replay_threads,
+            if pacing.enabled {
+                1
+            } else {
+                self.opts.replay_threads
+            },
             pacing.enabled.then_some(&replay_pacer),
         )?;
         // 3. Write the changed lines into the other slot.
@@ -1840,19 +1950,22 @@ impl<M: Medium + Clone + Send + Sync + 'static, S: Machine> Inner<M, S> {
         let changed: Vec<Vec<(usize, u64)>> =
             ck.mirror.iter_mut().map(Arena::take_dirty_lines).collect();
         let reset = ck.mirror.iter_mut().fold(false, |r, a| a.take_reset() | r);
+        let replay_us = swapped.elapsed().as_micros() as u64;
         let write_start = Instant::now();
+        let write_cpu_start = thread_cpu_ns();
         let estimate: u64 = changed
             .iter()
             .flatten()
             .map(|&(_, m)| m.count_ones() as u64 * crate::arena::DIRTY_LINE as u64)
             .sum();
-        let write_pacer = pacer(write_start, end.max(write_start), estimate);
+        let write_pacer = pacer(write_start, end.max(write_start), estimate, &write_cpu_ns);
         let mut tick = write_pacer.tick();
         let mut pace = |n: u64| {
             if pacing.enabled {
                 tick.add(n)
             }
         };
+        let (write_us, root_us, write_cpu);
         let w = if self.slots_grow {
             let number = ck.root.checkpoint + 1;
             let r = self.write_format2(ck, target, pages, &changed, reset, &mut pace);
@@ -1861,12 +1974,16 @@ impl<M: Medium + Clone + Send + Sync + 'static, S: Machine> Inner<M, S> {
                 ck.frames.distrust();
             }
             let w = r?;
+            write_us = write_start.elapsed().as_micros() as u64;
+            write_cpu = thread_cpu_ns().saturating_sub(write_cpu_start);
             // 4. Switch the root.
+            let root_start = Instant::now();
             ck.root.slot = target as u32;
             ck.root.checkpoint = number;
             ck.root.state = STATE_IDLE;
             ck.root.store(&self.medium, self.root_base, &self.uuid)?;
             ck.frames.commit(w.1);
+            root_us = root_start.elapsed().as_micros() as u64;
             w.0
         } else {
             for (s, lines) in changed.iter().enumerate() {
@@ -1902,15 +2019,30 @@ impl<M: Medium + Clone + Send + Sync + 'static, S: Machine> Inner<M, S> {
             for b in &mut ck.dirty_since[target] {
                 b.clear();
             }
+            write_us = write_start.elapsed().as_micros() as u64;
+            write_cpu = thread_cpu_ns().saturating_sub(write_cpu_start);
             // 4. Switch the root.
+            let root_start = Instant::now();
             ck.root.slot = target as u32;
             ck.root.checkpoint = number;
             ck.root.state = STATE_IDLE;
             ck.root.store(&self.medium, self.root_base, &self.uuid)?;
+            root_us = root_start.elapsed().as_micros() as u64;
             w
         };
         // 5. Empty the archived log.
+        let empty_start = Instant::now();
         self.logs[old].cleanup_all()?;
+        let empty_us = empty_start.elapsed().as_micros() as u64;
+        let cpu_ns =
+            thread_cpu_ns().saturating_sub(cpu_start) + replay_cpu_ns.load(Ordering::Relaxed);
+        if pacing.enabled && !cut.load(Ordering::Relaxed) {
+            ck.last_cost = Some(PhaseCost {
+                replay_cpu_ns: replay_cpu_ns.load(Ordering::Relaxed),
+                archived_bytes,
+                write_cpu_ns: write_cpu,
+            });
+        }
         let write_span = end.saturating_duration_since(write_start).as_secs_f64();
         Ok(CheckpointStats {
             number: ck.root.checkpoint,
@@ -1931,6 +2063,14 @@ impl<M: Medium + Clone + Send + Sync + 'static, S: Machine> Inner<M, S> {
                 0
             },
             pacing_cut: cut.load(Ordering::Relaxed),
+            started_unix_ms,
+            replay_us,
+            write_us,
+            root_us,
+            empty_us,
+            cpu_us: cpu_ns / 1000,
+            replay_cpu_us: replay_cpu_ns.load(Ordering::Relaxed) / 1000,
+            write_cpu_us: write_cpu / 1000,
         })
     }
 
@@ -2041,6 +2181,35 @@ impl<M: Medium + Clone + Send + Sync + 'static, S: Machine> Inner<M, S> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_replay_share_follows_what_each_phase_cost_last_time() {
+        let fixed = REPLAY_SHARE_PERCENT as f64 / 100.0;
+        assert_eq!(replay_share(None, 100), fixed);
+        let cost = |replay_cpu_ns, archived_bytes, write_cpu_ns| {
+            Some(PhaseCost {
+                replay_cpu_ns,
+                archived_bytes,
+                write_cpu_ns,
+            })
+        };
+        // Nothing measured (no per-thread CPU accounting, or an empty log): the fixed share.
+        assert_eq!(replay_share(cost(0, 1000, 50), 1000), fixed);
+        assert_eq!(replay_share(cost(300, 0, 50), 1000), fixed);
+        // Replay 300, write-out 100 over the same log: 3/4 of the time to the replay.
+        assert!((replay_share(cost(300, 1000, 100), 1000) - 0.75).abs() < 1e-9);
+        // Twice the log to replay now: 600 against 100.
+        assert!((replay_share(cost(300, 1000, 100), 2000) - 6.0 / 7.0).abs() < 1e-9);
+        // Half the log: 150 against 100.
+        assert!((replay_share(cost(300, 1000, 100), 500) - 0.6).abs() < 1e-9);
+        // Bounded both ways.
+        let max = REPLAY_SHARE_MAX_PERCENT as f64 / 100.0;
+        let min = REPLAY_SHARE_MIN_PERCENT as f64 / 100.0;
+        assert_eq!(replay_share(cost(1000, 1000, 1), 1000), max);
+        assert_eq!(replay_share(cost(300, 1000, 0), 1000), max);
+        assert_eq!(replay_share(cost(1, 1000, 1000), 1000), min);
+        assert_eq!(replay_share(cost(300, 1000, 100), 0), min);
+    }
 
     #[test]
     fn op_records_round_trip_and_bad_ones_are_named() {

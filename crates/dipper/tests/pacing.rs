@@ -1,5 +1,6 @@
-//! Checkpoint pacing: a paced checkpoint sleeps to keep to its plan and ends in the same
-//! image as one at full speed; out-of-range settings are refused with the field named.
+//! Checkpoint pacing: a paced checkpoint (replaying on one thread) sleeps to keep to its plan
+//! and ends in the same image as one at full speed (two replay threads); its phases and CPU
+//! time are reported consistently; out-of-range settings are refused with the field named.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -45,6 +46,13 @@ fn engine() -> Dipper<Arc<SimMedium>, Blocks> {
         .0
 }
 
+fn unix_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock after 1970")
+        .as_millis() as u64
+}
+
 fn images(e: &Dipper<Arc<SimMedium>, Blocks>) -> Vec<Vec<u8>> {
     (0..2)
         .map(|s| e.read(s, |a| a.image().to_vec()).expect("read"))
@@ -70,8 +78,19 @@ fn a_paced_checkpoint_sleeps_and_writes_the_same_image() {
         for i in 0..150u8 {
             e.execute(Some(&[(i % 2) as u16]), &[i], true).expect("op");
         }
+        let before = unix_ms();
         let st = e.checkpoint().expect("checkpoint");
+        let after = unix_ms();
         assert!(st.pages > 0 && st.bytes >= st.pages * 64);
+        // The phases follow each other within the checkpoint's time, and the CPU time of the
+        // replay and of the write-out are parts of the whole.
+        assert!((before..=after).contains(&st.started_unix_ms), "{st:?}");
+        assert!(
+            st.swap_us + st.replay_us + st.write_us + st.root_us + st.empty_us
+                <= st.total_ms * 1000 + 1000,
+            "{st:?}"
+        );
+        assert!(st.replay_cpu_us + st.write_cpu_us <= st.cpu_us, "{st:?}");
         if pacing.enabled {
             // About 300 KB of pages and 30 KB of log at no more than 1 MiB/s, planned over
             // 300 ms: the write-out is far ahead of that plan and must have paused.
