@@ -5,8 +5,9 @@ use dstore::keyspace::ZSET_LEN_MAX;
 use dstore::machine::effects::DB_COUNTS_BYTES;
 use dstore::machine::list::{L_CAP, L_HEAD, L_LEN, L_SLOTS, LIST_CAP_MIN, LIST_LEN_MAX};
 use dstore::machine::{
-    AUX_DB_SHIFT, AUX_TYPE_MASK, HOLE, MACHINE_FIXED_PLACEMENT, PLACEMENT_SEED, TYPE_HASH,
-    TYPE_LIST, TYPE_OBJECT, TYPE_SET, TYPE_STRING, TYPE_ZSET, USER_DB_COUNTS, USER_KEYSPACE,
+    AUX_DB_SHIFT, AUX_TYPE_MASK, HOLE, MACHINE_FIXED_PLACEMENT, MACHINE_INCREMENTAL_REHASH,
+    PLACEMENT_SEED, TYPE_HASH, TYPE_LIST, TYPE_OBJECT, TYPE_SET, TYPE_STRING, TYPE_ZSET,
+    USER_DB_COUNTS, USER_KEYSPACE,
 };
 use dstore::op::*;
 use dstore::table::{E_AUX, E_EXPIRE, E_HASH, E_KEY, E_KLEN, E_NEXT, E_VLEN};
@@ -74,6 +75,10 @@ fn constants_match_the_code() {
         ("LIST_LEN_MAX", LIST_LEN_MAX),
         ("ZSET_LEN_MAX", ZSET_LEN_MAX),
         ("MACHINE_FIXED_PLACEMENT", MACHINE_FIXED_PLACEMENT as u64),
+        (
+            "MACHINE_INCREMENTAL_REHASH",
+            MACHINE_INCREMENTAL_REHASH as u64,
+        ),
         ("PLACEMENT_SEED", PLACEMENT_SEED),
     ];
     let required: Vec<&str> = code.iter().map(|c| c.0).collect();

@@ -4,7 +4,7 @@
 use dstore::machine::{KEYSPACE_BUCKETS, NESTED_BUCKETS};
 use dstore::table::{
     BUCKETS_MAX, R_BYTES, R_NEXT, R_OLD, R_OLD_N, REHASH_INCREMENTAL_MIN, REHASH_STEP, T_BUCKETS,
-    T_BYTES, T_COUNT, T_NBUCKETS, T_REHASH,
+    T_BYTES, T_COUNT, T_NBUCKETS, T_REHASH, TABLES_INCREMENTAL, USER_TABLE_FLAGS,
 };
 use pmem::format_doc::{check_fields, compare_constants, named_rows, verdict};
 use pmem::layout::Field;
@@ -66,6 +66,8 @@ fn table_constants_match_the_code() {
         ("REHASH_INCREMENTAL_MIN", REHASH_INCREMENTAL_MIN),
         ("KEYSPACE_BUCKETS", KEYSPACE_BUCKETS),
         ("NESTED_BUCKETS", NESTED_BUCKETS),
+        ("USER_TABLE_FLAGS", USER_TABLE_FLAGS as u64),
+        ("TABLES_INCREMENTAL", TABLES_INCREMENTAL),
     ];
     let required: Vec<&str> = code.iter().map(|c| c.0).collect();
     verdict("table constants", compare_constants(&doc, &code, &required)).unwrap();
