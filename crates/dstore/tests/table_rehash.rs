@@ -421,7 +421,7 @@ fn a_removal_sweep_advances_a_rehash() {
         &mut a,
         t,
         |a, e| e.key(a) != keys[0].as_slice(),
-        |a, e| table::free_entry(a, e),
+        table::free_entry,
     );
     assert_eq!(gone, 1);
     assert!(table::rehashing(&a, t));
