@@ -1,6 +1,6 @@
-//! Why a store call failed: [`StoreError`], shared by the store, its object data ([`crate::zone`]),
-//! its integrity layer ([`crate::protect`]), its lock table ([`crate::locks`]) and the library API
-//! ([`crate::api`]). It depends on nothing of theirs, so they all depend on it one way.
+//! Why a store call failed: [`StoreError`], shared by the store, its object data (`zone`), its
+//! integrity layer (`protect`), its lock table (`locks`) and the library API (`api`). It depends
+//! on nothing of theirs (only on the machine's `OpError`), so they all depend on it one way.
 
 use dipper::DipperError;
 use pmem::Corruption;

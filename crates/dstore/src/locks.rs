@@ -1,6 +1,7 @@
-//! The object lock table behind [`crate::api::Context::olock`] and every object write: striped
-//! by name, one owner per name, holds counted (re-entrant per owner), a waiter blocked until the
-//! holder gives the lock back. It lives in DRAM only; see [`crate::api`] for what locks mean.
+//! The object lock table behind `api::Context::olock` and every object write: striped by name,
+//! one owner per name, holds counted (re-entrant per owner), a waiter blocked until the holder
+//! gives the lock back. It lives in DRAM only; the `api` module says what locks mean. It depends
+//! only on the error types, so the store and the API both use it one way.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
