@@ -29,18 +29,7 @@ fn drive(sim: &Arc<SimMedium>, ops: &[ObjOp]) -> usize {
     let Ok(s) = model::open(Arc::clone(sim), &cfg) else {
         return 0;
     };
-    let mut acked = 0;
-    for (i, op) in ops.iter().enumerate() {
-        if !run(&s, op) {
-            return acked;
-        }
-        acked += 1;
-        if (i == 10 || i == 25) && s.save().is_err() {
-            return acked;
-        }
-    }
-    let _ = s.close();
-    acked
+    common::run_all(&s, ops, &[10, 25])
 }
 
 fn open_image(image: Vec<u8>, plan: CrashPlan, seed: u64) -> (Option<Objects>, Arc<SimMedium>) {

@@ -70,18 +70,7 @@ fn drive(sim: &Arc<SimMedium>, file: Arc<MemFile>, ops: &[ObjOp]) -> usize {
     let Ok(s) = open(Arc::clone(sim), file) else {
         return 0;
     };
-    let mut acked = 0;
-    for (i, op) in ops.iter().enumerate() {
-        if !run(&s, op) {
-            return acked;
-        }
-        acked += 1;
-        if (i == 8 || i == 20) && s.save().is_err() {
-            return acked;
-        }
-    }
-    let _ = s.close();
-    acked
+    common::run_all(&s, ops, &[8, 20])
 }
 
 /// Open the crash images and check the objects against the model.

@@ -89,6 +89,24 @@ pub fn run(s: &Store<Arc<SimMedium>>, op: &ObjOp) -> bool {
     }
 }
 
+/// Run `ops` in order with a checkpoint after the operations whose index is in `save_after`,
+/// then close; stops at the first operation or checkpoint that fails (a crash). Returns how many
+/// operations were acknowledged.
+pub fn run_all(s: &Store<Arc<SimMedium>>, ops: &[ObjOp], save_after: &[usize]) -> usize {
+    let mut acked = 0;
+    for (i, op) in ops.iter().enumerate() {
+        if !run(s, op) {
+            return acked;
+        }
+        acked += 1;
+        if save_after.contains(&i) && s.save().is_err() {
+            return acked;
+        }
+    }
+    let _ = s.close();
+    acked
+}
+
 /// The store's objects `obj0` to `obj2`, read whole.
 pub fn contents(s: &Store<Arc<SimMedium>>) -> Objects {
     let mut out = Objects::new();
