@@ -371,18 +371,23 @@ pub fn run_pool(cmd: PoolCommand) -> Result<Outcome> {
     }
 }
 
-fn threshold(v: Option<usize>) -> String {
-    v.map_or_else(|| "never".into(), |n| format!("{n} bytes"))
+/// A size-chosen strategy and where it starts: "`what` from N bytes", or "`what`: never" when
+/// no size uses it.
+fn threshold(what: &str, v: Option<usize>) -> String {
+    match v {
+        Some(n) => format!("{what} from {n} bytes"),
+        None => format!("{what}: never"),
+    }
 }
 
 /// Human lines for the tuning in force (`pool info`, `pool tune`).
 pub fn print_tuning(t: &pmem::tune::Tuning) {
     println!("cpu         {} ({})", t.cpu.brand, t.cpu.key());
     println!(
-        "tuning      non-temporal copies from {} ({}); folding CRC from {} ({}); flush {} ({})",
-        threshold(t.nt_min),
+        "tuning      {} ({}); {} ({}); flush {} ({})",
+        threshold("non-temporal copies", t.nt_min),
         t.nt_min_source.name(),
-        threshold(t.crc_fold_min),
+        threshold("folding CRC", t.crc_fold_min),
         t.crc_fold_min_source.name(),
         t.flush.name(),
         t.flush_source.name()

@@ -48,6 +48,20 @@ fn tune_shows_overrides_as_overrides() {
     assert_eq!(v["flush"], "clflush");
     assert_eq!(v["flush_source"], "override");
     assert!(v["cpu"]["vendor"].is_string());
+    // The same in words: a strategy no size uses is "never", not "from never".
+    let o = run(
+        &["pool", "tune"],
+        &[
+            ("KAVACH_TUNE", "nt_min=never,crc_fold_min=never"),
+            ("KAVACH_TUNE_CACHE", "off"),
+        ],
+    );
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        out.contains("non-temporal copies: never (override); folding CRC: never (override)"),
+        "{out}"
+    );
+    assert!(!out.contains("from never"), "{out}");
 }
 
 #[test]
@@ -124,7 +138,9 @@ fn pool_info_shows_the_tuning_in_force() {
     let o = run(&["pool", "info", &p], &env);
     let out = String::from_utf8_lossy(&o.stdout);
     assert!(
-        out.contains("non-temporal copies from 2048 bytes (override)"),
+        out.contains(
+            "non-temporal copies from 2048 bytes (override); folding CRC from 512 bytes (override)"
+        ),
         "{out}"
     );
 }

@@ -7,7 +7,9 @@
 #![forbid(unsafe_code)]
 
 pub mod api;
+pub mod error;
 pub mod keyspace;
+mod locks;
 pub mod machine;
 pub mod op;
 pub mod protect;

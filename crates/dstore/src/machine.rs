@@ -84,8 +84,14 @@ pub struct Outcome {
 /// Bit of the DIPPER root's machine word: keys are placed in shards by [`PLACEMENT_SEED`], not
 /// by the store's own seed. Every store made since has it; a store made before has not.
 pub const MACHINE_FIXED_PLACEMENT: u32 = 1;
+/// Bit of the DIPPER root's machine word: the store's tables rehash incrementally (each shard's
+/// arena has [`table::TABLES_INCREMENTAL`]), so a table may hold a rehash block. Every store made
+/// since has it. Binaries from before incremental rehash know only [`MACHINE_FIXED_PLACEMENT`]
+/// and refuse to open a store with this bit, which they would misread; a store without it keeps
+/// doubling its tables in one step, and stays readable by them.
+pub const MACHINE_INCREMENTAL_REHASH: u32 = 2;
 /// The machine-word bits this code knows.
-pub const MACHINE_KNOWN: u32 = MACHINE_FIXED_PLACEMENT;
+pub const MACHINE_KNOWN: u32 = MACHINE_FIXED_PLACEMENT | MACHINE_INCREMENTAL_REHASH;
 /// Hash seed of the key-to-shard placement of stores with [`MACHINE_FIXED_PLACEMENT`]: the same
 /// in every store, so that any two stores with the same number of shards put each key in the
 /// same shard, and one rebuilt from the operations of another grows each shard exactly as the
@@ -102,6 +108,8 @@ pub struct Kv {
     /// Keys are placed in shards by [`PLACEMENT_SEED`] (a store made before
     /// [`MACHINE_FIXED_PLACEMENT`] places them by `seed`).
     pub fixed_placement: bool,
+    /// The store's tables rehash incrementally ([`MACHINE_INCREMENTAL_REHASH`]).
+    pub incremental_rehash: bool,
 }
 
 impl Kv {
@@ -111,6 +119,7 @@ impl Kv {
             seed,
             shards,
             fixed_placement: true,
+            incremental_rehash: true,
         }
     }
 
@@ -127,16 +136,20 @@ impl Kv {
             seed,
             shards,
             fixed_placement: word & MACHINE_FIXED_PLACEMENT != 0,
+            incremental_rehash: word & MACHINE_INCREMENTAL_REHASH != 0,
         })
     }
 
     /// The machine word a store of this machine keeps in its DIPPER root.
     pub fn word(&self) -> u32 {
+        let mut w = 0;
         if self.fixed_placement {
-            MACHINE_FIXED_PLACEMENT
-        } else {
-            0
+            w |= MACHINE_FIXED_PLACEMENT;
         }
+        if self.incremental_rehash {
+            w |= MACHINE_INCREMENTAL_REHASH;
+        }
+        w
     }
 
     /// Hash of a key.
@@ -238,7 +251,7 @@ fn put_string(
     match old {
         Some(f) => {
             free_value(a, f.entry);
-            table::replace(a, f, e);
+            table::replace(a, ks(a), f, e);
         }
         None => table::insert(a, ks(a), e)?,
     }
@@ -506,7 +519,7 @@ impl Kv {
                     let at = e.value_at(a);
                     a.write(at, value);
                     match old {
-                        Some(o) => table::replace(a, o, e),
+                        Some(o) => table::replace(a, t, o, e),
                         None => {
                             table::insert(a, t, e)?;
                             out.count += 1;
@@ -620,7 +633,7 @@ impl Kv {
                     a.put_u32(v + 8 + 4 * i, *b);
                 }
                 match f {
-                    Some(f) => table::replace(a, f, e),
+                    Some(f) => table::replace(a, ks(a), f, e),
                     None => table::insert(a, ks(a), e)?,
                 }
                 out.done = true;
@@ -634,6 +647,9 @@ impl Machine for Kv {
     type Output = Outcome;
 
     fn init(&self, _shard: usize, arena: &mut Arena) -> Result<()> {
+        if self.incremental_rehash {
+            table::set_incremental(arena);
+        }
         let t = table::create(arena, KEYSPACE_BUCKETS)?;
         arena.set_user(USER_KEYSPACE, t);
         Ok(())

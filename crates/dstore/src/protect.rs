@@ -44,7 +44,7 @@ use integrity::{
 use pmem::layout::PAGE_SIZE;
 use pmem::{Medium, Pool, kinds};
 
-use crate::store::{StoreError, StoreResult};
+use crate::error::{StoreError, StoreResult};
 
 const PAGE: u64 = PAGE_SIZE as u64;
 
@@ -1010,5 +1010,16 @@ impl<M: Medium + Clone + 'static> Guarded<M> {
             .get(i)
             .filter(|c| c.offset as usize <= offset)
             .map(|c| &**c)
+    }
+}
+
+/// A refused read fails the store call that made it.
+impl From<RefusedRead> for StoreError {
+    fn from(r: RefusedRead) -> Self {
+        StoreError::Integrity {
+            region: r.region,
+            page: r.page,
+            why: r.why,
+        }
     }
 }

@@ -4,67 +4,13 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use crate::machine::{self, Kv, OpError, Outcome, read};
+pub use crate::error::{StoreError, StoreResult};
+use crate::machine::{self, Kv, Outcome, read};
 use crate::op::{self, Op, SET_NX, SET_XX};
 use crate::protect::{Guarded, ProtectOptions, Protection};
 use dipper::{Dipper, DipperError, ForcePolicy, Layout, Options, RecoveryReport};
 use pmem::set::{SetOpenOptions, StripedSet};
 use pmem::{Corruption, CreateOptions, Mapping, Medium, OpenOptions, Pool};
-
-/// Why a store call failed.
-#[derive(Debug, thiserror::Error, Clone, PartialEq)]
-pub enum StoreError {
-    /// The key holds a value of another type.
-    #[error("the key holds a value of another type")]
-    WrongType,
-    /// The value is not a 64-bit integer.
-    #[error("the value is not an integer or out of range")]
-    NotInteger,
-    /// The increment would overflow.
-    #[error("increment or decrement would overflow")]
-    Overflow,
-    /// A request above a limit.
-    #[error("{0}")]
-    TooLarge(String),
-    /// No room left.
-    #[error("{0}")]
-    OutOfSpace(String),
-    /// The store failed (or could not open).
-    #[error("{0}")]
-    Failed(String),
-    /// Bytes read from the store's pool failed validation: which structure, where, which field,
-    /// what was expected and what was found.
-    #[error("store damaged: {0}")]
-    Corrupt(Corruption),
-    /// The store is closed.
-    #[error("the store is closed")]
-    Closed,
-    /// A read of the store's pool was refused by the integrity layer (eager redundancy): the
-    /// page failed its checksums and parity could not rebuild it. The operation that read it
-    /// failed; nothing it read was returned.
-    #[error(
-        "integrity: page {page} of region `{region}` refused ({why}); `kavach repair DIR` \
-         checks the store offline"
-    )]
-    Integrity {
-        /// The covered region.
-        region: String,
-        /// The data page (from the start of the region).
-        page: u64,
-        /// Why the integrity layer refused it.
-        why: String,
-    },
-}
-
-impl From<crate::protect::RefusedRead> for StoreError {
-    fn from(r: crate::protect::RefusedRead) -> Self {
-        StoreError::Integrity {
-            region: r.region,
-            page: r.page,
-            why: r.why,
-        }
-    }
-}
 
 /// Run `f`, which reads the pool on this thread, and fail with [`StoreError::Integrity`] if
 /// the integrity layer refused one of its reads (see [`crate::protect::Guarded`]).
@@ -78,53 +24,8 @@ fn verified_reads<R>(f: impl FnOnce() -> StoreResult<R>) -> StoreResult<R> {
     }
 }
 
-impl From<DipperError> for StoreError {
-    fn from(e: DipperError) -> Self {
-        match e {
-            DipperError::TooLarge { .. } => StoreError::TooLarge(e.to_string()),
-            DipperError::OutOfSpace(m) => StoreError::OutOfSpace(m),
-            DipperError::Closed => StoreError::Closed,
-            DipperError::Corrupt {
-                structure,
-                offset,
-                field,
-                expected,
-                found,
-            } => StoreError::Corrupt(Corruption {
-                structure: structure.to_string(),
-                offset,
-                field,
-                expected,
-                found,
-            }),
-            DipperError::Pmem(p) => match p.corruption() {
-                Some(c) => StoreError::Corrupt(c.clone()),
-                None => StoreError::Failed(p.to_string()),
-            },
-            DipperError::Log(l) => match l.corruption() {
-                Some(c) => StoreError::Corrupt(c.clone()),
-                None => StoreError::Failed(l.to_string()),
-            },
-            other => StoreError::Failed(other.to_string()),
-        }
-    }
-}
-
-impl From<OpError> for StoreError {
-    fn from(e: OpError) -> Self {
-        match e {
-            OpError::WrongType => StoreError::WrongType,
-            OpError::NotInteger => StoreError::NotInteger,
-            OpError::Overflow => StoreError::Overflow,
-        }
-    }
-}
-
 /// A key and its type name, as SCAN returns them.
 pub type KeyAndType = (Vec<u8>, &'static str);
-
-/// Result alias.
-pub type StoreResult<T> = Result<T, StoreError>;
 
 /// Sizes and policies of a store.
 #[derive(Debug, Clone)]
@@ -299,7 +200,7 @@ pub struct Store<M: Medium + Clone + Send + Sync + 'static> {
     /// The object data file, when objects live out of the pool.
     files: Option<crate::zone::FileObjects>,
     /// Object locks (`olock`, and the short hold of every object write).
-    pub(crate) locks: crate::api::Locks,
+    pub(crate) locks: crate::locks::Locks,
 }
 
 /// A flush-on-fail pool: its medium, its ranges (offset, length) and its record's offset.
@@ -957,7 +858,7 @@ impl<M: Medium + Clone + Send + Sync + 'static> Store<M> {
             path: None,
             fof: None,
             files: None,
-            locks: crate::api::Locks::new(),
+            locks: crate::locks::Locks::new(),
         }
     }
 

@@ -17,9 +17,15 @@
 //! the entry count and the offset of a rehash block (0 when none). When the table holds as many
 //! entries as buckets it gets a bucket array twice as large, but it does not move its entries
 //! there in one step: the rehash block remembers the old array, its bucket count and the next old
-//! bucket to move, and every insert or unlink moves [`REHASH_STEP`] old buckets (a bounded
-//! amount of work per operation, as Redis's dict does) until the old array is empty and freed.
-//! A table of fewer than [`REHASH_INCREMENTAL_MIN`] buckets moves them all at once.
+//! bucket to move, and every insert, replace or unlink moves [`REHASH_STEP`] old buckets (a
+//! bounded amount of work per operation, as Redis's dict does) until the old array is empty and
+//! freed. A table of fewer than [`REHASH_INCREMENTAL_MIN`] buckets moves them all at once.
+//!
+//! Only the tables of an arena whose user word [`USER_TABLE_FLAGS`] has [`TABLES_INCREMENTAL`]
+//! rehash incrementally (DStore sets it in the shards of a store whose DIPPER root says so, a
+//! store that binaries from before incremental rehash refuse to open). In any other arena a
+//! table doubles in one step, as before, and a rehash found running (left by a build that
+//! rehashed such stores incrementally) is finished by the next write to that table.
 //!
 //! While a table rehashes, where an entry lives follows from its hash alone: in old bucket
 //! `i = hash & (old - 1)` if `i` is not yet moved (`i >= next`), else in new bucket
@@ -64,16 +70,25 @@ pub const R_NEXT: usize = 16;
 /// Bytes of a rehash block (the last word is zero).
 pub const R_BYTES: usize = 32;
 
-/// Old buckets moved by each insert or unlink while a table rehashes. At least one per insert
-/// is what makes a rehash end before the table can need the next doubling (that takes as many
-/// net inserts as the old array has buckets).
+/// Old buckets moved by each insert, replace or unlink while a table rehashes. At least one per
+/// insert is what makes a rehash end before the table can need the next doubling (that takes as
+/// many net inserts as the old array has buckets); the step in `replace` makes a table written
+/// only by replacing values finish its rehash too.
 pub const REHASH_STEP: u64 = 4;
 
 /// Tables of fewer buckets double in one step (their whole rehash is about as much work as a
-/// few steps of a large one). A hash's or a set's small field table so never carries a rehash
-/// block and an old array between operations: most of them are written with `replace`, which
-/// moves nothing, and would keep both for good.
+/// few steps of a large one), so a hash's or a set's small field table never carries a rehash
+/// block and an old array between operations.
 pub const REHASH_INCREMENTAL_MIN: u64 = 64;
+
+/// Arena user word holding the table flags of the arena's tables (0 in an arena written before
+/// it existed). DStore's own user words are 0 and 1 (`machine::USER_KEYSPACE`,
+/// `machine::USER_DB_COUNTS`).
+pub const USER_TABLE_FLAGS: usize = 2;
+
+/// Bit of [`USER_TABLE_FLAGS`]: the arena's tables of [`REHASH_INCREMENTAL_MIN`] buckets or more
+/// rehash incrementally. Without it every table doubles in one step.
+pub const TABLES_INCREMENTAL: u64 = 1;
 
 /// The most buckets a table may have (the bucket array is one arena block).
 pub const BUCKETS_MAX: u64 = 1 << 25;
@@ -185,6 +200,28 @@ pub fn rehashing(a: &Arena, t: u64) -> bool {
     a.get_u64(t as usize + T_REHASH) != 0
 }
 
+/// Whether the tables of this arena rehash incrementally ([`TABLES_INCREMENTAL`]).
+pub fn incremental(a: &Arena) -> bool {
+    a.user(USER_TABLE_FLAGS) & TABLES_INCREMENTAL != 0
+}
+
+/// Let the tables of this arena rehash incrementally (a new arena of a store whose format says
+/// so; see [`TABLES_INCREMENTAL`]).
+pub fn set_incremental(a: &mut Arena) {
+    let f = a.user(USER_TABLE_FLAGS);
+    a.set_user(USER_TABLE_FLAGS, f | TABLES_INCREMENTAL);
+}
+
+/// Old buckets a write moves while a rehash runs: [`REHASH_STEP`], or all of them in an arena
+/// whose tables do not rehash incrementally.
+fn step_of(a: &Arena) -> u64 {
+    if incremental(a) {
+        REHASH_STEP
+    } else {
+        u64::MAX
+    }
+}
+
 /// The bucket arrays of a table as they are at one moment.
 #[derive(Debug, Clone, Copy)]
 struct Shape {
@@ -287,8 +324,8 @@ pub fn find_where(
     }
 }
 
-/// Unlink every entry that `keep` refuses and hand it to `dropped` (which frees it). Returns how
-/// many were dropped.
+/// Unlink every entry that `keep` refuses and hand it to `dropped` (which frees it), then move
+/// some buckets if a rehash runs, as one write. Returns how many were dropped.
 pub fn retain(
     a: &mut Arena,
     t: u64,
@@ -317,6 +354,7 @@ pub fn retain(
             }
         }
     }
+    rehash_step(a, t, step_of(a));
     gone
 }
 
@@ -343,14 +381,14 @@ pub fn free_entry(a: &mut Arena, e: Entry) {
 
 /// Link a new entry (its key must not be in the table), growing the table if needed.
 pub fn insert(a: &mut Arena, t: u64, e: Entry) -> Result<()> {
-    rehash_step(a, t, REHASH_STEP);
+    rehash_step(a, t, step_of(a));
     let n = buckets(a, t);
     if count(a, t) >= n && n < BUCKETS_MAX {
         // A rehash still running here would mean the steps fell behind the inserts (they
         // cannot: see REHASH_STEP); finish it rather than stack a second one on it.
         rehash_step(a, t, u64::MAX);
         start_rehash(a, t)?;
-        if n < REHASH_INCREMENTAL_MIN {
+        if n < REHASH_INCREMENTAL_MIN || !incremental(a) {
             rehash_step(a, t, n);
         }
     }
@@ -362,12 +400,14 @@ pub fn insert(a: &mut Arena, t: u64, e: Entry) -> Result<()> {
     Ok(())
 }
 
-/// Put `new` where `old` was in its chain (same key), and free `old`.
-pub fn replace(a: &mut Arena, found: Found, new: Entry) {
+/// Put `new` where `old` was in its chain of table `t` (same key), and free `old`; then move
+/// some buckets if a rehash runs (so a table written only by replacing values finishes it).
+pub fn replace(a: &mut Arena, t: u64, found: Found, new: Entry) {
     let next = a.get_u64(found.entry.off as usize + E_NEXT);
     a.put_u64(new.off as usize + E_NEXT, next);
     a.put_u64(found.link, new.off);
     free_entry(a, found.entry);
+    rehash_step(a, t, step_of(a));
 }
 
 /// Unlink a found entry without freeing it (then move some buckets if a rehash runs).
@@ -375,7 +415,7 @@ pub fn unlink(a: &mut Arena, t: u64, found: Found) {
     let next = a.get_u64(found.entry.off as usize + E_NEXT);
     a.put_u64(found.link, next);
     a.put_u64(t as usize + T_COUNT, count(a, t) - 1);
-    rehash_step(a, t, REHASH_STEP);
+    rehash_step(a, t, step_of(a));
 }
 
 /// Begin doubling a table that is not rehashing: allocate the new array (not zeroed, see the

@@ -8,8 +8,8 @@
 
 use std::sync::Mutex;
 
+use crate::error::StoreError;
 use crate::op::BLOCK_BYTES;
-use crate::store::StoreError;
 use pmem::Corruption;
 
 /// The region holding the data zone.

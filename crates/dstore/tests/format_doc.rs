@@ -1,46 +1,29 @@
 //! `docs/format/dstore-ops.md` against the code: op codes, flags, types, the entry and list
 //! layouts; `docs/format/effects.md` against `model`'s effect and kind tags.
 
+mod common;
+
 use dstore::keyspace::ZSET_LEN_MAX;
 use dstore::machine::effects::DB_COUNTS_BYTES;
 use dstore::machine::list::{L_CAP, L_HEAD, L_LEN, L_SLOTS, LIST_CAP_MIN, LIST_LEN_MAX};
 use dstore::machine::{
-    AUX_DB_SHIFT, AUX_TYPE_MASK, HOLE, MACHINE_FIXED_PLACEMENT, PLACEMENT_SEED, TYPE_HASH,
-    TYPE_LIST, TYPE_OBJECT, TYPE_SET, TYPE_STRING, TYPE_ZSET, USER_DB_COUNTS, USER_KEYSPACE,
+    AUX_DB_SHIFT, AUX_TYPE_MASK, HOLE, MACHINE_FIXED_PLACEMENT, MACHINE_INCREMENTAL_REHASH,
+    PLACEMENT_SEED, TYPE_HASH, TYPE_LIST, TYPE_OBJECT, TYPE_SET, TYPE_STRING, TYPE_ZSET,
+    USER_DB_COUNTS, USER_KEYSPACE,
 };
 use dstore::op::*;
 use dstore::table::{E_AUX, E_EXPIRE, E_HASH, E_KEY, E_KLEN, E_NEXT, E_VLEN};
 use model::Kind;
 use pmem::format_doc::{check_fields, compare_constants, named_rows, verdict};
 use pmem::layout::Field;
-use std::path::PathBuf;
 
 fn doc() -> String {
-    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../docs/format/dstore-ops.md");
-    std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
+    common::format_doc("dstore-ops.md")
 }
 
 #[test]
 fn constants_match_the_code() {
     let md = doc();
-    let rows = named_rows(
-        &md,
-        "<!-- constants -->",
-        "| constant | value | meaning |",
-        0,
-    )
-    .unwrap();
-    let doc: Vec<(String, u64)> = rows
-        .iter()
-        .map(|r| {
-            (
-                r.name.to_string(),
-                r.cells[1]
-                    .parse()
-                    .unwrap_or_else(|e| panic!("{}: {e}", r.line)),
-            )
-        })
-        .collect();
     let code: Vec<(&str, u64)> = vec![
         ("OP_SET", OP_SET as u64),
         ("OP_MSET", OP_MSET as u64),
@@ -74,10 +57,13 @@ fn constants_match_the_code() {
         ("LIST_LEN_MAX", LIST_LEN_MAX),
         ("ZSET_LEN_MAX", ZSET_LEN_MAX),
         ("MACHINE_FIXED_PLACEMENT", MACHINE_FIXED_PLACEMENT as u64),
+        (
+            "MACHINE_INCREMENTAL_REHASH",
+            MACHINE_INCREMENTAL_REHASH as u64,
+        ),
         ("PLACEMENT_SEED", PLACEMENT_SEED),
     ];
-    let required: Vec<&str> = code.iter().map(|c| c.0).collect();
-    verdict("constants", compare_constants(&doc, &code, &required)).unwrap();
+    common::check_constants(&md, "<!-- constants -->", "constants", &code);
 }
 
 #[test]
@@ -123,8 +109,7 @@ fn the_model_kinds_are_dstore_types() {
 }
 
 fn effects_doc() -> String {
-    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../docs/format/effects.md");
-    std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
+    common::format_doc("effects.md")
 }
 
 fn tag_table(md: &str, marker: &str, header: &str) -> Vec<(String, u64)> {

@@ -1,18 +1,18 @@
 //! The hash table's header, rehash block and growth constants in `docs/format/dstore-ops.md`
 //! ("Hash table") against `crates/dstore/src/table.rs` and `machine.rs`.
 
+mod common;
+
 use dstore::machine::{KEYSPACE_BUCKETS, NESTED_BUCKETS};
 use dstore::table::{
     BUCKETS_MAX, R_BYTES, R_NEXT, R_OLD, R_OLD_N, REHASH_INCREMENTAL_MIN, REHASH_STEP, T_BUCKETS,
-    T_BYTES, T_COUNT, T_NBUCKETS, T_REHASH,
+    T_BYTES, T_COUNT, T_NBUCKETS, T_REHASH, TABLES_INCREMENTAL, USER_TABLE_FLAGS,
 };
-use pmem::format_doc::{check_fields, compare_constants, named_rows, verdict};
+use pmem::format_doc::check_fields;
 use pmem::layout::Field;
-use std::path::PathBuf;
 
 fn doc() -> String {
-    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../docs/format/dstore-ops.md");
-    std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
+    common::format_doc("dstore-ops.md")
 }
 
 #[test]
@@ -42,31 +42,14 @@ fn rehash_block_layout_matches_the_code() {
 #[test]
 fn table_constants_match_the_code() {
     let md = doc();
-    let rows = named_rows(
-        &md,
-        "<!-- constants: table -->",
-        "| constant | value | meaning |",
-        0,
-    )
-    .unwrap();
-    let doc: Vec<(String, u64)> = rows
-        .iter()
-        .map(|r| {
-            (
-                r.name.to_string(),
-                r.cells[1]
-                    .parse()
-                    .unwrap_or_else(|e| panic!("{}: {e}", r.line)),
-            )
-        })
-        .collect();
     let code: Vec<(&str, u64)> = vec![
         ("BUCKETS_MAX", BUCKETS_MAX),
         ("REHASH_STEP", REHASH_STEP),
         ("REHASH_INCREMENTAL_MIN", REHASH_INCREMENTAL_MIN),
         ("KEYSPACE_BUCKETS", KEYSPACE_BUCKETS),
         ("NESTED_BUCKETS", NESTED_BUCKETS),
+        ("USER_TABLE_FLAGS", USER_TABLE_FLAGS as u64),
+        ("TABLES_INCREMENTAL", TABLES_INCREMENTAL),
     ];
-    let required: Vec<&str> = code.iter().map(|c| c.0).collect();
-    verdict("table constants", compare_constants(&doc, &code, &required)).unwrap();
+    common::check_constants(&md, "<!-- constants: table -->", "table constants", &code);
 }

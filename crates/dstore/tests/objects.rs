@@ -5,90 +5,23 @@
 //! (open checks it), a second crash during recovery changes nothing, and the store keeps
 //! working through two more checkpoints and a reopen.
 
+mod common;
 mod model;
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use dstore::Store;
+use common::{ObjOp, Objects, apply, contents, models, run};
 use pmem::rng::SplitMix64;
 use pmem::{CrashPlan, SimConfig, SimMedium};
 
-#[derive(Debug, Clone)]
-enum ObjOp {
-    Write {
-        name: Vec<u8>,
-        offset: u64,
-        data: Vec<u8>,
-    },
-    Delete(Vec<u8>),
-}
-
-type Objects = BTreeMap<Vec<u8>, Vec<u8>>;
-
+/// The workload: writes anywhere in the first 20 KB, up to 9 KB long.
 fn workload(seed: u64, n: usize) -> Vec<ObjOp> {
-    let mut rng = SplitMix64::new(seed);
-    (0..n)
-        .map(|i| {
-            let name = format!("obj{}", rng.below(3)).into_bytes();
-            if rng.below(10) == 0 {
-                ObjOp::Delete(name)
-            } else {
-                let offset = rng.below(20_000);
-                let len = rng.below(9_000) as usize;
-                let data = (0..len)
-                    .map(|k| (k as u64 * 31 + i as u64 * 7 + seed) as u8)
-                    .collect();
-                ObjOp::Write { name, offset, data }
-            }
-        })
-        .collect()
-}
-
-fn apply(m: &mut Objects, op: &ObjOp) {
-    match op {
-        ObjOp::Write { name, offset, data } => {
-            let o = m.entry(name.clone()).or_default();
-            let end = *offset as usize + data.len();
-            if o.len() < end {
-                o.resize(end, 0);
-            }
-            o[*offset as usize..end].copy_from_slice(data);
-        }
-        ObjOp::Delete(name) => {
-            m.remove(name);
-        }
-    }
-}
-
-fn run(s: &Store<Arc<SimMedium>>, op: &ObjOp) -> bool {
-    match op {
-        ObjOp::Write { name, offset, data } => s.owrite(name, *offset, data).is_ok(),
-        ObjOp::Delete(name) => s.del(&[name]).is_ok(),
-    }
-}
-
-fn contents(s: &Store<Arc<SimMedium>>) -> Objects {
-    let mut out = Objects::new();
-    for i in 0..3 {
-        let name = format!("obj{i}").into_bytes();
-        if let Some(size) = s.object_size(&name).unwrap() {
-            let data = s.oread(&name, 0, size as usize).unwrap().unwrap();
-            assert_eq!(data.len() as u64, size);
-            out.insert(name, data);
-        }
-    }
-    out
-}
-
-fn models(ops: &[ObjOp]) -> Vec<Objects> {
-    let mut m = Objects::new();
-    let mut v = vec![m.clone()];
-    for op in ops {
-        apply(&mut m, op);
-        v.push(m.clone());
-    }
-    v
+    common::workload(
+        seed,
+        n,
+        |rng| (rng.below(20_000), rng.below(9_000) as usize),
+        0,
+    )
 }
 
 fn drive(sim: &Arc<SimMedium>, ops: &[ObjOp]) -> usize {
@@ -96,18 +29,7 @@ fn drive(sim: &Arc<SimMedium>, ops: &[ObjOp]) -> usize {
     let Ok(s) = model::open(Arc::clone(sim), &cfg) else {
         return 0;
     };
-    let mut acked = 0;
-    for (i, op) in ops.iter().enumerate() {
-        if !run(&s, op) {
-            return acked;
-        }
-        acked += 1;
-        if (i == 10 || i == 25) && s.save().is_err() {
-            return acked;
-        }
-    }
-    let _ = s.close();
-    acked
+    common::run_all(&s, ops, &[10, 25])
 }
 
 fn open_image(image: Vec<u8>, plan: CrashPlan, seed: u64) -> (Option<Objects>, Arc<SimMedium>) {

@@ -8,98 +8,34 @@
 //! covered too. Also: the file's header binds it to its store, and a store with data in a file
 //! refuses to open without it.
 
+mod common;
 mod model;
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use common::{ObjOp, Objects, apply, contents, models, run};
 use dstore::zone::{MemFile, ObjectFile};
 use dstore::{Config, Store, StoreError};
 use pmem::rng::SplitMix64;
 use pmem::{CrashPlan, Domain, OpenOptions, Pool, SimConfig, SimMedium};
 
-#[derive(Debug, Clone)]
-enum ObjOp {
-    Write {
-        name: Vec<u8>,
-        offset: u64,
-        data: Vec<u8>,
-    },
-    Delete(Vec<u8>),
-}
-
-type Objects = BTreeMap<Vec<u8>, Vec<u8>>;
-
-fn workload(seed: u64, n: usize) -> Vec<ObjOp> {
-    let mut rng = SplitMix64::new(seed);
-    (0..n)
-        .map(|i| {
-            let name = format!("obj{}", rng.below(3)).into_bytes();
-            if rng.below(10) == 0 {
-                ObjOp::Delete(name)
-            } else {
-                // Whole 4 KiB blocks half of the time (written straight), else partial ones
-                // (merged with the old block).
-                let (offset, len) = if rng.below(2) == 0 {
-                    (4096 * rng.below(4), 4096 * (1 + rng.below(2)) as usize)
-                } else {
-                    (rng.below(12_000), rng.below(6_000) as usize)
-                };
-                let data = (0..len)
-                    .map(|k| (k as u64 * 31 + i as u64 * 7 + seed) as u8 | 1)
-                    .collect();
-                ObjOp::Write { name, offset, data }
-            }
-        })
-        .collect()
-}
-
-fn apply(m: &mut Objects, op: &ObjOp) {
-    match op {
-        ObjOp::Write { name, offset, data } => {
-            let o = m.entry(name.clone()).or_default();
-            let end = *offset as usize + data.len();
-            if o.len() < end {
-                o.resize(end, 0);
-            }
-            o[*offset as usize..end].copy_from_slice(data);
-        }
-        ObjOp::Delete(name) => {
-            m.remove(name);
-        }
-    }
-}
-
-fn models(ops: &[ObjOp]) -> Vec<Objects> {
-    let mut m = Objects::new();
-    let mut v = vec![m.clone()];
-    for op in ops {
-        apply(&mut m, op);
-        v.push(m.clone());
-    }
-    v
-}
-
 type S = Store<Arc<SimMedium>>;
 
-fn run(s: &S, op: &ObjOp) -> bool {
-    match op {
-        ObjOp::Write { name, offset, data } => s.owrite(name, *offset, data).is_ok(),
-        ObjOp::Delete(name) => s.del(&[name]).is_ok(),
-    }
-}
-
-fn contents(s: &S) -> Objects {
-    let mut out = Objects::new();
-    for i in 0..3 {
-        let name = format!("obj{i}").into_bytes();
-        if let Some(size) = s.object_size(&name).unwrap() {
-            let data = s.oread(&name, 0, size as usize).unwrap().unwrap();
-            assert_eq!(data.len() as u64, size);
-            out.insert(name, data);
-        }
-    }
-    out
+/// The workload: whole 4 KiB blocks half of the time (written straight), else partial ones
+/// (merged with the old block); no zero byte written, so a lost block shows.
+fn workload(seed: u64, n: usize) -> Vec<ObjOp> {
+    common::workload(
+        seed,
+        n,
+        |rng| {
+            if rng.below(2) == 0 {
+                (4096 * rng.below(4), 4096 * (1 + rng.below(2)) as usize)
+            } else {
+                (rng.below(12_000), rng.below(6_000) as usize)
+            }
+        },
+        1,
+    )
 }
 
 fn config() -> Config {
@@ -134,18 +70,7 @@ fn drive(sim: &Arc<SimMedium>, file: Arc<MemFile>, ops: &[ObjOp]) -> usize {
     let Ok(s) = open(Arc::clone(sim), file) else {
         return 0;
     };
-    let mut acked = 0;
-    for (i, op) in ops.iter().enumerate() {
-        if !run(&s, op) {
-            return acked;
-        }
-        acked += 1;
-        if (i == 8 || i == 20) && s.save().is_err() {
-            return acked;
-        }
-    }
-    let _ = s.close();
-    acked
+    common::run_all(&s, ops, &[8, 20])
 }
 
 /// Open the crash images and check the objects against the model.

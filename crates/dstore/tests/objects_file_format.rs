@@ -1,39 +1,27 @@
 //! `docs/format/dstore-objects.md` against the code: the constants and the header's fields,
 //! and a header the code writes read back through the documented offsets.
 
+mod common;
+
 use dstore::op::BLOCK_BYTES;
 use dstore::zone::*;
-use pmem::format_doc::{check_fields, compare_constants, named_rows, verdict};
+use pmem::format_doc::check_fields;
 use pmem::layout::Field;
-use std::path::PathBuf;
 
 fn doc() -> String {
-    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../docs/format/dstore-objects.md");
-    std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
+    common::format_doc("dstore-objects.md")
 }
 
 #[test]
 fn constants_match_the_code() {
     let md = doc();
-    let rows = named_rows(
-        &md,
-        "<!-- constants -->",
-        "| constant | value | meaning |",
-        0,
-    )
-    .unwrap();
-    let doc: Vec<(String, u64)> = rows
-        .iter()
-        .map(|r| (r.name.to_string(), r.cells[1].parse().unwrap()))
-        .collect();
     let code: Vec<(&str, u64)> = vec![
         ("FILE_BLOCK_FLAG", FILE_BLOCK_FLAG as u64),
         ("FILE_BLOCK_MAX", FILE_BLOCK_MAX as u64),
         ("OBJECT_FILE_VERSION", OBJECT_FILE_VERSION as u64),
         ("BLOCK_BYTES", BLOCK_BYTES),
     ];
-    let required: Vec<&str> = code.iter().map(|c| c.0).collect();
-    verdict("constants", compare_constants(&doc, &code, &required)).unwrap();
+    common::check_constants(&md, "<!-- constants -->", "constants", &code);
     assert_eq!(FILE_BLOCK_MAX | FILE_BLOCK_FLAG, dstore::machine::HOLE - 1);
 }
 

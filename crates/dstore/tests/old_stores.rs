@@ -202,3 +202,129 @@ fn a_cleanly_closed_old_store_reads_the_same() {
 fn a_crashed_old_store_replays_its_records_and_reads_the_same() {
     check("crashed");
 }
+
+/// The root's machine word of the store in `sim` (read from a copy of its durable bytes).
+fn machine_word(sim: &SimMedium) -> u32 {
+    let copy = Arc::new(SimMedium::from_image(
+        sim.durable_image(),
+        SimConfig::default(),
+    ));
+    let pool = pmem::Pool::open_medium(copy, &pmem::OpenOptions::default()).expect("pool");
+    let base = pool
+        .region(dipper::layout::ROOT_REGION)
+        .expect("root region")
+        .offset as usize;
+    dipper::root::Root::load(pool.medium(), base, &pool.uuid())
+        .expect("root")
+        .0
+        .machine
+}
+
+/// What the binaries from before incremental rehash accept in that word (commits `117f09c` to
+/// `fedd19e`'s parent: `Kv::with_word` refuses any bit but `MACHINE_FIXED_PLACEMENT`, 1).
+fn old_binaries_accept(word: u32) -> bool {
+    word & !1 == 0
+}
+
+/// Tables of the store holding a rehash block: every shard's keyspace and the field or member
+/// table of every hash, set and sorted set.
+fn tables_rehashing(s: &dstore::Store<Arc<SimMedium>>) -> usize {
+    use dstore::machine::{AUX_TYPE_MASK, TYPE_HASH, TYPE_SET, TYPE_ZSET, USER_KEYSPACE};
+    use dstore::table;
+    (0..s.engine().shards())
+        .map(|shard| {
+            s.engine()
+                .read(shard, |a| {
+                    let ks = a.user(USER_KEYSPACE);
+                    let mut n = usize::from(table::rehashing(a, ks));
+                    for e in table::entries(a, ks) {
+                        let ty = e.aux(a) & AUX_TYPE_MASK;
+                        if [TYPE_HASH, TYPE_SET, TYPE_ZSET].contains(&ty) {
+                            n += usize::from(table::rehashing(a, a.get_u64(e.value_at(a))));
+                        }
+                    }
+                    n
+                })
+                .expect("read a shard")
+        })
+        .sum()
+}
+
+/// Fields written one operation at a time into one hash (its field table doubles from 4 to 1024
+/// buckets), with keys around it and checkpoints between: returns after how many operations a
+/// table was left rehashing.
+fn grow_tables(s: &dstore::Store<Arc<SimMedium>>) -> usize {
+    let mut seen = 0;
+    for i in 0..700u32 {
+        let f = format!("field-{i}");
+        s.hset(b"wide-hash", &[(f.as_bytes(), b"v")]).expect("hset");
+        if i % 3 == 0 {
+            let k = format!("grow-{i}");
+            s.set(k.as_bytes(), b"v", false, false, None).expect("set");
+        }
+        seen += tables_rehashing(s);
+        if i % 40 == 39 {
+            // The test configuration takes no checkpoint by itself: empty the log.
+            s.save().expect("checkpoint");
+        }
+    }
+    s.validate().expect("structures validate");
+    seen
+}
+
+/// An old store (its machine word without `MACHINE_INCREMENTAL_REHASH`) keeps doubling its
+/// tables in one step after this version writes it, so it never holds a rehash block between
+/// operations and binaries from before still read it; a new store has the bit, which those
+/// binaries refuse, and its tables do rehash incrementally under the same writes.
+#[test]
+fn only_stores_older_binaries_refuse_rehash_incrementally() {
+    let cfg = model::config(false);
+    let sim = Arc::new(SimMedium::from_image(image("clean"), SimConfig::default()));
+    let word = machine_word(&sim);
+    assert!(old_binaries_accept(word), "the fixture's word {word:#x}");
+    let store = model::open(Arc::clone(&sim), &cfg).expect("an old store opens");
+    let arena_flags = |s: &dstore::Store<Arc<SimMedium>>| {
+        (0..s.engine().shards())
+            .map(|i| {
+                s.engine()
+                    .read(i, |a| a.user(dstore::table::USER_TABLE_FLAGS))
+                    .unwrap()
+            })
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(arena_flags(&store), vec![0; cfg.shards]);
+    assert_eq!(grow_tables(&store), 0, "an old store's tables never rehash");
+    store.close().expect("close");
+    drop(store);
+    assert_eq!(machine_word(&sim), word, "the word is unchanged");
+
+    let sim = Arc::new(SimMedium::from_image(
+        model::base_image(&cfg),
+        SimConfig::default(),
+    ));
+    let word = machine_word(&sim);
+    assert_eq!(
+        word,
+        dstore::machine::MACHINE_FIXED_PLACEMENT | dstore::machine::MACHINE_INCREMENTAL_REHASH
+    );
+    assert!(
+        !old_binaries_accept(word),
+        "older binaries refuse a new store"
+    );
+    let store = model::open(Arc::clone(&sim), &cfg).expect("a new store opens");
+    assert_eq!(
+        arena_flags(&store),
+        vec![dstore::table::TABLES_INCREMENTAL; cfg.shards]
+    );
+    assert!(
+        grow_tables(&store) > 50,
+        "a new store's tables rehash incrementally"
+    );
+    // FLUSHALL empties each arena to a new one's image; the flag stays.
+    store.flushall().expect("flushall");
+    assert_eq!(
+        arena_flags(&store),
+        vec![dstore::table::TABLES_INCREMENTAL; cfg.shards]
+    );
+    store.close().expect("close");
+}

@@ -348,7 +348,10 @@ fn an_unknown_machine_word_is_refused() {
     let pool = Pool::open(&path, &OpenOptions::default()).unwrap();
     let base = pool.region(ROOT_REGION).unwrap().offset as usize;
     let (mut root, _) = Root::load(pool.medium(), base, &pool.uuid()).unwrap();
-    assert_eq!(root.machine, dstore::machine::MACHINE_FIXED_PLACEMENT);
+    assert_eq!(
+        root.machine,
+        dstore::machine::MACHINE_FIXED_PLACEMENT | dstore::machine::MACHINE_INCREMENTAL_REHASH
+    );
     root.machine |= 1 << 7;
     root.store(pool.medium(), base, &pool.uuid()).unwrap();
     pool.close().unwrap();

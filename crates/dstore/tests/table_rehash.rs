@@ -3,13 +3,22 @@
 //! `HashMap` and leave a table that validates after every operation; a scan that runs across a
 //! rehash returns every key present for its whole length; `validate` accepts a half-rehashed
 //! table and names the field of each kind of damage to one; how much an operation allocates
-//! depends on the table's counts, never on the keys' hashes.
+//! depends on the table's counts, never on the keys' hashes; a table written only by replacing
+//! values finishes its rehash; in an arena without the incremental flag (a store made before
+//! it) every doubling is done in one step.
 
 use std::collections::{HashMap, HashSet};
 
 use dipper::{Arena, DipperError};
 use dstore::table::{self, E_HASH, E_NEXT, R_NEXT, R_OLD, R_OLD_N, T_REHASH};
 use pmem::rng::SplitMix64;
+
+/// An arena whose tables rehash incrementally, as every shard of a store made today.
+fn arena() -> Arena {
+    let mut a = Arena::new();
+    table::set_incremental(&mut a);
+    a
+}
 
 fn key(i: u64) -> Vec<u8> {
     format!("key-{i}").into_bytes()
@@ -22,7 +31,7 @@ fn put(a: &mut Arena, t: u64, seed: u64, k: &[u8], v: &[u8]) {
     let at = e.value_at(a);
     a.write(at, v);
     match old {
-        Some(o) => table::replace(a, o, e),
+        Some(o) => table::replace(a, t, o, e),
         None => table::insert(a, t, e).unwrap(),
     }
 }
@@ -42,7 +51,7 @@ fn remove(a: &mut Arena, t: u64, seed: u64, k: &[u8]) -> bool {
 fn random_operations_agree_with_a_hash_map_through_many_doublings() {
     for seed in [1u64, 0xfeed, 0x5eed_5eed] {
         let mut rng = SplitMix64::new(seed);
-        let mut a = Arena::new();
+        let mut a = arena();
         let t = table::create(&mut a, 4).unwrap();
         let mut model: HashMap<Vec<u8>, Vec<u8>> = HashMap::new();
         let (mut rehashing_seen, mut doublings, mut last_n) = (0u64, 0, 4);
@@ -115,7 +124,7 @@ fn random_operations_agree_with_a_hash_map_through_many_doublings() {
 
 /// A table of 66 entries whose rehash (64 to 128 buckets) has just started.
 fn mid_rehash(seed: u64) -> (Arena, u64, Vec<Vec<u8>>) {
-    let mut a = Arena::new();
+    let mut a = arena();
     let t = table::create(&mut a, 64).unwrap();
     let mut keys = Vec::new();
     for i in 0..66 {
@@ -129,7 +138,7 @@ fn mid_rehash(seed: u64) -> (Arena, u64, Vec<Vec<u8>>) {
 #[test]
 fn a_scan_across_rehashes_returns_every_key_present_throughout() {
     let seed = 99;
-    let mut a = Arena::new();
+    let mut a = arena();
     let t = table::create(&mut a, 4).unwrap();
     for i in 0..200 {
         put(&mut a, t, seed, &key(i), b"x");
@@ -247,7 +256,7 @@ fn allocations_follow_the_counts_not_the_hashes() {
     // top, live bytes and block count after every operation (the DIPPER admission rule and a
     // store rebuilt from another's log rely on it, docs/format/dstore-ops.md).
     let mut rng = SplitMix64::new(5);
-    let (mut a, mut b) = (Arena::new(), Arena::new());
+    let (mut a, mut b) = (arena(), arena());
     let ta = table::create(&mut a, 4).unwrap();
     let tb = table::create(&mut b, 4).unwrap();
     let mut present = HashSet::new();
@@ -285,7 +294,7 @@ fn each_insert_relinks_a_bounded_number_of_entries() {
     // the insert that starts it relinks nothing, and each later one only the entries of
     // REHASH_STEP old buckets.
     let seed = 11;
-    let mut a = Arena::new();
+    let mut a = arena();
     let t = table::create(&mut a, 4).unwrap();
     let n = 1u64 << 14;
     for i in 0..n {
@@ -327,7 +336,7 @@ fn each_insert_relinks_a_bounded_number_of_entries() {
 #[test]
 fn small_tables_double_at_once_and_large_ones_incrementally() {
     let seed = 17;
-    let mut a = Arena::new();
+    let mut a = arena();
     let t = table::create(&mut a, 4).unwrap();
     let mut i = 0;
     while table::buckets(&a, t) < table::REHASH_INCREMENTAL_MIN {
@@ -346,4 +355,115 @@ fn small_tables_double_at_once_and_large_ones_incrementally() {
     }
     assert!(table::rehashing(&a, t));
     assert_eq!(table::validate(&a, t, "t").unwrap(), i);
+}
+
+#[test]
+fn replacing_values_alone_finishes_a_rehash_and_frees_the_old_array() {
+    // A large table whose doubling has just started, then only replacements of present keys
+    // (a YCSB update phase): each moves REHASH_STEP old buckets, so the old array is gone after
+    // old_buckets / REHASH_STEP of them, and the table agrees with a model throughout.
+    for seed in [3u64, 0xabc] {
+        let mut rng = SplitMix64::new(seed);
+        let mut a = arena();
+        let t = table::create(&mut a, 4).unwrap();
+        let mut model: HashMap<Vec<u8>, Vec<u8>> = HashMap::new();
+        let mut i = 0u64;
+        while !table::rehashing(&a, t) || table::buckets(&a, t) < 1024 {
+            put(&mut a, t, seed, &key(i), b"first");
+            model.insert(key(i), b"first".to_vec());
+            i += 1;
+        }
+        let old_n = table::buckets(&a, t) / 2;
+        let (live, blocks) = (a.live_bytes(), a.blocks());
+        let mut replaces = 0u64;
+        while table::rehashing(&a, t) {
+            let k = key(rng.below(i));
+            let v = vec![b'a' + (replaces % 26) as u8; 5];
+            put(&mut a, t, seed, &k, &v);
+            model.insert(k, v);
+            replaces += 1;
+            assert!(
+                replaces <= old_n / table::REHASH_STEP,
+                "still rehashing after {replaces} replacements of {old_n} old buckets"
+            );
+            if replaces % 17 == 0 {
+                assert_eq!(
+                    table::validate(&a, t, "t").unwrap(),
+                    i,
+                    "replace {replaces}"
+                );
+            }
+        }
+        assert_eq!(replaces, old_n / table::REHASH_STEP);
+        assert_eq!(table::count(&a, t), i);
+        assert_eq!(table::validate(&a, t, "t").unwrap(), i);
+        // The old array and the rehash block were freed; the entries were replaced one for one
+        // by entries of the same size.
+        assert_eq!(a.blocks(), blocks - 2, "old array and rehash block freed");
+        assert_eq!(
+            live - a.live_bytes(),
+            old_n * 8 + table::R_BYTES as u64,
+            "live bytes fell by the old array and the rehash block"
+        );
+        for (k, v) in &model {
+            let f = table::find(&a, t, table::hash(seed, k), k).expect("present");
+            assert_eq!(f.entry.value(&a), &v[..]);
+        }
+    }
+}
+
+#[test]
+fn a_removal_sweep_advances_a_rehash() {
+    let (mut a, t, keys) = mid_rehash(23);
+    let next = |a: &Arena| a.get_u64(a.get_u64(t as usize + T_REHASH) as usize + R_NEXT);
+    let before = next(&a);
+    let gone = table::retain(
+        &mut a,
+        t,
+        |a, e| e.key(a) != keys[0].as_slice(),
+        table::free_entry,
+    );
+    assert_eq!(gone, 1);
+    assert!(table::rehashing(&a, t));
+    assert_eq!(next(&a), before + table::REHASH_STEP);
+    assert_eq!(table::validate(&a, t, "t").unwrap(), keys.len() as u64 - 1);
+}
+
+#[test]
+fn without_the_incremental_flag_every_doubling_is_done_in_one_step() {
+    // An arena of a store made before incremental rehash (user word USER_TABLE_FLAGS 0): its
+    // tables never hold a rehash block between operations, so binaries from before read it.
+    let seed = 29;
+    let mut a = Arena::new();
+    assert!(!table::incremental(&a));
+    let t = table::create(&mut a, 4).unwrap();
+    let mut model = HashMap::new();
+    let mut rng = SplitMix64::new(seed);
+    for step in 0..6000u64 {
+        let k = key(rng.below(step / 2 + 8));
+        if rng.below(5) == 0 {
+            assert_eq!(remove(&mut a, t, seed, &k), model.remove(&k).is_some());
+        } else {
+            put(&mut a, t, seed, &k, b"v");
+            model.insert(k, ());
+        }
+        assert!(!table::rehashing(&a, t), "step {step}");
+    }
+    assert!(
+        table::buckets(&a, t) >= 1024,
+        "doubled past the incremental size"
+    );
+    assert_eq!(table::validate(&a, t, "t").unwrap(), model.len() as u64);
+}
+
+#[test]
+fn a_rehash_found_in_an_arena_without_the_flag_is_finished_by_the_next_write() {
+    // A store written by a build that rehashed every store incrementally (its arenas have no
+    // flag) may hold a rehash block: the next write to the table finishes it.
+    let (mut a, t, keys) = mid_rehash(31);
+    a.set_user(table::USER_TABLE_FLAGS, 0);
+    assert!(table::rehashing(&a, t));
+    put(&mut a, t, 31, &keys[3], b"new value");
+    assert!(!table::rehashing(&a, t));
+    assert_eq!(table::validate(&a, t, "t").unwrap(), keys.len() as u64);
 }

@@ -226,7 +226,7 @@ fn hset(kv: &Kv, a: &mut Arena, t: u64, field: &[u8], value: &[u8]) -> Result<()
     let at = e.value_at(a);
     a.write(at, value);
     match old {
-        Some(o) => table::replace(a, o, e),
+        Some(o) => table::replace(a, t, o, e),
         None => table::insert(a, t, e)?,
     }
     Ok(())
@@ -295,7 +295,7 @@ fn put(kv: &Kv, a: &mut Arena, db: Db, key: &[u8], value: &Value, expire: i64) -
         match old {
             Some(f) => {
                 super::free_value(a, f.entry);
-                table::replace(a, f, e);
+                table::replace(a, ks(a), f, e);
             }
             None => insert(a, db, e)?,
         }
@@ -375,7 +375,10 @@ pub fn flush_all(a: &mut Arena, freed: &mut Vec<u32>) -> Result<()> {
             freed.extend(blocks.into_iter().filter(|&b| b != super::HOLE));
         }
     }
+    // The table flags say how this store's tables grow: they outlive the flush.
+    let flags = a.user(table::USER_TABLE_FLAGS);
     a.reset();
+    a.set_user(table::USER_TABLE_FLAGS, flags);
     let t = table::create(a, KEYSPACE_BUCKETS)?;
     a.set_user(USER_KEYSPACE, t);
     Ok(())
