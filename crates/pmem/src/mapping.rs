@@ -428,6 +428,14 @@ impl Medium for Mapping {
             )
         }
     }
+    fn crc32c(&self, offset: usize, len: usize, crc: u32) -> u32 {
+        check_range(offset, len, self.len());
+        // SAFETY: the range is inside the live mapping (checked above), which stays mapped for
+        // as long as `self` is borrowed. The bytes are only read, as `read` reads them; the
+        // slice does not outlive this call.
+        let bytes = unsafe { std::slice::from_raw_parts(self.base.add(offset), len) };
+        crate::tune::crc32c_append_tuned(crc, bytes)
+    }
     #[inline]
     fn load_u64(&self, offset: usize) -> u64 {
         check_word(offset, self.len());
