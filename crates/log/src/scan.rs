@@ -82,6 +82,10 @@ pub(crate) struct Found {
 /// Header bytes the CRC covers (they precede the payload in the walk's buffer).
 const PREFIX: usize = r::CRC_COVERED_BYTES;
 
+/// Bytes the walk reads at a record's place in one access (fewer at the ring's end): the
+/// header and, for payloads up to 96 bytes, the whole record.
+const HEAD_READ: usize = 128;
+
 /// Wanted payloads from this size are checked in place when the walk allows it
 /// ([`Walker::check_in_place`]); smaller ones are copied out first and checked in the copy,
 /// one medium access fewer per record.
@@ -151,8 +155,13 @@ impl<'m, M: Medium + ?Sized> Walker<'m, M> {
             return Err(Stop::RingFull);
         }
         let at = geo.at(self.pos);
+        // One read brings the header and, for a small record, its whole payload.
+        let mut head = [0u8; HEAD_READ];
+        let got =
+            (geo.room_to_end(self.pos) as usize).clamp(layout::RECORD_HEADER_BYTES, HEAD_READ);
+        self.medium.read(at, &mut head[..got]);
         let mut hdr = [0u8; layout::RECORD_HEADER_BYTES];
-        self.medium.read(at, &mut hdr);
+        hdr.copy_from_slice(&head[..layout::RECORD_HEADER_BYTES]);
         let (h, valid, reserved, reserved2) = RecordHeader::parse(&hdr);
         if h.lsn != self.expected {
             return Err(Stop::Tail { found_lsn: h.lsn });
@@ -221,10 +230,16 @@ impl<'m, M: Medium + ?Sized> Walker<'m, M> {
                 if self.buf.len() < PREFIX + len {
                     self.buf.resize(PREFIX + len, 0);
                 }
-                self.medium.read(
-                    at + layout::RECORD_HEADER_BYTES,
-                    &mut self.buf[PREFIX..PREFIX + len],
-                );
+                let end = layout::RECORD_HEADER_BYTES + len;
+                if end <= got {
+                    self.buf[PREFIX..PREFIX + len]
+                        .copy_from_slice(&head[layout::RECORD_HEADER_BYTES..end]);
+                } else {
+                    self.medium.read(
+                        at + layout::RECORD_HEADER_BYTES,
+                        &mut self.buf[PREFIX..PREFIX + len],
+                    );
+                }
             }
             self.payload_len = len;
             self.pos += footprint;
@@ -243,7 +258,21 @@ impl<'m, M: Medium + ?Sized> Walker<'m, M> {
             let len = h.length as usize;
             let payload_at = at + layout::RECORD_HEADER_BYTES;
             let in_place = self.check_in_place && len >= CHECK_IN_PLACE_MIN;
-            if (want_payload && !in_place) || h.kind == kinds::JUMP {
+            let need_bytes = want_payload || h.kind == kinds::JUMP;
+            let end = layout::RECORD_HEADER_BYTES + len;
+            if end <= got {
+                // The whole record came with the header's read.
+                let p = &head[layout::RECORD_HEADER_BYTES..end];
+                let crc = pmem::cpu::crc32c_append(geo.seed, &hdr[..PREFIX]);
+                if need_bytes {
+                    if self.buf.len() < PREFIX + len {
+                        self.buf.resize(PREFIX + len, 0);
+                    }
+                    self.buf[PREFIX..PREFIX + len].copy_from_slice(p);
+                    self.payload_len = len;
+                }
+                pmem::cpu::crc32c_append(crc, p)
+            } else if (want_payload && !in_place) || h.kind == kinds::JUMP {
                 // The payload goes to `buf[PREFIX..]`, right after a copy of the header's
                 // covered bytes (its first 16, the reserved ones checked zero above, so exactly
                 // what `crc_start` encodes): the CRC then runs over one contiguous run, and the
