@@ -225,6 +225,7 @@ fn one_pass_recovery_on_a_mapped_file_matches_and_finds_damage() {
         let written = collect(f.log(), true);
         // The mapping's in-place CRC against the CRC of the bytes read out.
         let m = f.pool().medium();
+        let mapping: &pmem::Mapping = m;
         for &(_, at, ref p) in written.iter().take(5) {
             let at = at as usize + 32;
             let mut buf = vec![0u8; p.len()];
@@ -233,7 +234,7 @@ fn one_pass_recovery_on_a_mapped_file_matches_and_finds_damage() {
             for seed in [0u32, 0xdead_beef] {
                 let want = crc32c::crc32c_append(seed, &buf);
                 assert_eq!(m.crc32c(at, p.len(), seed), want, "size {size}");
-                assert_eq!((&**m).crc32c(at, p.len(), seed), want, "size {size}");
+                assert_eq!(mapping.crc32c(at, p.len(), seed), want, "size {size}");
             }
         }
         f.close().expect("close");
