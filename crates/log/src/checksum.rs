@@ -4,37 +4,22 @@
 //! overridden with `KAVACH_TUNE`). Both compute the same CRC-32C (Castagnoli, reflected, init
 //! and xorout 0xffffffff), so the on-media value does not depend on which one ran.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
-
-/// `crc_fold_min` once read from the tuning (0: not read yet).
-static FOLD_MIN: AtomicUsize = AtomicUsize::new(0);
-
 /// Inputs at least this long go to the folding implementation.
 #[inline]
 pub fn fold_min() -> usize {
-    match FOLD_MIN.load(Ordering::Relaxed) {
-        0 => {
-            let v = pmem::tune::current().choices().crc_fold_min.max(1);
-            FOLD_MIN.store(v, Ordering::Relaxed);
-            v
-        }
-        v => v,
-    }
+    pmem::tune::crc32c_fold_min()
 }
 
 /// Continue the CRC-32C `crc` over `data` (as `crc32c::crc32c_append` does).
 #[inline]
 pub fn append(crc: u32, data: &[u8]) -> u32 {
-    append_with(fold_min(), crc, data)
+    pmem::tune::crc32c_append_tuned(crc, data)
 }
 
 /// [`append`] with the folding threshold given: every threshold gives the same value.
 #[inline]
 pub fn append_with(fold_min: usize, crc: u32, data: &[u8]) -> u32 {
-    if data.len() < fold_min {
-        return pmem::cpu::crc32c_append(crc, data);
-    }
-    pmem::tune::crc32c_fold(crc, data)
+    pmem::tune::crc32c_append_with(fold_min, crc, data)
 }
 
 #[cfg(test)]

@@ -77,6 +77,27 @@ impl LogFile {
     /// (clean flag included), so a refused open never turns damage into something a later open
     /// would take for a crash.
     pub fn open_with(path: &Path, name: &str, opts: &LogOptions) -> Result<LogFile> {
+        Self::open_inner(path, name, opts, None)
+    }
+
+    /// [`LogFile::open_with`] handing every data record, payload borrowed, to `replay` from
+    /// the walk that checks it: recovery in one pass (see [`Log::open_replaying`], which also
+    /// says what `replay` has seen when the open fails).
+    pub fn open_replaying(
+        path: &Path,
+        name: &str,
+        opts: &LogOptions,
+        replay: &mut dyn FnMut(crate::RecordRef<'_>),
+    ) -> Result<LogFile> {
+        Self::open_inner(path, name, opts, Some(replay))
+    }
+
+    fn open_inner(
+        path: &Path,
+        name: &str,
+        opts: &LogOptions,
+        replay: Option<&mut dyn FnMut(crate::RecordRef<'_>)>,
+    ) -> Result<LogFile> {
         let pool = Pool::open(
             path,
             &OpenOptions {
@@ -93,6 +114,7 @@ impl LogFile {
                 clean_shutdown: clean,
                 ..*opts
             },
+            replay,
         );
         Self::opened_or_put_back(pool, opened)
     }
@@ -123,7 +145,7 @@ impl LogFile {
             truncate_damaged: false,
             full_wait,
         };
-        let opened = Self::open_log(&pool, name, &look).and_then(|(log, _, rec)| {
+        let opened = Self::open_log(&pool, name, &look, None).and_then(|(log, _, rec)| {
             if log.salvage_plan(&rec, clean) != *plan {
                 return Err(LogError::Invalid {
                     what: "salvage",
@@ -137,7 +159,7 @@ impl LogFile {
                 truncate_damaged: true,
                 ..look
             };
-            Self::open_log(&pool, name, &opts)
+            Self::open_log(&pool, name, &opts, None)
         });
         Self::opened_or_put_back(pool, opened)
     }
@@ -167,6 +189,7 @@ impl LogFile {
         pool: &Pool<Arc<Mapping>>,
         name: &str,
         opts: &LogOptions,
+        replay: Option<&mut dyn FnMut(crate::RecordRef<'_>)>,
     ) -> Result<(Log<Arc<Mapping>>, Region, Recovery)> {
         let region = pool
             .region(name)
@@ -182,8 +205,11 @@ impl LogFile {
             });
         }
         let medium = Arc::clone(pool.medium());
-        let (log, recovery) =
-            Log::open(medium, region.offset as usize, region.length as usize, opts)?;
+        let (offset, length) = (region.offset as usize, region.length as usize);
+        let (log, recovery) = match replay {
+            Some(r) => Log::open_replaying(medium, offset, length, opts, r)?,
+            None => Log::open(medium, offset, length, opts)?,
+        };
         Ok((log, region, recovery))
     }
 

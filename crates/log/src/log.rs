@@ -367,6 +367,9 @@ pub(crate) enum Walk<'a> {
     Fresh(Option<&'a mut dyn FnMut(u64, u64)>),
     /// Take this earlier read-only walk (see [`Log::open_walked`]).
     Reuse(&'a Recovery),
+    /// Walk now, handing every data record accepted, with its payload, to the replayer (see
+    /// [`Log::open_replaying`]).
+    Replay(&'a mut dyn FnMut(RecordRef<'_>)),
 }
 
 /// True if `w`, an earlier walk, still describes the log whose superline is `sl`: the same
@@ -526,6 +529,25 @@ impl<M: Medium> Log<M> {
         Self::open_with(medium, base, len, opts, false, Walk::Fresh(Some(visit)))
     }
 
+    /// [`Log::open`] handing every data record to `replay` from the walk that checks it, in
+    /// LSN order, with its payload borrowed for the call: recovery in one pass over the ring
+    /// (the CRC reads each payload into the cache and `replay` finds it there), where
+    /// [`Log::open`] then [`Log::records`] read the ring twice.
+    ///
+    /// `replay` sees exactly the records [`Log::records`] would yield after the open, each
+    /// already checked (LSN, valid word, CRC). It runs before the open decides, so when the
+    /// open fails (a damaged log opened writable without `truncate_damaged`), `replay` has
+    /// seen the intact records before the damage; the error then says where the damage is.
+    pub fn open_replaying(
+        medium: M,
+        base: usize,
+        len: usize,
+        opts: &LogOptions,
+        replay: &mut dyn FnMut(RecordRef<'_>),
+    ) -> Result<(Log<M>, Recovery)> {
+        Self::open_with(medium, base, len, opts, false, Walk::Replay(replay))
+    }
+
     /// [`Log::open`] without walking the ring again: `walked` is what a read-only open (with
     /// `clean_shutdown` false) of the same region found, or a [`Follow`] of it, and nothing in
     /// the log may have been written since (bytes outside the descriptors, superlines and
@@ -631,18 +653,30 @@ impl<M: Medium> Log<M> {
                 )
             }
             None => {
-                let mut visit = match walk {
-                    Walk::Fresh(v) => v,
-                    Walk::Reuse(_) => None,
+                let (mut visit, mut replay) = match walk {
+                    Walk::Fresh(v) => (v, None),
+                    Walk::Reuse(_) => (None, None),
+                    Walk::Replay(r) => (None, Some(r)),
                 };
                 let mut walker = Walker::new(&medium, geo, superline.head, superline.start_lsn);
                 let mut records = 0u64;
+                let want_payload = replay.is_some();
+                // Nothing writes the ring before the open returns.
+                walker.check_in_place = true;
                 let stop = loop {
-                    match walker.step(false) {
+                    match walker.step(want_payload) {
                         Ok(found) => {
-                            records += u64::from(found.kind == kinds::DATA);
+                            let data = found.kind == kinds::DATA;
+                            records += u64::from(data);
                             if let Some(v) = visit.as_mut() {
                                 v((found.at - geo.ring) as u64, found.lsn);
+                            }
+                            if let (true, Some(r)) = (data, replay.as_mut()) {
+                                r(RecordRef {
+                                    lsn: found.lsn,
+                                    offset: found.at as u64,
+                                    payload: walker.payload(),
+                                });
                             }
                         }
                         Err(stop) => break stop,

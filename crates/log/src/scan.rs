@@ -82,6 +82,15 @@ pub(crate) struct Found {
 /// Header bytes the CRC covers (they precede the payload in the walk's buffer).
 const PREFIX: usize = r::CRC_COVERED_BYTES;
 
+/// Bytes the walk reads at a record's place in one access (fewer at the ring's end): the
+/// header and, for payloads up to 96 bytes, the whole record.
+const HEAD_READ: usize = 128;
+
+/// Wanted payloads from this size are checked in place when the walk allows it
+/// ([`Walker::check_in_place`]); smaller ones are copied out first and checked in the copy,
+/// one medium access fewer per record.
+pub(crate) const CHECK_IN_PLACE_MIN: usize = 256;
+
 /// A walk over the ring.
 #[derive(Debug)]
 pub(crate) struct Walker<'m, M: Medium + ?Sized> {
@@ -100,6 +109,11 @@ pub(crate) struct Walker<'m, M: Medium + ?Sized> {
     /// Data records with an LSN in `[trusted.0, trusted.1)` were checked by an earlier walk of
     /// this log (the opening one): their CRC is not computed again.
     pub trusted: (u64, u64),
+    /// Wanted payloads are checked where they lie on the medium and copied out once they
+    /// pass (the copy then reads from the cache), instead of copied out and checked in the
+    /// copy. Only for a walk nothing writes under (the opening one): a payload changing between
+    /// the check and the copy would be handed out unchecked.
+    pub check_in_place: bool,
 }
 
 impl<'m, M: Medium + ?Sized> Walker<'m, M> {
@@ -114,6 +128,7 @@ impl<'m, M: Medium + ?Sized> Walker<'m, M> {
             buf: Vec::new(),
             payload_len: 0,
             trusted: (0, 0),
+            check_in_place: false,
         }
     }
 
@@ -140,8 +155,13 @@ impl<'m, M: Medium + ?Sized> Walker<'m, M> {
             return Err(Stop::RingFull);
         }
         let at = geo.at(self.pos);
+        // One read brings the header and, for a small record, its whole payload.
+        let mut head = [0u8; HEAD_READ];
+        let got =
+            (geo.room_to_end(self.pos) as usize).clamp(layout::RECORD_HEADER_BYTES, HEAD_READ);
+        self.medium.read(at, &mut head[..got]);
         let mut hdr = [0u8; layout::RECORD_HEADER_BYTES];
-        self.medium.read(at, &mut hdr);
+        hdr.copy_from_slice(&head[..layout::RECORD_HEADER_BYTES]);
         let (h, valid, reserved, reserved2) = RecordHeader::parse(&hdr);
         if h.lsn != self.expected {
             return Err(Stop::Tail { found_lsn: h.lsn });
@@ -210,10 +230,16 @@ impl<'m, M: Medium + ?Sized> Walker<'m, M> {
                 if self.buf.len() < PREFIX + len {
                     self.buf.resize(PREFIX + len, 0);
                 }
-                self.medium.read(
-                    at + layout::RECORD_HEADER_BYTES,
-                    &mut self.buf[PREFIX..PREFIX + len],
-                );
+                let end = layout::RECORD_HEADER_BYTES + len;
+                if end <= got {
+                    self.buf[PREFIX..PREFIX + len]
+                        .copy_from_slice(&head[layout::RECORD_HEADER_BYTES..end]);
+                } else {
+                    self.medium.read(
+                        at + layout::RECORD_HEADER_BYTES,
+                        &mut self.buf[PREFIX..PREFIX + len],
+                    );
+                }
             }
             self.payload_len = len;
             self.pos += footprint;
@@ -228,40 +254,56 @@ impl<'m, M: Medium + ?Sized> Walker<'m, M> {
                 jump_to,
             });
         }
-        let mut crc;
-        if h.kind == kinds::DATA || h.kind == kinds::JUMP {
+        let crc = if h.kind == kinds::DATA || h.kind == kinds::JUMP {
             let len = h.length as usize;
             let payload_at = at + layout::RECORD_HEADER_BYTES;
-            // The payload goes to `buf[PREFIX..]`, right after a copy of the header's covered
-            // bytes (its first 16, the reserved ones checked zero above, so exactly what
-            // `crc_start` encodes): the CRC then runs over one contiguous run. Read whole when
-            // the caller wants it, else in chunks; the buffer only grows, so a walk allocates
-            // (and zeroes) it once.
-            let chunk = if want_payload || h.kind == kinds::JUMP {
-                len
-            } else {
-                len.min(64 * 1024)
-            };
-            if self.buf.len() < PREFIX + chunk {
-                self.buf.resize(PREFIX + chunk, 0);
-            }
-            self.buf[..PREFIX].copy_from_slice(&hdr[..PREFIX]);
-            let n = len.min(chunk);
-            self.medium
-                .read(payload_at, &mut self.buf[PREFIX..PREFIX + n]);
-            crc = crate::checksum::append(geo.seed, &self.buf[..PREFIX + n]);
-            let mut done = n;
-            while done < len {
-                let n = (len - done).min(chunk);
+            let in_place = self.check_in_place && len >= CHECK_IN_PLACE_MIN;
+            let need_bytes = want_payload || h.kind == kinds::JUMP;
+            let end = layout::RECORD_HEADER_BYTES + len;
+            if end <= got {
+                // The whole record came with the header's read.
+                let p = &head[layout::RECORD_HEADER_BYTES..end];
+                let crc = pmem::cpu::crc32c_append(geo.seed, &hdr[..PREFIX]);
+                if need_bytes {
+                    if self.buf.len() < PREFIX + len {
+                        self.buf.resize(PREFIX + len, 0);
+                    }
+                    self.buf[PREFIX..PREFIX + len].copy_from_slice(p);
+                    self.payload_len = len;
+                }
+                pmem::cpu::crc32c_append(crc, p)
+            } else if (want_payload && !in_place) || h.kind == kinds::JUMP {
+                // The payload goes to `buf[PREFIX..]`, right after a copy of the header's
+                // covered bytes (its first 16, the reserved ones checked zero above, so exactly
+                // what `crc_start` encodes): the CRC then runs over one contiguous run, and the
+                // caller reads the bytes the CRC just brought into the cache. The buffer only
+                // grows, so a walk allocates (and zeroes) it once.
+                if self.buf.len() < PREFIX + len {
+                    self.buf.resize(PREFIX + len, 0);
+                }
+                self.buf[..PREFIX].copy_from_slice(&hdr[..PREFIX]);
                 self.medium
-                    .read(payload_at + done, &mut self.buf[PREFIX..PREFIX + n]);
-                crc = crate::checksum::append(crc, &self.buf[PREFIX..PREFIX + n]);
-                done += n;
+                    .read(payload_at, &mut self.buf[PREFIX..PREFIX + len]);
+                self.payload_len = len;
+                crate::checksum::append(geo.seed, &self.buf[..PREFIX + len])
+            } else {
+                // Checked where the bytes lie (a mapping copies nothing for the CRC); a wanted
+                // payload that passes is then copied out, from the cache the CRC filled.
+                let crc = pmem::cpu::crc32c_append(geo.seed, &hdr[..PREFIX]);
+                let crc = self.medium.crc32c(payload_at, len, crc);
+                if want_payload && crc == h.payload_crc {
+                    if self.buf.len() < PREFIX + len {
+                        self.buf.resize(PREFIX + len, 0);
+                    }
+                    self.medium
+                        .read(payload_at, &mut self.buf[PREFIX..PREFIX + len]);
+                    self.payload_len = len;
+                }
+                crc
             }
-            self.payload_len = len;
         } else {
-            crc = crc_start(geo.seed, h.lsn, h.length, h.kind);
-        }
+            crc_start(geo.seed, h.lsn, h.length, h.kind)
+        };
         if crc != h.payload_crc {
             return Err(self.damaged(
                 at,

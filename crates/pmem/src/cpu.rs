@@ -285,23 +285,101 @@ unsafe fn crc32c_short(crc: u32, data: &[u8]) -> u32 {
 /// independent CRC-32C chains run over them, then joins the chains.
 const LANE: usize = 1024;
 
+/// Bytes per lane of the short blocks of [`crc32c_raw`].
+const SHORT_LANE: usize = 128;
+
+/// Shift table of one lane length: see [`lane_shift_table`].
+type ShiftTable = [[u32; 256]; 4];
+
 /// `t[k][b]`: the CRC-32C register `b << 8k` after `LANE` zero bytes (the register is linear in
 /// its start value, so any register shifts by `LANE` bytes with four lookups).
-fn lane_shift_table() -> &'static [[u32; 256]; 4] {
-    static T: std::sync::OnceLock<Box<[[u32; 256]; 4]>> = std::sync::OnceLock::new();
-    T.get_or_init(|| {
-        // Linear: each entry is the XOR of the shifted single bits it holds.
-        let basis: Vec<u32> = (0..32).map(|bit| crc32c_zeros(1 << bit, LANE)).collect();
-        let mut t = Box::new([[0u32; 256]; 4]);
-        for (k, row) in t.iter_mut().enumerate() {
-            for (b, cell) in row.iter_mut().enumerate() {
-                *cell = (0..8)
-                    .filter(|j| b & (1 << j) != 0)
-                    .fold(0, |acc, j| acc ^ basis[8 * k + j]);
-            }
+fn lane_shift_table() -> &'static ShiftTable {
+    static T: std::sync::OnceLock<Box<ShiftTable>> = std::sync::OnceLock::new();
+    T.get_or_init(|| shift_table(LANE))
+}
+
+/// [`lane_shift_table`] for `SHORT_LANE`.
+fn short_lane_shift_table() -> &'static ShiftTable {
+    static T: std::sync::OnceLock<Box<ShiftTable>> = std::sync::OnceLock::new();
+    T.get_or_init(|| shift_table(SHORT_LANE))
+}
+
+fn shift_table(lane: usize) -> Box<ShiftTable> {
+    // Linear: each entry is the XOR of the shifted single bits it holds.
+    let basis: Vec<u32> = (0..32).map(|bit| crc32c_zeros(1 << bit, lane)).collect();
+    let mut t = Box::new([[0u32; 256]; 4]);
+    for (k, row) in t.iter_mut().enumerate() {
+        for (b, cell) in row.iter_mut().enumerate() {
+            *cell = (0..8)
+                .filter(|j| b & (1 << j) != 0)
+                .fold(0, |acc, j| acc ^ basis[8 * k + j]);
         }
-        t
-    })
+    }
+    t
+}
+
+/// The CRC-32C `crc` continued over the `len` bytes at `src`, read through the raw pointer
+/// (8-byte unaligned loads; no reference to the bytes is formed), as
+/// `crc32c::crc32c_append(crc, src..src+len)` would give. Three independent CRC chains run over
+/// three lanes of each block (1 KiB lanes, then 128-byte lanes), joined by table shifts; the
+/// rest runs on one chain. `None` when the CPU lacks SSE4.2 (read the bytes out instead).
+///
+/// # Safety
+/// `src..src+len` must be readable.
+pub unsafe fn crc32c_raw(crc: u32, src: *const u8, len: usize) -> Option<u32> {
+    if !std::arch::is_x86_feature_detected!("sse4.2") {
+        return None;
+    }
+    let (long, short) = (lane_shift_table(), short_lane_shift_table());
+    // SAFETY: the caller vouches for the range; the CPU has SSE4.2 (checked above).
+    Some(!unsafe { crc32c_raw_sse42(!crc, src, len, long, short) })
+}
+
+/// # Safety
+/// As for [`crc32c_raw`], and the CPU has SSE4.2.
+#[target_feature(enable = "sse4.2")]
+unsafe fn crc32c_raw_sse42(
+    mut reg: u32,
+    src: *const u8,
+    len: usize,
+    long: &ShiftTable,
+    short: &ShiftTable,
+) -> u32 {
+    use std::arch::x86_64::{_mm_crc32_u8, _mm_crc32_u64};
+    let mut off = 0;
+    for (lane, t) in [(LANE, long), (SHORT_LANE, short)] {
+        while len - off >= 3 * lane {
+            let (mut a, mut b, mut c) = (u64::from(reg), 0u64, 0u64);
+            let mut i = 0;
+            while i < lane {
+                // SAFETY: `off + 2 * lane + i + 8 <= off + 3 * lane <= len`: inside the range.
+                unsafe {
+                    let p = src.add(off + i);
+                    a = _mm_crc32_u64(a, std::ptr::read_unaligned(p.cast::<u64>()));
+                    b = _mm_crc32_u64(b, std::ptr::read_unaligned(p.add(lane).cast::<u64>()));
+                    c = _mm_crc32_u64(c, std::ptr::read_unaligned(p.add(2 * lane).cast::<u64>()));
+                }
+                i += 8;
+            }
+            reg = lane_shift(t, lane_shift(t, a as u32) ^ b as u32) ^ c as u32;
+            off += 3 * lane;
+        }
+    }
+    let mut r = u64::from(reg);
+    while len - off >= 8 {
+        // SAFETY: `off + 8 <= len`.
+        r = _mm_crc32_u64(r, unsafe {
+            std::ptr::read_unaligned(src.add(off).cast::<u64>())
+        });
+        off += 8;
+    }
+    let mut reg = r as u32;
+    while off < len {
+        // SAFETY: `off < len`.
+        reg = _mm_crc32_u8(reg, unsafe { *src.add(off) });
+        off += 1;
+    }
+    reg
 }
 
 /// The raw CRC-32C register `reg` after `n` zero bytes (bit by bit: for tables only).
@@ -466,6 +544,32 @@ mod tests {
                 assert!(dst[..offset].iter().all(|&b| b == 0));
                 assert!(dst[offset + len..].iter().all(|&b| b == 0));
             }
+        }
+    }
+
+    #[test]
+    fn the_raw_crc_is_the_crates_at_every_length_and_alignment() {
+        if !std::arch::is_x86_feature_detected!("sse4.2") {
+            let v = [1u8; 10];
+            // SAFETY: the range is a live array.
+            let got = unsafe { crc32c_raw(0, v.as_ptr(), v.len()) };
+            assert_eq!(got, None);
+            return;
+        }
+        let mut rng = crate::rng::SplitMix64::new(5);
+        let data: Vec<u8> = (0..20_000).map(|_| rng.next_u64() as u8).collect();
+        let lengths = (0..1200).chain([3071, 3072, 3073, 3456, 6144, 6528, 10_000, 19_000]);
+        for len in lengths {
+            let start = rng.below(17) as usize;
+            let seed = rng.next_u64() as u32;
+            let slice = &data[start..start + len];
+            // SAFETY: the range is part of a live vector.
+            let got = unsafe { crc32c_raw(seed, slice.as_ptr(), len) };
+            assert_eq!(
+                got,
+                Some(crc32c::crc32c_append(seed, slice)),
+                "length {len}"
+            );
         }
     }
 

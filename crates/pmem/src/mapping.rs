@@ -428,6 +428,26 @@ impl Medium for Mapping {
             )
         }
     }
+    fn crc32c(&self, offset: usize, len: usize, crc: u32) -> u32 {
+        check_range(offset, len, self.len());
+        // SAFETY: the range is inside the live mapping (checked above), which stays mapped for
+        // as long as `self` is borrowed; `crc32c_raw` only loads through the raw pointer (no
+        // reference to mapped bytes is formed), as `read` copies through it.
+        match unsafe { cpu::crc32c_raw(crc, self.base.add(offset), len) } {
+            Some(c) => c,
+            None => {
+                let mut buf = vec![0u8; len.min(4096)];
+                let (mut crc, mut done) = (crc, 0);
+                while done < len {
+                    let n = (len - done).min(buf.len());
+                    self.read(offset + done, &mut buf[..n]);
+                    crc = crate::tune::crc32c_append_tuned(crc, &buf[..n]);
+                    done += n;
+                }
+                crc
+            }
+        }
+    }
     #[inline]
     fn load_u64(&self, offset: usize) -> u64 {
         check_word(offset, self.len());

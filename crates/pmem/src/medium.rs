@@ -40,6 +40,21 @@ pub trait Medium: Send + Sync + std::fmt::Debug {
         self.write_nontemporal(offset, data);
         crc32c::crc32c_append(crc, data)
     }
+    /// The CRC-32C `crc` continued over the `len` bytes at `offset` (as reading them and
+    /// running `crc32c::crc32c_append(crc, bytes)` would). The default reads them through
+    /// [`Medium::read`] in chunks; a mapping runs the CRC over its own bytes, with no copy.
+    fn crc32c(&self, offset: usize, len: usize, crc: u32) -> u32 {
+        check_range(offset, len, self.len());
+        let mut buf = [0u8; 4096];
+        let (mut crc, mut done) = (crc, 0);
+        while done < len {
+            let n = (len - done).min(buf.len());
+            self.read(offset + done, &mut buf[..n]);
+            crc = crate::tune::crc32c_append_tuned(crc, &buf[..n]);
+            done += n;
+        }
+        crc
+    }
     /// Atomic, aligned 8-byte load.
     fn load_u64(&self, offset: usize) -> u64;
     /// Atomic, aligned 8-byte store: the failure-atomic unit (a commit word).
@@ -105,6 +120,7 @@ macro_rules! forward_medium {
             fn write_nontemporal_crc32c(&self, o: usize, d: &[u8], c: u32) -> u32 {
                 (**self).write_nontemporal_crc32c(o, d, c)
             }
+            fn crc32c(&self, o: usize, l: usize, c: u32) -> u32 { (**self).crc32c(o, l, c) }
             fn load_u64(&self, o: usize) -> u64 { (**self).load_u64(o) }
             fn store_u64(&self, o: usize, v: u64) { (**self).store_u64(o, v) }
             fn flush(&self, o: usize, l: usize) -> Result<()> { (**self).flush(o, l) }

@@ -743,6 +743,40 @@ pub fn crossover(sizes: &[usize], a: &[f64], b: &[f64]) -> usize {
     from
 }
 
+/// `crc_fold_min` of the tuning in force, read once (0: not read yet).
+static FOLD_MIN: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// Inputs at least this long go to the folding CRC: `crc_fold_min` of [`current`], cached.
+#[inline]
+pub fn crc32c_fold_min() -> usize {
+    use std::sync::atomic::Ordering;
+    match FOLD_MIN.load(Ordering::Relaxed) {
+        0 => {
+            let v = current().choices().crc_fold_min.max(1);
+            FOLD_MIN.store(v, Ordering::Relaxed);
+            v
+        }
+        v => v,
+    }
+}
+
+/// The CRC-32C `crc` continued over `data` (as `crc32c::crc32c_append`), by the implementation
+/// the tuning in force chose for this length ([`crc32c_fold_min`]).
+#[inline]
+pub fn crc32c_append_tuned(crc: u32, data: &[u8]) -> u32 {
+    crc32c_append_with(crc32c_fold_min(), crc, data)
+}
+
+/// [`crc32c_append_tuned`] with the folding threshold given: every threshold gives the same
+/// value.
+#[inline]
+pub fn crc32c_append_with(fold_min: usize, crc: u32, data: &[u8]) -> u32 {
+    if data.len() < fold_min {
+        return crate::cpu::crc32c_append(crc, data);
+    }
+    crc32c_fold(crc, data)
+}
+
 /// CRC-32C of `data` continuing `crc`, by carry-less-multiply folding (`crc-fast`).
 #[inline]
 pub fn crc32c_fold(crc: u32, data: &[u8]) -> u32 {
