@@ -1608,7 +1608,8 @@ impl<M: Medium + Clone + Send + Sync + 'static, S: Machine> Inner<M, S> {
     /// (a record is at most half a log, so it fits the emptied one) or latch a failure.
     /// Returns the index of the log that took the record.
     fn append(&self, shards: Option<&[u16]>, op: &[u8], patient: bool) -> Result<usize> {
-        let deadline = Instant::now() + self.opts.full_wait;
+        // Read the clock only once the log is found full (not on every append).
+        let mut deadline: Option<Instant> = None;
         // The record is the shard list then the op (see [`encode_record`]), copied into the
         // reservation in two pieces: no payload buffer is built per operation.
         let head = RecordHead::new(shards);
@@ -1637,7 +1638,9 @@ impl<M: Medium + Clone + Send + Sync + 'static, S: Machine> Inner<M, S> {
                     return Ok(used);
                 }
                 Err(LogError::Full { .. })
-                    if Instant::now() < deadline || (patient && self.checkpointer_alive()) =>
+                    if Instant::now()
+                        < *deadline.get_or_insert_with(|| Instant::now() + self.opts.full_wait)
+                        || (patient && self.checkpointer_alive()) =>
                 {
                     let s = self.signal.lock().map_err(|_| poisoned())?;
                     let seen = s.swaps;
@@ -1647,6 +1650,7 @@ impl<M: Medium + Clone + Send + Sync + 'static, S: Machine> Inner<M, S> {
                     }
                     self.request(true);
                     let s = self.signal.lock().map_err(|_| poisoned())?;
+                    let deadline = deadline.unwrap_or_else(Instant::now);
                     let wait = match deadline.saturating_duration_since(Instant::now()) {
                         Duration::ZERO => self.opts.full_wait,
                         left => left,
