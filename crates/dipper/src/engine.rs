@@ -608,8 +608,68 @@ fn encode_record(shards: Option<&[u16]>, op: &[u8]) -> Vec<u8> {
     p
 }
 
+/// The shard ids of an op record, as its bytes (2 little-endian bytes each, checked ascending
+/// and below the shard count by [`decode_record`]): read in place, no allocation per record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct ShardIds<'a>(&'a [u8]);
+
+impl ShardIds<'_> {
+    fn iter(self) -> impl Iterator<Item = u16> {
+        self.0
+            .chunks_exact(2)
+            .map(|c| u16::from_le_bytes([c[0], c[1]]))
+    }
+
+    #[cfg(test)]
+    fn to_vec(self) -> Vec<u16> {
+        self.iter().collect()
+    }
+}
+
+/// Shard lists of up to this many ids are encoded on the stack.
+const HEAD_IDS_INLINE: usize = 15;
+
+/// The start of an op record ([`encode_record`]'s layout): the shard count (or
+/// [`ALL_SHARDS`]) and the ids, built on the stack for short lists.
+enum RecordHead {
+    Inline([u8; 2 + 2 * HEAD_IDS_INLINE], usize),
+    Heap(Vec<u8>),
+}
+
+impl RecordHead {
+    fn new(shards: Option<&[u16]>) -> RecordHead {
+        match shards {
+            Some(s) if s.len() > HEAD_IDS_INLINE => RecordHead::Heap(encode_record(shards, &[])),
+            _ => {
+                let mut b = [0u8; 2 + 2 * HEAD_IDS_INLINE];
+                let n = match shards {
+                    None => {
+                        b[..2].copy_from_slice(&ALL_SHARDS.to_le_bytes());
+                        2
+                    }
+                    Some(s) => {
+                        b[..2].copy_from_slice(&(s.len() as u16).to_le_bytes());
+                        for (i, id) in s.iter().enumerate() {
+                            b[2 + 2 * i..4 + 2 * i].copy_from_slice(&id.to_le_bytes());
+                        }
+                        2 + 2 * s.len()
+                    }
+                };
+                RecordHead::Inline(b, n)
+            }
+        }
+    }
+
+    fn bytes(&self) -> &[u8] {
+        match self {
+            RecordHead::Inline(b, n) => &b[..*n],
+            RecordHead::Heap(v) => v,
+        }
+    }
+}
+
 /// Decode an op record: which shards (`None`: all) and the op bytes.
-fn decode_record(payload: &[u8], shards: usize, lsn: u64) -> Result<(Option<Vec<u16>>, &[u8])> {
+fn decode_record(payload: &[u8], shards: usize, lsn: u64) -> Result<(Option<ShardIds<'_>>, &[u8])> {
     let bad = |field: &'static str, expected: String, found: String| DipperError::Corrupt {
         structure: "op record",
         offset: lsn,
@@ -636,17 +696,17 @@ fn decode_record(payload: &[u8], shards: usize, lsn: u64) -> Result<(Option<Vec<
             n.to_string(),
         ));
     }
-    let mut ids = Vec::with_capacity(n);
-    for i in 0..n {
-        let id = u16::from_le_bytes([payload[2 + 2 * i], payload[3 + 2 * i]]);
-        if id as usize >= shards || ids.last().is_some_and(|&l| l >= id) {
+    let ids = ShardIds(&payload[2..2 + 2 * n]);
+    let mut last: Option<u16> = None;
+    for id in ids.iter() {
+        if id as usize >= shards || last.is_some_and(|l| l >= id) {
             return Err(bad(
                 "shard id",
                 format!("ascending, below {shards}"),
                 id.to_string(),
             ));
         }
-        ids.push(id);
+        last = Some(id);
     }
     Ok((Some(ids), &payload[2 + 2 * n..]))
 }
@@ -673,25 +733,31 @@ fn replay<M: Medium, S: Machine>(
                     let hi = lo + chunk.len();
                     let mut n = 0;
                     let mut tick = pacer.map(Pacer::tick);
-                    for rec in log.records() {
+                    // Payloads are lent by the walk (no copy, no allocation per record).
+                    let mut records = log.records();
+                    while let Some(rec) = records.next_ref() {
                         let rec = rec?;
                         n += 1;
                         if let Some(t) = tick.as_mut() {
                             t.add(rec.payload.len() as u64 + 64);
                         }
-                        let (ids, op) = decode_record(&rec.payload, shards, rec.lsn)?;
-                        let mut out = S::Output::default();
+                        let (ids, op) = decode_record(rec.payload, shards, rec.lsn)?;
                         match ids {
                             None => {
+                                let mut out = S::Output::default();
                                 for (i, a) in chunk.iter_mut().enumerate() {
                                     machine.apply(lo + i, a, op, &mut out)?;
                                 }
                             }
                             Some(ids) => {
-                                for id in ids {
+                                // Most records name one shard: the other threads skip them
+                                // without building an output.
+                                let mut out: Option<S::Output> = None;
+                                for id in ids.iter() {
                                     let id = id as usize;
                                     if (lo..hi).contains(&id) {
-                                        machine.apply(id, &mut chunk[id - lo], op, &mut out)?;
+                                        let out = out.get_or_insert_with(S::Output::default);
+                                        machine.apply(id, &mut chunk[id - lo], op, out)?;
                                     }
                                 }
                             }
@@ -1487,8 +1553,7 @@ impl<M: Medium + Clone + Send + Sync + 'static, S: Machine> Inner<M, S> {
             }
         };
         let op = &op[..];
-        let payload = encode_record(shards, op);
-        let log = self.append(&payload, false)?;
+        let log = self.append(shards, op, false)?;
         self.ablation.before_apply(Some(log), &ids, &guards);
         self.operations.fetch_add(1, Ordering::Relaxed);
         let mut out = S::Output::default();
@@ -1576,8 +1641,7 @@ impl<M: Medium + Clone + Send + Sync + 'static, S: Machine> Inner<M, S> {
         }
         // 3. Log. The DRAM shards already hold the change: any failure here leaves them ahead
         // of the logs, so the engine stops.
-        let payload = encode_record(record_shards.as_deref(), &op);
-        if let Err(e) = self.append(&payload, true) {
+        if let Err(e) = self.append(record_shards.as_deref(), &op, true) {
             return Err(self.latch(format!(
                 "a transaction changed the DRAM state but its record could not be logged ({e}); \
                  reopen the store to recover the state before it"
@@ -1637,25 +1701,40 @@ impl<M: Medium + Clone + Send + Sync + 'static, S: Machine> Inner<M, S> {
     /// as the background checkpoint thread runs and has not failed, since it will swap the logs
     /// (a record is at most half a log, so it fits the emptied one) or latch a failure.
     /// Returns the index of the log that took the record.
-    fn append(&self, payload: &[u8], patient: bool) -> Result<usize> {
-        let deadline = Instant::now() + self.opts.full_wait;
+    fn append(&self, shards: Option<&[u16]>, op: &[u8], patient: bool) -> Result<usize> {
+        // Read the clock only once the log is found full (not on every append).
+        let mut deadline: Option<Instant> = None;
+        // The record is the shard list then the op (see [`encode_record`]), copied into the
+        // reservation in two pieces: no payload buffer is built per operation.
+        let head = RecordHead::new(shards);
+        let head = head.bytes();
+        let length = head.len() + op.len();
         loop {
             let (r, used) = {
                 let gate = self.gate.read().map_err(|_| poisoned())?;
-                (self.logs[*gate].append(payload, self.opts.policy), *gate)
+                let log = &self.logs[*gate];
+                let r = log.reserve(length).and_then(|mut res| {
+                    res.copy(0, head)?;
+                    res.copy(head.len(), op)?;
+                    let lsn = res.complete()?;
+                    log.commit(lsn, self.opts.policy)
+                });
+                (r, *gate)
             };
             match r {
                 Ok(_) => {
                     let total = self
                         .appended
-                        .fetch_add(payload.len() as u64 + 64, Ordering::Relaxed);
+                        .fetch_add(length as u64 + 64, Ordering::Relaxed);
                     if total >= self.threshold {
                         self.request(false);
                     }
                     return Ok(used);
                 }
                 Err(LogError::Full { .. })
-                    if Instant::now() < deadline || (patient && self.checkpointer_alive()) =>
+                    if Instant::now()
+                        < *deadline.get_or_insert_with(|| Instant::now() + self.opts.full_wait)
+                        || (patient && self.checkpointer_alive()) =>
                 {
                     let s = self.signal.lock().map_err(|_| poisoned())?;
                     let seen = s.swaps;
@@ -1665,6 +1744,7 @@ impl<M: Medium + Clone + Send + Sync + 'static, S: Machine> Inner<M, S> {
                     }
                     self.request(true);
                     let s = self.signal.lock().map_err(|_| poisoned())?;
+                    let deadline = deadline.unwrap_or_else(Instant::now);
                     let wait = match deadline.saturating_duration_since(Instant::now()) {
                         Duration::ZERO => self.opts.full_wait,
                         left => left,
@@ -2212,10 +2292,29 @@ mod tests {
     }
 
     #[test]
+    fn record_heads_are_the_encoded_records_start() {
+        let many: Vec<u16> = (0..40).collect();
+        for shards in [
+            None,
+            Some(&[3u16][..]),
+            Some(&many[..HEAD_IDS_INLINE]),
+            Some(&many[..HEAD_IDS_INLINE + 1]),
+            Some(&many[..]),
+        ] {
+            let whole = encode_record(shards, b"the op");
+            let head = RecordHead::new(shards);
+            assert_eq!(head.bytes(), &whole[..whole.len() - 6], "{shards:?}");
+            let (ids, op) = decode_record(&whole, 64, 1).unwrap();
+            assert_eq!(ids.map(ShardIds::to_vec).as_deref(), shards);
+            assert_eq!(op, b"the op");
+        }
+    }
+
+    #[test]
     fn op_records_round_trip_and_bad_ones_are_named() {
         let p = encode_record(Some(&[1, 5]), b"op");
         let (ids, op) = decode_record(&p, 8, 3).unwrap();
-        assert_eq!(ids, Some(vec![1, 5]));
+        assert_eq!(ids.map(ShardIds::to_vec), Some(vec![1, 5]));
         assert_eq!(op, b"op");
         let p = encode_record(None, b"x");
         assert_eq!(decode_record(&p, 8, 3).unwrap(), (None, &b"x"[..]));

@@ -173,7 +173,11 @@ impl<M: Medium + Clone + Send + Sync + 'static> Txn for StoreTxn<'_, '_, M> {
         }
         // 1. Check every effect against the state the earlier ones leave (a lone string Put,
         // the common SET, has nothing before it and needs only its own checks).
-        if let [
+        // 2. Room: in the DRAM state and in one log record. A lone string Put that replaces a
+        // string at least as long takes no more room than it frees (a full store still
+        // rewrites fixed-size values, such as a replicated node's applied mark); its check
+        // says so from the same lookup.
+        let in_place = if let [
             Effect::Put {
                 db,
                 key,
@@ -182,29 +186,13 @@ impl<M: Medium + Clone + Send + Sync + 'static> Txn for StoreTxn<'_, '_, M> {
             },
         ] = effects.as_slice()
         {
-            self.check_lone_put(*db, key, s)?;
+            self.check_lone_put(*db, key, s)?
         } else {
             let mut sim = Sim::new();
             for e in &effects {
                 self.check(&mut sim, e)?;
             }
-        }
-        // 2. Room: in the DRAM state and in one log record. A lone string Put that replaces a
-        // string at least as long takes no more room than it frees (a full store still
-        // rewrites fixed-size values, such as a replicated node's applied mark).
-        let in_place = match effects.as_slice() {
-            [
-                Effect::Put {
-                    db,
-                    key,
-                    value: model::Value::String(s),
-                    ..
-                },
-            ] => {
-                model::View::kind(self, *db, key) == Some(model::Kind::String)
-                    && model::View::string_len(self, *db, key) >= s.len() as u64
-            }
-            _ => false,
+            false
         };
         let Arenas::Write(locked) = &mut self.arenas else {
             unreachable!("checked above");

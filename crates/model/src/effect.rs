@@ -107,7 +107,8 @@ fn value(w: &mut Writer, v: &Value) {
 
 /// Encode a list of effects.
 pub fn encode_effects(effects: &[Effect]) -> Vec<u8> {
-    let mut w = Writer::new();
+    // Room for a typical SET's effect at once (a writer grown from empty reallocates 4 times).
+    let mut w = Writer::with_capacity(128);
     encode_into(&mut w, effects);
     w.into_bytes()
 }

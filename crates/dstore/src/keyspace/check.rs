@@ -95,7 +95,9 @@ impl<M: Medium + Clone + Send + Sync + 'static> StoreTxn<'_, '_, M> {
     /// The check of an `apply` call that is one string `Put` (a SET): what [`Self::check`]
     /// would find, without building the pass's state (a Put replaces any value; only a DStore
     /// object refuses it). Same errors as the general check.
-    pub(super) fn check_lone_put(&self, db: Db, key: &[u8], value: &[u8]) -> ModelResult<()> {
+    /// Returns whether the key holds a live string at least as long as `value` (the put then
+    /// takes no more room than it frees), from the same lookup.
+    pub(super) fn check_lone_put(&self, db: Db, key: &[u8], value: &[u8]) -> ModelResult<bool> {
         let limit = key_limit(self.store);
         if db as usize >= DATABASES {
             return Err(ModelError::Invalid(format!("database {db}")));
@@ -117,15 +119,15 @@ impl<M: Medium + Clone + Send + Sync + 'static> StoreTxn<'_, '_, M> {
                 value.len()
             )));
         }
-        if self
+        let old = self
             .live(db, key)
-            .is_some_and(|(a, e)| effects::type_tag(a, e) == TYPE_OBJECT)
-        {
+            .map(|(a, e)| (effects::type_tag(a, e), e.vlen(a)));
+        if old.is_some_and(|(ty, _)| ty == TYPE_OBJECT) {
             return Err(ModelError::Invalid(
                 "the key holds a DStore object, not a value of the data model".into(),
             ));
         }
-        Ok(())
+        Ok(old.is_some_and(|(ty, len)| ty == TYPE_STRING && len >= value.len()))
     }
 
     /// Check one effect against the pass's state and move the state past it.
