@@ -172,7 +172,7 @@ impl<M: Medium + Clone + Send + Sync + 'static> Txn for StoreTxn<'_, '_, M> {
             return Ok(());
         }
         // 1. Check every effect against the state the earlier ones leave (a lone string Put,
-        // the common SET, has nothing before it and needs only its own checks).
+        // the common SET, or a lone HSet has nothing before it and needs only its own checks).
         if let [
             Effect::Put {
                 db,
@@ -183,6 +183,9 @@ impl<M: Medium + Clone + Send + Sync + 'static> Txn for StoreTxn<'_, '_, M> {
         ] = effects.as_slice()
         {
             self.check_lone_put(*db, key, s)?;
+        } else if let [Effect::HSet { db, key, pairs }] = effects.as_slice() {
+            // A lone HSet (YCSB's insert and update) likewise.
+            self.check_lone_hset(*db, key, pairs)?;
         } else {
             let mut sim = Sim::new();
             for e in &effects {
