@@ -68,8 +68,8 @@ fn hash_each_matches_hash_all_and_the_reference_while_tables_rehash() {
         let add = 1 + rng.below(40) as usize;
         let mut pairs = Vec::new();
         for _ in 0..add {
-            let f = format!("field{}", rng.below(3_000)).into_bytes();
-            let v = vec![b'a' + rng.below(26) as u8; rng.below(120) as usize];
+            let f = format!("field{}", rng.below(2_000)).into_bytes();
+            let v = vec![b'a' + rng.below(26) as u8; rng.below(60) as usize];
             model.insert(f.clone(), v.clone());
             pairs.push((f, v));
         }
@@ -82,7 +82,7 @@ fn hash_each_matches_hash_all_and_the_reference_while_tables_rehash() {
         apply(&reference, 0, &key, e);
         if round % 3 == 2 {
             let fields: Vec<Bytes> = (0..rng.below(15))
-                .map(|_| format!("field{}", rng.below(3_000)).into_bytes())
+                .map(|_| format!("field{}", rng.below(2_000)).into_bytes())
                 .collect();
             for f in &fields {
                 model.remove(f);
@@ -98,8 +98,12 @@ fn hash_each_matches_hash_all_and_the_reference_while_tables_rehash() {
         let want: Vec<(Bytes, Bytes)> = model.iter().map(|(f, v)| (f.clone(), v.clone())).collect();
         assert_eq!(read(&store, 0, &key), want, "store, round {round}");
         assert_eq!(read(&reference, 0, &key), want, "reference, round {round}");
+        if round % 8 == 7 {
+            // The test store's log is small and checkpoints only when asked.
+            store.save().expect("checkpoint");
+        }
     }
-    assert!(model.len() > 1_000, "the hash grew past several doublings");
+    assert!(model.len() > 500, "the hash grew past several doublings");
 
     // Absent, of another kind, expired: nothing walked, count 0.
     apply(
