@@ -12,12 +12,18 @@
 //! only those lines to its slot.
 //!
 //! Growing an arena costs about what the allocation that needs the room costs: the image is
-//! extended to the end of that block rounded up to [`GROW_QUANTUM`] (zeros written only there),
-//! and its buffer, which reserves [`ARENA_RESERVE`] of address space from the start and grows
-//! geometrically past it, is moved by the system allocator remapping it, not by copying the
-//! image. (Before, an image grew by half its size at a time, up to 256 MiB of zeros written
-//! under the shard's lock in one allocation; `crates/dipper/examples/arena_growth.rs` measures
-//! both.)
+//! extended to the end of that block rounded up to [`GROW_QUANTUM`]. A new arena's buffer is
+//! [`ARENA_RESERVE`] bytes of zeros asked of the system allocator as zeroed memory (`calloc`,
+//! which for a buffer this large is a fresh anonymous mapping whose pages the kernel zeroes when
+//! they are first touched), and the image is a prefix of it: extending the image inside the
+//! buffer writes nothing, and each page is faulted in by the first write that lands on it, one
+//! page at a time, not 16 at once by the allocation that crossed a 64 KiB boundary. Past the
+//! buffer (an arena larger than the reserve, or one rebuilt by [`Arena::from_image`] from an
+//! exact-size image), the buffer grows geometrically and is moved by the system allocator
+//! remapping it, not by copying, and the extension is written with zeros (safe Rust cannot
+//! know that remapped pages are zero). (Before, an image grew by half its size at a time, up to
+//! 256 MiB of zeros written under the shard's lock in one allocation;
+//! `crates/dipper/examples/arena_growth.rs` measures both.)
 //!
 //! Layout of the header (all little-endian `u64`), see `docs/format/dipper.md`:
 //!
@@ -65,10 +71,10 @@ pub const ARENA_BYTES_MAX: usize = 1 << 36;
 pub const ARENA_BYTES_MIN: usize = 64 * 1024;
 /// An arena's image grows to the end of the block that needs room, rounded up to this.
 pub const GROW_QUANTUM: usize = 64 * 1024;
-/// Address space an arena's buffer reserves when it is made (not memory: its pages are
-/// touched only as the image grows into them). A buffer this large is a mapping of its own,
-/// never a copy inside the allocator's heap, so growing it later moves the mapping (mremap)
-/// instead of copying the image.
+/// Bytes of the zeroed buffer a new arena gets (address space, not memory: its pages are
+/// touched only as the image grows into them and data is written there). A buffer this large is
+/// a mapping of its own, never a piece of the allocator's heap, so it comes zeroed without being
+/// written, and growing it later moves the mapping (mremap) instead of copying the image.
 pub const ARENA_RESERVE: usize = 64 << 20;
 
 const _: () = assert!(ARENA_FREE + CLASSES * 8 <= ARENA_HEADER);
@@ -93,9 +99,13 @@ pub fn class_of(bytes: usize) -> Option<(usize, usize)> {
 }
 
 /// A growable byte image with an allocator inside it.
-#[derive(Clone)]
 pub struct Arena {
+    /// The image is `bytes[..len]`. Every byte of `bytes[len..]` is zero and was never written
+    /// by the arena (a zeroed buffer's pages there cost nothing until the image grows into
+    /// them and they are written).
     bytes: Vec<u8>,
+    /// Length of the image (a multiple of [`PAGE`]).
+    len: usize,
     /// One word per page, one bit per [`DIRTY_LINE`] of it written since the last
     /// `take_dirty`/`take_dirty_lines`, if tracking is on.
     dirty: Option<Vec<u64>>,
@@ -103,10 +113,31 @@ pub struct Arena {
     was_reset: bool,
 }
 
+impl Clone for Arena {
+    /// A copy of the image in a buffer of its own, zeroed past the image as a new arena's is
+    /// (only the image's bytes are copied).
+    fn clone(&self) -> Arena {
+        let mut bytes = zeroed(self.bytes.len().max(ARENA_RESERVE));
+        bytes[..self.len].copy_from_slice(self.image());
+        Arena {
+            bytes,
+            len: self.len,
+            dirty: self.dirty.clone(),
+            was_reset: self.was_reset,
+        }
+    }
+}
+
+/// `n` zero bytes from the allocator's zeroed allocation (`vec![0; n]` asks for zeroed memory,
+/// which a large buffer gets from a fresh mapping without a byte written).
+fn zeroed(n: usize) -> Vec<u8> {
+    vec![0u8; n]
+}
+
 impl std::fmt::Debug for Arena {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Arena")
-            .field("len", &self.bytes.len())
+            .field("len", &self.len)
             .field("top", &self.top())
             .field("live", &self.live_bytes())
             .field("blocks", &self.blocks())
@@ -123,10 +154,9 @@ impl Default for Arena {
 impl Arena {
     /// An empty arena with an initialized header.
     pub fn new() -> Arena {
-        let mut bytes = Vec::with_capacity(ARENA_RESERVE);
-        bytes.resize(ARENA_BYTES_MIN, 0);
         let mut a = Arena {
-            bytes,
+            bytes: zeroed(ARENA_RESERVE),
+            len: ARENA_BYTES_MIN,
             dirty: None,
             was_reset: false,
         };
@@ -142,8 +172,8 @@ impl Arena {
     /// of a new one, and what is written into it afterwards lays it out exactly as in a new
     /// arena. With page tracking on, every page counts as written.
     pub fn reset(&mut self) {
-        self.bytes = Vec::with_capacity(ARENA_RESERVE);
-        self.bytes.resize(ARENA_BYTES_MIN, 0);
+        self.bytes = zeroed(ARENA_RESERVE);
+        self.len = ARENA_BYTES_MIN;
         if let Some(lines) = self.dirty.as_mut() {
             lines.clear();
             lines.resize(ARENA_BYTES_MIN / PAGE, u64::MAX);
@@ -175,6 +205,7 @@ impl Arena {
         }
         let mut a = Arena {
             bytes,
+            len,
             dirty: None,
             was_reset: false,
         };
@@ -258,7 +289,7 @@ impl Arena {
 
     /// Length of the image in bytes (a multiple of [`PAGE`]).
     pub fn len(&self) -> usize {
-        self.bytes.len()
+        self.len
     }
 
     /// Never true: an arena always holds its header.
@@ -268,7 +299,7 @@ impl Arena {
 
     /// Number of pages in the image.
     pub fn pages(&self) -> usize {
-        self.bytes.len() / PAGE
+        self.len / PAGE
     }
 
     /// Pages below the bump pointer: the pages a block was ever handed out from. The pages
@@ -279,12 +310,17 @@ impl Arena {
 
     /// The bytes of page `page`.
     pub fn page(&self, page: usize) -> &[u8] {
-        &self.bytes[page * PAGE..(page + 1) * PAGE]
+        &self.image()[page * PAGE..(page + 1) * PAGE]
     }
 
     /// The whole image.
     pub fn image(&self) -> &[u8] {
-        &self.bytes
+        &self.bytes[..self.len]
+    }
+
+    /// The whole image, to write (never the zeros past it).
+    fn image_mut(&mut self) -> &mut [u8] {
+        &mut self.bytes[..self.len]
     }
 
     /// The bump pointer.
@@ -369,15 +405,20 @@ impl Arena {
     }
 
     fn ensure_len(&mut self, end: usize) {
-        if end <= self.bytes.len() {
+        if end <= self.len {
             return;
         }
-        // The image grows by what the allocation needs, rounded up to GROW_QUANTUM, so the
-        // zeros written for it are bounded by the allocation, not by the image. The buffer
-        // behind it grows geometrically (Vec's amortized doubling); a large buffer is its own
-        // mapping, which the allocator moves with mremap, without copying.
+        // The image grows by what the allocation needs, rounded up to GROW_QUANTUM. Inside the
+        // zeroed buffer that is all: the bytes are already zeros. Past it, the buffer is
+        // extended with zeros written for the new part only (bounded by the allocation, not by
+        // the image); the buffer behind it grows geometrically (Vec's amortized doubling), and
+        // a large buffer is its own mapping, which the allocator moves with mremap, without
+        // copying.
         let new_len = end.next_multiple_of(GROW_QUANTUM).min(ARENA_BYTES_MAX);
-        self.bytes.resize(new_len, 0);
+        if new_len > self.bytes.len() {
+            self.bytes.resize(new_len, 0);
+        }
+        self.len = new_len;
         if let Some(lines) = self.dirty.as_mut() {
             lines.resize(new_len / PAGE, 0);
         }
@@ -399,46 +440,46 @@ impl Arena {
 
     /// Read a little-endian `u64`.
     pub fn get_u64(&self, off: usize) -> u64 {
-        u64::from_le_bytes(self.bytes[off..off + 8].try_into().expect("8 bytes"))
+        u64::from_le_bytes(self.image()[off..off + 8].try_into().expect("8 bytes"))
     }
 
     /// Write a little-endian `u64`.
     pub fn put_u64(&mut self, off: usize, v: u64) {
-        self.bytes[off..off + 8].copy_from_slice(&v.to_le_bytes());
+        self.image_mut()[off..off + 8].copy_from_slice(&v.to_le_bytes());
         self.mark(off, 8);
     }
 
     /// Read a little-endian `u32`.
     pub fn get_u32(&self, off: usize) -> u32 {
-        u32::from_le_bytes(self.bytes[off..off + 4].try_into().expect("4 bytes"))
+        u32::from_le_bytes(self.image()[off..off + 4].try_into().expect("4 bytes"))
     }
 
     /// Write a little-endian `u32`.
     pub fn put_u32(&mut self, off: usize, v: u32) {
-        self.bytes[off..off + 4].copy_from_slice(&v.to_le_bytes());
+        self.image_mut()[off..off + 4].copy_from_slice(&v.to_le_bytes());
         self.mark(off, 4);
     }
 
     /// Borrow `len` bytes at `off`.
     pub fn bytes(&self, off: usize, len: usize) -> &[u8] {
-        &self.bytes[off..off + len]
+        &self.image()[off..off + len]
     }
 
     /// Copy `data` to `off`.
     pub fn write(&mut self, off: usize, data: &[u8]) {
-        self.bytes[off..off + data.len()].copy_from_slice(data);
+        self.image_mut()[off..off + data.len()].copy_from_slice(data);
         self.mark(off, data.len());
     }
 
     /// Move `len` bytes from `src` to `dst` (ranges may overlap).
     pub fn copy_within(&mut self, src: usize, len: usize, dst: usize) {
-        self.bytes.copy_within(src..src + len, dst);
+        self.image_mut().copy_within(src..src + len, dst);
         self.mark(dst, len);
     }
 
     /// Zero `len` bytes at `off`.
     pub fn zero(&mut self, off: usize, len: usize) {
-        self.bytes[off..off + len].fill(0);
+        self.image_mut()[off..off + len].fill(0);
         self.mark(off, len);
     }
 }
@@ -648,6 +689,140 @@ mod tests {
         assert!(
             d.contains(&line(big + 3 * PAGE + 64)),
             "one line of a new page: {d:?}"
+        );
+    }
+
+    /// The three ways an image is held (a new arena's zeroed buffer, grown by moving its
+    /// length; an arena rebuilt from an exact-size image, grown by writing zeros; a clone) give
+    /// the same bytes as a plain `Vec` that is extended with zeros, through random allocations,
+    /// frees, writes, moves, zeroing and resets, and none of them shows bytes past its image.
+    #[test]
+    fn every_way_of_holding_the_image_matches_a_zero_extended_vec() {
+        let mut new = Arena::new();
+        new.track_dirty();
+        let mut rebuilt = Arena::from_image(Arena::new().image().to_vec()).unwrap();
+        rebuilt.track_dirty();
+        let mut model: Vec<u8> = Arena::new().image().to_vec();
+        let mut clone: Option<Arena> = None;
+        let mut live: Vec<(u64, usize)> = Vec::new();
+        let mut rng = 0x2728_u64;
+        let mut next = |n: u64| {
+            rng = rng
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            (rng >> 33) % n
+        };
+        for step in 0..6_000 {
+            let op = next(100);
+            fn all<'a>(
+                n: &'a mut Arena,
+                r: &'a mut Arena,
+                c: &'a mut Option<Arena>,
+            ) -> Vec<&'a mut Arena> {
+                [Some(n), Some(r), c.as_mut()]
+                    .into_iter()
+                    .flatten()
+                    .collect()
+            }
+            macro_rules! arenas {
+                () => {
+                    all(&mut new, &mut rebuilt, &mut clone)
+                };
+            }
+            if op < 45 {
+                let bytes = if next(50) == 0 {
+                    next(300_000) as usize
+                } else {
+                    1 + next(1_500) as usize
+                };
+                let mut offs = Vec::new();
+                for a in arenas!() {
+                    offs.push(a.alloc(bytes).unwrap());
+                }
+                assert!(offs.windows(2).all(|w| w[0] == w[1]), "step {step}");
+                let (_, size) = class_of(bytes).unwrap();
+                let end = offs[0] as usize + size;
+                if end > model.len() {
+                    model.resize(end.next_multiple_of(GROW_QUANTUM), 0);
+                }
+                // The header moved (top, live, blocks, maybe a free-list head): take it over.
+                model[..ARENA_HEADER].copy_from_slice(&new.image()[..ARENA_HEADER]);
+                live.push((offs[0], bytes));
+            } else if op < 60 && !live.is_empty() {
+                let (off, bytes) = live.swap_remove(next(live.len() as u64) as usize);
+                for a in arenas!() {
+                    a.free(off, bytes);
+                }
+                model[..ARENA_HEADER].copy_from_slice(&new.image()[..ARENA_HEADER]);
+                // The freed block's first word now links the free list.
+                model[off as usize..off as usize + 8]
+                    .copy_from_slice(&new.image()[off as usize..off as usize + 8]);
+            } else if op < 85 && !live.is_empty() {
+                let (off, bytes) = live[next(live.len() as u64) as usize];
+                let n = 1 + next(bytes.max(1) as u64) as usize;
+                let at = off as usize + next((bytes + 1 - n) as u64) as usize;
+                let fill = vec![(step % 251) as u8 + 1; n];
+                for a in arenas!() {
+                    a.write(at, &fill);
+                }
+                model[at..at + n].copy_from_slice(&fill);
+            } else if op < 92 && live.len() >= 2 {
+                let (src, sb) = live[next(live.len() as u64) as usize];
+                let (dst, db) = live[next(live.len() as u64) as usize];
+                let n = sb.min(db);
+                if src != dst {
+                    for a in arenas!() {
+                        a.copy_within(src as usize, n, dst as usize);
+                    }
+                    model.copy_within(src as usize..src as usize + n, dst as usize);
+                }
+            } else if op < 96 && !live.is_empty() {
+                let (off, bytes) = live[next(live.len() as u64) as usize];
+                for a in arenas!() {
+                    a.zero(off as usize, bytes);
+                }
+                model[off as usize..off as usize + bytes].fill(0);
+            } else if op < 98 {
+                clone = Some(new.clone());
+                assert_eq!(clone.as_ref().unwrap().image(), new.image());
+            } else if next(4) == 0 {
+                for a in arenas!() {
+                    a.reset();
+                }
+                model = Arena::new().image().to_vec();
+                live.clear();
+            }
+            for (what, a) in [("new", &new), ("rebuilt", &rebuilt)]
+                .into_iter()
+                .chain(clone.as_ref().map(|c| ("clone", c)))
+            {
+                assert_eq!(a.len(), model.len(), "{what} length, step {step}");
+                assert!(a.image() == model.as_slice(), "{what} bytes, step {step}");
+                assert_eq!(a.pages(), a.dirty.as_ref().unwrap().len(), "{what}");
+            }
+        }
+        assert!(
+            new.len() > ARENA_BYTES_MIN * 16,
+            "the images grew: {}",
+            new.len()
+        );
+    }
+
+    #[test]
+    fn reads_and_writes_past_the_image_are_refused_inside_the_buffer() {
+        // The zeroed buffer is larger than the image; an access past the image must still fail
+        // as it did when the buffer was exactly the image (a bad offset never reads zeros).
+        let a = Arena::new();
+        assert!(a.bytes.len() > a.len());
+        let end = a.len();
+        assert!(std::panic::catch_unwind(|| a.get_u64(end - 4)).is_err());
+        assert!(std::panic::catch_unwind(|| a.bytes(end, 1).len()).is_err());
+        let mut b = Arena::new();
+        assert!(
+            std::panic::catch_unwind(move || {
+                b.write(end - 1, &[1, 2]);
+            })
+            .is_err()
         );
     }
 

@@ -172,7 +172,7 @@ impl<M: Medium + Clone + Send + Sync + 'static> Txn for StoreTxn<'_, '_, M> {
             return Ok(());
         }
         // 1. Check every effect against the state the earlier ones leave (a lone string Put,
-        // the common SET, has nothing before it and needs only its own checks).
+        // the common SET, or a lone HSet has nothing before it and needs only its own checks).
         // 2. Room: in the DRAM state and in one log record. A lone string Put that replaces a
         // string at least as long takes no more room than it frees (a full store still
         // rewrites fixed-size values, such as a replicated node's applied mark); its check
@@ -187,6 +187,10 @@ impl<M: Medium + Clone + Send + Sync + 'static> Txn for StoreTxn<'_, '_, M> {
         ] = effects.as_slice()
         {
             self.check_lone_put(*db, key, s)?
+        } else if let [Effect::HSet { db, key, pairs }] = effects.as_slice() {
+            // A lone HSet (YCSB's insert and update) likewise.
+            self.check_lone_hset(*db, key, pairs)?;
+            false
         } else {
             let mut sim = Sim::new();
             for e in &effects {

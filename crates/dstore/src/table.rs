@@ -476,6 +476,17 @@ pub fn rehash_step(a: &mut Arena, t: u64, steps: u64) {
     }
 }
 
+/// Calls `f` with every entry, in [`entries`]'s order, without collecting them.
+pub fn for_each(a: &Arena, t: u64, mut f: impl FnMut(Entry)) {
+    for (head, _, _) in Shape::of(a, t).live() {
+        let mut e = a.get_u64(head);
+        while e != 0 {
+            f(Entry { off: e });
+            e = a.get_u64(e as usize + E_NEXT);
+        }
+    }
+}
+
 /// Every entry (in bucket order when no rehash runs).
 pub fn entries(a: &Arena, t: u64) -> Vec<Entry> {
     let mut out = Vec::with_capacity(count(a, t) as usize);

@@ -412,6 +412,16 @@ pub trait View {
     fn hash_len(&self, db: Db, key: &[u8]) -> u64;
     /// Every field and value, in the store's order (stable while the hash does not change).
     fn hash_all(&self, db: Db, key: &[u8]) -> Vec<(Bytes, Bytes)>;
+    /// Calls `f` with every field and value, in [`View::hash_all`]'s order, and returns how
+    /// many there were. A store that holds the bytes lends them instead of copying (HGETALL
+    /// writes its reply straight from them); the default goes through `hash_all`.
+    fn hash_each(&self, db: Db, key: &[u8], f: &mut dyn FnMut(&[u8], &[u8])) -> u64 {
+        let all = self.hash_all(db, key);
+        for (field, value) in &all {
+            f(field, value);
+        }
+        all.len() as u64
+    }
     /// Number of elements (0 if absent).
     fn list_len(&self, db: Db, key: &[u8]) -> u64;
     /// Elements `start..end` (end exclusive, clamped to the length), head first.
@@ -472,6 +482,7 @@ macro_rules! forward_view {
             hash_get(db: $crate::Db, key: &[u8], field: &[u8]) -> Option<$crate::Bytes>;
             hash_len(db: $crate::Db, key: &[u8]) -> u64;
             hash_all(db: $crate::Db, key: &[u8]) -> Vec<($crate::Bytes, $crate::Bytes)>;
+            hash_each(db: $crate::Db, key: &[u8], f: &mut dyn FnMut(&[u8], &[u8])) -> u64;
             list_len(db: $crate::Db, key: &[u8]) -> u64;
             list_range(db: $crate::Db, key: &[u8], start: u64, end: u64) -> Vec<$crate::Bytes>;
             set_len(db: $crate::Db, key: &[u8]) -> u64;

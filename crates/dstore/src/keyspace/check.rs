@@ -130,6 +130,53 @@ impl<M: Medium + Clone + Send + Sync + 'static> StoreTxn<'_, '_, M> {
         Ok(old.is_some_and(|(ty, len)| ty == TYPE_STRING && len >= value.len()))
     }
 
+    /// The check of an `apply` call that is one `HSet` (HSET, HMSET): what [`Self::check`]
+    /// would find, without building the pass's state (no copy of the key or the fields, no
+    /// lookup of each field: an HSet only adds or replaces fields, and a hash has no size
+    /// limit beyond each field's and value's). Same errors, in the same order, as the general
+    /// check.
+    pub(super) fn check_lone_hset(
+        &self,
+        db: Db,
+        key: &[u8],
+        pairs: &[(Bytes, Bytes)],
+    ) -> ModelResult<()> {
+        let limit = key_limit(self.store);
+        if db as usize >= DATABASES {
+            return Err(ModelError::Invalid(format!("database {db}")));
+        }
+        if self.arenas.index(self.kv().shard_of(key)).is_none() {
+            return Err(ModelError::Invalid(
+                "an effect on a key the transaction did not lock".into(),
+            ));
+        }
+        if key.len() > limit {
+            return Err(ModelError::TooLarge(format!(
+                "a key of {} bytes is larger than the limit of {limit} bytes",
+                key.len()
+            )));
+        }
+        if let Some(big) = pairs
+            .iter()
+            .flat_map(|(f, v)| [f, v])
+            .find(|x| x.len() > limit)
+        {
+            return Err(ModelError::TooLarge(format!(
+                "a value of {} bytes is larger than the limit of {limit} bytes",
+                big.len()
+            )));
+        }
+        match self.live(db, key).map(|(a, e)| effects::type_tag(a, e)) {
+            None | Some(TYPE_HASH) => Ok(()),
+            Some(TYPE_OBJECT) => Err(ModelError::Invalid(
+                "the key holds a DStore object, not a value of the data model".into(),
+            )),
+            Some(have) => Err(ModelError::Invalid(format!(
+                "an effect for type {TYPE_HASH} on a key of type {have}"
+            ))),
+        }
+    }
+
     /// Check one effect against the pass's state and move the state past it.
     pub(super) fn check(&self, sim: &mut Sim, e: &Effect) -> ModelResult<()> {
         let invalid = |m: String| Err(ModelError::Invalid(m));

@@ -71,6 +71,18 @@ impl<M: Medium + Clone + Send + Sync + 'static> View for StoreTxn<'_, '_, M> {
             })
     }
 
+    fn hash_each(&self, db: Db, key: &[u8], f: &mut dyn FnMut(&[u8], &[u8])) -> u64 {
+        let Some((a, t)) = self.nested(db, key, TYPE_HASH) else {
+            return 0;
+        };
+        let mut n = 0;
+        table::for_each(a, t, |e| {
+            f(e.key(a), e.value(a));
+            n += 1;
+        });
+        n
+    }
+
     fn list_len(&self, db: Db, key: &[u8]) -> u64 {
         self.ring(db, key).map_or(0, |(a, r)| list::len(a, r))
     }

@@ -80,13 +80,9 @@ fn hset(ctx: &mut Ctx<'_>, args: &[Vec<u8>], name: &str) -> Result<u64, CommandE
     let key = &args[1];
     ctx.write(&[key], |t| {
         check_hash(t, db, key)?;
-        let mut new: HashSet<&[u8]> = HashSet::new();
-        for pair in args[2..].chunks_exact(2) {
-            let field = pair[0].as_slice();
-            if t.hash_get(db, key, field).is_none() {
-                new.insert(field);
-            }
-        }
+        // HSET only adds or replaces fields, so the new ones are what the count grew by (a
+        // field named twice counts once on both sides; no lookup, no copy of old values).
+        let before = t.hash_len(db, key);
         let pairs = args[2..]
             .chunks_exact(2)
             .map(|p| (p[0].clone(), p[1].clone()))
@@ -96,7 +92,7 @@ fn hset(ctx: &mut Ctx<'_>, args: &[Vec<u8>], name: &str) -> Result<u64, CommandE
             key: key.clone(),
             pairs,
         }])?;
-        Ok(new.len() as u64)
+        Ok(t.hash_len(db, key).saturating_sub(before))
     })
 }
 
@@ -258,32 +254,59 @@ fn all_pairs(ctx: &mut Ctx<'_>, key: &[u8]) -> Result<Vec<(Bytes, Bytes)>, Comma
     read_hash(ctx, key, |t, db| t.hash_all(db, key))
 }
 
-fn cmd_hgetall(ctx: &mut Ctx<'_>, args: &[Vec<u8>], out: &mut Vec<u8>) -> CommandResult {
-    let pairs = all_pairs(ctx, &args[1])?;
-    write_map_header(out, pairs.len(), ctx.resp3());
-    for (field, value) in &pairs {
-        write_bulk(out, field);
-        write_bulk(out, value);
+/// What [`write_fields`] puts in the reply of each field.
+#[derive(Clone, Copy, PartialEq)]
+enum Part {
+    /// Field and value (HGETALL: a map in RESP3).
+    Both,
+    /// The field (HKEYS).
+    Field,
+    /// The value (HVALS).
+    Value,
+}
+
+/// The reply of HGETALL, HKEYS or HVALS, written from the store's bytes as they are walked (no
+/// copy of the hash). The header, which needs the count, goes in front once the walk is done.
+fn write_fields(ctx: &mut Ctx<'_>, key: &[u8], part: Part, out: &mut Vec<u8>) -> CommandResult {
+    let resp3 = ctx.resp3();
+    let start = out.len();
+    let walked = read_hash(ctx, key, |t, db| {
+        t.hash_each(db, key, &mut |field, value| {
+            if part != Part::Value {
+                write_bulk(out, field);
+            }
+            if part != Part::Field {
+                write_bulk(out, value);
+            }
+        })
+    });
+    let n = match walked {
+        Ok(n) => n,
+        Err(e) => {
+            out.truncate(start);
+            return Err(e);
+        }
+    };
+    let mut head = Vec::with_capacity(24);
+    let n = usize::try_from(n).unwrap_or(usize::MAX);
+    match part {
+        Part::Both => write_map_header(&mut head, n, resp3),
+        Part::Field | Part::Value => write_array_header(&mut head, n),
     }
+    out.splice(start..start, head);
     Ok(Action::Continue)
+}
+
+fn cmd_hgetall(ctx: &mut Ctx<'_>, args: &[Vec<u8>], out: &mut Vec<u8>) -> CommandResult {
+    write_fields(ctx, &args[1], Part::Both, out)
 }
 
 fn cmd_hkeys(ctx: &mut Ctx<'_>, args: &[Vec<u8>], out: &mut Vec<u8>) -> CommandResult {
-    let pairs = all_pairs(ctx, &args[1])?;
-    write_array_header(out, pairs.len());
-    for (field, _) in &pairs {
-        write_bulk(out, field);
-    }
-    Ok(Action::Continue)
+    write_fields(ctx, &args[1], Part::Field, out)
 }
 
 fn cmd_hvals(ctx: &mut Ctx<'_>, args: &[Vec<u8>], out: &mut Vec<u8>) -> CommandResult {
-    let pairs = all_pairs(ctx, &args[1])?;
-    write_array_header(out, pairs.len());
-    for (_, value) in &pairs {
-        write_bulk(out, value);
-    }
-    Ok(Action::Continue)
+    write_fields(ctx, &args[1], Part::Value, out)
 }
 
 /// Whether Redis 7.0 keeps these pairs as a listpack (128 entries of at most 64 bytes).
