@@ -115,10 +115,8 @@ fn a_bad_override_is_ignored_with_a_warning_naming_it() {
     assert_eq!(o.status.code(), Some(0));
     let out = String::from_utf8_lossy(&o.stdout);
     assert!(out.contains("KAVACH_TUNE: item 1"), "{out}");
-    assert!(
-        out.contains("tuning      non-temporal copies from"),
-        "{out}"
-    );
+    // The calibration decides the words after it ("from N bytes" or ": never").
+    assert!(out.contains("tuning      non-temporal copies"), "{out}");
 }
 
 #[test]

@@ -92,12 +92,9 @@ impl<M: Medium + Clone + Send + Sync + 'static> StoreTxn<'_, '_, M> {
         }
     }
 
-    /// The check of an `apply` call that is one string `Put` (a SET): what [`Self::check`]
-    /// would find, without building the pass's state (a Put replaces any value; only a DStore
-    /// object refuses it). Same errors as the general check.
-    /// Returns whether the key holds a live string at least as long as `value` (the put then
-    /// takes no more room than it frees), from the same lookup.
-    pub(super) fn check_lone_put(&self, db: Db, key: &[u8], value: &[u8]) -> ModelResult<bool> {
+    /// The checks every lone effect starts with, in the general check's order: the database
+    /// exists, the key's shard is locked, the key is within the size limit. Returns that limit.
+    fn check_lone_key(&self, db: Db, key: &[u8]) -> ModelResult<usize> {
         let limit = key_limit(self.store);
         if db as usize >= DATABASES {
             return Err(ModelError::Invalid(format!("database {db}")));
@@ -113,6 +110,16 @@ impl<M: Medium + Clone + Send + Sync + 'static> StoreTxn<'_, '_, M> {
                 key.len()
             )));
         }
+        Ok(limit)
+    }
+
+    /// The check of an `apply` call that is one string `Put` (a SET): what [`Self::check`]
+    /// would find, without building the pass's state (a Put replaces any value; only a DStore
+    /// object refuses it). Same errors as the general check.
+    /// Returns whether the key holds a live string at least as long as `value` (the put then
+    /// takes no more room than it frees), from the same lookup.
+    pub(super) fn check_lone_put(&self, db: Db, key: &[u8], value: &[u8]) -> ModelResult<bool> {
+        let limit = self.check_lone_key(db, key)?;
         if value.len() > limit {
             return Err(ModelError::TooLarge(format!(
                 "a value of {} bytes is larger than the limit of {limit} bytes",
@@ -141,21 +148,7 @@ impl<M: Medium + Clone + Send + Sync + 'static> StoreTxn<'_, '_, M> {
         key: &[u8],
         pairs: &[(Bytes, Bytes)],
     ) -> ModelResult<()> {
-        let limit = key_limit(self.store);
-        if db as usize >= DATABASES {
-            return Err(ModelError::Invalid(format!("database {db}")));
-        }
-        if self.arenas.index(self.kv().shard_of(key)).is_none() {
-            return Err(ModelError::Invalid(
-                "an effect on a key the transaction did not lock".into(),
-            ));
-        }
-        if key.len() > limit {
-            return Err(ModelError::TooLarge(format!(
-                "a key of {} bytes is larger than the limit of {limit} bytes",
-                key.len()
-            )));
-        }
+        let limit = self.check_lone_key(db, key)?;
         if let Some(big) = pairs
             .iter()
             .flat_map(|(f, v)| [f, v])
