@@ -593,19 +593,29 @@ fn poisoned() -> DipperError {
 
 /// Encode an op record for `shards` (`None`: every shard).
 fn encode_record(shards: Option<&[u16]>, op: &[u8]) -> Vec<u8> {
-    let ids = shards.map_or(0, |s| s.len());
-    let mut p = Vec::with_capacity(2 + 2 * ids + op.len());
+    let head = head_len(shards);
+    let mut p = vec![0u8; head + op.len()];
+    write_head(shards, &mut p[..head]);
+    p[head..].copy_from_slice(op);
+    p
+}
+
+/// Bytes of an op record's head (the shard count, or [`ALL_SHARDS`], then the ids).
+fn head_len(shards: Option<&[u16]>) -> usize {
+    2 + 2 * shards.map_or(0, <[u16]>::len)
+}
+
+/// Write an op record's head into `out`, which is [`head_len`] bytes.
+fn write_head(shards: Option<&[u16]>, out: &mut [u8]) {
     match shards {
-        None => p.extend_from_slice(&ALL_SHARDS.to_le_bytes()),
+        None => out[..2].copy_from_slice(&ALL_SHARDS.to_le_bytes()),
         Some(s) => {
-            p.extend_from_slice(&(s.len() as u16).to_le_bytes());
-            for id in s {
-                p.extend_from_slice(&id.to_le_bytes());
+            out[..2].copy_from_slice(&(s.len() as u16).to_le_bytes());
+            for (i, id) in s.iter().enumerate() {
+                out[2 + 2 * i..4 + 2 * i].copy_from_slice(&id.to_le_bytes());
             }
         }
     }
-    p.extend_from_slice(op);
-    p
 }
 
 /// The shard ids of an op record, as its bytes (2 little-endian bytes each, checked ascending
@@ -642,19 +652,8 @@ impl RecordHead {
             Some(s) if s.len() > HEAD_IDS_INLINE => RecordHead::Heap(encode_record(shards, &[])),
             _ => {
                 let mut b = [0u8; 2 + 2 * HEAD_IDS_INLINE];
-                let n = match shards {
-                    None => {
-                        b[..2].copy_from_slice(&ALL_SHARDS.to_le_bytes());
-                        2
-                    }
-                    Some(s) => {
-                        b[..2].copy_from_slice(&(s.len() as u16).to_le_bytes());
-                        for (i, id) in s.iter().enumerate() {
-                            b[2 + 2 * i..4 + 2 * i].copy_from_slice(&id.to_le_bytes());
-                        }
-                        2 + 2 * s.len()
-                    }
-                };
+                let n = head_len(shards);
+                write_head(shards, &mut b[..n]);
                 RecordHead::Inline(b, n)
             }
         }

@@ -435,17 +435,7 @@ impl Medium for Mapping {
         // reference to mapped bytes is formed), as `read` copies through it.
         match unsafe { cpu::crc32c_raw(crc, self.base.add(offset), len) } {
             Some(c) => c,
-            None => {
-                let mut buf = vec![0u8; len.min(4096)];
-                let (mut crc, mut done) = (crc, 0);
-                while done < len {
-                    let n = (len - done).min(buf.len());
-                    self.read(offset + done, &mut buf[..n]);
-                    crc = crate::tune::crc32c_append_tuned(crc, &buf[..n]);
-                    done += n;
-                }
-                crc
-            }
+            None => crate::medium::crc32c_by_reads(self, offset, len, crc),
         }
     }
     #[inline]

@@ -45,15 +45,7 @@ pub trait Medium: Send + Sync + std::fmt::Debug {
     /// [`Medium::read`] in chunks; a mapping runs the CRC over its own bytes, with no copy.
     fn crc32c(&self, offset: usize, len: usize, crc: u32) -> u32 {
         check_range(offset, len, self.len());
-        let mut buf = [0u8; 4096];
-        let (mut crc, mut done) = (crc, 0);
-        while done < len {
-            let n = (len - done).min(buf.len());
-            self.read(offset + done, &mut buf[..n]);
-            crc = crate::tune::crc32c_append_tuned(crc, &buf[..n]);
-            done += n;
-        }
-        crc
+        crc32c_by_reads(self, offset, len, crc)
     }
     /// Atomic, aligned 8-byte load.
     fn load_u64(&self, offset: usize) -> u64;
@@ -157,4 +149,24 @@ pub(crate) fn check_word(offset: usize, size: usize) {
         "8-byte atomic access at unaligned offset {offset:#x}"
     );
     check_range(offset, 8, size);
+}
+
+/// The CRC-32C `crc` continued over the `len` bytes at `offset` of `m`, read out through
+/// [`Medium::read`] in 4 KiB chunks ([`Medium::crc32c`]'s default, and a mapping's way when
+/// its in-place CRC cannot run).
+pub(crate) fn crc32c_by_reads<M: Medium + ?Sized>(
+    m: &M,
+    offset: usize,
+    len: usize,
+    crc: u32,
+) -> u32 {
+    let mut buf = [0u8; 4096];
+    let (mut crc, mut done) = (crc, 0);
+    while done < len {
+        let n = (len - done).min(buf.len());
+        m.read(offset + done, &mut buf[..n]);
+        crc = crate::tune::crc32c_append_tuned(crc, &buf[..n]);
+        done += n;
+    }
+    crc
 }
