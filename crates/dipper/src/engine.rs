@@ -1712,7 +1712,7 @@ impl<M: Medium + Clone + Send + Sync + 'static, S: Machine> Inner<M, S> {
             let (r, used) = {
                 let gate = self.gate.read().map_err(|_| poisoned())?;
                 let log = &self.logs[*gate];
-                let r = log.reserve(length).and_then(|mut res| {
+                let r = log.reserve_for(length, self.opts.policy).and_then(|mut res| {
                     res.copy(0, head)?;
                     res.copy(head.len(), op)?;
                     let lsn = res.complete()?;

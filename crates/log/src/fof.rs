@@ -161,6 +161,7 @@ pub fn open_missed_window<M: Medium>(
 /// Write the log's region back and arm the record (durably): the log may append in
 /// flush-on-fail mode from now on. Also how a log opened without flush on fail starts it.
 pub fn rearm<M: Medium>(log: &Log<M>, len: usize, record: usize) -> Result<()> {
+    log.keep_sync_records_in_cache();
     log.medium().write_back(log.base(), len)?;
     log.medium().fence()?;
     fof::arm(log.medium(), record)?;

@@ -21,6 +21,11 @@ use pmem::{Corruption, Medium, Uuid};
 /// tests take the same paths on every machine.
 pub const NONTEMPORAL_BYTES_MIN: usize = 1024;
 
+/// Slots of the table of records their completing thread persisted (see `Log::self_persisted`).
+const SELF_PERSISTED_SLOTS: usize = 4096;
+/// Bits of a self-persisted slot that hold the record's footprint in lines.
+const SELF_PERSISTED_LINE_BITS: u32 = 28;
+
 /// How `append` (and `commit`) make a record durable.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ForcePolicy {
@@ -203,6 +208,17 @@ pub struct Log<M: Medium> {
     mirror: RwLock<Option<Arc<dyn Mirror>>>,
     /// Payloads of at least this many bytes take the non-temporal path.
     nt_min: usize,
+    /// Records that a `Sync` append will force at once are streamed whole (every line with
+    /// non-temporal stores, one fence by the completing thread) whatever their size: on
+    /// flushed domains this is one write-back round trip and no read of the lines first.
+    stream_sync: AtomicBool,
+    /// Records whose completing thread persisted them itself (streamed, fenced), by LSN modulo
+    /// [`SELF_PERSISTED_SLOTS`]: each slot holds the LSN's low 36 bits and the record's
+    /// footprint in lines. The forcer consumes a slot that names the LSN it is at: it then has
+    /// nothing to flush for the record and need not read its header back (streamed lines are
+    /// no longer in the cache). A slot that names another LSN tells nothing: the forcer reads
+    /// the header and writes back as usual.
+    self_persisted: Box<[AtomicU64]>,
     /// The opening walk checked every record with an LSN in `[checked.0, checked.1)` (none
     /// before a walk): the recovery iterator does not check their CRCs again.
     checked: (u64, u64),
@@ -216,6 +232,23 @@ fn nt_threshold<M: Medium>(medium: &M) -> usize {
     } else {
         pmem::tune::current().choices().nt_min
     }
+}
+
+/// Whether a log on `medium` streams the records of `Sync` appends whole: where each line is
+/// written back and fenced (a mapping in the ADR domain, and the simulator, so crash tests take
+/// the path) and the tuning did not turn it off. Under eADR a fence alone persists ordinary
+/// stores, and under msync the page cache does the writing.
+fn streams_sync<M: Medium>(medium: &M) -> bool {
+    match medium.domain() {
+        pmem::Domain::Sim => true,
+        _ if medium.backing() == pmem::Backing::Simulated => true,
+        pmem::Domain::Adr => tuned_stream_sync(),
+        pmem::Domain::Eadr | pmem::Domain::Msync => false,
+    }
+}
+
+fn tuned_stream_sync() -> bool {
+    true
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -821,14 +854,19 @@ impl<M: Medium> Log<M> {
         next_lsn: u64,
         opts: &LogOptions,
     ) -> Log<M> {
+        let seq = Sequencer::new(
+            desc.ring_bytes / layout::RECORD_ALIGN as u64,
+            next_lsn,
+            tail_pos,
+        );
         Log {
             nt_min: nt_threshold(&medium),
+            stream_sync: AtomicBool::new(streams_sync(&medium)),
+            self_persisted: (0..SELF_PERSISTED_SLOTS)
+                .map(|_| AtomicU64::new(0))
+                .collect(),
             checked: (0, 0),
-            seq: Sequencer::new(
-                desc.ring_bytes / layout::RECORD_ALIGN as u64,
-                next_lsn,
-                tail_pos,
-            ),
+            seq,
             medium,
             base,
             desc,
@@ -1016,6 +1054,33 @@ impl<M: Medium> Log<M> {
     /// to the configured time for `cleanup` when the ring is full, then fails with
     /// [`LogError::Full`].
     pub fn reserve(&self, length: usize) -> Result<Reservation<'_, M>> {
+        self.reserve_streamed(length, length >= self.nt_min)
+    }
+
+    /// [`Log::reserve`] for a record that will be committed with `policy`: a record that a
+    /// [`ForcePolicy::Sync`] commit forces at once is streamed whole and persisted by
+    /// [`Reservation::complete`] itself (where the log streams such records: see
+    /// [`Log::streams_sync_records`]), so the force that follows has nothing left to flush.
+    pub fn reserve_for(&self, length: usize, policy: ForcePolicy) -> Result<Reservation<'_, M>> {
+        let streamed = length >= self.nt_min
+            || (policy == ForcePolicy::Sync && self.stream_sync.load(Ordering::Relaxed));
+        self.reserve_streamed(length, streamed)
+    }
+
+    /// Whether records reserved for a [`ForcePolicy::Sync`] commit are streamed whole
+    /// ([`Log::reserve_for`]).
+    pub fn streams_sync_records(&self) -> bool {
+        self.stream_sync.load(Ordering::Relaxed)
+    }
+
+    /// Stop streaming the records of `Sync` appends whole: in flush on fail the caches are
+    /// written back at a power failure, so ordinary stores, unflushed, are the cheaper path
+    /// (as under eADR).
+    pub(crate) fn keep_sync_records_in_cache(&self) {
+        self.stream_sync.store(false, Ordering::Relaxed);
+    }
+
+    fn reserve_streamed(&self, length: usize, streamed: bool) -> Result<Reservation<'_, M>> {
         self.writable()?;
         if length > self.desc.payload_bytes_max as usize {
             return Err(LogError::TooLarge {
@@ -1059,7 +1124,11 @@ impl<M: Medium> Log<M> {
                     length,
                     crc: crc_start(self.geo.seed, lsn, length as u32, kinds::DATA),
                     crc_upto: 0,
-                    nontemporal: length >= self.nt_min,
+                    nontemporal: streamed,
+                    mixed: false,
+                    line0: [0; layout::RECORD_ALIGN],
+                    pending: [0; layout::RECORD_ALIGN],
+                    pending_line: 0,
                     completed: false,
                 });
             }
@@ -1144,21 +1213,71 @@ impl<M: Medium> Log<M> {
         }
     }
 
+    /// Note that the completing thread persisted record `lsn`, of `footprint` bytes, itself
+    /// (streamed and fenced).
+    fn mark_self_persisted(&self, lsn: u64, footprint: usize) {
+        let lines = (footprint / layout::RECORD_ALIGN) as u64;
+        if lines == 0 || lines >= 1 << SELF_PERSISTED_LINE_BITS {
+            return;
+        }
+        let slot = &self.self_persisted[(lsn % SELF_PERSISTED_SLOTS as u64) as usize];
+        slot.store((lsn << SELF_PERSISTED_LINE_BITS) | lines, Ordering::Release);
+    }
+
+    /// The footprint of record `lsn` if its completing thread persisted it, and its slot.
+    fn self_persisted(&self, lsn: u64) -> Option<(u64, &AtomicU64, u64)> {
+        let slot = &self.self_persisted[(lsn % SELF_PERSISTED_SLOTS as u64) as usize];
+        let v = slot.load(Ordering::Acquire);
+        let lines = v & ((1 << SELF_PERSISTED_LINE_BITS) - 1);
+        let named = v >> SELF_PERSISTED_LINE_BITS;
+        let ours = (lsn << SELF_PERSISTED_LINE_BITS) >> SELF_PERSISTED_LINE_BITS;
+        (lines != 0 && named == ours).then_some((lines * layout::RECORD_ALIGN as u64, slot, v))
+    }
+
     /// The forcer's work: flush what `complete` left in the cache for records
     /// `cursor.next..=last`, then one fence; with a mirror, ship the records' bytes too.
     fn persist_records(&self, cursor: &mut Cursor, last: u64) -> Result<()> {
         let mut pos = cursor.pos;
         let mut lsn = cursor.next;
-        // Coalesced ranges still only in the cache, and (with a mirror) every byte forced.
-        let mut runs: Vec<(usize, usize)> = Vec::new();
         let mirrored = self.mirror().is_some();
+        // Without a mirror, coalesced ranges are written back as they are found (one open run,
+        // no allocation); with one, they are kept to write back after the records ship, and
+        // every forced byte is kept to ship.
+        let mut open: Option<(usize, usize)> = None;
+        let mut runs: Vec<(usize, usize)> = Vec::new();
         let mut ship: Vec<(usize, usize)> = Vec::new();
         let push = |v: &mut Vec<(usize, usize)>, at: usize, len: usize| match v.last_mut() {
             Some((_, e)) if *e == at => *e += len,
             _ => v.push((at, at + len)),
         };
+        let mut flushed_any = false;
         while lsn <= last {
             let at = self.geo.at(pos);
+            let persisted = self.self_persisted(lsn);
+            if let Some((fp, slot, v)) = persisted
+                && !mirrored
+            {
+                let room = self.geo.room_to_end(pos);
+                if fp > room {
+                    // The record did not fit before the ring's end: padding is here, its header
+                    // line to write back, and the record at the ring's start.
+                    match &mut open {
+                        Some((_, e)) if *e == at => *e += layout::RECORD_ALIGN,
+                        _ => {
+                            if let Some((s, e)) = open.replace((at, at + layout::RECORD_ALIGN)) {
+                                self.latch(self.medium.flush(s, e - s))?;
+                            }
+                        }
+                    }
+                    flushed_any = true;
+                    pos += room;
+                    continue;
+                }
+                let _ = slot.compare_exchange(v, 0, Ordering::AcqRel, Ordering::Relaxed);
+                pos += fp;
+                lsn += 1;
+                continue;
+            }
             let mut hdr = [0u8; layout::RECORD_HEADER_BYTES];
             self.medium.read(at, &mut hdr);
             let (h, _, _, _) = RecordHeader::parse(&hdr);
@@ -1174,29 +1293,56 @@ impl<M: Medium> Log<M> {
                 }));
             }
             // What is still only in the cache: padding, its header line (the record after it,
-            // with the same LSN, is at the ring's start); a small record, every line; a large
-            // data record, nothing (its completing thread persisted it); a large void record,
+            // with the same LSN, is at the ring's start); a record its completing thread
+            // persisted (streamed), nothing; a small record, every line; a large void record,
             // its header line. A mirror needs every byte but padding's body.
             let (footprint, dirty, shipped, next) = if h.kind == kinds::PADDING {
                 let room = self.geo.room_to_end(pos);
                 (room, layout::RECORD_ALIGN, layout::RECORD_ALIGN, lsn)
             } else {
                 let fp = record_footprint(h.length as usize);
-                let dirty = match (h.kind, h.length as usize >= self.nt_min) {
-                    (_, false) => fp,
-                    (kinds::DATA, true) => 0,
-                    (_, true) => layout::RECORD_ALIGN,
+                let dirty = if let Some((_, slot, v)) = persisted {
+                    let _ = slot.compare_exchange(v, 0, Ordering::AcqRel, Ordering::Relaxed);
+                    0
+                } else {
+                    match (h.kind, h.length as usize >= self.nt_min) {
+                        (_, false) => fp,
+                        (kinds::DATA, true) => 0,
+                        (_, true) => layout::RECORD_ALIGN,
+                    }
                 };
                 (fp as u64, dirty, fp, lsn + 1)
             };
             if dirty > 0 {
-                push(&mut runs, at, dirty);
+                if mirrored {
+                    push(&mut runs, at, dirty);
+                } else {
+                    match &mut open {
+                        Some((_, e)) if *e == at => *e += dirty,
+                        _ => {
+                            if let Some((s, e)) = open.replace((at, at + dirty)) {
+                                self.latch(self.medium.flush(s, e - s))?;
+                            }
+                        }
+                    }
+                    flushed_any = true;
+                }
             }
             if mirrored {
                 push(&mut ship, at, shipped);
             }
             pos += footprint;
             lsn = next;
+        }
+        if !mirrored {
+            if let Some((s, e)) = open {
+                self.latch(self.medium.flush(s, e - s))?;
+            }
+            if flushed_any {
+                self.latch(self.medium.fence())?;
+            }
+            cursor.pos = pos;
+            return Ok(());
         }
         let extents: Vec<Extent> = ship.iter().map(|&(s, e)| self.extent(s, e - s)).collect();
         let mut flush_local = || -> Result<()> {
@@ -1215,7 +1361,7 @@ impl<M: Medium> Log<M> {
 
     /// Reserve, copy, complete and force by `policy`.
     pub fn append(&self, payload: &[u8], policy: ForcePolicy) -> Result<Appended> {
-        let mut r = self.reserve(payload.len())?;
+        let mut r = self.reserve_for(payload.len(), policy)?;
         r.copy(0, payload)?;
         let lsn = r.complete()?;
         let durable = self.commit(lsn, policy)?;
@@ -1648,7 +1794,19 @@ pub struct Reservation<'l, M: Medium> {
     length: usize,
     crc: u32,
     crc_upto: usize,
+    /// Streamed: every line of the record goes out with non-temporal stores, and `complete`
+    /// persists the record itself (one fence), so the forcer has nothing to flush for it.
     nontemporal: bool,
+    /// A streamed record that was copied out of order: from then on it took ordinary stores,
+    /// and `complete` writes back every line of it before its fence.
+    mixed: bool,
+    /// The record's first line, header and the first payload bytes: streamed by `complete`
+    /// once the CRC is known.
+    line0: [u8; layout::RECORD_ALIGN],
+    /// The line in-order copies have reached, while only partly filled: line `pending_line` of
+    /// the record (0: none).
+    pending: [u8; layout::RECORD_ALIGN],
+    pending_line: usize,
     completed: bool,
 }
 
@@ -1696,33 +1854,14 @@ impl<M: Medium> Reservation<'_, M> {
             });
         }
         let at = self.payload_offset() + offset;
-        if self.nontemporal {
-            // Bytes in the header's line are stored normally and left to `seal`, which writes
-            // that line back with the header; the rest starts on a line and is streamed.
-            let in_header_line = (self.at + layout::RECORD_ALIGN).saturating_sub(at);
-            let (head, rest) = data.split_at(in_header_line.min(data.len()));
-            if !head.is_empty() {
-                self.log.medium.write(at, head);
-            }
+        if self.nontemporal && !self.mixed {
             if offset == self.crc_upto {
-                // In order: the CRC runs alongside the streaming copy.
-                let crc = crate::checksum::append(self.crc, head);
-                self.crc = if rest.is_empty() {
-                    crc
-                } else {
-                    self.log
-                        .medium
-                        .write_nontemporal_crc32c(at + head.len(), rest, crc)
-                };
-                self.crc_upto += data.len();
+                self.stream_in_order(data);
                 return Ok(());
             }
-            if !rest.is_empty() {
-                self.log.medium.write_nontemporal(at + head.len(), rest);
-            }
-        } else {
-            self.log.medium.write(at, data);
+            self.unstream();
         }
+        self.log.medium.write(at, data);
         if offset == self.crc_upto {
             self.crc = crate::checksum::append(self.crc, data);
             self.crc_upto += data.len();
@@ -1732,12 +1871,86 @@ impl<M: Medium> Reservation<'_, M> {
         Ok(())
     }
 
+    /// Stream `data`, the payload bytes from `crc_upto` on, continuing the CRC: bytes of the
+    /// first line go to `line0`, bytes of a partly filled line to `pending` (streamed once the
+    /// line is full, or by `complete`), whole lines straight to the ring with the CRC computed
+    /// alongside.
+    fn stream_in_order(&mut self, data: &[u8]) {
+        const LINE: usize = layout::RECORD_ALIGN;
+        let mut crc = self.crc;
+        let mut rest = data;
+        let mut pos = layout::RECORD_HEADER_BYTES + self.crc_upto;
+        if pos < LINE && !rest.is_empty() {
+            let n = (LINE - pos).min(rest.len());
+            self.line0[pos..pos + n].copy_from_slice(&rest[..n]);
+            crc = crate::checksum::append(crc, &rest[..n]);
+            rest = &rest[n..];
+            pos += n;
+        }
+        if pos % LINE != 0 && pos > LINE && !rest.is_empty() {
+            debug_assert_eq!(self.pending_line, pos / LINE);
+            let o = pos % LINE;
+            let n = (LINE - o).min(rest.len());
+            self.pending[o..o + n].copy_from_slice(&rest[..n]);
+            crc = crate::checksum::append(crc, &rest[..n]);
+            rest = &rest[n..];
+            pos += n;
+            if pos % LINE == 0 {
+                let line_at = self.at + self.pending_line * LINE;
+                self.log.medium.write_nontemporal(line_at, &self.pending);
+                self.pending = [0; LINE];
+                self.pending_line = 0;
+            }
+        }
+        let whole = rest.len() / LINE * LINE;
+        if whole > 0 {
+            crc = self
+                .log
+                .medium
+                .write_nontemporal_crc32c(self.at + pos, &rest[..whole], crc);
+            rest = &rest[whole..];
+            pos += whole;
+        }
+        if !rest.is_empty() {
+            self.pending_line = pos / LINE;
+            self.pending[..rest.len()].copy_from_slice(rest);
+            crc = crate::checksum::append(crc, rest);
+            pos += rest.len();
+        }
+        self.crc = crc;
+        self.crc_upto = pos - layout::RECORD_HEADER_BYTES;
+    }
+
+    /// Leave streaming for ordinary stores: write out the payload bytes still held in
+    /// `line0` and `pending`; `complete` will write back every line before its fence.
+    fn unstream(&mut self) {
+        const LINE: usize = layout::RECORD_ALIGN;
+        let upto = layout::RECORD_HEADER_BYTES + self.crc_upto.min(self.length);
+        let first = upto.min(LINE);
+        if first > layout::RECORD_HEADER_BYTES {
+            self.log.medium.write(
+                self.payload_offset(),
+                &self.line0[layout::RECORD_HEADER_BYTES..first],
+            );
+        }
+        if self.pending_line != 0 {
+            let line_at = self.at + self.pending_line * LINE;
+            self.log.medium.write(line_at, &self.pending[..upto - self.pending_line * LINE]);
+            self.pending_line = 0;
+        }
+        self.mixed = true;
+    }
+
     /// Seal the record: payload CRC and valid word. Returns its LSN. Not yet durable: see
     /// [`Log::force`].
     pub fn complete(mut self) -> Result<u64> {
         let crc = if self.crc_upto == self.length {
             self.crc
         } else {
+            if self.nontemporal && !self.mixed {
+                // Bytes held back for streaming must be in the ring before it is read.
+                self.unstream();
+            }
             let mut crc = crc_start(self.log.geo.seed, self.lsn, self.length as u32, kinds::DATA);
             let mut chunk = vec![0u8; self.length.min(64 * 1024)];
             let mut done = 0;
@@ -1757,13 +1970,29 @@ impl<M: Medium> Reservation<'_, M> {
 
     fn seal(&mut self, kind: u16, crc: u32) -> Result<()> {
         self.completed = true;
-        self.write_header(kind, crc);
         if self.nontemporal {
-            // The payload went around the cache, and only this thread's fence drains its
-            // write-combining buffers: persist the whole record here (header line flushed, one
-            // fence), so the forcer has nothing left to do for it.
+            // Streamed: the header's line (and a last, partly filled line) go out now, and this
+            // thread's fence drains its write-combining buffers: the record is persisted here,
+            // and the forcer has nothing left to do for it.
             let at = self.at;
-            let r = self.log.medium.flush(at, layout::RECORD_ALIGN);
+            let r = if self.mixed {
+                self.write_header(kind, crc);
+                self.log.medium.flush(at, record_footprint(self.length))
+            } else {
+                let header = RecordHeader {
+                    lsn: self.lsn,
+                    length: self.length as u32,
+                    kind,
+                    payload_crc: crc,
+                };
+                self.line0[..layout::RECORD_HEADER_BYTES].copy_from_slice(&header.encode());
+                self.log.medium.write_nontemporal(at, &self.line0);
+                if self.pending_line != 0 {
+                    let line_at = at + self.pending_line * layout::RECORD_ALIGN;
+                    self.log.medium.write_nontemporal(line_at, &self.pending);
+                }
+                Ok(())
+            };
             let r = r.and_then(|()| self.log.medium.fence());
             if let Err(e) = self.log.latch(r) {
                 // Still complete the record (as void, which the forcer flushes) so forcers do not
@@ -1773,6 +2002,10 @@ impl<M: Medium> Reservation<'_, M> {
                 self.log.seq.complete(self.lsn);
                 return Err(e);
             }
+            self.log
+                .mark_self_persisted(self.lsn, record_footprint(self.length));
+        } else {
+            self.write_header(kind, crc);
         }
         self.log.seq.complete(self.lsn);
         Ok(())

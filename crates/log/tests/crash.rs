@@ -1,7 +1,8 @@
 //! Crash consistency of the log on the persistence simulator.
 //!
-//! Two writer threads append records of mixed sizes (small ones stored and flushed by the
-//! forcer, large ones copied with non-temporal stores), under sync and frequency policies,
+//! Two writer threads append records of mixed sizes (under a frequency policy small ones are
+//! stored and flushed by the forcer, large ones streamed; under sync every record is streamed
+//! whole and persisted by its writer), copied in pieces, under sync and frequency policies,
 //! while one of them reclaims old records so the ring wraps (padding records, stale records
 //! from earlier laps). The run is crashed at every fence and at 1,000 seeded random points with
 //! random eviction and tearing. After each crash the log is recovered and:
@@ -88,7 +89,9 @@ fn writer(
         let failed = || {
             model.errors.fetch_add(1, Ordering::AcqRel);
         };
-        let mut r = match log.reserve(p.len()) {
+        // Reserved for the policy: under `Sync` every record is streamed whole (on the
+        // simulator as on an ADR mapping) and persisted by `complete`.
+        let mut r = match log.reserve_for(p.len(), policy) {
             Ok(r) => r,
             Err(log::LogError::Full { .. }) => {
                 model.full.fetch_add(1, Ordering::AcqRel);
@@ -107,7 +110,19 @@ fn writer(
             model.voided.lock().expect("model").insert(reserved);
             failed();
         };
-        if r.copy(0, &p).is_err() {
+        // The payload in one to three pieces, in order (lines filled across pieces), or now
+        // and then the second half first (a streamed record falls back to ordinary stores).
+        let cut1 = rng.below(p.len() as u64 + 1) as usize;
+        let cut2 = cut1 + rng.below((p.len() - cut1) as u64 + 1) as usize;
+        let copied = match rng.below(8) {
+            0 => r.copy(cut1, &p[cut1..]).and_then(|()| r.copy(0, &p[..cut1])),
+            1 => r.copy(0, &p),
+            _ => r
+                .copy(0, &p[..cut1])
+                .and_then(|()| r.copy(cut1, &p[cut1..cut2]))
+                .and_then(|()| r.copy(cut2, &p[cut2..])),
+        };
+        if copied.is_err() {
             return void();
         }
         let Ok(lsn) = r.complete() else {
