@@ -100,7 +100,9 @@ pub enum PoolCommand {
     /// for a threshold never reached; a bad value is warned about and KAVACH_TUNE ignored);
     /// KAVACH_TUNE_CACHE=PATH or off
     /// (default $XDG_CACHE_HOME/kavach/tune, else ~/.cache/kavach/tune; format in
-    /// docs/format/tune-cache.md). A garbled cache file is ignored with a warning and rewritten.
+    /// docs/format/tune-cache.md; it keeps one entry per CPU and build, so test and release
+    /// builds do not replace each other's). A garbled cache file is ignored with a warning and
+    /// rewritten.
     ///
     /// Exit status: 0 shown (or recalibrated and cached); 2 could not run (--recalibrate could
     /// not write the cache file).

@@ -108,7 +108,7 @@ fn a_garbled_cache_file_is_warned_about_recalibrated_and_rewritten() {
     );
     assert!(String::from_utf8_lossy(&o.stderr).contains("warning"));
     let text = std::fs::read_to_string(&cache).expect("rewritten");
-    assert!(text.starts_with("kavach-tune 1\n"), "{text}");
+    assert!(text.starts_with("kavach-tune 2\n"), "{text}");
     // The next process takes the file.
     let v = json(&run(
         &["pool", "tune", "--json"],
@@ -125,13 +125,15 @@ fn a_cache_file_without_stream_sync_is_recalibrated_and_rewritten_without_a_warn
     let env = [("KAVACH_TUNE_CACHE", cache.as_str())];
     let o = run(&["pool", "tune", "--recalibrate"], &env);
     assert_eq!(o.status.code(), Some(0), "{o:?}");
-    // The file as a build from before stream_sync wrote it: it ends at `flush`.
+    // The file as a build from before stream_sync wrote it: format 1, ending at `flush`.
     let text = std::fs::read_to_string(&cache).expect("written");
     let old: String = text
+        .replace("kavach-tune 2\n", "kavach-tune 1\n")
         .lines()
         .filter(|l| !l.starts_with("stream_sync "))
         .map(|l| format!("{l}\n"))
         .collect();
+    assert!(old.starts_with("kavach-tune 1\n"), "{old}");
     assert_ne!(old, text, "{text}");
     assert!(
         old.trim_end()
@@ -155,6 +157,41 @@ fn a_cache_file_without_stream_sync_is_recalibrated_and_rewritten_without_a_warn
     assert!(text.contains("\nstream_sync "), "{text}");
     let v = json(&run(&["pool", "tune", "--json"], &env));
     assert_eq!(v["stream_sync_source"], "cached");
+}
+
+#[test]
+fn another_builds_entry_is_kept_beside_this_builds() {
+    let s = Scratch::new("tune-two-builds");
+    let cache = s.path("tune");
+    let env = [("KAVACH_TUNE_CACHE", cache.as_str())];
+    let o = run(&["pool", "tune", "--recalibrate"], &env);
+    assert_eq!(o.status.code(), Some(0), "{o:?}");
+    // Only another build's entry for this CPU (as a release binary finds a test run's).
+    let text = std::fs::read_to_string(&cache).expect("written");
+    let version = text
+        .lines()
+        .find(|l| l.starts_with("version "))
+        .expect("a version line")
+        .to_string();
+    let other = text
+        .replace(&version, "version 9.9.9-other")
+        .replace("\nnt_min ", "\nnt_min 64\n# was ");
+    std::fs::write(&cache, &other).expect("the other build's file");
+    let v = json(&run(&["pool", "tune", "--json"], &env));
+    assert_eq!(v["nt_min_source"], "calibrated", "no entry for this build");
+    assert_eq!(v["warnings"].as_array().map(Vec::len), Some(0), "{v}");
+    // Both entries now, this build's first; each build finds its own from now on.
+    let both = std::fs::read_to_string(&cache).expect("rewritten");
+    assert_eq!(both.matches("\ncpu ").count(), 2, "{both}");
+    let mine = both
+        .find(&format!("\n{version}\n"))
+        .expect("this build's entry");
+    let theirs = both
+        .find("\nversion 9.9.9-other\nnt_min 64\n")
+        .expect("the other's");
+    assert!(mine < theirs, "{both}");
+    let v = json(&run(&["pool", "tune", "--json"], &env));
+    assert_eq!(v["nt_min_source"], "cached");
 }
 
 #[test]
@@ -286,6 +323,6 @@ fn recalibrate_exits_2_when_the_cache_cannot_be_written_and_0_when_it_can() {
     assert!(
         std::fs::read_to_string(&good)
             .expect("written")
-            .starts_with("kavach-tune 1\n")
+            .starts_with("kavach-tune 2\n")
     );
 }

@@ -17,8 +17,9 @@
 //! `KAVACH_TUNE` does not), `KAVACH_TUNE=off` (the built-in defaults for everything), the cache
 //! file (written by an earlier calibration on the same CPU and build), and a fresh calibration
 //! (tens of milliseconds; then the cache file is written). The cache file's format is in
-//! `docs/format/tune-cache.md`; a file that does not parse, or was written for another CPU or
-//! build, is ignored with a warning on stderr and replaced.
+//! `docs/format/tune-cache.md`: it keeps one entry per CPU and build (at most
+//! [`CACHE_ENTRIES_MAX`]), so a test build and the release binary keep their own; a file that
+//! does not parse is ignored with a warning on stderr and replaced.
 //!
 //! Every strategy produces the same bytes and the same CRCs: the choices change speed only, so a
 //! log written under one tuning reads back under any other.
@@ -37,8 +38,11 @@ pub const CRC_FOLD_MIN_DEFAULT: usize = 1024;
 pub const NEVER: usize = usize::MAX;
 /// First line of a cache file.
 pub const CACHE_MAGIC: &str = "kavach-tune";
-/// Version of the cache file's format.
-pub const CACHE_FORMAT: u32 = 1;
+/// Version of the cache file's format (2: one entry per CPU and build; 1, one entry, is still
+/// read).
+pub const CACHE_FORMAT: u32 = 2;
+/// The most entries a cache file keeps (the newest).
+pub const CACHE_ENTRIES_MAX: usize = 8;
 /// Payload sizes (bytes) at which the calibration times a whole record written with ordinary
 /// stores + write-back + fence against the same record streamed + fence (`stream_sync`).
 pub const STREAM_SYNC_PAYLOADS: [usize; 2] = [64, 256];
@@ -413,34 +417,61 @@ pub fn build_version() -> &'static str {
     }
 }
 
-/// Encode a cache file for `cpu` holding `c`.
-pub fn encode_cache(cpu: &CpuIdentity, version: &str, c: &Choices) -> String {
-    format!(
-        "{CACHE_MAGIC} {CACHE_FORMAT}\n\
-         # Kavach's copy/flush/CRC choices for this CPU (docs/format/tune-cache.md).\n\
-         cpu {}\n\
-         version {version}\n\
+/// One entry of a cache file: the choices measured on one CPU by one build.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CacheEntry {
+    /// [`CpuIdentity::key`] of the CPU.
+    pub cpu: String,
+    /// [`build_version`] of the build.
+    pub version: String,
+    /// What it chose.
+    pub choices: Choices,
+}
+
+fn encode_entry(out: &mut String, e: &CacheEntry) {
+    let c = &e.choices;
+    out.push_str(&format!(
+        "cpu {}\n\
+         version {}\n\
          nt_min {}\n\
          crc_fold_min {}\n\
          flush {}\n\
          stream_sync {}\n",
-        cpu.key(),
+        e.cpu,
+        e.version,
         threshold_text(c.nt_min),
         threshold_text(c.crc_fold_min),
         c.flush.name(),
         on_off(c.stream_sync)
-    )
+    ));
 }
 
-/// Decode a cache file: `Ok(Some)` when it parses and was written for `cpu` and `version`,
-/// `Ok(None)` when it parses but belongs to another CPU or build, or ends after `flush` (a file
-/// written before `stream_sync` was a choice): recalibrate. `Err` when it does not parse.
-pub fn decode_cache(
-    text: &str,
-    what: &str,
-    cpu: &CpuIdentity,
-    version: &str,
-) -> Result<Option<Choices>, TuneError> {
+/// Encode a cache file holding `entries`, in that order (the newest first).
+pub fn encode_cache_entries(entries: &[CacheEntry]) -> String {
+    let mut out = format!(
+        "{CACHE_MAGIC} {CACHE_FORMAT}\n\
+         # Kavach's copy/flush/CRC choices, one entry per CPU and build (docs/format/tune-cache.md).\n"
+    );
+    for e in entries {
+        encode_entry(&mut out, e);
+    }
+    out
+}
+
+/// Encode a cache file for `cpu` holding `c` alone.
+pub fn encode_cache(cpu: &CpuIdentity, version: &str, c: &Choices) -> String {
+    encode_cache_entries(&[CacheEntry {
+        cpu: cpu.key(),
+        version: version.into(),
+        choices: *c,
+    }])
+}
+
+/// Decode every entry of a cache file, in file order. A format-1 file (one entry, written
+/// before entries were kept per CPU and build) is read too; its entry is left out when it ends
+/// after `flush` (written before `stream_sync` was a choice): such an entry is stale, not
+/// damaged. `Err` when the file does not parse.
+pub fn decode_cache_entries(text: &str, what: &str) -> Result<Vec<CacheEntry>, TuneError> {
     let err = |line: usize, expected: &str, found: &str| TuneError {
         what: what.into(),
         where_: format!("line {line}"),
@@ -451,51 +482,97 @@ pub fn decode_cache(
         .lines()
         .enumerate()
         .map(|(i, l)| (i + 1, l.trim()))
-        .filter(|(_, l)| !l.is_empty() && !l.starts_with('#'));
-    let (n, first) = lines.next().ok_or_else(|| err(1, CACHE_MAGIC, ""))?;
-    if first != format!("{CACHE_MAGIC} {CACHE_FORMAT}") {
-        return Err(err(n, &format!("{CACHE_MAGIC} {CACHE_FORMAT}"), first));
-    }
-    let mut field = |name: &str| -> Result<(usize, String), TuneError> {
-        let (n, l) = lines.next().ok_or_else(|| err(0, name, "end of file"))?;
-        match l.split_once(' ') {
-            Some((k, v)) if k == name => Ok((n, v.trim().to_string())),
-            _ => Err(err(n, &format!("`{name} VALUE`"), l)),
-        }
+        .filter(|(_, l)| !l.is_empty() && !l.starts_with('#'))
+        .peekable();
+    let magic = format!("{CACHE_MAGIC} {CACHE_FORMAT}");
+    let (n, first) = lines.next().ok_or_else(|| err(1, &magic, ""))?;
+    let format = match first.strip_prefix(CACHE_MAGIC).map(str::trim) {
+        Some("1") => 1,
+        Some(v) if v == CACHE_FORMAT.to_string() => CACHE_FORMAT,
+        _ => return Err(err(n, &format!("{magic} (or format 1)"), first)),
     };
-    let (_, cpu_key) = field("cpu")?;
-    let (_, ver) = field("version")?;
-    let (n_nt, nt) = field("nt_min")?;
-    let (n_crc, crc) = field("crc_fold_min")?;
-    let (n_fl, fl) = field("flush")?;
-    let nt = parse_threshold(&nt).ok_or_else(|| err(n_nt, "a byte count or never", &nt))?;
-    let crc = parse_threshold(&crc).ok_or_else(|| err(n_crc, "a byte count or never", &crc))?;
-    let flush = parse_flush(&fl).ok_or_else(|| err(n_fl, "clwb, clflushopt or clflush", &fl))?;
-    // Older files end here: they hold no `stream_sync`, so they are stale (not damaged).
-    let stream_sync = match lines.next() {
-        None => None,
-        Some((n, l)) => match l.split_once(' ') {
-            Some(("stream_sync", v)) => {
-                Some(parse_on_off(v.trim()).ok_or_else(|| err(n, "on or off", v.trim()))?)
+    let mut entries = Vec::new();
+    loop {
+        let mut field = |name: &str| -> Result<(usize, String), TuneError> {
+            let (n, l) = lines.next().ok_or_else(|| err(0, name, "end of file"))?;
+            match l.split_once(' ') {
+                Some((k, v)) if k == name => Ok((n, v.trim().to_string())),
+                _ => Err(err(n, &format!("`{name} VALUE`"), l)),
             }
-            _ => return Err(err(n, "`stream_sync VALUE` or end of file", l)),
-        },
-    };
-    if let Some((n, l)) = lines.next() {
-        return Err(err(n, "end of file", l));
+        };
+        let (_, cpu) = field("cpu")?;
+        let (_, version) = field("version")?;
+        let (n_nt, nt) = field("nt_min")?;
+        let (n_crc, crc) = field("crc_fold_min")?;
+        let (n_fl, fl) = field("flush")?;
+        let nt = parse_threshold(&nt).ok_or_else(|| err(n_nt, "a byte count or never", &nt))?;
+        let crc = parse_threshold(&crc).ok_or_else(|| err(n_crc, "a byte count or never", &crc))?;
+        let flush =
+            parse_flush(&fl).ok_or_else(|| err(n_fl, "clwb, clflushopt or clflush", &fl))?;
+        let stream_sync = if format == 1 {
+            // Format 1 files written before `stream_sync` existed end here.
+            match lines.next() {
+                None => None,
+                Some((n, l)) => match l.split_once(' ') {
+                    Some(("stream_sync", v)) => {
+                        Some(parse_on_off(v.trim()).ok_or_else(|| err(n, "on or off", v.trim()))?)
+                    }
+                    _ => return Err(err(n, "`stream_sync VALUE` or end of file", l)),
+                },
+            }
+        } else {
+            let (n_ss, ss) = field("stream_sync")?;
+            Some(parse_on_off(&ss).ok_or_else(|| err(n_ss, "on or off", &ss))?)
+        };
+        if let Some(stream_sync) = stream_sync {
+            entries.push(CacheEntry {
+                cpu,
+                version,
+                choices: Choices {
+                    nt_min: nt,
+                    crc_fold_min: crc,
+                    flush,
+                    stream_sync,
+                },
+            });
+        }
+        match lines.peek() {
+            None => return Ok(entries),
+            Some(&(n, l)) if format == 1 => return Err(err(n, "end of file", l)),
+            Some(_) => {}
+        }
     }
-    let Some(stream_sync) = stream_sync else {
-        return Ok(None);
-    };
-    if cpu_key != cpu.key() || ver != version {
-        return Ok(None);
+}
+
+/// Decode a cache file: `Ok(Some)` with the first entry written for `cpu` and `version`,
+/// `Ok(None)` when it parses but holds no such entry (recalibrate), `Err` when it does not
+/// parse.
+pub fn decode_cache(
+    text: &str,
+    what: &str,
+    cpu: &CpuIdentity,
+    version: &str,
+) -> Result<Option<Choices>, TuneError> {
+    let key = cpu.key();
+    Ok(decode_cache_entries(text, what)?
+        .into_iter()
+        .find(|e| e.cpu == key && e.version == version)
+        .map(|e| e.choices))
+}
+
+/// `entries` with `new` put first in place of any entry for the same CPU and build, cut to
+/// [`CACHE_ENTRIES_MAX`].
+pub fn merge_cache_entries(entries: Vec<CacheEntry>, new: CacheEntry) -> Vec<CacheEntry> {
+    let mut out = vec![new];
+    for e in entries {
+        if out.len() == CACHE_ENTRIES_MAX {
+            break;
+        }
+        if !out.iter().any(|o| o.cpu == e.cpu && o.version == e.version) {
+            out.push(e);
+        }
     }
-    Ok(Some(Choices {
-        nt_min: nt,
-        crc_fold_min: crc,
-        flush,
-        stream_sync,
-    }))
+    out
 }
 
 /// Where the cache file lives: `KAVACH_TUNE_CACHE` (a path, or `off` for none), else
@@ -795,9 +872,24 @@ fn write_cache(path: &Path, cpu: &CpuIdentity, c: &Choices) -> std::io::Result<(
     if let Some(dir) = path.parent() {
         std::fs::create_dir_all(dir)?;
     }
+    // The entries of other CPUs and builds are kept; a file that cannot be read or does not
+    // parse has none worth keeping (the reader already warned about it).
+    let kept = std::fs::read(path)
+        .ok()
+        .and_then(|b| String::from_utf8(b).ok())
+        .and_then(|t| decode_cache_entries(&t, "").ok())
+        .unwrap_or_default();
+    let entries = merge_cache_entries(
+        kept,
+        CacheEntry {
+            cpu: cpu.key(),
+            version: build_version().into(),
+            choices: *c,
+        },
+    );
     // Whole or not at all: a temporary file renamed over the old one.
     let tmp = path.with_extension(format!("tmp{}", std::process::id()));
-    std::fs::write(&tmp, encode_cache(cpu, build_version(), c))?;
+    std::fs::write(&tmp, encode_cache_entries(&entries))?;
     std::fs::rename(&tmp, path).inspect_err(|_| {
         let _ = std::fs::remove_file(&tmp);
     })
@@ -1191,12 +1283,29 @@ mod tests {
     #[test]
     fn a_cache_file_from_before_stream_sync_is_stale_not_damaged() {
         let c = defaults(&cpu());
-        let text = encode_cache(&cpu(), "1", &c);
+        // A format-1 file as the first builds with stream_sync wrote it: still read.
+        let text = encode_cache(&cpu(), "1", &c).replace("kavach-tune 2\n", "kavach-tune 1\n");
+        assert!(text.starts_with("kavach-tune 1\n"), "{text}");
+        assert_eq!(decode_cache(&text, "f", &cpu(), "1"), Ok(Some(c)));
+        // And as builds before stream_sync wrote it: it ends at `flush`.
         let old = text.replace("stream_sync on\n", "");
         assert_ne!(old, text, "the line was there");
         assert!(old.ends_with("flush clwb\n"), "{old}");
         // Same CPU and build, but no stream_sync: not used, and not an error either.
         assert_eq!(decode_cache(&old, "f", &cpu(), "1"), Ok(None));
+        assert_eq!(decode_cache_entries(&old, "f"), Ok(Vec::new()));
+        // A format-1 file holds one entry; a format-2 one must say stream_sync.
+        let e = decode_cache_entries(&format!("{text}cpu x\n"), "f").expect_err("two in 1");
+        assert_eq!(
+            (e.where_.as_str(), e.expected.as_str()),
+            ("line 9", "end of file")
+        );
+        let two = encode_cache(&cpu(), "1", &c).replace("stream_sync on\n", "");
+        let e = decode_cache_entries(&two, "f").expect_err("format 2 without stream_sync");
+        assert_eq!(
+            (e.where_.as_str(), e.expected.as_str()),
+            ("line 0", "stream_sync")
+        );
         // So the process calibrates every choice and has the file rewritten.
         let mut calls = 0;
         let (t, fresh) = resolve(
@@ -1230,7 +1339,8 @@ mod tests {
         let good = encode_cache(&cpu(), "1", &defaults(&cpu()));
         let cases: Vec<(String, &str)> = vec![
             (String::new(), "line 1"),
-            ("kavach-tune 2\n".into(), "line 1"),
+            ("kavach-tune 3\n".into(), "line 1"),
+            ("kavach-tune 2\n".into(), "line 0"),
             (good.replace("nt_min 1024", "nt_min lots"), "line 5"),
             (good.replace("flush clwb", "flush wbinvd"), "line 7"),
             (good.replace("crc_fold_min", "crc_min"), "line 6"),
@@ -1238,7 +1348,7 @@ mod tests {
             (good.replace("stream_sync on", "streaming on"), "line 8"),
             (format!("{good}extra 1\n"), "line 9"),
             (
-                good[..good.find("flush").expect("flush")].to_string(),
+                good[..good.find("\nflush ").expect("flush") + 1].to_string(),
                 "line 0",
             ),
         ];
@@ -1446,9 +1556,16 @@ mod tests {
         let c = decode_cache(example, "doc", &amd, "0.1.0")
             .expect("the example parses")
             .expect("and is for that CPU and build");
-        assert_eq!(encode_cache(&amd, "0.1.0", &c), example);
+        let entries = decode_cache_entries(example, "doc").expect("parses");
+        assert_eq!(encode_cache_entries(&entries), example);
+        assert_eq!(entries.len(), 2, "a release and a debug build's entries");
+        assert_eq!(entries[0].choices, c, "the release entry first");
+        assert_eq!(entries[1].version, "0.1.0-debug");
+        assert_eq!(entries[1].cpu, amd.key());
         assert_eq!(c.crc_fold_min, NEVER);
         assert!(c.stream_sync);
+        assert!(doc.contains(&format!("at most {CACHE_ENTRIES_MAX} entries")));
+        assert!(doc.contains("`kavach-tune 1`"), "format 1 is described");
         // The constants the document names.
         let magic = format!("| `{CACHE_MAGIC} {CACHE_FORMAT}` |");
         assert!(doc.contains(&magic), "{magic}");
@@ -1521,6 +1638,27 @@ mod tests {
             (e.where_.as_str(), e.found.as_str()),
             ("line 2", "version 1")
         );
+        // Over a garbled file: the new entry alone.
+        write_cache(&path, &cpu, &c).expect("write over garbage");
+        let text = std::fs::read_to_string(&path).expect("read");
+        assert_eq!(decode_cache_entries(&text, "t").map(|e| e.len()), Ok(1));
+        // Another build's entry (the debug and release builds share the file) is kept beside
+        // this build's, and a rewrite of this build's replaces only its own.
+        let other = CacheEntry {
+            cpu: cpu.key(),
+            version: "0.0.0-other".into(),
+            choices: Choices { nt_min: 64, ..c },
+        };
+        std::fs::write(&path, encode_cache_entries(std::slice::from_ref(&other))).expect("other");
+        assert_eq!(read_cache(&path, &cpu), Ok(None));
+        write_cache(&path, &cpu, &c).expect("write");
+        let d = Choices { nt_min: 2048, ..c };
+        write_cache(&path, &cpu, &d).expect("rewrite");
+        assert_eq!(read_cache(&path, &cpu), Ok(Some(d)));
+        let text = std::fs::read_to_string(&path).expect("read");
+        let entries = decode_cache_entries(&text, "t").expect("parses");
+        assert_eq!(entries.len(), 2, "{text}");
+        assert_eq!(entries[1], other);
         std::fs::remove_dir_all(&dir).expect("clean up");
     }
 
@@ -1534,6 +1672,64 @@ mod tests {
         assert_eq!(record_bytes(64), 128);
         assert_eq!(record_bytes(256), 320);
         assert_eq!(record_bytes(32), 64);
+    }
+
+    #[test]
+    fn entries_are_kept_per_cpu_and_build_newest_first_and_at_most_eight() {
+        let entry = |cpu: &str, version: &str, nt_min: usize| CacheEntry {
+            cpu: cpu.into(),
+            version: version.into(),
+            choices: Choices {
+                nt_min,
+                ..defaults(&super::tests::cpu())
+            },
+        };
+        let old = vec![
+            entry("a", "1", 64),
+            entry("a", "1-debug", 128),
+            entry("b", "1", 256),
+        ];
+        // Same CPU and build: replaced, and moved first; the others keep their order.
+        let m = merge_cache_entries(old.clone(), entry("a", "1-debug", 512));
+        assert_eq!(
+            m,
+            vec![
+                entry("a", "1-debug", 512),
+                entry("a", "1", 64),
+                entry("b", "1", 256)
+            ]
+        );
+        // A new one goes first; the oldest fall off past CACHE_ENTRIES_MAX.
+        let mut many: Vec<CacheEntry> = (0..CACHE_ENTRIES_MAX)
+            .map(|i| entry(&format!("c{i}"), "1", 64))
+            .collect();
+        many = merge_cache_entries(many, entry("new", "1", 64));
+        assert_eq!(many.len(), CACHE_ENTRIES_MAX);
+        assert_eq!(many[0].cpu, "new");
+        assert_eq!(
+            many[CACHE_ENTRIES_MAX - 1].cpu,
+            format!("c{}", CACHE_ENTRIES_MAX - 2)
+        );
+        // The file round-trips every entry, and each reader finds its own.
+        let text = encode_cache_entries(&m);
+        assert_eq!(decode_cache_entries(&text, "f"), Ok(m.clone()));
+        let mut b = cpu();
+        b.vendor = "X".into();
+        let text = encode_cache_entries(&[
+            CacheEntry {
+                cpu: b.key(),
+                ..entry("", "1", 4096)
+            },
+            CacheEntry {
+                cpu: cpu().key(),
+                ..entry("", "1-debug", 2048)
+            },
+        ]);
+        let nt =
+            |c: &CpuIdentity, v: &str| decode_cache(&text, "f", c, v).map(|c| c.map(|c| c.nt_min));
+        assert_eq!(nt(&b, "1"), Ok(Some(4096)));
+        assert_eq!(nt(&cpu(), "1-debug"), Ok(Some(2048)));
+        assert_eq!(nt(&cpu(), "1"), Ok(None));
     }
 
     #[test]
