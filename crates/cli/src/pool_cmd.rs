@@ -84,26 +84,33 @@ pub enum PoolCommand {
     Rebuild(RebuildArgs),
     /// Show this machine's copy, flush and CRC choices and where each came from, or redo them.
     ///
-    /// Three choices tune the persistence paths to the CPU: `nt_min` (payloads of at least
+    /// Four choices tune the persistence paths to the CPU: `nt_min` (payloads of at least
     /// this many bytes are copied with non-temporal stores; smaller ones with ordinary stores
     /// written back line by line), `crc_fold_min` (CRC-32C inputs of at least this many bytes
-    /// use carry-less-multiply folding, smaller ones the SSE4.2 loop) and `flush` (clwb or
-    /// clflushopt). Each is `calibrated` (timed in this process: tens of milliseconds),
+    /// use carry-less-multiply folding, smaller ones the SSE4.2 loop), `flush` (clwb or
+    /// clflushopt) and `stream_sync` (on: a record forced at once, the log's Sync append, is
+    /// written whole with non-temporal stores, header line included, then one fence; off:
+    /// ordinary stores, a write-back of each line, a fence). Each is `calibrated` (timed in this process: tens of milliseconds),
     /// `cached` (read from the cache file an earlier calibration on this CPU and build wrote),
     /// `override` (KAVACH_TUNE, or KAVACH_FLUSH for the flush) or `default` (KAVACH_TUNE=off).
     /// Every choice gives the same bytes and CRCs: a pool written under one reads under any.
     ///
-    /// Environment: KAVACH_TUNE=off, or KAVACH_TUNE=nt_min=4096,crc_fold_min=2048,flush=clwb
-    /// (any subset; `never` for a threshold never reached); KAVACH_TUNE_CACHE=PATH or off
+    /// Environment: KAVACH_TUNE=off, or
+    /// KAVACH_TUNE=nt_min=4096,crc_fold_min=2048,flush=clwb,stream_sync=on (any subset; `never`
+    /// for a threshold never reached; a bad value is warned about and KAVACH_TUNE ignored);
+    /// KAVACH_TUNE_CACHE=PATH or off
     /// (default $XDG_CACHE_HOME/kavach/tune, else ~/.cache/kavach/tune; format in
-    /// docs/format/tune-cache.md). A garbled cache file is ignored with a warning and rewritten.
+    /// docs/format/tune-cache.md; it keeps one entry per CPU and build, so test and release
+    /// builds do not replace each other's). A garbled cache file is ignored with a warning and
+    /// rewritten.
     ///
     /// Exit status: 0 shown (or recalibrated and cached); 2 could not run (--recalibrate could
     /// not write the cache file).
     #[command(after_help = "Examples:\n  \
         kavach pool tune\n  \
         kavach pool tune --recalibrate --json\n  \
-        KAVACH_TUNE=nt_min=never kavach pool tune")]
+        KAVACH_TUNE=nt_min=never kavach pool tune\n  \
+        KAVACH_TUNE=stream_sync=off kavach pool tune")]
     Tune(TuneArgs),
 }
 
@@ -384,13 +391,15 @@ fn threshold(what: &str, v: Option<usize>) -> String {
 pub fn print_tuning(t: &pmem::tune::Tuning) {
     println!("cpu         {} ({})", t.cpu.brand, t.cpu.key());
     println!(
-        "tuning      {} ({}); {} ({}); flush {} ({})",
+        "tuning      {} ({}); {} ({}); flush {} ({}); streamed sync records: {} ({})",
         threshold("non-temporal copies", t.nt_min),
         t.nt_min_source.name(),
         threshold("folding CRC", t.crc_fold_min),
         t.crc_fold_min_source.name(),
         t.flush.name(),
-        t.flush_source.name()
+        t.flush_source.name(),
+        if t.stream_sync { "yes" } else { "no" },
+        t.stream_sync_source.name()
     );
     match &t.cache_path {
         Some(p) => println!("tune cache  {}", p.display()),
@@ -418,6 +427,7 @@ fn tune(a: &TuneArgs) -> Result<Outcome> {
         print_json(&serde_json::json!({
             "tuning": t,
             "sizes": pmem::tune::CALIBRATION_SIZES,
+            "record_payload_sizes": pmem::tune::STREAM_SYNC_PAYLOADS,
             "measured_ns": measured,
             "cache_written": written.is_ok(),
         }))?;
@@ -440,6 +450,24 @@ fn tune(a: &TuneArgs) -> Result<Outcome> {
         for (k, ns) in &measured.flush_ns {
             println!("  1 KiB store+{k}+sfence: {ns:.1}");
         }
+        let payloads: Vec<String> = pmem::tune::STREAM_SYNC_PAYLOADS
+            .iter()
+            .map(|s| format!("{s:>8}"))
+            .collect();
+        println!(
+            "whole records ({}-byte header + payload, in 64-byte lines), ns per record (medians):",
+            pmem::tune::RECORD_HEADER_BYTES
+        );
+        println!("  {:<30}{}", "payload bytes", payloads.join(""));
+        let rec_row = |name: &str, v: &[f64]| {
+            let cells: Vec<String> = v.iter().map(|x| format!("{x:>8.1}")).collect();
+            println!("  {name:<30}{}", cells.join(""));
+        };
+        rec_row(
+            &format!("ordinary record+{}+fence", measured.record_flush),
+            &measured.record_ordinary_ns,
+        );
+        rec_row("streamed record+fence", &measured.record_streamed_ns);
     }
     match written {
         Ok(()) => Ok(Outcome::Ok),
