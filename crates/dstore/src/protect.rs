@@ -958,6 +958,9 @@ impl<M: Medium + Clone + 'static> Medium for Guarded<M> {
         }
         self.routed_write(offset, data, false);
     }
+    fn prefetch(&self, offset: usize, len: usize) {
+        self.raw.prefetch(offset, len);
+    }
     fn write_nontemporal(&self, offset: usize, data: &[u8]) {
         if self.routes.is_empty() {
             return self.raw.write_nontemporal(offset, data);

@@ -242,13 +242,9 @@ fn streams_sync<M: Medium>(medium: &M) -> bool {
     match medium.domain() {
         pmem::Domain::Sim => true,
         _ if medium.backing() == pmem::Backing::Simulated => true,
-        pmem::Domain::Adr => tuned_stream_sync(),
+        pmem::Domain::Adr => pmem::tune::current().choices().stream_sync,
         pmem::Domain::Eadr | pmem::Domain::Msync => false,
     }
-}
-
-fn tuned_stream_sync() -> bool {
-    true
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {

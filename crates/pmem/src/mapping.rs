@@ -439,6 +439,13 @@ impl Medium for Mapping {
         }
     }
     #[inline]
+    fn prefetch(&self, offset: usize, len: usize) {
+        if offset.checked_add(len).is_none_or(|end| end > self.len()) {
+            return;
+        }
+        cpu::prefetch_range(self.base.wrapping_add(offset), len);
+    }
+    #[inline]
     fn load_u64(&self, offset: usize) -> u64 {
         check_word(offset, self.len());
         // SAFETY: in range and 8-byte aligned (the mapping is page aligned); the word is only

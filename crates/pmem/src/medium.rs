@@ -47,6 +47,12 @@ pub trait Medium: Send + Sync + std::fmt::Debug {
         check_range(offset, len, self.len());
         crc32c_by_reads(self, offset, len, crc)
     }
+    /// A hint: start bringing the `len` bytes at `offset` into the cache, for a read soon (a
+    /// recovery walk asks for the records ahead of the one it checks). Changes nothing; a
+    /// range outside the medium is ignored. The default does nothing.
+    fn prefetch(&self, offset: usize, len: usize) {
+        let _ = (offset, len);
+    }
     /// Atomic, aligned 8-byte load.
     fn load_u64(&self, offset: usize) -> u64;
     /// Atomic, aligned 8-byte store: the failure-atomic unit (a commit word).
@@ -113,6 +119,7 @@ macro_rules! forward_medium {
                 (**self).write_nontemporal_crc32c(o, d, c)
             }
             fn crc32c(&self, o: usize, l: usize, c: u32) -> u32 { (**self).crc32c(o, l, c) }
+            fn prefetch(&self, o: usize, l: usize) { (**self).prefetch(o, l) }
             fn load_u64(&self, o: usize) -> u64 { (**self).load_u64(o) }
             fn store_u64(&self, o: usize, v: u64) { (**self).store_u64(o, v) }
             fn flush(&self, o: usize, l: usize) -> Result<()> { (**self).flush(o, l) }

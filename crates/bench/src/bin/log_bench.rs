@@ -7,9 +7,11 @@
 //!   mean of the per-batch ns/append. Before a batch that might not fit, the ring is emptied
 //!   with `cleanup_all` outside the timed region.
 //! - `floor`: the pieces an append is made of, on a plain mapping in the same domain: a bare 64 B
-//!   persist; per latency size the record CRC, and the stores, flushes and fences a `Sync`
-//!   append issues (for records of `NONTEMPORAL_BYTES_MIN` and more also the same stores with
-//!   two fences, the log's earlier sequence), without the locks, the sequencer or the CRC.
+//!   persist; per latency size the record CRC, the stores and fence of a streamed record (what
+//!   a `Sync` append issues when the tuning streams such records), and the cache path's
+//!   stores, flushes and fence (below the non-temporal threshold: ordinary stores, the lines
+//!   flushed; above it: streamed payload, header line stored and flushed), without the locks,
+//!   the sequencer or the CRC.
 //! - `tput`: appends/s with T writer threads per force policy and payload size. The run is cut
 //!   into segments that fit the ring; between segments (all writers parked on a barrier, clock
 //!   stopped) the ring is emptied with `cleanup_all`.
@@ -436,9 +438,32 @@ fn phase_floor(cfg: &Cfg, out: &Out) -> anyhow::Result<()> {
             std::hint::black_box(log::checksum::append(c, std::hint::black_box(&data)));
         });
         results.push((format!("crc{size}"), iters, crc));
+        // What a Sync append stores when the tuning streams such records (`stream_sync`): the
+        // header's line (header and the first payload bytes), the payload's whole lines and a
+        // last, zero-padded line, all with non-temporal stores, then one fence.
+        let mut line0 = [0u8; 64];
+        line0[..HEADER].copy_from_slice(&hdr);
+        let first = size.min(64 - HEADER);
+        line0[HEADER..HEADER + first].copy_from_slice(&data[..first]);
+        let whole = (size - first) / 64 * 64;
+        let mut last = [0u8; 64];
+        let rest = size - first - whole;
+        last[..rest].copy_from_slice(&data[first + whole..]);
+        let ns = floor_loop(iters, fp, len, |_, off| {
+            m.write_nontemporal(off, std::hint::black_box(&line0));
+            if whole > 0 {
+                m.write_nontemporal(off + 64, std::hint::black_box(&data[first..first + whole]));
+            }
+            if rest > 0 {
+                m.write_nontemporal(off + 64 + whole, std::hint::black_box(&last));
+            }
+            check(m.fence());
+        });
+        results.push((format!("stream{size}"), iters, ns));
         if size < pmem::tune::current().choices().nt_min {
-            // What a Sync append of a small record stores and persists: header and payload
-            // with ordinary stores, then one flush of the record's lines and one fence.
+            // The cache path of a small record (a record forced later, or every record when
+            // the tuning does not stream): header and payload with ordinary stores, then one
+            // flush of the record's lines and one fence.
             let ns = floor_loop(iters, fp, len, |_, off| {
                 m.write(off, &hdr);
                 m.write(off + HEADER, std::hint::black_box(&data));
@@ -446,9 +471,8 @@ fn phase_floor(cfg: &Cfg, out: &Out) -> anyhow::Result<()> {
             });
             results.push((format!("store{size}"), iters, ns));
         } else {
-            // What it does for a big one: non-temporal payload, the header stored, its line
-            // flushed, one fence (the completing thread persists the record; the forcer has
-            // nothing left to flush or fence for it).
+            // Before the header's line was streamed too: non-temporal payload, the header
+            // stored, its line flushed, one fence.
             let ns = floor_loop(iters, fp, len, |_, off| {
                 m.write_nontemporal(off + HEADER, std::hint::black_box(&data));
                 m.write(off, &hdr);
@@ -456,15 +480,6 @@ fn phase_floor(cfg: &Cfg, out: &Out) -> anyhow::Result<()> {
                 check(m.fence());
             });
             results.push((format!("store{size}"), iters, ns));
-            // The same stores with two fences, as the log did before it persisted large
-            // records in `complete`: a fence for the payload, then the header persisted.
-            let ns = floor_loop(iters, fp, len, |_, off| {
-                m.write_nontemporal(off + HEADER, std::hint::black_box(&data));
-                check(m.fence());
-                m.write(off, &hdr);
-                check(m.persist(off, 64));
-            });
-            results.push((format!("store2f{size}"), iters, ns));
         }
     }
     if let Some(e) = failed {
