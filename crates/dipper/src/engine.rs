@@ -1712,12 +1712,14 @@ impl<M: Medium + Clone + Send + Sync + 'static, S: Machine> Inner<M, S> {
             let (r, used) = {
                 let gate = self.gate.read().map_err(|_| poisoned())?;
                 let log = &self.logs[*gate];
-                let r = log.reserve_for(length, self.opts.policy).and_then(|mut res| {
-                    res.copy(0, head)?;
-                    res.copy(head.len(), op)?;
-                    let lsn = res.complete()?;
-                    log.commit(lsn, self.opts.policy)
-                });
+                let r = log
+                    .reserve_for(length, self.opts.policy)
+                    .and_then(|mut res| {
+                        res.copy(0, head)?;
+                        res.copy(head.len(), op)?;
+                        let lsn = res.complete()?;
+                        log.commit(lsn, self.opts.policy)
+                    });
                 (r, *gate)
             };
             match r {

@@ -1931,7 +1931,9 @@ impl<M: Medium> Reservation<'_, M> {
         }
         if self.pending_line != 0 {
             let line_at = self.at + self.pending_line * LINE;
-            self.log.medium.write(line_at, &self.pending[..upto - self.pending_line * LINE]);
+            self.log
+                .medium
+                .write(line_at, &self.pending[..upto - self.pending_line * LINE]);
             self.pending_line = 0;
         }
         self.mixed = true;

@@ -237,8 +237,7 @@ impl<'m, M: Medium + ?Sized> Walker<'m, M> {
         // ones the hardware's own prefetch keeps up, and asking cost time (64-byte records).
         if footprint >= CHECK_IN_PLACE_MIN as u64 && self.prefetched < self.pos + PREFETCH_AHEAD {
             let from = self.prefetched.max(self.pos + layout::RECORD_ALIGN as u64);
-            let len = (self.pos + PREFETCH_AHEAD + PREFETCH_STEP - from)
-                .min(geo.room_to_end(from));
+            let len = (self.pos + PREFETCH_AHEAD + PREFETCH_STEP - from).min(geo.room_to_end(from));
             self.medium.prefetch(geo.at(from), len as usize);
             self.prefetched = from + len;
         }

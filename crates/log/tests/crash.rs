@@ -115,7 +115,9 @@ fn writer(
         let cut1 = rng.below(p.len() as u64 + 1) as usize;
         let cut2 = cut1 + rng.below((p.len() - cut1) as u64 + 1) as usize;
         let copied = match rng.below(8) {
-            0 => r.copy(cut1, &p[cut1..]).and_then(|()| r.copy(0, &p[..cut1])),
+            0 => r
+                .copy(cut1, &p[cut1..])
+                .and_then(|()| r.copy(0, &p[..cut1])),
             1 => r.copy(0, &p),
             _ => r
                 .copy(0, &p[..cut1])

@@ -22,10 +22,7 @@ impl Dir {
         } else {
             std::env::temp_dir()
         };
-        let d = base.join(format!(
-            "kavach-log-streamed-{tag}-{}",
-            std::process::id()
-        ));
+        let d = base.join(format!("kavach-log-streamed-{tag}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&d);
         std::fs::create_dir_all(&d).expect("temp dir");
         Dir(d)
@@ -129,8 +126,8 @@ fn streamed_records_on_the_simulator_read_back_as_copied_after_a_crash() {
 #[test]
 fn a_partly_copied_streamed_record_holds_what_the_ring_had_and_checks() {
     let dir = Dir::new("partial");
-    let lf = LogFile::create(&dir.0.join("p"), 4 << 20, "log", None, Duration::ZERO)
-        .expect("create");
+    let lf =
+        LogFile::create(&dir.0.join("p"), 4 << 20, "log", None, Duration::ZERO).expect("create");
     let log = lf.log();
     let p = payload(300, 3);
     let mut r = log.reserve_for(300, ForcePolicy::Sync).expect("reserve");
@@ -153,8 +150,8 @@ fn a_partly_copied_streamed_record_holds_what_the_ring_had_and_checks() {
 #[test]
 fn records_committed_later_stay_in_the_cache_path() {
     let dir = Dir::new("freq");
-    let lf = LogFile::create(&dir.0.join("p"), 4 << 20, "log", None, Duration::ZERO)
-        .expect("create");
+    let lf =
+        LogFile::create(&dir.0.join("p"), 4 << 20, "log", None, Duration::ZERO).expect("create");
     let log = lf.log();
     let small = log.nontemporal_bytes_min().min(4096) - 1;
     let r = log
@@ -162,6 +159,8 @@ fn records_committed_later_stay_in_the_cache_path() {
         .expect("reserve");
     assert!(!r.is_nontemporal());
     drop(r);
-    let r = log.reserve_for(small, ForcePolicy::Group(4)).expect("reserve");
+    let r = log
+        .reserve_for(small, ForcePolicy::Group(4))
+        .expect("reserve");
     assert!(!r.is_nontemporal());
 }
