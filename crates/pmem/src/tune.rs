@@ -1016,10 +1016,11 @@ pub fn calibrate_measured(cpu: &CpuIdentity) -> (Choices, Measured) {
         let n = (256 << 10) / size.max(1024);
         let t = Instant::now();
         for _ in 0..n {
-            if at + size > SCRATCH {
+            if base + at + size > SCRATCH {
                 at = 0;
             }
-            crate::cpu::copy_and_persist(flush, &mut scratch[at..at + size], &src[..size], nt);
+            let dst = &mut scratch[base + at..base + at + size];
+            crate::cpu::copy_and_persist(flush, dst, &src[..size], nt);
             at += size.next_multiple_of(64);
         }
         t.elapsed().as_nanos() as f64 / n as f64
