@@ -11,7 +11,9 @@
 //!   a `Sync` append issues when the tuning streams such records), and the cache path's
 //!   stores, flushes and fence (below the non-temporal threshold: ordinary stores, the lines
 //!   flushed; above it: streamed payload, header line stored and flushed), without the locks,
-//!   the sequencer or the CRC.
+//!   the sequencer or the CRC; per recovery size, the floor of a walk over the mapping: copying
+//!   each payload out (libpmemlog's walk), and running the CRC over each record in place (the
+//!   least a checked walk does), with and without the walk's prefetch.
 //! - `tput`: appends/s with T writer threads per force policy and payload size. The run is cut
 //!   into segments that fit the ring; between segments (all writers parked on a barrier, clock
 //!   stopped) the ring is emptied with `cleanup_all`.
@@ -481,6 +483,45 @@ fn phase_floor(cfg: &Cfg, out: &Out) -> anyhow::Result<()> {
             });
             results.push((format!("store{size}"), iters, ns));
         }
+    }
+    // The floor of a recovery walk over records of each recovery size, on the whole mapping
+    // (larger than the last-level cache, so each walk reads from memory): what libpmemlog's
+    // walk does per record (copy the payload out), and what the least a checked walk does
+    // (the CRC over header and payload, reading the bytes where they lie; with the log's
+    // prefetch 4 KiB ahead, and without).
+    for &size in &a.recov_sizes {
+        let fp = record_footprint(size);
+        let n = len / fp;
+        let mut out_buf = vec![0u8; size];
+        let mut sink = 0u32;
+        let mut walk = |what: &str, op: &mut dyn FnMut(usize)| {
+            for k in 0..n {
+                op(k * fp); // warm the page tables, untimed
+            }
+            let t0 = Instant::now();
+            for k in 0..n {
+                op(k * fp);
+            }
+            results.push((
+                format!("{what}{size}"),
+                n as u64,
+                t0.elapsed().as_nanos() as f64 / n as f64,
+            ));
+        };
+        walk("walkcopy", &mut |off| {
+            m.read(off + HEADER, &mut out_buf);
+            sink ^= u32::from(std::hint::black_box(out_buf[size / 2]));
+        });
+        walk("walkcrc", &mut |off| {
+            sink ^= m.crc32c(off, size + 16, 7);
+        });
+        walk("walkcrcpf", &mut |off| {
+            if off + 4096 + fp <= len {
+                m.prefetch(off + 4096, fp);
+            }
+            sink ^= m.crc32c(off, size + 16, 7);
+        });
+        std::hint::black_box(sink);
     }
     if let Some(e) = failed {
         return Err(e.into());
