@@ -13,10 +13,11 @@ use crate::scan::{Found, Geometry, Judged, Stop, Verdict, Walker, judge};
 use crate::sequencer::{Cursor, Sequencer};
 use pmem::{Corruption, Medium, Uuid};
 
-/// The built-in threshold: payloads of at least this many bytes are copied with non-temporal
-/// stores and persisted by the thread that completes them (header line flushed, one fence);
-/// smaller ones are stored normally and flushed whole by the forcer, which fences once for all
-/// of them. A log on a real mapping uses the threshold [`pmem::tune`] chose for the machine
+/// The built-in threshold: payloads of at least this many bytes are streamed (every line with
+/// non-temporal stores) and persisted by the thread that completes them (one fence); smaller
+/// ones are stored normally and flushed whole by the forcer, which fences once for all of them,
+/// unless they were reserved for a `Sync` commit where the log streams such records
+/// ([`Log::reserve_for`]). A log on a real mapping uses the threshold [`pmem::tune`] chose for the machine
 /// ([`Log::nontemporal_bytes_min`]); a log on the persistence simulator uses this one, so crash
 /// tests take the same paths on every machine.
 pub const NONTEMPORAL_BYTES_MIN: usize = 1024;

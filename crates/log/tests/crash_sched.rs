@@ -63,7 +63,8 @@ fn appender(log: &Log<&SimMedium>, model: &Model, thread: u64, seed: u64, policy
     let mut rng = SplitMix64::new(seed.wrapping_mul(0x9e37_79b9) ^ thread);
     for i in 0..RECORDS_PER_APPENDER {
         let p = payload(thread, i, &mut rng);
-        let Ok(mut r) = log.reserve(p.len()) else {
+        // Reserved for the policy: the sync appender's records are streamed whole.
+        let Ok(mut r) = log.reserve_for(p.len(), policy) else {
             return;
         };
         model
