@@ -5,35 +5,13 @@
 //! partly copied), and the records read back after a reopen are the ones appended. Crashes of
 //! streamed records are in `crash.rs` (its writers copy in pieces under the sync policy).
 
-use std::path::PathBuf;
 use std::time::Duration;
 
 use log::{ForcePolicy, Log, LogFile, LogOptions};
 use pmem::{SimConfig, SimMedium};
 
-struct Dir(PathBuf);
-
-impl Dir {
-    fn new(tag: &str) -> Dir {
-        // tmpfs when there is one: a mapping there is in the ADR domain, which streams.
-        let shm = std::path::Path::new("/dev/shm");
-        let base = if shm.is_dir() {
-            shm.to_path_buf()
-        } else {
-            std::env::temp_dir()
-        };
-        let d = base.join(format!("kavach-log-streamed-{tag}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&d);
-        std::fs::create_dir_all(&d).expect("temp dir");
-        Dir(d)
-    }
-}
-
-impl Drop for Dir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
+mod common;
+use common::Dir;
 
 const LENGTHS: [usize; 20] = [
     0, 1, 31, 32, 33, 63, 64, 65, 95, 96, 97, 127, 128, 129, 200, 1000, 1023, 1024, 3200, 5000,
@@ -93,7 +71,7 @@ fn read_all<M: pmem::Medium>(log: &Log<M>) -> Vec<Vec<u8>> {
 
 #[test]
 fn streamed_records_on_a_pool_file_read_back_as_copied() {
-    let dir = Dir::new("file");
+    let dir = Dir::new("streamed", "file");
     let path = dir.0.join("p");
     let lf = LogFile::create(&path, 8 << 20, "log", None, Duration::ZERO).expect("create");
     let adr = pmem::Medium::domain(lf.log().medium()) == pmem::Domain::Adr;
@@ -125,7 +103,7 @@ fn streamed_records_on_the_simulator_read_back_as_copied_after_a_crash() {
 
 #[test]
 fn a_partly_copied_streamed_record_holds_what_the_ring_had_and_checks() {
-    let dir = Dir::new("partial");
+    let dir = Dir::new("streamed", "partial");
     let lf =
         LogFile::create(&dir.0.join("p"), 4 << 20, "log", None, Duration::ZERO).expect("create");
     let log = lf.log();
@@ -149,7 +127,7 @@ fn a_partly_copied_streamed_record_holds_what_the_ring_had_and_checks() {
 
 #[test]
 fn records_committed_later_stay_in_the_cache_path() {
-    let dir = Dir::new("freq");
+    let dir = Dir::new("streamed", "freq");
     let lf =
         LogFile::create(&dir.0.join("p"), 4 << 20, "log", None, Duration::ZERO).expect("create");
     let log = lf.log();

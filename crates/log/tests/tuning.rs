@@ -3,30 +3,14 @@
 //! one, and the recovery iterator's shortcuts (records the opening walk checked, borrowed
 //! payloads) hand out exactly what a full second check does.
 
-use std::path::PathBuf;
 use std::process::Command;
 use std::time::Duration;
 
 use log::{ForcePolicy, Log, LogFile, LogOptions, NONTEMPORAL_BYTES_MIN};
 use pmem::{Medium, SimConfig, SimMedium};
 
-struct Dir(PathBuf);
-
-impl Dir {
-    fn new(tag: &str) -> Dir {
-        let d =
-            std::env::temp_dir().join(format!("kavach-log-tuning-{tag}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&d);
-        std::fs::create_dir_all(&d).expect("temp dir");
-        Dir(d)
-    }
-}
-
-impl Drop for Dir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
+mod common;
+use common::Dir;
 
 /// A log on a pool file: its threshold, and which reservations take the non-temporal path.
 fn threshold_on_a_file(dir: &Dir) -> (usize, Vec<(usize, bool)>) {
@@ -44,7 +28,7 @@ fn threshold_on_a_file(dir: &Dir) -> (usize, Vec<(usize, bool)>) {
 
 #[test]
 fn a_log_on_a_file_uses_the_threshold_the_tuning_reports() {
-    let dir = Dir::new("inproc");
+    let dir = Dir::new("tuning", "inproc");
     let (min, paths) = threshold_on_a_file(&dir);
     assert_eq!(min, pmem::tune::current().choices().nt_min);
     for (len, nt) in paths {
@@ -73,7 +57,7 @@ fn child_reports_its_threshold() {
     if std::env::var_os("KAVACH_LOG_TUNING_CHILD").is_none() {
         return;
     }
-    let dir = Dir::new("child");
+    let dir = Dir::new("tuning", "child");
     let (min, paths) = threshold_on_a_file(&dir);
     let t = pmem::tune::current();
     println!(
