@@ -90,7 +90,8 @@ pub enum PoolCommand {
     /// use carry-less-multiply folding, smaller ones the SSE4.2 loop), `flush` (clwb or
     /// clflushopt) and `stream_sync` (on: a record forced at once, the log's Sync append, is
     /// written whole with non-temporal stores, header line included, then one fence; off:
-    /// ordinary stores, a write-back of each line, a fence). Each is `calibrated` (timed in this process: tens of milliseconds),
+    /// ordinary stores, a write-back of each line, a fence). Each is `calibrated` (timed in this
+    /// process: tens of milliseconds),
     /// `cached` (read from the cache file an earlier calibration on this CPU and build wrote),
     /// `override` (KAVACH_TUNE, or KAVACH_FLUSH for the flush) or `default` (KAVACH_TUNE=off).
     /// Every choice gives the same bytes and CRCs: a pool written under one reads under any.
@@ -433,41 +434,40 @@ fn tune(a: &TuneArgs) -> Result<Outcome> {
         }))?;
     } else {
         print_tuning(&t);
-        let row = |name: &str, v: &[f64]| {
-            let cells: Vec<String> = v.iter().map(|x| format!("{x:>8.1}")).collect();
-            println!("  {name:<22}{}", cells.join(""));
+        // A table row: a label `width` wide, then one 8-wide cell per size.
+        let row = |width: usize, name: &str, cells: Vec<String>| {
+            println!("  {name:<width$}{}", cells.join(""));
         };
-        let sizes: Vec<String> = pmem::tune::CALIBRATION_SIZES
-            .iter()
-            .map(|s| format!("{s:>8}"))
-            .collect();
+        let ns = |v: &[f64]| v.iter().map(|x| format!("{x:>8.1}")).collect::<Vec<_>>();
+        let heads = |v: &[usize]| v.iter().map(|s| format!("{s:>8}")).collect::<Vec<_>>();
         println!("measured, ns per operation (medians):");
-        println!("  {:<22}{}", "bytes", sizes.join(""));
-        row("copy+flush+fence", &measured.copy_temporal_ns);
-        row("non-temporal+fence", &measured.copy_nontemporal_ns);
-        row("crc sse4.2", &measured.crc_sse42_ns);
-        row("crc folding", &measured.crc_fold_ns);
+        row(22, "bytes", heads(&pmem::tune::CALIBRATION_SIZES));
+        row(22, "copy+flush+fence", ns(&measured.copy_temporal_ns));
+        row(22, "non-temporal+fence", ns(&measured.copy_nontemporal_ns));
+        row(22, "crc sse4.2", ns(&measured.crc_sse42_ns));
+        row(22, "crc folding", ns(&measured.crc_fold_ns));
         for (k, ns) in &measured.flush_ns {
             println!("  1 KiB store+{k}+sfence: {ns:.1}");
         }
-        let payloads: Vec<String> = pmem::tune::STREAM_SYNC_PAYLOADS
-            .iter()
-            .map(|s| format!("{s:>8}"))
-            .collect();
         println!(
             "whole records ({}-byte header + payload, in 64-byte lines), ns per record (medians):",
             pmem::tune::RECORD_HEADER_BYTES
         );
-        println!("  {:<30}{}", "payload bytes", payloads.join(""));
-        let rec_row = |name: &str, v: &[f64]| {
-            let cells: Vec<String> = v.iter().map(|x| format!("{x:>8.1}")).collect();
-            println!("  {name:<30}{}", cells.join(""));
-        };
-        rec_row(
-            &format!("ordinary record+{}+fence", measured.record_flush),
-            &measured.record_ordinary_ns,
+        row(
+            30,
+            "payload bytes",
+            heads(&pmem::tune::STREAM_SYNC_PAYLOADS),
         );
-        rec_row("streamed record+fence", &measured.record_streamed_ns);
+        row(
+            30,
+            &format!("ordinary record+{}+fence", measured.record_flush),
+            ns(&measured.record_ordinary_ns),
+        );
+        row(
+            30,
+            "streamed record+fence",
+            ns(&measured.record_streamed_ns),
+        );
     }
     match written {
         Ok(()) => Ok(Outcome::Ok),

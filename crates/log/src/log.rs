@@ -1247,29 +1247,15 @@ impl<M: Medium> Log<M> {
             Some((_, e)) if *e == at => *e += len,
             _ => v.push((at, at + len)),
         };
-        let mut flushed_any = false;
         while lsn <= last {
             let at = self.geo.at(pos);
             let persisted = self.self_persisted(lsn);
+            // A record its writer persisted is skipped unread; one that did not fit before the
+            // ring's end has padding here first (same LSN), which the header read below handles.
             if let Some((fp, slot, v)) = persisted
                 && !mirrored
+                && fp <= self.geo.room_to_end(pos)
             {
-                let room = self.geo.room_to_end(pos);
-                if fp > room {
-                    // The record did not fit before the ring's end: padding is here, its header
-                    // line to write back, and the record at the ring's start.
-                    match &mut open {
-                        Some((_, e)) if *e == at => *e += layout::RECORD_ALIGN,
-                        _ => {
-                            if let Some((s, e)) = open.replace((at, at + layout::RECORD_ALIGN)) {
-                                self.latch(self.medium.flush(s, e - s))?;
-                            }
-                        }
-                    }
-                    flushed_any = true;
-                    pos += room;
-                    continue;
-                }
                 let _ = slot.compare_exchange(v, 0, Ordering::AcqRel, Ordering::Relaxed);
                 pos += fp;
                 lsn += 1;
@@ -1322,7 +1308,6 @@ impl<M: Medium> Log<M> {
                             }
                         }
                     }
-                    flushed_any = true;
                 }
             }
             if mirrored {
@@ -1332,10 +1317,9 @@ impl<M: Medium> Log<M> {
             lsn = next;
         }
         if !mirrored {
+            // Anything written back is fenced once, for all of it.
             if let Some((s, e)) = open {
                 self.latch(self.medium.flush(s, e - s))?;
-            }
-            if flushed_any {
                 self.latch(self.medium.fence())?;
             }
             cursor.pos = pos;
@@ -1978,13 +1962,8 @@ impl<M: Medium> Reservation<'_, M> {
                 self.write_header(kind, crc);
                 self.log.medium.flush(at, record_footprint(self.length))
             } else {
-                let header = RecordHeader {
-                    lsn: self.lsn,
-                    length: self.length as u32,
-                    kind,
-                    payload_crc: crc,
-                };
-                self.line0[..layout::RECORD_HEADER_BYTES].copy_from_slice(&header.encode());
+                let header = self.header(kind, crc);
+                self.line0[..layout::RECORD_HEADER_BYTES].copy_from_slice(&header);
                 self.log.medium.write_nontemporal(at, &self.line0);
                 if self.pending_line != 0 {
                     let line_at = at + self.pending_line * layout::RECORD_ALIGN;
@@ -2010,14 +1989,19 @@ impl<M: Medium> Reservation<'_, M> {
         Ok(())
     }
 
-    fn write_header(&self, kind: u16, crc: u32) {
-        let header = RecordHeader {
+    /// The record's header bytes.
+    fn header(&self, kind: u16, crc: u32) -> [u8; layout::RECORD_HEADER_BYTES] {
+        RecordHeader {
             lsn: self.lsn,
             length: self.length as u32,
             kind,
             payload_crc: crc,
-        };
-        self.log.medium.write(self.at, &header.encode());
+        }
+        .encode()
+    }
+
+    fn write_header(&self, kind: u16, crc: u32) {
+        self.log.medium.write(self.at, &self.header(kind, crc));
     }
 }
 

@@ -997,6 +997,29 @@ pub fn calibrate(cpu: &CpuIdentity) -> Choices {
     calibrate_measured(cpu).0
 }
 
+/// Time `n` copies of `src` into `buf`, each made durable by `copy_and_persist` (streamed with
+/// `nt`), walking on from `*at` in whole lines and wrapping at the end (so each copy lands
+/// where the walk did not just write, as a log's ring moves on); ns per copy.
+fn time_walk(
+    flush: FlushInstruction,
+    buf: &mut [u8],
+    at: &mut usize,
+    src: &[u8],
+    n: usize,
+    nt: bool,
+) -> f64 {
+    let size = src.len();
+    let t = Instant::now();
+    for _ in 0..n {
+        if *at + size > buf.len() {
+            *at = 0;
+        }
+        crate::cpu::copy_and_persist(flush, &mut buf[*at..*at + size], src, nt);
+        *at += size.next_multiple_of(64);
+    }
+    t.elapsed().as_nanos() as f64 / n as f64
+}
+
 /// [`calibrate`], with the figures it chose from.
 pub fn calibrate_measured(cpu: &CpuIdentity) -> (Choices, Measured) {
     const REPS: usize = 9;
@@ -1014,16 +1037,7 @@ pub fn calibrate_measured(cpu: &CpuIdentity) -> (Choices, Measured) {
     // log moves on), so the destination is not in the cache as it would not be in a log.
     let mut time_copy = |size: usize, nt: bool| -> f64 {
         let n = (256 << 10) / size.max(1024);
-        let t = Instant::now();
-        for _ in 0..n {
-            if base + at + size > SCRATCH {
-                at = 0;
-            }
-            let dst = &mut scratch[base + at..base + at + size];
-            crate::cpu::copy_and_persist(flush, dst, &src[..size], nt);
-            at += size.next_multiple_of(64);
-        }
-        t.elapsed().as_nanos() as f64 / n as f64
+        time_walk(flush, &mut scratch[base..], &mut at, &src[..size], n, nt)
     };
     let median = |mut v: Vec<f64>| {
         v.sort_by(f64::total_cmp);
@@ -1109,17 +1123,14 @@ pub fn calibrate_measured(cpu: &CpuIdentity) -> (Choices, Measured) {
     let has_stream = cpu.has("sse2");
     let mut rat = 0usize;
     let mut time_record = |rec: usize, streamed: bool| -> f64 {
-        const N: usize = RECORDS;
-        let t = Instant::now();
-        for _ in 0..N {
-            if base + rat + rec > SCRATCH {
-                rat = 0;
-            }
-            let d = &mut scratch[base + rat..base + rat + rec];
-            crate::cpu::copy_and_persist(flush, d, &src[..rec], streamed);
-            rat += rec;
-        }
-        t.elapsed().as_nanos() as f64 / N as f64
+        time_walk(
+            flush,
+            &mut scratch[base..],
+            &mut rat,
+            &src[..rec],
+            RECORDS,
+            streamed,
+        )
     };
     let (mut rec_ord, mut rec_nt) = (Vec::new(), Vec::new());
     for &p in &STREAM_SYNC_PAYLOADS {
