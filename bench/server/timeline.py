@@ -163,6 +163,91 @@ def bucket_phases(b, cks):
     return cover
 
 
+def parse_cpu(path):
+    """cpusample.py's lines: [(epoch_s, {counter: cumulative value})], counters flattened:
+    machine jiffies (sys.*), per server thread group CPU ns / faults / switches
+    (server.<name>.cpu_ns, .minflt, .vcsw, .ivcsw), client CPU ns and faults."""
+    rows = []
+    if not path or not os.path.exists(path):
+        return rows
+    with open(path, errors="replace") as fh:
+        for line in fh:
+            try:
+                r = json.loads(line)
+            except ValueError:
+                continue
+            c = {f"sys.{k}": v for k, v in r.get("sys", {}).items()}
+            for name, v in r.get("server", {}).items():
+                for k, x in zip(("cpu_ns", "minflt", "vcsw", "ivcsw"), v):
+                    c[f"server.{name}.{k}"] = x
+            cl = r.get("client") or [0, 0]
+            c["client.cpu_ns"], c["client.minflt"] = cl[0], cl[1]
+            rows.append((r["t"], c))
+    return rows
+
+
+def cpu_in(rows, t0, a, b):
+    """Counter increments within bucket times a..b (seconds after t0): the increments between
+    consecutive samples (a counter missing from either sample, a thread that started or
+    exited, counts 0 in that step), each step weighted by its overlap with the bucket; None
+    unless samples cover the bucket. CPU counters become CPUs (ns per second of the bucket),
+    jiffies become shares of the machine, the rest rates per second."""
+    if not rows or rows[0][0] - t0 > a or rows[-1][0] - t0 < b:
+        return None
+    d = {}
+    for (ta, ca), (tb, cb) in zip(rows, rows[1:]):
+        lo, hi = max(ta - t0, a), min(tb - t0, b)
+        if hi <= lo or tb <= ta:
+            continue
+        w = (hi - lo) / (tb - ta)
+        for k, v in cb.items():
+            if k in ca:
+                d[k] = d.get(k, 0.0) + max(0, v - ca[k]) * w
+    span = b - a
+    if span <= 0:
+        return None
+    jiffies = sum(v for k, v in d.items() if k.startswith("sys."))
+    out = {"span_s": span}
+    for k, v in d.items():
+        if k.startswith("sys."):
+            out[k] = v / jiffies if jiffies else None
+        elif k.endswith("cpu_ns"):
+            out[k] = v / 1e9 / span
+        else:
+            out[k] = v / span
+    return out
+
+
+def cpu_groups(c):
+    """{group: CPUs} of one bucket: the checkpoint's threads, the workers, the rest of the
+    server, the client, and the machine's idle and steal (in CPUs of nproc)."""
+    if c is None:
+        return None
+    g = {"checkpoint": 0.0, "workers": 0.0, "server other": 0.0}
+    for k, v in c.items():
+        if not (k.startswith("server.") and k.endswith(".cpu_ns")):
+            continue
+        name = k[len("server."):-len(".cpu_ns")]
+        if name.startswith("dipper-") or name.startswith("kavach-bgsave"):
+            g["checkpoint"] += v
+        elif name.startswith("kavach-worker"):
+            g["workers"] += v
+        else:
+            g["server other"] += v
+    g["client"] = c.get("client.cpu_ns", 0.0)
+    n = os.cpu_count() or 1
+    g["idle"] = (c.get("sys.idle") or 0.0) * n + (c.get("sys.iowait") or 0.0) * n
+    g["steal"] = (c.get("sys.steal") or 0.0) * n
+    g["checkpoint faults/s"] = sum(v for k, v in c.items()
+                                   if k.startswith("server.dipper-") and k.endswith(".minflt"))
+    g["worker faults/s"] = sum(v for k, v in c.items()
+                               if k.startswith("server.kavach-worker") and k.endswith(".minflt"))
+    g["worker invol. switches/s"] = sum(v for k, v in c.items()
+                                        if k.startswith("server.kavach-worker")
+                                        and k.endswith(".ivcsw"))
+    return g
+
+
 def med(xs):
     xs = [x for x in xs if x is not None]
     return statistics.median(xs) if xs else None
@@ -203,9 +288,13 @@ def analyse(run):
     t_end = buckets[-1]["t_end"] if buckets else run["seconds"]
     spans, triggers = busy_spans(evs, t_end)
     cks = checkpoint_phases(evs, t0)
+    samples = parse_cpu(run.get("cpu"))
     for b in buckets:
         b["busy"] = any(s < b["t_end"] and e > b["t_start"] for s, e, _ in spans)
         b["phases"] = {k: round(v, 3) for k, v in bucket_phases(b, cks).items()}
+        g = cpu_groups(cpu_in(samples, t0, b["t_start"], b["t_end"]))
+        if g is not None:
+            b["cpu"] = {k: round(v, 3) for k, v in g.items()}
     return buckets, spans, triggers, evs, cks
 
 
@@ -288,6 +377,43 @@ def plot(path, results):
     return None
 
 
+CPU_COLS = ["checkpoint", "workers", "server other", "client", "idle", "steal",
+            "checkpoint faults/s", "worker faults/s", "worker invol. switches/s"]
+
+
+def cpu_table(buckets, worst, medv):
+    """Markdown: where the CPUs went in the worst buckets, beside the median of the buckets
+    without a checkpoint and of those in one (from cpusample.py; empty without samples)."""
+    have = [b for b in buckets if b.get("cpu")]
+    if not have:
+        return []
+
+    def row(label, bs):
+        ops = med([b["ops_per_s"] for b in bs])
+        cells = [label, len(bs), f(rat(ops, medv), 3)]
+        for k in CPU_COLS:
+            v = med([b["cpu"].get(k) for b in bs])
+            cells.append(f(v, 0 if "/s" in k else 2))
+        return cells
+
+    rows = []
+    for b in worst:
+        if b.get("cpu"):
+            rows.append(row(f"{b['t_start']:.1f}-{b['t_end']:.1f}", [b]))
+    calm = [b for b in have if not b["phases"]]
+    for p, _ in PHASES:
+        bs = [b for b in have if b["phases"].get(p, 0) >= 0.5]
+        if bs:
+            rows.append(row(f"median, at least half in {p}", bs))
+    if calm:
+        rows.append(row("median, no checkpoint", calm))
+    return [table(["buckets", "n", "ops / median"] + [f"{k} (CPUs)" if "/s" not in k else k
+                                                      for k in CPU_COLS], rows),
+            "", f"CPUs: CPU-seconds per second of the bucket, of {os.cpu_count()} "
+            "(server threads from /proc/PID/task/*/schedstat, the YCSB JVM summed over its "
+            "threads, idle and steal from /proc/stat); faults: minor page faults per second.", ""]
+
+
 def worst_seconds(results, summaries, phases, n=3):
     """Markdown: per system, its n worst buckets with what overlapped them, and per Kavach
     checkpoint its phases and CPU time."""
@@ -304,6 +430,7 @@ def worst_seconds(results, summaries, phases, n=3):
         out.append(f"{name}:\n")
         out.append(table(["bucket (s)", "ops/s", "/ median", "checkpoint phases in it",
                           "busy spans"], rows) + "\n")
+        out.extend(cpu_table(buckets, worst, medv))
         cks = phases.get(name) or []
         if cks:
             rows = []

@@ -123,8 +123,10 @@ SLOG="$OUT/servers.log"
 rm -f -- "$OUT"/raw/*
 make_run_dir kavach-timeline
 CTL_PID=""
+SAMPLER_PID=""
 on_exit() {
   if [ -n "$CTL_PID" ] && kill -0 "$CTL_PID" 2>/dev/null; then kill "$CTL_PID" 2>/dev/null || true; fi
+  if [ -n "$SAMPLER_PID" ] && kill -0 "$SAMPLER_PID" 2>/dev/null; then kill "$SAMPLER_PID" 2>/dev/null || true; fi
   cleanup_servers
 }
 trap on_exit EXIT
@@ -186,10 +188,16 @@ for sys in "${SYSTEMS[@]}"; do
   python3 "$HERE/resptool.py" ctl --port "$PORT" --command "$trig" --every "$EVERY" \
     --duration "$DURATION" --t0 "$t0" --out "$base.events.jsonl" 2>> "$SLOG" &
   CTL_PID=$!
+  # Where the CPU goes, for the report's worst seconds (server threads, YCSB, the machine).
+  python3 "$HERE/cpusample.py" --out "$base.cpu.jsonl" --server "$pid" \
+    --client-match site.ycsb.Client 2>> "$SLOG" &
+  SAMPLER_PID=$!
   ycsb_cmd -t -p operationcount=2000000000 -p "maxexecutiontime=$((DURATION + WARMUP))"
   show_cmd "${YCMD[@]}" > "$base.cmd"
   "${YCMD[@]}" > "$base.out" 2> "$base.status" \
     || { tail -n 20 "$base.status" >&2; die "YCSB run against $sys failed"; }
+  kill "$SAMPLER_PID" 2>/dev/null || true
+  SAMPLER_PID=""
   wait "$CTL_PID" || log "warning: the controller for $sys exited with an error (see $SLOG)"
   CTL_PID=""
   rewrites="$(info_field "$PORT" persistence aof_rewrites)"
@@ -201,7 +209,7 @@ for sys in "${SYSTEMS[@]}"; do
     log "$sys: checkpoints $(printf '%s' "$pers_before" | python3 -c 'import json,sys; print(json.load(sys.stdin).get("checkpoints","?"))') before the run, $(printf '%s' "$pers_after" | python3 -c 'import json,sys; print(json.load(sys.stdin).get("checkpoints","?"))') after; pool domain: $domain"
   fi
   python3 -c 'import json, sys; print(json.dumps({"system": sys.argv[1], "t0": float(sys.argv[2]),
-      "status": sys.argv[3], "events": sys.argv[4], "out": sys.argv[5], "trigger": sys.argv[6],
+      "status": sys.argv[3], "events": sys.argv[4], "cpu": sys.argv[4].replace(".events.jsonl", ".cpu.jsonl"), "out": sys.argv[5], "trigger": sys.argv[6],
       "every": int(sys.argv[7]), "seconds": int(sys.argv[8]), "records": int(sys.argv[9]),
       "threads": int(sys.argv[10]), "workload": sys.argv[11], "used_memory": sys.argv[12],
       "warmup": int(sys.argv[17]),

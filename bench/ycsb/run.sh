@@ -34,7 +34,9 @@
 # Output: a header (command, date, machine, domain), progress on stderr, and the markdown
 # report of bench/ycsb/summarize.py (also DIR/report.md). DIR/results.jsonl holds one JSON
 # line per YCSB invocation; DIR/raw/ the YCSB output (.out) and status lines (.status);
-# DIR/servers.log the servers' output. Environment: see bench/server/lib.sh (KAVACH_BIN,
+# DIR/servers.log the servers' output; DIR/raw/*.cpu.jsonl the CPU time of the server's
+# threads and of the client over each invocation (bench/server/cpusample.py), reported as CPU
+# per operation. Environment: see bench/server/lib.sh (KAVACH_BIN,
 # KAVACH_EXTRA_ARGS, REDIS_EXTRA_ARGS, BENCH_PORT, BENCH_SHM_DIR, BENCH_SERVER_CPU,
 # BENCH_CLIENT_CPU); YCSB_JAVA_OPTS adds JVM options; YCSB_RESTART_AFTER_LOAD=1 stops each
 # server cleanly after the load phase and starts it again on the loaded data before the run
@@ -100,9 +102,14 @@ RESULTS="$OUT/results.jsonl"
 SLOG="$OUT/servers.log"
 : > "$RESULTS"
 : > "$SLOG"
-rm -f -- "$OUT"/raw/*.out "$OUT"/raw/*.status
+rm -f -- "$OUT"/raw/*.out "$OUT"/raw/*.status "$OUT"/raw/*.cpu.jsonl
 make_run_dir kavach-ycsbbench
-trap cleanup_servers EXIT
+SAMPLER_PID=""
+on_exit() {
+  if [ -n "$SAMPLER_PID" ] && kill -0 "$SAMPLER_PID" 2>/dev/null; then kill "$SAMPLER_PID" 2>/dev/null || true; fi
+  cleanup_servers
+}
+trap on_exit EXIT
 trap 'exit 130' INT TERM
 PORT="$(free_port)"
 client_prefix
@@ -132,11 +139,18 @@ ycsb() {
              -p hdrhistogram.percentiles=99,99.9,99.99 -s -p status.interval=1)
   log "$sys round $round: $phase${wl:+ workload $wl}"
   show_cmd "${cmd[@]}" > "$base.cmd"
+  # CPU time of the server's threads and of the client over the invocation (CPU per operation
+  # in the report).
+  python3 "$ROOT/bench/server/cpusample.py" --out "$base.cpu.jsonl" --server "$SERVER_PID" \
+    --client-match site.ycsb.Client --interval 0.5 2>> "$SLOG" &
+  SAMPLER_PID=$!
   "${cmd[@]}" > "$base.out" 2> "$base.status" \
     || { tail -n 20 "$base.status" >&2; die "YCSB $phase${wl:+ $wl} against $sys failed (see $base.status)"; }
+  kill "$SAMPLER_PID" 2>/dev/null || true
+  SAMPLER_PID=""
   python3 "$HERE/summarize.py" parse "$base.out" system="$sys" round="$round" phase="$phase" \
       workload="${wl:-load}" threads="$THREADS" records="$RECORDS" operations="$ops" \
-      distribution="$DIST" >> "$RESULTS" \
+      distribution="$DIST" cpu_file="$base.cpu.jsonl" >> "$RESULTS" \
     || die "could not parse YCSB output $base.out"
   tail -n1 "$RESULTS" | python3 -c '
 import json, sys

@@ -5,7 +5,10 @@
         One JSON line: the KEY=VALUE pairs (numbers converted) plus "kind": "ycsb",
         "throughput" (ops/s), "runtime_ms" and, per operation type (READ, UPDATE, INSERT,
         ...), its count, average, min, max, p99, p99.9 and p99.99 latency in microseconds and
-        its "Return=" counts. Fails if the output has no [OVERALL] throughput.
+        its "Return=" counts. Fails if the output has no [OVERALL] throughput. With
+        cpu_file=PATH (bench/server/cpusample.py's samples over the invocation): "cpu", the
+        server's and the client's CPU time per operation (µs; the server's split into user and
+        system time) and the machine's idle and steal shares.
 
     summarize.py report RESULTS.jsonl [MORE.jsonl...] [--json OUT.json]
         Markdown tables, one per workload (load, a, b, c): per system the median over rounds of
@@ -80,7 +83,48 @@ def parse(path, pairs):
     if "throughput" not in rec:
         sys.exit(f"parse: {path} has no [OVERALL], Throughput(ops/sec) line")
     rec["ops"] = ops
+    if "cpu_file" in rec:
+        n = sum(d.get("count", 0) for k, d in ops.items()
+                if k in ("READ", "UPDATE", "INSERT", "SCAN", "READ-MODIFY-WRITE"))
+        rec["cpu"] = cpu_per_op(str(rec.pop("cpu_file")), n)
     print(json.dumps(rec))
+
+
+def cpu_per_op(path, n):
+    """CPU time per operation over the samples of cpusample.py (None without two samples)."""
+    rows = []
+    try:
+        with open(path) as f:
+            for line in f:
+                try:
+                    rows.append(json.loads(line))
+                except ValueError:
+                    pass
+    except OSError:
+        return None
+    if len(rows) < 2 or n <= 0:
+        return None
+    tot = {"server_ns": 0, "server_user": 0, "server_sys": 0, "client_ns": 0}
+    # Sum the increments between consecutive samples (threads that come and go count while
+    # they live); the client is summed over its processes.
+    for a, b in zip(rows, rows[1:]):
+        for name, v in b["server"].items():
+            u = a["server"].get(name)
+            if u:
+                tot["server_ns"] += max(0, v[0] - u[0])
+                if len(v) >= 6 and len(u) >= 6:
+                    tot["server_user"] += max(0, v[4] - u[4])
+                    tot["server_sys"] += max(0, v[5] - u[5])
+        tot["client_ns"] += max(0, b["client"][0] - a["client"][0])
+    js = {k: rows[-1]["sys"][k] - rows[0]["sys"][k] for k in rows[0]["sys"]}
+    jt = sum(js.values()) or 1
+    ticks = tot["server_user"] + tot["server_sys"]
+    return {"server_us_per_op": tot["server_ns"] / 1e3 / n,
+            "server_system_share": tot["server_sys"] / ticks if ticks else None,
+            "client_us_per_op": tot["client_ns"] / 1e3 / n,
+            "idle_share": (js.get("idle", 0) + js.get("iowait", 0)) / jt,
+            "steal_share": js.get("steal", 0) / jt,
+            "seconds": rows[-1]["t"] - rows[0]["t"]}
 
 
 def med(xs):
@@ -149,6 +193,11 @@ def report(paths, json_out):
             for key, label in (("p99_us", "p99"), ("p999_us", "p99.9"), ("p9999_us", "p99.99")):
                 cols.append((f"{o}.{key}", (lambda o, key: lambda r: r["ops"].get(o, {}).get(key))(o, key),
                              f"{o.lower()} {label}"))
+        if any(r.get("cpu") for r in rs):
+            for key, label in (("server_us_per_op", "server CPU µs/op"),
+                               ("client_us_per_op", "client CPU µs/op")):
+                cols.append((f"cpu.{key}", (lambda key: lambda r: (r.get("cpu") or {}).get(key))(key),
+                             label))
         vals = {}
         for s in systems:
             mine = [r for r in rs if r["system"] == s]
@@ -158,7 +207,8 @@ def report(paths, json_out):
                     for ret, n in d.get("returns", {}).items():
                         if ret != "OK":
                             problems.append(f"{s} round {r['round']} {wl}: {o} Return={ret} x{n}")
-        rows = [[s] + [fmt(vals[s][name]) for name, _, _ in cols] for s in systems]
+        rows = [[s] + [fmt(vals[s][name], 1 if name.startswith("cpu.") else 0)
+                       for name, _, _ in cols] for s in systems]
         for a, b in pairs:
             rows.append([f"**{SHORT[a]}/{SHORT[b]}**"] +
                         [ratio(vals[a][name], vals[b][name]) for name, _, _ in cols])

@@ -42,7 +42,9 @@ pub struct ServeArgs {
     /// nodes (--replicas, --role backup) take only `always`.
     #[arg(long, default_value = "always")]
     durability: String,
-    /// Worker threads serving connections, at least 1 (default: the number of cores).
+    /// Worker threads serving connections, at least 1 (default: one fewer than the cores, at
+    /// least 1: the core left over runs the checkpoint thread and the kernel's network work;
+    /// more workers help pipelined clients on a busy machine, see docs/benchmarks.md).
     #[arg(long)]
     workers: Option<usize>,
     /// Most client connections at once (at least 1).
@@ -553,6 +555,8 @@ impl<M: Medium + Clone + Send + Sync + 'static> Backend for StoreBackend<M> {
             kv("log_used_bytes", st.log_used_bytes),
             kv("log_next_lsn", st.log_next_lsn),
             kv("log_durable_lsn", st.log_durable_lsn),
+            kv("log_full_waits", st.log_full_waits),
+            kv("log_full_wait_ms", st.log_full_wait_us / 1000),
             kv(
                 "recovery",
                 if self.created {

@@ -499,6 +499,10 @@ pub struct Stats {
     pub slots_grow: bool,
     /// Bytes in allocated blocks that writes may not grow past (0: no limit).
     pub memory_max_bytes: u64,
+    /// Appends that found the active log full and waited for a checkpoint to swap the logs.
+    pub log_full_waits: u64,
+    /// Microseconds those appends waited, summed.
+    pub log_full_wait_us: u64,
     /// Why the store refuses writes, if it does.
     pub failed: Option<String>,
 }
@@ -547,6 +551,10 @@ struct Inner<M: Medium, S: Machine> {
     gate: RwLock<usize>,
     appended: AtomicU64,
     threshold: u64,
+    /// Appends that found the active log full and waited for a checkpoint's swap, and the
+    /// microseconds they waited (INFO: why a write's latency can reach milliseconds).
+    full_waits: AtomicU64,
+    full_wait_us: AtomicU64,
     arena_bytes: AtomicU64,
     /// Bytes in allocated arena blocks, over all shards (what `memory_max` limits).
     live_bytes: AtomicU64,
@@ -1113,6 +1121,8 @@ impl<M: Medium + Clone + Send + Sync + 'static, S: Machine> Dipper<M, S> {
             shards: arenas.into_iter().map(RwLock::new).collect(),
             threshold: ring * opts.checkpoint_at_percent as u64 / 100,
             appended: AtomicU64::new(logs[active].stats().used_bytes),
+            full_waits: AtomicU64::new(0),
+            full_wait_us: AtomicU64::new(0),
             logs,
             gate: RwLock::new(active),
             arena_bytes: AtomicU64::new(arena_bytes),
@@ -1750,10 +1760,14 @@ impl<M: Medium + Clone + Send + Sync + 'static, S: Machine> Inner<M, S> {
                         Duration::ZERO => self.opts.full_wait,
                         left => left,
                     };
+                    let waited = Instant::now();
                     let _ = self
                         .cond
                         .wait_timeout_while(s, wait, |s| s.swaps == seen && !s.stop && !s.failed)
                         .map_err(|_| poisoned())?;
+                    self.full_waits.fetch_add(1, Ordering::Relaxed);
+                    self.full_wait_us
+                        .fetch_add(waited.elapsed().as_micros() as u64, Ordering::Relaxed);
                     self.check_open()?;
                 }
                 Err(LogError::Full { needed, free, .. }) => {
@@ -2254,6 +2268,8 @@ impl<M: Medium + Clone + Send + Sync + 'static, S: Machine> Inner<M, S> {
             slot_capacity_bytes: self.slot_capacity.load(Ordering::Relaxed),
             slots_grow: self.slots_grow,
             memory_max_bytes: self.memory_max.load(Ordering::Relaxed),
+            log_full_waits: self.full_waits.load(Ordering::Relaxed),
+            log_full_wait_us: self.full_wait_us.load(Ordering::Relaxed),
             failed: self.failure(),
         }
     }

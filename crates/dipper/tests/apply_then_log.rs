@@ -201,3 +201,51 @@ fn growth_is_refused_when_the_slots_are_full() {
     });
     assert_eq!(r.unwrap(), (true, false));
 }
+
+#[test]
+fn a_write_that_finds_the_log_full_is_counted_with_its_wait() {
+    let sim = Arc::new(SimMedium::new(4 << 20, SimConfig::default()));
+    let m = Pool::format(Arc::clone(&sim), Domain::Sim).expect("format");
+    let pool = Pool::open_medium(m, &OpenOptions::default()).expect("open");
+    let layout = Layout {
+        log_bytes: 64 * 1024,
+        slot_bytes: 1 << 20,
+        shards: 4,
+        machine: 0,
+    };
+    let wait = std::time::Duration::from_millis(50);
+    let opts = Options {
+        background: false,
+        full_wait: wait,
+        ..Options::default()
+    };
+    let (e, _) = Dipper::create(pool, &layout, Counter, opts).expect("create");
+    assert_eq!(
+        (e.stats().log_full_waits, e.stats().log_full_wait_us),
+        (0, 0)
+    );
+    // No checkpoint thread: the write that finds the log full waits `full_wait`, then fails.
+    let mut appended = 0u64;
+    let err = loop {
+        match e.execute(Some(&[0]), &1u64.to_le_bytes(), false) {
+            Ok(()) => appended += 1,
+            Err(err) => break err,
+        }
+        assert!(appended < 1_000_000, "a 64 KiB log never filled");
+    };
+    assert!(matches!(err, DipperError::OutOfSpace(_)), "{err:?}");
+    let st = e.stats();
+    assert_eq!(st.log_full_waits, 1, "one wait before the write gave up");
+    assert!(
+        st.log_full_wait_us >= wait.as_micros() as u64,
+        "waited {} µs, at least {:?} expected",
+        st.log_full_wait_us,
+        wait
+    );
+    // A checkpoint empties the log: the next write does not wait.
+    e.checkpoint().expect("checkpoint");
+    e.execute(Some(&[0]), &1u64.to_le_bytes(), false)
+        .expect("a write after the checkpoint");
+    assert_eq!(e.stats().log_full_waits, 1);
+    assert_eq!(counters(&e)[0], appended + 1);
+}

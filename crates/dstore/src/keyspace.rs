@@ -504,4 +504,37 @@ impl<M: Medium + Clone + Send + Sync + 'static> Keyspace for Store<M> {
             .filter_map(|s| self.engine().read(s, Arena::live_bytes).ok())
             .sum()
     }
+
+    /// One walk of each shard's table reading only the entries' database and deadline words:
+    /// no key is copied (the scan the default goes through copies every key it returns).
+    fn expiring(&self, db: Db, max_keys: usize) -> ModelResult<u64> {
+        Self::check_db(db)?;
+        let now = self.now();
+        let (mut expires, mut seen) = (0u64, 0usize);
+        for s in 0..self.engine().shards() {
+            if seen >= max_keys {
+                break;
+            }
+            let (e, n) = self
+                .engine()
+                .read(s, |a| {
+                    let (mut e, mut n) = (0u64, 0usize);
+                    table::for_each(a, a.user(crate::machine::USER_KEYSPACE), |entry| {
+                        // The entries the scan would return (live keys of a known type).
+                        if effects::db(a, entry) == db
+                            && !effects::is_expired(a, entry, now)
+                            && effects::kind_of(effects::type_tag(a, entry)).is_some()
+                        {
+                            n += 1;
+                            e += u64::from(entry.expire(a) != 0);
+                        }
+                    });
+                    (e, n)
+                })
+                .map_err(model_error)?;
+            expires += e;
+            seen += n;
+        }
+        Ok(expires)
+    }
 }

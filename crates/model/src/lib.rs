@@ -563,4 +563,19 @@ pub trait Keyspace: Send + Sync + 'static {
     fn expired(&self, cursor: u64, limit: usize) -> ModelResult<(u64, Vec<(Db, Bytes)>)>;
     /// Bytes of memory the data takes (INFO `used_memory`, `--maxmemory`).
     fn used_bytes(&self) -> u64;
+    /// Live keys of `db` with a deadline (INFO keyspace's `expires`), counting at most about
+    /// `max_keys` keys of the database before stopping. The default walks [`Keyspace::scan`];
+    /// a store can count without copying its keys.
+    fn expiring(&self, db: Db, max_keys: usize) -> ModelResult<u64> {
+        let (mut expires, mut seen, mut cursor) = (0u64, 0usize, 0u64);
+        loop {
+            let (next, infos) = self.scan(db, cursor, 1000)?;
+            seen += infos.len();
+            expires += infos.iter().filter(|k| k.expire_at_ms != 0).count() as u64;
+            cursor = next;
+            if cursor == 0 || seen >= max_keys {
+                return Ok(expires);
+            }
+        }
+    }
 }

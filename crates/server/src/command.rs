@@ -1140,7 +1140,7 @@ fn cmd_hello(ctx: &mut Ctx<'_>, args: &[Vec<u8>], out: &mut Vec<u8>) -> CommandR
 /// INFO's `slave` named `replica` as Redis 7's HELLO names it.
 fn role(shared: &Shared) -> String {
     // Without the keyspace: HELLO runs on every connect and must not walk the data.
-    let info_role = info_sections(shared, None)
+    let info_role = info_sections(shared, None, false)
         .into_iter()
         .find(|(title, _)| title == "Replication")
         .and_then(|(_, lines)| lines.into_iter().find(|(k, _)| k == "role"))
@@ -1993,17 +1993,7 @@ fn keyspace_lines(ks: &dyn Keyspace) -> Vec<(String, String)> {
         if keys == 0 {
             continue;
         }
-        let mut expires = 0u64;
-        let mut seen = 0usize;
-        let mut cursor = 0;
-        while let Ok((next, infos)) = ks.scan(db, cursor, 1000) {
-            seen += infos.len();
-            expires += infos.iter().filter(|k| k.expire_at_ms != 0).count() as u64;
-            cursor = next;
-            if cursor == 0 || seen >= INFO_SCAN_KEYS_MAX {
-                break;
-            }
-        }
+        let expires = ks.expiring(db, INFO_SCAN_KEYS_MAX).unwrap_or(0);
         lines.push((
             format!("db{db}"),
             format!("keys={keys},expires={expires},avg_ttl=0"),
@@ -2013,8 +2003,15 @@ fn keyspace_lines(ks: &dyn Keyspace) -> Vec<(String, String)> {
 }
 
 /// INFO's sections. The memory and keyspace figures come from `keyspace` (`None`: left out,
-/// as inside EXEC, whose transaction holds the whole keyspace).
-fn info_sections(shared: &Shared, keyspace: Option<&dyn Keyspace>) -> Vec<InfoSection> {
+/// as inside EXEC, whose transaction holds the whole keyspace). The keyspace section's lines
+/// are computed only with `keyspace_lines_too`: counting the keys with a deadline walks the
+/// keyspace, which a poll of `INFO persistence` must not pay for (it took a worker 0.3-0.5 s at
+/// 1,000,000 keys, ten times a second under bench/server/timeline.sh).
+fn info_sections(
+    shared: &Shared,
+    keyspace: Option<&dyn Keyspace>,
+    keyspace_lines_too: bool,
+) -> Vec<InfoSection> {
     let stats = shared.stats.snapshot();
     let uptime = shared.started.elapsed().as_secs();
     let c = &shared.config;
@@ -2161,7 +2158,10 @@ fn info_sections(shared: &Shared, keyspace: Option<&dyn Keyspace>) -> Vec<InfoSe
         ("Cluster".into(), vec![line("cluster_enabled", "0".into())]),
         (
             "Keyspace".into(),
-            keyspace.map(keyspace_lines).unwrap_or_default(),
+            keyspace
+                .filter(|_| keyspace_lines_too)
+                .map(keyspace_lines)
+                .unwrap_or_default(),
         ),
     ];
     debug_assert!(
@@ -2213,7 +2213,8 @@ fn cmd_info(ctx: &mut Ctx<'_>, args: &[Vec<u8>], out: &mut Vec<u8>) -> CommandRe
     } else {
         ctx.backend().keyspace()
     };
-    for (title, lines) in info_sections(ctx.shared, keyspace) {
+    let keyspace_too = all || wanted.iter().any(|w| w.as_slice() == b"keyspace");
+    for (title, lines) in info_sections(ctx.shared, keyspace, keyspace_too) {
         if !all
             && !wanted
                 .iter()

@@ -120,7 +120,8 @@ pub struct Config {
     pub bind: IpAddr,
     /// Port to listen on; 0 picks a free port (see [`Server::local_addr`]). Default 6379.
     pub port: u16,
-    /// Worker threads, at least 1 (default: the number of available cores).
+    /// Worker threads, at least 1 (default: [`default_workers`], one fewer than the available
+    /// cores).
     pub workers: usize,
     /// Most connections open at once, at least 1 (default 10,000).
     pub max_clients: usize,
@@ -144,12 +145,25 @@ pub struct Config {
     pub active_expiry_period: Duration,
 }
 
+/// Worker threads when none are asked for: one fewer than the available cores, at least one.
+///
+/// The core left over runs what a write sets off besides its reply: the store's checkpoint
+/// thread (DIPPER replays every logged write onto its mirror) and the kernel's network
+/// processing. Measured on a 2-core machine with the clients beside the server
+/// (`docs/benchmarks.md`, issue 27, fourth session): with one worker instead of two, YCSB's read
+/// and update p99.9 in workloads A and B went from 1.1-1.3x Redis's to 0.95-0.97x at the same
+/// throughput, and redis-benchmark's P1 SET from 0.85x Redis to 0.92x; two workers were faster
+/// only for pipelined requests (P16 SET 1.04x against 0.97x, GET 1.26x against 1.04x).
+pub fn default_workers() -> usize {
+    thread::available_parallelism().map_or(1, |n| n.get().saturating_sub(1).max(1))
+}
+
 impl Default for Config {
     fn default() -> Self {
         Config {
             bind: IpAddr::V4(Ipv4Addr::LOCALHOST),
             port: 6379,
-            workers: thread::available_parallelism().map_or(1, |n| n.get()),
+            workers: default_workers(),
             max_clients: 10_000,
             limits: Limits::default(),
             durability: "always".to_string(),
