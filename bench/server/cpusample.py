@@ -11,13 +11,18 @@ Every S seconds (default 0.2) until the server exits or the sampler is signalled
      "server": {"<thread name>": [cpu ns, minor faults, voluntary switches,
                                   involuntary switches, user ticks, system ticks], ...}
                                                   # summed over the threads of a name
-     "client": [cpu ns, minor faults, user ticks, system ticks]}
+     "client": [cpu ns, minor faults, user ticks, system ticks],
                                                   # every process whose command line has TEXT
+     "probe_ns": CPU time of a fixed piece of work (below)}
 
 CPU time per thread comes from /proc/PID/task/TID/schedstat (nanoseconds on a CPU), faults and
 its split into user and system time (clock ticks, os.sysconf("SC_CLK_TCK") per second) from
 .../stat and context switches from .../status; all are cumulative, so the reader differences
-two samples. Threads with a number in their name (kavach-worker-3) are summed under the name
+two samples. The probe times, in the sampler's own CPU time (so waiting for a CPU does not
+count), the same small loop at every sample (about 1 ms): when it takes longer, the CPU itself
+ran slower in that moment (another tenant of the host on the same core or cache, a lower clock),
+which slows the server and the client alike; virtual machines do not always report that as steal,
+and without hardware counters (cycles, instructions) nothing else here shows it. Threads with a number in their name (kavach-worker-3) are summed under the name
 with the number replaced by '*', so that a line stays short; a thread that exits between two
 samples takes its counts with it (the difference is clamped at 0 by the reader).
 """
@@ -107,6 +112,15 @@ def client_sample(match):
     return [cpu, flt, ut, st]
 
 
+def probe():
+    """CPU nanoseconds of a fixed loop (the machine's speed at this moment)."""
+    t0 = time.thread_time_ns()
+    acc = 0
+    for i in range(4000):
+        acc = (acc * 31 + i) & 0xFFFFFFFF
+    return time.thread_time_ns() - t0
+
+
 def sys_sample():
     line = (read("/proc/stat") or "").splitlines()[0].split()
     names = ["user", "nice", "system", "idle", "iowait", "irq", "softirq", "steal"]
@@ -131,7 +145,7 @@ def main():
             if srv is None:
                 break
             row = {"t": round(time.time(), 4), "sys": sys_sample(), "server": srv,
-                   "client": client_sample(a.client_match)}
+                   "client": client_sample(a.client_match), "probe_ns": probe()}
             f.write(json.dumps(row, separators=(",", ":")) + "\n")
             f.flush()
             time.sleep(a.interval)

@@ -182,7 +182,7 @@ def parse_cpu(path):
                     c[f"server.{name}.{k}"] = x
             cl = r.get("client") or [0, 0]
             c["client.cpu_ns"], c["client.minflt"] = cl[0], cl[1]
-            rows.append((r["t"], c))
+            rows.append((r["t"], c, r.get("probe_ns")))
     return rows
 
 
@@ -195,7 +195,8 @@ def cpu_in(rows, t0, a, b):
     if not rows or rows[0][0] - t0 > a or rows[-1][0] - t0 < b:
         return None
     d = {}
-    for (ta, ca), (tb, cb) in zip(rows, rows[1:]):
+    probes = [p for t, _, p in rows if p and a <= t - t0 <= b]
+    for (ta, ca, _), (tb, cb, _) in zip(rows, rows[1:]):
         lo, hi = max(ta - t0, a), min(tb - t0, b)
         if hi <= lo or tb <= ta:
             continue
@@ -207,7 +208,7 @@ def cpu_in(rows, t0, a, b):
     if span <= 0:
         return None
     jiffies = sum(v for k, v in d.items() if k.startswith("sys."))
-    out = {"span_s": span}
+    out = {"span_s": span, "probe_us": statistics.median(probes) / 1e3 if probes else None}
     for k, v in d.items():
         if k.startswith("sys."):
             out[k] = v / jiffies if jiffies else None
@@ -245,6 +246,7 @@ def cpu_groups(c):
     g["worker invol. switches/s"] = sum(v for k, v in c.items()
                                         if k.startswith("server.kavach-worker")
                                         and k.endswith(".ivcsw"))
+    g["probe µs"] = c.get("probe_us")
     return g
 
 
@@ -294,7 +296,7 @@ def analyse(run):
         b["phases"] = {k: round(v, 3) for k, v in bucket_phases(b, cks).items()}
         g = cpu_groups(cpu_in(samples, t0, b["t_start"], b["t_end"]))
         if g is not None:
-            b["cpu"] = {k: round(v, 3) for k, v in g.items()}
+            b["cpu"] = {k: (None if v is None else round(v, 3)) for k, v in g.items()}
     return buckets, spans, triggers, evs, cks
 
 
@@ -378,7 +380,7 @@ def plot(path, results):
 
 
 CPU_COLS = ["checkpoint", "workers", "server other", "client", "idle", "steal",
-            "checkpoint faults/s", "worker faults/s", "worker invol. switches/s"]
+            "checkpoint faults/s", "worker faults/s", "worker invol. switches/s", "probe µs"]
 
 
 def cpu_table(buckets, worst, medv):
@@ -393,7 +395,7 @@ def cpu_table(buckets, worst, medv):
         cells = [label, len(bs), f(rat(ops, medv), 3)]
         for k in CPU_COLS:
             v = med([b["cpu"].get(k) for b in bs])
-            cells.append(f(v, 0 if "/s" in k else 2))
+            cells.append(f(v, 0 if "/s" in k or "µs" in k else 2))
         return cells
 
     rows = []
@@ -407,11 +409,13 @@ def cpu_table(buckets, worst, medv):
             rows.append(row(f"median, at least half in {p}", bs))
     if calm:
         rows.append(row("median, no checkpoint", calm))
-    return [table(["buckets", "n", "ops / median"] + [f"{k} (CPUs)" if "/s" not in k else k
+    return [table(["buckets", "n", "ops / median"] + [k if "/s" in k or "µs" in k else f"{k} (CPUs)"
                                                       for k in CPU_COLS], rows),
             "", f"CPUs: CPU-seconds per second of the bucket, of {os.cpu_count()} "
             "(server threads from /proc/PID/task/*/schedstat, the YCSB JVM summed over its "
-            "threads, idle and steal from /proc/stat); faults: minor page faults per second.", ""]
+            "threads, idle and steal from /proc/stat); faults: minor page faults per second; "
+            "probe: the sampler's CPU time for a fixed loop, median in the bucket (higher: the "
+            "CPU ran slower then, for the server and the client alike).", ""]
 
 
 def worst_seconds(results, summaries, phases, n=3):
