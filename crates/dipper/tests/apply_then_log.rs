@@ -47,6 +47,10 @@ fn options() -> Options {
 }
 
 fn create() -> (Arc<SimMedium>, Engine) {
+    create_with(options())
+}
+
+fn create_with(opts: Options) -> (Arc<SimMedium>, Engine) {
     let sim = Arc::new(SimMedium::new(4 << 20, SimConfig::default()));
     let m = Pool::format(Arc::clone(&sim), Domain::Sim).expect("format");
     let pool = Pool::open_medium(m, &OpenOptions::default()).expect("open");
@@ -56,7 +60,7 @@ fn create() -> (Arc<SimMedium>, Engine) {
         shards: 4,
         machine: 0,
     };
-    let (engine, _) = Dipper::create(pool, &layout, Counter, options()).expect("create");
+    let (engine, _) = Dipper::create(pool, &layout, Counter, opts).expect("create");
     (sim, engine)
 }
 
@@ -204,22 +208,11 @@ fn growth_is_refused_when_the_slots_are_full() {
 
 #[test]
 fn a_write_that_finds_the_log_full_is_counted_with_its_wait() {
-    let sim = Arc::new(SimMedium::new(4 << 20, SimConfig::default()));
-    let m = Pool::format(Arc::clone(&sim), Domain::Sim).expect("format");
-    let pool = Pool::open_medium(m, &OpenOptions::default()).expect("open");
-    let layout = Layout {
-        log_bytes: 64 * 1024,
-        slot_bytes: 1 << 20,
-        shards: 4,
-        machine: 0,
-    };
     let wait = std::time::Duration::from_millis(50);
-    let opts = Options {
-        background: false,
+    let (_, e) = create_with(Options {
         full_wait: wait,
-        ..Options::default()
-    };
-    let (e, _) = Dipper::create(pool, &layout, Counter, opts).expect("create");
+        ..options()
+    });
     assert_eq!(
         (e.stats().log_full_waits, e.stats().log_full_wait_us),
         (0, 0)
