@@ -4,7 +4,8 @@
 Usage:
     cpusample.py --out FILE --server PID [--client-match TEXT] [--interval S]
 
-Every S seconds (default 0.2) until the server exits or the sampler is signalled, one JSON line:
+Every S seconds (default 0.2) until the server exits or the sampler is signalled, one JSON line
+(exit 0; exit 2 if there is no process PID to begin with):
     {"t": epoch seconds,
      "sys": {"user": .., "nice": .., "system": .., "idle": .., "iowait": .., "irq": ..,
              "softirq": .., "steal": ..}          # /proc/stat's cpu line, jiffies (cumulative)
@@ -139,11 +140,14 @@ def main():
     stop = []
     signal.signal(signal.SIGTERM, lambda *_: stop.append(1))
     signal.signal(signal.SIGINT, lambda *_: stop.append(1))
+    if server_sample(a.server) is None:
+        print(f"cpusample.py: no process {a.server} to sample", file=sys.stderr)
+        return 2
     with open(a.out, "w") as f:
         while not stop:
             srv = server_sample(a.server)
             if srv is None:
-                break
+                break  # the server exited: the samples so far are the record
             row = {"t": round(time.time(), 4), "sys": sys_sample(), "server": srv,
                    "client": client_sample(a.client_match), "probe_ns": probe()}
             f.write(json.dumps(row, separators=(",", ":")) + "\n")
