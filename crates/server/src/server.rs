@@ -151,9 +151,9 @@ pub struct Config {
 /// thread (DIPPER replays every logged write onto its mirror) and the kernel's network
 /// processing. Measured on a 2-core machine with the clients beside the server
 /// (`docs/benchmarks.md`, issue 27, fourth session): with one worker instead of two, YCSB's read
-/// and update p99.9 in workloads A and B went from 1.1-1.3x Redis's to 0.95-0.97x at the same
-/// throughput, and redis-benchmark's P1 SET from 0.85x Redis to 0.92x; two workers were faster
-/// only for pipelined requests (P16 SET 1.04x against 0.97x, GET 1.26x against 1.04x).
+/// and update p99.9 in workloads A and B went from 1.1-1.3x Redis's to 0.92-1.02x over two
+/// rounds, and redis-benchmark's P1 SET from 0.85x Redis to 0.92x; two workers were faster only
+/// for pipelined requests (P16 SET 1.04x against 0.97x, GET 1.26x against 1.04x).
 pub fn default_workers() -> usize {
     thread::available_parallelism().map_or(1, |n| n.get().saturating_sub(1).max(1))
 }
