@@ -505,35 +505,34 @@ impl<M: Medium + Clone + Send + Sync + 'static> Keyspace for Store<M> {
             .sum()
     }
 
-    /// One walk of each shard's table reading only the entries' database and deadline words:
-    /// no key is copied (the scan the default goes through copies every key it returns).
-    fn expiring(&self, db: Db, max_keys: usize) -> ModelResult<u64> {
-        Self::check_db(db)?;
+    /// One walk of each shard's table for every database, reading only the entries' database
+    /// and deadline words: no key is copied (the scan the default goes through copies every key
+    /// it returns, database by database).
+    fn expiring(&self, max_keys: usize) -> ModelResult<[u64; model::DATABASES]> {
         let now = self.now();
-        let (mut expires, mut seen) = (0u64, 0usize);
+        let mut expires = [0u64; model::DATABASES];
+        let mut seen = 0usize;
         for s in 0..self.engine().shards() {
             if seen >= max_keys {
                 break;
             }
-            let (e, n) = self
+            seen += self
                 .engine()
                 .read(s, |a| {
-                    let (mut e, mut n) = (0u64, 0usize);
+                    let mut n = 0usize;
                     table::for_each(a, a.user(crate::machine::USER_KEYSPACE), |entry| {
                         // The entries the scan would return (live keys of a known type).
-                        if effects::db(a, entry) == db
-                            && !effects::is_expired(a, entry, now)
+                        if !effects::is_expired(a, entry, now)
                             && effects::kind_of(effects::type_tag(a, entry)).is_some()
+                            && let Some(count) = expires.get_mut(effects::db(a, entry) as usize)
                         {
                             n += 1;
-                            e += u64::from(entry.expire(a) != 0);
+                            *count += u64::from(entry.expire(a) != 0);
                         }
                     });
-                    (e, n)
+                    n
                 })
                 .map_err(model_error)?;
-            expires += e;
-            seen += n;
         }
         Ok(expires)
     }

@@ -563,19 +563,29 @@ pub trait Keyspace: Send + Sync + 'static {
     fn expired(&self, cursor: u64, limit: usize) -> ModelResult<(u64, Vec<(Db, Bytes)>)>;
     /// Bytes of memory the data takes (INFO `used_memory`, `--maxmemory`).
     fn used_bytes(&self) -> u64;
-    /// Live keys of `db` with a deadline (INFO keyspace's `expires`), counting at most about
-    /// `max_keys` keys of the database before stopping. The default walks [`Keyspace::scan`];
-    /// a store can count without copying its keys.
-    fn expiring(&self, db: Db, max_keys: usize) -> ModelResult<u64> {
-        let (mut expires, mut seen, mut cursor) = (0u64, 0usize, 0u64);
-        loop {
-            let (next, infos) = self.scan(db, cursor, 1000)?;
-            seen += infos.len();
-            expires += infos.iter().filter(|k| k.expire_at_ms != 0).count() as u64;
-            cursor = next;
-            if cursor == 0 || seen >= max_keys {
-                return Ok(expires);
+    /// Live keys with a deadline in each database (INFO keyspace's `expires`), counted over at
+    /// most about `max_keys` keys in all before stopping. The default walks [`Keyspace::scan`]
+    /// database by database; a store can count every database in one walk without copying
+    /// its keys.
+    fn expiring(&self, max_keys: usize) -> ModelResult<[u64; DATABASES]> {
+        let mut expires = [0u64; DATABASES];
+        let mut seen = 0usize;
+        for (db, count) in expires.iter_mut().enumerate() {
+            let db = db as Db;
+            if seen >= max_keys || self.dbsize(db)? == 0 {
+                continue;
+            }
+            let mut cursor = 0u64;
+            loop {
+                let (next, infos) = self.scan(db, cursor, 1000)?;
+                seen += infos.len();
+                *count += infos.iter().filter(|k| k.expire_at_ms != 0).count() as u64;
+                cursor = next;
+                if cursor == 0 || seen >= max_keys {
+                    break;
+                }
             }
         }
+        Ok(expires)
     }
 }

@@ -1571,9 +1571,9 @@ impl model::Keyspace for Replicated {
     fn used_bytes(&self) -> u64 {
         self.inner.keyspace().map_or(0, |k| k.used_bytes())
     }
-    fn expiring(&self, db: model::Db, max_keys: usize) -> model::ModelResult<u64> {
+    fn expiring(&self, max_keys: usize) -> model::ModelResult<[u64; model::DATABASES]> {
         // The applied mark has no deadline, so the store's count needs no correction.
-        self.data()?.expiring(db, max_keys)
+        self.data()?.expiring(max_keys)
     }
 }
 

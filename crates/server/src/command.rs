@@ -1945,8 +1945,8 @@ const SERVER_SECTIONS: &[&str] = &[
     "Keyspace",
 ];
 
-/// Keys INFO's keyspace section looks at per database to count deadlines; beyond it `expires`
-/// counts the keys seen.
+/// Keys INFO's keyspace section looks at, over all databases, to count deadlines; beyond it
+/// `expires` counts the keys seen.
 const INFO_SCAN_KEYS_MAX: usize = 1_000_000;
 
 /// Bytes in Redis's human form (`1.50M`, `0B`).
@@ -1984,16 +1984,23 @@ fn cpu_seconds() -> (f64, f64) {
     (ticks(11) / 100.0, ticks(12) / 100.0)
 }
 
-/// INFO keyspace lines: `db0:keys=N,expires=M,avg_ttl=0` for each non-empty database.
+/// INFO keyspace lines: `db0:keys=N,expires=M,avg_ttl=0` for each non-empty database (the
+/// deadlines of every database counted in one call).
 fn keyspace_lines(ks: &dyn Keyspace) -> Vec<(String, String)> {
     let mut lines = Vec::new();
-    for db in 0..model::DATABASES {
-        let db = db as Db;
-        let keys = ks.dbsize(db).unwrap_or(0);
+    let sizes: Vec<u64> = (0..model::DATABASES)
+        .map(|db| ks.dbsize(db as Db).unwrap_or(0))
+        .collect();
+    if sizes.iter().all(|&n| n == 0) {
+        return lines;
+    }
+    let expiring = ks
+        .expiring(INFO_SCAN_KEYS_MAX)
+        .unwrap_or([0; model::DATABASES]);
+    for (db, (&keys, &expires)) in sizes.iter().zip(&expiring).enumerate() {
         if keys == 0 {
             continue;
         }
-        let expires = ks.expiring(db, INFO_SCAN_KEYS_MAX).unwrap_or(0);
         lines.push((
             format!("db{db}"),
             format!("keys={keys},expires={expires},avg_ttl=0"),
