@@ -113,6 +113,10 @@ pub(crate) struct Walker<'m, M: Medium + ?Sized> {
     pub start_lsn: u64,
     buf: Vec<u8>,
     payload_len: usize,
+    /// The last record's first [`HEAD_READ`] bytes, as read in one access.
+    head: [u8; HEAD_READ],
+    /// The payload lies in `head` (a record read whole with its header), not in `buf`.
+    payload_in_head: bool,
     /// Data records with an LSN in `[trusted.0, trusted.1)` were checked by an earlier walk of
     /// this log (the opening one): their CRC is not computed again.
     pub trusted: (u64, u64),
@@ -137,6 +141,8 @@ impl<'m, M: Medium + ?Sized> Walker<'m, M> {
             start_lsn,
             buf: Vec::new(),
             payload_len: 0,
+            head: [0; HEAD_READ],
+            payload_in_head: false,
             trusted: (0, 0),
             check_in_place: false,
             prefetched: head,
@@ -155,6 +161,10 @@ impl<'m, M: Medium + ?Sized> Walker<'m, M> {
 
     /// The payload of the record just returned by `step` with `want_payload`.
     pub fn payload(&self) -> &[u8] {
+        if self.payload_in_head {
+            let at = layout::RECORD_HEADER_BYTES;
+            return &self.head[at..at + self.payload_len];
+        }
         &self.buf[PREFIX..PREFIX + self.payload_len]
     }
 
@@ -166,11 +176,13 @@ impl<'m, M: Medium + ?Sized> Walker<'m, M> {
             return Err(Stop::RingFull);
         }
         let at = geo.at(self.pos);
-        // One read brings the header and, for a small record, its whole payload.
-        let mut head = [0u8; HEAD_READ];
+        // One read brings the header and, for a small record, its whole payload, which the
+        // walk then lends from there (`payload_in_head`) rather than copying it again.
         let got =
             (geo.room_to_end(self.pos) as usize).clamp(layout::RECORD_HEADER_BYTES, HEAD_READ);
-        self.medium.read(at, &mut head[..got]);
+        self.medium.read(at, &mut self.head[..got]);
+        self.payload_in_head = false;
+        let head = &self.head;
         let mut hdr = [0u8; layout::RECORD_HEADER_BYTES];
         hdr.copy_from_slice(&head[..layout::RECORD_HEADER_BYTES]);
         let (h, valid, reserved, reserved2) = RecordHeader::parse(&hdr);
@@ -248,14 +260,12 @@ impl<'m, M: Medium + ?Sized> Walker<'m, M> {
             // Checked by the opening walk: only the bytes, if wanted.
             let len = h.length as usize;
             if want_payload {
-                if self.buf.len() < PREFIX + len {
-                    self.buf.resize(PREFIX + len, 0);
-                }
-                let end = layout::RECORD_HEADER_BYTES + len;
-                if end <= got {
-                    self.buf[PREFIX..PREFIX + len]
-                        .copy_from_slice(&head[layout::RECORD_HEADER_BYTES..end]);
+                if layout::RECORD_HEADER_BYTES + len <= got {
+                    self.payload_in_head = true;
                 } else {
+                    if self.buf.len() < PREFIX + len {
+                        self.buf.resize(PREFIX + len, 0);
+                    }
                     self.medium.read(
                         at + layout::RECORD_HEADER_BYTES,
                         &mut self.buf[PREFIX..PREFIX + len],
@@ -286,10 +296,7 @@ impl<'m, M: Medium + ?Sized> Walker<'m, M> {
                 let p = &head[layout::RECORD_HEADER_BYTES..end];
                 let crc = pmem::cpu::crc32c_append(geo.seed, &hdr[..PREFIX]);
                 if need_bytes {
-                    if self.buf.len() < PREFIX + len {
-                        self.buf.resize(PREFIX + len, 0);
-                    }
-                    self.buf[PREFIX..PREFIX + len].copy_from_slice(p);
+                    self.payload_in_head = true;
                     self.payload_len = len;
                 }
                 pmem::cpu::crc32c_append(crc, p)
