@@ -469,14 +469,34 @@ impl<M: Medium + Clone + Send + Sync + 'static> Keyspace for Store<M> {
     /// keys when the first bucket it visits holds more (the same key in several databases
     /// shares a bucket).
     fn expired(&self, cursor: u64, limit: usize) -> ModelResult<(u64, Vec<(Db, Bytes)>)> {
+        use std::sync::atomic::Ordering::SeqCst;
+        let writes = self.kv().deadline_writes.load(SeqCst);
+        let mut pass = self.expiry.lock().unwrap_or_else(|e| e.into_inner());
+        if cursor == 0 {
+            if pass.idle_at == Some(writes) {
+                pass.passes_skipped += 1;
+                return Ok((0, Vec::new()));
+            }
+            pass.writes_at_start = writes;
+            pass.whole = true;
+            pass.saw_deadline = false;
+        } else if cursor != pass.next {
+            pass.whole = false;
+        }
         let now = self.now();
         let want = limit.max(1);
         let mut out = Vec::new();
         let found = std::cell::Cell::new(0usize);
+        let saw = std::cell::Cell::new(false);
+        let buckets = std::cell::Cell::new(0u64);
         let next = self.walk(
             cursor,
             want.saturating_mul(16),
             |a, bucket, first| {
+                buckets.set(buckets.get() + 1);
+                if bucket.iter().any(|e| e.expire(a) != 0) {
+                    saw.set(true);
+                }
                 let due: Vec<Entry> = bucket
                     .iter()
                     .copied()
@@ -496,6 +516,16 @@ impl<M: Medium + Clone + Send + Sync + 'static> Keyspace for Store<M> {
             },
             || found.get() >= want,
         )?;
+        pass.next = next;
+        pass.buckets_walked += buckets.get();
+        pass.saw_deadline |= saw.get();
+        if next == 0
+            && pass.whole
+            && !pass.saw_deadline
+            && self.kv().deadline_writes.load(SeqCst) == pass.writes_at_start
+        {
+            pass.idle_at = Some(pass.writes_at_start);
+        }
         Ok((next, out))
     }
 

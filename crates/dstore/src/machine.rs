@@ -21,6 +21,16 @@ use crate::op::{self, Op, SET_NX, SET_XX};
 use crate::table::{self, Entry, Found};
 use dipper::{Arena, Machine, Result};
 use std::cmp::Ordering;
+use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
+
+pub(crate) fn put_deadline(kv: &Kv, a: &mut Arena, e: Entry, expire: u64) {
+    a.put_u64(e.off as usize + table::E_EXPIRE, expire);
+    if expire != 0 {
+        kv.deadline_writes
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    }
+}
 
 /// Arena user word holding the keyspace table.
 pub const USER_KEYSPACE: usize = 0;
@@ -110,6 +120,11 @@ pub struct Kv {
     pub fixed_placement: bool,
     /// The store's tables rehash incrementally ([`MACHINE_INCREMENTAL_REHASH`]).
     pub incremental_rehash: bool,
+    /// Deadline writes (a key given a non-zero deadline) by this machine and its clones (the
+    /// store's, the engine's, the checkpoint's), counted after the write. The active-expiry
+    /// walk stops walking a keyspace where a whole pass found no deadline while this count
+    /// stood still ([`crate::store::Store`]'s `expired`). Kept in DRAM only.
+    pub(crate) deadline_writes: Arc<AtomicU64>,
 }
 
 impl Kv {
@@ -120,6 +135,7 @@ impl Kv {
             shards,
             fixed_placement: true,
             incremental_rehash: true,
+            deadline_writes: Arc::default(),
         }
     }
 
@@ -137,6 +153,7 @@ impl Kv {
             shards,
             fixed_placement: word & MACHINE_FIXED_PLACEMENT != 0,
             incremental_rehash: word & MACHINE_INCREMENTAL_REHASH != 0,
+            deadline_writes: Arc::default(),
         })
     }
 
@@ -247,7 +264,7 @@ fn put_string(
     let e = table::new_entry(a, kv.hash(key), key, value.len(), TYPE_STRING)?;
     let at = e.value_at(a);
     a.write(at, value);
-    a.put_u64(e.off as usize + table::E_EXPIRE, expire as u64);
+    put_deadline(kv, a, e, expire as u64);
     match old {
         Some(f) => {
             free_value(a, f.entry);

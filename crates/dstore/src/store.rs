@@ -201,6 +201,31 @@ pub struct Store<M: Medium + Clone + Send + Sync + 'static> {
     files: Option<crate::zone::FileObjects>,
     /// Object locks (`olock`, and the short hold of every object write).
     pub(crate) locks: crate::locks::Locks,
+    /// Where the active-expiry walk stands (`Keyspace::expired`).
+    pub(crate) expiry: std::sync::Mutex<ExpiryPass>,
+}
+
+/// The active-expiry walk's passes over the keyspace, so that a keyspace without deadlines is
+/// not walked again and again: a pass (cursor 0 back to 0, each call taking up where the last
+/// stopped) that saw no deadline while no deadline was written (`Kv::deadline_writes`
+/// unchanged) marks the keyspace idle; it stays idle until
+/// that count moves. Redis walks only its `expires` dictionary; this store keeps no such set.
+#[derive(Debug, Default)]
+pub(crate) struct ExpiryPass {
+    /// The cursor the walk's last call returned.
+    pub next: u64,
+    /// The deadline-write count when the current pass began.
+    pub writes_at_start: u64,
+    /// The current pass began at cursor 0 and every call continued the one before.
+    pub whole: bool,
+    /// The current pass saw a key with a deadline.
+    pub saw_deadline: bool,
+    /// The deadline-write count of the last pass that found none: while the count is still
+    /// this, a new pass is skipped.
+    pub idle_at: Option<u64>,
+    /// Buckets walked and passes skipped since the store opened.
+    pub buckets_walked: u64,
+    pub passes_skipped: u64,
 }
 
 /// A flush-on-fail pool: its medium, its ranges (offset, length) and its record's offset.
@@ -859,7 +884,15 @@ impl<M: Medium + Clone + Send + Sync + 'static> Store<M> {
             fof: None,
             files: None,
             locks: crate::locks::Locks::new(),
+            expiry: std::sync::Mutex::new(ExpiryPass::default()),
         }
+    }
+
+    /// The active-expiry walk since the store opened: buckets walked, and passes skipped
+    /// because the last whole pass found no deadline and none was written since.
+    pub fn expiry_walk_stats(&self) -> (u64, u64) {
+        let p = self.expiry.lock().unwrap_or_else(|e| e.into_inner());
+        (p.buckets_walked, p.passes_skipped)
     }
 
     /// The keyspace machine (key placement).

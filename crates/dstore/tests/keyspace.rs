@@ -593,6 +593,84 @@ fn the_expiry_walk_skips_no_key_of_a_crowded_bucket() {
     }
 }
 
+/// The expiry walk stops walking a keyspace where a whole pass found no deadline, and walks
+/// again (finding the key when it is due) once a deadline is written.
+#[test]
+fn the_expiry_walk_rests_without_deadlines_and_wakes_for_one() {
+    let cfg = effects::config();
+    let clock = Arc::new(AtomicI64::new(START));
+    let sim = Arc::new(SimMedium::from_image(
+        effects::base_image(&cfg),
+        SimConfig::default(),
+    ));
+    let store = effects::open(sim, &cfg, &clock).expect("open");
+    let put = |keys: std::ops::Range<u32>| {
+        store
+            .transact(Scope::All, true, &mut |t| {
+                t.apply(
+                    keys.clone()
+                        .map(|i| Effect::Put {
+                            db: 0,
+                            key: format!("k{i}").into_bytes(),
+                            value: Value::String(b"v".to_vec()),
+                            expire_at_ms: 0,
+                        })
+                        .collect(),
+                )
+            })
+            .unwrap()
+    };
+    put(0..300);
+    assert!(expired_keys(&store).is_empty());
+    let (walked, skipped) = store.expiry_walk_stats();
+    assert!(walked > 0, "the first pass walks");
+    assert_eq!(skipped, 0);
+    // Nothing has a deadline and none was written: the next passes walk nothing.
+    put(300..310);
+    assert!(
+        expired_keys(&store).is_empty(),
+        "a pass after writes without deadlines"
+    );
+    let (walked, skipped) = store.expiry_walk_stats();
+    assert!(expired_keys(&store).is_empty());
+    assert!(expired_keys(&store).is_empty());
+    assert_eq!(
+        store.expiry_walk_stats(),
+        (walked, skipped + 2),
+        "two passes skipped"
+    );
+    // A deadline wakes it; the key is found once due, then the walk rests again.
+    store
+        .transact(Scope::All, true, &mut |t| {
+            t.apply(vec![Effect::Expire {
+                db: 0,
+                key: b"k7".to_vec(),
+                at_ms: START + 10,
+            }])
+        })
+        .unwrap();
+    clock.fetch_add(100, Ordering::SeqCst);
+    let want: BTreeSet<_> = [(0, b"k7".to_vec())].into_iter().collect();
+    assert_eq!(expired_keys(&store), want, "the due key is found");
+    assert!(store.expiry_walk_stats().0 > walked, "it walked again");
+    store
+        .transact(Scope::All, true, &mut |t| {
+            t.apply(vec![Effect::Del {
+                db: 0,
+                key: b"k7".to_vec(),
+            }])
+        })
+        .unwrap();
+    assert!(expired_keys(&store).is_empty());
+    let (walked, skipped) = store.expiry_walk_stats();
+    assert!(expired_keys(&store).is_empty());
+    assert_eq!(
+        store.expiry_walk_stats(),
+        (walked, skipped + 1),
+        "resting again"
+    );
+}
+
 /// A store whose DRAM state nears its shadow slots refuses growing effects with `OutOfSpace`
 /// before applying any of them, still accepts deletions, and stays whole.
 #[test]

@@ -298,7 +298,7 @@ fn put(kv: &Kv, a: &mut Arena, db: Db, key: &[u8], value: &Value, expire: i64) -
             a.write(at, s);
             let expire = expire.max(0) as u64;
             if f.entry.expire(a) as u64 != expire {
-                a.put_u64(f.entry.off as usize + table::E_EXPIRE, expire);
+                super::put_deadline(kv, a, f.entry, expire);
             }
             return Ok(());
         }
@@ -307,7 +307,7 @@ fn put(kv: &Kv, a: &mut Arena, db: Db, key: &[u8], value: &Value, expire: i64) -
         let e = table::new_entry(a, kv.hash(key), key, s.len(), aux(TYPE_STRING, db))?;
         let at = e.value_at(a);
         a.write(at, s);
-        a.put_u64(e.off as usize + table::E_EXPIRE, expire.max(0) as u64);
+        super::put_deadline(kv, a, e, expire.max(0) as u64);
         match old {
             Some(f) => {
                 super::free_value(a, f.entry);
@@ -359,7 +359,7 @@ fn put(kv: &Kv, a: &mut Arena, db: Db, key: &[u8], value: &Value, expire: i64) -
             f
         }
     };
-    a.put_u64(f.entry.off as usize + table::E_EXPIRE, expire.max(0) as u64);
+    super::put_deadline(kv, a, f.entry, expire.max(0) as u64);
     Ok(())
 }
 
@@ -475,10 +475,7 @@ pub fn apply(kv: &Kv, a: &mut Arena, e: &Effect, now: i64, freed: &mut Vec<u32>)
         } => put(kv, a, *db, key, value, *expire_at_ms)?,
         Effect::Expire { db, key, at_ms } => {
             if let Some(f) = find_for_write(kv, a, *db, key, now) {
-                a.put_u64(
-                    f.entry.off as usize + table::E_EXPIRE,
-                    (*at_ms).max(0) as u64,
-                );
+                super::put_deadline(kv, a, f.entry, (*at_ms).max(0) as u64);
             }
         }
         Effect::HSet { db, key, pairs } => {
