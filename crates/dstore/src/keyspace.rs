@@ -25,7 +25,7 @@ use crate::machine::effects::{self, zset};
 use crate::machine::{Kv, TYPE_LIST, TYPE_ZSET};
 use crate::op;
 use crate::store::Store;
-use crate::table::{self, Entry};
+use crate::table::{self, Entry, Found};
 use dipper::{Arena, DipperError, Locked};
 use model::{Bytes, DATABASES, Db, Effect, KeyInfo, Keyspace, ModelError, ModelResult, Scope, Txn};
 use pmem::Medium;
@@ -111,6 +111,16 @@ impl<M: Medium + Clone + Send + Sync + 'static> StoreTxn<'_, '_, M> {
         Some(self.arenas.get(i))
     }
 
+    /// A key, live or past its deadline, and its arena: what [`effects::find`] gives.
+    fn found(&self, db: Db, key: &[u8]) -> Option<(&Arena, Found)> {
+        if db as usize >= DATABASES {
+            return None;
+        }
+        let a = self.arena_of(key)?;
+        let f = effects::find(self.kv(), a, db, key)?;
+        Some((a, f))
+    }
+
     /// A live key and its arena.
     fn live(&self, db: Db, key: &[u8]) -> Option<(&Arena, Entry)> {
         if db as usize >= DATABASES {
@@ -177,6 +187,7 @@ impl<M: Medium + Clone + Send + Sync + 'static> Txn for StoreTxn<'_, '_, M> {
         // string at least as long takes no more room than it frees (a full store still
         // rewrites fixed-size values, such as a replicated node's applied mark); its check
         // says so from the same lookup.
+        let mut lone_put = None;
         let in_place = if let [
             Effect::Put {
                 db,
@@ -186,7 +197,9 @@ impl<M: Medium + Clone + Send + Sync + 'static> Txn for StoreTxn<'_, '_, M> {
             },
         ] = effects.as_slice()
         {
-            self.check_lone_put(*db, key, s)?
+            let (in_place, found) = self.check_lone_put(*db, key, s)?;
+            lone_put = Some(found);
+            in_place
         } else if let [Effect::HSet { db, key, pairs }] = effects.as_slice() {
             // A lone HSet (YCSB's insert and update) likewise.
             self.check_lone_hset(*db, key, pairs)?;
@@ -232,9 +245,22 @@ impl<M: Medium + Clone + Send + Sync + 'static> Txn for StoreTxn<'_, '_, M> {
                 }
             };
             for i in targets {
-                if let Err(err) =
-                    effects::apply(&kv, locked.arena_mut(i), e, self.now, &mut self.freed)
-                {
+                let a = locked.arena_mut(i);
+                let applied = match (e, lone_put) {
+                    // A lone string Put: the check's lookup, nothing changed since, is the
+                    // apply's.
+                    (
+                        Effect::Put {
+                            db,
+                            key,
+                            value,
+                            expire_at_ms,
+                        },
+                        Some(found),
+                    ) => effects::put_found(&kv, a, *db, key, value, *expire_at_ms, found),
+                    _ => effects::apply(&kv, a, e, self.now, &mut self.freed),
+                };
+                if let Err(err) = applied {
                     let why = format!("an effect failed half way, after it was checked: {err}");
                     locked.fail(why.clone());
                     return Err(ModelError::Failed(why));

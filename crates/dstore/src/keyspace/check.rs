@@ -8,7 +8,7 @@ use super::{StoreTxn, ZSET_LEN_MAX, key_limit};
 use crate::machine::effects;
 use crate::machine::list::LIST_LEN_MAX;
 use crate::machine::{TYPE_HASH, TYPE_LIST, TYPE_OBJECT, TYPE_SET, TYPE_STRING, TYPE_ZSET};
-use crate::table;
+use crate::table::{self, Found};
 use model::{Bytes, DATABASES, Db, Effect, ModelError, ModelResult, Value};
 use pmem::Medium;
 
@@ -117,8 +117,14 @@ impl<M: Medium + Clone + Send + Sync + 'static> StoreTxn<'_, '_, M> {
     /// would find, without building the pass's state (a Put replaces any value; only a DStore
     /// object refuses it). Same errors as the general check.
     /// Returns whether the key holds a live string at least as long as `value` (the put then
-    /// takes no more room than it frees), from the same lookup.
-    pub(super) fn check_lone_put(&self, db: Db, key: &[u8], value: &[u8]) -> ModelResult<bool> {
+    /// takes no more room than it frees), from the same lookup, and what that lookup found
+    /// (expired or not: [`effects::put_found`] takes it).
+    pub(super) fn check_lone_put(
+        &self,
+        db: Db,
+        key: &[u8],
+        value: &[u8],
+    ) -> ModelResult<(bool, Option<Found>)> {
         let limit = self.check_lone_key(db, key)?;
         if value.len() > limit {
             return Err(ModelError::TooLarge(format!(
@@ -126,15 +132,18 @@ impl<M: Medium + Clone + Send + Sync + 'static> StoreTxn<'_, '_, M> {
                 value.len()
             )));
         }
-        let old = self
-            .live(db, key)
-            .map(|(a, e)| (effects::type_tag(a, e), e.vlen(a)));
+        let found = self.found(db, key);
+        let old = found.and_then(|(a, f)| {
+            (!effects::is_expired(a, f.entry, self.now))
+                .then(|| (effects::type_tag(a, f.entry), f.entry.vlen(a)))
+        });
         if old.is_some_and(|(ty, _)| ty == TYPE_OBJECT) {
             return Err(ModelError::Invalid(
                 "the key holds a DStore object, not a value of the data model".into(),
             ));
         }
-        Ok(old.is_some_and(|(ty, len)| ty == TYPE_STRING && len >= value.len()))
+        let in_place = old.is_some_and(|(ty, len)| ty == TYPE_STRING && len >= value.len());
+        Ok((in_place, found.map(|(_, f)| f)))
     }
 
     /// The check of an `apply` call that is one `HSet` (HSET, HMSET): what [`Self::check`]

@@ -285,6 +285,21 @@ fn zrem(kv: &Kv, a: &mut Arena, v: usize, member: &[u8]) {
 /// Replace whatever `key` of `db` holds with `value` and the deadline `expire`.
 fn put(kv: &Kv, a: &mut Arena, db: Db, key: &[u8], value: &Value, expire: i64) -> Result<()> {
     let old = find(kv, a, db, key);
+    put_found(kv, a, db, key, value, expire, old)
+}
+
+/// [`Effect::Put`] of `key` in database `db` where `old` is what [`find`] gives for it in `a`
+/// as it is now (a caller that has just looked the key up, with nothing changed since, saves
+/// the second walk of its chain).
+pub fn put_found(
+    kv: &Kv,
+    a: &mut Arena,
+    db: Db,
+    key: &[u8],
+    value: &Value,
+    expire: i64,
+    old: Option<Found>,
+) -> Result<()> {
     if let Value::String(s) = value {
         // The most common write (SET of a string over a string of the same length, as in a
         // benchmark or a counter): the bytes are overwritten in the entry that holds them, no
