@@ -227,6 +227,28 @@ pub struct Log<M: Medium> {
 
 /// The non-temporal threshold for a log on `medium`: the tuned one, or the built-in one on the
 /// simulator.
+/// Rings of at least this many bytes have their pages mapped by a second thread while the
+/// opening walk reads them ([`Medium::populate`]); on a smaller one the thread's start costs
+/// more than the faults it saves.
+const POPULATE_RING_MIN: u64 = 8 << 20;
+
+/// Ring bytes populated per call: the most the walk waits for once it is done.
+const POPULATE_STEP: u64 = 1 << 20;
+
+/// Populate the ring's pages in walk order from virtual position `head`, until all of the ring
+/// is done or `done` is set.
+fn populate_ring<M: Medium>(medium: &M, geo: Geometry, head: u64, done: &AtomicBool) {
+    let mut covered = 0u64;
+    while covered < geo.ring_bytes && !done.load(Ordering::Relaxed) {
+        let pos = head + covered;
+        let n = POPULATE_STEP
+            .min(geo.room_to_end(pos))
+            .min(geo.ring_bytes - covered);
+        medium.populate(geo.at(pos), n as usize);
+        covered += n;
+    }
+}
+
 fn nt_threshold<M: Medium>(medium: &M) -> usize {
     if medium.domain() == pmem::Domain::Sim || medium.backing() == pmem::Backing::Simulated {
         NONTEMPORAL_BYTES_MIN
@@ -683,54 +705,70 @@ impl<M: Medium> Log<M> {
                 )
             }
             None => {
-                let (mut visit, mut replay) = match walk {
-                    Walk::Fresh(v) => (v, None),
-                    Walk::Reuse(_) => (None, None),
-                    Walk::Replay(r) => (None, Some(r)),
-                };
-                let mut walker = Walker::new(&medium, geo, superline.head, superline.start_lsn);
-                let mut records = 0u64;
-                let want_payload = replay.is_some();
-                // Nothing writes the ring before the open returns.
-                walker.check_in_place = true;
-                let stop = loop {
-                    match walker.step(want_payload) {
-                        Ok(found) => {
-                            let data = found.kind == kinds::DATA;
-                            records += u64::from(data);
-                            if let Some(v) = visit.as_mut() {
-                                v((found.at - geo.ring) as u64, found.lsn);
-                            }
-                            if let (true, Some(r)) = (data, replay.as_mut()) {
-                                r(RecordRef {
-                                    lsn: found.lsn,
-                                    offset: found.at as u64,
-                                    payload: walker.payload(),
-                                });
-                            }
-                        }
-                        Err(stop) => break stop,
+                let populated = AtomicBool::new(false);
+                std::thread::scope(|scope| -> Result<_> {
+                    // Another thread maps the ring's pages ahead of the walk, which then takes no
+                    // page faults of its own on a large ring (docs/benchmarks.md).
+                    if geo.ring_bytes >= POPULATE_RING_MIN
+                        && std::thread::available_parallelism().is_ok_and(|n| n.get() > 1)
+                    {
+                        let (m, done) = (&medium, &populated);
+                        let _ = std::thread::Builder::new()
+                            .name("kavach-log-populate".into())
+                            .spawn_scoped(scope, move || {
+                                populate_ring(m, geo, superline.head, done)
+                            });
                     }
-                };
-                let (damaged, dropped) = Self::verdict(
-                    &medium,
-                    geo,
-                    &desc,
-                    &superline,
-                    opts,
-                    void_durable,
-                    &walker,
-                    &stop,
-                )?;
-                (
-                    records,
-                    stop,
-                    walker.pos,
-                    walker.walked,
-                    walker.expected,
-                    damaged,
-                    dropped,
-                )
+                    let (mut visit, mut replay) = match walk {
+                        Walk::Fresh(v) => (v, None),
+                        Walk::Reuse(_) => (None, None),
+                        Walk::Replay(r) => (None, Some(r)),
+                    };
+                    let mut walker = Walker::new(&medium, geo, superline.head, superline.start_lsn);
+                    let mut records = 0u64;
+                    let want_payload = replay.is_some();
+                    // Nothing writes the ring before the open returns.
+                    walker.check_in_place = true;
+                    let stop = loop {
+                        match walker.step(want_payload) {
+                            Ok(found) => {
+                                let data = found.kind == kinds::DATA;
+                                records += u64::from(data);
+                                if let Some(v) = visit.as_mut() {
+                                    v((found.at - geo.ring) as u64, found.lsn);
+                                }
+                                if let (true, Some(r)) = (data, replay.as_mut()) {
+                                    r(RecordRef {
+                                        lsn: found.lsn,
+                                        offset: found.at as u64,
+                                        payload: walker.payload(),
+                                    });
+                                }
+                            }
+                            Err(stop) => break stop,
+                        }
+                    };
+                    populated.store(true, Ordering::Relaxed);
+                    let (damaged, dropped) = Self::verdict(
+                        &medium,
+                        geo,
+                        &desc,
+                        &superline,
+                        opts,
+                        void_durable,
+                        &walker,
+                        &stop,
+                    )?;
+                    Ok((
+                        records,
+                        stop,
+                        walker.pos,
+                        walker.walked,
+                        walker.expected,
+                        damaged,
+                        dropped,
+                    ))
+                })?
             }
         };
         if !opts.read_only && !repaired.is_empty() {

@@ -445,6 +445,24 @@ impl Medium for Mapping {
         }
         cpu::prefetch_range(self.base.wrapping_add(offset), len);
     }
+    fn populate(&self, offset: usize, len: usize) {
+        if len == 0 || offset.checked_add(len).is_none_or(|end| end > self.len()) {
+            return;
+        }
+        /// `MADV_POPULATE_READ` (Linux 5.14); older kernels refuse it with `EINVAL`, and the
+        /// reads then fault as before.
+        const MADV_POPULATE_READ: libc::c_int = 22;
+        let start = offset & !(crate::layout::PAGE_SIZE - 1);
+        // SAFETY: the range lies inside our live mapping; populating page tables for reading
+        // changes no byte of it. A failure (an old kernel, no memory) only leaves the faults.
+        let _ = unsafe {
+            libc::madvise(
+                self.base.add(start).cast(),
+                offset + len - start,
+                MADV_POPULATE_READ,
+            )
+        };
+    }
     #[inline]
     fn load_u64(&self, offset: usize) -> u64 {
         check_word(offset, self.len());

@@ -53,6 +53,13 @@ pub trait Medium: Send + Sync + std::fmt::Debug {
     fn prefetch(&self, offset: usize, len: usize) {
         let _ = (offset, len);
     }
+    /// A hint: map the pages under `len` bytes at `offset` for reading now, so that reads
+    /// of them soon take no page fault (a recovery walk has another thread populate the ring
+    /// ahead of it). Changes nothing; a range outside the medium is ignored. Blocks for as long
+    /// as the kernel takes. The default does nothing.
+    fn populate(&self, offset: usize, len: usize) {
+        let _ = (offset, len);
+    }
     /// Atomic, aligned 8-byte load.
     fn load_u64(&self, offset: usize) -> u64;
     /// Atomic, aligned 8-byte store: the failure-atomic unit (a commit word).
@@ -120,6 +127,7 @@ macro_rules! forward_medium {
             }
             fn crc32c(&self, o: usize, l: usize, c: u32) -> u32 { (**self).crc32c(o, l, c) }
             fn prefetch(&self, o: usize, l: usize) { (**self).prefetch(o, l) }
+            fn populate(&self, o: usize, l: usize) { (**self).populate(o, l) }
             fn load_u64(&self, o: usize) -> u64 { (**self).load_u64(o) }
             fn store_u64(&self, o: usize, v: u64) { (**self).store_u64(o, v) }
             fn flush(&self, o: usize, l: usize) -> Result<()> { (**self).flush(o, l) }
