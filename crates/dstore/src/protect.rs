@@ -961,6 +961,9 @@ impl<M: Medium + Clone + 'static> Medium for Guarded<M> {
     fn prefetch(&self, offset: usize, len: usize) {
         self.raw.prefetch(offset, len);
     }
+    fn populate(&self, offset: usize, len: usize) {
+        self.raw.populate(offset, len);
+    }
     fn write_nontemporal(&self, offset: usize, data: &[u8]) {
         if self.routes.is_empty() {
             return self.raw.write_nontemporal(offset, data);

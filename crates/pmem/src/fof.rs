@@ -483,6 +483,12 @@ impl<M: Medium> Medium for Tracked<M> {
     fn len(&self) -> usize {
         self.inner.len()
     }
+    fn prefetch(&self, offset: usize, len: usize) {
+        self.inner.prefetch(offset, len)
+    }
+    fn populate(&self, offset: usize, len: usize) {
+        self.inner.populate(offset, len)
+    }
     fn domain(&self) -> crate::Domain {
         self.inner.domain()
     }

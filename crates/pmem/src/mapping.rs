@@ -706,6 +706,33 @@ mod tests {
         std::fs::remove_file(&p).unwrap();
     }
 
+    /// Populating pages is a hint: the contents stay, ranges past the end or of no length are
+    /// ignored, and writes after it land as usual.
+    #[test]
+    fn populate_changes_nothing_and_ignores_ranges_outside() {
+        let p = temp_path("populate");
+        let _ = std::fs::remove_file(&p);
+        let m = Mapping::create(&p, 1 << 16).unwrap();
+        m.write(5000, b"kept");
+        m.persist(5000, 4).unwrap();
+        m.populate(0, 1 << 16);
+        m.populate(4097, 10);
+        m.populate(1 << 16, 1);
+        m.populate(100, usize::MAX);
+        m.populate(0, 0);
+        let mut b = [0u8; 4];
+        m.read(5000, &mut b);
+        assert_eq!(&b, b"kept");
+        m.write(60_000, b"after");
+        m.persist(60_000, 5).unwrap();
+        drop(m);
+        let bytes = std::fs::read(&p).unwrap();
+        assert_eq!(&bytes[5000..5004], b"kept");
+        assert_eq!(&bytes[60_000..60_005], b"after");
+        assert!(bytes[..5000].iter().all(|&x| x == 0));
+        std::fs::remove_file(&p).unwrap();
+    }
+
     #[test]
     fn msync_domain_makes_nontemporal_copies_and_flushes_reach_the_file() {
         // A file in the page cache of a disk (not tmpfs), as the msync domain expects.

@@ -1576,6 +1576,16 @@ impl<M: Medium> Medium for Window<M> {
     fn label(&self) -> PathBuf {
         PathBuf::from(format!("<window at {:#x}>", self.base))
     }
+    fn prefetch(&self, o: usize, l: usize) {
+        if o.checked_add(l).is_some_and(|end| end <= self.len()) {
+            self.inner.prefetch(self.base + o, l)
+        }
+    }
+    fn populate(&self, o: usize, l: usize) {
+        if o.checked_add(l).is_some_and(|end| end <= self.len()) {
+            self.inner.populate(self.base + o, l)
+        }
+    }
     fn read(&self, o: usize, b: &mut [u8]) {
         check_range(o, b.len(), self.len());
         self.inner.read(self.base + o, b)
