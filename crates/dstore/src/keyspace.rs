@@ -123,12 +123,8 @@ impl<M: Medium + Clone + Send + Sync + 'static> StoreTxn<'_, '_, M> {
 
     /// A live key and its arena.
     fn live(&self, db: Db, key: &[u8]) -> Option<(&Arena, Entry)> {
-        if db as usize >= DATABASES {
-            return None;
-        }
-        let a = self.arena_of(key)?;
-        let e = effects::lookup(self.kv(), a, db, key, self.now)?;
-        Some((a, e))
+        let (a, f) = self.found(db, key)?;
+        (!effects::is_expired(a, f.entry, self.now)).then_some((a, f.entry))
     }
 
     /// A live key of type `ty`.

@@ -24,14 +24,6 @@ use std::cmp::Ordering;
 use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
 
-pub(crate) fn put_deadline(kv: &Kv, a: &mut Arena, e: Entry, expire: u64) {
-    a.put_u64(e.off as usize + table::E_EXPIRE, expire);
-    if expire != 0 {
-        kv.deadline_writes
-            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-    }
-}
-
 /// Arena user word holding the keyspace table.
 pub const USER_KEYSPACE: usize = 0;
 /// Buckets of a new shard's keyspace.
@@ -250,6 +242,16 @@ fn find_for_write(kv: &Kv, a: &mut Arena, key: &[u8], now: i64) -> Option<Found>
         return None;
     }
     Some(f)
+}
+
+/// Write the deadline word of entry `e` (0: none). A non-zero deadline is counted in
+/// [`Kv::deadline_writes`] after the write, which wakes a resting active-expiry walk.
+pub(crate) fn put_deadline(kv: &Kv, a: &mut Arena, e: Entry, expire: u64) {
+    a.put_u64(e.off as usize + table::E_EXPIRE, expire);
+    if expire != 0 {
+        kv.deadline_writes
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    }
 }
 
 /// Store a string value for `key`, replacing whatever was there.

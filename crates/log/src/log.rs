@@ -225,8 +225,6 @@ pub struct Log<M: Medium> {
     checked: (u64, u64),
 }
 
-/// The non-temporal threshold for a log on `medium`: the tuned one, or the built-in one on the
-/// simulator.
 /// Rings of at least this many bytes have their pages mapped by a second thread while the
 /// opening walk reads them ([`Medium::populate`]); on a smaller one the thread's start costs
 /// more than the faults it saves.
@@ -249,6 +247,8 @@ fn populate_ring<M: Medium>(medium: &M, geo: Geometry, head: u64, done: &AtomicB
     }
 }
 
+/// The non-temporal threshold for a log on `medium`: the tuned one, or the built-in one on the
+/// simulator.
 fn nt_threshold<M: Medium>(medium: &M) -> usize {
     if medium.domain() == pmem::Domain::Sim || medium.backing() == pmem::Backing::Simulated {
         NONTEMPORAL_BYTES_MIN

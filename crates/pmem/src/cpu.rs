@@ -537,7 +537,7 @@ unsafe fn copy_nontemporal_crc32c_stores(
     unsafe {
         if !fused {
             copy_nontemporal_with(kind, dst, src, len);
-            return crc32c::crc32c_append(crc, std::slice::from_raw_parts(src, len));
+            return crc32c_append(crc, std::slice::from_raw_parts(src, len));
         }
         copy_nontemporal_with(kind, dst, src, head);
         let crc = crc32c_append(crc, std::slice::from_raw_parts(src, head));
