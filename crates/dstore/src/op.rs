@@ -227,6 +227,18 @@ pub fn effects_record(now_ms: i64, count: usize, encoded: &[u8]) -> Vec<u8> {
     w.into_bytes()
 }
 
+/// An `OP_EFFECTS` record whose list is one string PUT, read in place (see
+/// [`model::lone_string_put`]): `(db, key, value, expire_at_ms)`. `None` for every other
+/// record, damaged ones included: [`decode`] reads those and names what is wrong.
+pub fn lone_string_put(b: &[u8]) -> Option<(model::Db, &[u8], &[u8], i64)> {
+    let mut r = Reader::new("dstore op record", b);
+    if r.u8("code").ok()? != OP_EFFECTS {
+        return None;
+    }
+    r.i64("now").ok()?;
+    model::lone_string_put(r.rest())
+}
+
 /// Decode a record, validating every length.
 pub fn decode(b: &[u8]) -> Result<Record<'_>> {
     let mut r = Reader::new("dstore op record", b);

@@ -82,6 +82,15 @@ fn samples() -> Vec<(&'static str, Op<'static>)> {
             },
         ),
         ("effects", Op::Effects(every_effect())),
+        (
+            "effects_set",
+            Op::Effects(vec![Effect::Put {
+                db: 3,
+                key: v("key:000042"),
+                value: Value::String(v("a value of the usual kind")),
+                expire_at_ms: 1_700_000_060_000,
+            }]),
+        ),
     ]
 }
 
@@ -208,8 +217,25 @@ fn op_corpus() -> Vec<Vec<u8>> {
 }
 
 fn check(b: &[u8]) {
+    // What the in-place reading of a lone string PUT must give: exactly what the full decode
+    // gives for such a record, and nothing for any other record or any damaged one.
+    let mut lone = None;
     match op::decode(b) {
-        Ok(Record { now_ms, op }) => assert_eq!(op::encode(now_ms, &op), b, "accepted bytes"),
+        Ok(Record { now_ms, op }) => {
+            assert_eq!(op::encode(now_ms, &op), b, "accepted bytes");
+            if let Op::Effects(list) = &op
+                && let [
+                    Effect::Put {
+                        db,
+                        key,
+                        value: Value::String(s),
+                        expire_at_ms,
+                    },
+                ] = list.as_slice()
+            {
+                lone = Some((*db, key.clone(), s.clone(), *expire_at_ms));
+            }
+        }
         Err(DipperError::Corrupt {
             structure, offset, ..
         }) => {
@@ -218,6 +244,8 @@ fn check(b: &[u8]) {
         }
         Err(e) => panic!("not a corruption: {e}"),
     }
+    let read = op::lone_string_put(b).map(|(d, k, s, x)| (d, k.to_vec(), s.to_vec(), x));
+    assert_eq!(read, lone, "the in-place reading of a lone string PUT");
 }
 
 fn bytes_list() -> impl Strategy<Value = Vec<Vec<u8>>> {
@@ -473,6 +501,31 @@ proptest! {
     #[test]
     fn damaged_records(b in props::mutated(op_corpus())) {
         check(&b);
+    }
+
+    #[test]
+    fn lone_string_puts_are_read_in_place(
+        now in any::<i64>(),
+        db in 0u8..16,
+        key in prop::collection::vec(any::<u8>(), 0..24),
+        value in prop::collection::vec(any::<u8>(), 0..300),
+        expire_at_ms in any::<i64>(),
+    ) {
+        let put = Effect::Put {
+            db,
+            key: key.clone(),
+            value: Value::String(value.clone()),
+            expire_at_ms,
+        };
+        let b = op::encode(now, &Op::Effects(vec![put]));
+        let read = op::lone_string_put(&b).map(|(d, k, s, x)| (d, k.to_vec(), s.to_vec(), x));
+        prop_assert_eq!(read, Some((db, key, value, expire_at_ms)));
+        check(&b);
+        // One byte more, or one less, and it is no longer read in place.
+        let mut longer = b.clone();
+        longer.push(0);
+        prop_assert!(op::lone_string_put(&longer).is_none());
+        prop_assert!(op::lone_string_put(&b[..b.len() - 1]).is_none());
     }
 
     #[test]

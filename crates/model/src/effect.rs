@@ -302,6 +302,28 @@ pub fn decode_effects(bytes: &[u8]) -> Result<Vec<Effect>, FieldError> {
     Ok(effects)
 }
 
+/// The one effect of `bytes` when the list is exactly one [`Effect::Put`] of a string, read in
+/// place as `(db, key, value, expire_at_ms)`: the common write, which a replay can then apply
+/// without decoding it into owned buffers. `None` for any other list, and for one that
+/// [`decode_effects`] would refuse (the caller decodes those in full and reports the damage).
+pub fn lone_string_put(bytes: &[u8]) -> Option<(Db, &[u8], &[u8], i64)> {
+    let mut r = Reader::new(STRUCTURE, bytes);
+    if r.count("effects", 1).ok()? != 1 || r.u8("tag").ok()? != tags::PUT {
+        return None;
+    }
+    // The fields in `decode_from`'s order for a PUT: db, key, expiry, then the value's kind
+    // and bytes; nothing may follow.
+    let d = db(&mut r).ok()?;
+    let key = r.len_bytes("key").ok()?;
+    let expire_at_ms = r.i64("expire_at_ms").ok()?;
+    if r.u8("kind").ok()? != Kind::String.tag() {
+        return None;
+    }
+    let value = r.len_bytes("string").ok()?;
+    r.finish().ok()?;
+    Some((d, key, value, expire_at_ms))
+}
+
 /// Decode an effect list at the reader's cursor (for a structure that embeds one: errors name
 /// that structure and offsets within it).
 pub fn decode_from(r: &mut Reader<'_>) -> Result<Vec<Effect>, FieldError> {

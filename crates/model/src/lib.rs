@@ -31,7 +31,8 @@ mod effect;
 mod memory;
 
 pub use effect::{
-    decode_effects, decode_from as decode_effects_from, encode_effects, tags as effect_tags,
+    decode_effects, decode_from as decode_effects_from, encode_effects, lone_string_put,
+    tags as effect_tags,
 };
 pub use memory::MemoryKeyspace;
 

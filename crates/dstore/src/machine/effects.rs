@@ -301,36 +301,7 @@ pub fn put_found(
     old: Option<Found>,
 ) -> Result<()> {
     if let Value::String(s) = value {
-        // The most common write (SET of a string over a string of the same length, as in a
-        // benchmark or a counter): the bytes are overwritten in the entry that holds them, no
-        // block is allocated or freed and the chain is not touched. The entry ends up with the
-        // same key, database, type, value and expiry as a new one would.
-        if let Some(f) = old
-            && f.entry.aux(a) == aux(TYPE_STRING, db)
-            && f.entry.vlen(a) == s.len()
-        {
-            let at = f.entry.value_at(a);
-            a.write(at, s);
-            let expire = expire.max(0) as u64;
-            if f.entry.expire(a) as u64 != expire {
-                super::put_deadline(kv, a, f.entry, expire);
-            }
-            return Ok(());
-        }
-        // Otherwise a new entry takes the old one's place in its chain, with one lookup (the
-        // database's count does not change when it replaces).
-        let e = table::new_entry(a, kv.hash(key), key, s.len(), aux(TYPE_STRING, db))?;
-        let at = e.value_at(a);
-        a.write(at, s);
-        super::put_deadline(kv, a, e, expire.max(0) as u64);
-        match old {
-            Some(f) => {
-                super::free_value(a, f.entry);
-                table::replace(a, ks(a), f, e);
-            }
-            None => insert(a, db, e)?,
-        }
-        return Ok(());
+        return put_string_found(kv, a, db, key, s, expire, old);
     }
     if let Some(f) = old {
         remove(a, f);
@@ -375,6 +346,49 @@ pub fn put_found(
         }
     };
     super::put_deadline(kv, a, f.entry, expire.max(0) as u64);
+    Ok(())
+}
+
+/// [`put_found`] of a string value, from borrowed bytes: what a replay of a lone string PUT
+/// ([`crate::op::lone_string_put`]) applies without decoding the record into an [`Effect`].
+pub fn put_string_found(
+    kv: &Kv,
+    a: &mut Arena,
+    db: Db,
+    key: &[u8],
+    s: &[u8],
+    expire: i64,
+    old: Option<Found>,
+) -> Result<()> {
+    // The most common write (SET of a string over a string of the same length, as in a
+    // benchmark or a counter): the bytes are overwritten in the entry that holds them, no
+    // block is allocated or freed and the chain is not touched. The entry ends up with the
+    // same key, database, type, value and expiry as a new one would.
+    if let Some(f) = old
+        && f.entry.aux(a) == aux(TYPE_STRING, db)
+        && f.entry.vlen(a) == s.len()
+    {
+        let at = f.entry.value_at(a);
+        a.write(at, s);
+        let expire = expire.max(0) as u64;
+        if f.entry.expire(a) as u64 != expire {
+            super::put_deadline(kv, a, f.entry, expire);
+        }
+        return Ok(());
+    }
+    // Otherwise a new entry takes the old one's place in its chain, with one lookup (the
+    // database's count does not change when it replaces).
+    let e = table::new_entry(a, kv.hash(key), key, s.len(), aux(TYPE_STRING, db))?;
+    let at = e.value_at(a);
+    a.write(at, s);
+    super::put_deadline(kv, a, e, expire.max(0) as u64);
+    match old {
+        Some(f) => {
+            super::free_value(a, f.entry);
+            table::replace(a, ks(a), f, e);
+        }
+        None => insert(a, db, e)?,
+    }
     Ok(())
 }
 
