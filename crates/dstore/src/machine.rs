@@ -681,8 +681,7 @@ impl Machine for Kv {
         // allocating and freeing them: perf, SET P16).
         if let Some((db, key, value, expire)) = op::lone_string_put(op) {
             if self.shard_of(key) as usize == shard {
-                let old = effects::find(self, arena, db, key);
-                effects::put_string_found(self, arena, db, key, value, expire, old)?;
+                effects::put_string(self, arena, db, key, value, expire)?;
             }
             out.done = true;
             return Ok(());
@@ -909,7 +908,7 @@ mod tests {
             let rec = op::encode(1, &Op::Effects(vec![hash.clone()]));
             kv.apply(0, a, &rec, &mut Outcome::default()).expect("hset");
         }
-        let steps = [
+        let mut steps = vec![
             put(0, "a", "one", 0),
             put(0, "a", "two", 0),
             put(0, "a", "a longer value", 5_000),
@@ -918,14 +917,12 @@ mod tests {
             put(3, "a", "other db", 0),
             put(0, "h", "over a hash", 0),
             put(0, "b", "", 9_000),
-            put(0, "c", "c", 0),
-            put(0, "d", "d", 0),
-            put(0, "e", "e", 0),
-            put(0, "f", "f", 0),
         ];
-        let shards: Vec<u16> = [&b"a"[..], b"b", b"c", b"d", b"e", b"f"]
+        steps.extend(["c", "d", "e", "f"].map(|k| put(0, k, k, 0)));
+        let shards: Vec<u16> = steps
             .iter()
-            .map(|k| kv.shard_of(k))
+            .filter_map(|p| p.key())
+            .map(|(_, k)| kv.shard_of(k))
             .collect();
         assert!(
             shards.contains(&0) && shards.contains(&1),

@@ -349,6 +349,13 @@ pub fn put_found(
     Ok(())
 }
 
+/// [`put`] of a string value, from borrowed bytes: the same lookup, then
+/// [`put_string_found`].
+pub fn put_string(kv: &Kv, a: &mut Arena, db: Db, key: &[u8], s: &[u8], expire: i64) -> Result<()> {
+    let old = find(kv, a, db, key);
+    put_string_found(kv, a, db, key, s, expire, old)
+}
+
 /// [`put_found`] of a string value, from borrowed bytes: what a replay of a lone string PUT
 /// ([`crate::op::lone_string_put`]) applies without decoding the record into an [`Effect`].
 pub fn put_string_found(
