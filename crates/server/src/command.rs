@@ -599,10 +599,63 @@ fn table() -> &'static [&'static Spec] {
     })
 }
 
+/// Longest command name the hashed index takes (the longest defined is shorter; a test checks).
+const NAME_MAX: usize = 32;
+
+/// An empty slot of [`name_slots`].
+const NO_COMMAND: u16 = u16::MAX;
+
+/// FNV-1a of a lower-case name.
+fn name_hash(lower: &[u8]) -> usize {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for &b in lower {
+        h = (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
+    }
+    h as usize
+}
+
+/// Open-addressed index from a command's lower-case name to its place in [`table`], at most a
+/// quarter full. Every request looks its command up here: the binary search with a
+/// case-folding compare it replaced took about 2% of the worker's CPU in YCSB.
+fn name_slots() -> &'static [u16] {
+    static SLOTS: std::sync::OnceLock<Vec<u16>> = std::sync::OnceLock::new();
+    SLOTS.get_or_init(|| {
+        let all = table();
+        let mut slots = vec![NO_COMMAND; (all.len() * 4).next_power_of_two()];
+        let mask = slots.len() - 1;
+        for (i, spec) in all.iter().enumerate() {
+            let mut at = name_hash(spec.name.as_bytes()) & mask;
+            while slots[at] != NO_COMMAND {
+                at = (at + 1) & mask;
+            }
+            slots[at] = i as u16;
+        }
+        slots
+    })
+}
+
 fn lookup_index(name: &[u8]) -> Option<usize> {
-    table()
-        .binary_search_by(|spec| cmp_lowercase(name, spec.name.as_bytes()).reverse())
-        .ok()
+    if name.len() > NAME_MAX {
+        return None;
+    }
+    let mut buf = [0u8; NAME_MAX];
+    let lower = &mut buf[..name.len()];
+    for (d, s) in lower.iter_mut().zip(name) {
+        *d = s.to_ascii_lowercase();
+    }
+    let (slots, all) = (name_slots(), table());
+    let mask = slots.len() - 1;
+    let mut at = name_hash(lower) & mask;
+    loop {
+        let slot = slots[at];
+        if slot == NO_COMMAND {
+            return None;
+        }
+        if all[usize::from(slot)].name.as_bytes() == &*lower {
+            return Some(usize::from(slot));
+        }
+        at = (at + 1) & mask;
+    }
 }
 
 fn lookup(name: &[u8]) -> Option<&'static Spec> {
@@ -2485,6 +2538,59 @@ mod tests {
         assert!(lookup(b"nosuch").is_none());
         assert!(lookup(b"").is_none());
         assert!(lookup(b"GETX").is_none());
+    }
+
+    /// The hashed index answers what a search of the table in any case would: every name in
+    /// mixed case, each name with its first byte's high bit set, cut by a byte (LPUSHX to LPUSH
+    /// is a hit), extended by one or padded past the index's length.
+    #[test]
+    fn hashed_lookup_agrees_with_the_table() {
+        let all = table();
+        let search = |name: &[u8]| {
+            all.iter()
+                .position(|s| name.eq_ignore_ascii_case(s.name.as_bytes()))
+        };
+        let longest = all.iter().map(|s| s.name.len()).max().unwrap();
+        assert!(longest <= NAME_MAX, "a command name of {longest} bytes");
+        let mut probes: Vec<Vec<u8>> = vec![b"".to_vec(), vec![b'a'; NAME_MAX + 1], vec![0xff; 3]];
+        for spec in all {
+            let name = spec.name.as_bytes();
+            let mixed: Vec<u8> = name
+                .iter()
+                .enumerate()
+                .map(|(i, b)| {
+                    if i % 2 == 0 {
+                        b.to_ascii_uppercase()
+                    } else {
+                        *b
+                    }
+                })
+                .collect();
+            probes.push(mixed);
+            probes.push(name[..name.len() - 1].to_vec());
+            probes.push([name, b"x"].concat());
+            let mut flipped = name.to_vec();
+            flipped[0] ^= 0x80;
+            probes.push(flipped);
+            let mut padded = name.to_vec();
+            padded.resize(NAME_MAX + 1, b' ');
+            probes.push(padded);
+        }
+        let mut found = std::collections::BTreeSet::new();
+        for p in &probes {
+            assert_eq!(
+                lookup_index(p),
+                search(p),
+                "{:?}",
+                String::from_utf8_lossy(p)
+            );
+            found.extend(lookup_index(p));
+        }
+        assert_eq!(
+            found.len(),
+            all.len(),
+            "every command found in its mixed case"
+        );
     }
 
     #[test]
