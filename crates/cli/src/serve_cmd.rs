@@ -47,6 +47,13 @@ pub struct ServeArgs {
     /// more workers help pipelined clients on a busy machine, see docs/benchmarks.md).
     #[arg(long)]
     workers: Option<usize>,
+    /// Microseconds a worker keeps polling for requests before it sleeps, when it was busy at
+    /// least 3/4 of the last 2 ms (0..=10000; default 0: it sleeps at once, as Redis does).
+    /// Near saturation this spares clients the CPU cost of waking it, at the price of the
+    /// server's own CPU; a worker with idle time sleeps at once whatever this is. Measured in
+    /// docs/benchmarks.md (issue 27, seventh session).
+    #[arg(long, default_value_t = 0)]
+    busy_poll_us: u64,
     /// Most client connections at once (at least 1).
     #[arg(long, default_value_t = 10_000)]
     maxclients: usize,
@@ -733,6 +740,10 @@ struct Plan {
     set_layout: Option<dstore::store::SetLayout>,
 }
 
+/// Largest `--busy-poll-us` (10 ms: polling longer than a scheduler's time slice only takes
+/// the CPU from other threads).
+const BUSY_POLL_US_MAX: u64 = 10_000;
+
 /// Check every option. Refuses values that cannot work (0 workers, a slot too small to hold
 /// the empty store, a pool past the largest size) instead of adjusting them silently.
 fn plan(a: &ServeArgs) -> Result<Plan> {
@@ -778,6 +789,12 @@ fn plan(a: &ServeArgs) -> Result<Plan> {
     }
     if a.workers == Some(0) {
         return Err(refused("--workers must be at least 1".into()));
+    }
+    if a.busy_poll_us > BUSY_POLL_US_MAX {
+        return Err(refused(format!(
+            "--busy-poll-us must be in 0..={BUSY_POLL_US_MAX}, not {}",
+            a.busy_poll_us
+        )));
     }
     if a.maxclients == 0 {
         return Err(refused("--maxclients must be at least 1".into()));
@@ -897,6 +914,7 @@ fn plan(a: &ServeArgs) -> Result<Plan> {
         // CONFIG GET maxmemory reports what the store enforces.
         maxmemory_bytes,
         maxmemory_policy: a.maxmemory_policy.clone(),
+        busy_poll: std::time::Duration::from_micros(a.busy_poll_us),
         ..server::Config::default()
     };
     if let Some(w) = a.workers {

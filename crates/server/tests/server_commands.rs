@@ -491,3 +491,55 @@ fn client_reply_off_skip_and_on() {
         "-ERR wrong number of arguments for 'client|reply' command\r\n",
     );
 }
+
+/// With busy polling on (and a budget far above anything the test waits for), pipelined
+/// clients, a worker left idle between bursts and a request after the idle time are all
+/// served, every command counted once.
+#[test]
+fn busy_polling_workers_serve_every_request() {
+    let server = TestServer::start(|c| {
+        c.busy_poll = std::time::Duration::from_millis(10);
+    });
+    const THREADS: usize = 4;
+    const ROUNDS: usize = 150;
+    const DEPTH: usize = 16;
+    let addr = server.addr;
+    let clients: Vec<_> = (0..THREADS)
+        .map(|t| {
+            std::thread::spawn(move || {
+                let mut c = support::Client::connect(addr);
+                for round in 0..ROUNDS {
+                    let mut wire = Vec::new();
+                    for i in 0..DEPTH {
+                        let key = format!("k{t}-{i}");
+                        let value = format!("{round}");
+                        wire.extend(support::frame(&[
+                            b"t.set",
+                            key.as_bytes(),
+                            value.as_bytes(),
+                        ]));
+                    }
+                    c.send_raw(&wire);
+                    for _ in 0..DEPTH {
+                        assert_eq!(c.read_reply_bytes(), b"+OK\r\n");
+                    }
+                }
+            })
+        })
+        .collect();
+    for h in clients {
+        h.join().unwrap();
+    }
+    let mut c = server.client();
+    std::thread::sleep(std::time::Duration::from_millis(30));
+    for t in 0..THREADS {
+        let last = format!("{}", ROUNDS - 1);
+        let want = format!("${}\r\n{last}\r\n", last.len());
+        expect(&mut c, &format!("t.get k{t}-{}", DEPTH - 1), &want);
+    }
+    let summary = server.stop();
+    assert_eq!(
+        summary.commands_processed,
+        (THREADS * ROUNDS * DEPTH + THREADS) as u64
+    );
+}
