@@ -479,6 +479,10 @@ fn impossible_sizes_and_counts_are_refused_up_front() {
         (&["--repl-log-mib", "0"], "--repl-log-mib 0 is too small"),
         (&["--workers", "0"], "--workers must be at least 1"),
         (&["--maxclients", "0"], "--maxclients must be at least 1"),
+        (
+            &["--busy-poll-us", "10001"],
+            "--busy-poll-us must be in 0..=10000, not 10001",
+        ),
         (&["--shards", "0"], "--shards must be in 1..="),
         (
             &["--slot-mib", "18446744073709551615"],
