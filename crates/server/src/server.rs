@@ -1020,6 +1020,9 @@ enum Verdict {
     Again,
     /// Close it.
     Close,
+    /// Write its replies at the end of the worker's pass (it read everything the socket had
+    /// and executed it).
+    Unflushed,
 }
 
 /// One client connection, owned by one worker.
@@ -1045,6 +1048,8 @@ struct Conn {
     closing: bool,
     /// In the worker's `again` list.
     queued: bool,
+    /// In the worker's `unflushed` list.
+    unflushed: bool,
     /// The blocking command this connection waits in, if any.
     blocked: Option<Blocked>,
     /// The deadline the worker has listed for it.
@@ -1073,6 +1078,21 @@ impl Conn {
                 return Verdict::Close;
             }
             let holding = self.holding();
+            if drained
+                && !holding
+                && !draining
+                && !self.closing
+                && !self.input_pending
+                && self.blocked.is_none()
+            {
+                // Everything the socket had is executed: its replies go out with the others
+                // this pass produced (see [`Worker::flush_unflushed`]).
+                return if self.pending_output() > 0 {
+                    Verdict::Unflushed
+                } else {
+                    Verdict::Idle
+                };
+            }
             if !holding && self.flush(shared).is_err() {
                 return Verdict::Close;
             }
@@ -1334,6 +1354,25 @@ impl Conn {
         }
     }
 
+    /// The worker's end-of-pass write of this connection's replies (a connection that holds
+    /// them keeps them until its doorbell rings).
+    fn flush_deferred(&mut self, shared: &Shared) -> Verdict {
+        if self.holding() {
+            return Verdict::Idle;
+        }
+        if self.flush(shared).is_err() {
+            return Verdict::Close;
+        }
+        if self.pending_output() > shared.config.max_output_bytes {
+            shared
+                .stats
+                .output_limit_disconnections
+                .fetch_add(1, Ordering::Relaxed);
+            return Verdict::Close;
+        }
+        Verdict::Idle
+    }
+
     /// Writes as much pending output as the socket takes.
     fn flush(&mut self, shared: &Shared) -> io::Result<()> {
         while self.output_sent < self.output.len() {
@@ -1391,6 +1430,8 @@ struct Worker {
     free: Vec<usize>,
     /// Connections to serve again without waiting for an event.
     again: Vec<usize>,
+    /// Connections whose replies are written at the end of this pass.
+    unflushed: Vec<usize>,
     /// Read buffer shared by this worker's connections.
     scratch: Vec<u8>,
     /// Set when shutdown started: the time by which every connection is closed.
@@ -1439,6 +1480,7 @@ impl Worker {
             conns: Vec::new(),
             free: Vec::new(),
             again: Vec::new(),
+            unflushed: Vec::new(),
             scratch: vec![0; READ_CHUNK_BYTES],
             drain_deadline: None,
             doorbell,
@@ -1543,6 +1585,7 @@ impl Worker {
                 }
                 self.serve(index);
             }
+            self.flush_unflushed();
             if let Some(deadline) = self.drain_deadline {
                 if self.conns.iter().all(Option::is_none) || Instant::now() >= deadline {
                     self.close_all();
@@ -1620,6 +1663,7 @@ impl Worker {
                 output_sent: 0,
                 closing: false,
                 queued: false,
+                unflushed: false,
                 blocked: None,
                 listed_deadline: None,
                 owed: Vec::new(),
@@ -1662,8 +1706,29 @@ impl Worker {
                     self.again.push(index);
                 }
             }
+            Verdict::Unflushed => {
+                if !conn.unflushed {
+                    conn.unflushed = true;
+                    self.unflushed.push(index);
+                }
+            }
             Verdict::Close => self.close(index),
         }
+    }
+
+    /// Writes the replies of the connections served in this pass.
+    fn flush_unflushed(&mut self) {
+        let mut list = std::mem::take(&mut self.unflushed);
+        for index in list.drain(..) {
+            let Some(conn) = self.conns.get_mut(index).and_then(Option::as_mut) else {
+                continue;
+            };
+            conn.unflushed = false;
+            if conn.flush_deferred(&self.shared) == Verdict::Close {
+                self.close(index);
+            }
+        }
+        self.unflushed = list;
     }
 
     /// Closes the connections CLIENT KILL marked (at once, without writing pending replies).

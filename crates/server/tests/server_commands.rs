@@ -543,3 +543,27 @@ fn busy_polling_workers_serve_every_request() {
         (THREADS * ROUNDS * DEPTH + THREADS) as u64
     );
 }
+
+/// Replies wait for the end of the worker's pass and go out together. Many connections whose
+/// requests arrive at once, each asking for a value larger than a socket's buffer and a small
+/// one after it, all get both replies whole and in order: the part a full socket refuses at
+/// the end of the pass goes when the socket drains.
+#[test]
+fn replies_written_at_the_end_of_a_pass_all_arrive() {
+    let server = TestServer::default_config();
+    let mut c = server.client();
+    let big = "b".repeat(3 << 20);
+    expect(&mut c, &format!("t.set big {big}"), "+OK\r\n");
+    expect(&mut c, "t.set small s", "+OK\r\n");
+    let mut clients: Vec<_> = (0..12).map(|_| server.client()).collect();
+    let mut wire = support::frame(&[b"t.get", b"big"]);
+    wire.extend(support::frame(&[b"t.get", b"small"]));
+    for c in &mut clients {
+        c.send_raw(&wire);
+    }
+    let want_big = format!("${}\r\n{big}\r\n", big.len()).into_bytes();
+    for c in &mut clients {
+        assert!(c.read_reply_bytes() == want_big, "the large value, whole");
+        assert_eq!(c.read_reply_bytes(), b"$1\r\ns\r\n");
+    }
+}
