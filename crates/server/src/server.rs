@@ -1020,8 +1020,8 @@ enum Verdict {
     Again,
     /// Close it.
     Close,
-    /// Write its replies at the end of the worker's pass (it read everything the socket had
-    /// and executed it).
+    /// Write its replies at the end of the worker's pass (it read everything the socket had,
+    /// a pipeline of requests, and executed it).
     Unflushed,
 }
 
@@ -1050,6 +1050,8 @@ struct Conn {
     queued: bool,
     /// In the worker's `unflushed` list.
     unflushed: bool,
+    /// The last read carried more than one request (a pipeline).
+    pipelined: bool,
     /// The blocking command this connection waits in, if any.
     blocked: Option<Blocked>,
     /// The deadline the worker has listed for it.
@@ -1079,14 +1081,15 @@ impl Conn {
             }
             let holding = self.holding();
             if drained
+                && self.pipelined
                 && !holding
                 && !draining
                 && !self.closing
                 && !self.input_pending
                 && self.blocked.is_none()
             {
-                // Everything the socket had is executed: its replies go out with the others
-                // this pass produced (see [`Worker::flush_unflushed`]).
+                // Everything the socket had is executed: a pipeline's replies go out with the
+                // others this pass produced (see [`Worker::flush_unflushed`]).
                 return if self.pending_output() > 0 {
                     Verdict::Unflushed
                 } else {
@@ -1331,8 +1334,10 @@ impl Conn {
         self.after_stop(stop);
     }
 
-    /// Adds `commands` to this worker's `total_commands_processed`.
-    fn count_commands(&self, shared: &Shared, commands: u64) {
+    /// Adds `commands` to this worker's `total_commands_processed`, and notes whether they
+    /// came as a pipeline.
+    fn count_commands(&mut self, shared: &Shared, commands: u64) {
+        self.pipelined = commands > 1;
         if commands > 0 {
             shared
                 .stats
@@ -1664,6 +1669,7 @@ impl Worker {
                 closing: false,
                 queued: false,
                 unflushed: false,
+                pipelined: false,
                 blocked: None,
                 listed_deadline: None,
                 owed: Vec::new(),
