@@ -1096,14 +1096,7 @@ impl Conn {
                     Verdict::Idle
                 };
             }
-            if !holding && self.flush(shared).is_err() {
-                return Verdict::Close;
-            }
-            if self.pending_output() > shared.config.max_output_bytes {
-                shared
-                    .stats
-                    .output_limit_disconnections
-                    .fetch_add(1, Ordering::Relaxed);
+            if !self.write_out(shared, holding) {
                 return Verdict::Close;
             }
             if self.closing {
@@ -1362,20 +1355,28 @@ impl Conn {
     /// The worker's end-of-pass write of this connection's replies (a connection that holds
     /// them keeps them until its doorbell rings).
     fn flush_deferred(&mut self, shared: &Shared) -> Verdict {
-        if self.holding() {
-            return Verdict::Idle;
+        let holding = self.holding();
+        if self.write_out(shared, holding) {
+            Verdict::Idle
+        } else {
+            Verdict::Close
         }
-        if self.flush(shared).is_err() {
-            return Verdict::Close;
+    }
+
+    /// Writes pending output unless the connection is `holding` it; false: close the connection
+    /// (the write failed, or more output waits than [`Config::max_output_bytes`]).
+    fn write_out(&mut self, shared: &Shared, holding: bool) -> bool {
+        if !holding && self.flush(shared).is_err() {
+            return false;
         }
         if self.pending_output() > shared.config.max_output_bytes {
             shared
                 .stats
                 .output_limit_disconnections
                 .fetch_add(1, Ordering::Relaxed);
-            return Verdict::Close;
+            return false;
         }
-        Verdict::Idle
+        true
     }
 
     /// Writes as much pending output as the socket takes.
