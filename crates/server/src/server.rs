@@ -1352,17 +1352,6 @@ impl Conn {
         }
     }
 
-    /// The worker's end-of-pass write of this connection's replies (a connection that holds
-    /// them keeps them until its doorbell rings).
-    fn flush_deferred(&mut self, shared: &Shared) -> Verdict {
-        let holding = self.holding();
-        if self.write_out(shared, holding) {
-            Verdict::Idle
-        } else {
-            Verdict::Close
-        }
-    }
-
     /// Writes pending output unless the connection is `holding` it; false: close the connection
     /// (the write failed, or more output waits than [`Config::max_output_bytes`]).
     fn write_out(&mut self, shared: &Shared, holding: bool) -> bool {
@@ -1511,8 +1500,9 @@ impl Worker {
     fn event_loop(&mut self) -> io::Result<()> {
         let mut events = Events::with_capacity(EVENTS_CAPACITY);
         let budget = self.shared.config.busy_poll;
-        let mut busy = BusyPoll::new(budget, Instant::now());
-        let mut work_from = Instant::now();
+        // With polling on: when the worker last came back from a poll.
+        let mut busy =
+            (!budget.is_zero()).then(|| (BusyPoll::new(budget, Instant::now()), Instant::now()));
         loop {
             let timeout = if !self.again.is_empty() {
                 Some(Duration::ZERO)
@@ -1524,24 +1514,20 @@ impl Worker {
                 soonest.map(|d| d.saturating_duration_since(Instant::now()))
             };
             let mut polled = false;
-            if !budget.is_zero() {
+            if let Some((bp, work_from)) = busy.as_mut() {
                 let now = Instant::now();
-                busy.worked(work_from, now);
+                bp.worked(*work_from, now);
                 // A deadline nearer than the budget bounds the polling too.
-                let spin = timeout.map_or(busy.spin(), |t| busy.spin().min(t));
+                let spin = timeout.map_or(bp.spin(), |t| bp.spin().min(t));
                 if !spin.is_zero() && timeout != Some(Duration::ZERO) {
                     polled = self.poll_until(&mut events, now + spin)?;
                 }
             }
             if !polled {
-                if let Err(e) = self.poll.poll(&mut events, timeout) {
-                    if e.kind() != io::ErrorKind::Interrupted {
-                        return Err(e);
-                    }
-                }
+                self.poll_once(&mut events, timeout)?;
             }
-            if !budget.is_zero() {
-                work_from = Instant::now();
+            if let Some((_, work_from)) = busy.as_mut() {
+                *work_from = Instant::now();
             }
             let mut woken = false;
             for event in events.iter() {
@@ -1601,14 +1587,18 @@ impl Worker {
         }
     }
 
+    /// One poll; an interrupted one returns no events.
+    fn poll_once(&mut self, events: &mut Events, timeout: Option<Duration>) -> io::Result<()> {
+        match self.poll.poll(events, timeout) {
+            Err(e) if e.kind() != io::ErrorKind::Interrupted => Err(e),
+            _ => Ok(()),
+        }
+    }
+
     /// Polls without blocking until an event comes (true) or `until` passes (false).
     fn poll_until(&mut self, events: &mut Events, until: Instant) -> io::Result<bool> {
         loop {
-            if let Err(e) = self.poll.poll(events, Some(Duration::ZERO)) {
-                if e.kind() != io::ErrorKind::Interrupted {
-                    return Err(e);
-                }
-            }
+            self.poll_once(events, Some(Duration::ZERO))?;
             if !events.is_empty() {
                 return Ok(true);
             }
@@ -1731,7 +1721,9 @@ impl Worker {
                 continue;
             };
             conn.unflushed = false;
-            if conn.flush_deferred(&self.shared) == Verdict::Close {
+            // A connection that holds its replies keeps them until its doorbell rings.
+            let holding = conn.holding();
+            if !conn.write_out(&self.shared, holding) {
                 self.close(index);
             }
         }
