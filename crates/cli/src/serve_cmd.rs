@@ -42,6 +42,13 @@ pub struct ServeArgs {
     /// nodes (--replicas, --role backup) take only `always`.
     #[arg(long, default_value = "always")]
     durability: String,
+    /// With --durability always: `on` lets the writes a worker runs in one pass over its ready
+    /// connections share one force of the log (group commit), and every reply, to a writer or
+    /// to a reader of what was written, still leaves only after that force; `off` forces each
+    /// write's record on its own. Replicated nodes force each write. Measured in
+    /// docs/benchmarks.md (issue 27, eighth session).
+    #[arg(long, default_value = "on", value_parser = ["on", "off"])]
+    group_commit: String,
     /// Worker threads serving connections, at least 1 (default: one fewer than the cores, at
     /// least 1: the core left over runs the checkpoint thread and the kernel's network work;
     /// more workers help pipelined clients on a busy machine, see docs/benchmarks.md).
@@ -408,6 +415,8 @@ fn say_set_state(st: &pmem::set::SetStatus) {
 pub(crate) struct StoreBackend<M: Medium + Clone + Send + Sync + 'static = Arc<Mapping>> {
     store: Store<M>,
     durability: String,
+    /// The store leaves forcing to [`Backend::sync`] (`ForcePolicy::Caller`: group commit).
+    caller_forces: bool,
     /// The store was created by this start (nothing was recovered).
     created: bool,
     /// The integrity layer over the store's regions (`None`: redundancy off).
@@ -421,6 +430,7 @@ impl<M: Medium + Clone + Send + Sync + 'static> StoreBackend<M> {
     /// says the store is new (nothing was recovered).
     pub(crate) fn new(store: Store<M>, durability: &str, created: bool) -> Self {
         StoreBackend {
+            caller_forces: store.config().policy == ForcePolicy::Caller,
             store,
             durability: durability.to_string(),
             created,
@@ -502,6 +512,13 @@ impl<M: Medium + Clone + Send + Sync + 'static> Backend for StoreBackend<M> {
     fn save(&self) -> BackendResult<()> {
         self.store.save().map(drop).map_err(be)
     }
+    fn sync(&self) -> BackendResult<()> {
+        if self.caller_forces {
+            self.store.sync().map_err(be)
+        } else {
+            Ok(())
+        }
+    }
     fn info(&self) -> Vec<InfoSection> {
         let st = self.store.engine().stats();
         let rec = self.store.recovery();
@@ -522,6 +539,10 @@ impl<M: Medium + Clone + Send + Sync + 'static> Backend for StoreBackend<M> {
                 } else {
                     "up to F-1 acknowledged writes or 10 ms, whichever is less".to_string()
                 },
+            ),
+            kv(
+                "group_commit",
+                if self.caller_forces { "yes" } else { "no" },
             ),
             kv("checkpoint_in_progress", u8::from(st.checkpoint_running)),
             kv("checkpoints", st.checkpoints),
@@ -778,6 +799,18 @@ fn plan(a: &ServeArgs) -> Result<Plan> {
             a.durability
         )));
     }
+    // A standalone server with `always` groups its forces: the worker syncs before replies
+    // leave (`Backend::sync`). A replicated node's backend acknowledges through the replicated
+    // log and keeps a force per write.
+    let policy = if policy == ForcePolicy::Sync
+        && a.group_commit == "on"
+        && !backup
+        && replicas.is_empty()
+    {
+        ForcePolicy::Caller
+    } else {
+        policy
+    };
     if a.write_quorum.is_some() && replicas.is_empty() {
         return Err(refused("--write-quorum needs --replicas".into()));
     }

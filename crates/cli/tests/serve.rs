@@ -263,6 +263,7 @@ fn redis_cli_works_unchanged() {
     scanned.sort();
     assert_eq!(scanned, ["greeting", "h", "n", "z"]);
     assert!(cli(p, &["INFO", "persistence"]).contains("durability:always"));
+    assert!(cli(p, &["INFO", "persistence"]).contains("group_commit:yes"));
     assert_eq!(cli(p, &["SAVE"]), "OK");
     assert!(cli(p, &["INFO"]).contains("checkpoints:"));
     // The data survives a clean restart.
@@ -879,4 +880,19 @@ fn a_replicated_restart_that_fails_leaves_the_store_as_it_was() {
         info["clean_shutdown"], true,
         "the log copy is left closed: {info}"
     );
+}
+
+/// `--group-commit off` forces each write's record on its own: INFO says so, and writes and a
+/// restart behave as with group commit.
+#[test]
+fn group_commit_can_be_turned_off() {
+    let scratch = Scratch::new("serve-group-off");
+    let dir = scratch.path("store");
+    let args = [SMALL, &["--group-commit", "off"][..]].concat();
+    let server = start_with(&dir, &args);
+    let p = server.port;
+    assert!(cli(p, &["INFO", "persistence"]).contains("group_commit:no"));
+    let c = Client::connect(p).unwrap();
+    write_and_shut_down(server, c, 10);
+    assert_reopens_clean_with(&dir, &args, 10);
 }

@@ -18,6 +18,14 @@
 //! reader takes the shard's read lock, so with the `Sync` policy it never sees a change that is
 //! not durable.
 //!
+//! With [`ForcePolicy::Caller`] step 2 only appends, and the caller forces with
+//! [`Dipper::sync`] before anyone hears of the operation: group commit at the caller, which
+//! knows when a batch ends (`kavach serve` syncs once before a pass of its worker writes
+//! replies, so the operations of every connection served in that pass share one force). Then a
+//! reader can see a change that is not durable yet, and must sync before it tells anyone what
+//! it read; a crash loses only operations nobody heard of, and the durable records are still a
+//! prefix of the log.
+//!
 //! A second write path, [`Dipper::apply_then_log`], serves transactions whose changes are
 //! decided while they run (a later read in the transaction must see an earlier write):
 //! 1. lock its shards (ascending order) for writing;
@@ -1326,6 +1334,18 @@ impl<M: Medium + Clone + Send + Sync + 'static, S: Machine> Dipper<M, S> {
         self.inner.checkpoint_now(true)
     }
 
+    /// Make every operation applied so far durable: force the active log through its last
+    /// record. Under [`ForcePolicy::Caller`] this is the caller's half of the bargain: call it
+    /// before anyone learns of an operation's effect (its acknowledgement, or a read of what
+    /// it wrote), and the operations gathered since the last call share one force. Under the
+    /// other policies it forces early. A failed force latches the engine failed (the DRAM
+    /// state may hold operations no durable record holds) and returns the error.
+    pub fn sync(&self) -> Result<()> {
+        self.inner
+            .force_active()
+            .map_err(|e| self.inner.latch(format!("forcing the log failed: {e}")))
+    }
+
     /// Counters.
     pub fn stats(&self) -> Stats {
         self.inner.stats()
@@ -1818,20 +1838,23 @@ impl<M: Medium + Clone + Send + Sync + 'static, S: Machine> Inner<M, S> {
                     return;
                 }
             }
-            let r = (|| -> Result<()> {
-                let gate = self.gate.read().map_err(|_| poisoned())?;
-                let log = &self.logs[*gate];
-                let next = log.next_lsn();
-                if next > 1 && log.durable_lsn() < next - 1 {
-                    log.force(next - 1, 1)?;
-                }
-                Ok(())
-            })();
-            if let Err(e) = r {
+            if let Err(e) = self.force_active() {
                 self.latch(format!("the periodic log flush failed: {e}"));
                 return;
             }
         }
+    }
+
+    /// Force the active log through its last reserved record (waiting for records still being
+    /// written). Records of the other log need nothing: the swap that archived it forced it.
+    fn force_active(&self) -> Result<()> {
+        let gate = self.gate.read().map_err(|_| poisoned())?;
+        let log = &self.logs[*gate];
+        let next = log.next_lsn();
+        if next > 1 && log.durable_lsn() < next - 1 {
+            log.force(next - 1, 1)?;
+        }
+        Ok(())
     }
 
     fn checkpoint_loop(&self) {

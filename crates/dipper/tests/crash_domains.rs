@@ -445,3 +445,166 @@ fn a_failed_msync_is_reported_and_loses_no_acknowledged_operation() {
     assert!(fired >= 8, "only {fired} msyncs to fail");
     println!("crash images checked: {images} after failed msyncs (Msync)");
 }
+
+// ---------------------------------------------------------------------------------------------
+// Group commit at the caller (`ForcePolicy::Caller`): the operations only append, and
+// `Dipper::sync` forces every third one (and before each checkpoint and the close), as
+// `kavach serve` forces once per pass of a worker. An operation counts as acknowledged once a
+// sync after it returned. After a crash the counters must be those after some prefix of the
+// operations that includes every acknowledged one and none that had not started. Flush on
+// fail keeps records in the cache by design and is covered by the `Sync` tests above.
+// ---------------------------------------------------------------------------------------------
+
+/// Operations per sync in the caller-forced runs.
+const SYNC_EVERY: usize = 3;
+
+fn caller_options() -> Options {
+    Options {
+        policy: dipper::ForcePolicy::Caller,
+        // No periodic flush: every force in these runs is the test's own (and deterministic).
+        flush_every: std::time::Duration::from_secs(3600),
+        ..options()
+    }
+}
+
+/// Run the operations with `Caller` forcing: (acknowledged, started, every call succeeded).
+fn drive_caller(sim: &Arc<SimMedium>) -> (usize, usize, bool) {
+    let Ok(e) = Pool::open_medium(Arc::clone(sim), &OpenOptions::default())
+        .map_err(DipperError::from)
+        .and_then(|pool| Dipper::open(pool, Counter, caller_options()).map(|(e, _)| e))
+    else {
+        return (0, 0, false);
+    };
+    let mut acked = 0;
+    for i in 0..OPS {
+        if run_op(&e, i).is_err() {
+            return (acked, i + 1, false);
+        }
+        let done = i + 1;
+        let checkpoint = CHECKPOINT_AFTER.contains(&done);
+        if done % SYNC_EVERY == 0 || checkpoint || done == OPS {
+            if e.sync().is_err() {
+                return (acked, done, false);
+            }
+            acked = done;
+        }
+        if checkpoint && e.checkpoint().is_err() {
+            return (acked, done, false);
+        }
+    }
+    let closed = e.close().is_ok();
+    (acked, OPS, closed)
+}
+
+/// Reopen `image` (with `Caller` forcing) and check that its counters are those after some
+/// prefix of `acked..=started` operations.
+fn check_caller(image: Vec<u8>, acked: usize, started: usize, expect: &[Vec<u64>], what: &str) {
+    let sim = Arc::new(SimMedium::from_image(image, SimConfig::default()));
+    let pool = Pool::open_medium(sim, &OpenOptions::default())
+        .unwrap_or_else(|e| panic!("{what}: the pool does not open: {e}"));
+    let (e, _) = Dipper::open(pool, Counter, caller_options())
+        .unwrap_or_else(|e| panic!("{what}: recovery failed: {e}"));
+    let got: Vec<u64> = (0..SHARDS)
+        .map(|s| e.read(s, |a| a.user(0)).expect("read"))
+        .collect();
+    assert!(
+        expect[acked..=started].contains(&got),
+        "{what}: counters {got:?} are after no prefix of {acked} to {started} operations"
+    );
+}
+
+fn caller_configs() -> [SimConfig; 4] {
+    let all = configs();
+    [all[0], all[1], all[2], all[3]]
+}
+
+#[test]
+fn caller_forced_operations_survive_a_crash_before_every_fence_in_every_domain() {
+    let expect = prefixes();
+    for cfg in caller_configs() {
+        let base = base_for(&cfg);
+        // The batches share forces: fewer fences than with a force per operation.
+        let sync_fences = {
+            let sim = Arc::new(SimMedium::from_image(base.clone(), cfg));
+            assert_eq!(drive(&sim), (OPS, true));
+            sim.fences()
+        };
+        let dry = Arc::new(SimMedium::from_image(base.clone(), cfg));
+        assert_eq!(drive_caller(&dry), (OPS, OPS, true));
+        assert!(
+            dry.fences() < sync_fences,
+            "{:?}: {} fences with the caller's syncs, {sync_fences} forcing every operation",
+            cfg.domain,
+            dry.fences()
+        );
+        let (mut images, mut n, mut lost) = (0u64, 1, 0u64);
+        loop {
+            let sim = Arc::new(SimMedium::from_image(
+                base.clone(),
+                SimConfig {
+                    seed: n ^ cfg.sector as u64,
+                    crash: CrashPlan::AtFence(n),
+                    ..cfg
+                },
+            ));
+            let (acked, started, all_ok) = drive_caller(&sim);
+            let Some(state) = sim.crash_state() else {
+                assert!(all_ok && acked == OPS, "an uncrashed run succeeds");
+                break;
+            };
+            if started > acked {
+                lost += 1;
+            }
+            for (i, img) in state.images().into_iter().enumerate() {
+                images += 1;
+                let what = format!("{:?} caller fence {n} image {i}", cfg.domain);
+                check_caller(img, acked, started, &expect, &what);
+            }
+            n += 1;
+        }
+        assert!(lost > 0, "{:?}: no crash fell inside a batch", cfg.domain);
+        println!(
+            "crash images checked: {images} at {} fences ({:?}, caller forcing; {} with a \
+             force per operation)",
+            n - 1,
+            cfg.domain,
+            sync_fences
+        );
+    }
+}
+
+#[test]
+fn caller_forced_operations_survive_a_crash_at_random_points_in_every_domain() {
+    let expect = prefixes();
+    for cfg in caller_configs() {
+        let base = base_for(&cfg);
+        let dry = Arc::new(SimMedium::from_image(base.clone(), cfg));
+        assert_eq!(drive_caller(&dry), (OPS, OPS, true));
+        let events = dry.events();
+        let mut rng = SplitMix64::new(0xca11 ^ cfg.sector as u64);
+        let count = 150;
+        let mut outcomes = std::collections::BTreeSet::new();
+        for _ in 0..count {
+            let seed = rng.next_u64();
+            let sim = Arc::new(SimMedium::from_image(
+                base.clone(),
+                cfg.at_random_event(seed, events),
+            ));
+            let (acked, started, _) = drive_caller(&sim);
+            outcomes.insert(acked);
+            let what = format!("{:?} caller random crash seed {seed:#x}", cfg.domain);
+            check_caller(
+                sim.power_fail_state().sampled().to_vec(),
+                acked,
+                started,
+                &expect,
+                &what,
+            );
+        }
+        assert!(
+            outcomes.len() > 4,
+            "{:?}: the random crashes land in few places: {outcomes:?}",
+            cfg.domain
+        );
+    }
+}

@@ -1808,6 +1808,15 @@ impl<M: Medium + Clone + Send + Sync + 'static> Store<M> {
         Ok((cursor, out))
     }
 
+    /// Make every write applied so far durable ([`Dipper::sync`]). A store opened with
+    /// [`ForcePolicy::Caller`] needs this before a write is acknowledged, or before a value read
+    /// from it is shown to anyone: the writes since the last call share one force (group commit
+    /// across the callers). Cheap when nothing was written since. A failure latches the store
+    /// failed.
+    pub fn sync(&self) -> StoreResult<()> {
+        Ok(self.engine.sync()?)
+    }
+
     /// Take a checkpoint now.
     pub fn save(&self) -> StoreResult<dipper::CheckpointStats> {
         Ok(self.engine.checkpoint()?)

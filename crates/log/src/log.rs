@@ -38,6 +38,13 @@ pub enum ForcePolicy {
     /// Group commit: force when G records have been appended since the last force (a shared
     /// counter; kept to compare against).
     Group(u64),
+    /// Never force in `append`: the caller forces ([`Log::force`]) before it tells anyone the
+    /// record is durable, so a batch of records gathered from many writers shares one force
+    /// (group commit at the caller, as `kavach serve` does once per pass of a worker). Records
+    /// are written with ordinary stores below the non-temporal threshold and written back by
+    /// that force. Not accepted by [`ForcePolicy::parse`]: a caller that never forces would
+    /// lose every record.
+    Caller,
 }
 
 impl ForcePolicy {
@@ -66,6 +73,7 @@ impl std::fmt::Display for ForcePolicy {
             ForcePolicy::Sync => write!(f, "sync"),
             ForcePolicy::Frequency(n) => write!(f, "frequency:{n}"),
             ForcePolicy::Group(n) => write!(f, "group:{n}"),
+            ForcePolicy::Caller => write!(f, "caller"),
         }
     }
 }
@@ -1245,6 +1253,15 @@ impl<M: Medium> Log<M> {
             ForcePolicy::Sync => self.force(lsn, 1),
             ForcePolicy::Frequency(f) => self.force(lsn, f),
             ForcePolicy::Group(g) => self.force_group(lsn, g),
+            ForcePolicy::Caller => {
+                if lsn >= self.next_lsn.load(Ordering::Acquire) {
+                    return Err(LogError::BadLsn {
+                        lsn,
+                        reason: "not reserved yet".into(),
+                    });
+                }
+                Ok(self.seq.durable() >= lsn)
+            }
         }
     }
 

@@ -166,6 +166,30 @@ fn frequency_policy_persists_only_at_multiples() {
 }
 
 #[test]
+fn caller_policy_leaves_records_to_the_callers_force() {
+    let log = new_log(REGION);
+    for i in 0..5u8 {
+        let a = log.append(&[i; 100], ForcePolicy::Caller).expect("append");
+        assert!(!a.durable, "record {} said durable before any force", a.lsn);
+    }
+    assert_eq!(log.durable_lsn(), 0);
+    // A power failure now: ordinary stores never written back are gone, so none of the
+    // records may come back (and nothing torn may either).
+    let (lost, _) = open_image(&log.medium().durable_image(), REGION, false, false)
+        .expect("open the image before the force");
+    assert_eq!(payloads(&lost), Vec::<Vec<u8>>::new());
+    // One force makes all five durable.
+    assert!(log.force(5, 1).expect("force"));
+    assert_eq!(log.durable_lsn(), 5);
+    let (kept, _) = open_image(&log.medium().durable_image(), REGION, false, false)
+        .expect("open the image after the force");
+    let want: Vec<Vec<u8>> = (0..5u8).map(|i| vec![i; 100]).collect();
+    assert_eq!(payloads(&kept), want);
+    assert_eq!(ForcePolicy::Caller.to_string(), "caller");
+    assert!(ForcePolicy::parse("caller").is_err());
+}
+
+#[test]
 fn a_bit_flip_in_a_payload_stops_the_iterator_with_a_typed_error() {
     let log = new_log(REGION);
     let mut offsets = Vec::new();

@@ -137,6 +137,16 @@ fn writer(
             Ok(false) => {}
             Err(_) => return failed(),
         }
+        // The caller's own force, every fourth record of a thread: it covers the records other
+        // threads appended but did not force yet (group commit at the caller).
+        if policy == ForcePolicy::Caller && i % 4 == 3 {
+            match log.force(lsn, 1) {
+                Ok(_) => {
+                    model.forced.fetch_max(lsn, Ordering::AcqRel);
+                }
+                Err(_) => return failed(),
+            }
+        }
         if thread == 0 && i % 3 == 2 {
             let old: Vec<u64> = {
                 let w = model.written.lock().expect("model");
@@ -351,6 +361,11 @@ fn campaign_in(cfg: SimConfig, policy: ForcePolicy, seed: u64, random: u64, all:
 #[test]
 fn concurrent_sync_appends_survive_crashes_at_every_fence_and_1000_random_points() {
     campaign(ForcePolicy::Sync, 0x5eed_0001);
+}
+
+#[test]
+fn concurrent_caller_forced_appends_survive_crashes_at_every_fence_and_1000_random_points() {
+    campaign(ForcePolicy::Caller, 0x5eed_0003);
 }
 
 #[test]

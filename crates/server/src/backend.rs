@@ -92,6 +92,16 @@ pub trait Backend: Send + Sync + 'static {
     fn shutdown(&self) -> BackendResult<()>;
     /// The data-model store behind the generic commands (every data command of Redis 7 that
     /// Kavach serves goes through it). `None`: a backend that serves only the methods above.
+    /// Make every write applied so far durable. The server calls it before any reply leaves
+    /// (`Conn::flush`), so a store that defers its forces (group commit across connections:
+    /// `dstore` with `ForcePolicy::Caller`) acknowledges a write, or shows a value another
+    /// connection wrote, only once its record is durable, and the writes of one pass of a
+    /// worker share one force. An error means the store could not make them durable: the
+    /// replies are not sent. Default: nothing to do (every write was durable when its method
+    /// returned).
+    fn sync(&self) -> BackendResult<()> {
+        Ok(())
+    }
     fn keyspace(&self) -> Option<&dyn model::Keyspace> {
         None
     }

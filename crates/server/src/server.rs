@@ -16,6 +16,12 @@
 //! pipelined request in order, appending replies to the connection's output buffer, and writes
 //! them in one go. Commands run to completion on the worker, including the backend call.
 //!
+//! Before any reply leaves, the worker asks the backend to make every write applied so far
+//! durable ([`Backend::sync`]). A store that defers its log forces to that call (`kavach
+//! serve --group-commit on`) thus forces once for all the writes a pass produced: a
+//! pipeline's, and those of every pipelining connection whose replies wait for the end of the
+//! pass. A reply to a reader of a not yet durable write waits for the same force.
+//!
 //! # Connections that talk to each other
 //!
 //! Each connection has a mailbox (`notify::Mailbox`); other threads put pub/sub
@@ -1368,8 +1374,12 @@ impl Conn {
         true
     }
 
-    /// Writes as much pending output as the socket takes.
+    /// Writes as much pending output as the socket takes, once the store has made durable
+    /// every write the replies may tell of ([`Backend::sync`]).
     fn flush(&mut self, shared: &Shared) -> io::Result<()> {
+        if self.output_sent < self.output.len() {
+            shared.backend.sync().map_err(io::Error::other)?;
+        }
         while self.output_sent < self.output.len() {
             match self.stream.write(&self.output[self.output_sent..]) {
                 Ok(0) => return Err(io::ErrorKind::WriteZero.into()),

@@ -201,3 +201,51 @@ impl ReadOne for Client {
         }
     }
 }
+
+/// Group commit's contract on the server's side: every reply leaves after a `Backend::sync`,
+/// one sync covers a whole pipeline read at once (not one per request), and when the store
+/// cannot sync no reply leaves: the connection is closed instead, and the server goes on.
+#[test]
+fn replies_leave_only_after_the_store_syncs_once_per_batch() {
+    let server = TestServer::start(|c| c.workers = 1);
+    let mut c = server.client();
+    let before = server.backend.sync_calls();
+    expect(&mut c, "SET a 1", "+OK\r\n");
+    assert!(
+        server.backend.sync_calls() > before,
+        "a reply left without a sync"
+    );
+    // A pipeline of 100 writes in one send: read, executed and answered together.
+    let mut batch = Vec::new();
+    for i in 0..100 {
+        batch.extend(frame(&[b"SET", format!("k{i}").as_bytes(), b"v"]));
+    }
+    let before = server.backend.sync_calls();
+    c.send_raw(&batch);
+    for _ in 0..100 {
+        assert_eq!(show(&c.read_reply_bytes()), "+OK\\r\\n");
+    }
+    let syncs = server.backend.sync_calls() - before;
+    assert!(
+        (1..=4).contains(&syncs),
+        "{syncs} syncs for one pipeline of 100 writes"
+    );
+    // The store cannot make writes durable: the reply is withheld and the connection closed.
+    server
+        .backend
+        .fail_sync
+        .store(true, std::sync::atomic::Ordering::SeqCst);
+    let mut doomed = server.client();
+    doomed.send(&[b"SET", b"b", b"2"]);
+    assert_eq!(
+        show(&doomed.read_to_close()),
+        "",
+        "a reply left without a sync"
+    );
+    server
+        .backend
+        .fail_sync
+        .store(false, std::sync::atomic::Ordering::SeqCst);
+    let mut after = server.client();
+    expect(&mut after, "GET a", "$1\r\n1\r\n");
+}

@@ -707,6 +707,8 @@ fn phase_tput(cfg: &Cfg, out: &Out, vuln: bool) -> anyhow::Result<()> {
                         ForcePolicy::Frequency(n) => n * t as u64,
                         ForcePolicy::Sync => 0,
                         ForcePolicy::Group(_) => 0,
+                        // Not accepted by `ForcePolicy::parse`, so never measured here.
+                        ForcePolicy::Caller => 0,
                     };
                     fields.extend([
                         ("samples", h.n.into()),

@@ -10,7 +10,7 @@
 use std::collections::HashMap;
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpStream};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -53,6 +53,9 @@ pub struct ReferenceBackend {
     map: Mutex<HashMap<Bytes, Entry>>,
     shutdown_calls: AtomicUsize,
     save_calls: AtomicUsize,
+    sync_calls: AtomicUsize,
+    /// `sync` fails while set (a store that cannot make its writes durable).
+    pub fail_sync: AtomicBool,
 }
 
 fn now_ms() -> i64 {
@@ -83,6 +86,10 @@ impl ReferenceBackend {
     /// How many times `save` was called.
     pub fn save_calls(&self) -> usize {
         self.save_calls.load(Ordering::SeqCst)
+    }
+
+    pub fn sync_calls(&self) -> usize {
+        self.sync_calls.load(Ordering::SeqCst)
     }
 
     /// Runs `f` in a transaction of the data model on `key` of database 0: WRONGTYPE unless
@@ -295,6 +302,14 @@ impl Backend for ReferenceBackend {
 
     fn save(&self) -> BackendResult<()> {
         self.save_calls.fetch_add(1, Ordering::SeqCst);
+        Ok(())
+    }
+
+    fn sync(&self) -> BackendResult<()> {
+        self.sync_calls.fetch_add(1, Ordering::SeqCst);
+        if self.fail_sync.load(Ordering::SeqCst) {
+            return Err(BackendError::Failed("the log force failed".into()));
+        }
         Ok(())
     }
 
