@@ -12,15 +12,17 @@
 //! hop costs nothing measurable.
 //!
 //! Each of the `workers` threads owns its connections for their whole life and its own mio
-//! [`Poll`] (edge-triggered). On readiness it reads what is available, executes every complete
-//! pipelined request in order, appending replies to the connection's output buffer, and writes
-//! them in one go. Commands run to completion on the worker, including the backend call.
+//! [`Poll`] (edge-triggered). On readiness it reads what is available and executes every
+//! complete pipelined request in order, appending replies to the connection's output buffer.
+//! As Redis does, the replies wait until the worker has executed the requests of every
+//! connection its poll found ready; then all are written, each connection's in one go.
+//! Commands run to completion on the worker, including the backend call.
 //!
 //! Before any reply leaves, the worker asks the backend to make every write applied so far
 //! durable ([`Backend::sync`]). A store that defers its log forces to that call (`kavach
-//! serve --group-commit on`) thus forces once for all the writes a pass produced: a
-//! pipeline's, and those of every pipelining connection whose replies wait for the end of the
-//! pass. A reply to a reader of a not yet durable write waits for the same force.
+//! serve --group-commit on`) thus forces once for all the writes of a pass, from every
+//! connection served in it: group commit across connections, each acknowledged only after the
+//! force. A reply to a reader of a not yet durable write waits for the same force.
 //!
 //! # Connections that talk to each other
 //!
@@ -1026,8 +1028,8 @@ enum Verdict {
     Again,
     /// Close it.
     Close,
-    /// Write its replies at the end of the worker's pass (it read everything the socket had,
-    /// a pipeline of requests, and executed it).
+    /// Write its replies at the end of the worker's pass (it read everything the socket had
+    /// and executed it).
     Unflushed,
 }
 
@@ -1056,8 +1058,6 @@ struct Conn {
     queued: bool,
     /// In the worker's `unflushed` list.
     unflushed: bool,
-    /// The last read carried more than one request (a pipeline).
-    pipelined: bool,
     /// The blocking command this connection waits in, if any.
     blocked: Option<Blocked>,
     /// The deadline the worker has listed for it.
@@ -1087,15 +1087,14 @@ impl Conn {
             }
             let holding = self.holding();
             if drained
-                && self.pipelined
                 && !holding
                 && !draining
                 && !self.closing
                 && !self.input_pending
                 && self.blocked.is_none()
             {
-                // Everything the socket had is executed: a pipeline's replies go out with the
-                // others this pass produced (see [`Worker::flush_unflushed`]).
+                // Everything the socket had is executed: its replies go out with the others
+                // this pass produced, after one sync (see [`Worker::flush_unflushed`]).
                 return if self.pending_output() > 0 {
                     Verdict::Unflushed
                 } else {
@@ -1333,10 +1332,8 @@ impl Conn {
         self.after_stop(stop);
     }
 
-    /// Adds `commands` to this worker's `total_commands_processed`, and notes whether they
-    /// came as a pipeline.
+    /// Adds `commands` to this worker's `total_commands_processed`.
     fn count_commands(&mut self, shared: &Shared, commands: u64) {
-        self.pipelined = commands > 1;
         if commands > 0 {
             shared
                 .stats
@@ -1670,7 +1667,6 @@ impl Worker {
                 closing: false,
                 queued: false,
                 unflushed: false,
-                pipelined: false,
                 blocked: None,
                 listed_deadline: None,
                 owed: Vec::new(),
