@@ -174,16 +174,21 @@ fn drive(sim: &Arc<SimMedium>) -> (usize, bool) {
     (acked, closed)
 }
 
-/// Reopen `image` and check its counters against the acknowledged prefix.
-fn check(image: Vec<u8>, acked: usize, expect: &[Vec<u64>], what: &str) {
+/// Reopen `image` with `opts` and read the counters it recovers.
+fn recovered(image: Vec<u8>, opts: Options, what: &str) -> Vec<u64> {
     let sim = Arc::new(SimMedium::from_image(image, SimConfig::default()));
     let pool = Pool::open_medium(sim, &OpenOptions::default())
         .unwrap_or_else(|e| panic!("{what}: the pool does not open: {e}"));
-    let (e, _) = Dipper::open(pool, Counter, options())
+    let (e, _) = Dipper::open(pool, Counter, opts)
         .unwrap_or_else(|e| panic!("{what}: recovery failed: {e}"));
-    let got: Vec<u64> = (0..SHARDS)
+    (0..SHARDS)
         .map(|s| e.read(s, |a| a.user(0)).expect("read"))
-        .collect();
+        .collect()
+}
+
+/// Reopen `image` and check its counters against the acknowledged prefix.
+fn check(image: Vec<u8>, acked: usize, expect: &[Vec<u64>], what: &str) {
+    let got = recovered(image, options(), what);
     let ok = got == expect[acked] || (acked < OPS && got == expect[acked + 1]);
     assert!(
         ok,
@@ -305,14 +310,7 @@ fn crashed_before_every_fence_in_every_domain_recovers_the_acknowledged_operatio
         let (mut images, mut saved, mut refused, mut inconsistent) = (0u64, 0u64, 0u64, 0u64);
         let mut n = 1;
         loop {
-            let sim = Arc::new(SimMedium::from_image(
-                base.clone(),
-                SimConfig {
-                    seed: n ^ cfg.sector as u64,
-                    crash: CrashPlan::AtFence(n),
-                    ..cfg
-                },
-            ));
+            let sim = crashing_at_fence(&base, cfg, n);
             let (acked, all_ok) = drive(&sim);
             let Some(state) = sim.crash_state() else {
                 assert!(all_ok && acked == OPS, "an uncrashed run succeeds");
@@ -364,6 +362,43 @@ fn crashed_before_every_fence_in_every_domain_recovers_the_acknowledged_operatio
     }
 }
 
+/// A copy of `base` in the domain of `cfg` that loses power at its `n`-th fence.
+fn crashing_at_fence(base: &[u8], cfg: SimConfig, n: u64) -> Arc<SimMedium> {
+    Arc::new(SimMedium::from_image(
+        base.to_vec(),
+        SimConfig {
+            seed: n ^ cfg.sector as u64,
+            crash: CrashPlan::AtFence(n),
+            ..cfg
+        },
+    ))
+}
+
+/// Crashes per domain at seeded random points.
+const RANDOM_CRASHES: usize = 150;
+
+/// Run `each` on [`RANDOM_CRASHES`] copies of `base`, each set to lose power at a random one of
+/// the `events` a full run issues (seeds drawn from `salt` and the sector size), with its seed.
+fn at_random_points(
+    cfg: SimConfig,
+    base: &[u8],
+    events: u64,
+    salt: u64,
+    mut each: impl FnMut(Arc<SimMedium>, u64),
+) {
+    let mut rng = SplitMix64::new(salt ^ cfg.sector as u64);
+    for _ in 0..RANDOM_CRASHES {
+        let seed = rng.next_u64();
+        each(
+            Arc::new(SimMedium::from_image(
+                base.to_vec(),
+                cfg.at_random_event(seed, events),
+            )),
+            seed,
+        );
+    }
+}
+
 #[test]
 fn crashed_at_random_points_in_every_domain_recovers_the_acknowledged_operations() {
     let expect = prefixes();
@@ -371,16 +406,9 @@ fn crashed_at_random_points_in_every_domain_recovers_the_acknowledged_operations
         let base = base_for(&cfg);
         let dry = Arc::new(SimMedium::from_image(base.clone(), cfg));
         assert_eq!(drive(&dry), (OPS, true));
-        let events = dry.events();
-        let mut rng = SplitMix64::new(0xd1ff ^ cfg.sector as u64);
-        let count = 150;
+        let count = RANDOM_CRASHES;
         let mut outcomes = std::collections::BTreeSet::new();
-        for _ in 0..count {
-            let seed = rng.next_u64();
-            let sim = Arc::new(SimMedium::from_image(
-                base.clone(),
-                cfg.at_random_event(seed, events),
-            ));
+        at_random_points(cfg, &base, dry.events(), 0xd1ff, |sim, seed| {
             let (acked, _) = drive(&sim);
             outcomes.insert(acked);
             let state = sim.power_fail_state();
@@ -391,7 +419,7 @@ fn crashed_at_random_points_in_every_domain_recovers_the_acknowledged_operations
             } else {
                 check(state.sampled().to_vec(), acked, &expect, &what);
             }
-        }
+        });
         assert!(
             outcomes.len() > 5,
             "{:?}: the random crashes land in few places: {outcomes:?}",
@@ -499,14 +527,7 @@ fn drive_caller(sim: &Arc<SimMedium>) -> (usize, usize, bool) {
 /// Reopen `image` (with `Caller` forcing) and check that its counters are those after some
 /// prefix of `acked..=started` operations.
 fn check_caller(image: Vec<u8>, acked: usize, started: usize, expect: &[Vec<u64>], what: &str) {
-    let sim = Arc::new(SimMedium::from_image(image, SimConfig::default()));
-    let pool = Pool::open_medium(sim, &OpenOptions::default())
-        .unwrap_or_else(|e| panic!("{what}: the pool does not open: {e}"));
-    let (e, _) = Dipper::open(pool, Counter, caller_options())
-        .unwrap_or_else(|e| panic!("{what}: recovery failed: {e}"));
-    let got: Vec<u64> = (0..SHARDS)
-        .map(|s| e.read(s, |a| a.user(0)).expect("read"))
-        .collect();
+    let got = recovered(image, caller_options(), what);
     assert!(
         expect[acked..=started].contains(&got),
         "{what}: counters {got:?} are after no prefix of {acked} to {started} operations"
@@ -539,14 +560,7 @@ fn caller_forced_operations_survive_a_crash_before_every_fence_in_every_domain()
         );
         let (mut images, mut n, mut lost) = (0u64, 1, 0u64);
         loop {
-            let sim = Arc::new(SimMedium::from_image(
-                base.clone(),
-                SimConfig {
-                    seed: n ^ cfg.sector as u64,
-                    crash: CrashPlan::AtFence(n),
-                    ..cfg
-                },
-            ));
+            let sim = crashing_at_fence(&base, cfg, n);
             let (acked, started, all_ok) = drive_caller(&sim);
             let Some(state) = sim.crash_state() else {
                 assert!(all_ok && acked == OPS, "an uncrashed run succeeds");
@@ -580,16 +594,8 @@ fn caller_forced_operations_survive_a_crash_at_random_points_in_every_domain() {
         let base = base_for(&cfg);
         let dry = Arc::new(SimMedium::from_image(base.clone(), cfg));
         assert_eq!(drive_caller(&dry), (OPS, OPS, true));
-        let events = dry.events();
-        let mut rng = SplitMix64::new(0xca11 ^ cfg.sector as u64);
-        let count = 150;
         let mut outcomes = std::collections::BTreeSet::new();
-        for _ in 0..count {
-            let seed = rng.next_u64();
-            let sim = Arc::new(SimMedium::from_image(
-                base.clone(),
-                cfg.at_random_event(seed, events),
-            ));
+        at_random_points(cfg, &base, dry.events(), 0xca11, |sim, seed| {
             let (acked, started, _) = drive_caller(&sim);
             outcomes.insert(acked);
             let what = format!("{:?} caller random crash seed {seed:#x}", cfg.domain);
@@ -600,7 +606,7 @@ fn caller_forced_operations_survive_a_crash_at_random_points_in_every_domain() {
                 &expect,
                 &what,
             );
-        }
+        });
         assert!(
             outcomes.len() > 4,
             "{:?}: the random crashes land in few places: {outcomes:?}",

@@ -231,10 +231,13 @@ fn replies_leave_only_after_the_store_syncs_once_per_batch() {
         "{syncs} syncs for one pipeline of 100 writes"
     );
     // The store cannot make writes durable: the reply is withheld and the connection closed.
-    server
-        .backend
-        .fail_sync
-        .store(true, std::sync::atomic::Ordering::SeqCst);
+    let failing = |on: bool| {
+        server
+            .backend
+            .fail_sync
+            .store(on, std::sync::atomic::Ordering::SeqCst)
+    };
+    failing(true);
     let mut doomed = server.client();
     doomed.send(&[b"SET", b"b", b"2"]);
     assert_eq!(
@@ -242,10 +245,7 @@ fn replies_leave_only_after_the_store_syncs_once_per_batch() {
         "",
         "a reply left without a sync"
     );
-    server
-        .backend
-        .fail_sync
-        .store(false, std::sync::atomic::Ordering::SeqCst);
+    failing(false);
     let mut after = server.client();
     expect(&mut after, "GET a", "$1\r\n1\r\n");
 }
