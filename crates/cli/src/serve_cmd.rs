@@ -415,8 +415,6 @@ fn say_set_state(st: &pmem::set::SetStatus) {
 pub(crate) struct StoreBackend<M: Medium + Clone + Send + Sync + 'static = Arc<Mapping>> {
     store: Store<M>,
     durability: String,
-    /// The store leaves forcing to [`Backend::sync`] (`ForcePolicy::Caller`: group commit).
-    caller_forces: bool,
     /// The store was created by this start (nothing was recovered).
     created: bool,
     /// The integrity layer over the store's regions (`None`: redundancy off).
@@ -430,13 +428,17 @@ impl<M: Medium + Clone + Send + Sync + 'static> StoreBackend<M> {
     /// says the store is new (nothing was recovered).
     pub(crate) fn new(store: Store<M>, durability: &str, created: bool) -> Self {
         StoreBackend {
-            caller_forces: store.config().policy == ForcePolicy::Caller,
             store,
             durability: durability.to_string(),
             created,
             integrity: None,
             set: None,
         }
+    }
+
+    /// The store leaves forcing to [`Backend::sync`] (`ForcePolicy::Caller`: group commit).
+    fn caller_forces(&self) -> bool {
+        self.store.config().policy == ForcePolicy::Caller
     }
 
     /// The same, on a watched pool set.
@@ -513,7 +515,7 @@ impl<M: Medium + Clone + Send + Sync + 'static> Backend for StoreBackend<M> {
         self.store.save().map(drop).map_err(be)
     }
     fn sync(&self) -> BackendResult<()> {
-        if self.caller_forces {
+        if self.caller_forces() {
             self.store.sync().map_err(be)
         } else {
             Ok(())
@@ -542,7 +544,7 @@ impl<M: Medium + Clone + Send + Sync + 'static> Backend for StoreBackend<M> {
             ),
             kv(
                 "group_commit",
-                if self.caller_forces { "yes" } else { "no" },
+                if self.caller_forces() { "yes" } else { "no" },
             ),
             kv("checkpoint_in_progress", u8::from(st.checkpoint_running)),
             kv("checkpoints", st.checkpoints),

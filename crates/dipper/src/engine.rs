@@ -160,8 +160,9 @@ pub struct Options {
     pub checkpoint_on_close: bool,
     /// How long a write waits for a running checkpoint when the active log is full.
     pub full_wait: Duration,
-    /// With a policy other than `Sync`: force the active log this often, so an acknowledged
-    /// write is durable within this time even when no later write forces it.
+    /// With `Frequency` or `Group`: force the active log this often, so an acknowledged write
+    /// is durable within this time even when no later write forces it. (`Sync` forces every
+    /// record; under `Caller` nothing is acknowledged before the caller's [`Dipper::sync`].)
     pub flush_every: Duration,
 }
 
@@ -1175,7 +1176,11 @@ impl<M: Medium + Clone + Send + Sync + 'static, S: Machine> Dipper<M, S> {
         if opts.background {
             threads.push(spawn("dipper-checkpoint", Inner::checkpoint_loop)?);
         }
-        if !matches!(opts.policy, ForcePolicy::Sync) && !pool_read_only {
+        if matches!(
+            opts.policy,
+            ForcePolicy::Frequency(_) | ForcePolicy::Group(_)
+        ) && !pool_read_only
+        {
             threads.push(spawn("dipper-flush", Inner::flush_loop)?);
         }
         Ok((

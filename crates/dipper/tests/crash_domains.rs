@@ -487,10 +487,9 @@ fn a_failed_msync_is_reported_and_loses_no_acknowledged_operation() {
 const SYNC_EVERY: usize = 3;
 
 fn caller_options() -> Options {
+    // No periodic flush runs under `Caller`: every force in these runs is the test's own.
     Options {
         policy: dipper::ForcePolicy::Caller,
-        // No periodic flush: every force in these runs is the test's own (and deterministic).
-        flush_every: std::time::Duration::from_secs(3600),
         ..options()
     }
 }

@@ -1217,17 +1217,23 @@ impl<M: Medium> Log<M> {
                 reason: "0 (use 1 to force every record)".into(),
             });
         }
-        if lsn >= self.next_lsn.load(Ordering::Acquire) {
-            return Err(LogError::BadLsn {
-                lsn,
-                reason: "not reserved yet".into(),
-            });
-        }
+        self.reserved(lsn)?;
         if freq > 1 && lsn % freq != 0 {
             return Ok(self.seq.durable() >= lsn);
         }
         self.force_now(lsn)?;
         Ok(true)
+    }
+
+    /// Refuse an LSN no reservation has handed out yet.
+    fn reserved(&self, lsn: u64) -> Result<()> {
+        if lsn >= self.next_lsn() {
+            return Err(LogError::BadLsn {
+                lsn,
+                reason: "not reserved yet".into(),
+            });
+        }
+        Ok(())
     }
 
     fn force_now(&self, lsn: u64) -> Result<()> {
@@ -1254,12 +1260,7 @@ impl<M: Medium> Log<M> {
             ForcePolicy::Frequency(f) => self.force(lsn, f),
             ForcePolicy::Group(g) => self.force_group(lsn, g),
             ForcePolicy::Caller => {
-                if lsn >= self.next_lsn.load(Ordering::Acquire) {
-                    return Err(LogError::BadLsn {
-                        lsn,
-                        reason: "not reserved yet".into(),
-                    });
-                }
+                self.reserved(lsn)?;
                 Ok(self.seq.durable() >= lsn)
             }
         }
@@ -1499,12 +1500,7 @@ impl<M: Medium> Log<M> {
     /// Check `lsn` for a cleanup and force it; the head, unless `lsn` is already behind it.
     fn head_for_cleanup(&self, lsn: u64) -> Result<Option<MutexGuard<'_, Head>>> {
         self.writable()?;
-        if lsn >= self.next_lsn() {
-            return Err(LogError::BadLsn {
-                lsn,
-                reason: "not reserved yet".into(),
-            });
-        }
+        self.reserved(lsn)?;
         self.force_now(lsn)?;
         let h = lock(&self.head);
         Ok((lsn >= h.lsn).then_some(h))
