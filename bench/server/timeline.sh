@@ -17,9 +17,12 @@
 #   --every S          seconds between triggers (default 10)
 #   --workload W       YCSB workload of the measured load (default a: 50% read, 50% update)
 #   --warmup SECS      seconds, from the start of the YCSB client, of the same load run before
-#                      the measured S (default 5; quick: 2; the JVM starts within them):
+#                      the measured S (default 10; quick: 2; the JVM starts within them):
 #                      YCSB's JVM compiles its hot code then, and those seconds were the slowest
-#                      of many runs for Redis and Kavach alike; the report shows them apart
+#                      of many runs for Redis and Kavach alike; the report shows them apart.
+#                      On a 2-vCPU Zen 3 the JVM's C2 compiler threads took 0.31-0.69 CPU in
+#                      its first 5 s and under 0.07 from its sixth (issue 27, ninth session):
+#                      with 5 s, the first measured second was every Kavach run's worst
 #   --kavach-trigger CMD  what is sent to Kavach every --every seconds: BGSAVE (default: a
 #                      checkpoint on a thread of its own, answered at once, as Redis answers
 #                      BGREWRITEAOF) or SAVE (answered when the checkpoint is done; it runs on
@@ -97,7 +100,7 @@ done
 if [ -n "$QUICK" ]; then
   DURATION="${DURATION:-10}"; RECORDS="${RECORDS:-50000}"; EVERY="${EVERY:-3}"; WARMUP="${WARMUP:-2}"
 else
-  DURATION="${DURATION:-60}"; RECORDS="${RECORDS:-1000000}"; EVERY="${EVERY:-10}"; WARMUP="${WARMUP:-5}"
+  DURATION="${DURATION:-60}"; RECORDS="${RECORDS:-1000000}"; EVERY="${EVERY:-10}"; WARMUP="${WARMUP:-10}"
 fi
 for v in DURATION RECORDS THREADS EVERY; do
   [[ "${!v}" =~ ^[1-9][0-9]*$ ]] || die "${v,,} must be a positive integer, got '${!v}'"
