@@ -348,8 +348,13 @@ unsafe fn crc32c_short(crc: u32, data: &[u8]) -> u32 {
 /// independent CRC-32C chains run over them, then joins the chains.
 const LANE: usize = 1024;
 
-/// Bytes per lane of the short blocks of [`crc32c_raw`].
+/// Bytes per lane of the short blocks of [`crc32c_raw`] and of the fused copy + CRC.
 const SHORT_LANE: usize = 128;
+
+/// Bytes per lane of the fused copy + CRC's last block: one line per lane, so a whole-line
+/// copy leaves at most two lines to the unfused path (4,032 bytes, a 4 KiB record's whole lines:
+/// before, the last 192 went through a plain copy and one serial CRC chain).
+const LINE_LANE: usize = 64;
 
 /// Shift table of one lane length: see [`lane_shift_table`].
 type ShiftTable = [[u32; 256]; 4];
@@ -365,6 +370,12 @@ fn lane_shift_table() -> &'static ShiftTable {
 fn short_lane_shift_table() -> &'static ShiftTable {
     static T: std::sync::OnceLock<Box<ShiftTable>> = std::sync::OnceLock::new();
     T.get_or_init(|| shift_table(SHORT_LANE))
+}
+
+/// [`lane_shift_table`] for `LINE_LANE`.
+fn line_lane_shift_table() -> &'static ShiftTable {
+    static T: std::sync::OnceLock<Box<ShiftTable>> = std::sync::OnceLock::new();
+    T.get_or_init(|| shift_table(LINE_LANE))
 }
 
 fn shift_table(lane: usize) -> Box<ShiftTable> {
@@ -545,6 +556,37 @@ stream_blocks_fn!(
     }
 );
 
+/// Stream as many blocks of three `L`-byte lanes as fit in `len - *done` bytes from `src +
+/// *done` to `dst + *done`, continuing the raw CRC register `reg` over them (`t` shifts by `L`
+/// bytes; 32-byte stores when `wide`); advances `*done` past them.
+///
+/// # Safety
+/// `dst..dst+len` writable with `dst + *done` 64-byte aligned, `src..src+len` readable, no
+/// overlap; the CPU has SSE4.2, and AVX2 when `wide`.
+unsafe fn fused_blocks<const L: usize>(
+    wide: bool,
+    t: &ShiftTable,
+    dst: *mut u8,
+    src: *const u8,
+    len: usize,
+    done: &mut usize,
+    reg: u32,
+) -> u32 {
+    let blocks = (len - *done) / (3 * L);
+    // SAFETY: the blocks end at or before `len`, inside the caller's ranges; `L` is a multiple
+    // of 64, so `dst + *done` stays line-aligned for the next call.
+    unsafe {
+        let (d, s) = (dst.add(*done), src.add(*done));
+        let reg = if wide {
+            stream_blocks_crc32c_avx2::<L>(d, s, blocks, reg, t)
+        } else {
+            stream_blocks_crc32c::<L>(d, s, blocks, reg, t)
+        };
+        *done += blocks * 3 * L;
+        reg
+    }
+}
+
 /// [`copy_nontemporal_with`] that also returns the CRC-32C `crc` continued over the bytes
 /// copied (as `crc32c::crc32c_append(crc, src..src+len)` would), computed while the streaming
 /// stores drain: for long copies the CRC costs little beyond the copy.
@@ -588,25 +630,15 @@ unsafe fn copy_nontemporal_crc32c_stores(
         }
         copy_nontemporal_with(kind, dst, src, head);
         let crc = crc32c_append(crc, std::slice::from_raw_parts(src, head));
-        // Blocks of three 1 KiB lanes, then of three 128-byte lanes, then the rest unfused.
+        // Blocks of three 1 KiB lanes, then of three 128-byte lanes, then of three lines, then
+        // the rest (under three lines) unfused.
         let mut done = head;
         let mut reg = !crc;
-        let long = (len - done) / (3 * LANE);
-        let (d, s) = (dst.add(done), src.add(done));
-        reg = if wide {
-            stream_blocks_crc32c_avx2::<LANE>(d, s, long, reg, lane_shift_table())
-        } else {
-            stream_blocks_crc32c::<LANE>(d, s, long, reg, lane_shift_table())
-        };
-        done += long * 3 * LANE;
-        let short = (len - done) / (3 * SHORT_LANE);
-        let (d, s, t) = (dst.add(done), src.add(done), short_lane_shift_table());
-        reg = if wide {
-            stream_blocks_crc32c_avx2::<SHORT_LANE>(d, s, short, reg, t)
-        } else {
-            stream_blocks_crc32c::<SHORT_LANE>(d, s, short, reg, t)
-        };
-        done += short * 3 * SHORT_LANE;
+        reg = fused_blocks::<LANE>(wide, lane_shift_table(), dst, src, len, &mut done, reg);
+        let t = short_lane_shift_table();
+        reg = fused_blocks::<SHORT_LANE>(wide, t, dst, src, len, &mut done, reg);
+        let t = line_lane_shift_table();
+        reg = fused_blocks::<LINE_LANE>(wide, t, dst, src, len, &mut done, reg);
         copy_nontemporal_with(kind, dst.add(done), src.add(done), len - done);
         crc32c_append(!reg, std::slice::from_raw_parts(src.add(done), len - done))
     }
@@ -689,8 +721,8 @@ mod tests {
             .flat_map(|w| [0, 1, 31, 32, 63].map(|o| (w, o)))
         {
             for len in [
-                0, 1, 100, 383, 384, 447, 448, 1000, 3071, 3072, 3135, 3136, 3137, 3527, 6144,
-                9300, 65_536, 79_000,
+                0, 1, 100, 191, 192, 383, 384, 447, 448, 575, 576, 577, 1000, 3071, 3072, 3135,
+                3136, 3137, 3263, 3264, 3265, 3527, 4032, 4048, 6144, 9300, 65_472, 65_536, 79_000,
             ] {
                 let mut dst = vec![0u8; 80_100];
                 let seed = len as u32 ^ 0xdead_beef;
