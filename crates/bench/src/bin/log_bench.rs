@@ -8,7 +8,8 @@
 //!   with `cleanup_all` outside the timed region.
 //! - `floor`: the pieces an append is made of, on a plain mapping in the same domain: a bare 64 B
 //!   persist; per latency size the record CRC, the stores and fence of a streamed record (what
-//!   a `Sync` append issues when the tuning streams such records), and the cache path's
+//!   a `Sync` append issues when the tuning streams such records), the same with the record CRC
+//!   computed alongside (the fused copy a streamed append runs), and the cache path's
 //!   stores, flushes and fence (below the non-temporal threshold: ordinary stores, the lines
 //!   flushed; above it: streamed payload, header line stored and flushed), without the locks,
 //!   the sequencer or the CRC; per recovery size, the floor of a walk over the mapping: copying
